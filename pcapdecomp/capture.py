@@ -1,0 +1,586 @@
+"""Capture stage: read a pcap / pcapng file (optionally gzip-compressed) into TCP segments.
+
+Our own record readers (struct over a buffered file) instead of dpkt's: dpkt gives float/Decimal timestamps and
+its pcapng reader applies the first interface's link type and resolution to every packet. Here every timestamp
+is converted once, exactly, to integer nanoseconds, and every interface keeps its own link type and resolution.
+
+Every frame read is counted in exactly one `frames_*` counter of `CaptureStats`; a damaged file is read up to the
+damage, which is described in `stats.damaged` (nothing is raised: what was read stays valid). Only a file that
+is not a capture at all raises (`InputError` / `CaptureFormatError`, one-line message naming the file).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from socket import AF_INET, AF_INET6, inet_ntop
+
+from pcapdecomp.errors import CaptureFormatError, InputError
+
+__all__ = [
+    "TcpSegment",
+    "CaptureStats",
+    "CaptureReader",
+    "open_capture",
+    "read_segments",
+    "iter_frames",
+    "SUPPORTED_LINK_TYPES",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TcpSegment:
+    """One captured TCP segment, as seen at the capture point."""
+
+    frame: int  # 1-based frame number in the file, as Wireshark numbers them (every frame counted)
+    ts_ns: int  # capture timestamp, integer ns since the Unix epoch, UTC
+    src_ip: str  # textual IPv4/IPv6 ("10.0.0.1", "fd00::1")
+    src_port: int
+    dst_ip: str
+    dst_port: int
+    seq: int  # raw 32-bit TCP sequence number
+    ack: int  # raw 32-bit acknowledgement number
+    flags: int  # TCP flags byte (FIN=0x01 SYN=0x02 RST=0x04 PSH=0x08 ACK=0x10)
+    payload: bytes  # captured TCP payload (shorter than on the wire when `missing` > 0)
+    missing: int  # payload bytes that were on the wire but cut by the snaplen (0 when complete)
+
+
+@dataclass
+class CaptureStats:
+    """What reading one capture found. Every frame is counted in exactly one of the `frames_*` counters
+    below `frames` (frames_truncated is a subset of frames_tcp)."""
+
+    path: str
+    format: str = ""  # "pcap", "pcap-ns" or "pcapng"
+    gzip: bool = False  # the file was gzip-compressed (byte offsets below are then uncompressed offsets)
+    frames: int = 0  # packet records read
+    frames_tcp: int = 0  # yielded as TcpSegment
+    frames_non_ip: int = 0  # ARP, LLDP, STP, ...
+    frames_non_tcp: int = 0  # UDP, ICMP, ...
+    frames_ip_fragment: int = 0  # IPv4/IPv6 fragments: not reassembled; counted, not mis-parsed
+    frames_undecodable: int = 0  # link/IP/TCP header broken, or cut before the TCP header ends
+    frames_unknown_link: int = 0  # pcapng interface with a link type we do not decode
+    frames_truncated: int = 0  # TCP frames whose payload was cut by the snaplen (also in frames_tcp)
+    bytes_file: int = 0  # size of the file on disk
+    link_types: dict[int, int] = field(default_factory=dict)  # link type -> frames
+    first_ts_ns: int | None = None  # timestamp of the first frame in file order
+    last_ts_ns: int | None = None  # timestamp of the last frame in file order
+    damaged: str | None = None  # why reading stopped early, with the byte offset; None when read to the end
+    unknown_blocks: int = 0  # pcapng blocks skipped (name resolution, decryption secrets, custom, unknown)
+    if_drops: dict[int, int] = field(default_factory=dict)  # pcapng interface -> packets dropped (ISB)
+    sections: int = 0  # pcapng section header blocks
+    interfaces: int = 0  # pcapng interface description blocks (1 for pcap)
+
+
+# --- link types --------------------------------------------------------------------------------------------
+
+LINKTYPE_NULL = 0  # BSD loopback: 4-byte address family in the capturing host's byte order
+LINKTYPE_ETHERNET = 1
+LINKTYPE_RAW = 101  # raw IP, version from the first nibble (also 12 and 14 on some BSDs)
+LINKTYPE_LOOP = 108  # OpenBSD loopback: address family in network byte order
+LINKTYPE_LINUX_SLL = 113
+LINKTYPE_IPV4 = 228
+LINKTYPE_IPV6 = 229
+LINKTYPE_LINUX_SLL2 = 276
+SUPPORTED_LINK_TYPES = frozenset({0, 1, 12, 14, 101, 108, 113, 228, 229, 276})
+
+ETHERTYPE_IPV4 = 0x0800
+ETHERTYPE_IPV6 = 0x86DD
+VLAN_TPIDS = frozenset({0x8100, 0x88A8, 0x9100})  # 802.1Q, 802.1ad (QinQ), old QinQ
+AF_INET6_VALUES = frozenset({10, 24, 28, 30})  # Linux, NetBSD/OpenBSD, FreeBSD, Darwin
+
+# Outcome codes of _decode when the frame is not a TCP segment.
+_NON_IP, _NON_TCP, _FRAGMENT, _UNDECODABLE, _UNKNOWN_LINK = range(5)
+
+# IPv6 extension headers we walk through: hop-by-hop, routing, destination options, AH (fragment handled apart).
+_IPV6_EXT = frozenset({0, 43, 60, 51})
+_IPV6_FRAGMENT = 44
+
+_U16 = struct.Struct("!H").unpack_from
+_TCP = struct.Struct("!HHIIBB").unpack_from  # ports, seq, ack, data offset byte, flags
+
+
+def _decode(linktype: int, data: bytes, orig_len: int):
+    """Frame bytes -> (src, sport, dst, dport, seq, ack, flags, payload, missing), or an outcome code."""
+    n = len(data)
+    # Link layer: find the network protocol and where its header starts.
+    if linktype == LINKTYPE_ETHERNET:
+        if n < 14:
+            return _UNDECODABLE
+        ethertype = (data[12] << 8) | data[13]
+        off = 14
+    elif linktype == LINKTYPE_LINUX_SLL2:
+        if n < 20:
+            return _UNDECODABLE
+        ethertype = (data[0] << 8) | data[1]
+        off = 20
+    elif linktype == LINKTYPE_LINUX_SLL:
+        if n < 16:
+            return _UNDECODABLE
+        ethertype = (data[14] << 8) | data[15]
+        off = 16
+    elif linktype == LINKTYPE_NULL or linktype == LINKTYPE_LOOP:
+        if n < 4:
+            return _UNDECODABLE
+        # The writer's byte order is unknown for NULL (and some LOOP writers get it wrong): try both.
+        family = data[0] | data[3]  # the family fits in one byte, the other three are zero
+        if family == 2:
+            ethertype = ETHERTYPE_IPV4
+        elif family in AF_INET6_VALUES:
+            ethertype = ETHERTYPE_IPV6
+        else:
+            return _NON_IP
+        off = 4
+    elif linktype in (LINKTYPE_RAW, 12, 14, LINKTYPE_IPV4, LINKTYPE_IPV6):
+        if n < 1:
+            return _UNDECODABLE
+        version = data[0] >> 4
+        ethertype = ETHERTYPE_IPV4 if version == 4 else ETHERTYPE_IPV6 if version == 6 else -1
+        if ethertype == -1:
+            return _UNDECODABLE
+        off = 0
+    else:
+        return _UNKNOWN_LINK
+    while ethertype in VLAN_TPIDS:  # 802.1Q / QinQ tags: 2 bytes of tag, then the inner ethertype
+        if n < off + 4:
+            return _UNDECODABLE
+        ethertype = (data[off + 2] << 8) | data[off + 3]
+        off += 4
+
+    # Network layer: addresses, protocol, where TCP starts and where the IP packet ends on the wire.
+    # The end comes from the IP length (so Ethernet padding and FCS never become payload), but never beyond the
+    # frame's original length (a lying length field cannot invent missing bytes).
+    wire_end = orig_len if orig_len > n else n
+    if ethertype == ETHERTYPE_IPV4:
+        if n < off + 20:
+            return _UNDECODABLE
+        ver_ihl = data[off]
+        ihl = (ver_ihl & 0x0F) * 4
+        if ver_ihl >> 4 != 4 or ihl < 20 or n < off + ihl:
+            return _UNDECODABLE
+        total_len = (data[off + 2] << 8) | data[off + 3]
+        if ((data[off + 6] << 8) | data[off + 7]) & 0x3FFF:  # More Fragments set or fragment offset != 0
+            return _FRAGMENT
+        if data[off + 9] != 6:
+            return _NON_TCP
+        if total_len:
+            if total_len < ihl:
+                return _UNDECODABLE
+            ip_end = off + total_len
+            if ip_end < wire_end:
+                wire_end = ip_end
+        # else: total length 0 is TCP segmentation offload seen on the sending host: the frame length holds.
+        src = inet_ntop(AF_INET, data[off + 12 : off + 16])
+        dst = inet_ntop(AF_INET, data[off + 16 : off + 20])
+        tcp = off + ihl
+    elif ethertype == ETHERTYPE_IPV6:
+        if n < off + 40 or data[off] >> 4 != 6:
+            return _UNDECODABLE
+        payload_len = (data[off + 4] << 8) | data[off + 5]
+        if payload_len:  # 0 means a jumbogram or offloaded segment: the frame length holds
+            ip_end = off + 40 + payload_len
+            if ip_end < wire_end:
+                wire_end = ip_end
+        next_header = data[off + 6]
+        tcp = off + 40
+        while next_header != 6:
+            if next_header == _IPV6_FRAGMENT:
+                return _FRAGMENT
+            if next_header not in _IPV6_EXT:
+                return _NON_TCP
+            if n < tcp + 2:
+                return _UNDECODABLE
+            ext_len = (data[tcp + 1] + 2) * 4 if next_header == 51 else (data[tcp + 1] + 1) * 8
+            next_header = data[tcp]
+            tcp += ext_len
+        src = inet_ntop(AF_INET6, data[off + 8 : off + 24])
+        dst = inet_ntop(AF_INET6, data[off + 24 : off + 40])
+    else:
+        return _NON_IP
+
+    # Transport layer.
+    if n < tcp + 20:
+        return _UNDECODABLE
+    sport, dport, seq, ack, data_offset, flags = _TCP(data, tcp)
+    start = tcp + (data_offset >> 4) * 4
+    if start < tcp + 20 or start > n or start > wire_end:
+        return _UNDECODABLE
+    if wire_end <= n:
+        return src, sport, dst, dport, seq, ack, flags, data[start:wire_end], 0
+    return src, sport, dst, dport, seq, ack, flags, data[start:], wire_end - n
+
+
+# --- record readers ----------------------------------------------------------------------------------------
+
+_MAX_RECORD = 256 * 1024 * 1024  # no capture tool writes a bigger record: treat as damage
+_MIN_SANE_SNAPLEN = 262144  # tcpdump's maximum snaplen; records up to this size are never "insane"
+_GZIP_MAGIC = b"\x1f\x8b"
+_PCAP_MAGICS = {  # magic as read little-endian -> (byte order, ns resolution)
+    0xA1B2C3D4: ("<", False),
+    0xD4C3B2A1: (">", False),
+    0xA1B23C4D: ("<", True),
+    0x4D3CB2A1: (">", True),
+}
+_PCAPNG_SHB = 0x0A0D0D0A
+_BYTE_ORDER_MAGIC = 0x1A2B3C4D
+
+
+_MIN_BODY = {6: 20, 2: 20, 3: 4, 1: 8, 5: 12}  # pcapng block type -> smallest valid body
+
+
+class _Damaged(Exception):
+    """Raised inside a record reader to stop at damage; turned into stats.damaged, never seen by callers."""
+
+    def __init__(self, what: str, offset: int):
+        super().__init__(f"{what} at byte {offset}")
+        self.offset = offset
+
+
+def _ts_converter(resol_byte: int | None):
+    """pcapng if_tsresol option -> function(ticks) -> ns, exact integer arithmetic. Default: microseconds."""
+    if resol_byte is None:
+        return lambda t: t * 1000
+    exponent = resol_byte & 0x7F
+    if resol_byte & 0x80:  # 2^-n seconds per tick
+        return lambda t: (t * 1_000_000_000) >> exponent
+    if exponent <= 9:
+        factor = 10 ** (9 - exponent)
+        return lambda t: t * factor
+    divisor = 10 ** (exponent - 9)
+    return lambda t: t // divisor
+
+
+@dataclass(slots=True)
+class _Interface:
+    linktype: int
+    snaplen: int
+    to_ns: object  # ticks -> ns
+    offset_ns: int  # if_tsoffset, in ns
+
+
+def _pcapng_options(body: bytes, start: int, endian: str) -> Iterator[tuple[int, bytes]]:
+    """(code, value) of each option in a block body (body excludes the trailing length)."""
+    hdr = struct.Struct(endian + "HH").unpack_from
+    pos = start
+    while pos + 4 <= len(body):
+        code, length = hdr(body, pos)
+        if code == 0:  # opt_endofopt
+            return
+        yield code, body[pos + 4 : pos + 4 + length]
+        pos += 4 + ((length + 3) & ~3)
+
+
+class CaptureReader:
+    """An open capture. Iterate for TcpSegments (once); `stats` fills in as you go."""
+
+    def __init__(self, path: str | os.PathLike, stats: CaptureStats | None = None):
+        self.path = os.fspath(path)
+        name = self.path
+        if not os.path.exists(name):
+            raise InputError(f"capture file not found: {name}")
+        if os.path.isdir(name):
+            raise InputError(f"capture path is a directory, not a file: {name}")
+        try:
+            raw = open(name, "rb")
+        except OSError as err:
+            raise InputError(f"cannot open capture file {name}: {err.strerror}") from None
+        self.stats = stats if stats is not None else CaptureStats(path=name)
+        self.stats.path, self.stats.bytes_file = name, os.fstat(raw.fileno()).st_size
+        self._file = raw
+        try:
+            self._open_stream()
+            self._records = self._start_records()
+        except BaseException:
+            self.close()
+            raise
+        self._iterated = False
+
+    # -- opening --
+
+    def _read_magic(self) -> bytes:
+        try:
+            return self._file.read(4)
+        except (OSError, EOFError, zlib.error) as err:
+            raise CaptureFormatError(f"not a capture file (damaged gzip stream: {err}): {self.path}") from None
+
+    def _open_stream(self) -> None:
+        head = self._file.read(4)
+        if not head:
+            raise InputError(f"capture file is empty: {self.path}")
+        if head[:2] == _GZIP_MAGIC:
+            self._file.seek(0)
+            self._file = gzip.GzipFile(fileobj=self._file, mode="rb")
+            self._raw = self._file.fileobj
+            self.stats.gzip = True
+            head = self._read_magic()
+            if not head:
+                raise InputError(f"capture file is empty (gzip of nothing): {self.path}")
+        self._magic = head
+
+    def _start_records(self) -> Iterator[tuple[int, int, int, bytes, int]]:
+        magic_le = struct.unpack("<I", self._magic.ljust(4, b"\0"))[0]
+        if len(self._magic) == 4 and magic_le in _PCAP_MAGICS:
+            return self._pcap_records(*_PCAP_MAGICS[magic_le])
+        if len(self._magic) == 4 and magic_le == _PCAPNG_SHB:
+            return self._pcapng_start()
+        shown = self._magic.hex()
+        raise CaptureFormatError(f"not a capture file (unknown magic 0x{shown}): {self.path}")
+
+    # -- pcap --
+
+    def _pcap_records(self, endian: str, nanos: bool):
+        header = self._file.read(20)
+        if len(header) < 20:
+            raise CaptureFormatError(f"not a capture file (pcap header cut short): {self.path}")
+        _major, _minor, _zone, _sigfigs, snaplen, network = struct.unpack(endian + "HHiIII", header)
+        linktype = network & 0xFFFF  # upper bits may carry FCS length flags
+        if linktype not in SUPPORTED_LINK_TYPES:
+            raise CaptureFormatError(f"unsupported link type {linktype} in capture file: {self.path}")
+        self.stats.format = "pcap-ns" if nanos else "pcap"
+        self.stats.interfaces = 1
+        limit = min(_MAX_RECORD, max(snaplen * 4, _MIN_SANE_SNAPLEN))
+        return self._pcap_loop(endian, 1 if nanos else 1000, linktype, limit)
+
+    def _pcap_loop(self, endian: str, frac_to_ns: int, linktype: int, limit: int):
+        read = self._file.read
+        record_header = struct.Struct(endian + "IIII").unpack
+        pos = 24
+        frame = 0
+        while True:
+            head = read(16)
+            if len(head) < 16:
+                if head:
+                    raise _Damaged("file truncated mid-record header", pos)
+                return
+            sec, frac, caplen, orig_len = record_header(head)
+            if caplen > limit:
+                raise _Damaged(f"insane record length {caplen}", pos)
+            data = read(caplen)
+            if len(data) < caplen:
+                raise _Damaged("file truncated mid-record", pos)
+            frame += 1
+            yield frame, sec * 1_000_000_000 + frac * frac_to_ns, linktype, data, orig_len
+            pos += 16 + caplen
+
+    # -- pcapng --
+
+    def _pcapng_start(self):
+        """Read up to the first packet so that a file whose every interface has an unknown link type fails at
+        open time, like a pcap with an unknown link type."""
+        records = self._pcapng_loop()
+        try:
+            first = next(records, None)
+        except _Damaged as err:
+            if err.offset == 0:
+                raise CaptureFormatError(f"not a capture file (pcapng {err}): {self.path}") from None
+            self.stats.damaged = str(err)
+            return iter(())
+        self.stats.format = "pcapng"
+        if first is not None and not any(i.linktype in SUPPORTED_LINK_TYPES for i in self._interfaces):
+            kinds = ", ".join(sorted({str(i.linktype) for i in self._interfaces}))
+            raise CaptureFormatError(f"unsupported link type {kinds} in capture file: {self.path}")
+        if first is None:
+            return iter(())
+
+        def chained():
+            yield first
+            yield from records
+
+        return chained()
+
+    def _pcapng_loop(self):
+        read = self._file.read
+        stats = self.stats
+        self._interfaces: list[_Interface] = []
+        interfaces = self._interfaces
+        pos = 0
+        frame = 0
+        last_ts = 0
+        head = self._magic + read(8)  # block type, block length, byte-order magic
+        endian = "<"
+        while True:
+            if len(head) < 8:
+                if head:
+                    raise _Damaged("file truncated mid-block header", pos)
+                return
+            block_type = struct.unpack_from(endian + "I", head)[0]
+            if block_type == _PCAPNG_SHB:
+                if len(head) < 12:
+                    head += read(12 - len(head))
+                    if len(head) < 12:
+                        raise _Damaged("file truncated mid-block header", pos)
+                bom = head[8:12]
+                if bom == b"\x4d\x3c\x2b\x1a":
+                    endian = "<"
+                elif bom == b"\x1a\x2b\x3c\x4d":
+                    endian = ">"
+                elif pos == 0:
+                    raise CaptureFormatError(f"not a capture file (bad pcapng byte-order magic): {self.path}")
+                else:
+                    raise _Damaged("bad section header", pos)
+                u32 = struct.Struct(endian + "I").unpack_from
+                interfaces.clear()  # interface ids are per section
+                stats.sections += 1
+                block_len = u32(head, 4)[0]
+                already = 12
+                if block_len < 28:
+                    raise _Damaged(f"insane section header length {block_len}", pos)
+            else:
+                block_len = u32(head, 4)[0]
+                already = 8
+            if block_len < 12 or block_len % 4 or block_len > _MAX_RECORD:
+                raise _Damaged(f"insane block length {block_len}", pos)
+            rest = read(block_len - already)
+            if len(rest) < block_len - already:
+                raise _Damaged("file truncated mid-record", pos)
+            body = (head[8:] + rest)[:-4] if already == 12 else rest[:-4]
+            if u32(rest, len(rest) - 4)[0] != block_len:
+                raise _Damaged("block length mismatch", pos)
+
+            if len(body) < _MIN_BODY.get(block_type, 0):
+                raise _Damaged(f"block of type {block_type} too short", pos)
+            if block_type == 6:  # Enhanced Packet Block
+                if_id, ts_high, ts_low, caplen, orig_len = struct.unpack_from(endian + "IIIII", body)
+                if caplen > len(body) - 20 or if_id >= len(interfaces):
+                    raise _Damaged("bad packet block", pos)
+                iface = interfaces[if_id]
+                last_ts = iface.to_ns((ts_high << 32) | ts_low) + iface.offset_ns
+                frame += 1
+                yield frame, last_ts, iface.linktype, body[20 : 20 + caplen], orig_len
+            elif block_type == 3:  # Simple Packet Block: interface 0, no timestamp -> reuse the previous one
+                if not interfaces:
+                    raise _Damaged("packet block before any interface", pos)
+                orig_len = u32(body, 0)[0]
+                iface = interfaces[0]
+                caplen = min(orig_len, len(body) - 4, iface.snaplen or orig_len)
+                frame += 1
+                yield frame, last_ts, iface.linktype, body[4 : 4 + caplen], orig_len
+            elif block_type == 2:  # obsolete Packet Block
+                if_id, _drops, ts_high, ts_low, caplen, orig_len = struct.unpack_from(endian + "HHIIII", body)
+                if caplen > len(body) - 20 or if_id >= len(interfaces):
+                    raise _Damaged("bad packet block", pos)
+                iface = interfaces[if_id]
+                last_ts = iface.to_ns((ts_high << 32) | ts_low) + iface.offset_ns
+                frame += 1
+                yield frame, last_ts, iface.linktype, body[20 : 20 + caplen], orig_len
+            elif block_type == 1:  # Interface Description Block
+                linktype, _reserved, snaplen = struct.unpack_from(endian + "HHI", body)
+                resol, offset_s = None, 0
+                for code, value in _pcapng_options(body, 8, endian):
+                    if code == 9 and value:  # if_tsresol
+                        resol = value[0]
+                    elif code == 14 and len(value) == 8:  # if_tsoffset, seconds
+                        offset_s = struct.unpack(endian + "q", value)[0]
+                interfaces.append(_Interface(linktype, snaplen, _ts_converter(resol), offset_s * 1_000_000_000))
+                stats.interfaces += 1
+            elif block_type == 5:  # Interface Statistics Block: counters are cumulative, keep the latest
+                if_id = u32(body, 0)[0]
+                for code, value in _pcapng_options(body, 12, endian):
+                    if code == 5 and len(value) == 8:  # isb_ifdrop
+                        stats.if_drops[if_id] = struct.unpack(endian + "Q", value)[0]
+            elif block_type != _PCAPNG_SHB:
+                stats.unknown_blocks += 1  # name resolution, decryption secrets, custom, journal, unknown
+            pos += block_len
+            head = read(8)
+
+    # -- iteration --
+
+    def __iter__(self) -> Iterator[TcpSegment]:
+        if self._iterated:
+            raise RuntimeError("a CaptureReader can be iterated only once")
+        self._iterated = True
+        return self._segments()
+
+    def _frames(self) -> Iterator[tuple[int, int, int, bytes, int]]:
+        """Records with damage and gzip errors turned into stats.damaged."""
+        try:
+            yield from self._records
+        except _Damaged as err:
+            self.stats.damaged = str(err)
+        except (EOFError, OSError, zlib.error) as err:
+            if not self.stats.gzip:
+                raise InputError(f"cannot read capture file {self.path}: {err}") from None
+            self.stats.damaged = f"gzip stream damaged after frame {self.stats.frames}: {err}"
+
+    def _segments(self) -> Iterator[TcpSegment]:
+        stats = self.stats
+        link_types = stats.link_types
+        decode = _decode
+        for frame, ts_ns, linktype, data, orig_len in self._frames():
+            stats.frames += 1
+            link_types[linktype] = link_types.get(linktype, 0) + 1
+            if stats.first_ts_ns is None:
+                stats.first_ts_ns = ts_ns
+            stats.last_ts_ns = ts_ns
+            result = decode(linktype, data, orig_len)
+            if result.__class__ is tuple:
+                src, sport, dst, dport, seq, ack, flags, payload, missing = result
+                stats.frames_tcp += 1
+                if missing:
+                    stats.frames_truncated += 1
+                yield TcpSegment(frame, ts_ns, src, sport, dst, dport, seq, ack, flags, payload, missing)
+            elif result == _NON_IP:
+                stats.frames_non_ip += 1
+            elif result == _NON_TCP:
+                stats.frames_non_tcp += 1
+            elif result == _FRAGMENT:
+                stats.frames_ip_fragment += 1
+            elif result == _UNDECODABLE:
+                stats.frames_undecodable += 1
+            else:
+                stats.frames_unknown_link += 1
+
+    def raw_frames(self) -> Iterator[tuple[int, int, int, bytes]]:
+        """(frame number, ts_ns, link type, frame bytes) for every frame, decoded or not (for evidence export)."""
+        if self._iterated:
+            raise RuntimeError("a CaptureReader can be iterated only once")
+        self._iterated = True
+        for frame, ts_ns, linktype, data, _orig_len in self._frames():
+            self.stats.frames += 1
+            yield frame, ts_ns, linktype, data
+
+    def close(self) -> None:
+        self._file.close()
+        raw = getattr(self, "_raw", None)
+        if raw is not None:
+            raw.close()
+
+    def __enter__(self) -> CaptureReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_capture(path: str | os.PathLike, stats: CaptureStats | None = None) -> CaptureReader:
+    """Open a pcap/pcapng capture (gzip-compressed or not). Raises InputError / CaptureFormatError.
+    `stats`, if given, is the CaptureStats object to fill in (else a new one: reader.stats)."""
+    return CaptureReader(path, stats)
+
+
+def read_segments(path: str | os.PathLike, stats: CaptureStats | None = None) -> Iterator[TcpSegment]:
+    """Every TCP segment of a capture. Pass a CaptureStats to receive the counts (filled in as you iterate).
+
+    The file is opened (and format errors raised) at the call, not at the first next()."""
+    reader = open_capture(path, stats)
+
+    def segments():
+        with reader:
+            yield from reader
+
+    return segments()
+
+
+def iter_frames(path: str | os.PathLike) -> Iterator[tuple[int, int, int, bytes]]:
+    """(frame number, ts_ns, link type, raw frame bytes) of every frame, for exporting evidence."""
+    reader = open_capture(path)
+
+    def frames():
+        with reader:
+            yield from reader.raw_frames()
+
+    return frames()
