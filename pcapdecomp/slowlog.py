@@ -1,0 +1,643 @@
+"""Slow log stage: parse a MySQL / Percona Server / MariaDB slow query log (file output) into entries and a table.
+
+The core (`SlowLogParser`, `parse_slow_log`) is sans-IO: lines in, `SlowLogEntry` records out. `read_slow_log`
+opens the file (plain or gzip), refuses what is clearly not a slow log, and builds the table declared once in
+`SLOWLOG_COLUMNS`.
+
+Why the parser is a small state machine and not a split on "# Time:": a statement may itself contain lines that
+look exactly like entry headers (a `# ...` SQL comment, or a string literal spanning lines). The server writes
+every statement followed by ";\n" (and strips the client's own trailing ';' and blanks first), so a header line
+only starts a new entry right after a line ending in ';' -- and, to be sure, only when the run of '#' lines it
+opens holds a `# Query_time:` line. A run that does not is SQL. A log cut mid-statement (no ';') is detected
+when a complete header block (Time/User@Host ... Query_time) follows, or at the end of the input.
+
+Times: MySQL 5.7+ writes `# Time:` as ISO 8601 with zone (the moment the entry was written, i.e. the statement's
+end); MySQL 5.6, Percona 5.x and MariaDB write `YYMMDD H:MM:SS` in the server's local time without zone (pass
+`tz`), and MariaDB only when the second changes, so entries without their own `# Time:` inherit the previous one.
+MariaDB 10.11's `# Time:` is the second the statement *started* (recorded: a SLEEP(1.2) started at :19.09 is
+logged under `# Time: ... :19`). `SET timestamp=N;` is the statement's start, whole seconds, UTC epoch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from pcapdecomp.errors import SlowLogError
+
+__all__ = [
+    "SlowLogEntry",
+    "SlowLogStats",
+    "SlowLogParser",
+    "parse_slow_log",
+    "read_slow_log",
+    "entries_to_frame",
+    "SLOWLOG_COLUMNS",
+]
+
+UTC = dt.timezone.utc
+MAX_WARNINGS = 50  # past this, warnings are only counted (a badly damaged log would otherwise flood the report)
+MAX_HEADER_LOOKAHEAD = 200  # '#' lines held back while deciding whether a header-like line starts an entry
+
+
+@dataclass(frozen=True, slots=True)
+class SlowLogEntry:
+    """One slow-log entry: the header block plus the statement it describes."""
+
+    line: int  # 1-based line of the entry's first header line (its own '# Time:' line when it has one)
+    time_ns: int | None  # '# Time:' (own or inherited), ns since epoch UTC: MySQL end of statement, MariaDB start second
+    timestamp_s: int | None  # 'SET timestamp=N;': statement start, whole seconds since epoch (UTC)
+    start_ns: int | None  # MySQL 8 log_slow_extra 'Start:' (start of execution), ns since epoch UTC
+    end_ns: int | None  # MySQL 8 log_slow_extra 'End:'
+    user: str | None  # login user: the bracketed name of 'user[user] @ host [ip]'
+    host: str | None  # client host name, None when the server logged none
+    ip: str | None  # client address, None when empty (local socket connections)
+    thread_id: int | None  # MySQL 'Id:' / 'Thread_id:', MariaDB/Percona 'Thread_id:' (= connection id on the wire)
+    schema: str | None  # default database: 'Schema:' or the 'use db;' line before the statement
+    query_time_ns: int  # 'Query_time:' (execution only: thread-pool queue time is not in it)
+    lock_time_ns: int | None
+    rows_sent: int | None
+    rows_examined: int | None
+    rows_affected: int | None
+    bytes_sent: int | None
+    errno: int | None  # MySQL 'Errno:', Percona 'Last_errno:'
+    killed: int | None
+    extra: dict[str, str]  # every other 'Key: value' pair, verbatim; 'explain' holds MariaDB's '# explain:' lines
+    sql: str  # statement text, prefix lines ('use x;', 'SET timestamp=...;') and the final ';' removed
+    admin_command: str | None  # '# administrator command: Quit;' -> 'Quit' (sql is then '')
+    cut: bool = False  # the statement text is incomplete: the log ended or was broken inside it
+
+
+@dataclass
+class SlowLogStats:
+    """What parsing one slow log found. Lines are counted once each; `unparsed_lines` are lines that belong to no
+    entry and are not a server file header or blank (garbage), plus the lines of header blocks that were dropped
+    because they never reached a '# Query_time:' line."""
+
+    lines: int = 0
+    entries: int = 0
+    unparsed_lines: int = 0
+    warnings: list[str] = field(default_factory=list)
+    flavor: str = "unknown"  # 'mysql' | 'percona' | 'mariadb' | 'unknown'
+    server_headers: int = 0  # server file headers seen ('... Version: ... started with:'): start, restart, flush
+    cut_entries: int = 0  # entries whose statement text is incomplete
+    warnings_dropped: int = 0  # warnings not kept in `warnings` (over MAX_WARNINGS)
+
+    def warn(self, message: str) -> None:
+        if len(self.warnings) < MAX_WARNINGS:
+            self.warnings.append(message)
+        else:
+            self.warnings_dropped += 1
+
+
+# --- line grammar -------------------------------------------------------------------------------------------
+
+# The server's own file header, written at start, after FLUSH SLOW LOGS and on reopen; may appear mid-file.
+_SERVER_HEADER = (
+    re.compile(r"^\S.*, Version: (?P<version>.+) started with:$"),
+    re.compile(r"^Tcp port: \d+\s+Unix socket: .*$"),
+    re.compile(r"^Time\s+Id\s+Command\s+Argument$"),
+)
+_TIME = re.compile(r"^# Time: (?P<value>\S+(?: +\S+)?)\s*(?:# (?P<rest>User@Host: .*))?$")
+_ISO_TIME = re.compile(
+    r"^(?P<date>\d{4}-\d{2}-\d{2})T(?P<h>\d{2}):(?P<m>\d{2}):(?P<s>\d{2})(?:\.(?P<frac>\d{1,9}))?"
+    r"(?P<zone>Z|[+-]\d{2}:?\d{2})?$"
+)
+_SHORT_TIME = re.compile(
+    r"^(?P<y>\d{2})(?P<mo>\d{2})(?P<d>\d{2}) +(?P<h>\d{1,2}):(?P<m>\d{2}):(?P<s>\d{2})(?:\.(?P<frac>\d{1,9}))?$"
+)
+_USER_HOST = re.compile(
+    r"^# User@Host: (?P<priv>[^\[]*)\[(?P<user>[^\]]*)\] @ (?P<host>[^\[]*?) *\[(?P<ip>[^\]]*)\]"
+    r"(?:\s+Id:\s*(?P<id>\d+))?\s*$"
+)
+_QUERY_TIME = re.compile(r"^# Query_time: (?P<qt>\d+(?:\.\d+)?)\s")
+_ADMIN = re.compile(r"^# administrator command: (?P<cmd>.*?);?\s*$")
+_KEY = re.compile(r"(?:^|(?<=\s))(?P<key>[A-Za-z_][A-Za-z0-9_]*):(?=\s|$)")
+_USE = re.compile(r"^use (?P<db>`(?:[^`]|``)*`|\S+);$", re.IGNORECASE)
+_SET_TIMESTAMP = re.compile(r"^SET (?P<assign>(?:[a-z_]+=\d+,)*)timestamp=(?P<ts>\d+);$")
+_NOTES = ("# No InnoDB statistics available for this query",)
+
+_INT_FIELDS = {  # header key -> SlowLogEntry field, for integer values
+    "Rows_sent": "rows_sent",
+    "Rows_examined": "rows_examined",
+    "Rows_affected": "rows_affected",
+    "Bytes_sent": "bytes_sent",
+    "Errno": "errno",
+    "Last_errno": "errno",
+    "Killed": "killed",
+    "Thread_id": "thread_id",
+}
+
+
+def _is_server_header(line: str) -> bool:
+    return any(p.match(line) for p in _SERVER_HEADER)
+
+
+def _seconds_to_ns(text: str) -> int:
+    """'2.000173' -> 2000173000, exactly (no float on the way)."""
+    whole, _, frac = text.partition(".")
+    return int(whole) * 1_000_000_000 + int((frac + "000000000")[:9])
+
+
+def _frac_ns(frac: str | None) -> int:
+    return int((frac + "000000000")[:9]) if frac else 0
+
+
+def parse_log_time(value: str, tz: dt.tzinfo = UTC) -> int | None:
+    """A '# Time:' / 'Start:' / 'End:' value -> ns since epoch UTC; None when it is not a time.
+    Values without a zone are local time in `tz`."""
+    m = _ISO_TIME.match(value)
+    if m:
+        zone = m["zone"]
+        if zone is None:
+            tzinfo: dt.tzinfo = tz
+        elif zone == "Z":
+            tzinfo = UTC
+        else:
+            sign = -1 if zone[0] == "-" else 1
+            digits = zone[1:].replace(":", "")
+            tzinfo = dt.timezone(sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
+        try:
+            date = dt.date.fromisoformat(m["date"])
+            moment = dt.datetime(date.year, date.month, date.day, int(m["h"]), int(m["m"]), int(m["s"]),
+                                 tzinfo=tzinfo)
+        except ValueError:
+            return None
+        return _epoch_ns(moment) + _frac_ns(m["frac"])
+    m = _SHORT_TIME.match(value)
+    if m:
+        try:
+            moment = dt.datetime(2000 + int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["m"]),
+                                 int(m["s"]), tzinfo=tz)
+        except ValueError:
+            return None
+        return _epoch_ns(moment) + _frac_ns(m["frac"])
+    return None
+
+
+def _epoch_ns(moment: dt.datetime) -> int:
+    delta = moment - dt.datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    """'Thread_id: 8  Schema:   QC_hit: No' -> {'Thread_id': '8', 'Schema': '', 'QC_hit': 'No'}.
+    A key is a word followed by ':' and a blank; its value runs to the next key (values may be empty)."""
+    keys = list(_KEY.finditer(text))
+    pairs = {}
+    for i, m in enumerate(keys):
+        end = keys[i + 1].start() if i + 1 < len(keys) else len(text)
+        pairs[m["key"]] = text[m.end():end].strip()
+    return pairs
+
+
+def _unquote_db(name: str) -> str:
+    if len(name) >= 2 and name[0] == name[-1] == "`":
+        return name[1:-1].replace("``", "`")
+    return name
+
+
+# --- the state machine --------------------------------------------------------------------------------------
+
+
+class _Draft:
+    """An entry being assembled. Mutable on purpose; frozen into a SlowLogEntry when complete."""
+
+    __slots__ = ("line", "nlines", "time_ns", "has_time", "has_user_host", "values", "user", "host", "ip",
+                 "priv_user", "id", "use_db", "timestamp_s", "set_assign", "sql", "admin", "explain",
+                 "in_sql", "prefix_done")
+
+    def __init__(self, line: int, time_ns: int | None):
+        self.line = line
+        self.nlines = 0
+        self.time_ns = time_ns
+        self.has_time = False
+        self.has_user_host = False
+        self.values: dict[str, str] = {}
+        self.user = self.host = self.ip = self.priv_user = None
+        self.id: int | None = None
+        self.use_db: str | None = None
+        self.timestamp_s: int | None = None
+        self.set_assign: str = ""
+        self.sql: list[str] = []
+        self.admin: str | None = None
+        self.explain: list[str] = []
+        self.in_sql = False  # past the header block
+        self.prefix_done = False  # a statement line was seen: 'use'/'SET timestamp' are SQL from now on
+
+    @property
+    def has_query_time(self) -> bool:
+        return "Query_time" in self.values
+
+
+class SlowLogParser:
+    """Feed lines (without or with their line ending) with `feed`; call `close` at the end. Complete entries are
+    returned by both. Stats accumulate in `self.stats`."""
+
+    def __init__(self, tz: dt.tzinfo = UTC):
+        self.tz = tz
+        self.stats = SlowLogStats()
+        self._lineno = 0
+        self._draft: _Draft | None = None
+        self._last_time_ns: int | None = None  # MariaDB writes '# Time:' only when the second changes
+        self._pending: list[tuple[int, str]] = []  # header-like lines inside SQL, awaiting a decision
+        self._pending_after_semicolon = False
+        self._flavor_votes: list[str] = []
+
+    # public -----------------------------------------------------------------------------------------------
+
+    def feed(self, line: str) -> list[SlowLogEntry]:
+        self._lineno += 1
+        self.stats.lines += 1
+        line = line.rstrip("\r\n")
+        out: list[SlowLogEntry] = []
+        if self._pending:
+            self._feed_pending(self._lineno, line, out)
+        else:
+            self._feed_line(self._lineno, line, out)
+        return out
+
+    def close(self) -> list[SlowLogEntry]:
+        out: list[SlowLogEntry] = []
+        if self._pending:
+            if self._pending_after_semicolon:  # a header block cut by the end of the log
+                self._start_from_pending(out)
+            else:
+                self._pending_to_sql()
+        self._finish(out, at_eof=True)
+        self.stats.flavor = self._flavor()
+        return out
+
+    # dispatch ---------------------------------------------------------------------------------------------
+
+    def _feed_line(self, lineno: int, line: str, out: list[SlowLogEntry]) -> None:
+        draft = self._draft
+        if _is_server_header(line):
+            if _SERVER_HEADER[0].match(line):
+                self.stats.server_headers += 1
+                self._vote_version(_SERVER_HEADER[0].match(line)["version"])
+            self._finish(out)
+            return
+        if draft is None or not draft.in_sql:
+            if line.startswith("#"):
+                self._header_line(lineno, line, out)
+            elif draft is None:
+                if line.strip():
+                    self.stats.unparsed_lines += 1
+            else:
+                draft.in_sql = True
+                self._statement_line(draft, line)
+            return
+        # in a statement: a header-like line may start the next entry, or be part of the SQL
+        if self._starts_entry(line):
+            # no statement line yet means the last line was a prefix line ('SET timestamp=...;'), also ';'-ended
+            after_semicolon = not draft.sql or draft.sql[-1].endswith(";") or draft.admin is not None
+            if after_semicolon or not _QUERY_TIME.match(line):
+                self._pending = [(lineno, line)]
+                self._pending_after_semicolon = after_semicolon
+                if after_semicolon and _QUERY_TIME.match(line):
+                    self._start_from_pending(out)
+                return
+        self._statement_line(draft, line)
+
+    def _feed_pending(self, lineno: int, line: str, out: list[SlowLogEntry]) -> None:
+        if line.startswith("#") and not _is_server_header(line) and len(self._pending) < MAX_HEADER_LOOKAHEAD:
+            self._pending.append((lineno, line))
+            if _QUERY_TIME.match(line):
+                self._start_from_pending(out)
+            return
+        self._pending_to_sql()
+        self._feed_line(lineno, line, out)
+
+    def _start_from_pending(self, out: list[SlowLogEntry]) -> None:
+        """The held-back '#' lines are a real header block: close the current entry and replay them."""
+        pending, self._pending = self._pending, []
+        draft = self._draft
+        if draft is not None and not self._pending_after_semicolon:
+            self._finish(out, cut=True)
+        else:
+            self._finish(out)
+        for lineno, line in pending:
+            self._header_line(lineno, line, out)
+
+    def _pending_to_sql(self) -> None:
+        pending, self._pending = self._pending, []
+        for _, line in pending:
+            self._statement_line(self._draft, line)
+
+    @staticmethod
+    def _starts_entry(line: str) -> bool:
+        if line.startswith("# Time: "):
+            m = _TIME.match(line)
+            return bool(m) and parse_log_time(m["value"]) is not None
+        return bool(_USER_HOST.match(line) or _QUERY_TIME.match(line))
+
+    # header block ------------------------------------------------------------------------------------------
+
+    def _header_line(self, lineno: int, line: str, out: list[SlowLogEntry]) -> None:
+        draft = self._draft
+        m = _TIME.match(line)
+        if m and (time_ns := parse_log_time(m["value"], self.tz)) is not None:
+            if draft is not None:
+                self._finish(out)
+            self._vote("mysql" if _ISO_TIME.match(m["value"]) else None)
+            self._last_time_ns = time_ns
+            draft = self._draft = _Draft(lineno, time_ns)
+            draft.has_time = True
+            draft.nlines += 1
+            if m["rest"]:  # old Percona: '# Time: 071218 11:48:27 # User@Host: ...' on one line
+                self._user_host(draft, "# " + m["rest"], lineno)
+            return
+        if line.startswith("# User@Host:"):
+            if draft is not None and (draft.has_user_host or draft.has_query_time):
+                self._finish(out)
+                draft = None
+            if draft is None:
+                draft = self._draft = _Draft(lineno, self._last_time_ns)
+            draft.nlines += 1
+            self._user_host(draft, line, lineno)
+            return
+        if _QUERY_TIME.match(line) and draft is not None and draft.has_query_time:
+            self._finish(out)
+            draft = None
+        if draft is None:
+            if not _QUERY_TIME.match(line):  # a '#' line outside any entry
+                self.stats.unparsed_lines += 1
+                return
+            draft = self._draft = _Draft(lineno, self._last_time_ns)
+        draft.nlines += 1
+        if m := _ADMIN.match(line):
+            draft.admin = m["cmd"]
+            draft.in_sql = True  # the admin command replaces the statement
+            return
+        if line.startswith("# explain:"):
+            draft.explain.append(line[len("# explain:"):].strip())
+            return
+        if line.strip() == "#" or line in _NOTES:
+            return
+        pairs = parse_key_values(line[1:])
+        if not pairs:
+            self.stats.unparsed_lines += 1
+            self.stats.warn(f"line {lineno}: header line not understood: {line[:80]!r}")
+            return
+        draft.values.update(pairs)
+
+    def _user_host(self, draft: _Draft, line: str, lineno: int) -> None:
+        draft.has_user_host = True
+        m = _USER_HOST.match(line)
+        if not m:
+            self.stats.warn(f"line {lineno}: User@Host line not understood: {line[:80]!r}")
+            return
+        draft.priv_user = m["priv"].strip() or None
+        draft.user = m["user"].strip() or draft.priv_user
+        draft.host = m["host"].strip() or None
+        draft.ip = m["ip"].strip() or None
+        if m["id"] is not None:
+            draft.id = int(m["id"])
+            self._vote("mysql")
+
+    # statement --------------------------------------------------------------------------------------------
+
+    def _statement_line(self, draft: _Draft, line: str) -> None:
+        draft.nlines += 1
+        if not draft.prefix_done:
+            if draft.use_db is None and draft.timestamp_s is None and (m := _USE.match(line)):
+                draft.use_db = _unquote_db(m["db"])
+                return
+            if draft.timestamp_s is None and (m := _SET_TIMESTAMP.match(line)):
+                draft.timestamp_s = int(m["ts"])
+                draft.set_assign = m["assign"].rstrip(",")
+                return
+            draft.prefix_done = True
+        draft.sql.append(line)
+
+    # finishing --------------------------------------------------------------------------------------------
+
+    def _finish(self, out: list[SlowLogEntry], cut: bool = False, at_eof: bool = False) -> None:
+        draft, self._draft = self._draft, None
+        if draft is None:
+            return
+        if not draft.has_query_time:
+            self.stats.unparsed_lines += draft.nlines
+            self.stats.warn(f"line {draft.line}: entry without '# Query_time:' dropped ({draft.nlines} lines)")
+            return
+        sql_lines = list(draft.sql)
+        if draft.admin is None and sql_lines and sql_lines[-1].endswith(";"):
+            sql_lines[-1] = sql_lines[-1][:-1]
+        elif draft.admin is None:
+            cut = True
+        while sql_lines and not sql_lines[-1].strip() and cut:
+            sql_lines.pop()  # blank lines at a cut are not part of any statement
+        if cut:
+            self.stats.cut_entries += 1
+            where = "the end of the log" if at_eof else "a server header or the next entry"
+            self.stats.warn(f"line {draft.line}: statement cut by {where} (no final ';')")
+        entry = self._freeze(draft, "\n".join(sql_lines), cut)
+        if entry is not None:
+            out.append(entry)
+            self.stats.entries += 1
+
+    def _freeze(self, draft: _Draft, sql: str, cut: bool) -> SlowLogEntry | None:
+        values = dict(draft.values)
+        ints: dict[str, int | None] = {name: None for name in set(_INT_FIELDS.values())}
+        try:
+            query_time_ns = _seconds_to_ns(values.pop("Query_time"))
+        except ValueError:
+            self.stats.unparsed_lines += draft.nlines
+            self.stats.warn(f"line {draft.line}: bad Query_time, entry dropped")
+            return None
+        lock_time_ns = None
+        if "Lock_time" in values:
+            text = values.pop("Lock_time")
+            try:
+                lock_time_ns = _seconds_to_ns(text)
+            except ValueError:
+                values["Lock_time"] = text
+        for key, name in _INT_FIELDS.items():
+            if key in values and ints[name] is None:
+                try:
+                    ints[name] = int(values[key])
+                    del values[key]
+                except ValueError:
+                    pass  # kept verbatim in extra
+        if "QC_hit" in values:
+            self._vote("mariadb")
+        if "QC_Hit" in values or "Last_errno" in draft.values or "Log_slow_rate_type" in values:
+            self._vote("percona")
+        if "Errno" in draft.values or "Start" in values:
+            self._vote("mysql")
+        start_ns = end_ns = None
+        for key in ("Start", "End"):
+            if key in values and (ns := parse_log_time(values[key], self.tz)) is not None:
+                del values[key]
+                if key == "Start":
+                    start_ns = ns
+                else:
+                    end_ns = ns
+        schema = values.pop("Schema", None) or draft.use_db
+        thread_id = ints["thread_id"] if ints["thread_id"] is not None else draft.id
+        if draft.priv_user and draft.priv_user != draft.user:
+            values["priv_user"] = draft.priv_user
+        if draft.set_assign:
+            for assign in draft.set_assign.split(","):
+                key, _, value = assign.partition("=")
+                values[key] = value
+        if draft.explain:
+            values["explain"] = "\n".join(draft.explain)
+        return SlowLogEntry(
+            line=draft.line, time_ns=draft.time_ns, timestamp_s=draft.timestamp_s, start_ns=start_ns,
+            end_ns=end_ns, user=draft.user, host=draft.host, ip=draft.ip, thread_id=thread_id, schema=schema,
+            query_time_ns=query_time_ns, lock_time_ns=lock_time_ns, rows_sent=ints["rows_sent"],
+            rows_examined=ints["rows_examined"], rows_affected=ints["rows_affected"],
+            bytes_sent=ints["bytes_sent"], errno=ints["errno"], killed=ints["killed"], extra=values,
+            sql="" if draft.admin is not None else sql, admin_command=draft.admin, cut=cut,
+        )
+
+    # flavor -----------------------------------------------------------------------------------------------
+
+    def _vote_version(self, version: str) -> None:
+        lowered = version.lower()
+        self._vote("mariadb" if "mariadb" in lowered else "percona" if "percona" in lowered else "mysql")
+
+    def _vote(self, flavor: str | None) -> None:
+        if flavor is not None and len(self._flavor_votes) < 1000:
+            self._flavor_votes.append(flavor)
+
+    def _flavor(self) -> str:
+        """The server's own header decides; else the most specific signature seen (MariaDB and Percona share
+        MySQL's lines, so any MariaDB/Percona-only key outweighs MySQL's)."""
+        votes = self._flavor_votes
+        if not votes:
+            return "unknown"
+        for flavor in ("mariadb", "percona"):
+            if flavor in votes:
+                return flavor
+        return "mysql"
+
+
+def split_lines(text: str) -> list[str]:
+    """Split on '\n' only: str.splitlines() would also split on \x0b, \x1c, U+2028... inside SQL literals."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _iter_lines(text_or_lines: str | Iterable[str]) -> Iterator[str]:
+    if isinstance(text_or_lines, str):
+        yield from split_lines(text_or_lines)
+    else:
+        yield from text_or_lines
+
+
+def parse_slow_log(text_or_lines: str | Iterable[str], tz: dt.tzinfo = UTC
+                   ) -> tuple[list[SlowLogEntry], SlowLogStats]:
+    """Parse a whole slow log. `tz` is the server's time zone, used for '# Time:' values written without one
+    (MySQL 5.6, Percona 5.x, MariaDB)."""
+    parser = SlowLogParser(tz)
+    entries: list[SlowLogEntry] = []
+    for line in _iter_lines(text_or_lines):
+        entries.extend(parser.feed(line))
+    entries.extend(parser.close())
+    return entries, parser.stats
+
+
+# --- the table ----------------------------------------------------------------------------------------------
+
+SLOWLOG_COLUMNS: list[tuple[str, str, str]] = [
+    ("line", "int64", "1-based line of the entry's first header line"),
+    ("time", "datetime64[ns, UTC]", "'# Time:' (own or inherited): MySQL end of statement, MariaDB start second"),
+    ("timestamp", "datetime64[ns, UTC]", "'SET timestamp=N;': statement start, whole seconds"),
+    ("start", "datetime64[ns, UTC]", "MySQL 8 log_slow_extra 'Start:' (start of execution)"),
+    ("end", "datetime64[ns, UTC]", "MySQL 8 log_slow_extra 'End:'"),
+    ("user", "string", "login user"),
+    ("host", "string", "client host name"),
+    ("ip", "string", "client address"),
+    ("thread_id", "Int64", "connection id (MySQL 'Id:'/'Thread_id:', MariaDB/Percona 'Thread_id:')"),
+    ("schema", "string", "default database ('Schema:' or 'use db;')"),
+    ("query_time_ns", "int64", "'Query_time:' in integer ns (execution; excludes thread-pool queueing)"),
+    ("query_time_s", "float64", "'Query_time:' in seconds"),
+    ("lock_time_s", "float64", "'Lock_time:' in seconds"),
+    ("rows_sent", "Int64", "'Rows_sent:'"),
+    ("rows_examined", "Int64", "'Rows_examined:'"),
+    ("rows_affected", "Int64", "'Rows_affected:' (MariaDB, Percona)"),
+    ("bytes_sent", "Int64", "'Bytes_sent:'"),
+    ("errno", "Int64", "'Errno:' (MySQL 8 log_slow_extra) or 'Last_errno:' (Percona)"),
+    ("killed", "Int64", "'Killed:' (0: not killed)"),
+    ("admin_command", "string", "'# administrator command: X;' -> X (sql is then empty)"),
+    ("sql", "string", "statement text without the 'use'/'SET timestamp' prefix lines and the final ';'"),
+    ("cut", "bool", "the statement text is incomplete (log cut inside it)"),
+    ("extra", "object", "dict of every other 'Key: value' pair, verbatim"),
+]
+
+
+def entries_to_frame(entries: list[SlowLogEntry]):
+    """Build the table declared in SLOWLOG_COLUMNS (pandas imported here: the parser core does not need it)."""
+    import pandas as pd
+
+    def ns_column(values: list[int | None]) -> pd.Series:
+        return pd.to_datetime(pd.array(values, dtype="Int64"), unit="ns", utc=True)
+
+    def seconds(values: list[int | None]) -> list[float]:
+        return [float("nan") if v is None else v / 1e9 for v in values]
+
+    by_name = {
+        "line": [e.line for e in entries],
+        "time": ns_column([e.time_ns for e in entries]),
+        "timestamp": ns_column([None if e.timestamp_s is None else e.timestamp_s * 1_000_000_000 for e in entries]),
+        "start": ns_column([e.start_ns for e in entries]),
+        "end": ns_column([e.end_ns for e in entries]),
+        "query_time_s": seconds([e.query_time_ns for e in entries]),
+        "lock_time_s": seconds([e.lock_time_ns for e in entries]),
+    }
+    columns = {}
+    for name, dtype, _ in SLOWLOG_COLUMNS:
+        values = by_name[name] if name in by_name else [getattr(e, name) for e in entries]
+        columns[name] = pd.Series(values, dtype=dtype if dtype != "object" else object)
+    return pd.DataFrame(columns)
+
+
+# --- the file -----------------------------------------------------------------------------------------------
+
+_BINARY_MAGIC = {
+    b"\xd4\xc3\xb2\xa1": "a pcap capture", b"\xa1\xb2\xc3\xd4": "a pcap capture",
+    b"\x4d\x3c\xb2\xa1": "a pcap capture", b"\xa1\xb2\x3c\x4d": "a pcap capture",
+    b"\x0a\x0d\x0d\x0a": "a pcapng capture", b"\x28\xb5\x2f\xfd": "zstd-compressed data",
+}
+
+
+def read_slow_log(path: str | os.PathLike, tz: dt.tzinfo = UTC):
+    """Read a slow log file (plain or .gz) into (DataFrame, SlowLogStats). Raises SlowLogError, naming the file,
+    for a file that is clearly not a slow log: missing, binary, or non-empty without a single entry or server
+    header. An empty file (or one holding only server headers) is a slow log with no entries: a warning."""
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as raw:
+            head = raw.read(2)
+        opener = gzip.open if head == b"\x1f\x8b" else open
+        with opener(name, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise SlowLogError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise SlowLogError(f"{name}: is a directory, not a slow log") from None
+    except (OSError, EOFError) as err:  # unreadable, or a damaged gzip stream
+        raise SlowLogError(f"{name}: cannot read slow log: {err}") from None
+    kind = _BINARY_MAGIC.get(data[:4])
+    if kind is None and b"\x00" in data[:65536]:
+        kind = "binary data"
+    if kind is not None:
+        raise SlowLogError(f"{name}: not a slow log (it is {kind})")
+    text = data.decode("utf-8", errors="replace")
+    entries, stats = parse_slow_log(split_lines(text), tz)
+    if not entries:
+        if text.strip() and stats.server_headers == 0:
+            raise SlowLogError(f"{name}: not a slow log (no '# Query_time:' entry in {stats.lines} lines)")
+        stats.warn(f"{name}: slow log has no entries")
+    if "\ufffd" in text:
+        stats.warn(f"{name}: bytes that are not UTF-8 were replaced by U+FFFD")
+    return entries_to_frame(entries), stats
