@@ -1,0 +1,267 @@
+"""Record one lab scenario into a capture-set folder.
+
+    python3 captures/lab/record.py SCENARIO [--out DIR] [--duration S] [--seed N]
+
+Builds two test hosts (network namespaces), starts a private MariaDB in `db`, captures both ends with
+tcpdump, drives the workload from `app`, and writes app.pcap, db.pcap, slow.log, truth.jsonl, capture.toml
+and README.md. Needs root. Everything it starts is stopped again, also on error, Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+LAB_DIR = Path(__file__).resolve().parent
+if str(LAB_DIR) not in sys.path:
+    sys.path.insert(0, str(LAB_DIR))
+
+from hosts import (APP_IPV4, DB_IPV4, DB_IPV6, MYSQL_PORT, Child, LabError, PrivateMariaDB, TestHosts,  # noqa: E402
+                   Tcpdump, check_can_run, ensure_deps, log)
+from scenarios import SCENARIOS, Scenario  # noqa: E402
+
+REPO_CAPTURES = LAB_DIR.parent
+TRUTH_KEYS = ("conn_id", "thread_group", "conn_label", "driver", "command", "sql", "role", "note",
+              "client_send_ns", "client_recv_ns", "client_s", "exec_s", "ps_event", "ps_statements",
+              "ps_timer_start_ps", "ps_timer_end_ps", "rows", "error")
+
+
+class _Terminated(BaseException):
+    """SIGTERM/SIGHUP turned into an exception so every `finally` and context exit runs."""
+
+
+@contextlib.contextmanager
+def _signals_unwind():
+    def handler(signum, _frame):
+        raise _Terminated(f"signal {signum}")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _calibrate_hog_rounds(server: PrivateMariaDB, seconds: float) -> int:
+    """BENCHMARK rounds that keep one core busy for `seconds` on this (shared) machine."""
+    rounds = 200_000
+    with server.admin() as conn, conn.cursor() as cur:
+        for _ in range(3):
+            start = time.perf_counter()
+            cur.execute(f"SELECT BENCHMARK({rounds}, SHA2(RAND(), 256))")
+            elapsed = time.perf_counter() - start
+            if elapsed > 0.2:
+                break
+            rounds *= 4
+    return max(1000, int(rounds * seconds / elapsed))
+
+
+def _statement_history(server: PrivateMariaDB) -> dict[int, list[dict]]:
+    """Top-level statements per performance_schema THREAD_ID, in order."""
+    with server.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT THREAD_ID, EVENT_ID, EVENT_NAME, SQL_TEXT, TIMER_START, TIMER_END, TIMER_WAIT "
+                    "FROM performance_schema.events_statements_history_long "
+                    "WHERE NESTING_EVENT_ID IS NULL ORDER BY THREAD_ID, EVENT_ID")
+        history: dict[int, list[dict]] = {}
+        for thread_id, event_id, name, text, start, end, wait in cur.fetchall():
+            history.setdefault(int(thread_id), []).append(
+                {"event_id": int(event_id), "name": name, "sql": text or "", "start": start, "end": end,
+                 "wait": wait})
+    return history
+
+
+def _norm(sql: str) -> str:
+    return " ".join(sql.split()).rstrip(";").lower()
+
+
+def _matches(row: dict, event: dict) -> bool:
+    if row["ps_event"] and event["name"].lower() == row["ps_event"].lower():
+        return True
+    if not row["sql"] or not event["sql"]:
+        return False
+    text, wanted = _norm(event["sql"]), _norm(row["sql"])
+    return text == wanted or (";" in wanted and text in wanted)
+
+
+def join_truth(client_rows: list[dict], history: dict[int, list[dict]], pool_size: int) -> list[dict]:
+    """Attach the server's execution time to each client row: same thread, same order, same text/command.
+
+    Statements the driver sends on its own (none of ours) are skipped; a multi-statement COM_QUERY takes
+    all consecutive statements that are part of its text.
+    """
+    cursor_by_thread: dict[int, int] = {}
+    joined = []
+    for row in sorted(client_rows, key=lambda r: r["client_seq"]):
+        out = {key: row.get(key) for key in TRUTH_KEYS}
+        out["thread_group"] = row["conn_id"] % pool_size if row["conn_id"] is not None else None
+        out["exec_s"] = out["ps_timer_start_ps"] = out["ps_timer_end_ps"] = None
+        out["ps_statements"] = 0
+        events = history.get(row.get("ps_thread_id"), [])
+        position = cursor_by_thread.get(row.get("ps_thread_id"), 0)
+        if row["role"] != "connect":
+            for index in range(position, len(events)):
+                if _matches(row, events[index]):
+                    taken = [events[index]]
+                    while ";" in (row["sql"] or "") and index + len(taken) < len(events) \
+                            and _matches(row, events[index + len(taken)]):
+                        taken.append(events[index + len(taken)])
+                    out["exec_s"] = sum(e["wait"] for e in taken) / 1e12  # picoseconds
+                    out["ps_timer_start_ps"], out["ps_timer_end_ps"] = taken[0]["start"], taken[-1]["end"]
+                    out["ps_event"] = taken[0]["name"]
+                    out["ps_statements"] = len(taken)
+                    cursor_by_thread[row["ps_thread_id"]] = index + len(taken)
+                    break
+        joined.append(out)
+    joined.sort(key=lambda r: (r["client_send_ns"], r["conn_id"] or 0))
+    return joined
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value), ensure_ascii=False)  # a JSON string is a valid TOML basic string
+
+
+def _write_capture_toml(path: Path, scenario: Scenario, server: PrivateMariaDB, params: dict, stats: dict) -> None:
+    s = scenario.settings
+    lines = [
+        "# Written by captures/lab/record.py; describes how this capture set was recorded.",
+        f"scenario = {_toml_value(scenario.name)}",
+        f"description = {_toml_value(scenario.description)}",
+        f"recorded_at = {_toml_value(datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))}",
+        "",
+        "[server]",
+        f"address = {_toml_value(f'{DB_IPV4}:{MYSQL_PORT}')}",
+        f"address_ipv6 = {_toml_value(f'[{DB_IPV6}]:{MYSQL_PORT}')}",
+        f"product = {_toml_value('MariaDB')}",
+        f"version = {_toml_value(server.version)}",
+        f"long_query_time = {_toml_value(s.long_query_time_s)}",
+        f"thread_handling = {_toml_value('pool-of-threads')}",
+        f"thread_pool_size = {s.thread_pool_size}",
+        f"thread_pool_max_threads = {s.thread_pool_max_threads}",
+        f"thread_pool_stall_limit = {s.thread_pool_stall_limit_ms}",
+        f"thread_pool_oversubscribe = {s.thread_pool_oversubscribe}",
+        f"max_allowed_packet = {s.max_allowed_packet}",
+        f"tls = {_toml_value(s.tls)}",
+        "",
+        "[app]",
+        f"address = {_toml_value(APP_IPV4)}",
+        "",
+        "[captures]",
+        'app = "app.pcap"',
+        'db = "db.pcap"',
+        'slow_log = "slow.log"',
+        'truth = "truth.jsonl"',
+        "timestamp_precision = \"ns\"",
+        f"app_packets = {stats['app'].captured}",
+        f"db_packets = {stats['db'].captured}",
+        f"dropped_by_kernel = {stats['app'].dropped_by_kernel + stats['db'].dropped_by_kernel}",
+        "",
+        "[workload]",
+    ]
+    lines += [f"{key} = {_toml_value(value) if not isinstance(value, list) else json.dumps(value)}"
+              for key, value in sorted(params.items())]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def record(scenario: str, out_dir: Path | str | None = None, duration_s: float | None = None, seed: int = 1,
+           install: bool = True) -> Path:
+    """Record `scenario` into `out_dir` (default captures/<scenario>/) and return that folder."""
+    if scenario not in SCENARIOS:
+        raise LabError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
+    spec = SCENARIOS[scenario]
+    check_can_run()
+    if install:
+        ensure_deps()
+    out = Path(out_dir) if out_dir else REPO_CAPTURES / scenario
+    out.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="pcd-lab-"))
+    workdir.chmod(0o755)
+    params = dict(spec.params, seed=seed)
+    if duration_s is not None:
+        params["duration"] = duration_s
+    try:
+        with _signals_unwind(), contextlib.ExitStack() as stack:
+            hosts = stack.enter_context(TestHosts())
+            server = stack.enter_context(PrivateMariaDB(hosts.db, hosts.app, workdir / "db", spec.settings))
+            if spec.setup_sql:
+                with server.admin() as conn, conn.cursor() as cur:
+                    for sql in spec.setup_sql:
+                        cur.execute(sql)
+            if spec.hog_seconds:
+                params["hog_rounds"] = _calibrate_hog_rounds(server, spec.hog_seconds)
+                log(f"BENCHMARK rounds for ~{spec.hog_seconds} s: {params['hog_rounds']}")
+            server.start_recording()
+            dumps = {"app": stack.enter_context(Tcpdump(hosts.app, workdir / "app.pcap")),
+                     "db": stack.enter_context(Tcpdump(hosts.db, workdir / "db.pcap"))}
+            client_file = workdir / "client.jsonl"
+            log(f"running workload {scenario} {json.dumps(params)}")
+            argv = hosts.app.command(sys.executable, str(LAB_DIR / "workload.py"), scenario, "--host", DB_IPV4,
+                                     "--host6", DB_IPV6, "--port", str(MYSQL_PORT), "--out", str(client_file),
+                                     "--params", json.dumps(params))
+            with Child(argv) as child:
+                code = child.wait(120 + 3 * float(params.get("duration", 0)))
+            if code != 0:
+                raise LabError(f"the {scenario} workload failed (exit {code}); see its output above")
+            for name in ("app", "db"):
+                dumps[name].__exit__(None, None, None)  # drain and stop now, to read the packet counts
+                stats = dumps[name].stats
+                if stats is None or stats.captured == 0:
+                    raise LabError(f"tcpdump on {name} captured nothing")
+                if stats.dropped_by_kernel:
+                    log(f"warning: tcpdump on {name} says {stats.dropped_by_kernel} packets dropped by kernel")
+            server.stop_recording()
+            history = _statement_history(server)
+            client_rows = [json.loads(line) for line in client_file.read_text().splitlines()]
+            truth = join_truth(client_rows, history, spec.settings.thread_pool_size)
+            for name in ("app.pcap", "db.pcap"):
+                shutil.copyfile(workdir / name, out / name)
+            shutil.copyfile(server.slow_log, out / "slow.log")
+            with open(out / "truth.jsonl", "w") as f:
+                for row in truth:
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            _write_capture_toml(out / "capture.toml", spec, server,
+                                {k: v for k, v in params.items()}, {n: d.stats for n, d in dumps.items()})
+            (out / "README.md").write_text(
+                f"# Capture set `{scenario}`\n\n{spec.description}\n\nRecorded by `captures/lab/record.py "
+                f"{scenario}` on MariaDB {server.version}; settings in `capture.toml`, per-query ground truth "
+                "in `truth.jsonl` (see captures/lab/README.md).\n")
+            log(f"{len(truth)} client commands, app {dumps['app'].stats.captured} / db "
+                f"{dumps['db'].stats.captured} packets -> {out}")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Record a MariaDB thread-pool scenario on two test hosts.")
+    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("--out", type=Path, help="capture-set folder (default: captures/<scenario>/)")
+    parser.add_argument("--duration", type=float, help="workload seconds, for scenarios that run for a while")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-install", action="store_true", help="do not apt-get/pip install missing tools")
+    args = parser.parse_args(argv)
+    try:
+        record(args.scenario, args.out, args.duration, args.seed, install=not args.no_install)
+    except LabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except (KeyboardInterrupt, _Terminated):
+        print("interrupted; test hosts and server were cleaned up", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""What each lab scenario is: server settings, workload parameters, tables, and what the recording shows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hosts import ServerSettings
+
+SBTEST_ROWS = 10_000
+
+
+def _sbtest_sql(rows: int) -> list[str]:
+    """A sysbench-like table with short rows, so point selects stay small on the wire."""
+    values = ",".join(f"({i},{(i * 7919) % rows},'c-{i:08d}')" for i in range(1, rows + 1))
+    return ["CREATE TABLE lab.sbtest1 (id INT PRIMARY KEY, k INT NOT NULL, c CHAR(12) NOT NULL, KEY (k))",
+            f"INSERT INTO lab.sbtest1 VALUES {values}"]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    description: str  # one paragraph: the incident and its ground truth
+    settings: ServerSettings
+    params: dict = field(default_factory=dict)  # passed to workload.py; "duration" is overridable
+    setup_sql: tuple[str, ...] = ()
+    hog_seconds: float = 0.0  # when > 0, BENCHMARK rounds are calibrated to run this long on this machine
+    committed: bool = True  # recorded into captures/<name>/ and committed
+
+
+SCENARIOS = {s.name: s for s in (
+    Scenario(
+        "maxthreads",
+        "thread_pool_size=1, thread_pool_max_threads=6: 8 concurrent SELECT SLEEP(2). Six run at once and answer "
+        "in ~2 s; two wait in the thread-pool queue for a free thread and answer in ~4 s. The slow log says ~2 s "
+        "for all eight: the queue time is invisible to it.",
+        ServerSettings(thread_pool_size=1, thread_pool_max_threads=6, thread_pool_stall_limit_ms=500,
+                       thread_pool_oversubscribe=3, long_query_time_s=1.0),
+        {"clients": 8, "sleep_s": 2},
+    ),
+    Scenario(
+        "group-stall",
+        "thread_pool_size=2 with a huge thread_pool_stall_limit: one CPU-bound BENCHMARK (~3 s) holds its "
+        "thread group. Probe queries (SELECT 1 every ~75 ms on several connections in both groups) on that group "
+        "wait until it finishes (client time up to ~3 s, execution microseconds); probes on the other group stay "
+        "fast. Only the BENCHMARK is in the slow log (long_query_time=1).",
+        ServerSettings(thread_pool_size=2, thread_pool_max_threads=100, thread_pool_stall_limit_ms=60_000,
+                       thread_pool_oversubscribe=1, long_query_time_s=1.0),
+        {"clients": 6, "duration": 6.0, "interval_s": 0.075, "hog_at_s": 1.5, "pool_size": 2},
+        hog_seconds=3.0,
+    ),
+    Scenario(
+        "oltp-hogs",
+        "OLTP point selects on a 10k-row sysbench-like table, text protocol (pymysql) and server-side prepared "
+        "statements (COM_STMT_EXECUTE), 4+4 connections at ~1200/s in total, while a CPU hog (BENCHMARK ~0.4 s) "
+        "runs three times on thread_pool_size=2 with a 60 s stall limit: point selects queued behind a hog in "
+        "its group slow down without being slow themselves (long_query_time=0.1).",
+        ServerSettings(thread_pool_size=2, thread_pool_max_threads=100, thread_pool_stall_limit_ms=60_000,
+                       thread_pool_oversubscribe=1, long_query_time_s=0.1),
+        {"clients": 4, "rate": 1200, "duration": 4.0, "rows": SBTEST_ROWS, "hog_times": [0.8, 2.0, 3.2]},
+        tuple(_sbtest_sql(SBTEST_ROWS)),
+        hog_seconds=0.4,
+    ),
+    Scenario(
+        "connection-churn",
+        "Short connections at a high rate: connect, one query, quit (~60 connections/s). The connect rows in "
+        "truth.jsonl give the client-side handshake latency (TCP + greeting + login).",
+        ServerSettings(thread_pool_size=2, long_query_time_s=1.0),
+        {"clients": 3, "rate": 60, "duration": 5.0},
+        committed=False,
+    ),
+    Scenario(
+        "features",
+        "One connection per protocol feature no public capture has: zlib compression, CALL with two result "
+        "sets, a multi-statement COM_QUERY, LOAD DATA LOCAL INFILE, a read-only cursor with COM_STMT_FETCH, "
+        "COM_STMT_SEND_LONG_DATA, typed prepared-statement parameters, COM_STMT_RESET, COM_RESET_CONNECTION, "
+        "COM_PING, COM_INIT_DB, COM_STATISTICS, COM_CHANGE_USER, an ERR packet, TLS and IPv6. Each row's "
+        "`note` in truth.jsonl names the feature.",
+        ServerSettings(thread_pool_size=2, long_query_time_s=1.0, local_infile=True, tls=True),
+        {},
+        (*_sbtest_sql(100),
+         "CREATE TABLE lab.loaded (id INT PRIMARY KEY, label VARCHAR(20))",
+         "CREATE TABLE lab.blobs (id INT AUTO_INCREMENT PRIMARY KEY, b MEDIUMBLOB)",
+         "CREATE PROCEDURE lab.two_results() BEGIN SELECT 1 AS first_set; SELECT 2 AS second_set, 'b' AS x; END"),
+    ),
+    Scenario(
+        "bigpacket",
+        "One result row of 17 MiB (SELECT REPEAT('x', 17 MiB)): the response payload is split into packets of "
+        "16 MiB - 1 continued in the next packet. The pcaps are ~18 MB each; recorded on demand, not committed.",
+        ServerSettings(thread_pool_size=2, long_query_time_s=1.0, max_allowed_packet=64 * 1024 * 1024),
+        {},
+        committed=False,
+    ),
+)}

@@ -1,0 +1,390 @@
+"""The client side of each scenario. Runs inside the app namespace and writes one JSON line per command.
+
+    ip netns exec pcd-<pid>-app python3 workload.py SCENARIO --host 10.213.77.2 --out client.jsonl ...
+
+Every connection first asks the server who it is (`IDENTIFY_SQL`): the processlist id (= the id in the
+handshake, the slow log's Thread_id and the thread-pool group key) and the performance_schema THREAD_ID,
+so record.py can join each client row to the server's own statement timing. Times are `time.time_ns()`
+right before the driver call that sends and right after it returned the last response byte.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import ssl
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import rawclient as raw  # noqa: E402
+
+IDENTIFY_SQL = ("SELECT CONNECTION_ID(), (SELECT THREAD_ID FROM performance_schema.threads "
+                "WHERE PROCESSLIST_ID = CONNECTION_ID())")
+USER, PASSWORD = "app", "app-pass"
+
+
+class Truth:
+    """Thread-safe list of client rows."""
+
+    def __init__(self):
+        self.rows: list[dict] = []
+        self._lock = threading.Lock()
+        self._seq = 0
+
+    def add(self, **row) -> None:
+        with self._lock:
+            row["client_seq"] = self._seq
+            self._seq += 1
+            row["client_s"] = (row["client_recv_ns"] - row["client_send_ns"]) / 1e9
+            self.rows.append(row)
+
+
+class Connection:
+    """A connection (driver or raw) that knows its ids and times every command it sends."""
+
+    def __init__(self, truth: Truth, label: str, kind: str, handle, note: str = ""):
+        self.truth, self.label, self.kind, self.handle, self.note = truth, label, kind, handle, note
+        self.conn_id = self.ps_thread_id = None
+        ids = self.timed_query(IDENTIFY_SQL, role="identify")
+        self.conn_id, self.ps_thread_id = int(ids[0]), int(ids[1])
+        for row in self.truth.rows:  # the identify row was written before the ids were known
+            if row["conn_label"] == label and row["conn_id"] is None:
+                row["conn_id"], row["ps_thread_id"] = self.conn_id, self.ps_thread_id
+
+    def record(self, send_ns: int, recv_ns: int, *, command: str, sql: str | None, role: str,
+               ps_event: str | None = None, rows: int | None = None, error: str | None = None,
+               note: str | None = None) -> None:
+        self.truth.add(conn_label=self.label, conn_id=self.conn_id, ps_thread_id=self.ps_thread_id,
+                       driver=self.kind, command=command, sql=sql, role=role, ps_event=ps_event,
+                       client_send_ns=send_ns, client_recv_ns=recv_ns, rows=rows, error=error,
+                       note=note if note is not None else self.note)
+
+    def timed_query(self, sql: str, role: str = "query", note: str | None = None):
+        """COM_QUERY through whichever client this is; returns the first row (or None)."""
+        first = None
+        error = None
+        rows = None
+        send_ns = time.time_ns()
+        if self.kind == "raw":
+            answer = self.handle.query(sql)
+            recv_ns = time.time_ns()
+            rows, error = answer.rows, answer.error or None
+            first = answer.first_row or None
+        else:
+            cursor = self.handle.cursor()
+            try:
+                cursor.execute(sql)
+                result = cursor.fetchall()
+                recv_ns = time.time_ns()
+                rows = len(result)
+                first = result[0] if result else None
+            except Exception as exc:  # a driver error is an outcome to record, not a crash
+                recv_ns = time.time_ns()
+                error = str(exc)
+            finally:
+                cursor.close()
+        self.record(send_ns, recv_ns, command="COM_QUERY", sql=sql, role=role, rows=rows, error=error, note=note)
+        return first
+
+    def close(self) -> None:
+        if self.kind == "raw":
+            self.handle.quit()
+        else:
+            self.handle.close()
+
+
+def connect(truth: Truth, label: str, args, kind: str = "pymysql", note: str = "", **options) -> Connection:
+    host = options.pop("host_override", args.host)
+    if kind == "pymysql":
+        import pymysql
+
+        handle = pymysql.connect(host=host, port=args.port, user=USER, password=PASSWORD,
+                                 database=options.pop("database", "lab"), autocommit=True, **options)
+    elif kind == "connector":
+        import mysql.connector
+
+        handle = mysql.connector.connect(host=host, port=args.port, user=USER, password=PASSWORD,
+                                         database="lab", use_pure=True, autocommit=True, **options)
+    else:
+        handle = raw.RawClient(host, args.port, USER, PASSWORD, database="lab")
+    return Connection(truth, label, kind, handle, note)
+
+
+def run_threads(workers: list) -> None:
+    threads = [threading.Thread(target=w) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+# --- scenarios ---------------------------------------------------------------------------------------------
+
+def maxthreads(args, truth: Truth) -> None:
+    clients = [connect(truth, f"sleeper-{i}", args) for i in range(args.clients)]
+    start = threading.Barrier(len(clients))
+
+    def sleeper(conn: Connection):
+        start.wait()
+        conn.timed_query(f"SELECT SLEEP({args.sleep_s})")
+
+    run_threads([lambda c=c: sleeper(c) for c in clients])
+    for c in clients:
+        c.close()
+
+
+def group_stall(args, truth: Truth) -> None:
+    hog = connect(truth, "hog", args)
+    probes: list[Connection] = []
+    # ids are consecutive, so connections alternate between the groups; make sure both have probes
+    while len(probes) < args.clients or len({p.conn_id % args.pool_size for p in probes}) < args.pool_size:
+        probes.append(connect(truth, f"probe-{len(probes)}", args))
+    t0 = time.monotonic()
+    stop = t0 + args.duration
+
+    def probe(conn: Connection, offset: float):
+        time.sleep(offset)
+        while time.monotonic() < stop:
+            conn.timed_query("SELECT 1")
+            time.sleep(args.interval_s)
+
+    def hogger():
+        time.sleep(args.hog_at_s)
+        hog.timed_query(f"SELECT BENCHMARK({args.hog_rounds}, SHA2(RAND(), 256))")
+
+    rng = random.Random(args.seed)
+    run_threads([hogger] + [lambda p=p: probe(p, rng.uniform(0, args.interval_s)) for p in probes])
+    for c in [hog, *probes]:
+        c.close()
+
+
+def oltp_hogs(args, truth: Truth) -> None:
+    text = [connect(truth, f"text-{i}", args) for i in range(args.clients)]
+    prepared = [connect(truth, f"prepared-{i}", args, kind="raw") for i in range(args.clients)]
+    hog = connect(truth, "hog", args)
+    per_client_rate = args.rate / (2 * args.clients)
+    stop = time.monotonic() + args.duration
+    point_sql = "SELECT c FROM sbtest1 WHERE id = ?"
+
+    def text_worker(conn: Connection, rng: random.Random):
+        next_at = time.monotonic()
+        while next_at < stop:
+            conn.timed_query(f"SELECT c FROM sbtest1 WHERE id = {rng.randint(1, args.rows)}")
+            next_at = max(next_at + 1 / per_client_rate, time.monotonic() - 0.05)
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+    def prepared_worker(conn: Connection, rng: random.Random):
+        client: raw.RawClient = conn.handle
+        send_ns = time.time_ns()
+        statement_id, _, _ = client.prepare(point_sql)
+        conn.record(send_ns, time.time_ns(), command="COM_STMT_PREPARE", sql=point_sql, role="prepare",
+                    ps_event="statement/com/Prepare")
+        next_at = time.monotonic()
+        while next_at < stop:
+            value = rng.randint(1, args.rows)
+            send_ns = time.time_ns()
+            answer = client.execute(statement_id, [(raw.MYSQL_TYPE_LONGLONG, value.to_bytes(8, "little"))])
+            conn.record(send_ns, time.time_ns(), command="COM_STMT_EXECUTE", sql=point_sql, role="query",
+                        ps_event="statement/com/Execute", rows=answer.rows, note=f"id={value}")
+            next_at = max(next_at + 1 / per_client_rate, time.monotonic() - 0.05)
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        client.close_statement(statement_id)
+
+    def hogger():
+        for at in args.hog_times:
+            time.sleep(max(0.0, stop - args.duration + at - time.monotonic()))
+            hog.timed_query(f"SELECT BENCHMARK({args.hog_rounds}, SHA2(RAND(), 256))", role="hog")
+
+    workers = [hogger]
+    workers += [lambda c=c, i=i: text_worker(c, random.Random(args.seed * 1000 + i)) for i, c in enumerate(text)]
+    workers += [lambda c=c, i=i: prepared_worker(c, random.Random(args.seed * 2000 + i))
+                for i, c in enumerate(prepared)]
+    run_threads(workers)
+    for c in [*text, *prepared, hog]:
+        c.close()
+
+
+def connection_churn(args, truth: Truth) -> None:
+    import pymysql
+
+    stop = time.monotonic() + args.duration
+    per_worker_rate = args.rate / args.clients
+    counter = iter(range(10**9))
+
+    def churner():
+        next_at = time.monotonic()
+        while next_at < stop:
+            label = f"churn-{next(counter)}"
+            send_ns = time.time_ns()
+            handle = pymysql.connect(host=args.host, port=args.port, user=USER, password=PASSWORD, database="lab")
+            recv_ns = time.time_ns()
+            conn = Connection(truth, label, "pymysql", handle)  # the identify query is the one query
+            conn.record(send_ns, recv_ns, command="connect", sql=None, role="connect",
+                        note="TCP handshake + greeting + login, until the driver returned")
+            conn.close()
+            next_at = max(next_at + 1 / per_worker_rate, time.monotonic() - 0.05)
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+    run_threads([churner] * args.clients)
+
+
+def _tls_context() -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # the lab's self-signed certificate
+    return context
+
+
+def features(args, truth: Truth) -> None:
+    """Each protocol feature on its own connection; `note` says which."""
+    c = connect(truth, "zlib", args, kind="connector", compress=True, note="zlib-compressed protocol")
+    c.timed_query("SELECT REPEAT('compressible ', 400) AS text, 42 AS answer")
+    c.close()
+
+    c = connect(truth, "multi-results-call", args, kind="raw", note="CALL returning two result sets")
+    c.timed_query("CALL two_results()")
+    c.close()
+
+    c = connect(truth, "multi-statement", args, kind="raw",
+                note="one COM_QUERY with three statements (CLIENT_MULTI_STATEMENTS)")
+    c.timed_query("SELECT 1 AS first; SELECT 2 AS second, 3 AS third; DO 0")
+    c.close()
+
+    infile = Path(tempfile.mkdtemp(prefix="pcd-lab-")) / "rows.csv"
+    infile.write_text("".join(f"{i},row {i}\n" for i in range(1, 201)))
+    c = connect(truth, "local-infile", args, local_infile=True, note="LOAD DATA LOCAL INFILE, 200 rows")
+    c.timed_query(f"LOAD DATA LOCAL INFILE '{infile}' INTO TABLE loaded FIELDS TERMINATED BY ','")
+    c.close()
+
+    c = connect(truth, "cursor", args, kind="raw", note="COM_STMT_EXECUTE with a read-only cursor, COM_STMT_FETCH")
+    client: raw.RawClient = c.handle
+    sql = "SELECT id, c FROM sbtest1 WHERE id <= ?"
+    send_ns = time.time_ns()
+    statement_id, _, _ = client.prepare(sql)
+    c.record(send_ns, time.time_ns(), command="COM_STMT_PREPARE", sql=sql, role="prepare",
+             ps_event="statement/com/Prepare")
+    send_ns = time.time_ns()
+    answer = client.execute(statement_id, [(raw.MYSQL_TYPE_LONGLONG, (12).to_bytes(8, "little"))], cursor=True)
+    c.record(send_ns, time.time_ns(), command="COM_STMT_EXECUTE", sql=sql, role="query",
+             ps_event="statement/com/Execute", rows=answer.rows, note="cursor opened, 12 rows pending")
+    for _ in range(3):
+        send_ns = time.time_ns()
+        answer = client.fetch(statement_id, 5)
+        c.record(send_ns, time.time_ns(), command="COM_STMT_FETCH", sql=None, role="fetch",
+                 ps_event="statement/com/Fetch", rows=answer.rows,
+                 note=f"fetch 5, last_row_sent={bool(answer.status & raw.SERVER_STATUS_LAST_ROW_SENT)}")
+    send_ns = time.time_ns()
+    client.close_statement(statement_id)
+    c.record(send_ns, time.time_ns(), command="COM_STMT_CLOSE", sql=None, role="close",
+             ps_event="statement/com/Close stmt", note="no response on the wire")
+    c.close()
+
+    c = connect(truth, "long-data", args, kind="raw", note="COM_STMT_SEND_LONG_DATA in two chunks, then execute")
+    client = c.handle
+    sql = "INSERT INTO blobs (b) VALUES (?)"
+    send_ns = time.time_ns()
+    statement_id, _, _ = client.prepare(sql)
+    c.record(send_ns, time.time_ns(), command="COM_STMT_PREPARE", sql=sql, role="prepare",
+             ps_event="statement/com/Prepare")
+    for chunk in (b"A" * 3000, b"B" * 3000):
+        send_ns = time.time_ns()
+        client.send_long_data(statement_id, 0, chunk)
+        c.record(send_ns, time.time_ns(), command="COM_STMT_SEND_LONG_DATA", sql=None, role="long-data",
+                 ps_event="statement/com/Long Data", note="no response on the wire")
+    send_ns = time.time_ns()
+    answer = client.execute(statement_id, [(raw.MYSQL_TYPE_BLOB, b"")])
+    c.record(send_ns, time.time_ns(), command="COM_STMT_EXECUTE", sql=sql, role="query",
+             ps_event="statement/com/Execute", error=answer.error or None, note="inserts 6000 bytes")
+    c.close()
+
+    c = connect(truth, "typed-params", args, kind="raw", note="prepared statement with params of several types")
+    client = c.handle
+    sql = "SELECT ? AS n, ? AS x, ? AS s, ? AS t, ? AS nothing"
+    send_ns = time.time_ns()
+    statement_id, _, _ = client.prepare(sql)
+    c.record(send_ns, time.time_ns(), command="COM_STMT_PREPARE", sql=sql, role="prepare",
+             ps_event="statement/com/Prepare")
+    for n, x, s in ((7, 2.5, "first"), (-123456789012, 1e-3, "zweite ünicode")):
+        params = [(raw.MYSQL_TYPE_LONGLONG, n.to_bytes(8, "little", signed=True)),
+                  (raw.MYSQL_TYPE_DOUBLE, raw.struct.pack("<d", x)),
+                  (raw.MYSQL_TYPE_VAR_STRING, raw.encode_string(s)),
+                  (raw.MYSQL_TYPE_DATETIME, raw.encode_datetime(2024, 5, 1, 10, 0, 0, 512345)),
+                  (raw.MYSQL_TYPE_NULL, None)]
+        send_ns = time.time_ns()
+        answer = client.execute(statement_id, params)
+        c.record(send_ns, time.time_ns(), command="COM_STMT_EXECUTE", sql=sql, role="query",
+                 ps_event="statement/com/Execute", rows=answer.rows, note=f"params {n}, {x}, {s!r}, datetime, NULL")
+    send_ns = time.time_ns()
+    client.reset_statement(statement_id)
+    c.record(send_ns, time.time_ns(), command="COM_STMT_RESET", sql=None, role="command",
+             ps_event="statement/com/Reset stmt")
+    c.close()
+
+    for label, note, action, command, event in (
+            ("reset-connection", "COM_RESET_CONNECTION", lambda cl: cl.reset_connection(), "COM_RESET_CONNECTION",
+             "statement/com/Reset connection"),
+            ("ping", "COM_PING", lambda cl: cl.ping(), "COM_PING", "statement/com/Ping"),
+            ("init-db", "COM_INIT_DB to mysql", lambda cl: cl.init_db("mysql"), "COM_INIT_DB",
+             "statement/com/Init DB"),
+            ("statistics", "COM_STATISTICS (answer is a bare string)", lambda cl: cl.statistics(),
+             "COM_STATISTICS", "statement/com/Statistics"),
+            ("change-user", "COM_CHANGE_USER to user `other` (auth switch)",
+             lambda cl: cl.change_user("other", "other-pass", "lab"), "COM_CHANGE_USER",
+             "statement/com/Change user")):
+        c = connect(truth, label, args, kind="raw", note=note)
+        send_ns = time.time_ns()
+        answer = action(c.handle)
+        c.record(send_ns, time.time_ns(), command=command, sql=None, role="command", ps_event=event,
+                 error=answer.error or None)
+        c.timed_query("SELECT CURRENT_USER(), DATABASE()", role="after")
+        c.close()
+
+    c = connect(truth, "error", args, kind="raw", note="ERR packet for bad SQL")
+    c.timed_query("SELEC 1 FROM nowhere")
+    c.close()
+
+    c = connect(truth, "tls", args, ssl=_tls_context(), note="TLS after SSLRequest (payload encrypted on the wire)")
+    c.timed_query("SELECT 'secret over TLS'")
+    c.close()
+
+    c = connect(truth, "ipv6", args, kind="pymysql", note="IPv6 connection", host_override=args.host6)
+    c.timed_query("SELECT 'over IPv6'")
+    c.close()
+
+
+def bigpacket(args, truth: Truth) -> None:
+    c = connect(truth, "bigpacket", args, kind="raw", note="a 17 MiB result row: packets of 16 MiB - 1 continued")
+    c.timed_query(f"SELECT REPEAT('x', {17 * 1024 * 1024})")
+    c.close()
+
+
+SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
+             "connection-churn": connection_churn, "features": features, "bigpacket": bigpacket}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("--host", required=True)
+    parser.add_argument("--host6", default="")
+    parser.add_argument("--port", type=int, default=3306)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--params", default="{}", help="scenario parameters as JSON")
+    args = parser.parse_args(argv)
+    for key, value in json.loads(args.params).items():
+        setattr(args, key, value)
+    truth = Truth()
+    SCENARIOS[args.scenario](args, truth)
+    with open(args.out, "w") as out:
+        for row in truth.rows:
+            out.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
