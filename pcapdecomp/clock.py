@@ -294,6 +294,19 @@ def _hull_without(x: np.ndarray, y: np.ndarray, keep: np.ndarray, hull: np.ndarr
     return np.concatenate((hull[: max(pos - 1, 0)], patch, hull[pos + 2 :]))
 
 
+_NEIGHBOURS = 32  # points on each side of a suspect that stand for "its neighbourhood"
+
+
+def _isolation(x: np.ndarray, y: np.ndarray, keep: np.ndarray, i: int, omega: float) -> float:
+    """How far point i lies below the median of its kept neighbours (residuals about slope ω), in ns."""
+    lo, hi = max(0, i - _NEIGHBOURS), min(len(x), i + _NEIGHBOURS + 1)
+    near = lo + np.flatnonzero(keep[lo:hi])
+    near = near[near != i]
+    if len(near) == 0:
+        return 0.0
+    return float(np.median(y[near] - omega * x[near]) - (y[i] - omega * x[i]))
+
+
 def _fit_points(fx, fy, rx, ry, *, budget: int, omega_max: float) -> _Result:
     """Two-sided fit on points (x sorted, relative to the reference), dropping ≤ budget impossible points."""
     f_keep = np.ones(len(fx), dtype=bool)
@@ -306,22 +319,19 @@ def _fit_points(fx, fy, rx, ry, *, budget: int, omega_max: float) -> _Result:
         fit = _solve(fx[fh], fy[fh], rx[rh], ry[rh], omega_max)
         if fit.gap >= 0 or excluded >= budget:
             break
-        # Infeasible. Drop the binding point that stands farthest from its own cloud's edge, measured against
-        # the (budget+1)-th most extreme point of that cloud, which a handful of wrong matches cannot move.
-        f_res = fy[f_keep] - fit.omega * fx[f_keep]
-        r_res = ry[r_keep] - fit.omega * rx[r_keep]
-        kf = min(budget + 1, len(f_res)) - 1
-        kr = min(budget + 1, len(r_res)) - 1
-        f_isolation = np.partition(f_res, kf)[kf] - f_res.min()
-        r_isolation = r_res.max() - (-np.partition(-r_res, kr)[kr])
-        if f_isolation >= r_isolation and len(f_res) > 1:
-            pos = int(np.argmin(fy[fh] - fit.omega * fx[fh]))  # the binding point is a hull vertex
-            f_keep[fh[pos]] = False
-            fh = _hull_without(fx, fy, f_keep, fh, pos)
-        elif len(r_res) > 1:
-            pos = int(np.argmax(ry[rh] - fit.omega * rx[rh]))
-            r_keep[rh[pos]] = False
-            rh = _hull_without(rx, ry_neg, r_keep, rh, pos)
+        # Infeasible. Drop whichever binding point stands farther out from its neighbours in time. The test is
+        # local on purpose: while a wrong match still tilts ω̂, good points at the ends of the capture look extreme
+        # against the whole cloud, but not against the points sent just before and after them.
+        f_pos = int(np.argmin(fy[fh] - fit.omega * fx[fh]))  # the binding points are hull vertices
+        r_pos = int(np.argmax(ry[rh] - fit.omega * rx[rh]))
+        f_isolation = _isolation(fx, fy, f_keep, int(fh[f_pos]), fit.omega)
+        r_isolation = _isolation(rx, ry_neg, r_keep, int(rh[r_pos]), -fit.omega)
+        if f_isolation >= r_isolation and len(fh) > 1:
+            f_keep[fh[f_pos]] = False
+            fh = _hull_without(fx, fy, f_keep, fh, f_pos)
+        elif len(rh) > 1:
+            r_keep[rh[r_pos]] = False
+            rh = _hull_without(rx, ry_neg, r_keep, rh, r_pos)
         else:
             break
         excluded += 1
@@ -463,12 +473,12 @@ def _one_sided(pts: _Points, f: slice, r: slice, lo: int, hi: int) -> ClockSegme
                         int(f.stop - f.start), int(r.stop - r.start), 0)
 
 
-def _segment(est: _Estimator, lo: int, hi: int) -> ClockSegment:
+def _segment(est: _Estimator, lo: int, hi: int, fitted: _Piece | None = None) -> ClockSegment:
     pts = est.pts
     f, r = pts.slices(lo, hi)
     if f.stop - f.start < est.min_points or r.stop - r.start < est.min_points:
         return _one_sided(pts, f, r, lo, hi)
-    res = est.piece(lo, hi).result
+    res = (fitted or est.piece(lo, hi)).result
     fit = res.fit
     return ClockSegment(
         start_ns=lo, end_ns=hi, ref_ns=lo,
@@ -522,7 +532,7 @@ def estimate_clock(
 
     whole = est.piece(lo, hi)
     if whole.feasible:
-        return ClockModel((_segment(est, lo, hi),), "two-sided")
+        return ClockModel((_segment(est, lo, hi, whole),), "two-sided")
 
     pieces = est.merge(est.split(lo, hi, whole))
     # Pieces too thin to fit on their own (a few points around a step) are left for the boundary search.
