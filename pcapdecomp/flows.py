@@ -1,0 +1,235 @@
+"""From TCP segments to MySQL exchanges: track connections, find the MySQL ones, run reassembly and the protocol.
+
+Which side is the server is taken from `--server` endpoints when given; otherwise it is found by content: a server
+greeting, an ERR instead of a greeting, or a command followed by an answer with the next sequence id. Once an
+endpoint has been recognised, later connections to it are MySQL too. Connections that never look like MySQL are
+counted as other TCP and their bytes are not parsed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .capture import TcpSegment
+from .mysql import detect
+from .mysql.connection import CLIENT, SERVER, Exchange, MySQLConnection
+from .tcp import HalfStream
+
+Endpoint = tuple[str, int]
+SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
+DETECT_SEGMENTS = 48  # payload segments looked at before a connection is called "not MySQL"
+DETECT_BYTES = 256 << 10
+
+
+def endpoint_text(ep: Endpoint) -> str:
+    ip, port = ep
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+@dataclass
+class Flow:
+    """One TCP connection (a 4-tuple between SYNs), before and after it is recognised as MySQL."""
+
+    index: int  # ordinal of the connection in the capture
+    a: Endpoint
+    b: Endpoint
+    first_ts: int
+    server: Endpoint | None = None
+    syn_ts: int | None = None
+    last_ts: int = 0
+    frames: int = 0
+    closed: bool = False
+    kind: str = "pending"  # pending | mysql | other
+    held: list[TcpSegment] = field(default_factory=list)
+    held_bytes: int = 0
+    payload_segments: int = 0
+    command_candidate: Endpoint | None = None  # side that sent what looked like a command
+    first_payload_from: dict[Endpoint, bytes] = field(default_factory=dict)
+    fins: set[Endpoint] = field(default_factory=set)
+    mysql: MySQLConnection | None = None
+    to_server: HalfStream | None = None
+    to_client: HalfStream | None = None
+    exchanges: int = 0
+
+    @property
+    def client(self) -> Endpoint | None:
+        if self.server is None:
+            return None
+        return self.b if self.server == self.a else self.a
+
+
+class FlowTracker:
+    """Feed segments in capture order; `emit(flow, exchange)` is called for every finished exchange and
+    `closed(flow)` once per flow when it ends (FIN/RST on both sides, a new SYN on the same 4-tuple, or `finish`)."""
+
+    def __init__(
+        self,
+        emit: Callable[[Flow, Exchange], None],
+        closed: Callable[[Flow], None],
+        servers: set[Endpoint] | None = None,
+        max_sql_bytes: int = 1 << 20,
+    ):
+        self._emit = emit
+        self._closed = closed
+        self.explicit_servers = servers or set()
+        self.learned_servers: set[Endpoint] = set()
+        self.max_sql_bytes = max_sql_bytes
+        self._flows: dict[tuple[Endpoint, Endpoint], Flow] = {}
+        self._count = 0
+        self.other_tcp_frames = 0
+        self.other_tcp_bytes = 0
+
+    # ------------------------------------------------------------------------------------------------------
+    def segment(self, seg: TcpSegment) -> None:
+        src = (seg.src_ip, seg.src_port)
+        dst = (seg.dst_ip, seg.dst_port)
+        key = (src, dst) if src <= dst else (dst, src)
+        flow = self._flows.get(key)
+        flags = seg.flags
+        if flow is not None and flags & SYN and not flags & ACK and (flow.closed or flow.frames > 2 and flow.exchanges):
+            self._close(key, flow)  # port reuse: a new connection on the same 4-tuple
+            flow = None
+        if flow is None:
+            flow = Flow(self._count, src, dst, seg.ts_ns)
+            self._count += 1
+            self._flows[key] = flow
+            if self.explicit_servers:
+                flow.server = dst if dst in self.explicit_servers else src if src in self.explicit_servers else None
+                if flow.server is None:
+                    flow.kind = "other"
+        flow.frames += 1
+        flow.last_ts = seg.ts_ns
+        if flags & SYN and not flags & ACK:
+            flow.syn_ts = seg.ts_ns
+            if flow.server is None and flow.kind == "pending" and dst in self.learned_servers:
+                flow.server = dst
+        if flow.kind == "other":
+            self.other_tcp_frames += 1
+            self.other_tcp_bytes += len(seg.payload)
+        elif flow.kind == "mysql":
+            self._feed(flow, seg)
+        else:
+            self._classify(flow, seg)
+        if flags & (RST | FIN):
+            self._maybe_close(key, flow, seg)
+
+    def finish(self) -> None:
+        for key, flow in list(self._flows.items()):
+            if flow.kind == "pending" and flow.command_candidate is not None and flow.server is None:
+                # Only one side spoke, and what it sent are commands (a capture of one COM_STMT_CLOSE, or of
+                # requests whose answers were not captured): MySQL, with the server on the other side.
+                talkers = set(flow.first_payload_from)
+                if talkers == {flow.command_candidate}:
+                    flow.server = flow.b if flow.command_candidate == flow.a else flow.a
+                    self._start_mysql(flow)
+            self._close(key, flow)
+
+    # ------------------------------------------------------------------------------------------------------
+    def _classify(self, flow: Flow, seg: TcpSegment) -> None:
+        flow.held.append(seg)
+        if not seg.payload:
+            return
+        flow.held_bytes += len(seg.payload)
+        flow.payload_segments += 1
+        src = (seg.src_ip, seg.src_port)
+        dst = (seg.dst_ip, seg.dst_port)
+        data = seg.payload
+        first_from_src = src not in flow.first_payload_from
+        if first_from_src:
+            flow.first_payload_from[src] = data
+        if flow.server is None:
+            if src in self.learned_servers:
+                flow.server = src
+            elif dst in self.learned_servers:
+                flow.server = dst
+            elif first_from_src and (detect.plausible_greeting(data) or detect.plausible_early_error(data)):
+                flow.server = src
+            elif flow.command_candidate == dst and (
+                detect.plausible_first_response(data) or detect.plausible_compressed_response(data)
+            ):
+                flow.server = src
+            elif not detect.looks_like_tls(data) and (detect.plausible_command(data) or detect.compressed_command(data)):
+                flow.command_candidate = src
+            elif flow.command_candidate == dst:
+                flow.command_candidate = None  # the answer did not fit: that was not a command
+        if flow.server is not None:
+            self._start_mysql(flow)
+        elif flow.payload_segments >= DETECT_SEGMENTS or flow.held_bytes >= DETECT_BYTES:
+            flow.kind = "other"
+            for held in flow.held:
+                self.other_tcp_frames += 1
+                self.other_tcp_bytes += len(held.payload)
+            flow.held = []
+
+    def _start_mysql(self, flow: Flow) -> None:
+        flow.kind = "mysql"
+        if flow.server not in self.explicit_servers:
+            self.learned_servers.add(flow.server)
+        first_server = flow.first_payload_from.get(flow.server)
+        first_overall = next((s for s in flow.held if s.payload), None)
+        from_server_first = first_overall is not None and (first_overall.src_ip, first_overall.src_port) == flow.server
+        greeting_first = (
+            from_server_first
+            and first_server is not None
+            and (detect.plausible_greeting(first_server) or detect.plausible_early_error(first_server))
+        )
+        flow.mysql = MySQLConnection(midstream=not greeting_first, max_sql_bytes=self.max_sql_bytes)
+        flow.to_server = HalfStream()
+        flow.to_client = HalfStream()
+        held, flow.held = flow.held, []
+        for seg in held:
+            self._feed(flow, seg)
+
+    def _feed(self, flow: Flow, seg: TcpSegment) -> None:
+        to_server = (seg.dst_ip, seg.dst_port) == flow.server
+        direction = CLIENT if to_server else SERVER
+        half, other = (flow.to_server, flow.to_client) if to_server else (flow.to_client, flow.to_server)
+        other_dir = SERVER if to_server else CLIENT
+        flags = seg.flags
+        if flags & SYN:
+            half.syn(seg.seq)
+        if flags & ACK:
+            self._deliver(flow, other_dir, other.ack(seg.ack, seg.ts_ns))
+        events = half.segment(seg.seq, seg.payload, seg.ts_ns, seg.frame, bool(flags & FIN))
+        if seg.missing and events:
+            events += half.cut_by_snaplen(seg.seq, len(seg.payload), seg.missing, seg.ts_ns)
+        self._deliver(flow, direction, events)
+
+    def _deliver(self, flow: Flow, direction: int, events: list) -> None:
+        if not events:
+            return
+        conn = flow.mysql
+        for event in events:
+            if hasattr(event, "data"):
+                conn.data(direction, event.data, event.ts_ns, event.frame, event.offset)
+            else:
+                conn.gap(direction, event.length, event.ts_ns)
+        for exchange in conn.take():
+            flow.exchanges += 1
+            self._emit(flow, exchange)
+
+    def _maybe_close(self, key, flow: Flow, seg: TcpSegment) -> None:
+        if seg.flags & FIN:
+            flow.fins.add((seg.src_ip, seg.src_port))
+        if seg.flags & RST or len(flow.fins) == 2:
+            flow.closed = True
+            self._close(key, flow)
+
+    def _close(self, key, flow: Flow) -> None:
+        self._flows.pop(key, None)
+        if flow.kind == "mysql":
+            last = flow.last_ts
+            self._deliver(flow, SERVER, flow.to_client.flush(last))
+            self._deliver(flow, CLIENT, flow.to_server.flush(last))
+            flow.mysql.end()
+            for exchange in flow.mysql.take():
+                flow.exchanges += 1
+                self._emit(flow, exchange)
+        elif flow.kind == "pending":
+            for held in flow.held:
+                self.other_tcp_frames += 1
+                self.other_tcp_bytes += len(held.payload)
+            flow.held = []
+            flow.kind = "other"
+        self._closed(flow)

@@ -1,0 +1,533 @@
+"""The MySQL connection state machine: in-order bytes of both directions in, exchanges out. Sans-IO.
+
+Feed `data(direction, bytes, ts_ns, frame, offset)` for each in-order chunk of one TCP connection (as the
+reassembler delivers them, in capture order across both directions), `gap(direction, ...)` where bytes were never
+captured, and `end()` when the connection or the capture ends; `take()` returns the finished exchanges.
+
+Wire problems are counted and recorded in the exchanges' `problems`; no exception escapes (a broken packet makes
+that direction resynchronise at the next position that is unambiguously a packet header).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+
+from . import detect
+from .framing import CompressedDeframer, Packet, PacketFramer
+from .params import decode_execute
+from .responses import NONE, ResponseReader, expected_response
+from .wire import (
+    CLIENT_COMPRESS,
+    CLIENT_DEPRECATE_EOF,
+    CLIENT_QUERY_ATTRIBUTES,
+    CLIENT_ZSTD_COMPRESSION,
+    SERVER_QUERY_WAS_SLOW,
+    Greeting,
+    LoginRequest,
+    WireError,
+    command_name,
+    parse_err,
+    parse_greeting,
+    parse_login,
+    read_lenenc_int,
+)
+
+CLIENT, SERVER = 0, 1
+GREETING, LOGIN, AUTH, COMMAND, TLS, CLOSED = "greeting", "login", "auth", "command", "tls", "closed"
+_DECODE_ERRORS = (WireError, struct.error, IndexError, ValueError)
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One request and its response on one connection, as seen at one capture point."""
+
+    seq: int  # ordinal of the exchange in its connection, from 0
+    command: str  # COM_QUERY, COM_STMT_EXECUTE, ..., CONNECT for the login, COM_0xNN when unknown
+    sql: str | None
+    sql_cut: bool  # the statement was longer than the kept prefix
+    stmt_id: int | None
+    params: str | None
+    req_first_ts: int
+    req_last_ts: int
+    resp_first_ts: int | None
+    resp_last_ts: int | None
+    req_first_frame: int
+    req_last_frame: int
+    resp_first_frame: int | None
+    resp_last_frame: int | None
+    req_offset: int  # stream offset of the request's first byte (client->server direction)
+    resp_offset: int | None  # stream offset of the response's first byte (server->client direction)
+    resp_end_offset: int | None  # stream offset just past the response's last byte
+    result: str | None  # ok | error | resultset | none; None when the response was not (fully) seen
+    error_code: int | None
+    error_state: str | None
+    error_message: str | None
+    rows: int
+    affected_rows: int
+    warnings: int
+    result_sets: int
+    bytes_req: int
+    bytes_resp: int
+    status_flags: int | None
+    problems: tuple[str, ...]
+
+    @property
+    def server_flag_slow(self) -> bool | None:
+        return None if self.status_flags is None else bool(self.status_flags & SERVER_QUERY_WAS_SLOW)
+
+
+@dataclass
+class _Statement:
+    sql: str | None
+    num_params: int | None
+    types: list[int] | None = None
+
+
+@dataclass
+class _Pending:
+    command: int
+    name: str
+    first: Packet
+    reader: ResponseReader
+    sql: str | None = None
+    sql_cut: bool = False
+    stmt_id: int | None = None
+    params: str | None = None
+    last: Packet | None = None  # last request packet (continuations, LOCAL INFILE data, auth data)
+    resp_first: Packet | None = None
+    resp_last: Packet | None = None
+    next_seq: int = 1
+    bytes_req: int = 0
+    bytes_resp: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ConnectionCounters:
+    midstream: bool = False
+    violations: int = 0
+    gaps: int = 0
+    gap_bytes: list[int] = field(default_factory=lambda: [0, 0])
+    unparsed_bytes: list[int] = field(default_factory=lambda: [0, 0])  # skipped while resynchronising
+    parsed_bytes: list[int] = field(default_factory=lambda: [0, 0])
+    tls_bytes: int = 0
+    violation_notes: list[str] = field(default_factory=list)  # the first few, for the report
+
+
+class MySQLConnection:
+    def __init__(self, *, midstream: bool = False, max_sql_bytes: int = 1 << 20, response_keep: int = 1 << 16):
+        self.phase = COMMAND if midstream else GREETING
+        self.counters = ConnectionCounters(midstream=midstream)
+        self.greeting: Greeting | None = None
+        self.login: LoginRequest | None = None
+        self.tls = False
+        self.compression: str | None = None
+        self.deprecate_eof: bool | None = None
+        self.query_attributes: bool | None = None
+        self.connect_ok_ts: int | None = None
+        self.greeting_ts: int | None = None
+        self._negotiated_compression: str | None = None
+        self._synced = [not midstream, not midstream]
+        self._framers = [PacketFramer(max_sql_bytes), PacketFramer(response_keep)]
+        self._deframers: list[CompressedDeframer | None] = [None, None]
+        self._pending: deque[_Pending] = deque()
+        self._finished: list[Exchange] = []
+        self._statements: dict[int, _Statement] = {}
+        self._last_prepared: int | None = None
+        self._count = 0
+        self._connect: _Pending | None = None
+        self._last_finished: _Pending | None = None
+
+    # ---- input -------------------------------------------------------------------------------------------
+    def data(self, direction: int, data: bytes, ts: int, frame: int, offset: int) -> None:
+        if not data:
+            return
+        if self.tls:
+            self.counters.tls_bytes += len(data)
+            return
+        if not self._synced[direction] and not self._try_sync(direction, data):
+            self.counters.unparsed_bytes[direction] += len(data)
+            return
+        try:
+            deframer = self._deframers[direction]
+            if deframer is None:
+                packets = self._framers[direction].feed(data, ts, frame, offset)
+            else:
+                packets = []
+                for cp in deframer.feed(data, ts, frame, offset):
+                    framer = self._framers[direction]
+                    inner = cp.inner
+                    packets += framer.feed(inner[:1], cp.first_ts, cp.first_frame, cp.first_offset)
+                    packets += framer.feed(inner[1:], cp.last_ts, cp.last_frame, cp.end_offset - len(inner) + 1)
+            for packet in packets:
+                self.counters.parsed_bytes[direction] += packet.wire_bytes
+                self._packet(direction, packet)
+                if self.tls:
+                    break
+        except _DECODE_ERRORS as exc:
+            self._violation(direction, f"{'client' if direction == CLIENT else 'server'}: {exc}")
+
+    def gap(self, direction: int, length: int, ts: int) -> None:
+        """`length` bytes of this direction were never captured."""
+        c = self.counters
+        c.gaps += 1
+        c.gap_bytes[direction] += length
+        if self.tls:
+            return
+        partial = self._framers[direction].partial() if self._deframers[direction] is None else None
+        self._desync(direction)
+        if direction == CLIENT and self.phase == COMMAND and partial is not None and partial.seq == 0 and partial.payload:
+            # A command cut by the gap: keep what was captured, marked; its response can still be read.
+            try:
+                self._start(partial, problems=["gap", "sql-cut"])
+            except _DECODE_ERRORS as exc:
+                self._violation(CLIENT, f"client: {exc}")
+            return
+        if direction == SERVER:
+            head = self._head()
+            if head is not None:
+                head.problems.append("gap")
+                self._finish(head)
+        elif self._pending and self._pending[-1].resp_first is None:
+            self._pending[-1].problems.append("gap")  # the request (or its data) may be incomplete
+    def end(self) -> None:
+        """The connection (or the capture) ended: whatever is pending is finished as it stands."""
+        while self._pending:
+            pending = self._pending[0]
+            if pending.reader.waiting_for_optional_eof:
+                pending.reader.done = True
+            elif pending.resp_first is None:
+                pending.problems.append("unanswered")
+            elif not pending.reader.done:
+                pending.problems.append("incomplete")
+            self._finish(pending)
+
+    def take(self) -> list[Exchange]:
+        out, self._finished = self._finished, []
+        return out
+
+    # ---- synchronisation ------------------------------------------------------------------------------------
+    def _desync(self, direction: int) -> None:
+        self._synced[direction] = False
+        self._framers[direction].reset()
+        if self._deframers[direction] is not None:
+            self._deframers[direction].reset()
+
+    def _try_sync(self, direction: int, data: bytes) -> bool:
+        if detect.looks_like_tls(data) and not detect.plausible_command(data):
+            self.tls = True
+            self.counters.tls_bytes += len(data)
+            return False
+        if self.phase != COMMAND:
+            return False
+        if direction == CLIENT:
+            if self._deframers[CLIENT] is None and detect.plausible_command(data):
+                self._synced[CLIENT] = True
+                return True
+            algorithm = detect.compressed_command(data)
+            if algorithm:
+                self._enable_compression(algorithm)
+                self._synced[CLIENT] = True
+                return True
+            return False
+        head = self._head()
+        if head is None or head.resp_first is not None:
+            return False
+        if self._deframers[SERVER] is not None:
+            ok = len(data) >= 7 and 7 + (data[0] | data[1] << 8 | data[2] << 16) <= len(data) + (1 << 24)
+        else:
+            ok = detect.plausible_response_start(data, head.next_seq)
+        if ok:
+            self._synced[SERVER] = True
+        return ok
+
+    def _enable_compression(self, algorithm: str) -> None:
+        self.compression = algorithm
+        for direction in (CLIENT, SERVER):
+            if self._deframers[direction] is None:
+                self._deframers[direction] = CompressedDeframer(algorithm)
+
+    def _violation(self, direction: int, note: str) -> None:
+        c = self.counters
+        c.violations += 1
+        if len(c.violation_notes) < 5:
+            c.violation_notes.append(note)
+        target = self._head() if direction == SERVER else (self._pending[-1] if self._pending else None)
+        if target is not None and "violation" not in target.problems:
+            target.problems.append("violation")
+        self._desync(direction)
+
+    # ---- packets --------------------------------------------------------------------------------------------
+    def _packet(self, direction: int, packet: Packet) -> None:
+        phase = self.phase
+        if phase == COMMAND:
+            if direction == CLIENT:
+                if packet.seq == 0:
+                    self._start(packet)
+                else:
+                    self._request_continues(packet)
+            else:
+                self._response(packet)
+        elif phase == GREETING:
+            self._on_greeting(direction, packet)
+        elif phase == LOGIN:
+            self._on_login(direction, packet)
+        elif phase == AUTH:
+            self._on_auth(direction, packet)
+        elif direction == CLIENT and packet.seq == 0:  # CLOSED: e.g. COM_QUIT after a refused login
+            self.phase = COMMAND
+            self._start(packet)
+        else:
+            raise WireError(f"data after the connection failed ({phase})")
+
+    def _on_greeting(self, direction: int, packet: Packet) -> None:
+        if direction == CLIENT:
+            raise WireError("client spoke before the server greeting")
+        if packet.payload[:1] == b"\xff":  # refused before the handshake: too many connections, host blocked
+            connect = self._new_pending(0x00, "CONNECT", packet, ResponseReader(NONE, None))
+            connect.resp_first = connect.resp_last = packet
+            connect.bytes_resp = packet.wire_bytes
+            self._pending.append(connect)
+            self._finish(connect, error=packet.payload)
+            self.phase = CLOSED
+            return
+        self.greeting = parse_greeting(packet.payload)
+        self.greeting_ts = packet.first_ts
+        self.phase = LOGIN
+
+    def _on_login(self, direction: int, packet: Packet) -> None:
+        if direction == SERVER:
+            raise WireError("server packet before the client's login")
+        login = parse_login(packet.payload)
+        self.login = login
+        if login.ssl_request:
+            self.tls = True
+            self.phase = TLS
+            return
+        caps = login.capabilities & (self.greeting.capabilities if self.greeting else 0xFFFFFFFF)
+        self.deprecate_eof = bool(caps & CLIENT_DEPRECATE_EOF)
+        self.query_attributes = bool(caps & CLIENT_QUERY_ATTRIBUTES)
+        if caps & CLIENT_ZSTD_COMPRESSION:
+            self._negotiated_compression = "zstd"
+        elif caps & CLIENT_COMPRESS:
+            self._negotiated_compression = "zlib"
+        else:
+            self._negotiated_compression = None
+        connect = self._new_pending(0x00, "CONNECT", packet, ResponseReader(NONE, None))
+        connect.bytes_req = packet.wire_bytes
+        self._connect = connect
+        self._pending.append(connect)
+        self.phase = AUTH
+
+    def _on_auth(self, direction: int, packet: Packet) -> None:
+        connect = self._connect
+        if direction == CLIENT:  # auth switch response, RSA key request, scrambled password ...
+            connect.bytes_req += packet.wire_bytes  # req_last stays the login packet: ttfb is the server's
+            return
+        if connect.resp_first is None:
+            connect.resp_first = packet
+        connect.resp_last = packet
+        connect.bytes_resp += packet.wire_bytes
+        first = packet.payload[:1]
+        if first == b"\x00":
+            self.phase = COMMAND
+            self.connect_ok_ts = packet.last_ts
+            self._finish(connect, ok=True)
+            if self._negotiated_compression:
+                self._enable_compression(self._negotiated_compression)
+        elif first == b"\xff":
+            self._finish(connect, error=packet.payload)
+            self.phase = CLOSED
+
+    def _new_pending(self, command: int, name: str, packet: Packet, reader: ResponseReader) -> _Pending:
+        return _Pending(command, name, packet, reader, last=packet, next_seq=(packet.last_seq + 1) & 0xFF)
+
+    def _start(self, packet: Packet, problems: list[str] | None = None) -> None:
+        for pending in list(self._pending):  # a PREPARE whose optional EOF never came is complete
+            if pending.reader.waiting_for_optional_eof:
+                pending.reader.done = True
+                self._finish(pending)
+        payload = packet.payload
+        if not payload:
+            raise WireError("empty command packet")
+        code = payload[0]
+        pending = self._new_pending(code, command_name(code), packet, ResponseReader(expected_response(code), self.deprecate_eof))
+        pending.bytes_req = packet.wire_bytes
+        if problems:
+            pending.problems += problems
+        self._describe(pending, payload, packet)
+        if problems:
+            pending.sql_cut = pending.sql is not None
+        self._pending.append(pending)
+        if pending.reader.done:  # no response expected
+            self._finish(pending)
+
+    def _describe(self, pending: _Pending, payload: bytes, packet: Packet) -> None:
+        """Fill sql / stmt_id / params from the command packet."""
+        code = pending.command
+        cut = packet.cut
+        if code in (0x03, 0x16):  # COM_QUERY, COM_STMT_PREPARE
+            body = payload[1:]
+            if code == 0x03 and self.query_attributes is not False and body[:2] == b"\x00\x01" and len(body) > 2:
+                # MySQL 8.0.23+ query attributes: parameter count 0, parameter set count 1
+                body = body[2:]
+            elif code == 0x03 and self.query_attributes and body[:1] != b"\x00":
+                count, pos = read_lenenc_int(body, 0)
+                _, pos = read_lenenc_int(body, pos)
+                if count:
+                    pending.problems.append("query-attributes")  # bound attributes precede the text; skip them
+                    body = body[pos:]  # best effort: values are not decoded
+                else:
+                    body = body[pos:]
+            pending.sql = body.decode("utf-8", "replace")
+            pending.sql_cut = cut
+        elif code in (0x02, 0x04):  # COM_INIT_DB, COM_FIELD_LIST
+            name = payload[1:].split(b"\x00", 1)[0].decode("utf-8", "replace")
+            pending.sql = f"USE `{name}`" if code == 0x02 else name
+        elif code == 0x0C and len(payload) >= 5:
+            pending.sql = f"KILL {int.from_bytes(payload[1:5], 'little')}"
+        elif code in (0x17, 0x18, 0x19, 0x1A, 0x1C, 0xFA) and len(payload) >= 5:
+            stmt_id = int.from_bytes(payload[1:5], "little")
+            if stmt_id == 0xFFFFFFFF and self._last_prepared is not None:  # MariaDB: "the statement just prepared"
+                stmt_id = self._last_prepared
+            pending.stmt_id = stmt_id
+            statement = self._statements.get(stmt_id)
+            if statement is None:
+                pending.problems.append("unknown-statement")
+            else:
+                pending.sql = statement.sql
+            if code == 0x17:
+                self._decode_params(pending, payload, statement, cut)
+            elif code == 0x18 and statement is not None and len(payload) >= 7:
+                pending.params = f"long data for parameter {int.from_bytes(payload[5:7], 'little')}"
+            elif code == 0x19:
+                self._statements.pop(stmt_id, None)
+        elif code == 0x11:
+            pending.sql = None
+
+    def _decode_params(self, pending: _Pending, payload: bytes, statement: _Statement | None, cut: bool) -> None:
+        num = statement.num_params if statement else None
+        prior = statement.types if statement else None
+        try:
+            params, types, flags = decode_execute(payload[1:], num, prior, bool(self.query_attributes))
+        except _DECODE_ERRORS:
+            pending.problems.append("params-undecoded" if not cut else "truncated")
+            return
+        if statement is not None:
+            statement.types = types
+        pending.params = params
+
+    def _request_continues(self, packet: Packet) -> None:
+        """A client packet that is not a new command: LOCAL INFILE data, auth data, a continuation."""
+        target = self._pending[-1] if self._pending else None
+        if target is None:
+            raise WireError(f"client packet with sequence id {packet.seq} outside any exchange")
+        target.last = packet
+        target.bytes_req += packet.wire_bytes
+        target.next_seq = (packet.last_seq + 1) & 0xFF
+
+    def _head(self) -> _Pending | None:
+        for pending in self._pending:
+            if not pending.reader.done:
+                return pending
+        return None
+
+    def _response(self, packet: Packet) -> None:
+        head = self._head()
+        if head is None:
+            last = self._last_finished
+            if last is not None and last.command == 0x16 and packet.payload[:1] == b"\xfe" and packet.length <= 5:
+                last.resp_last = packet  # the optional EOF of a PREPARE that was closed early; nothing lost
+                return
+            raise WireError(f"server packet (sequence id {packet.seq}) with no request pending")
+        if packet.seq != head.next_seq:
+            later = [p for p in self._pending if p is not head and not p.reader.done]
+            if head.resp_first is not None and later and packet.seq == later[0].next_seq:
+                head.problems.append("incomplete")  # the rest of head's response was never captured
+                self._finish(head)
+                head = later[0]
+            else:
+                head.problems.append("sequence") if "sequence" not in head.problems else None
+        if head.resp_first is None:
+            head.resp_first = packet
+        head.resp_last = packet
+        head.bytes_resp += packet.wire_bytes
+        head.next_seq = (packet.last_seq + 1) & 0xFF
+        if packet.cut and packet.payload[:1] in (b"\x00", b"\xff", b"\xfe") and packet.length < (1 << 16):
+            head.problems.append("truncated")
+        reader = head.reader
+        done = reader.packet(packet.payload, packet.length)
+        if reader.deprecate_eof is not None and self.deprecate_eof is None:
+            self.deprecate_eof = reader.deprecate_eof
+        if done:
+            self._finish(head)
+
+    def _finish(self, pending: _Pending, ok: bool = False, error: bytes | None = None) -> None:
+        try:
+            self._pending.remove(pending)
+        except ValueError:
+            return
+        summary = pending.reader.summary
+        result = summary.result
+        err = summary.error
+        if error is not None:
+            try:
+                err = parse_err(error)
+            except _DECODE_ERRORS:
+                err = None
+            result = "error"
+        elif ok:
+            result = "ok"
+        if pending.reader.kind == NONE and error is None and not ok:
+            result = "none"
+        elif not pending.reader.done and error is None and not ok:
+            result = None
+        if pending.command == 0x16 and summary.prepare_ok is not None:
+            prep = summary.prepare_ok
+            self._statements[prep.stmt_id] = _Statement(pending.sql, prep.num_params)
+            self._last_prepared = prep.stmt_id
+            pending.stmt_id = prep.stmt_id
+        problems = pending.problems + summary.problems
+        if self.counters.midstream and self._count == 0:
+            problems.append("midstream")
+        if pending.sql_cut:
+            problems.append("sql-cut")
+        first, last = pending.first, pending.last or pending.first
+        rf, rl = pending.resp_first, pending.resp_last
+        self._finished.append(
+            Exchange(
+                seq=self._count,
+                command=pending.name,
+                sql=pending.sql,
+                sql_cut=pending.sql_cut,
+                stmt_id=pending.stmt_id,
+                params=pending.params,
+                req_first_ts=first.first_ts,
+                req_last_ts=last.last_ts,
+                resp_first_ts=rf.first_ts if rf else None,
+                resp_last_ts=rl.last_ts if rl else None,
+                req_first_frame=first.first_frame,
+                req_last_frame=last.last_frame,
+                resp_first_frame=rf.first_frame if rf else None,
+                resp_last_frame=rl.last_frame if rl else None,
+                req_offset=first.first_offset,
+                resp_offset=rf.first_offset if rf else None,
+                resp_end_offset=rl.end_offset if rl else None,
+                result=result,
+                error_code=err.code if err else None,
+                error_state=err.sql_state if err else None,
+                error_message=err.message if err else None,
+                rows=summary.rows,
+                affected_rows=summary.affected_rows,
+                warnings=summary.warnings,
+                result_sets=summary.result_sets,
+                bytes_req=pending.bytes_req,
+                bytes_resp=pending.bytes_resp,
+                status_flags=summary.status_flags,
+                problems=tuple(dict.fromkeys(problems)),
+            )
+        )
+        self._count += 1
+        self._last_finished = pending

@@ -1,0 +1,98 @@
+"""Every table column, declared once: name, dtype, meaning. The docs print these declarations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TS = "datetime64[ns, UTC]"
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    dtype: str  # pandas dtype
+    meaning: str
+
+
+EXCHANGE_COLUMNS: tuple[Column, ...] = (
+    Column("capture", "string", "capture file the exchange was read from"),
+    Column("conn_index", "int64", "ordinal of the TCP connection in the capture (groups exchanges when conn_id is unknown)"),
+    Column("conn_id", "Int64", "MySQL connection id (thread id) from the server greeting; null when the capture began mid-connection"),
+    Column("client", "string", "client endpoint ip:port"),
+    Column("server", "string", "server endpoint ip:port"),
+    Column("seq", "int64", "ordinal of the exchange in its connection, from 0"),
+    Column("command", "string", "COM_QUERY, COM_STMT_EXECUTE, ...; CONNECT for the login; COM_0xNN when unknown"),
+    Column("sql", "string", "statement text (prepared text for COM_STMT_*; USE `db` for COM_INIT_DB); null when none"),
+    Column("stmt_id", "Int64", "prepared statement id (COM_STMT_*)"),
+    Column("params", "string", "COM_STMT_EXECUTE parameters as SQL literals, comma-separated; null when undecodable"),
+    Column("fingerprint", "string", "pt-fingerprint of sql (administrator command: X for commands without SQL)"),
+    Column("query_id", "string", "pt-query-digest Query ID of the fingerprint"),
+    Column("req_first_ts", TS, "capture time of the request's first byte"),
+    Column("req_last_ts", TS, "capture time of the request's last byte (including LOCAL INFILE data and auth continuations)"),
+    Column("resp_first_ts", TS, "capture time of the response's first byte; null when no response was seen"),
+    Column("resp_last_ts", TS, "capture time of the response's last byte"),
+    Column("req_first_frame", "int64", "frame number carrying the request's first byte"),
+    Column("req_last_frame", "int64", "frame number carrying the request's last byte"),
+    Column("resp_first_frame", "Int64", "frame number carrying the response's first byte"),
+    Column("resp_last_frame", "Int64", "frame number carrying the response's last byte"),
+    Column("response_s", "float64", "resp_last_ts - req_first_ts, seconds"),
+    Column("ttfb_s", "float64", "resp_first_ts - req_last_ts, seconds (server think time before the first byte)"),
+    Column("result", "string", "ok | error | resultset | none (no response expected); null when the response was not (fully) seen"),
+    Column("error_code", "Int64", "ERR packet code"),
+    Column("error_state", "string", "ERR packet SQL state"),
+    Column("error_message", "string", "ERR packet message"),
+    Column("rows", "int64", "rows in the result set(s)"),
+    Column("affected_rows", "int64", "affected rows from the final OK packet(s)"),
+    Column("warnings", "int64", "warning count from OK/EOF packets"),
+    Column("result_sets", "int64", "number of result sets (several with SERVER_MORE_RESULTS_EXISTS)"),
+    Column("bytes_req", "int64", "request bytes on the wire (MySQL headers included)"),
+    Column("bytes_resp", "int64", "response bytes on the wire (MySQL headers included)"),
+    Column("status_flags", "Int64", "server status flags of the final OK/EOF packet"),
+    Column("server_flag_slow", "boolean", "SERVER_QUERY_WAS_SLOW (0x0800) set in the final status flags"),
+    Column("tls", "boolean", "the connection switched to TLS (its exchanges after the switch cannot be read)"),
+    Column("compressed", "string", "zlib | zstd when the compressed protocol was in use"),
+    Column("user", "string", "user name from the login packet"),
+    Column("db", "string", "database from the login packet"),
+    Column("req_tcp_seq", "int64", "TCP sequence number of the request's first byte (matches the same bytes at another capture point)"),
+    Column("resp_tcp_seq", "Int64", "TCP sequence number of the response's first byte"),
+    Column("resp_tcp_end", "Int64", "TCP sequence number just past the response's last byte"),
+    Column("problems", "string", "comma-separated: midstream, gap, unanswered, incomplete, truncated, sql-cut, sequence, violation, unknown-statement, params-undecoded, query-attributes"),
+)
+
+CONNECTION_COLUMNS: tuple[Column, ...] = (
+    Column("capture", "string", "capture file"),
+    Column("conn_index", "int64", "ordinal of the TCP connection in the capture"),
+    Column("conn_id", "Int64", "MySQL connection id from the greeting"),
+    Column("client", "string", "client endpoint ip:port"),
+    Column("server", "string", "server endpoint ip:port"),
+    Column("server_version", "string", "version string from the greeting"),
+    Column("auth_plugin", "string", "authentication plugin offered in the greeting"),
+    Column("user", "string", "user name from the login packet"),
+    Column("db", "string", "database from the login packet"),
+    Column("scramble", "string", "hex of the greeting's 20-byte challenge: identical at every capture point of the connection"),
+    Column("syn_ts", TS, "capture time of the client's SYN; null when not captured"),
+    Column("greeting_ts", TS, "capture time of the server greeting"),
+    Column("login_ok_ts", TS, "capture time of the OK that ended authentication"),
+    Column("handshake_s", "float64", "login_ok_ts - (syn_ts or greeting_ts): connection set-up latency, seconds"),
+    Column("first_ts", TS, "first frame of the connection"),
+    Column("last_ts", TS, "last frame of the connection"),
+    Column("frames", "int64", "frames of this connection"),
+    Column("exchanges", "int64", "exchanges read"),
+    Column("midstream", "boolean", "the capture began after the connection's handshake"),
+    Column("tls", "boolean", "the connection switched to TLS"),
+    Column("compressed", "string", "zlib | zstd when the compressed protocol was in use"),
+    Column("closed", "boolean", "FIN from both sides or RST seen"),
+    Column("gaps", "int64", "holes in the byte stream (bytes never captured)"),
+    Column("gap_bytes", "int64", "bytes never captured, both directions"),
+    Column("retransmitted_bytes", "int64", "duplicate bytes dropped by reassembly"),
+    Column("unparsed_bytes", "int64", "bytes skipped while resynchronising (mid-stream start, after a gap or a violation)"),
+    Column("tls_bytes", "int64", "bytes after the switch to TLS"),
+    Column("violations", "int64", "protocol violations (packets that do not fit the state machine)"),
+    Column("violation_notes", "string", "the first few violations, for the curious"),
+)
+
+
+def markdown_table(columns: tuple[Column, ...]) -> str:
+    lines = ["| column | dtype | meaning |", "|---|---|---|"]
+    lines += [f"| `{c.name}` | {c.dtype} | {c.meaning} |" for c in columns]
+    return "\n".join(lines)

@@ -1,0 +1,196 @@
+"""TCP reassembly, sans-IO: segments in, in-order byte chunks and gaps out, per direction.
+
+Each `Chunk` carries the capture timestamp and frame of the segment that first carried its bytes, and its stream
+offset (bytes since the start of the direction), so the protocol layer can time every packet to the first moment
+its bytes were seen. Retransmissions and overlaps are dropped (first copy wins); out-of-order segments wait for the
+hole before them to fill. A hole becomes a `Gap` (bytes never captured) when the peer acknowledges data beyond it,
+when too much data waits behind it, or when the connection ends.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+SEQ_MOD = 1 << 32
+HALF = 1 << 31
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    offset: int
+    data: bytes
+    ts_ns: int
+    frame: int
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    offset: int
+    length: int
+    ts_ns: int  # when the gap was declared
+
+
+@dataclass
+class StreamStats:
+    segments: int = 0
+    bytes_delivered: int = 0
+    retransmitted_bytes: int = 0  # exact or overlapping copies of bytes already seen
+    out_of_order_segments: int = 0
+    gaps: int = 0
+    gap_bytes: int = 0
+    discontinuities: int = 0  # sequence jumps no window explains
+
+
+class HalfStream:
+    """One direction of a TCP connection."""
+
+    WINDOW_AHEAD = 1 << 30  # the largest TCP window (scale 14)
+    WINDOW_BEHIND = 64 << 20  # retransmissions older than this are not plausible
+
+    def __init__(self, max_buffered: int = 4 << 20):
+        self.base: int | None = None  # raw sequence number of stream offset 0
+        self.next = 0  # next expected stream offset
+        self.max_buffered = max_buffered
+        self.stats = StreamStats()
+        self.syn_seen = False
+        self.fin_offset: int | None = None
+        self._holes_starts: list[int] = []  # sorted offsets of buffered out-of-order segments
+        self._held: dict[int, Chunk] = {}
+        self._held_bytes = 0
+
+    def raw_seq(self, offset: int) -> int:
+        """The TCP sequence number of the byte at a stream offset (for matching across capture points)."""
+        return ((self.base or 0) + offset) % SEQ_MOD
+
+    def _offset(self, seq: int) -> int:
+        delta = (seq - self.base - self.next + HALF) % SEQ_MOD - HALF
+        return self.next + delta
+
+    def syn(self, seq: int) -> None:
+        if self.base is None or (self.next == 0 and not self._held):
+            self.base = (seq + 1) % SEQ_MOD
+            self.syn_seen = True
+
+    def segment(self, seq: int, payload: bytes, ts_ns: int, frame: int, fin: bool = False) -> list:
+        """Add a segment; return the chunks (and gaps) that became deliverable, in order."""
+        if self.base is None:
+            self.base = seq
+        offset = self._offset(seq)
+        if payload and not (self.next - self.WINDOW_BEHIND <= offset <= self.next + self.WINDOW_AHEAD):
+            # A jump no TCP window explains (a capture stitched from two sessions, a sequence-shifting middlebox
+            # restarted): start over at this segment, with a zero-length gap so the protocol layer resynchronises.
+            self.stats.discontinuities += 1
+            out = self.flush(ts_ns) + [Gap(self.next, 0, ts_ns)]
+            self.base = (seq - self.next) % SEQ_MOD
+            return out + self.segment(seq, payload, ts_ns, frame, fin)
+        if fin:
+            self.fin_offset = offset + len(payload)
+        if not payload:
+            return []
+        self.stats.segments += 1
+        end = offset + len(payload)
+        if end <= self.next:
+            self.stats.retransmitted_bytes += len(payload)
+            return []
+        if offset < self.next:
+            self.stats.retransmitted_bytes += self.next - offset
+            payload = payload[self.next - offset :]
+            offset = self.next
+        if offset > self.next:
+            self._hold(Chunk(offset, payload, ts_ns, frame))
+            if self._held_bytes > self.max_buffered:
+                return self._declare_gap(ts_ns)
+            return []
+        out = [Chunk(offset, payload, ts_ns, frame)]
+        self.next = end
+        self.stats.bytes_delivered += len(payload)
+        out += self._drain()
+        return out
+
+    def ack(self, ack: int, ts_ns: int) -> list:
+        """The peer acknowledged up to `ack`: a hole below it was received by the peer, so the capture lost it."""
+        if self.base is None or not self._held:
+            return []
+        if self._offset(ack) > self.next:
+            return self._declare_gap(ts_ns, upto=self._offset(ack))
+        return []
+
+    def flush(self, ts_ns: int) -> list:
+        """The connection or the capture ended: every hole is final."""
+        out = []
+        while self._held:
+            out += self._declare_gap(ts_ns)
+        return out
+
+    def cut_by_snaplen(self, seq: int, captured: int, missing: int, ts_ns: int) -> list:
+        """The segment at `seq` had `missing` more bytes on the wire than were captured: if it was just delivered
+        in order, those bytes are a gap now (rather than a hole waiting for an ACK)."""
+        if self.base is None or self._offset(seq) + captured != self.next:
+            return []
+        gap = Gap(self.next, missing, ts_ns)
+        self.stats.gaps += 1
+        self.stats.gap_bytes += missing
+        self.next += missing
+        return [gap] + self._drain()
+
+    @property
+    def buffered(self) -> int:
+        return self._held_bytes
+
+    def _hold(self, chunk: Chunk) -> None:
+        previous = self._held.get(chunk.offset)
+        if previous is not None:
+            if len(previous.data) >= len(chunk.data):
+                self.stats.retransmitted_bytes += len(chunk.data)
+                return
+            self._held_bytes -= len(previous.data)
+        else:
+            bisect.insort(self._holes_starts, chunk.offset)
+        self.stats.out_of_order_segments += 1
+        self._held[chunk.offset] = chunk
+        self._held_bytes += len(chunk.data)
+
+    def _drain(self) -> list:
+        out = []
+        while self._holes_starts and self._holes_starts[0] <= self.next:
+            start = self._holes_starts.pop(0)
+            chunk = self._held.pop(start)
+            self._held_bytes -= len(chunk.data)
+            end = start + len(chunk.data)
+            if end <= self.next:
+                self.stats.retransmitted_bytes += len(chunk.data)
+                continue
+            if start < self.next:
+                self.stats.retransmitted_bytes += self.next - start
+                chunk = Chunk(self.next, chunk.data[self.next - start :], chunk.ts_ns, chunk.frame)
+            out.append(chunk)
+            self.next = end
+            self.stats.bytes_delivered += len(chunk.data)
+        return out
+
+    def _declare_gap(self, ts_ns: int, upto: int | None = None) -> list:
+        first_held = self._holes_starts[0] if self._holes_starts else None
+        target = first_held if upto is None or (first_held is not None and first_held < upto) else upto
+        if target is None or target <= self.next:
+            return self._drain()
+        gap = Gap(self.next, target - self.next, ts_ns)
+        self.stats.gaps += 1
+        self.stats.gap_bytes += gap.length
+        self.next = target
+        return [gap] + self._drain()
+
+
+@dataclass
+class TcpConnection:
+    """Both directions of one connection, keyed by the client (initiator) and server endpoints."""
+
+    client: tuple[str, int]
+    server: tuple[str, int]
+    to_server: HalfStream = field(default_factory=HalfStream)
+    to_client: HalfStream = field(default_factory=HalfStream)
+    syn_ts: int | None = None
+    first_ts: int | None = None
+    last_ts: int | None = None
+    fin_or_rst: bool = False
+    frames: int = 0
