@@ -101,6 +101,8 @@ class Connection:
 
 def connect(truth: Truth, label: str, args, kind: str = "pymysql", note: str = "", **options) -> Connection:
     host = options.pop("host_override", args.host)
+    if kind != "raw" and "ssl" not in options:
+        options["ssl_disabled"] = True  # both drivers prefer TLS when the server offers it (features does)
     if kind == "pymysql":
         import pymysql
 
