@@ -66,6 +66,7 @@ class PtOracle:
     def close(self) -> None:
         self._proc.stdin.close()
         self._proc.wait(timeout=30)
+        self._proc.stdout.close()
 
 
 @pytest.fixture(scope="module")
@@ -286,6 +287,12 @@ HAND_PICKED: list[str] = [
     "SELECT 1\u2028FROM t\x85",
     "SELECT * FROM T WHERE A = 5",
     "SELECT İ, K, ß FROM Tİ",
+    # Unicode case folding would let these match keywords; Perl on bytes and re.ASCII do not.
+    "select * from t where a ın (1,2) and b İN (3)",
+    "select * from t lımıt 5",
+    "select 1 unıon select 1",
+    "ınsert ınto t values (1),(2)",
+    "SELECT \x1c1\x1d2\x1e3\x1f",
     "",
     " ",
     "\n",
@@ -447,6 +454,7 @@ _KEYWORDS = [
     "LIMIT", "offset", "null", "NULL", "true", "FALSE", "call", "CALL", "use", "USE", "insert into",
     "INSERT IGNORE INTO", "replace into", "on duplicate key update", "set", "join", "administrator command: ",
     "SELECT /*!40001 SQL_NO_CACHE */ * FROM `", "ascii", "aſc", "ſelect", "K", "İ",
+    "ı", "ın", "lımıt", "\u212a", "\x1c",
 ]
 _IDENTIFIERS = ["t", "t1", "db.t2", "`tbl`", "`a b`", "foo_1", "123foo", "col", "x", "b", "e", "xb", "id",
                 f"db.{MD5}_x", f"t_{MD5}", "Ünï", "ß"]
@@ -530,6 +538,26 @@ def test_query_id_matches_pt_query_digest_report(tmp_path):
     assert query_id(fingerprint(SLOW_LOG_QUERIES[1])) not in reported_ids
 
 
+PROJECT_SLOW_LOGS = sorted((Path(__file__).parent / "data" / "slowlog").glob("*.log"))
+
+
+@needs_pt_query_digest
+@pytest.mark.skipif(not PROJECT_SLOW_LOGS, reason="no slow log fixtures in tests/data/slowlog")
+@pytest.mark.parametrize("log", PROJECT_SLOW_LOGS, ids=lambda p: p.name)
+def test_every_class_of_a_recorded_slow_log(log):
+    # The slow logs recorded for the slow log parser: every class pt-query-digest forms must carry the
+    # fingerprint and Query ID we compute from its example statement.
+    out = subprocess.run([PT_QUERY_DIGEST, "--output", "json", "--limit", "100%:10000", str(log)],
+                         capture_output=True, check=True).stdout
+    classes = json.loads(out)["classes"]
+    assert classes
+    for c in classes:
+        example = c["example"]["query"]
+        assert (digest_fingerprint(example), query_id(digest_fingerprint(example))) == (
+            c["fingerprint"], "0x" + c["checksum"]
+        )
+
+
 def test_query_id_format():
     # Observed in a pt-query-digest 3.2.1 report of "SELECT 1;": "ID 0x1FE1379FE2A31B8D16219655761820A2".
     assert query_id(fingerprint("SELECT 1")) == "0x1FE1379FE2A31B8D16219655761820A2"
@@ -555,13 +583,10 @@ def _corpus_report_blocks() -> list[tuple[str, str]]:
 
 @pytest.mark.skipif(not CORPUS_REPORTS.is_dir(), reason="../shared/corpus is not checked out beside the repo")
 def test_query_ids_in_percona_toolkit_expected_reports():
-    # The example under each query is printed with a trailing "\G"; statements shown "Converted for EXPLAIN"
-    # are the SELECT form, so only blocks whose single example statement is printed are checked.
-    checked = 0
-    for qid, example in _corpus_report_blocks():
-        statements = [s for s in example.split("\\G") if s.strip()]
-        if len(statements) != 1 or "Converted for EXPLAIN" in example:
-            continue
-        assert query_id(digest_fingerprint(statements[0].strip())) == qid, example
-        checked += 1
-    assert checked >= 5
+    # Each block prints its example statement first, ending in "\G"; for PREPARE/EXECUTE a converted SELECT
+    # follows "# Converted for EXPLAIN". The statement a class is named by is the first one.
+    blocks = _corpus_report_blocks()
+    assert len(blocks) >= 20
+    for qid, example in blocks:
+        statement = example.split("\\G")[0].strip()
+        assert query_id(digest_fingerprint(statement)) == qid, example
