@@ -294,8 +294,10 @@ class SlowLogParser:
             return
         # in a statement: a header-like line may start the next entry, or be part of the SQL
         if self._starts_entry(line):
-            # no statement line yet means the last line was a prefix line ('SET timestamp=...;'), also ';'-ended
-            after_semicolon = not draft.sql or draft.sql[-1].endswith(";") or draft.admin is not None
+            # no statement line yet means the last line was a prefix line ('SET timestamp=...;'), also ';'-ended;
+            # blank lines after a statement's ';' are not part of it (the server strips trailing blanks)
+            last = next((text for text in reversed(draft.sql) if text.strip()), None)
+            after_semicolon = last is None or last.endswith(";") or draft.admin is not None
             if after_semicolon or not _QUERY_TIME.match(line):
                 self._pending = [(lineno, line)]
                 self._pending_after_semicolon = after_semicolon
@@ -404,6 +406,13 @@ class SlowLogParser:
 
     def _statement_line(self, draft: _Draft, line: str) -> None:
         draft.nlines += 1
+        if draft.admin is not None:  # nothing follows an administrator command in a well-formed entry
+            if line.strip():
+                self.stats.unparsed_lines += 1
+            return
+        if not draft.sql and (m := _ADMIN.match(line)):  # after the prefix lines (MySQL, Percona)
+            draft.admin = m["cmd"]
+            return
         if not draft.prefix_done:
             if draft.use_db is None and draft.timestamp_s is None and (m := _USE.match(line)):
                 draft.use_db = _unquote_db(m["db"])
@@ -426,12 +435,12 @@ class SlowLogParser:
             self.stats.warn(f"line {draft.line}: entry without '# Query_time:' dropped ({draft.nlines} lines)")
             return
         sql_lines = list(draft.sql)
+        while sql_lines and not sql_lines[-1].strip():
+            sql_lines.pop()  # the server strips trailing blanks from statements: these are not part of one
         if draft.admin is None and sql_lines and sql_lines[-1].endswith(";"):
             sql_lines[-1] = sql_lines[-1][:-1]
         elif draft.admin is None:
             cut = True
-        while sql_lines and not sql_lines[-1].strip() and cut:
-            sql_lines.pop()  # blank lines at a cut are not part of any statement
         if cut:
             self.stats.cut_entries += 1
             where = "the end of the log" if at_eof else "a server header or the next entry"
