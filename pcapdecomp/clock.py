@@ -130,6 +130,7 @@ class ClockModel:
         return out if out.ndim else int(out)
 
     def segment_at(self, app_ns: int) -> ClockSegment | None:
+        """The segment whose line applies at app-clock time app_ns (the first/last one outside the capture)."""
         if not self.segments:
             return None
         return self.segments[int(self._segment_index_app(np.asarray(app_ns, dtype=np.int64)))]
@@ -393,6 +394,10 @@ class _Estimator:
     def budget(self, n: int) -> int:
         return min(self.max_excluded, int(self.max_excluded_fraction * n))
 
+    def counts(self, lo: int, hi: int) -> tuple[int, int]:
+        f, r = self.pts.slices(lo, hi)
+        return f.stop - f.start, r.stop - r.start
+
     def piece(self, lo: int, hi: int) -> _Piece:
         p = self.pts
         f, r = p.slices(lo, hi)
@@ -543,6 +548,13 @@ def estimate_clock(
     for left, right in zip(kept, kept[1:]):
         bounds.append(max(bounds[-1] + 1, est.boundary(left, right, bounds[-1])))
     bounds.append(hi)
+    # A boundary search can leave a sliver with too few points to fit; give it to its neighbour.
+    for b in list(bounds[1:-1]):
+        i = bounds.index(b)
+        if not all(n >= min_points for n in est.counts(bounds[i - 1], b)) or not all(
+            n >= min_points for n in est.counts(b, bounds[i + 1])
+        ):
+            bounds.remove(b)
     segments = tuple(_segment(est, a, b) for a, b in zip(bounds, bounds[1:]))
     quality = "two-sided" if all(s.two_sided for s in segments) else "one-sided"
     return ClockModel(segments, quality)

@@ -291,3 +291,29 @@ def test_a_million_points_fit_fast():
     assert abs(seg.skew_ppm - 17.0) <= 0.2
     _check_segment_accuracy(model, truth, seg.start_ns, seg.end_ns - 1, 80 * US)
     assert elapsed < 1.0  # CPU time, so a busy shared machine does not make it flaky
+
+
+def test_two_steps_give_three_segments():
+    truth = Truth(-80 * MS, 8.0, step_at_ns=T0 + 15 * S, step_ns=3 * MS)
+    cap = make_capture(truth, seed=21, n=6000, duration_s=45)
+    # a second step back by 7 ms at 30 s, applied to the DB timestamps after it
+    late_f = cap.fwd_db >= T0 + 30 * S + truth.theta0_ns
+    late_r = cap.rev_send_app >= T0 + 30 * S
+    fwd_db, rev_db = cap.fwd_db - np.where(late_f, 7 * MS, 0), cap.rev_db - np.where(late_r, 7 * MS, 0)
+    model = estimate_clock(cap.fwd_app, fwd_db, rev_db, cap.rev_app)
+    starts = [s.start_ns - T0 for s in model.segments]
+    assert len(starts) == 3
+    assert abs(starts[1] - 15 * S) < 50 * MS and abs(starts[2] - 30 * S) < 50 * MS
+    expected = [0.0, 3 * MS, -4 * MS]  # step on top of θ0 + ω·t in each segment
+    for seg, extra in zip(model.segments, expected):
+        mid = (seg.start_ns + seg.end_ns) // 2
+        assert abs(float(model.offset_at(mid)) - (float(Truth(truth.theta0_ns, 8.0).theta(mid)) + extra)) < 80 * US
+        assert abs(seg.skew_ppm - 8.0) <= 1.0
+
+
+def test_points_at_one_instant_leave_the_skew_open():
+    at = np.full(100, T0 + 5 * S, dtype=np.int64)
+    model = estimate_clock(at, at + 5 * MS, at + 3 * MS, at)
+    (seg,) = model.segments
+    assert (seg.lower_ns, seg.upper_ns, seg.offset_ns) == (3 * MS, 5 * MS, 4 * MS)
+    assert seg.skew_ppm == 0.0 and (seg.skew_lower_ppm, seg.skew_upper_ppm) == (-500.0, 500.0)
