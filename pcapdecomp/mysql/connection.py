@@ -83,6 +83,7 @@ class _Statement:
     sql: str | None
     num_params: int | None
     types: list[int] | None = None
+    long_data: dict[int, int] = field(default_factory=dict)  # parameter -> bytes sent since the last execute
 
 
 @dataclass
@@ -400,8 +401,11 @@ class MySQLConnection:
                 pending.sql = statement.sql
             if code == 0x17:
                 self._decode_params(pending, payload, statement, cut)
-            elif code == 0x18 and statement is not None and len(payload) >= 7:
-                pending.params = f"long data for parameter {int.from_bytes(payload[5:7], 'little')}"
+            elif code == 0x18 and len(payload) >= 7:
+                param = int.from_bytes(payload[5:7], "little")
+                pending.params = f"long data for parameter {param}: {packet.length - 7} bytes"
+                if statement is not None:
+                    statement.long_data[param] = statement.long_data.get(param, 0) + packet.length - 7
             elif code == 0x19:
                 self._statements.pop(stmt_id, None)
         elif code == 0x11:
@@ -411,12 +415,14 @@ class MySQLConnection:
         num = statement.num_params if statement else None
         prior = statement.types if statement else None
         try:
-            params, types, flags = decode_execute(payload[1:], num, prior, bool(self.query_attributes))
+            long_data = statement.long_data if statement else None
+            params, types, flags = decode_execute(payload[1:], num, prior, bool(self.query_attributes), long_data)
         except _DECODE_ERRORS:
             pending.problems.append("params-undecoded" if not cut else "truncated")
             return
         if statement is not None:
             statement.types = types
+            statement.long_data = {}
         pending.params = params
 
     def _request_continues(self, packet: Packet) -> None:

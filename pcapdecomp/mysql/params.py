@@ -64,18 +64,24 @@ def decode_value(buf: bytes, pos: int, type_code: int) -> tuple[str, int]:
 
 
 def decode_execute(
-    payload: bytes, num_params: int | None, prior_types: list[int] | None, query_attributes: bool
+    payload: bytes,
+    num_params: int | None,
+    prior_types: list[int] | None,
+    query_attributes: bool,
+    long_data: dict[int, int] | None = None,
 ) -> tuple[str | None, list[int] | None, int]:
-    """Parse COM_STMT_EXECUTE after the command byte's 9 header bytes.
+    """Parse COM_STMT_EXECUTE after the command byte: statement id (4), flags (1), iteration count (4), then
+    the NULL bitmap, the new-params-bound flag, the types and the values.
 
     Returns (params as comma-separated SQL literals or None, the parameter types in force, flags).
     `num_params` comes from the statement's PREPARE response; None when the prepare was not captured, in which
-    case the values cannot be delimited and params stays None.
+    case the values cannot be delimited and params stays None. `long_data` maps parameter index -> bytes sent
+    with COM_STMT_SEND_LONG_DATA: those values are not in the packet.
     """
-    if len(payload) < 10:
+    if len(payload) < 9:
         raise WireError("short COM_STMT_EXECUTE")
-    flags = payload[5]
-    pos = 10
+    flags = payload[4]
+    pos = 9
     if query_attributes and flags & 0x08:  # PARAMETER_COUNT_AVAILABLE
         count, pos = read_lenenc_int(payload, pos)
         num_params = count
@@ -104,6 +110,9 @@ def decode_execute(
     for i, type_code in enumerate(types):
         if nulls[i // 8] >> (i % 8) & 1:
             values.append("NULL")
+            continue
+        if long_data and i in long_data:
+            values.append(f"<long data: {long_data[i]} bytes>")
             continue
         value, pos = decode_value(payload, pos, type_code)
         values.append(value)

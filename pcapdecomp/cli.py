@@ -1,0 +1,158 @@
+"""Command line: thin commands over pipeline.py. The only place that turns errors into messages and exit codes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .errors import PcapdecompError
+from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Where did this query's time go? Read MySQL/MariaDB traffic from tcpdump captures.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+lab_app = typer.Typer(no_args_is_help=True, help="Record real MariaDB thread-pool incidents on two test hosts.")
+app.add_typer(lab_app, name="lab")
+out_console = Console()
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"pcapdecomp {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    pass
+
+
+@app.command()
+def exchanges(
+    capture: Path = typer.Argument(..., help="pcap or pcapng capture, optionally gzip-compressed."),
+    server: list[str] = typer.Option(
+        [], "--server", "-s", help="MySQL server endpoint HOST:PORT (repeatable). Default: found by content."
+    ),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the exchanges table to FILE.parquet or FILE.csv."),
+    connections_out: Optional[Path] = typer.Option(
+        None, "--connections", help="Also write the connections table to FILE.parquet or FILE.csv."
+    ),
+    max_sql_bytes: int = typer.Option(1 << 20, "--max-sql-bytes", min=16, help="Keep at most this many bytes of each statement (longer ones are marked sql-cut)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no summary."),
+) -> None:
+    """Parse CAPTURE into one row per MySQL request/response exchange and print a summary."""
+    from .pipeline import read_exchanges, warn, write_table
+
+    result = read_exchanges(capture, server, quiet, max_sql_bytes)
+    quality = result.quality()
+    if quality["damaged"]:
+        warn(f"{capture}: {quality['damaged']}; analysed the {quality['frames']} frames before it")
+    if out is not None:
+        write_table(result.exchanges, out)
+    if connections_out is not None:
+        write_table(result.connections, connections_out)
+    if not quiet:
+        _print_summary(result, quality)
+    if quality["exchanges"] == 0 and quality["mysql_connections"] == 0:
+        warn(f"{capture}: no MySQL traffic found ({quality['frames']} frames read)")
+
+
+def _print_summary(result, quality: dict) -> None:
+    ex = result.exchanges
+    out_console.print(
+        f"[bold]{result.capture}[/]: {quality['frames']} frames, {quality['mysql_connections']} MySQL connections "
+        f"({quality['midstream_connections']} mid-stream, {quality['tls_connections']} TLS), "
+        f"{quality['exchanges']} exchanges"
+    )
+    if len(ex):
+        table = Table("command", "count", "errors", "p50 ms", "max ms", box=None)
+        for command, group in ex.groupby("command", sort=True):
+            resp = group["response_s"].dropna() * 1000
+            table.add_row(
+                command,
+                str(len(group)),
+                str(int((group["result"] == "error").sum())),
+                f"{resp.median():.3f}" if len(resp) else "-",
+                f"{resp.max():.3f}" if len(resp) else "-",
+            )
+        out_console.print(table)
+        errors = ex["error_code"].dropna().astype(int).value_counts()
+        if len(errors):
+            out_console.print("errors: " + ", ".join(f"{code}×{n}" for code, n in errors.items()))
+        problems = ex["problems"].str.split(",").explode()
+        problems = problems[problems.astype(bool)].value_counts()
+        if len(problems):
+            out_console.print("problems: " + ", ".join(f"{name}×{n}" for name, n in problems.items()))
+    quality_bits = [
+        f"{k}={quality[k]}"
+        for k in ("frames_truncated", "frames_ip_fragment", "frames_undecodable", "gaps", "gap_bytes", "unparsed_bytes", "tls_bytes", "violations", "if_drops")
+        if quality.get(k)
+    ]
+    if quality_bits:
+        out_console.print("capture quality: " + ", ".join(quality_bits))
+
+
+@app.command()
+def columns(
+    table: str = typer.Argument("exchanges", help="exchanges or connections"),
+) -> None:
+    """Print a table's columns: name, dtype and meaning (as in the docs)."""
+    from .schema import markdown_table
+
+    chosen = {"exchanges": EXCHANGE_COLUMNS, "connections": CONNECTION_COLUMNS}.get(table)
+    if chosen is None:
+        from .errors import UsageError
+
+        raise UsageError(f"unknown table {table!r}: choose exchanges or connections")
+    print(markdown_table(chosen))
+
+
+@lab_app.command("record")
+def lab_record(
+    scenario: str = typer.Argument(..., help="Scenario name (see captures/lab/README.md)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Capture-set folder to write (default captures/<scenario>)."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="Override the scenario's duration, seconds."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed for the workload."),
+) -> None:
+    """Record SCENARIO from a private MariaDB in two network namespaces (needs root)."""
+    from .lab import run_lab
+
+    run_lab(scenario, out, duration, seed)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except PcapdecompError as exc:
+        print(f"pcapdecomp: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("pcapdecomp: aborted", file=sys.stderr)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        print("pcapdecomp: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Runs the stages in order. The CLI calls these; they raise PcapdecompError subclasses for user mistakes."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import InputError, UsageError
+from .exchanges import Extraction, extract
+from .flows import Endpoint
+
+
+def parse_server(text: str) -> Endpoint:
+    """'10.0.0.5:3306' or '[fd00::5]:3306' -> (ip, port)."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--server must be HOST:PORT with a numeric port, got {text!r}")
+    try:
+        ip = str(ipaddress.ip_address(host))
+    except ValueError:
+        raise UsageError(f"--server host must be an IP address, got {host!r}") from None
+    return ip, int(port)
+
+
+def check_input(path: Path) -> None:
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, expected a capture file")
+    if path.stat().st_size == 0:
+        raise InputError(f"{path}: empty file")
+
+
+@contextmanager
+def progress_bar(quiet: bool, label: str) -> Iterator:
+    """A rich progress bar on stderr (bytes, rate, ETA); a no-op callback when quiet or stderr is not a tty."""
+    if quiet:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def read_exchanges(capture: Path, servers: list[str], quiet: bool, max_sql_bytes: int = 1 << 20) -> Extraction:
+    check_input(capture)
+    endpoints = {parse_server(s) for s in servers}
+    with progress_bar(quiet, capture.name) as update:
+        return extract(capture, servers=endpoints or None, max_sql_bytes=max_sql_bytes, progress=update)
+
+
+def write_table(df: pd.DataFrame, out: Path) -> None:
+    """Write .parquet or .csv atomically: a failed run leaves no partial file behind."""
+    suffix = out.suffix.lower()
+    if suffix not in (".parquet", ".csv"):
+        raise UsageError(f"--out must end in .parquet or .csv, got {out}")
+    if out.parent and not out.parent.exists():
+        raise InputError(f"{out.parent}: output folder does not exist")
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        if suffix == ".parquet":
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_csv(tmp, index=False)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Install everything pcapdecomp's tests and lab need on Debian/Ubuntu (run as root), then the package itself.
+# Debian packages: MariaDB server (the lab's private server), tcpdump (the lab's captures), tshark and
+# percona-toolkit (reference tools the tests cross-check against), iproute2 (network namespaces), openssl (lab TLS
+# certificate), libmariadb-dev (MariaDB Connector/C for the lab's cursor client), chromium (report rendering test).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for pair in mariadbd:mariadb-server mariadb:mariadb-client tcpdump:tcpdump tshark:tshark pt-fingerprint:percona-toolkit \
+            ip:iproute2 openssl:openssl chromium:chromium; do
+  bin=${pair%%:*}; pkg=${pair##*:}
+  command -v "$bin" >/dev/null 2>&1 || [ -x "/usr/sbin/$bin" ] || need+=("$pkg")
+done
+dpkg -s libmariadb-dev >/dev/null 2>&1 || need+=(libmariadb-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "install-deps: missing Debian packages (${need[*]}) and not root: install them, or run as root" >&2
+  else
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+fi
+python3 -m pip install -q --disable-pip-version-check -e ".[test]"
