@@ -264,8 +264,8 @@ class SlowLogParser:
     def close(self) -> list[SlowLogEntry]:
         out: list[SlowLogEntry] = []
         if self._pending:
-            if self._pending_after_semicolon:  # a header block cut by the end of the log
-                self._start_from_pending(out)
+            if self._pending_after_semicolon or any(text.endswith(";") for _, text in self._pending):
+                self._start_from_pending(out)  # a header block cut by the end of the log
             else:
                 self._pending_to_sql()
         self._finish(out, at_eof=True)
@@ -316,14 +316,19 @@ class SlowLogParser:
         self._feed_line(lineno, line, out)
 
     def _start_from_pending(self, out: list[SlowLogEntry]) -> None:
-        """The held-back '#' lines are a real header block: close the current entry and replay them."""
+        """The held-back '#' lines end in a real header block: close the current entry and replay them.
+        Genuine header lines before '# Query_time:' never end in ';', so '#' lines up to the last one that
+        does are SQL comments of the current statement, and the block starts after it."""
         pending, self._pending = self._pending, []
-        draft = self._draft
-        if draft is not None and not self._pending_after_semicolon:
-            self._finish(out, cut=True)
-        else:
-            self._finish(out)
-        for lineno, line in pending:
+        split = max((i + 1 for i, (_, text) in enumerate(pending) if text.endswith(";")), default=0)
+        if split and (split == len(pending) or not self._starts_entry(pending[split][1])):
+            for _, line in pending:  # what follows the last ';' cannot start an entry: all of it is SQL
+                self._statement_line(self._draft, line)
+            return
+        for _, line in pending[:split]:
+            self._statement_line(self._draft, line)
+        self._finish(out, cut=not (self._pending_after_semicolon or split))
+        for lineno, line in pending[split:]:
             self._header_line(lineno, line, out)
 
     def _pending_to_sql(self) -> None:
