@@ -52,8 +52,11 @@ def exchanges(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no summary."),
 ) -> None:
     """Parse CAPTURE into one row per MySQL request/response exchange and print a summary."""
-    from .pipeline import read_exchanges, warn, write_table
+    from .pipeline import check_output, read_exchanges, warn, write_table
 
+    for path in (out, connections_out):
+        if path is not None:
+            check_output(path)
     result = read_exchanges(capture, server, quiet, max_sql_bytes)
     quality = result.quality()
     if quality["damaged"]:

@@ -73,13 +73,20 @@ def read_exchanges(capture: Path, servers: list[str], quiet: bool, max_sql_bytes
         return extract(capture, servers=endpoints or None, max_sql_bytes=max_sql_bytes, progress=update)
 
 
+def check_output(out: Path) -> None:
+    """Refuse a table output path before any work is done."""
+    if out.suffix.lower() not in (".parquet", ".csv"):
+        raise UsageError(f"--out must end in .parquet or .csv, got {out}")
+    if not out.parent.exists():
+        raise InputError(f"{out.parent}: output folder does not exist")
+    if out.is_dir():
+        raise InputError(f"{out}: is a directory, expected a file name")
+
+
 def write_table(df: pd.DataFrame, out: Path) -> None:
     """Write .parquet or .csv atomically: a failed run leaves no partial file behind."""
+    check_output(out)
     suffix = out.suffix.lower()
-    if suffix not in (".parquet", ".csv"):
-        raise UsageError(f"--out must end in .parquet or .csv, got {out}")
-    if out.parent and not out.parent.exists():
-        raise InputError(f"{out.parent}: output folder does not exist")
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
         if suffix == ".parquet":

@@ -1,0 +1,119 @@
+"""The command line as a user runs it: real subprocesses, real captures, exit codes and messages."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pcapdecomp.schema import EXCHANGE_COLUMNS
+
+REPO = Path(__file__).resolve().parents[1]
+GROUP_STALL = REPO / "captures" / "group-stall"
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pcapdecomp.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or REPO,
+        env={**os.environ, "COLUMNS": "200"},
+        timeout=300,
+    )
+
+
+def test_exchanges_writes_parquet_with_the_declared_columns(tmp_path):
+    out = tmp_path / "ex.parquet"
+    proc = run("exchanges", str(GROUP_STALL / "db.pcap"), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    df = pd.read_parquet(out)
+    assert list(df.columns) == [c.name for c in EXCHANGE_COLUMNS]
+    for col in EXCHANGE_COLUMNS:
+        assert str(df[col.name].dtype) == col.dtype, col.name
+    # the summary names the commands and the connection count, and the table agrees with it
+    assert "7 MySQL connections" in proc.stdout
+    queries = int((df["command"] == "COM_QUERY").sum())
+    row = next(line.split() for line in proc.stdout.splitlines() if line.split()[:1] == ["COM_QUERY"])
+    assert row[1] == str(queries)
+
+
+def test_exchanges_csv_and_server_filter(tmp_path):
+    out = tmp_path / "ex.csv"
+    proc = run("exchanges", str(GROUP_STALL / "app.pcap"), "--server", "10.213.77.2:3306", "--out", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""  # --quiet
+    df = pd.read_csv(out)
+    assert len(df) > 300 and set(df["server"]) == {"10.213.77.2:3306"}
+    # a --server that matches nothing: no exchanges, a plain warning, exit 0
+    proc = run("exchanges", str(GROUP_STALL / "app.pcap"), "--server", "10.213.77.2:9999", "-q")
+    assert proc.returncode == 0
+    assert "no MySQL traffic found" in proc.stderr
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+MISTAKES = [
+    ("missing file", lambda t: t / "nope.pcap", "no such file"),
+    ("directory", lambda t: t, "is a directory"),
+    ("empty file", lambda t: _write(t / "empty.pcap", b""), "empty file"),
+    ("text file", lambda t: _write(t / "notes.txt", b"hello, this is not a capture\n" * 20), "not a capture"),
+    ("random bytes", lambda t: _write(t / "rand.pcap", bytes(range(256)) * 40), "not a capture"),
+    ("slow log as capture", lambda t: _write(t / "slow.log", (GROUP_STALL / "slow.log").read_bytes()), "not a capture"),
+]
+
+
+@pytest.mark.parametrize("name,make,message", MISTAKES, ids=[m[0] for m in MISTAKES])
+def test_user_mistakes_give_one_line_and_exit_2(tmp_path, name, make, message):
+    path = make(tmp_path)
+    out = tmp_path / "out.parquet"
+    proc = run("exchanges", str(path), "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and str(path.name) in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+BAD_OPTIONS = [
+    (["--server", "db:3306"], "--server host must be an IP address"),
+    (["--server", "10.0.0.1"], "--server must be HOST:PORT"),
+    (["--out", "x.json"], "--out must end in .parquet or .csv"),
+    (["--out", "/no/such/dir/x.parquet"], "output folder does not exist"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_OPTIONS, ids=[m[1] for m in BAD_OPTIONS])
+def test_bad_options_exit_2_before_reading(args, message):
+    proc = run("exchanges", str(GROUP_STALL / "db.pcap"), *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_every_command_has_help():
+    for args in (["--help"], ["exchanges", "--help"], ["columns", "--help"], ["lab", "record", "--help"]):
+        proc = run(*args)
+        assert proc.returncode == 0, args
+        assert "Usage" in proc.stdout and len(proc.stdout.splitlines()) > 3, args
+
+
+def test_columns_command_prints_the_schema():
+    proc = run("columns")
+    assert proc.returncode == 0
+    for col in EXCHANGE_COLUMNS:
+        assert f"| `{col.name}` | {col.dtype} |" in proc.stdout
+
+
+def test_readme_column_table_is_the_schema():
+    """The README prints the declared columns; regenerate with `pcapdecomp columns` when the schema changes."""
+    readme = (REPO / "README.md").read_text()
+    from pcapdecomp.schema import markdown_table
+
+    assert markdown_table(EXCHANGE_COLUMNS) in readme
