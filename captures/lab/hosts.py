@@ -244,11 +244,7 @@ class PrivateMariaDB:
 
     def __enter__(self) -> PrivateMariaDB:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}", "--user=root",
-                               "--auth-root-authentication-method=socket", "--skip-test-db"],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            raise LabError(f"mariadb-install-db failed: {done.stderr.strip()[-500:]}")
+        self._install_datadir()
         s = self.settings
         options = [
             "--no-defaults", f"--datadir={self.datadir}", "--user=root", f"--socket={self.socket}",
@@ -280,6 +276,21 @@ class PrivateMariaDB:
             raise
         log(f"MariaDB {self.version} ready in {self.host.netns} on {DB_IPV4}:{MYSQL_PORT}")
         return self
+
+    def _install_datadir(self) -> None:
+        # its own process group: the script starts `mariadbd --bootstrap`, which would outlive a killed script
+        installer = subprocess.Popen(["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}",
+                                      "--user=root", "--auth-root-authentication-method=socket", "--skip-test-db"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        try:
+            _, stderr = installer.communicate(timeout=120)
+        except BaseException:
+            os.killpg(installer.pid, signal.SIGKILL)
+            installer.wait()
+            raise
+        if installer.returncode != 0:
+            raise LabError(f"mariadb-install-db failed: {stderr.strip()[-500:]}")
 
     def _make_certificate(self) -> tuple[Path, Path]:
         cert, key = self.workdir / "cert.pem", self.workdir / "key.pem"

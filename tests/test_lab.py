@@ -1,0 +1,169 @@
+"""The lab: a real recording of `maxthreads`, and the committed capture sets' ground truth.
+
+The recording test needs root and `ip netns`; where it cannot run it skips naming the reason, except in CI
+(CI=true), where a skip would hide a broken lab, so it fails instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import dpkt
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LAB = REPO / "captures" / "lab"
+sys.path.insert(0, str(LAB))
+
+import rawclient  # noqa: E402
+import record as lab_record  # noqa: E402
+
+COMMITTED = ("maxthreads", "group-stall", "oltp-hogs", "features")
+
+
+def _lab_unavailable_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "not root: the lab needs network namespaces and tcpdump"
+    if shutil.which("ip") is None:
+        return "`ip` (iproute2) is not installed"
+    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
+        return "`ip netns` is unavailable on this machine"
+    return None
+
+
+def _slow_log_entries(text: str) -> list[tuple[int, float, str]]:
+    """(Thread_id, Query_time, statement) per entry of a MariaDB file slow log."""
+    entries = []
+    for block in re.split(r"^# User@Host: ", text, flags=re.M)[1:]:
+        thread = int(re.search(r"# Thread_id: (\d+)", block).group(1))
+        seconds = float(re.search(r"# Query_time: ([\d.]+)", block).group(1))
+        statement = [line for line in block.splitlines() if line and not line.startswith(("#", "SET timestamp",
+                                                                                         "use "))][-1]
+        entries.append((thread, seconds, statement))
+    return entries
+
+
+def _pcap_payloads(path: Path) -> tuple[int, bytes]:
+    """(packet count, all TCP payload bytes concatenated) — enough to count statements on the wire."""
+    packets, payload = 0, bytearray()
+    with open(path, "rb") as f:
+        for _, frame in dpkt.pcap.Reader(f):
+            packets += 1
+            ip = dpkt.ethernet.Ethernet(frame).data
+            if isinstance(ip, (dpkt.ip.IP, dpkt.ip6.IP6)) and isinstance(ip.data, dpkt.tcp.TCP):
+                payload += ip.data.data
+    return packets, bytes(payload)
+
+
+def _read_set(folder: Path) -> tuple[dict, list[dict], str]:
+    meta = tomllib.loads((folder / "capture.toml").read_text())
+    truth = [json.loads(line) for line in (folder / "truth.jsonl").read_text().splitlines()]
+    return meta, truth, (folder / "slow.log").read_text()
+
+
+def _assert_maxthreads_truth(folder: Path) -> None:
+    meta, truth, slow = _read_set(folder)
+    assert meta["server"]["thread_pool_size"] == 1 and meta["server"]["thread_pool_max_threads"] == 6
+    sleeps = [r for r in truth if r["sql"] == "SELECT SLEEP(2)"]
+    assert len(sleeps) == 8 and len({r["conn_id"] for r in sleeps}) == 8
+    client = sorted(r["client_s"] for r in sleeps)
+    # six get a worker thread at once; two wait in the pool queue for one of them to finish
+    assert all(1.9 <= s <= 2.6 for s in client[:6]), client
+    assert all(3.8 <= s <= 4.8 for s in client[6:]), client
+    assert all(1.9 <= r["exec_s"] <= 2.6 for r in sleeps), [r["exec_s"] for r in sleeps]
+    entries = [e for e in _slow_log_entries(slow) if e[2] == "SELECT SLEEP(2);"]
+    assert len(entries) == 8
+    assert {e[0] for e in entries} == {r["conn_id"] for r in sleeps}  # slow-log Thread_id is the conn id
+    assert all(1.9 <= e[1] <= 2.6 for e in entries)  # queue time is invisible to the slow log
+    for pcap in ("app.pcap", "db.pcap"):
+        packets, payload = _pcap_payloads(folder / pcap)
+        assert packets > 0
+        assert payload.count(b"\x03SELECT SLEEP(2)") == 8  # COM_QUERY byte + text, once per query
+
+
+@pytest.mark.lab
+def test_maxthreads_recording_shows_queue_time_the_slow_log_misses(tmp_path):
+    reason = _lab_unavailable_reason()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the lab must run in CI but cannot: {reason}")
+        pytest.skip(reason)
+    out = lab_record.record("maxthreads", tmp_path / "maxthreads")
+    _assert_maxthreads_truth(out)
+    if shutil.which("tshark"):
+        counted = subprocess.run(["tshark", "-r", str(out / "db.pcap"), "-Y",
+                                  'mysql.command == 3 && mysql.query == "SELECT SLEEP(2)"'],
+                                 capture_output=True, text=True)
+        assert len(counted.stdout.splitlines()) == 8
+    # nothing left behind: namespaces of this process, its tcpdumps and its server
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"pcd-{os.getpid()}-" not in namespaces
+    assert subprocess.run(["pgrep", "-f", f"netns exec pcd-{os.getpid()}-"], capture_output=True).returncode == 1
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_committed_set_is_well_formed(name):
+    folder = REPO / "captures" / name
+    meta, truth, slow = _read_set(folder)
+    assert meta["scenario"] == name and meta["server"]["address"] == "10.213.77.2:3306"
+    assert meta["captures"]["dropped_by_kernel"] == 0
+    for row in truth:
+        assert set(lab_record.TRUTH_KEYS) <= row.keys()
+        assert row["client_recv_ns"] >= row["client_send_ns"] > 0 and isinstance(row["client_send_ns"], int)
+    for pcap, key in (("app.pcap", "app_packets"), ("db.pcap", "db_packets")):
+        packets, _ = _pcap_payloads(folder / pcap)
+        assert packets == meta["captures"][key]
+    joined = [r for r in truth if r["role"] in ("query", "identify")]
+    assert sum(r["exec_s"] is not None for r in joined) == len(joined)  # every statement found its server time
+
+
+def test_committed_maxthreads_truth():
+    _assert_maxthreads_truth(REPO / "captures" / "maxthreads")
+
+
+def test_committed_group_stall_truth():
+    meta, truth, slow = _read_set(REPO / "captures" / "group-stall")
+    hog = next(r for r in truth if r["sql"].startswith("SELECT BENCHMARK"))
+    probes = [r for r in truth if r["sql"] == "SELECT 1"]
+    assert {r["thread_group"] for r in probes} == {0, 1}
+    held = [r for r in probes if r["thread_group"] == hog["thread_group"]]
+    other = [r for r in probes if r["thread_group"] != hog["thread_group"]]
+    waited = [r for r in held if r["client_s"] > 1.0]
+    assert waited and all(r["exec_s"] < 0.01 for r in waited)  # waiting, not executing
+    assert max(r["client_s"] for r in other) < 0.1
+    # only the hog is slow in the server's eyes
+    assert [e[0] for e in _slow_log_entries(slow)] == [hog["conn_id"]]
+
+
+def test_committed_features_cover_the_protocol():
+    _, truth, _ = _read_set(REPO / "captures" / "features")
+    commands = {r["command"] for r in truth}
+    assert {"COM_STMT_FETCH", "COM_STMT_SEND_LONG_DATA", "COM_RESET_CONNECTION", "COM_CHANGE_USER", "COM_PING",
+            "COM_INIT_DB", "COM_STATISTICS", "COM_STMT_RESET"} <= commands
+    fetches = [r for r in truth if r["command"] == "COM_STMT_FETCH"]
+    assert [r["rows"] for r in fetches] == [5, 5, 2]  # 12 rows through a cursor, 5 at a time
+    by_label = {r["conn_label"]: r for r in truth if r["role"] == "query"}
+    assert by_label["multi-statement"]["ps_statements"] == 3
+    assert by_label["error"]["error"].startswith("1064")
+    _, payload = _pcap_payloads(REPO / "captures" / "features" / "app.pcap")
+    assert b"over IPv6" in payload and b"LOAD DATA LOCAL INFILE" in payload
+    assert b"secret over TLS" not in payload and b"compressible compressible" not in payload  # TLS, zlib
+
+
+def test_native_password_scramble_matches_pymysql():
+    from pymysql import _auth
+
+    salt = bytes(range(1, 21))
+    assert rawclient.native_password_scramble("app-pass", salt) == _auth.scramble_native_password(b"app-pass", salt)
+
+
+def test_record_refuses_unknown_scenario():
+    with pytest.raises(lab_record.LabError, match="unknown scenario"):
+        lab_record.record("no-such-scenario")
