@@ -34,8 +34,9 @@ TRUTH_KEYS = ("conn_id", "thread_group", "conn_label", "driver", "command", "sql
               "ps_timer_start_ps", "ps_timer_end_ps", "rows", "error")
 
 
-class _Terminated(BaseException):
-    """SIGTERM/SIGHUP turned into an exception so every `finally` and context exit runs."""
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM/SIGHUP turned into an interrupt so every `finally` and context exit runs (callers that handle
+    KeyboardInterrupt, like the pcapdecomp CLI, handle it too)."""
 
 
 @contextlib.contextmanager
