@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import io
 import os
 import re
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -49,7 +51,7 @@ class SlowLogEntry:
     """One slow-log entry: the header block plus the statement it describes."""
 
     line: int  # 1-based line of the entry's first header line (its own '# Time:' line when it has one)
-    time_ns: int | None  # '# Time:' (own or inherited), ns since epoch UTC: MySQL end of statement, MariaDB start second
+    time_ns: int | None  # '# Time:' (own or inherited), ns since epoch UTC: MySQL end, MariaDB start second
     timestamp_s: int | None  # 'SET timestamp=N;': statement start, whole seconds since epoch (UTC)
     start_ns: int | None  # MySQL 8 log_slow_extra 'Start:' (start of execution), ns since epoch UTC
     end_ns: int | None  # MySQL 8 log_slow_extra 'End:'
@@ -116,7 +118,7 @@ _USER_HOST = re.compile(
 )
 _QUERY_TIME = re.compile(r"^# Query_time: (?P<qt>\d+(?:\.\d+)?)\s")
 _ADMIN = re.compile(r"^# administrator command: (?P<cmd>.*?);?\s*$")
-_KEY = re.compile(r"(?:^|(?<=\s))(?P<key>[A-Za-z_][A-Za-z0-9_]*):(?=\s|$)")
+_KEY_SPLIT = re.compile(r"(?:^|(?<=\s))([A-Za-z_][A-Za-z0-9_]*):(?=\s|$)")
 _USE = re.compile(r"^use (?P<db>`(?:[^`]|``)*`|\S+);$", re.IGNORECASE)
 _SET_TIMESTAMP = re.compile(r"^SET (?P<assign>(?:[a-z_]+=\d+,)*)timestamp=(?P<ts>\d+);$")
 _NOTES = ("# No InnoDB statistics available for this query",)
@@ -134,6 +136,8 @@ _INT_FIELDS = {  # header key -> SlowLogEntry field, for integer values
 
 
 def _is_server_header(line: str) -> bool:
+    if line.startswith("#") or not (", Version: " in line or line.startswith(("Tcp port: ", "Time"))):
+        return False  # the cheap test first: this runs on every line
     return any(p.match(line) for p in _SERVER_HEADER)
 
 
@@ -187,12 +191,8 @@ def _epoch_ns(moment: dt.datetime) -> int:
 def parse_key_values(text: str) -> dict[str, str]:
     """'Thread_id: 8  Schema:   QC_hit: No' -> {'Thread_id': '8', 'Schema': '', 'QC_hit': 'No'}.
     A key is a word followed by ':' and a blank; its value runs to the next key (values may be empty)."""
-    keys = list(_KEY.finditer(text))
-    pairs = {}
-    for i, m in enumerate(keys):
-        end = keys[i + 1].start() if i + 1 < len(keys) else len(text)
-        pairs[m["key"]] = text[m.end():end].strip()
-    return pairs
+    parts = _KEY_SPLIT.split(text)  # [before, key1, value1, key2, value2, ...]
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
 
 
 def _unquote_db(name: str) -> str:
@@ -627,31 +627,42 @@ _BINARY_MAGIC = {
 def read_slow_log(path: str | os.PathLike, tz: dt.tzinfo = UTC):
     """Read a slow log file (plain or .gz) into (DataFrame, SlowLogStats). Raises SlowLogError, naming the file,
     for a file that is clearly not a slow log: missing, binary, or non-empty without a single entry or server
-    header. An empty file (or one holding only server headers) is a slow log with no entries: a warning."""
+    header. An empty file (or one holding only server headers) is a slow log with no entries: a warning.
+    The file is streamed line by line; only the entries are held in memory."""
     name = os.fspath(path)
     try:
         with open(name, "rb") as raw:
-            head = raw.read(2)
-        opener = gzip.open if head == b"\x1f\x8b" else open
-        with opener(name, "rb") as f:
-            data = f.read()
+            compressed = raw.read(2) == b"\x1f\x8b"
+        with (gzip.open(name, "rb") if compressed else open(name, "rb")) as f:
+            head = f.peek(65536)[:65536] if hasattr(f, "peek") else b""
+            kind = _BINARY_MAGIC.get(head[:4])
+            if kind is None and b"\x00" in head:
+                kind = "binary data"
+            if kind is not None:
+                raise SlowLogError(f"{name}: not a slow log (it is {kind})")
+            # newline="\n": only '\n' ends a line ('\r' and U+2028 may sit inside SQL literals)
+            text = io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline="\n")
+            parser = SlowLogParser(tz)
+            entries: list[SlowLogEntry] = []
+            blank, replaced = True, False
+            for line in text:
+                if blank and line.strip():
+                    blank = False
+                if not replaced and "\ufffd" in line:
+                    replaced = True
+                entries.extend(parser.feed(line))
+            entries.extend(parser.close())
     except FileNotFoundError:
         raise SlowLogError(f"{name}: no such file") from None
     except IsADirectoryError:
         raise SlowLogError(f"{name}: is a directory, not a slow log") from None
-    except (OSError, EOFError) as err:  # unreadable, or a damaged gzip stream
+    except (OSError, EOFError, zlib.error) as err:  # unreadable, or a damaged gzip stream
         raise SlowLogError(f"{name}: cannot read slow log: {err}") from None
-    kind = _BINARY_MAGIC.get(data[:4])
-    if kind is None and b"\x00" in data[:65536]:
-        kind = "binary data"
-    if kind is not None:
-        raise SlowLogError(f"{name}: not a slow log (it is {kind})")
-    text = data.decode("utf-8", errors="replace")
-    entries, stats = parse_slow_log(split_lines(text), tz)
+    stats = parser.stats
     if not entries:
-        if text.strip() and stats.server_headers == 0:
+        if not blank and stats.server_headers == 0:
             raise SlowLogError(f"{name}: not a slow log (no '# Query_time:' entry in {stats.lines} lines)")
         stats.warn(f"{name}: slow log has no entries")
-    if "\ufffd" in text:
+    if replaced:
         stats.warn(f"{name}: bytes that are not UTF-8 were replaced by U+FFFD")
     return entries_to_frame(entries), stats

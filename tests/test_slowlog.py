@@ -145,7 +145,8 @@ def test_mysql_57_every_field():
     assert (e.query_time_ns, e.lock_time_ns, e.rows_examined, e.timestamp_s) == (250_000_000, 120_000, 120,
                                                                                  1714557600)
     assert e.extra == {"last_insert_id": "41", "insert_id": "42"}
-    assert e.sql == "INSERT INTO orders (customer, note)\nVALUES ('c1', 'first line\n# User@Host: not[a] @ header []\nsecond line')"
+    assert e.sql == ("INSERT INTO orders (customer, note)\nVALUES ('c1', 'first line\n"
+                     "# User@Host: not[a] @ header []\nsecond line')")
     e = entries[2]
     assert (e.admin_command, e.sql, e.timestamp_s, e.query_time_ns) == ("Quit", "", 1714557601, 12_000)
     e = entries[3]  # after a restart header
@@ -387,8 +388,8 @@ FIRST_LINES = st.sampled_from(["SELECT 1", "UPDATE t SET a = 2", "INSERT INTO t 
 def statements(draw) -> str:
     lines = [draw(FIRST_LINES)]
     for line in draw(st.lists(SQL_LINES, max_size=6)):
-        # the one undecidable layout: a '# Query_time:' line right after a ';'-ended line (blanks between), or closing a run of
-        # '#' lines that opens with '# Time:'/'# User@Host:', is a new entry in a real log too; keep it after SQL
+        # the one undecidable layout: a '# Query_time:' line right after a ';'-ended line (blanks between), or
+        # closing a run of '#' lines that opens with '# Time:'/'# User@Host:', is a new entry in a real log too
         previous = next(text for text in reversed(lines) if text.strip())  # blank lines do not count
         if line.startswith("# Query_time:") and (previous.endswith(";") or lines[-1].startswith("#")):
             lines.append("AND c = 3")
@@ -525,3 +526,18 @@ def test_blank_lines_after_a_statement_do_not_hide_the_next_entry():
     assert [(e.sql, e.cut, e.query_time_ns) for e in entries] == [("SELECT 1", False, 100_000_000),
                                                                   ("SELECT 2", False, 200_000_000)]
     assert entries[1].line == 8 and entries[1].time_ns == entries[0].time_ns and stats.cut_entries == 0
+
+
+def test_bytes_that_are_not_utf8_are_replaced_and_reported(tmp_path):
+    raw = (DATA / "mysql-5.6.log").read_bytes().replace(b"LIMIT 10;", b"LIMIT 10 /* \xff\xfe */;")
+    path = tmp_path / "latin.log"
+    path.write_bytes(raw)
+    frame, stats = read_slow_log(path)
+    assert frame["sql"][0] == "SELECT * FROM orders ORDER BY amount DESC LIMIT 10 /* \ufffd\ufffd */"
+    assert len(frame) == 3 and any("not UTF-8" in w for w in stats.warnings)
+
+
+def test_docs_describe_every_column():
+    doc = (Path(__file__).parent.parent / "docs" / "slowlog.md").read_text()
+    for name, dtype, _ in SLOWLOG_COLUMNS:
+        assert f"| `{name}` | {dtype} |" in doc, name
