@@ -11,12 +11,12 @@ is not a capture at all raises (`InputError` / `CaptureFormatError`, one-line me
 
 from __future__ import annotations
 
-import gzip
+import io
 import os
 import struct
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, make_dataclass
 from socket import AF_INET, AF_INET6, inet_ntop
 
 from pcapdecomp.errors import CaptureFormatError, InputError
@@ -47,6 +47,14 @@ class TcpSegment:
     flags: int  # TCP flags byte (FIN=0x01 SYN=0x02 RST=0x04 PSH=0x08 ACK=0x10)
     payload: bytes  # captured TCP payload (shorter than on the wire when `missing` > 0)
     missing: int  # payload bytes that were on the wire but cut by the snaplen (0 when complete)
+
+
+# A frozen dataclass's __init__ sets each field through object.__setattr__, 4x the cost of a plain one; at
+# millions of segments that matters. So segments are built as this unfrozen twin (same slots, same layout) and
+# then become TcpSegment by __class__ assignment, which CPython allows between identical slot layouts.
+_SegmentBuilder = make_dataclass(
+    "_SegmentBuilder", [(f.name, f.type) for f in fields(TcpSegment)], slots=True, eq=False, repr=False
+)
 
 
 @dataclass
@@ -100,18 +108,32 @@ _NON_IP, _NON_TCP, _FRAGMENT, _UNDECODABLE, _UNKNOWN_LINK = range(5)
 _IPV6_EXT = frozenset({0, 43, 60, 51})
 _IPV6_FRAGMENT = 44
 
+_IPV4 = struct.Struct("!BxHxxHxB").unpack_from  # version/IHL, total length, flags/fragment offset, protocol
 _U16 = struct.Struct("!H").unpack_from
 _TCP = struct.Struct("!HHIIBB").unpack_from  # ports, seq, ack, data offset byte, flags
 
 
+# Source+destination address bytes -> their text. A capture holds few distinct address pairs, and inet_ntop
+# twice per packet costs more than the rest of the IP header; bounded so that a scan cannot grow it forever.
+_ADDRESS_TEXT: dict[bytes, tuple[str, str]] = {}
+
+
+def _address_text(addresses: bytes) -> tuple[str, str]:
+    if len(_ADDRESS_TEXT) > 100_000:
+        _ADDRESS_TEXT.clear()
+    family, half = (AF_INET, 4) if len(addresses) == 8 else (AF_INET6, 16)
+    text = _ADDRESS_TEXT[addresses] = (inet_ntop(family, addresses[:half]), inet_ntop(family, addresses[half:]))
+    return text
+
+
 def _decode(linktype: int, data: bytes, orig_len: int):
-    """Frame bytes -> (src, sport, dst, dport, seq, ack, flags, payload, missing), or an outcome code."""
+    """Frame bytes -> ((src, dst), sport, dport, seq, ack, flags, payload, missing), or an outcome code."""
     n = len(data)
     # Link layer: find the network protocol and where its header starts.
     if linktype == LINKTYPE_ETHERNET:
         if n < 14:
             return _UNDECODABLE
-        ethertype = (data[12] << 8) | data[13]
+        ethertype = _U16(data, 12)[0]
         off = 14
     elif linktype == LINKTYPE_LINUX_SLL2:
         if n < 20:
@@ -158,14 +180,13 @@ def _decode(linktype: int, data: bytes, orig_len: int):
     if ethertype == ETHERTYPE_IPV4:
         if n < off + 20:
             return _UNDECODABLE
-        ver_ihl = data[off]
+        ver_ihl, total_len, fragment, protocol = _IPV4(data, off)
         ihl = (ver_ihl & 0x0F) * 4
         if ver_ihl >> 4 != 4 or ihl < 20 or n < off + ihl:
             return _UNDECODABLE
-        total_len = (data[off + 2] << 8) | data[off + 3]
-        if ((data[off + 6] << 8) | data[off + 7]) & 0x3FFF:  # More Fragments set or fragment offset != 0
+        if fragment & 0x3FFF:  # More Fragments set or fragment offset != 0
             return _FRAGMENT
-        if data[off + 9] != 6:
+        if protocol != 6:
             return _NON_TCP
         if total_len:
             if total_len < ihl:
@@ -174,8 +195,8 @@ def _decode(linktype: int, data: bytes, orig_len: int):
             if ip_end < wire_end:
                 wire_end = ip_end
         # else: total length 0 is TCP segmentation offload seen on the sending host: the frame length holds.
-        src = inet_ntop(AF_INET, data[off + 12 : off + 16])
-        dst = inet_ntop(AF_INET, data[off + 16 : off + 20])
+        addresses = data[off + 12 : off + 20]
+        src_dst = _ADDRESS_TEXT.get(addresses) or _address_text(addresses)
         tcp = off + ihl
     elif ethertype == ETHERTYPE_IPV6:
         if n < off + 40 or data[off] >> 4 != 6:
@@ -197,8 +218,8 @@ def _decode(linktype: int, data: bytes, orig_len: int):
             ext_len = (data[tcp + 1] + 2) * 4 if next_header == 51 else (data[tcp + 1] + 1) * 8
             next_header = data[tcp]
             tcp += ext_len
-        src = inet_ntop(AF_INET6, data[off + 8 : off + 24])
-        dst = inet_ntop(AF_INET6, data[off + 24 : off + 40])
+        addresses = data[off + 8 : off + 40]
+        src_dst = _ADDRESS_TEXT.get(addresses) or _address_text(addresses)
     else:
         return _NON_IP
 
@@ -210,8 +231,8 @@ def _decode(linktype: int, data: bytes, orig_len: int):
     if start < tcp + 20 or start > n or start > wire_end:
         return _UNDECODABLE
     if wire_end <= n:
-        return src, sport, dst, dport, seq, ack, flags, data[start:wire_end], 0
-    return src, sport, dst, dport, seq, ack, flags, data[start:], wire_end - n
+        return src_dst, sport, dport, seq, ack, flags, data[start:wire_end], 0
+    return src_dst, sport, dport, seq, ack, flags, data[start:], wire_end - n
 
 
 # --- record readers ----------------------------------------------------------------------------------------
@@ -274,6 +295,51 @@ def _pcapng_options(body: bytes, start: int, endian: str) -> Iterator[tuple[int,
         pos += 4 + ((length + 3) & ~3)
 
 
+class _Gunzip(io.RawIOBase):
+    """A gzip file (all members) as a raw stream of uncompressed bytes. gzip.GzipFile raises at a cut or corrupt
+    stream, which loses what its buffers held; here damage ends the stream like an end of file and is kept in
+    `damage`, so every byte before it is still read."""
+
+    def __init__(self, file):
+        self._file = file
+        self._zlib = zlib.decompressobj(wbits=31)  # 31: gzip header and trailer
+        self._member_open = False
+        self._pending = b""
+        self.damage: str | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._pending:
+            if self._zlib.eof:  # a member ended: what follows is another member, or the end
+                feed = self._zlib.unused_data
+                self._zlib = zlib.decompressobj(wbits=31)
+                self._member_open = False
+            else:
+                feed = self._zlib.unconsumed_tail
+            if not feed:
+                feed = self._file.read(1 << 16)
+                if not feed:
+                    if self._member_open:
+                        self.damage = "gzip stream cut short"
+                    return 0
+            self._member_open = True
+            try:
+                self._pending = self._zlib.decompress(feed, 1 << 20)  # bounded output: zip bombs stay small
+            except zlib.error as err:
+                self.damage = f"gzip stream corrupt: {err}"
+                return 0
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
 class CaptureReader:
     """An open capture. Iterate for TcpSegments (once); `stats` fills in as you go."""
 
@@ -288,6 +354,7 @@ class CaptureReader:
             raw = open(name, "rb")
         except OSError as err:
             raise InputError(f"cannot open capture file {name}: {err.strerror}") from None
+        self._gunzip: _Gunzip | None = None
         self.stats = stats if stats is not None else CaptureStats(path=name)
         self.stats.path, self.stats.bytes_file = name, os.fstat(raw.fileno()).st_size
         self._file = raw
@@ -301,22 +368,18 @@ class CaptureReader:
 
     # -- opening --
 
-    def _read_magic(self) -> bytes:
-        try:
-            return self._file.read(4)
-        except (OSError, EOFError, zlib.error) as err:
-            raise CaptureFormatError(f"not a capture file (damaged gzip stream: {err}): {self.path}") from None
-
     def _open_stream(self) -> None:
         head = self._file.read(4)
         if not head:
             raise InputError(f"capture file is empty: {self.path}")
         if head[:2] == _GZIP_MAGIC:
             self._file.seek(0)
-            self._file = gzip.GzipFile(fileobj=self._file, mode="rb")
-            self._raw = self._file.fileobj
+            self._gunzip = _Gunzip(self._file)
+            self._file = io.BufferedReader(self._gunzip, buffer_size=1 << 20)
             self.stats.gzip = True
-            head = self._read_magic()
+            head = self._file.read(4)
+            if self._gunzip.damage and len(head) < 4:
+                raise CaptureFormatError(f"not a capture file ({self._gunzip.damage}): {self.path}")
             if not head:
                 raise InputError(f"capture file is empty (gzip of nothing): {self.path}")
         self._magic = head
@@ -346,7 +409,7 @@ class CaptureReader:
         return self._pcap_loop(endian, 1 if nanos else 1000, linktype, limit)
 
     def _pcap_loop(self, endian: str, frac_to_ns: int, linktype: int, limit: int):
-        read = self._file.read
+        read = self._file.read  # buffered: two small reads per record cost no more than slicing a big chunk
         record_header = struct.Struct(endian + "IIII").unpack
         pos = 24
         frame = 0
@@ -377,7 +440,7 @@ class CaptureReader:
         except _Damaged as err:
             if err.offset == 0:
                 raise CaptureFormatError(f"not a capture file (pcapng {err}): {self.path}") from None
-            self.stats.damaged = str(err)
+            self._note_damage(str(err))
             return iter(())
         self.stats.format = "pcapng"
         if first is not None and not any(i.linktype in SUPPORTED_LINK_TYPES for i in self._interfaces):
@@ -500,11 +563,19 @@ class CaptureReader:
         try:
             yield from self._records
         except _Damaged as err:
-            self.stats.damaged = str(err)
-        except (EOFError, OSError, zlib.error) as err:
-            if not self.stats.gzip:
-                raise InputError(f"cannot read capture file {self.path}: {err}") from None
-            self.stats.damaged = f"gzip stream damaged after frame {self.stats.frames}: {err}"
+            self._note_damage(str(err))
+        except OSError as err:
+            raise InputError(f"cannot read capture file {self.path}: {err}") from None
+        else:
+            self._note_damage(None)
+
+    def _note_damage(self, record_damage: str | None) -> None:
+        gzip_damage = self._gunzip.damage if self._gunzip else None
+        if gzip_damage and record_damage:
+            record_damage = f"{gzip_damage} ({record_damage} of the uncompressed data)"
+        elif gzip_damage:
+            record_damage = f"{gzip_damage} (after frame {self.stats.frames})"
+        self.stats.damaged = record_damage
 
     def _segments(self) -> Iterator[TcpSegment]:
         stats = self.stats
@@ -518,11 +589,13 @@ class CaptureReader:
             stats.last_ts_ns = ts_ns
             result = decode(linktype, data, orig_len)
             if result.__class__ is tuple:
-                src, sport, dst, dport, seq, ack, flags, payload, missing = result
+                (src, dst), sport, dport, seq, ack, flags, payload, missing = result
                 stats.frames_tcp += 1
                 if missing:
                     stats.frames_truncated += 1
-                yield TcpSegment(frame, ts_ns, src, sport, dst, dport, seq, ack, flags, payload, missing)
+                segment = _SegmentBuilder(frame, ts_ns, src, sport, dst, dport, seq, ack, flags, payload, missing)
+                segment.__class__ = TcpSegment
+                yield segment
             elif result == _NON_IP:
                 stats.frames_non_ip += 1
             elif result == _NON_TCP:
@@ -544,10 +617,7 @@ class CaptureReader:
             yield frame, ts_ns, linktype, data
 
     def close(self) -> None:
-        self._file.close()
-        raw = getattr(self, "_raw", None)
-        if raw is not None:
-            raw.close()
+        self._file.close()  # closes the gzip layer and the file below it
 
     def __enter__(self) -> CaptureReader:
         return self

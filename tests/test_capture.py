@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import csv
 import gzip
+import itertools
 import os
 import shutil
 import struct
 import subprocess
+import zlib
 from pathlib import Path
 
 import pytest
@@ -289,16 +291,31 @@ def test_unknown_link_type_of_whole_file_is_an_error(tmp_path):
 
 
 def test_gzip_by_magic_whatever_the_name(tmp_path):
-    plain = pcap_file([(TS + i, link_frame(1, tcp_ip(seq=i, payload=b"q%d" % i))) for i in range(50)], nanos=True)
+    frames = [link_frame(1, tcp_ip(seq=i, payload=b"q%d" % i)) for i in range(50)]
+    plain = pcap_file([(TS + i, f) for i, f in enumerate(frames)], nanos=True)
     (tmp_path / "plain.pcap").write_bytes(plain)
     (tmp_path / "packed.pcap").write_bytes(gzip.compress(plain))
     expected, _ = segments(tmp_path / "plain.pcap")
     got, stats = segments(tmp_path / "packed.pcap")
     assert got == expected and len(got) == 50 and stats.gzip
-    # a gzip stream cut short: the frames before the cut stay, the damage is reported
-    (tmp_path / "cut.pcap.gz").write_bytes(gzip.compress(plain)[:-200])
+    # several gzip members one after the other (cat a.gz b.gz) are one stream, even split mid-record
+    (tmp_path / "members.gz").write_bytes(gzip.compress(plain[:1001]) + gzip.compress(plain[1001:]))
+    assert segments(tmp_path / "members.gz")[0] == expected
+
+
+def test_gzip_cut_short_keeps_every_complete_record(tmp_path):
+    frames = [link_frame(1, tcp_ip(seq=i, payload=os.urandom(i))) for i in range(50)]
+    plain = pcap_file([(TS + i, f) for i, f in enumerate(frames)], nanos=True)
+    packed = gzip.compress(plain)
+    (tmp_path / "cut.pcap.gz").write_bytes(packed[: len(packed) // 2])
+    available = len(zlib.decompressobj(wbits=31).decompress(packed[: len(packed) // 2]))
+    record_ends = list(itertools.accumulate((16 + len(f) for f in frames), initial=24))[1:]
+    complete = sum(1 for end in record_ends if end <= available)
     got, stats = segments(tmp_path / "cut.pcap.gz")
-    assert got == expected[: len(got)] and stats.damaged and len(got) < 50
+    assert 0 < complete < 50
+    assert [s.seq for s in got] == list(range(complete))
+    assert stats.damaged.startswith("gzip stream cut short (file truncated mid-record")
+    assert f"at byte {24 if complete == 0 else record_ends[complete - 1]} of the uncompressed data" in stats.damaged
 
 
 # --- crafted: link and network layers ----------------------------------------------------------------------
@@ -495,7 +512,7 @@ segment_spec = st.fixed_dictionaries({
     linktype=st.sampled_from(LINK_TYPES),
     container=st.sampled_from(["pcap", "pcap-ns", "pcapng"]),
     endian=st.sampled_from("<>"),
-    start=st.integers(0, 2**32 - 1),
+    start=st.integers(0, 2**32 - 10_000),  # seconds; the 5 gaps add at most 5000 s (pcap holds u32 seconds)
 )
 def test_roundtrip_random_segments(tmp_path, specs, linktype, container, endian, start):
     if linktype == 228:  # IPv4-only link type
