@@ -98,14 +98,17 @@ class HalfStream:
             payload = payload[self.next - offset :]
             offset = self.next
         if offset > self.next:
+            self.stats.out_of_order_segments += 1
             self._hold(Chunk(offset, payload, ts_ns, frame))
             if self._held_bytes > self.max_buffered:
                 return self._declare_gap(ts_ns)
             return []
+        if self._held:  # bytes already held were seen first: only the rest of this segment is new
+            self._hold(Chunk(offset, payload, ts_ns, frame))
+            return self._drain()
         out = [Chunk(offset, payload, ts_ns, frame)]
         self.next = end
         self.stats.bytes_delivered += len(payload)
-        out += self._drain()
         return out
 
     def ack(self, ack: int, ts_ns: int) -> list:
@@ -139,17 +142,31 @@ class HalfStream:
         return self._held_bytes
 
     def _hold(self, chunk: Chunk) -> None:
-        previous = self._held.get(chunk.offset)
-        if previous is not None:
-            if len(previous.data) >= len(chunk.data):
-                self.stats.retransmitted_bytes += len(chunk.data)
-                return
-            self._held_bytes -= len(previous.data)
-        else:
-            bisect.insort(self._holes_starts, chunk.offset)
-        self.stats.out_of_order_segments += 1
-        self._held[chunk.offset] = chunk
-        self._held_bytes += len(chunk.data)
+        """Keep the bytes of `chunk` that no held chunk already has (the first copy of every byte wins), so held
+        chunks never overlap and each byte keeps the timestamp and frame of the segment that first carried it."""
+        start, end = chunk.offset, chunk.offset + len(chunk.data)
+        starts = self._holes_starts
+        i = bisect.bisect_right(starts, start)
+        cursor = start
+        if i > 0:
+            before = self._held[starts[i - 1]]
+            cursor = max(cursor, before.offset + len(before.data))
+        pieces = []
+        while i < len(starts) and starts[i] < end:
+            if starts[i] > cursor:
+                pieces.append((cursor, starts[i]))
+            held = self._held[starts[i]]
+            cursor = max(cursor, held.offset + len(held.data))
+            i += 1
+        if cursor < end:
+            pieces.append((cursor, end))
+        kept = sum(b - a for a, b in pieces)
+        self.stats.retransmitted_bytes += len(chunk.data) - kept
+        for a, b in pieces:
+            piece = chunk if (a, b) == (start, end) else Chunk(a, chunk.data[a - start : b - start], chunk.ts_ns, chunk.frame)
+            bisect.insort(starts, a)
+            self._held[a] = piece
+            self._held_bytes += b - a
 
     def _drain(self) -> list:
         out = []
