@@ -1,0 +1,381 @@
+"""TCP reassembly (pcapdecomp.tcp.HalfStream) on real recorded streams, re-segmented, duplicated and reordered.
+
+The reference is the same recording delivered as captured: every perturbation a capture point can produce
+(different segmentation by TSO/GRO, retransmissions, overlapping retransmissions, reordering) must give the same
+byte stream and, byte for byte, the timestamp and frame of the first copy of each byte. The lab recordings are on
+a veth pair with no loss, so the captured order is the truth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pcapdecomp.capture import TcpSegment, open_capture
+from pcapdecomp.tcp import SEQ_MOD, Chunk, Gap, HalfStream
+
+REPO = Path(__file__).resolve().parents[1]
+CAPTURES = REPO / "captures"
+SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# ---- real streams ------------------------------------------------------------------------------------------------
+def connections(path: Path) -> dict[tuple, list[TcpSegment]]:
+    """Segments of each TCP connection of a capture, in capture order, keyed by (client, server)."""
+    by_key: dict[tuple, list[TcpSegment]] = defaultdict(list)
+    with open_capture(path) as reader:
+        for seg in reader:
+            a, b = (seg.src_ip, seg.src_port), (seg.dst_ip, seg.dst_port)
+            by_key[tuple(sorted((a, b)))].append(seg)
+    out = {}
+    for segs in by_key.values():
+        syn = next(s for s in segs if s.flags & SYN and not s.flags & ACK)
+        out[((syn.src_ip, syn.src_port), (syn.dst_ip, syn.dst_port))] = segs
+    return out
+
+
+_CACHE: dict[str, dict] = {}
+
+
+def recorded(name: str) -> dict[tuple, list[TcpSegment]]:
+    if name not in _CACHE:
+        _CACHE[name] = connections(CAPTURES / name / "db.pcap")
+    return _CACHE[name]
+
+
+def busiest(name: str) -> tuple[tuple, list[TcpSegment]]:
+    return max(recorded(name).items(), key=lambda kv: sum(len(s.payload) for s in kv[1]))
+
+
+def one_direction(segs: list[TcpSegment], src: tuple) -> list[TcpSegment]:
+    return [s for s in segs if (s.src_ip, s.src_port) == src]
+
+
+# ---- a reference driver and a byte-level view of its output ---------------------------------------------------------
+def reassemble(segs: list[TcpSegment], src: tuple, acks: bool = True) -> tuple[HalfStream, list]:
+    """Drive one HalfStream the way FlowTracker does: SYN, the peer's ACKs, the segments, then flush."""
+    half = HalfStream()
+    events: list = []
+    for seg in segs:
+        if (seg.src_ip, seg.src_port) == src:
+            if seg.flags & SYN:
+                half.syn(seg.seq)
+            events += half.segment(seg.seq, seg.payload, seg.ts_ns, seg.frame, bool(seg.flags & FIN))
+        elif acks and seg.flags & ACK:
+            events += half.ack(seg.ack, seg.ts_ns)
+    events += half.flush(segs[-1].ts_ns if segs else 0)
+    return half, events
+
+
+def byte_view(events: list) -> tuple[bytes, list[tuple[int, int]], list[Gap]]:
+    """(stream bytes, (ts, frame) of every byte, gaps); checks the events tile the stream with no overlap."""
+    data = bytearray()
+    stamps: list[tuple[int, int]] = []
+    gaps = []
+    position = None
+    for ev in events:
+        if position is not None:
+            assert ev.offset == position, "events must be contiguous and in order"
+        if isinstance(ev, Chunk):
+            data += ev.data
+            stamps += [(ev.ts_ns, ev.frame)] * len(ev.data)
+            position = ev.offset + len(ev.data)
+        else:
+            gaps.append(ev)
+            data += b"\x00" * ev.length
+            stamps += [(-1, -1)] * ev.length
+            position = ev.offset + ev.length
+    return bytes(data), stamps, gaps
+
+
+# ---- perturbations (each keeps a segment's own timestamp and frame, as a capture point would record them) -------------
+def resplit(seg: TcpSegment, cuts: list[int]) -> list[TcpSegment]:
+    """Cut one segment's payload at the given offsets (GRO undone, or a path with a smaller MSS)."""
+    n = len(seg.payload)
+    points = sorted({c for c in cuts if 0 < c < n})
+    pieces = []
+    start = 0
+    for end in points + [n]:
+        last = end == n
+        pieces.append(
+            dataclasses.replace(
+                seg,
+                seq=(seg.seq + start) % SEQ_MOD,
+                payload=seg.payload[start:end],
+                flags=seg.flags if last else seg.flags & ~FIN,
+            )
+        )
+        start = end
+    return pieces
+
+
+def merge_runs(segs: list[TcpSegment], src: tuple, rng: random.Random) -> list[TcpSegment]:
+    """TSO/GRO-like super segments: adjacent contiguous data segments of one direction joined into one (with the
+    first one's timestamp and frame, as a capture of the super segment would show them)."""
+    out: list[TcpSegment] = []
+    for seg in segs:
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and (seg.src_ip, seg.src_port) == src == (prev.src_ip, prev.src_port)
+            and prev.payload
+            and seg.payload
+            and not (prev.flags | seg.flags) & (SYN | FIN | RST)
+            and (prev.seq + len(prev.payload)) % SEQ_MOD == seg.seq
+            and rng.random() < 0.7
+        ):
+            out[-1] = dataclasses.replace(prev, payload=prev.payload + seg.payload, ack=seg.ack)
+        else:
+            out.append(seg)
+    return out
+
+
+def is_barrier(seg: TcpSegment) -> bool:
+    return bool(seg.flags & (SYN | FIN | RST))
+
+
+def acknowledges(later: TcpSegment, earlier: TcpSegment) -> bool:
+    """Does `later` (from the peer) acknowledge some byte of `earlier`? Then a capture cannot show it first."""
+    if (later.src_ip, later.src_port) == (earlier.src_ip, earlier.src_port) or not later.flags & ACK:
+        return False
+    return (later.ack - earlier.seq) % SEQ_MOD - 1 < (1 << 31) and later.ack != earlier.seq
+
+
+def reorder(segs: list[TcpSegment], rng: random.Random, window: int, swaps: int) -> list[TcpSegment]:
+    """Random adjacent swaps within a window, never moving a segment past SYN/FIN/RST or past a peer segment that
+    acknowledges its bytes (causality: no capture point sees an ACK before the data it acknowledges)."""
+    out = list(segs)
+    for _ in range(swaps):
+        i = rng.randrange(len(out) - 1)
+        for j in range(i, min(i + window, len(out) - 1)):
+            a, b = out[j], out[j + 1]
+            if is_barrier(a) or is_barrier(b) or acknowledges(b, a) or acknowledges(a, b):
+                break
+            out[j], out[j + 1] = b, a
+    return out
+
+
+def duplicate(segs: list[TcpSegment], rng: random.Random, count: int) -> list[TcpSegment]:
+    """Retransmissions: exact copies and overlapping re-cuts of earlier data, later in the capture (with their own,
+    later timestamp and frame, which must not win). A copy always comes after every original it repeats."""
+    out = list(segs)
+    for _ in range(count):
+        i = rng.choice([k for k, s in enumerate(out) if s.payload])
+        seg = out[i]
+        src = (seg.src_ip, seg.src_port)
+        after = i
+        copy = seg
+        if rng.random() < 0.5:  # an overlapping retransmission: part of this segment plus the start of the next one
+            k = next((k for k in range(i + 1, len(out)) if (out[k].src_ip, out[k].src_port) == src and out[k].payload), None)
+            tail = b""
+            if k is not None and out[k].seq == (seg.seq + len(seg.payload)) % SEQ_MOD:
+                tail = out[k].payload[: rng.randrange(len(out[k].payload) + 1)]
+                after = k
+            start = rng.randrange(len(seg.payload))
+            copy = dataclasses.replace(seg, seq=(seg.seq + start) % SEQ_MOD, payload=seg.payload[start:] + tail)
+        j = rng.randrange(after + 1, min(after + 12, len(out)) + 1)
+        copy = dataclasses.replace(copy, ts_ns=out[j - 1].ts_ns + 1, frame=10**6 + len(out), flags=copy.flags & ~(SYN | FIN))
+        out.insert(j, copy)
+    return out
+
+
+# ---- tests -------------------------------------------------------------------------------------------------------------
+STREAMS = ["oltp-hogs", "group-stall", "features"]
+
+
+@pytest.mark.parametrize("name", STREAMS)
+def test_captured_stream_is_delivered_whole_and_in_order(name):
+    """As captured (no loss on the lab's veth): every payload byte delivered once, no gaps, nothing held."""
+    for (client, server), segs in recorded(name).items():
+        for src in (client, server):
+            half, events = reassemble(segs, src)
+            data, stamps, gaps = byte_view(events)
+            sent = one_direction(segs, src)
+            assert not gaps
+            assert data == b"".join(s.payload for s in sent)  # no retransmissions in these recordings
+            assert half.stats.bytes_delivered == len(data) and half.buffered == 0
+            # the first byte of every segment is stamped with that segment's own time and frame
+            offset = 0
+            for seg in sent:
+                if seg.payload:
+                    assert stamps[offset] == (seg.ts_ns, seg.frame)
+                    offset += len(seg.payload)
+            # raw_seq maps the stream offset back to the wire: the SYN's ISN + 1 is offset 0
+            syn = next(s for s in sent if s.flags & SYN)
+            assert half.raw_seq(0) == (syn.seq + 1) % SEQ_MOD
+
+
+def _reference(name: str, which: int = 0):
+    key, segs = busiest(name) if which == 0 else sorted(recorded(name).items())[which]
+    return key, segs
+
+
+@pytest.mark.parametrize("name", ["oltp-hogs", "features"])
+@given(seed=st.integers(0, 2**32 - 1), side=st.sampled_from([0, 1]))
+@SETTINGS
+def test_resplit_duplicated_reordered_stream_is_identical(name, seed, side):
+    """(b) re-split, (c) duplicates and overlapping retransmissions, (d) causal reordering, all at once: same bytes
+    and same first-seen (timestamp, frame) for every byte."""
+    rng = random.Random(seed)
+    key, segs = _reference(name, which=rng.randrange(len(recorded(name))))
+    src = key[side]
+    want = byte_view(reassemble(segs, src)[1])
+    perturbed: list[TcpSegment] = []
+    for seg in segs:
+        if len(seg.payload) > 1 and rng.random() < 0.5:
+            perturbed += resplit(seg, [rng.randrange(1, len(seg.payload)) for _ in range(rng.randrange(1, 4))])
+        else:
+            perturbed.append(seg)
+    perturbed = reorder(perturbed, rng, window=rng.randrange(2, 8), swaps=rng.randrange(0, 80))
+    perturbed = duplicate(perturbed, rng, rng.randrange(0, 12))
+    half, events = reassemble(perturbed, src)
+    got = byte_view(events)
+    assert got[2] == [] and got[0] == want[0]
+    assert got[1] == want[1]
+    assert half.buffered == 0
+
+
+@given(seed=st.integers(0, 2**32 - 1), side=st.sampled_from([0, 1]))
+@SETTINGS
+def test_super_segments_give_the_same_bytes(seed, side):
+    """TSO-like merges: the bytes are the same; each merged byte carries the super segment's (earlier) time."""
+    rng = random.Random(seed)
+    key, segs = busiest("oltp-hogs")
+    src = key[side]
+    want, want_stamps, _ = byte_view(reassemble(segs, src)[1])
+    merged = merge_runs(segs, src, rng)
+    got, got_stamps, gaps = byte_view(reassemble(merged, src)[1])
+    assert got == want and not gaps
+    assert all(g[0] <= w[0] for g, w in zip(got_stamps, want_stamps))
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+@SETTINGS
+def test_one_byte_segments_in_reverse_order_within_the_buffer(seed):
+    """Worst case for the hole list: a real segment cut into single bytes delivered backwards."""
+    rng = random.Random(seed)
+    key, segs = busiest("features")
+    src = key[1]
+    sent = [s for s in one_direction(segs, src)]
+    big = max((s for s in sent if s.payload), key=lambda s: len(s.payload))
+    pieces = resplit(big, list(range(1, len(big.payload))))
+    rng.shuffle(pieces)
+    i = segs.index(big)
+    half, events = reassemble(segs[:i] + pieces + segs[i + 1 :], src, acks=False)
+    want = byte_view(reassemble(segs, src, acks=False)[1])
+    got = byte_view(events)
+    assert got[0] == want[0] and got[1] == want[1] and not got[2]
+    assert half.stats.out_of_order_segments <= len(pieces)
+
+
+@pytest.mark.parametrize("name", ["oltp-hogs", "group-stall"])
+def test_a_lost_segment_the_peer_acknowledged_is_exactly_one_gap(name):
+    """Drop a captured data segment; the peer's ACK beyond it proves the bytes existed: one Gap, its exact length,
+    declared at the ACK (not at the end of the capture), and every other byte still delivered with its stamp."""
+    checked = 0
+    rng = random.Random(7)
+    for (client, server), segs in sorted(recorded(name).items()):
+        for src in (client, server):
+            sent = [i for i, s in enumerate(segs) if (s.src_ip, s.src_port) == src and s.payload]
+            for i in rng.sample(sent[1:-1], min(3, len(sent) - 2)):
+                lost = segs[i]
+                half0, events0 = reassemble(segs, src)
+                want, want_stamps, _ = byte_view(events0)
+                dropped = segs[:i] + segs[i + 1 :]
+                half = HalfStream()
+                events = []
+                for seg in dropped:  # as in reassemble(), but remembering what declared the gap
+                    if (seg.src_ip, seg.src_port) == src:
+                        if seg.flags & SYN:
+                            half.syn(seg.seq)
+                        events += half.segment(seg.seq, seg.payload, seg.ts_ns, seg.frame, bool(seg.flags & FIN))
+                    elif seg.flags & ACK:
+                        events += half.ack(seg.ack, seg.ts_ns)
+                tail = half.flush(dropped[-1].ts_ns)
+                got, stamps, gaps = byte_view(events + tail)
+                start = (lost.seq - half.raw_seq(0)) % SEQ_MOD
+                assert [(g.offset, g.length) for g in gaps] == [(start, len(lost.payload))]
+                assert not any(isinstance(e, Gap) for e in tail), "the peer's ACK should have declared it"
+                assert half.stats.gaps == 1 and half.stats.gap_bytes == len(lost.payload)
+                assert gaps[0].ts_ns > lost.ts_ns
+                end = start + len(lost.payload)
+                assert got[:start] == want[:start] and got[end:] == want[end:]
+                assert stamps[:start] == want_stamps[:start] and stamps[end:] == want_stamps[end:]
+                checked += 1
+    assert checked >= 10
+
+
+def test_hole_without_an_ack_becomes_a_gap_at_flush_or_when_the_buffer_overflows():
+    half = HalfStream(max_buffered=100)
+    assert half.segment(1000, b"a" * 10, 1, 1) == [Chunk(0, b"a" * 10, 1, 1)]
+    assert half.segment(1020, b"c" * 10, 2, 2) == []  # hole 10..20
+    assert half.ack(1010, 3) == []  # the peer has what we delivered: nothing proven lost
+    assert half.ack(1015, 3) == [Gap(10, 5, 3)]  # the peer got 5 bytes of the hole: those were lost by the capture
+    assert half.buffered == 10
+    out = half.flush(4)
+    assert out == [Gap(15, 5, 4), Chunk(20, b"c" * 10, 2, 2)]
+    assert half.stats.gaps == 2 and half.stats.gap_bytes == 10
+    # overflow: more than max_buffered bytes waiting behind a hole
+    half = HalfStream(max_buffered=100)
+    half.segment(0, b"x", 1, 1)
+    assert half.segment(11, b"y" * 60, 2, 2) == []
+    out = half.segment(71, b"z" * 60, 3, 3)
+    assert out == [Gap(1, 10, 3), Chunk(11, b"y" * 60, 2, 2), Chunk(71, b"z" * 60, 3, 3)]
+
+
+def test_sequence_wraparound_and_snaplen_cut():
+    """Sequence numbers that wrap past 2**32 inside the stream; a segment cut by the snaplen is a gap at once."""
+    half = HalfStream()
+    half.syn(SEQ_MOD - 3)
+    out = half.segment(SEQ_MOD - 2, b"ab", 1, 1)
+    out += half.segment(0, b"cd", 2, 2)
+    assert out == [Chunk(0, b"ab", 1, 1), Chunk(2, b"cd", 2, 2)]
+    assert half.raw_seq(2) == 0
+    out = half.segment(2, b"ef", 3, 3)  # 4 more bytes were on the wire
+    out += half.cut_by_snaplen(2, 2, 4, 3)
+    assert out == [Chunk(4, b"ef", 3, 3), Gap(6, 4, 3)]
+    assert half.segment(8, b"gh", 4, 4) == [Chunk(10, b"gh", 4, 4)]  # raw 8 is offset 10 after the wrap
+
+
+def test_a_jump_no_window_explains_restarts_with_a_zero_gap():
+    half = HalfStream()
+    half.segment(5000, b"hello", 1, 1)
+    out = half.segment(5000 + (1 << 31) + 12345, b"world", 2, 2)
+    assert out == [Gap(5, 0, 2), Chunk(5, b"world", 2, 2)]
+    assert half.stats.discontinuities == 1
+
+
+def test_retransmission_counters():
+    half = HalfStream()
+    half.segment(0, b"0123456789", 1, 1)
+    assert half.segment(0, b"0123456789", 2, 2) == []  # exact copy
+    assert half.segment(5, b"56789AB", 3, 3) == [Chunk(10, b"AB", 3, 3)]  # overlapping: only the new bytes
+    assert half.stats.retransmitted_bytes == 15
+    assert half.stats.bytes_delivered == 12
+
+
+def test_first_copy_wins_among_held_and_in_order_segments():
+    """Bytes held out of order keep their first copy's stamp even when a longer retransmission at the same offset,
+    or an in-order segment covering them, arrives later (each byte is timed to the first moment it was seen)."""
+    half = HalfStream()
+    half.segment(0, b"ab", 1, 1)
+    assert half.segment(4, b"EF", 2, 2) == []  # held
+    assert half.segment(4, b"EFGH", 3, 3) == []  # longer copy at the same offset: only GH is new
+    assert half.segment(10, b"K", 4, 4) == []
+    out = half.segment(2, b"cdEFGHijK", 5, 5)  # in order, covering everything held
+    assert out == [
+        Chunk(2, b"cd", 5, 5),
+        Chunk(4, b"EF", 2, 2),
+        Chunk(6, b"GH", 3, 3),
+        Chunk(8, b"ij", 5, 5),
+        Chunk(10, b"K", 4, 4),
+    ]
+    assert half.stats.retransmitted_bytes == 2 + 5  # EF again, then EFGH and K inside the in-order segment
+    assert half.stats.bytes_delivered == 11 and half.buffered == 0
