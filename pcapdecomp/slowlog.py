@@ -207,7 +207,7 @@ def _unquote_db(name: str) -> str:
 class _Draft:
     """An entry being assembled. Mutable on purpose; frozen into a SlowLogEntry when complete."""
 
-    __slots__ = ("line", "nlines", "time_ns", "has_time", "has_user_host", "values", "user", "host", "ip",
+    __slots__ = ("line", "nlines", "time_ns", "has_user_host", "values", "user", "host", "ip",
                  "priv_user", "id", "use_db", "timestamp_s", "set_assign", "sql", "admin", "explain",
                  "in_sql", "prefix_done")
 
@@ -215,7 +215,6 @@ class _Draft:
         self.line = line
         self.nlines = 0
         self.time_ns = time_ns
-        self.has_time = False
         self.has_user_host = False
         self.values: dict[str, str] = {}
         self.user = self.host = self.ip = self.priv_user = None
@@ -264,10 +263,7 @@ class SlowLogParser:
     def close(self) -> list[SlowLogEntry]:
         out: list[SlowLogEntry] = []
         if self._pending:
-            if self._pending_after_semicolon or any(text.endswith(";") for _, text in self._pending):
-                self._start_from_pending(out)  # a header block cut by the end of the log
-            else:
-                self._pending_to_sql()
+            self._resolve_pending_at_end(out)
         self._finish(out, at_eof=True)
         self.stats.flavor = self._flavor()
         return out
@@ -307,13 +303,24 @@ class SlowLogParser:
         self._statement_line(draft, line)
 
     def _feed_pending(self, lineno: int, line: str, out: list[SlowLogEntry]) -> None:
-        if line.startswith("#") and not _is_server_header(line) and len(self._pending) < MAX_HEADER_LOOKAHEAD:
+        if line.startswith("#") and len(self._pending) < MAX_HEADER_LOOKAHEAD:
             self._pending.append((lineno, line))
             if _QUERY_TIME.match(line):
                 self._start_from_pending(out)
             return
-        self._pending_to_sql()
+        if _is_server_header(line):  # the log was reopened here: the held-back lines end like at EOF
+            self._resolve_pending_at_end(out)
+        else:  # a statement line: the '#' lines were SQL comments
+            self._pending_to_sql()
         self._feed_line(lineno, line, out)
+
+    def _resolve_pending_at_end(self, out: list[SlowLogEntry]) -> None:
+        """No '# Query_time:' will come. After a ';' the lines are a header block cut short (dropped, counted);
+        otherwise they are the end of the statement."""
+        if self._pending_after_semicolon or any(text.endswith(";") for _, text in self._pending):
+            self._start_from_pending(out)
+        else:
+            self._pending_to_sql()
 
     def _start_from_pending(self, out: list[SlowLogEntry]) -> None:
         """The held-back '#' lines end in a real header block: close the current entry and replay them.
@@ -354,7 +361,6 @@ class SlowLogParser:
             self._vote("mysql" if _ISO_TIME.match(m["value"]) else None)
             self._last_time_ns = time_ns
             draft = self._draft = _Draft(lineno, time_ns)
-            draft.has_time = True
             draft.nlines += 1
             if m["rest"]:  # old Percona: '# Time: 071218 11:48:27 # User@Host: ...' on one line
                 self._user_host(draft, "# " + m["rest"], lineno)
