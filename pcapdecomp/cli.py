@@ -127,11 +127,15 @@ def lab_record(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Capture-set folder to write (default captures/<scenario>)."),
     duration: Optional[float] = typer.Option(None, "--duration", help="Override the scenario's duration, seconds."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed for the workload."),
+    no_install: bool = typer.Option(False, "--no-install", help="Do not apt-get/pip install missing tools."),
 ) -> None:
-    """Record SCENARIO from a private MariaDB in two network namespaces (needs root)."""
+    """Record SCENARIO from a private MariaDB in two network namespaces (needs root).
+
+    Scenarios: maxthreads, group-stall, oltp-hogs, connection-churn, features, bigpacket (see captures/lab/README.md).
+    """
     from .lab import run_lab
 
-    run_lab(scenario, out, duration, seed)
+    run_lab(scenario, out, duration, seed, install=not no_install)
 
 
 def main() -> None:

@@ -30,9 +30,9 @@ def _load_record_module():
     return module
 
 
-def run_lab(scenario: str, out: Path | None, duration: float | None, seed: int | None) -> Path:
+def run_lab(scenario: str, out: Path | None, duration: float | None, seed: int | None, install: bool = True) -> Path:
     record = _load_record_module()
     try:
-        return record.record(scenario, out, duration, seed if seed is not None else 1)
+        return record.record(scenario, out, duration, seed if seed is not None else 1, install=install)
     except record.LabError as exc:
         raise LabFailed(str(exc)) from None

@@ -167,3 +167,33 @@ def test_native_password_scramble_matches_pymysql():
 def test_record_refuses_unknown_scenario():
     with pytest.raises(lab_record.LabError, match="unknown scenario"):
         lab_record.record("no-such-scenario")
+
+
+def _require_lab() -> None:
+    reason = _lab_unavailable_reason()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the lab must run in CI but cannot: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.mark.lab
+def test_bigpacket_recording_parses_a_17_mib_row(tmp_path):
+    """A real 17 MiB result row: the server splits it into a 16 MiB − 1 packet and its continuation. The parser
+    must count one row, read the whole response, and keep memory small (only a prefix of each payload is kept)."""
+    _require_lab()
+    from pcapdecomp.exchanges import extract
+
+    out = lab_record.record("bigpacket", tmp_path / "bigpacket", install=False)
+    for side in ("app", "db"):
+        ex = extract(out / f"{side}.pcap").exchanges
+        big = ex[ex["sql"].fillna("").str.contains("REPEAT", regex=False)]
+        assert len(big) == 1, side
+        row = big.iloc[0]
+        assert row["result"] == "resultset" and row["rows"] == 1 and row["problems"] == ""
+        assert row["bytes_resp"] > 17 * 1024 * 1024
+        truth = [json.loads(line) for line in (out / "truth.jsonl").read_text().splitlines()]
+        client = [t for t in truth if "REPEAT" in (t.get("sql") or "")]
+        assert len(client) == 1
+        # the wire time of the exchange fits inside what the client measured around the same call
+        assert 0 < row["response_s"] <= client[0]["client_s"] + 0.002
