@@ -8,6 +8,7 @@ not from pcapdecomp.capture itself.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import itertools
 import os
@@ -229,6 +230,10 @@ def test_pcap_microseconds_vs_nanoseconds(tmp_path):
         assert [s.payload for s in us] == [s.payload for s in ns] == [b"x" * i for i in range(5)]
         assert [s.frame for s in us] == [1, 2, 3, 4, 5]
         assert (us_stats.first_ts_ns, us_stats.last_ts_ns) == (us[0].ts_ns, us[-1].ts_ns)
+    # segments are genuine frozen TcpSegments (they are built through a faster unfrozen twin)
+    assert type(us[0]) is TcpSegment and hash(us[0]) == hash(dataclasses.replace(us[0]))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        us[0].seq = 1
 
 
 def test_pcapng_interfaces_resolutions_and_blocks(tmp_path):
