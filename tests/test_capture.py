@@ -549,3 +549,19 @@ def test_roundtrip_random_segments(tmp_path, specs, linktype, container, endian,
 
 def test_errors_share_the_base_class():
     assert issubclass(CaptureFormatError, PcapdecompError) and issubclass(InputError, PcapdecompError)
+
+
+@pytest.mark.parametrize(
+    "bad_block, damage",
+    [
+        (struct.pack("<II", 6, 0x7FFFFFF0) + b"\0" * 40, f"insane block length {0x7FFFFFF0}"),
+        (struct.pack("<II", 6, 36) + b"\0" * 24 + struct.pack("<I", 40), "block length mismatch"),
+        (ng_epb(5, 1, b"\0" * 60), "bad packet block"),  # interface 5 was never described
+    ],
+)
+def test_damaged_pcapng_block_stops_reading(tmp_path, bad_block, damage):
+    good = ng_shb() + ng_idb(1) + ng_epb(0, 1, link_frame(1, tcp_ip()))
+    (tmp_path / "bad.pcapng").write_bytes(good + bad_block + ng_epb(0, 2, link_frame(1, tcp_ip())))
+    segs, stats = segments(tmp_path / "bad.pcapng")
+    assert len(segs) == 1
+    assert stats.damaged == f"{damage} at byte {len(good)}"
