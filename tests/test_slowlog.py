@@ -569,3 +569,17 @@ def test_header_block_cut_by_a_server_restart():
     entries, stats = parse_slow_log(lines[:after_first] + cut_block + lines[:3] + lines[after_first:])
     assert [(e.sql, e.cut) for e in entries] == [(e.sql, False) for e in parse_file("mysql-5.7.log")[0]]
     assert stats.unparsed_lines == 2 and stats.cut_entries == 0 and stats.server_headers == 3
+
+
+def test_entries_before_any_time_line_have_no_time():
+    # layout of Percona's rate-limited logs, which often start without '# Time:'
+    text = ("# User@Host: meow[meow] @  [1.2.3.8]\n# Thread_id: 5  Schema: \n"
+            "# Query_time: 0.000002  Lock_time: 0.000000  Rows_sent: 0  Rows_examined: 0\n"
+            "# No InnoDB statistics available for this query\n# administrator command: Quit;\n"
+            "# User@Host: meow[meow] @  [1.2.3.8]\n# Thread_id: 6  Schema: db\n"
+            "# Query_time: 0.018799  Lock_time: 0.009453  Rows_sent: 0  Rows_examined: 0\n"
+            "SELECT MIN(id),MAX(id) FROM tbl;\n")
+    entries, stats = parse_slow_log(text)
+    assert [(e.time_ns, e.thread_id, e.schema, e.admin_command, e.sql) for e in entries] == [
+        (None, 5, None, "Quit", ""), (None, 6, "db", None, "SELECT MIN(id),MAX(id) FROM tbl")]
+    assert stats.unparsed_lines == 0 and stats.flavor == "unknown"
