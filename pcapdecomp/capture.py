@@ -358,6 +358,7 @@ class CaptureReader:
         self.stats = stats if stats is not None else CaptureStats(path=name)
         self.stats.path, self.stats.bytes_file = name, os.fstat(raw.fileno()).st_size
         self._file = raw
+        self._raw = raw
         try:
             self._open_stream()
             self._records = self._start_records()
@@ -365,6 +366,14 @@ class CaptureReader:
             self.close()
             raise
         self._iterated = False
+
+    @property
+    def bytes_read(self) -> int:
+        """How far into the file (on disk, compressed when gzip) reading has got: for progress bars."""
+        try:
+            return self._raw.tell()
+        except (OSError, ValueError):
+            return self.stats.bytes_file
 
     # -- opening --
 

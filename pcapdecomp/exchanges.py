@@ -39,10 +39,6 @@ def fingerprints(sql: str | None, command: str) -> tuple[str, str]:
     return fingerprint(sql), query_id(digest_fingerprint(sql))
 
 
-def _ns(value: int | None) -> int | None:
-    return value
-
-
 @dataclass
 class Extraction:
     capture: str
@@ -222,7 +218,7 @@ def extract(
             tracker.segment(seg)
             n += 1
             if progress is not None and n & 0x3FFF == 0:
-                progress(getattr(reader, "bytes_read", 0), total)
+                progress(reader.bytes_read, total)
         tracker.finish()
         stats = reader.stats
     if progress is not None:
