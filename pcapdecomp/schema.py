@@ -96,3 +96,28 @@ def markdown_table(columns: tuple[Column, ...]) -> str:
     lines = ["| column | dtype | meaning |", "|---|---|---|"]
     lines += [f"| `{c.name}` | {c.dtype} | {c.meaning} |" for c in columns]
     return "\n".join(lines)
+
+# Columns the analysis stage (pcapdecomp/decompose.py) adds to EXCHANGE_COLUMNS. A1/A4 are app-clock capture
+# times at the app host, D1/D4 DB-capture times converted to that app clock by the fitted clock model.
+ANALYSIS_COLUMNS: tuple[Column, ...] = (
+    Column("seen", "string", "both | app | db: the capture points that saw the exchange (foundation columns come from the app side when seen there)"),
+    Column("match_notes", "string", "match-conflict (same request bytes, different command/text/response end: not paired), response-unseen-at-app|db"),
+    Column("db_client", "string", "client endpoint as seen at the DB (differs from client behind NAT)"),
+    Column("db_req_first_frame", "Int64", "frame number of the request's first byte in the DB capture"),
+    Column("app_req_ts", TS, "A1: request's first byte at the app host (app clock)"),
+    Column("app_resp_ts", TS, "A4: response's last byte at the app host (app clock)"),
+    Column("db_req_ts", TS, "D1: request's first byte at the DB host, on the app clock"),
+    Column("db_resp_ts", TS, "D4: response's last byte at the DB host, on the app clock"),
+    Column("total_s", "float64", "A4 - A1: what the client waited, seconds"),
+    Column("server_s", "float64", "D4 - D1 measured on the DB clock, skew-corrected: time inside the DB host"),
+    Column("network_s", "float64", "total_s - server_s: both network legs (independent of the clock offset)"),
+    Column("net_req_s", "float64", "D1 - A1: request leg, after clock alignment (depends on the offset estimate)"),
+    Column("net_resp_s", "float64", "A4 - D4: response leg; net_req_s + net_resp_s = network_s"),
+    Column("exec_s", "float64", "execution time: the slow log's Query_time, else an estimate (see exec_source)"),
+    Column("exec_source", "string", "slow_log | fingerprint_median (median server time of fast executions of the fingerprint) | below_long_query_time (known faster than long_query_time: exec_s is the bound min(server_s, long_query_time)); null when unknown"),
+    Column("queue_s", "float64", "server_s - exec_s, at least 0: waiting before execution (thread-pool queue)"),
+    Column("in_slow_log", "boolean", "joined to a slow-log entry; null when no usable slow log"),
+    Column("slow_log_line", "Int64", "line of the joined slow-log entry"),
+    Column("hidden_slow", "boolean", "server_s > long_query_time, yet not in the slow log and not flagged SERVER_QUERY_WAS_SLOW: slow before execution; null without the evidence"),
+    Column("thread_group", "Int64", "conn_id mod thread_pool_size (MariaDB/Percona thread pool group)"),
+)

@@ -1,0 +1,396 @@
+"""`pcapdecomp analyze`: read a capture set, extract each capture, match the points, fit the clock, join the slow
+log, decompose every exchange's latency and write exchanges.parquet, groups.parquet, summary.json, report.html."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import __version__
+from .clock import ClockModel, estimate_clock
+from .decompose import GROUP_COLUMNS_NAMES, build_table, decompose, group_view
+from .errors import InputError, SlowLogError, UsageError
+from .match import ClockSamples, match_exchanges, pair_segments, read_segments_of, split_endpoint
+from .pipeline import parse_server, read_exchanges, warn, write_table
+from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
+
+CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".pcap.gz", ".pcapng.gz")
+
+
+@dataclass
+class CaptureSet:
+    """The inputs of one analysis, after the folder's contents and the explicit options were combined."""
+
+    name: str
+    app: list[Path]
+    db: Path | None
+    slow_log: Path | None
+    long_query_time: float | None
+    thread_pool_size: int | None
+    servers: list[str]
+
+
+@dataclass
+class AnalysisResult:
+    out_dir: Path
+    exchanges: pd.DataFrame  # EXCHANGE_COLUMNS + ANALYSIS_COLUMNS
+    groups: pd.DataFrame  # per thread group and time bucket
+    summary: dict  # what summary.json holds
+    written: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _captures_in(folder: Path, prefix: str) -> list[Path]:
+    return sorted(p for p in folder.iterdir()
+                  if p.is_file() and p.name.startswith(prefix) and p.name.endswith(CAPTURE_SUFFIXES))
+
+
+def resolve_capture_set(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Path | None,
+                        long_query_time: float | None, thread_pool_size: int | None,
+                        servers: list[str]) -> CaptureSet:
+    """Fill options from a capture-set folder (app*.pcap[ng][.gz], db*…, slow*.log, capture.toml); explicit win."""
+    toml: dict = {}
+    found_app: list[Path] = []
+    found_db: Path | None = None
+    found_slow: Path | None = None
+    if set_dir is not None:
+        if not set_dir.exists():
+            raise InputError(f"{set_dir}: no such folder")
+        if not set_dir.is_dir():
+            raise InputError(f"{set_dir}: not a folder (give captures with --app/--db, or a capture-set folder)")
+        cfg = set_dir / "capture.toml"
+        if cfg.exists():
+            try:
+                toml = tomllib.loads(cfg.read_text(encoding="utf-8"))
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+                raise InputError(f"{cfg}: not valid TOML: {err}") from None
+        named = toml.get("captures", {})
+        found_app = [set_dir / named["app"]] if isinstance(named.get("app"), str) else _captures_in(set_dir, "app")
+        dbs = [set_dir / named["db"]] if isinstance(named.get("db"), str) else _captures_in(set_dir, "db")
+        if len(dbs) > 1:
+            raise UsageError(f"{set_dir}: several DB captures ({', '.join(p.name for p in dbs)}); choose one with --db")
+        found_db = dbs[0] if dbs else None
+        if isinstance(named.get("slow_log"), str):
+            found_slow = set_dir / named["slow_log"]
+        else:
+            slows = sorted(p for p in set_dir.iterdir() if p.name.startswith("slow") and p.name.endswith((".log", ".log.gz")))
+            found_slow = slows[0] if slows else None
+        found_app = [p for p in found_app if p.exists()]
+        found_db = found_db if found_db is not None and found_db.exists() else None
+        found_slow = found_slow if found_slow is not None and found_slow.exists() else None
+    server_cfg = toml.get("server", {}) if isinstance(toml.get("server"), dict) else {}
+    lqt = long_query_time if long_query_time is not None else _number(server_cfg.get("long_query_time"))
+    tps = thread_pool_size if thread_pool_size is not None else _number(server_cfg.get("thread_pool_size"))
+    if not servers:
+        servers = [a for a in (server_cfg.get("address"), server_cfg.get("address_ipv6")) if isinstance(a, str)]
+    for s in servers:
+        parse_server(s)
+    if lqt is not None and lqt < 0:
+        raise UsageError(f"--long-query-time must be ≥ 0, got {lqt}")
+    if tps is not None and int(tps) < 1:
+        raise UsageError(f"--thread-pool-size must be ≥ 1, got {tps}")
+    result = CaptureSet(
+        name=(set_dir.resolve().name if set_dir is not None else (db or (app[0] if app else Path("analysis"))).name.split(".")[0]),
+        app=list(app) or found_app, db=db or found_db, slow_log=slow_log or found_slow,
+        long_query_time=None if lqt is None else float(lqt), thread_pool_size=None if tps is None else int(tps),
+        servers=list(servers),
+    )
+    if not result.app and result.db is None:
+        where = f" in {set_dir}" if set_dir is not None else ""
+        raise UsageError(f"no capture to analyse{where}: give a capture-set folder, --app and/or --db")
+    return result
+
+
+def _number(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _flows(conns: pd.DataFrame) -> set[tuple[str, int, str, int]]:
+    out = set()
+    for client, server in zip(conns["client"], conns["server"]):
+        ci, cp = split_endpoint(client)
+        si, sp = split_endpoint(server)
+        out.add((ci, cp, si, sp))
+    return out
+
+
+def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Path | None,
+            long_query_time: float | None, thread_pool_size: int | None, servers: list[str], out_dir: Path | None,
+            csv: bool = False, quiet: bool = False) -> AnalysisResult:
+    """Run every stage and write the outputs. Raises PcapdecompError subclasses for user mistakes."""
+    cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers)
+    out = out_dir if out_dir is not None else Path("reports") / cs.name
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a folder")
+    warnings: list[str] = []
+
+    def note(message: str) -> None:
+        warnings.append(message)
+        if not quiet:
+            warn(message)
+
+    app_x = [read_exchanges(p, cs.servers, quiet) for p in cs.app]
+    db_x = read_exchanges(cs.db, cs.servers, quiet) if cs.db is not None else None
+    empty = _empty_extraction_frames()
+    app_ex = pd.concat([x.exchanges for x in app_x], ignore_index=True) if app_x else empty[0]
+    app_conns = pd.concat([x.connections for x in app_x], ignore_index=True) if app_x else empty[1]
+    db_ex = db_x.exchanges if db_x is not None else empty[0]
+    db_conns = db_x.connections if db_x is not None else empty[1]
+    matching = match_exchanges(app_ex, db_ex, app_conns, db_conns)
+    if app_x and db_x is not None and matching.stats.matched == 0 and len(app_ex) and len(db_ex):
+        note("no exchange was seen at both points: are these captures of the same traffic and time?")
+
+    # --- clocks: one model per app capture, from segments of its matched connections
+    clocks: dict[str, ClockModel] = {}
+    clock_info: dict[str, dict] = {}
+    if app_x and db_x is not None and len(matching.connections):
+        a_keys = _conn_table(app_ex, app_conns)
+        d_keys = _conn_table(db_ex, db_conns)
+        pairs = matching.connections.merge(a_keys, left_on="app_conn", right_on="key").merge(
+            d_keys, left_on="db_conn", right_on="key", suffixes=("_a", "_d"))
+        db_segments = read_segments_of(cs.db, _flows(pairs.rename(columns={"client_d": "client", "server_d": "server"})))
+        for x in app_x:
+            mine = pairs[pairs["capture_a"] == x.capture]
+            if len(mine) == 0:
+                continue
+            app_segments = read_segments_of(x.capture, _flows(mine.rename(columns={"client_a": "client", "server_a": "server"})))
+            samples = pair_segments(app_segments, db_segments)
+            model = estimate_clock(samples.fwd_app, samples.fwd_db, samples.rev_db, samples.rev_app)
+            clocks[x.capture] = model
+            clock_info[x.capture] = _clock_summary(model, samples, db_x.stats.first_ts_ns)
+            if model.quality != "two-sided":
+                note(f"clock of {x.capture}: {model.quality} fit (too few segments seen at both points); "
+                     "one-way network times are bounds, not estimates")
+    primary = app_x[0].capture if app_x else None
+
+    # --- slow log
+    slow = None
+    slow_info: dict = {"file": str(cs.slow_log) if cs.slow_log else None, "used": False}
+    if cs.slow_log is not None:
+        from .slowlog import read_slow_log
+
+        try:
+            slow, sstats = read_slow_log(cs.slow_log)
+            slow_info.update({"flavor": sstats.flavor, "unparsed_lines": sstats.unparsed_lines,
+                              "cut_entries": sstats.cut_entries})
+            for w in sstats.warnings[:5]:
+                note(w)
+        except SlowLogError as err:
+            note(f"{err}; analysed without the slow log")
+
+    table = build_table(app_ex, db_ex, matching, clocks, primary)
+    table, join = decompose(table, slow, cs.long_query_time, cs.thread_pool_size, str(cs.slow_log))
+    for w in join.warnings:
+        note(w)
+    slow_info.update(join.stats)
+    slow_info["used"] = join.used
+    if cs.long_query_time is None:
+        note("long_query_time unknown (no capture.toml, no --long-query-time): hidden_slow not decided")
+    groups, stalls, bucket_s = group_view(table) if cs.thread_pool_size else (
+        pd.DataFrame(columns=GROUP_COLUMNS_NAMES), [], None)
+
+    names = [c.name for c in EXCHANGE_COLUMNS] + [c.name for c in ANALYSIS_COLUMNS]
+    exchanges = table[names].copy()
+    for col in ANALYSIS_COLUMNS:
+        exchanges[col.name] = exchanges[col.name].astype(col.dtype)
+
+    summary = {
+        "set": cs.name,
+        "pcapdecomp": __version__,
+        "inputs": {
+            "app": [str(p) for p in cs.app], "db": str(cs.db) if cs.db else None,
+            "slow_log": str(cs.slow_log) if cs.slow_log else None, "long_query_time": cs.long_query_time,
+            "thread_pool_size": cs.thread_pool_size, "servers": cs.servers,
+        },
+        "captures": {"app": [x.quality() for x in app_x], "db": db_x.quality() if db_x is not None else None},
+        "match": matching.stats.as_dict(),
+        "clock": next(iter(clock_info.values()), None),
+        "clocks": clock_info,
+        "slow_log": slow_info,
+        "exchanges": _counts(exchanges),
+        "latency_s": _latency(exchanges),
+        "hidden_slow": _hidden_rows(exchanges),
+        "groups": {"bucket_s": bucket_s, "stalls": stalls},
+        "warnings": warnings,
+    }
+    summary["verdict"] = verdict(summary, exchanges)
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, df in (("exchanges.parquet", exchanges), ("groups.parquet", groups)):
+        write_table(df, out / name)
+        written.append(out / name)
+    if csv:
+        write_table(exchanges, out / "exchanges.csv")
+        written.append(out / "exchanges.csv")
+    _write_text(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False, default=_json_default) + "\n")
+    _write_text(out / "report.html", report_html(summary))
+    written += [out / "summary.json", out / "report.html"]
+    return AnalysisResult(out, exchanges, groups, summary, written, warnings)
+
+
+def _empty_extraction_frames() -> tuple[pd.DataFrame, pd.DataFrame]:
+    from .exchanges import _frame
+    from .schema import CONNECTION_COLUMNS
+
+    return _frame([], EXCHANGE_COLUMNS), _frame([], CONNECTION_COLUMNS)
+
+
+def _conn_table(ex: pd.DataFrame, conns: pd.DataFrame) -> pd.DataFrame:
+    from .match import connection_keys
+
+    keys = pd.DataFrame({"key": connection_keys(ex).to_numpy(), "capture": ex["capture"].to_numpy(),
+                         "conn_index": ex["conn_index"].to_numpy()}).drop_duplicates("key")
+    return keys.merge(conns[["capture", "conn_index", "client", "server"]], on=["capture", "conn_index"])
+
+
+def _clock_summary(model: ClockModel, samples: ClockSamples, db_first_ns: int | None) -> dict:
+    info = model.summary(int(db_first_ns)) if db_first_ns is not None else {}
+    info["samples"] = {"forward": len(samples.fwd_app), "reverse": len(samples.rev_app)}
+    info["duplicates_dropped"] = samples.duplicates_dropped
+    info["segments_read"] = {"app": samples.app_segments, "db": samples.db_segments}
+    return info
+
+
+def _counts(x: pd.DataFrame) -> dict:
+    seen = x["seen"].value_counts()
+    return {
+        "total": len(x), "seen_both": int(seen.get("both", 0)), "seen_app": int(seen.get("app", 0)),
+        "seen_db": int(seen.get("db", 0)), "hidden_slow": int(x["hidden_slow"].fillna(False).sum()),
+        "in_slow_log": int(x["in_slow_log"].fillna(False).sum()),
+        "server_flag_slow": int(x["server_flag_slow"].fillna(False).sum()),
+        "match_conflicts": int((x["match_notes"] == "match-conflict").fillna(False).sum()),
+    }
+
+
+def _latency(x: pd.DataFrame) -> dict:
+    out = {}
+    for col in ("total_s", "server_s", "network_s", "net_req_s", "net_resp_s", "queue_s", "exec_s"):
+        v = x[col].dropna()
+        out[col.removesuffix("_s")] = None if v.empty else {
+            "count": int(len(v)), "sum": float(v.sum()), "p50": float(v.quantile(0.5)),
+            "p99": float(v.quantile(0.99)), "max": float(v.max()),
+        }
+    return out
+
+
+HIDDEN_LIMIT = 50
+
+
+def _hidden_rows(x: pd.DataFrame) -> list[dict]:
+    h = x[x["hidden_slow"].fillna(False)].sort_values("server_s", ascending=False).head(HIDDEN_LIMIT)
+    cols = ["conn_id", "thread_group", "sql", "app_req_ts", "db_req_ts", "total_s", "server_s", "exec_s",
+            "exec_source", "queue_s", "seen"]
+    return [{c: _json_value(r[c]) for c in cols} for _, r in h.iterrows()]
+
+
+def _json_value(v):
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return None
+    if isinstance(v, pd.Timestamp):
+        return v.isoformat()
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    return v
+
+
+def _json_default(v):
+    value = _json_value(v)
+    if value is v:
+        raise TypeError(f"not JSON serialisable: {type(v)}")
+    return value
+
+
+def verdict(summary: dict, x: pd.DataFrame) -> str:
+    """One paragraph a DBA can read first: where the time went, and what the slow log does not show."""
+    parts = []
+    c = summary["exchanges"]
+    parts.append(f"{c['total']} exchanges ({c['seen_both']} seen at both points, {c['seen_app']} only at the app, "
+                 f"{c['seen_db']} only at the DB).")
+    both = x[x["seen"] == "both"]
+    tot = both["total_s"].sum()
+    if len(both) and tot > 0:
+        net, q, e = both["network_s"].sum(), both["queue_s"].sum(), both["exec_s"].sum()
+        parts.append(f"Of the {tot:.3f} s the clients waited on them: network {100 * net / tot:.1f} %, "
+                     f"queueing before execution {100 * q / tot:.1f} %, execution {100 * e / tot:.1f} % "
+                     "(execution from the slow log where logged, else estimated).")
+    if c["hidden_slow"]:
+        worst = summary["hidden_slow"][0]
+        parts.append(f"{c['hidden_slow']} statements were slower than long_query_time on the wire but are not in the "
+                     f"slow log (hidden slow): they waited before executing, up to {worst['server_s']:.3f} s.")
+    elif summary["inputs"]["long_query_time"] is not None:
+        parts.append("No statement was slow on the wire without being slow-logged.")
+    stalls = summary["groups"]["stalls"]
+    if stalls:
+        worst = max(stalls, key=lambda s: s["max_queue_s"])
+        culprit = worst["culprits"][0] if worst["culprits"] else None
+        text = (f"Thread group {worst['thread_group']} stalled for {worst['duration_s']:.3f} s from {worst['start']} "
+                f"({worst['queued']} requests queued, up to {worst['max_queue_s']:.3f} s)")
+        if culprit:
+            text += f" while `{culprit['sql']}` (connection {culprit['conn_id']}) executed for {culprit['exec_s']:.3f} s"
+        parts.append(text + ".")
+    clock = summary["clock"]
+    if clock and clock.get("offset_s") is not None:
+        lo, hi = clock["offset_bounds_s"]
+        parts.append(f"DB clock − app clock: {1e3 * clock['offset_s']:+.3f} ms (bounds {1e3 * lo:+.3f} … "
+                     f"{1e3 * hi:+.3f} ms), skew {clock['skew_ppm']:+.2f} ppm.")
+    return " ".join(parts)
+
+
+def report_html(summary: dict) -> str:
+    """A small self-contained page: verdict, summary tables, hidden-slow table (the full report is elsewhere)."""
+    esc = html.escape
+
+    def table(rows: list[dict]) -> str:
+        if not rows:
+            return "<p>none</p>"
+        head = "".join(f"<th>{esc(str(k))}</th>" for k in rows[0])
+        body = "".join("<tr>" + "".join(f"<td>{esc(_cell(v))}</td>" for v in r.values()) + "</tr>" for r in rows)
+        return f"<table><tr>{head}</tr>{body}</table>"
+
+    lat = [{"component": k, **(v or {})} for k, v in summary["latency_s"].items()]
+    stalls = [{k: v for k, v in s.items() if k != "culprits"} | {
+        "culprit": (s["culprits"][0]["sql"] if s["culprits"] else None)} for s in summary["groups"]["stalls"]]
+    clock = summary["clock"] or {}
+    sections = [
+        f"<h1>pcapdecomp: {esc(summary['set'])}</h1>",
+        f"<p>{esc(summary['verdict'])}</p>",
+        "<h2>Exchanges</h2>", table([summary["exchanges"]]),
+        "<h2>Latency (seconds)</h2>", table(lat),
+        "<h2>Hidden slow statements</h2>", table(summary["hidden_slow"]),
+        "<h2>Stalled thread groups</h2>", table(stalls),
+        "<h2>Clock</h2>", table([{k: v for k, v in clock.items() if not isinstance(v, dict)}] if clock else []),
+        "<h2>Matching</h2>", table([summary["match"]]),
+        "<h2>Warnings</h2>", "<ul>" + "".join(f"<li>{esc(w)}</li>" for w in summary["warnings"]) + "</ul>",
+    ]
+    style = ("body{font-family:sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;font-size:90%}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>pcapdecomp {esc(summary['set'])}</title>"
+            f"<style>{style}</style></head><body>{''.join(sections)}</body></html>\n")
+
+
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()

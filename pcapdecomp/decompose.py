@@ -1,0 +1,405 @@
+"""Decomposition stage: one row per exchange with its four points (A1, D1, D4, A4), the split of its latency into
+network / queueing / execution, the slow-log join, hidden-slow flags and the per-thread-group view.
+
+Why queue = server − exec: MariaDB's and Percona's thread pools stamp a statement's start (`thd->start_utime`)
+only when a worker dequeues it, and the slow log's Query_time counts from there, so the time a request waited in
+the pool's queue is inside D4 − D1 and outside Query_time (docs/method notes). A statement that is slow on the
+wire but absent from the slow log (and not flagged SERVER_QUERY_WAS_SLOW) spent its time *before* execution:
+hidden_slow.
+
+All arithmetic is on int64 ns; seconds are made once, for the output columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .clock import ClockModel
+from .fingerprint import fingerprint
+from .match import Matching
+
+NS = 1_000_000_000
+FINGERPRINT_MIN_SAMPLES = 5  # fast executions of a fingerprint needed before its median stands for execution time
+SLOW_LOG_WINDOW_NS = 2 * NS  # slow-log times are whole seconds and the DB clock may be off by NTP-sized amounts
+SLOW_LOG_SLACK_NS = 5_000_000  # Query_time may exceed D4 − D1 by timer granularity, never by more
+STALL_MIN_QUEUE_S = 0.1  # a request that queued this long counts toward a stalled stretch of its thread group
+CULPRIT_MIN_SHARE = 0.25  # a culprit executed during at least this share of the stalled stretch
+MAX_CULPRITS = 5
+
+
+# --- slow log join ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SlowLogJoin:
+    entry: np.ndarray  # per exchange row: positional index of the joined slow-log entry, -1 when none
+    used: bool  # False: no slow log, or one that matched nothing (then in_slow_log stays null)
+    stats: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _entry_fingerprints(slow: pd.DataFrame) -> pd.Series:
+    def one(sql, admin) -> str | None:
+        if isinstance(admin, str) and admin:
+            return "administrator command: " + admin
+        if not isinstance(sql, str) or not sql.strip():
+            return None
+        return fingerprint(sql)
+
+    return pd.Series([one(s, a) for s, a in zip(slow["sql"], slow["admin_command"])], index=slow.index, dtype="string")
+
+
+def join_slow_log(rows: pd.DataFrame, slow: pd.DataFrame | None, name: str = "slow log") -> SlowLogJoin:
+    """Join slow-log entries to exchanges.
+
+    rows: conn_id (Int64), fingerprint, start_ns / end_ns (int64, DB clock where seen at the DB: request first
+    byte and response last byte), server_ns (end − start). Keys: the connection id (when both sides have one),
+    the statement's fingerprint (whitespace, literals and a trailing ';' do not matter; a COM_STMT_EXECUTE's
+    prepared text meets the logged statement with its values), and time: the execution the entry describes
+    started at end − Query_time, which must fall in the entry's second (SET timestamp / MariaDB '# Time:'), or
+    near MySQL's end-time '# Time:' / 8.0's 'Start:'. Each entry and each exchange is used once, closest first.
+    """
+    n = len(rows)
+    none = np.full(n, -1, dtype=np.int64)
+    if slow is None:
+        return SlowLogJoin(none, False, {"entries": 0})
+    if len(slow) == 0:
+        return SlowLogJoin(none, False, {"entries": 0}, [f"{name}: no entries; analysed without it"])
+    ent = pd.DataFrame({
+        "e": np.arange(len(slow), dtype=np.int64),
+        "fingerprint": _entry_fingerprints(slow).to_numpy(),
+        "thread_id": slow["thread_id"].astype("Int64").to_numpy(dtype="float64", na_value=np.nan),
+        "qt": slow["query_time_ns"].to_numpy(dtype=np.int64),
+        "ts_s": _ns_or_nan(slow["timestamp"]),
+        "time": _ns_or_nan(slow["time"]),
+        "start": _ns_or_nan(slow["start"]),
+    }).dropna(subset=["fingerprint"])
+    ex = pd.DataFrame({
+        "r": np.arange(n, dtype=np.int64),
+        "fingerprint": rows["fingerprint"].to_numpy(dtype=object),
+        "conn_id": rows["conn_id"].astype("Int64").to_numpy(dtype="float64", na_value=np.nan),
+        "d1": rows["start_ns"].to_numpy(dtype="float64", na_value=np.nan),
+        "d4": rows["end_ns"].to_numpy(dtype="float64", na_value=np.nan),
+    }).dropna(subset=["fingerprint", "d4"])
+    cand = ent.merge(ex, on="fingerprint")
+    same_id = cand["thread_id"].notna() & cand["conn_id"].notna()
+    cand = cand[~same_id | (cand["thread_id"] == cand["conn_id"])]
+    same_id = cand["thread_id"].notna() & cand["conn_id"].notna()
+    exec_start = cand["d4"] - cand["qt"]
+    # distance from the execution start (estimated from the wire) to what the entry says about its time
+    dist = pd.Series(np.inf, index=cand.index)
+    has_start = cand["start"].notna()
+    dist[has_start] = (exec_start - cand["start"]).abs()[has_start]
+    has_ts = cand["ts_s"].notna() & ~has_start
+    second = cand["ts_s"]
+    dist[has_ts] = np.maximum(0.0, np.maximum(second - exec_start, exec_start - (second + NS)))[has_ts]
+    has_time = cand["time"].notna() & ~has_start & ~has_ts
+    # '# Time:' is the end (MySQL) or the start second (MariaDB): near either the execution start or the end
+    to_time = np.minimum((exec_start - cand["time"]).abs(), (cand["d4"] - cand["time"]).abs())
+    dist[has_time] = np.maximum(0.0, to_time - NS)[has_time]
+    fits = (dist <= SLOW_LOG_WINDOW_NS) & (cand["d4"] - cand["d1"] + SLOW_LOG_SLACK_NS >= cand["qt"]).fillna(True)
+    cand = cand[fits].assign(cost=dist[fits] + np.where(same_id[fits], 0.0, 100.0 * NS))
+    cand = cand.sort_values(["cost", "e", "r"], kind="stable")
+    chosen_e, chosen_r = [], []
+    while len(cand):  # greedy one-to-one: a few rounds, each fully vectorised
+        best = cand.drop_duplicates("e").drop_duplicates("r")
+        chosen_e.append(best["e"].to_numpy())
+        chosen_r.append(best["r"].to_numpy())
+        cand = cand[~cand["e"].isin(best["e"]) & ~cand["r"].isin(best["r"])]
+    entry = none.copy()
+    if chosen_e:
+        entry[np.concatenate(chosen_r)] = np.concatenate(chosen_e)
+    matched = int((entry >= 0).sum())
+    lo, hi = ex["d1"].min(), ex["d4"].max()
+    when = ent["start"].fillna(ent["ts_s"]).fillna(ent["time"])
+    in_window = int(((when >= lo - SLOW_LOG_WINDOW_NS) & (when <= hi + SLOW_LOG_WINDOW_NS)).sum()) if len(ex) else 0
+    stats = {"entries": len(slow), "entries_in_capture_window": in_window, "matched": matched,
+             "unmatched_in_capture_window": max(in_window - matched, 0)}
+    if matched == 0:
+        why = "none of its entries falls within the captures' time" if in_window == 0 else "no entry matched an exchange"
+        return SlowLogJoin(none, False, stats, [f"{name}: {why}; analysed without the slow log"])
+    return SlowLogJoin(entry, True, stats)
+
+
+def _ns_or_nan(col: pd.Series) -> np.ndarray:
+    values = col.astype("datetime64[ns, UTC]")
+    out = values.to_numpy(dtype="datetime64[ns]").astype(np.int64).astype("float64")
+    out[values.isna().to_numpy()] = np.nan
+    return out
+
+
+# --- the decomposed table --------------------------------------------------------------------------------------
+
+
+def ts_ns(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """A datetime column as (int64 ns, valid mask); null entries hold 0."""
+    valid = col.notna().to_numpy().copy()
+    values = np.zeros(len(col), dtype=np.int64)
+    values[valid] = col[valid].to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    return values, valid
+
+
+def _side_ts(side: pd.DataFrame, col: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Timestamps (int64 ns, valid mask) of `side`'s rows at positions `rows` (-1: not seen there)."""
+    present = rows >= 0
+    if len(side) == 0:
+        return np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=bool)
+    values, valid = ts_ns(side[col].iloc[np.where(present, rows, 0)])
+    return values, valid & present
+
+
+def _to_ts(ns: np.ndarray, valid: np.ndarray) -> pd.Series:
+    return pd.Series(pd.to_datetime(pd.Series(ns, dtype="Int64").where(valid), unit="ns", utc=True))
+
+
+def _seconds(ns: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    return np.where(valid, ns / 1e9, np.nan)
+
+
+def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks: dict[str, ClockModel],
+                primary_app: str | None) -> pd.DataFrame:
+    """One row per exchange: the foundation's columns (from the app side when seen there, else the DB side),
+    conn_id / server flag / status from whichever side has them, and the four points on the app clock."""
+    ar, dr = matching.app_row, matching.db_row
+    has_a, has_d = ar >= 0, dr >= 0
+    base = pd.concat([app.iloc[ar[has_a]].reset_index(drop=True), db.iloc[dr[~has_a]].reset_index(drop=True)],
+                     ignore_index=True)
+    order = np.concatenate([np.flatnonzero(has_a), np.flatnonzero(~has_a)])
+    base.index = order
+    base = base.sort_index()
+    dsel = db.iloc[np.where(has_d, dr, 0)].reset_index(drop=True) if len(db) else None
+    n = len(base)
+    if dsel is not None:
+        for col in ("conn_id", "status_flags", "server_flag_slow"):
+            base[col] = base[col].where(base[col].notna() | ~pd.Series(has_d), dsel[col].where(pd.Series(has_d)))
+        base["conn_id"] = base["conn_id"].fillna(dsel["conn_id"].where(pd.Series(has_d)))
+        db_problems = dsel["problems"].where(pd.Series(has_d), "").fillna("")
+        both = pd.Series(has_a & has_d)
+        merged = [",".join(dict.fromkeys(p for p in (a + "," + b).split(",") if p)) for a, b in
+                  zip(base["problems"].fillna(""), db_problems)] if both.any() else None
+        if merged is not None:
+            base["problems"] = pd.Series(merged, dtype="string").where(both, base["problems"])
+        base["db_client"] = dsel["client"].where(pd.Series(has_d))
+        base["db_req_first_frame"] = dsel["req_first_frame"].astype("Int64").where(pd.Series(has_d))
+    else:
+        base["db_client"] = pd.Series([None] * n, dtype="string")
+        base["db_req_first_frame"] = pd.Series([None] * n, dtype="Int64")
+    base["seen"] = np.where(has_a & has_d, "both", np.where(has_a, "app", "db"))
+    base["match_notes"] = pd.Series(matching.notes, dtype="string").replace("", pd.NA)
+
+    a1, a1v = _side_ts(app, "req_first_ts", ar)
+    a4, a4v = _side_ts(app, "resp_last_ts", ar)
+    d1_raw, d1v = _side_ts(db, "req_first_ts", dr)
+    d4_raw, d4v = _side_ts(db, "resp_last_ts", dr)
+    # DB times onto the app clock of the capture that saw the exchange (DB-only rows: the primary app capture's)
+    d1, d4 = d1_raw.copy(), d4_raw.copy()
+    which = base["capture"].where(pd.Series(has_a), primary_app).to_numpy(dtype=object)
+    for name, model in clocks.items():
+        sel = (which == name) & has_d
+        if sel.any() and model.segments:
+            d1[sel] = np.asarray(model.db_to_app(d1_raw[sel]))
+            d4[sel] = np.asarray(model.db_to_app(d4_raw[sel]))
+    base["app_req_ts"] = _to_ts(a1, a1v)
+    base["app_resp_ts"] = _to_ts(a4, a4v)
+    base["db_req_ts"] = _to_ts(d1, d1v)
+    base["db_resp_ts"] = _to_ts(d4, d4v)
+    total_v, server_v = a1v & a4v, d1v & d4v
+    net_v = total_v & server_v
+    base["total_s"] = _seconds(a4 - a1, total_v)
+    base["server_s"] = _seconds(d4 - d1, server_v)  # skew-corrected: both ends went through the clock model
+    base["network_s"] = _seconds((a4 - a1) - (d4 - d1), net_v)
+    base["net_req_s"] = _seconds(d1 - a1, net_v & d1v)
+    base["net_resp_s"] = _seconds(a4 - d4, net_v & d4v)
+    # kept for the slow-log join and the group view (DB-clock times for the former): not written out
+    base["_d1_raw"] = np.where(d1v, d1_raw, np.where(a1v, a1, 0))
+    base["_d4_raw"] = np.where(d4v, d4_raw, np.where(a4v, a4, 0))
+    base["_t_valid"] = (d1v & d4v) | (~has_d & a1v & a4v)
+    return base.reset_index(drop=True)
+
+
+def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: float | None,
+              thread_pool_size: int | None, slow_name: str = "slow log") -> tuple[pd.DataFrame, SlowLogJoin]:
+    """Add exec_s / exec_source / queue_s / in_slow_log / hidden_slow / thread_group to build_table's output."""
+    t = table
+    valid = t["_t_valid"].to_numpy()
+    rows = pd.DataFrame({
+        "conn_id": t["conn_id"], "fingerprint": t["fingerprint"],
+        "start_ns": pd.Series(t["_d1_raw"].to_numpy(), dtype="Int64").where(valid),
+        "end_ns": pd.Series(t["_d4_raw"].to_numpy(), dtype="Int64").where(valid),
+    })
+    join = join_slow_log(rows, slow, slow_name)
+    in_log = join.entry >= 0
+    server = t["server_s"].to_numpy(dtype="float64", na_value=np.nan)
+    flag = t["server_flag_slow"].astype("boolean")
+    exec_s = np.full(len(t), np.nan)
+    source = np.full(len(t), None, dtype=object)
+    if join.used:
+        exec_s[in_log] = slow["query_time_ns"].to_numpy()[join.entry[in_log]] / 1e9
+        source[in_log] = "slow_log"
+    lqt = long_query_time
+    flagged = flag.fillna(False).to_numpy(dtype=bool)
+    # Known to have executed faster than long_query_time: the server did not flag it, or the slow log (in use)
+    # does not hold it.
+    known_fast = (flag.notna().to_numpy() & ~flagged) | (join.used & ~in_log & ~flagged)
+    has_server = ~np.isnan(server)
+    # Fast executions of each fingerprint: their server time is (nearly) all execution.
+    fast = has_server & ~in_log & ~flagged & (server <= lqt if lqt is not None else True)
+    fp = t["fingerprint"].astype(object).to_numpy()
+    stats = pd.DataFrame({"fp": fp[fast], "s": server[fast]}).groupby("fp")["s"].agg(["median", "size"])
+    stats = stats[stats["size"] >= FINGERPRINT_MIN_SAMPLES]
+    fp_median = pd.Series(fp).map(stats["median"]).to_numpy(dtype="float64", na_value=np.nan)
+    todo = has_server & ~in_log & ~flagged
+    by_fp = todo & ~np.isnan(fp_median)
+    exec_s[by_fp] = np.minimum(server[by_fp], fp_median[by_fp])
+    source[by_fp] = "fingerprint_median"
+    if lqt is not None:
+        bound = todo & ~by_fp & known_fast
+        exec_s[bound] = np.minimum(server[bound], lqt)
+        source[bound] = "below_long_query_time"
+    t = t.copy()
+    t["exec_s"] = exec_s
+    t["exec_source"] = pd.Series(source, dtype="string")
+    t["queue_s"] = np.where(np.isnan(exec_s) | ~has_server, np.nan, np.maximum(server - exec_s, 0.0))
+    t["in_slow_log"] = pd.array(in_log, dtype="boolean")
+    if not join.used:
+        t["in_slow_log"] = pd.array([pd.NA] * len(t), dtype="boolean")
+    lines = slow["line"].to_numpy()[np.maximum(join.entry, 0)] if join.used else np.zeros(len(t), dtype=np.int64)
+    t["slow_log_line"] = pd.Series(lines, dtype="Int64").where(in_log & join.used)
+    evidence = join.used | flag.notna().to_numpy()
+    if lqt is None:
+        hidden = pd.array([pd.NA] * len(t), dtype="boolean")
+    else:
+        slow_wire = has_server & (server > lqt)
+        hidden_np = slow_wire & ~flagged & ~(in_log & join.used)
+        hidden = pd.array(hidden_np, dtype="boolean")
+        hidden[~(evidence & has_server)] = pd.NA
+    t["hidden_slow"] = hidden
+    if thread_pool_size:
+        t["thread_group"] = (t["conn_id"].astype("Int64") % int(thread_pool_size)).astype("Int64")
+    else:
+        t["thread_group"] = pd.array([pd.NA] * len(t), dtype="Int64")
+    return t, join
+
+
+# --- per thread group ------------------------------------------------------------------------------------------
+
+
+def auto_bucket_s(span_ns: int) -> float:
+    """The smallest of 10 ms, 100 ms, 1 s, 10 s, 1 min giving at most 1000 buckets."""
+    for b in (0.01, 0.1, 1.0, 10.0, 60.0):
+        if span_ns / (b * NS) <= 1000:
+            return b
+    return 600.0
+
+
+def _occupancy(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Σ_i |[s_i, e_i] ∩ [edge_k, edge_k+1]| for every bucket, in ns, via F(t) = Σ_{s<t}(t−s) − Σ_{e<t}(t−e)."""
+
+    def area(points: np.ndarray) -> np.ndarray:
+        p = np.sort(points)
+        csum = np.concatenate([[0], np.cumsum(p, dtype=np.float64)])
+        k = np.searchsorted(p, edges, side="left")
+        return k * edges.astype(np.float64) - csum[k]
+
+    f = area(starts) - area(ends)
+    return np.diff(f)
+
+
+def group_view(t: pd.DataFrame, bucket_s: float | None = None,
+               stall_min_queue_s: float = STALL_MIN_QUEUE_S) -> tuple[pd.DataFrame, list[dict], float]:
+    """Per thread group and time bucket: mean in-flight / executing / queued exchanges and queue seconds; and the
+    stalled stretches (union of queue intervals of ≥ stall_min_queue_s) with the statements executing meanwhile."""
+    ok = t["thread_group"].notna() & t["db_req_ts"].notna() & t["db_resp_ts"].notna()
+    g = t[ok]
+    if len(g) == 0:
+        return pd.DataFrame(columns=GROUP_COLUMNS_NAMES), [], bucket_s or 1.0
+    d1, _ = ts_ns(g["db_req_ts"])
+    d4, _ = ts_ns(g["db_resp_ts"])
+    queue_ns = np.rint(np.nan_to_num(g["queue_s"].to_numpy(dtype="float64", na_value=np.nan)) * 1e9).astype(np.int64)
+    exec_ns = np.rint(g["exec_s"].to_numpy(dtype="float64", na_value=np.nan) * 1e9)
+    exec_ns = np.where(np.isnan(exec_ns), (d4 - d1).astype(np.float64), exec_ns).astype(np.int64)
+    q_end = d1 + queue_ns
+    x_start = np.maximum(d4 - exec_ns, d1)
+    group = g["thread_group"].to_numpy(dtype=np.int64)
+    t0, t1 = int(d1.min()), int(d4.max())
+    bucket_s = bucket_s or auto_bucket_s(t1 - t0)
+    bns = int(bucket_s * NS)
+    first = t0 - t0 % bns
+    edges = np.arange(first, t1 + bns + 1, bns, dtype=np.int64)
+    frames = []
+    for gid in np.unique(group):
+        s = group == gid
+        frames.append(pd.DataFrame({
+            "thread_group": gid,
+            "bucket_start": pd.to_datetime(edges[:-1], unit="ns", utc=True),
+            "bucket_s": bucket_s,
+            "in_flight": _occupancy(d1[s], d4[s], edges) / bns,
+            "executing": _occupancy(x_start[s], d4[s], edges) / bns,
+            "queued": _occupancy(d1[s], q_end[s], edges) / bns,
+            "queue_s": _occupancy(d1[s], q_end[s], edges) / NS,
+            "started": np.histogram(d1[s], bins=edges)[0],
+            "max_queue_s": pd.Series(queue_ns[s] / NS).groupby(np.searchsorted(edges, d1[s], side="right") - 1).max()
+            .reindex(range(len(edges) - 1)).to_numpy(),
+        }))
+    groups = pd.concat(frames, ignore_index=True)
+    groups["thread_group"] = groups["thread_group"].astype("int64")
+
+    # stalled stretches: union of long queue intervals per group
+    long_q = queue_ns >= stall_min_queue_s * NS
+    q = pd.DataFrame({"g": group[long_q], "s": d1[long_q], "e": q_end[long_q], "q": queue_ns[long_q]})
+    q = q.sort_values(["g", "s"], kind="stable")
+    prev_end = q.groupby("g")["e"].cummax().groupby(q["g"]).shift()
+    q["stretch"] = ((q["s"] > prev_end) | prev_end.isna()).cumsum()
+    stretches = q.groupby("stretch").agg(g=("g", "first"), s=("s", "min"), e=("e", "max"), n=("s", "size"),
+                                         max_q=("q", "max"))
+    stalls = []
+    busy = exec_ns >= stall_min_queue_s * NS  # only long executions can hold a group for a stalled stretch
+    rows = pd.DataFrame({"g": group[busy], "xs": x_start[busy], "xe": d4[busy], "pos": np.flatnonzero(busy)})
+    cand = stretches.reset_index().merge(rows, on="g")
+    cand["overlap"] = np.minimum(cand["e"], cand["xe"]) - np.maximum(cand["s"], cand["xs"])
+    cand = cand[cand["overlap"] >= CULPRIT_MIN_SHARE * (cand["e"] - cand["s"])]
+    cand = cand.sort_values(["stretch", "overlap"], ascending=[True, False])
+    by_stretch = {k: v.head(MAX_CULPRITS) for k, v in cand.groupby("stretch")}
+    for sid, st in stretches.iterrows():
+        culprits = []
+        for _, c in by_stretch.get(sid, pd.DataFrame()).iterrows():
+            row = g.iloc[int(c["pos"])]
+            culprits.append({
+                "conn_id": _int(row["conn_id"]), "sql": _short(row["sql"] if pd.notna(row["sql"]) else row["fingerprint"]),
+                "exec_s": _float(row["exec_s"]), "exec_source": _str(row["exec_source"]),
+                "server_s": _float(row["server_s"]), "overlap_s": float(c["overlap"]) / NS,
+                "db_req_ts": row["db_req_ts"].isoformat(),
+            })
+        stalls.append({
+            "thread_group": int(st["g"]), "start": pd.Timestamp(int(st["s"]), unit="ns", tz="UTC").isoformat(),
+            "end": pd.Timestamp(int(st["e"]), unit="ns", tz="UTC").isoformat(),
+            "duration_s": (int(st["e"]) - int(st["s"])) / NS, "queued": int(st["n"]),
+            "max_queue_s": int(st["max_q"]) / NS, "culprits": culprits,
+        })
+    return groups, stalls, bucket_s
+
+
+GROUP_COLUMNS_NAMES = ["thread_group", "bucket_start", "bucket_s", "in_flight", "executing", "queued", "queue_s",
+                       "started", "max_queue_s"]
+
+
+def _int(v) -> int | None:
+    return None if pd.isna(v) else int(v)
+
+
+def _float(v) -> float | None:
+    return None if pd.isna(v) else float(v)
+
+
+def _str(v) -> str | None:
+    return None if pd.isna(v) else str(v)
+
+
+def _short(text, limit: int = 200) -> str | None:
+    if text is None or pd.isna(text):
+        return None
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

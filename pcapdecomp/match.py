@@ -1,0 +1,217 @@
+"""Match stage: pair each exchange seen at an app host with the same exchange seen at the DB host, and collect
+the TCP segments seen at both points as clock samples.
+
+Why sequence numbers: the same TCP connection carries the same raw sequence numbers at both capture points, even
+when source NAT or a load balancer rewrites addresses and ports, and whatever the segmentation (TSO/GRO) at each
+host. So a request is keyed by the raw sequence number of its first byte. Sequence numbers are 32-bit and random
+per connection, so two different connections can collide; pairs are therefore decided per *connection* first:
+connections vote by how many of their requests share a sequence number with the same command and text, the server
+greeting's scramble (20 random bytes, identical at both points) outvotes everything, and a different scramble or
+connection id vetoes. Exchanges are then paired only inside paired connections, and only when command, text and
+the end of the response (resp_tcp_end) agree: a neighbour's request or response is never taken for this one.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .capture import open_capture
+
+SCRAMBLE_VOTE = 1_000_000  # a shared greeting scramble outweighs any number of shared sequence numbers
+
+
+@dataclass(frozen=True, slots=True)
+class MatchStats:
+    app_exchanges: int
+    db_exchanges: int
+    matched: int  # exchanges paired (seen = both)
+    app_only: int
+    db_only: int
+    conflicts: int  # same connection and request bytes, but command/text/response end disagree: not paired
+    connections_matched: int
+    connections_by_scramble: int  # paired connections confirmed by the greeting scramble
+    connections_nat: int  # paired connections whose client endpoint differs between the points (NAT)
+    connections_vetoed: int  # candidate connection pairs refused: different scramble or connection id
+
+    def as_dict(self) -> dict:
+        return {f: getattr(self, f) for f in self.__slots__}
+
+
+@dataclass
+class Matching:
+    """Row pairs between two exchange tables (positional indexes); -1 where one side did not see the exchange."""
+
+    app_row: np.ndarray  # int64, positional row in the app table or -1
+    db_row: np.ndarray  # int64, positional row in the DB table or -1
+    notes: np.ndarray  # str per pair: comma-separated match notes ('' when none)
+    connections: pd.DataFrame  # app_conn, db_conn (conn keys), nat, by_scramble
+    stats: MatchStats
+
+
+def connection_keys(exchanges: pd.DataFrame) -> pd.Series:
+    """One integer per (capture, conn_index): several app captures share conn_index values."""
+    if len(exchanges) == 0:
+        return pd.Series([], dtype="int64")
+    return exchanges.groupby(["capture", "conn_index"], sort=False).ngroup().astype("int64")
+
+
+def _same(a: pd.Series, b: pd.Series) -> pd.Series:
+    """Equality where two nulls are equal too (a missing SQL text on both sides agrees)."""
+    eq = (a == b).fillna(False).astype(bool)
+    return eq | (a.isna() & b.isna()).to_numpy()
+
+
+def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame, db_conns: pd.DataFrame) -> Matching:
+    """Pair rows of the app exchanges table (all app captures concatenated) with rows of the DB one.
+
+    app_conns/db_conns are the connections tables (capture, conn_index, conn_id, scramble, ...).
+    """
+    a = pd.DataFrame({
+        "ai": np.arange(len(app), dtype=np.int64), "a_conn": connection_keys(app).to_numpy(),
+        "seq": app["req_tcp_seq"].to_numpy(), "a_cmd": app["command"].to_numpy(),
+        "a_sql": app["sql"].array, "a_end": app["resp_tcp_end"].array,
+    })
+    d = pd.DataFrame({
+        "di": np.arange(len(db), dtype=np.int64), "d_conn": connection_keys(db).to_numpy(),
+        "seq": db["req_tcp_seq"].to_numpy(), "d_cmd": db["command"].to_numpy(),
+        "d_sql": db["sql"].array, "d_end": db["resp_tcp_end"].array,
+    })
+    cand = a.merge(d, on="seq", how="inner")
+    cand["content"] = _same(cand["a_cmd"], cand["d_cmd"]) & _same(cand["a_sql"], cand["d_sql"])
+
+    # --- connections: votes from shared request bytes, the scramble decides, a contradiction vetoes
+    a_info = _conn_info(app, app_conns, "a")
+    d_info = _conn_info(db, db_conns, "d")
+    votes = cand[cand["content"]].groupby(["a_conn", "d_conn"]).size().rename("votes").reset_index()
+    by_scramble = a_info.dropna(subset=["a_scramble"]).merge(
+        d_info.dropna(subset=["d_scramble"]), left_on="a_scramble", right_on="d_scramble")[["a_conn", "d_conn"]]
+    pairs = votes.merge(by_scramble.assign(scr=True), on=["a_conn", "d_conn"], how="outer")
+    pairs["votes"] = pairs["votes"].fillna(0).astype(np.int64)
+    pairs["scr"] = pairs["scr"].fillna(False).astype(bool)
+    pairs = pairs.merge(a_info, on="a_conn", how="left").merge(d_info, on="d_conn", how="left")
+    veto = (
+        (pairs["a_scramble"].notna() & pairs["d_scramble"].notna() & (pairs["a_scramble"] != pairs["d_scramble"]))
+        | (pairs["a_conn_id"].notna() & pairs["d_conn_id"].notna() & (pairs["a_conn_id"] != pairs["d_conn_id"]))
+    ).fillna(False).astype(bool)
+    vetoed = int(veto.sum())
+    pairs = pairs[~veto].copy()
+    pairs["score"] = pairs["votes"] + SCRAMBLE_VOTE * pairs["scr"]
+    # Greedy one-to-one, best score first (a connection is at one place at each point).
+    pairs = pairs.sort_values(["score", "a_conn"], ascending=[False, True], kind="stable")
+    pairs = pairs.drop_duplicates("a_conn").drop_duplicates("d_conn")
+    pairs["nat"] = (pairs["a_client"] != pairs["d_client"]).fillna(False).astype(bool)
+    conn_pairs = pairs[["a_conn", "d_conn", "nat", "scr"]].rename(
+        columns={"a_conn": "app_conn", "d_conn": "db_conn", "scr": "by_scramble"}).reset_index(drop=True)
+
+    # --- exchanges, inside paired connections only
+    inside = cand.merge(pairs[["a_conn", "d_conn"]], on=["a_conn", "d_conn"], how="inner")
+    ends_agree = ~(inside["a_end"].notna() & inside["d_end"].notna()).to_numpy() | (
+        inside["a_end"].to_numpy(dtype="float64", na_value=np.nan) == inside["d_end"].to_numpy(dtype="float64", na_value=np.nan))
+    ok = inside["content"].to_numpy() & ends_agree
+    good = inside[ok].drop_duplicates("ai").drop_duplicates("di")
+    bad = inside[~ok]
+    conflict_a = set(bad["ai"]) - set(good["ai"])
+    conflict_d = set(bad["di"]) - set(good["di"])
+
+    a_end_na = good["a_end"].isna().to_numpy()
+    d_end_na = good["d_end"].isna().to_numpy()
+    good_notes = np.where(a_end_na & ~d_end_na, "response-unseen-at-app",
+                          np.where(d_end_na & ~a_end_na, "response-unseen-at-db", ""))
+    app_only = np.setdiff1d(np.arange(len(app), dtype=np.int64), good["ai"].to_numpy())
+    db_only = np.setdiff1d(np.arange(len(db), dtype=np.int64), good["di"].to_numpy())
+    app_row = np.concatenate([good["ai"].to_numpy(), app_only, np.full(len(db_only), -1, dtype=np.int64)])
+    db_row = np.concatenate([good["di"].to_numpy(), np.full(len(app_only), -1, dtype=np.int64), db_only])
+    conflict_note = lambda rows, bad_rows: np.where(  # noqa: E731
+        np.isin(rows, np.fromiter(bad_rows, dtype=np.int64, count=len(bad_rows))), "match-conflict", "")
+    notes = np.concatenate([good_notes, conflict_note(app_only, conflict_a), conflict_note(db_only, conflict_d)])
+    stats = MatchStats(
+        app_exchanges=len(app), db_exchanges=len(db), matched=len(good), app_only=len(app_only),
+        db_only=len(db_only), conflicts=len(conflict_a) + len(conflict_d),
+        connections_matched=len(conn_pairs), connections_by_scramble=int(conn_pairs["by_scramble"].sum()),
+        connections_nat=int(conn_pairs["nat"].sum()), connections_vetoed=vetoed,
+    )
+    return Matching(app_row, db_row, notes, conn_pairs, stats)
+
+
+def _conn_info(exchanges: pd.DataFrame, conns: pd.DataFrame, side: str) -> pd.DataFrame:
+    """conn key -> scramble, conn_id, client of each connection that has exchanges."""
+    keys = pd.DataFrame({
+        f"{side}_conn": connection_keys(exchanges).to_numpy(),
+        "capture": exchanges["capture"].to_numpy(), "conn_index": exchanges["conn_index"].to_numpy(),
+    }).drop_duplicates(f"{side}_conn")
+    info = keys.merge(conns[["capture", "conn_index", "scramble", "conn_id", "client"]], on=["capture", "conn_index"], how="left")
+    return info.drop(columns=["capture", "conn_index"]).rename(
+        columns={"scramble": f"{side}_scramble", "conn_id": f"{side}_conn_id", "client": f"{side}_client"})
+
+
+# --- clock samples -------------------------------------------------------------------------------------------
+
+
+def split_endpoint(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+@dataclass
+class _Segments:
+    """Segments of chosen connections at one capture point, as three compact arrays (key halves + timestamp)."""
+
+    k1: np.ndarray  # uint64: seq << 32 | ack
+    k2: np.ndarray  # uint64: payload length << 9 | flags << 1 | direction (0 client→server, 1 server→client)
+    ts: np.ndarray  # int64 ns
+
+    def unique(self) -> pd.DataFrame:
+        """Drop every key seen more than once at this point: a retransmission or duplicate ACK has no one time."""
+        df = pd.DataFrame({"k1": self.k1, "k2": self.k2, "ts": self.ts})
+        return df[~df.duplicated(["k1", "k2"], keep=False)]
+
+
+def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, int]]) -> _Segments:
+    """Keys and times of the segments of the given connections ((client ip, port, server ip, port) tuples)."""
+    forward = flows
+    reverse = {(si, sp, ci, cp) for ci, cp, si, sp in flows}
+    k1, k2, ts = array("Q"), array("Q"), array("q")
+    with open_capture(path) as reader:
+        for seg in reader:
+            four = (seg.src_ip, seg.src_port, seg.dst_ip, seg.dst_port)
+            if four in forward:
+                direction = 0
+            elif four in reverse:
+                direction = 1
+            else:
+                continue
+            k1.append((seg.seq << 32) | seg.ack)
+            k2.append(((len(seg.payload) + seg.missing) << 9) | (seg.flags << 1) | direction)
+            ts.append(seg.ts_ns)
+    return _Segments(np.frombuffer(k1, dtype=np.uint64), np.frombuffer(k2, dtype=np.uint64),
+                     np.frombuffer(ts, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class ClockSamples:
+    fwd_app: np.ndarray  # app→DB: app timestamp a
+    fwd_db: np.ndarray  # app→DB: DB timestamp b
+    rev_db: np.ndarray  # DB→app: DB timestamp c
+    rev_app: np.ndarray  # DB→app: app timestamp e
+    app_segments: int  # segments of matched connections read at the app point
+    db_segments: int
+    duplicates_dropped: int  # keys seen more than once at one point (retransmissions, duplicate ACKs)
+
+
+def pair_segments(app: _Segments, db: _Segments) -> ClockSamples:
+    ua, ud = app.unique(), db.unique()
+    both = ua.merge(ud, on=["k1", "k2"], suffixes=("_a", "_d"))
+    fwd = (both["k2"].to_numpy() & np.uint64(1)) == 0
+    ts_a, ts_d = both["ts_a"].to_numpy(), both["ts_d"].to_numpy()
+    order_f = np.argsort(ts_a[fwd], kind="stable")
+    order_r = np.argsort(ts_a[~fwd], kind="stable")
+    return ClockSamples(
+        ts_a[fwd][order_f], ts_d[fwd][order_f], ts_d[~fwd][order_r], ts_a[~fwd][order_r],
+        app_segments=len(app.ts), db_segments=len(db.ts),
+        duplicates_dropped=(len(app.ts) - len(ua)) + (len(db.ts) - len(ud)),
+    )
