@@ -77,6 +77,7 @@ class FlowTracker:
         self.max_sql_bytes = max_sql_bytes
         self._flows: dict[tuple[Endpoint, Endpoint], Flow] = {}
         self._count = 0
+        self._ended: dict[tuple[Endpoint, Endpoint], str] = {}  # connections closed by FIN/RST -> their kind
         self.other_tcp_frames = 0
         self.other_tcp_bytes = 0
 
@@ -87,10 +88,17 @@ class FlowTracker:
         key = (src, dst) if src <= dst else (dst, src)
         flow = self._flows.get(key)
         flags = seg.flags
+        if flow is None and key in self._ended and not (flags & SYN and not flags & ACK):
+            # The last ACK, or a retransmitted FIN, of a connection that already ended: still that connection's.
+            if self._ended[key] != "mysql":
+                self.other_tcp_frames += 1
+                self.other_tcp_bytes += len(seg.payload)
+            return
         if flow is not None and flags & SYN and not flags & ACK and (flow.closed or flow.frames > 2 and flow.exchanges):
             self._close(key, flow)  # port reuse: a new connection on the same 4-tuple
             flow = None
         if flow is None:
+            self._ended.pop(key, None)
             flow = Flow(self._count, src, dst, seg.ts_ns)
             self._count += 1
             self._flows[key] = flow
@@ -215,6 +223,7 @@ class FlowTracker:
         if seg.flags & RST or len(flow.fins) == 2:
             flow.closed = True
             self._close(key, flow)
+            self._ended[key] = flow.kind
 
     def _close(self, key, flow: Flow) -> None:
         self._flows.pop(key, None)
