@@ -67,7 +67,7 @@ def join_slow_log(rows: pd.DataFrame, slow: pd.DataFrame | None, name: str = "sl
     if slow is None:
         return SlowLogJoin(none, False, {"entries": 0})
     if len(slow) == 0:
-        return SlowLogJoin(none, False, {"entries": 0}, [f"{name}: no entries; analysed without it"])
+        return SlowLogJoin(none, False, {"entries": 0})  # read_slow_log already warned
     ent = pd.DataFrame({
         "e": np.arange(len(slow), dtype=np.int64),
         "fingerprint": _entry_fingerprints(slow).to_numpy(),

@@ -126,9 +126,12 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     db_only = np.setdiff1d(np.arange(len(db), dtype=np.int64), good["di"].to_numpy())
     app_row = np.concatenate([good["ai"].to_numpy(), app_only, np.full(len(db_only), -1, dtype=np.int64)])
     db_row = np.concatenate([good["di"].to_numpy(), np.full(len(app_only), -1, dtype=np.int64), db_only])
-    conflict_note = lambda rows, bad_rows: np.where(  # noqa: E731
-        np.isin(rows, np.fromiter(bad_rows, dtype=np.int64, count=len(bad_rows))), "match-conflict", "")
-    notes = np.concatenate([good_notes, conflict_note(app_only, conflict_a), conflict_note(db_only, conflict_d)])
+    notes = np.concatenate([
+        good_notes,
+        _only_notes(app_only, conflict_a, a, good["ai"].to_numpy(), app["seq"].to_numpy(), pairs["a_conn"], "db"),
+        _only_notes(db_only, conflict_d, d.rename(columns={"d_conn": "a_conn"}), good["di"].to_numpy(),
+                    db["seq"].to_numpy(), pairs["d_conn"], "app"),
+    ])
     stats = MatchStats(
         app_exchanges=len(app), db_exchanges=len(db), matched=len(good), app_only=len(app_only),
         db_only=len(db_only), conflicts=len(conflict_a) + len(conflict_d),
@@ -136,6 +139,23 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
         connections_nat=int(conn_pairs["nat"].sum()), connections_vetoed=vetoed,
     )
     return Matching(app_row, db_row, notes, conn_pairs, stats)
+
+
+def _only_notes(only: np.ndarray, conflicts: set, side: pd.DataFrame, paired: np.ndarray, ordinal: np.ndarray,
+                paired_conns: pd.Series, other: str) -> np.ndarray:
+    """Notes for exchanges seen at one point only: 'match-conflict', or 'lost-at-<other>' when the other point
+    saw exchanges of the same connection before and after this one (so it was there, and missed these bytes)."""
+    notes = np.full(len(only), "", dtype=object)
+    if len(only) == 0:
+        return notes
+    conn = side["a_conn"].to_numpy()
+    seen = pd.DataFrame({"conn": conn[paired], "ord": ordinal[paired]}).groupby("conn")["ord"].agg(["min", "max"])
+    span = pd.DataFrame({"conn": conn[only], "ord": ordinal[only]}).join(seen, on="conn")
+    inside = (span["conn"].isin(paired_conns) & (span["ord"] > span["min"]) & (span["ord"] < span["max"])).to_numpy()
+    notes[inside] = f"lost-at-{other}"
+    if conflicts:
+        notes[np.isin(only, np.fromiter(conflicts, dtype=np.int64, count=len(conflicts)))] = "match-conflict"
+    return notes
 
 
 def _conn_info(exchanges: pd.DataFrame, conns: pd.DataFrame, side: str) -> pd.DataFrame:

@@ -101,7 +101,7 @@ def markdown_table(columns: tuple[Column, ...]) -> str:
 # times at the app host, D1/D4 DB-capture times converted to that app clock by the fitted clock model.
 ANALYSIS_COLUMNS: tuple[Column, ...] = (
     Column("seen", "string", "both | app | db: the capture points that saw the exchange (foundation columns come from the app side when seen there)"),
-    Column("match_notes", "string", "match-conflict (same request bytes, different command/text/response end: not paired), response-unseen-at-app|db"),
+    Column("match_notes", "string", "match-conflict (same request bytes, different command/text/response end: not paired); lost-at-app|db (the other point saw this connection before and after, and missed this exchange: capture loss); response-unseen-at-app|db"),
     Column("db_client", "string", "client endpoint as seen at the DB (differs from client behind NAT)"),
     Column("db_req_first_frame", "Int64", "frame number of the request's first byte in the DB capture"),
     Column("app_req_ts", TS, "A1: request's first byte at the app host (app clock)"),

@@ -1,0 +1,89 @@
+"""Small pcap rewriters for tests: shift a capture's clock, drop packets, cut its start, NAT its client.
+
+A pcap file is a 24-byte global header and records of (ts_sec, ts_frac, incl_len, orig_len) + packet bytes;
+the magic says the byte order and whether ts_frac is µs or ns. Nothing else is touched (no checksums: the
+reader does not check them, and a real NAT device would recompute them anyway).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+_MAGIC = {
+    b"\xd4\xc3\xb2\xa1": ("<", 1_000), b"\xa1\xb2\xc3\xd4": (">", 1_000),
+    b"\x4d\x3c\xb2\xa1": ("<", 1), b"\xa1\xb2\x3c\x4d": (">", 1),
+}
+
+
+def records(path: Path) -> tuple[bytes, str, int, Iterator[tuple[int, bytes, int]]]:
+    """(global header, byte order, ns per ts_frac unit, iterator of (ts_ns, packet bytes, orig_len))."""
+    data = path.read_bytes()
+    order, unit = _MAGIC[data[:4]]
+    header = data[:24]
+
+    def it() -> Iterator[tuple[int, bytes, int]]:
+        pos = 24
+        while pos + 16 <= len(data):
+            sec, frac, incl, orig = struct.unpack_from(order + "IIII", data, pos)
+            yield sec * 1_000_000_000 + frac * unit, data[pos + 16: pos + 16 + incl], orig
+            pos += 16 + incl
+
+    return header, order, unit, it()
+
+
+def rewrite(src: Path, dst: Path, *, time: Callable[[int], int] = lambda t: t,
+            keep: Callable[[int, int], bool] = lambda i, t: True,
+            packet: Callable[[bytes], bytes] = lambda p: p) -> int:
+    """Copy src to dst with each kept packet's time mapped by `time(ts_ns)` and bytes by `packet(bytes)`.
+    keep(index, ts_ns) chooses the packets (index from 0, ts before mapping). Returns packets written."""
+    header, order, unit, recs = records(src)
+    out = [header]
+    n = 0
+    for i, (ts, pkt, orig) in enumerate(recs):
+        if not keep(i, ts):
+            continue
+        t = time(ts)
+        new = packet(pkt)
+        out.append(struct.pack(order + "IIII", t // 1_000_000_000, (t % 1_000_000_000) // unit, len(new),
+                               orig + len(new) - len(pkt)))
+        out.append(new)
+        n += 1
+    dst.write_bytes(b"".join(out))
+    return n
+
+
+def skewed_clock(offset_ns: int, skew_ppm: float, t0_ns: int) -> Callable[[int], int]:
+    """t -> t + offset + skew·(t − t0): a clock that was `offset` ahead at t0 and runs fast by skew_ppm."""
+    return lambda t: t + offset_ns + round(skew_ppm * 1e-6 * (t - t0_ns))
+
+
+def first_ts(path: Path) -> int:
+    return next(records(path)[3])[0]
+
+
+def nat_client(old_ip: str, new_ip: str, port_shift: int) -> Callable[[bytes], bytes]:
+    """Rewrite an Ethernet/IPv4 packet's address old_ip to new_ip and, on that side, the TCP port by port_shift,
+    in both directions (as source NAT does). Other packets pass unchanged."""
+    old, new = ipaddress.IPv4Address(old_ip).packed, ipaddress.IPv4Address(new_ip).packed
+
+    def rewrite_packet(pkt: bytes) -> bytes:
+        if len(pkt) < 34 or pkt[12:14] != b"\x08\x00":
+            return pkt
+        b = bytearray(pkt)
+        ip = 14
+        tcp = ip + (b[ip] & 0x0F) * 4
+        is_tcp = b[ip + 9] == 6 and len(b) >= tcp + 4
+        if b[ip + 12: ip + 16] == old:  # from the client
+            b[ip + 12: ip + 16] = new
+            if is_tcp:
+                struct.pack_into(">H", b, tcp, (struct.unpack_from(">H", b, tcp)[0] + port_shift) % 65536)
+        elif b[ip + 16: ip + 20] == old:  # to the client
+            b[ip + 16: ip + 20] = new
+            if is_tcp:
+                struct.pack_into(">H", b, tcp + 2, (struct.unpack_from(">H", b, tcp + 2)[0] + port_shift) % 65536)
+        return bytes(b)
+
+    return rewrite_packet
