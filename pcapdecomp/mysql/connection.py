@@ -195,6 +195,14 @@ class MySQLConnection:
             self._pending[-1].problems.append("gap")  # the request (or its data) may be incomplete
     def end(self) -> None:
         """The connection (or the capture) ended: whatever is pending is finished as it stands."""
+        partial = self._framers[CLIENT].partial() if self._deframers[CLIENT] is None else None
+        if not self.tls and self.phase == COMMAND and partial is not None and partial.seq == 0 and partial.payload:
+            # The capture ended inside a command (a large INSERT still uploading): report what was captured.
+            self._framers[CLIENT].reset()
+            try:
+                self._start(partial, problems=["incomplete"])
+            except _DECODE_ERRORS as exc:
+                self._violation(CLIENT, f"client: {exc}")
         while self._pending:
             pending = self._pending[0]
             if pending.reader.waiting_for_optional_eof:
