@@ -336,7 +336,9 @@ def verdict(summary: dict, x: pd.DataFrame) -> str:
         text = (f"Thread group {worst['thread_group']} stalled for {worst['duration_s']:.3f} s from {worst['start']} "
                 f"({worst['queued']} requests queued, up to {worst['max_queue_s']:.3f} s)")
         if culprit:
-            text += f" while `{culprit['sql']}` (connection {culprit['conn_id']}) executed for {culprit['exec_s']:.3f} s"
+            text += f" while `{culprit['sql']}` (connection {culprit['conn_id']}) executed"
+            if culprit["exec_s"] is not None:
+                text += f" for {culprit['exec_s']:.3f} s"
         parts.append(text + ".")
     clock = summary["clock"]
     if clock and clock.get("offset_s") is not None:

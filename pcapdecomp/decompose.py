@@ -255,6 +255,11 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     by_fp = todo & ~np.isnan(fp_median)
     exec_s[by_fp] = np.minimum(server[by_fp], fp_median[by_fp])
     source[by_fp] = "fingerprint_median"
+    # Flagged SERVER_QUERY_WAS_SLOW but not in the (missing) slow log: execution ≥ long_query_time, and at most
+    # the server time; take the server time (queue_s 0 is then a lower bound).
+    flagged_only = has_server & flagged & ~in_log
+    exec_s[flagged_only] = server[flagged_only]
+    source[flagged_only] = "flagged_slow"
     if lqt is not None:
         bound = todo & ~by_fp & known_fast
         exec_s[bound] = np.minimum(server[bound], lqt)

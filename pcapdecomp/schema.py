@@ -114,7 +114,7 @@ ANALYSIS_COLUMNS: tuple[Column, ...] = (
     Column("net_req_s", "float64", "D1 - A1: request leg, after clock alignment (depends on the offset estimate)"),
     Column("net_resp_s", "float64", "A4 - D4: response leg; net_req_s + net_resp_s = network_s"),
     Column("exec_s", "float64", "execution time: the slow log's Query_time, else an estimate (see exec_source)"),
-    Column("exec_source", "string", "slow_log | fingerprint_median (median server time of fast executions of the fingerprint) | below_long_query_time (known faster than long_query_time: exec_s is the bound min(server_s, long_query_time)); null when unknown"),
+    Column("exec_source", "string", "slow_log | fingerprint_median (median server time of fast executions of the fingerprint) | below_long_query_time (known faster than long_query_time: exec_s is the bound min(server_s, long_query_time)) | flagged_slow (SERVER_QUERY_WAS_SLOW without a slow-log entry: exec_s = server_s, an upper bound); null when unknown"),
     Column("queue_s", "float64", "server_s - exec_s, at least 0: waiting before execution (thread-pool queue)"),
     Column("in_slow_log", "boolean", "joined to a slow-log entry; null when no usable slow log"),
     Column("slow_log_line", "Int64", "line of the joined slow-log entry"),

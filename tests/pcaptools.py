@@ -36,21 +36,23 @@ def records(path: Path) -> tuple[bytes, str, int, Iterator[tuple[int, bytes, int
 
 def rewrite(src: Path, dst: Path, *, time: Callable[[int], int] = lambda t: t,
             keep: Callable[[int, int], bool] = lambda i, t: True,
-            packet: Callable[[bytes], bytes] = lambda p: p) -> int:
+            packet: Callable[[bytes], bytes] = lambda p: p,
+            repeat: Callable[[int], bool] = lambda i: False) -> int:
     """Copy src to dst with each kept packet's time mapped by `time(ts_ns)` and bytes by `packet(bytes)`.
-    keep(index, ts_ns) chooses the packets (index from 0, ts before mapping). Returns packets written."""
+    keep(index, ts_ns) chooses the packets (index from 0, ts before mapping); repeat(index) writes a packet twice
+    (a retransmission 1 µs later). Returns packets written."""
     header, order, unit, recs = records(src)
     out = [header]
     n = 0
     for i, (ts, pkt, orig) in enumerate(recs):
         if not keep(i, ts):
             continue
-        t = time(ts)
         new = packet(pkt)
-        out.append(struct.pack(order + "IIII", t // 1_000_000_000, (t % 1_000_000_000) // unit, len(new),
-                               orig + len(new) - len(pkt)))
-        out.append(new)
-        n += 1
+        for t in (time(ts), time(ts) + 1_000)[: 2 if repeat(i) else 1]:
+            out.append(struct.pack(order + "IIII", t // 1_000_000_000, (t % 1_000_000_000) // unit, len(new),
+                                   orig + len(new) - len(pkt)))
+            out.append(new)
+            n += 1
     dst.write_bytes(b"".join(out))
     return n
 
