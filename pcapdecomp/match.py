@@ -165,6 +165,7 @@ def _conn_info(exchanges: pd.DataFrame, conns: pd.DataFrame, side: str) -> pd.Da
         "capture": exchanges["capture"].to_numpy(), "conn_index": exchanges["conn_index"].to_numpy(),
     }).drop_duplicates(f"{side}_conn")
     info = keys.merge(conns[["capture", "conn_index", "scramble", "conn_id", "client"]], on=["capture", "conn_index"], how="left")
+    info = info.astype({"scramble": "string", "conn_id": "Int64", "client": "string"})
     return info.drop(columns=["capture", "conn_index"]).rename(
         columns={"scramble": f"{side}_scramble", "conn_id": f"{side}_conn_id", "client": f"{side}_client"})
 
