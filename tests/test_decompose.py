@@ -1,0 +1,128 @@
+"""Decomposition pieces: the slow-log join (real MariaDB log of the maxthreads recording), the execution-time
+ladder, the interval occupancy used by the thread-group view (against brute force), and the group view."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pcapdecomp.decompose import _occupancy, auto_bucket_s, group_view, join_slow_log, ts_ns
+from pcapdecomp.exchanges import extract
+from pcapdecomp.slowlog import read_slow_log
+
+CAPTURES = Path(__file__).resolve().parent.parent / "captures"
+
+
+@pytest.fixture(scope="module")
+def maxthreads():
+    db = extract(CAPTURES / "maxthreads" / "db.pcap").exchanges
+    slow, _ = read_slow_log(CAPTURES / "maxthreads" / "slow.log")
+    truth = pd.read_json(CAPTURES / "maxthreads" / "truth.jsonl", lines=True)
+    return db, slow, truth
+
+
+def join_rows(db: pd.DataFrame, drop_ids: bool = False) -> pd.DataFrame:
+    conn = db["conn_id"] if not drop_ids else pd.Series(pd.NA, index=db.index, dtype="Int64")
+    return pd.DataFrame({
+        "conn_id": conn, "fingerprint": db["fingerprint"],
+        "start_ns": ns(db["req_first_ts"]), "end_ns": ns(db["resp_last_ts"]),
+    })
+
+
+def ns(col: pd.Series) -> pd.Series:
+    values, valid = ts_ns(col)
+    return pd.Series(values, index=col.index, dtype="Int64").where(valid)
+
+
+def joined(db, slow, entry) -> pd.DataFrame:
+    rows = np.flatnonzero(entry >= 0)
+    return pd.DataFrame({"conn_id": db["conn_id"].to_numpy()[rows], "sql": db["sql"].to_numpy()[rows],
+                         "thread_id": slow["thread_id"].to_numpy()[entry[rows]],
+                         "query_time_s": slow["query_time_s"].to_numpy()[entry[rows]]})
+
+
+def test_every_entry_joined_to_its_connections_statement(maxthreads):
+    db, slow, truth = maxthreads
+    join = join_slow_log(join_rows(db), slow)
+    j = joined(db, slow, join.entry)
+    assert join.used and len(j) == len(slow) == 8
+    assert (j["sql"] == "SELECT SLEEP(2)").all() and (j["conn_id"] == j["thread_id"]).all()
+    # performance_schema's execution time of that connection's SLEEP agrees with the joined Query_time
+    ps = truth[truth["sql"] == "SELECT SLEEP(2)"].set_index("conn_id")["exec_s"]
+    assert np.allclose(j.set_index("conn_id")["query_time_s"].sort_index(), ps.sort_index(), atol=0.01)
+
+
+def test_without_connection_ids_text_and_time_still_join_each_entry_once(maxthreads):
+    db, slow, _ = maxthreads
+    join = join_slow_log(join_rows(db, drop_ids=True), slow)
+    j = joined(db, slow, join.entry)
+    assert len(j) == 8 and (j["sql"] == "SELECT SLEEP(2)").all()
+    assert len(set(join.entry[join.entry >= 0])) == 8
+
+
+def test_slow_log_from_another_time_is_not_used(maxthreads):
+    db, slow, _ = maxthreads
+    later = slow.copy()
+    for col in ("time", "timestamp"):
+        later[col] = later[col] + pd.Timedelta(hours=1)
+    join = join_slow_log(join_rows(db), later)
+    assert not join.used and (join.entry == -1).all()
+    assert join.warnings and "analysed without" in join.warnings[0]
+
+
+def test_entry_longer_than_the_exchange_is_not_joined(maxthreads):
+    # An execution can't outlast the request/response it belongs to.
+    db, slow, _ = maxthreads
+    longer = slow.copy()
+    longer["query_time_ns"] = longer["query_time_ns"] + 3_000_000_000
+    assert (join_slow_log(join_rows(db), longer).entry == -1).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 300)), max_size=30), st.integers(1, 200))
+def test_occupancy_equals_brute_force(intervals, width):
+    starts = np.array([s for s, _ in intervals], dtype=np.int64)
+    ends = np.array([s + d for s, d in intervals], dtype=np.int64)
+    edges = np.arange(0, 1400, width, dtype=np.int64)
+    got = _occupancy(starts, ends, edges)
+    want = [sum(max(0, min(e, hi) - max(s, lo)) for s, e in zip(starts, ends)) for lo, hi in zip(edges, edges[1:])]
+    assert np.allclose(got, want)
+
+
+def test_auto_bucket():
+    assert auto_bucket_s(6 * 10**9) == 0.01
+    assert auto_bucket_s(600 * 10**9) == 1.0
+    assert auto_bucket_s(10**9 * 86400 * 7) == 600.0
+
+
+def test_group_view_on_maxthreads(tmp_path):
+    from pcapdecomp.analysis import analyze
+
+    r = analyze(CAPTURES / "maxthreads", [], None, None, None, None, [], tmp_path, quiet=True)
+    groups, stalls, bucket = group_view(r.exchanges, bucket_s=0.5)
+    assert bucket == 0.5 and set(groups["thread_group"]) == {0}
+    # 8 SLEEP(2) at once: eight in flight for the first 2 s, six executing and two queued; then two.
+    busy = groups[groups["in_flight"] > 0]
+    assert busy["in_flight"].max() == pytest.approx(8, abs=0.1)
+    assert busy["queued"].max() == pytest.approx(2, abs=0.1)
+    assert busy["executing"].max() == pytest.approx(6, abs=0.1)
+    assert groups["queue_s"].sum() == pytest.approx(4.0, abs=0.01)
+    assert len(stalls) == 1 and stalls[0]["queued"] == 2 and len(stalls[0]["culprits"]) == 5
+    assert {c["sql"] for c in stalls[0]["culprits"]} == {"SELECT SLEEP(2)"}
+
+
+def test_exec_estimates_say_how_they_were_made(tmp_path):
+    from pcapdecomp.analysis import analyze
+
+    x = analyze(CAPTURES / "group-stall", [], None, None, None, None, [], tmp_path, quiet=True).exchanges
+    probes = x[x["sql"] == "SELECT 1"]
+    assert (probes["exec_source"] == "fingerprint_median").all()
+    assert probes["exec_s"].max() < 0.001  # a SELECT 1 executes in microseconds, however long it waited
+    assert (x.loc[x["sql"].str.startswith("SELECT BENCHMARK").fillna(False), "exec_source"] == "slow_log").all()
+    assert (x["queue_s"].dropna() >= 0).all()
+    assert (x["exec_s"].dropna() <= x.loc[x["exec_s"].notna(), "server_s"] + 1e-3).all()
