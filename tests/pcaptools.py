@@ -37,15 +37,16 @@ def records(path: Path) -> tuple[bytes, str, int, Iterator[tuple[int, bytes, int
 def rewrite(src: Path, dst: Path, *, time: Callable[[int], int] = lambda t: t,
             keep: Callable[[int, int], bool] = lambda i, t: True,
             packet: Callable[[bytes], bytes] = lambda p: p,
-            repeat: Callable[[int], bool] = lambda i: False) -> int:
+            repeat: Callable[[int], bool] = lambda i: False,
+            keep_packet: Callable[[bytes], bool] = lambda p: True) -> int:
     """Copy src to dst with each kept packet's time mapped by `time(ts_ns)` and bytes by `packet(bytes)`.
-    keep(index, ts_ns) chooses the packets (index from 0, ts before mapping); repeat(index) writes a packet twice
+    keep(index, ts_ns) and keep_packet(bytes) choose the packets (index from 0, ts before mapping); repeat(index) writes a packet twice
     (a retransmission 1 µs later). Returns packets written."""
     header, order, unit, recs = records(src)
     out = [header]
     n = 0
     for i, (ts, pkt, orig) in enumerate(recs):
-        if not keep(i, ts):
+        if not keep(i, ts) or not keep_packet(pkt):
             continue
         new = packet(pkt)
         for t in (time(ts), time(ts) + 1_000)[: 2 if repeat(i) else 1]:
@@ -55,6 +56,20 @@ def rewrite(src: Path, dst: Path, *, time: Callable[[int], int] = lambda t: t,
             n += 1
     dst.write_bytes(b"".join(out))
     return n
+
+
+def tcp_ports(pkt: bytes) -> tuple[int, int] | None:
+    """(source port, destination port) of an Ethernet/IPv4 or IPv6 TCP packet, else None."""
+    if len(pkt) < 14:
+        return None
+    kind = pkt[12:14]
+    if kind == b"\x08\x00" and len(pkt) >= 34 and pkt[23] == 6:
+        tcp = 14 + (pkt[14] & 0x0F) * 4
+    elif kind == b"\x86\xdd" and len(pkt) >= 58 and pkt[20] == 6:
+        tcp = 54
+    else:
+        return None
+    return struct.unpack_from(">HH", pkt, tcp) if len(pkt) >= tcp + 4 else None
 
 
 def skewed_clock(offset_ns: int, skew_ppm: float, t0_ns: int) -> Callable[[int], int]:

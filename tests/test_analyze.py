@@ -316,3 +316,28 @@ def test_no_capture_is_a_usage_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UsageError, match="no capture"):
         run(tmp_path / "empty", tmp_path / "o")
+
+
+def test_two_app_hosts_with_their_own_clocks(tmp_path):
+    """The app capture split in two by client port (two app hosts), the second one's clock 200 ms behind: each
+    gets its own clock model, and every exchange is still matched and decomposed on its own host's clock."""
+    src = CAPTURES / "group-stall"
+    ports = sorted({int(c.rsplit(":", 1)[1]) for c in run(src, tmp_path / "plain").exchanges["client"]})
+    first = set(ports[: len(ports) // 2])
+
+    def on_first(pkt: bytes) -> bool:
+        p = pt.tcp_ports(pkt)
+        return p is not None and (p[0] in first or p[1] in first)
+
+    pt.rewrite(src / "app.pcap", tmp_path / "app1.pcap", keep_packet=on_first)
+    pt.rewrite(src / "app.pcap", tmp_path / "app2.pcap", keep_packet=lambda p: not on_first(p),
+               time=lambda t: t - 200_000_000)
+    r = run(None, tmp_path / "out", app=[tmp_path / "app1.pcap", tmp_path / "app2.pcap"], db=src / "db.pcap",
+            slow_log=src / "slow.log", long_query_time=1.0, thread_pool_size=2)
+    clocks = r.summary["clocks"]
+    assert abs(clocks[str(tmp_path / "app1.pcap")]["offset_s"]) < 0.3 * MS
+    assert abs(clocks[str(tmp_path / "app2.pcap")]["offset_s"] - 0.2) < 0.3 * MS
+    x = r.exchanges
+    assert (x["seen"] == "both").all() and len(x) == 352
+    assert x["net_req_s"].abs().max() < 1 * MS and x["net_resp_s"].abs().max() < 1 * MS
+    assert r.summary["exchanges"]["hidden_slow"] == 3
