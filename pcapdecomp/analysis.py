@@ -203,6 +203,7 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
 
     summary = {
         "set": cs.name,
+        "verdict": "",
         "pcapdecomp": __version__,
         "inputs": {
             "app": [str(p) for p in cs.app], "db": str(cs.db) if cs.db else None,
