@@ -6,7 +6,10 @@ from __future__ import annotations
 import html
 import json
 import os
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,10 +105,38 @@ def resolve_capture_set(set_dir: Path | None, app: list[Path], db: Path | None, 
         long_query_time=None if lqt is None else float(lqt), thread_pool_size=None if tps is None else int(tps),
         servers=list(servers),
     )
+    # Files the user named are checked before any work: a mistake costs a second, not a whole extraction.
+    from .pipeline import check_input
+    from .slowlog import check_slow_log_file
+
+    for path in app:
+        check_input(path)
+    if db is not None:
+        check_input(db)
+    if slow_log is not None:
+        check_slow_log_file(slow_log)
     if not result.app and result.db is None:
         where = f" in {set_dir}" if set_dir is not None else ""
         raise UsageError(f"no capture to analyse{where}: give a capture-set folder, --app and/or --db")
     return result
+
+
+def _time_zone(name: str | None):
+    """--slow-log-tz: an IANA zone name or UTC±HH:MM; None means UTC."""
+    import datetime as dt
+    import re
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    if name is None:
+        return dt.timezone.utc
+    m = re.fullmatch(r"(?:UTC)?([+-])(\d{1,2}):?(\d{2})", name.strip())
+    if m:
+        sign = 1 if m[1] == "+" else -1
+        return dt.timezone(sign * dt.timedelta(hours=int(m[2]), minutes=int(m[3])))
+    try:
+        return ZoneInfo(name.strip())
+    except (ZoneInfoNotFoundError, ValueError):
+        raise UsageError(f"--slow-log-tz: unknown time zone {name!r} (use e.g. Europe/Berlin or +02:00)") from None
 
 
 def _number(value):
@@ -123,9 +154,10 @@ def _flows(conns: pd.DataFrame) -> set[tuple[str, int, str, int]]:
 
 def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Path | None,
             long_query_time: float | None, thread_pool_size: int | None, servers: list[str], out_dir: Path | None,
-            csv: bool = False, quiet: bool = False) -> AnalysisResult:
+            csv: bool = False, quiet: bool = False, slow_log_tz: str | None = None) -> AnalysisResult:
     """Run every stage and write the outputs. Raises PcapdecompError subclasses for user mistakes."""
     cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers)
+    tz = _time_zone(slow_log_tz)
     out = out_dir if out_dir is not None else Path("reports") / cs.name
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: exists and is not a folder")
@@ -177,7 +209,7 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
         from .slowlog import read_slow_log
 
         try:
-            slow, sstats = read_slow_log(cs.slow_log)
+            slow, sstats = read_slow_log(cs.slow_log, tz=tz)
             slow_info.update({"flavor": sstats.flavor, "unparsed_lines": sstats.unparsed_lines,
                               "cut_entries": sstats.cut_entries})
             for w in sstats.warnings[:5]:
@@ -344,8 +376,9 @@ def verdict(summary: dict, x: pd.DataFrame) -> str:
     clock = summary["clock"]
     if clock and clock.get("offset_s") is not None:
         lo, hi = clock["offset_bounds_s"]
-        parts.append(f"DB clock − app clock: {1e3 * clock['offset_s']:+.3f} ms (bounds {1e3 * lo:+.3f} … "
-                     f"{1e3 * hi:+.3f} ms), skew {clock['skew_ppm']:+.2f} ppm.")
+        unit, k = ("ms", 1e3) if max(abs(lo), abs(hi)) >= 1e-3 else ("µs", 1e6)
+        parts.append(f"DB clock − app clock: {k * clock['offset_s']:+.3f} {unit} (bounds {k * lo:+.3f} … "
+                     f"{k * hi:+.3f} {unit}), skew {clock['skew_ppm']:+.2f} ppm.")
     return " ".join(parts)
 
 

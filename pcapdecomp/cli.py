@@ -107,17 +107,55 @@ def _print_summary(result, quality: dict) -> None:
 
 
 @app.command()
+def analyze(
+    capture_set: Optional[Path] = typer.Argument(
+        None, help="Capture-set folder (app*.pcap[ng], db*.pcap[ng], slow*.log, capture.toml) that fills in the options."
+    ),
+    app_captures: list[Path] = typer.Option([], "--app", "-a", help="App-side capture (repeatable: one per app host)."),
+    db_capture: Optional[Path] = typer.Option(None, "--db", "-d", help="DB-side capture."),
+    slow_log: Optional[Path] = typer.Option(None, "--slow-log", help="The server's slow query log (plain or .gz)."),
+    slow_log_tz: Optional[str] = typer.Option(
+        None, "--slow-log-tz", help="Time zone of zoneless slow-log times, e.g. Europe/Berlin (default UTC)."
+    ),
+    long_query_time: Optional[float] = typer.Option(None, "--long-query-time", help="The server's long_query_time, seconds."),
+    thread_pool_size: Optional[int] = typer.Option(None, "--thread-pool-size", help="The server's thread_pool_size (thread group = conn_id mod N)."),
+    server: list[str] = typer.Option([], "--server", "-s", help="MySQL server endpoint HOST:PORT (repeatable). Default: found by content."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<set name>/)."),
+    csv: bool = typer.Option(False, "--csv", help="Also write exchanges.csv."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no warnings, no verdict on the terminal."),
+) -> None:
+    """Split each query's latency into network, queueing and execution; flag hidden-slow queries; write a report.
+
+    Writes exchanges.parquet, groups.parquet, summary.json and report.html to the output folder.
+    """
+    from .analysis import analyze as run_analysis
+
+    result = run_analysis(
+        capture_set, list(app_captures), db_capture, slow_log, long_query_time, thread_pool_size, list(server), out,
+        csv=csv, quiet=quiet, slow_log_tz=slow_log_tz,
+    )
+    if not quiet:
+        out_console.print(result.summary["verdict"], highlight=False)
+        for path in result.written:
+            out_console.print(f"wrote {path}", highlight=False)
+
+
+@app.command()
 def columns(
-    table: str = typer.Argument("exchanges", help="exchanges or connections"),
+    table: str = typer.Argument(
+        "exchanges", help="exchanges (from `exchanges`), analysis (columns `analyze` adds), groups, or connections"
+    ),
 ) -> None:
     """Print a table's columns: name, dtype and meaning (as in the docs)."""
-    from .schema import markdown_table
+    from .schema import ANALYSIS_COLUMNS, GROUP_COLUMNS, markdown_table
 
-    chosen = {"exchanges": EXCHANGE_COLUMNS, "connections": CONNECTION_COLUMNS}.get(table)
+    tables = {"exchanges": EXCHANGE_COLUMNS, "analysis": ANALYSIS_COLUMNS, "groups": GROUP_COLUMNS,
+              "connections": CONNECTION_COLUMNS}
+    chosen = tables.get(table)
     if chosen is None:
         from .errors import UsageError
 
-        raise UsageError(f"unknown table {table!r}: choose exchanges or connections")
+        raise UsageError(f"unknown table {table!r}: choose one of {', '.join(tables)}")
     print(markdown_table(chosen))
 
 

@@ -20,6 +20,7 @@ import pandas as pd
 from .clock import ClockModel
 from .fingerprint import fingerprint
 from .match import Matching
+from .schema import GROUP_COLUMNS
 
 NS = 1_000_000_000
 FINGERPRINT_MIN_SAMPLES = 5  # fast executions of a fingerprint needed before its median stands for execution time
@@ -387,8 +388,7 @@ def group_view(t: pd.DataFrame, bucket_s: float | None = None,
     return groups, stalls, bucket_s
 
 
-GROUP_COLUMNS_NAMES = ["thread_group", "bucket_start", "bucket_s", "in_flight", "executing", "queued", "queue_s",
-                       "started", "max_queue_s"]
+GROUP_COLUMNS_NAMES = [c.name for c in GROUP_COLUMNS]
 
 
 def _int(v) -> int | None:

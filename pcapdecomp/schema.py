@@ -121,3 +121,18 @@ ANALYSIS_COLUMNS: tuple[Column, ...] = (
     Column("hidden_slow", "boolean", "server_s > long_query_time, yet not in the slow log and not flagged SERVER_QUERY_WAS_SLOW: slow before execution; null without the evidence"),
     Column("thread_group", "Int64", "conn_id mod thread_pool_size (MariaDB/Percona thread pool group)"),
 )
+
+
+# groups.parquet: one row per thread group and time bucket (pcapdecomp/decompose.py group_view). Times are DB-side
+# request times on the app clock (db_req_ts … db_resp_ts), so queueing lines up with the exchanges table.
+GROUP_COLUMNS: tuple[Column, ...] = (
+    Column("thread_group", "int64", "conn_id mod thread_pool_size"),
+    Column("bucket_start", TS, "start of the time bucket"),
+    Column("bucket_s", "float64", "bucket length, seconds (the smallest of 10 ms, 100 ms, 1 s, 10 s, 1 min giving ≤ 1000 buckets)"),
+    Column("in_flight", "float64", "mean number of the group's exchanges between D1 and D4 during the bucket"),
+    Column("executing", "float64", "mean number executing (between D4 − exec_s and D4)"),
+    Column("queued", "float64", "mean number queued (between D1 and D1 + queue_s)"),
+    Column("queue_s", "float64", "queue seconds spent inside the bucket, summed over the group's exchanges"),
+    Column("started", "int64", "exchanges whose D1 falls in the bucket"),
+    Column("max_queue_s", "float64", "largest queue_s of the exchanges started in the bucket; null when none started"),
+)

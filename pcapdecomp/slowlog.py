@@ -630,6 +630,33 @@ _BINARY_MAGIC = {
 }
 
 
+def _refuse_binary(name: str, head: bytes) -> None:
+    kind = _BINARY_MAGIC.get(head[:4])
+    if kind is None and b"\x00" in head:
+        kind = "binary data"
+    if kind is not None:
+        raise SlowLogError(f"{name}: not a slow log (it is {kind})")
+
+
+def check_slow_log_file(path: str | os.PathLike) -> None:
+    """Cheap up-front check of a slow log the user named: it exists, is a file, and is text, not a capture.
+    Raises SlowLogError; whether its text is a usable slow log is read_slow_log's business (a warning)."""
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as raw:
+            head = raw.read(65536)
+        if head[:2] == b"\x1f\x8b":
+            with gzip.open(name, "rb") as f:
+                head = f.read(65536)
+    except FileNotFoundError:
+        raise SlowLogError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise SlowLogError(f"{name}: is a directory, not a slow log") from None
+    except (OSError, EOFError, zlib.error) as err:
+        raise SlowLogError(f"{name}: cannot read slow log: {err}") from None
+    _refuse_binary(name, head)
+
+
 def read_slow_log(path: str | os.PathLike, tz: dt.tzinfo = UTC):
     """Read a slow log file (plain or .gz) into (DataFrame, SlowLogStats). Raises SlowLogError, naming the file,
     for a file that is clearly not a slow log: missing, binary, or non-empty without a single entry or server
@@ -640,12 +667,7 @@ def read_slow_log(path: str | os.PathLike, tz: dt.tzinfo = UTC):
         with open(name, "rb") as raw:
             compressed = raw.read(2) == b"\x1f\x8b"
         with (gzip.open(name, "rb") if compressed else open(name, "rb")) as f:
-            head = f.peek(65536)[:65536] if hasattr(f, "peek") else b""
-            kind = _BINARY_MAGIC.get(head[:4])
-            if kind is None and b"\x00" in head:
-                kind = "binary data"
-            if kind is not None:
-                raise SlowLogError(f"{name}: not a slow log (it is {kind})")
+            _refuse_binary(name, f.peek(65536)[:65536] if hasattr(f, "peek") else b"")
             # newline="\n": only '\n' ends a line ('\r' and U+2028 may sit inside SQL literals)
             text = io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline="\n")
             parser = SlowLogParser(tz)

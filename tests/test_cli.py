@@ -98,7 +98,7 @@ def test_bad_options_exit_2_before_reading(args, message):
 
 
 def test_every_command_has_help():
-    for args in (["--help"], ["exchanges", "--help"], ["columns", "--help"], ["lab", "record", "--help"]):
+    for args in (["--help"], ["exchanges", "--help"], ["analyze", "--help"], ["columns", "--help"], ["lab", "record", "--help"]):
         proc = run(*args)
         assert proc.returncode == 0, args
         assert "Usage" in proc.stdout and len(proc.stdout.splitlines()) > 3, args
@@ -117,3 +117,78 @@ def test_readme_column_table_is_the_schema():
     from pcapdecomp.schema import markdown_table
 
     assert markdown_table(EXCHANGE_COLUMNS) in readme
+
+
+def test_docs_print_the_analysis_and_group_columns():
+    from pcapdecomp.schema import ANALYSIS_COLUMNS, GROUP_COLUMNS, markdown_table
+
+    doc = (REPO / "docs" / "analyze.md").read_text()
+    assert markdown_table(ANALYSIS_COLUMNS) in doc and markdown_table(GROUP_COLUMNS) in doc
+    for table in ("analysis", "groups", "connections"):
+        assert run("columns", table).returncode == 0
+    proc = run("columns", "nope")
+    assert proc.returncode == 2 and "unknown table 'nope'" in proc.stderr
+
+
+# --- analyze
+
+
+def test_analyze_capture_set_prints_the_verdict_and_writes_the_outputs(tmp_path):
+    import json
+
+    out = tmp_path / "report"
+    proc = run("analyze", str(GROUP_STALL), "--out", str(out), "--csv")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    # the terminal shows the same verdict as summary.json, and names every file it wrote
+    assert " ".join(summary["verdict"].split()) in " ".join(proc.stdout.split())
+    for name in ("exchanges.parquet", "exchanges.csv", "groups.parquet", "summary.json", "report.html"):
+        assert (out / name).is_file() and f"wrote {out / name}" in proc.stdout, name
+    df = pd.read_parquet(out / "exchanges.parquet")
+    assert int(df["hidden_slow"].fillna(False).sum()) == summary["exchanges"]["hidden_slow"] == 3
+    assert len(pd.read_csv(out / "exchanges.csv")) == len(df)
+
+
+def test_analyze_explicit_files_and_quiet(tmp_path):
+    out = tmp_path / "r"
+    proc = run("analyze", "--db", str(GROUP_STALL / "db.pcap"), "--slow-log", str(GROUP_STALL / "slow.log"),
+               "--long-query-time", "1", "--thread-pool-size", "2", "--slow-log-tz", "UTC", "-o", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and proc.stderr == ""
+    df = pd.read_parquet(out / "exchanges.parquet")
+    assert set(df["seen"]) == {"db"} and set(df["thread_group"].dropna()) == {0, 1}
+
+
+ANALYZE_MISTAKES = [
+    ("missing folder", lambda t: [str(t / "nope")], "no such folder"),
+    ("file as folder", lambda t: [str(GROUP_STALL / "db.pcap")], "not a folder"),
+    ("folder without captures", lambda t: [str(t)], "no capture to analyse"),
+    ("missing --db", lambda t: ["--db", str(t / "db.pcap")], "no such file"),
+    ("empty --app", lambda t: ["--app", str(_write(t / "app.pcap", b""))], "empty file"),
+    ("text as --db", lambda t: ["--db", str(_write(t / "db.pcap", b"not a capture at all\n" * 10))], "not a capture"),
+    ("slow log as --db", lambda t: ["--db", str(GROUP_STALL / "slow.log")], "not a capture"),
+    ("capture as --slow-log", lambda t: ["--db", str(GROUP_STALL / "db.pcap"), "--slow-log", str(GROUP_STALL / "app.pcap")],
+     "not a slow log (it is a pcap capture)"),
+    ("missing --slow-log", lambda t: ["--db", str(GROUP_STALL / "db.pcap"), "--slow-log", str(t / "slow.log")], "no such file"),
+    ("bad --slow-log-tz", lambda t: [str(GROUP_STALL), "--slow-log-tz", "Mars/Olympus"], "unknown time zone"),
+    ("bad --thread-pool-size", lambda t: [str(GROUP_STALL), "--thread-pool-size", "0"], "--thread-pool-size must be"),
+    ("bad --server", lambda t: [str(GROUP_STALL), "--server", "db"], "--server must be HOST:PORT"),
+    ("bad capture.toml", lambda t: [str(_bad_toml(t))], "not valid TOML"),
+]
+
+
+def _bad_toml(folder: Path) -> Path:
+    (folder / "db.pcap").write_bytes((GROUP_STALL / "db.pcap").read_bytes())
+    (folder / "capture.toml").write_text("[server\nlong_query_time = ")
+    return folder
+
+
+@pytest.mark.parametrize("name,make,message", ANALYZE_MISTAKES, ids=[m[0] for m in ANALYZE_MISTAKES])
+def test_analyze_user_mistakes_give_one_line_and_exit_2(tmp_path, name, make, message):
+    out = tmp_path / "out"
+    proc = run("analyze", *make(tmp_path), "--out", str(out))
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()  # no partial output
