@@ -185,9 +185,11 @@ def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks:
             base["problems"] = pd.Series(merged, dtype="string").where(both, base["problems"])
         base["db_client"] = dsel["client"].where(pd.Series(has_d))
         base["db_req_first_frame"] = dsel["req_first_frame"].astype("Int64").where(pd.Series(has_d))
+        base["db_resp_last_frame"] = dsel["resp_last_frame"].astype("Int64").where(pd.Series(has_d))
     else:
         base["db_client"] = pd.Series([None] * n, dtype="string")
         base["db_req_first_frame"] = pd.Series([None] * n, dtype="Int64")
+        base["db_resp_last_frame"] = pd.Series([None] * n, dtype="Int64")
     base["seen"] = np.where(has_a & has_d, "both", np.where(has_a, "app", "db"))
     base["match_notes"] = pd.Series(matching.notes, dtype="string").replace("", pd.NA)
 
