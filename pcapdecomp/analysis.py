@@ -3,7 +3,6 @@ log, decompose every exchange's latency and write exchanges.parquet, groups.parq
 
 from __future__ import annotations
 
-import html
 import json
 import os
 try:
@@ -22,6 +21,7 @@ from .decompose import GROUP_COLUMNS_NAMES, build_table, decompose, group_view
 from .errors import InputError, SlowLogError, UsageError
 from .match import ClockSamples, match_exchanges, pair_segments, read_segments_of, split_endpoint
 from .pipeline import parse_server, read_exchanges, warn, write_table
+from .report import render as render_report
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".pcap.gz", ".pcapng.gz")
@@ -154,7 +154,8 @@ def _flows(conns: pd.DataFrame) -> set[tuple[str, int, str, int]]:
 
 def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Path | None,
             long_query_time: float | None, thread_pool_size: int | None, servers: list[str], out_dir: Path | None,
-            csv: bool = False, quiet: bool = False, slow_log_tz: str | None = None) -> AnalysisResult:
+            csv: bool = False, quiet: bool = False, slow_log_tz: str | None = None,
+            command_line: str | None = None) -> AnalysisResult:
     """Run every stage and write the outputs. Raises PcapdecompError subclasses for user mistakes."""
     cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers)
     tz = _time_zone(slow_log_tz)
@@ -264,7 +265,7 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
         write_table(exchanges, out / "exchanges.csv")
         written.append(out / "exchanges.csv")
     _write_text(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False, default=_json_default) + "\n")
-    _write_text(out / "report.html", report_html(summary))
+    _write_text(out / "report.html", render_report(summary, exchanges, groups, command_line))
     written += [out / "summary.json", out / "report.html"]
     return AnalysisResult(out, exchanges, groups, summary, written, warnings)
 
@@ -344,9 +345,31 @@ def _json_default(v):
 
 
 def verdict(summary: dict, x: pd.DataFrame) -> str:
-    """One paragraph a DBA can read first: where the time went, and what the slow log does not show."""
+    """One paragraph a DBA can read first: what the slow log does not show, and where the time went."""
     parts = []
     c = summary["exchanges"]
+    stalls = summary["groups"]["stalls"]
+    hidden = x[x["hidden_slow"].fillna(False).astype(bool)]
+    if len(hidden):
+        server = float(hidden["server_s"].sum())
+        queue = float(hidden["queue_s"].sum())
+        text = (f"{len(hidden)} {_plural(len(hidden), 'query was', 'queries were')} slow on the wire but not in the "
+                f"slow log; {100 * queue / server:.0f} % of their server time was queueing before execution")
+        by_group = hidden.groupby("thread_group")["queue_s"].sum().sort_values(ascending=False)
+        if len(by_group) and by_group.iloc[0] > 0:
+            top = [int(g) for g, q in by_group.items() if q >= 0.1 * by_group.iloc[0]]
+            text += (f" on thread group {top[0]}" if len(top) == 1 else
+                     " on thread groups " + ", ".join(map(str, top[:-1])) + f" and {top[-1]}")
+            mine = [s for s in stalls if s["thread_group"] in top]
+            culprits = [s["culprits"][0] for s in mine if s["culprits"]]
+            if mine:
+                text += f", during {len(mine)} {_plural(len(mine), 'stretch', 'stretches')}"
+                if culprits:
+                    worst = max(culprits, key=lambda k: k["exec_s"] or 0)
+                    text += f" when `{_clip(worst['sql'])}` (connection {worst['conn_id']}) held it"
+        parts.append(text + ".")
+    elif summary["inputs"]["long_query_time"] is not None and c["total"]:
+        parts.append("No query was slow on the wire without being in the slow log.")
     parts.append(f"{c['total']} exchanges ({c['seen_both']} seen at both points, {c['seen_app']} only at the app, "
                  f"{c['seen_db']} only at the DB).")
     both = x[x["seen"] == "both"]
@@ -356,20 +379,13 @@ def verdict(summary: dict, x: pd.DataFrame) -> str:
         parts.append(f"Of the {tot:.3f} s the clients waited on them: network {100 * net / tot:.1f} %, "
                      f"queueing before execution {100 * q / tot:.1f} %, execution {100 * e / tot:.1f} % "
                      "(execution from the slow log where logged, else estimated).")
-    if c["hidden_slow"]:
-        worst = summary["hidden_slow"][0]
-        parts.append(f"{c['hidden_slow']} statements were slower than long_query_time on the wire but are not in the "
-                     f"slow log (hidden slow): they waited before executing, up to {worst['server_s']:.3f} s.")
-    elif summary["inputs"]["long_query_time"] is not None:
-        parts.append("No statement was slow on the wire without being slow-logged.")
-    stalls = summary["groups"]["stalls"]
     if stalls:
         worst = max(stalls, key=lambda s: s["max_queue_s"])
         culprit = worst["culprits"][0] if worst["culprits"] else None
-        text = (f"Thread group {worst['thread_group']} stalled for {worst['duration_s']:.3f} s from {worst['start']} "
+        text = (f"Longest stall: thread group {worst['thread_group']}, {worst['duration_s']:.3f} s from {worst['start']} "
                 f"({worst['queued']} requests queued, up to {worst['max_queue_s']:.3f} s)")
         if culprit:
-            text += f" while `{culprit['sql']}` (connection {culprit['conn_id']}) executed"
+            text += f" while `{_clip(culprit['sql'])}` (connection {culprit['conn_id']}) executed"
             if culprit["exec_s"] is not None:
                 text += f" for {culprit['exec_s']:.3f} s"
         parts.append(text + ".")
@@ -382,44 +398,13 @@ def verdict(summary: dict, x: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
-def report_html(summary: dict) -> str:
-    """A small self-contained page: verdict, summary tables, hidden-slow table (the full report is elsewhere)."""
-    esc = html.escape
-
-    def table(rows: list[dict]) -> str:
-        if not rows:
-            return "<p>none</p>"
-        head = "".join(f"<th>{esc(str(k))}</th>" for k in rows[0])
-        body = "".join("<tr>" + "".join(f"<td>{esc(_cell(v))}</td>" for v in r.values()) + "</tr>" for r in rows)
-        return f"<table><tr>{head}</tr>{body}</table>"
-
-    lat = [{"component": k, **(v or {})} for k, v in summary["latency_s"].items()]
-    stalls = [{k: v for k, v in s.items() if k != "culprits"} | {
-        "culprit": (s["culprits"][0]["sql"] if s["culprits"] else None)} for s in summary["groups"]["stalls"]]
-    clock = summary["clock"] or {}
-    sections = [
-        f"<h1>pcapdecomp: {esc(summary['set'])}</h1>",
-        f"<p>{esc(summary['verdict'])}</p>",
-        "<h2>Exchanges</h2>", table([summary["exchanges"]]),
-        "<h2>Latency (seconds)</h2>", table(lat),
-        "<h2>Hidden slow statements</h2>", table(summary["hidden_slow"]),
-        "<h2>Stalled thread groups</h2>", table(stalls),
-        "<h2>Clock</h2>", table([{k: v for k, v in clock.items() if not isinstance(v, dict)}] if clock else []),
-        "<h2>Matching</h2>", table([summary["match"]]),
-        "<h2>Warnings</h2>", "<ul>" + "".join(f"<li>{esc(w)}</li>" for w in summary["warnings"]) + "</ul>",
-    ]
-    style = ("body{font-family:sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;font-size:90%}"
-             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>pcapdecomp {esc(summary['set'])}</title>"
-            f"<style>{style}</style></head><body>{''.join(sections)}</body></html>\n")
+def _plural(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many
 
 
-def _cell(v) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
+def _clip(sql, limit: int = 80) -> str:
+    text = " ".join(str(sql or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _write_text(path: Path, text: str) -> None:

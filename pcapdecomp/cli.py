@@ -132,7 +132,7 @@ def analyze(
 
     result = run_analysis(
         capture_set, list(app_captures), db_capture, slow_log, long_query_time, thread_pool_size, list(server), out,
-        csv=csv, quiet=quiet, slow_log_tz=slow_log_tz,
+        csv=csv, quiet=quiet, slow_log_tz=slow_log_tz, command_line=" ".join(["pcapdecomp", *sys.argv[1:]]),
     )
     if not quiet:
         out_console.print(result.summary["verdict"], highlight=False)

@@ -143,7 +143,7 @@ def test_group_stall_shows_the_stalled_group_and_its_culprit(lab):
     g = r.groups
     assert g.loc[g["thread_group"] == hog["thread_group"], "queue_s"].sum() > 3.0
     assert g.loc[g["thread_group"] != hog["thread_group"], "queue_s"].sum() < 0.1
-    assert "stalled" in r.summary["verdict"] and "BENCHMARK" in r.summary["verdict"]
+    assert "Longest stall: thread group 1" in r.summary["verdict"] and "held it" in r.summary["verdict"]
 
 
 def test_outputs_written(lab, tmp_path):
@@ -157,8 +157,10 @@ def test_outputs_written(lab, tmp_path):
     assert {"offset_s", "skew_ppm", "offset_bounds_s", "samples"} <= set(summary["clock"])
     assert summary["exchanges"]["total"] == len(table) == 40
     page = (tmp_path / "out" / "report.html").read_text()
-    assert page.startswith("<!doctype html>") and "<script" not in page
-    assert summary["verdict"].split(".")[0] in page
+    assert page.startswith("<!doctype html>")
+    import html
+
+    assert html.escape(summary["verdict"]) in page  # tests/test_report.py renders it in Chromium
 
 
 # --- rewritten copies -------------------------------------------------------------------------------------
