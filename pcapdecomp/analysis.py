@@ -242,6 +242,7 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
             "app": [str(p) for p in cs.app], "db": str(cs.db) if cs.db else None,
             "slow_log": str(cs.slow_log) if cs.slow_log else None, "long_query_time": cs.long_query_time,
             "thread_pool_size": cs.thread_pool_size, "servers": cs.servers,
+            "cwd": os.getcwd(),  # relative capture paths above (and in exchanges.capture) are relative to this
         },
         "captures": {"app": [x.quality() for x in app_x], "db": db_x.quality() if db_x is not None else None},
         "match": matching.stats.as_dict(),

@@ -28,6 +28,7 @@ __all__ = [
     "open_capture",
     "read_segments",
     "iter_frames",
+    "iter_records",
     "SUPPORTED_LINK_TYPES",
 ]
 
@@ -652,6 +653,21 @@ def read_segments(path: str | os.PathLike, stats: CaptureStats | None = None) ->
             yield from reader
 
     return segments()
+
+
+def iter_records(path: str | os.PathLike) -> Iterator[tuple[int, int, int, bytes, int]]:
+    """(frame number, ts_ns, link type, captured bytes, original length) of every frame: what a pcapng writer
+    needs to copy frames faithfully (evidence export)."""
+    reader = open_capture(path)
+
+    def records():
+        with reader:
+            reader._iterated = True
+            for record in reader._frames():
+                reader.stats.frames += 1
+                yield record
+
+    return records()
 
 
 def iter_frames(path: str | os.PathLike) -> Iterator[tuple[int, int, int, bytes]]:

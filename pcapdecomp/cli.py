@@ -122,6 +122,9 @@ def analyze(
     server: list[str] = typer.Option([], "--server", "-s", help="MySQL server endpoint HOST:PORT (repeatable). Default: found by content."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<set name>/)."),
     csv: bool = typer.Option(False, "--csv", help="Also write exchanges.csv."),
+    evidence_too: bool = typer.Option(
+        False, "--evidence", help="Also write ticket evidence for the hidden-slow exchanges (see `evidence`)."
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no warnings, no verdict on the terminal."),
 ) -> None:
     """Split each query's latency into network, queueing and execution; flag hidden-slow queries; write a report.
@@ -134,10 +137,36 @@ def analyze(
         capture_set, list(app_captures), db_capture, slow_log, long_query_time, thread_pool_size, list(server), out,
         csv=csv, quiet=quiet, slow_log_tz=slow_log_tz, command_line=" ".join(["pcapdecomp", *sys.argv[1:]]),
     )
+    written = list(result.written)
+    if evidence_too:
+        from .evidence import export
+
+        written += export(result.out_dir).written
     if not quiet:
         out_console.print(result.summary["verdict"], highlight=False)
-        for path in result.written:
+        for path in written:
             out_console.print(f"wrote {path}", highlight=False)
+
+
+@app.command()
+def evidence(
+    analysis: Path = typer.Argument(..., help="Output folder of `pcapdecomp analyze` (exchanges.parquet, summary.json)."),
+    query_id: list[str] = typer.Option([], "--query-id", help="Select exchanges of this Query ID (repeatable)."),
+    conn_id: list[int] = typer.Option([], "--conn-id", help="Select exchanges of this connection id (repeatable)."),
+    top: Optional[int] = typer.Option(None, "--top", help="Keep only the N slowest of the selection."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default ANALYSIS/evidence/)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing."),
+) -> None:
+    """Write ticket evidence: per capture point a pcapng with just the selected exchanges' packets (commented),
+    summary.md and exchanges.csv. Default selection: the hidden-slow exchanges, else the 10 slowest."""
+    from .evidence import export
+
+    result = export(analysis, query_id, conn_id, top, out)
+    if not quiet:
+        out_console.print(f"{len(result.rows)} exchanges ({result.how})", highlight=False)
+        for path in result.written:
+            frames = next((n for src, n in result.frames.items() if result.files[src] == path), None)
+            out_console.print(f"wrote {path}" + (f" ({frames} frames)" if frames is not None else ""), highlight=False)
 
 
 @app.command()

@@ -93,13 +93,19 @@ def _iso(ns: int | None) -> str | None:
 
 def _frame(rows: list[tuple], columns: tuple[Column, ...]) -> pd.DataFrame:
     names = [c.name for c in columns]
-    df = pd.DataFrame.from_records(rows, columns=names) if rows else pd.DataFrame({n: [] for n in names})
-    for col in columns:
+    values = list(zip(*rows)) if rows else [() for _ in names]
+    data = {}
+    for col, column_values in zip(columns, values):
         if col.dtype.startswith("datetime64"):
-            df[col.name] = pd.to_datetime(df[col.name].astype("Int64"), unit="ns", utc=True)
+            # straight from the Python ints: a detour through float64 (what a column with None becomes) would
+            # round nanosecond timestamps to ~256 ns
+            data[col.name] = pd.to_datetime(pd.array(column_values, dtype="Int64"), unit="ns", utc=True)
+        elif col.dtype == "Int64":
+            data[col.name] = pd.array(column_values, dtype="Int64")
         else:
-            df[col.name] = df[col.name].astype(col.dtype)
-    return df
+            data[col.name] = pd.Series(column_values, dtype=object).astype(col.dtype) if column_values else \
+                pd.Series([], dtype=col.dtype)
+    return pd.DataFrame(data, columns=names)
 
 
 def extract(

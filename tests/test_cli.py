@@ -98,7 +98,7 @@ def test_bad_options_exit_2_before_reading(args, message):
 
 
 def test_every_command_has_help():
-    for args in (["--help"], ["exchanges", "--help"], ["analyze", "--help"], ["columns", "--help"], ["lab", "record", "--help"]):
+    for args in (["--help"], ["exchanges", "--help"], ["analyze", "--help"], ["evidence", "--help"], ["columns", "--help"], ["lab", "record", "--help"]):
         proc = run(*args)
         assert proc.returncode == 0, args
         assert "Usage" in proc.stdout and len(proc.stdout.splitlines()) > 3, args
