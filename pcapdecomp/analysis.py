@@ -20,7 +20,7 @@ from .clock import ClockModel, estimate_clock
 from .decompose import GROUP_COLUMNS_NAMES, build_table, decompose, group_view
 from .errors import InputError, SlowLogError, UsageError
 from .match import ClockSamples, match_exchanges, pair_segments, read_segments_of, split_endpoint
-from .pipeline import parse_server, read_exchanges, warn, write_table
+from .pipeline import capture_problems, parse_server, read_exchanges, warn, write_table
 from .report import render as render_report
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 
@@ -155,7 +155,7 @@ def _flows(conns: pd.DataFrame) -> set[tuple[str, int, str, int]]:
 def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Path | None,
             long_query_time: float | None, thread_pool_size: int | None, servers: list[str], out_dir: Path | None,
             csv: bool = False, quiet: bool = False, slow_log_tz: str | None = None,
-            command_line: str | None = None) -> AnalysisResult:
+            command_line: str | None = None, max_sql_bytes: int = 1 << 20) -> AnalysisResult:
     """Run every stage and write the outputs. Raises PcapdecompError subclasses for user mistakes."""
     cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers)
     tz = _time_zone(slow_log_tz)
@@ -169,8 +169,12 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
         if not quiet:
             warn(message)
 
-    app_x = [read_exchanges(p, cs.servers, quiet) for p in cs.app]
-    db_x = read_exchanges(cs.db, cs.servers, quiet) if cs.db is not None else None
+    app_x = [read_exchanges(p, cs.servers, quiet, max_sql_bytes) for p in cs.app]
+    db_x = read_exchanges(cs.db, cs.servers, quiet, max_sql_bytes) if cs.db is not None else None
+    for x in [*app_x, *([db_x] if db_x is not None else [])]:
+        problem = capture_problems(x.quality())
+        if problem:
+            note(problem)
     empty = _empty_extraction_frames()
     app_ex = pd.concat([x.exchanges for x in app_x], ignore_index=True) if app_x else empty[0]
     app_conns = pd.concat([x.connections for x in app_x], ignore_index=True) if app_x else empty[1]

@@ -52,23 +52,22 @@ def exchanges(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no summary."),
 ) -> None:
     """Parse CAPTURE into one row per MySQL request/response exchange and print a summary."""
-    from .pipeline import check_output, read_exchanges, warn, write_table
+    from .pipeline import capture_problems, check_output, read_exchanges, warn, write_table
 
     for path in (out, connections_out):
         if path is not None:
             check_output(path)
     result = read_exchanges(capture, server, quiet, max_sql_bytes)
     quality = result.quality()
-    if quality["damaged"]:
-        warn(f"{capture}: {quality['damaged']}; analysed the {quality['frames']} frames before it")
+    problem = capture_problems(quality)
+    if problem:
+        warn(problem)
     if out is not None:
         write_table(result.exchanges, out)
     if connections_out is not None:
         write_table(result.connections, connections_out)
     if not quiet:
         _print_summary(result, quality)
-    if quality["exchanges"] == 0 and quality["mysql_connections"] == 0:
-        warn(f"{capture}: no MySQL traffic found ({quality['frames']} frames read)")
 
 
 def _print_summary(result, quality: dict) -> None:
@@ -122,6 +121,7 @@ def analyze(
     server: list[str] = typer.Option([], "--server", "-s", help="MySQL server endpoint HOST:PORT (repeatable). Default: found by content."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<set name>/)."),
     csv: bool = typer.Option(False, "--csv", help="Also write exchanges.csv."),
+    max_sql_bytes: int = typer.Option(1 << 20, "--max-sql-bytes", min=16, help="Keep at most this many bytes of each statement (longer ones are marked sql-cut)."),
     evidence_too: bool = typer.Option(
         False, "--evidence", help="Also write ticket evidence for the hidden-slow exchanges (see `evidence`)."
     ),
@@ -136,6 +136,7 @@ def analyze(
     result = run_analysis(
         capture_set, list(app_captures), db_capture, slow_log, long_query_time, thread_pool_size, list(server), out,
         csv=csv, quiet=quiet, slow_log_tz=slow_log_tz, command_line=" ".join(["pcapdecomp", *sys.argv[1:]]),
+        max_sql_bytes=max_sql_bytes,
     )
     written = list(result.written)
     if evidence_too:
@@ -198,7 +199,7 @@ def lab_record(
 ) -> None:
     """Record SCENARIO from a private MariaDB in two network namespaces (needs root).
 
-    Scenarios: maxthreads, group-stall, oltp-hogs, connection-churn, features, bigpacket (see captures/lab/README.md).
+    Scenarios: maxthreads, group-stall, oltp-hogs, connection-churn, features, bigpacket, sysbench (see captures/lab/README.md).
     """
     from .lab import run_lab
 

@@ -80,11 +80,19 @@ class Extraction:
             "gaps": total("gaps"),
             "gap_bytes": total("gap_bytes"),
             "retransmitted_bytes": total("retransmitted_bytes"),
+            "mysql_bytes": total("mysql_bytes"),
             "unparsed_bytes": total("unparsed_bytes"),
             "tls_bytes": total("tls_bytes"),
             "violations": total("violations"),
             "other_tcp_bytes": self.other_tcp_bytes,
+            # share of the MySQL connections' byte streams that the protocol parser read (the rest: never
+            # captured, skipped while resynchronising, or encrypted)
+            "understood_share": _share(total("mysql_bytes"), total("gap_bytes") + total("unparsed_bytes") + total("tls_bytes")),
         }
+
+
+def _share(good: int, bad: int) -> float | None:
+    return None if good + bad == 0 else round(good / (good + bad), 6)
 
 
 def _iso(ns: int | None) -> str | None:
@@ -209,6 +217,7 @@ def extract(
                 sum(h.gaps for h in halves),
                 sum(h.gap_bytes for h in halves),
                 sum(h.retransmitted_bytes for h in halves),
+                sum(c.mysql_bytes),
                 sum(c.unparsed_bytes),
                 c.tls_bytes,
                 c.violations,

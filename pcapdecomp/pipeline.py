@@ -99,5 +99,24 @@ def write_table(df: pd.DataFrame, out: Path) -> None:
             tmp.unlink()
 
 
+def capture_problems(q: dict) -> str | None:
+    """One warning line per capture: damage, lost or unreadable frames, and whether MySQL was found at all."""
+    counts = [f"{q[k]} {label}" for k, label in (
+        ("frames_truncated", "frames cut by the snaplen"), ("frames_ip_fragment", "IP fragments"),
+        ("frames_undecodable", "undecodable frames"), ("frames_unknown_link", "frames of unknown link types"),
+        ("if_drops", "packets dropped by the capturing interface"), ("unknown_blocks", "unknown pcapng blocks"),
+        ("gaps", "gaps in TCP streams"), ("gap_bytes", "bytes never captured"),
+        ("unparsed_bytes", "bytes skipped while resynchronising"), ("tls_bytes", "encrypted (TLS) bytes"),
+        ("violations", "protocol violations")) if q.get(k)]
+    parts = []
+    if q.get("damaged"):
+        parts.append(f"{q['damaged']}; analysed the {q['frames']} frames before it")
+    if counts:
+        parts.append(", ".join(counts))
+    if q.get("exchanges") == 0 and q.get("mysql_connections") == 0:
+        parts.append(f"no MySQL traffic found ({q['frames']} frames read)")
+    return f"{q['file']}: " + "; ".join(parts) if parts else None
+
+
 def warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)

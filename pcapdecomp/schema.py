@@ -85,6 +85,7 @@ CONNECTION_COLUMNS: tuple[Column, ...] = (
     Column("gaps", "int64", "holes in the byte stream (bytes never captured)"),
     Column("gap_bytes", "int64", "bytes never captured, both directions"),
     Column("retransmitted_bytes", "int64", "duplicate bytes dropped by reassembly"),
+    Column("mysql_bytes", "int64", "stream bytes read by the MySQL parser (both directions; compressed bytes as on the wire)"),
     Column("unparsed_bytes", "int64", "bytes skipped while resynchronising (mid-stream start, after a gap or a violation)"),
     Column("tls_bytes", "int64", "bytes after the switch to TLS"),
     Column("violations", "int64", "protocol violations (packets that do not fit the state machine)"),

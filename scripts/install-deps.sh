@@ -3,12 +3,13 @@
 # Debian packages: MariaDB server (the lab's private server), tcpdump (the lab's captures), tshark and
 # percona-toolkit (reference tools the tests cross-check against), iproute2 (network namespaces), openssl (lab TLS
 # certificate), libmariadb-dev (MariaDB Connector/C for the lab's cursor client), chromium (report rendering test).
+# sysbench drives the lab's sysbench scenario (the speed benchmark).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 for pair in mariadbd:mariadb-server mariadb:mariadb-client tcpdump:tcpdump tshark:tshark pt-fingerprint:percona-toolkit \
-            ip:iproute2 openssl:openssl chromium:chromium; do
+            ip:iproute2 openssl:openssl chromium:chromium sysbench:sysbench; do
   bin=${pair%%:*}; pkg=${pair##*:}
   command -v "$bin" >/dev/null 2>&1 || [ -x "/usr/sbin/$bin" ] || need+=("$pkg")
 done

@@ -67,7 +67,23 @@ MISTAKES = [
     ("text file", lambda t: _write(t / "notes.txt", b"hello, this is not a capture\n" * 20), "not a capture"),
     ("random bytes", lambda t: _write(t / "rand.pcap", bytes(range(256)) * 40), "not a capture"),
     ("slow log as capture", lambda t: _write(t / "slow.log", (GROUP_STALL / "slow.log").read_bytes()), "not a capture"),
+    ("unknown link type", lambda t: _write(t / "usr.pcap", _with_linktype(147)), "unsupported link type 147"),
+    ("gzip that is not", lambda t: _write(t / "x.pcap.gz", b"\x1f\x8b" + b"garbage" * 50), "gzip stream corrupt"),
 ]
+
+
+def _with_linktype(linktype: int) -> bytes:
+    data = bytearray((GROUP_STALL / "db.pcap").read_bytes())
+    data[20:24] = linktype.to_bytes(4, "little")
+    return bytes(data)
+
+
+def test_a_capture_with_no_frames_is_empty_not_an_error(tmp_path):
+    path = _write(tmp_path / "hdr.pcap", (GROUP_STALL / "db.pcap").read_bytes()[:24])
+    out = tmp_path / "ex.parquet"
+    proc = run("exchanges", str(path), "--out", str(out))
+    assert proc.returncode == 0 and f"warning: {path}: no MySQL traffic found (0 frames read)" in proc.stderr
+    assert len(pd.read_parquet(out)) == 0
 
 
 @pytest.mark.parametrize("name,make,message", MISTAKES, ids=[m[0] for m in MISTAKES])
@@ -174,6 +190,8 @@ ANALYZE_MISTAKES = [
     ("bad --thread-pool-size", lambda t: [str(GROUP_STALL), "--thread-pool-size", "0"], "--thread-pool-size must be"),
     ("bad --server", lambda t: [str(GROUP_STALL), "--server", "db"], "--server must be HOST:PORT"),
     ("bad capture.toml", lambda t: [str(_bad_toml(t))], "not valid TOML"),
+    ("unknown link type", lambda t: ["--db", str(_write(t / "db.pcap", _with_linktype(147)))], "unsupported link type"),
+    ("--out is a file", lambda t: [str(GROUP_STALL), "--out", str(_write(t / "out", b"x"))], "exists and is not a folder"),
 ]
 
 
@@ -191,4 +209,4 @@ def test_analyze_user_mistakes_give_one_line_and_exit_2(tmp_path, name, make, me
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
-    assert not out.exists()  # no partial output
+    assert not out.exists() or out.is_file()  # no partial output (the "--out is a file" case: the file stays)

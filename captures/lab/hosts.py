@@ -30,7 +30,7 @@ APP_IPV6, DB_IPV6 = "fd77::1", "fd77::2"  # unique-local, also namespace-only
 
 # binary -> Debian package that provides it
 _DEBIAN_PACKAGES = {"mariadbd": "mariadb-server", "mariadb-install-db": "mariadb-server",
-                    "tcpdump": "tcpdump", "ip": "iproute2", "openssl": "openssl"}
+                    "tcpdump": "tcpdump", "ip": "iproute2", "openssl": "openssl", "sysbench": "sysbench"}
 _PIP_PACKAGES = {"pymysql": "pymysql", "mysql.connector": "mysql-connector-python"}
 
 

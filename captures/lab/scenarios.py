@@ -83,6 +83,16 @@ SCENARIOS = {s.name: s for s in (
          "CREATE PROCEDURE lab.two_results() BEGIN SELECT 1 AS first_set; SELECT 2 AS second_set, 'b' AS x; END"),
     ),
     Scenario(
+        "sysbench",
+        "sysbench oltp_read_only (prepared statements: point selects, ranges, sums, ORDER BY, DISTINCT) on 8 "
+        "threads at full speed against a 10k-row table, for the speed benchmark (benchmarks/bench.py). "
+        "Recorded on demand (large), not committed; no per-query truth.",
+        ServerSettings(thread_pool_size=2, long_query_time_s=1.0),
+        {"clients": 8, "duration": 10.0, "rows": SBTEST_ROWS},
+        tuple(_sbtest_sql(SBTEST_ROWS)),
+        committed=False,
+    ),
+    Scenario(
         "bigpacket",
         "One result row of 17 MiB (SELECT REPEAT('x', 17 MiB)): the response payload is split into packets of "
         "16 MiB - 1 continued in the next packet. The pcaps are ~18 MB each; recorded on demand, not committed.",

@@ -370,8 +370,25 @@ def bigpacket(args, truth: Truth) -> None:
     c.close()
 
 
+def sysbench(args, truth: Truth) -> None:
+    """sysbench oltp_read_only (server-side prepared statements) at full speed: a large capture for benchmarks.
+    No per-query truth: sysbench reports only totals, printed to the lab's log."""
+    import subprocess
+
+    done = subprocess.run(
+        ["sysbench", "oltp_read_only", f"--mysql-host={args.host}", f"--mysql-port={args.port}",
+         f"--mysql-user={USER}", f"--mysql-password={PASSWORD}", "--mysql-db=lab", "--tables=1",
+         f"--table-size={args.rows}", f"--threads={args.clients}", f"--time={int(args.duration)}",
+         "--db-ps-mode=auto", "--mysql-ssl=off", "--report-interval=0", "run"],
+        capture_output=True, text=True)
+    print(done.stdout[-1500:], flush=True)
+    if done.returncode != 0:
+        raise SystemExit(f"sysbench failed (exit {done.returncode}): {done.stderr[-500:]}")
+
+
 SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
-             "connection-churn": connection_churn, "features": features, "bigpacket": bigpacket}
+             "connection-churn": connection_churn, "features": features, "bigpacket": bigpacket,
+             "sysbench": sysbench}
 
 
 def main(argv: list[str] | None = None) -> None:

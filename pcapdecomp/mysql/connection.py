@@ -113,6 +113,7 @@ class ConnectionCounters:
     gap_bytes: list[int] = field(default_factory=lambda: [0, 0])
     unparsed_bytes: list[int] = field(default_factory=lambda: [0, 0])  # skipped while resynchronising
     parsed_bytes: list[int] = field(default_factory=lambda: [0, 0])
+    mysql_bytes: list[int] = field(default_factory=lambda: [0, 0])  # stream bytes read by the MySQL parser
     tls_bytes: int = 0
     violation_notes: list[str] = field(default_factory=list)  # the first few, for the report
 
@@ -131,7 +132,10 @@ class MySQLConnection:
         self.greeting_ts: int | None = None
         self._negotiated_compression: str | None = None
         self._synced = [not midstream, not midstream]
-        self._framers = [PacketFramer(max_sql_bytes), PacketFramer(response_keep)]
+        # The client framer keeps at least 64 KiB so that logins and EXECUTE parameters stay whole with a small
+        # max_sql_bytes; statement text is cut to max_sql_bytes in _describe.
+        self.max_sql_bytes = max_sql_bytes
+        self._framers = [PacketFramer(max(max_sql_bytes, 1 << 16)), PacketFramer(response_keep)]
         self._deframers: list[CompressedDeframer | None] = [None, None]
         self._pending: deque[_Pending] = deque()
         self._finished: list[Exchange] = []
@@ -149,8 +153,10 @@ class MySQLConnection:
             self.counters.tls_bytes += len(data)
             return
         if not self._synced[direction] and not self._try_sync(direction, data):
-            self.counters.unparsed_bytes[direction] += len(data)
+            if not self.tls:  # bytes that revealed TLS are counted there
+                self.counters.unparsed_bytes[direction] += len(data)
             return
+        self.counters.mysql_bytes[direction] += len(data)
         try:
             deframer = self._deframers[direction]
             if deframer is None:
@@ -378,6 +384,8 @@ class MySQLConnection:
         code = pending.command
         cut = packet.cut
         if code in (0x03, 0x16):  # COM_QUERY, COM_STMT_PREPARE
+            if len(payload) > self.max_sql_bytes:
+                payload, cut = payload[: self.max_sql_bytes], True
             body = payload[1:]
             if code == 0x03 and self.query_attributes is not False and body[:2] == b"\x00\x01" and len(body) > 2:
                 # MySQL 8.0.23+ query attributes: parameter count 0, parameter set count 1

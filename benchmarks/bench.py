@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Speed and memory of pcapdecomp against its peers on one capture pair, same machine, same run.
+
+    python3 benchmarks/bench.py                         # records 10 s of sysbench with the lab (root), then runs
+    python3 benchmarks/bench.py --app A.pcap --db D.pcap   # or takes a capture pair
+    python3 benchmarks/bench.py --sizes 10,30,90        # how time and memory grow with the capture's duration
+    python3 benchmarks/bench.py --no-pt                 # skip pt-query-digest (slow)
+
+Prints markdown tables: tool, wall seconds, packets/s, peak RSS, exchange/command count and the agreement of
+pcapdecomp's count with tshark's MySQL dissector (must be within 0.5 %). Each tool runs as a child process;
+peak RSS is the child's ru_maxrss. Large captures go to /tmp; nothing here is committed."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def child_rss(argv: list[str]) -> tuple[float, float, str]:
+    """Wall seconds, peak RSS (MiB) of exactly this child (GNU time), stdout."""
+    t = tempfile.NamedTemporaryFile(delete=False, suffix=".time")
+    t.close()
+    start = time.perf_counter()
+    proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", t.name, *argv], capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"bench: {argv[0]} failed (exit {proc.returncode}): {proc.stderr.strip()[-400:]}")
+    rss_kib = int(Path(t.name).read_text().split()[-1])
+    os.unlink(t.name)
+    return wall, rss_kib / 1024, proc.stdout
+
+
+def packets(path: Path) -> int:
+    out = subprocess.run(["capinfos", "-c", "-M", str(path)], capture_output=True, text=True, check=True).stdout
+    return int(out.strip().splitlines()[-1].split(":")[-1].strip())
+
+
+def tshark_commands(path: Path) -> tuple[float, float, int]:
+    wall, rss, out = child_rss(["tshark", "-r", str(path), "-Y", "mysql.command", "-T", "fields",
+                                "-e", "frame.number", "-e", "mysql.command"])
+    # a frame can carry several commands (pipelining): count commands, not frames
+    return wall, rss, sum(len(line.split("\t", 1)[1].split(",")) for line in out.splitlines() if "\t" in line)
+
+
+def pcapdecomp_exchanges(path: Path, work: Path) -> tuple[float, float, int]:
+    out = work / f"{path.stem}.parquet"
+    argv = [sys.executable, "-m", "pcapdecomp.cli", "exchanges", str(path), "-q", "--out", str(out)]
+    wall, rss, _ = child_rss(argv)
+    import pandas as pd
+
+    x = pd.read_parquet(out, columns=["command"])
+    return wall, rss, int((x["command"] != "CONNECT").sum())  # tshark counts commands; CONNECT is a handshake
+
+
+def pcapdecomp_analyze(app: Path, db: Path, work: Path) -> tuple[float, float, int]:
+    out = work / "analysis"
+    argv = [sys.executable, "-m", "pcapdecomp.cli", "analyze", "--app", str(app), "--db", str(db), "-q",
+            "--out", str(out)]
+    wall, rss, _ = child_rss(argv)
+    import pandas as pd
+
+    return wall, rss, len(pd.read_parquet(out / "exchanges.parquet", columns=["seen"]))
+
+
+def pt_query_digest(path: Path, work: Path) -> tuple[float, float, float, int]:
+    text = work / "tcpdump.txt"
+    start = time.perf_counter()
+    with open(text, "w") as f:
+        subprocess.run(["tcpdump", "-r", str(path), "-x", "-q", "-tttt", "-nn", "port", "3306"], stdout=f,
+                       stderr=subprocess.DEVNULL, check=True)
+    convert = time.perf_counter() - start
+    wall, rss, out = child_rss(["pt-query-digest", "--type", "tcpdump", "--limit", "0", "--no-report",
+                                "--output", "slowlog", str(text)])
+    queries = sum(1 for line in out.splitlines() if line.startswith("# Query_time:"))
+    text.unlink()
+    return convert, wall, rss, queries
+
+
+def record(seconds: int, work: Path) -> tuple[Path, Path]:
+    folder = work / f"sysbench-{seconds}s"
+    if not (folder / "db.pcap").exists():
+        subprocess.run([sys.executable, str(REPO / "captures" / "lab" / "record.py"), "sysbench", "--out", str(folder),
+                        "--duration", str(seconds)], check=True)
+    return folder / "app.pcap", folder / "db.pcap"
+
+
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}"
+
+
+def bench_pair(app: Path, db: Path, work: Path, with_pt: bool) -> None:
+    n = packets(db)
+    size = db.stat().st_size / 2**20
+    print(f"\n### {db} — {n:,} packets, {size:.0f} MiB (and {app.name}: {packets(app):,} packets)\n")
+    print("| tool | wall s | packets/s | peak RSS MiB | exchanges / commands | vs tshark |")
+    print("|---|---|---|---|---|---|")
+    t_wall, t_rss, t_count = tshark_commands(db)
+    p_wall, p_rss, p_count = pcapdecomp_exchanges(db, work)
+    agree = 100 * (p_count - t_count) / t_count if t_count else float("nan")
+    print(f"| tshark -Y mysql.command | {t_wall:.1f} | {n / t_wall:,.0f} | {t_rss:.0f} | {t_count:,} | |")
+    print(f"| pcapdecomp exchanges | {p_wall:.1f} | {n / p_wall:,.0f} | {p_rss:.0f} | {p_count:,} | "
+          f"{t_wall / p_wall:.2f}× speed, count {agree:+.2f} % |")
+    a_wall, a_rss, a_count = pcapdecomp_analyze(app, db, work)
+    print(f"| pcapdecomp analyze (app + db) | {a_wall:.1f} | {2 * n / a_wall:,.0f} | {a_rss:.0f} | {a_count:,} | "
+          f"{t_wall / a_wall:.2f}× tshark's time for one capture |")
+    if with_pt and shutil.which("pt-query-digest"):
+        convert, q_wall, q_rss, q_count = pt_query_digest(db, work)
+        print(f"| tcpdump -x (for pt-query-digest) | {convert:.1f} | {n / convert:,.0f} | | | |")
+        print(f"| pt-query-digest --type tcpdump | {q_wall:.1f} | {n / q_wall:,.0f} | {q_rss:.0f} | {q_count:,} | |")
+    if t_count and abs(agree) > 0.5:
+        print(f"\nbench: WARNING: pcapdecomp's count differs from tshark's by {agree:+.2f} % (> 0.5 %)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--app", type=Path)
+    ap.add_argument("--db", type=Path)
+    ap.add_argument("--seconds", type=int, default=10, help="sysbench seconds to record when no pair is given")
+    ap.add_argument("--sizes", help="comma-separated sysbench durations: a growth table")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/pcapdecomp-bench"))
+    ap.add_argument("--no-pt", action="store_true", help="skip pt-query-digest")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    print(f"machine: {machine()}; load average {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d')}")
+    if args.sizes:
+        print("\n| sysbench s | packets | MiB | pcapdecomp exchanges s | packets/s | peak RSS MiB | tshark s | tshark RSS MiB |")
+        print("|---|---|---|---|---|---|---|---|")
+        for seconds in (int(s) for s in args.sizes.split(",")):
+            _app, db = record(seconds, args.work)
+            n = packets(db)
+            p_wall, p_rss, _ = pcapdecomp_exchanges(db, args.work)
+            t_wall, t_rss, _ = tshark_commands(db)
+            print(f"| {seconds} | {n:,} | {db.stat().st_size / 2**20:.0f} | {p_wall:.1f} | {n / p_wall:,.0f} | "
+                  f"{p_rss:.0f} | {t_wall:.1f} | {t_rss:.0f} |", flush=True)
+        return 0
+    if args.app and args.db:
+        app, db = args.app, args.db
+    else:
+        app, db = record(args.seconds, args.work)
+    bench_pair(app, db, args.work, not args.no_pt)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
