@@ -6,7 +6,19 @@ import csv
 from collections import Counter
 from pathlib import Path
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+import os
+
+
+def _corpus() -> Path:
+    """../shared/corpus next to the checkout; PCAPDECOMP_CORPUS or /work/shared/corpus for a clone elsewhere."""
+    for candidate in (os.environ.get("PCAPDECOMP_CORPUS"), Path(__file__).resolve().parents[2] / "shared" / "corpus",
+                      "/work/shared/corpus"):
+        if candidate and (Path(candidate) / "MANIFEST.tsv").exists():
+            return Path(candidate)
+    return Path(__file__).resolve().parents[2] / "shared" / "corpus"
+
+
+CORPUS = _corpus()
 MANIFEST = CORPUS / "MANIFEST.tsv"
 
 

@@ -41,7 +41,7 @@ from pcapdecomp.capture import (
 )
 from pcapdecomp.errors import CaptureFormatError, InputError, PcapdecompError
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+from corpus import CORPUS  # noqa: E402
 TSHARK = shutil.which("tshark")
 
 

@@ -26,7 +26,9 @@ ORACLE_SCRIPT = Path(__file__).parent / "data" / "fingerprint" / "pt_oracle.pl"
 PT_FINGERPRINT = shutil.which("pt-fingerprint")
 PT_QUERY_DIGEST = shutil.which("pt-query-digest")
 PERL = shutil.which("perl")
-CORPUS_REPORTS = Path(__file__).parent.parent.parent / "shared" / "corpus" / "percona-toolkit-tcpdump-text" / "expected"
+from corpus import CORPUS  # noqa: E402
+
+CORPUS_REPORTS = CORPUS / "percona-toolkit-tcpdump-text" / "expected"
 
 needs_pt_fingerprint = pytest.mark.skipif(
     PT_FINGERPRINT is None or PERL is None, reason="pt-fingerprint (percona-toolkit) or perl is not installed"

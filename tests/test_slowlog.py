@@ -36,7 +36,7 @@ from pcapdecomp.slowlog import (
 )
 
 DATA = Path(__file__).parent / "data" / "slowlog"
-CORPUS = Path(__file__).parent.parent.parent / "shared" / "corpus"
+from corpus import CORPUS  # noqa: E402
 UTC = dt.timezone.utc
 S = 1_000_000_000
 

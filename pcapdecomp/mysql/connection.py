@@ -19,6 +19,7 @@ from .framing import CompressedDeframer, Packet, PacketFramer
 from .params import decode_execute
 from .responses import NONE, ResponseReader, expected_response
 from .wire import (
+    MAX_PACKET,
     CLIENT_COMPRESS,
     CLIENT_DEPRECATE_EOF,
     CLIENT_QUERY_ATTRIBUTES,
@@ -160,6 +161,8 @@ class MySQLConnection:
         try:
             deframer = self._deframers[direction]
             if deframer is None:
+                if direction == SERVER and self.phase == COMMAND:
+                    return self._server_data(data, ts, frame, offset)
                 packets = self._framers[direction].feed(data, ts, frame, offset)
             else:
                 packets = []
@@ -449,6 +452,63 @@ class MySQLConnection:
         target.last = packet
         target.bytes_req += packet.wire_bytes
         target.next_seq = (packet.last_seq + 1) & 0xFF
+
+    def _server_data(self, data: bytes, ts: int, frame: int, offset: int) -> None:
+        """Server bytes in the command phase: packet by packet, with result-set rows counted in bulk."""
+        framer = self._framers[SERVER]
+        pos, n = 0, len(data)
+        while pos < n:
+            if framer.idle:
+                pos = self._skip_rows(data, pos, ts, frame, offset)
+                if pos >= n:
+                    break
+            packets, pos = framer.feed_from(data, pos, ts, frame, offset, True)
+            for packet in packets:
+                self.counters.parsed_bytes[SERVER] += packet.wire_bytes
+                self._packet(SERVER, packet)
+            if self.tls:
+                break
+            if self.phase != COMMAND:  # COM_CHANGE_USER: the rest belongs to an authentication exchange
+                packets, pos = framer.feed_from(data, pos, ts, frame, offset, False)
+                for packet in packets:
+                    self.counters.parsed_bytes[SERVER] += packet.wire_bytes
+                    self._packet(SERVER, packet)
+                    if self.tls:
+                        break
+                break
+
+    def _skip_rows(self, data: bytes, start: int, ts: int, frame: int, offset: int) -> int:
+        """Fast path for result-set rows, which are most of the packets of a busy server: whole row packets at the
+        start of `data` are counted without building Packet objects. It stops, leaving the rest to the framer and
+        the response reader, at anything that is not plainly a row: a terminator or error (0xFE/0xFF), a 16 MiB
+        continuation, an empty packet, a packet cut by the end of `data`, or a sequence id out of order.
+        Returns the number of bytes consumed."""
+        head = self._head()
+        if head is None or head.reader._state != "rows":
+            return start
+        pos, n = start, len(data)
+        expect = head.next_seq
+        rows, last_start = 0, 0
+        while pos + 4 < n:
+            length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
+            end = pos + 4 + length
+            if length == 0 or length >= MAX_PACKET or end > n or data[pos + 3] != expect:
+                break
+            first = data[pos + 4]
+            if first == 0xFE or first == 0xFF:
+                break
+            expect = (expect + 1) & 0xFF
+            last_start, pos = pos, end
+            rows += 1
+        if rows:
+            head.reader.summary.rows += rows
+            head.next_seq = expect
+            head.bytes_resp += pos - start
+            self.counters.parsed_bytes[SERVER] += pos - start
+            seq = (expect - 1) & 0xFF
+            head.resp_last = Packet(seq, seq, pos - last_start - 4, b"", ts, frame, offset + last_start, ts, frame,
+                                    offset + pos, pos - last_start)
+        return pos
 
     def _head(self) -> _Pending | None:
         for pending in self._pending:

@@ -68,9 +68,28 @@ class PacketFramer:
         return pkt
 
     def feed(self, data: bytes, ts: int, frame: int, offset: int) -> list[Packet]:
+        return self.feed_from(data, 0, ts, frame, offset, False)[0]
+
+    def feed_from(self, data: bytes, pos: int, ts: int, frame: int, offset: int,
+                  one: bool) -> tuple[list[Packet], int]:
+        """Frame data[pos:] (`offset` is the stream offset of data[0]). With `one`, stop after the first complete
+        packet and return where it ended, so that the caller can look at the rest itself."""
         out: list[Packet] = []
-        pos, n = 0, len(data)
+        n = len(data)
+        keep = self.keep
         while pos < n:
+            if self._pkt is None and pos + 4 <= n and not self._hdr:
+                # common case: a whole packet inside `data`, at a packet boundary
+                length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
+                end = pos + 4 + length
+                if length < MAX_PACKET and end <= n:
+                    seq = data[pos + 3]
+                    out.append(Packet(seq, seq, length, data[pos + 4 : pos + 4 + min(length, keep)], ts, frame,
+                                      offset + pos, ts, frame, offset + end, 4 + length))
+                    pos = end
+                    if one:
+                        break
+                    continue
             if self._phys_len < 0:
                 if self._pkt is None and not self._hdr:
                     self._pkt = Packet(0, 0, 0, b"", ts, frame, offset + pos, ts, frame, 0, 0)
@@ -110,7 +129,9 @@ class PacketFramer:
                     self._pkt = None
                     self._parts = []
                     self._kept = 0
-        return out
+                    if one:
+                        break
+        return out, pos
 
 
 COMPRESSED_HEADER = 7
