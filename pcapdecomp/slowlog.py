@@ -448,6 +448,16 @@ class SlowLogParser:
         sql_lines = list(draft.sql)
         while sql_lines and not sql_lines[-1].strip():
             sql_lines.pop()  # the server strips trailing blanks from statements: these are not part of one
+        if at_eof and draft.admin is None and sql_lines and not sql_lines[-1].endswith(";"):
+            # Lines after a complete statement at the end of the file that end in no ';' and start no entry:
+            # garbage appended to the log (or a fragment of another file), not part of the statement.
+            last = max((i for i, text in enumerate(sql_lines) if text.endswith(";")), default=None)
+            if last is not None:
+                tail = len(sql_lines) - last - 1
+                self.stats.unparsed_lines += tail
+                self.stats.warn(f"line {draft.line}: {tail} lines after the last statement's ';' at the end of the "
+                                "log are not a slow-log entry")
+                sql_lines = sql_lines[: last + 1]
         if draft.admin is None and sql_lines and sql_lines[-1].endswith(";"):
             sql_lines[-1] = sql_lines[-1][:-1]
         elif draft.admin is None:

@@ -201,3 +201,17 @@ def test_a_100_mb_statement_is_streamed_not_stored():
     assert ex.command == "COM_QUERY" and ex.result == "ok" and ex.sql_cut
     assert ex.bytes_req == size + 4 * (size // 0xFFFFFF + 1)
     assert peak - base < 8 * 2**20, peak - base  # 100 MB went through; a few MiB were held
+
+
+def test_garbage_around_a_real_slow_log_is_counted_and_the_entries_still_join(tmp_path):
+    gs = CAPTURES / "group-stall"
+    log = tmp_path / "slow.log"
+    log.write_text("garbage before\n@@@\n" + (gs / "slow.log").read_text() + "garbage one\n@@@ two\n# Query_time: zz\n")
+    out = tmp_path / "out"
+    proc = cli("analyze", str(gs), "--slow-log", str(log), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "3 lines after the last statement's ';' at the end of the log are not a slow-log entry" in proc.stderr
+    s = json.loads((out / "summary.json").read_text())["slow_log"]
+    assert s["used"] and s["matched"] == s["entries"] == 1 and s["unparsed_lines"] == 5 and s["cut_entries"] == 0
+    x = pd.read_parquet(out / "exchanges.parquet")
+    assert int(x["in_slow_log"].fillna(False).sum()) == 1 and int(x["hidden_slow"].fillna(False).sum()) == 3

@@ -458,24 +458,19 @@ class MySQLConnection:
         framer = self._framers[SERVER]
         pos, n = 0, len(data)
         while pos < n:
-            if framer.idle:
+            # one packet at a time while in the command phase (rows may follow); after COM_CHANGE_USER moved the
+            # connection to authentication, the rest in one go
+            command = self.phase == COMMAND
+            if command and framer.idle:
                 pos = self._skip_rows(data, pos, ts, frame, offset)
                 if pos >= n:
                     break
-            packets, pos = framer.feed_from(data, pos, ts, frame, offset, True)
+            packets, pos = framer.feed_from(data, pos, ts, frame, offset, command)
             for packet in packets:
                 self.counters.parsed_bytes[SERVER] += packet.wire_bytes
                 self._packet(SERVER, packet)
-            if self.tls:
-                break
-            if self.phase != COMMAND:  # COM_CHANGE_USER: the rest belongs to an authentication exchange
-                packets, pos = framer.feed_from(data, pos, ts, frame, offset, False)
-                for packet in packets:
-                    self.counters.parsed_bytes[SERVER] += packet.wire_bytes
-                    self._packet(SERVER, packet)
-                    if self.tls:
-                        break
-                break
+                if self.tls:
+                    return
 
     def _skip_rows(self, data: bytes, start: int, ts: int, frame: int, offset: int) -> int:
         """Fast path for result-set rows, which are most of the packets of a busy server: whole row packets at the
