@@ -617,6 +617,50 @@ class CaptureReader:
             else:
                 stats.frames_unknown_link += 1
 
+    def segment_fields(self) -> Iterator[tuple]:
+        """Like iterating the reader, but each TCP segment comes as a plain tuple in TcpSegment's field order
+        (frame, ts_ns, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, missing): the extraction hot
+        path builds an object only for the few segments that need one."""
+        if self._iterated:
+            raise RuntimeError("a CaptureReader can be iterated only once")
+        self._iterated = True
+        stats = self.stats
+        link_types = stats.link_types
+        decode = _decode
+        tcp = truncated = 0
+        first = True
+        ts_ns = None
+        try:
+            for frame, ts_ns, linktype, data, orig_len in self._frames():
+                stats.frames += 1
+                if first:
+                    if stats.first_ts_ns is None:
+                        stats.first_ts_ns = ts_ns
+                    first = False
+                link_types[linktype] = link_types.get(linktype, 0) + 1
+                result = decode(linktype, data, orig_len)
+                if result.__class__ is tuple:
+                    (src, dst), sport, dport, seq, ack, flags, payload, missing = result
+                    tcp += 1
+                    if missing:
+                        truncated += 1
+                    yield frame, ts_ns, src, sport, dst, dport, seq, ack, flags, payload, missing
+                elif result == _NON_IP:
+                    stats.frames_non_ip += 1
+                elif result == _NON_TCP:
+                    stats.frames_non_tcp += 1
+                elif result == _FRAGMENT:
+                    stats.frames_ip_fragment += 1
+                elif result == _UNDECODABLE:
+                    stats.frames_undecodable += 1
+                else:
+                    stats.frames_unknown_link += 1
+        finally:
+            stats.frames_tcp += tcp
+            stats.frames_truncated += truncated
+            if ts_ns is not None:
+                stats.last_ts_ns = ts_ns
+
     def raw_frames(self) -> Iterator[tuple[int, int, int, bytes]]:
         """(frame number, ts_ns, link type, frame bytes) for every frame, decoded or not (for evidence export)."""
         if self._iterated:

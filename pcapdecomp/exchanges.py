@@ -229,8 +229,9 @@ def extract(
     with open_capture(path) as reader:
         total = reader.stats.bytes_file
         n = 0
-        for seg in reader:
-            tracker.segment(seg)
+        feed = tracker.segment_fields
+        for fields in reader.segment_fields():
+            feed(*fields)
             n += 1
             if progress is not None and n & 0x3FFF == 0:
                 progress(reader.bytes_read, total)

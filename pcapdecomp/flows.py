@@ -122,6 +122,46 @@ class FlowTracker:
         if flags & (RST | FIN):
             self._maybe_close(key, flow, seg)
 
+    def segment_fields(self, frame: int, ts_ns: int, src_ip: str, src_port: int, dst_ip: str, dst_port: int,
+                       seq: int, ack: int, flags: int, payload: bytes, missing: int) -> None:
+        """`segment` for a segment given as its fields (TcpSegment's order). The bulk of a capture, segments of
+        an established connection without SYN/FIN/RST, takes a short path that feeds in-order payload straight
+        to the protocol; everything else goes through `segment`, with the same outcome."""
+        src = (src_ip, src_port)
+        dst = (dst_ip, dst_port)
+        flow = self._flows.get((src, dst) if src <= dst else (dst, src))
+        if flow is not None and not flags & 0x07:  # no FIN, SYN, RST
+            kind = flow.kind
+            if kind == "mysql" and not missing:
+                flow.frames += 1
+                flow.last_ts = ts_ns
+                if dst == flow.server:
+                    half, other, direction, other_dir = flow.to_server, flow.to_client, CLIENT, SERVER
+                else:
+                    half, other, direction, other_dir = flow.to_client, flow.to_server, SERVER, CLIENT
+                if flags & ACK and other._held:
+                    self._deliver(flow, other_dir, other.ack(ack, ts_ns))
+                if payload:
+                    offset = half.in_order(seq, len(payload))
+                    if offset is None:
+                        self._deliver(flow, direction, half.segment(seq, payload, ts_ns, frame, False))
+                    else:
+                        conn = flow.mysql
+                        conn.data(direction, payload, ts_ns, frame, offset)
+                        for exchange in conn.take():
+                            flow.exchanges += 1
+                            self._emit(flow, exchange)
+                elif half.base is None:
+                    half.segment(seq, payload, ts_ns, frame, False)
+                return
+            if kind == "other":
+                flow.frames += 1
+                flow.last_ts = ts_ns
+                self.other_tcp_frames += 1
+                self.other_tcp_bytes += len(payload)
+                return
+        self.segment(TcpSegment(frame, ts_ns, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, missing))
+
     def finish(self) -> None:
         for key, flow in list(self._flows.items()):
             if flow.kind == "pending" and flow.command_candidate is not None and flow.server is None:

@@ -111,6 +111,20 @@ class HalfStream:
         self.stats.bytes_delivered += len(payload)
         return out
 
+    def in_order(self, seq: int, length: int) -> int | None:
+        """Fast path for the common case: `length` (> 0) payload bytes at `seq`, exactly the next expected byte,
+        while nothing waits out of order. Accepts them as `segment` would (the caller delivers them as one chunk)
+        and returns their stream offset; returns None, changing nothing, in every other case (then call
+        `segment`)."""
+        if self._held or self.base is None or (self.base + self.next - seq) & 0xFFFFFFFF:
+            return None
+        offset = self.next
+        self.next = offset + length
+        stats = self.stats
+        stats.segments += 1
+        stats.bytes_delivered += length
+        return offset
+
     def ack(self, ack: int, ts_ns: int) -> list:
         """The peer acknowledged up to `ack`: a hole below it was received by the peer, so the capture lost it."""
         if self.base is None or not self._held:

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from . import detect
 from .framing import CompressedDeframer, Packet, PacketFramer
 from .params import decode_execute
-from .responses import NONE, ResponseReader, expected_response
+from .responses import NONE, RESULT, ResponseReader, expected_response
 from .wire import (
     MAX_PACKET,
+    SERVER_MORE_RESULTS_EXISTS,
+    SERVER_STATUS_CURSOR_EXISTS,
     CLIENT_COMPRESS,
     CLIENT_DEPRECATE_EOF,
     CLIENT_QUERY_ATTRIBUTES,
@@ -30,8 +32,10 @@ from .wire import (
     WireError,
     command_name,
     parse_err,
+    parse_eof,
     parse_greeting,
     parse_login,
+    parse_ok,
     read_lenenc_int,
 )
 
@@ -462,6 +466,9 @@ class MySQLConnection:
             # connection to authentication, the rest in one go
             command = self.phase == COMMAND
             if command and framer.idle:
+                pos = self._whole_response(data, pos, ts, frame, offset)
+                if pos >= n:
+                    break
                 pos = self._skip_rows(data, pos, ts, frame, offset)
                 if pos >= n:
                     break
@@ -471,6 +478,136 @@ class MySQLConnection:
                 self._packet(SERVER, packet)
                 if self.tls:
                     return
+
+    def _whole_response(self, data: bytes, start: int, ts: int, frame: int, offset: int) -> int:
+        """Fast path for the common answers to COM_QUERY / COM_STMT_EXECUTE when the whole response lies in `data`:
+        an OK, or one result set (column count, definitions, optional EOF, rows, EOF/OK), with consecutive sequence
+        ids. The packets are only walked; the outcome is what `_response` and `ResponseReader` would give packet by
+        packet. Anything else (an error, several result sets, a cursor, a 16 MiB packet, a response continuing in
+        later data) leaves `data` untouched for the general path. Returns the position after what was consumed."""
+        head = self._head()
+        if head is None or head.resp_first is not None:
+            return start
+        reader = head.reader
+        if reader.kind != RESULT or reader._state != "start":
+            return start
+        n = len(data)
+        keep = self._framers[SERVER].keep
+        pos = start
+        if pos + 4 >= n:
+            return start
+        length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
+        end = pos + 4 + length
+        expect = head.next_seq
+        if length == 0 or length > keep or end > n or data[pos + 3] != expect:
+            return start
+        first = data[pos + 4]
+        summary = reader.summary
+        if first == 0x00:  # OK
+            try:
+                ok = parse_ok(data[pos + 4 : end])
+            except _DECODE_ERRORS:
+                return start  # the general path records the violation
+            if ok.status_flags & SERVER_MORE_RESULTS_EXISTS:
+                return start
+            summary.affected_rows += ok.affected_rows
+            summary.warnings += ok.warnings
+            summary.status_flags = ok.status_flags
+            summary.result = "ok"
+            first_start = last_start = pos
+            pos = end
+        elif first < 0xFB:  # a column count below 251 (bigger ones take the general path)
+            first_start = pos
+            columns = first
+            pos = end
+            expect = (expect + 1) & 0xFF
+            for _ in range(columns):  # column definitions: counted, not decoded
+                if pos + 4 >= n:
+                    return start
+                length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
+                end = pos + 4 + length
+                if length >= MAX_PACKET or end > n or data[pos + 3] != expect:
+                    return start
+                pos = end
+                expect = (expect + 1) & 0xFF
+            deprecate_eof = reader.deprecate_eof
+            if not deprecate_eof:  # the "after_columns" state: a classic EOF, or (then CLIENT_DEPRECATE_EOF) a row
+                if pos + 4 >= n:
+                    return start
+                length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
+                end = pos + 4 + length
+                if length == 0 or length >= MAX_PACKET or end > n or data[pos + 3] != expect:
+                    return start
+                if data[pos + 4] == 0xFE:
+                    if length > 5:
+                        return start  # an OK right after the columns: zero rows (general path)
+                    eof = parse_eof(data[pos + 4 : end])
+                    if eof.status_flags & SERVER_STATUS_CURSOR_EXISTS:
+                        return start
+                    deprecate_eof = False
+                    pos = end
+                    expect = (expect + 1) & 0xFF
+                else:
+                    deprecate_eof = True
+            rows = 0
+            while True:  # rows up to the terminator
+                if pos + 4 >= n:
+                    return start
+                length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
+                end = pos + 4 + length
+                if length == 0 or length >= MAX_PACKET or end > n or data[pos + 3] != expect:
+                    return start
+                lead = data[pos + 4]
+                if lead == 0xFE:
+                    break
+                if lead == 0xFF:
+                    return start
+                rows += 1
+                pos = end
+                expect = (expect + 1) & 0xFF
+            if length > keep:
+                return start
+            payload = data[pos + 4 : end]
+            if length <= 5:
+                eof = parse_eof(payload)
+                warnings, status, affected = eof.warnings, eof.status_flags, 0
+            else:
+                try:
+                    ok = parse_ok(payload)
+                except _DECODE_ERRORS:
+                    return start
+                warnings, status, affected = ok.warnings, ok.status_flags, ok.affected_rows
+            if status & SERVER_MORE_RESULTS_EXISTS:
+                return start
+            reader.deprecate_eof = deprecate_eof
+            summary.result = "resultset"
+            summary.result_sets += 1
+            summary.rows += rows
+            summary.affected_rows += affected
+            summary.warnings += warnings
+            summary.status_flags = status
+            last_start = pos
+            pos = end
+        else:
+            return start
+        seq = data[last_start + 3]
+        reader.done = True
+        if first != 0x00:
+            reader._state = "rows"
+        first_len = data[first_start] | data[first_start + 1] << 8 | data[first_start + 2] << 16
+        head.resp_first = Packet(data[first_start + 3], data[first_start + 3], first_len,
+                                 data[first_start + 4 : first_start + 4 + min(first_len, keep)], ts, frame,
+                                 offset + first_start, ts, frame, offset + first_start + 4 + first_len,
+                                 4 + first_len)
+        head.resp_last = Packet(seq, seq, pos - last_start - 4, b"", ts, frame, offset + last_start, ts, frame,
+                                offset + pos, pos - last_start)
+        head.bytes_resp += pos - start
+        head.next_seq = (seq + 1) & 0xFF
+        self.counters.parsed_bytes[SERVER] += pos - start
+        if reader.deprecate_eof is not None and self.deprecate_eof is None:
+            self.deprecate_eof = reader.deprecate_eof
+        self._finish(head)
+        return pos
 
     def _skip_rows(self, data: bytes, start: int, ts: int, frame: int, offset: int) -> int:
         """Fast path for result-set rows, which are most of the packets of a busy server: whole row packets at the
