@@ -20,7 +20,8 @@ from .clock import ClockModel, estimate_clock
 from .decompose import GROUP_COLUMNS_NAMES, build_table, decompose, group_view
 from .errors import InputError, SlowLogError, UsageError
 from .match import ClockSamples, match_exchanges, pair_segments, read_segments_of, split_endpoint
-from .pipeline import capture_problems, parse_server, read_exchanges, warn, write_table
+from .parallel import default_jobs, run_all
+from .pipeline import capture_problems, parse_server, read_captures, warn, write_table
 from .report import render as render_report
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 
@@ -155,10 +156,14 @@ def _flows(conns: pd.DataFrame) -> set[tuple[str, int, str, int]]:
 def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Path | None,
             long_query_time: float | None, thread_pool_size: int | None, servers: list[str], out_dir: Path | None,
             csv: bool = False, quiet: bool = False, slow_log_tz: str | None = None,
-            command_line: str | None = None, max_sql_bytes: int = 1 << 20) -> AnalysisResult:
+            command_line: str | None = None, max_sql_bytes: int = 1 << 20,
+            jobs: int | None = None) -> AnalysisResult:
     """Run every stage and write the outputs. Raises PcapdecompError subclasses for user mistakes."""
     cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers)
     tz = _time_zone(slow_log_tz)
+    jobs = default_jobs() if jobs is None else jobs
+    if jobs < 1:
+        raise UsageError(f"--jobs must be ≥ 1, got {jobs}")
     out = out_dir if out_dir is not None else Path("reports") / cs.name
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: exists and is not a folder")
@@ -169,8 +174,10 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
         if not quiet:
             warn(message)
 
-    app_x = [read_exchanges(p, cs.servers, quiet, max_sql_bytes) for p in cs.app]
-    db_x = read_exchanges(cs.db, cs.servers, quiet, max_sql_bytes) if cs.db is not None else None
+    extractions = read_captures([*cs.app, *([cs.db] if cs.db is not None else [])], cs.servers, quiet, max_sql_bytes,
+                                jobs)
+    app_x = extractions[:len(cs.app)]
+    db_x = extractions[len(cs.app)] if cs.db is not None else None
     for x in [*app_x, *([db_x] if db_x is not None else [])]:
         problem = capture_problems(x.quality())
         if problem:
@@ -192,12 +199,15 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
         d_keys = _conn_table(db_ex, db_conns)
         pairs = matching.connections.merge(a_keys, left_on="app_conn", right_on="key").merge(
             d_keys, left_on="db_conn", right_on="key", suffixes=("_a", "_d"))
-        db_segments = read_segments_of(cs.db, _flows(pairs.rename(columns={"client_d": "client", "server_d": "server"})))
+        # one more pass over each capture for the segments of matched connections: in parallel with --jobs
+        calls = [(cs.db, _flows(pairs.rename(columns={"client_d": "client", "server_d": "server"})))]
         for x in app_x:
             mine = pairs[pairs["capture_a"] == x.capture]
-            if len(mine) == 0:
-                continue
-            app_segments = read_segments_of(x.capture, _flows(mine.rename(columns={"client_a": "client", "server_a": "server"})))
+            if len(mine):
+                calls.append((x.capture, _flows(mine.rename(columns={"client_a": "client", "server_a": "server"}))))
+        db_segments, *app_segment_sets = run_all(read_segments_of, calls, jobs)
+        for (capture, _), app_segments in zip(calls[1:], app_segment_sets):
+            x = next(x for x in app_x if x.capture == capture)
             samples = pair_segments(app_segments, db_segments)
             model = estimate_clock(samples.fwd_app, samples.fwd_db, samples.rev_db, samples.rev_app)
             clocks[x.capture] = model

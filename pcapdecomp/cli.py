@@ -50,14 +50,19 @@ def exchanges(
     ),
     max_sql_bytes: int = typer.Option(1 << 20, "--max-sql-bytes", min=16, help="Keep at most this many bytes of each statement (longer ones are marked sql-cut)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no summary."),
+    jobs: Optional[int] = typer.Option(
+        None, "--jobs", "-j", min=1,
+        help="Worker processes (default: the cores available, at most 8; captures under 16 MiB are read in one).",
+    ),
 ) -> None:
     """Parse CAPTURE into one row per MySQL request/response exchange and print a summary."""
+    from .parallel import default_jobs
     from .pipeline import capture_problems, check_output, read_exchanges, warn, write_table
 
     for path in (out, connections_out):
         if path is not None:
             check_output(path)
-    result = read_exchanges(capture, server, quiet, max_sql_bytes)
+    result = read_exchanges(capture, server, quiet, max_sql_bytes, jobs or default_jobs())
     quality = result.quality()
     problem = capture_problems(quality)
     if problem:
@@ -126,6 +131,10 @@ def analyze(
         False, "--evidence", help="Also write ticket evidence for the hidden-slow exchanges (see `evidence`)."
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no warnings, no verdict on the terminal."),
+    jobs: Optional[int] = typer.Option(
+        None, "--jobs", "-j", min=1,
+        help="Worker processes (default: the cores available, at most 8; captures under 16 MiB are read in one).",
+    ),
 ) -> None:
     """Split each query's latency into network, queueing and execution; flag hidden-slow queries; write a report.
 
@@ -136,7 +145,7 @@ def analyze(
     result = run_analysis(
         capture_set, list(app_captures), db_capture, slow_log, long_query_time, thread_pool_size, list(server), out,
         csv=csv, quiet=quiet, slow_log_tz=slow_log_tz, command_line=" ".join(["pcapdecomp", *sys.argv[1:]]),
-        max_sql_bytes=max_sql_bytes,
+        max_sql_bytes=max_sql_bytes, jobs=jobs,
     )
     written = list(result.written)
     if evidence_too:

@@ -8,13 +8,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from .capture import CaptureStats, open_capture
 from .fingerprint import digest_fingerprint, fingerprint, query_id
 from .flows import Endpoint, Flow, FlowTracker, endpoint_text
 from .mysql.connection import Exchange
-from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS, Column
+from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS, TS, Column
 
 _ADMIN_NAMES = {
     "COM_QUIT": "Quit",
@@ -48,6 +50,7 @@ class Extraction:
     other_tcp_frames: int = 0
     other_tcp_bytes: int = 0
     commands: Counter = field(default_factory=Counter)
+    flow_first_frames: dict[int, int] = field(default_factory=dict)  # conn_index -> first frame (for merging parts)
 
     def quality(self) -> dict:
         """Capture-quality summary: every frame and MySQL byte accounted for."""
@@ -99,34 +102,55 @@ def _iso(ns: int | None) -> str | None:
     return None if ns is None else pd.Timestamp(ns, unit="ns", tz="UTC").isoformat()
 
 
-def _frame(rows: list[tuple], columns: tuple[Column, ...]) -> pd.DataFrame:
-    names = [c.name for c in columns]
-    values = list(zip(*rows)) if rows else [() for _ in names]
+_ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "Int64": pa.int64(), "float64": pa.float64(),
+                "boolean": pa.bool_(), TS: pa.timestamp("ns", tz="UTC")}
+_PANDAS_TYPES = {pa.string(): pd.StringDtype("pyarrow"), pa.bool_(): pd.BooleanDtype()}
+ROWS_PER_BATCH = 1 << 15  # rows are held as Python tuples only until a batch of this many is columnar
+
+
+def _batch(rows: list[tuple], columns: tuple[Column, ...]) -> pa.RecordBatch:
+    """Rows (tuples in column order) -> one Arrow record batch of the declared types. Timestamps go straight from
+    Python ints to nanoseconds: no float detour that would round them to ~256 ns."""
+    values = list(zip(*rows)) if rows else [() for _ in columns]
+    return pa.RecordBatch.from_arrays([pa.array(v, type=_ARROW_TYPES[c.dtype]) for c, v in zip(columns, values)],
+                                      names=[c.name for c in columns])
+
+
+def _frame_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...]) -> pd.DataFrame:
+    """Record batches -> a DataFrame with the declared pandas dtypes (strings stay in Arrow memory)."""
+    schema = pa.schema([(c.name, _ARROW_TYPES[c.dtype]) for c in columns])
+    table = pa.Table.from_batches(batches, schema=schema)
     data = {}
-    for col, column_values in zip(columns, values):
-        if col.dtype.startswith("datetime64"):
-            # straight from the Python ints: a detour through float64 (what a column with None becomes) would
-            # round nanosecond timestamps to ~256 ns
-            data[col.name] = pd.to_datetime(pd.array(column_values, dtype="Int64"), unit="ns", utc=True)
-        elif col.dtype == "Int64":
-            data[col.name] = pd.array(column_values, dtype="Int64")
+    for c in columns:
+        chunked = table.column(c.name)
+        if c.dtype == "Int64":
+            data[c.name] = chunked.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
         else:
-            data[col.name] = pd.Series(column_values, dtype=object).astype(col.dtype) if column_values else \
-                pd.Series([], dtype=col.dtype)
-    return pd.DataFrame(data, columns=names)
+            data[c.name] = chunked.to_pandas(types_mapper=_PANDAS_TYPES.get)
+    del table
+    return pd.DataFrame(data, columns=[c.name for c in columns])
+
+
+def _frame(rows: list[tuple], columns: tuple[Column, ...]) -> pd.DataFrame:
+    return _frame_of([_batch(rows, columns)], columns)
 
 
 def extract(
     path: str | os.PathLike,
     servers: set[Endpoint] | None = None,
     max_sql_bytes: int = 1 << 20,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
+    part: tuple[int, int] | None = None,
 ) -> Extraction:
-    """Read one capture into exchanges and connections. `progress(bytes_done, bytes_total)` is called now and then."""
+    """Read one capture into exchanges and connections. `progress(bytes_done, bytes_total, frames_done)` is called now and
+    then.
+    With `part=(i, n)` only the connections of part i of n are read (see FlowTracker); `merge_parts` joins them."""
     name = os.fspath(path)
     ex_rows: list[tuple] = []
+    ex_batches: list[pa.RecordBatch] = []
     conn_rows: list[tuple] = []
     commands: Counter = Counter()
+    first_frames: dict[int, int] = {}
 
     def emit(flow: Flow, ex: Exchange) -> None:
         conn = flow.mysql
@@ -180,8 +204,12 @@ def extract(
                 ",".join(ex.problems),
             )
         )
+        if len(ex_rows) >= ROWS_PER_BATCH:
+            ex_batches.append(_batch(ex_rows, EXCHANGE_COLUMNS))
+            ex_rows.clear()
 
     def closed(flow: Flow) -> None:
+        first_frames[flow.index] = flow.first_frame
         if flow.kind != "mysql":
             return
         conn = flow.mysql
@@ -225,7 +253,7 @@ def extract(
             )
         )
 
-    tracker = FlowTracker(emit, closed, servers=servers, max_sql_bytes=max_sql_bytes)
+    tracker = FlowTracker(emit, closed, servers=servers, max_sql_bytes=max_sql_bytes, part=part)
     with open_capture(path) as reader:
         total = reader.stats.bytes_file
         n = 0
@@ -234,12 +262,46 @@ def extract(
             feed(*fields)
             n += 1
             if progress is not None and n & 0x3FFF == 0:
-                progress(reader.bytes_read, total)
+                progress(reader.bytes_read, total, reader.stats.frames)
         tracker.finish()
         stats = reader.stats
     if progress is not None:
-        progress(total, total)
-    exchanges = _frame(ex_rows, EXCHANGE_COLUMNS)
+        progress(total, total, stats.frames)
+    ex_batches.append(_batch(ex_rows, EXCHANGE_COLUMNS))
+    ex_rows.clear()
+    exchanges = _frame_of(ex_batches, EXCHANGE_COLUMNS)
+    ex_batches.clear()
     exchanges = exchanges.sort_values(["req_first_ts", "conn_index", "seq"], kind="stable").reset_index(drop=True)
     connections = _frame(conn_rows, CONNECTION_COLUMNS).sort_values("conn_index").reset_index(drop=True)
-    return Extraction(name, exchanges, connections, stats, tracker.other_tcp_frames, tracker.other_tcp_bytes, commands)
+    return Extraction(name, exchanges, connections, stats, tracker.other_tcp_frames, tracker.other_tcp_bytes, commands,
+                      first_frames)
+
+
+def merge_parts(parts: list[Extraction]) -> Extraction:
+    """Join the parts of one capture read by several trackers (`extract(part=...)`) into what one tracker gives:
+    connections are renumbered in the order of their first frame, which is the order a single tracker met them."""
+    if len(parts) == 1:
+        return parts[0]
+    ranks: dict[tuple[int, int], int] = {}
+    order = sorted((frame, i, index) for i, p in enumerate(parts) for index, frame in p.flow_first_frames.items())
+    for rank, (_, i, index) in enumerate(order):
+        ranks[(i, index)] = rank
+
+    def renumbered(frames: list[pd.DataFrame]) -> pd.DataFrame:
+        out = []
+        for i, df in enumerate(frames):
+            df = df.copy()
+            df["conn_index"] = np.fromiter((ranks[(i, index)] for index in df["conn_index"]), np.int64, len(df))
+            out.append(df)
+        return pd.concat(out, ignore_index=True)
+
+    exchanges = renumbered([p.exchanges for p in parts])
+    exchanges = exchanges.sort_values(["req_first_ts", "conn_index", "seq"], kind="stable").reset_index(drop=True)
+    connections = renumbered([p.connections for p in parts]).sort_values("conn_index").reset_index(drop=True)
+    commands: Counter = Counter()
+    for p in parts:
+        commands.update(p.commands)
+    first = parts[0]
+    return Extraction(first.capture, exchanges, connections, first.stats,
+                      sum(p.other_tcp_frames for p in parts), sum(p.other_tcp_bytes for p in parts), commands,
+                      {ranks[(i, index)]: frame for i, p in enumerate(parts) for index, frame in p.flow_first_frames.items()})

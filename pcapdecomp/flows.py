@@ -35,12 +35,14 @@ class Flow:
     a: Endpoint
     b: Endpoint
     first_ts: int
+    first_frame: int = 0
+    owned: bool = True  # this tracker's part of the capture (see FlowTracker's `part`)
     server: Endpoint | None = None
     syn_ts: int | None = None
     last_ts: int = 0
     frames: int = 0
     closed: bool = False
-    kind: str = "pending"  # pending | mysql | other
+    kind: str = "pending"  # pending | mysql | other | foreign (MySQL of another part: not parsed here)
     held: list[TcpSegment] = field(default_factory=list)
     held_bytes: int = 0
     payload_segments: int = 0
@@ -61,7 +63,12 @@ class Flow:
 
 class FlowTracker:
     """Feed segments in capture order; `emit(flow, exchange)` is called for every finished exchange and
-    `closed(flow)` once per flow when it ends (FIN/RST on both sides, a new SYN on the same 4-tuple, or `finish`)."""
+    `closed(flow)` once per flow when it ends (FIN/RST on both sides, a new SYN on the same 4-tuple, or `finish`).
+
+    `part=(i, n)` makes this tracker one of n that share a capture (one process each, `--jobs`): every tracker
+    follows every connection until it is recognised, so that all learn the same servers in the same order, but
+    only connections whose ports hash to i mod n are parsed, counted and reported here. Flow indexes are then local;
+    the caller renumbers connections by `first_frame`, which gives the indexes of a single tracker."""
 
     def __init__(
         self,
@@ -69,7 +76,9 @@ class FlowTracker:
         closed: Callable[[Flow], None],
         servers: set[Endpoint] | None = None,
         max_sql_bytes: int = 1 << 20,
+        part: tuple[int, int] | None = None,
     ):
+        self._part = part
         self._emit = emit
         self._closed = closed
         self.explicit_servers = servers or set()
@@ -90,7 +99,7 @@ class FlowTracker:
         flags = seg.flags
         if flow is None and key in self._ended and not (flags & SYN and not flags & ACK):
             # The last ACK, or a retransmitted FIN, of a connection that already ended: still that connection's.
-            if self._ended[key] != "mysql":
+            if self._ended[key] not in ("mysql", "foreign") and self._owns(key):
                 self.other_tcp_frames += 1
                 self.other_tcp_bytes += len(seg.payload)
             return
@@ -99,7 +108,7 @@ class FlowTracker:
             flow = None
         if flow is None:
             self._ended.pop(key, None)
-            flow = Flow(self._count, src, dst, seg.ts_ns)
+            flow = Flow(self._count, src, dst, seg.ts_ns, seg.frame, self._owns(key))
             self._count += 1
             self._flows[key] = flow
             if self.explicit_servers:
@@ -107,14 +116,19 @@ class FlowTracker:
                 if flow.server is None:
                     flow.kind = "other"
         flow.frames += 1
+        if flow.kind == "foreign":
+            if flags & (RST | FIN):
+                self._maybe_close(key, flow, seg)
+            return
         flow.last_ts = seg.ts_ns
         if flags & SYN and not flags & ACK:
             flow.syn_ts = seg.ts_ns
             if flow.server is None and flow.kind == "pending" and dst in self.learned_servers:
                 flow.server = dst
         if flow.kind == "other":
-            self.other_tcp_frames += 1
-            self.other_tcp_bytes += len(seg.payload)
+            if flow.owned:
+                self.other_tcp_frames += 1
+                self.other_tcp_bytes += len(seg.payload)
         elif flow.kind == "mysql":
             self._feed(flow, seg)
         else:
@@ -157,8 +171,12 @@ class FlowTracker:
             if kind == "other":
                 flow.frames += 1
                 flow.last_ts = ts_ns
-                self.other_tcp_frames += 1
-                self.other_tcp_bytes += len(payload)
+                if flow.owned:
+                    self.other_tcp_frames += 1
+                    self.other_tcp_bytes += len(payload)
+                return
+            if kind == "foreign":
+                flow.frames += 1
                 return
         self.segment(TcpSegment(frame, ts_ns, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, missing))
 
@@ -205,15 +223,26 @@ class FlowTracker:
             self._start_mysql(flow)
         elif flow.payload_segments >= DETECT_SEGMENTS or flow.held_bytes >= DETECT_BYTES:
             flow.kind = "other"
-            for held in flow.held:
-                self.other_tcp_frames += 1
-                self.other_tcp_bytes += len(held.payload)
+            if flow.owned:
+                for held in flow.held:
+                    self.other_tcp_frames += 1
+                    self.other_tcp_bytes += len(held.payload)
             flow.held = []
+
+    def _owns(self, key) -> bool:
+        part = self._part
+        # hash of the two ports (ints hash the same in every process); not their sum: Linux hands out even
+        # ephemeral ports to connect(), so sums with an even server port would all fall into one part
+        return part is None or hash((key[0][1], key[1][1])) % part[1] == part[0]
 
     def _start_mysql(self, flow: Flow) -> None:
         flow.kind = "mysql"
         if flow.server not in self.explicit_servers:
             self.learned_servers.add(flow.server)
+        if not flow.owned:
+            flow.kind = "foreign"
+            flow.held = []
+            return
         first_server = flow.first_payload_from.get(flow.server)
         first_overall = next((s for s in flow.held if s.payload), None)
         from_server_first = first_overall is not None and (first_overall.src_ip, first_overall.src_port) == flow.server
@@ -276,9 +305,11 @@ class FlowTracker:
                 flow.exchanges += 1
                 self._emit(flow, exchange)
         elif flow.kind == "pending":
-            for held in flow.held:
-                self.other_tcp_frames += 1
-                self.other_tcp_bytes += len(held.payload)
+            if flow.owned:
+                for held in flow.held:
+                    self.other_tcp_frames += 1
+                    self.other_tcp_bytes += len(held.payload)
             flow.held = []
             flow.kind = "other"
-        self._closed(flow)
+        if flow.owned:
+            self._closed(flow)

@@ -197,18 +197,19 @@ def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, in
     forward = flows
     reverse = {(si, sp, ci, cp) for ci, cp, si, sp in flows}
     k1, k2, ts = array("Q"), array("Q"), array("q")
+    add1, add2, add_ts = k1.append, k2.append, ts.append
     with open_capture(path) as reader:
-        for seg in reader:
-            four = (seg.src_ip, seg.src_port, seg.dst_ip, seg.dst_port)
+        for _, ts_ns, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, missing in reader.segment_fields():
+            four = (src_ip, src_port, dst_ip, dst_port)
             if four in forward:
                 direction = 0
             elif four in reverse:
                 direction = 1
             else:
                 continue
-            k1.append((seg.seq << 32) | seg.ack)
-            k2.append(((len(seg.payload) + seg.missing) << 9) | (seg.flags << 1) | direction)
-            ts.append(seg.ts_ns)
+            add1((seq << 32) | ack)
+            add2(((len(payload) + missing) << 9) | (flags << 1) | direction)
+            add_ts(ts_ns)
     return _Segments(np.frombuffer(k1, dtype=np.uint64), np.frombuffer(k2, dtype=np.uint64),
                      np.frombuffer(ts, dtype=np.int64))
 

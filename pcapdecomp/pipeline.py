@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,37 +41,52 @@ def check_input(path: Path) -> None:
 
 @contextmanager
 def progress_bar(quiet: bool, label: str) -> Iterator:
-    """A rich progress bar on stderr (bytes, rate, ETA); a no-op callback when quiet or stderr is not a tty."""
+    """A rich progress bar on stderr (bytes done, MB/s, frames/s, ETA); None when quiet. The bar starts at the first
+    update, so that worker processes are forked before its refresh thread exists, and quick runs show none."""
     if quiet:
         yield None
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+    state: dict = {}
 
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    ) as bar:
-        task = bar.add_task(label, total=None)
+    def update(done: int, total: int, frames: int) -> None:
+        if "bar" not in state:
+            from rich.console import Console
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                       TransferSpeedColumn)
 
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+            console = Console(stderr=True)
+            bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
+                           TransferSpeedColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
+                           console=console, transient=True, disable=not console.is_terminal)
+            bar.start()
+            state.update(bar=bar, task=bar.add_task(label, total=total, rate=""), start=time.monotonic())
+        elapsed = time.monotonic() - state["start"]
+        rate = f"{frames / elapsed / 1000:,.0f}k frames/s" if elapsed > 0.5 else ""
+        state["bar"].update(state["task"], completed=done, total=total, rate=rate)
 
+    try:
         yield update
+    finally:
+        if "bar" in state:
+            state["bar"].stop()
 
 
-def read_exchanges(capture: Path, servers: list[str], quiet: bool, max_sql_bytes: int = 1 << 20) -> Extraction:
-    check_input(capture)
+def read_exchanges(capture: Path, servers: list[str], quiet: bool, max_sql_bytes: int = 1 << 20,
+                   jobs: int = 1) -> Extraction:
+    return read_captures([capture], servers, quiet, max_sql_bytes, jobs)[0]
+
+
+def read_captures(captures: list[Path], servers: list[str], quiet: bool, max_sql_bytes: int = 1 << 20,
+                  jobs: int = 1) -> list[Extraction]:
+    """Extract every capture (with up to `jobs` processes), showing one progress bar for all of them."""
+    from .parallel import extract_all
+
+    for capture in captures:
+        check_input(capture)
     endpoints = {parse_server(s) for s in servers}
-    with progress_bar(quiet, capture.name) as update:
-        return extract(capture, servers=endpoints or None, max_sql_bytes=max_sql_bytes, progress=update)
+    label = captures[0].name if len(captures) == 1 else f"{len(captures)} captures"
+    with progress_bar(quiet, label) as update:
+        return extract_all(list(captures), endpoints or None, max_sql_bytes, jobs, update)
 
 
 def check_output(out: Path) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from . import detect
 from .framing import CompressedDeframer, Packet, PacketFramer
 from .params import decode_execute
+from .walk import walk_rows
 from .responses import NONE, RESULT, ResponseReader, expected_response
 from .wire import (
     MAX_PACKET,
@@ -549,23 +550,14 @@ class MySQLConnection:
                     expect = (expect + 1) & 0xFF
                 else:
                     deprecate_eof = True
-            rows = 0
-            while True:  # rows up to the terminator
-                if pos + 4 >= n:
-                    return start
-                length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
-                end = pos + 4 + length
-                if length == 0 or length >= MAX_PACKET or end > n or data[pos + 3] != expect:
-                    return start
-                lead = data[pos + 4]
-                if lead == 0xFE:
-                    break
-                if lead == 0xFF:
-                    return start
-                rows += 1
-                pos = end
-                expect = (expect + 1) & 0xFF
-            if length > keep:
+            pos, rows, expect, _ = walk_rows(data, pos, expect)  # rows up to the terminator
+            if pos + 4 >= n:
+                return start
+            length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
+            end = pos + 4 + length
+            if (length == 0 or length > keep or end > n or data[pos + 3] != expect
+                    or data[pos + 4] != 0xFE):
+                return start
                 return start
             payload = data[pos + 4 : end]
             if length <= 5:
@@ -618,20 +610,7 @@ class MySQLConnection:
         head = self._head()
         if head is None or head.reader._state != "rows":
             return start
-        pos, n = start, len(data)
-        expect = head.next_seq
-        rows, last_start = 0, 0
-        while pos + 4 < n:
-            length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
-            end = pos + 4 + length
-            if length == 0 or length >= MAX_PACKET or end > n or data[pos + 3] != expect:
-                break
-            first = data[pos + 4]
-            if first == 0xFE or first == 0xFF:
-                break
-            expect = (expect + 1) & 0xFF
-            last_start, pos = pos, end
-            rows += 1
+        pos, rows, expect, last_start = walk_rows(data, start, head.next_seq)
         if rows:
             head.reader.summary.rows += rows
             head.next_seq = expect

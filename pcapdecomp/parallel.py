@@ -1,0 +1,101 @@
+"""Several cores for the extraction stage (`--jobs`). The work splits by capture file and, inside a capture, by TCP
+connection: each worker process reads the whole file but parses only its part of the connections (FlowTracker's
+`part`), and `merge_parts` joins the parts into exactly what one process gives (tests compare them).
+
+Workers are forked before the progress bar starts its thread; they report bytes read through shared memory."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from pathlib import Path
+
+from .exchanges import Extraction, extract, merge_parts
+from .flows import Endpoint
+
+SMALL_CAPTURE_BYTES = 16 << 20  # below this, starting processes costs more than it saves
+
+
+def default_jobs() -> int:
+    """Cores this process may use (its CPU affinity), at most 8."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+def plan(sizes: list[int], jobs: int) -> list[int]:
+    """How many parts to split each capture into, given their sizes in bytes and the number of workers: every
+    capture gets a share of the workers in proportion to its size, at least one part; small work stays serial."""
+    if jobs <= 1 or sum(sizes) < SMALL_CAPTURE_BYTES or not sizes:
+        return [1] * len(sizes)
+    if len(sizes) >= jobs:
+        return [1] * len(sizes)
+    total = sum(sizes) or 1
+    parts = [max(1, round(jobs * s / total)) for s in sizes]
+    while sum(parts) > jobs and max(parts) > 1:
+        parts[parts.index(max(parts))] -= 1
+    return parts
+
+
+_PROGRESS = None  # shared array: bytes and frames read, two slots per task, inherited by forked workers
+
+
+def _work(slot: int, path: str, servers: set[Endpoint] | None, max_sql_bytes: int, part: tuple[int, int] | None):
+    def progress(done: int, total: int, frames: int) -> None:
+        _PROGRESS[2 * slot] = done
+        _PROGRESS[2 * slot + 1] = frames
+
+    return extract(path, servers=servers, max_sql_bytes=max_sql_bytes, part=part, progress=progress)
+
+
+def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes: int, jobs: int,
+                progress: Callable[[int, int, int], None] | None = None) -> list[Extraction]:
+    """Extract every capture, using up to `jobs` processes; results in the order of `paths`."""
+    sizes = [p.stat().st_size for p in paths]
+    parts = plan(sizes, jobs)
+    if sum(parts) == len(paths) and (jobs <= 1 or len(paths) == 1):
+        out: list[Extraction] = []
+        for path, before in zip(paths, [sum(sizes[:i]) for i in range(len(sizes))]):
+            frames_before = sum(x.stats.frames for x in out)
+            step = None if progress is None else (
+                lambda d, t, f, b=before, fb=frames_before: progress(b + d, sum(sizes), fb + f))
+            out.append(extract(path, servers=servers, max_sql_bytes=max_sql_bytes, progress=step))
+        return out
+    tasks = [(i, path, (k, n) if n > 1 else None) for i, (path, n) in enumerate(zip(paths, parts)) for k in range(n)]
+    global _PROGRESS
+    _PROGRESS = mp.get_context("fork").Array("q", 2 * len(tasks), lock=False)
+    # each part reads the whole file: a capture is done when its parts are, on average
+    weights = [sizes[i] / parts[i] for i, _, _ in tasks]
+    try:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=mp.get_context("fork")) as pool:
+            futures = [pool.submit(_work, slot, os.fspath(path), servers, max_sql_bytes, part)
+                       for slot, (_, path, part) in enumerate(tasks)]
+            total = sum(sizes)
+            while True:
+                finished, pending = wait(futures, timeout=0.2, return_when=FIRST_EXCEPTION)
+                if progress is not None:
+                    done = sum(_PROGRESS[2 * s] / sizes[tasks[s][0]] * weights[s] for s in range(len(tasks)))
+                    frames = sum(_PROGRESS[2 * s + 1] / parts[tasks[s][0]] for s in range(len(tasks)))
+                    progress(int(done), total, int(frames))
+                if not pending or any(f.exception() is not None for f in finished):
+                    break
+            results = [f.result() for f in futures]  # re-raises a worker's error here
+    finally:
+        _PROGRESS = None
+    by_capture: list[list[Extraction]] = [[] for _ in paths]
+    for (i, _, _), result in zip(tasks, results):
+        by_capture[i].append(result)
+    return [merge_parts(group) for group in by_capture]
+
+
+def run_all(function: Callable, calls: list[tuple], jobs: int) -> list:
+    """function(*call) for every call, in up to `jobs` forked processes (in this one when jobs is 1 or there is
+    a single call); results in the order of `calls`, a worker's exception re-raised here."""
+    if jobs <= 1 or len(calls) <= 1:
+        return [function(*call) for call in calls]
+    with ProcessPoolExecutor(max_workers=min(jobs, len(calls)), mp_context=mp.get_context("fork")) as pool:
+        return [f.result() for f in [pool.submit(function, *call) for call in calls]]

@@ -1,0 +1,137 @@
+"""--jobs: a capture read in parts by several processes gives exactly what one process gives; the native row walker
+gives exactly what its Python twin gives."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pcapdecomp import parallel
+from pcapdecomp.errors import InputError
+from pcapdecomp.exchanges import extract, merge_parts
+from pcapdecomp.mysql import walk
+
+from corpus import CORPUS, captures
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED = sorted(p for p in (REPO / "captures").glob("*/*.pcap*"))
+
+
+def same(a, b) -> None:
+    assert a.exchanges.equals(b.exchanges)
+    assert a.connections.equals(b.connections)
+    assert a.quality() == b.quality()
+    assert a.commands == b.commands
+    assert (a.other_tcp_frames, a.other_tcp_bytes) == (b.other_tcp_frames, b.other_tcp_bytes)
+
+
+@pytest.mark.parametrize("path", BUNDLED, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("n", [2, 3])
+def test_parts_of_a_bundled_capture_merge_into_the_serial_result(path, n):
+    serial = extract(path)
+    parts = [extract(path, part=(i, n)) for i in range(n)]
+    assert sum(len(p.exchanges) for p in parts) == len(serial.exchanges)
+    same(serial, merge_parts(parts))
+
+
+def test_parts_of_every_corpus_capture_merge_into_the_serial_result():
+    """Mid-stream starts, port reuse, learned servers, other TCP, damaged files: 125 captures written by others."""
+    rows = captures()
+    if not rows:
+        pytest.skip("corpus not found")
+    checked = 0
+    for row in rows:
+        path = CORPUS / row["path"]
+        serial = extract(path)
+        same(serial, merge_parts([extract(path, part=(i, 2)) for i in range(2)]))
+        checked += 1
+    assert checked == len(rows)
+
+
+def test_a_part_that_parses_nothing_still_counts_its_connections():
+    """Connections are split by ports: with many parts, some parts have no MySQL connection at all."""
+    path = REPO / "captures" / "features" / "db.pcap"
+    serial = extract(path)
+    n = len(serial.connections) + 3
+    parts = [extract(path, part=(i, n)) for i in range(n)]
+    assert any(len(p.exchanges) == 0 for p in parts)
+    same(serial, merge_parts(parts))
+
+
+def test_extract_all_in_worker_processes_equals_one_process(monkeypatch):
+    monkeypatch.setattr(parallel, "SMALL_CAPTURE_BYTES", 0)  # the bundled captures are small: force the pool
+    paths = [REPO / "captures" / "oltp-hogs" / "app.pcap", REPO / "captures" / "oltp-hogs" / "db.pcap"]
+    seen: list[tuple[int, int, int]] = []
+    forked = parallel.extract_all(paths, None, 1 << 20, jobs=3, progress=lambda d, t, f: seen.append((d, t, f)))
+    for path, x in zip(paths, forked):
+        same(extract(path), x)
+    total = sum(p.stat().st_size for p in paths)
+    assert seen and all(t == total for _, t, _ in seen)
+    assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen)
+
+
+def test_a_worker_error_reaches_the_caller_as_itself(tmp_path, monkeypatch):
+    monkeypatch.setattr(parallel, "SMALL_CAPTURE_BYTES", 0)
+    bad = tmp_path / "not-a-capture.pcap"
+    bad.write_bytes(b"this is not a capture file at all" * 10)
+    with pytest.raises(InputError, match="not-a-capture.pcap"):
+        parallel.extract_all([REPO / "captures" / "features" / "db.pcap", bad], None, 1 << 20, jobs=2)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "jobs", "parts"),
+    [
+        ([100 << 20], 1, [1]),
+        ([100 << 20], 4, [4]),
+        ([1 << 20], 4, [1]),  # small: serial
+        ([100 << 20, 100 << 20], 2, [1, 1]),
+        ([300 << 20, 100 << 20], 4, [3, 1]),
+        ([100 << 20] * 3, 2, [1, 1, 1]),
+    ],
+)
+def test_plan_shares_workers_by_size(sizes, jobs, parts):
+    assert parallel.plan(sizes, jobs) == parts
+
+
+def test_run_all_keeps_the_order_of_calls():
+    assert parallel.run_all(pow, [(2, k) for k in range(6)], jobs=2) == [2**k for k in range(6)]
+
+
+# --- the native row walker and its Python twin --------------------------------------------------------------
+
+
+def _rows(lengths: list[int], first_seq: int, tail: bytes) -> bytes:
+    out = bytearray()
+    for k, length in enumerate(lengths):
+        out += length.to_bytes(3, "little") + bytes([(first_seq + k) & 0xFF]) + b"\x03" + b"r" * (length - 1)
+    return bytes(out) + tail
+
+
+@pytest.mark.skipif(walk.walk_rows_native is None, reason="native extension not built")
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 300), st.integers(0, 255))
+def test_native_walker_equals_python_on_any_bytes(data, pos, expect):
+    assert walk.walk_rows_native(data, pos, expect) == walk.walk_rows_py(data, pos, expect)
+
+
+@pytest.mark.skipif(walk.walk_rows_native is None, reason="native extension not built")
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 600), max_size=40), st.integers(0, 255),
+       st.sampled_from([b"", b"\x05\x00\x00\x00\xfe\x00\x00\x02\x00", b"\xff", b"\x00\x00\x00\x00"]))
+def test_native_walker_equals_python_on_row_runs(lengths, first_seq, tail):
+    data = _rows(lengths, first_seq, tail)
+    got = walk.walk_rows_native(data, 0, first_seq)
+    assert got == walk.walk_rows_py(data, 0, first_seq)
+    assert got[1] == len(lengths)  # every row counted, the tail never
+    assert got[2] == (first_seq + len(lengths)) & 0xFF
+
+
+def test_native_walker_is_built_where_a_compiler_is():
+    """The install builds the extension when cc exists; a silent build failure would cost the speed unnoticed."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler on this machine")
+    assert walk.NATIVE
