@@ -152,19 +152,27 @@ def extract(
     commands: Counter = Counter()
     first_frames: dict[int, int] = {}
 
+    texts: dict[int, tuple[str, str]] = {}  # flow index -> client and server as text, made once per flow
+    SEQ_MOD = 1 << 32
+
     def emit(flow: Flow, ex: Exchange) -> None:
         conn = flow.mysql
         greeting = conn.greeting
         login = conn.login
         fp, qid = fingerprints(ex.sql, ex.command)
         commands[ex.command] += 1
+        ends = texts.get(flow.index)
+        if ends is None:
+            ends = texts[flow.index] = (endpoint_text(flow.client), endpoint_text(flow.server))
+        req_base = flow.to_server.base or 0
+        resp_base = flow.to_client.base or 0
         ex_rows.append(
             (
                 name,
                 flow.index,
                 greeting.conn_id if greeting else None,
-                endpoint_text(flow.client),
-                endpoint_text(flow.server),
+                ends[0],
+                ends[1],
                 ex.seq,
                 ex.command,
                 ex.sql,
@@ -198,9 +206,9 @@ def extract(
                 conn.compression,
                 login.user if login else None,
                 login.database if login else None,
-                flow.to_server.raw_seq(ex.req_offset),
-                flow.to_client.raw_seq(ex.resp_offset) if ex.resp_offset is not None else None,
-                flow.to_client.raw_seq(ex.resp_end_offset) if ex.resp_end_offset is not None else None,
+                (req_base + ex.req_offset) % SEQ_MOD,  # HalfStream.raw_seq, inline: once per exchange
+                (resp_base + ex.resp_offset) % SEQ_MOD if ex.resp_offset is not None else None,
+                (resp_base + ex.resp_end_offset) % SEQ_MOD if ex.resp_end_offset is not None else None,
                 ",".join(ex.problems),
             )
         )
@@ -271,15 +279,41 @@ def extract(
     ex_rows.clear()
     exchanges = _frame_of(ex_batches, EXCHANGE_COLUMNS)
     ex_batches.clear()
-    exchanges = exchanges.sort_values(["req_first_ts", "conn_index", "seq"], kind="stable").reset_index(drop=True)
+    exchanges = _sorted_columnwise([exchanges], ["req_first_ts", "conn_index", "seq"])
     connections = _frame(conn_rows, CONNECTION_COLUMNS).sort_values("conn_index").reset_index(drop=True)
     return Extraction(name, exchanges, connections, stats, tracker.other_tcp_frames, tracker.other_tcp_bytes, commands,
                       first_frames)
 
 
+def _sort_key(column: pd.Series) -> np.ndarray:
+    """int64 view of a key column (nanoseconds for timestamps: to_numpy() would make Timestamp objects)."""
+    if isinstance(column.dtype, pd.DatetimeTZDtype):
+        return column.array.asi8
+    return column.to_numpy(dtype=np.int64)
+
+
+def _sorted_columnwise(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
+    """concat(frames).sort_values(keys, stable) built one column at a time, each input column dropped once used:
+    the peak is one table plus one column, not the two or three copies of concat-then-sort."""
+    if len(frames) == 1 and len(frames[0]) < 2:
+        return frames[0].reset_index(drop=True)
+    key_arrays = [np.concatenate([_sort_key(f[k]) for f in frames]) for k in keys]
+    order = np.lexsort(key_arrays[::-1])  # last key is the primary one for lexsort
+    del key_arrays
+    names = list(frames[0].columns)
+    data = {}
+    for name in names:
+        column = pd.concat([f[name] for f in frames], ignore_index=True)
+        data[name] = column.take(order).reset_index(drop=True)
+        for f in frames:
+            del f[name]
+    return pd.DataFrame(data, columns=names)
+
+
 def merge_parts(parts: list[Extraction]) -> Extraction:
     """Join the parts of one capture read by several trackers (`extract(part=...)`) into what one tracker gives:
-    connections are renumbered in the order of their first frame, which is the order a single tracker met them."""
+    connections are renumbered in the order of their first frame, which is the order a single tracker met them.
+    The parts' tables are consumed."""
     if len(parts) == 1:
         return parts[0]
     ranks: dict[tuple[int, int], int] = {}
@@ -287,17 +321,13 @@ def merge_parts(parts: list[Extraction]) -> Extraction:
     for rank, (_, i, index) in enumerate(order):
         ranks[(i, index)] = rank
 
-    def renumbered(frames: list[pd.DataFrame]) -> pd.DataFrame:
-        out = []
+    def renumbered(frames: list[pd.DataFrame]) -> list[pd.DataFrame]:
         for i, df in enumerate(frames):
-            df = df.copy()
             df["conn_index"] = np.fromiter((ranks[(i, index)] for index in df["conn_index"]), np.int64, len(df))
-            out.append(df)
-        return pd.concat(out, ignore_index=True)
+        return frames
 
-    exchanges = renumbered([p.exchanges for p in parts])
-    exchanges = exchanges.sort_values(["req_first_ts", "conn_index", "seq"], kind="stable").reset_index(drop=True)
-    connections = renumbered([p.connections for p in parts]).sort_values("conn_index").reset_index(drop=True)
+    exchanges = _sorted_columnwise(renumbered([p.exchanges for p in parts]), ["req_first_ts", "conn_index", "seq"])
+    connections = _sorted_columnwise(renumbered([p.connections for p in parts]), ["conn_index"])
     commands: Counter = Counter()
     for p in parts:
         commands.update(p.commands)
