@@ -25,18 +25,44 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _tree_rss_kib(root: int) -> int:
+    """RSS of a process and all its descendants (worker processes of --jobs count too), from /proc."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+        rss[int(entry)] = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, ppid in parents.items() if ppid in tree} - tree
+        grew = bool(more)
+        tree |= more
+    return sum(rss.get(pid, 0) for pid in tree)
+
+
 def child_rss(argv: list[str]) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS (MiB) of exactly this child (GNU time), stdout."""
-    t = tempfile.NamedTemporaryFile(delete=False, suffix=".time")
-    t.close()
+    """Wall seconds, peak RSS (MiB) of the child and its worker processes together (sampled every 50 ms), stdout."""
+    out = tempfile.TemporaryFile(mode="w+")
+    err = tempfile.TemporaryFile(mode="w+")
     start = time.perf_counter()
-    proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", t.name, *argv], capture_output=True, text=True)
+    proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss_kib(proc.pid))
+        time.sleep(0.05)
     wall = time.perf_counter() - start
+    out.seek(0)
+    err.seek(0)
     if proc.returncode != 0:
-        sys.exit(f"bench: {argv[0]} failed (exit {proc.returncode}): {proc.stderr.strip()[-400:]}")
-    rss_kib = int(Path(t.name).read_text().split()[-1])
-    os.unlink(t.name)
-    return wall, rss_kib / 1024, proc.stdout
+        sys.exit(f"bench: {argv[0]} failed (exit {proc.returncode}): {err.read().strip()[-400:]}")
+    return wall, peak / 1024, out.read()
 
 
 def packets(path: Path) -> int:
@@ -51,9 +77,10 @@ def tshark_commands(path: Path) -> tuple[float, float, int]:
     return wall, rss, sum(len(line.split("\t", 1)[1].split(",")) for line in out.splitlines() if "\t" in line)
 
 
-def pcapdecomp_exchanges(path: Path, work: Path) -> tuple[float, float, int]:
+def pcapdecomp_exchanges(path: Path, work: Path, jobs: int | None = None) -> tuple[float, float, int]:
     out = work / f"{path.stem}.parquet"
     argv = [sys.executable, "-m", "pcapdecomp.cli", "exchanges", str(path), "-q", "--out", str(out)]
+    argv += ["--jobs", str(jobs)] if jobs else []
     wall, rss, _ = child_rss(argv)
     import pandas as pd
 
@@ -107,11 +134,14 @@ def bench_pair(app: Path, db: Path, work: Path, with_pt: bool) -> None:
     print("| tool | wall s | packets/s | peak RSS MiB | exchanges / commands | vs tshark |")
     print("|---|---|---|---|---|---|")
     t_wall, t_rss, t_count = tshark_commands(db)
-    p_wall, p_rss, p_count = pcapdecomp_exchanges(db, work)
-    agree = 100 * (p_count - t_count) / t_count if t_count else float("nan")
     print(f"| tshark -Y mysql.command | {t_wall:.1f} | {n / t_wall:,.0f} | {t_rss:.0f} | {t_count:,} | |")
-    print(f"| pcapdecomp exchanges | {p_wall:.1f} | {n / p_wall:,.0f} | {p_rss:.0f} | {p_count:,} | "
-          f"{t_wall / p_wall:.2f}× speed, count {agree:+.2f} % |")
+    agree = 0.0
+    for jobs in (1, None):
+        p_wall, p_rss, p_count = pcapdecomp_exchanges(db, work, jobs)
+        agree = 100 * (p_count - t_count) / t_count if t_count else float("nan")
+        label = "--jobs 1" if jobs else f"(default --jobs, {os.cpu_count()} cores)"
+        print(f"| pcapdecomp exchanges {label} | {p_wall:.1f} | {n / p_wall:,.0f} | {p_rss:.0f} | {p_count:,} | "
+              f"{t_wall / p_wall:.2f}× speed, count {agree:+.2f} % |", flush=True)
     a_wall, a_rss, a_count = pcapdecomp_analyze(app, db, work)
     print(f"| pcapdecomp analyze (app + db) | {a_wall:.1f} | {2 * n / a_wall:,.0f} | {a_rss:.0f} | {a_count:,} | "
           f"{t_wall / a_wall:.2f}× tshark's time for one capture |")
@@ -135,15 +165,17 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d')}")
     if args.sizes:
-        print("\n| sysbench s | packets | MiB | pcapdecomp exchanges s | packets/s | peak RSS MiB | tshark s | tshark RSS MiB |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("\n| sysbench s | packets (db) | MiB (db) | exchanges | tshark s | tshark RSS MiB | pcapdecomp exchanges s "
+              "| RSS MiB | analyze (app + db) s | RSS MiB |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for seconds in (int(s) for s in args.sizes.split(",")):
-            _app, db = record(seconds, args.work)
+            app, db = record(seconds, args.work)
             n = packets(db)
-            p_wall, p_rss, _ = pcapdecomp_exchanges(db, args.work)
             t_wall, t_rss, _ = tshark_commands(db)
-            print(f"| {seconds} | {n:,} | {db.stat().st_size / 2**20:.0f} | {p_wall:.1f} | {n / p_wall:,.0f} | "
-                  f"{p_rss:.0f} | {t_wall:.1f} | {t_rss:.0f} |", flush=True)
+            p_wall, p_rss, p_count = pcapdecomp_exchanges(db, args.work)
+            a_wall, a_rss, _ = pcapdecomp_analyze(app, db, args.work)
+            print(f"| {seconds} | {n:,} | {db.stat().st_size / 2**20:.0f} | {p_count:,} | {t_wall:.1f} | {t_rss:.0f} | "
+                  f"{p_wall:.1f} | {p_rss:.0f} | {a_wall:.1f} | {a_rss:.0f} |", flush=True)
         return 0
     if args.app and args.db:
         app, db = args.app, args.db

@@ -229,12 +229,11 @@ def main() -> None:
     except KeyboardInterrupt:
         print("pcapdecomp: interrupted", file=sys.stderr)
         sys.exit(130)
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
+    except Exception as exc:  # usage errors of click, or of the click that newer typer versions carry inside
+        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            sys.exit(code)
         raise
 
 

@@ -3,7 +3,8 @@
 # Debian packages: MariaDB server (the lab's private server), tcpdump (the lab's captures), tshark and
 # percona-toolkit (reference tools the tests cross-check against), iproute2 (network namespaces), openssl (lab TLS
 # certificate), libmariadb-dev (MariaDB Connector/C for the lab's cursor client), chromium (report rendering test).
-# sysbench drives the lab's sysbench scenario (the speed benchmark).
+# sysbench drives the lab's sysbench scenario (the speed benchmark). gcc (and python3-dev for Debian's python3)
+# build the optional native extension.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,10 @@ for pair in mariadbd:mariadb-server mariadb:mariadb-client tcpdump:tcpdump tshar
   command -v "$bin" >/dev/null 2>&1 || [ -x "/usr/sbin/$bin" ] || need+=("$pkg")
 done
 dpkg -s libmariadb-dev >/dev/null 2>&1 || need+=(libmariadb-dev)
+# the optional native extension (pcapdecomp/_speedups.c): a C compiler, and Python's headers for Debian's python3
+command -v cc >/dev/null 2>&1 || need+=(gcc)
+python3 -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  || { [ "$(command -v python3)" = /usr/bin/python3 ] && need+=(python3-dev); } || true
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: missing Debian packages (${need[*]}) and not root: install them, or run as root" >&2

@@ -103,6 +103,9 @@ BAD_OPTIONS = [
     (["--server", "10.0.0.1"], "--server must be HOST:PORT"),
     (["--out", "x.json"], "--out must end in .parquet or .csv"),
     (["--out", "/no/such/dir/x.parquet"], "output folder does not exist"),
+    (["--jobs", "0"], "--jobs"),
+    (["--jobs", "many"], "--jobs"),
+    (["--max-sql-bytes", "3"], "--max-sql-bytes"),
 ]
 
 
@@ -210,3 +213,25 @@ def test_analyze_user_mistakes_give_one_line_and_exit_2(tmp_path, name, make, me
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert not out.exists() or out.is_file()  # no partial output (the "--out is a file" case: the file stays)
+
+
+def test_exchanges_with_jobs_writes_the_same_table_as_one_process(tmp_path):
+    """Through the CLI, in-process so that the small-capture threshold can be lowered and the workers really run."""
+    from typer.testing import CliRunner
+
+    from pcapdecomp import parallel
+    from pcapdecomp.cli import app
+
+    capture = str(GROUP_STALL / "db.pcap")
+    one, two = tmp_path / "one.parquet", tmp_path / "two.parquet"
+    old = parallel.SMALL_CAPTURE_BYTES
+    parallel.SMALL_CAPTURE_BYTES = 0
+    try:
+        runner = CliRunner()
+        assert runner.invoke(app, ["exchanges", capture, "-q", "--jobs", "1", "--out", str(one)]).exit_code == 0
+        assert runner.invoke(app, ["exchanges", capture, "-q", "--jobs", "3", "--out", str(two)]).exit_code == 0
+    finally:
+        parallel.SMALL_CAPTURE_BYTES = old
+    a, b = pd.read_parquet(one), pd.read_parquet(two)
+    assert len(a) == 352
+    assert a.equals(b)
