@@ -588,34 +588,10 @@ class CaptureReader:
         self.stats.damaged = record_damage
 
     def _segments(self) -> Iterator[TcpSegment]:
-        stats = self.stats
-        link_types = stats.link_types
-        decode = _decode
-        for frame, ts_ns, linktype, data, orig_len in self._frames():
-            stats.frames += 1
-            link_types[linktype] = link_types.get(linktype, 0) + 1
-            if stats.first_ts_ns is None:
-                stats.first_ts_ns = ts_ns
-            stats.last_ts_ns = ts_ns
-            result = decode(linktype, data, orig_len)
-            if result.__class__ is tuple:
-                (src, dst), sport, dport, seq, ack, flags, payload, missing = result
-                stats.frames_tcp += 1
-                if missing:
-                    stats.frames_truncated += 1
-                segment = _SegmentBuilder(frame, ts_ns, src, sport, dst, dport, seq, ack, flags, payload, missing)
-                segment.__class__ = TcpSegment
-                yield segment
-            elif result == _NON_IP:
-                stats.frames_non_ip += 1
-            elif result == _NON_TCP:
-                stats.frames_non_tcp += 1
-            elif result == _FRAGMENT:
-                stats.frames_ip_fragment += 1
-            elif result == _UNDECODABLE:
-                stats.frames_undecodable += 1
-            else:
-                stats.frames_unknown_link += 1
+        for values in self._fields():
+            segment = _SegmentBuilder(*values)
+            segment.__class__ = TcpSegment
+            yield segment
 
     def segment_fields(self) -> Iterator[tuple]:
         """Like iterating the reader, but each TCP segment comes as a plain tuple in TcpSegment's field order
@@ -624,6 +600,9 @@ class CaptureReader:
         if self._iterated:
             raise RuntimeError("a CaptureReader can be iterated only once")
         self._iterated = True
+        return self._fields()
+
+    def _fields(self) -> Iterator[tuple]:
         stats = self.stats
         link_types = stats.link_types
         decode = _decode
