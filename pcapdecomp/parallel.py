@@ -68,8 +68,6 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
     tasks = [(i, path, (k, n) if n > 1 else None) for i, (path, n) in enumerate(zip(paths, parts)) for k in range(n)]
     global _PROGRESS
     _PROGRESS = mp.get_context("fork").Array("q", 2 * len(tasks), lock=False)
-    # each part reads the whole file: a capture is done when its parts are, on average
-    weights = [sizes[i] / parts[i] for i, _, _ in tasks]
     try:
         with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=mp.get_context("fork")) as pool:
             futures = [pool.submit(_work, slot, os.fspath(path), servers, max_sql_bytes, part)
@@ -78,7 +76,8 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
             while True:
                 finished, pending = wait(futures, timeout=0.2, return_when=FIRST_EXCEPTION)
                 if progress is not None:
-                    done = sum(_PROGRESS[2 * s] / sizes[tasks[s][0]] * weights[s] for s in range(len(tasks)))
+                    # each part reads the whole file: a capture is as far as its parts are on average
+                    done = sum(_PROGRESS[2 * s] / parts[tasks[s][0]] for s in range(len(tasks)))
                     frames = sum(_PROGRESS[2 * s + 1] / parts[tasks[s][0]] for s in range(len(tasks)))
                     progress(int(done), total, int(frames))
                 if not pending or any(f.exception() is not None for f in finished):
