@@ -24,6 +24,7 @@ from .parallel import default_jobs, run_all
 from .pipeline import capture_problems, parse_server, read_captures, warn, write_table
 from .report import render as render_report
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
+from .tables import concat, release_memory
 
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".pcap.gz", ".pcapng.gz")
 
@@ -178,13 +179,14 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
                                 jobs)
     app_x = extractions[:len(cs.app)]
     db_x = extractions[len(cs.app)] if cs.db is not None else None
-    for x in [*app_x, *([db_x] if db_x is not None else [])]:
-        problem = capture_problems(x.quality())
+    qualities = {id(x): x.quality() for x in extractions}
+    for x in extractions:
+        problem = capture_problems(qualities[id(x)])
         if problem:
             note(problem)
     empty = _empty_extraction_frames()
-    app_ex = pd.concat([x.exchanges for x in app_x], ignore_index=True) if app_x else empty[0]
-    app_conns = pd.concat([x.connections for x in app_x], ignore_index=True) if app_x else empty[1]
+    app_ex = concat([x.exchanges for x in app_x]) if app_x else empty[0]
+    app_conns = concat([x.connections for x in app_x]) if app_x else empty[1]
     db_ex = db_x.exchanges if db_x is not None else empty[0]
     db_conns = db_x.connections if db_x is not None else empty[1]
     matching = match_exchanges(app_ex, db_ex, app_conns, db_conns)
@@ -233,6 +235,11 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
             note(f"{err}; analysed without the slow log")
 
     table = build_table(app_ex, db_ex, matching, clocks, primary)
+    # the joined table holds what is needed of both sides: let the per-capture tables go (memory ~ one table)
+    del app_ex, db_ex
+    for x in extractions:
+        x.exchanges = x.exchanges.iloc[:0]
+    release_memory()
     table, join = decompose(table, slow, cs.long_query_time, cs.thread_pool_size, str(cs.slow_log))
     for w in join.warnings:
         note(w)
@@ -243,10 +250,11 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
     groups, stalls, bucket_s = group_view(table) if cs.thread_pool_size else (
         pd.DataFrame(columns=GROUP_COLUMNS_NAMES), [], None)
 
-    names = [c.name for c in EXCHANGE_COLUMNS] + [c.name for c in ANALYSIS_COLUMNS]
-    exchanges = table[names].copy()
-    for col in ANALYSIS_COLUMNS:
-        exchanges[col.name] = exchanges[col.name].astype(col.dtype)
+    exchanges = table[[c.name for c in (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS)]]  # copy-on-write: no copy made
+    del table
+    for col in (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS):
+        if str(exchanges[col.name].dtype) != col.dtype:
+            exchanges[col.name] = exchanges[col.name].astype(col.dtype)
 
     summary = {
         "set": cs.name,
@@ -258,7 +266,8 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
             "thread_pool_size": cs.thread_pool_size, "servers": cs.servers,
             "cwd": os.getcwd(),  # relative capture paths above (and in exchanges.capture) are relative to this
         },
-        "captures": {"app": [x.quality() for x in app_x], "db": db_x.quality() if db_x is not None else None},
+        "captures": {"app": [qualities[id(x)] for x in app_x],
+                      "db": qualities[id(db_x)] if db_x is not None else None},
         "match": matching.stats.as_dict(),
         "clock": next(iter(clock_info.values()), None),
         "clocks": clock_info,
@@ -286,10 +295,10 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
 
 
 def _empty_extraction_frames() -> tuple[pd.DataFrame, pd.DataFrame]:
-    from .exchanges import _frame
     from .schema import CONNECTION_COLUMNS
+    from .tables import frame
 
-    return _frame([], EXCHANGE_COLUMNS), _frame([], CONNECTION_COLUMNS)
+    return frame([], EXCHANGE_COLUMNS), frame([], CONNECTION_COLUMNS)
 
 
 def _conn_table(ex: pd.DataFrame, conns: pd.DataFrame) -> pd.DataFrame:
@@ -387,7 +396,7 @@ def verdict(summary: dict, x: pd.DataFrame) -> str:
         parts.append("No query was slow on the wire without being in the slow log.")
     parts.append(f"{c['total']} exchanges ({c['seen_both']} seen at both points, {c['seen_app']} only at the app, "
                  f"{c['seen_db']} only at the DB).")
-    both = x[x["seen"] == "both"]
+    both = x.loc[x["seen"] == "both", ["total_s", "network_s", "queue_s", "exec_s"]]
     tot = both["total_s"].sum()
     if len(both) and tot > 0:
         net, q, e = both["network_s"].sum(), both["queue_s"].sum(), both["exec_s"].sum()

@@ -84,7 +84,7 @@ def _print_summary(result, quality: dict) -> None:
     )
     if len(ex):
         table = Table("command", "count", "errors", "p50 ms", "max ms", box=None)
-        for command, group in ex.groupby("command", sort=True):
+        for command, group in ex[["command", "response_s", "result"]].groupby("command", sort=True, observed=True):
             resp = group["response_s"].dropna() * 1000
             table.add_row(
                 command,
@@ -216,6 +216,9 @@ def lab_record(
 
 
 def main() -> None:
+    from .tables import use_returning_allocator
+
+    use_returning_allocator()
     try:
         app(standalone_mode=False)
     except PcapdecompError as exc:

@@ -21,6 +21,7 @@ from .clock import ClockModel
 from .fingerprint import fingerprint
 from .match import Matching
 from .schema import GROUP_COLUMNS
+from .tables import as_category, concat_column
 
 NS = 1_000_000_000
 FINGERPRINT_MIN_SAMPLES = 5  # fast executions of a fingerprint needed before its median stands for execution time
@@ -160,38 +161,65 @@ def _seconds(ns: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return np.where(valid, ns / 1e9, np.nan)
 
 
+def _rows_of(app: pd.DataFrame, db: pd.DataFrame, ar: np.ndarray, dr: np.ndarray) -> pd.DataFrame:
+    """Row k is app row ar[k] where the app saw exchange k, else DB row dr[k]; built one column at a time."""
+    has_a = ar >= 0
+    if has_a.all():
+        return pd.DataFrame({c: app[c].take(ar).reset_index(drop=True) for c in app.columns}, columns=app.columns)
+    # the app rows then the DB-only rows, put back in exchange order
+    order = np.concatenate([np.flatnonzero(has_a), np.flatnonzero(~has_a)])
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    a_rows, d_rows = ar[has_a], dr[~has_a]
+    return pd.DataFrame({c: concat_column([app[c].take(a_rows), db[c].take(d_rows)]).take(position)
+                         .reset_index(drop=True) for c in app.columns}, columns=app.columns)
+
+
+def _merged_problems(app_side: pd.Series, db_side: pd.Series, both: np.ndarray) -> pd.Series:
+    """Where both points saw the exchange, the problems of both (each listed once); elsewhere the app side's.
+    Worked out once per distinct pair of texts, not once per row."""
+    if not both.any():
+        return app_side
+    a, d = app_side.astype("category"), db_side.astype("category")
+    a_text, d_text = [""] + list(a.cat.categories), [""] + list(d.cat.categories)  # index 0: null
+    width = len(d_text)
+    key = (a.cat.codes.to_numpy(np.int64) + 1) * width + (d.cat.codes.to_numpy(np.int64) + 1)
+    pairs, which = np.unique(key[both], return_inverse=True)
+    merged = [",".join(dict.fromkeys(p for p in f"{a_text[k // width]},{d_text[k % width]}".split(",") if p))
+              for k in pairs]
+    out = a.astype(object).to_numpy(copy=True)
+    out[both] = np.asarray(merged, dtype=object)[which]
+    return as_category(out)
+
+
 def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks: dict[str, ClockModel],
                 primary_app: str | None) -> pd.DataFrame:
     """One row per exchange: the foundation's columns (from the app side when seen there, else the DB side),
     conn_id / server flag / status from whichever side has them, and the four points on the app clock."""
     ar, dr = matching.app_row, matching.db_row
     has_a, has_d = ar >= 0, dr >= 0
-    base = pd.concat([app.iloc[ar[has_a]].reset_index(drop=True), db.iloc[dr[~has_a]].reset_index(drop=True)],
-                     ignore_index=True)
-    order = np.concatenate([np.flatnonzero(has_a), np.flatnonzero(~has_a)])
-    base.index = order
-    base = base.sort_index()
-    dsel = db.iloc[np.where(has_d, dr, 0)].reset_index(drop=True) if len(db) else None
-    n = len(base)
-    if dsel is not None:
+    n = len(ar)
+    base = _rows_of(app, db, ar, dr)
+    seen_d = pd.Series(has_d)
+
+    def db_column(name: str) -> pd.Series:
+        """The DB side's `name` for every row; null where the DB did not see the exchange."""
+        return db[name].iloc[np.where(has_d, dr, 0)].reset_index(drop=True).where(seen_d)
+
+    if len(db):
         for col in ("conn_id", "status_flags", "server_flag_slow"):
-            base[col] = base[col].where(base[col].notna() | ~pd.Series(has_d), dsel[col].where(pd.Series(has_d)))
-        base["conn_id"] = base["conn_id"].fillna(dsel["conn_id"].where(pd.Series(has_d)))
-        db_problems = dsel["problems"].where(pd.Series(has_d), "").fillna("")
-        both = pd.Series(has_a & has_d)
-        merged = [",".join(dict.fromkeys(p for p in (a + "," + b).split(",") if p)) for a, b in
-                  zip(base["problems"].fillna(""), db_problems)] if both.any() else None
-        if merged is not None:
-            base["problems"] = pd.Series(merged, dtype="string").where(both, base["problems"])
-        base["db_client"] = dsel["client"].where(pd.Series(has_d))
-        base["db_req_first_frame"] = dsel["req_first_frame"].astype("Int64").where(pd.Series(has_d))
-        base["db_resp_last_frame"] = dsel["resp_last_frame"].astype("Int64").where(pd.Series(has_d))
+            base[col] = base[col].where(base[col].notna(), db_column(col))
+        base["problems"] = _merged_problems(base["problems"], db_column("problems"), has_a & has_d)
+        base["db_client"] = db_column("client")
+        base["db_req_first_frame"] = db_column("req_first_frame").astype("Int64")
+        base["db_resp_last_frame"] = db_column("resp_last_frame").astype("Int64")
     else:
-        base["db_client"] = pd.Series([None] * n, dtype="string")
+        base["db_client"] = as_category([None] * n)
         base["db_req_first_frame"] = pd.Series([None] * n, dtype="Int64")
         base["db_resp_last_frame"] = pd.Series([None] * n, dtype="Int64")
-    base["seen"] = np.where(has_a & has_d, "both", np.where(has_a, "app", "db"))
-    base["match_notes"] = pd.Series(matching.notes, dtype="string").replace("", pd.NA)
+    seen_codes = np.where(has_a & has_d, 1, np.where(has_a, 0, 2)).astype(np.int8)
+    base["seen"] = pd.Categorical.from_codes(seen_codes, categories=["app", "both", "db"])
+    base["match_notes"] = as_category(pd.Series(matching.notes, dtype="string").replace("", pd.NA))
 
     a1, a1v = _side_ts(app, "req_first_ts", ar)
     a4, a4v = _side_ts(app, "resp_last_ts", ar)
@@ -199,7 +227,7 @@ def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks:
     d4_raw, d4v = _side_ts(db, "resp_last_ts", dr)
     # DB times onto the app clock of the capture that saw the exchange (DB-only rows: the primary app capture's)
     d1, d4 = d1_raw.copy(), d4_raw.copy()
-    which = base["capture"].where(pd.Series(has_a), primary_app).to_numpy(dtype=object)
+    which = np.where(has_a, base["capture"].astype(object).to_numpy(), primary_app)
     for name, model in clocks.items():
         sel = (which == name) & has_d
         if sel.any() and model.segments:
@@ -267,9 +295,9 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
         bound = todo & ~by_fp & known_fast
         exec_s[bound] = np.minimum(server[bound], lqt)
         source[bound] = "below_long_query_time"
-    t = t.copy()
+    t = t.copy(deep=False)  # copy-on-write: the new columns do not touch the caller's table
     t["exec_s"] = exec_s
-    t["exec_source"] = pd.Series(source, dtype="string")
+    t["exec_source"] = as_category(source)
     t["queue_s"] = np.where(np.isnan(exec_s) | ~has_server, np.nan, np.maximum(server - exec_s, 0.0))
     t["in_slow_log"] = pd.array(in_log, dtype="boolean")
     if not join.used:

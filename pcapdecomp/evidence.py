@@ -81,7 +81,7 @@ def select(x: pd.DataFrame, query_ids: list[str], conn_ids: list[int], top: int 
     slowness = x["server_s"].fillna(x["total_s"]).fillna(x["response_s"])
     if query_ids or conn_ids:
         wanted = {q.upper().removeprefix("0X") for q in query_ids}
-        qid = x["query_id"].fillna("").str.upper().str.removeprefix("0X")
+        qid = x["query_id"].astype("string").fillna("").str.upper().str.removeprefix("0X")
         mask = qid.isin(wanted) | x["conn_id"].isin(conn_ids)
         how = " or ".join(filter(None, [f"query id {', '.join(query_ids)}" if query_ids else "",
                                         f"connection {', '.join(map(str, conn_ids))}" if conn_ids else ""]))

@@ -16,7 +16,8 @@ from .capture import CaptureStats, open_capture
 from .fingerprint import digest_fingerprint, fingerprint, query_id
 from .flows import Endpoint, Flow, FlowTracker, endpoint_text
 from .mysql.connection import Exchange
-from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS, TS, Column
+from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
+from .tables import batch, frame, frame_of, release_memory, sorted_columnwise
 
 _ADMIN_NAMES = {
     "COM_QUIT": "Quit",
@@ -102,37 +103,7 @@ def _iso(ns: int | None) -> str | None:
     return None if ns is None else pd.Timestamp(ns, unit="ns", tz="UTC").isoformat()
 
 
-_ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "Int64": pa.int64(), "float64": pa.float64(),
-                "boolean": pa.bool_(), TS: pa.timestamp("ns", tz="UTC")}
-_PANDAS_TYPES = {pa.string(): pd.StringDtype("pyarrow"), pa.bool_(): pd.BooleanDtype()}
-ROWS_PER_BATCH = 1 << 15  # rows are held as Python tuples only until a batch of this many is columnar
-
-
-def _batch(rows: list[tuple], columns: tuple[Column, ...]) -> pa.RecordBatch:
-    """Rows (tuples in column order) -> one Arrow record batch of the declared types. Timestamps go straight from
-    Python ints to nanoseconds: no float detour that would round them to ~256 ns."""
-    values = list(zip(*rows)) if rows else [() for _ in columns]
-    return pa.RecordBatch.from_arrays([pa.array(v, type=_ARROW_TYPES[c.dtype]) for c, v in zip(columns, values)],
-                                      names=[c.name for c in columns])
-
-
-def _frame_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...]) -> pd.DataFrame:
-    """Record batches -> a DataFrame with the declared pandas dtypes (strings stay in Arrow memory)."""
-    schema = pa.schema([(c.name, _ARROW_TYPES[c.dtype]) for c in columns])
-    table = pa.Table.from_batches(batches, schema=schema)
-    data = {}
-    for c in columns:
-        chunked = table.column(c.name)
-        if c.dtype == "Int64":
-            data[c.name] = chunked.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
-        else:
-            data[c.name] = chunked.to_pandas(types_mapper=_PANDAS_TYPES.get)
-    del table
-    return pd.DataFrame(data, columns=[c.name for c in columns])
-
-
-def _frame(rows: list[tuple], columns: tuple[Column, ...]) -> pd.DataFrame:
-    return _frame_of([_batch(rows, columns)], columns)
+ROWS_PER_BATCH = 1 << 13  # rows are held as Python tuples only until a batch of this many is columnar
 
 
 def extract(
@@ -213,7 +184,7 @@ def extract(
             )
         )
         if len(ex_rows) >= ROWS_PER_BATCH:
-            ex_batches.append(_batch(ex_rows, EXCHANGE_COLUMNS))
+            ex_batches.append(batch(ex_rows, EXCHANGE_COLUMNS))
             ex_rows.clear()
 
     def closed(flow: Flow) -> None:
@@ -275,39 +246,14 @@ def extract(
         stats = reader.stats
     if progress is not None:
         progress(total, total, stats.frames)
-    ex_batches.append(_batch(ex_rows, EXCHANGE_COLUMNS))
+    ex_batches.append(batch(ex_rows, EXCHANGE_COLUMNS))
     ex_rows.clear()
-    exchanges = _frame_of(ex_batches, EXCHANGE_COLUMNS)
-    ex_batches.clear()
-    exchanges = _sorted_columnwise([exchanges], ["req_first_ts", "conn_index", "seq"])
-    connections = _frame(conn_rows, CONNECTION_COLUMNS).sort_values("conn_index").reset_index(drop=True)
+    exchanges = frame_of(ex_batches, EXCHANGE_COLUMNS)
+    exchanges = sorted_columnwise([exchanges], ["req_first_ts", "conn_index", "seq"])
+    connections = frame(conn_rows, CONNECTION_COLUMNS).sort_values("conn_index").reset_index(drop=True)
+    release_memory()
     return Extraction(name, exchanges, connections, stats, tracker.other_tcp_frames, tracker.other_tcp_bytes, commands,
                       first_frames)
-
-
-def _sort_key(column: pd.Series) -> np.ndarray:
-    """int64 view of a key column (nanoseconds for timestamps: to_numpy() would make Timestamp objects)."""
-    if isinstance(column.dtype, pd.DatetimeTZDtype):
-        return column.array.asi8
-    return column.to_numpy(dtype=np.int64)
-
-
-def _sorted_columnwise(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
-    """concat(frames).sort_values(keys, stable) built one column at a time, each input column dropped once used:
-    the peak is one table plus one column, not the two or three copies of concat-then-sort."""
-    if len(frames) == 1 and len(frames[0]) < 2:
-        return frames[0].reset_index(drop=True)
-    key_arrays = [np.concatenate([_sort_key(f[k]) for f in frames]) for k in keys]
-    order = np.lexsort(key_arrays[::-1])  # last key is the primary one for lexsort
-    del key_arrays
-    names = list(frames[0].columns)
-    data = {}
-    for name in names:
-        column = pd.concat([f[name] for f in frames], ignore_index=True)
-        data[name] = column.take(order).reset_index(drop=True)
-        for f in frames:
-            del f[name]
-    return pd.DataFrame(data, columns=names)
 
 
 def merge_parts(parts: list[Extraction]) -> Extraction:
@@ -326,8 +272,8 @@ def merge_parts(parts: list[Extraction]) -> Extraction:
             df["conn_index"] = np.fromiter((ranks[(i, index)] for index in df["conn_index"]), np.int64, len(df))
         return frames
 
-    exchanges = _sorted_columnwise(renumbered([p.exchanges for p in parts]), ["req_first_ts", "conn_index", "seq"])
-    connections = _sorted_columnwise(renumbered([p.connections for p in parts]), ["conn_index"])
+    exchanges = sorted_columnwise(renumbered([p.exchanges for p in parts]), ["req_first_ts", "conn_index", "seq"])
+    connections = sorted_columnwise(renumbered([p.connections for p in parts]), ["conn_index"])
     commands: Counter = Counter()
     for p in parts:
         commands.update(p.commands)

@@ -62,6 +62,11 @@ def connection_keys(exchanges: pd.DataFrame) -> pd.Series:
 
 def _same(a: pd.Series, b: pd.Series) -> pd.Series:
     """Equality where two nulls are equal too (a missing SQL text on both sides agrees)."""
+    if isinstance(a.dtype, pd.CategoricalDtype) and isinstance(b.dtype, pd.CategoricalDtype):
+        # text columns of two tables: compare codes in one category space (null is code -1 on both sides)
+        space = a.cat.categories.union(b.cat.categories)
+        return pd.Series(a.cat.set_categories(space).cat.codes.to_numpy()
+                         == b.cat.set_categories(space).cat.codes.to_numpy(), index=a.index)
     eq = (a == b).fillna(False).astype(bool)
     return eq | (a.isna() & b.isna()).to_numpy()
 
@@ -186,10 +191,18 @@ class _Segments:
     k2: np.ndarray  # uint64: payload length << 9 | flags << 1 | direction (0 client→server, 1 server→client)
     ts: np.ndarray  # int64 ns
 
-    def unique(self) -> pd.DataFrame:
-        """Drop every key seen more than once at this point: a retransmission or duplicate ACK has no one time."""
-        df = pd.DataFrame({"k1": self.k1, "k2": self.k2, "ts": self.ts})
-        return df[~df.duplicated(["k1", "k2"], keep=False)]
+    def unique(self) -> np.ndarray:
+        """Keys seen exactly once at this point (a retransmission or duplicate ACK has no one time), sorted, as a
+        structured array (k1, k2, ts): plain arrays, no hash table, for millions of segments."""
+        order = np.lexsort((self.k2, self.k1))
+        k1, k2 = self.k1[order], self.k2[order]
+        repeat = (k1[1:] == k1[:-1]) & (k2[1:] == k2[:-1])
+        once = np.ones(len(k1), dtype=bool)
+        once[1:] &= ~repeat
+        once[:-1] &= ~repeat
+        out = np.empty(int(once.sum()), dtype=[("k1", "u8"), ("k2", "u8"), ("ts", "i8")])
+        out["k1"], out["k2"], out["ts"] = k1[once], k2[once], self.ts[order][once]
+        return out
 
 
 def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, int]]) -> _Segments:
@@ -227,11 +240,14 @@ class ClockSamples:
 
 def pair_segments(app: _Segments, db: _Segments) -> ClockSamples:
     ua, ud = app.unique(), db.unique()
-    both = ua.merge(ud, on=["k1", "k2"], suffixes=("_a", "_d"))
-    fwd = (both["k2"].to_numpy() & np.uint64(1)) == 0
-    ts_a, ts_d = both["ts_a"].to_numpy(), both["ts_d"].to_numpy()
-    order_f = np.argsort(ts_a[fwd], kind="stable")
-    order_r = np.argsort(ts_a[~fwd], kind="stable")
+    # both sorted by (k1, k2) with unique keys: the keys seen at both points, by a merge of two sorted lists
+    keys = [("k1", "u8"), ("k2", "u8")]
+    _, ia, id_ = np.intersect1d(ua[["k1", "k2"]].astype(keys), ud[["k1", "k2"]].astype(keys), assume_unique=True,
+                                return_indices=True)
+    fwd = (ua["k2"][ia] & np.uint64(1)) == 0
+    ts_a, ts_d = ua["ts"][ia], ud["ts"][id_]
+    order_f = np.lexsort((ts_d[fwd], ts_a[fwd]))  # by app time; equal app times by DB time
+    order_r = np.lexsort((ts_d[~fwd], ts_a[~fwd]))
     return ClockSamples(
         ts_a[fwd][order_f], ts_d[fwd][order_f], ts_d[~fwd][order_r], ts_a[~fwd][order_r],
         app_segments=len(app.ts), db_segments=len(db.ts),

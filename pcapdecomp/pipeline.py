@@ -106,13 +106,36 @@ def write_table(df: pd.DataFrame, out: Path) -> None:
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
         if suffix == ".parquet":
-            df.to_parquet(tmp, index=False)
+            _write_parquet(df, tmp)
         else:
             df.to_csv(tmp, index=False)
         os.replace(tmp, out)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+PARQUET_ROWS_PER_GROUP = 1 << 17
+
+
+def _write_parquet(df: pd.DataFrame, path: Path) -> None:
+    """Row group by row group, categorical text written as plain text: whoever reads the file gets strings (as
+    declared: `file_dtype`), and Parquet dictionary-encodes repetitive text on disk by itself. Only one row group
+    is ever converted at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    text = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
+
+    def group(start: int) -> pd.DataFrame:
+        part = df.iloc[start:start + PARQUET_ROWS_PER_GROUP]
+        return part.astype({c: "string" for c in text}) if text else part
+
+    first = pa.Table.from_pandas(group(0), preserve_index=False)
+    with pq.ParquetWriter(path, first.schema) as writer:
+        writer.write_table(first)
+        for start in range(PARQUET_ROWS_PER_GROUP, len(df), PARQUET_ROWS_PER_GROUP):
+            writer.write_table(pa.Table.from_pandas(group(start), schema=first.schema, preserve_index=False))
 
 
 def capture_problems(q: dict) -> str | None:

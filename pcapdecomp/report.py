@@ -118,7 +118,7 @@ def _quality(summary: dict) -> str:
 
 
 def _decomposition(summary: dict, x: pd.DataFrame) -> str:
-    both = x[x["seen"] == "both"]
+    both = x.loc[x["seen"] == "both", ["total_s", *(col for col, _ in COMPONENTS)]]  # not a whole-table copy
     parts = []
     total = float(both["total_s"].sum()) if len(both) else 0.0
     if total > 0:
@@ -181,14 +181,15 @@ def _groups_section(summary: dict, figures: dict) -> str:
 
 
 def _fingerprints(x: pd.DataFrame) -> str:
-    q = x[x["fingerprint"].notna()]
+    q = x.loc[x["fingerprint"].notna(), ["fingerprint", "query_id", "total_s", "server_s", "response_s", "network_s",
+                                         "queue_s", "exec_s", "hidden_slow"]]
     if q.empty:
         return "<section id='fingerprints'><h2>Top fingerprints</h2><p>no statements</p></section>"
     t = q["total_s"].fillna(q["server_s"]).fillna(q["response_s"])
-    f = pd.DataFrame({"fp": q["fingerprint"].to_numpy(), "qid": q["query_id"].to_numpy(), "t": t.to_numpy(float),
+    f = pd.DataFrame({"fp": q["fingerprint"].array, "qid": q["query_id"].array, "t": t.to_numpy(float),
                       "net": q["network_s"].to_numpy(float), "queue": q["queue_s"].to_numpy(float),
                       "exec": q["exec_s"].to_numpy(float), "hidden": q["hidden_slow"].fillna(False).to_numpy(bool)})
-    g = f.groupby("fp", sort=False).agg(qid=("qid", "first"), count=("t", "size"), total=("t", "sum"),
+    g = f.groupby("fp", sort=False, observed=True).agg(qid=("qid", "first"), count=("t", "size"), total=("t", "sum"),
                                        net=("net", "sum"), queue=("queue", "sum"), exec=("exec", "sum"),
                                        p95=("t", lambda v: v.quantile(0.95)), hidden=("hidden", "sum"))
     g = g.sort_values("total", ascending=False).head(TOP_FINGERPRINTS)

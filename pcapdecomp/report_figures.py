@@ -42,7 +42,7 @@ def _layout(fig: go.Figure, **kw) -> go.Figure:
 
 
 def _shares(x: pd.DataFrame) -> go.Figure | None:
-    both = x[x["seen"] == "both"]
+    both = x.loc[x["seen"] == "both", ["total_s", "network_s", "queue_s", "exec_s"]]
     if both.empty or not float(both["total_s"].sum()) > 0:
         return None
     fig = go.Figure()
@@ -132,8 +132,8 @@ def _inflight(groups: pd.DataFrame) -> go.Figure | None:
 
 
 def _waterfall(x: pd.DataFrame) -> go.Figure | None:
-    key = x["total_s"].fillna(x["server_s"])
-    top = x.assign(_k=key).dropna(subset=["_k"]).sort_values("_k", ascending=False).head(WATERFALL_ROWS)
+    key = x["total_s"].fillna(x["server_s"]).dropna()
+    top = x.loc[key.nlargest(WATERFALL_ROWS).index]  # the rows needed, not a sorted copy of the table
     if top.empty:
         return None
     top = top.iloc[::-1]  # slowest at the top

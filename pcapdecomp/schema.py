@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 TS = "datetime64[ns, UTC]"
+# Text with few distinct values per table (endpoints, commands, statements, fingerprints…): a pandas categorical of
+# strings, an Arrow dictionary in parquet. Reads like text; costs one small code per row.
+CATEGORY = "category"
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,20 +16,25 @@ class Column:
     dtype: str  # pandas dtype
     meaning: str
 
+    @property
+    def file_dtype(self) -> str:
+        """The dtype pandas gives the column when it reads the Parquet file back: categorical text is written as text."""
+        return "string" if self.dtype == CATEGORY else self.dtype
+
 
 EXCHANGE_COLUMNS: tuple[Column, ...] = (
-    Column("capture", "string", "capture file the exchange was read from"),
+    Column("capture", CATEGORY, "capture file the exchange was read from"),
     Column("conn_index", "int64", "ordinal of the TCP connection in the capture (groups exchanges when conn_id is unknown)"),
     Column("conn_id", "Int64", "MySQL connection id (thread id) from the server greeting; null when the capture began mid-connection"),
-    Column("client", "string", "client endpoint ip:port"),
-    Column("server", "string", "server endpoint ip:port"),
+    Column("client", CATEGORY, "client endpoint ip:port"),
+    Column("server", CATEGORY, "server endpoint ip:port"),
     Column("seq", "int64", "ordinal of the exchange in its connection, from 0"),
-    Column("command", "string", "COM_QUERY, COM_STMT_EXECUTE, ...; CONNECT for the login; COM_0xNN when unknown"),
-    Column("sql", "string", "statement text (prepared text for COM_STMT_*; USE `db` for COM_INIT_DB); null when none"),
+    Column("command", CATEGORY, "COM_QUERY, COM_STMT_EXECUTE, ...; CONNECT for the login; COM_0xNN when unknown"),
+    Column("sql", CATEGORY, "statement text (prepared text for COM_STMT_*; USE `db` for COM_INIT_DB); null when none"),
     Column("stmt_id", "Int64", "prepared statement id (COM_STMT_*)"),
     Column("params", "string", "COM_STMT_EXECUTE parameters as SQL literals, comma-separated; null when undecodable"),
-    Column("fingerprint", "string", "pt-fingerprint of sql (administrator command: X for commands without SQL)"),
-    Column("query_id", "string", "pt-query-digest Query ID of the fingerprint"),
+    Column("fingerprint", CATEGORY, "pt-fingerprint of sql (administrator command: X for commands without SQL)"),
+    Column("query_id", CATEGORY, "pt-query-digest Query ID of the fingerprint"),
     Column("req_first_ts", TS, "capture time of the request's first byte"),
     Column("req_last_ts", TS, "capture time of the request's last byte (including LOCAL INFILE data and auth continuations)"),
     Column("resp_first_ts", TS, "capture time of the response's first byte; null when no response was seen"),
@@ -37,10 +45,10 @@ EXCHANGE_COLUMNS: tuple[Column, ...] = (
     Column("resp_last_frame", "Int64", "frame number carrying the response's last byte"),
     Column("response_s", "float64", "resp_last_ts - req_first_ts, seconds"),
     Column("ttfb_s", "float64", "resp_first_ts - req_last_ts, seconds (server think time before the first byte)"),
-    Column("result", "string", "ok | error | resultset | none (no response expected); null when the response was not (fully) seen"),
+    Column("result", CATEGORY, "ok | error | resultset | none (no response expected); null when the response was not (fully) seen"),
     Column("error_code", "Int64", "ERR packet code"),
-    Column("error_state", "string", "ERR packet SQL state"),
-    Column("error_message", "string", "ERR packet message"),
+    Column("error_state", CATEGORY, "ERR packet SQL state"),
+    Column("error_message", CATEGORY, "ERR packet message"),
     Column("rows", "int64", "rows in the result set(s)"),
     Column("affected_rows", "int64", "affected rows from the final OK packet(s)"),
     Column("warnings", "int64", "warning count from OK/EOF packets"),
@@ -50,13 +58,13 @@ EXCHANGE_COLUMNS: tuple[Column, ...] = (
     Column("status_flags", "Int64", "server status flags of the final OK/EOF packet"),
     Column("server_flag_slow", "boolean", "SERVER_QUERY_WAS_SLOW (0x0800) set in the final status flags"),
     Column("tls", "boolean", "the connection switched to TLS (its exchanges after the switch cannot be read)"),
-    Column("compressed", "string", "zlib | zstd when the compressed protocol was in use"),
-    Column("user", "string", "user name from the login packet"),
-    Column("db", "string", "database from the login packet"),
+    Column("compressed", CATEGORY, "zlib | zstd when the compressed protocol was in use"),
+    Column("user", CATEGORY, "user name from the login packet"),
+    Column("db", CATEGORY, "database from the login packet"),
     Column("req_tcp_seq", "int64", "TCP sequence number of the request's first byte (matches the same bytes at another capture point)"),
     Column("resp_tcp_seq", "Int64", "TCP sequence number of the response's first byte"),
     Column("resp_tcp_end", "Int64", "TCP sequence number just past the response's last byte"),
-    Column("problems", "string", "comma-separated: midstream, gap, unanswered, incomplete, truncated, sql-cut, sequence, violation, unknown-statement, params-undecoded, query-attributes"),
+    Column("problems", CATEGORY, "comma-separated: midstream, gap, unanswered, incomplete, truncated, sql-cut, sequence, violation, unknown-statement, params-undecoded, query-attributes"),
 )
 
 CONNECTION_COLUMNS: tuple[Column, ...] = (
@@ -101,9 +109,9 @@ def markdown_table(columns: tuple[Column, ...]) -> str:
 # Columns the analysis stage (pcapdecomp/decompose.py) adds to EXCHANGE_COLUMNS. A1/A4 are app-clock capture
 # times at the app host, D1/D4 DB-capture times converted to that app clock by the fitted clock model.
 ANALYSIS_COLUMNS: tuple[Column, ...] = (
-    Column("seen", "string", "both | app | db: the capture points that saw the exchange (foundation columns come from the app side when seen there)"),
-    Column("match_notes", "string", "match-conflict (same request bytes, different command/text/response end: not paired); lost-at-app|db (the other point saw this connection before and after, and missed this exchange: capture loss); response-unseen-at-app|db"),
-    Column("db_client", "string", "client endpoint as seen at the DB (differs from client behind NAT)"),
+    Column("seen", CATEGORY, "both | app | db: the capture points that saw the exchange (foundation columns come from the app side when seen there)"),
+    Column("match_notes", CATEGORY, "match-conflict (same request bytes, different command/text/response end: not paired); lost-at-app|db (the other point saw this connection before and after, and missed this exchange: capture loss); response-unseen-at-app|db"),
+    Column("db_client", CATEGORY, "client endpoint as seen at the DB (differs from client behind NAT)"),
     Column("db_req_first_frame", "Int64", "frame number of the request's first byte in the DB capture"),
     Column("db_resp_last_frame", "Int64", "frame number of the response's last byte in the DB capture"),
     Column("app_req_ts", TS, "A1: request's first byte at the app host (app clock)"),
@@ -116,7 +124,7 @@ ANALYSIS_COLUMNS: tuple[Column, ...] = (
     Column("net_req_s", "float64", "D1 - A1: request leg, after clock alignment (depends on the offset estimate)"),
     Column("net_resp_s", "float64", "A4 - D4: response leg; net_req_s + net_resp_s = network_s"),
     Column("exec_s", "float64", "execution time: the slow log's Query_time, else an estimate (see exec_source)"),
-    Column("exec_source", "string", "slow_log | fingerprint_median (median server time of fast executions of the fingerprint) | below_long_query_time (known faster than long_query_time: exec_s is the bound min(server_s, long_query_time)) | flagged_slow (SERVER_QUERY_WAS_SLOW without a slow-log entry: exec_s = server_s, an upper bound); null when unknown"),
+    Column("exec_source", CATEGORY, "slow_log | fingerprint_median (median server time of fast executions of the fingerprint) | below_long_query_time (known faster than long_query_time: exec_s is the bound min(server_s, long_query_time)) | flagged_slow (SERVER_QUERY_WAS_SLOW without a slow-log entry: exec_s = server_s, an upper bound); null when unknown"),
     Column("queue_s", "float64", "server_s - exec_s, at least 0: waiting before execution (thread-pool queue)"),
     Column("in_slow_log", "boolean", "joined to a slow-log entry; null when no usable slow log"),
     Column("slow_log_line", "Int64", "line of the joined slow-log entry"),

@@ -34,7 +34,7 @@ def test_exchanges_writes_parquet_with_the_declared_columns(tmp_path):
     df = pd.read_parquet(out)
     assert list(df.columns) == [c.name for c in EXCHANGE_COLUMNS]
     for col in EXCHANGE_COLUMNS:
-        assert str(df[col.name].dtype) == col.dtype, col.name
+        assert str(df[col.name].dtype) == col.file_dtype, col.name
     # the summary names the commands and the connection count, and the table agrees with it
     assert "7 MySQL connections" in proc.stdout
     queries = int((df["command"] == "COM_QUERY").sum())

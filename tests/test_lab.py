@@ -190,7 +190,7 @@ def test_bigpacket_recording_parses_a_17_mib_row(tmp_path):
     out = lab_record.record("bigpacket", tmp_path / "bigpacket", install=False)
     for side in ("app", "db"):
         ex = extract(out / f"{side}.pcap").exchanges
-        big = ex[ex["sql"].fillna("").str.contains("REPEAT", regex=False)]
+        big = ex[ex["sql"].str.contains("REPEAT", regex=False, na=False).astype(bool)]
         assert len(big) == 1, side
         row = big.iloc[0]
         assert row["result"] == "resultset" and row["rows"] == 1 and row["problems"] == ""

@@ -1,0 +1,147 @@
+"""Tables of declared columns (schema.py): rows -> Arrow record batches -> pandas, and the concatenation and sorting
+that keep the declared dtypes.
+
+Repetitive text (capture, endpoints, command, statement text, fingerprints, results…) is declared `category`: it
+is dictionary-encoded as each batch is built, so a million exchanges of a few dozen distinct statements hold one
+small code per row instead of a string per row. pandas concatenates categoricals with different categories into
+plain strings, so every concatenation of these tables goes through `concat`, which unions the categories."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pandas.api.types import union_categoricals
+
+from .schema import CATEGORY, TS, Column
+
+ARROW_TYPES = {"string": pa.string(), CATEGORY: pa.string(), "int64": pa.int64(), "Int64": pa.int64(),
+               "float64": pa.float64(), "boolean": pa.bool_(), TS: pa.timestamp("ns", tz="UTC")}
+_PANDAS_TYPES = {pa.string(): pd.StringDtype("pyarrow"), pa.bool_(): pd.BooleanDtype()}
+
+
+def arrow_type(column: Column) -> pa.DataType:
+    return pa.dictionary(pa.int32(), pa.string()) if column.dtype == CATEGORY else ARROW_TYPES[column.dtype]
+
+
+def batch(rows: list[tuple], columns: tuple[Column, ...]) -> pa.RecordBatch:
+    """Rows (tuples in column order) -> one Arrow record batch of the declared types. Timestamps go straight from
+    Python ints to nanoseconds: no float detour that would round them to ~256 ns."""
+    values = list(zip(*rows)) if rows else [() for _ in columns]
+    arrays = []
+    for c, v in zip(columns, values):
+        array = pa.array(v, type=ARROW_TYPES[c.dtype])
+        arrays.append(array.dictionary_encode() if c.dtype == CATEGORY else array)
+    return pa.RecordBatch.from_arrays(arrays, names=[c.name for c in columns])
+
+
+def frame_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...]) -> pd.DataFrame:
+    """Record batches -> a DataFrame with the declared pandas dtypes. The list is emptied: each column's Arrow
+    memory is let go as soon as it is converted, so the peak is the table plus one column."""
+    schema = pa.schema([(c.name, arrow_type(c)) for c in columns])
+    table = pa.Table.from_batches(batches, schema=schema)
+    batches.clear()
+    data = {}
+    for c in columns:
+        chunked = table.column(c.name)
+        table = table.drop_columns([c.name])
+        data[c.name] = _series(chunked, c)
+        del chunked
+    return pd.DataFrame(data, columns=[c.name for c in columns])
+
+
+def _series(chunked: pa.ChunkedArray, column: Column) -> pd.Series:
+    if column.dtype == CATEGORY:
+        # Each batch has its own dictionary: pandas unifies them. Categories are put in lexical order so that
+        # sorting by such a column sorts by its text, as it would for strings.
+        return _text_categories(chunked.to_pandas())
+    if column.dtype == "Int64":
+        return chunked.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+    return chunked.to_pandas(types_mapper=_PANDAS_TYPES.get)
+
+
+def _text_categories(series: pd.Series) -> pd.Series:
+    """The same categorical with its categories as text (`str`, also when empty) in lexical order, so that
+    categoricals of different tables can be unioned and compared."""
+    categories = series.cat.categories
+    wanted = pd.Index(categories, dtype="str").sort_values()
+    if categories.dtype == wanted.dtype and categories.equals(wanted):
+        return series
+    return series.cat.set_categories(wanted)
+
+
+def frame(rows: list[tuple], columns: tuple[Column, ...]) -> pd.DataFrame:
+    return frame_of([batch(rows, columns)], columns)
+
+
+def concat_column(parts: list[pd.Series]) -> pd.Series:
+    """pd.concat that keeps a categorical a categorical when the parts' categories differ."""
+    if len(parts) > 1 and all(isinstance(p.dtype, pd.CategoricalDtype) for p in parts):
+        joined = union_categoricals([_text_categories(p) for p in parts], sort_categories=True, ignore_order=True)
+        return pd.Series(joined, name=parts[0].name)
+    return pd.concat(parts, ignore_index=True)
+
+
+def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """pd.concat(frames, ignore_index=True) of tables with the same columns, keeping categorical columns."""
+    if len(frames) == 1:
+        return frames[0].reset_index(drop=True)
+    names = list(frames[0].columns)
+    return pd.DataFrame({n: concat_column([f[n] for f in frames]).reset_index(drop=True) for n in names},
+                        columns=names)
+
+
+def as_category(values) -> pd.Series:
+    """Text values (array, list or Series; None/NA for null) as a categorical column."""
+    series = pd.Series(values, dtype="string") if not isinstance(values, pd.Series) else values.astype("string")
+    categories = pd.Index(sorted(series.dropna().unique()), dtype="str")
+    return pd.Series(pd.Categorical(series, categories=categories), index=series.index, name=series.name)
+
+
+def _sort_key(column: pd.Series) -> np.ndarray:
+    """int64 view of a key column (nanoseconds for timestamps: to_numpy() would make Timestamp objects)."""
+    if isinstance(column.dtype, pd.DatetimeTZDtype):
+        return column.array.asi8
+    return column.to_numpy(dtype=np.int64)
+
+
+def sorted_columnwise(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
+    """concat(frames).sort_values(keys, stable) built one column at a time, each input column dropped once used:
+    the peak is one table plus one column, not the two or three copies of concat-then-sort."""
+    if len(frames) == 1 and len(frames[0]) < 2:
+        return frames[0].reset_index(drop=True)
+    key_arrays = [np.concatenate([_sort_key(f[k]) for f in frames]) for k in keys]
+    order = np.lexsort(key_arrays[::-1])  # last key is the primary one for lexsort
+    del key_arrays
+    if np.array_equal(order, np.arange(len(order))):
+        order = None  # already in order (one part, one connection…): no copy at all
+    names = list(frames[0].columns)
+    data = {}
+    for name in names:
+        column = concat_column([f[name] for f in frames])
+        data[name] = (column if order is None else column.take(order)).reset_index(drop=True)
+        for f in frames:
+            del f[name]
+    return pd.DataFrame(data, columns=names)
+
+
+def use_returning_allocator() -> None:
+    """Arrow's default allocator (mimalloc) keeps freed pages for reuse: after a few hundred thousand short-lived
+    string arrays (one per batch, before dictionary encoding) it held ~0.4 KB per exchange that nothing used. The
+    system allocator gives them back (with `release_memory`). Called by the CLI, not on import: a library should
+    not change its host's allocator."""
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c")) if ctypes.util.find_library("c") else None
+
+
+def release_memory() -> None:
+    """Hand freed heap memory back to the OS between stages (glibc's malloc_trim; nothing elsewhere), so the next
+    stage and the reported RSS start from what is live."""
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)

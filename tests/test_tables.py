@@ -1,0 +1,102 @@
+"""Tables of declared columns: text held as categoricals in memory, concatenated without losing that, written to
+files as plain text; and the pieces of the join that work on categorical codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pcapdecomp import pipeline
+from pcapdecomp.decompose import _merged_problems
+from pcapdecomp.exchanges import extract
+from pcapdecomp.match import _same
+from pcapdecomp.schema import CATEGORY, EXCHANGE_COLUMNS, Column
+from pcapdecomp.tables import as_category, concat, frame, sorted_columnwise
+
+REPO = Path(__file__).resolve().parents[1]
+COLUMNS = (Column("t", CATEGORY, "text"), Column("n", "int64", "number"))
+texts = st.lists(st.one_of(st.none(), st.sampled_from(["", "b", "a", "SELECT 1", "é"])), max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts, texts)
+def test_concat_keeps_values_and_the_categorical(left, right):
+    a = frame([(t, i) for i, t in enumerate(left)], COLUMNS)
+    b = frame([(t, i) for i, t in enumerate(right)], COLUMNS)
+    joined = concat([a, b])
+    assert isinstance(joined["t"].dtype, pd.CategoricalDtype)
+    assert list(joined["t"].cat.categories) == sorted({t for t in left + right if t is not None})
+    assert [None if pd.isna(v) else v for v in joined["t"]] == left + right
+    assert joined["n"].tolist() == list(range(len(left))) + list(range(len(right)))
+
+
+def test_categories_are_lexical_so_sorting_sorts_by_text():
+    t = frame([("b", 0), ("c", 1), ("a", 2), (None, 3), ("b", 4)], COLUMNS)
+    assert list(t["t"].cat.categories) == ["a", "b", "c"]
+    assert t.sort_values("t", kind="stable")["n"].tolist() == [2, 0, 4, 1, 3]
+
+
+def test_sorted_columnwise_without_reordering_keeps_the_rows():
+    t = frame([("x", i) for i in range(5)], COLUMNS)
+    out = sorted_columnwise([t.copy()], ["n"])
+    assert out.equals(t)
+
+
+def test_text_columns_of_a_real_capture_are_codes_not_strings():
+    x = extract(REPO / "captures" / "oltp-hogs" / "db.pcap").exchanges
+    for c in EXCHANGE_COLUMNS:
+        assert str(x[c.name].dtype) == c.dtype, c.name
+    for name in ("fingerprint", "client", "command"):
+        col = x[name]
+        assert col.cat.categories.is_unique and col.cat.categories.is_monotonic_increasing
+        # one small code per row, far below the text it stands for
+        assert col.cat.codes.dtype.itemsize <= 2
+        assert col.memory_usage(deep=True) < 0.25 * col.astype("string").memory_usage(deep=True), name
+    # distinct statements (literals inline): never more than a code per row above plain text
+    sql = x["sql"]
+    assert sql.memory_usage(deep=True) <= sql.astype("string").memory_usage(deep=True) + 4 * len(sql)
+
+
+def test_parquet_holds_text_and_reads_back_as_strings_in_several_row_groups(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(pipeline, "PARQUET_ROWS_PER_GROUP", 7)
+    t = frame([(["a", None, "bb"][i % 3], i) for i in range(20)], COLUMNS)
+    out = tmp_path / "t.parquet"
+    pipeline.write_table(t, out)
+    assert pq.ParquetFile(out).num_row_groups == 3
+    back = pd.read_parquet(out)
+    assert str(back["t"].dtype) == COLUMNS[0].file_dtype == "string"
+    assert back["t"].tolist() == [v if v is not None else pd.NA for v in t["t"].astype(object).where(t["t"].notna(), None)]
+    assert back["n"].tolist() == list(range(20))
+    assert back["t"].fillna("").str.len().sum() == 7 * 1 + 6 * 2  # usable as text: fillna('') works
+
+
+def test_empty_table_writes_and_reads(tmp_path):
+    out = tmp_path / "e.parquet"
+    pipeline.write_table(frame([], COLUMNS), out)
+    back = pd.read_parquet(out)
+    assert len(back) == 0 and list(back.columns) == ["t", "n"]
+
+
+@pytest.mark.parametrize("app, db, both, expected", [
+    (["gap", "", None, "midstream"], ["gap,sequence", "x", "y", None], [True, True, True, False],
+     ["gap,sequence", "x", "y", "midstream"]),
+    ([None, None], [None, "z"], [True, False], ["", None]),
+    (["a,b", "a,b"], ["b,c", "b,c"], [True, True], ["a,b,c", "a,b,c"]),
+])
+def test_problems_of_both_points_are_merged_once_each(app, db, both, expected):
+    out = _merged_problems(as_category(app), as_category(db), np.array(both))
+    assert isinstance(out.dtype, pd.CategoricalDtype)
+    assert [None if pd.isna(v) else v for v in out] == expected
+
+
+def test_text_of_two_tables_compares_by_value_not_by_code():
+    a = as_category(["SELECT 1", None, "b", "c"])
+    b = as_category(["SELECT 1", None, "c", "zz"])  # same texts sit at other codes here
+    assert _same(a, b).tolist() == [True, True, False, False]
