@@ -6,9 +6,10 @@
     python3 benchmarks/bench.py --sizes 10,30,90        # how time and memory grow with the capture's duration
     python3 benchmarks/bench.py --no-pt                 # skip pt-query-digest (slow)
 
-Prints markdown tables: tool, wall seconds, packets/s, peak RSS, exchange/command count and the agreement of
-pcapdecomp's count with tshark's MySQL dissector (must be within 0.5 %). Each tool runs as a child process;
-peak RSS is the child's ru_maxrss. Large captures go to /tmp; nothing here is committed."""
+Prints markdown tables: tool, wall seconds, packets/s, peak memory, exchange/command count and the agreement of
+pcapdecomp's count with tshark's MySQL dissector (must be within 0.5 %). Each tool runs as a child process; peak
+memory is the largest PSS of the child and its worker processes together, sampled every 50 ms (PSS, not RSS:
+forked workers share pages with their parent). Large captures go to /tmp; nothing here is committed."""
 
 from __future__ import annotations
 
@@ -25,37 +26,49 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _tree_rss_kib(root: int) -> int:
-    """RSS of a process and all its descendants (worker processes of --jobs count too), from /proc."""
+def _memory_kib(pid: int) -> int:
+    """Proportional set size (a page shared by n processes counts 1/n in each): forked --jobs workers share the
+    parent's pages, and summing their RSS would count those several times. RSS where PSS is not available."""
+    for name, key in (("smaps_rollup", "Pss:"), ("status", "VmRSS:")):
+        try:
+            text = Path(f"/proc/{pid}/{name}").read_text()
+        except OSError:
+            continue
+        value = next((int(line.split()[1]) for line in text.splitlines() if line.startswith(key)), None)
+        if value is not None:
+            return value
+    return 0
+
+
+def _tree_memory_kib(root: int) -> int:
+    """Memory of a process and all its descendants (worker processes of --jobs count too), from /proc."""
     parents: dict[int, int] = {}
-    rss: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             stat = Path(f"/proc/{entry}/stat").read_text()
-            status = Path(f"/proc/{entry}/status").read_text()
         except OSError:
             continue
         parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-        rss[int(entry)] = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
     tree, grew = {root}, True
     while grew:
         more = {pid for pid, ppid in parents.items() if ppid in tree} - tree
         grew = bool(more)
         tree |= more
-    return sum(rss.get(pid, 0) for pid in tree)
+    return sum(_memory_kib(pid) for pid in tree)
 
 
 def child_rss(argv: list[str]) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS (MiB) of the child and its worker processes together (sampled every 50 ms), stdout."""
+    """Wall seconds, peak memory (MiB, PSS: see _memory_kib) of the child and its worker processes together
+    (sampled every 50 ms), stdout."""
     out = tempfile.TemporaryFile(mode="w+")
     err = tempfile.TemporaryFile(mode="w+")
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True)
     peak = 0
     while proc.poll() is None:
-        peak = max(peak, _tree_rss_kib(proc.pid))
+        peak = max(peak, _tree_memory_kib(proc.pid))
         time.sleep(0.05)
     wall = time.perf_counter() - start
     out.seek(0)
@@ -88,10 +101,11 @@ def pcapdecomp_exchanges(path: Path, work: Path, jobs: int | None = None) -> tup
     return wall, rss, int((x["command"] != "CONNECT").sum())  # tshark counts commands; CONNECT is a handshake
 
 
-def pcapdecomp_analyze(app: Path, db: Path, work: Path) -> tuple[float, float, int]:
+def pcapdecomp_analyze(app: Path, db: Path, work: Path, jobs: int | None = None) -> tuple[float, float, int]:
     out = work / "analysis"
     argv = [sys.executable, "-m", "pcapdecomp.cli", "analyze", "--app", str(app), "--db", str(db), "-q",
             "--out", str(out)]
+    argv += ["--jobs", str(jobs)] if jobs else []
     wall, rss, _ = child_rss(argv)
     import pandas as pd
 
@@ -131,7 +145,7 @@ def bench_pair(app: Path, db: Path, work: Path, with_pt: bool) -> None:
     n = packets(db)
     size = db.stat().st_size / 2**20
     print(f"\n### {db} — {n:,} packets, {size:.0f} MiB (and {app.name}: {packets(app):,} packets)\n")
-    print("| tool | wall s | packets/s | peak RSS MiB | exchanges / commands | vs tshark |")
+    print("| tool | wall s | packets/s | peak PSS MiB | exchanges / commands | vs tshark |")
     print("|---|---|---|---|---|---|")
     t_wall, t_rss, t_count = tshark_commands(db)
     print(f"| tshark -Y mysql.command | {t_wall:.1f} | {n / t_wall:,.0f} | {t_rss:.0f} | {t_count:,} | |")
@@ -165,17 +179,19 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d')}")
     if args.sizes:
-        print("\n| sysbench s | packets (db) | MiB (db) | exchanges | tshark s | tshark RSS MiB | pcapdecomp exchanges s "
-              "| RSS MiB | analyze (app + db) s | RSS MiB |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("\n| sysbench s | packets (db) | MiB (pair) | exchanges | tshark s | tshark PSS MiB | pcapdecomp exchanges s "
+              "| PSS MiB | analyze (app + db) s | PSS MiB | analyze --jobs 1 s | PSS MiB |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for seconds in (int(s) for s in args.sizes.split(",")):
             app, db = record(seconds, args.work)
             n = packets(db)
             t_wall, t_rss, _ = tshark_commands(db)
             p_wall, p_rss, p_count = pcapdecomp_exchanges(db, args.work)
             a_wall, a_rss, _ = pcapdecomp_analyze(app, db, args.work)
-            print(f"| {seconds} | {n:,} | {db.stat().st_size / 2**20:.0f} | {p_count:,} | {t_wall:.1f} | {t_rss:.0f} | "
-                  f"{p_wall:.1f} | {p_rss:.0f} | {a_wall:.1f} | {a_rss:.0f} |", flush=True)
+            s_wall, s_rss, _ = pcapdecomp_analyze(app, db, args.work, jobs=1)
+            pair_mib = (app.stat().st_size + db.stat().st_size) / 2**20
+            print(f"| {seconds} | {n:,} | {pair_mib:.0f} | {p_count:,} | {t_wall:.1f} | {t_rss:.0f} | "
+                  f"{p_wall:.1f} | {p_rss:.0f} | {a_wall:.1f} | {a_rss:.0f} | {s_wall:.1f} | {s_rss:.0f} |", flush=True)
         return 0
     if args.app and args.db:
         app, db = args.app, args.db

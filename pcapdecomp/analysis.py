@@ -190,6 +190,7 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
     db_ex = db_x.exchanges if db_x is not None else empty[0]
     db_conns = db_x.connections if db_x is not None else empty[1]
     matching = match_exchanges(app_ex, db_ex, app_conns, db_conns)
+    release_memory()
     if app_x and db_x is not None and matching.stats.matched == 0 and len(app_ex) and len(db_ex):
         note("no exchange was seen at both points: are these captures of the same traffic and time?")
 
@@ -217,6 +218,8 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
             if model.quality != "two-sided":
                 note(f"clock of {x.capture}: {model.quality} fit (too few segments seen at both points); "
                      "one-way network times are bounds, not estimates")
+        del db_segments, app_segment_sets, app_segments
+        release_memory()
     primary = app_x[0].capture if app_x else None
 
     # --- slow log
@@ -234,11 +237,12 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
         except SlowLogError as err:
             note(f"{err}; analysed without the slow log")
 
-    table = build_table(app_ex, db_ex, matching, clocks, primary)
-    # the joined table holds what is needed of both sides: let the per-capture tables go (memory ~ one table)
-    del app_ex, db_ex
+    # The joined table takes what it needs of both sides: the per-capture tables go (build_table moves the app
+    # side's columns into it one by one), so memory holds about one table, not three.
     for x in extractions:
-        x.exchanges = x.exchanges.iloc[:0]
+        x.exchanges = x.exchanges.iloc[:0].copy()  # a copy: an empty view would keep the whole table alive
+    table = build_table(app_ex, db_ex, matching, clocks, primary)
+    del app_ex, db_ex
     release_memory()
     table, join = decompose(table, slow, cs.long_query_time, cs.thread_pool_size, str(cs.slow_log))
     for w in join.warnings:

@@ -162,17 +162,25 @@ def _seconds(ns: np.ndarray, valid: np.ndarray) -> np.ndarray:
 
 
 def _rows_of(app: pd.DataFrame, db: pd.DataFrame, ar: np.ndarray, dr: np.ndarray) -> pd.DataFrame:
-    """Row k is app row ar[k] where the app saw exchange k, else DB row dr[k]; built one column at a time."""
+    """Row k is app row ar[k] where the app saw exchange k, else DB row dr[k]; built one column at a time, each
+    app column dropped from `app` once taken (the caller passes a table it no longer needs), so the peak is the
+    tables plus one column, not two copies of the app side."""
     has_a = ar >= 0
-    if has_a.all():
-        return pd.DataFrame({c: app[c].take(ar).reset_index(drop=True) for c in app.columns}, columns=app.columns)
-    # the app rows then the DB-only rows, put back in exchange order
-    order = np.concatenate([np.flatnonzero(has_a), np.flatnonzero(~has_a)])
-    position = np.empty(len(order), dtype=np.int64)
-    position[order] = np.arange(len(order))
-    a_rows, d_rows = ar[has_a], dr[~has_a]
-    return pd.DataFrame({c: concat_column([app[c].take(a_rows), db[c].take(d_rows)]).take(position)
-                         .reset_index(drop=True) for c in app.columns}, columns=app.columns)
+    a_rows = ar[has_a]
+    if not has_a.all():  # the app rows then the DB-only rows, put back in exchange order
+        order = np.concatenate([np.flatnonzero(has_a), np.flatnonzero(~has_a)])
+        position = np.empty(len(order), dtype=np.int64)
+        position[order] = np.arange(len(order))
+        d_rows = dr[~has_a]
+    names = list(app.columns)
+    data = {}
+    for c in names:
+        if has_a.all():
+            data[c] = app[c].take(a_rows).reset_index(drop=True)
+        else:
+            data[c] = concat_column([app[c].take(a_rows), db[c].take(d_rows)]).take(position).reset_index(drop=True)
+        del app[c]
+    return pd.DataFrame(data, columns=names, copy=False)
 
 
 def _merged_problems(app_side: pd.Series, db_side: pd.Series, both: np.ndarray) -> pd.Series:
@@ -195,7 +203,8 @@ def _merged_problems(app_side: pd.Series, db_side: pd.Series, both: np.ndarray) 
 def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks: dict[str, ClockModel],
                 primary_app: str | None) -> pd.DataFrame:
     """One row per exchange: the foundation's columns (from the app side when seen there, else the DB side),
-    conn_id / server flag / status from whichever side has them, and the four points on the app clock."""
+    conn_id / server flag / status from whichever side has them, and the four points on the app clock.
+    The app table's columns are consumed (moved into the result): pass a table that is not needed afterwards."""
     ar, dr = matching.app_row, matching.db_row
     has_a, has_d = ar >= 0, dr >= 0
     n = len(ar)
@@ -221,8 +230,11 @@ def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks:
     base["seen"] = pd.Categorical.from_codes(seen_codes, categories=["app", "both", "db"])
     base["match_notes"] = as_category(pd.Series(matching.notes, dtype="string").replace("", pd.NA))
 
-    a1, a1v = _side_ts(app, "req_first_ts", ar)
-    a4, a4v = _side_ts(app, "resp_last_ts", ar)
+    # the app side's times are in base, on the rows the app saw (its columns are gone from `app` by now)
+    a1, a1v = ts_ns(base["req_first_ts"])
+    a4, a4v = ts_ns(base["resp_last_ts"])
+    a1v &= has_a
+    a4v &= has_a
     d1_raw, d1v = _side_ts(db, "req_first_ts", dr)
     d4_raw, d4v = _side_ts(db, "resp_last_ts", dr)
     # DB times onto the app clock of the capture that saw the exchange (DB-only rows: the primary app capture's)

@@ -185,28 +185,30 @@ def split_endpoint(text: str) -> tuple[str, int]:
 
 @dataclass
 class _Segments:
-    """Segments of chosen connections at one capture point, as three compact arrays (key halves + timestamp)."""
+    """Segments of chosen connections at one capture point: the keys seen exactly once there (a retransmission or
+    a duplicate ACK has no one time), sorted by key, as three compact arrays."""
 
     k1: np.ndarray  # uint64: seq << 32 | ack
     k2: np.ndarray  # uint64: payload length << 9 | flags << 1 | direction (0 client→server, 1 server→client)
     ts: np.ndarray  # int64 ns
+    read: int = 0  # segments read
+    repeated: int = 0  # segments dropped because their key was seen more than once
 
-    def unique(self) -> np.ndarray:
-        """Keys seen exactly once at this point (a retransmission or duplicate ACK has no one time), sorted, as a
-        structured array (k1, k2, ts): plain arrays, no hash table, for millions of segments."""
-        order = np.lexsort((self.k2, self.k1))
-        k1, k2 = self.k1[order], self.k2[order]
-        repeat = (k1[1:] == k1[:-1]) & (k2[1:] == k2[:-1])
-        once = np.ones(len(k1), dtype=bool)
-        once[1:] &= ~repeat
-        once[:-1] &= ~repeat
-        out = np.empty(int(once.sum()), dtype=[("k1", "u8"), ("k2", "u8"), ("ts", "i8")])
-        out["k1"], out["k2"], out["ts"] = k1[once], k2[once], self.ts[order][once]
-        return out
+
+def _unique_sorted(k1: np.ndarray, k2: np.ndarray, ts: np.ndarray) -> _Segments:
+    order = np.lexsort((k2, k1))
+    k1, k2 = k1[order], k2[order]
+    repeat = (k1[1:] == k1[:-1]) & (k2[1:] == k2[:-1])
+    once = np.ones(len(k1), dtype=bool)
+    once[1:] &= ~repeat
+    once[:-1] &= ~repeat
+    kept = int(once.sum())
+    return _Segments(k1[once], k2[once], ts[order][once], read=len(once), repeated=len(once) - kept)
 
 
 def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, int]]) -> _Segments:
-    """Keys and times of the segments of the given connections ((client ip, port, server ip, port) tuples)."""
+    """Keys and times of the segments of the given connections ((client ip, port, server ip, port) tuples),
+    reduced to the keys seen once (in the worker process, with --jobs: only those travel back)."""
     forward = flows
     reverse = {(si, sp, ci, cp) for ci, cp, si, sp in flows}
     k1, k2, ts = array("Q"), array("Q"), array("q")
@@ -223,8 +225,8 @@ def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, in
             add1((seq << 32) | ack)
             add2(((len(payload) + missing) << 9) | (flags << 1) | direction)
             add_ts(ts_ns)
-    return _Segments(np.frombuffer(k1, dtype=np.uint64), np.frombuffer(k2, dtype=np.uint64),
-                     np.frombuffer(ts, dtype=np.int64))
+    return _unique_sorted(np.frombuffer(k1, dtype=np.uint64), np.frombuffer(k2, dtype=np.uint64),
+                          np.frombuffer(ts, dtype=np.int64))
 
 
 @dataclass(frozen=True)
@@ -239,17 +241,27 @@ class ClockSamples:
 
 
 def pair_segments(app: _Segments, db: _Segments) -> ClockSamples:
-    ua, ud = app.unique(), db.unique()
-    # both sorted by (k1, k2) with unique keys: the keys seen at both points, by a merge of two sorted lists
-    keys = [("k1", "u8"), ("k2", "u8")]
-    _, ia, id_ = np.intersect1d(ua[["k1", "k2"]].astype(keys), ud[["k1", "k2"]].astype(keys), assume_unique=True,
-                                return_indices=True)
-    fwd = (ua["k2"][ia] & np.uint64(1)) == 0
-    ts_a, ts_d = ua["ts"][ia], ud["ts"][id_]
+    """The segments seen at both points (same key), as clock samples. Both sides are sorted by (k1, k2) with unique
+    keys, so this is a merge join on sorted arrays: no hash table, a few index arrays of memory."""
+    lo = np.searchsorted(db.k1, app.k1, side="left")
+    hi = np.searchsorted(db.k1, app.k1, side="right")
+    ia_parts, id_parts = [], []
+    single = hi - lo == 1  # the usual case: one DB segment with this seq/ack
+    ia = np.flatnonzero(single)
+    ok = db.k2[lo[ia]] == app.k2[ia]
+    ia_parts.append(ia[ok])
+    id_parts.append(lo[ia][ok])
+    for i in np.flatnonzero(hi - lo > 1):  # same seq/ack, different length or flags: rare
+        j = lo[i] + np.searchsorted(db.k2[lo[i]:hi[i]], app.k2[i])
+        if j < hi[i] and db.k2[j] == app.k2[i]:
+            ia_parts.append(np.array([i]))
+            id_parts.append(np.array([j]))
+    ia, id_ = np.concatenate(ia_parts), np.concatenate(id_parts)
+    fwd = (app.k2[ia] & np.uint64(1)) == 0
+    ts_a, ts_d = app.ts[ia], db.ts[id_]
     order_f = np.lexsort((ts_d[fwd], ts_a[fwd]))  # by app time; equal app times by DB time
     order_r = np.lexsort((ts_d[~fwd], ts_a[~fwd]))
     return ClockSamples(
         ts_a[fwd][order_f], ts_d[fwd][order_f], ts_d[~fwd][order_r], ts_a[~fwd][order_r],
-        app_segments=len(app.ts), db_segments=len(db.ts),
-        duplicates_dropped=(len(app.ts) - len(ua)) + (len(db.ts) - len(ud)),
+        app_segments=app.read, db_segments=db.read, duplicates_dropped=app.repeated + db.repeated,
     )

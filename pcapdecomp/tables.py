@@ -1,6 +1,9 @@
 """Tables of declared columns (schema.py): rows -> Arrow record batches -> pandas, and the concatenation and sorting
 that keep the declared dtypes.
 
+Tables are built with one block per column (`copy=False`; pandas would otherwise consolidate columns of a dtype
+into one 2-D block, copying the whole table on the way and keeping a dropped column's memory alive).
+
 Repetitive text (capture, endpoints, command, statement text, fingerprints, results…) is declared `category`: it
 is dictionary-encoded as each batch is built, so a million exchanges of a few dozen distinct statements hold one
 small code per row instead of a string per row. pandas concatenates categoricals with different categories into
@@ -50,7 +53,7 @@ def frame_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...]) -> pd.D
         table = table.drop_columns([c.name])
         data[c.name] = _series(chunked, c)
         del chunked
-    return pd.DataFrame(data, columns=[c.name for c in columns])
+    return pd.DataFrame(data, columns=[c.name for c in columns], copy=False)  # no consolidating copy
 
 
 def _series(chunked: pa.ChunkedArray, column: Column) -> pd.Series:
@@ -91,7 +94,7 @@ def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
         return frames[0].reset_index(drop=True)
     names = list(frames[0].columns)
     return pd.DataFrame({n: concat_column([f[n] for f in frames]).reset_index(drop=True) for n in names},
-                        columns=names)
+                        columns=names, copy=False)
 
 
 def as_category(values) -> pd.Series:
@@ -125,7 +128,7 @@ def sorted_columnwise(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFra
         data[name] = (column if order is None else column.take(order)).reset_index(drop=True)
         for f in frames:
             del f[name]
-    return pd.DataFrame(data, columns=names)
+    return pd.DataFrame(data, columns=names, copy=False)
 
 
 def use_returning_allocator() -> None:

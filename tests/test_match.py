@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pcaptools as pt
 from pcapdecomp.exchanges import extract
@@ -127,7 +129,8 @@ def test_clock_samples_pair_identical_segments_and_drop_retransmissions(sides, t
     pt.rewrite(SET / "db.pcap", tmp_path / "db.pcap", time=lambda t: t + offset, repeat=lambda i: i in repeated)
     a = read_segments_of(SET / "app.pcap", flows(app.connections))
     d = read_segments_of(tmp_path / "db.pcap", flows(db.connections))
-    assert len(a.ts) == 1099 and len(d.ts) == 1099 + len(repeated)
+    assert a.read == 1099 and d.read == 1099 + len(repeated)
+    assert len(a.ts) == 1099 and len(d.ts) == 1099 - len(repeated)  # a retransmitted key has no single time
     s = pair_segments(a, d)
     # Every sample pairs a segment with itself: the DB time is the app time plus the applied offset plus the
     # (tiny, positive) veth delay forward, minus it backward.
@@ -148,4 +151,36 @@ def test_clock_samples_only_of_chosen_connections(sides):
     # tshark counts the same connection's frames independently
     out = subprocess.run(["tshark", "-r", str(SET / "app.pcap"), "-Y", f"tcp.port == {port}"],
                          capture_output=True, text=True, check=True).stdout
-    assert 0 < len(a.ts) == len(out.splitlines())
+    assert 0 < a.read == len(out.splitlines())
+
+
+def _reference_pairs(a, d):
+    """What pairing the clock samples means, written the slow obvious way: keys seen once per side, joined."""
+    frames = []
+    for (k1, k2, ts) in (a, d):
+        df = pd.DataFrame({"k1": k1, "k2": k2, "ts": ts})
+        frames.append(df[~df.duplicated(["k1", "k2"], keep=False)])
+    both = frames[0].merge(frames[1], on=["k1", "k2"], suffixes=("_a", "_d"))
+    fwd = (both["k2"].to_numpy() & np.uint64(1)) == 0
+    return sorted((int(x), int(y), bool(f)) for x, y, f in zip(both["ts_a"], both["ts_d"], fwd))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_segment_pairing_is_the_join_of_keys_seen_once(data):
+    from pcapdecomp.match import _unique_sorted
+
+    def side(n):
+        k1 = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))  # few values: ties and repeats
+        k2 = data.draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))
+        ts = data.draw(st.lists(st.integers(0, 10**6), min_size=n, max_size=n))
+        return (np.array(k1, dtype=np.uint64), np.array(k2, dtype=np.uint64), np.array(ts, dtype=np.int64))
+
+    a = side(data.draw(st.integers(0, 25)))
+    d = side(data.draw(st.integers(0, 25)))
+    samples = pair_segments(_unique_sorted(*a), _unique_sorted(*d))
+    got = [(int(x), int(y), True) for x, y in zip(samples.fwd_app, samples.fwd_db)]
+    got += [(int(x), int(y), False) for x, y in zip(samples.rev_app, samples.rev_db)]
+    assert sorted(got) == _reference_pairs(a, d)
+    assert list(samples.fwd_app) == sorted(samples.fwd_app) and list(samples.rev_app) == sorted(samples.rev_app)
+    assert samples.app_segments == len(a[0]) and samples.db_segments == len(d[0])
