@@ -209,9 +209,11 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
             if len(mine):
                 calls.append((x.capture, _flows(mine.rename(columns={"client_a": "client", "server_a": "server"}))))
         db_segments, *app_segment_sets = run_all(read_segments_of, calls, jobs)
+        release_memory()  # with --jobs 1 the reading ran here: its per-packet garbage goes before pairing
         for (capture, _), app_segments in zip(calls[1:], app_segment_sets):
             x = next(x for x in app_x if x.capture == capture)
             samples = pair_segments(app_segments, db_segments)
+            release_memory()
             model = estimate_clock(samples.fwd_app, samples.fwd_db, samples.rev_db, samples.rev_app)
             clocks[x.capture] = model
             clock_info[x.capture] = _clock_summary(model, samples, db_x.stats.first_ts_ns)
@@ -245,6 +247,7 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
     del app_ex, db_ex
     release_memory()
     table, join = decompose(table, slow, cs.long_query_time, cs.thread_pool_size, str(cs.slow_log))
+    release_memory()
     for w in join.warnings:
         note(w)
     slow_info.update(join.stats)
@@ -253,6 +256,7 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
         note("long_query_time unknown (no capture.toml, no --long-query-time): hidden_slow not decided")
     groups, stalls, bucket_s = group_view(table) if cs.thread_pool_size else (
         pd.DataFrame(columns=GROUP_COLUMNS_NAMES), [], None)
+    release_memory()
 
     exchanges = table[[c.name for c in (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS)]]  # copy-on-write: no copy made
     del table
@@ -289,6 +293,7 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
     for name, df in (("exchanges.parquet", exchanges), ("groups.parquet", groups)):
         write_table(df, out / name)
         written.append(out / name)
+        release_memory()
     if csv:
         write_table(exchanges, out / "exchanges.csv")
         written.append(out / "exchanges.csv")

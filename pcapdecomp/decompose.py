@@ -361,7 +361,9 @@ def group_view(t: pd.DataFrame, bucket_s: float | None = None,
     """Per thread group and time bucket: mean in-flight / executing / queued exchanges and queue seconds; and the
     stalled stretches (union of queue intervals of ≥ stall_min_queue_s) with the statements executing meanwhile."""
     ok = t["thread_group"].notna() & t["db_req_ts"].notna() & t["db_resp_ts"].notna()
-    g = t[ok]
+    # only the columns used below: a filtered copy of the whole table would double the memory for a moment
+    g = t.loc[ok, ["thread_group", "db_req_ts", "db_resp_ts", "queue_s", "exec_s", "conn_id", "sql", "fingerprint",
+                   "exec_source", "server_s"]]
     if len(g) == 0:
         return pd.DataFrame(columns=GROUP_COLUMNS_NAMES), [], bucket_s or 1.0
     d1, _ = ts_ns(g["db_req_ts"])

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .capture import open_capture
+from .tables import release_memory
 
 SCRAMBLE_VOTE = 1_000_000  # a shared greeting scramble outweighs any number of shared sequence numbers
 
@@ -78,16 +79,17 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     """
     a = pd.DataFrame({
         "ai": np.arange(len(app), dtype=np.int64), "a_conn": connection_keys(app).to_numpy(),
-        "seq": app["req_tcp_seq"].to_numpy(), "a_cmd": app["command"].to_numpy(),
+        "seq": app["req_tcp_seq"].to_numpy(), "a_cmd": app["command"].array,
         "a_sql": app["sql"].array, "a_end": app["resp_tcp_end"].array,
     })
     d = pd.DataFrame({
         "di": np.arange(len(db), dtype=np.int64), "d_conn": connection_keys(db).to_numpy(),
-        "seq": db["req_tcp_seq"].to_numpy(), "d_cmd": db["command"].to_numpy(),
+        "seq": db["req_tcp_seq"].to_numpy(), "d_cmd": db["command"].array,
         "d_sql": db["sql"].array, "d_end": db["resp_tcp_end"].array,
     })
     cand = a.merge(d, on="seq", how="inner")
     cand["content"] = _same(cand["a_cmd"], cand["d_cmd"]) & _same(cand["a_sql"], cand["d_sql"])
+    cand = cand.drop(columns=["a_cmd", "d_cmd", "a_sql", "d_sql"])  # compared: not carried through the joins below
 
     # --- connections: votes from shared request bytes, the scramble decides, a contradiction vetoes
     a_info = _conn_info(app, app_conns, "a")
@@ -195,15 +197,23 @@ class _Segments:
     repeated: int = 0  # segments dropped because their key was seen more than once
 
 
-def _unique_sorted(k1: np.ndarray, k2: np.ndarray, ts: np.ndarray) -> _Segments:
+def _unique_sorted(columns: list[array]) -> _Segments:
+    """k1, k2, ts (given as arrays, consumed: each is freed as soon as its sorted copy exists, which keeps the peak
+    at about twice the segments' size) sorted by key, with the keys seen more than once dropped."""
+    k1 = np.frombuffer(columns[0], dtype=np.uint64)
+    k2 = np.frombuffer(columns[1], dtype=np.uint64)
     order = np.lexsort((k2, k1))
-    k1, k2 = k1[order], k2[order]
+    del k1, k2
+    k1, k2, ts = (np.frombuffer(columns.pop(0), dtype=dtype)[order] for dtype in (np.uint64, np.uint64, np.int64))
+    del order
     repeat = (k1[1:] == k1[:-1]) & (k2[1:] == k2[:-1])
     once = np.ones(len(k1), dtype=bool)
     once[1:] &= ~repeat
     once[:-1] &= ~repeat
     kept = int(once.sum())
-    return _Segments(k1[once], k2[once], ts[order][once], read=len(once), repeated=len(once) - kept)
+    if kept == len(once):
+        return _Segments(k1, k2, ts, read=len(once), repeated=0)
+    return _Segments(k1[once], k2[once], ts[once], read=len(once), repeated=len(once) - kept)
 
 
 def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, int]]) -> _Segments:
@@ -211,8 +221,8 @@ def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, in
     reduced to the keys seen once (in the worker process, with --jobs: only those travel back)."""
     forward = flows
     reverse = {(si, sp, ci, cp) for ci, cp, si, sp in flows}
-    k1, k2, ts = array("Q"), array("Q"), array("q")
-    add1, add2, add_ts = k1.append, k2.append, ts.append
+    columns = [array("Q"), array("Q"), array("q")]
+    add1, add2, add_ts = (c.append for c in columns)
     with open_capture(path) as reader:
         for _, ts_ns, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, missing in reader.segment_fields():
             four = (src_ip, src_port, dst_ip, dst_port)
@@ -225,8 +235,10 @@ def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, in
             add1((seq << 32) | ack)
             add2(((len(payload) + missing) << 9) | (flags << 1) | direction)
             add_ts(ts_ns)
-    return _unique_sorted(np.frombuffer(k1, dtype=np.uint64), np.frombuffer(k2, dtype=np.uint64),
-                          np.frombuffer(ts, dtype=np.int64))
+    del add1, add2, add_ts  # they hold the arrays, which _unique_sorted frees one by one
+    segments = _unique_sorted(columns)
+    release_memory()  # the per-packet garbage of the pass, before the next capture's pass or the pairing
+    return segments
 
 
 @dataclass(frozen=True)
@@ -245,17 +257,18 @@ def pair_segments(app: _Segments, db: _Segments) -> ClockSamples:
     keys, so this is a merge join on sorted arrays: no hash table, a few index arrays of memory."""
     lo = np.searchsorted(db.k1, app.k1, side="left")
     hi = np.searchsorted(db.k1, app.k1, side="right")
-    ia_parts, id_parts = [], []
-    single = hi - lo == 1  # the usual case: one DB segment with this seq/ack
-    ia = np.flatnonzero(single)
-    ok = db.k2[lo[ia]] == app.k2[ia]
-    ia_parts.append(ia[ok])
-    id_parts.append(lo[ia][ok])
-    for i in np.flatnonzero(hi - lo > 1):  # same seq/ack, different length or flags: rare
-        j = lo[i] + np.searchsorted(db.k2[lo[i]:hi[i]], app.k2[i])
-        if j < hi[i] and db.k2[j] == app.k2[i]:
-            ia_parts.append(np.array([i]))
-            id_parts.append(np.array([j]))
+    # Several DB segments may share a seq/ack (a pure ACK, then data): walk those runs in step, all app keys at
+    # once; each step compares one more DB segment of every run still open (runs are a few segments long).
+    ia = np.flatnonzero(hi > lo)
+    j, end = lo[ia], hi[ia]
+    del lo, hi
+    ia_parts, id_parts = [ia[:0]], [j[:0]]
+    while len(ia):
+        hit = db.k2[j] == app.k2[ia]
+        ia_parts.append(ia[hit])
+        id_parts.append(j[hit])
+        more = ~hit & (j + 1 < end)
+        ia, j, end = ia[more], j[more] + 1, end[more]
     ia, id_ = np.concatenate(ia_parts), np.concatenate(id_parts)
     fwd = (app.k2[ia] & np.uint64(1)) == 0
     ts_a, ts_d = app.ts[ia], db.ts[id_]

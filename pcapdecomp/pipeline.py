@@ -125,17 +125,19 @@ def _write_parquet(df: pd.DataFrame, path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    text = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
+    text = {c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)}
+    # the file's schema (and its pandas metadata) as if the text columns were plain strings
+    schema = pa.Schema.from_pandas(df.iloc[:0].astype({c: "string" for c in text}), preserve_index=False)
 
-    def group(start: int) -> pd.DataFrame:
-        part = df.iloc[start:start + PARQUET_ROWS_PER_GROUP]
-        return part.astype({c: "string" for c in text}) if text else part
+    def group(start: int) -> pa.Table:
+        # categoricals arrive as Arrow dictionaries and are decoded to text by Arrow: no Python string per cell
+        part = pa.Table.from_pandas(df.iloc[start:start + PARQUET_ROWS_PER_GROUP], preserve_index=False)
+        return pa.Table.from_arrays([col.cast(field.type) for col, field in zip(part.columns, schema)],
+                                    schema=schema)
 
-    first = pa.Table.from_pandas(group(0), preserve_index=False)
-    with pq.ParquetWriter(path, first.schema) as writer:
-        writer.write_table(first)
-        for start in range(PARQUET_ROWS_PER_GROUP, len(df), PARQUET_ROWS_PER_GROUP):
-            writer.write_table(pa.Table.from_pandas(group(start), schema=first.schema, preserve_index=False))
+    with pq.ParquetWriter(path, schema) as writer:
+        for start in range(0, max(len(df), 1), PARQUET_ROWS_PER_GROUP):
+            writer.write_table(group(start))
 
 
 def capture_problems(q: dict) -> str | None:

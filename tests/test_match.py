@@ -178,7 +178,7 @@ def test_segment_pairing_is_the_join_of_keys_seen_once(data):
 
     a = side(data.draw(st.integers(0, 25)))
     d = side(data.draw(st.integers(0, 25)))
-    samples = pair_segments(_unique_sorted(*a), _unique_sorted(*d))
+    samples = pair_segments(_unique_sorted(list(a)), _unique_sorted(list(d)))
     got = [(int(x), int(y), True) for x, y in zip(samples.fwd_app, samples.fwd_db)]
     got += [(int(x), int(y), False) for x, y in zip(samples.rev_app, samples.rev_db)]
     assert sorted(got) == _reference_pairs(a, d)

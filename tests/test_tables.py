@@ -77,6 +77,19 @@ def test_parquet_holds_text_and_reads_back_as_strings_in_several_row_groups(tmp_
     assert back["t"].fillna("").str.len().sum() == 7 * 1 + 6 * 2  # usable as text: fillna('') works
 
 
+def test_row_group_whose_text_is_all_null_keeps_the_file_schema(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(pipeline, "PARQUET_ROWS_PER_GROUP", 4)
+    t = frame([("x" if i < 4 else None, i) for i in range(10)], COLUMNS)  # groups 2 and 3: no text at all
+    out = tmp_path / "n.parquet"
+    pipeline.write_table(t, out)
+    f = pq.ParquetFile(out)
+    assert f.num_row_groups == 3 and str(f.schema_arrow.field("t").type) in ("string", "large_string")
+    back = pd.read_parquet(out)
+    assert back["t"].isna().tolist() == [False] * 4 + [True] * 6 and back["n"].tolist() == list(range(10))
+
+
 def test_empty_table_writes_and_reads(tmp_path):
     out = tmp_path / "e.parquet"
     pipeline.write_table(frame([], COLUMNS), out)
