@@ -167,7 +167,8 @@ def _rows_of(app: pd.DataFrame, db: pd.DataFrame, ar: np.ndarray, dr: np.ndarray
     tables plus one column, not two copies of the app side."""
     has_a = ar >= 0
     a_rows = ar[has_a]
-    if not has_a.all():  # the app rows then the DB-only rows, put back in exchange order
+    all_app = bool(has_a.all())
+    if not all_app:  # the app rows then the DB-only rows, put back in exchange order
         order = np.concatenate([np.flatnonzero(has_a), np.flatnonzero(~has_a)])
         position = np.empty(len(order), dtype=np.int64)
         position[order] = np.arange(len(order))
@@ -175,7 +176,7 @@ def _rows_of(app: pd.DataFrame, db: pd.DataFrame, ar: np.ndarray, dr: np.ndarray
     names = list(app.columns)
     data = {}
     for c in names:
-        if has_a.all():
+        if all_app:
             data[c] = app[c].take(a_rows).reset_index(drop=True)
         else:
             data[c] = concat_column([app[c].take(a_rows), db[c].take(d_rows)]).take(position).reset_index(drop=True)
@@ -210,10 +211,11 @@ def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks:
     n = len(ar)
     base = _rows_of(app, db, ar, dr)
     seen_d = pd.Series(has_d)
+    d_rows = np.where(has_d, dr, 0)
 
     def db_column(name: str) -> pd.Series:
         """The DB side's `name` for every row; null where the DB did not see the exchange."""
-        return db[name].iloc[np.where(has_d, dr, 0)].reset_index(drop=True).where(seen_d)
+        return db[name].iloc[d_rows].reset_index(drop=True).where(seen_d)
 
     if len(db):
         for col in ("conn_id", "status_flags", "server_flag_slow"):

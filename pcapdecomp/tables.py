@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 
 import numpy as np
 import pandas as pd
@@ -139,12 +140,16 @@ def use_returning_allocator() -> None:
     pa.set_memory_pool(pa.system_memory_pool())
 
 
-_LIBC = ctypes.CDLL(ctypes.util.find_library("c")) if ctypes.util.find_library("c") else None
+@functools.cache
+def _malloc_trim():
+    """glibc's malloc_trim, looked up on first use (finding libc runs ldconfig: not work for every start-up)."""
+    name = ctypes.util.find_library("c")
+    return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
 
 
 def release_memory() -> None:
     """Hand freed heap memory back to the OS between stages (glibc's malloc_trim; nothing elsewhere), so the next
     stage and the reported RSS start from what is live."""
-    trim = getattr(_LIBC, "malloc_trim", None)
+    trim = _malloc_trim()
     if trim is not None:
         trim(0)
