@@ -519,7 +519,7 @@ class MySQLConnection:
             pos = end
         elif first < 0xFB:  # a column count below 251 (bigger ones take the general path)
             first_start = pos
-            columns = first
+            columns = first if length == 1 or data[pos + 5] != 0 else 0  # 0: MariaDB's cached metadata (responses.py)
             pos = end
             expect = (expect + 1) & 0xFF
             for _ in range(columns):  # column definitions: counted, not decoded

@@ -173,13 +173,18 @@ class ResponseReader:
             self.summary.local_infile = True
             self._state = "after_infile"
             return None
-        count, _ = read_lenenc_int(payload, 0)
+        count, pos = read_lenenc_int(payload, 0)
         if not count:
             raise WireError("result set with no columns")
         self.summary.result = "resultset"
         self.summary.result_sets += 1
         self._left = count
         self._state = "columns"
+        if pos < len(payload) and payload[pos] == 0:
+            # MariaDB's MARIADB_CLIENT_CACHE_METADATA: a "metadata follows" byte after the count; 0 means the
+            # client has the column definitions cached and none are sent (the EOF after them still is)
+            self._left = 0
+            self._state = "rows" if self.deprecate_eof else "after_columns"
         return None
 
     def _on_after_infile(self, payload: bytes, length: int) -> None:
