@@ -3,4 +3,7 @@ compiler still installs pcapdecomp: the build of the extension may fail, and the
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("pcapdecomp._speedups", ["pcapdecomp/_speedups.c"], optional=True)])
+setup(ext_modules=[
+    Extension("pcapdecomp._speedups", ["pcapdecomp/_speedups.c"], optional=True),
+    Extension("pcapdecomp._lane", ["pcapdecomp/_lane.c"], optional=True, extra_compile_args=["-O2"]),
+])

@@ -236,6 +236,20 @@ def _decode(linktype: int, data: bytes, orig_len: int):
     return src_dst, sport, dport, seq, ack, flags, data[start:], wire_end - n
 
 
+def count_outcome(stats: CaptureStats, outcome: int) -> None:
+    """Count a frame that _decode did not turn into a TCP segment."""
+    if outcome == _NON_IP:
+        stats.frames_non_ip += 1
+    elif outcome == _NON_TCP:
+        stats.frames_non_tcp += 1
+    elif outcome == _FRAGMENT:
+        stats.frames_ip_fragment += 1
+    elif outcome == _UNDECODABLE:
+        stats.frames_undecodable += 1
+    else:
+        stats.frames_unknown_link += 1
+
+
 # --- record readers ----------------------------------------------------------------------------------------
 
 _MAX_RECORD = 256 * 1024 * 1024  # no capture tool writes a bigger record: treat as damage
@@ -252,6 +266,16 @@ _BYTE_ORDER_MAGIC = 0x1A2B3C4D
 
 
 _MIN_BODY = {6: 20, 2: 20, 3: 4, 1: 8, 5: 12}  # pcapng block type -> smallest valid body
+
+
+@dataclass(frozen=True)
+class PcapLayout:
+    """How the records of a classic pcap file are laid out (what the native fast lane needs to read them)."""
+
+    big_endian: bool
+    frac_to_ns: int  # 1 for nanosecond files, 1000 for microsecond ones
+    linktype: int
+    limit: int  # a record longer than this is damage
 
 
 class _Damaged(Exception):
@@ -368,6 +392,8 @@ class CaptureReader:
             raise
         self._iterated = False
 
+    pcap_layout: PcapLayout | None = None  # set for classic pcap files: how their records are laid out
+
     @property
     def bytes_read(self) -> int:
         """How far into the file (on disk, compressed when gzip) reading has got: for progress bars."""
@@ -416,6 +442,7 @@ class CaptureReader:
         self.stats.format = "pcap-ns" if nanos else "pcap"
         self.stats.interfaces = 1
         limit = min(_MAX_RECORD, max(snaplen * 4, _MIN_SANE_SNAPLEN))
+        self.pcap_layout = PcapLayout(endian == ">", 1 if nanos else 1000, linktype, limit)
         return self._pcap_loop(endian, 1 if nanos else 1000, linktype, limit)
 
     def _pcap_loop(self, endian: str, frac_to_ns: int, linktype: int, limit: int):
@@ -624,16 +651,8 @@ class CaptureReader:
                     if missing:
                         truncated += 1
                     yield frame, ts_ns, src, sport, dst, dport, seq, ack, flags, payload, missing
-                elif result == _NON_IP:
-                    stats.frames_non_ip += 1
-                elif result == _NON_TCP:
-                    stats.frames_non_tcp += 1
-                elif result == _FRAGMENT:
-                    stats.frames_ip_fragment += 1
-                elif result == _UNDECODABLE:
-                    stats.frames_undecodable += 1
                 else:
-                    stats.frames_unknown_link += 1
+                    count_outcome(stats, result)
         finally:
             stats.frames_tcp += tcp
             stats.frames_truncated += truncated

@@ -12,12 +12,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from . import fastlane
 from .capture import CaptureStats, open_capture
 from .fingerprint import digest_fingerprint, fingerprint, query_id
 from .flows import Endpoint, Flow, FlowTracker, endpoint_text
 from .mysql.connection import Exchange
 from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
-from .tables import batch, frame, frame_of, release_memory, sorted_columnwise
+from .tables import batch, columns_batch, frame, frame_of, release_memory, sorted_columnwise
 
 _ADMIN_NAMES = {
     "COM_QUIT": "Quit",
@@ -52,6 +53,7 @@ class Extraction:
     other_tcp_bytes: int = 0
     commands: Counter = field(default_factory=Counter)
     flow_first_frames: dict[int, int] = field(default_factory=dict)  # conn_index -> first frame (for merging parts)
+    native_frames: int = 0  # frames read by the native fast lane alone (fastlane.py); the rest went through Python
 
     def quality(self) -> dict:
         """Capture-quality summary: every frame and MySQL byte accounted for."""
@@ -184,8 +186,7 @@ def extract(
             )
         )
         if len(ex_rows) >= ROWS_PER_BATCH:
-            ex_batches.append(batch(ex_rows, EXCHANGE_COLUMNS))
-            ex_rows.clear()
+            flush()
 
     def closed(flow: Flow) -> None:
         first_frames[flow.index] = flow.first_frame
@@ -232,16 +233,38 @@ def extract(
             )
         )
 
+    def row_ends(flow: Flow) -> tuple[tuple, tuple]:
+        """The parts of emit's row that are the same for every exchange of a connection (for the fast lane)."""
+        conn = flow.mysql
+        greeting, login = conn.greeting, conn.login
+        ends = texts.get(flow.index)
+        if ends is None:
+            ends = texts[flow.index] = (endpoint_text(flow.client), endpoint_text(flow.server))
+        return ((name, flow.index, greeting.conn_id if greeting else None, ends[0], ends[1]),
+                (conn.tls, conn.compression, login.user if login else None, login.database if login else None))
+
+    def flush() -> None:
+        ex_batches.append(batch(ex_rows, EXCHANGE_COLUMNS))
+        ex_rows.clear()
+
+    def add_columns(values: list, kinds: str) -> None:
+        if values and len(values[0]):
+            ex_batches.append(columns_batch(values, kinds, EXCHANGE_COLUMNS))
+
     tracker = FlowTracker(emit, closed, servers=servers, max_sql_bytes=max_sql_bytes, part=part)
     with open_capture(path) as reader:
         total = reader.stats.bytes_file
-        n = 0
-        feed = tracker.segment_fields
-        for fields in reader.segment_fields():
-            feed(*fields)
-            n += 1
-            if progress is not None and n & 0x3FFF == 0:
-                progress(reader.bytes_read, total, reader.stats.frames)
+        native = 0
+        if fastlane.usable(reader):
+            native = fastlane.run(reader, tracker, add_columns, fingerprints, row_ends, commands, progress)
+        else:
+            n = 0
+            feed = tracker.segment_fields
+            for fields in reader.segment_fields():
+                feed(*fields)
+                n += 1
+                if progress is not None and n & 0x3FFF == 0:
+                    progress(reader.bytes_read, total, reader.stats.frames)
         tracker.finish()
         stats = reader.stats
     if progress is not None:
@@ -253,7 +276,7 @@ def extract(
     connections = frame(conn_rows, CONNECTION_COLUMNS).sort_values("conn_index").reset_index(drop=True)
     release_memory()
     return Extraction(name, exchanges, connections, stats, tracker.other_tcp_frames, tracker.other_tcp_bytes, commands,
-                      first_frames)
+                      first_frames, native)
 
 
 def merge_parts(parts: list[Extraction]) -> Extraction:
@@ -280,4 +303,5 @@ def merge_parts(parts: list[Extraction]) -> Extraction:
     first = parts[0]
     return Extraction(first.capture, exchanges, connections, first.stats,
                       sum(p.other_tcp_frames for p in parts), sum(p.other_tcp_bytes for p in parts), commands,
-                      {ranks[(i, index)]: frame for i, p in enumerate(parts) for index, frame in p.flow_first_frames.items()})
+                      {ranks[(i, index)]: frame for i, p in enumerate(parts) for index, frame in p.flow_first_frames.items()},
+                      sum(p.native_frames for p in parts))

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from pathlib import Path
 
+from . import fastlane
 from .exchanges import Extraction, extract, merge_parts
 from .flows import Endpoint
 
@@ -27,9 +28,11 @@ def default_jobs() -> int:
     return max(1, min(cores, 8))
 
 
-def plan(sizes: list[int], jobs: int) -> list[int]:
+def plan(sizes: list[int], jobs: int, splittable: list[bool] | None = None) -> list[int]:
     """How many parts to split each capture into, given their sizes in bytes and the number of workers: every
-    capture gets a share of the workers in proportion to its size, at least one part; small work stays serial."""
+    capture gets a share of the workers in proportion to its size, at least one part; small work stays serial.
+    A capture that is not `splittable` stays one part: the native fast lane reads it faster alone than several
+    workers that each read the whole file for their part of the connections (benchmarks/bench.py)."""
     if jobs <= 1 or sum(sizes) < SMALL_CAPTURE_BYTES or not sizes:
         return [1] * len(sizes)
     if len(sizes) >= jobs:
@@ -38,6 +41,8 @@ def plan(sizes: list[int], jobs: int) -> list[int]:
     parts = [max(1, round(jobs * s / total)) for s in sizes]
     while sum(parts) > jobs and max(parts) > 1:
         parts[parts.index(max(parts))] -= 1
+    if splittable is not None:
+        parts = [n if split else 1 for n, split in zip(parts, splittable)]
     return parts
 
 
@@ -56,7 +61,7 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
                 progress: Callable[[int, int, int], None] | None = None) -> list[Extraction]:
     """Extract every capture, using up to `jobs` processes; results in the order of `paths`."""
     sizes = [p.stat().st_size for p in paths]
-    parts = plan(sizes, jobs)
+    parts = plan(sizes, jobs, [not fastlane.reads(p) for p in paths])
     if sum(parts) == len(paths) and (jobs <= 1 or len(paths) == 1):
         out: list[Extraction] = []
         for path, before in zip(paths, [sum(sizes[:i]) for i in range(len(sizes))]):

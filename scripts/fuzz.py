@@ -5,7 +5,9 @@ Seeds are the bundled real recordings. Each round mutates one of them:
   - capture reader: bit flips, byte overwrites, truncation, inserted junk, huge record lengths in the file bytes;
     reading may only end in a PcapdecompError or in normal iteration, never another exception;
   - flows/tcp/mysql: the segments of a real capture with payload bytes flipped, segments dropped, duplicated,
-    reordered, split and cut; the tracker must never raise and every exchange must be well-formed.
+    reordered, split and cut; the tracker must never raise and every exchange must be well-formed;
+  - the native fast lane (pcapdecomp/_lane.c): a mutated capture file is extracted with and without the lane;
+    both must give the same tables, counters and statistics, or the same error.
 
     python3 scripts/fuzz.py --seconds 60 [--seed N]
 
@@ -106,6 +108,48 @@ def fuzz_flows(segments: list, rng: random.Random) -> int:
     return len(exchanges)
 
 
+def _extraction(path: Path, lane: bool):
+    """What extract gives, as comparable values, or the error it raised."""
+    import dataclasses
+
+    from pcapdecomp.exchanges import extract
+
+    if lane:
+        os.environ.pop("PCAPDECOMP_NO_LANE", None)
+    else:
+        os.environ["PCAPDECOMP_NO_LANE"] = "1"
+    try:
+        x = extract(path)
+    except PcapdecompError as err:
+        return ("error", type(err).__name__, str(err))
+    finally:
+        os.environ.pop("PCAPDECOMP_NO_LANE", None)
+    return (x.exchanges, x.connections, dataclasses.asdict(x.stats), x.quality(), dict(x.commands),
+            x.other_tcp_frames, x.other_tcp_bytes, x.flow_first_frames)
+
+
+def fuzz_lane(data: bytes, rng: random.Random, tmp: Path) -> None:
+    import pandas as pd
+
+    path = tmp / "lane.pcap"
+    buf = bytearray(data)
+    if rng.random() < 0.5:  # flips inside the packets (MySQL payloads) rather than anywhere
+        for _ in range(rng.randint(1, 6)):
+            pos = rng.randrange(24, len(buf))
+            buf[pos] ^= 1 << rng.randrange(8)
+        mutated = bytes(buf)
+    else:
+        mutated = mutate_bytes(data, rng)
+    path.write_bytes(mutated)
+    python, native = _extraction(path, False), _extraction(path, True)
+    if isinstance(python[0], str) or isinstance(native[0], str):  # ("error", kind, message)
+        assert python == native, (python[:3], native[:3])
+        return
+    pd.testing.assert_frame_equal(python[0], native[0])
+    pd.testing.assert_frame_equal(python[1], native[1])
+    assert python[2:] == native[2:], "counters differ with and without the fast lane"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0)
@@ -120,7 +164,9 @@ def main() -> int:
     for p in seeds:
         with open_capture(p) as reader:
             segment_lists.append(list(reader))
-    tried = {"capture reader": 0, "tcp+mysql": 0}
+    from pcapdecomp import fastlane
+
+    tried = {"capture reader": 0, "tcp+mysql": 0, "fast lane": 0}
     deadline = time.monotonic() + args.seconds
     round_no = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,6 +178,9 @@ def main() -> int:
                 if round_no % 4 == 0:
                     fuzz_reader(rng.choice(files), rng, Path(tmp))
                     tried["capture reader"] += 1
+                elif round_no % 4 == 1 and fastlane.NATIVE:
+                    fuzz_lane(rng.choice(files), rng, Path(tmp))
+                    tried["fast lane"] += 1
                 else:
                     fuzz_flows(rng.choice(segment_lists), rng)
                     tried["tcp+mysql"] += 1

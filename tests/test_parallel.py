@@ -62,8 +62,13 @@ def test_a_part_that_parses_nothing_still_counts_its_connections():
     same(serial, merge_parts(parts))
 
 
-def test_extract_all_in_worker_processes_equals_one_process(monkeypatch):
+@pytest.mark.parametrize("lane", [True, False], ids=["lane", "python"])
+def test_extract_all_in_worker_processes_equals_one_process(monkeypatch, lane):
+    """With the native lane each capture is one task; without it (Python alone) captures are also split into
+    parts by connection. Both give what one process gives."""
     monkeypatch.setattr(parallel, "SMALL_CAPTURE_BYTES", 0)  # the bundled captures are small: force the pool
+    if not lane:
+        monkeypatch.setenv("PCAPDECOMP_NO_LANE", "1")
     paths = [REPO / "captures" / "oltp-hogs" / "app.pcap", REPO / "captures" / "oltp-hogs" / "db.pcap"]
     seen: list[tuple[int, int, int]] = []
     forked = parallel.extract_all(paths, None, 1 << 20, jobs=3, progress=lambda d, t, f: seen.append((d, t, f)))
@@ -95,6 +100,11 @@ def test_a_worker_error_reaches_the_caller_as_itself(tmp_path, monkeypatch):
 )
 def test_plan_shares_workers_by_size(sizes, jobs, parts):
     assert parallel.plan(sizes, jobs) == parts
+
+
+def test_plan_keeps_captures_the_native_lane_reads_whole():
+    assert parallel.plan([300 << 20, 100 << 20], 4, [False, True]) == [1, 1]
+    assert parallel.plan([300 << 20, 100 << 20], 4, [True, False]) == [3, 1]
 
 
 def test_run_all_keeps_the_order_of_calls():

@@ -1,0 +1,1100 @@
+/* The fast lane: the common path of extraction in C (pcapdecomp/fastlane.py drives it; see its docstring).
+ *
+ * Classic pcap bytes are fed in chunks. Each record is decoded (link, IPv4/IPv6, TCP) and looked up among the
+ * connections that Python has handed over ("promoted"). A record of a promoted connection that takes the common
+ * path is consumed here: in-order payload of a MySQL connection in the command phase, one COM_QUERY or
+ * COM_STMT_EXECUTE at a time, answered by an OK or one result set; or any segment without SYN/FIN/RST of a
+ * connection that is not parsed (other TCP, another worker's part). Everything else goes back to Python as the raw
+ * record, which the Python code (the twin of everything here) handles as if the lane did not exist.
+ *
+ * When a promoted MySQL connection leaves the common path in the middle of an exchange, the lane "bails": it
+ * forgets everything it did since the exchange began, hands back the counters it committed, and returns copies of
+ * the connection's records since then so that Python replays them. So the lane never needs to transfer a
+ * half-read state: Python always resumes at an exchange boundary. Every decision mirrors the Python code path by
+ * path; tests compare whole extractions with and without the lane. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_PACKET 0xFFFFFF
+#define MORE_RESULTS 0x0008
+#define CURSOR_EXISTS 0x0040
+#define QUERY_WAS_SLOW 0x0800
+#define REPLAY_LIMIT (4 << 20) /* bytes of one exchange kept for a replay; beyond, Python takes over */
+#define HEAD 24                /* payload bytes kept per response packet: all an OK or EOF needs */
+
+enum { K_MYSQL = 1, K_OTHER = 2, K_FOREIGN = 3 };
+enum { IDLE, COLLECT, WAIT }; /* between exchanges; reading a request; reading its response */
+enum { R_START, R_COLS, R_AFTER_COLS, R_ROWS, R_DONE };
+enum { RES_NONE, RES_OK, RES_RESULTSET };
+
+typedef struct {
+    int64_t frames, last_ts, segs[2], bytes[2], next[2], exchanges, count, other_frames, other_bytes;
+    uint32_t expect[2]; /* raw sequence number of the next expected byte, per direction (0: to the server) */
+    int has_last_ts;
+} Counts;
+
+typedef struct {
+    int64_t frame, ts, orig_len, caplen, at;
+} Saved;
+
+typedef struct Flow Flow;
+
+typedef struct Entry {
+    uint8_t key[36]; /* address length, addresses (source first), source port, destination port */
+    Flow *flow;
+    int dir; /* 0: this key is client -> server */
+    struct Entry *next;
+} Entry;
+
+struct Flow {
+    PyObject *obj;
+    int kind, owned;
+    Counts committed, work;
+    Entry *entries[2];
+    /* MySQL */
+    int deprecate_eof, qa;
+    int64_t max_sql, keep_client;
+    uint32_t base[2];
+    PyObject *statements, *prefix, *suffix;
+    int64_t conn_index;
+    int state;
+    /* the exchange in progress */
+    int command;
+    PyObject *sql, *stmt_id, *params;
+    int64_t req_ts, req_frame, req_off, bytes_req, req_last_ts, req_last_frame;
+    uint8_t *req; /* a request that spans segments, gathered */
+    Py_ssize_t req_len, req_cap;
+    int64_t rf_ts, rf_frame, rf_off, rl_ts, rl_frame, rl_end, bytes_resp;
+    int has_rf, rstate, next_seq, result, has_status;
+    int64_t left, rows, affected, warnings, status, result_sets;
+    /* the response packet being read */
+    uint8_t hdr[4], head[HEAD];
+    int hdr_have, in_pkt, head_have;
+    int64_t plen, remaining, pkt_ts, pkt_frame, pkt_off;
+    /* records since the exchange began */
+    Saved *saved;
+    Py_ssize_t n_saved, cap_saved;
+    uint8_t *arena;
+    Py_ssize_t arena_len, arena_cap;
+    Flow *all_next, *all_prev;
+};
+
+/* The lane writes its exchange rows column by column (exchanges.py's row layout): 'q' int64 and 'd' float64
+ * columns into plain buffers that Arrow takes as they are, 'o' columns as lists of Python objects. */
+#define NCOLS 42
+static const char ROW_KINDS[NCOLS + 1] = "oqoooqoooooo" "qqqqqqqq" "dd" "oooo" "qqqqqqq" "o" "oooo" "qqq" "o";
+
+typedef struct {
+    PyObject *list;
+    char *data;
+    Py_ssize_t n, cap; /* items in data */
+} Column;
+
+typedef struct {
+    PyObject_HEAD
+    uint8_t *buf;
+    Py_ssize_t start, end, cap;
+    int64_t pos; /* file offset of buf[start] */
+    int big_endian;
+    int64_t frac_to_ns, limit, frame;
+    int linktype;
+    int damaged;
+    int64_t fast_frames, first_ts, last_ts;
+    int has_ts;
+    int64_t commands[2];
+    Entry **table;
+    size_t table_mask;
+    Flow *all;
+    PyObject *fingerprints, *names[2], *results[2], *empty;
+    Column cols[NCOLS];
+    Py_ssize_t batch, n_rows;
+    /* bail in progress */
+    Flow *bailing;
+    Py_ssize_t replay_i;
+    int finishing;
+} Lane;
+
+/* ---- small helpers ------------------------------------------------------------------------------------ */
+
+static inline uint32_t rd32(const uint8_t *p, int big) {
+    return big ? ((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3])
+               : ((uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0]);
+}
+static inline uint32_t be32(const uint8_t *p) { return rd32(p, 1); }
+static inline unsigned u16le(const uint8_t *p) { return p[0] | p[1] << 8; }
+static inline int64_t u24(const uint8_t *p) { return p[0] | p[1] << 8 | p[2] << 16; }
+
+static size_t hash_key(const uint8_t *k) {
+    uint64_t h = 1469598103934665603ULL;
+    for (int i = 0; i < 36; i++) h = (h ^ k[i]) * 1099511628211ULL;
+    return (size_t)h;
+}
+
+static void make_key(uint8_t *k, const uint8_t *src, const uint8_t *dst, int alen, unsigned sport, unsigned dport) {
+    memset(k, 0, 36);
+    k[0] = (uint8_t)alen;
+    memcpy(k + 1, src, alen);
+    memcpy(k + 1 + alen, dst, alen);
+    k[32] = sport >> 8; k[33] = sport & 0xFF; k[34] = dport >> 8; k[35] = dport & 0xFF;
+}
+
+static Entry *lookup(Lane *L, const uint8_t *k) {
+    for (Entry *e = L->table[hash_key(k) & L->table_mask]; e; e = e->next)
+        if (!memcmp(e->key, k, 36)) return e;
+    return NULL;
+}
+
+static void unlink_entry(Lane *L, Entry *target) {
+    Entry **slot = &L->table[hash_key(target->key) & L->table_mask];
+    while (*slot && *slot != target) slot = &(*slot)->next;
+    if (*slot) *slot = target->next;
+    PyMem_Free(target);
+}
+
+static void clear_exchange(Flow *f) {
+    Py_CLEAR(f->sql);
+    Py_CLEAR(f->stmt_id);
+    Py_CLEAR(f->params);
+    f->state = IDLE;
+    f->req_len = 0;
+    f->n_saved = 0;
+    f->arena_len = 0;
+    f->hdr_have = f->in_pkt = f->head_have = 0;
+}
+
+/* Forget the flow: out of the table and the list. Its Python references go too. */
+static void drop_flow(Lane *L, Flow *f) {
+    for (int i = 0; i < 2; i++)
+        if (f->entries[i]) unlink_entry(L, f->entries[i]);
+    if (f->all_prev) f->all_prev->all_next = f->all_next; else L->all = f->all_next;
+    if (f->all_next) f->all_next->all_prev = f->all_prev;
+    clear_exchange(f);
+    Py_CLEAR(f->obj);
+    Py_CLEAR(f->statements);
+    Py_CLEAR(f->prefix);
+    Py_CLEAR(f->suffix);
+    PyMem_Free(f->saved);
+    PyMem_Free(f->arena);
+    PyMem_Free(f->req);
+    PyMem_Free(f);
+}
+
+static int save_record(Flow *f, int64_t frame, int64_t ts, int64_t orig_len, const uint8_t *data, Py_ssize_t caplen) {
+    if (f->n_saved == f->cap_saved) {
+        Py_ssize_t cap = f->cap_saved ? f->cap_saved * 2 : 16;
+        Saved *s = PyMem_Realloc(f->saved, cap * sizeof(Saved));
+        if (!s) return -1;
+        f->saved = s;
+        f->cap_saved = cap;
+    }
+    if (f->arena_len + caplen > f->arena_cap) {
+        Py_ssize_t cap = f->arena_cap ? f->arena_cap : 4096;
+        while (cap < f->arena_len + caplen) cap *= 2;
+        uint8_t *a = PyMem_Realloc(f->arena, cap);
+        if (!a) return -1;
+        f->arena = a;
+        f->arena_cap = cap;
+    }
+    memcpy(f->arena + f->arena_len, data, caplen);
+    f->saved[f->n_saved++] = (Saved){frame, ts, orig_len, caplen, f->arena_len};
+    f->arena_len += caplen;
+    return 0;
+}
+
+/* ---- link, IP and TCP: the TCP outcome of capture._decode; anything else is left to Python --------------- */
+
+typedef struct {
+    const uint8_t *addr; /* source then destination */
+    int alen;
+    unsigned sport, dport, flags;
+    uint32_t seq, ack;
+    const uint8_t *payload;
+    Py_ssize_t plen;
+} Seg;
+
+static int decode(int linktype, const uint8_t *d, Py_ssize_t n, int64_t orig_len, Seg *s) {
+    Py_ssize_t off;
+    unsigned ethertype;
+    switch (linktype) {
+    case 1:
+        if (n < 14) return 0;
+        ethertype = d[12] << 8 | d[13];
+        off = 14;
+        break;
+    case 276:
+        if (n < 20) return 0;
+        ethertype = d[0] << 8 | d[1];
+        off = 20;
+        break;
+    case 113:
+        if (n < 16) return 0;
+        ethertype = d[14] << 8 | d[15];
+        off = 16;
+        break;
+    case 0:
+    case 108: {
+        if (n < 4) return 0;
+        unsigned family = d[0] | d[3];
+        if (family == 2) ethertype = 0x0800;
+        else if (family == 10 || family == 24 || family == 28 || family == 30) ethertype = 0x86DD;
+        else return 0;
+        off = 4;
+        break;
+    }
+    case 101: case 12: case 14: case 228: case 229:
+        if (n < 1) return 0;
+        ethertype = (d[0] >> 4) == 4 ? 0x0800 : (d[0] >> 4) == 6 ? 0x86DD : 0;
+        if (!ethertype) return 0;
+        off = 0;
+        break;
+    default:
+        return 0;
+    }
+    while (ethertype == 0x8100 || ethertype == 0x88A8 || ethertype == 0x9100) {
+        if (n < off + 4) return 0;
+        ethertype = d[off + 2] << 8 | d[off + 3];
+        off += 4;
+    }
+    Py_ssize_t wire_end = orig_len > n ? (Py_ssize_t)orig_len : n, tcp;
+    if (ethertype == 0x0800) {
+        if (n < off + 20) return 0;
+        unsigned ver_ihl = d[off], ihl = (ver_ihl & 0x0F) * 4;
+        unsigned total = d[off + 2] << 8 | d[off + 3], fragment = d[off + 6] << 8 | d[off + 7];
+        if (ver_ihl >> 4 != 4 || ihl < 20 || n < off + (Py_ssize_t)ihl) return 0;
+        if (fragment & 0x3FFF || d[off + 9] != 6) return 0;
+        if (total) {
+            if (total < ihl) return 0;
+            if (off + (Py_ssize_t)total < wire_end) wire_end = off + total;
+        }
+        s->addr = d + off + 12;
+        s->alen = 4;
+        tcp = off + ihl;
+    } else if (ethertype == 0x86DD) {
+        if (n < off + 40 || d[off] >> 4 != 6) return 0;
+        unsigned payload_len = d[off + 4] << 8 | d[off + 5];
+        if (payload_len && off + 40 + (Py_ssize_t)payload_len < wire_end) wire_end = off + 40 + payload_len;
+        if (d[off + 6] != 6) return 0; /* extension headers: Python */
+        s->addr = d + off + 8;
+        s->alen = 16;
+        tcp = off + 40;
+    } else {
+        return 0;
+    }
+    if (n < tcp + 20) return 0;
+    Py_ssize_t start = tcp + (d[tcp + 12] >> 4) * 4;
+    if (start < tcp + 20 || start > n || start > wire_end) return 0;
+    if (wire_end > n) return 0; /* cut by the snaplen: Python */
+    s->sport = d[tcp] << 8 | d[tcp + 1];
+    s->dport = d[tcp + 2] << 8 | d[tcp + 3];
+    s->seq = be32(d + tcp + 4);
+    s->ack = be32(d + tcp + 8);
+    s->flags = d[tcp + 13];
+    s->payload = d + start;
+    s->plen = wire_end - start;
+    return 1;
+}
+
+/* ---- MySQL ---------------------------------------------------------------------------------------------- */
+
+/* wire.read_lenenc_int within len bytes: 1 and the value (null -> *is_null), 0 where Python raises */
+static int lenenc(const uint8_t *p, Py_ssize_t len, Py_ssize_t *pos, uint64_t *value, int *is_null) {
+    if (*pos >= len) return 0;
+    uint8_t first = p[*pos];
+    *is_null = 0;
+    if (first < 0xFB) { *value = first; *pos += 1; return 1; }
+    if (first == 0xFB) { *value = 0; *is_null = 1; *pos += 1; return 1; }
+    int width = first == 0xFC ? 2 : first == 0xFD ? 3 : first == 0xFE ? 8 : 0;
+    if (!width || *pos + 1 + width > len) return 0;
+    uint64_t v = 0;
+    for (int i = width; i >= 1; i--) v = v << 8 | p[*pos + i];
+    *value = v;
+    *pos += 1 + width;
+    return 1;
+}
+
+/* wire.parse_ok on the kept head of a packet of length plen */
+static int parse_ok(Flow *f, int64_t *affected, int64_t *warnings, int64_t *status) {
+    Py_ssize_t len = f->plen, pos = 1;
+    uint64_t a, id;
+    int null;
+    if (len > HEAD) len = HEAD; /* all fields lie in the first 23 bytes; beyond is the info text */
+    Py_ssize_t real = f->plen;
+    if (!lenenc(f->head, len, &pos, &a, &null)) return 0;
+    if (null) a = 0;
+    if (!lenenc(f->head, len, &pos, &id, &null)) return 0;
+    if (a > (uint64_t)INT64_MAX) return 0;
+    *affected = (int64_t)a;
+    *status = pos + 2 <= real ? u16le(f->head + pos) : 0;
+    *warnings = pos + 4 <= real ? u16le(f->head + pos + 2) : 0;
+    return 1;
+}
+
+/* One complete response packet (ResponseReader, kind RESULT). 1: taken, 0: bail. */
+static int response_packet(Flow *f) {
+    int64_t plen = f->plen;
+    int first = plen ? f->head[0] : -1;
+    if (!f->has_rf) {
+        f->has_rf = 1;
+        f->rf_ts = f->pkt_ts; f->rf_frame = f->pkt_frame; f->rf_off = f->pkt_off;
+    }
+    f->bytes_resp += 4 + plen;
+    f->next_seq = (f->hdr[3] + 1) & 0xFF;
+    int64_t affected, warnings, status;
+    switch (f->rstate) {
+    case R_START:
+        if (first < 0 || first == 0xFF || first == 0xFB || plen > 65536) return 0;
+        if (first == 0x00) {
+            if (!parse_ok(f, &affected, &warnings, &status) || status & MORE_RESULTS) return 0;
+            f->affected += affected; f->warnings += warnings; f->status = status; f->has_status = 1;
+            f->result = RES_OK;
+            f->rstate = R_DONE;
+            return 1;
+        }
+        if (first >= 0xFB) return 0;
+        f->result = RES_RESULTSET;
+        f->result_sets += 1;
+        f->left = first;
+        f->rstate = R_COLS;
+        if (plen > 1 && f->head[1] == 0) /* MariaDB's cached metadata: no definitions (responses.py) */
+            f->rstate = f->deprecate_eof ? R_ROWS : R_AFTER_COLS;
+        return 1;
+    case R_COLS:
+        if (--f->left == 0) f->rstate = f->deprecate_eof ? R_ROWS : R_AFTER_COLS;
+        return 1;
+    case R_AFTER_COLS:
+        if (first != 0xFE || plen > 5) return 0;
+        status = plen >= 5 ? u16le(f->head + 3) : 0;
+        if (status & CURSOR_EXISTS) return 0;
+        f->rstate = R_ROWS;
+        return 1;
+    case R_ROWS:
+        if (first == 0xFE) {
+            if (plen > 65536) return 0;
+            if (plen <= 5) {
+                warnings = plen >= 5 ? u16le(f->head + 1) : 0;
+                status = plen >= 5 ? u16le(f->head + 3) : 0;
+                affected = 0;
+            } else if (!parse_ok(f, &affected, &warnings, &status)) {
+                return 0;
+            }
+            if (status & MORE_RESULTS) return 0;
+            f->affected += affected; f->warnings += warnings; f->status = status; f->has_status = 1;
+            f->rstate = R_DONE;
+            return 1;
+        }
+        if (first == 0xFF) return 0;
+        f->rows += 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* Server payload in order: 1 taken, 0 bail. */
+static int server_data(Flow *f, const uint8_t *d, Py_ssize_t n, int64_t ts, int64_t frame, int64_t off0) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (f->rstate == R_DONE) return 0; /* bytes after the response: Python reports them */
+        if (!f->in_pkt) {
+            f->in_pkt = 1;
+            f->hdr_have = 0;
+            f->pkt_ts = ts; f->pkt_frame = frame; f->pkt_off = off0 + i;
+            /* a whole packet here: no copying of the header */
+            if (i + 4 <= n) {
+                int64_t len = u24(d + i);
+                if (len < MAX_PACKET && i + 4 + len <= n) {
+                    if (d[i + 3] != f->next_seq) return 0;
+                    memcpy(f->hdr, d + i, 4);
+                    f->plen = len;
+                    f->head_have = len < HEAD ? (int)len : HEAD;
+                    memcpy(f->head, d + i + 4, f->head_have);
+                    i += 4 + len;
+                    f->rl_ts = ts; f->rl_frame = frame; f->rl_end = off0 + i;
+                    f->in_pkt = 0;
+                    if (!response_packet(f)) return 0;
+                    continue;
+                }
+            }
+        }
+        if (f->hdr_have < 4) {
+            Py_ssize_t take = 4 - f->hdr_have;
+            if (take > n - i) take = n - i;
+            memcpy(f->hdr + f->hdr_have, d + i, take);
+            f->hdr_have += (int)take;
+            i += take;
+            if (f->hdr_have < 4) break;
+            f->plen = f->remaining = u24(f->hdr);
+            f->head_have = 0;
+            if (f->plen >= MAX_PACKET || f->hdr[3] != f->next_seq) return 0;
+        }
+        Py_ssize_t take = f->remaining < n - i ? (Py_ssize_t)f->remaining : n - i;
+        if (f->head_have < HEAD) {
+            Py_ssize_t keep = HEAD - f->head_have < take ? HEAD - f->head_have : take;
+            memcpy(f->head + f->head_have, d + i, keep);
+            f->head_have += (int)keep;
+        }
+        i += take;
+        f->remaining -= take;
+        if (f->remaining == 0) {
+            f->rl_ts = ts; f->rl_frame = frame; f->rl_end = off0 + i;
+            f->in_pkt = 0;
+            f->hdr_have = 0;
+            if (!response_packet(f)) return 0;
+        }
+    }
+    return 1;
+}
+
+/* params.decode_value for the types the lane decodes; NULL with no error set: leave it to Python */
+static PyObject *param_value(const uint8_t *b, Py_ssize_t len, Py_ssize_t *pos, unsigned type_code) {
+    unsigned kind = type_code & 0xFF;
+    int is_unsigned = (type_code & 0x8000) != 0;
+    int width = kind == 1 ? 1 : (kind == 2 || kind == 13) ? 2 : (kind == 3 || kind == 9) ? 4 : kind == 8 ? 8 : 0;
+    if (width) {
+        if (*pos + width > len) return NULL;
+        uint64_t v = 0;
+        for (int i = width - 1; i >= 0; i--) v = v << 8 | b[*pos + i];
+        *pos += width;
+        if (is_unsigned) return PyUnicode_FromFormat("%llu", (unsigned long long)v);
+        if (width < 8 && v >> (8 * width - 1)) v |= ~0ULL << (8 * width); /* sign-extend */
+        return PyUnicode_FromFormat("%lld", (long long)(int64_t)v);
+    }
+    if (kind == 4 || kind == 5) {
+        double x;
+        if (kind == 4) {
+            if (*pos + 4 > len) return NULL;
+            float g;
+            memcpy(&g, b + *pos, 4); /* little-endian host (x86-64, arm64): the wire's byte order */
+            x = g;
+            *pos += 4;
+        } else {
+            if (*pos + 8 > len) return NULL;
+            memcpy(&x, b + *pos, 8);
+            *pos += 8;
+        }
+        PyObject *number = PyFloat_FromDouble(x);
+        if (!number) return NULL;
+        PyObject *text = PyObject_Repr(number);
+        Py_DECREF(number);
+        return text;
+    }
+    if (kind == 6) return PyUnicode_FromString("NULL");
+    if (kind == 7 || kind == 10 || kind == 11 || kind == 12) return NULL; /* temporal: Python */
+    uint64_t n;
+    int null;
+    if (!lenenc(b, len, pos, &n, &null)) return NULL;
+    if (null) return PyUnicode_FromString("NULL");
+    if (n > (uint64_t)(len - *pos)) return NULL;
+    const uint8_t *raw = b + *pos;
+    *pos += (Py_ssize_t)n;
+    /* quote: ASCII escapes inserted before decoding decode as they would after it */
+    Py_ssize_t extra = 0;
+    for (uint64_t i = 0; i < n; i++) extra += raw[i] == '\\' || raw[i] == '\'';
+    char *q = PyMem_Malloc(n + extra + 2);
+    if (!q) return PyErr_NoMemory();
+    Py_ssize_t k = 0;
+    q[k++] = '\'';
+    for (uint64_t i = 0; i < n; i++) {
+        if (raw[i] == '\\' || raw[i] == '\'') q[k++] = '\\';
+        q[k++] = (char)raw[i];
+    }
+    q[k++] = '\'';
+    PyObject *text = PyUnicode_DecodeUTF8(q, k, "replace");
+    PyMem_Free(q);
+    return text;
+}
+
+static PyObject *S_num_params, *S_types, *S_long_data, *S_sql, *S_sep;
+
+/* connection._describe + _decode_params for COM_STMT_EXECUTE: 1 done, 0 leave it to Python, -1 error */
+static int describe_execute(Flow *f, const uint8_t *payload, Py_ssize_t n) {
+    if (n < 5) return 0;
+    uint32_t id = payload[1] | payload[2] << 8 | payload[3] << 16 | (uint32_t)payload[4] << 24;
+    if (id == 0xFFFFFFFFu) return 0;
+    PyObject *key = PyLong_FromUnsignedLong(id);
+    if (!key) return -1;
+    PyObject *statement = PyDict_GetItemWithError(f->statements, key); /* borrowed */
+    if (!statement) {
+        Py_DECREF(key);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    Py_INCREF(statement);
+    int rc = 0;
+    PyObject *num_obj = NULL, *prior = NULL, *long_data = NULL, *types = NULL, *values = NULL, *params = NULL;
+    num_obj = PyObject_GetAttr(statement, S_num_params);
+    prior = num_obj ? PyObject_GetAttr(statement, S_types) : NULL;
+    long_data = prior ? PyObject_GetAttr(statement, S_long_data) : NULL;
+    if (!long_data) { rc = -1; goto out; }
+    if (!PyDict_Check(long_data) || PyDict_GET_SIZE(long_data)) goto out;
+    const uint8_t *b = payload + 1;
+    Py_ssize_t len = n - 1, pos = 9;
+    if (len < 9) goto out;
+    if (num_obj == Py_None) {
+        params = Py_NewRef(Py_None);
+        types = Py_NewRef(prior);
+    } else {
+        long num = PyLong_AsLong(num_obj);
+        if (num < 0) { if (PyErr_Occurred()) rc = -1; goto out; }
+        if (num == 0) {
+            params = PyUnicode_FromString("");
+            types = Py_NewRef(prior);
+            if (!params) rc = -1;
+        } else {
+            Py_ssize_t bitmap = pos, bitmap_len = (num + 7) / 8;
+            pos += bitmap_len;
+            if (pos >= len) goto out;
+            int new_bound = b[pos++];
+            if (new_bound) {
+                types = PyList_New(num);
+                if (!types) { rc = -1; goto out; }
+                for (long i = 0; i < num; i++) {
+                    if (pos + 2 > len) goto out;
+                    PyObject *t = PyLong_FromLong(u16le(b + pos));
+                    if (!t) { rc = -1; goto out; }
+                    PyList_SET_ITEM(types, i, t);
+                    pos += 2;
+                }
+            } else {
+                types = Py_NewRef(prior);
+            }
+            if (types == Py_None || !PyList_Check(types) || PyList_GET_SIZE(types) != num) {
+                if (types != Py_None && !PyList_Check(types)) goto out;
+                params = Py_NewRef(Py_None);
+            } else {
+                values = PyList_New(num);
+                if (!values) { rc = -1; goto out; }
+                for (long i = 0; i < num; i++) {
+                    if (bitmap + i / 8 >= len) goto out; /* the bitmap is cut: IndexError in Python */
+                    PyObject *v;
+                    if (b[bitmap + i / 8] >> (i % 8) & 1) {
+                        v = PyUnicode_FromString("NULL");
+                    } else {
+                        long code = PyLong_AsLong(PyList_GET_ITEM(types, i));
+                        if (code == -1 && PyErr_Occurred()) { rc = -1; goto out; }
+                        v = param_value(b, len, &pos, (unsigned)code);
+                    }
+                    if (!v) { if (PyErr_Occurred()) rc = -1; goto out; }
+                    PyList_SET_ITEM(values, i, v);
+                }
+                params = PyUnicode_Join(S_sep, values);
+                if (!params) { rc = -1; goto out; }
+            }
+        }
+    }
+    if (PyObject_SetAttr(statement, S_types, types) < 0) { rc = -1; goto out; }
+    f->sql = PyObject_GetAttr(statement, S_sql);
+    if (!f->sql) { rc = -1; goto out; }
+    f->stmt_id = Py_NewRef(key);
+    f->params = Py_NewRef(params);
+    rc = 1;
+out:
+    Py_DECREF(key);
+    Py_DECREF(statement);
+    Py_XDECREF(num_obj); Py_XDECREF(prior); Py_XDECREF(long_data); Py_XDECREF(types);
+    Py_XDECREF(values); Py_XDECREF(params);
+    return rc;
+}
+
+/* A whole request packet (header included): 1 taken, 0 bail, -1 error. */
+static int client_request(Flow *f, const uint8_t *d, Py_ssize_t n) {
+    if (n < 5) return 0;
+    int64_t len = u24(d);
+    if (len >= MAX_PACKET || 4 + len != n || d[3] != 0 || len > f->keep_client) return 0;
+    const uint8_t *payload = d + 4;
+    int code = payload[0];
+    if (code == 0x03) {
+        if (len > f->max_sql || f->qa == 1) return 0;
+        const uint8_t *body = payload + 1;
+        Py_ssize_t blen = len - 1;
+        if (f->qa == 2 && blen > 2 && body[0] == 0 && body[1] == 1) return 0;
+        f->sql = PyUnicode_DecodeUTF8((const char *)body, blen, "replace");
+        if (!f->sql) return -1;
+        f->stmt_id = Py_NewRef(Py_None);
+        f->params = Py_NewRef(Py_None);
+        f->command = 0;
+    } else if (code == 0x17) {
+        if (f->qa == 1) return 0;
+        int rc = describe_execute(f, payload, len);
+        if (rc <= 0) return rc;
+        f->command = 1;
+    } else {
+        return 0;
+    }
+    f->state = WAIT;
+    f->bytes_req = n;
+    f->has_rf = 0; f->bytes_resp = 0;
+    f->rstate = R_START; f->next_seq = 1; f->result = RES_NONE; f->has_status = 0;
+    f->left = f->rows = f->affected = f->warnings = f->status = f->result_sets = 0;
+    f->hdr_have = f->in_pkt = f->head_have = 0;
+    return 1;
+}
+
+static int put_num(Lane *L, int i, const void *value) {
+    Column *c = &L->cols[i];
+    if (c->n == c->cap) {
+        Py_ssize_t cap = c->cap ? c->cap * 2 : 1024;
+        char *d = PyMem_Realloc(c->data, cap * 8);
+        if (!d) { PyErr_NoMemory(); return -1; }
+        c->data = d;
+        c->cap = cap;
+    }
+    memcpy(c->data + 8 * c->n++, value, 8);
+    return 0;
+}
+static int put_q(Lane *L, int i, int64_t v) { return put_num(L, i, &v); }
+static int put_d(Lane *L, int i, double v) { return put_num(L, i, &v); }
+static int put_o(Lane *L, int i, PyObject *v) { /* borrows v */
+    return PyList_Append(L->cols[i].list, v);
+}
+
+/* connection._finish + exchanges.emit for a finished exchange: one row, column by column. */
+static int emit(Lane *L, Flow *f) {
+    PyObject *fp = PyObject_CallFunctionObjArgs(L->fingerprints, f->sql, L->names[f->command], NULL);
+    if (!fp) return -1;
+    if (!PyTuple_Check(fp) || PyTuple_GET_SIZE(fp) != 2) {
+        Py_DECREF(fp);
+        PyErr_SetString(PyExc_TypeError, "fingerprints must return a pair");
+        return -1;
+    }
+    PyObject **pre = &PyTuple_GET_ITEM(f->prefix, 0), **suf = &PyTuple_GET_ITEM(f->suffix, 0);
+    int slow = (f->status & QUERY_WAS_SLOW) != 0;
+    int bad = put_o(L, 0, pre[0]) | put_q(L, 1, f->conn_index) | put_o(L, 2, pre[2]) | put_o(L, 3, pre[3]) |
+              put_o(L, 4, pre[4]) | put_q(L, 5, f->work.count) | put_o(L, 6, L->names[f->command]) |
+              put_o(L, 7, f->sql) | put_o(L, 8, f->stmt_id) | put_o(L, 9, f->params) |
+              put_o(L, 10, PyTuple_GET_ITEM(fp, 0)) | put_o(L, 11, PyTuple_GET_ITEM(fp, 1)) |
+              put_q(L, 12, f->req_ts) | put_q(L, 13, f->req_last_ts) | put_q(L, 14, f->rf_ts) |
+              put_q(L, 15, f->rl_ts) | put_q(L, 16, f->req_frame) | put_q(L, 17, f->req_last_frame) |
+              put_q(L, 18, f->rf_frame) | put_q(L, 19, f->rl_frame) |
+              put_d(L, 20, (double)(f->rl_ts - f->req_ts) / 1e9) |
+              put_d(L, 21, (double)(f->rf_ts - f->req_last_ts) / 1e9) |
+              put_o(L, 22, L->results[f->result == RES_OK ? 0 : 1]) | put_o(L, 23, Py_None) |
+              put_o(L, 24, Py_None) | put_o(L, 25, Py_None) | put_q(L, 26, f->rows) | put_q(L, 27, f->affected) |
+              put_q(L, 28, f->warnings) | put_q(L, 29, f->result_sets) | put_q(L, 30, f->bytes_req) |
+              put_q(L, 31, f->bytes_resp) | put_q(L, 32, f->status) | put_o(L, 33, slow ? Py_True : Py_False) |
+              put_o(L, 34, suf[0]) | put_o(L, 35, suf[1]) | put_o(L, 36, suf[2]) | put_o(L, 37, suf[3]) |
+              put_q(L, 38, (uint32_t)(f->base[0] + (uint64_t)f->req_off)) |
+              put_q(L, 39, (uint32_t)(f->base[1] + (uint64_t)f->rf_off)) |
+              put_q(L, 40, (uint32_t)(f->base[1] + (uint64_t)f->rl_end)) | put_o(L, 41, L->empty);
+    Py_DECREF(fp);
+    if (bad) return -1; /* a failed append leaves the columns uneven: the error ends the extraction */
+    L->n_rows += 1;
+    L->commands[f->command] += 1;
+    f->work.exchanges += 1;
+    f->work.count += 1;
+    return 0;
+}
+
+/* Client payload in order: the next request, whole or in pieces. 1 taken, 0 bail, -1 error. */
+static int client_segment(Flow *f, const uint8_t *d, Py_ssize_t n, int64_t ts, int64_t frame) {
+    if (f->state == WAIT) return 0; /* pipelined: Python */
+    if (f->state == IDLE) {
+        f->req_ts = ts; f->req_frame = frame; f->req_off = f->work.next[0];
+        f->req_len = 0;
+        if (n >= 4 && 4 + u24(d) == n) { /* the whole request in one segment: no copy */
+            f->req_last_ts = ts; f->req_last_frame = frame;
+            return client_request(f, d, n);
+        }
+        f->state = COLLECT;
+    }
+    Py_ssize_t want = f->req_len + n;
+    if (want >= 4 || f->req_len >= 4) {
+        const uint8_t *h = f->req_len >= 4 ? f->req : NULL;
+        uint8_t head[4];
+        if (!h) { /* the header may straddle what is held and this segment */
+            for (int i = 0; i < 4; i++) head[i] = i < f->req_len ? f->req[i] : d[i - f->req_len];
+            h = head;
+        }
+        int64_t total = 4 + u24(h);
+        if (total - 4 >= MAX_PACKET || total - 4 > f->keep_client || want > total) return 0;
+    }
+    if (want > f->req_cap) {
+        Py_ssize_t cap = f->req_cap ? f->req_cap : 4096;
+        while (cap < want) cap *= 2;
+        uint8_t *r = PyMem_Realloc(f->req, cap);
+        if (!r) { PyErr_NoMemory(); return -1; }
+        f->req = r;
+        f->req_cap = cap;
+    }
+    memcpy(f->req + f->req_len, d, n);
+    f->req_len = want;
+    if (want >= 4 && want == 4 + u24(f->req)) {
+        f->req_last_ts = ts; f->req_last_frame = frame;
+        return client_request(f, f->req, want);
+    }
+    return 1;
+}
+
+/* One segment of a promoted connection: 1 taken, 0 bail, -1 error. */
+static int take_segment(Lane *L, Flow *f, int dir, Seg *s, int64_t ts, int64_t frame) {
+    if (s->flags & 0x07) return 0; /* SYN, FIN, RST: Python */
+    Counts *w = &f->work;
+    if (f->kind != K_MYSQL) {
+        w->frames += 1;
+        if (f->kind == K_OTHER) {
+            w->last_ts = ts; w->has_last_ts = 1;
+            if (f->owned) { w->other_frames += 1; w->other_bytes += s->plen; }
+        }
+        f->committed = *w;
+        return 1;
+    }
+    if (s->plen == 0) { /* a pure ACK: nothing held in either direction, so nothing to declare */
+        w->frames += 1;
+        w->last_ts = ts; w->has_last_ts = 1;
+        if (f->state == IDLE) f->committed = *w;
+        return 1;
+    }
+    if (s->seq != w->expect[dir]) return 0; /* out of order, retransmitted: Python */
+    int64_t off = w->next[dir];
+    if (dir == 0) {
+        int was_idle = f->state == IDLE;
+        int rc = client_segment(f, s->payload, s->plen, ts, frame);
+        if (rc <= 0) {
+            if (was_idle) clear_exchange(f); /* else the pieces gathered so far are replayed too */
+            return rc;
+        }
+    } else {
+        if (f->state != WAIT) return 0;
+        if (!server_data(f, s->payload, s->plen, ts, frame, off)) return 0;
+    }
+    w->frames += 1;
+    w->last_ts = ts; w->has_last_ts = 1;
+    w->segs[dir] += 1;
+    w->bytes[dir] += s->plen;
+    w->next[dir] += s->plen;
+    w->expect[dir] += (uint32_t)s->plen;
+    if (f->state == WAIT && f->rstate == R_DONE) {
+        if (emit(L, f) < 0) return -1;
+        clear_exchange(f);
+        f->committed = *w;
+    }
+    return 1;
+}
+
+/* ---- the Lane type -------------------------------------------------------------------------------------- */
+
+static void begin_bail(Lane *L, Flow *f) {
+    f->work = f->committed;
+    L->bailing = f;
+    L->replay_i = -1; /* the header comes first */
+}
+
+static PyObject *bail_header(Flow *f) {
+    Counts *c = &f->committed;
+    PyObject *last = c->has_last_ts ? PyLong_FromLongLong(c->last_ts) : Py_NewRef(Py_None);
+    if (!last) return NULL;
+    return Py_BuildValue("(OLNLLLLLLLLn)", f->obj, (long long)c->frames, last, (long long)c->segs[0],
+                         (long long)c->bytes[0], (long long)c->segs[1], (long long)c->bytes[1],
+                         (long long)c->exchanges, (long long)c->count, (long long)c->other_frames,
+                         (long long)c->other_bytes, f->n_saved);
+}
+
+static PyObject *raw_record(Lane *L, int64_t frame, int64_t ts, const uint8_t *data, Py_ssize_t caplen,
+                            int64_t orig_len) {
+    return Py_BuildValue("(LLiy#L)", (long long)frame, (long long)ts, L->linktype, (const char *)data, caplen,
+                         (long long)orig_len);
+}
+
+static void end_bail(Lane *L) {
+    Flow *f = L->bailing;
+    L->fast_frames -= f->n_saved; /* Python counts the replayed records */
+    L->bailing = NULL;
+    drop_flow(L, f);
+}
+
+static PyObject *Lane_next(Lane *L, PyObject *Py_UNUSED(ignored)) {
+    for (;;) {
+        Flow *f = L->bailing;
+        if (f) {
+            PyObject *item;
+            if (L->replay_i < 0) {
+                L->replay_i = 0;
+                item = bail_header(f);
+            } else {
+                Saved *r = &f->saved[L->replay_i++];
+                item = raw_record(L, r->frame, r->ts, f->arena + r->at, r->caplen, r->orig_len);
+            }
+            if (item && L->replay_i == f->n_saved) end_bail(L); /* out of the table before Python promotes */
+            return item;
+        }
+        if (L->finishing) {
+            if (!L->all) Py_RETURN_NONE;
+            begin_bail(L, L->all);
+            continue;
+        }
+        if (L->n_rows >= L->batch) return PyLong_FromLong(0);
+        if (L->damaged) Py_RETURN_NONE;
+        Py_ssize_t have = L->end - L->start;
+        if (have < 16) Py_RETURN_NONE;
+        const uint8_t *h = L->buf + L->start;
+        int64_t caplen = rd32(h + 8, L->big_endian), orig_len = rd32(h + 12, L->big_endian);
+        if (caplen > L->limit) {
+            L->damaged = 1;
+            return Py_BuildValue("(sLL)", "insane record length", (long long)caplen, (long long)L->pos);
+        }
+        if (have < 16 + caplen) Py_RETURN_NONE;
+        int64_t ts = (int64_t)rd32(h, L->big_endian) * 1000000000 + (int64_t)rd32(h + 4, L->big_endian) * L->frac_to_ns;
+        const uint8_t *data = h + 16;
+        L->start += 16 + caplen;
+        L->pos += 16 + caplen;
+        L->frame += 1;
+        if (!L->has_ts) { L->first_ts = ts; L->has_ts = 1; }
+        L->last_ts = ts;
+        Seg s;
+        Entry *e = NULL;
+        if (decode(L->linktype, data, caplen, orig_len, &s)) {
+            uint8_t key[36];
+            make_key(key, s.addr, s.addr + s.alen, s.alen, s.sport, s.dport);
+            e = lookup(L, key);
+        }
+        if (!e) return raw_record(L, L->frame, ts, data, caplen, orig_len);
+        f = e->flow;
+        int rc = take_segment(L, f, e->dir, &s, ts, L->frame);
+        if (rc < 0) return NULL;
+        L->fast_frames += 1;
+        if (rc == 1 && f->state == IDLE) continue; /* committed */
+        /* inside an exchange, or leaving the lane: keep a copy for a replay */
+        if (rc == 0 && f->state == IDLE) clear_exchange(f); /* at a boundary only this record is replayed */
+        if (save_record(f, L->frame, ts, orig_len, data, caplen) < 0) return PyErr_NoMemory();
+        if (rc == 0 || f->arena_len > REPLAY_LIMIT) begin_bail(L, f); /* huge responses: Python's bounded buffers */
+    }
+}
+
+static PyObject *Lane_feed(Lane *L, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (L->start) {
+        memmove(L->buf, L->buf + L->start, L->end - L->start);
+        L->end -= L->start;
+        L->start = 0;
+    }
+    if (L->end + view.len > L->cap) {
+        Py_ssize_t cap = L->cap ? L->cap : 1 << 20;
+        while (cap < L->end + view.len) cap *= 2;
+        uint8_t *b = PyMem_Realloc(L->buf, cap);
+        if (!b) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
+        L->buf = b;
+        L->cap = cap;
+    }
+    memcpy(L->buf + L->end, view.buf, view.len);
+    L->end += view.len;
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Lane_finish(Lane *L, PyObject *Py_UNUSED(ignored)) {
+    L->finishing = 1;
+    Py_RETURN_NONE;
+}
+
+static Flow *new_flow(Lane *L, PyObject *obj, int kind, int owned, const uint8_t *ca, const uint8_t *sa, int alen,
+                      unsigned cport, unsigned sport) {
+    uint8_t k[2][36];
+    make_key(k[0], ca, sa, alen, cport, sport);
+    make_key(k[1], sa, ca, alen, sport, cport);
+    if (lookup(L, k[0]) || lookup(L, k[1])) {
+        PyErr_SetString(PyExc_ValueError, "connection already in the lane");
+        return NULL;
+    }
+    Flow *f = PyMem_Calloc(1, sizeof(Flow));
+    if (!f) return (Flow *)PyErr_NoMemory();
+    for (int i = 0; i < 2; i++) {
+        Entry *e = PyMem_Calloc(1, sizeof(Entry));
+        if (!e) { PyErr_NoMemory(); drop_flow(L, f); return NULL; }
+        memcpy(e->key, k[i], 36);
+        e->flow = f;
+        e->dir = i;
+        size_t slot = hash_key(k[i]) & L->table_mask;
+        e->next = L->table[slot];
+        L->table[slot] = e;
+        f->entries[i] = e;
+    }
+    f->obj = Py_NewRef(obj);
+    f->kind = kind;
+    f->owned = owned;
+    f->all_next = L->all;
+    if (L->all) L->all->all_prev = f;
+    L->all = f;
+    return f;
+}
+
+/* promote(flow, client_addr, client_port, server_addr, server_port, kind, owned) for other / foreign */
+static PyObject *Lane_promote(Lane *L, PyObject *args) {
+    PyObject *obj;
+    Py_buffer ca, sa;
+    unsigned cport, sport;
+    int kind, owned;
+    if (!PyArg_ParseTuple(args, "Oy*Iy*Iip", &obj, &ca, &cport, &sa, &sport, &kind, &owned)) return NULL;
+    Flow *f = NULL;
+    if (ca.len != sa.len || (ca.len != 4 && ca.len != 16) || (kind != K_OTHER && kind != K_FOREIGN))
+        PyErr_SetString(PyExc_ValueError, "bad promotion");
+    else
+        f = new_flow(L, obj, kind, owned, ca.buf, sa.buf, (int)ca.len, cport, sport);
+    PyBuffer_Release(&ca);
+    PyBuffer_Release(&sa);
+    if (!f) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* promote_mysql(flow, client_addr, client_port, server_addr, server_port, base_to_server, next_to_server,
+ *               base_to_client, next_to_client, count, deprecate_eof, qa, max_sql, keep_client, statements,
+ *               prefix, suffix) */
+static PyObject *Lane_promote_mysql(Lane *L, PyObject *args) {
+    PyObject *obj, *statements, *prefix, *suffix;
+    Py_buffer ca, sa;
+    unsigned cport, sport;
+    unsigned long long b0, b1;
+    long long n0, n1, count, max_sql, keep_client;
+    int deprecate_eof, qa;
+    if (!PyArg_ParseTuple(args, "Oy*Iy*IKLKLLpiLLO!O!O!", &obj, &ca, &cport, &sa, &sport, &b0, &n0, &b1, &n1,
+                          &count, &deprecate_eof, &qa, &max_sql, &keep_client, &PyDict_Type, &statements,
+                          &PyTuple_Type, &prefix, &PyTuple_Type, &suffix))
+        return NULL;
+    Flow *f = NULL;
+    if (ca.len != sa.len || (ca.len != 4 && ca.len != 16) || PyTuple_GET_SIZE(prefix) != 5 ||
+        PyTuple_GET_SIZE(suffix) != 4)
+        PyErr_SetString(PyExc_ValueError, "bad promotion");
+    else
+        f = new_flow(L, obj, K_MYSQL, 1, ca.buf, sa.buf, (int)ca.len, cport, sport);
+    PyBuffer_Release(&ca);
+    PyBuffer_Release(&sa);
+    if (!f) return NULL;
+    f->base[0] = (uint32_t)b0;
+    f->base[1] = (uint32_t)b1;
+    f->work.next[0] = n0;
+    f->work.next[1] = n1;
+    f->work.expect[0] = (uint32_t)(b0 + (unsigned long long)n0);
+    f->work.expect[1] = (uint32_t)(b1 + (unsigned long long)n1);
+    f->work.count = count;
+    f->committed = f->work;
+    f->deprecate_eof = deprecate_eof;
+    f->qa = qa;
+    f->max_sql = max_sql;
+    f->keep_client = keep_client;
+    f->conn_index = PyLong_AsLongLong(PyTuple_GET_ITEM(prefix, 1));
+    if (f->conn_index == -1 && PyErr_Occurred()) { drop_flow(L, f); return NULL; }
+    f->statements = Py_NewRef(statements);
+    f->prefix = Py_NewRef(prefix);
+    f->suffix = Py_NewRef(suffix);
+    Py_RETURN_NONE;
+}
+
+/* counts() -> (records read, records consumed here, first ts or None, last ts or None, bytes consumed,
+ *              unconsumed bytes, COM_QUERY rows, COM_STMT_EXECUTE rows) */
+static PyObject *Lane_counts(Lane *L, PyObject *Py_UNUSED(ignored)) {
+    PyObject *first = L->has_ts ? PyLong_FromLongLong(L->first_ts) : Py_NewRef(Py_None);
+    PyObject *last = L->has_ts ? PyLong_FromLongLong(L->last_ts) : Py_NewRef(Py_None);
+    return Py_BuildValue("(LLNNLnLL)", (long long)L->frame, (long long)L->fast_frames, first, last,
+                         (long long)L->pos, L->end - L->start, (long long)L->commands[0], (long long)L->commands[1]);
+}
+
+/* take_columns() -> the rows written since the last call, as 42 columns: bytes (int64 / float64 values, native
+ * byte order) for 'q' / 'd' columns of ROW_KINDS, lists for 'o' columns. */
+static PyObject *Lane_take_columns(Lane *L, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = PyList_New(NCOLS);
+    if (!out) return NULL;
+    for (int i = 0; i < NCOLS; i++) {
+        Column *c = &L->cols[i];
+        PyObject *item;
+        if (ROW_KINDS[i] == 'o') {
+            item = c->list;
+            c->list = PyList_New(0);
+            if (!c->list) { c->list = item; Py_DECREF(out); return NULL; }
+        } else {
+            item = PyBytes_FromStringAndSize(c->data, 8 * c->n);
+            if (!item) { Py_DECREF(out); return NULL; }
+            c->n = 0;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    L->n_rows = 0;
+    return out;
+}
+
+static PyObject *Lane_leftover(Lane *L, PyObject *Py_UNUSED(ignored)) {
+    return PyBytes_FromStringAndSize((const char *)L->buf + L->start, L->end - L->start);
+}
+
+static int Lane_init(Lane *L, PyObject *args, PyObject *kw) {
+    static char *names[] = {"big_endian", "frac_to_ns", "linktype", "limit", "pos", "batch",
+                            "fingerprints", "query", "execute", "ok", "resultset", NULL};
+    int big;
+    long long frac, limit, pos;
+    Py_ssize_t batch;
+    PyObject *fingerprints, *query, *execute, *ok, *resultset;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "pLiLLnOUUUU", names, &big, &frac, &L->linktype, &limit, &pos,
+                                     &batch, &fingerprints, &query, &execute, &ok, &resultset))
+        return -1;
+    L->big_endian = big;
+    L->frac_to_ns = frac;
+    L->limit = limit;
+    L->pos = pos;
+    L->batch = batch;
+    for (int i = 0; i < NCOLS; i++)
+        if (ROW_KINDS[i] == 'o' && !L->cols[i].list && !(L->cols[i].list = PyList_New(0))) return -1;
+    Py_XSETREF(L->fingerprints, Py_NewRef(fingerprints));
+    Py_XSETREF(L->names[0], Py_NewRef(query));
+    Py_XSETREF(L->names[1], Py_NewRef(execute));
+    Py_XSETREF(L->results[0], Py_NewRef(ok));
+    Py_XSETREF(L->results[1], Py_NewRef(resultset));
+    if (!L->empty && !(L->empty = PyUnicode_FromString(""))) return -1;
+    if (!L->table) {
+        L->table_mask = (1 << 14) - 1;
+        L->table = PyMem_Calloc(L->table_mask + 1, sizeof(Entry *));
+        if (!L->table) { PyErr_NoMemory(); return -1; }
+    }
+    return 0;
+}
+
+static void Lane_dealloc(Lane *L) {
+    while (L->all) drop_flow(L, L->all);
+    PyMem_Free(L->table);
+    PyMem_Free(L->buf);
+    for (int i = 0; i < NCOLS; i++) { Py_XDECREF(L->cols[i].list); PyMem_Free(L->cols[i].data); }
+    Py_XDECREF(L->fingerprints);
+    for (int i = 0; i < 2; i++) { Py_XDECREF(L->names[i]); Py_XDECREF(L->results[i]); }
+    Py_XDECREF(L->empty);
+    Py_TYPE(L)->tp_free((PyObject *)L);
+}
+
+static PyMethodDef Lane_methods[] = {
+    {"feed", (PyCFunction)Lane_feed, METH_O, "Append capture bytes (after the file header)."},
+    {"next", (PyCFunction)Lane_next, METH_NOARGS,
+     "Run until Python is needed: a raw record tuple, a bail header, 0 (rows list full), a damage pair, or None "
+     "(more bytes needed / all done)."},
+    {"finish", (PyCFunction)Lane_finish, METH_NOARGS, "End of the capture: every connection bails, in turn."},
+    {"promote", (PyCFunction)Lane_promote, METH_VARARGS, "Hand over a connection that is not parsed."},
+    {"promote_mysql", (PyCFunction)Lane_promote_mysql, METH_VARARGS, "Hand over a MySQL connection."},
+    {"counts", (PyCFunction)Lane_counts, METH_NOARGS, "What the lane read and consumed."},
+    {"take_columns", (PyCFunction)Lane_take_columns, METH_NOARGS, "The rows written since the last call, by column."},
+    {"leftover", (PyCFunction)Lane_leftover, METH_NOARGS, "Bytes fed but not read as a whole record."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pcapdecomp._lane.Lane",
+    .tp_basicsize = sizeof(Lane),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Lane_init,
+    .tp_dealloc = (destructor)Lane_dealloc,
+    .tp_methods = Lane_methods,
+    .tp_doc = "The fast lane of extraction (see pcapdecomp/fastlane.py).",
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lane", "The fast lane of extraction.", -1, NULL};
+
+PyMODINIT_FUNC PyInit__lane(void) {
+    if (PyType_Ready(&LaneType) < 0) return NULL;
+    S_num_params = PyUnicode_InternFromString("num_params");
+    S_types = PyUnicode_InternFromString("types");
+    S_long_data = PyUnicode_InternFromString("long_data");
+    S_sql = PyUnicode_InternFromString("sql");
+    S_sep = PyUnicode_InternFromString(", ");
+    if (!S_num_params || !S_types || !S_long_data || !S_sql || !S_sep) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0 ||
+        PyModule_AddStringConstant(m, "ROW_KINDS", ROW_KINDS) < 0) { Py_DECREF(m); return NULL; }
+    return m;
+}

@@ -1,0 +1,188 @@
+"""The native fast lane (pcapdecomp/_lane.c) against its Python twin. A whole extraction must come out
+identical with and without the lane: on every real capture, and on real captures bent into the shapes that make
+the lane give a connection back to Python (lost, repeated, reordered and re-segmented packets, a cut start or end,
+`--jobs` parts)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import struct
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from corpus import CORPUS, captures as corpus_captures
+from pcapdecomp import fastlane
+from pcapdecomp.exchanges import extract
+from pcaptools import records
+
+CAPTURES = Path(__file__).resolve().parent.parent / "captures"
+REAL = sorted(CAPTURES.glob("*/*.pcap"))
+
+
+def extract_with(path: Path, lane: bool, **kw):
+    old = os.environ.pop("PCAPDECOMP_NO_LANE", None)
+    if not lane:
+        os.environ["PCAPDECOMP_NO_LANE"] = "1"
+    try:
+        return extract(path, **kw)
+    finally:
+        os.environ.pop("PCAPDECOMP_NO_LANE", None)
+        if old is not None:
+            os.environ["PCAPDECOMP_NO_LANE"] = old
+
+
+def assert_same(path: Path, **kw):
+    """Extract with Python alone and with the lane; everything an extraction holds must be equal. Returns the
+    lane's extraction."""
+    python = extract_with(path, False, **kw)
+    native = extract_with(path, True, **kw)
+    pd.testing.assert_frame_equal(python.exchanges, native.exchanges)
+    pd.testing.assert_frame_equal(python.connections, native.connections)
+    assert dataclasses.asdict(python.stats) == dataclasses.asdict(native.stats)
+    assert python.quality() == native.quality()
+    assert python.commands == native.commands
+    assert (python.other_tcp_frames, python.other_tcp_bytes) == (native.other_tcp_frames, native.other_tcp_bytes)
+    assert python.flow_first_frames == native.flow_first_frames
+    assert python.native_frames == 0
+    return native
+
+
+needs_lane = pytest.mark.skipif(not fastlane.NATIVE, reason="the native lane is not built (no C compiler)")
+
+
+def test_the_lane_is_built_where_a_compiler_is():
+    """The install builds the extension when cc exists; a silent build failure would cost the speed unnoticed."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler on this machine")
+    assert fastlane.NATIVE
+
+
+@needs_lane
+@pytest.mark.parametrize("path", REAL, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_real_captures_come_out_identical(path):
+    native = assert_same(path)
+    assert len(native.exchanges) > 0
+
+
+@needs_lane
+@pytest.mark.parametrize("part", [(0, 2), (1, 2), (2, 3)])
+def test_parts_of_a_capture_come_out_identical(part):
+    """With --jobs, each worker's lane also holds the other workers' connections (consumed, not parsed)."""
+    native = assert_same(CAPTURES / "oltp-hogs" / "db.pcap", part=part)
+    assert native.native_frames > 0
+
+
+@needs_lane
+def test_the_lane_reads_the_common_path_itself():
+    """Not a lane that hands everything back: on a real OLTP capture it consumes most frames itself."""
+    native = assert_same(CAPTURES / "oltp-hogs" / "db.pcap")
+    frames = native.stats.frames
+    assert native.native_frames > 0.6 * frames, (native.native_frames, frames)
+
+
+@needs_lane
+@pytest.mark.parametrize("row", [r for r in corpus_captures() if (CORPUS / r["path"]).exists()],
+                         ids=lambda r: r["path"])
+def test_public_corpus_captures_come_out_identical(row):
+    assert_same(CORPUS / row["path"])
+
+
+# --- real captures, bent ---------------------------------------------------------------------------------
+
+def split_frame(frame: bytes, at: float) -> list[bytes]:
+    """An Ethernet TCP frame as two frames whose payloads are the original's cut at fraction `at` (IP length and
+    TCP sequence number adjusted; FIN only on the second). Frames without payload are returned as they are."""
+    if frame[12:14] == b"\x08\x00":
+        ip, v4 = 14, True
+        tcp = ip + (frame[ip] & 0x0F) * 4
+        end = ip + struct.unpack_from(">H", frame, ip + 2)[0]
+    elif frame[12:14] == b"\x86\xdd" and frame[20] == 6:
+        ip, v4 = 14, False
+        tcp = ip + 40
+        end = tcp + struct.unpack_from(">H", frame, ip + 4)[0]
+    else:
+        return [frame]
+    start = tcp + (frame[tcp + 12] >> 4) * 4
+    payload = frame[start:end]
+    cut = int(len(payload) * at)
+    if not 0 < cut < len(payload):
+        return [frame]
+    out = []
+    for part, shift, last in ((payload[:cut], 0, False), (payload[cut:], cut, True)):
+        f = bytearray(frame[:start] + part)
+        struct.pack_into(">H", f, ip + 2 if v4 else ip + 4, len(f) - ip if v4 else len(f) - tcp)
+        seq = struct.unpack_from(">I", f, tcp + 4)[0]
+        struct.pack_into(">I", f, tcp + 4, (seq + shift) & 0xFFFFFFFF)
+        if not last:
+            f[tcp + 13] &= ~0x01
+        out.append(bytes(f))
+    return out
+
+
+def bend(src: Path, dst: Path, *, start: int, drops: set[int], repeats: set[int], swaps: set[int],
+         splits: dict[int, float], cut: float | None) -> None:
+    header, order, unit, recs = records(src)
+    frames = [(ts, pkt) for ts, pkt, _orig in recs][start:]
+    for i in sorted(swaps):
+        if i + 1 < len(frames):
+            frames[i], frames[i + 1] = frames[i + 1], frames[i]
+    out = [header]
+    for i, (ts, pkt) in enumerate(frames):
+        if i in drops:
+            continue
+        pieces = split_frame(pkt, splits[i]) if i in splits else [pkt]
+        for copy in range(2 if i in repeats else 1):
+            for piece in pieces:
+                t = ts + copy * 1000
+                out.append(struct.pack(order + "IIII", t // 1_000_000_000, (t % 1_000_000_000) // unit,
+                                       len(piece), len(piece)))
+                out.append(piece)
+    data = b"".join(out)
+    if cut is not None:
+        data = data[: 24 + int((len(data) - 24) * cut)]
+    dst.write_bytes(data)
+
+
+SMALL = [CAPTURES / name / f"{side}.pcap" for name in ("group-stall", "features", "maxthreads")
+         for side in ("db", "app")]
+
+
+@needs_lane
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_bent_real_captures_come_out_identical(data):
+    src = data.draw(st.sampled_from(SMALL), label="capture")
+    n = sum(1 for _ in records(src)[3])
+    index = st.integers(0, n - 1)
+    start = data.draw(st.one_of(st.just(0), st.integers(0, n // 2)), label="start")
+    drops = data.draw(st.sets(index, max_size=4), label="drops")
+    repeats = data.draw(st.sets(index, max_size=4), label="repeats")
+    swaps = data.draw(st.sets(index, max_size=4), label="swaps")
+    splits = data.draw(st.one_of(
+        st.dictionaries(index, st.floats(0.01, 0.99), max_size=40),
+        st.builds(lambda at: {i: at for i in range(n)}, st.floats(0.01, 0.99)),  # every segment split
+    ), label="splits")
+    cut = data.draw(st.one_of(st.none(), st.floats(0.0, 1.0)), label="cut")
+    part = data.draw(st.sampled_from([None, (0, 2), (1, 2)]), label="part")
+    with tempfile.TemporaryDirectory() as tmp:
+        bent = Path(tmp) / "bent.pcap"
+        bend(src, bent, start=start, drops=drops, repeats=repeats, swaps=swaps, splits=splits, cut=cut)
+        assert_same(bent, part=part)
+
+
+@needs_lane
+def test_every_segment_split_in_two_is_still_read_natively(tmp_path):
+    """Responses whose packet headers straddle segments are reassembled in C, not handed back."""
+    src = CAPTURES / "oltp-hogs" / "db.pcap"
+    bent = tmp_path / "split.pcap"
+    bend(src, bent, start=0, drops=set(), repeats=set(), swaps=set(),
+         splits={i: 0.5 for i in range(sum(1 for _ in records(src)[3]))}, cut=None)
+    native = assert_same(bent)
+    assert native.native_frames > 0.6 * native.stats.frames
