@@ -52,7 +52,8 @@ def exchanges(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no summary."),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
-        help="Worker processes (default: the cores available, at most 8; captures under 16 MiB are read in one).",
+        help="Worker processes (default: the cores available, at most 8). A capture is split by connection only when the "
+             "native fast lane does not read it (pcapng, no compiler) and it is 16 MiB or more.",
     ),
 ) -> None:
     """Parse CAPTURE into one row per MySQL request/response exchange and print a summary."""
@@ -133,7 +134,8 @@ def analyze(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no warnings, no verdict on the terminal."),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
-        help="Worker processes (default: the cores available, at most 8; captures under 16 MiB are read in one).",
+        help="Worker processes (default: the cores available, at most 8): the captures are read side by side, and one "
+             "the native fast lane does not read (pcapng, no compiler) is split by connection when workers are left.",
     ),
 ) -> None:
     """Split each query's latency into network, queueing and execution; flag hidden-slow queries; write a report.
