@@ -15,7 +15,7 @@ for pair in mariadbd:mariadb-server mariadb:mariadb-client tcpdump:tcpdump tshar
   command -v "$bin" >/dev/null 2>&1 || [ -x "/usr/sbin/$bin" ] || need+=("$pkg")
 done
 dpkg -s libmariadb-dev >/dev/null 2>&1 || need+=(libmariadb-dev)
-# the optional native extension (pcapdecomp/_speedups.c): a C compiler, and Python's headers for Debian's python3
+# the optional native extensions (pcapdecomp/_lane.c, pcapdecomp/_speedups.c): a C compiler, and Python's headers for Debian's python3
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 python3 -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   || { [ "$(command -v python3)" = /usr/bin/python3 ] && need+=(python3-dev); } || true
