@@ -214,6 +214,9 @@ typedef struct {
     Py_ssize_t plen;
 } Seg;
 
+/* 1: a TCP segment the lane can take; 2: a TCP segment cut by the snaplen (capture._decode gives it `missing`
+ * bytes), which only Python takes, but whose connection must be given back first if the lane holds it;
+ * 0: not a TCP segment (Python counts what it is). */
 static int decode(int linktype, const uint8_t *d, Py_ssize_t n, int64_t orig_len, Seg *s) {
     Py_ssize_t off;
     unsigned ethertype;
@@ -275,25 +278,32 @@ static int decode(int linktype, const uint8_t *d, Py_ssize_t n, int64_t orig_len
         if (n < off + 40 || d[off] >> 4 != 6) return 0;
         unsigned payload_len = d[off + 4] << 8 | d[off + 5];
         if (payload_len && off + 40 + (Py_ssize_t)payload_len < wire_end) wire_end = off + 40 + payload_len;
-        if (d[off + 6] != 6) return 0; /* extension headers: Python */
+        unsigned next_header = d[off + 6];
+        tcp = off + 40;
+        while (next_header != 6) { /* hop-by-hop, routing, destination options, AH; a fragment is not TCP */
+            if (next_header != 0 && next_header != 43 && next_header != 60 && next_header != 51) return 0;
+            if (n < tcp + 2) return 0;
+            Py_ssize_t ext_len = next_header == 51 ? (d[tcp + 1] + 2) * 4 : (d[tcp + 1] + 1) * 8;
+            next_header = d[tcp];
+            tcp += ext_len;
+        }
         s->addr = d + off + 8;
         s->alen = 16;
-        tcp = off + 40;
     } else {
         return 0;
     }
     if (n < tcp + 20) return 0;
     Py_ssize_t start = tcp + (d[tcp + 12] >> 4) * 4;
     if (start < tcp + 20 || start > n || start > wire_end) return 0;
-    if (wire_end > n) return 0; /* cut by the snaplen: Python */
+    int cut = wire_end > n;
     s->sport = d[tcp] << 8 | d[tcp + 1];
     s->dport = d[tcp + 2] << 8 | d[tcp + 3];
     s->seq = be32(d + tcp + 4);
     s->ack = be32(d + tcp + 8);
     s->flags = d[tcp + 13];
     s->payload = d + start;
-    s->plen = wire_end - start;
-    return 1;
+    s->plen = (cut ? n : wire_end) - start;
+    return cut ? 2 : 1;
 }
 
 /* ---- MySQL ---------------------------------------------------------------------------------------------- */
@@ -842,14 +852,15 @@ static PyObject *Lane_next(Lane *L, PyObject *Py_UNUSED(ignored)) {
         L->last_ts = ts;
         Seg s;
         Entry *e = NULL;
-        if (decode(L->linktype, data, caplen, orig_len, &s)) {
+        int kind = decode(L->linktype, data, caplen, orig_len, &s);
+        if (kind) {
             uint8_t key[36];
             make_key(key, s.addr, s.addr + s.alen, s.alen, s.sport, s.dport);
             e = lookup(L, key);
         }
         if (!e) return raw_record(L, L->frame, ts, data, caplen, orig_len);
         f = e->flow;
-        int rc = take_segment(L, f, e->dir, &s, ts, L->frame);
+        int rc = kind == 1 ? take_segment(L, f, e->dir, &s, ts, L->frame) : 0;
         if (rc < 0) return NULL;
         L->fast_frames += 1;
         if (rc == 1 && f->state == IDLE) continue; /* committed */
