@@ -31,7 +31,6 @@ enum { RES_NONE, RES_OK, RES_RESULTSET };
 
 typedef struct {
     int64_t frames, last_ts, segs[2], bytes[2], next[2], exchanges, count, other_frames, other_bytes;
-    uint32_t expect[2]; /* raw sequence number of the next expected byte, per direction (0: to the server) */
     int has_last_ts;
 } Counts;
 
@@ -708,7 +707,7 @@ static int client_segment(Flow *f, const uint8_t *d, Py_ssize_t n, int64_t ts, i
         f->state = COLLECT;
     }
     Py_ssize_t want = f->req_len + n;
-    if (want >= 4 || f->req_len >= 4) {
+    if (want >= 4) {
         const uint8_t *h = f->req_len >= 4 ? f->req : NULL;
         uint8_t head[4];
         if (!h) { /* the header may straddle what is held and this segment */
@@ -754,7 +753,7 @@ static int take_segment(Lane *L, Flow *f, int dir, Seg *s, int64_t ts, int64_t f
         if (f->state == IDLE) f->committed = *w;
         return 1;
     }
-    if (s->seq != w->expect[dir]) return 0; /* out of order, retransmitted: Python */
+    if (s->seq != (uint32_t)(f->base[dir] + (uint64_t)w->next[dir])) return 0; /* out of order, retransmitted */
     int64_t off = w->next[dir];
     if (dir == 0) {
         int was_idle = f->state == IDLE;
@@ -772,7 +771,6 @@ static int take_segment(Lane *L, Flow *f, int dir, Seg *s, int64_t ts, int64_t f
     w->segs[dir] += 1;
     w->bytes[dir] += s->plen;
     w->next[dir] += s->plen;
-    w->expect[dir] += (uint32_t)s->plen;
     if (f->state == WAIT && f->rstate == R_DONE) {
         if (emit(L, f) < 0) return -1;
         clear_exchange(f);
@@ -974,8 +972,6 @@ static PyObject *Lane_promote_mysql(Lane *L, PyObject *args) {
     f->base[1] = (uint32_t)b1;
     f->work.next[0] = n0;
     f->work.next[1] = n1;
-    f->work.expect[0] = (uint32_t)(b0 + (unsigned long long)n0);
-    f->work.expect[1] = (uint32_t)(b1 + (unsigned long long)n1);
     f->work.count = count;
     f->committed = f->work;
     f->deprecate_eof = deprecate_eof;
@@ -1020,10 +1016,6 @@ static PyObject *Lane_take_columns(Lane *L, PyObject *Py_UNUSED(ignored)) {
     }
     L->n_rows = 0;
     return out;
-}
-
-static PyObject *Lane_leftover(Lane *L, PyObject *Py_UNUSED(ignored)) {
-    return PyBytes_FromStringAndSize((const char *)L->buf + L->start, L->end - L->start);
 }
 
 static int Lane_init(Lane *L, PyObject *args, PyObject *kw) {
@@ -1078,7 +1070,6 @@ static PyMethodDef Lane_methods[] = {
     {"promote_mysql", (PyCFunction)Lane_promote_mysql, METH_VARARGS, "Hand over a MySQL connection."},
     {"counts", (PyCFunction)Lane_counts, METH_NOARGS, "What the lane read and consumed."},
     {"take_columns", (PyCFunction)Lane_take_columns, METH_NOARGS, "The rows written since the last call, by column."},
-    {"leftover", (PyCFunction)Lane_leftover, METH_NOARGS, "Bytes fed but not read as a whole record."},
     {NULL, NULL, 0, NULL},
 };
 

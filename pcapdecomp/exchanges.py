@@ -128,24 +128,26 @@ def extract(
     texts: dict[int, tuple[str, str]] = {}  # flow index -> client and server as text, made once per flow
     SEQ_MOD = 1 << 32
 
-    def emit(flow: Flow, ex: Exchange) -> None:
+    def row_ends(flow: Flow) -> tuple[tuple, tuple]:
+        """The parts of a row that are the same for every exchange of a connection: the first five columns and
+        tls … db (emit's, and the fast lane's for the rows it writes)."""
         conn = flow.mysql
-        greeting = conn.greeting
-        login = conn.login
-        fp, qid = fingerprints(ex.sql, ex.command)
-        commands[ex.command] += 1
+        greeting, login = conn.greeting, conn.login
         ends = texts.get(flow.index)
         if ends is None:
             ends = texts[flow.index] = (endpoint_text(flow.client), endpoint_text(flow.server))
+        return ((name, flow.index, greeting.conn_id if greeting else None, ends[0], ends[1]),
+                (conn.tls, conn.compression, login.user if login else None, login.database if login else None))
+
+    def emit(flow: Flow, ex: Exchange) -> None:
+        fp, qid = fingerprints(ex.sql, ex.command)
+        commands[ex.command] += 1
+        prefix, suffix = row_ends(flow)
         req_base = flow.to_server.base or 0
         resp_base = flow.to_client.base or 0
         ex_rows.append(
             (
-                name,
-                flow.index,
-                greeting.conn_id if greeting else None,
-                ends[0],
-                ends[1],
+                *prefix,
                 ex.seq,
                 ex.command,
                 ex.sql,
@@ -175,10 +177,7 @@ def extract(
                 ex.bytes_resp,
                 ex.status_flags,
                 ex.server_flag_slow,
-                conn.tls,
-                conn.compression,
-                login.user if login else None,
-                login.database if login else None,
+                *suffix,
                 (req_base + ex.req_offset) % SEQ_MOD,  # HalfStream.raw_seq, inline: once per exchange
                 (resp_base + ex.resp_offset) % SEQ_MOD if ex.resp_offset is not None else None,
                 (resp_base + ex.resp_end_offset) % SEQ_MOD if ex.resp_end_offset is not None else None,
@@ -232,16 +231,6 @@ def extract(
                 "; ".join(c.violation_notes) or None,
             )
         )
-
-    def row_ends(flow: Flow) -> tuple[tuple, tuple]:
-        """The parts of emit's row that are the same for every exchange of a connection (for the fast lane)."""
-        conn = flow.mysql
-        greeting, login = conn.greeting, conn.login
-        ends = texts.get(flow.index)
-        if ends is None:
-            ends = texts[flow.index] = (endpoint_text(flow.client), endpoint_text(flow.server))
-        return ((name, flow.index, greeting.conn_id if greeting else None, ends[0], ends[1]),
-                (conn.tls, conn.compression, login.user if login else None, login.database if login else None))
 
     def flush() -> None:
         ex_batches.append(batch(ex_rows, EXCHANGE_COLUMNS))

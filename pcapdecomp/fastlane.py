@@ -195,10 +195,10 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
                 progress(reader.bytes_read, total, lane.counts()[0])
             if not chunk:
                 break
-        left = len(lane.leftover())
+        _frames, _fast, _first, _last, pos, left, _queries, _executes = lane.counts()
         if left:
             what = "file truncated mid-record header" if left < 16 else "file truncated mid-record"
-            damage = str(_Damaged(what, lane.counts()[4]))
+            damage = str(_Damaged(what, pos))
     except _Damaged as err:
         damage = str(err)
     except OSError as err:

@@ -35,11 +35,7 @@ def batch(rows: list[tuple], columns: tuple[Column, ...]) -> pa.RecordBatch:
     """Rows (tuples in column order) -> one Arrow record batch of the declared types. Timestamps go straight from
     Python ints to nanoseconds: no float detour that would round them to ~256 ns."""
     values = list(zip(*rows)) if rows else [() for _ in columns]
-    arrays = []
-    for c, v in zip(columns, values):
-        array = pa.array(v, type=ARROW_TYPES[c.dtype])
-        arrays.append(array.dictionary_encode() if c.dtype == CATEGORY else array)
-    return pa.RecordBatch.from_arrays(arrays, names=[c.name for c in columns])
+    return columns_batch(values, "o" * len(columns), columns)
 
 
 def columns_batch(values: list, kinds: str, columns: tuple[Column, ...]) -> pa.RecordBatch:
