@@ -1,8 +1,15 @@
 """report.html: one self-contained page (plotly.js inlined once, no network) that shows where the time went.
 
-Sections follow the order an investigator reads: verdict and inputs, decomposition, timeline, thread groups,
-waterfall of the slowest exchanges, top fingerprints, hidden-slow table, connections, method and columns.
-Figures aggregate or sample (at most TIMELINE_POINTS points); full detail stays in exchanges.parquet."""
+Sections follow the order an investigator reads: verdict and inputs, where the time went, the timeline of every
+statement on its connection's lane, thread groups and their stalls, the waterfall of the slowest exchanges, the
+query profile (pt-query-digest's, with the split of each fingerprint's time), the hidden-slow and understated
+statements by stall with their culprits, connections, method and columns. All time charts share one x axis: a zoom
+in one (or a stall's "zoom" button) moves them all.
+
+Every text from a capture, a log or a file name is attacker-controlled. Here it is escaped for where it lands:
+`esc` for HTML text and attribute values (always quoted), `Html` marks the few strings this module built itself
+from escaped parts, `_script_json` for the figures' JSON inside <script> (`<`, `>`, `&` and every non-ASCII
+character, U+2028/2029 included, as \\u escapes), and report_figures.plain for plotly labels."""
 
 from __future__ import annotations
 
@@ -13,73 +20,446 @@ import numpy as np
 import pandas as pd
 
 from . import __version__
+from .digest import profile
 from .evidence import display_filter
-from .report_figures import figure_specs
+from .report_figures import (COLORS, TimeAxis, Times, clock, connection_times, culprit_mask, exchange_times,
+                             figure_specs, queue_parts, secs, short, time_axis)
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS, GROUP_COLUMNS, Column
 
-HIDDEN_ROWS = 200  # hidden-slow rows listed in the page; the rest are counted
-TOP_FINGERPRINTS = 20
+HIDDEN_ROWS = 200  # hidden-slow (and understated) rows listed in the page; the rest are counted
+PROFILE_ROWS = 20
+STALL_ROWS = 100
 COMPONENTS = (("network_s", "network"), ("queue_s", "queueing"), ("exec_s", "execution"))
-esc = html.escape
+NS = 1_000_000_000
 
 
-def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command_line: str | None = None) -> str:
-    """The whole page as one string."""
+class Html(str):
+    """Markup this module built from escaped parts: inserted as is. Any other str is escaped where it lands."""
+
+
+def esc(text) -> Html:
+    return Html(html.escape("" if text is None else str(text), quote=True))
+
+
+def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command_line: str | None = None,
+           connections: dict | None = None, pool: pd.DataFrame | None = None) -> str:
+    """The whole page as one string. connections: {"app": table, "db": table} of CONNECTION_COLUMNS (the
+    extraction's), for connection set-up latencies; pool: pool.parquet's table when the analysis wrote one."""
     import plotly.offline
 
     x = exchanges
-    figures = figure_specs(summary, x, groups)
+    t = exchange_times(x)
+    conns = connection_times(connections, summary)
+    axis = time_axis(t, [conns["t_ns"].to_numpy(dtype=np.int64)] if conns is not None else [])
+    figures = figure_specs(summary, x, groups, t, axis, conns, pool)
+    page = _Page(summary, x, t, axis, figures)
     sections = [
-        _verdict(summary),
-        _decomposition(summary, x),
-        _figure_section("timeline", "Timeline", figures, _timeline_caption(summary, figures)),
-        _groups_section(summary, figures),
-        _figure_section("waterfall", "Waterfall of the slowest exchanges", figures,
-                        "Each bar is one exchange from A1 (app sends) to A4 (app receives): request leg, queueing, "
-                        "execution, response leg. Exchanges seen at the DB only start at D1."),
-        _fingerprints(x),
-        _hidden(summary, x),
-        _connections(x, figures),
-        _method(summary, command_line),
+        page.verdict(),
+        page.decomposition(),
+        page.timeline(),
+        page.groups_section(),
+        page.waterfall(),
+        page.profile(),
+        page.statements("hidden", "Hidden-slow statements"),
+        page.statements("understated", "Statements the slow log understates"),
+        page.connections(connections, conns),
+        _method(command_line),
     ]
     specs = {name: spec for name, spec in figures.items() if spec is not None}
-    script = _BOOT.replace("__SPECS__", json.dumps(specs, separators=(",", ":")).replace("</", "<\\/"))
     title = f"pcapdecomp — {summary['set']}"
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<meta name='viewport' content='width=device-width'><title>{esc(title)}</title><style>{_STYLE}</style>"
         f"<script>{_ERRORS}</script><script>{plotly.offline.get_plotlyjs()}</script></head>"
         f"<body data-rendered='no'><header><h1>{esc(title)}</h1><nav>{_nav()}</nav></header>"
-        + "".join(sections) + f"<script>{script}</script></body></html>\n"
+        + "".join(sections) + f"<script>{_BOOT.replace('__SPECS__', _script_json(specs))}</script></body></html>\n"
     )
 
 
-# ------------------------------------------------------------------ sections
+def _script_json(value) -> str:
+    """JSON that can sit inside <script>: no `</script`, `<!--` or `]]>` can form, and no line terminator that
+    JavaScript would treat differently from JSON."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _verdict(summary: dict) -> str:
-    inputs = summary["inputs"]
-    rows = [("app captures", ", ".join(inputs["app"]) or "none"), ("DB capture", inputs["db"] or "none"),
-            ("slow log", _slow_log_text(summary)),
-            ("long_query_time", _or_unknown(inputs["long_query_time"], " s")),
-            ("thread_pool_size", _or_unknown(inputs["thread_pool_size"]))]
-    for side, q in _captures(summary):
-        rows.append((f"{side} span", f"{q.get('first_ts') or '?'} … {q.get('last_ts') or '?'} ({q.get('file')})"))
-    clock = summary.get("clock")
-    if clock and clock.get("offset_s") is not None:
-        lo, hi = clock["offset_bounds_s"]
-        rows.append(("clock (DB − app)", f"{_ms(clock['offset_s'])} (bounds {_ms(lo)} … {_ms(hi)}), skew "
-                     f"{clock['skew_ppm']:+.2f} ppm, {clock['quality']}, {clock['samples']['forward']} + "
-                     f"{clock['samples']['reverse']} samples"))
-    else:
-        rows.append(("clock (DB − app)", "not estimated (needs both an app and a DB capture of the same traffic)"))
-    m = summary["match"]
-    rows.append(("matching", f"{m['matched']} matched, {m['app_only']} app only, {m['db_only']} DB only, "
-                 f"{m['conflicts']} conflicts, {m['connections_nat']} NAT connections"))
-    warn = "".join(f"<li>{esc(w)}</li>" for w in summary.get("warnings", []))
-    return (f"<section id='verdict'><h2>Verdict</h2><p class='verdict'>{esc(summary['verdict'])}</p>"
-            + _kv_table(rows) + "<h3>Capture quality</h3>" + _quality(summary)
-            + (f"<h3>Warnings</h3><ul class='warn'>{warn}</ul>" if warn else "") + "</section>")
+class _Page:
+    """The sections that need the exchanges, their times and the shared time axis."""
+
+    def __init__(self, summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None, figures: dict):
+        self.summary, self.x, self.t, self.axis, self.figures = summary, x, t, axis, figures
+        self.stalls = list((summary.get("groups") or {}).get("stalls") or [])
+        self.dated = axis is not None and pd.Timestamp(axis.lo_ns).date() != pd.Timestamp(axis.hi_ns).date()
+
+    def when(self, ns) -> str:
+        return clock(ns, date=self.dated)
+
+    # -------------------------------------------------------------- verdict
+
+    def verdict(self) -> str:
+        s = self.summary
+        story = s.get("story") or {}
+        if story.get("sentence"):
+            bullets = "".join(f"<li>{esc(b.get('text') if isinstance(b, dict) else b)}</li>"
+                              for b in story.get("bullets") or [])
+            head = f"<p class='verdict'>{esc(story['sentence'])}</p>" + (f"<ul class='bullets'>{bullets}</ul>" if bullets else "")
+        else:
+            head = f"<p class='verdict'>{esc(s.get('verdict') or '')}</p>"
+        inputs = s["inputs"]
+        rows = [("app captures", ", ".join(inputs["app"]) or "none"), ("DB capture", inputs["db"] or "none"),
+                ("slow log", _slow_log_text(s)), ("long_query_time", _or_unknown(inputs["long_query_time"], " s")),
+                ("thread_pool_size", _pool_size_text(s))]
+        for side, q in _captures(s):
+            rows.append((f"{side} span", self._span_text(q)))
+        if self.axis is not None and self.axis.outside:
+            rows.append(("time outliers", self.outliers_text()))
+        clock_ = s.get("clock")
+        if clock_ and clock_.get("offset_s") is not None:
+            lo, hi = clock_["offset_bounds_s"]
+            rows.append(("clock (DB − app)", f"{_signed(clock_['offset_s'])} (bounds {_signed(lo)} … {_signed(hi)}), "
+                         f"skew {clock_['skew_ppm']:+.2f} ppm, {clock_['quality']}, "
+                         f"{clock_['samples']['forward']} + {clock_['samples']['reverse']} samples"))
+        else:
+            rows.append(("clock (DB − app)", "not estimated (needs both an app and a DB capture of the same traffic)"))
+        m = s["match"]
+        rows.append(("matching", f"{m['matched']} matched, {m['app_only']} app only, {m['db_only']} DB only, "
+                     f"{m['conflicts']} conflicts, {m['connections_nat']} NAT connections"))
+        warn = "".join(f"<li>{esc(w)}</li>" for w in s.get("warnings", []))
+        return (f"<section id='verdict'><h2>Verdict</h2>{head}" + _kv_table(rows) + "<h3>Capture quality</h3>"
+                + _quality(s) + (f"<h3>Warnings</h3><ul class='warn'>{warn}</ul>" if warn else "") + "</section>")
+
+    def _span_text(self, q: dict) -> str:
+        first, last = q.get("first_ts"), q.get("last_ts")
+        if not first or not last:
+            return f"? ({q.get('file')})"
+        a, b = pd.Timestamp(first), pd.Timestamp(last)
+        same_day = a.date() == b.date()
+        return (f"{a.strftime('%Y-%m-%d')} {clock(a)} … {clock(b, date=not same_day)} UTC "
+                f"({secs((b.value - a.value) / NS)}) — {q.get('file')}")
+
+    def outliers_text(self) -> str:
+        a = self.axis
+        return (f"{a.outside} exchanges or connections have timestamps far outside the capture's time range "
+                f"(between {clock(a.outside_first_ns, date=True)} and {clock(a.outside_last_ns, date=True)}): "
+                "a clock glitch or a damaged frame. They are left out of the time charts (the charts show "
+                f"{clock(a.lo_ns, date=True)} … {clock(a.hi_ns, date=True)}); their rows are in exchanges.parquet.")
+
+    # -------------------------------------------------------------- where the time went
+
+    def decomposition(self) -> str:
+        x = self.x
+        both = (x["seen"] == "both").fillna(False).to_numpy(dtype=bool)
+        parts = []
+        total = float(np.nansum(_f(x, "total_s")[both]))
+        if total > 0:
+            certain, estimated = (part[both] for part in queue_parts(x))
+            q_est = float(estimated.sum())
+            shares = [("network", float(np.nansum(_f(x, "network_s")[both]))),
+                      ("queueing", float(certain.sum())),
+                      ("execution", float(np.nansum(_f(x, "exec_s")[both])))]
+            text = " · ".join(f"{label} <b>{100 * v / total:.1f} %</b>" for label, v in shares)
+            if q_est > 0:
+                text += (f" · queueing estimated from other runs of the same statement <b>{100 * q_est / total:.1f} "
+                         "%</b> (apart: an estimate is never evidence of a queue)")
+            parts.append(f"<p>Of the {total:.3f} s clients waited on the {int(both.sum())} exchanges seen at both "
+                         f"points: {text}.</p>")
+        elif len(x):
+            parts.append("<p>No exchange was seen at both points: only one side's view is available, so the split "
+                         "into network and server time is not possible.</p>")
+        rows = []
+        for col, label in (("total_s", "client (A4 − A1)"), ("server_s", "server (D4 − D1)"),
+                           ("network_s", "network"), ("net_req_s", "request leg"), ("net_resp_s", "response leg"),
+                           ("queue_s", "queueing"), ("exec_s", "execution")):
+            v = _f(x, col)
+            v = v[~np.isnan(v)]
+            if len(v):
+                q = np.quantile(v, [0.5, 0.95, 0.99])
+                rows.append([label, str(len(v)), *(secs(s) for s in q), secs(v.max()), f"{v.sum():.3f} s"])
+        table = (_table(["component", "count", "p50", "p95", "p99", "max", "sum"], rows, numeric=range(1, 7))
+                 if rows else "<p>no latencies</p>")
+        fig = "<div id='fig-shares' class='fig small'></div>" if self.figures.get("shares") else ""
+        return f"<section id='decomposition'><h2>Where the time went</h2>{''.join(parts)}{fig}{table}</section>"
+
+    # -------------------------------------------------------------- timeline
+
+    def timeline(self) -> str:
+        head = "<section id='timeline'><h2>Timeline</h2>"
+        if self.figures.get("timeline") is None:
+            return head + "<p>nothing to show</p></section>"
+        meta = self.figures["_timeline"]
+        text = ("Every statement from the app sending it (A1) to the app receiving the answer (A4), on its "
+                "connection's lane (D1 to D4 when only the DB capture saw it); lanes are ordered by thread group. "
+                "Red: queueing before execution (pale: estimated from other runs of the statement); green: "
+                "execution; grey: the rest of the client's wait (network). Stalled stretches of a thread group are "
+                "shaded over its lanes. Markers at the end of a statement: ◆ culprit of a stall, ▲ hidden slow, "
+                "■ understated by the slow log, ● in the slow log. Drag to zoom (every time chart follows), "
+                "double-click to zoom out; the stalls table has a zoom button per stall.")
+        if meta.get("sampled"):
+            text += (f" {meta['shown']} of {meta['total']} statements drawn: every culprit, hidden-slow, understated, "
+                     "slow-logged or slow one, and a uniform sample of the rest.")
+        if self.axis is not None and self.axis.outside:
+            text += f" {self.axis.outside} exchanges or connections with far-off timestamps are left out (see Verdict)."
+        return head + f"<p class='caption'>{esc(text)}</p><div id='fig-timeline' class='fig'></div></section>"
+
+    # -------------------------------------------------------------- thread groups
+
+    def stall_id(self, i: int) -> int:
+        return int(self.stalls[i].get("id", i + 1))
+
+    def groups_section(self) -> str:
+        head = "<section id='groups'><h2>Thread groups and the pool</h2>"
+        s = self.summary
+        parts = []
+        size = _pool_size_value(s)
+        pool_fig = "<div id='fig-pool' class='fig short'></div>" if self.figures.get("pool") else ""
+        pool_text = ("Statements executing and queued at once, the whole server together (most at once and mean per "
+                     "bucket). A pool at thread_pool_max_threads shows as executing flat at the cap while statements "
+                     "queue.")
+        cap = (s.get("pool") or {}).get("cap")
+        if cap and cap.get("threads"):
+            pool_text += (f" The wire shows the cap: {cap['threads']} statements executed at once for "
+                          f"{secs(cap.get('duration_s'))} while {cap.get('waiting', '?')} waited for a thread.")
+        if size is None:
+            parts.append("<p>thread_pool_size unknown (no capture.toml, no --thread-pool-size, and not inferred): no "
+                         "per-group view.</p>")
+        else:
+            bucket = (s.get("groups") or {}).get("bucket_s")
+            parts.append(f"<p class='caption'>Queueing seconds per thread group and time bucket ({esc(bucket)} s in "
+                         "groups.parquet, merged to fit the chart). A stalled stretch is a run of queueing ≥ 0.1 s in "
+                         "one group; its culprits are statements of that group that executed meanwhile.</p>")
+            if self.figures.get("heatmap"):
+                parts.append("<div id='fig-heatmap' class='fig'></div>")
+        if pool_fig:
+            parts.append(f"<p class='caption'>{esc(pool_text)}</p>{pool_fig}")
+        if size is not None:
+            parts.append("<h3>Stalls</h3>" + self._stall_table())
+        return head + "".join(parts) + "</section>"
+
+    def _stall_table(self) -> str:
+        if not self.stalls:
+            return "<p>No group stalled (no queueing of 0.1 s or more).</p>"
+        rows = []
+        for i, st in enumerate(self.stalls[:STALL_ROWS]):
+            sid = self.stall_id(i)
+            start, end = pd.Timestamp(st["start"]).value, pd.Timestamp(st["end"]).value
+            culprits = [Html(f"conn {esc(_int(c.get('conn_id')))}: <code>{esc(short(c.get('sql'), 160))}</code> "
+                             f"executed {esc(secs(c.get('exec_s')))} ({esc(c.get('exec_source') or '?')})")
+                        for c in st.get("culprits") or []]
+            more = st.get("culprits_more") or 0
+            if more:
+                culprits.append(Html(f"… and {esc(more)} more"))
+            pad = max((end - start) // 5, 50_000_000)
+            zoom = Html(f"<button class='zoom' data-zoom-from='{(start - pad) / 1e6:.3f}' "
+                        f"data-zoom-to='{(end + pad) / 1e6:.3f}'>zoom</button>")
+            rows.append(_Row([Html(f"<span id='stall-{sid}'>{sid}</span>"), f"group {st['thread_group']}",
+                              self.when(start), secs(st["duration_s"]), str(st["queued"]), secs(st["max_queue_s"]),
+                              Html("<br>".join(culprits)) if culprits else "none found", zoom]))
+        more = len(self.stalls) - STALL_ROWS
+        return (_table(["stall", "group", "from", "stalled for", "queued", "max queue", "culprits (executing meanwhile)",
+                        ""], rows, numeric=(3, 4, 5))
+                + (f"<p>… and {more} more stalls (summary.json → groups.stalls).</p>" if more > 0 else ""))
+
+    # -------------------------------------------------------------- waterfall
+
+    def waterfall(self) -> str:
+        head = "<section id='waterfall'><h2>Waterfall of the slowest exchanges</h2>"
+        spec = self.figures.get("waterfall")
+        if spec is None:
+            return head + "<p>nothing to show</p></section>"
+        shown = len(spec["data"][-1]["text"])
+        text = ("Each bar is one exchange from A1 (app sends) to A4 (app receives): request leg, queueing (pale: "
+                "estimated), execution, response leg; its client time at the end. Exchanges seen at the DB only "
+                f"start at D1. The {shown} slowest are shown")
+        text += "; faster ones would be empty bars at this scale." if shown < min(30, len(self.x)) else "."
+        return head + f"<p class='caption'>{esc(text)}</p><div id='fig-waterfall' class='fig'></div></section>"
+
+    # -------------------------------------------------------------- profile
+
+    def profile(self) -> str:
+        head = "<section id='profile'><h2>Query profile</h2>"
+        span = self.axis.span_s if self.axis is not None else None
+        p = profile(self.x, span)
+        if p.empty:
+            return head + "<p>no statements</p></section>"
+        shown = p.head(PROFILE_ROWS)
+        rows = []
+        for r in shown.itertuples(index=False):
+            measured = "–" if pd.isna(r.exec_measured) else f"{100 * r.exec_measured:.0f} %"
+            user = r.user_db + (f" (+{r.user_db_more})" if r.user_db_more else "")
+            rows.append(_Row([str(r.rank), Html(f"<code>{esc(r.query_id or '')}</code>"), _num(r.calls),
+                              _qps(r.qps), _sum_s(r.exec_sum), _pct(r.exec_share), measured, secs(r.exec_avg),
+                              secs(r.exec_min), secs(r.exec_max), secs(r.exec_p95), _vm(r.exec_vm), _num(r.rows_sum),
+                              _bytes(r.bytes_sum), user, _split_bar(r), _num(r.hidden_slow)]))
+            rows.append(_Row([Html(f"<div class='sample'><code>{esc(short(r.sample, 600))}</code>"
+                                   f"<div class='fp'>{esc(r.command)} · fingerprint: {esc(short(r.fingerprint, 300))}"
+                                   "</div></div>")], span=17))
+        more = len(p) - len(shown)
+        text = ("In the manner of pt-query-digest's profile: one row per fingerprint (Query ID as pt-query-digest and "
+                "PMM print it), ranked by execution time. Execution is the slow log's Query_time where the statement "
+                "was logged, else an estimate from the wire (\"measured\" says which share of calls was logged). "
+                "avg/min/max/p95 and V/M (variance-to-mean) are of execution per call; QPS is calls per second of "
+                f"capture ({secs(span)}); rows and bytes are what the server sent. The split is where the clients' "
+                "time went for that fingerprint: network, queueing (pale: estimated), execution. Below each row the "
+                "slowest call with its parameter values, and the fingerprint.")
+        return (head + f"<p class='caption'>{esc(text)}</p>"
+                + _table(["rank", "Query ID", "calls", "QPS", "exec time", "share", "measured", "avg", "min", "max",
+                          "p95", "V/M", "rows sent", "bytes sent", "user@db", "client time: network · queue · exec",
+                          "hidden slow"], rows, numeric=(2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16), cls="profile")
+                + (f"<p>… and {more} more fingerprints.</p>" if more > 0 else "") + "</section>")
+
+    # -------------------------------------------------------------- hidden slow / understated
+
+    def statements(self, kind: str, title: str) -> str:
+        head = f"<section id='{kind}'><h2>{esc(title)}</h2>"
+        x = self.x
+        col = "hidden_slow" if kind == "hidden" else "understated"
+        if kind == "understated" and col not in x.columns:
+            return ""
+        if self.summary["inputs"]["long_query_time"] is None and kind == "hidden":
+            return head + "<p>long_query_time unknown: hidden slow not decided.</p></section>"
+        flagged = np.flatnonzero(x[col].fillna(False).to_numpy(dtype=bool))
+        if len(flagged) == 0:
+            none = ("None: no statement was slower than long_query_time on the wire without being slow-logged."
+                    if kind == "hidden" else
+                    "None: no slow-logged statement waited 0.1 s or more before it executed.")
+            return head + f"<p>{esc(none)}</p></section>"
+        stall = self._stall_of(flagged)
+        order = np.lexsort((self.t.start[flagged], stall))  # by stall (none last), then by time
+        rows_at = flagged[order][:HIDDEN_ROWS]
+        culprits = culprit_mask(x, self.summary, self.t)
+        table_rows, current = [], None
+        for pos in rows_at:
+            sid = stall[np.searchsorted(flagged, pos)]
+            if sid != current:
+                current = sid
+                table_rows.append(_Row([self._stall_header(sid)], span=10, cls="stallhead"))
+            table_rows.append(self._statement_row(pos, sid, culprits))
+        more = len(flagged) - len(rows_at)
+        intro = (f"{len(flagged)} statements took longer than long_query_time between D1 and D4 but are not in the "
+                 "slow log: the time went before execution." if kind == "hidden" else
+                 f"{len(flagged)} statements are in the slow log, yet waited 0.1 s or more before executing: the slow "
+                 "log's Query_time understates what their clients waited.")
+        intro += (" Grouped by the stall they queued in, each with the statement that held its thread group; the "
+                  "frames and a display filter (Wireshark's filter bar, or tshark -Y) select each one in its capture.")
+        return (head + f"<p>{esc(intro)}</p>"
+                + _table(["request sent", "conn", "group", "SQL", "client", "server", "queue", "exec", "held by",
+                          "frames"], table_rows, numeric=(4, 5, 6), cls="statements")
+                + (f"<p>… and {more} more (all are in exchanges.parquet: <code>{col} == true</code>).</p>"
+                   if more > 0 else "") + "</section>")
+
+    def _stall_of(self, rows: np.ndarray) -> np.ndarray:
+        """Stall position (index into self.stalls) of each row, len(stalls) when it queued in none."""
+        none = len(self.stalls)
+        x = self.x
+        if "stall" in x.columns:
+            ids = {self.stall_id(i): i for i in range(len(self.stalls))}
+            got = x["stall"].to_numpy(dtype="float64", na_value=np.nan)[rows]
+            return np.array([none if np.isnan(v) else ids.get(int(v), none) for v in got], dtype=np.int64)
+        out = np.full(len(rows), none, dtype=np.int64)
+        group = x["thread_group"].to_numpy(dtype="float64", na_value=np.nan)[rows]
+        d1, has = self.t.d1[rows], self.t.has_d1[rows]
+        for i, st in enumerate(self.stalls):
+            inside = (has & (group == st["thread_group"]) & (d1 >= pd.Timestamp(st["start"]).value)
+                      & (d1 <= pd.Timestamp(st["end"]).value) & (out == none))
+            out[inside] = i
+        return out
+
+    def _stall_header(self, i: int) -> Html:
+        if i >= len(self.stalls):
+            return Html("Not in a stalled stretch of a thread group")
+        st = self.stalls[i]
+        sid = self.stall_id(i)
+        c = (st.get("culprits") or [None])[0]
+        held = (f" — held by conn {esc(_int(c.get('conn_id')))} <code>{esc(short(c.get('sql'), 120))}</code> "
+                f"executing {esc(secs(c.get('exec_s')))}") if c else " — no culprit found"
+        return Html(f"<a href='#stall-{sid}'>Stall {sid}</a>: thread group {esc(st['thread_group'])}, "
+                    f"{esc(self.when(pd.Timestamp(st['start']).value))} for {esc(secs(st['duration_s']))}, "
+                    f"{esc(st['queued'])} queued{held}")
+
+    def _statement_row(self, pos: int, stall: int, culprits: np.ndarray) -> "_Row":
+        r = self.x.iloc[pos]
+        frames = []
+        if r["seen"] in ("both", "app") and pd.notna(r["resp_last_frame"]):
+            frames.append(("app", r["client"], r["req_first_frame"], r["resp_last_frame"]))
+        if pd.notna(r["db_req_first_frame"]) and pd.notna(r.get("db_resp_last_frame")):
+            frames.append(("db", r["db_client"], r["db_req_first_frame"], r["db_resp_last_frame"]))
+        cells = [f"{label} {int(a)}–{int(b)}" for label, _, a, b in frames]
+        filters = [display_filter(str(c), str(r["server"]), int(a), int(b)) for _, c, a, b in frames
+                   if pd.notna(c) and pd.notna(r["server"])]
+        frame_cell = Html(esc(" · ".join(cells)) + (
+            "<details><summary>filters</summary>" + "".join(f"<code class='filter'>{esc(f)}</code>" for f in filters)
+            + "</details>" if filters else ""))
+        if stall < len(self.stalls) and (self.stalls[stall].get("culprits") or []):
+            c = self.stalls[stall]["culprits"][0]
+            held = Html(f"<a href='#stall-{self.stall_id(stall)}'>conn {esc(_int(c.get('conn_id')))}</a>")
+        else:
+            held = "–"
+        estimated = queue_parts(self.x.iloc[[pos]])[1][0]
+        queue = secs(r["queue_s"]) + (f" ({secs(estimated)} estimated)" if estimated > 0 else "")
+        sql = r["sql"] if isinstance(r["sql"], str) else r["command"]
+        return _Row([self.when(self.t.start[pos]), _int(r["conn_id"]), _int(r["thread_group"]),
+                     Html(f"<code title='{esc(short(sql, 2000))}'>{esc(short(sql, 160))}</code>"),
+                     secs(r["total_s"]), secs(r["server_s"]), queue,
+                     f"{secs(r['exec_s'])} ({r['exec_source'] if isinstance(r['exec_source'], str) else '?'})",
+                     held, frame_cell], cls="culprit" if culprits[pos] else "")
+
+    # -------------------------------------------------------------- connections
+
+    def connections(self, connections: dict | None, conns: pd.DataFrame | None) -> str:
+        head = "<section id='connections'><h2>Connections</h2>"
+        parts = []
+        if conns is not None:
+            point = conns["point"].iloc[0] if len(conns) else ("db" if connections.get("db") is not None else "app")
+            raw = connections.get(point)
+            n_all = 0 if raw is None else len(raw)
+            mid = 0 if raw is None else int(raw["midstream"].fillna(False).sum())
+            tls = 0 if raw is None else int(raw["tls"].fillna(False).sum())
+            where = "DB capture (the server's view)" if point == "db" else "app capture"
+            parts.append(f"<p>At the {esc(where)}: {n_all} MySQL connections, {len(conns)} of them opened during the "
+                         f"capture ({mid} were already open when it began), {tls} switched to TLS.</p>")
+            rows = []
+            for col, label, meaning in (
+                    ("syn_greeting_s", "SYN → greeting",
+                     "TCP set-up and the server creating (or taking from its cache) a thread and sending its greeting"),
+                    ("greeting_ok_s", "greeting → OK", "authentication, from the greeting to the OK that ends it"),
+                    ("syn_ok_s", "SYN → OK", "the whole set-up the client waits for")):
+                v = conns[col].to_numpy(dtype=np.float64)
+                v = v[~np.isnan(v)]
+                if len(v):
+                    q = np.quantile(v, [0.5, 0.95, 0.99])
+                    rows.append([label, str(len(v)), *(secs(s) for s in q), secs(v.max()), meaning])
+            parts.append(_table(["set-up", "connections", "p50", "p95", "p99", "max", "what it covers"], rows,
+                                numeric=range(1, 6)) if rows else "<p>No connection set-up was captured.</p>")
+        else:
+            connect = self.x[self.x["command"] == "CONNECT"]
+            v = connect["response_s"].dropna().to_numpy(dtype=float)
+            if len(v):
+                q = np.quantile(v, [0.5, 0.95, 0.99])
+                parts.append(f"<p>{len(connect)} logins in the capture; login packet → OK p50 {secs(q[0])}, p95 "
+                             f"{secs(q[1])}, p99 {secs(q[2])}, max {secs(v.max())}.</p>")
+            else:
+                parts.append("<p>No connection handshake in the capture (connections were already open when it "
+                             "began).</p>")
+        if self.figures.get("connrate"):
+            parts.append("<p class='caption'>New connections per time bucket over the whole capture (TLS stacked on "
+                         "plain), and each connection's set-up latencies at its SYN (right axis). A connection storm "
+                         "with a growing SYN → greeting is the thread cache or the pool's login queue.</p>"
+                         "<div id='fig-connrate' class='fig short'></div>")
+        x = self.x
+        login_errors = int(((x["command"] == "CONNECT") & (x["result"] == "error")).fillna(False).sum())
+        errors = x[(x["result"] == "error").fillna(False)]
+        if len(errors):
+            g = errors.groupby(errors["error_code"].astype("Int64"), dropna=False).agg(
+                count=("command", "size"), message=("error_message", "first"))
+            rows = [[_int(code), str(row["count"]), short(row["message"], 200)] for code, row in g.iterrows()]
+            parts.append(f"<h3>Errors</h3><p>{login_errors} of them at login.</p>"
+                         + _table(["error code", "count", "first message"], rows, numeric=(1,)))
+        else:
+            parts.append("<p>No error responses.</p>")
+        return head + "".join(parts) + "</section>"
+
+
+# ------------------------------------------------------------------ small sections and helpers
 
 
 def _captures(summary: dict) -> list[tuple[str, dict]]:
@@ -104,7 +484,7 @@ def _quality(summary: dict) -> str:
     always = ("format", "frames", "frames_tcp_mysql", "mysql_connections", "exchanges")
     quiet = [k for k in keys if k not in always and all(q.get(k) in (None, 0, False, "") for _, q in caps)]
     keys = [k for k in keys if k not in quiet]
-    head = "<tr><th></th>" + "".join(f"<th>{esc(side)}: {esc(str(q.get('file')))}</th>" for side, q in caps) + "</tr>"
+    head = "<tr><th></th>" + "".join(f"<th>{esc(side)}: {esc(q.get('file'))}</th>" for side, q in caps) + "</tr>"
     body = []
     for k in keys:
         cells = []
@@ -117,156 +497,7 @@ def _quality(summary: dict) -> str:
     return f"<table class='quality'>{head}{''.join(body)}</table>{zero}"
 
 
-def _decomposition(summary: dict, x: pd.DataFrame) -> str:
-    both = x.loc[x["seen"] == "both", ["total_s", *(col for col, _ in COMPONENTS)]]  # not a whole-table copy
-    parts = []
-    total = float(both["total_s"].sum()) if len(both) else 0.0
-    if total > 0:
-        shares = " · ".join(f"{label} <b>{100 * float(both[col].sum()) / total:.1f} %</b>" for col, label in COMPONENTS)
-        parts.append(f"<p>Of the {total:.3f} s clients waited on the {len(both)} exchanges seen at both points: "
-                     f"{shares}.</p>")
-    elif len(x):
-        parts.append("<p>No exchange was seen at both points: only one side's view is available, so the split into "
-                     "network and server time is not possible.</p>")
-    rows = []
-    for col, label in (("total_s", "client (A4 − A1)"), ("server_s", "server (D4 − D1)"), ("network_s", "network"),
-                       ("net_req_s", "request leg"), ("net_resp_s", "response leg"), ("queue_s", "queueing"),
-                       ("exec_s", "execution")):
-        v = x[col].dropna().to_numpy(dtype=float)
-        if len(v):
-            q = np.quantile(v, [0.5, 0.95, 0.99])
-            rows.append([label, str(len(v)), *(_secs(s) for s in q), _secs(v.max()), f"{v.sum():.3f} s"])
-    table = _table(["component", "count", "p50", "p95", "p99", "max", "sum"], rows) if rows else "<p>no latencies</p>"
-    return (f"<section id='decomposition'><h2>Where the time went</h2>{''.join(parts)}"
-            f"<div id='fig-shares' class='fig small'></div>{table}</section>")
-
-
-def _timeline_caption(summary: dict, figures: dict) -> str:
-    meta = figures.get("_timeline_meta") or {}
-    text = ("Server time (D4 − D1; client time where only the app saw the exchange) of every exchange over wall "
-            "time, log scale. Hidden-slow exchanges are red, slow-logged ones orange; the dashed line is "
-            "long_query_time.")
-    if meta.get("sampled"):
-        text += (f" {meta['shown']} of {meta['total']} exchanges shown: every slow, slow-logged or hidden-slow one "
-                 "and a uniform sample of the rest.")
-    return text
-
-
-def _figure_section(name: str, title: str, figures: dict, caption: str) -> str:
-    if figures.get(name) is None:
-        return f"<section id='{name}'><h2>{esc(title)}</h2><p>nothing to show</p></section>"
-    return (f"<section id='{name}'><h2>{esc(title)}</h2><p class='caption'>{esc(caption)}</p>"
-            f"<div id='fig-{name}' class='fig'></div></section>")
-
-
-def _groups_section(summary: dict, figures: dict) -> str:
-    head = "<section id='groups'><h2>Thread groups</h2>"
-    if summary["inputs"]["thread_pool_size"] is None:
-        return head + "<p>thread_pool_size unknown (no capture.toml, no --thread-pool-size): no per-group view.</p></section>"
-    stalls = summary["groups"]["stalls"]
-    rows = []
-    for s in stalls:
-        culprits = "<br>".join(
-            f"connection {esc(_cell(c['conn_id']))}: <code>{esc(c['sql'] or '')}</code> executed "
-            f"{esc(_secs(c['exec_s']))} ({esc(c['exec_source'] or '?')})" for c in s["culprits"]) or "none found"
-        rows.append([f"thread group {s['thread_group']}", esc(s["start"]), _secs(s["duration_s"]), str(s["queued"]),
-                     _secs(s["max_queue_s"]), culprits])
-    stall_table = (_table(["group", "start", "stalled for", "queued", "max queue", "culprits (executing meanwhile)"],
-                          rows, raw=True) if rows else "<p>No group stalled (no queueing of 0.1 s or more).</p>")
-    figs = "".join(f"<div id='fig-{n}' class='fig'></div>" for n in ("heatmap", "inflight") if figures.get(n))
-    return (head + f"<p class='caption'>Queueing seconds per thread group and {summary['groups']['bucket_s']} s bucket, "
-            "and the mean number of exchanges in flight per group. A stalled stretch is a run of queueing ≥ 0.1 s in "
-            "one group; its culprits are statements of that group that executed meanwhile.</p>"
-            f"{figs}<h3>Stalls</h3>{stall_table}</section>")
-
-
-def _fingerprints(x: pd.DataFrame) -> str:
-    q = x.loc[x["fingerprint"].notna(), ["fingerprint", "query_id", "total_s", "server_s", "response_s", "network_s",
-                                         "queue_s", "exec_s", "hidden_slow"]]
-    if q.empty:
-        return "<section id='fingerprints'><h2>Top fingerprints</h2><p>no statements</p></section>"
-    t = q["total_s"].fillna(q["server_s"]).fillna(q["response_s"])
-    f = pd.DataFrame({"fp": q["fingerprint"].array, "qid": q["query_id"].array, "t": t.to_numpy(float),
-                      "net": q["network_s"].to_numpy(float), "queue": q["queue_s"].to_numpy(float),
-                      "exec": q["exec_s"].to_numpy(float), "hidden": q["hidden_slow"].fillna(False).to_numpy(bool)})
-    g = f.groupby("fp", sort=False, observed=True).agg(qid=("qid", "first"), count=("t", "size"), total=("t", "sum"),
-                                       net=("net", "sum"), queue=("queue", "sum"), exec=("exec", "sum"),
-                                       p95=("t", lambda v: v.quantile(0.95)), hidden=("hidden", "sum"))
-    g = g.sort_values("total", ascending=False).head(TOP_FINGERPRINTS)
-    grand = float(f["t"].sum()) or 1.0
-    rows = [[esc(r.qid or ""), str(r.count), f"{r.total:.3f} s", f"{100 * r.total / grand:.1f} %", f"{r.net:.3f}",
-             f"{r.queue:.3f}", f"{r.exec:.3f}", _secs(r.p95), str(int(r.hidden)), f"<code>{esc(_short(fp, 160))}</code>"]
-            for fp, r in g.iterrows()]
-    return ("<section id='fingerprints'><h2>Top fingerprints</h2><p class='caption'>Grouped as pt-query-digest does "
-            "(same fingerprint and Query ID), by total client time (server time where only the DB saw them). "
-            "Component columns are seconds.</p>"
-            + _table(["Query ID", "count", "time", "share", "network", "queue", "exec", "p95", "hidden slow",
-                      "fingerprint"], rows, raw=True) + "</section>")
-
-
-def _hidden(summary: dict, x: pd.DataFrame) -> str:
-    head = "<section id='hidden'><h2>Hidden-slow statements</h2>"
-    flagged = x[x["hidden_slow"].fillna(False).astype(bool)]
-    if summary["inputs"]["long_query_time"] is None:
-        return head + "<p>long_query_time unknown: hidden slow not decided.</p></section>"
-    if flagged.empty:
-        return head + "<p>None: no statement was slower than long_query_time on the wire without being slow-logged.</p></section>"
-    flagged = flagged.sort_values("server_s", ascending=False)
-    rows = []
-    for _, r in flagged.head(HIDDEN_ROWS).iterrows():
-        frames = []
-        if r["seen"] in ("both", "app") and pd.notna(r["resp_last_frame"]):
-            frames.append(_frames_cell(f"app {r['capture']}", r["client"], r["server"], r["req_first_frame"],
-                                       r["resp_last_frame"]))
-        if pd.notna(r["db_req_first_frame"]) and pd.notna(r.get("db_resp_last_frame")):
-            frames.append(_frames_cell("db", r["db_client"], r["server"], r["db_req_first_frame"],
-                                       r["db_resp_last_frame"]))
-        when = r["app_req_ts"] if pd.notna(r["app_req_ts"]) else r["db_req_ts"]
-        rows.append([esc(_cell(when)), esc(_cell(r["conn_id"])), esc(_cell(r["thread_group"])),
-                     f"<code>{esc(_short(r['sql'], 300))}</code>", _secs(r["total_s"]), _secs(r["server_s"]),
-                     _secs(r["queue_s"]), f"{_secs(r['exec_s'])} ({esc(_cell(r['exec_source']))})",
-                     _secs(r["network_s"]), "".join(frames)])
-    more = len(flagged) - HIDDEN_ROWS
-    return (head + f"<p>{len(flagged)} statements took longer than long_query_time between D1 and D4 but are not in "
-            "the slow log: the time went before execution. The display filters select each exchange's frames in "
-            "its capture (Wireshark: paste into the filter bar; tshark: <code>-Y</code>).</p>"
-            + _table(["request sent", "connection", "group", "SQL", "client", "server", "queue", "exec", "network",
-                      "frames and display filter"], rows, raw=True)
-            + (f"<p>… and {more} more (all are in exchanges.parquet: <code>hidden_slow == true</code>).</p>" if more > 0 else "")
-            + "</section>")
-
-
-def _frames_cell(label: str, client, server, first, last) -> str:
-    if pd.isna(client) or pd.isna(server):
-        return ""
-    f = display_filter(str(client), str(server), int(first), int(last))
-    return f"<div class='frames'>{esc(label)}: frames {int(first)}–{int(last)}<br><code class='filter'>{esc(f)}</code></div>"
-
-
-def _connections(x: pd.DataFrame, figures: dict) -> str:
-    head = "<section id='connections'><h2>Connections</h2>"
-    conn = x[x["command"] == "CONNECT"]
-    parts = []
-    hs = conn["response_s"].dropna().to_numpy(float)
-    if len(hs):
-        q = np.quantile(hs, [0.5, 0.95, 0.99])
-        parts.append(f"<p>{len(conn)} connections opened in the capture; handshake latency (greeting to the end of "
-                     f"authentication) p50 {_secs(q[0])}, p95 {_secs(q[1])}, p99 {_secs(q[2])}, max {_secs(hs.max())}.</p>")
-    else:
-        parts.append("<p>No connection handshake in the capture (connections were already open when it began).</p>")
-    parts += [f"<div id='fig-{n}' class='fig'></div>" for n in ("connrate",) if figures.get(n)]
-    errors = x[x["result"] == "error"]
-    if len(errors):
-        g = errors.groupby(errors["error_code"].astype("Int64"), dropna=False).agg(
-            count=("command", "size"), message=("error_message", "first"))
-        rows = [[esc(_cell(code)), str(r["count"]), esc(_short(r["message"], 200))] for code, r in g.iterrows()]
-        parts.append("<h3>Errors</h3>" + _table(["error code", "count", "first message"], rows, raw=True))
-    else:
-        parts.append("<p>No error responses.</p>")
-    return head + "".join(parts) + "</section>"
-
-
-def _method(summary: dict, command_line: str | None) -> str:
+def _method(command_line: str | None) -> str:
     def columns(cols: tuple[Column, ...]) -> str:
         return _table(["column", "dtype", "meaning"], [[c.name, c.dtype, c.meaning] for c in cols])
 
@@ -274,14 +505,18 @@ def _method(summary: dict, command_line: str | None) -> str:
         "<section id='method'><h2>Method and columns</h2><ul>"
         "<li><b>A1, A4</b>: first request byte and last response byte at the app capture; <b>D1, D4</b>: the same "
         "bytes at the DB capture, matched by TCP sequence number per connection and put on the app clock with the "
-        "fitted offset and skew (convex hulls of one-way delays from every segment seen at both points).</li>"
+        "fitted offset and skew (convex hulls of one-way delays from every segment seen at both points). Every time "
+        "on this page is UTC on the app capture's clock.</li>"
         "<li><b>client</b> = A4 − A1; <b>server</b> = D4 − D1 (DB clock, skew-corrected); <b>network</b> = client − "
         "server, split into the request leg D1 − A1 and the response leg A4 − D4.</li>"
-        "<li><b>execution</b>: the slow log's Query_time when the statement is in it; otherwise an estimate named "
-        "in exec_source (median of fast executions of the fingerprint, or a bound below long_query_time). "
-        "<b>queueing</b> = server − execution (≥ 0): time before a worker ran it.</li>"
+        "<li><b>execution</b>: the slow log's Query_time when the statement is in it; otherwise an estimate or a "
+        "bound named in exec_source. <b>queueing</b> = server − execution (≥ 0): time before a worker ran it. "
+        "Queueing is <i>measured</i> when execution comes from the slow log, a <i>lower bound</i> when execution is "
+        "known to be shorter than long_query_time, and <i>estimated</i> when execution is estimated from other "
+        "runs of the statement; an estimate is shown pale and never counts as evidence of a queue.</li>"
         "<li><b>hidden slow</b>: server time above long_query_time, yet not in the slow log and not flagged "
-        "SERVER_QUERY_WAS_SLOW on the wire. <b>thread group</b> = connection id mod thread_pool_size.</li>"
+        "SERVER_QUERY_WAS_SLOW on the wire. <b>understated</b>: in the slow log, yet it waited ≥ 0.1 s before "
+        "executing. <b>thread group</b> = connection id mod thread_pool_size.</li>"
         "<li>Streaming (time to send a large result) is part of execution in the slow log's Query_time and of the "
         "server time; it is not split out.</li></ul>"
         f"<p>pcapdecomp {esc(__version__)}" + (f"; command: <code>{esc(command_line)}</code>" if command_line else "")
@@ -291,13 +526,10 @@ def _method(summary: dict, command_line: str | None) -> str:
     )
 
 
-# ------------------------------------------------------------------ small helpers
-
-
 def _nav() -> str:
     links = (("verdict", "Verdict"), ("decomposition", "Split"), ("timeline", "Timeline"), ("groups", "Groups"),
-             ("waterfall", "Waterfall"), ("fingerprints", "Fingerprints"), ("hidden", "Hidden slow"),
-             ("connections", "Connections"), ("method", "Method"))
+             ("waterfall", "Waterfall"), ("profile", "Profile"), ("hidden", "Hidden slow"),
+             ("understated", "Understated"), ("connections", "Connections"), ("method", "Method"))
     return " · ".join(f"<a href='#{a}'>{t}</a>" for a, t in links)
 
 
@@ -311,32 +543,120 @@ def _slow_log_text(summary: dict) -> str:
             f"{s.get('unparsed_lines', 0)} unparsed lines)")
 
 
+def _pool_size_value(summary: dict):
+    tps = summary.get("thread_pool_size")
+    if isinstance(tps, dict):
+        return tps.get("value")
+    return summary["inputs"].get("thread_pool_size")
+
+
+def _pool_size_text(summary: dict) -> str:
+    tps = summary.get("thread_pool_size")
+    if not isinstance(tps, dict):
+        return _or_unknown(summary["inputs"].get("thread_pool_size"))
+    inferred = tps.get("inferred") or {}
+    if tps.get("value") is None:
+        text = "unknown"
+    elif tps.get("source") == "inferred":
+        text = f"{tps['value']} (inferred from the wire, {inferred.get('confidence', '?')})"
+    else:
+        text = f"{tps['value']} (given)"
+    if tps.get("source") != "inferred" and inferred.get("value") is not None:
+        text += f"; the wire suggests {inferred['value']} ({inferred.get('confidence', '?')})"
+    if tps.get("warning"):
+        text += f" — {tps['warning']}"
+    return text
+
+
+class _Row(list):
+    """A table row with a class, or one cell spanning `span` columns."""
+
+    def __init__(self, cells, span: int = 0, cls: str = ""):
+        super().__init__(cells)
+        self.span, self.cls = span, cls
+
+
 def _kv_table(rows: list[tuple[str, str]]) -> str:
     return "<table class='kv'>" + "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows) + "</table>"
 
 
-def _table(headers: list[str], rows: list[list[str]], raw: bool = False) -> str:
+def _table(headers: list[str], rows: list, numeric=(), cls: str = "") -> str:
+    """Cells are escaped unless they are Html; `numeric` columns are right-aligned."""
+    numeric = set(numeric)
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c if raw else esc(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    body = []
+    for r in rows:
+        span = getattr(r, "span", 0)
+        cells = []
+        for i, c in enumerate(r):
+            attrs = f" colspan='{span}'" if span else " class='num'" if i in numeric else ""
+            cells.append(f"<td{attrs}>{c if isinstance(c, Html) else esc(c)}</td>")
+        row_cls = getattr(r, "cls", "")
+        body.append(f"<tr class='{esc(row_cls)}'>" if row_cls else "<tr>")
+        body.append("".join(cells) + "</tr>")
+    return f"<table class='{esc(cls)}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _split_bar(r) -> Html:
+    """The fingerprint's client time as a bar: network, queueing (measured or bound), queueing (estimated),
+    execution; the numbers in words beside it."""
+    net = 0.0 if pd.isna(r.network_sum) else max(float(r.network_sum), 0.0)
+    q_all = 0.0 if pd.isna(r.queue_sum) else max(float(r.queue_sum), 0.0)
+    q_est = 0.0 if pd.isna(r.queue_estimated_sum) else min(max(float(r.queue_estimated_sum), 0.0), q_all)
+    ex = 0.0 if pd.isna(r.exec_sum) else max(float(r.exec_sum), 0.0)
+    parts = (("network", net), ("queueing", q_all - q_est), ("queueing (estimated)", q_est), ("execution", ex))
+    total = sum(v for _, v in parts)
+    if total <= 0:
+        return Html("–")
+    spans = "".join(f"<span style='width:{100 * v / total:.2f}%;background:{COLORS[label]}'></span>"
+                    for label, v in parts if v > 0)
+    words = " · ".join(f"{label} {100 * v / total:.1f} %" for label, v in parts if v > 0)
+    short_words = f"net {100 * net / total:.0f} · queue {100 * q_all / total:.0f} · exec {100 * ex / total:.0f} %"
+    return Html(f"<div class='split' title='{esc(words)}'>{spans}</div><div class='splitnum'>{esc(short_words)}</div>")
+
+
+def _f(x: pd.DataFrame, col: str) -> np.ndarray:
+    return x[col].to_numpy(dtype="float64", na_value=np.nan)
+
+
+def _int(v) -> str:
+    return "?" if v is None or pd.isna(v) else str(int(v))
+
+
+def _num(v) -> str:
+    return "–" if v is None or pd.isna(v) else f"{int(v):,}"
+
+
+def _qps(v) -> str:
+    return "–" if v is None or pd.isna(v) else (f"{v:.2f}" if v < 100 else f"{v:,.0f}")
+
+
+def _pct(v) -> str:
+    return "–" if v is None or pd.isna(v) else f"{100 * v:.1f} %"
+
+
+def _sum_s(v) -> str:
+    return "–" if v is None or pd.isna(v) else f"{v:.3f} s" if v >= 0.001 else secs(v)
+
+
+def _vm(v) -> str:
+    return "–" if v is None or pd.isna(v) else f"{v:.2f}"
+
+
+def _bytes(v) -> str:
+    if v is None or pd.isna(v):
+        return "–"
+    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if v >= k:
+            return f"{v / k:.1f} {unit}"
+    return f"{int(v)} B"
 
 
 def _or_unknown(v, unit: str = "") -> str:
     return "unknown" if v is None else f"{v}{unit}"
 
 
-def _secs(v) -> str:
-    if v is None or pd.isna(v):
-        return "–"
-    v = float(v)
-    if abs(v) >= 1:
-        return f"{v:.3f} s"
-    if abs(v) >= 1e-3:
-        return f"{v * 1e3:.2f} ms"
-    return f"{v * 1e6:.0f} µs"
-
-
-def _ms(v: float) -> str:
+def _signed(v: float) -> str:
     return f"{v * 1e3:+.3f} ms" if abs(v) >= 1e-3 else f"{v * 1e6:+.3f} µs"
 
 
@@ -350,39 +670,122 @@ def _cell(v) -> str:
     return str(v)
 
 
-def _short(text, limit: int) -> str:
-    if text is None or (not isinstance(text, str) and pd.isna(text)):
-        return ""
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 _STYLE = (
-    "body{font-family:system-ui,sans-serif;margin:0 2em 3em;max-width:95em;color:#222}"
+    "body{font-family:system-ui,sans-serif;margin:0 2em 3em;max-width:110em;color:#222}"
     "header{position:sticky;top:0;background:#fff;border-bottom:1px solid #ddd;padding:.3em 0;z-index:5}"
     "h1{font-size:1.4em;margin:.3em 0}h2{border-bottom:2px solid #446;padding-top:.8em}"
-    "nav a{color:#335;text-decoration:none}.verdict{font-size:1.15em;background:#f5f5fa;padding:.8em;"
-    "border-left:4px solid #c33}table{border-collapse:collapse;font-size:88%;margin:.5em 0}"
+    "nav a{color:#335;text-decoration:none}.verdict{font-size:1.2em;background:#f5f5fa;padding:.8em;"
+    "border-left:4px solid #c33;margin-bottom:.3em}.bullets{margin-top:.2em}"
+    "table{border-collapse:collapse;font-size:88%;margin:.5em 0}"
     "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}th{background:#f0f0f4}"
-    "td.bad{background:#fdd;font-weight:bold}.caption{color:#555}.fig{width:100%;height:420px}"
-    ".fig.small{height:260px;max-width:50em}code{font-size:90%}code.filter{user-select:all;color:#135}"
-    ".frames{margin-bottom:.3em}.warn li{color:#a40}details{margin:.4em 0}"
+    "td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}"
+    "td.bad{background:#fdd;font-weight:bold}.caption{color:#555;max-width:80em}.fig{width:100%;height:420px}"
+    ".fig.short{height:300px}.fig.small{height:200px;max-width:60em}code{font-size:90%}"
+    "code.filter{user-select:all;color:#135;display:block;margin:.2em 0}details summary{cursor:pointer;color:#335}"
+    ".warn li{color:#a40}details{margin:.2em 0}tr.stallhead td{background:#fbeaea;font-weight:600}"
+    "tr.culprit td{background:#eee}table.statements code{word-break:break-all}"
+    ".split{display:flex;width:12em;height:.9em;border:1px solid #bbb}.split span{display:block;height:100%}"
+    ".splitnum{font-size:85%;color:#555}.sample{padding-left:2em}.sample .fp{color:#777;font-size:85%}"
+    "button.zoom{font-size:85%;cursor:pointer}.tip{position:fixed;display:none;z-index:10;background:#fff;"
+    "border:1px solid #888;padding:.3em .5em;font-size:85%;white-space:pre-wrap;max-width:40em;pointer-events:none;"
+    "box-shadow:0 1px 4px rgba(0,0,0,.3)}"
 )
 
 # window.onerror first, so that errors thrown while plotly.js loads are recorded too
 _ERRORS = ("window.__errors=[];window.addEventListener('error',function(e){window.__errors.push(String(e.message));"
            "document.documentElement.setAttribute('data-errors',window.__errors.join(' | '));});")
 
+# The figures, then the shared time axis: a zoom or pan in one time chart is applied to the others; a stall's zoom
+# button sets all of them.
 _BOOT = """
 (function(){
   var specs = __SPECS__;
+  var timeFigs = specs._time || [];
   var names = Object.keys(specs).filter(function(n){ return n.charAt(0) !== '_'; });
+  var last = '';
+  function timeEls(){
+    return timeFigs.map(function(n){ return document.getElementById('fig-' + n); })
+                   .filter(function(el){ return el && el._fullLayout; });
+  }
+  function setRange(r, except){
+    last = JSON.stringify(r);
+    return Promise.all(timeEls().filter(function(el){ return el !== except; }).map(function(el){
+      return Plotly.relayout(el, {'xaxis.range': r.slice(), 'xaxis.autorange': false});
+    }));
+  }
+  function follow(el){
+    el.on('plotly_relayout', function(ev){
+      if (!('xaxis.range[0]' in ev || 'xaxis.range' in ev || 'xaxis.autorange' in ev)) { return; }
+      var r = el._fullLayout.xaxis.range.slice();
+      if (JSON.stringify(r) === last) { return; }
+      setRange(r, el);
+    });
+  }
   var done = names.map(function(n){
     var el = document.getElementById('fig-' + n);
     if (!el) { return Promise.resolve(); }
     if (specs[n].layout && specs[n].layout.height) { el.style.height = specs[n].layout.height + 'px'; }
-    return Plotly.newPlot(el, specs[n].data, specs[n].layout, {responsive: true, displaylogo: false});
+    return Plotly.newPlot(el, specs[n].data, specs[n].layout, {responsive: true, displaylogo: false})
+      .then(function(){
+        if (timeFigs.indexOf(n) >= 0) { follow(el); }
+        if (n === 'timeline' && hover) { tooltip(el); }
+      });
   });
+  document.addEventListener('click', function(ev){
+    var b = ev.target.closest ? ev.target.closest('button[data-zoom-from]') : null;
+    if (!b) { return; }
+    setRange([Number(b.getAttribute('data-zoom-from')), Number(b.getAttribute('data-zoom-to'))], null);
+    var tl = document.getElementById('timeline');
+    if (tl) { tl.scrollIntoView(); }
+  });
+  window.pcapdecompSetRange = setRange;
+  // the timeline's tooltip: built from the hover table as text (textContent), never parsed as markup
+  var hover = specs._timeline && specs._timeline.hover, table = null;
+  function typed(a){
+    if (!a || !a.bdata) { return a; }
+    var bin = atob(a.bdata), bytes = new Uint8Array(bin.length);
+    for (var i = 0; i < bin.length; i++) { bytes[i] = bin.charCodeAt(i); }
+    return new ({f8: Float64Array, f4: Float32Array, i4: Int32Array, u1: Uint8Array}[a.dtype])(bytes.buffer);
+  }
+  function secs(v){
+    if (!(v === v)) { return '\\u2013'; }
+    var a = Math.abs(v);
+    return a >= 1 ? v.toFixed(3) + ' s' : a >= 1e-3 ? (v * 1e3).toFixed(2) + ' ms' : (v * 1e6).toFixed(0) + ' \\u00b5s';
+  }
+  function clock(ms){
+    var whole = Math.floor(ms), d = new Date(whole), us = Math.round((ms - whole) * 1000);
+    function two(n){ return (n < 10 ? '0' : '') + n; }
+    return two(d.getUTCHours()) + ':' + two(d.getUTCMinutes()) + ':' + two(d.getUTCSeconds()) + '.' +
+      String(d.getUTCMilliseconds() * 1000 + Math.min(us, 999)).padStart(6, '0');
+  }
+  function statementText(i){
+    if (!table) {
+      table = {};
+      Object.keys(hover).forEach(function(k){ table[k] = typed(hover[k]); });
+    }
+    var t = table, est = t.estimated[i], src = t.sources[t.source[i]] || '?', who = function(v){ return v < 0 ? '?' : String(v); };
+    return [t.texts[t.sql[i]],
+            'conn ' + who(t.conn[i]) + ', group ' + who(t.group[i]) + ', sent ' + clock(t.start[i]),
+            'client ' + secs(t.total[i]) + ', server ' + secs(t.server[i]),
+            'queue ' + secs(t.queue[i] + est) + (est > 0 ? ' (' + secs(est) + ' estimated)' : '') + ', exec ' +
+              secs(t.exec[i]) + ' (' + src + '), network ' + secs(t.network[i])].join('\\n');
+  }
+  function tooltip(el){
+    var box = document.createElement('div');
+    box.className = 'tip';
+    box.id = 'timeline-tip';
+    document.body.appendChild(box);
+    el.on('plotly_hover', function(ev){
+      var p = ev.points && ev.points[0];
+      if (!p || typeof p.data.meta !== 'number') { return; }
+      box.textContent = statementText(p.data.meta + p.pointNumber);
+      var e = ev.event || {};
+      box.style.left = ((e.clientX || 0) + 14) + 'px';
+      box.style.top = ((e.clientY || 0) + 14) + 'px';
+      box.style.display = 'block';
+    });
+    el.on('plotly_unhover', function(){ box.style.display = 'none'; });
+  }
   Promise.all(done).then(function(){
     document.body.setAttribute('data-rendered', names.length + ' figures');
   }, function(err){

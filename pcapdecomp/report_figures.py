@@ -1,178 +1,635 @@
-"""The report's plotly figures, as JSON-ready {data, layout} specs. Each figure is bounded in size whatever the
-number of exchanges: the timeline samples (keeping every slow one), the others aggregate."""
+"""The report's plotly figures, as JSON-ready {data, layout} dicts.
+
+Every figure's cost is bounded by what it shows, never by the input's size or its timestamps' spread:
+- the time charts share one x range (`TimeAxis`): the span of the capture's timestamps without far outliers (a
+  frame stamped 1970 in a capture of 2026 is counted and said, not plotted), and a bounded number of buckets;
+- the timeline draws at most TIMELINE_STATEMENTS statements on at most TIMELINE_LANES connection lanes, every
+  notable one (culprit, hidden slow, understated, slow-logged, slow) first and a uniform sample of the rest;
+- the other figures aggregate.
+
+All text that comes from a capture or a log goes through `plain()`: plotly renders a subset of HTML in labels
+and hover text (`<a href>`, `<b>`, `<br>`), so `<`, `>` and `&` become entities, which plotly shows as the
+characters themselves. Numbers go out as typed arrays ({dtype, bdata}: plotly.js decodes them), times as
+milliseconds since the epoch on plotly date axes (UTC, the app capture's clock)."""
 
 from __future__ import annotations
 
-import json
+import base64
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
-TIMELINE_POINTS = 20_000
+from .decompose import ts_ns
+from .digest import queue_parts
+
+NS = 1_000_000_000
+TIMELINE_STATEMENTS = 20_000
+TIMELINE_LANES = 60
 WATERFALL_ROWS = 30
-RATE_BINS = 200
-COLORS = {"network": "#6a9fd4", "queueing": "#d9534f", "execution": "#5cb85c", "request leg": "#6a9fd4",
-          "response leg": "#9cc3ea"}
+WATERFALL_MIN_SHARE = 0.01  # waterfall rows shorter than this share of the slowest are left out (invisible bars)
+TIME_BUCKETS = 400  # at most this many buckets across the time axis in any aggregated time chart
+CONNECTION_POINTS = 5_000  # connection latency markers (every slow one, a sample of the rest)
+CULPRIT_LABELS = 12
+STALL_BANDS = 300
+OUTLIER_QUANTILE = 0.001  # the core of the time range: between these quantiles of all timestamps …
+OUTLIER_SLACK = 100  # … widened by this many times its width (at least OUTLIER_MIN_SLACK_NS) on both sides
+OUTLIER_MIN_SLACK_NS = 3600 * NS
+MARGIN = dict(l=170, r=100, t=40, b=40)  # the same plot area on every time chart, so that their axes line up
+COLORS = {"network": "#6a9fd4", "request leg": "#6a9fd4", "response leg": "#9cc3ea", "queueing": "#d62728",
+          "queueing (estimated)": "#f4a6a6", "execution": "#2ca02c", "client wait": "#9aa9bb",
+          "hidden slow": "#d62728", "understated": "#9467bd", "in the slow log": "#ff7f0e", "culprit": "#111111",
+          "statement": "#7a8fa6", "plain": "#8888cc", "TLS": "#44aa99", "executing": "#2ca02c",
+          "queued": "#d62728", "slow": "#1f77b4"}
+_NICE_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800,
+                   3600, 7200, 21600, 86400)
 
 
-def figure_specs(summary: dict, x: pd.DataFrame, groups: pd.DataFrame) -> dict:
-    specs: dict = {}
-    specs["shares"] = _spec(_shares(x))
-    timeline, meta = _timeline(summary, x)
-    specs["timeline"], specs["_timeline_meta"] = _spec(timeline), meta
-    specs["heatmap"] = _spec(_heatmap(groups))
-    specs["inflight"] = _spec(_inflight(groups))
-    specs["waterfall"] = _spec(_waterfall(x))
-    specs["connrate"] = _spec(_connection_rate(x))
-    return specs
+# ------------------------------------------------------------------ text and numbers
 
 
-def _spec(fig: go.Figure | None) -> dict | None:
-    return None if fig is None else json.loads(fig.to_json())
+def plain(text) -> str:
+    """Text for a plotly label or hover: shown as is, never interpreted as markup."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _when(x: pd.DataFrame) -> pd.Series:
-    return x["app_req_ts"].fillna(x["db_req_ts"]).fillna(x["req_first_ts"])
+def short(text, limit: int = 60) -> str:
+    if text is None or (not isinstance(text, str) and pd.isna(text)):
+        return ""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _layout(fig: go.Figure, **kw) -> go.Figure:
-    fig.update_layout(margin=dict(l=60, r=20, t=30, b=40), template="plotly_white", **kw)
-    return fig
+def secs(v) -> str:
+    """A duration for people: 3.809 s, 12.34 ms, 87 µs."""
+    if v is None or pd.isna(v):
+        return "–"
+    v = float(v)
+    if abs(v) >= 1:
+        return f"{v:.3f} s"
+    if abs(v) >= 1e-3:
+        return f"{v * 1e3:.2f} ms"
+    return f"{v * 1e6:.0f} µs"
 
 
-def _shares(x: pd.DataFrame) -> go.Figure | None:
-    both = x.loc[x["seen"] == "both", ["total_s", "network_s", "queue_s", "exec_s"]]
-    if both.empty or not float(both["total_s"].sum()) > 0:
+def clock(ns, date: bool = False) -> str:
+    """A time of day to the microsecond (UTC), with the date in front when asked: 05:42:36.320020."""
+    if ns is None or pd.isna(ns):
+        return "–"
+    t = pd.Timestamp(int(ns), unit="ns", tz="UTC") if not isinstance(ns, pd.Timestamp) else ns
+    return t.strftime("%Y-%m-%d %H:%M:%S.%f" if date else "%H:%M:%S.%f")
+
+
+def _arr(values: np.ndarray) -> dict:
+    """A numpy array as plotly.js's typed-array spec."""
+    a = np.ascontiguousarray(values)
+    code = {np.dtype("float64"): "f8", np.dtype("float32"): "f4", np.dtype("int32"): "i4",
+            np.dtype("int16"): "i2", np.dtype("uint8"): "u1"}[a.dtype]
+    return {"dtype": code, "bdata": base64.b64encode(a.tobytes()).decode("ascii")}
+
+
+def _ms(ns: np.ndarray) -> np.ndarray:
+    return np.asarray(ns, dtype=np.float64) / 1e6
+
+
+# ------------------------------------------------------------------ times on the app clock
+
+
+@dataclass
+class Times:
+    """Per exchange, int64 ns on the app clock: start (A1, else D1), end (A4, else D4), D1, D4, with valid masks."""
+
+    start: np.ndarray
+    end: np.ndarray
+    d1: np.ndarray
+    d4: np.ndarray
+    has_start: np.ndarray
+    has_end: np.ndarray
+    has_d1: np.ndarray
+    has_d4: np.ndarray
+
+
+def exchange_times(x: pd.DataFrame) -> Times:
+    a1, va1 = ts_ns(x["app_req_ts"])
+    a4, va4 = ts_ns(x["app_resp_ts"])
+    d1, vd1 = ts_ns(x["db_req_ts"])
+    d4, vd4 = ts_ns(x["db_resp_ts"])
+    return Times(np.where(va1, a1, d1), np.where(va1, a4, d4), d1, d4, va1 | vd1, np.where(va1, va4, vd4), vd1, vd4)
+
+
+@dataclass(frozen=True)
+class TimeAxis:
+    """The x range every time chart shares, and what lies outside it."""
+
+    lo_ns: int
+    hi_ns: int
+    outside: int = 0  # exchanges or connections with a timestamp outside [lo, hi]: left out of the time charts
+    outside_first_ns: int | None = None
+    outside_last_ns: int | None = None
+
+    @property
+    def span_s(self) -> float:
+        return (self.hi_ns - self.lo_ns) / NS
+
+    def range_ms(self) -> list[float]:
+        return [self.lo_ns / 1e6, self.hi_ns / 1e6]
+
+    def inside(self, ns: np.ndarray) -> np.ndarray:
+        return (ns >= self.lo_ns) & (ns <= self.hi_ns)
+
+
+def time_axis(t: Times, extra: list[np.ndarray] = ()) -> TimeAxis | None:
+    """The range of the capture's timestamps without far outliers, padded by 2 %.
+
+    The core is the range between the 0.1 % and 99.9 % quantiles of all timestamps; a timestamp more than
+    OUTLIER_SLACK core widths (at least an hour) beyond it is an outlier: a clock glitch or a crafted frame. That
+    keeps the charts readable; their cost is bounded by bucket counts whatever the range."""
+    points = np.concatenate([t.start[t.has_start], t.end[t.has_end], *extra])
+    if len(points) == 0:
         return None
-    fig = go.Figure()
-    for col, label in (("network_s", "network"), ("queue_s", "queueing"), ("exec_s", "execution")):
-        total = float(both[col].sum())
-        fig.add_bar(y=["client time"], x=[total], name=label, orientation="h", marker_color=COLORS[label],
-                    hovertemplate=f"{label}: %{{x:.3f}} s<extra></extra>")
-    return _layout(fig, barmode="stack", xaxis_title="seconds, summed over exchanges seen at both points", height=220)
+    k_lo = int(OUTLIER_QUANTILE * (len(points) - 1))
+    k_hi = len(points) - 1 - k_lo
+    part = np.partition(points, [k_lo, k_hi])
+    core_lo, core_hi = int(part[k_lo]), int(part[k_hi])
+    slack = max(OUTLIER_SLACK * (core_hi - core_lo), OUTLIER_MIN_SLACK_NS)
+    keep = (points >= core_lo - slack) & (points <= core_hi + slack)
+    lo, hi = int(points[keep].min()), int(points[keep].max())
+    pad = max((hi - lo) // 50, 1_000_000)
+    lo, hi = lo - pad, hi + pad
+    outside = np.zeros(len(t.start), dtype=bool)
+    far = []
+    for ns, valid in ((t.start, t.has_start), (t.end, t.has_end), (t.d1, t.has_d1), (t.d4, t.has_d4)):
+        beyond = valid & ((ns < lo) | (ns > hi))
+        outside |= beyond
+        far.append(ns[beyond])
+    n_extra = 0
+    for ns in extra:
+        beyond = (ns < lo) | (ns > hi)
+        n_extra += int(beyond.sum())
+        far.append(ns[beyond])
+    far = np.concatenate(far)
+    return TimeAxis(lo, hi, int(outside.sum()) + n_extra, int(far.min()) if len(far) else None,
+                    int(far.max()) if len(far) else None)
 
 
-def _timeline(summary: dict, x: pd.DataFrame) -> tuple[go.Figure | None, dict]:
-    if x.empty:
-        return None, {}
-    y = x["server_s"].fillna(x["total_s"]).fillna(x["response_s"])
-    ok = y.notna().to_numpy()
-    hidden = x["hidden_slow"].fillna(False).to_numpy(bool) & ok
-    logged = x["in_slow_log"].fillna(False).to_numpy(bool) & ok & ~hidden
-    lqt = summary["inputs"]["long_query_time"]
-    slow = (y.to_numpy(float, na_value=np.nan) > lqt) if lqt is not None else np.zeros(len(x), bool)
-    rest = ok & ~hidden & ~logged
-    keep_rest = np.flatnonzero(rest & slow)
-    others = np.flatnonzero(rest & ~slow)
-    room = max(TIMELINE_POINTS - int(hidden.sum()) - int(logged.sum()) - len(keep_rest), 0)
-    if len(others) > room:
-        others = np.sort(np.random.default_rng(0).choice(others, room, replace=False))
-    fig = go.Figure()
-    shown = 0
-    for rows, name, color, size in ((np.concatenate([keep_rest, others]), "exchanges", "#7a8fa6", 4),
-                                    (np.flatnonzero(logged), "in the slow log", "#f0ad4e", 7),
-                                    (np.flatnonzero(hidden), "hidden slow", "#d62728", 9)):
-        if len(rows) == 0:
-            continue
-        sel = x.iloc[np.sort(rows)]
-        shown += len(sel)
-        fig.add_scattergl(x=_when(sel).dt.tz_convert(None), y=np.maximum(y.iloc[np.sort(rows)].to_numpy(float), 1e-6),
-                          mode="markers", name=name, marker=dict(color=color, size=size),
-                          text=_hover(sel), hovertemplate="%{text}<extra></extra>")
-    if lqt is not None:
-        fig.add_hline(y=max(lqt, 1e-6), line_dash="dash", line_color="#444",
-                      annotation_text=f"long_query_time {lqt} s", annotation_position="top left")
-    _layout(fig, yaxis_type="log", yaxis_title="server time, s (log)", xaxis_title="request time (UTC, app clock)",
-            height=440, legend=dict(orientation="h", y=1.08))
-    return fig, {"total": int(ok.sum()), "shown": shown, "sampled": shown < int(ok.sum())}
+def nice_bucket_ns(span_ns: int, buckets: int = TIME_BUCKETS) -> int:
+    """The smallest round bucket length giving at most `buckets` buckets over span_ns."""
+    for b in _NICE_BUCKETS_S:
+        if span_ns / (b * NS) <= buckets:
+            return int(b * NS)
+    return int(np.ceil(span_ns / buckets / NS)) * NS
 
 
-def _hover(sel: pd.DataFrame) -> list[str]:
-    def f(v) -> str:
-        return "–" if pd.isna(v) else f"{float(v) * 1e3:.2f} ms"
+def connection_times(connections: dict | None, summary: dict) -> pd.DataFrame | None:
+    """One row per connection whose set-up was captured, at the DB capture when there is one (the server's view:
+    thread creation and pool queueing show in SYN → greeting), else at the app captures. Columns: point, t_ns
+    (SYN, else greeting, on the app clock), syn_greeting_s, greeting_ok_s, syn_ok_s, tls, login_ok (authentication
+    ended with OK). Mid-stream connections (opened before the capture) are left out and counted by the caller."""
+    if not connections:
+        return None
+    point = "db" if connections.get("db") is not None and len(connections["db"]) else "app"
+    c = connections.get(point)
+    if c is None or len(c) == 0:
+        return None
+    syn, vs = ts_ns(c["syn_ts"])
+    greet, vg = ts_ns(c["greeting_ts"])
+    ok, vo = ts_ns(c["login_ok_ts"])
+    first, vf = ts_ns(c["first_ts"])
+    t = np.where(vs, syn, np.where(vg, greet, first))
+    has_t = (vs | vg | vf) & ~c["midstream"].fillna(False).to_numpy(dtype=bool)
+    if point == "db":
+        t = _db_to_app(t, summary)
+    return pd.DataFrame({
+        "point": point, "t_ns": t[has_t],
+        "syn_greeting_s": np.where(vs & vg, (greet - syn) / NS, np.nan)[has_t],
+        "greeting_ok_s": np.where(vg & vo, (ok - greet) / NS, np.nan)[has_t],
+        "syn_ok_s": np.where(vs & vo, (ok - syn) / NS, np.nan)[has_t],
+        "tls": c["tls"].fillna(False).to_numpy(dtype=bool)[has_t],
+        "login_ok": vo[has_t],
+    })
 
-    out = []
-    for r in sel[["sql", "command", "conn_id", "thread_group", "total_s", "server_s", "queue_s", "exec_s",
-                  "network_s"]].itertuples(index=False):
-        sql = r.sql if isinstance(r.sql, str) else r.command
-        sql = sql if len(sql) <= 120 else sql[:119] + "…"
-        out.append(f"{_html(sql)}<br>conn {r.conn_id if pd.notna(r.conn_id) else '?'}, group "
-                   f"{r.thread_group if pd.notna(r.thread_group) else '?'}<br>client {f(r.total_s)}, server "
-                   f"{f(r.server_s)}<br>queue {f(r.queue_s)}, exec {f(r.exec_s)}, network {f(r.network_s)}")
+
+def _db_to_app(ns: np.ndarray, summary: dict) -> np.ndarray:
+    """DB-clock times on the app clock with the fitted offset and skew (θ = DB − app, given at the DB capture's first
+    packet). Good to the clock's bound; the connection charts need milliseconds."""
+    clock = summary.get("clock") or {}
+    if clock.get("offset_s") is None:
+        return ns
+    first = ((summary.get("captures") or {}).get("db") or {}).get("first_ts")
+    ref = pd.Timestamp(first).value if first else int(ns.min()) if len(ns) else 0
+    theta = clock["offset_s"] * NS + (clock.get("skew_ppm") or 0.0) * 1e-6 * (ns - ref)
+    return ns - np.rint(theta).astype(np.int64)
+
+
+# ------------------------------------------------------------------ which exchanges matter
+
+
+def _flag(x: pd.DataFrame, col: str) -> np.ndarray:
+    if col not in x.columns:
+        return np.zeros(len(x), dtype=bool)
+    return x[col].fillna(False).to_numpy(dtype=bool)
+
+
+def culprit_mask(x: pd.DataFrame, summary: dict, t: Times) -> np.ndarray:
+    """The exchanges named as culprits of a stall: stall_role == culprit where the analysis wrote it, else the
+    statements summary.json's stalls name (same connection, same D1)."""
+    if "stall_role" in x.columns:
+        return (x["stall_role"] == "culprit").fillna(False).to_numpy(dtype=bool)
+    named = [(c.get("conn_id"), c.get("db_req_ts")) for s in (summary.get("groups") or {}).get("stalls") or []
+             for c in s.get("culprits") or []]
+    named = [(cid, pd.Timestamp(ts).value) for cid, ts in named if cid is not None and ts]
+    out = np.zeros(len(x), dtype=bool)
+    if not named:
+        return out
+    at = np.isin(t.d1, np.array([ns for _, ns in named], dtype=np.int64)) & t.has_d1
+    conn = x["conn_id"].to_numpy(dtype="float64", na_value=np.nan)
+    wanted = set(named)
+    for i in np.flatnonzero(at):
+        out[i] = (conn[i], int(t.d1[i])) in wanted
     return out
 
 
-def _html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+# ------------------------------------------------------------------ the figures
 
 
-def _heatmap(groups: pd.DataFrame) -> go.Figure | None:
-    if groups is None or groups.empty:
+def figure_specs(summary: dict, x: pd.DataFrame, groups: pd.DataFrame | None, t: Times, axis: TimeAxis | None,
+                 conns: pd.DataFrame | None = None, pool: pd.DataFrame | None = None) -> dict:
+    """{name: {data, layout} or None}; "_time" lists the figures on the shared time axis, "_timeline" says what
+    the timeline shows."""
+    specs: dict = {"shares": _shares(x)}
+    specs["timeline"], specs["_timeline"] = _timeline(summary, x, t, axis)
+    specs["heatmap"] = _heatmap(groups, axis)
+    specs["pool"] = _pool(summary, groups, pool, axis)
+    specs["waterfall"] = _waterfall(x)
+    specs["connrate"] = _connection_rate(conns, axis)
+    specs["_time"] = [n for n in ("timeline", "heatmap", "pool", "connrate") if specs[n] is not None]
+    return specs
+
+
+def _layout(height: int, **kw) -> dict:
+    base = {"height": height, "margin": dict(MARGIN), "paper_bgcolor": "#fff", "plot_bgcolor": "#fff",
+            "font": {"family": "system-ui, sans-serif", "size": 12}, "hovermode": "closest",
+            "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"}}
+    base.update(kw)
+    return base
+
+
+def _time_xaxis(axis: TimeAxis, title: str = "time (UTC, app clock)") -> dict:
+    return {"type": "date", "range": axis.range_ms(), "autorange": False, "title": {"text": title},
+            "gridcolor": "#eee", "showline": True, "linecolor": "#999", "tickformat": "%H:%M:%S.%L"}
+
+
+def _shares(x: pd.DataFrame) -> dict | None:
+    both = (x["seen"] == "both").fillna(False).to_numpy(dtype=bool)
+    if not both.any():
         return None
-    pivot = groups.pivot_table(index="thread_group", columns="bucket_start", values="queue_s", aggfunc="sum",
-                               fill_value=0.0)
-    fig = go.Figure(go.Heatmap(z=pivot.to_numpy(float), x=pd.DatetimeIndex(pivot.columns).tz_convert(None),
-                               y=[f"group {g}" for g in pivot.index], colorscale="Reds",
-                               colorbar=dict(title="queue s"),
-                               hovertemplate="%{y} %{x}<br>queueing %{z:.3f} s<extra></extra>"))
-    return _layout(fig, height=max(180, 40 * len(pivot) + 100), xaxis_title="time (UTC, app clock)")
-
-
-def _inflight(groups: pd.DataFrame) -> go.Figure | None:
-    if groups is None or groups.empty:
+    total = float(np.nansum(x["total_s"].to_numpy(dtype="float64", na_value=np.nan)[both]))
+    if not total > 0:
         return None
-    fig = go.Figure()
-    for g, part in groups.groupby("thread_group"):
-        fig.add_scattergl(x=part["bucket_start"].dt.tz_convert(None), y=part["in_flight"].to_numpy(float),
-                          mode="lines", name=f"group {g} in flight", line_shape="hv")
-        fig.add_scattergl(x=part["bucket_start"].dt.tz_convert(None), y=part["queued"].to_numpy(float),
-                          mode="lines", name=f"group {g} queued", line_shape="hv", line_dash="dot")
-    return _layout(fig, height=300, yaxis_title="mean exchanges", xaxis_title="time (UTC, app clock)")
+    certain, estimated = (part[both] for part in queue_parts(x))
+    parts = (("network", float(np.nansum(x["network_s"].to_numpy(dtype="float64", na_value=np.nan)[both]))),
+             ("queueing", float(certain.sum())), ("queueing (estimated)", float(estimated.sum())),
+             ("execution", float(np.nansum(x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)[both]))))
+    data = [{"type": "bar", "orientation": "h", "y": ["client time"], "x": [v], "name": label,
+             "marker": {"color": COLORS[label]}, "hoverinfo": "text",
+             "hovertext": [f"{label}: {v:.3f} s ({100 * v / total:.1f} %)"]}
+            for label, v in parts if v > 0 or label != "queueing (estimated)"]
+    return {"data": data, "layout": _layout(200, barmode="stack", margin=dict(l=80, r=20, t=40, b=40),
+                                            xaxis={"title": {"text": "seconds, summed over exchanges seen at both points"}})}
 
 
-def _waterfall(x: pd.DataFrame) -> go.Figure | None:
+def _timeline(summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None) -> tuple[dict | None, dict]:
+    """Each statement as a span from A1 to A4 (D1 to D4 when only the DB saw it) on its connection's lane, lanes
+    ordered by thread group: queueing red (pale when estimated), execution green; the stalled stretches shaded
+    over their group's lanes; culprits, hidden-slow, understated and slow-logged statements marked at their end."""
+    if axis is None or len(x) == 0:
+        return None, {}
+    drawable = t.has_start & t.has_end & axis.inside(t.start) & axis.inside(t.end) & (t.end >= t.start)
+    n_drawable = int(drawable.sum())
+    if n_drawable == 0:
+        return None, {}
+    lqt = summary["inputs"].get("long_query_time")
+    server = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)
+    total = x["total_s"].to_numpy(dtype="float64", na_value=np.nan)
+    dur = np.where(np.isnan(server), total, server)
+    culprit = culprit_mask(x, summary, t)
+    hidden = _flag(x, "hidden_slow")
+    understated = _flag(x, "understated")
+    logged = _flag(x, "in_slow_log")
+    slow = (np.nan_to_num(dur) > lqt) if lqt is not None else np.zeros(len(x), dtype=bool)
+    klass = np.select([culprit, hidden | understated, logged | slow], [3, 2, 1], 0) * drawable
+    notable = np.flatnonzero(klass > 0)
+    notable = notable[np.lexsort((-np.nan_to_num(dur[notable]), -klass[notable]))][:TIMELINE_STATEMENTS]
+    rest = np.flatnonzero(drawable & (klass == 0))
+    room = TIMELINE_STATEMENTS - len(notable)
+    if len(rest) > room:
+        rest = np.random.default_rng(0).choice(rest, room, replace=False)
+    rows = np.sort(np.concatenate([notable, rest]))
+    sel = x.iloc[rows]
+
+    lane, labels, lane_group = _lanes(sel, klass[rows], np.nan_to_num(dur[rows]))
+    n_lanes = len(labels)
+    y = lane.astype(np.float32)
+    start, end = t.start[rows], t.end[rows]
+    d1, d4, has_d1, has_d4 = t.d1[rows], t.d4[rows], t.has_d1[rows], t.has_d4[rows]
+    certain, estimated = (part[rows] for part in queue_parts(x))
+    exec_s = x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)[rows]
+    q_mid = d1 + np.rint(certain * NS).astype(np.int64)  # certain queueing first, the estimated rest after it
+    q_end = q_mid + np.rint(estimated * NS).astype(np.int64)
+    x_start = np.maximum(d4 - np.rint(np.nan_to_num(exec_s) * NS).astype(np.int64), d1)
+
+    data = [_segments("client wait", start, end, y, np.ones(len(rows), dtype=bool), 2)]
+    data.append(_segments("queueing", d1, q_mid, y, has_d1 & (certain > 0), 9))
+    data.append(_segments("queueing (estimated)", q_mid, q_end, y, has_d1 & (estimated > 0), 9))
+    data.append(_segments("execution", x_start, d4, y, has_d4 & ~np.isnan(exec_s), 9))
+    data = [d for d in data if d is not None]
+
+    k = klass[rows]
+    order = []
+    for label, mask, size, symbol in (
+            ("statement", k == 0, 4, "circle"),
+            ("in the slow log", (k == 1) & logged[rows], 8, "circle"),
+            ("slow", (k == 1) & ~logged[rows], 6, "circle"),
+            ("understated", understated[rows] & (k == 2), 10, "square"),
+            ("hidden slow", hidden[rows] & (k == 2) & ~understated[rows], 10, "triangle-up"),
+            ("culprit", k == 3, 13, "diamond")):
+        idx = np.flatnonzero(mask)
+        if len(idx) == 0:
+            continue
+        # hover: the page's own tooltip reads statement meta + pointNumber of the hover table (_hover_table)
+        data.append({"type": "scattergl", "mode": "markers", "name": label, "x": _arr(_ms(end[idx])),
+                     "y": _arr(y[idx]), "hoverinfo": "none", "meta": sum(len(o) for o in order),
+                     "marker": {"color": COLORS[label], "size": size, "symbol": symbol,
+                                "line": {"width": 1, "color": "#fff"}}})
+        order.append(idx)
+    order = np.concatenate(order)
+    hover = _hover_table(sel.iloc[order], start[order], certain[order], estimated[order])
+    culprits = np.flatnonzero(k == 3)
+    annotations = [{"x": float(_ms(x_start[i])), "y": float(y[i]), "text": "culprit", "showarrow": True,
+                    "arrowhead": 0, "ax": 0, "ay": -18, "font": {"size": 11, "color": COLORS["culprit"]}}
+                   for i in culprits[np.argsort(-np.nan_to_num(dur[rows][culprits]))][:CULPRIT_LABELS]]
+    shapes = _stall_bands(summary, lane_group, axis)
+    layout = _layout(min(max(24 * n_lanes + 160, 300), 1100), xaxis=_time_xaxis(axis), shapes=shapes,
+                     annotations=annotations,
+                     yaxis={"tickmode": "array", "tickvals": list(range(n_lanes)), "ticktext": labels,
+                            "range": [n_lanes - 0.5, -0.5], "autorange": False, "zeroline": False,
+                            "showgrid": False, "title": {"text": ""}})
+    meta = {"total": n_drawable, "shown": len(rows), "sampled": len(rows) < n_drawable, "lanes": n_lanes,
+            "notable": len(notable), "hover": hover}
+    return {"data": data, "layout": layout}, meta
+
+
+def _segments(name: str, a: np.ndarray, b: np.ndarray, y: np.ndarray, mask: np.ndarray, width: int) -> dict | None:
+    """Horizontal segments [a, b] at height y as one line trace with gaps (NaN) between them."""
+    idx = np.flatnonzero(mask)
+    if len(idx) == 0:
+        return None
+    xs = np.column_stack([_ms(a[idx]), _ms(b[idx]), np.full(len(idx), np.nan)]).ravel()
+    ys = np.column_stack([y[idx], y[idx], np.full(len(idx), np.nan, dtype=np.float32)]).ravel()
+    return {"type": "scattergl", "mode": "lines", "name": name, "x": _arr(xs), "y": _arr(ys.astype(np.float32)),
+            "hoverinfo": "skip", "connectgaps": False, "line": {"color": COLORS[name], "width": width}}
+
+
+def _lanes(sel: pd.DataFrame, klass: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, list[str], dict]:
+    """Lane per row: one per connection, ordered by thread group and connection id; beyond TIMELINE_LANES the
+    connections with the least notable, least time go into one shared lane. Returns (lane per row, labels,
+    {thread group: (first lane, last lane)})."""
+    conn = sel["conn_id"].to_numpy(dtype="float64", na_value=np.nan)
+    known = ~np.isnan(conn)
+    capture = pd.factorize(sel["capture"].astype(object).to_numpy())[0]
+    key = pd.DataFrame({"c": np.where(known, conn, -1.0), "f": np.where(known, -1, capture),
+                        "i": np.where(known, -1, sel["conn_index"].to_numpy(dtype=np.int64))})
+    code = key.groupby(["c", "f", "i"], sort=False).ngroup().to_numpy()
+    group = sel["thread_group"].to_numpy(dtype="float64", na_value=np.nan)
+    per = pd.DataFrame({"code": code, "k": klass, "d": dur, "g": group, "c": key["c"], "f": key["f"],
+                        "i": key["i"], "cap": sel["capture"].astype(object).to_numpy()})
+    lanes = per.groupby("code").agg(k=("k", "max"), d=("d", "sum"), g=("g", "first"), c=("c", "first"),
+                                    i=("i", "first"), cap=("cap", "first"))
+    other = np.zeros(len(lanes), dtype=bool)
+    if len(lanes) > TIMELINE_LANES:
+        ranked = lanes.sort_values(["k", "d"], ascending=False).index[: TIMELINE_LANES - 1]
+        other = ~lanes.index.isin(ranked)
+    lanes["other"] = other
+    lanes = lanes.sort_values(["other", "g", "c", "cap", "i"], na_position="last")
+    shown = lanes[~lanes["other"]]
+    labels = []
+    for r in shown.itertuples():
+        who = f"conn {int(r.c)}" if r.c >= 0 else f"{short(str(r.cap).rsplit('/', 1)[-1], 24)} #{int(r.i)}"
+        labels.append(plain(who if np.isnan(r.g) else f"g{int(r.g)} · {who}"))
+    position = pd.Series(np.arange(len(shown)), index=shown.index).reindex(lanes.index, fill_value=len(shown))
+    if other.any():
+        labels.append(f"{int(other.sum())} other connections")
+    lane = position.sort_index().to_numpy()[code]  # ngroup codes are 0 … lanes − 1
+    spans = {int(g): (int(p.min()), int(p.max())) for g, p in
+             pd.Series(np.arange(len(shown))).groupby(shown["g"].to_numpy()) if not np.isnan(g)}
+    return lane, labels, spans
+
+
+EXEC_SOURCES = ("slow_log", "fingerprint_median", "below_long_query_time", "flagged_slow")
+
+
+def _hover_table(sel: pd.DataFrame, start: np.ndarray, certain: np.ndarray, estimated: np.ndarray) -> dict:
+    """What the timeline's tooltip shows per marker, column by column (typed arrays; statement texts once each):
+    the page's script writes it into the tooltip as text, so nothing in it is ever read as markup."""
+    sql = sel["sql"].astype(object).where(sel["sql"].notna(), sel["command"].astype(object)).to_numpy()
+    codes, texts = pd.factorize(pd.Series([short(v, 300) for v in sql], dtype=object))
+    source = sel["exec_source"].astype(object).to_numpy()
+    source_code = np.array([EXEC_SOURCES.index(v) if v in EXEC_SOURCES else 255 for v in source], dtype=np.uint8)
+
+    def f4(col: str) -> dict:
+        return _arr(sel[col].to_numpy(dtype="float64", na_value=np.nan).astype(np.float32))
+
+    def i4(col: str) -> dict:
+        return _arr(sel[col].to_numpy(dtype="float64", na_value=-1).astype(np.int32))
+
+    return {"texts": list(texts), "sources": list(EXEC_SOURCES), "sql": _arr(codes.astype(np.int32)),
+            "conn": i4("conn_id"), "group": i4("thread_group"), "start": _arr(_ms(start)),
+            "total": f4("total_s"), "server": f4("server_s"), "queue": _arr(certain.astype(np.float32)),
+            "estimated": _arr(estimated.astype(np.float32)), "exec": f4("exec_s"), "network": f4("network_s"),
+            "source": _arr(source_code)}
+
+
+def _int(v) -> str:
+    return "?" if v is None or pd.isna(v) else str(int(v))
+
+
+def _stall_bands(summary: dict, lane_group: dict, axis: TimeAxis) -> list[dict]:
+    shapes = []
+    for s in ((summary.get("groups") or {}).get("stalls") or [])[:STALL_BANDS]:
+        g = s.get("thread_group")
+        if g not in lane_group:
+            continue
+        lo, hi = lane_group[g]
+        shapes.append({"type": "rect", "xref": "x", "yref": "y", "layer": "below", "line": {"width": 0},
+                       "fillcolor": "rgba(214,39,40,0.10)", "x0": pd.Timestamp(s["start"]).value / 1e6,
+                       "x1": pd.Timestamp(s["end"]).value / 1e6, "y0": lo - 0.5, "y1": hi + 0.5})
+    return shapes
+
+
+def _rebin(starts: np.ndarray, bucket_ns: int, axis: TimeAxis) -> tuple[np.ndarray, int, np.ndarray]:
+    """Buckets inside the axis, merged k at a time so that at most TIME_BUCKETS remain. Returns (kept mask, new
+    bucket length, new bucket index of each kept bucket)."""
+    keep = (starts + bucket_ns > axis.lo_ns) & (starts <= axis.hi_ns)
+    k = max(1, int(np.ceil((axis.hi_ns - axis.lo_ns) / bucket_ns / TIME_BUCKETS)))
+    first = int(starts[keep].min()) if keep.any() else 0
+    return keep, bucket_ns * k, (starts[keep] - first) // (bucket_ns * k)
+
+
+def _bucketed(frame: pd.DataFrame, axis: TimeAxis | None, means: list[str], maxes: list[str] = (),
+              sums: list[str] = (), by: str | None = None) -> pd.DataFrame | None:
+    """groups/pool rows inside the axis, re-bucketed to at most TIME_BUCKETS buckets: means stay means (equal
+    bucket lengths), maxima maxima, sums sums. Adds start_ns and bucket_ns."""
+    if frame is None or len(frame) == 0 or axis is None:
+        return None
+    starts, _ = ts_ns(frame["bucket_start"])
+    bucket_ns = int(round(float(frame["bucket_s"].iloc[0]) * NS))
+    keep, new_ns, index = _rebin(starts, bucket_ns, axis)
+    if not keep.any():
+        return None
+    part = frame.loc[keep, [c for c in (by, *means, *maxes, *sums) if c]].copy()
+    first = int(starts[keep].min())
+    part["b"] = index
+    keys = [by, "b"] if by else ["b"]
+    merged = part.groupby(keys, sort=True).agg({**{c: "mean" for c in means}, **{c: "max" for c in maxes},
+                                                **{c: "sum" for c in sums}}).reset_index()
+    merged["start_ns"] = first + merged["b"].to_numpy(dtype=np.int64) * new_ns
+    merged["bucket_ns"] = new_ns
+    return merged
+
+
+def _heatmap(groups: pd.DataFrame | None, axis: TimeAxis | None) -> dict | None:
+    b = _bucketed(groups, axis, [], sums=["queue_s"], by="thread_group")
+    if b is None:
+        return None
+    pivot = b.pivot_table(index="thread_group", columns="start_ns", values="queue_s", aggfunc="sum", fill_value=0.0)
+    bucket_ns = int(b["bucket_ns"].iloc[0])
+    edges = np.append(pivot.columns.to_numpy(dtype=np.int64), int(pivot.columns[-1]) + bucket_ns)
+    data = [{"type": "heatmap", "z": pivot.to_numpy(dtype=np.float64).tolist(), "x": _arr(_ms(edges)),
+             "y": [f"group {int(g)}" for g in pivot.index], "colorscale": "Reds", "zmin": 0,
+             "colorbar": {"title": {"text": "queue s"}, "thickness": 12, "x": 1.01, "xanchor": "left"},
+             "hovertemplate": "%{y}, %{x}<br>queueing %{z:.3f} s<extra></extra>"}]
+    return {"data": data, "layout": _layout(max(160, 28 * len(pivot) + 90), xaxis=_time_xaxis(axis),
+                                            yaxis={"fixedrange": True, "autorange": "reversed"})}
+
+
+def _pool(summary: dict, groups: pd.DataFrame | None, pool: pd.DataFrame | None, axis: TimeAxis | None) -> dict | None:
+    """Statements executing and queued over time, the whole server together (pool.parquet when the analysis wrote
+    it, else the sum over thread groups), and the inferred thread_pool_max_threads when there is one."""
+    data = []
+    if pool is not None and len(pool):
+        p = _bucketed(pool, axis, ["executing", "queued"], maxes=[c for c in ("executing_max", "queued_max")
+                                                                  if c in pool.columns])
+    else:
+        g = _bucketed(groups, axis, ["executing", "queued"], by="thread_group")
+        p = None if g is None else g.groupby("start_ns", as_index=False).agg(
+            executing=("executing", "sum"), queued=("queued", "sum"), bucket_ns=("bucket_ns", "first"))
+    if p is None:
+        return None
+    xs = _ms(np.append(p["start_ns"].to_numpy(dtype=np.int64), int(p["start_ns"].iloc[-1]) + int(p["bucket_ns"].iloc[0])))
+    for col, label, color, dash in (("executing_max", "executing (most at once)", COLORS["executing"], "solid"),
+                                    ("executing", "executing (mean)", "#98df8a", "solid"),
+                                    ("queued_max", "queued (most at once)", COLORS["queued"], "solid"),
+                                    ("queued", "queued (mean)", "#f4a6a6", "dot")):
+        if col in p.columns:
+            v = p[col].to_numpy(dtype=np.float64)
+            data.append({"type": "scatter", "mode": "lines", "name": label, "x": _arr(xs),
+                         "y": _arr(np.append(v, v[-1])), "line": {"shape": "hv", "color": color, "dash": dash},
+                         "hoverinfo": "x+y+name"})
+    shapes, annotations = [], []
+    cap = (summary.get("pool") or {}).get("cap")
+    if cap and cap.get("threads"):
+        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": cap["threads"],
+                       "y1": cap["threads"], "line": {"dash": "dash", "color": "#444", "width": 1}})
+        annotations.append({"xref": "paper", "x": 0, "y": cap["threads"], "yanchor": "bottom", "showarrow": False,
+                            "xanchor": "left", "text": f"thread_pool_max_threads = {int(cap['threads'])} (inferred)"})
+    return {"data": data, "layout": _layout(260, xaxis=_time_xaxis(axis), shapes=shapes, annotations=annotations,
+                                            yaxis={"title": {"text": "statements"}, "rangemode": "tozero",
+                                                   "fixedrange": True})}
+
+
+def _waterfall(x: pd.DataFrame) -> dict | None:
+    """The slowest exchanges, each from A1 (D1 when only the DB saw it): request leg, queueing, execution,
+    response leg; rows under WATERFALL_MIN_SHARE of the slowest would be empty bars and are left out."""
     key = x["total_s"].fillna(x["server_s"]).dropna()
-    top = x.loc[key.nlargest(WATERFALL_ROWS).index]  # the rows needed, not a sorted copy of the table
-    if top.empty:
+    key = key[key > 0]
+    if key.empty:
         return None
-    top = top.iloc[::-1]  # slowest at the top
-    labels = [f"conn {c if pd.notna(c) else '?'} #{s}: {_short(q if isinstance(q, str) else m)}"
-              for c, s, q, m in zip(top["conn_id"], top["seq"], top["sql"], top["command"])]
-    parts = [("request leg", top["net_req_s"]), ("queueing", top["queue_s"]), ("execution", top["exec_s"]),
-             ("response leg", top["net_resp_s"])]
-    fig = go.Figure()
-    base = np.zeros(len(top))
-    for label, values in parts:
-        v = values.to_numpy(float, na_value=np.nan)
+    top = key.nlargest(WATERFALL_ROWS)
+    top = top[top >= WATERFALL_MIN_SHARE * top.iloc[0]]
+    rows = x.loc[top.index].iloc[::-1]  # slowest at the top
+    labels = [plain(f"conn {_int(c)} · {short(q if isinstance(q, str) else m, 50)}")
+              for c, q, m in zip(rows["conn_id"], rows["sql"], rows["command"])]
+    labels = [f"{i + 1}. {lab}" for i, lab in zip(range(len(labels) - 1, -1, -1), labels)]  # unique, ranked
+    certain, estimated = queue_parts(rows)
+    parts = [("request leg", rows["net_req_s"].to_numpy(dtype="float64", na_value=np.nan)),
+             ("queueing", certain), ("queueing (estimated)", estimated),
+             ("execution", rows["exec_s"].to_numpy(dtype="float64", na_value=np.nan)),
+             ("response leg", rows["net_resp_s"].to_numpy(dtype="float64", na_value=np.nan))]
+    data, base = [], np.zeros(len(rows))
+    for label, v in parts:
         v = np.where(np.isnan(v), 0.0, np.maximum(v, 0.0))
-        fig.add_bar(y=labels, x=v, base=base.copy(), orientation="h", name=label, marker_color=COLORS[label],
-                    hovertemplate=f"{label}: %{{x:.4f}} s<extra></extra>")
+        if v.any():
+            data.append({"type": "bar", "orientation": "h", "y": labels, "x": _arr(v), "base": _arr(base.copy()),
+                         "name": label, "marker": {"color": COLORS[label]}, "hoverinfo": "text",
+                         "hovertext": [f"{label}: {secs(s)}" for s in v]})
         base += v
-    return _layout(fig, barmode="overlay", height=max(300, 22 * len(top) + 80), xaxis_title="seconds from A1",
-                   yaxis=dict(automargin=True, tickfont=dict(size=10)))
+    total = rows["total_s"].fillna(rows["server_s"]).to_numpy(dtype="float64")
+    data.append({"type": "scatter", "mode": "text", "y": labels, "x": _arr(np.maximum(base, total)),
+                 "text": [secs(v) for v in total], "textposition": "middle right", "showlegend": False,
+                 "hoverinfo": "skip", "textfont": {"size": 10}})
+    return {"data": data, "layout": _layout(max(220, 24 * len(rows) + 100), barmode="overlay",
+                                            margin=dict(l=20, r=60, t=40, b=40),
+                                            xaxis={"title": {"text": "seconds from A1"}, "rangemode": "tozero"},
+                                            yaxis={"automargin": True, "tickfont": {"size": 10}})}
 
 
-def _connection_rate(x: pd.DataFrame) -> go.Figure | None:
-    conn = x[x["command"] == "CONNECT"]
-    if conn.empty:
+def _connection_rate(conns: pd.DataFrame | None, axis: TimeAxis | None) -> dict | None:
+    """New connections per bucket over the whole capture (plain and TLS stacked), and each connection's set-up
+    latencies (SYN → greeting, greeting → OK) at its SYN time, on the shared time axis."""
+    if conns is None or axis is None or len(conns) == 0:
         return None
-    ns = _when(conn).astype("int64").to_numpy()
-    lo, hi = int(ns.min()), int(ns.max())
-    bins = min(RATE_BINS, max(1, (hi - lo) // 100_000_000 + 1))  # ≥ 100 ms per bin
-    counts, edges = np.histogram(ns, bins=bins, range=(lo, hi + 1))
-    width_s = (edges[1] - edges[0]) / 1e9
-    fig = go.Figure()
-    fig.add_bar(x=pd.to_datetime(edges[:-1].astype("int64"), utc=True).tz_convert(None), y=counts / width_s,
-                name="new connections / s", marker_color="#8888cc")
-    hs = conn["response_s"].to_numpy(float, na_value=np.nan)
-    fig.add_scattergl(x=pd.to_datetime(ns, utc=True).tz_convert(None), y=hs * 1e3, mode="markers",
-                      name="handshake ms", yaxis="y2", marker=dict(size=5, color="#cc6600"))
-    return _layout(fig, height=300, yaxis_title="connections / s",
-                   yaxis2=dict(title="handshake ms", overlaying="y", side="right"), xaxis_title="time (UTC)",
-                   legend=dict(orientation="h", y=1.1))
+    inside = axis.inside(conns["t_ns"].to_numpy(dtype=np.int64))
+    c = conns[inside]
+    if len(c) == 0:
+        return None
+    bucket_ns = nice_bucket_ns(axis.hi_ns - axis.lo_ns)
+    first = axis.lo_ns - axis.lo_ns % bucket_ns
+    n = int((axis.hi_ns - first) // bucket_ns) + 1
+    index = (c["t_ns"].to_numpy(dtype=np.int64) - first) // bucket_ns
+    tls = c["tls"].to_numpy(dtype=bool)
+    centers = _ms(first + np.arange(n, dtype=np.int64) * bucket_ns + bucket_ns // 2)
+    data = []
+    for label, mask in (("plain", ~tls), ("TLS", tls)):
+        counts = np.bincount(index[mask], minlength=n).astype(np.float64)
+        if counts.any() or label == "plain":
+            data.append({"type": "bar", "name": f"new connections ({label})", "x": _arr(centers),
+                         "y": _arr(counts), "width": bucket_ns / 1e6, "marker": {"color": COLORS[label]},
+                         "hoverinfo": "x+y+name"})
+    pick = _latency_points(c)
+    for col, label, color in (("syn_greeting_s", "SYN → greeting, ms", "#cc6600"),
+                              ("greeting_ok_s", "greeting → OK, ms", "#7f3c8d")):
+        v = c[col].to_numpy(dtype=np.float64)[pick]
+        ok = ~np.isnan(v)
+        if ok.any():
+            data.append({"type": "scattergl", "mode": "markers", "name": label, "yaxis": "y2",
+                         "x": _arr(_ms(c["t_ns"].to_numpy(dtype=np.int64)[pick][ok])), "y": _arr(v[ok] * 1e3),
+                         "marker": {"size": 6, "color": color}, "hoverinfo": "x+y+name"})
+    width = secs(bucket_ns / NS).replace(".000 s", " s")
+    layout = _layout(300, barmode="stack", xaxis=_time_xaxis(axis),
+                     yaxis={"title": {"text": f"new connections per {width}"}, "rangemode": "tozero",
+                            "fixedrange": True},
+                     yaxis2={"title": {"text": "set-up ms"}, "overlaying": "y", "side": "right", "rangemode": "tozero",
+                             "fixedrange": True, "showgrid": False})
+    return {"data": data, "layout": layout}
 
 
-def _short(text: str, limit: int = 60) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _latency_points(c: pd.DataFrame) -> np.ndarray:
+    """At most CONNECTION_POINTS connections: the slowest tenth of the budget, then a uniform sample."""
+    n = len(c)
+    if n <= CONNECTION_POINTS:
+        return np.arange(n)
+    slow = np.nan_to_num(c["syn_ok_s"].fillna(c["greeting_ok_s"]).to_numpy(dtype=np.float64), nan=-1.0)
+    worst = np.argsort(-slow)[: CONNECTION_POINTS // 10]
+    rest = np.setdiff1d(np.arange(n), worst)
+    sample = np.random.default_rng(0).choice(rest, CONNECTION_POINTS - len(worst), replace=False)
+    return np.sort(np.concatenate([worst, sample]))
