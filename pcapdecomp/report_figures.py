@@ -121,15 +121,18 @@ def exchange_times(x: pd.DataFrame) -> Times:
 class TimeAxis:
     """The x range every time chart shares, and what lies outside it."""
 
-    lo_ns: int
+    lo_ns: int  # the charts' range: the timestamps' range, padded
     hi_ns: int
+    first_ns: int  # the first and last timestamp inside it
+    last_ns: int
     outside: int = 0  # exchanges or connections with a timestamp outside [lo, hi]: left out of the time charts
     outside_first_ns: int | None = None
     outside_last_ns: int | None = None
 
     @property
     def span_s(self) -> float:
-        return (self.hi_ns - self.lo_ns) / NS
+        """The capture's span in seconds (first to last timestamp, outliers left out)."""
+        return (self.last_ns - self.first_ns) / NS
 
     def range_ms(self) -> list[float]:
         return [self.lo_ns / 1e6, self.hi_ns / 1e6]
@@ -153,9 +156,9 @@ def time_axis(t: Times, extra: list[np.ndarray] = ()) -> TimeAxis | None:
     core_lo, core_hi = int(part[k_lo]), int(part[k_hi])
     slack = max(OUTLIER_SLACK * (core_hi - core_lo), OUTLIER_MIN_SLACK_NS)
     keep = (points >= core_lo - slack) & (points <= core_hi + slack)
-    lo, hi = int(points[keep].min()), int(points[keep].max())
-    pad = max((hi - lo) // 50, 1_000_000)
-    lo, hi = lo - pad, hi + pad
+    first, last = int(points[keep].min()), int(points[keep].max())
+    pad = max((last - first) // 50, 1_000_000)
+    lo, hi = first - pad, last + pad
     outside = np.zeros(len(t.start), dtype=bool)
     far = []
     for ns, valid in ((t.start, t.has_start), (t.end, t.has_end), (t.d1, t.has_d1), (t.d4, t.has_d4)):
@@ -168,7 +171,7 @@ def time_axis(t: Times, extra: list[np.ndarray] = ()) -> TimeAxis | None:
         n_extra += int(beyond.sum())
         far.append(ns[beyond])
     far = np.concatenate(far)
-    return TimeAxis(lo, hi, int(outside.sum()) + n_extra, int(far.min()) if len(far) else None,
+    return TimeAxis(lo, hi, first, last, int(outside.sum()) + n_extra, int(far.min()) if len(far) else None,
                     int(far.max()) if len(far) else None)
 
 
