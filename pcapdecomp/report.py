@@ -23,7 +23,7 @@ from . import __version__
 from .digest import profile
 from .evidence import display_filter
 from .report_figures import (COLORS, TimeAxis, Times, clock, connection_times, culprit_mask, exchange_times,
-                             figure_specs, queue_parts, secs, short, time_axis)
+                             figure_specs, queue_parts, secs, short, time_axis, visible)
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS, GROUP_COLUMNS, Column
 
 HIDDEN_ROWS = 200  # hidden-slow (and understated) rows listed in the page; the rest are counted
@@ -38,7 +38,7 @@ class Html(str):
 
 
 def esc(text) -> Html:
-    return Html(html.escape("" if text is None else str(text), quote=True))
+    return Html(html.escape("" if text is None else visible(text), quote=True))
 
 
 def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command_line: str | None = None,

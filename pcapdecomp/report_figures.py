@@ -15,6 +15,7 @@ milliseconds since the epoch on plotly date axes (UTC, the app capture's clock).
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,9 +49,22 @@ _NICE_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5
 # ------------------------------------------------------------------ text and numbers
 
 
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
+
+
+def visible(text) -> str:
+    """Control characters as \\xNN and lone surrogates (bytes that were not UTF-8) as \\xNN / \\uNNNN: a statement's
+    binary bytes stay readable, and the page stays valid UTF-8."""
+    def code(m: re.Match) -> str:
+        c = ord(m.group())
+        return f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+    return _UNPRINTABLE.sub(code, str(text))
+
+
 def plain(text) -> str:
     """Text for a plotly label or hover: shown as is, never interpreted as markup."""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return visible(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def short(text, limit: int = 60) -> str:
@@ -435,7 +449,7 @@ def _hover_table(sel: pd.DataFrame, start: np.ndarray, certain: np.ndarray, esti
     """What the timeline's tooltip shows per marker, column by column (typed arrays; statement texts once each):
     the page's script writes it into the tooltip as text, so nothing in it is ever read as markup."""
     sql = sel["sql"].astype(object).where(sel["sql"].notna(), sel["command"].astype(object)).to_numpy()
-    codes, texts = pd.factorize(pd.Series([short(v, 300) for v in sql], dtype=object))
+    codes, texts = pd.factorize(pd.Series([visible(short(v, 300)) for v in sql], dtype=object))
     source = sel["exec_source"].astype(object).to_numpy()
     source_code = np.array([EXEC_SOURCES.index(v) if v in EXEC_SOURCES else 255 for v in source], dtype=np.uint8)
 

@@ -183,3 +183,15 @@ def test_a_wild_timestamp_is_counted_and_said_not_plotted(tmp_path):
             assert lo - 1e3 < f["range"][0] <= lo and hi <= f["range"][1] < hi + 1e3, name
     heat = found["figures"]["fig-heatmap"]["traces"][0]
     assert heat["n"] <= TIME_BUCKETS + 1
+
+
+def test_binary_bytes_in_text_are_shown_as_escapes_and_keep_the_page_utf8():
+    """A statement's control characters and undecodable bytes (surrogate-escaped) become visible \\xNN escapes in
+    HTML and in plotly labels, and never make the page invalid UTF-8."""
+    from pcapdecomp.report import esc
+    from pcapdecomp.report_figures import plain
+
+    raw = b"SELECT '\x00\x07\xff<'".decode("utf-8", "surrogateescape")
+    assert esc(raw) == "SELECT &#x27;\\x00\\x07\\xff&lt;&#x27;"
+    assert plain(raw) == "SELECT '\\x00\\x07\\xff&lt;'"
+    esc(raw).encode("utf-8")  # no lone surrogate left
