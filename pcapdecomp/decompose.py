@@ -291,7 +291,7 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     has_server = ~np.isnan(server)
     todo = has_server & ~in_log & ~flagged
     estimate = estimate_execution(t["command"], t["fingerprint"], server, has_server & ~in_log & ~flagged
-                                  & (server <= lqt if lqt is not None else True))
+                                  & (server >= 0) & (server <= lqt if lqt is not None else True))
     by_fp = todo & ~np.isnan(estimate)
     exec_s[by_fp] = estimate[by_fp]
     source[by_fp] = "fingerprint_median"

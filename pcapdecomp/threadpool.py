@@ -59,6 +59,7 @@ class PoolView:
     stall_role: pd.Series  # category per exchange row
     stall_members: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)  # per stall (victims, culprits): row positions
     cap_members: tuple[np.ndarray, np.ndarray] | None = None  # (executing, waiting) row positions while at the cap
+    outliers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # rows with wild DB-side times
     warnings: list[str] = field(default_factory=list)
 
 
@@ -190,15 +191,16 @@ class _Rows:
     culprit_ok: np.ndarray  # its execution could hold a worker for long: exec_s ≥ threshold from a source that says so
 
 
-def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, int, int, int]:
-    """The exchanges with DB-side times inside the robust span, as int64 ns arrays; (rows, outliers, t0, t1)."""
+def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, int]:
+    """The exchanges with DB-side times inside the robust span, as int64 ns arrays; (rows, outlier row positions,
+    t0, t1)."""
     d1_all, v1 = ts_ns(t["db_req_ts"])
     d4_all, v4 = ts_ns(t["db_resp_ts"])
     valid = v1 & v4
     pos = np.flatnonzero(valid)
     d1, d4 = d1_all[pos], d4_all[pos]
     keep, t0, t1 = robust_span(d1, d4)
-    outliers = int((~keep).sum())
+    outliers = pos[~keep]
     pos, d1, d4 = pos[keep], d1[keep], d4[keep]
 
     def col(name):
@@ -457,12 +459,13 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
                      threshold_s: float = STALL_MIN_QUEUE_S) -> PoolView:
     """Everything the thread-pool view adds, from decompose()'s table (exec_s, queue_s, queue_min_s, …)."""
     threshold_ns = int(round(threshold_s * NS))
-    r, outliers, t0, t1 = _rows(t, threshold_ns)
+    r, outlier_rows, t0, t1 = _rows(t, threshold_ns)
+    outliers = len(outlier_rows)
     n = len(t)
     warnings: list[str] = []
     if outliers:
         warnings.append(f"{outliers} exchanges have DB-side times far outside the capture's span (or ending before "
-                        "they start): left out of the pool and group views")
+                        "they start): left out of the pool and group views and the verdict")
     bucket_s = bucket_s or auto_bucket_s(t1 - t0)
     edges = _edges(t0, t1, bucket_s) if len(r.pos) else np.zeros(1, np.int64)
     pool = pool_table(r, edges, bucket_s, threshold_ns) if len(r.pos) else _empty(POOL_COLUMNS)
@@ -475,8 +478,8 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
     thread_group = (conn % int(size)).astype("Int64") if size else pd.Series(pd.NA, index=t.index, dtype="Int64")
     group_r = thread_group.to_numpy(dtype="float64", na_value=-1)[r.pos].astype(np.int64)
 
-    # the cap check looks into the groups only when they are known for sure
-    sure = given_size or inferred["confidence"] == "certain"
+    # the cap check looks into the groups only when the wire confirms them (a wrong given size would hide the cap)
+    sure = inferred["confidence"] == "certain" and inferred["value"] == size
     cap = infer_cap(r, group_r if size and sure else None, threshold_ns)
     if cap and source == "inferred" and inferred["confidence"] != "certain":
         # the waits are the thread limit's doing: they say nothing about the groups
@@ -534,7 +537,7 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
         thread_group=thread_group.reset_index(drop=True),
         stall=pd.Series(stall, dtype="Int64").where(stall >= 0),
         stall_role=pd.Series(role, dtype="object").astype("category"),
-        stall_members=members, cap_members=cap_members, warnings=warnings,
+        stall_members=members, cap_members=cap_members, outliers=outlier_rows, warnings=warnings,
     )
 
 

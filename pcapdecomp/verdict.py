@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from .decompose import STALL_MIN_QUEUE_S
-from .threadpool import MAX_CULPRITS, PoolView, exchange_ref, json_value
+from .decompose import ts_ns
+from .threadpool import MAX_CULPRITS, PoolView, exchange_ref, json_value, robust_span
 
 VICTIMS_LISTED = 50  # hidden-slow / understated statements listed in summary.json (the rest counted)
 STALLS_TOLD = 5  # stall bullets (the rest counted)
@@ -26,17 +27,31 @@ def tell(summary: dict, x: pd.DataFrame, view: PoolView) -> dict:
     """summary.json's verdict, story, hidden_slow, understated and queueing, from the other summary parts (inputs,
     exchanges, clock, groups, pool, thread_pool_size) and the exchanges table (with thread_group, stall and
     stall_role set)."""
-    hidden = x["hidden_slow"].to_numpy(dtype=bool, na_value=False)
-    understated = x["understated"].to_numpy(dtype=bool, na_value=False)
+    sane = _sane(x, view)
+    hidden = x["hidden_slow"].to_numpy(dtype=bool, na_value=False) & sane
+    understated = x["understated"].to_numpy(dtype=bool, na_value=False) & sane
     parts = {
-        "queueing": _queueing(x),
+        "queueing": _queueing(x[sane]),
         "hidden_slow": _victims(x, hidden, view),
         "understated": {**_victims(x, understated, view), "threshold_s": STALL_MIN_QUEUE_S},
     }
-    story = _story(summary, x, view, hidden, understated)
+    story = _story(summary, x, view, hidden, understated, sane)
     parts["story"] = story
     parts["verdict"] = "\n".join([story["sentence"], *(f"- {b['text']}" for b in story["bullets"])])
     return parts
+
+
+def _sane(x: pd.DataFrame, view: PoolView) -> np.ndarray:
+    """Rows whose times are not damage: DB-side times inside the capture's robust span (the pool view's outliers
+    left out) and app-side times likewise."""
+    sane = np.ones(len(x), dtype=bool)
+    sane[view.outliers] = False
+    a1, v1 = ts_ns(x["app_req_ts"])
+    a4, v4 = ts_ns(x["app_resp_ts"])
+    both = np.flatnonzero(v1 & v4)
+    keep, _, _ = robust_span(a1[both], a4[both])
+    sane[both[~keep]] = False
+    return sane
 
 
 # --- summary.json parts -------------------------------------------------------------------------------------------
@@ -86,15 +101,16 @@ def _ref(x: pd.DataFrame, pos: int) -> dict:
 # --- the story ----------------------------------------------------------------------------------------------------
 
 
-def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, understated: np.ndarray) -> dict:
+def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, understated: np.ndarray,
+           sane: np.ndarray) -> dict:
     bullets: list[dict] = []
     findings: list[str] = []
     c = summary["exchanges"]
     lqt = summary["inputs"]["long_query_time"]
-    server = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)
-    total = x["total_s"].to_numpy(dtype="float64", na_value=np.nan)
-    qmin = x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan)
-    queue = x["queue_s"].to_numpy(dtype="float64", na_value=np.nan)
+    server = np.where(sane, x["server_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
+    total = np.where(sane, x["total_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
+    qmin = np.where(sane, x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
+    queue = np.where(sane, x["queue_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
     certain = np.nan_to_num(qmin) >= STALL_MIN_QUEUE_S
     cap = (summary.get("pool") or {}).get("cap")
     stalls = (summary.get("groups") or {}).get("stalls") or []
@@ -115,9 +131,9 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
         sentence = _cap_sentence(cap, x, view, hidden, understated)
         bullets += _cap_bullets(cap, x, view)
     elif certain.any():
-        told = [s for s in stalls if s["culprits_total"]]
+        told = any(s["culprits_total"] for s in stalls)
         findings.append("group_stall" if told else "queueing_unexplained")
-        sentence = _stall_sentence(x, told, hidden, understated, qmin, queue, server, total, size)
+        sentence = _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, size)
     else:
         sentence = _quiet_sentence(summary, x, server, lqt)
         findings.append("idle" if sentence.startswith("No statement waited") else "undecided")
@@ -134,10 +150,10 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     if n_h:
         bullets.append(_hidden_bullet(x, hidden, lqt))
     bullets += _size_bullets(size)
-    split = _split_bullet(x)
+    split = _split_bullet(x[sane])
     if split:
         bullets.append(split)
-    est = _estimate_bullet(x)
+    est = _estimate_bullet(x[sane])
     if est:
         bullets.append(est)
     if c["total"]:
@@ -150,10 +166,11 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
         bullets.append({"topic": "clock", "text": f"DB clock − app clock: {k * clock['offset_s']:+.3f} {unit} "
                                                   f"(bounds {k * lo:+.3f} … {k * hi:+.3f} {unit}), skew "
                                                   f"{clock['skew_ppm']:+.2f} ppm."})
-    outliers = ((summary.get("pool") or {}).get("outliers") or {}).get("exchanges")
+    outliers = int((~sane).sum())
     if outliers:
-        bullets.append({"topic": "outliers", "text": f"{outliers} exchanges have DB-side times far outside the "
-                                                     "capture's span and are left out of the pool and group views."})
+        bullets.append({"topic": "outliers", "text": f"{outliers} exchanges have times far outside the "
+                                                     "capture's span (or end before they start): their times are damage, left out of the pool "
+                                                     "and group views and of this verdict."})
     return {"sentence": sentence, "findings": findings, "bullets": bullets}
 
 
@@ -189,10 +206,17 @@ def _cap_bullets(cap: dict, x: pd.DataFrame, view: PoolView) -> list[dict]:
                                        f"{_source_words(cap['wait_source'])})."}]
 
 
-def _stall_sentence(x, told, hidden, understated, qmin, queue, server, total, size) -> str:
+def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, size) -> str:
     victims = hidden | understated
-    n_h, n_u = int(hidden.sum()), int(understated.sum())
-    if told:
+    told = [s for s in stalls if s["culprits_total"]]
+    in_told = np.zeros(len(x), dtype=bool)
+    for s, (members, _) in zip(stalls, view.stall_members):
+        if s["culprits_total"]:
+            in_told[members] = True
+    h, u = hidden & in_told, understated & in_told
+    n_h, n_u = int(h.sum()), int(u.sum())
+    rest = int((victims & ~in_told).sum())
+    if told and (n_h or n_u):
         groups = sorted({s["thread_group"] for s in told})
         where = (f"thread group {groups[0]}" if len(groups) == 1 else
                  "thread groups " + ", ".join(map(str, groups[:-1])) + f" and {groups[-1]}")
@@ -200,24 +224,28 @@ def _stall_sentence(x, told, hidden, understated, qmin, queue, server, total, si
         if n_h:
             text = (f"{n_h} {_plural(n_h, 'statement was', 'statements were')} slow only because "
                     f"{_plural(n_h, 'it', 'they')} waited in {where} behind {behind}: up to "
-                    f"{_dur(np.nanmax(server[hidden]))} inside the server, and the slow log does not show "
+                    f"{_dur(np.nanmax(server[h]))} inside the server, and the slow log does not show "
                     f"{_plural(n_h, 'it', 'them')}")
             if n_u:
-                text += (f"; {n_u} more in the slow log waited up to {_dur(np.nanmax(queue[understated]))}, which "
-                         "its Query_time leaves out")
+                text += (f"; {n_u} more in the slow log waited up to {_dur(np.nanmax(queue[u]))}, which its "
+                         "Query_time leaves out")
         else:
-            saw = (f" (clients saw up to {_dur(np.nanmax(total[understated]))})"
-                   if (~np.isnan(total[understated])).any() else "")
+            saw = f" (clients saw up to {_dur(np.nanmax(total[u]))})" if (~np.isnan(total[u])).any() else ""
             text = (f"{n_u} {_plural(n_u, 'statement', 'statements')} in the slow log waited up to "
-                    f"{_dur(np.nanmax(queue[understated]))} in {where} behind {behind} before executing: the slow "
+                    f"{_dur(np.nanmax(queue[u]))} in {where} behind {behind} before executing: the slow "
                     f"log's Query_time leaves the wait out{saw}")
+        if rest:
+            text += f"; {rest} more waited with no culprit found on their group"
+        if size.get("warning"):
+            text += f" — if thread_pool_size {size['value']} is right; the capture suggests otherwise"
         return text + "."
     # queued, but no culprit named
+    n_h, n_u = int(hidden.sum()), int(understated.sum())
     n = int(victims.sum())
     why = ("thread_pool_size is unknown and the capture does not show it, so no culprit can be named"
            if not size.get("value") else
            f"no statement of their thread group (thread_pool_size {size['value']}, {size.get('source')}) executed "
-           "long meanwhile: is thread_pool_size right, or was the whole pool busy?")
+           "long meanwhile (is thread_pool_size right, or was the whole pool busy?)")
     what = []
     if n_h:
         what.append(f"{n_h} slow on the wire but not in the slow log")
