@@ -11,7 +11,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pcapdecomp.analysis import analyze
 from pcapdecomp.capture import iter_records
