@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import __version__
 from .clock import ClockModel, estimate_clock
-from .decompose import GROUP_COLUMNS_NAMES, build_table, decompose, group_view
+from .decompose import build_table, decompose
 from .errors import InputError, SlowLogError, UsageError
 from .match import ClockSamples, match_exchanges, pair_segments, read_segments_of, split_endpoint
 from .parallel import default_jobs, run_all
@@ -25,6 +25,8 @@ from .pipeline import capture_problems, parse_server, read_captures, warn, write
 from .report import render as render_report
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 from .tables import concat, release_memory
+from .threadpool import thread_pool_view
+from .verdict import tell
 
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".pcap.gz", ".pcapng.gz")
 
@@ -254,8 +256,12 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
     slow_info["used"] = join.used
     if cs.long_query_time is None:
         note("long_query_time unknown (no capture.toml, no --long-query-time): hidden_slow not decided")
-    groups, stalls, bucket_s = group_view(table) if cs.thread_pool_size else (
-        pd.DataFrame(columns=GROUP_COLUMNS_NAMES), [], None)
+    view = thread_pool_view(table, cs.thread_pool_size)
+    for col in ("thread_group", "stall", "stall_role"):
+        table[col] = getattr(view, col).array
+    for w in view.warnings:
+        note(w)
+    groups = view.groups
     release_memory()
 
     exchanges = table[[c.name for c in (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS)]]  # copy-on-write: no copy made
@@ -282,15 +288,16 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
         "slow_log": slow_info,
         "exchanges": _counts(exchanges),
         "latency_s": _latency(exchanges),
-        "hidden_slow": _hidden_rows(exchanges),
-        "groups": {"bucket_s": bucket_s, "stalls": stalls},
+        "thread_pool_size": view.thread_pool_size,
+        "pool": view.pool_summary,
+        "groups": view.groups_summary,
         "warnings": warnings,
     }
-    summary["verdict"] = verdict(summary, exchanges)
+    summary.update(tell(summary, exchanges, view))
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, df in (("exchanges.parquet", exchanges), ("groups.parquet", groups)):
+    for name, df in (("exchanges.parquet", exchanges), ("groups.parquet", groups), ("pool.parquet", view.pool)):
         write_table(df, out / name)
         written.append(out / name)
         release_memory()
@@ -348,16 +355,6 @@ def _latency(x: pd.DataFrame) -> dict:
     return out
 
 
-HIDDEN_LIMIT = 50
-
-
-def _hidden_rows(x: pd.DataFrame) -> list[dict]:
-    h = x[x["hidden_slow"].fillna(False)].sort_values("server_s", ascending=False).head(HIDDEN_LIMIT)
-    cols = ["conn_id", "thread_group", "sql", "app_req_ts", "db_req_ts", "total_s", "server_s", "exec_s",
-            "exec_source", "queue_s", "seen"]
-    return [{c: _json_value(r[c]) for c in cols} for _, r in h.iterrows()]
-
-
 def _json_value(v):
     if v is None or (not isinstance(v, str) and pd.isna(v)):
         return None
@@ -375,69 +372,6 @@ def _json_default(v):
     if value is v:
         raise TypeError(f"not JSON serialisable: {type(v)}")
     return value
-
-
-def verdict(summary: dict, x: pd.DataFrame) -> str:
-    """One paragraph a DBA can read first: what the slow log does not show, and where the time went."""
-    parts = []
-    c = summary["exchanges"]
-    stalls = summary["groups"]["stalls"]
-    hidden = x[x["hidden_slow"].fillna(False).astype(bool)]
-    if len(hidden):
-        server = float(hidden["server_s"].sum())
-        queue = float(hidden["queue_s"].sum())
-        text = (f"{len(hidden)} {_plural(len(hidden), 'query was', 'queries were')} slow on the wire but not in the "
-                f"slow log; {100 * queue / server:.0f} % of their server time was queueing before execution")
-        by_group = hidden.groupby("thread_group")["queue_s"].sum().sort_values(ascending=False)
-        if len(by_group) and by_group.iloc[0] > 0:
-            top = [int(g) for g, q in by_group.items() if q >= 0.1 * by_group.iloc[0]]
-            text += (f" on thread group {top[0]}" if len(top) == 1 else
-                     " on thread groups " + ", ".join(map(str, top[:-1])) + f" and {top[-1]}")
-            mine = [s for s in stalls if s["thread_group"] in top]
-            culprits = [s["culprits"][0] for s in mine if s["culprits"]]
-            if mine:
-                text += f", during {len(mine)} {_plural(len(mine), 'stretch', 'stretches')}"
-                if culprits:
-                    worst = max(culprits, key=lambda k: k["exec_s"] or 0)
-                    text += f" when `{_clip(worst['sql'])}` (connection {worst['conn_id']}) held it"
-        parts.append(text + ".")
-    elif summary["inputs"]["long_query_time"] is not None and c["total"]:
-        parts.append("No query was slow on the wire without being in the slow log.")
-    parts.append(f"{c['total']} exchanges ({c['seen_both']} seen at both points, {c['seen_app']} only at the app, "
-                 f"{c['seen_db']} only at the DB).")
-    both = x.loc[x["seen"] == "both", ["total_s", "network_s", "queue_s", "exec_s"]]
-    tot = both["total_s"].sum()
-    if len(both) and tot > 0:
-        net, q, e = both["network_s"].sum(), both["queue_s"].sum(), both["exec_s"].sum()
-        parts.append(f"Of the {tot:.3f} s the clients waited on them: network {100 * net / tot:.1f} %, "
-                     f"queueing before execution {100 * q / tot:.1f} %, execution {100 * e / tot:.1f} % "
-                     "(execution from the slow log where logged, else estimated).")
-    if stalls:
-        worst = max(stalls, key=lambda s: s["max_queue_s"])
-        culprit = worst["culprits"][0] if worst["culprits"] else None
-        text = (f"Longest stall: thread group {worst['thread_group']}, {worst['duration_s']:.3f} s from {worst['start']} "
-                f"({worst['queued']} requests queued, up to {worst['max_queue_s']:.3f} s)")
-        if culprit:
-            text += f" while `{_clip(culprit['sql'])}` (connection {culprit['conn_id']}) executed"
-            if culprit["exec_s"] is not None:
-                text += f" for {culprit['exec_s']:.3f} s"
-        parts.append(text + ".")
-    clock = summary["clock"]
-    if clock and clock.get("offset_s") is not None:
-        lo, hi = clock["offset_bounds_s"]
-        unit, k = ("ms", 1e3) if max(abs(lo), abs(hi)) >= 1e-3 else ("µs", 1e6)
-        parts.append(f"DB clock − app clock: {k * clock['offset_s']:+.3f} {unit} (bounds {k * lo:+.3f} … "
-                     f"{k * hi:+.3f} {unit}), skew {clock['skew_ppm']:+.2f} ppm.")
-    return " ".join(parts)
-
-
-def _plural(n: int, one: str, many: str) -> str:
-    return one if n == 1 else many
-
-
-def _clip(sql, limit: int = 80) -> str:
-    text = " ".join(str(sql or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -184,14 +184,15 @@ def evidence(
 @app.command()
 def columns(
     table: str = typer.Argument(
-        "exchanges", help="exchanges (from `exchanges`), analysis (columns `analyze` adds), groups, or connections"
+        "exchanges", help="exchanges (from `exchanges`), analysis (columns `analyze` adds), groups, pool, connections, "
+                          "or summary (summary.json keys of the thread-pool view and the verdict)"
     ),
 ) -> None:
     """Print a table's columns: name, dtype and meaning (as in the docs)."""
-    from .schema import ANALYSIS_COLUMNS, GROUP_COLUMNS, markdown_table
+    from .schema import ANALYSIS_COLUMNS, GROUP_COLUMNS, POOL_COLUMNS, SUMMARY_KEYS, markdown_table
 
     tables = {"exchanges": EXCHANGE_COLUMNS, "analysis": ANALYSIS_COLUMNS, "groups": GROUP_COLUMNS,
-              "connections": CONNECTION_COLUMNS}
+              "pool": POOL_COLUMNS, "connections": CONNECTION_COLUMNS, "summary": SUMMARY_KEYS}
     chosen = tables.get(table)
     if chosen is None:
         from .errors import UsageError

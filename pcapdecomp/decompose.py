@@ -1,5 +1,6 @@
 """Decomposition stage: one row per exchange with its four points (A1, D1, D4, A4), the split of its latency into
-network / queueing / execution, the slow-log join, hidden-slow flags and the per-thread-group view.
+network / queueing / execution (and how each is known), the slow-log join and the hidden-slow flags. The thread-pool
+view (groups, stalls, culprits, the thread limit, thread_pool_size inferred) is pcapdecomp/threadpool.py.
 
 Why queue = server − exec: MariaDB's and Percona's thread pools stamp a statement's start (`thd->start_utime`)
 only when a worker dequeues it, and the slow log's Query_time counts from there, so the time a request waited in
@@ -20,16 +21,14 @@ import pandas as pd
 from .clock import ClockModel
 from .fingerprint import fingerprint
 from .match import Matching
-from .schema import GROUP_COLUMNS
 from .tables import as_category, concat_column
 
 NS = 1_000_000_000
-FINGERPRINT_MIN_SAMPLES = 5  # fast executions of a fingerprint needed before its median stands for execution time
+FINGERPRINT_MIN_SAMPLES = 5  # fast executions of a (command, fingerprint) needed before their median stands for execution
+ESTIMATE_MAX_SPREAD = 2.0  # … and they must agree: p90 − p10 at most this many medians
 SLOW_LOG_WINDOW_NS = 2 * NS  # slow-log times are whole seconds and the DB clock may be off by NTP-sized amounts
 SLOW_LOG_SLACK_NS = 5_000_000  # Query_time may exceed D4 − D1 by timer granularity, never by more
 STALL_MIN_QUEUE_S = 0.1  # a request that queued this long counts toward a stalled stretch of its thread group
-CULPRIT_MIN_SHARE = 0.25  # a culprit executed during at least this share of the stalled stretch
-MAX_CULPRITS = 5
 
 
 # --- slow log join ---------------------------------------------------------------------------------------------
@@ -290,15 +289,11 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     # does not hold it.
     known_fast = (flag.notna().to_numpy() & ~flagged) | (join.used & ~in_log & ~flagged)
     has_server = ~np.isnan(server)
-    # Fast executions of each fingerprint: their server time is (nearly) all execution.
-    fast = has_server & ~in_log & ~flagged & (server <= lqt if lqt is not None else True)
-    fp = t["fingerprint"].astype(object).to_numpy()
-    stats = pd.DataFrame({"fp": fp[fast], "s": server[fast]}).groupby("fp")["s"].agg(["median", "size"])
-    stats = stats[stats["size"] >= FINGERPRINT_MIN_SAMPLES]
-    fp_median = pd.Series(fp).map(stats["median"]).to_numpy(dtype="float64", na_value=np.nan)
     todo = has_server & ~in_log & ~flagged
-    by_fp = todo & ~np.isnan(fp_median)
-    exec_s[by_fp] = np.minimum(server[by_fp], fp_median[by_fp])
+    estimate = estimate_execution(t["command"], t["fingerprint"], server, has_server & ~in_log & ~flagged
+                                  & (server >= 0) & (server <= lqt if lqt is not None else True))
+    by_fp = todo & ~np.isnan(estimate)
+    exec_s[by_fp] = estimate[by_fp]
     source[by_fp] = "fingerprint_median"
     # Flagged SERVER_QUERY_WAS_SLOW but not in the (missing) slow log: execution ≥ long_query_time, and at most
     # the server time; take the server time (queue_s 0 is then a lower bound).
@@ -312,7 +307,19 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     t = t.copy(deep=False)  # copy-on-write: the new columns do not touch the caller's table
     t["exec_s"] = exec_s
     t["exec_source"] = as_category(source)
-    t["queue_s"] = np.where(np.isnan(exec_s) | ~has_server, np.nan, np.maximum(server - exec_s, 0.0))
+    queue = np.where(np.isnan(exec_s) | ~has_server, np.nan, np.maximum(server - exec_s, 0.0))
+    t["queue_s"] = queue
+    t["queue_source"] = as_category(np.select(
+        [np.isnan(queue), source == "slow_log", source == "fingerprint_median"],
+        [None, "measured", "estimated"], "lower_bound"))
+    # What is certain whatever the estimates say: a measured queue, or the server time beyond the longest the
+    # execution can have taken (below long_query_time when the slow log or the flag says it was not slow).
+    certain = np.zeros(len(t))
+    certain[in_log] = queue[in_log]
+    if lqt is not None:
+        fast_bounded = has_server & ~in_log & known_fast
+        certain[fast_bounded] = np.maximum(server[fast_bounded] - lqt, 0.0)
+    t["queue_min_s"] = np.where(has_server, np.nan_to_num(certain), np.nan)
     t["in_slow_log"] = pd.array(in_log, dtype="boolean")
     if not join.used:
         t["in_slow_log"] = pd.array([pd.NA] * len(t), dtype="boolean")
@@ -327,6 +334,10 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
         hidden = pd.array(hidden_np, dtype="boolean")
         hidden[~(evidence & has_server)] = pd.NA
     t["hidden_slow"] = hidden
+    understated = pd.array(in_log & (np.nan_to_num(t["queue_min_s"].to_numpy()) >= STALL_MIN_QUEUE_S), dtype="boolean")
+    if not join.used:
+        understated = pd.array([pd.NA] * len(t), dtype="boolean")
+    t["understated"] = understated
     if thread_pool_size:
         t["thread_group"] = (t["conn_id"].astype("Int64") % int(thread_pool_size)).astype("Int64")
     else:
@@ -334,123 +345,34 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     return t, join
 
 
-# --- per thread group ------------------------------------------------------------------------------------------
+def estimate_execution(command: pd.Series, fingerprint: pd.Series, server: np.ndarray,
+                       fast: np.ndarray) -> np.ndarray:
+    """Execution time estimated from other runs of the same shape, NaN where no robust estimate exists.
 
-
-def auto_bucket_s(span_ns: int) -> float:
-    """The smallest of 10 ms, 100 ms, 1 s, 10 s, 1 min giving at most 1000 buckets."""
-    for b in (0.01, 0.1, 1.0, 10.0, 60.0):
-        if span_ns / (b * NS) <= 1000:
-            return b
-    return 600.0
-
-
-def _occupancy(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Σ_i |[s_i, e_i] ∩ [edge_k, edge_k+1]| for every bucket, in ns, via F(t) = Σ_{s<t}(t−s) − Σ_{e<t}(t−e)."""
-
-    def area(points: np.ndarray) -> np.ndarray:
-        p = np.sort(points)
-        csum = np.concatenate([[0], np.cumsum(p, dtype=np.float64)])
-        k = np.searchsorted(p, edges, side="left")
-        return k * edges.astype(np.float64) - csum[k]
-
-    f = area(starts) - area(ends)
-    return np.diff(f)
-
-
-def group_view(t: pd.DataFrame, bucket_s: float | None = None,
-               stall_min_queue_s: float = STALL_MIN_QUEUE_S) -> tuple[pd.DataFrame, list[dict], float]:
-    """Per thread group and time bucket: mean in-flight / executing / queued exchanges and queue seconds; and the
-    stalled stretches (union of queue intervals of ≥ stall_min_queue_s) with the statements executing meanwhile."""
-    ok = t["thread_group"].notna() & t["db_req_ts"].notna() & t["db_resp_ts"].notna()
-    # only the columns used below: a filtered copy of the whole table would double the memory for a moment
-    g = t.loc[ok, ["thread_group", "db_req_ts", "db_resp_ts", "queue_s", "exec_s", "conn_id", "sql", "fingerprint",
-                   "exec_source", "server_s"]]
-    if len(g) == 0:
-        return pd.DataFrame(columns=GROUP_COLUMNS_NAMES), [], bucket_s or 1.0
-    d1, _ = ts_ns(g["db_req_ts"])
-    d4, _ = ts_ns(g["db_resp_ts"])
-    queue_ns = np.rint(np.nan_to_num(g["queue_s"].to_numpy(dtype="float64", na_value=np.nan)) * 1e9).astype(np.int64)
-    exec_ns = np.rint(g["exec_s"].to_numpy(dtype="float64", na_value=np.nan) * 1e9)
-    exec_ns = np.where(np.isnan(exec_ns), (d4 - d1).astype(np.float64), exec_ns).astype(np.int64)
-    q_end = d1 + queue_ns
-    x_start = np.maximum(d4 - exec_ns, d1)
-    group = g["thread_group"].to_numpy(dtype=np.int64)
-    t0, t1 = int(d1.min()), int(d4.max())
-    bucket_s = bucket_s or auto_bucket_s(t1 - t0)
-    bns = int(bucket_s * NS)
-    first = t0 - t0 % bns
-    edges = np.arange(first, t1 + bns + 1, bns, dtype=np.int64)
-    frames = []
-    for gid in np.unique(group):
-        s = group == gid
-        frames.append(pd.DataFrame({
-            "thread_group": gid,
-            "bucket_start": pd.to_datetime(edges[:-1], unit="ns", utc=True),
-            "bucket_s": bucket_s,
-            "in_flight": _occupancy(d1[s], d4[s], edges) / bns,
-            "executing": _occupancy(x_start[s], d4[s], edges) / bns,
-            "queued": _occupancy(d1[s], q_end[s], edges) / bns,
-            "queue_s": _occupancy(d1[s], q_end[s], edges) / NS,
-            "started": np.histogram(d1[s], bins=edges)[0],
-            "max_queue_s": pd.Series(queue_ns[s] / NS).groupby(np.searchsorted(edges, d1[s], side="right") - 1).max()
-            .reindex(range(len(edges) - 1)).to_numpy(),
-        }))
-    groups = pd.concat(frames, ignore_index=True)
-    groups["thread_group"] = groups["thread_group"].astype("int64")
-
-    # stalled stretches: union of long queue intervals per group
-    long_q = queue_ns >= stall_min_queue_s * NS
-    q = pd.DataFrame({"g": group[long_q], "s": d1[long_q], "e": q_end[long_q], "q": queue_ns[long_q]})
-    q = q.sort_values(["g", "s"], kind="stable")
-    prev_end = q.groupby("g")["e"].cummax().groupby(q["g"]).shift()
-    q["stretch"] = ((q["s"] > prev_end) | prev_end.isna()).cumsum()
-    stretches = q.groupby("stretch").agg(g=("g", "first"), s=("s", "min"), e=("e", "max"), n=("s", "size"),
-                                         max_q=("q", "max"))
-    stalls = []
-    busy = exec_ns >= stall_min_queue_s * NS  # only long executions can hold a group for a stalled stretch
-    rows = pd.DataFrame({"g": group[busy], "xs": x_start[busy], "xe": d4[busy], "pos": np.flatnonzero(busy)})
-    cand = stretches.reset_index().merge(rows, on="g")
-    cand["overlap"] = np.minimum(cand["e"], cand["xe"]) - np.maximum(cand["s"], cand["xs"])
-    cand = cand[cand["overlap"] >= CULPRIT_MIN_SHARE * (cand["e"] - cand["s"])]
-    cand = cand.sort_values(["stretch", "overlap"], ascending=[True, False])
-    by_stretch = {k: v.head(MAX_CULPRITS) for k, v in cand.groupby("stretch")}
-    for sid, st in stretches.iterrows():
-        culprits = []
-        for _, c in by_stretch.get(sid, pd.DataFrame()).iterrows():
-            row = g.iloc[int(c["pos"])]
-            culprits.append({
-                "conn_id": _int(row["conn_id"]), "sql": _short(row["sql"] if pd.notna(row["sql"]) else row["fingerprint"]),
-                "exec_s": _float(row["exec_s"]), "exec_source": _str(row["exec_source"]),
-                "server_s": _float(row["server_s"]), "overlap_s": float(c["overlap"]) / NS,
-                "db_req_ts": row["db_req_ts"].isoformat(),
-            })
-        stalls.append({
-            "thread_group": int(st["g"]), "start": pd.Timestamp(int(st["s"]), unit="ns", tz="UTC").isoformat(),
-            "end": pd.Timestamp(int(st["e"]), unit="ns", tz="UTC").isoformat(),
-            "duration_s": (int(st["e"]) - int(st["s"])) / NS, "queued": int(st["n"]),
-            "max_queue_s": int(st["max_q"]) / NS, "culprits": culprits,
-        })
-    return groups, stalls, bucket_s
-
-
-GROUP_COLUMNS_NAMES = [c.name for c in GROUP_COLUMNS]
-
-
-def _int(v) -> int | None:
-    return None if pd.isna(v) else int(v)
-
-
-def _float(v) -> float | None:
-    return None if pd.isna(v) else float(v)
-
-
-def _str(v) -> str | None:
-    return None if pd.isna(v) else str(v)
-
-
-def _short(text, limit: int = 200) -> str | None:
-    if text is None or pd.isna(text):
-        return None
-    text = str(text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    The runs are the `fast` ones (not in the slow log, not flagged, not above long_query_time) of the same command
+    *and* fingerprint: a PREPARE, an EXECUTE and a COM_QUERY of one statement do different work. The estimate is
+    their median, used only when there are ≥ FINGERPRINT_MIN_SAMPLES of them and they agree (p90 − p10 ≤
+    ESTIMATE_MAX_SPREAD × median); a server time within the runs' normal range (≤ their p90) is taken as all
+    execution, so scheduling noise is not reported as queueing."""
+    n = len(server)
+    out = np.full(n, np.nan)
+    if n == 0:
+        return out
+    key = command.astype(str).to_numpy(dtype=object) + "\x00" + fingerprint.astype(object).astype(str).to_numpy(dtype=object)
+    codes, uniques = pd.factorize(key)
+    sample = fast & (codes >= 0)
+    if not sample.any():
+        return out
+    stats = pd.DataFrame({"k": codes[sample], "s": server[sample]}).groupby("k")["s"].quantile([0.1, 0.5, 0.9])
+    stats = stats.unstack()
+    sizes = pd.Series(codes[sample]).value_counts()
+    stats = stats[(sizes.reindex(stats.index) >= FINGERPRINT_MIN_SAMPLES).to_numpy()]
+    stats = stats[(stats[0.9] - stats[0.1]) <= ESTIMATE_MAX_SPREAD * stats[0.5]]
+    median = np.full(len(uniques), np.nan)
+    p90 = np.full(len(uniques), np.nan)
+    median[stats.index.to_numpy()] = stats[0.5].to_numpy()
+    p90[stats.index.to_numpy()] = stats[0.9].to_numpy()
+    row_median, row_p90 = median[codes], p90[codes]
+    has = ~np.isnan(row_median) & ~np.isnan(server)
+    out[has] = np.where(server[has] <= row_p90[has], server[has], np.minimum(server[has], row_median[has]))
+    return out

@@ -1,19 +1,28 @@
 """Ticket evidence: the packets of chosen exchanges, per capture point, with a note of what they show.
 
 `export(analysis_dir, …)` reads what `pcapdecomp analyze` wrote (exchanges.parquet, summary.json), selects
-exchanges (hidden slow by default), and writes one small pcapng per capture point holding just their frames
-(original bytes, link types and nanosecond timestamps; a comment on each exchange's first request frame and last
-response frame), a summary.md and the selected rows as exchanges.csv."""
+exchanges (by default the victims — hidden-slow statements and those the slow log understates — with the culprits
+of their stalls and, when the pool was at its thread limit, the statements holding the threads), and writes one
+small pcapng per capture point holding just their frames (original bytes, link types and nanosecond timestamps; a
+comment on each exchange's first request frame and last response frame), a summary.md and the selected rows as
+exchanges.csv. The folder is written as a set: into a temporary folder renamed into place, so an interrupted run
+never leaves files of two runs side by side.
+
+Every text from a capture or a log is attacker-controlled: summary.md escapes it for Markdown (`md_text`,
+`md_code`), the CSV is written by pipeline.write_table."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
+import shutil
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import __version__
@@ -21,6 +30,7 @@ from .errors import InputError, UsageError
 from .match import split_endpoint
 
 DEFAULT_TOP = 10
+EVIDENCE_FILES = re.compile(r"^(.*\.pcapng|exchanges\.csv|summary\.md)$")  # what an evidence folder holds
 
 
 def display_filter(client: str, server: str, first_frame: int, last_frame: int) -> str:
@@ -74,11 +84,16 @@ def load_analysis(analysis_dir: Path) -> tuple[pd.DataFrame, dict]:
         raise InputError(f"{analysis_dir}: cannot read the analysis: {err}") from None
 
 
-def select(x: pd.DataFrame, query_ids: list[str], conn_ids: list[int], top: int | None) -> tuple[pd.DataFrame, str]:
-    """The union of --query-id and --conn-id matches (else the hidden-slow rows, else the slowest), then --top."""
+def select(x: pd.DataFrame, query_ids: list[str], conn_ids: list[int], top: int | None,
+           summary: dict | None = None) -> tuple[pd.DataFrame, str]:
+    """The union of --query-id and --conn-id matches (else the victims: hidden-slow and understated statements,
+    else the slowest), then --top, then the culprits of the selected victims' stalls (and, for statements that
+    waited for a thread at the pool's limit, the statements holding the threads). Rows get `evidence_role`:
+    victim | culprit | selected."""
     if top is not None and top < 1:
         raise UsageError(f"--top must be ≥ 1, got {top}")
     slowness = x["server_s"].fillna(x["total_s"]).fillna(x["response_s"])
+    victims = _flag(x, "hidden_slow") | _flag(x, "understated")
     if query_ids or conn_ids:
         wanted = {q.upper().removeprefix("0X") for q in query_ids}
         qid = x["query_id"].astype("string").fillna("").str.upper().str.removeprefix("0X")
@@ -87,15 +102,56 @@ def select(x: pd.DataFrame, query_ids: list[str], conn_ids: list[int], top: int 
                                         f"connection {', '.join(map(str, conn_ids))}" if conn_ids else ""]))
         if not mask.any():
             raise UsageError(f"no exchange matches {how}")
-    elif x["hidden_slow"].fillna(False).any():
-        mask, how = x["hidden_slow"].fillna(False).astype(bool), "the hidden-slow exchanges"
+    elif victims.any():
+        kinds = [k for k, col in (("hidden-slow", "hidden_slow"), ("understated", "understated")) if _flag(x, col).any()]
+        mask, how = victims, "the " + " and ".join(kinds) + " exchanges"
     else:
-        mask, how = slowness.notna(), "no hidden-slow exchange: the slowest exchanges"
+        mask, how = slowness.notna(), "no hidden-slow or understated exchange: the slowest exchanges"
         top = top or DEFAULT_TOP
     rows = x[mask].assign(_slow=slowness[mask]).sort_values("_slow", ascending=False)
     if top is not None and len(rows) > top:
         rows, how = rows.head(top), f"{how}, the {top} slowest"
-    return rows.drop(columns="_slow").sort_values(["app_req_ts", "db_req_ts", "req_first_ts"]).reset_index(drop=True), how
+    chosen = rows.index
+    extra = _culprits_of(x, chosen, summary or {})
+    if len(extra.difference(chosen)):
+        how += " with their culprits"
+    keep = chosen.union(extra)
+    out = x.loc[keep].copy()
+    culprit = out.index.isin(extra) | (_text(out, "stall_role") == "culprit")
+    out["evidence_role"] = np.where(victims.loc[keep].to_numpy(), "victim", np.where(culprit, "culprit", "selected"))
+    order = ["app_req_ts", "db_req_ts", "req_first_ts"]
+    return out.sort_values(order).reset_index(drop=True), how
+
+
+def _text(x: pd.DataFrame, col: str) -> np.ndarray:
+    """A text column as an object array, "" where null (pandas' NA does not compare)."""
+    return x[col].astype("string").fillna("").to_numpy(dtype=object) if col in x.columns else np.full(len(x), "", object)
+
+
+def _flag(x: pd.DataFrame, col: str) -> pd.Series:
+    if col not in x.columns:
+        return pd.Series(False, index=x.index)
+    return x[col].fillna(False).astype(bool)
+
+
+def _culprits_of(x: pd.DataFrame, chosen: pd.Index, summary: dict) -> pd.Index:
+    """Rows that held the chosen victims: the culprits of their stalls, and the statements executing at the
+    thread limit when a chosen row waited for a thread."""
+    out = pd.Index([])
+    if "stall" in x.columns and "stall_role" in x.columns:
+        sel = x.loc[chosen]
+        stalls = set(sel.loc[(sel["stall_role"] == "victim").fillna(False), "stall"].dropna().astype(int))
+        if stalls:
+            out = out.union(x.index[(x["stall_role"] == "culprit").fillna(False) & x["stall"].isin(stalls)])
+    cap = ((summary.get("pool") or {}).get("cap")) or {}
+    if cap:
+        key = list(zip(x["capture"].astype(str), x["conn_index"], x["seq"]))
+        where = {k: i for k, i in zip(key, x.index)}
+        waiting = {where.get((r["capture"], r["conn_index"], r["seq"])) for r in cap.get("waiting_refs", [])}
+        if waiting & set(chosen):
+            out = out.union(pd.Index([where[k] for k in ((r["capture"], r["conn_index"], r["seq"])
+                                                         for r in cap.get("executing", [])) if k in where]))
+    return out
 
 
 def spans(rows: pd.DataFrame, summary: dict) -> dict[str, list[Span]]:
@@ -117,7 +173,9 @@ def spans(rows: pd.DataFrame, summary: dict) -> dict[str, list[Span]]:
         if r.seen == "db":
             add(db_file, r.client, r.server, r.req_first_frame, last_app, i)
         elif r.seen == "both":
-            add(db_file, r.db_client, r.server, r.db_req_first_frame, r.db_resp_last_frame, i)
+            # no response (COM_QUIT, SEND_LONG_DATA): the request's first frame stands for the exchange
+            last_db = r.db_resp_last_frame if pd.notna(r.db_resp_last_frame) else r.db_req_first_frame
+            add(db_file, r.db_client, r.server, r.db_req_first_frame, last_db, i)
     return out
 
 
@@ -127,10 +185,12 @@ def spans(rows: pd.DataFrame, summary: dict) -> dict[str, list[Span]]:
 def export(analysis_dir: Path, query_ids: list[str] | None = None, conn_ids: list[int] | None = None,
            top: int | None = None, out_dir: Path | None = None) -> EvidenceResult:
     x, summary = load_analysis(analysis_dir)
-    rows, how = select(x, list(query_ids or []), list(conn_ids or []), top)
+    rows, how = select(x, list(query_ids or []), list(conn_ids or []), top, summary)
     out = out_dir if out_dir is not None else analysis_dir / "evidence"
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: exists and is not a folder")
+    if out.is_dir() and any(not EVIDENCE_FILES.match(p.name) for p in out.iterdir()):
+        raise InputError(f"{out}: exists and holds other files than evidence; choose another --out")
     per_capture = spans(rows, summary)
     cwd = Path(summary["inputs"].get("cwd") or ".")
     sources = {}
@@ -139,43 +199,79 @@ def export(analysis_dir: Path, query_ids: list[str] | None = None, conn_ids: lis
         if not src.is_file():
             raise InputError(f"{src}: capture named in {analysis_dir / 'summary.json'} not found")
         sources[path] = src
-    out.mkdir(parents=True, exist_ok=True)
-    result = EvidenceResult(out, rows, how)
     names = _file_names(per_capture, summary)
-    for path, sp in per_capture.items():
-        target = out / names[path]
-        result.frames[path] = _write_atomic(target, lambda f, s=sources[path], sp=sp: _copy_frames(s, sp, rows, f))
-        result.files[path] = target
-        result.written.append(target)
-    from .pipeline import write_table
+    result = EvidenceResult(out, rows, how)
+    # the set is written into a fresh folder beside the target, then renamed into place
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        from .pipeline import write_table
 
-    write_table(rows, out / "exchanges.csv")
-    result.written.append(out / "exchanges.csv")
-    text = summary_md(result, summary, analysis_dir)
-    _write_atomic(out / "summary.md", lambda f: f.write(text.encode("utf-8")))
-    result.written.append(out / "summary.md")
+        for path, sp in per_capture.items():
+            with open(tmp / names[path], "wb") as f:
+                result.frames[path] = _copy_frames(sources[path], sp, rows, f)
+            result.files[path] = out / names[path]
+        write_table(rows, tmp / "exchanges.csv")
+        (tmp / "summary.md").write_text(summary_md(result, summary, x), encoding="utf-8")
+        _swap_in(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result.written = [*result.files.values(), out / "exchanges.csv", out / "summary.md"]
     return result
 
 
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Replace `out` (an older evidence folder, or nothing) by `tmp`: never a mix of the two runs' files."""
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    if out.exists():
+        os.replace(out, old)
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        if old.exists() and not out.exists():
+            os.replace(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def _file_names(per_capture: dict, summary: dict) -> dict[str, str]:
-    names = {}
+    """One distinct evidence file name per capture: db.pcapng, app.pcapng, app-<stem>.pcapng; two app captures with
+    the same file name in different folders get their folders in the name, never the same file."""
+    shown = display_paths([*per_capture])
+    names: dict[str, str] = {}
+    taken: set[str] = set()
     for path in per_capture:
         role = "db" if path == summary["inputs"]["db"] else "app"
         stem = Path(path).name.split(".")[0]
-        names[path] = f"{role}-{stem}.pcapng" if stem != role else f"{role}.pcapng"
+        name = f"{role}.pcapng" if stem == role else f"{role}-{stem}.pcapng"
+        if name in taken:
+            flat = re.sub(r"[^A-Za-z0-9_.-]+", "-", shown[path].rsplit(".", 1)[0].split(".pcap")[0]).strip("-")
+            name = f"{role}-{flat}.pcapng"
+        base, k = name.removesuffix(".pcapng"), 2
+        while name in taken:
+            name, k = f"{base}-{k}.pcapng", k + 1
+        taken.add(name)
+        names[path] = name
     return names
 
 
-def _write_atomic(path: Path, write) -> int:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            result = write(f)
-        os.replace(tmp, path)
-        return result
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+def display_paths(paths: list[str]) -> dict[str, str]:
+    """Each path by its file name, with as many parent folders as it takes to tell equal names apart
+    (hostA/app.pcap, hostB/app.pcap): a ticket must not carry this machine's folders."""
+    parts = {p: Path(os.path.abspath(p)).parts for p in dict.fromkeys(paths)}
+    depth = {p: 1 for p in parts}
+    while True:
+        shown = {p: "/".join(parts[p][-depth[p]:]) for p in parts}
+        seen: dict[str, list[str]] = {}
+        for p, name in shown.items():
+            seen.setdefault(name, []).append(p)
+        clash = [p for same in seen.values() if len(same) > 1 for p in same if depth[p] < len(parts[p]) - 1]
+        if not clash:
+            return shown
+        for p in clash:
+            depth[p] += 1
 
 
 def _copy_frames(source: Path, sp: list[Span], rows: pd.DataFrame, f) -> int:
@@ -210,17 +306,58 @@ def _comments(sp: list[Span], rows: pd.DataFrame) -> dict[int, str]:
     for s in sp:
         r = rows.iloc[s.row]
         label = f"conn {_v(r['conn_id'])} seq {r['seq']} {r['command']}"
-        parts = [f"pcapdecomp: {label}"]
-        if r["hidden_slow"] is True or (pd.notna(r["hidden_slow"]) and bool(r["hidden_slow"])):
-            parts.append("HIDDEN SLOW")
-        parts.append(", ".join(f"{name} {_secs(r[col])}" for col, name in
-                               (("total_s", "client"), ("server_s", "server"), ("queue_s", "queue"),
-                                ("exec_s", "exec"), ("network_s", "network")) if pd.notna(r[col])))
+        parts = [f"pcapdecomp: {label}", _role_words(r).upper(), _components(r)]
         sql = r["sql"] if isinstance(r["sql"], str) else ""
         notes.setdefault(s.first, []).append(" · ".join(p for p in parts if p) + (f": {sql[:500]}" if sql else ""))
         if s.last != s.first:
             notes.setdefault(s.last, []).append(f"pcapdecomp: last response frame of {label}")
     return {k: "\n".join(v) for k, v in notes.items()}
+
+
+EXEC_WORDS = {"slow_log": "slow log", "fingerprint_median": "estimate", "below_long_query_time": "at most",
+              "flagged_slow": "at most; flagged slow on the wire"}
+
+
+def _components(r) -> str:
+    """client, server, queue, exec, network of one row, each estimate or bound said to be one."""
+    out = []
+    for col, name in (("total_s", "client"), ("server_s", "server"), ("queue_s", "queue"), ("exec_s", "exec"),
+                      ("network_s", "network")):
+        v = r.get(col)
+        if v is None or pd.isna(v):
+            continue
+        text = f"{name} {_secs(v)}"
+        if col == "exec_s" and _known(r.get("exec_source")):
+            text += f" ({EXEC_WORDS.get(str(r['exec_source']), str(r['exec_source']))})"
+        if col == "queue_s" and _known(r.get("queue_source")):
+            qs = str(r["queue_source"])
+            certain = r.get("queue_min_s")
+            if qs == "estimated":
+                text += (f" (estimate; at least {_secs(certain)} certain)" if _known(certain) and certain > 0
+                         else " (estimate)")
+            else:
+                text += {"measured": " (measured)", "lower_bound": " (at least)"}.get(qs, f" ({qs})")
+        out.append(text)
+    return ", ".join(out)
+
+
+def _role_words(r) -> str:
+    """victim of stall 3 (hidden slow) | culprit of stall 3 | understated | …; empty for an ordinary row."""
+    words = []
+    role, stall = r.get("stall_role"), r.get("stall")
+    if _known(role):
+        words.append(f"{role} of stall {int(stall)}" if _known(stall) else str(role))
+    elif r.get("evidence_role") == "culprit":
+        words.append("culprit (held the pool's threads)")
+    if _known(r.get("hidden_slow")) and bool(r["hidden_slow"]):
+        words.append("hidden slow")
+    if _known(r.get("understated")) and bool(r["understated"]):
+        words.append("understated by the slow log")
+    return ", ".join(words)
+
+
+def _known(v) -> bool:
+    return v is not None and not (not isinstance(v, str) and pd.isna(v))
 
 
 class PcapngWriter:
@@ -257,40 +394,133 @@ class PcapngWriter:
 # ------------------------------------------------------------------ summary.md
 
 
-def summary_md(result: EvidenceResult, summary: dict, analysis_dir: Path) -> str:
+def summary_md(result: EvidenceResult, summary: dict, x: pd.DataFrame | None = None) -> str:
+    """The ticket text. Paths are shown relative to the folder the inputs share; every text that came from a
+    capture or a log is escaped (md_text for prose, md_code for statements)."""
     rows = result.rows
-    lines = [f"# pcapdecomp evidence: {summary['set']}", "", summary["verdict"], "",
-             f"Selected: {result.how} ({len(rows)} exchanges).", "", "## Inputs", ""]
     inputs = summary["inputs"]
-    lines += [f"- app capture: `{p}`" for p in inputs["app"]]
-    lines += [f"- DB capture: `{inputs['db']}`"] if inputs["db"] else []
-    lines += [f"- slow log: `{inputs['slow_log']}`"] if inputs["slow_log"] else []
-    lines += [f"- long_query_time: {inputs['long_query_time']}, thread_pool_size: {inputs['thread_pool_size']}", ""]
-    lines += ["## Exchanges", "", "| request sent | conn | group | client | server | queue | exec | network | SQL |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows.itertuples(index=False):
-        when = r.app_req_ts if pd.notna(r.app_req_ts) else r.db_req_ts if pd.notna(r.db_req_ts) else r.req_first_ts
-        sql = r.sql if isinstance(r.sql, str) else r.command
-        lines.append(f"| {_v(when)} | {_v(r.conn_id)} | {_v(r.thread_group)} | {_secs(r.total_s)} | "
-                     f"{_secs(r.server_s)} | {_secs(r.queue_s)} | {_secs(r.exec_s)} | {_secs(r.network_s)} | "
-                     f"`{_md(sql)}` |")
-    lines += ["", "## Packets", ""]
+    files = [*inputs["app"], *([inputs["db"]] if inputs["db"] else []), *([inputs["slow_log"]] if inputs["slow_log"] else [])]
+    shown = display_paths(files)
+    story = summary.get("story") or {}
+    lines = [f"# pcapdecomp evidence: {md_text(summary['set'])}", ""]
+    if story:
+        lines += [md_text(story["sentence"], line_start=True), ""]
+        lines += [f"- {md_text(b['text'])}" for b in story.get("bullets", [])]
+    else:
+        lines += [md_text(line, line_start=True) for line in str(summary.get("verdict", "")).splitlines()]
+    roles = rows["evidence_role"].value_counts() if "evidence_role" in rows.columns else pd.Series(dtype=int)
+    counted = ", ".join(f"{int(roles[k])} {k}{'s' if roles[k] != 1 else ''}" for k in ("victim", "culprit", "selected")
+                        if k in roles)
+    lines += ["", f"Selected: {md_text(result.how)} ({len(rows)} exchanges" + (f": {counted}" if counted else "")
+              + ").", "", "## Inputs", ""]
+    lines += [f"- app capture: {md_code(shown[p])}" for p in inputs["app"]]
+    lines += [f"- DB capture: {md_code(shown[inputs['db']])}"] if inputs["db"] else []
+    lines += [f"- slow log: {md_code(shown[inputs['slow_log']])}"] if inputs["slow_log"] else []
+    size = summary.get("thread_pool_size") or {}
+    tps = (f"{size['value']} ({size.get('source')})" if size.get("value") else "unknown") if size else inputs["thread_pool_size"]
+    lines += [f"- long_query_time: {inputs['long_query_time']}, thread_pool_size: {md_text(str(tps))}", ""]
+    lines += _stall_table(summary, rows)
+    lines += ["## Exchanges", "",
+              "| role | request sent (UTC) | conn | group | client | server | queue | exec | network | Query ID | SQL |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows.to_dict("records"):
+        when = next((r[c] for c in ("app_req_ts", "db_req_ts", "req_first_ts") if _known(r.get(c))), None)
+        sql = r["sql"] if isinstance(r.get("sql"), str) else r.get("command")
+        lines.append(f"| {md_text(_role_words(r) or str(r.get('evidence_role') or ''))} | {_when(when)} | "
+                     f"{_v(r['conn_id'])} | {_v(r.get('thread_group'))} | {_secs(r['total_s'])} | "
+                     f"{_secs(r['server_s'])} | {md_text(_labelled(r, 'queue_s'))} | "
+                     f"{md_text(_labelled(r, 'exec_s'))} | {_secs(r['network_s'])} | "
+                     f"{md_code(str(r.get('query_id') or ''))} | {md_code(sql or '')} |")
+    lines += ["", "Estimates and bounds are labelled: *estimate* (from other runs of the same statement; claims "
+              "nothing), *at least* / *at most* (bounded by long_query_time), *measured* (the slow log's "
+              "Query_time).", "", "## Packets", ""]
     for path, target in result.files.items():
-        lines += [f"- `{target.name}`: {result.frames[path]} frames from `{path}`. To see the same exchanges in the "
-                  "original capture, one display filter per exchange:", ""]
-        for s in spans(rows, summary).get(path, []):
-            lines.append(f"  - `tshark -r {shlex.quote(path)} -Y '{display_filter(s.client, s.server, s.first, s.last)}'`")
+        lines += [f"- {md_code(target.name)}: {result.frames[path]} frames from {md_code(shown.get(path, Path(path).name))}. "
+                  "To see the same exchanges in the original capture, one display filter per exchange:", ""]
+        for sp in spans(rows, summary).get(path, []):
+            command = f"tshark -r {shlex.quote(shown.get(path, Path(path).name))} -Y " \
+                      f"{shlex.quote(display_filter(sp.client, sp.server, sp.first, sp.last))}"
+            lines.append(f"  - {md_code(command)}")
         lines.append("")
-    lines += ["## Reproduce", "", "```"]
-    cmd = ["pcapdecomp", "analyze"] + [a for p in inputs["app"] for a in ("--app", p)]
-    cmd += ["--db", inputs["db"]] if inputs["db"] else []
-    cmd += ["--slow-log", inputs["slow_log"]] if inputs["slow_log"] else []
+    lines += ["## Reproduce", "", "In the folder that holds the captures:", "", "```"]
+    cmd = ["pcapdecomp", "analyze"] + [a for p in inputs["app"] for a in ("--app", shown[p])]
+    cmd += ["--db", shown[inputs["db"]]] if inputs["db"] else []
+    cmd += ["--slow-log", shown[inputs["slow_log"]]] if inputs["slow_log"] else []
     cmd += ["--long-query-time", str(inputs["long_query_time"])] if inputs["long_query_time"] is not None else []
     cmd += ["--thread-pool-size", str(inputs["thread_pool_size"])] if inputs["thread_pool_size"] else []
-    cmd += [a for s in inputs["servers"] for a in ("--server", s)] + ["--out", str(analysis_dir)]
-    lines += [f"cd {shlex.quote(inputs.get('cwd') or '.')}", shlex.join(cmd),
-              shlex.join(["pcapdecomp", "evidence", str(analysis_dir), "--out", str(result.out_dir)]), "```", ""]
+    cmd += [a for s in inputs["servers"] for a in ("--server", s)] + ["--out", "analysis"]
+    lines += [_fenced(shlex.join(cmd)), _fenced(shlex.join(["pcapdecomp", "evidence", "analysis"])), "```", ""]
     return "\n".join(lines)
+
+
+def _stall_table(summary: dict, rows: pd.DataFrame) -> list[str]:
+    """The stalls the selected victims queued in, with their culprits and Query IDs."""
+    stalls = (summary.get("groups") or {}).get("stalls") or []
+    if "stall" not in rows.columns or not stalls:
+        return []
+    wanted = set(rows.loc[(rows["stall_role"] == "victim").fillna(False), "stall"].dropna().astype(int))
+    chosen = [s for s in stalls if s.get("id") in wanted]
+    if not chosen:
+        return []
+    out = ["## Stalls", "", "| stall | thread group | from (UTC) | stalled for | queued | max queue | culprit | "
+           "culprit conn | culprit exec | culprit Query ID |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in chosen:
+        c = s["culprits"][0] if s["culprits"] else None
+        more = f" (+{s['culprits_total'] - 1} more)" if s.get("culprits_total", 0) > 1 else ""
+        queue = _secs(s["max_queue_s"]) + (f" (≥ {_secs(s['max_queue_certain_s'])} certain)"
+                                          if s.get("max_queue_certain_s", s["max_queue_s"]) < s["max_queue_s"] - 1e-6 else "")
+        out.append(f"| {s['id']} | {s['thread_group']} | {_when(s['start'])} | {_secs(s['duration_s'])} | {s['queued']} | "
+                   f"{md_text(queue)} | " + (f"{md_code(c['sql'] or '')}{md_text(more)} | {_v(c['conn_id'])} | "
+                                              f"{md_text(_labelled(c, 'exec_s'))} | {md_code(c.get('query_id') or '')} |"
+                                              if c else "none found | | | |"))
+    return out + [""]
+
+
+def _labelled(r, col: str) -> str:
+    """One component with its provenance, as in the packet comments: `exec 56 µs (estimate)` without the name."""
+    v = r.get(col)
+    if not _known(v):
+        return "–"
+    text = _components({col: v, "exec_source": r.get("exec_source"), "queue_source": r.get("queue_source"),
+                        "queue_min_s": r.get("queue_min_s")})
+    return text.split(" ", 1)[1] if " " in text else text
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~!&@])")
+
+
+def md_text(text, line_start: bool = False) -> str:
+    """Text from anywhere, safe as Markdown prose: on one line, every character Markdown could read as inline
+    markup (emphasis, code, links, HTML, entities, tables, strikethrough) backslash-escaped, autolinks broken, and a
+    start that would open a list or heading escaped (`line_start`: the text begins a line)."""
+    flat = _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+    flat = re.sub(r"(?i)(://|www\.)", lambda m: "\\:\\/\\/" if m[1] == "://" else m[1][:3] + "\\.", flat)
+    if not line_start:
+        return flat
+    return re.sub(r"^([-+=]|\d+(?=[.)]))", lambda m: "\\" + m[1] if not m[1][0].isdigit() else m[1] + "\\", flat)
+
+
+def md_code(text, limit: int = 200) -> str:
+    """Text as a Markdown code span, safe in a table cell: a fence longer than any run of backticks inside,
+    `|` escaped (GFM splits cells before code spans), one line, at most `limit` characters."""
+    flat = " ".join(str(text).split())
+    flat = flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    fence = "`" * (max((len(m) for m in re.findall(r"`+", flat)), default=0) + 1)
+    pad = " " if flat.startswith("`") or flat.endswith("`") or not flat else ""
+    body = flat.replace("|", "\\|")
+    return f"{fence}{pad}{body}{pad}{fence}"
+
+
+def _fenced(line: str) -> str:
+    """A command line inside a ``` block: a line of backticks would end the block."""
+    return line.replace("```", "` ` `")
+
+
+def _when(v) -> str:
+    if not _known(v):
+        return ""
+    ts = pd.Timestamp(v)
+    return ts.strftime("%Y-%m-%d %H:%M:%S.") + f"{ts.microsecond:06d}"
 
 
 def _v(v) -> str:
@@ -304,8 +534,3 @@ def _secs(v) -> str:
         return "–"
     v = float(v)
     return f"{v:.3f} s" if abs(v) >= 1 else f"{v * 1e3:.3f} ms"
-
-
-def _md(text: str, limit: int = 200) -> str:
-    text = " ".join(str(text).split()).replace("|", "\\|").replace("`", "'")
-    return text if len(text) <= limit else text[: limit - 1] + "…"

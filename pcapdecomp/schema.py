@@ -125,11 +125,16 @@ ANALYSIS_COLUMNS: tuple[Column, ...] = (
     Column("net_resp_s", "float64", "A4 - D4: response leg; net_req_s + net_resp_s = network_s"),
     Column("exec_s", "float64", "execution time: the slow log's Query_time, else an estimate (see exec_source)"),
     Column("exec_source", CATEGORY, "slow_log | fingerprint_median (median server time of fast executions of the fingerprint) | below_long_query_time (known faster than long_query_time: exec_s is the bound min(server_s, long_query_time)) | flagged_slow (SERVER_QUERY_WAS_SLOW without a slow-log entry: exec_s = server_s, an upper bound); null when unknown"),
-    Column("queue_s", "float64", "server_s - exec_s, at least 0: waiting before execution (thread-pool queue)"),
+    Column("queue_s", "float64", "server_s - exec_s, at least 0: waiting before execution (thread-pool queue); how it is known: queue_source"),
+    Column("queue_source", CATEGORY, "measured (exec_s is the slow log's Query_time) | estimated (exec_s is a fingerprint_median estimate: queue_s is an estimate, queue_min_s is what is certain) | lower_bound (exec_s is an upper bound on execution: queue_s is a lower bound); null when queue_s is null"),
+    Column("queue_min_s", "float64", "queueing that is certain, never from an estimate: queue_s when measured; server_s minus an upper bound on execution (long_query_time for a statement known faster than it) otherwise; 0 when nothing bounds execution; null without server time. Claims of queueing (verdict, stalls, understated) rest on this column"),
     Column("in_slow_log", "boolean", "joined to a slow-log entry; null when no usable slow log"),
     Column("slow_log_line", "Int64", "line of the joined slow-log entry"),
     Column("hidden_slow", "boolean", "server_s > long_query_time, yet not in the slow log and not flagged SERVER_QUERY_WAS_SLOW: slow before execution; null without the evidence"),
-    Column("thread_group", "Int64", "conn_id mod thread_pool_size (MariaDB/Percona thread pool group)"),
+    Column("understated", "boolean", "in the slow log, yet it waited ≥ 0.1 s before executing (measured: server_s − Query_time): the slow log understates what the client waited; null without a usable slow log"),
+    Column("thread_group", "Int64", "conn_id mod thread_pool_size (MariaDB/Percona thread pool group); the size given, else the one inferred from the wire (summary.json → thread_pool_size)"),
+    Column("stall", "Int64", "id of the stalled stretch (summary.json → groups.stalls[].id) this exchange queued in (stall_role victim) or held by executing through it (culprit); null otherwise"),
+    Column("stall_role", CATEGORY, "victim (queued ≥ 0.1 s, certain, in the stalled stretch) | culprit (executed through at least a quarter of it, in the same group); null when not part of a stall"),
 )
 
 
@@ -145,4 +150,48 @@ GROUP_COLUMNS: tuple[Column, ...] = (
     Column("queue_s", "float64", "queue seconds spent inside the bucket, summed over the group's exchanges"),
     Column("started", "int64", "exchanges whose D1 falls in the bucket"),
     Column("max_queue_s", "float64", "largest queue_s of the exchanges started in the bucket; null when none started"),
+)
+
+
+# pool.parquet: one row per time bucket for the whole server (every thread group together), from D1/D4 and
+# exec_s/queue_s of every exchange seen at the DB. It does not need thread_pool_size: a pool at
+# thread_pool_max_threads shows as `executing_max` flat at the cap while `queued_max` > 0.
+POOL_COLUMNS: tuple[Column, ...] = (
+    Column("bucket_start", TS, "start of the time bucket (app clock, like groups.parquet)"),
+    Column("bucket_s", "float64", "bucket length, seconds (as in groups.parquet)"),
+    Column("in_flight", "float64", "mean number of exchanges between D1 and D4 during the bucket"),
+    Column("executing", "float64", "mean number executing (between D4 − exec_s and D4; exec_s of any exec_source)"),
+    Column("queued", "float64", "mean number queued (between D1 and D1 + queue_s; queue_s of any queue_source)"),
+    Column("executing_min", "int64", "fewest statements executing at any instant of the bucket"),
+    Column("executing_max", "int64", "most statements executing at any instant of the bucket"),
+    Column("queued_max", "int64", "most statements queued at any instant of the bucket (queue_s of any source)"),
+    Column("queued_certain_max", "int64", "most statements queued at any instant, counting only certain queueing (D1 … D1 + queue_min_s)"),
+    Column("started", "int64", "exchanges whose D1 falls in the bucket"),
+)
+
+
+# summary.json keys this stage writes beyond the inputs/capture/match/clock/slow-log ones (docs/analyze.md shows
+# the whole layout). `dtype` is the JSON type; a `ref` is an exchange reference: {capture, conn_index, seq} (the
+# key of its row in exchanges.parquet) with conn_id, thread_group, query_id, command, sql (≤ 200 characters),
+# app_req_ts, db_req_ts, total_s, server_s, exec_s, exec_source, queue_s, queue_source, queue_min_s, in_slow_log.
+SUMMARY_KEYS: tuple[Column, ...] = (
+    Column("verdict", "string", "the verdict as the terminal prints it: story.sentence, then one line '- …' per story.bullets[].text"),
+    Column("story.sentence", "string", "one sentence: the most important thread-pool finding with its measured numbers"),
+    Column("story.findings", "list[string]", "what was found, the sentence's first: max_threads | group_stall | queueing_unexplained (certain queueing, no culprit found) | idle | undecided (no long_query_time, or neither a slow log nor the wire flag: queueing cannot be told from execution) | no_server_view | no_exchanges; then understated and hidden_slow when there are such statements"),
+    Column("story.bullets", "list[object]", "details below the sentence: {topic, text}; topic is one of cap, stall, understated, hidden_slow, thread_pool_size, split, estimates, counts, clock, outliers"),
+    Column("thread_pool_size.value", "int|null", "the N thread groups are computed with (given, else inferred when certain or likely); null: no groups"),
+    Column("thread_pool_size.source", "string|null", "given (capture.toml or --thread-pool-size) | inferred; null when unknown"),
+    Column("thread_pool_size.given", "int|null", "the value given, if any"),
+    Column("thread_pool_size.inferred", "object", "{value (int|null), confidence: certain | likely | not enough evidence, candidates: [N…] explaining as many queued statements, victims (statements with certain queueing ≥ 0.1 s considered), explained (of them, with a long statement executing meanwhile on conn_id mod value), contradicted (statements that passed freely meanwhile on that group), checked_up_to, note}"),
+    Column("thread_pool_size.stalls_without_culprits", "int", "stalled stretches for which no statement of the group executed long enough: a sign of a wrong thread_pool_size"),
+    Column("thread_pool_size.warning", "string|null", "set when the given value leaves stalls without culprits, or disagrees with a certain inference"),
+    Column("pool.bucket_s", "float|null", "bucket length of pool.parquet"),
+    Column("pool.max_executing", "int", "most statements executing at once anywhere in the capture"),
+    Column("pool.cap", "object|null", "the pool at thread_pool_max_threads, inferred from the wire: {threads (the cap: the most statements ever executing at once), start, end (first and last wait), duration_s (time at the cap while statements certainly waited), stretches, waiting (statements that certainly waited), max_wait_s, total_wait_s, wait_source (measured | lower_bound | both, comma-separated), executing: [ref…≤ 20] (executing through the waits), executing_total, waiting_refs: [ref…≤ 20]}; null when no such stretch"),
+    Column("pool.outliers", "object", "{exchanges: count of exchanges left out of pool/groups buckets because their times lie far outside the capture's robust span, span_start, span_end}"),
+    Column("groups.bucket_s", "float|null", "bucket length of groups.parquet"),
+    Column("groups.stalls", "list[object]", "stalled stretches in start order: {id, thread_group, start, end, duration_s, queued, max_queue_s (queue_s, any source), max_queue_certain_s (queue_min_s), queue_sources: {measured, estimated, lower_bound} (victims per queue_source), hidden_slow, understated (victims of each kind), culprits: [ref + overlap_s, ≤ 5, longest overlap first], culprits_total, culprits_more}"),
+    Column("hidden_slow", "object", "{count, listed, more, by_stall: [{stall (id|null), thread_group, culprits: [ref…], victims: [ref…]}]}: hidden-slow statements grouped by the stall they queued in (stall null: none found), slowest first, up to 50 listed"),
+    Column("understated", "object", "{count, threshold_s, listed, more, by_stall: [same shape as hidden_slow]}: statements in the slow log that measurably queued ≥ threshold_s"),
+    Column("queueing", "object", "{measured_s, estimated_s, lower_bound_s, certain_s}: queue_s summed by queue_source over exchanges seen at both points, and queue_min_s summed"),
 )

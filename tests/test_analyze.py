@@ -143,13 +143,16 @@ def test_group_stall_shows_the_stalled_group_and_its_culprit(lab):
     g = r.groups
     assert g.loc[g["thread_group"] == hog["thread_group"], "queue_s"].sum() > 3.0
     assert g.loc[g["thread_group"] != hog["thread_group"], "queue_s"].sum() < 0.1
-    assert "Longest stall: thread group 1" in r.summary["verdict"] and "held it" in r.summary["verdict"]
+    sentence = r.summary["story"]["sentence"]
+    assert f"thread group {hog['thread_group']} behind `SELECT BENCHMARK" in sentence
+    assert f"(connection {hog['conn_id']}," in sentence
 
 
 def test_outputs_written(lab, tmp_path):
     r = run(CAPTURES / "maxthreads", tmp_path / "out", csv=True)
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == ["exchanges.csv", "exchanges.parquet", "groups.parquet", "report.html", "summary.json"]
+    assert names == ["exchanges.csv", "exchanges.parquet", "groups.parquet", "pool.parquet", "report.html",
+                     "summary.json"]
     table = pd.read_parquet(tmp_path / "out" / "exchanges.parquet")
     assert list(table.columns) == [c.name for c in EXCHANGE_COLUMNS] + [c.name for c in ANALYSIS_COLUMNS]
     assert str(table["app_req_ts"].dtype) == "datetime64[ns, UTC]"

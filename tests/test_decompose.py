@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pcapdecomp.decompose import _occupancy, auto_bucket_s, group_view, join_slow_log, ts_ns
+from pcapdecomp.decompose import join_slow_log, ts_ns
+from pcapdecomp.threadpool import _occupancy, auto_bucket_s, thread_pool_view
 from pcapdecomp.exchanges import extract
 from pcapdecomp.slowlog import read_slow_log
 
@@ -97,23 +98,30 @@ def test_occupancy_equals_brute_force(intervals, width):
 def test_auto_bucket():
     assert auto_bucket_s(6 * 10**9) == 0.01
     assert auto_bucket_s(600 * 10**9) == 1.0
-    assert auto_bucket_s(10**9 * 86400 * 7) == 600.0
+    assert auto_bucket_s(10**9 * 86400 * 7) == 3600.0
+    # decades (one wild timestamp): still at most 1000 buckets
+    span = 10**9 * 86400 * 365 * 56
+    assert span / (auto_bucket_s(span) * 10**9) <= 1000
 
 
 def test_group_view_on_maxthreads(tmp_path):
     from pcapdecomp.analysis import analyze
 
     r = analyze(CAPTURES / "maxthreads", [], None, None, None, None, [], tmp_path, quiet=True)
-    groups, stalls, bucket = group_view(r.exchanges, bucket_s=0.5)
-    assert bucket == 0.5 and set(groups["thread_group"]) == {0}
+    view = thread_pool_view(r.exchanges, 1, bucket_s=0.5)
+    groups, stalls = view.groups, view.groups_summary["stalls"]
+    assert set(groups["thread_group"]) == {0} and (groups["bucket_s"] == 0.5).all()
     # 8 SLEEP(2) at once: eight in flight for the first 2 s, six executing and two queued; then two.
     busy = groups[groups["in_flight"] > 0]
     assert busy["in_flight"].max() == pytest.approx(8, abs=0.1)
     assert busy["queued"].max() == pytest.approx(2, abs=0.1)
     assert busy["executing"].max() == pytest.approx(6, abs=0.1)
     assert groups["queue_s"].sum() == pytest.approx(4.0, abs=0.01)
-    assert len(stalls) == 1 and stalls[0]["queued"] == 2 and len(stalls[0]["culprits"]) == 5
+    # the six SLEEPs that ran meanwhile are all culprits: five listed, the sixth counted, none dropped silently
+    assert len(stalls) == 1 and stalls[0]["queued"] == 2
+    assert stalls[0]["culprits_total"] == 6 and len(stalls[0]["culprits"]) == 5 and stalls[0]["culprits_more"] == 1
     assert {c["sql"] for c in stalls[0]["culprits"]} == {"SELECT SLEEP(2)"}
+    assert (view.stall_role == "culprit").sum() == 6 and (view.stall_role == "victim").sum() == 2
 
 
 def test_exec_estimates_say_how_they_were_made(tmp_path):

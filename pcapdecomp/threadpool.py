@@ -1,0 +1,607 @@
+"""Thread-pool stage: what the pool did, from the decomposed exchanges alone.
+
+- the whole pool over time (pool.parquet): statements in flight, executing and queued per bucket, with the extremes
+  at any instant, so a pool at `thread_pool_max_threads` shows as a flat line at the cap;
+- the thread limit itself, inferred: statements certainly waited while the most statements ever seen executing at
+  once were executing, and nobody passed them;
+- `thread_pool_size`, when not given, inferred: the N for which every statement that certainly queued had a long
+  statement executing on its group `conn_id % N` meanwhile, while nobody else on that group passed freely;
+- per thread group and bucket (groups.parquet), the stalled stretches and their culprits.
+
+Claims of queueing rest on `queue_min_s` (measured, or bounded by the slow log / the wire flag), never on an
+estimate alone; the extent of a wait uses `queue_s`, whose provenance is `queue_source`.
+
+Cost follows the exchanges: buckets are at most MAX_BUCKETS over the robust span of the capture (a frame with a wild
+timestamp is counted as an outlier, not stretched over), pair searches are capped and the caps reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .decompose import NS, STALL_MIN_QUEUE_S, ts_ns
+from .schema import GROUP_COLUMNS, POOL_COLUMNS
+
+CULPRIT_MIN_SHARE = 0.25  # a culprit executed during at least this share of the stalled stretch
+MAX_CULPRITS = 5  # listed per stall in summary.json (all are marked in exchanges.stall_role; the rest counted)
+MAX_BUCKETS = 1000
+BUCKET_LADDER_S = (0.01, 0.1, 1.0, 10.0, 60.0, 600.0, 3600.0, 86400.0)
+OUTLIER_MIN_MARGIN_NS = 86400 * NS  # times further than this (or 10 core spans) outside the core are outliers
+MAX_THREAD_POOL_SIZE = 128  # largest thread_pool_size tried when inferring it (MariaDB's and Percona's maximum)
+INFER_MAX_VICTIMS = 5000  # queued statements considered when inferring thread_pool_size (evenly sampled beyond)
+INFER_MAX_ARRIVALS = 2000  # arrivals per long statement checked for free passes
+EXPLAINED_SHARE = 0.9  # an N must explain this share of the queued statements …
+FREE_PASS_SHARE = 0.1  # … with at most this many free passes per explained statement
+CAP_SHARE = 0.9  # the pool is at its thread limit when the cap was reached during this share of the waiting time
+MAX_REFS = 20  # exchange references listed per list in summary.json
+
+GROUP_COLUMNS_NAMES = [c.name for c in GROUP_COLUMNS]
+POOL_COLUMNS_NAMES = [c.name for c in POOL_COLUMNS]
+REF_COLUMNS = ("capture", "conn_index", "seq", "conn_id", "thread_group", "query_id", "command", "sql", "app_req_ts",
+               "db_req_ts", "total_s", "server_s", "exec_s", "exec_source", "queue_s", "queue_source", "queue_min_s",
+               "in_slow_log")
+
+
+@dataclass
+class PoolView:
+    """What analysis needs from this stage: the tables, the summary.json parts, the per-exchange annotations."""
+
+    pool: pd.DataFrame  # POOL_COLUMNS
+    groups: pd.DataFrame  # GROUP_COLUMNS
+    thread_pool_size: dict  # summary.json → thread_pool_size
+    pool_summary: dict  # summary.json → pool
+    groups_summary: dict  # summary.json → groups
+    thread_group: pd.Series  # Int64 per exchange row
+    stall: pd.Series  # Int64 per exchange row
+    stall_role: pd.Series  # category per exchange row
+    stall_members: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)  # per stall (victims, culprits): row positions
+    cap_members: tuple[np.ndarray, np.ndarray] | None = None  # (executing, waiting) row positions while at the cap
+    outliers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # rows with wild DB-side times
+    warnings: list[str] = field(default_factory=list)
+
+
+# --- buckets --------------------------------------------------------------------------------------------------
+
+
+def auto_bucket_s(span_ns: int) -> float:
+    """The smallest of 10 ms, 100 ms, 1 s, 10 s, 1 min, 10 min, 1 h, 1 day giving at most MAX_BUCKETS buckets;
+    beyond that whole days, so the number of buckets never grows with the span."""
+    for b in BUCKET_LADDER_S:
+        if span_ns / (b * NS) <= MAX_BUCKETS:
+            return b
+    return 86400.0 * float(np.ceil(span_ns / (MAX_BUCKETS * 86400.0 * NS)))
+
+
+def robust_span(d1: np.ndarray, d4: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """(keep mask, start, end): the exchanges whose D1 … D4 lie within the capture's robust span.
+
+    The core runs from the earliest to the latest time after dropping 1 % at each end; an exchange more than
+    max(10 core spans, 1 day) outside it, or one that ends before it starts, is an outlier (one frame with a wild
+    timestamp must not stretch the buckets over decades)."""
+    n = len(d1)
+    keep = d4 >= d1
+    if not keep.any():
+        return keep, 0, 0
+    starts, ends = np.sort(d1[keep]), np.sort(d4[keep])
+    k = (len(starts) // 100) if len(starts) >= 3 else 0
+    k = max(k, 1) if len(starts) >= 3 else 0
+    core_lo, core_hi = int(starts[k]), int(ends[len(ends) - 1 - k])
+    margin = max(10 * max(core_hi - core_lo, 0), OUTLIER_MIN_MARGIN_NS)
+    keep &= (d1 >= core_lo - margin) & (d4 <= core_hi + margin)
+    if not keep.any() or n == 0:
+        return keep, 0, 0
+    return keep, int(d1[keep].min()), int(d4[keep].max())
+
+
+def _edges(t0: int, t1: int, bucket_s: float) -> np.ndarray:
+    bns = int(round(bucket_s * NS))
+    first = t0 - t0 % bns
+    count = max(1, -(-(t1 + 1 - first) // bns))
+    return first + bns * np.arange(count + 1, dtype=np.int64)
+
+
+def _occupancy(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Σ_i |[s_i, e_i] ∩ [edge_k, edge_k+1]| for every bucket, in ns, via F(t) = Σ_{s<t}(t−s) − Σ_{e<t}(t−e)."""
+
+    def area(points: np.ndarray) -> np.ndarray:
+        p = np.sort(points)
+        csum = np.concatenate([[0], np.cumsum(p, dtype=np.float64)])
+        k = np.searchsorted(p, edges, side="left")
+        return k * edges.astype(np.float64) - csum[k]
+
+    f = area(starts) - area(ends)
+    return np.diff(f)
+
+
+def _count_steps(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The step function count(t) = #{i: s_i ≤ t < e_i} as (times, count from that time on); empty intervals
+    are left out."""
+    live = ends > starts
+    times = np.concatenate([starts[live], ends[live]])
+    delta = np.concatenate([np.ones(int(live.sum()), np.int64), -np.ones(int(live.sum()), np.int64)])
+    if len(times) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(times, kind="stable")
+    times, delta = times[order], delta[order]
+    uniq, first = np.unique(times, return_index=True)
+    net = np.add.reduceat(delta, first)
+    return uniq, np.cumsum(net)
+
+
+def _step_extremes(times: np.ndarray, counts: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """min and max of a step function over each bucket [edge_k, edge_k+1)."""
+    nb = len(edges) - 1
+    if len(times) == 0:
+        return np.zeros(nb, np.int64), np.zeros(nb, np.int64)
+    at = np.searchsorted(times, edges[:-1], side="right") - 1  # last step at or before each bucket's start
+    start_value = np.where(at >= 0, counts[np.maximum(at, 0)], 0)
+    lo, hi = start_value.copy(), start_value.copy()
+    inside = np.searchsorted(edges, times, side="right") - 1  # bucket of each step (steps at a bucket start too)
+    ok = (inside >= 0) & (inside < nb)
+    if ok.any():
+        b, c = inside[ok], counts[ok]
+        np.minimum.at(lo, b, c)
+        np.maximum.at(hi, b, c)
+    return lo, hi
+
+
+def _measure_at_least(times: np.ndarray, counts: np.ndarray, level: int, lo: np.ndarray, hi: np.ndarray) -> float:
+    """Σ over intervals [lo_i, hi_i) (disjoint) of the time the step function is ≥ level, ns."""
+    if len(times) == 0 or len(lo) == 0:
+        return 0.0
+    ends = np.concatenate([times[1:], [times[-1]]])
+    high = counts >= level
+    s, e = times[high], ends[high]
+    total = 0.0
+    for a, b in zip(lo, hi):  # the waiting stretches: few
+        total += float(np.clip(np.minimum(e, b) - np.maximum(s, a), 0, None).sum())
+    return total
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint intervals covering the union of [s_i, e_i)."""
+    if len(starts) == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    new = np.concatenate([[True], s[1:] > reach[:-1]])
+    idx = np.flatnonzero(new)
+    return s[idx], np.maximum.reduceat(e, idx)
+
+
+# --- the exchanges as intervals -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Rows:
+    pos: np.ndarray  # row positions in the exchanges table
+    d1: np.ndarray
+    d4: np.ndarray
+    xs: np.ndarray  # execution start: D4 − exec_s (D1 when exec_s is unknown: then `exec_known` is False)
+    exec_known: np.ndarray
+    q_end: np.ndarray  # D1 + queue_s (the best value, whatever its source)
+    q_min: np.ndarray  # queue_min_s, ns
+    server: np.ndarray  # D4 − D1, ns
+    conn: np.ndarray  # conn_id, -1 when unknown
+    measured: np.ndarray  # queue_source is measured (the slow log timed the execution)
+    culprit_ok: np.ndarray  # its execution could hold a worker for long: exec_s ≥ threshold from a source that says so
+
+
+def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, int]:
+    """The exchanges with DB-side times inside the robust span, as int64 ns arrays; (rows, outlier row positions,
+    t0, t1)."""
+    d1_all, v1 = ts_ns(t["db_req_ts"])
+    d4_all, v4 = ts_ns(t["db_resp_ts"])
+    valid = v1 & v4
+    pos = np.flatnonzero(valid)
+    d1, d4 = d1_all[pos], d4_all[pos]
+    keep, t0, t1 = robust_span(d1, d4)
+    outliers = pos[~keep]
+    pos, d1, d4 = pos[keep], d1[keep], d4[keep]
+
+    def col(name):
+        return t[name].to_numpy(dtype="float64", na_value=np.nan)[pos]
+
+    exec_s, queue_s, qmin = col("exec_s"), col("queue_s"), col("queue_min_s")
+    exec_known = ~np.isnan(exec_s)
+    exec_ns = np.where(exec_known, np.rint(np.nan_to_num(exec_s) * NS), d4 - d1).astype(np.int64)
+    xs = np.maximum(d4 - exec_ns, d1)
+    q_end = np.minimum(d1 + np.rint(np.nan_to_num(queue_s) * NS).astype(np.int64), d4)
+    q_min = np.rint(np.nan_to_num(qmin) * NS).astype(np.int64)
+    conn = t["conn_id"].astype("Int64").to_numpy(dtype="float64", na_value=-1)[pos].astype(np.int64)
+    source = t["exec_source"].astype(object).to_numpy()[pos]
+    victim = q_min >= threshold_ns
+    long_exec = exec_known & (exec_ns >= threshold_ns)
+    # an upper bound on execution (below long_query_time) can still be a culprit, unless the statement is known to
+    # have queued itself
+    culprit_ok = long_exec & ((source != "below_long_query_time") | ~victim)
+    measured = t["queue_source"].astype(object).to_numpy()[pos] == "measured"
+    return _Rows(pos, d1, d4, xs, exec_known, q_end, q_min, d4 - d1, conn, measured, culprit_ok), outliers, t0, t1
+
+
+# --- the whole pool -------------------------------------------------------------------------------------------
+
+
+def pool_table(r: _Rows, edges: np.ndarray, bucket_s: float, threshold_ns: int) -> pd.DataFrame:
+    bns = int(round(bucket_s * NS))
+    ex = r.exec_known
+    x_times, x_counts = _count_steps(r.xs[ex], r.d4[ex])
+    q_times, q_counts = _count_steps(r.d1, r.q_end)
+    victim = r.q_min >= threshold_ns
+    c_times, c_counts = _count_steps(r.d1[victim], (r.d1 + r.q_min)[victim])
+    x_lo, x_hi = _step_extremes(x_times, x_counts, edges)
+    _, q_hi = _step_extremes(q_times, q_counts, edges)
+    _, c_hi = _step_extremes(c_times, c_counts, edges)
+    return pd.DataFrame({
+        "bucket_start": pd.to_datetime(edges[:-1], unit="ns", utc=True),
+        "bucket_s": float(bucket_s),
+        "in_flight": _occupancy(r.d1, r.d4, edges) / bns,
+        "executing": _occupancy(r.xs[ex], r.d4[ex], edges) / bns,
+        "queued": _occupancy(r.d1, r.q_end, edges) / bns,
+        "executing_min": x_lo.astype(np.int64),
+        "executing_max": x_hi.astype(np.int64),
+        "queued_max": q_hi.astype(np.int64),
+        "queued_certain_max": c_hi.astype(np.int64),
+        "started": np.histogram(r.d1, bins=edges)[0].astype(np.int64),
+    })
+
+
+def infer_cap(r: _Rows, groups: np.ndarray | None, threshold_ns: int) -> dict | None:
+    """The pool at thread_pool_max_threads: during (almost) all the time statements certainly waited, the most
+    statements ever executing at once (K ≥ 2) were executing, nobody arrived and passed the waiting ones, and —
+    when the thread groups are known — the waiting ones' own group had K executing too (else one busy group, not
+    the whole pool, held them: a group stall). Returns the cap's summary part, or None."""
+    victim = r.q_min >= threshold_ns
+    if not victim.any():
+        return None
+    ex = r.exec_known  # every known execution (a victim's comes after its wait)
+    times, counts = _count_steps(r.xs[ex], r.d4[ex])
+    if len(counts) == 0:
+        return None
+    cap = int(counts.max())
+    if cap < 2:
+        return None
+    w_lo, w_hi = _union(r.d1[victim], r.q_end[victim])
+    waiting_ns = float((w_hi - w_lo).sum())
+    if waiting_ns <= 0:
+        return None
+    at_cap = _measure_at_least(times, counts, cap, w_lo, w_hi)
+    if at_cap < CAP_SHARE * waiting_ns:
+        return None
+    # free passes: arrivals during the waits that did not wait themselves
+    margin = NS // 1000
+    inside = np.searchsorted(w_lo, r.d1, side="right") - 1
+    during = (inside >= 0) & (r.d1 > w_lo[np.maximum(inside, 0)] + margin) & (r.d1 < w_hi[np.maximum(inside, 0)] - margin)
+    free = during & ~victim & _did_not_queue(r, threshold_ns)
+    if free.sum() > FREE_PASS_SHARE * victim.sum():
+        return None
+    # the statements executing while they waited: an execution overlaps a (sorted, disjoint) waiting stretch when
+    # the first stretch ending after it starts begins before it ends
+    k = np.minimum(np.searchsorted(w_hi, r.xs, side="right"), len(w_lo) - 1)
+    overlap = np.minimum(r.d4, w_hi[k]) - np.maximum(r.xs, w_lo[k])
+    holding = np.flatnonzero(ex & ~victim & (overlap >= CULPRIT_MIN_SHARE * (w_hi[k] - w_lo[k])))
+    if groups is not None and (groups[victim] >= 0).all():
+        # how many executed in the waiting statement's own group during its wait
+        same = []
+        for v in np.flatnonzero(victim)[:200]:
+            mine = holding[(groups[holding] == groups[v]) & (r.xs[holding] < r.q_end[v]) & (r.d4[holding] > r.d1[v])]
+            same.append(len(mine))
+        if np.median(same) < cap:
+            return None
+    waits = (r.q_end - r.d1)[victim]
+    return {
+        "threads": cap,
+        "start": _iso(int(w_lo.min())), "end": _iso(int(w_hi.max())),
+        "duration_s": at_cap / NS,
+        "stretches": int(len(w_lo)),
+        "waiting": int(victim.sum()),
+        "max_wait_s": float(waits.max()) / NS,
+        "total_wait_s": float(waits.sum()) / NS,
+        "executing_total": int(len(holding)),
+        "_holding": r.pos[holding], "_waiting": r.pos[np.flatnonzero(victim)],
+    }
+
+
+def infer_thread_pool_size(r: _Rows, threshold_ns: int) -> dict:
+    """The thread_pool_size that explains the queueing: see the module docstring. Returns summary.json's
+    thread_pool_size.inferred."""
+    victim = (r.q_min >= threshold_ns) & (r.conn >= 0)
+    culprit = r.culprit_ok & (r.conn >= 0)
+    out = {"value": None, "confidence": "not enough evidence", "candidates": [], "victims": int(victim.sum()),
+           "explained": 0, "contradicted": 0, "checked_up_to": 0, "note": ""}
+    if not victim.any():
+        out["note"] = "no statement certainly queued"
+        return out
+    vi = np.flatnonzero(victim)
+    if len(vi) > INFER_MAX_VICTIMS:
+        vi = vi[np.linspace(0, len(vi) - 1, INFER_MAX_VICTIMS).astype(np.int64)]
+        out["note"] = f"{INFER_MAX_VICTIMS} of {int(victim.sum())} queued statements considered; "
+    # long statements executing during some certain wait (disjoint sorted union of the waits)
+    w_lo, w_hi = _union(r.d1[vi], (r.d1 + r.q_min)[vi])
+    ci = np.flatnonzero(culprit)
+    k = np.searchsorted(w_hi, r.xs[ci], side="right")
+    ci = ci[(k < len(w_lo)) & (w_lo[np.minimum(k, len(w_lo) - 1)] < r.d4[ci])]
+    if len(ci) > INFER_MAX_VICTIMS:
+        ci = ci[np.argsort(r.xs[ci] - r.d4[ci], kind="stable")[:INFER_MAX_VICTIMS]]  # the longest
+        out["note"] += f"the {INFER_MAX_VICTIMS} longest of {int(culprit.sum())} long statements considered; "
+    # (victim, culprit) pairs: the culprit executed during at least half of the victim's certain wait
+    pv, pc = [], []
+    for chunk in np.array_split(vi, max(1, len(vi) // 500)):
+        w0, w1 = r.d1[chunk][:, None], (r.d1 + r.q_min)[chunk][:, None]
+        ov = np.minimum(w1, r.d4[ci][None, :]) - np.maximum(w0, r.xs[ci][None, :])
+        ok = (ov >= 0.5 * (w1 - w0)) & (r.conn[chunk][:, None] != r.conn[ci][None, :])
+        a, b = np.nonzero(ok)
+        pv.append(chunk[a])
+        pc.append(ci[b])
+    pv = np.concatenate(pv) if pv else np.zeros(0, np.int64)
+    pc = np.concatenate(pc) if pc else np.zeros(0, np.int64)
+    if len(pv) == 0:
+        out["note"] += "no long statement executed while statements queued"
+        return out
+    diff = np.abs(r.conn[pv] - r.conn[pc])
+    top = int(min(MAX_THREAD_POOL_SIZE, diff.max()))
+    out["checked_up_to"] = top
+    # arrivals during each blocking statement that did not wait: free passes
+    free_ok = (r.conn >= 0) & _did_not_queue(r, threshold_ns)
+    fi = np.flatnonzero(free_ok)
+    fi = fi[np.argsort(r.d1[fi], kind="stable")]
+    fd1 = r.d1[fi]
+    blockers = np.unique(pc)
+    fc, fu = [], []
+    for c in blockers:
+        lo = np.searchsorted(fd1, r.xs[c], side="right")
+        hi = np.searchsorted(fd1, r.d4[c], side="left")
+        us = fi[lo:min(hi, lo + INFER_MAX_ARRIVALS)]
+        us = us[r.conn[us] != r.conn[c]]
+        fc.append(np.full(len(us), c))
+        fu.append(us)
+    fc = np.concatenate(fc) if fc else np.zeros(0, np.int64)
+    fu = np.concatenate(fu) if fu else np.zeros(0, np.int64)
+    fdiff = np.abs(r.conn[fu] - r.conn[fc])
+    n_victims = len(vi)
+    scores = []
+    for n in range(1, top + 1):
+        ok = diff % n == 0
+        explained = len(np.unique(pv[ok]))
+        blocking = np.unique(pc[ok])
+        f_ok = (fdiff % n == 0) & np.isin(fc, blocking)
+        free = len(np.unique(fu[f_ok]))
+        scores.append((n, explained, free))
+    consistent = [(n, e, f) for n, e, f in scores
+                  if e >= EXPLAINED_SHARE * n_victims and f <= FREE_PASS_SHARE * e]
+    out["candidates"] = [n for n, _, _ in consistent][:10]
+    if len(consistent) == 1:
+        n, e, f = consistent[0]
+        out.update(value=n, explained=e, contradicted=f,
+                   confidence="certain" if n_victims >= 3 and len({int(r.conn[v]) for v in vi}) >= 2 else "likely")
+        out["note"] += (f"{e} of {n_victims} queued statements had a long statement executing on conn_id % {n} "
+                        f"meanwhile; {f} passed freely on those groups")
+    elif consistent:
+        out["note"] += ("several sizes explain the queueing equally well: "
+                        + ", ".join(str(n) for n, _, _ in consistent[:10]))
+    else:
+        best = max(scores, key=lambda s: (s[1] - s[2], -s[0]))
+        out["explained"], out["contradicted"] = best[1], best[2]
+        out["note"] += ("no single thread group explains the queueing (statements on the same group passed freely, "
+                        "or the long statements ran on other groups): the whole pool, not one group, was busy")
+    return out
+
+
+def _did_not_queue(r: _Rows, threshold_ns: int) -> np.ndarray:
+    """Certainly did not wait `threshold` or more: a measured short wait, or a short time inside the server."""
+    return (r.q_min < threshold_ns) & (r.measured | (r.server < threshold_ns))
+
+
+# --- per thread group -----------------------------------------------------------------------------------------
+
+
+def group_table(r: _Rows, group: np.ndarray, edges: np.ndarray, bucket_s: float) -> pd.DataFrame:
+    bns = int(round(bucket_s * NS))
+    frames = []
+    ex = r.exec_known
+    for gid in np.unique(group[group >= 0]):
+        s = group == gid
+        se = s & ex
+        frames.append(pd.DataFrame({
+            "thread_group": gid,
+            "bucket_start": pd.to_datetime(edges[:-1], unit="ns", utc=True),
+            "bucket_s": float(bucket_s),
+            "in_flight": _occupancy(r.d1[s], r.d4[s], edges) / bns,
+            "executing": _occupancy(r.xs[se], r.d4[se], edges) / bns,
+            "queued": _occupancy(r.d1[s], r.q_end[s], edges) / bns,
+            "queue_s": _occupancy(r.d1[s], r.q_end[s], edges) / NS,
+            "started": np.histogram(r.d1[s], bins=edges)[0],
+            "max_queue_s": pd.Series((r.q_end[s] - r.d1[s]) / NS).groupby(
+                np.searchsorted(edges, r.d1[s], side="right") - 1).max().reindex(range(len(edges) - 1)).to_numpy(),
+        }))
+    if not frames:
+        return pd.DataFrame({c.name: pd.Series(dtype=c.dtype) for c in GROUP_COLUMNS})
+    groups = pd.concat(frames, ignore_index=True)
+    groups["thread_group"] = groups["thread_group"].astype("int64")
+    groups["started"] = groups["started"].astype("int64")
+    return groups
+
+
+def find_stalls(r: _Rows, group: np.ndarray, threshold_ns: int) -> list[dict]:
+    """Stalled stretches: per group, the union of the waits of statements that certainly queued ≥ threshold; the
+    culprits are statements of the same group whose execution covered ≥ CULPRIT_MIN_SHARE of the stretch, longest
+    overlap first. Each stall has `_victims` and `_culprits` (row positions in `r`, private to this module)."""
+    victim = (r.q_min >= threshold_ns) & (group >= 0)
+    if not victim.any():
+        return []
+    q = pd.DataFrame({"g": group[victim], "s": r.d1[victim], "e": r.q_end[victim], "i": np.flatnonzero(victim)})
+    q = q.sort_values(["g", "s"], kind="stable")
+    prev_end = q.groupby("g")["e"].cummax().groupby(q["g"]).shift()
+    q["stretch"] = ((q["s"] > prev_end) | prev_end.isna() | (q["g"] != q["g"].shift())).cumsum()
+    stalls = []
+    busy = np.flatnonzero(r.culprit_ok & (group >= 0))
+    for _, members in q.groupby("stretch"):
+        g = int(members["g"].iloc[0])
+        s, e = int(members["s"].min()), int(members["e"].max())
+        mine = busy[group[busy] == g]
+        overlap = np.minimum(e, r.d4[mine]) - np.maximum(s, r.xs[mine])
+        hold = overlap >= CULPRIT_MIN_SHARE * (e - s)
+        order = np.argsort(-overlap[hold], kind="stable")
+        stalls.append({"thread_group": g, "s": s, "e": e, "_victims": members["i"].to_numpy(),
+                       "_culprits": mine[hold][order], "_overlap": overlap[hold][order]})
+    stalls.sort(key=lambda st: (st["s"], st["thread_group"]))
+    return stalls
+
+
+# --- the stage ------------------------------------------------------------------------------------------------
+
+
+def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | None = None,
+                     threshold_s: float = STALL_MIN_QUEUE_S) -> PoolView:
+    """Everything the thread-pool view adds, from decompose()'s table (exec_s, queue_s, queue_min_s, …)."""
+    threshold_ns = int(round(threshold_s * NS))
+    r, outlier_rows, t0, t1 = _rows(t, threshold_ns)
+    outliers = len(outlier_rows)
+    n = len(t)
+    warnings: list[str] = []
+    if outliers:
+        warnings.append(f"{outliers} exchanges have DB-side times far outside the capture's span (or ending before "
+                        "they start): left out of the pool and group views and the verdict")
+    bucket_s = bucket_s or auto_bucket_s(t1 - t0)
+    edges = _edges(t0, t1, bucket_s) if len(r.pos) else np.zeros(1, np.int64)
+    pool = pool_table(r, edges, bucket_s, threshold_ns) if len(r.pos) else _empty(POOL_COLUMNS)
+
+    inferred = infer_thread_pool_size(r, threshold_ns)
+    size, source = given_size, "given" if given_size else None
+    if not given_size and inferred["value"] is not None:
+        size, source = inferred["value"], "inferred"
+    conn = t["conn_id"].astype("Int64")
+    thread_group = (conn % int(size)).astype("Int64") if size else pd.Series(pd.NA, index=t.index, dtype="Int64")
+    group_r = thread_group.to_numpy(dtype="float64", na_value=-1)[r.pos].astype(np.int64)
+
+    # the cap check looks into the groups only when the wire confirms them (a wrong given size would hide the cap)
+    sure = inferred["confidence"] == "certain" and inferred["value"] == size
+    cap = infer_cap(r, group_r if size and sure else None, threshold_ns)
+    if cap and source == "inferred" and inferred["confidence"] != "certain":
+        # the waits are the thread limit's doing: they say nothing about the groups
+        size, source = None, None
+        inferred.update(value=None, confidence="not enough evidence",
+                        note="the waits are explained by the thread limit (thread_pool_max_threads), not by groups")
+        thread_group = pd.Series(pd.NA, index=t.index, dtype="Int64")
+        group_r = np.full(len(r.pos), -1, np.int64)
+    elif cap and inferred["confidence"] != "certain":
+        inferred["note"] = ("the waits are explained by the thread limit (thread_pool_max_threads), which hides the "
+                            "groups; " + inferred["note"])
+    groups = group_table(r, group_r, edges, bucket_s) if size and len(r.pos) else _empty(GROUP_COLUMNS)
+    stalls_raw = find_stalls(r, group_r, threshold_ns) if size else []
+
+    # per-exchange annotations: victims first (a statement that queued in a stall is its victim even if it later
+    # held another one)
+    stall = np.full(n, -1, np.int64)
+    role = np.full(n, None, dtype=object)
+    for sid, st in enumerate(stalls_raw):
+        cul = r.pos[st["_culprits"]]
+        free = role[cul] == None  # noqa: E711 (object array)
+        stall[cul[free]] = sid
+        role[cul[free]] = "culprit"
+    for sid, st in enumerate(stalls_raw):
+        vic = r.pos[st["_victims"]]
+        stall[vic] = sid
+        role[vic] = "victim"
+
+    stalls = [_stall_summary(sid, st, t, r) for sid, st in enumerate(stalls_raw)]
+    members = [(r.pos[st["_victims"]], r.pos[st["_culprits"]]) for st in stalls_raw]
+    cap_members = (cap.pop("_holding"), cap.pop("_waiting")) if cap else None
+    without = sum(1 for s in stalls if s["culprits_total"] == 0)
+    size_info = {"value": size, "source": source, "given": given_size, "inferred": inferred,
+                 "stalls_without_culprits": without, "warning": None}
+    if given_size:
+        problems = []
+        if stalls and without:
+            problems.append(f"{without} of {len(stalls)} stalls have no culprit on their thread group")
+        if inferred["confidence"] == "certain" and inferred["value"] != given_size:
+            problems.append(f"the wire says {inferred['value']} ({inferred['note']})")
+        if problems:
+            size_info["warning"] = (f"thread_pool_size {given_size} may be wrong: " + "; ".join(problems)
+                                    + (f"; the wire suggests {inferred['value']}" if inferred["value"]
+                                       and inferred["value"] != given_size and "the wire says" not in problems[-1]
+                                       else ""))
+            warnings.append(size_info["warning"])
+    pool_info = {"bucket_s": float(bucket_s) if len(r.pos) else None,
+                 "max_executing": int(pool["executing_max"].max()) if len(pool) else 0,
+                 "cap": _cap_summary(cap, cap_members, t) if cap else None,
+                 "outliers": {"exchanges": outliers, "span_start": _iso(t0) if len(r.pos) else None,
+                              "span_end": _iso(t1) if len(r.pos) else None}}
+    return PoolView(
+        pool=pool, groups=groups, thread_pool_size=size_info, pool_summary=pool_info,
+        groups_summary={"bucket_s": float(bucket_s) if size and len(r.pos) else None, "stalls": stalls},
+        thread_group=thread_group.reset_index(drop=True),
+        stall=pd.Series(stall, dtype="Int64").where(stall >= 0),
+        stall_role=pd.Series(role, dtype="object").astype("category"),
+        stall_members=members, cap_members=cap_members, outliers=outlier_rows, warnings=warnings,
+    )
+
+
+def _stall_summary(sid: int, st: dict, t: pd.DataFrame, r: _Rows) -> dict:
+    vic = r.pos[st["_victims"]]
+    sources = t["queue_source"].astype(object).to_numpy()[vic]
+    hidden = t["hidden_slow"].to_numpy(dtype=bool, na_value=False)[vic]
+    under = t["understated"].to_numpy(dtype=bool, na_value=False)[vic]
+    culprits = []
+    for i, ov in zip(st["_culprits"][:MAX_CULPRITS], st["_overlap"][:MAX_CULPRITS]):
+        ref = exchange_ref(t, int(r.pos[i]))
+        ref["overlap_s"] = float(ov) / NS
+        culprits.append(ref)
+    queue = t["queue_s"].to_numpy(dtype="float64", na_value=np.nan)[vic]
+    certain = t["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan)[vic]
+    return {
+        "id": sid, "thread_group": st["thread_group"], "start": _iso(st["s"]), "end": _iso(st["e"]),
+        "duration_s": (st["e"] - st["s"]) / NS, "queued": int(len(vic)),
+        "max_queue_s": float(np.nanmax(queue)), "max_queue_certain_s": float(np.nanmax(certain)),
+        "queue_sources": {k: int((sources == k).sum()) for k in ("measured", "estimated", "lower_bound")},
+        "hidden_slow": int(hidden.sum()), "understated": int(under.sum()),
+        "culprits": culprits, "culprits_total": int(len(st["_culprits"])),
+        "culprits_more": max(0, int(len(st["_culprits"])) - MAX_CULPRITS),
+    }
+
+
+def _cap_summary(cap: dict, members: tuple[np.ndarray, np.ndarray], t: pd.DataFrame) -> dict:
+    holding, waiting = members
+    sources = set(t["queue_source"].astype(object).to_numpy()[waiting])
+    cap["wait_source"] = "measured" if sources == {"measured"} else ",".join(sorted(map(str, sources)))
+    cap["executing"] = [exchange_ref(t, int(i)) for i in holding[:MAX_REFS]]
+    cap["waiting_refs"] = [exchange_ref(t, int(i)) for i in waiting[:MAX_REFS]]
+    return cap
+
+
+def exchange_ref(t: pd.DataFrame, pos: int) -> dict:
+    """A reference to one exchange for summary.json: its key (capture, conn_index, seq) and what a reader needs."""
+    row = t.iloc[pos]
+    out = {}
+    for c in REF_COLUMNS:
+        v = row[c] if c in t.columns else None
+        out[c] = json_value(v)
+    if isinstance(out.get("sql"), str) and len(out["sql"]) > 200:
+        out["sql"] = out["sql"][:199] + "…"
+    return out
+
+
+def json_value(v):
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return None
+    if isinstance(v, pd.Timestamp):
+        return v.isoformat()
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
+    return v
+
+
+def _iso(ns: int) -> str:
+    return pd.Timestamp(int(ns), unit="ns", tz="UTC").isoformat()
+
+
+def _empty(columns) -> pd.DataFrame:
+    return pd.DataFrame({c.name: pd.Series(dtype=c.dtype) for c in columns})

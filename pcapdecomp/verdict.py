@@ -1,0 +1,485 @@
+"""The verdict: what happened in the thread pool, told in one sentence with its measured numbers, details in
+bullets below it; and the summary.json parts a reader starts from (victims grouped by stall, queueing by how it
+is known).
+
+The sentence names the most important story the capture holds, in this order: the pool at its thread limit
+(thread_pool_max_threads), a thread group stalled by a long statement, statements that queued with no culprit
+found, an idle pool. Hidden-slow statements (slow on the wire, absent from the slow log) and statements the slow log
+understates (in it, but they queued first) are counted in the same sentence. Every claim of queueing rests on
+`queue_min_s` (measured, or bounded by the slow log / SERVER_QUERY_WAS_SLOW); an estimate is named as one and never
+the basis of a claim.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .decompose import STALL_MIN_QUEUE_S
+from .decompose import ts_ns
+from .threadpool import MAX_CULPRITS, PoolView, exchange_ref, json_value, robust_span
+
+VICTIMS_LISTED = 50  # hidden-slow / understated statements listed in summary.json (the rest counted)
+STALLS_TOLD = 5  # stall bullets (the rest counted)
+
+
+def tell(summary: dict, x: pd.DataFrame, view: PoolView) -> dict:
+    """summary.json's verdict, story, hidden_slow, understated and queueing, from the other summary parts (inputs,
+    exchanges, clock, groups, pool, thread_pool_size) and the exchanges table (with thread_group, stall and
+    stall_role set)."""
+    sane = _sane(x, view)
+    hidden = x["hidden_slow"].to_numpy(dtype=bool, na_value=False) & sane
+    understated = x["understated"].to_numpy(dtype=bool, na_value=False) & sane
+    parts = {
+        "queueing": _queueing(x[sane]),
+        "hidden_slow": _victims(x, hidden, view),
+        "understated": {**_victims(x, understated, view), "threshold_s": STALL_MIN_QUEUE_S},
+    }
+    story = _story(summary, x, view, hidden, understated, sane)
+    parts["story"] = story
+    parts["verdict"] = "\n".join([story["sentence"], *(f"- {b['text']}" for b in story["bullets"])])
+    return parts
+
+
+def _sane(x: pd.DataFrame, view: PoolView) -> np.ndarray:
+    """Rows whose times are not damage: DB-side times inside the capture's robust span (the pool view's outliers
+    left out) and app-side times likewise."""
+    sane = np.ones(len(x), dtype=bool)
+    sane[view.outliers] = False
+    a1, v1 = ts_ns(x["app_req_ts"])
+    a4, v4 = ts_ns(x["app_resp_ts"])
+    both = np.flatnonzero(v1 & v4)
+    keep, _, _ = robust_span(a1[both], a4[both])
+    sane[both[~keep]] = False
+    return sane
+
+
+# --- summary.json parts -------------------------------------------------------------------------------------------
+
+
+def _queueing(x: pd.DataFrame) -> dict:
+    both = x[x["seen"] == "both"]
+    src = both["queue_source"].astype(object)
+    q = both["queue_s"]
+    return {"measured_s": float(q[src == "measured"].sum()), "estimated_s": float(q[src == "estimated"].sum()),
+            "lower_bound_s": float(q[src == "lower_bound"].sum()), "certain_s": float(both["queue_min_s"].sum())}
+
+
+def _victims(x: pd.DataFrame, mask: np.ndarray, view: PoolView) -> dict:
+    """Statements of `mask`, the slowest VICTIMS_LISTED of them grouped by the stall they queued in."""
+    idx = np.flatnonzero(mask)
+    server = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)
+    listed = idx[np.argsort(-np.nan_to_num(server[idx], nan=-1.0), kind="stable")][:VICTIMS_LISTED]
+    stall = x["stall"].to_numpy(dtype="float64", na_value=np.nan)
+    role = x["stall_role"].astype(object).to_numpy()
+    groups: dict = {}
+    for i in listed:
+        sid = int(stall[i]) if role[i] == "victim" and not np.isnan(stall[i]) else None
+        groups.setdefault(sid, []).append(int(i))
+    by_stall = []
+    for sid in sorted(groups, key=lambda s: (s is None, s if s is not None else 0)):
+        culprits = []
+        group = None
+        if sid is not None and sid < len(view.stall_members):
+            culprits = [_ref(x, int(c)) for c in view.stall_members[sid][1][:MAX_CULPRITS]]
+            group = json_value(x["thread_group"].iloc[groups[sid][0]])
+        elif groups[sid]:
+            group = None
+        by_stall.append({"stall": sid, "thread_group": group, "culprits": culprits,
+                         "victims": [_ref(x, i) for i in groups[sid]]})
+    return {"count": int(len(idx)), "listed": int(len(listed)), "more": int(len(idx) - len(listed)),
+            "by_stall": by_stall}
+
+
+def _ref(x: pd.DataFrame, pos: int) -> dict:
+    ref = exchange_ref(x, pos)
+    for c in ("stall", "stall_role", "slow_log_line"):
+        ref[c] = json_value(x[c].iloc[pos]) if c in x.columns else None
+    return ref
+
+
+# --- the story ----------------------------------------------------------------------------------------------------
+
+
+def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, understated: np.ndarray,
+           sane: np.ndarray) -> dict:
+    bullets: list[dict] = []
+    findings: list[str] = []
+    c = summary["exchanges"]
+    lqt = summary["inputs"]["long_query_time"]
+    server = np.where(sane, x["server_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
+    total = np.where(sane, x["total_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
+    qmin = np.where(sane, x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
+    queue = np.where(sane, x["queue_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
+    certain = np.nan_to_num(qmin) >= STALL_MIN_QUEUE_S
+    cap = (summary.get("pool") or {}).get("cap")
+    stalls = (summary.get("groups") or {}).get("stalls") or []
+    size = summary.get("thread_pool_size") or {}
+    n_h, n_u = int(hidden.sum()), int(understated.sum())
+
+    if c["total"] == 0:
+        findings.append("no_exchanges")
+        sentence = "No MySQL exchange was found in the captures, so there is nothing to tell about the thread pool."
+    elif np.isnan(server).all():
+        findings.append("no_server_view")
+        sentence = (f"Only the app side was captured: clients waited up to {_dur(np.nanmax(total))} on "
+                    f"{c['total']} exchanges, but without the DB capture queueing and execution cannot be told apart."
+                    if (~np.isnan(total)).any() else
+                    f"{c['total']} exchanges were read, but no response was seen: no time can be split.")
+    elif cap:
+        findings.append("max_threads")
+        sentence = _cap_sentence(cap, x, view, hidden, understated)
+        bullets += _cap_bullets(cap, x, view)
+    elif certain.any():
+        told = any(s["culprits_total"] for s in stalls)
+        findings.append("group_stall" if told else "queueing_unexplained")
+        sentence = _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, size)
+    else:
+        sentence = _quiet_sentence(summary, x, server, lqt)
+        findings.append("idle" if sentence.startswith("No statement waited") else "undecided")
+    if n_u:
+        findings.append("understated")
+    if n_h:
+        findings.append("hidden_slow")
+
+    told_by_cap = set(map(int, view.cap_members[1])) if cap else set()
+    bullets += _stall_bullets([s for s, (victims, _) in zip(stalls, view.stall_members)
+                               if not set(map(int, victims)) <= told_by_cap], x)
+    if n_u:
+        bullets.append(_understated_bullet(x, understated))
+    if n_h:
+        bullets.append(_hidden_bullet(x, hidden, lqt))
+    bullets += _size_bullets(size)
+    split = _split_bullet(x[sane])
+    if split:
+        bullets.append(split)
+    est = _estimate_bullet(x[sane])
+    if est:
+        bullets.append(est)
+    if c["total"]:
+        bullets.append({"topic": "counts", "text": f"{c['total']} exchanges ({c['seen_both']} seen at both points, "
+                                                    f"{c['seen_app']} only at the app, {c['seen_db']} only at the DB)."})
+    clock = summary.get("clock")
+    if clock and clock.get("offset_s") is not None:
+        lo, hi = clock["offset_bounds_s"]
+        unit, k = ("ms", 1e3) if max(abs(lo), abs(hi)) >= 1e-3 else ("µs", 1e6)
+        bullets.append({"topic": "clock", "text": f"DB clock − app clock: {k * clock['offset_s']:+.3f} {unit} "
+                                                  f"(bounds {k * lo:+.3f} … {k * hi:+.3f} {unit}), skew "
+                                                  f"{clock['skew_ppm']:+.2f} ppm."})
+    outliers = int((~sane).sum())
+    if outliers:
+        bullets.append({"topic": "outliers", "text": f"{outliers} exchanges have times far outside the "
+                                                     "capture's span (or end before they start): their times are damage, left out of the pool "
+                                                     "and group views and of this verdict."})
+    return {"sentence": sentence, "findings": findings, "bullets": bullets}
+
+
+def _cap_sentence(cap: dict, x: pd.DataFrame, view: PoolView, hidden, understated) -> str:
+    executing, waiting = view.cap_members
+    shape = _one_shape(x, np.concatenate([executing, waiting]))
+    waits = (x["queue_s"].to_numpy(dtype="float64", na_value=np.nan))[waiting]
+    wait_text = (f"{_dur(float(np.nanmax(waits)))} each" if np.nanmax(waits) - np.nanmin(waits) < 0.05 * np.nanmax(waits)
+                 else f"up to {_dur(float(np.nanmax(waits)))}")
+    who = (f"{len(waiting)} of the {shape[1]} `{_clip(shape[0])}`" if shape else
+           f"{len(waiting)} more {_plural(len(waiting), 'statement', 'statements')}")
+    text = (f"The thread pool was at its thread limit: exactly {cap['threads']} statements executed at once for "
+            f"{_dur(cap['duration_s'])} while {who} waited {wait_text} for a thread "
+            f"(thread_pool_max_threads = {cap['threads']}, inferred from the wire)")
+    u, h = understated[waiting].sum(), hidden[waiting].sum()
+    total = x["total_s"].to_numpy(dtype="float64", na_value=np.nan)[waiting]
+    exec_s = x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)[waiting]
+    saw = f" (clients saw {_dur(float(np.nanmax(total)))})" if (~np.isnan(total)).any() else ""
+    if u == len(waiting):
+        text += f"; the slow log shows their {_dur(float(np.nanmax(exec_s)))} of execution, not the wait{saw}"
+    elif h == len(waiting):
+        text += f"; the slow log shows none of them{saw}"
+    elif u or h:
+        text += f"; the slow log understates {u} of them and misses {h}{saw}"
+    return text + "."
+
+
+def _cap_bullets(cap: dict, x: pd.DataFrame, view: PoolView) -> list[dict]:
+    executing, waiting = view.cap_members
+    return [{"topic": "cap", "text": f"At the limit from {_clock(cap['start'])} to {_clock(cap['end'])}: executing "
+                                     + _who(x, executing) + "; waiting " + _who(x, waiting)
+                                     + f" ({_dur(cap['total_wait_s'])} of waiting in all, "
+                                       f"{_source_words(cap['wait_source'])})."}]
+
+
+def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, size) -> str:
+    victims = hidden | understated
+    told = [s for s in stalls if s["culprits_total"]]
+    in_told = np.zeros(len(x), dtype=bool)
+    for s, (members, _) in zip(stalls, view.stall_members):
+        if s["culprits_total"]:
+            in_told[members] = True
+    h, u = hidden & in_told, understated & in_told
+    n_h, n_u = int(h.sum()), int(u.sum())
+    rest = int((victims & ~in_told).sum())
+    if told and (n_h or n_u):
+        groups = sorted({s["thread_group"] for s in told})
+        where = (f"thread group {groups[0]}" if len(groups) == 1 else
+                 "thread groups " + ", ".join(map(str, groups[:-1])) + f" and {groups[-1]}")
+        behind = _culprit_words(told)
+        if n_h:
+            text = (f"{n_h} {_plural(n_h, 'statement was', 'statements were')} slow only because "
+                    f"{_plural(n_h, 'it', 'they')} waited in {where} behind {behind}: up to "
+                    f"{_dur(np.nanmax(server[h]))} inside the server, and the slow log does not show "
+                    f"{_plural(n_h, 'it', 'them')}")
+            if n_u:
+                text += (f"; {n_u} more in the slow log waited up to {_dur(np.nanmax(queue[u]))}, which its "
+                         "Query_time leaves out")
+        else:
+            saw = f" (clients saw up to {_dur(np.nanmax(total[u]))})" if (~np.isnan(total[u])).any() else ""
+            text = (f"{n_u} {_plural(n_u, 'statement', 'statements')} in the slow log waited up to "
+                    f"{_dur(np.nanmax(queue[u]))} in {where} behind {behind} before executing: the slow "
+                    f"log's Query_time leaves the wait out{saw}")
+        if rest:
+            text += f"; {rest} more waited with no culprit found on their group"
+        if size.get("warning"):
+            text += f" — if thread_pool_size {size['value']} is right; the capture suggests otherwise"
+        return text + "."
+    # queued, but no culprit named
+    n_h, n_u = int(hidden.sum()), int(understated.sum())
+    n = int(victims.sum())
+    why = ("thread_pool_size is unknown and the capture does not show it, so no culprit can be named"
+           if not size.get("value") else
+           f"no statement of their thread group (thread_pool_size {size['value']}, {size.get('source')}) executed "
+           "long meanwhile (is thread_pool_size right, or was the whole pool busy?)")
+    what = []
+    if n_h:
+        what.append(f"{n_h} slow on the wire but not in the slow log")
+    if n_u:
+        what.append(f"{n_u} in the slow log, which understates them")
+    return (f"{n} {_plural(n, 'statement', 'statements')} waited up to {_dur(np.nanmax(queue[victims]))} before "
+            f"executing ({', '.join(what)}); {why}.")
+
+
+def _quiet_sentence(summary: dict, x: pd.DataFrame, server: np.ndarray, lqt) -> str:
+    worst = float(np.nanmax(server))
+    n = int((~np.isnan(server)).sum())
+    slow_logged = int(x["in_slow_log"].fillna(False).sum())
+    if worst < STALL_MIN_QUEUE_S:
+        return (f"No statement waited in the thread pool: the slowest of the {n} exchanges seen at the DB took "
+                f"{_dur(worst)} inside the server.")
+    evidence = lqt is not None and (summary["slow_log"].get("used") or x["server_flag_slow"].notna().any())
+    if evidence:
+        slow = (f"; {slow_logged} {_plural(slow_logged, 'was', 'were')} slow executing (in the slow log, up to "
+                f"{_dur(float(np.nanmax(x['exec_s'].where(x['exec_source'] == 'slow_log'))))})"
+                if slow_logged else "")
+        return (f"No statement waited in the thread pool as far as the slow log and the wire show: none of the {n} "
+                f"exchanges was slow on the wire without being in it or waited {_dur(STALL_MIN_QUEUE_S)} or more "
+                f"before executing{slow}.")
+    why = ("long_query_time is unknown (give --long-query-time or capture.toml)" if lqt is None else
+           "there is no slow log and the server does not flag slow statements on the wire (MySQL does not)")
+    return (f"Queueing cannot be told from execution here: {why}; the slowest of the {n} exchanges took "
+            f"{_dur(worst)} inside the server.")
+
+
+def _stall_bullets(stalls: list[dict], x: pd.DataFrame) -> list[dict]:
+    out = []
+    for s in stalls[:STALLS_TOLD]:
+        text = (f"Thread group {s['thread_group']} stalled {_dur(s['duration_s'])} from {_clock(s['start'])}: "
+                f"{s['queued']} {_plural(s['queued'], 'statement', 'statements')} queued up to "
+                f"{_dur(s['max_queue_s'])}")
+        if s["max_queue_certain_s"] < s["max_queue_s"] - 1e-6:
+            text += f" (at least {_dur(s['max_queue_certain_s'])} certain)"
+        if s["culprits"]:
+            first = s["culprits"][0]
+            text += f" behind `{_clip(first['sql'])}` (connection {first['conn_id']}, {_exec_words(first)})"
+            others = s["culprits_total"] - 1
+            if others:
+                text += f" and {others} other long {_plural(others, 'statement', 'statements')}"
+        else:
+            text += "; no statement of this group executed long meanwhile (no culprit found)"
+        out.append({"topic": "stall", "text": text + "."})
+    if len(stalls) > STALLS_TOLD:
+        rest = len(stalls) - STALLS_TOLD
+        out.append({"topic": "stall", "text": f"… and {rest} more {_plural(rest, 'stall', 'stalls')} "
+                                              "(summary.json → groups.stalls)."})
+    return out
+
+
+def _understated_bullet(x: pd.DataFrame, mask: np.ndarray) -> dict:
+    q = x["queue_s"].to_numpy(dtype="float64", na_value=np.nan)[mask]
+    lines = x["slow_log_line"].to_numpy(dtype="float64", na_value=np.nan)[mask]
+    listed = ", ".join(str(int(v)) for v in sorted(lines[~np.isnan(lines)])[:10])
+    n = int(mask.sum())
+    return {"topic": "understated", "text": f"{n} {_plural(n, 'statement', 'statements')} in the slow log waited "
+                                            f"{_span(q)} before executing (measured: server time − Query_time), "
+                                            "which the slow log does not show"
+                                            + (f"; slow-log lines {listed}" + (" …" if n > 10 else "") if listed else "")
+                                            + "."}
+
+
+def _hidden_bullet(x: pd.DataFrame, mask: np.ndarray, lqt) -> dict:
+    server = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)[mask]
+    qmin = x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan)[mask]
+    n = int(mask.sum())
+    return {"topic": "hidden_slow", "text": f"{n} hidden-slow {_plural(n, 'statement', 'statements')} (slower than "
+                                            f"long_query_time = {_dur(lqt)} inside the server, yet not in the slow "
+                                            f"log and not flagged slow): server time {_span(server)}; as "
+                                            f"{_plural(n, 'it', 'they')} executed in under {_dur(lqt)}, at least "
+                                            f"{_span(qmin)} of it was waiting."}
+
+
+def _size_bullets(size: dict) -> list[dict]:
+    if not size:
+        return []
+    inf = size.get("inferred") or {}
+    value, given = size.get("value"), size.get("given")
+    if given:
+        if inf.get("value") == given:
+            text = f"thread_pool_size = {given} (given); the capture agrees ({inf['confidence']}: {inf['note']})."
+        elif inf.get("value"):
+            text = f"thread_pool_size = {given} (given); the capture suggests {inf['value']} ({inf['note']})."
+        else:
+            text = f"thread_pool_size = {given} (given); the capture alone does not show it ({inf.get('note')})."
+    elif value:
+        text = (f"thread_pool_size = {value}, inferred from the capture ({inf['confidence']}): {inf['note']}; give "
+                "--thread-pool-size to override.")
+    else:
+        text = (f"thread_pool_size unknown: not given, and the capture does not show it ({inf.get('note')}); "
+                "thread groups are not computed.")
+    out = [{"topic": "thread_pool_size", "text": text}]
+    if size.get("warning"):
+        out.append({"topic": "thread_pool_size", "text": f"Warning: {size['warning']}."})
+    return out
+
+
+def _split_bullet(x: pd.DataFrame) -> dict | None:
+    both = x[x["seen"] == "both"]
+    tot = float(both["total_s"].sum())
+    if not len(both) or tot <= 0:
+        return None
+    src = both["queue_source"].astype(object)
+    pct = lambda v: f"{100 * v / tot:.1f} %"  # noqa: E731
+    net = float(both["network_s"].sum())
+    q_all = float(both["queue_s"].sum())
+    q_meas = float(both.loc[src == "measured", "queue_s"].sum())
+    q_cert = float(both["queue_min_s"].sum())
+    q_est = float(both.loc[src == "estimated", "queue_s"].sum())
+    e_all = float(both["exec_s"].sum())
+    e_meas = float(both.loc[both["exec_source"] == "slow_log", "exec_s"].sum())
+    if q_est < 0.0005 * tot:  # estimates too small to show beside the rest
+        q_all -= q_est
+        q_est = 0.0
+    if q_cert <= 0:
+        queue = (f"queueing none certain ({pct(q_all)} by estimates, which claim nothing)" if q_all > 0 else
+                 "queueing none")
+    elif abs(q_all - q_meas) < 1e-9:
+        queue = f"queueing {pct(q_all)} (measured)"
+    elif abs(q_all - q_cert) < 1e-9:
+        queue = f"queueing {pct(q_all)} (certain: measured or bounded by the slow log)"
+    else:
+        queue = f"queueing {pct(q_all)} ({pct(q_cert)} certain" + (", the rest estimated)" if q_est > 0 else ")")
+    execution = f"execution {pct(e_all)}" + (f" ({pct(e_meas)} measured in the slow log)" if e_meas > 0 else "")
+    unsplit = float(both.loc[both["queue_s"].isna(), "server_s"].sum())
+    rest = f", not split (execution unknown) {pct(unsplit)}" if unsplit >= 0.0005 * tot else ""
+    return {"topic": "split", "text": f"Of the {_dur(tot)} the clients waited: network {pct(net)}, {queue}, "
+                                      f"{execution}{rest}."}
+
+
+def _estimate_bullet(x: pd.DataFrame) -> dict | None:
+    est = x["exec_source"] == "fingerprint_median"
+    n = int(est.sum())
+    if not n:
+        return None
+    q = float(x.loc[est, "queue_s"].sum())
+    return {"topic": "estimates", "text": f"Execution of {n} {_plural(n, 'statement', 'statements')} is estimated "
+                                          "from other runs of the same command and statement (exec_source "
+                                          f"fingerprint_median); the queueing it implies, {_dur(q)} in all, is "
+                                          "labelled as an estimate and claims nothing."}
+
+
+# --- words --------------------------------------------------------------------------------------------------------
+
+
+def _culprit_words(told: list[dict]) -> str:
+    """`SQL` (connection N, executing T) for the main culprit; its other runs and other culprits counted."""
+    first = [s["culprits"][0] for s in told if s["culprits"]]
+    main = max(first, key=lambda c: c.get("overlap_s") or 0)
+    runs = [c for c in first if c["sql"] == main["sql"] and c["conn_id"] == main["conn_id"]]
+    if len(runs) > 1:
+        lo = min(c["exec_s"] or 0 for c in runs)
+        hi = max(c["exec_s"] or 0 for c in runs)
+        how = f"{len(runs)} runs of {_dur(lo)}–{_dur(hi)}" if hi - lo > 0.0005 else f"{len(runs)} runs of {_dur(hi)}"
+        how += "" if all(c["exec_source"] == "slow_log" for c in runs) else " (not all measured)"
+    else:
+        how = _exec_words(main)
+    others = {(c["sql"], c["conn_id"]) for s in told for c in s["culprits"]} - {(main["sql"], main["conn_id"])}
+    text = f"`{_clip(main['sql'])}` (connection {main['conn_id']}, {how})"
+    if others:
+        text += f" and {len(others)} other long {_plural(len(others), 'statement', 'statements')}"
+    return text
+
+
+def _exec_words(c: dict) -> str:
+    if c.get("exec_s") is None:
+        return "execution unknown"
+    word = {"slow_log": "executing", "flagged_slow": "executing up to", "fingerprint_median": "executing about",
+            "below_long_query_time": "executing up to"}.get(c.get("exec_source"), "executing")
+    tail = {"slow_log": "", "flagged_slow": " (flagged slow on the wire)", "fingerprint_median": " (estimate)",
+            "below_long_query_time": " (a bound)"}.get(c.get("exec_source"), "")
+    return f"{word} {_dur(c['exec_s'])}{tail}"
+
+
+def _who(x: pd.DataFrame, rows: np.ndarray) -> str:
+    """`SQL` ×n (connections a, b, c), per distinct statement text."""
+    part = x.iloc[rows]
+    texts = []
+    for sql, g in part.groupby(part["sql"].astype(object).fillna(part["command"].astype(object)), sort=False):
+        conns = ", ".join(str(int(c)) for c in sorted(g["conn_id"].dropna().astype(int))[:12])
+        more = " …" if g["conn_id"].notna().sum() > 12 else ""
+        texts.append(f"`{_clip(sql)}` ×{len(g)} (connection{'s' if len(g) > 1 else ''} {conns}{more})")
+    return "; ".join(texts[:5]) + (f" and {len(texts) - 5} other statements" if len(texts) > 5 else "")
+
+
+def _one_shape(x: pd.DataFrame, rows: np.ndarray) -> tuple[str, int] | None:
+    """(statement text, how many exchanges of that fingerprint there are) when all `rows` share one fingerprint."""
+    fps = set(x["fingerprint"].astype(object).iloc[rows])
+    if len(fps) != 1:
+        return None
+    fp = fps.pop()
+    sql = x["sql"].astype(object).iloc[rows[0]]
+    return (sql if isinstance(sql, str) else str(fp)), int((x["fingerprint"].astype(object) == fp).sum())
+
+
+def _source_words(source: str) -> str:
+    return {"measured": "measured: server time − Query_time", "lower_bound": "at least: not in the slow log"}.get(
+        source, source)
+
+
+def _span(v: np.ndarray) -> str:
+    v = v[~np.isnan(v)]
+    if not len(v):
+        return "unknown"
+    lo, hi = float(v.min()), float(v.max())
+    return _dur(hi) if hi - lo < 0.0005 else f"{_dur(lo)} to {_dur(hi)}"
+
+
+def _dur(s) -> str:
+    if s is None or (isinstance(s, float) and np.isnan(s)):
+        return "?"
+    s = float(s)
+    if abs(s) >= 1:
+        return f"{s:.3f} s"
+    if abs(s) >= 0.01:
+        return f"{s * 1e3:.0f} ms"
+    if abs(s) >= 0.001:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s * 1e6:.0f} µs"
+
+
+def _clock(iso: str) -> str:
+    ts = pd.Timestamp(iso)
+    return ts.strftime("%H:%M:%S.") + f"{ts.microsecond // 1000:03d} UTC"
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many
+
+
+def _clip(sql, limit: int = 80) -> str:
+    text = " ".join(str(sql or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
