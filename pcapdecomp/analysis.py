@@ -305,7 +305,7 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
         write_table(exchanges, out / "exchanges.csv")
         written.append(out / "exchanges.csv")
     _write_text(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False, default=_json_default) + "\n")
-    _write_text(out / "report.html", render_report(summary, exchanges, groups, command_line, {"app": app_conns, "db": db_conns}))
+    _write_text(out / "report.html", render_report(summary, exchanges, groups, command_line, {"app": app_conns, "db": db_conns}, view.pool))
     written += [out / "summary.json", out / "report.html"]
     return AnalysisResult(out, exchanges, groups, summary, written, warnings)
 

@@ -369,12 +369,30 @@ class _Page:
             return Html("Not in a stalled stretch of a thread group")
         st = self.stalls[i]
         sid = self.stall_id(i)
-        c = (st.get("culprits") or [None])[0]
-        held = (f" — held by conn {esc(_int(c.get('conn_id')))} <code>{esc(short(c.get('sql'), 120))}</code> "
-                f"executing {esc(secs(c.get('exec_s')))}") if c else " — no culprit found"
+        culprits = st.get("culprits") or []
+        more = len(culprits) - 1 + (st.get("culprits_more") or 0)
+        if self._at_thread_limit(st):
+            cap = self.summary["pool"]["cap"]
+            conns = ", ".join(_int(c.get("conn_id")) for c in culprits)
+            held = (f" — the pool was at its thread limit ({esc(cap['threads'])} executing: connections "
+                    f"{esc(conns)}{esc(f' and {more - len(culprits) + 1} more') if more >= len(culprits) else ''})")
+        elif culprits:
+            c = culprits[0]
+            held = (f" — held by conn {esc(_int(c.get('conn_id')))} <code>{esc(short(c.get('sql'), 120))}</code> "
+                    f"executing {esc(secs(c.get('exec_s')))}" + (f" (and {more} more executing)" if more else ""))
+        else:
+            held = " — no culprit found"
         return Html(f"<a href='#stall-{sid}'>Stall {sid}</a>: thread group {esc(st['thread_group'])}, "
                     f"{esc(self.when(pd.Timestamp(st['start']).value))} for {esc(secs(st['duration_s']))}, "
                     f"{esc(st['queued'])} queued{held}")
+
+    def _at_thread_limit(self, st: dict) -> bool:
+        """The stall lies in a stretch where the whole pool was at thread_pool_max_threads (summary pool.cap)."""
+        cap = (self.summary.get("pool") or {}).get("cap")
+        if not cap or not cap.get("start") or not cap.get("end"):
+            return False
+        return (pd.Timestamp(st["start"]) <= pd.Timestamp(cap["end"])
+                and pd.Timestamp(st["end"]) >= pd.Timestamp(cap["start"]))
 
     def _statement_row(self, pos: int, stall: int, culprits: np.ndarray) -> "_Row":
         r = self.x.iloc[pos]
@@ -390,8 +408,12 @@ class _Page:
             "<details><summary>filters</summary>" + "".join(f"<code class='filter'>{esc(f)}</code>" for f in filters)
             + "</details>" if filters else ""))
         if stall < len(self.stalls) and (self.stalls[stall].get("culprits") or []):
-            c = self.stalls[stall]["culprits"][0]
-            held = Html(f"<a href='#stall-{self.stall_id(stall)}'>conn {esc(_int(c.get('conn_id')))}</a>")
+            st = self.stalls[stall]
+            c = st["culprits"][0]
+            more = len(st["culprits"]) - 1 + (st.get("culprits_more") or 0)
+            label = "thread limit" if self._at_thread_limit(st) else f"conn {_int(c.get('conn_id'))}" + (
+                f" +{more}" if more else "")
+            held = Html(f"<a href='#stall-{self.stall_id(stall)}'>{esc(label)}</a>")
         else:
             held = "–"
         estimated = queue_parts(self.x.iloc[[pos]])[1][0]

@@ -163,7 +163,8 @@ def test_outputs_written(lab, tmp_path):
     assert page.startswith("<!doctype html>")
     import html
 
-    assert html.escape(summary["verdict"]) in page  # tests/test_report.py renders it in Chromium
+    story = summary["story"]  # tests/test_report.py renders the page in Chromium
+    assert all(html.escape(t) in page for t in [story["sentence"], *(b["text"] for b in story["bullets"])])
 
 
 # --- rewritten copies -------------------------------------------------------------------------------------
