@@ -26,56 +26,151 @@ def profile(x: pd.DataFrame, span_s: float | None, top: int | None = None) -> pd
     x: the exchanges table (analysis columns included). span_s: the capture's span in seconds, for QPS (calls per
     second of capture; None or 0: QPS left null). top: keep only the first `top` ranks (the statistics of the kept
     rows are computed over all their calls). Only rows with a fingerprint count; administrator commands are kept,
-    as pt-query-digest keeps them."""
-    has_fp = x["fingerprint"].notna().to_numpy()
-    q = x.loc[has_fp]
-    if q.empty:
-        return pd.DataFrame(columns=PROFILE_COLUMNS)
-    codes, uniques = pd.factorize(q["fingerprint"].astype(object).to_numpy())
+    as pt-query-digest keeps them. Memory: a few arrays of one number per exchange, never a copy of the table."""
+    codes, uniques = _codes(x["fingerprint"])
+    has = codes >= 0
     n = len(uniques)
-    exec_s = _floats(q, "exec_s")
-    server = _floats(q, "server_s")
-    client = _floats(q, "total_s")
-    queue = _floats(q, "queue_s")
-    network = _floats(q, "network_s")
-    measured = q["exec_source"].isin(MEASURED_EXEC).to_numpy(dtype=bool) & ~np.isnan(exec_s)
-    estimated_queue = queue_parts(q)[1]
+    if n == 0:
+        return pd.DataFrame(columns=PROFILE_COLUMNS)
+    k = codes[has]
+    exec_s = _floats(x, "exec_s")[has]
+    server = _floats(x, "server_s")[has]
+    client = _first_finite(_floats(x, "total_s")[has], server)
+    certain, estimated = (part[has] for part in queue_parts(x))
     time_key = _first_finite(exec_s, server, client)  # what a call's "time" is for ranking and the sample
-    f = pd.DataFrame({"k": codes, "exec": exec_s, "client": _first_finite(client, server),
-                      "net": network, "queue": queue, "qest": estimated_queue,
-                      "server": server, "measured": measured, "t": time_key,
-                      "rows": q["rows"].to_numpy(dtype="float64", na_value=np.nan),
-                      "bytes": q["bytes_resp"].to_numpy(dtype="float64", na_value=np.nan),
-                      "hidden": q["hidden_slow"].fillna(False).to_numpy(dtype=bool)})
-    g = f.groupby("k", sort=True)
-    out = pd.DataFrame({
-        "calls": g.size(), "exec_sum": g["exec"].sum(min_count=1), "exec_avg": g["exec"].mean(),
-        "exec_min": g["exec"].min(), "exec_max": g["exec"].max(), "exec_p95": g["exec"].quantile(0.95),
-        "exec_var": g["exec"].var(ddof=0), "exec_n": g["exec"].count(), "measured": g["measured"].sum(),
-        "client_sum": g["client"].sum(min_count=1), "network_sum": g["net"].sum(min_count=1),
-        "queue_sum": g["queue"].sum(min_count=1), "queue_estimated_sum": g["qest"].sum(min_count=1),
-        "server_max": g["server"].max(), "rows_sum": g["rows"].sum(min_count=1),
-        "bytes_sum": g["bytes"].sum(min_count=1), "hidden_slow": g["hidden"].sum(), "t_sum": g["t"].sum(min_count=1),
-    }).reindex(range(n))
-    out["fingerprint"] = uniques
-    out["code"] = np.arange(n)
-    exec_total = float(np.nansum(out["exec_sum"].to_numpy(float)))
-    out["exec_share"] = out["exec_sum"] / exec_total if exec_total > 0 else np.nan
-    out["exec_vm"] = np.where(out["exec_avg"] > 0, out["exec_var"] / out["exec_avg"], np.nan)
-    out["exec_measured"] = np.where(out["exec_n"] > 0, out["measured"] / out["exec_n"].clip(lower=1), np.nan)
-    out["qps"] = out["calls"] / span_s if span_s else np.nan
+    measured = x["exec_source"].isin(MEASURED_EXEC).to_numpy(dtype=bool)[has] & ~np.isnan(exec_s)
+    calls = np.bincount(k, minlength=n)
+    exec_sum, exec_n = _group_sum(k, exec_s, n)
+    out = pd.DataFrame({"fingerprint": uniques, "code": np.arange(n), "calls": calls, "exec_sum": exec_sum})
+    out["exec_avg"] = np.where(exec_n > 0, exec_sum / np.maximum(exec_n, 1), np.nan)
+    out["exec_min"], out["exec_max"], out["exec_p95"] = _group_min_max_p95(k, exec_s, n)
+    squares, _ = _group_sum(k, exec_s * exec_s, n)
+    var = np.maximum(np.where(exec_n > 0, squares / np.maximum(exec_n, 1), np.nan) - out["exec_avg"] ** 2, 0.0)
+    out["exec_vm"] = np.where(out["exec_avg"] > 0, var / out["exec_avg"], np.nan)
+    out["exec_measured"] = np.where(exec_n > 0, np.bincount(k, weights=measured, minlength=n) / np.maximum(exec_n, 1),
+                                    np.nan)
+    exec_total = float(np.nansum(exec_sum))
+    out["exec_share"] = exec_sum / exec_total if exec_total > 0 else np.nan
+    out["qps"] = calls / span_s if span_s else np.nan
+    for name, values in (("client_sum", client), ("network_sum", _floats(x, "network_s")[has]),
+                         ("rows_sum", _floats(x, "rows")[has]), ("bytes_sum", _floats(x, "bytes_resp")[has])):
+        out[name] = _group_sum(k, values, n)[0]
+    queue_sum, queue_n = _group_sum(k, _floats(x, "queue_s")[has], n)
+    out["queue_sum"] = queue_sum
+    out["queue_estimated_sum"] = np.where(queue_n > 0, np.bincount(k, weights=estimated, minlength=n), np.nan)
+    out["server_max"] = _group_min_max_p95(k, server, n)[1]
+    out["hidden_slow"] = np.bincount(k, weights=x["hidden_slow"].fillna(False).to_numpy(dtype=bool)[has],
+                                     minlength=n).astype(np.int64)
+    t_sum = _group_sum(k, time_key, n)[0]
     # ranked by execution time; a fingerprint without any execution time by its client/server time after those
-    order = np.lexsort((-np.nan_to_num(out["t_sum"].to_numpy(float), nan=-1.0),
-                        -np.nan_to_num(out["exec_sum"].to_numpy(float), nan=-1.0)))
+    order = np.lexsort((-np.nan_to_num(t_sum, nan=-1.0), -np.nan_to_num(exec_sum, nan=-1.0)))
     out = out.iloc[order].reset_index(drop=True)
     out["rank"] = np.arange(1, len(out) + 1)
     if top is not None:
-        out = out.head(top)
-    _add_samples(out, q, codes, time_key, server)
-    _add_user_db(out, q, codes)
-    out["query_id"] = _first_of(q["query_id"], codes, out)
-    out["command"] = _first_of(q["command"], codes, out)
+        out = out.head(top).copy()
+    rows = np.flatnonzero(has)  # positions in x of the rows with a fingerprint
+    worst = _worst_call(k, time_key, server, n)[out["code"].to_numpy()]
+    first = _first_call(k, n)[out["code"].to_numpy()]
+    _add_samples(out, x, rows[worst])
+    _add_user_db(out, x, has, k, n)
+    out["query_id"] = _values_at(x["query_id"], rows[first])
+    out["command"] = _values_at(x["command"], rows[first])
     return out[list(PROFILE_COLUMNS)]
+
+
+def _codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, −1 where null; the distinct values): a categorical's own codes, else factorized."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy().astype(np.int64)
+        used = np.unique(codes[codes >= 0])
+        remap = np.full(len(col.cat.categories) + 1, -1, dtype=np.int64)
+        remap[used] = np.arange(len(used))
+        return remap[codes], col.cat.categories.to_numpy(dtype=object)[used]
+    codes, uniques = pd.factorize(col.astype(object).to_numpy())
+    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
+
+
+def _group_sum(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per group: the sum of the non-NaN values (NaN where there is none) and their count."""
+    ok = ~np.isnan(v)
+    count = np.bincount(k[ok], minlength=n)
+    return np.where(count > 0, np.bincount(k[ok], weights=v[ok], minlength=n), np.nan), count
+
+
+def _group_min_max_p95(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group: min, max and the 95th percentile (linear interpolation, as numpy and pandas) of non-NaN values."""
+    ok = ~np.isnan(v)
+    order = np.lexsort((v[ok], k[ok]))
+    kk, vv = k[ok][order], v[ok][order]
+    count = np.bincount(kk, minlength=n)
+    start = np.concatenate([[0], np.cumsum(count)[:-1]])
+    out = np.full((3, n), np.nan)
+    has = count > 0
+    pos = 0.95 * (count[has] - 1)
+    lo, frac = np.floor(pos).astype(np.int64), pos - np.floor(pos)
+    base = start[has]
+    hi = np.minimum(lo + 1, count[has] - 1)
+    out[0, has] = vv[base]
+    out[1, has] = vv[base + count[has] - 1]
+    out[2, has] = vv[base + lo] + (vv[base + hi] - vv[base + lo]) * frac
+    return out[0], out[1], out[2]
+
+
+def _worst_call(k: np.ndarray, key: np.ndarray, tie: np.ndarray, n: int) -> np.ndarray:
+    """Per group, the index (into k) of pt-query-digest's sample: the worst call, the longest time first, ties by
+    server time."""
+    order = np.lexsort((-np.nan_to_num(tie, nan=-1.0), -np.nan_to_num(key, nan=-1.0), k))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = k[order][1:] != k[order][:-1]
+    out = np.zeros(n, dtype=np.int64)
+    out[k[order][first]] = order[first]
+    return out
+
+
+def _first_call(k: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros(n, dtype=np.int64)
+    out[k[::-1]] = np.arange(len(k) - 1, -1, -1)  # the last write wins: the first row of each group
+    return out
+
+
+def _values_at(col: pd.Series, rows: np.ndarray) -> list:
+    values = col.iloc[rows].astype(object).to_numpy()
+    return [None if v is None or (not isinstance(v, str) and pd.isna(v)) else v for v in values]
+
+
+def _add_samples(out: pd.DataFrame, x: pd.DataFrame, rows: np.ndarray) -> None:
+    """pt-query-digest's sample: the worst call, shown with its parameter values."""
+    sql = _values_at(x["sql"], rows)
+    params = _values_at(x["params"], rows) if "params" in x.columns else [None] * len(rows)
+    command = _values_at(x["command"], rows)
+    conn = _values_at(x["conn_id"], rows)
+    out["sample"] = [sample_statement(s, p, c) for s, p, c in zip(sql, params, command)]
+    out["sample_conn_id"] = [None if c is None else int(c) for c in conn]
+    out["sample_row"] = rows
+
+
+def _add_user_db(out: pd.DataFrame, x: pd.DataFrame, has: np.ndarray, k: np.ndarray, n: int) -> None:
+    """The most frequent user@db of each fingerprint, and how many other combinations there were."""
+    user, users = _codes(x["user"])
+    db, dbs = _codes(x["db"])
+    user, db = user[has] + 1, db[has] + 1  # 0: unknown
+    combo = (k * (len(users) + 1) + user) * (len(dbs) + 1) + db
+    values, counts = np.unique(combo, return_counts=True)
+    group = values // ((len(users) + 1) * (len(dbs) + 1))
+    order = np.lexsort((-counts, group))
+    top = np.ones(len(order), dtype=bool)
+    top[1:] = group[order][1:] != group[order][:-1]
+    best = pd.Series(values[order][top], index=group[order][top])
+    distinct = np.bincount(group, minlength=n)
+    names_u = np.concatenate([["?"], users.astype(str)])
+    names_d = np.concatenate([["?"], dbs.astype(str)])
+    labels = []
+    for code in out["code"].to_numpy():
+        v = int(best[code])
+        rest = v % ((len(users) + 1) * (len(dbs) + 1))
+        labels.append(f"{names_u[rest // (len(dbs) + 1)]}@{names_d[rest % (len(dbs) + 1)]}")
+    out["user_db"] = labels
+    out["user_db_more"] = distinct[out["code"].to_numpy()] - 1
 
 
 def queue_parts(x: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -101,45 +196,6 @@ def _first_finite(*arrays: np.ndarray) -> np.ndarray:
     for a in arrays[1:]:
         out = np.where(np.isnan(out), a, out)
     return out
-
-
-def _first_of(col: pd.Series, codes: np.ndarray, out: pd.DataFrame) -> list:
-    """The value of `col` at the first row of each kept fingerprint."""
-    first = pd.Series(np.arange(len(codes))).groupby(codes).first()
-    rows = first.reindex(out["code"].to_numpy()).to_numpy()
-    values = col.astype(object).to_numpy()
-    return [None if pd.isna(values[r]) else values[r] for r in rows]
-
-
-def _add_samples(out: pd.DataFrame, q: pd.DataFrame, codes: np.ndarray, time_key: np.ndarray,
-                 server: np.ndarray) -> None:
-    """pt-query-digest's sample is the worst call: here the call with the longest time (execution, else server or
-    client time; ties by server time), shown with its parameter values."""
-    key = np.nan_to_num(time_key, nan=-1.0)
-    tie = np.nan_to_num(server, nan=-1.0)
-    order = np.lexsort((-tie, -key, codes))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = codes[order][1:] != codes[order][:-1]
-    worst = pd.Series(order[first], index=codes[order][first])
-    kept = worst.reindex(out["code"].to_numpy()).to_numpy()
-    sql = q["sql"].astype(object).to_numpy()
-    params = q["params"].astype(object).to_numpy() if "params" in q.columns else np.full(len(q), None)
-    command = q["command"].astype(object).to_numpy()
-    conn = q["conn_id"].astype("Int64").to_numpy(dtype="float64", na_value=np.nan)
-    out["sample"] = [sample_statement(sql[r], params[r], command[r]) for r in kept]
-    out["sample_conn_id"] = [None if np.isnan(conn[r]) else int(conn[r]) for r in kept]
-    out["sample_row"] = [int(q.index[r]) if isinstance(q.index[r], (int, np.integer)) else None for r in kept]
-
-
-def _add_user_db(out: pd.DataFrame, q: pd.DataFrame, codes: np.ndarray) -> None:
-    """The most frequent user@db of each fingerprint, and how many other combinations there were."""
-    ud = (q["user"].astype(object).fillna("?").astype(str) + "@" + q["db"].astype(object).fillna("?").astype(str)).to_numpy()
-    counts = pd.DataFrame({"k": codes, "ud": ud}).value_counts()
-    top = counts.reset_index().drop_duplicates("k").set_index("k")["ud"]
-    distinct = counts.reset_index().groupby("k").size()
-    kept = out["code"].to_numpy()
-    out["user_db"] = top.reindex(kept).to_numpy()
-    out["user_db_more"] = (distinct.reindex(kept).fillna(1).to_numpy() - 1).astype(int)
 
 
 def split_params(params: str) -> list[str] | None:

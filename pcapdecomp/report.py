@@ -397,7 +397,7 @@ class _Page:
     def _statement_row(self, pos: int, stall: int, culprits: np.ndarray) -> "_Row":
         r = self.x.iloc[pos]
         frames = []
-        if r["seen"] in ("both", "app") and pd.notna(r["resp_last_frame"]):
+        if str(r["seen"]) in ("both", "app") and pd.notna(r["resp_last_frame"]):
             frames.append(("app", r["client"], r["req_first_frame"], r["resp_last_frame"]))
         if pd.notna(r["db_req_first_frame"]) and pd.notna(r.get("db_resp_last_frame")):
             frames.append(("db", r["db_client"], r["db_req_first_frame"], r["db_resp_last_frame"]))
@@ -469,7 +469,8 @@ class _Page:
                          "<div id='fig-connrate' class='fig short'></div>")
         x = self.x
         login_errors = int(((x["command"] == "CONNECT") & (x["result"] == "error")).fillna(False).sum())
-        errors = x[(x["result"] == "error").fillna(False)]
+        errors = x.loc[(x["result"] == "error").fillna(False).to_numpy(dtype=bool), ["error_code", "error_message",
+                                                                                    "command"]]
         if len(errors):
             g = errors.groupby(errors["error_code"].astype("Int64"), dropna=False).agg(
                 count=("command", "size"), message=("error_message", "first"))

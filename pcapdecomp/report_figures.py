@@ -31,7 +31,7 @@ WATERFALL_ROWS = 30
 WATERFALL_MIN_SHARE = 0.01  # waterfall rows shorter than this share of the slowest are left out (invisible bars)
 TIME_BUCKETS = 400  # at most this many buckets across the time axis in any aggregated time chart
 CONNECTION_POINTS = 5_000  # connection latency markers (every slow one, a sample of the rest)
-CULPRIT_LABELS = 12
+CULPRIT_LABELS = 3
 STALL_BANDS = 300
 OUTLIER_QUANTILE = 0.001  # the core of the time range: between these quantiles of all timestamps …
 OUTLIER_SLACK = 100  # … widened by this many times its width (at least OUTLIER_MIN_SLACK_NS) on both sides
@@ -286,7 +286,7 @@ def figure_specs(summary: dict, x: pd.DataFrame, groups: pd.DataFrame | None, t:
 def _layout(height: int, **kw) -> dict:
     base = {"height": height, "margin": dict(MARGIN), "paper_bgcolor": "#fff", "plot_bgcolor": "#fff",
             "font": {"family": "system-ui, sans-serif", "size": 12}, "hovermode": "closest",
-            "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"}}
+            "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "traceorder": "normal"}}
     base.update(kw)
     return base
 
@@ -450,8 +450,8 @@ def _hover_table(sel: pd.DataFrame, start: np.ndarray, certain: np.ndarray, esti
     the page's script writes it into the tooltip as text, so nothing in it is ever read as markup."""
     sql = sel["sql"].astype(object).where(sel["sql"].notna(), sel["command"].astype(object)).to_numpy()
     codes, texts = pd.factorize(pd.Series([visible(short(v, 300)) for v in sql], dtype=object))
-    source = sel["exec_source"].astype(object).to_numpy()
-    source_code = np.array([EXEC_SOURCES.index(v) if v in EXEC_SOURCES else 255 for v in source], dtype=np.uint8)
+    source_code = sel["exec_source"].astype(object).map({v: i for i, v in enumerate(EXEC_SOURCES)})
+    source_code = source_code.fillna(255).to_numpy(dtype=np.uint8)
 
     def f4(col: str) -> dict:
         return _arr(sel[col].to_numpy(dtype="float64", na_value=np.nan).astype(np.float32))
@@ -631,13 +631,21 @@ def _connection_rate(conns: pd.DataFrame | None, axis: TimeAxis | None) -> dict 
             data.append({"type": "scattergl", "mode": "markers", "name": label, "yaxis": "y2",
                          "x": _arr(_ms(c["t_ns"].to_numpy(dtype=np.int64)[pick][ok])), "y": _arr(v[ok] * 1e3),
                          "marker": {"size": 6, "color": color}, "hoverinfo": "x+y+name"})
-    width = secs(bucket_ns / NS).replace(".000 s", " s")
+    width = _round_duration(bucket_ns)
     layout = _layout(300, barmode="stack", xaxis=_time_xaxis(axis),
                      yaxis={"title": {"text": f"new connections per {width}"}, "rangemode": "tozero",
                             "fixedrange": True},
                      yaxis2={"title": {"text": "set-up ms"}, "overlaying": "y", "side": "right", "rangemode": "tozero",
-                             "fixedrange": True, "showgrid": False})
+                             "fixedrange": True, "showgrid": False, "tickformat": ".3~g"})
     return {"data": data, "layout": layout}
+
+
+def _round_duration(ns: int) -> str:
+    """A bucket length from _NICE_BUCKETS_S in words: 20 ms, 1 s, 10 min."""
+    for unit, size in (("h", 3600 * NS), ("min", 60 * NS), ("s", NS), ("ms", 1_000_000)):
+        if ns >= size and ns % size == 0:
+            return f"{ns // size} {unit}"
+    return secs(ns / NS)
 
 
 def _latency_points(c: pd.DataFrame) -> np.ndarray:

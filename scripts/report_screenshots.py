@@ -1,25 +1,31 @@
-"""Screenshots of report.html, one per section, with headless Chromium (for the README's docs/img/).
+"""Screenshots of report.html, one per section, with headless Chromium (the README's docs/img/report-*.png).
 
-    python3 scripts/report_screenshots.py reports/group-stall/report.html docs/img/report [--sections a,b]
+    python3 scripts/report_screenshots.py reports/group-stall/report.html docs/img/report-group-stall
+    python3 scripts/report_screenshots.py PAGE PREFIX --sections timeline,groups --width 1200
 
-For each section it writes a copy of the page that shows only that section (and renders every figure as usual),
-and saves PREFIX-SECTION.png. The window is as tall as asked per section; Chromium crops to it."""
+For each section it shows a copy of the page with only that section (every figure renders as usual), measures its
+height, and saves PREFIX-SECTION.png cropped to it."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-# section id -> window height in px
-SECTIONS = {"verdict": 900, "decomposition": 620, "timeline": 900, "groups": 1000, "waterfall": 900,
-            "profile": 1100, "hidden": 700, "understated": 500, "connections": 800}
+SECTIONS = ("verdict", "decomposition", "timeline", "groups", "waterfall", "profile", "hidden", "understated",
+            "connections")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
          "--virtual-time-budget=20000"]
+_MEASURE = """<script>(function w(){ if (document.body.getAttribute('data-rendered') === 'no') { setTimeout(w, 50); return; }
+  var p = document.createElement('pre'); p.id = 'height';
+  p.textContent = JSON.stringify(Math.ceil(document.documentElement.scrollHeight)); document.body.appendChild(p); })();
+</script></body>"""
 
 
 def chromium() -> str:
@@ -29,14 +35,24 @@ def chromium() -> str:
     sys.exit("chromium not found (scripts/install-deps.sh installs it)")
 
 
-def shoot(page: Path, section: str, height: int, out: Path, width: int = 1400) -> None:
-    text = page.read_text(encoding="utf-8")
-    only = f"<style>section{{display:none}}section#{section}{{display:block}}header{{position:static}}</style></head>"
+def shoot(text: str, section: str, out: Path, width: int) -> bool:
+    """False when the page has no such section."""
+    if not re.search(f"<section id='{section}'>", text):
+        return False
+    only = (f"<style>section{{display:none}}section#{section}{{display:block}}header{{position:static}}"
+            "body{margin-bottom:0}</style></head>")
+    page = text.replace("</head>", only, 1)
     with tempfile.TemporaryDirectory(prefix="pcapdecomp-shot-") as tmp:
         copy = Path(tmp) / "page.html"
-        copy.write_text(text.replace("</head>", only, 1), encoding="utf-8")
+        copy.write_text(page.replace("</body>", _MEASURE, 1), encoding="utf-8")
+        run = [chromium(), *FLAGS, f"--user-data-dir={tmp}/profile", f"--window-size={width},800"]
+        dom = subprocess.run([*run, "--dump-dom", copy.as_uri()], capture_output=True, text=True, timeout=180).stdout
+        m = re.search(r"<pre id=\"height\">(\d+)</pre>", dom)
+        height = min(json.loads(m.group(1)) + 10, 4000) if m else 900
+        copy.write_text(page, encoding="utf-8")
         subprocess.run([chromium(), *FLAGS, f"--user-data-dir={tmp}/profile", f"--window-size={width},{height}",
                         f"--screenshot={out.resolve()}", copy.as_uri()], check=True, capture_output=True, timeout=180)
+    return True
 
 
 def main() -> None:
@@ -44,13 +60,16 @@ def main() -> None:
     ap.add_argument("page", type=Path)
     ap.add_argument("prefix", help="output path prefix: PREFIX-SECTION.png")
     ap.add_argument("--sections", default=",".join(SECTIONS))
-    ap.add_argument("--width", type=int, default=1400)
+    ap.add_argument("--width", type=int, default=1280)
     args = ap.parse_args()
+    text = args.page.read_text(encoding="utf-8")
     for section in args.sections.split(","):
         out = Path(f"{args.prefix}-{section}.png")
         out.parent.mkdir(parents=True, exist_ok=True)
-        shoot(args.page, section, SECTIONS.get(section, 900), out, args.width)
-        print(f"wrote {out}")
+        if shoot(text, section, out, args.width):
+            print(f"wrote {out}")
+        else:
+            print(f"{args.page}: no section {section}", file=sys.stderr)
 
 
 if __name__ == "__main__":
