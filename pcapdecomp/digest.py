@@ -100,8 +100,10 @@ def _group_sum(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray, np.nda
 def _group_min_max_p95(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per group: min, max and the 95th percentile (linear interpolation, as numpy and pandas) of non-NaN values."""
     ok = ~np.isnan(v)
-    order = np.lexsort((v[ok], k[ok]))
-    kk, vv = k[ok][order], v[ok][order]
+    kk, vv = k[ok], v[ok]
+    order = np.argsort(vv, kind="stable")
+    order = order[np.argsort(kk[order], kind="stable")]  # by group, then by value
+    kk, vv = kk[order], vv[order]
     count = np.bincount(kk, minlength=n)
     start = np.concatenate([[0], np.cumsum(count)[:-1]])
     out = np.full((3, n), np.nan)
@@ -118,12 +120,16 @@ def _group_min_max_p95(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray
 
 def _worst_call(k: np.ndarray, key: np.ndarray, tie: np.ndarray, n: int) -> np.ndarray:
     """Per group, the index (into k) of pt-query-digest's sample: the worst call, the longest time first, ties by
-    server time."""
-    order = np.lexsort((-np.nan_to_num(tie, nan=-1.0), -np.nan_to_num(key, nan=-1.0), k))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = k[order][1:] != k[order][:-1]
+    server time, then the first such call."""
+    key, tie = np.nan_to_num(key, nan=-1.0), np.nan_to_num(tie, nan=-1.0)
+    top = np.full(n, -np.inf)
+    np.maximum.at(top, k, key)
+    best = key == top[k]
+    top_tie = np.full(n, -np.inf)
+    np.maximum.at(top_tie, k[best], tie[best])
+    pick = np.flatnonzero(best & (tie == top_tie[k]))
     out = np.zeros(n, dtype=np.int64)
-    out[k[order][first]] = order[first]
+    out[k[pick][::-1]] = pick[::-1]  # the last write wins: the first such call of each group
     return out
 
 

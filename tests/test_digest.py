@@ -114,3 +114,25 @@ def test_placeholders_skip_quotes_and_comments():
     assert sample_statement("SELECT ? + ?", "1, 'a, b'", "COM_STMT_EXECUTE") == "SELECT 1 + 'a, b'"
     assert sample_statement("SELECT ?", "1, 2", "COM_STMT_EXECUTE") == "SELECT ? /* parameters: 1, 2 */"
     assert sample_statement(None, None, "COM_PING") == "COM_PING"
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.one_of(st.floats(0, 10, allow_nan=False), st.just(float("nan")))),
+                min_size=1, max_size=60))
+def test_per_group_statistics_equal_pandas(rows):
+    import numpy as np
+    import pandas as pd
+
+    from pcapdecomp.digest import _group_min_max_p95, _group_sum
+
+    k = np.array([r[0] for r in rows], dtype=np.int64)
+    v = np.array([r[1] for r in rows])
+    g = pd.Series(v).groupby(k)
+    lo, hi, p95 = _group_min_max_p95(k, v, 5)
+    total, count = _group_sum(k, v, 5)
+    for code in range(5):
+        if code not in g.groups or g.get_group(code).isna().all():
+            assert np.isnan(lo[code]) and np.isnan(total[code]) and count[code] == 0
+            continue
+        part = g.get_group(code).dropna()
+        assert (lo[code], hi[code], count[code]) == (part.min(), part.max(), len(part))
+        assert p95[code] == pytest.approx(part.quantile(0.95)) and total[code] == pytest.approx(part.sum())
