@@ -14,7 +14,7 @@ import pandas as pd
 
 MEASURED_EXEC = ("slow_log",)  # exec_source values that are measurements, not estimates or bounds
 
-PROFILE_COLUMNS = ("rank", "query_id", "fingerprint", "command", "calls", "qps", "exec_sum", "exec_share",
+PROFILE_COLUMNS = ("rank", "query_id", "fingerprint", "command", "commands", "calls", "qps", "exec_sum", "exec_share",
                    "exec_avg", "exec_min", "exec_max", "exec_p95", "exec_vm", "exec_measured", "client_sum",
                    "network_sum", "queue_sum", "queue_estimated_sum", "server_max", "rows_sum", "bytes_sum",
                    "user_db", "user_db_more", "sample", "sample_conn_id", "sample_row", "hidden_slow")
@@ -69,13 +69,42 @@ def profile(x: pd.DataFrame, span_s: float | None, top: int | None = None) -> pd
     if top is not None:
         out = out.head(top).copy()
     rows = np.flatnonzero(has)  # positions in x of the rows with a fingerprint
-    worst = _worst_call(k, time_key, server, n)[out["code"].to_numpy()]
+    command, commands = _codes(x["command"])
+    command = command[has]
+    # the sample shows the statement as executed: a PREPARE, CLOSE or an EXECUTE whose values were not decoded
+    # only where no call of the fingerprint carries its values
+    without = np.isin(command, np.flatnonzero(np.isin(commands.astype(str), _WITHOUT_VALUES)))
+    if "params" in x.columns:
+        execute = command == (np.flatnonzero(commands.astype(str) == "COM_STMT_EXECUTE")[:1].tolist() or [-2])[0]
+        without |= execute & x["params"].isna().to_numpy(dtype=bool)[has]
+    worst = _worst_call(k, time_key, server, ~without, n)[out["code"].to_numpy()]
     first = _first_call(k, n)[out["code"].to_numpy()]
     _add_samples(out, x, rows[worst])
     _add_user_db(out, x, has, k, n)
     out["query_id"] = _values_at(x["query_id"], rows[first])
-    out["command"] = _values_at(x["command"], rows[first])
+    out["command"], out["commands"] = _command_mix(k, command, commands, out["code"].to_numpy())
     return out[list(PROFILE_COLUMNS)]
+
+
+_WITHOUT_VALUES = ("COM_STMT_PREPARE", "COM_STMT_CLOSE", "COM_STMT_RESET", "COM_STMT_SEND_LONG_DATA")
+
+
+def _command_mix(k: np.ndarray, command: np.ndarray, names: np.ndarray, kept: np.ndarray) -> tuple[list, list]:
+    """Per kept fingerprint: its most frequent command, and every command with its count, most frequent first
+    ("COM_QUERY ×1490, COM_STMT_EXECUTE ×1490, COM_STMT_PREPARE ×4"): a prepared statement's PREPARE and CLOSE
+    share its fingerprint and Query ID with its executions."""
+    width = len(names) + 1
+    pairs, counts = np.unique(k * width + (command + 1), return_counts=True)
+    mix: dict = {}
+    for pair, count in zip(pairs.tolist(), counts.tolist()):
+        c = pair % width - 1
+        mix.setdefault(pair // width, []).append((count, str(names[c]) if c >= 0 else "?"))
+    top, words = [], []
+    for code in kept.tolist():
+        parts = sorted(mix.get(code, []), key=lambda p: (-p[0], p[1]))
+        top.append(parts[0][1] if parts else None)
+        words.append(", ".join(f"{name} ×{count:,}" for count, name in parts))
+    return top, words
 
 
 def _codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -118,13 +147,17 @@ def _group_min_max_p95(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray
     return out[0], out[1], out[2]
 
 
-def _worst_call(k: np.ndarray, key: np.ndarray, tie: np.ndarray, n: int) -> np.ndarray:
+def _worst_call(k: np.ndarray, key: np.ndarray, tie: np.ndarray, complete: np.ndarray, n: int) -> np.ndarray:
     """Per group, the index (into k) of pt-query-digest's sample: the worst call, the longest time first, ties by
-    server time, then the first such call."""
+    server time, then the first such call; among the `complete` calls (those that show the statement with its
+    values) where the group has any."""
     key, tie = np.nan_to_num(key, nan=-1.0), np.nan_to_num(tie, nan=-1.0)
+    has_complete = np.zeros(n, dtype=bool)
+    has_complete[k[complete]] = True
+    cand = complete | ~has_complete[k]
     top = np.full(n, -np.inf)
-    np.maximum.at(top, k, key)
-    best = key == top[k]
+    np.maximum.at(top, k[cand], key[cand])
+    best = cand & (key == top[k])
     top_tie = np.full(n, -np.inf)
     np.maximum.at(top_tie, k[best], tie[best])
     pick = np.flatnonzero(best & (tie == top_tie[k]))

@@ -286,25 +286,26 @@ class _Page:
         for r in shown.itertuples(index=False):
             measured = "–" if pd.isna(r.exec_measured) else f"{100 * r.exec_measured:.0f} %"
             user = r.user_db + (f" (+{r.user_db_more})" if r.user_db_more else "")
-            rows.append(_Row([str(r.rank), Html(f"<code>{esc(r.query_id or '')}</code>"), _num(r.calls),
-                              _qps(r.qps), _sum_s(r.exec_sum), _pct(r.exec_share), measured, secs(r.exec_avg),
-                              secs(r.exec_min), secs(r.exec_max), secs(r.exec_p95), _vm(r.exec_vm), _num(r.rows_sum),
+            exec_cell = Html(f"{esc(_sum_s(r.exec_sum))}<div class='sub'>{esc(_pct(r.exec_share))}</div>")
+            rows.append(_Row([str(r.rank), Html(f"<code class='qid'>{esc(r.query_id or '')}</code>"), _num(r.calls),
+                              _qps(r.qps), exec_cell, measured, secs(r.exec_avg), secs(r.exec_min),
+                              secs(r.exec_max), secs(r.exec_p95), _vm(r.exec_vm), _num(r.rows_sum),
                               _bytes(r.bytes_sum), user, _split_bar(r), _num(r.hidden_slow)]))
             rows.append(_Row([Html(f"<div class='sample'><code>{esc(short(r.sample, 600))}</code>"
-                                   f"<div class='fp'>{esc(r.command)} · fingerprint: {esc(short(r.fingerprint, 300))}"
-                                   "</div></div>")], span=17))
+                                   f"<div class='fp'>{esc(r.commands)} · fingerprint: {esc(short(r.fingerprint, 300))}"
+                                   "</div></div>")], span=16))
         more = len(p) - len(shown)
         text = ("In the manner of pt-query-digest's profile: one row per fingerprint (Query ID as pt-query-digest and "
                 "PMM print it), ranked by execution time. Execution is the slow log's Query_time where the statement "
-                "was logged, else an estimate from the wire (\"measured\" says which share of calls was logged). "
+                "was logged, else an estimate from the wire (\"logged\" says which share of calls was measured so). "
                 "avg/min/max/p95 and V/M (variance-to-mean) are of execution per call; QPS is calls per second of "
                 f"capture ({secs(span)}); rows and bytes are what the server sent. The split is where the clients' "
                 "time went for that fingerprint: network, queueing (pale: estimated), execution. Below each row the "
-                "slowest call with its parameter values, and the fingerprint.")
+                "slowest call as the server ran it (with its parameter values), the commands of the fingerprint and the "
+                "fingerprint.")
         return (head + f"<p class='caption'>{esc(text)}</p>"
-                + _table(["rank", "Query ID", "calls", "QPS", "exec time", "share", "measured", "avg", "min", "max",
-                          "p95", "V/M", "rows sent", "bytes sent", "user@db", "client time: network · queue · exec",
-                          "hidden slow"], rows, numeric=(2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16), cls="profile")
+                + _table(["rank", "Query ID", "calls", "QPS", "exec, share", "logged", "avg", "min", "max", "p95",
+                          "V/M", "rows", "bytes", "user@db", "client time: net · queue · exec", "hidden slow"], rows, numeric=(2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15), cls="profile")
                 + (f"<p>… and {more} more fingerprints.</p>" if more > 0 else "") + "</section>")
 
     # -------------------------------------------------------------- hidden slow / understated
@@ -707,7 +708,8 @@ _STYLE = (
     "code.filter{user-select:all;color:#135;display:block;margin:.2em 0}details summary{cursor:pointer;color:#335}"
     ".warn li{color:#a40}details{margin:.2em 0}tr.stallhead td{background:#fbeaea;font-weight:600}"
     "tr.culprit td{background:#eee}table.statements code{word-break:break-all}"
-    ".split{display:flex;width:12em;height:.9em;border:1px solid #bbb}.split span{display:block;height:100%}"
+    "code.qid{font-size:75%}.sub{font-size:85%;color:#555}table.profile td{padding:2px 4px}"
+    ".split{display:flex;width:9em;height:.9em;border:1px solid #bbb}.split span{display:block;height:100%}"
     ".splitnum{font-size:85%;color:#555}.sample{padding-left:2em}.sample .fp{color:#777;font-size:85%}"
     "button.zoom{font-size:85%;cursor:pointer}.tip{position:fixed;display:none;z-index:10;background:#fff;"
     "border:1px solid #888;padding:.3em .5em;font-size:85%;white-space:pre-wrap;max-width:40em;pointer-events:none;"

@@ -135,3 +135,15 @@ def test_per_group_statistics_equal_pandas(rows):
             continue
         assert (lo[code], hi[code], count[code]) == (part.min(), part.max(), len(part))
         assert p95[code] == pytest.approx(part.quantile(0.95)) and total[code] == pytest.approx(part.sum())
+
+
+def test_a_prepared_statement_shares_its_row_with_its_prepare_and_close_and_the_sample_has_values(analysed):
+    """oltp-hogs runs one point select as text and as a prepared statement: one Query ID for the COM_QUERYs, the
+    EXECUTEs, the PREPAREs and CLOSEs; the row says so, and its sample is a call that ran with values."""
+    x = analysed["oltp-hogs"].exchanges
+    fp = "select c from sbtest? where id = ?"
+    row = profile(x, 1.0).set_index("fingerprint").loc[fp]
+    counts = x.loc[x["fingerprint"] == fp, "command"].astype(str).value_counts()
+    assert row["commands"] == ", ".join(f"{c} ×{n:,}" for c, n in sorted(counts.items(), key=lambda p: (-p[1], p[0])))
+    assert set(counts.index) == {"COM_QUERY", "COM_STMT_EXECUTE", "COM_STMT_PREPARE", "COM_STMT_CLOSE"}
+    assert not placeholders(row["sample"]) and fingerprint(row["sample"]) == fp

@@ -132,7 +132,7 @@ def test_profile_lists_every_fingerprint_with_its_calls(group_stall, group_stall
     """The Query profile: pt-query-digest's columns, filled (the count column was empty before), ranked by
     execution time, the sample with its values, the split beside it."""
     _, dom, _ = group_stall_page
-    rows = re.findall(r"<tr><td>(\d+)</td><td><code>(0x[0-9A-F]{32})</code></td>"
+    rows = re.findall(r"<tr><td>(\d+)</td><td><code[^>]*>(0x[0-9A-F]{32})</code></td>"
                       r"<td class=\"num\">([\d,]+)</td>", section(dom, "profile"))
     x = group_stall.exchanges
     calls = x.groupby(x["query_id"].astype(str)).size()
@@ -245,7 +245,7 @@ def test_every_bundled_report_fills_its_tables(name, tmp_path):
     page = (res.out_dir / "report.html").read_text(encoding="utf-8")
     x = res.exchanges
     prof = section(page, "profile")
-    rows = re.findall(r"<code>(0x[0-9A-F]{32})</code></td><td class='num'>([\d,]+)</td>", prof)
+    rows = re.findall(r"<code[^>]*>(0x[0-9A-F]{32})</code></td><td class='num'>([\d,]+)</td>", prof)
     want = x.groupby(x["query_id"].astype(str)).size()
     assert len(rows) == min(len(want), PROFILE_ROWS)
     assert {q: int(n.replace(",", "")) for q, n in rows} == {q: want[q] for q, _ in rows}
