@@ -372,3 +372,30 @@ def test_db_only_report_renders_in_chromium(tmp_path):
     assert rendered(dom) == f"{drawn} figures" and drawn == 5  # all but the shares: no exchange seen at both points
     traces = {tr["name"]: tr for tr in found["figures"]["fig-timeline"]["traces"]}
     assert traces["hidden slow"]["n"] == 3  # spans from D1 to D4 when only the DB saw the exchange
+
+
+def test_connection_chart_counts_tls_and_survives_one_login_equal_times_or_none(tmp_path):
+    """features holds a TLS connection (counted, stacked on plain in the chart); the chart also stands with one
+    login, with every login at the same instant (the old chart divided by a zero span there) and with none."""
+    from pcapdecomp.pipeline import read_exchanges
+    from pcapdecomp.report_figures import _connection_rate
+
+    db = read_exchanges(CAPTURES / "features" / "db.pcap", [], True)
+    conns = db.connections
+    assert int(conns["tls"].sum()) == 1
+    summary = {"clock": None}
+    x = db.exchanges
+    t = exchange_times(x.assign(app_req_ts=x["req_first_ts"], app_resp_ts=x["resp_last_ts"],
+                                db_req_ts=pd.NaT, db_resp_ts=pd.NaT))
+    c = connection_times({"db": conns}, summary)
+    axis = time_axis(t, [c["t_ns"].to_numpy()])
+    bars = {tr["name"]: _values(tr["y"]).sum() for tr in _connection_rate(c, axis)["data"] if tr["type"] == "bar"}
+    assert bars == {"new connections (plain)": len(conns) - 1, "new connections (TLS)": 1}
+    one = connection_times({"db": conns.iloc[:1]}, summary)
+    same = connection_times({"db": conns.assign(syn_ts=conns["syn_ts"].iloc[0], greeting_ts=conns["syn_ts"].iloc[0])},
+                            summary)
+    for frame, n in ((one, 1), (same, len(conns))):
+        spec = _connection_rate(frame, time_axis(t, [frame["t_ns"].to_numpy()]))
+        assert sum(_values(tr["y"]).sum() for tr in spec["data"] if tr["type"] == "bar") == n
+    assert _connection_rate(connection_times({"db": conns.iloc[:0]}, summary), axis) is None
+    assert connection_times(None, summary) is None
