@@ -75,7 +75,7 @@ def test_group_stall_report_renders_without_script_errors_and_names_the_findings
     assert dom.count("class=\"main-svg\"") >= 6  # plotly drew them
     text = page_text(dom)
     # the verdict and the stalled group with its culprit
-    assert "3 queries were slow on the wire but not in the slow log" in text
+    assert "3 statements were slow only because they waited in thread group 1" in text
     assert "thread group 1" in text and "SELECT BENCHMARK(6895237, SHA2(RAND(), 256))" in text
     # the hidden-slow table lists exactly the flagged exchanges, each with a display filter for both captures
     hidden = group_stall.exchanges[group_stall.exchanges["hidden_slow"].fillna(False)]
