@@ -32,7 +32,8 @@ BUCKET_LADDER_S = (0.01, 0.1, 1.0, 10.0, 60.0, 600.0, 3600.0, 86400.0)
 OUTLIER_MIN_MARGIN_NS = 86400 * NS  # times further than this (or 10 core spans) outside the core are outliers
 MAX_THREAD_POOL_SIZE = 128  # largest thread_pool_size tried when inferring it (MariaDB's and Percona's maximum)
 INFER_MAX_VICTIMS = 5000  # queued statements considered when inferring thread_pool_size (evenly sampled beyond)
-INFER_MAX_ARRIVALS = 2000  # arrivals per long statement checked for free passes
+INFER_MAX_CULPRITS = 5000  # long statements considered (the longest)
+INFER_MAX_ARRIVALS = 200_000  # arrivals checked for free passes, in all (at most 2,000 per long statement)
 EXPLAINED_SHARE = 0.9  # an N must explain this share of the queued statements …
 FREE_PASS_SHARE = 0.1  # … with at most this many free passes per explained statement
 CAP_SHARE = 0.9  # the pool is at its thread limit when the cap was reached during this share of the waiting time
@@ -81,17 +82,15 @@ def robust_span(d1: np.ndarray, d4: np.ndarray) -> tuple[np.ndarray, int, int]:
     The core runs from the earliest to the latest time after dropping 1 % at each end; an exchange more than
     max(10 core spans, 1 day) outside it, or one that ends before it starts, is an outlier (one frame with a wild
     timestamp must not stretch the buckets over decades)."""
-    n = len(d1)
     keep = d4 >= d1
     if not keep.any():
         return keep, 0, 0
     starts, ends = np.sort(d1[keep]), np.sort(d4[keep])
-    k = (len(starts) // 100) if len(starts) >= 3 else 0
-    k = max(k, 1) if len(starts) >= 3 else 0
+    k = max(1, len(starts) // 100) if len(starts) >= 3 else 0  # with three or more, at least one dropped
     core_lo, core_hi = int(starts[k]), int(ends[len(ends) - 1 - k])
     margin = max(10 * max(core_hi - core_lo, 0), OUTLIER_MIN_MARGIN_NS)
     keep &= (d1 >= core_lo - margin) & (d4 <= core_hi + margin)
-    if not keep.any() or n == 0:
+    if not keep.any():
         return keep, 0, 0
     return keep, int(d1[keep].min()), int(d4[keep].max())
 
@@ -327,9 +326,9 @@ def infer_thread_pool_size(r: _Rows, threshold_ns: int) -> dict:
     ci = np.flatnonzero(culprit)
     k = np.searchsorted(w_hi, r.xs[ci], side="right")
     ci = ci[(k < len(w_lo)) & (w_lo[np.minimum(k, len(w_lo) - 1)] < r.d4[ci])]
-    if len(ci) > INFER_MAX_VICTIMS:
-        ci = ci[np.argsort(r.xs[ci] - r.d4[ci], kind="stable")[:INFER_MAX_VICTIMS]]  # the longest
-        out["note"] += f"the {INFER_MAX_VICTIMS} longest of {int(culprit.sum())} long statements considered; "
+    if len(ci) > INFER_MAX_CULPRITS:
+        ci = ci[np.argsort(r.xs[ci] - r.d4[ci], kind="stable")[:INFER_MAX_CULPRITS]]  # the longest
+        out["note"] += f"the {INFER_MAX_CULPRITS} longest of {int(culprit.sum())} long statements considered; "
     # (victim, culprit) pairs: the culprit executed during at least half of the victim's certain wait
     pv, pc = [], []
     for chunk in np.array_split(vi, max(1, len(vi) // 500)):
@@ -353,11 +352,12 @@ def infer_thread_pool_size(r: _Rows, threshold_ns: int) -> dict:
     fi = fi[np.argsort(r.d1[fi], kind="stable")]
     fd1 = r.d1[fi]
     blockers = np.unique(pc)
+    per_blocker = max(1, min(2000, INFER_MAX_ARRIVALS // len(blockers)))
     fc, fu = [], []
     for c in blockers:
         lo = np.searchsorted(fd1, r.xs[c], side="right")
         hi = np.searchsorted(fd1, r.d4[c], side="left")
-        us = fi[lo:min(hi, lo + INFER_MAX_ARRIVALS)]
+        us = fi[lo:min(hi, lo + per_blocker)]
         us = us[r.conn[us] != r.conn[c]]
         fc.append(np.full(len(us), c))
         fu.append(us)
