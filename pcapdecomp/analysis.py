@@ -12,7 +12,6 @@ except ModuleNotFoundError:  # Python 3.10
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from . import __version__
@@ -25,7 +24,7 @@ from .pipeline import capture_problems, parse_server, read_captures, warn, write
 from .report import render as render_report
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 from .tables import concat, release_memory
-from .threadpool import thread_pool_view
+from .threadpool import json_value, thread_pool_view
 from .verdict import tell
 
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".pcap.gz", ".pcapng.gz")
@@ -355,20 +354,8 @@ def _latency(x: pd.DataFrame) -> dict:
     return out
 
 
-def _json_value(v):
-    if v is None or (not isinstance(v, str) and pd.isna(v)):
-        return None
-    if isinstance(v, pd.Timestamp):
-        return v.isoformat()
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating,)):
-        return float(v)
-    return v
-
-
 def _json_default(v):
-    value = _json_value(v)
+    value = json_value(v)
     if value is v:
         raise TypeError(f"not JSON serialisable: {type(v)}")
     return value

@@ -124,7 +124,7 @@ ANALYSIS_COLUMNS: tuple[Column, ...] = (
     Column("net_req_s", "float64", "D1 - A1: request leg, after clock alignment (depends on the offset estimate)"),
     Column("net_resp_s", "float64", "A4 - D4: response leg; net_req_s + net_resp_s = network_s"),
     Column("exec_s", "float64", "execution time: the slow log's Query_time, else an estimate (see exec_source)"),
-    Column("exec_source", CATEGORY, "slow_log | fingerprint_median (median server time of fast executions of the fingerprint) | below_long_query_time (known faster than long_query_time: exec_s is the bound min(server_s, long_query_time)) | flagged_slow (SERVER_QUERY_WAS_SLOW without a slow-log entry: exec_s = server_s, an upper bound); null when unknown"),
+    Column("exec_source", CATEGORY, "slow_log | fingerprint_median (estimate: median server time of ≥ 5 agreeing fast executions of the same command and fingerprint) | below_long_query_time (known faster than long_query_time: exec_s is the bound min(server_s, long_query_time)) | flagged_slow (SERVER_QUERY_WAS_SLOW without a slow-log entry: exec_s = server_s, an upper bound); null when unknown"),
     Column("queue_s", "float64", "server_s - exec_s, at least 0: waiting before execution (thread-pool queue); how it is known: queue_source"),
     Column("queue_source", CATEGORY, "measured (exec_s is the slow log's Query_time) | estimated (exec_s is a fingerprint_median estimate: queue_s is an estimate, queue_min_s is what is certain) | lower_bound (exec_s is an upper bound on execution: queue_s is a lower bound); null when queue_s is null"),
     Column("queue_min_s", "float64", "queueing that is certain, never from an estimate: queue_s when measured; server_s minus an upper bound on execution (long_query_time for a statement known faster than it) otherwise; 0 when nothing bounds execution; null without server time. Claims of queueing (verdict, stalls, understated) rest on this column"),
@@ -143,7 +143,7 @@ ANALYSIS_COLUMNS: tuple[Column, ...] = (
 GROUP_COLUMNS: tuple[Column, ...] = (
     Column("thread_group", "int64", "conn_id mod thread_pool_size"),
     Column("bucket_start", TS, "start of the time bucket"),
-    Column("bucket_s", "float64", "bucket length, seconds (the smallest of 10 ms, 100 ms, 1 s, 10 s, 1 min giving ≤ 1000 buckets)"),
+    Column("bucket_s", "float64", "bucket length, seconds (the smallest of 10 ms, 100 ms, 1 s, 10 s, 1 min, 10 min, 1 h, 1 day giving ≤ 1000 buckets over the capture's robust span, then whole days)"),
     Column("in_flight", "float64", "mean number of the group's exchanges between D1 and D4 during the bucket"),
     Column("executing", "float64", "mean number executing (between D4 − exec_s and D4)"),
     Column("queued", "float64", "mean number queued (between D1 and D1 + queue_s)"),

@@ -32,7 +32,8 @@ BUCKET_LADDER_S = (0.01, 0.1, 1.0, 10.0, 60.0, 600.0, 3600.0, 86400.0)
 OUTLIER_MIN_MARGIN_NS = 86400 * NS  # times further than this (or 10 core spans) outside the core are outliers
 MAX_THREAD_POOL_SIZE = 128  # largest thread_pool_size tried when inferring it (MariaDB's and Percona's maximum)
 INFER_MAX_VICTIMS = 5000  # queued statements considered when inferring thread_pool_size (evenly sampled beyond)
-INFER_MAX_ARRIVALS = 2000  # arrivals per long statement checked for free passes
+INFER_MAX_CULPRITS = 5000  # long statements considered (the longest)
+INFER_MAX_ARRIVALS = 200_000  # arrivals checked for free passes, in all (at most 2,000 per long statement)
 EXPLAINED_SHARE = 0.9  # an N must explain this share of the queued statements …
 FREE_PASS_SHARE = 0.1  # … with at most this many free passes per explained statement
 CAP_SHARE = 0.9  # the pool is at its thread limit when the cap was reached during this share of the waiting time
@@ -81,17 +82,15 @@ def robust_span(d1: np.ndarray, d4: np.ndarray) -> tuple[np.ndarray, int, int]:
     The core runs from the earliest to the latest time after dropping 1 % at each end; an exchange more than
     max(10 core spans, 1 day) outside it, or one that ends before it starts, is an outlier (one frame with a wild
     timestamp must not stretch the buckets over decades)."""
-    n = len(d1)
     keep = d4 >= d1
     if not keep.any():
         return keep, 0, 0
     starts, ends = np.sort(d1[keep]), np.sort(d4[keep])
-    k = (len(starts) // 100) if len(starts) >= 3 else 0
-    k = max(k, 1) if len(starts) >= 3 else 0
+    k = max(1, len(starts) // 100) if len(starts) >= 3 else 0  # with three or more, at least one dropped
     core_lo, core_hi = int(starts[k]), int(ends[len(ends) - 1 - k])
     margin = max(10 * max(core_hi - core_lo, 0), OUTLIER_MIN_MARGIN_NS)
     keep &= (d1 >= core_lo - margin) & (d4 <= core_hi + margin)
-    if not keep.any() or n == 0:
+    if not keep.any():
         return keep, 0, 0
     return keep, int(d1[keep].min()), int(d4[keep].max())
 
@@ -314,7 +313,9 @@ def infer_thread_pool_size(r: _Rows, threshold_ns: int) -> dict:
     out = {"value": None, "confidence": "not enough evidence", "candidates": [], "victims": int(victim.sum()),
            "explained": 0, "contradicted": 0, "checked_up_to": 0, "note": ""}
     if not victim.any():
-        out["note"] = "no statement certainly queued"
+        queued = int((r.q_min >= threshold_ns).sum())
+        out["note"] = (f"{queued} statements certainly queued, none with a known connection id (their greetings "
+                       "were not captured)" if queued else "no statement certainly queued")
         return out
     vi = np.flatnonzero(victim)
     if len(vi) > INFER_MAX_VICTIMS:
@@ -325,9 +326,9 @@ def infer_thread_pool_size(r: _Rows, threshold_ns: int) -> dict:
     ci = np.flatnonzero(culprit)
     k = np.searchsorted(w_hi, r.xs[ci], side="right")
     ci = ci[(k < len(w_lo)) & (w_lo[np.minimum(k, len(w_lo) - 1)] < r.d4[ci])]
-    if len(ci) > INFER_MAX_VICTIMS:
-        ci = ci[np.argsort(r.xs[ci] - r.d4[ci], kind="stable")[:INFER_MAX_VICTIMS]]  # the longest
-        out["note"] += f"the {INFER_MAX_VICTIMS} longest of {int(culprit.sum())} long statements considered; "
+    if len(ci) > INFER_MAX_CULPRITS:
+        ci = ci[np.argsort(r.xs[ci] - r.d4[ci], kind="stable")[:INFER_MAX_CULPRITS]]  # the longest
+        out["note"] += f"the {INFER_MAX_CULPRITS} longest of {int(culprit.sum())} long statements considered; "
     # (victim, culprit) pairs: the culprit executed during at least half of the victim's certain wait
     pv, pc = [], []
     for chunk in np.array_split(vi, max(1, len(vi) // 500)):
@@ -351,11 +352,12 @@ def infer_thread_pool_size(r: _Rows, threshold_ns: int) -> dict:
     fi = fi[np.argsort(r.d1[fi], kind="stable")]
     fd1 = r.d1[fi]
     blockers = np.unique(pc)
+    per_blocker = max(1, min(2000, INFER_MAX_ARRIVALS // len(blockers)))
     fc, fu = [], []
     for c in blockers:
         lo = np.searchsorted(fd1, r.xs[c], side="right")
         hi = np.searchsorted(fd1, r.d4[c], side="left")
-        us = fi[lo:min(hi, lo + INFER_MAX_ARRIVALS)]
+        us = fi[lo:min(hi, lo + per_blocker)]
         us = us[r.conn[us] != r.conn[c]]
         fc.append(np.full(len(us), c))
         fu.append(us)
@@ -508,7 +510,8 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
         stall[vic] = sid
         role[vic] = "victim"
 
-    stalls = [_stall_summary(sid, st, t, r) for sid, st in enumerate(stalls_raw)]
+    cols = Refs(t)
+    stalls = [_stall_summary(sid, st, cols, r) for sid, st in enumerate(stalls_raw)]
     members = [(r.pos[st["_victims"]], r.pos[st["_culprits"]]) for st in stalls_raw]
     cap_members = (cap.pop("_holding"), cap.pop("_waiting")) if cap else None
     without = sum(1 for s in stalls if s["culprits_total"] == 0)
@@ -528,7 +531,7 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
             warnings.append(size_info["warning"])
     pool_info = {"bucket_s": float(bucket_s) if len(r.pos) else None,
                  "max_executing": int(pool["executing_max"].max()) if len(pool) else 0,
-                 "cap": _cap_summary(cap, cap_members, t) if cap else None,
+                 "cap": _cap_summary(cap, cap_members, cols) if cap else None,
                  "outliers": {"exchanges": outliers, "span_start": _iso(t0) if len(r.pos) else None,
                               "span_end": _iso(t1) if len(r.pos) else None}}
     return PoolView(
@@ -541,48 +544,74 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
     )
 
 
-def _stall_summary(sid: int, st: dict, t: pd.DataFrame, r: _Rows) -> dict:
+def _stall_summary(sid: int, st: dict, cols: "Refs", r: _Rows) -> dict:
     vic = r.pos[st["_victims"]]
-    sources = t["queue_source"].astype(object).to_numpy()[vic]
-    hidden = t["hidden_slow"].to_numpy(dtype=bool, na_value=False)[vic]
-    under = t["understated"].to_numpy(dtype=bool, na_value=False)[vic]
+    sources = cols.array("queue_source")[vic]
     culprits = []
     for i, ov in zip(st["_culprits"][:MAX_CULPRITS], st["_overlap"][:MAX_CULPRITS]):
-        ref = exchange_ref(t, int(r.pos[i]))
+        ref = cols.ref(int(r.pos[i]))
         ref["overlap_s"] = float(ov) / NS
         culprits.append(ref)
-    queue = t["queue_s"].to_numpy(dtype="float64", na_value=np.nan)[vic]
-    certain = t["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan)[vic]
+    queue, certain = cols.array("queue_s")[vic], cols.array("queue_min_s")[vic]
     return {
         "id": sid, "thread_group": st["thread_group"], "start": _iso(st["s"]), "end": _iso(st["e"]),
         "duration_s": (st["e"] - st["s"]) / NS, "queued": int(len(vic)),
         "max_queue_s": float(np.nanmax(queue)), "max_queue_certain_s": float(np.nanmax(certain)),
         "queue_sources": {k: int((sources == k).sum()) for k in ("measured", "estimated", "lower_bound")},
-        "hidden_slow": int(hidden.sum()), "understated": int(under.sum()),
+        "hidden_slow": int(cols.array("hidden_slow")[vic].sum()), "understated": int(cols.array("understated")[vic].sum()),
         "culprits": culprits, "culprits_total": int(len(st["_culprits"])),
         "culprits_more": max(0, int(len(st["_culprits"])) - MAX_CULPRITS),
     }
 
 
-def _cap_summary(cap: dict, members: tuple[np.ndarray, np.ndarray], t: pd.DataFrame) -> dict:
+def _cap_summary(cap: dict, members: tuple[np.ndarray, np.ndarray], cols: "Refs") -> dict:
     holding, waiting = members
-    sources = set(t["queue_source"].astype(object).to_numpy()[waiting])
+    sources = set(cols.array("queue_source")[waiting])
     cap["wait_source"] = "measured" if sources == {"measured"} else ",".join(sorted(map(str, sources)))
-    cap["executing"] = [exchange_ref(t, int(i)) for i in holding[:MAX_REFS]]
-    cap["waiting_refs"] = [exchange_ref(t, int(i)) for i in waiting[:MAX_REFS]]
+    cap["executing"] = [cols.ref(int(i)) for i in holding[:MAX_REFS]]
+    cap["waiting_refs"] = [cols.ref(int(i)) for i in waiting[:MAX_REFS]]
     return cap
 
 
-def exchange_ref(t: pd.DataFrame, pos: int) -> dict:
-    """A reference to one exchange for summary.json: its key (capture, conn_index, seq) and what a reader needs."""
-    row = t.iloc[pos]
-    out = {}
-    for c in REF_COLUMNS:
-        v = row[c] if c in t.columns else None
-        out[c] = json_value(v)
-    if isinstance(out.get("sql"), str) and len(out["sql"]) > 200:
-        out["sql"] = out["sql"][:199] + "…"
-    return out
+class Refs:
+    """References to exchanges for summary.json: each its key (capture, conn_index, seq) and what a reader needs.
+    The columns are converted once, not once per reference."""
+
+    EXTRA = ("stall", "stall_role", "slow_log_line")
+
+    def __init__(self, t: pd.DataFrame):
+        self.t = t
+        self._arrays: dict[str, np.ndarray] = {}
+        self._times = {c for c in t.columns if str(t[c].dtype).startswith("datetime64")}
+
+    def array(self, col: str) -> np.ndarray:
+        if col not in self._arrays:
+            c = self.t[col]
+            if str(c.dtype).startswith("datetime64"):
+                ns, valid = ts_ns(c)  # Timestamps made per reference: converting a million of them costs seconds
+                self._arrays[col] = np.where(valid, ns, np.iinfo(np.int64).min)
+            elif str(c.dtype) == "boolean":
+                self._arrays[col] = c.to_numpy(dtype=bool, na_value=False)
+            elif str(c.dtype) in ("float64", "Float64"):
+                self._arrays[col] = c.to_numpy(dtype="float64", na_value=np.nan)
+            else:
+                self._arrays[col] = c.astype(object).to_numpy()
+        return self._arrays[col]
+
+    def value(self, col: str, pos: int):
+        v = self.array(col)[pos]
+        if col in self._times:
+            return None if v == np.iinfo(np.int64).min else _iso(int(v))
+        return json_value(v)
+
+    def ref(self, pos: int) -> dict:
+        out = {c: self.value(c, pos) if c in self.t.columns else None for c in REF_COLUMNS}
+        for c in self.EXTRA:
+            if c in self.t.columns:
+                out[c] = self.value(c, pos)
+        if isinstance(out.get("sql"), str) and len(out["sql"]) > 200:
+            out["sql"] = out["sql"][:199] + "…"
+        return out
 
 
 def json_value(v):

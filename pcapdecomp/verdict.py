@@ -17,7 +17,7 @@ import pandas as pd
 
 from .decompose import STALL_MIN_QUEUE_S
 from .decompose import ts_ns
-from .threadpool import MAX_CULPRITS, PoolView, exchange_ref, json_value, robust_span
+from .threadpool import MAX_CULPRITS, PoolView, Refs, json_value, robust_span
 
 VICTIMS_LISTED = 50  # hidden-slow / understated statements listed in summary.json (the rest counted)
 STALLS_TOLD = 5  # stall bullets (the rest counted)
@@ -30,10 +30,11 @@ def tell(summary: dict, x: pd.DataFrame, view: PoolView) -> dict:
     sane = _sane(x, view)
     hidden = x["hidden_slow"].to_numpy(dtype=bool, na_value=False) & sane
     understated = x["understated"].to_numpy(dtype=bool, na_value=False) & sane
+    refs = Refs(x)
     parts = {
         "queueing": _queueing(x[sane]),
-        "hidden_slow": _victims(x, hidden, view),
-        "understated": {**_victims(x, understated, view), "threshold_s": STALL_MIN_QUEUE_S},
+        "hidden_slow": _victims(x, hidden, view, refs),
+        "understated": {**_victims(x, understated, view, refs), "threshold_s": STALL_MIN_QUEUE_S},
     }
     story = _story(summary, x, view, hidden, understated, sane)
     parts["story"] = story
@@ -65,7 +66,7 @@ def _queueing(x: pd.DataFrame) -> dict:
             "lower_bound_s": float(q[src == "lower_bound"].sum()), "certain_s": float(both["queue_min_s"].sum())}
 
 
-def _victims(x: pd.DataFrame, mask: np.ndarray, view: PoolView) -> dict:
+def _victims(x: pd.DataFrame, mask: np.ndarray, view: PoolView, refs: Refs) -> dict:
     """Statements of `mask`, the slowest VICTIMS_LISTED of them grouped by the stall they queued in."""
     idx = np.flatnonzero(mask)
     server = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)
@@ -81,21 +82,14 @@ def _victims(x: pd.DataFrame, mask: np.ndarray, view: PoolView) -> dict:
         culprits = []
         group = None
         if sid is not None and sid < len(view.stall_members):
-            culprits = [_ref(x, int(c)) for c in view.stall_members[sid][1][:MAX_CULPRITS]]
+            culprits = [refs.ref(int(c)) for c in view.stall_members[sid][1][:MAX_CULPRITS]]
             group = json_value(x["thread_group"].iloc[groups[sid][0]])
         elif groups[sid]:
             group = None
         by_stall.append({"stall": sid, "thread_group": group, "culprits": culprits,
-                         "victims": [_ref(x, i) for i in groups[sid]]})
+                         "victims": [refs.ref(i) for i in groups[sid]]})
     return {"count": int(len(idx)), "listed": int(len(listed)), "more": int(len(idx) - len(listed)),
             "by_stall": by_stall}
-
-
-def _ref(x: pd.DataFrame, pos: int) -> dict:
-    ref = exchange_ref(x, pos)
-    for c in ("stall", "stall_role", "slow_log_line"):
-        ref[c] = json_value(x[c].iloc[pos]) if c in x.columns else None
-    return ref
 
 
 # --- the story ----------------------------------------------------------------------------------------------------
@@ -125,7 +119,8 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
         sentence = (f"Only the app side was captured: clients waited up to {_dur(np.nanmax(total))} on "
                     f"{c['total']} exchanges, but without the DB capture queueing and execution cannot be told apart."
                     if (~np.isnan(total)).any() else
-                    f"{c['total']} exchanges were read, but no response was seen: no time can be split.")
+                    f"{c['total']} {_plural(c['total'], 'exchange was', 'exchanges were')} read, but no response "
+                    "was seen: no time can be split.")
     elif cap:
         findings.append("max_threads")
         sentence = _cap_sentence(cap, x, view, hidden, understated)
@@ -133,7 +128,8 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     elif certain.any():
         told = any(s["culprits_total"] for s in stalls)
         findings.append("group_stall" if told else "queueing_unexplained")
-        sentence = _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, size)
+        sentence = _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, size,
+                                   bool(summary["slow_log"].get("used")))
     else:
         sentence = _quiet_sentence(summary, x, server, lqt)
         findings.append("idle" if sentence.startswith("No statement waited") else "undecided")
@@ -157,7 +153,8 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     if est:
         bullets.append(est)
     if c["total"]:
-        bullets.append({"topic": "counts", "text": f"{c['total']} exchanges ({c['seen_both']} seen at both points, "
+        bullets.append({"topic": "counts", "text": f"{c['total']} {_plural(c['total'], 'exchange', 'exchanges')} "
+                                                    f"({c['seen_both']} seen at both points, "
                                                     f"{c['seen_app']} only at the app, {c['seen_db']} only at the DB)."})
     clock = summary.get("clock")
     if clock and clock.get("offset_s") is not None:
@@ -168,7 +165,7 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
                                                   f"{clock['skew_ppm']:+.2f} ppm."})
     outliers = int((~sane).sum())
     if outliers:
-        bullets.append({"topic": "outliers", "text": f"{outliers} exchanges have times far outside the "
+        bullets.append({"topic": "outliers", "text": f"{outliers} {_plural(outliers, 'exchange has', 'exchanges have')} times far outside the "
                                                      "capture's span (or end before they start): their times are damage, left out of the pool "
                                                      "and group views and of this verdict."})
     return {"sentence": sentence, "findings": findings, "bullets": bullets}
@@ -206,7 +203,7 @@ def _cap_bullets(cap: dict, x: pd.DataFrame, view: PoolView) -> list[dict]:
                                        f"{_source_words(cap['wait_source'])})."}]
 
 
-def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, size) -> str:
+def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, size, logged: bool) -> str:
     victims = hidden | understated
     told = [s for s in stalls if s["culprits_total"]]
     in_told = np.zeros(len(x), dtype=bool)
@@ -224,8 +221,9 @@ def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, 
         if n_h:
             text = (f"{n_h} {_plural(n_h, 'statement was', 'statements were')} slow only because "
                     f"{_plural(n_h, 'it', 'they')} waited in {where} behind {behind}: up to "
-                    f"{_dur(np.nanmax(server[h]))} inside the server, and the slow log does not show "
-                    f"{_plural(n_h, 'it', 'them')}")
+                    f"{_dur(np.nanmax(server[h]))} inside the server, and "
+                    + (f"the slow log does not show {_plural(n_h, 'it', 'them')}" if logged else
+                       f"the server did not flag {_plural(n_h, 'it', 'them')} slow (no slow log given)"))
             if n_u:
                 text += (f"; {n_u} more in the slow log waited up to {_dur(np.nanmax(queue[u]))}, which its "
                          "Query_time leaves out")
@@ -248,7 +246,7 @@ def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, 
            "long meanwhile (is thread_pool_size right, or was the whole pool busy?)")
     what = []
     if n_h:
-        what.append(f"{n_h} slow on the wire but not in the slow log")
+        what.append(f"{n_h} slow on the wire but " + ("not in the slow log" if logged else "not flagged slow"))
     if n_u:
         what.append(f"{n_u} in the slow log, which understates them")
     return (f"{n} {_plural(n, 'statement', 'statements')} waited up to {_dur(np.nanmax(queue[victims]))} before "

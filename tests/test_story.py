@@ -385,3 +385,10 @@ def test_robust_span_bounds_the_buckets_whatever_the_outliers(times, wild):
     if len(times) > 100 * wild:  # rare wild ones are cut off …
         assert not keep[len(times):].any()
     assert (t1 - t0) / (auto_bucket_s(t1 - t0) * 10**9) <= 1000  # … and the buckets are bounded anyway
+
+
+def test_docs_print_the_pool_columns_and_the_summary_keys():
+    from pcapdecomp.schema import POOL_COLUMNS, SUMMARY_KEYS, markdown_table
+
+    doc = (CAPTURES.parent / "docs" / "analyze.md").read_text()
+    assert markdown_table(POOL_COLUMNS) in doc and markdown_table(SUMMARY_KEYS) in doc
