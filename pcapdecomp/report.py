@@ -188,7 +188,8 @@ class _Page:
             return head + "<p>nothing to show</p></section>"
         meta = self.figures["_timeline"]
         text = ("Every statement from the app sending it (A1) to the app receiving the answer (A4), on its "
-                "connection's lane (D1 to D4 when only the DB capture saw it); lanes are ordered by thread group. "
+                "connection's lane (D1 to D4 when only the DB capture saw it; connections that follow each other "
+                "share a lane); lanes are ordered by thread group. "
                 "Red: queueing before execution (pale: estimated from other runs of the statement); green: "
                 "execution; grey: the rest of the client's wait (network). Stalled stretches of a thread group are "
                 "shaded over its lanes. Markers at the end of a statement: ◆ culprit of a stall, ▲ hidden slow, "

@@ -15,6 +15,7 @@ milliseconds since the epoch on plotly date axes (UTC, the app capture's clock).
 from __future__ import annotations
 
 import base64
+import heapq
 import re
 from dataclasses import dataclass
 
@@ -344,10 +345,10 @@ def _timeline(summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None) -
     rows = np.sort(np.concatenate([notable, rest]))
     sel = x.iloc[rows]
 
-    lane, labels, lane_group = _lanes(sel, klass[rows], np.nan_to_num(dur[rows]))
+    start, end = t.start[rows], t.end[rows]
+    lane, labels, lane_group = _lanes(sel, klass[rows], np.nan_to_num(dur[rows]), start, end)
     n_lanes = len(labels)
     y = lane.astype(np.float32)
-    start, end = t.start[rows], t.end[rows]
     d1, d4, has_d1, has_d4 = t.d1[rows], t.d4[rows], t.has_d1[rows], t.has_d4[rows]
     certain, estimated = (part[rows] for part in queue_parts(x))
     exec_s = x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)[rows]
@@ -407,10 +408,12 @@ def _segments(name: str, a: np.ndarray, b: np.ndarray, y: np.ndarray, mask: np.n
             "hoverinfo": "skip", "connectgaps": False, "line": {"color": COLORS[name], "width": width}}
 
 
-def _lanes(sel: pd.DataFrame, klass: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, list[str], dict]:
-    """Lane per row: one per connection, ordered by thread group and connection id; beyond TIMELINE_LANES the
-    connections with the least notable, least time go into one shared lane. Returns (lane per row, labels,
-    {thread group: (first lane, last lane)})."""
+def _lanes(sel: pd.DataFrame, klass: np.ndarray, dur: np.ndarray, start: np.ndarray,
+           end: np.ndarray) -> tuple[np.ndarray, list[str], dict]:
+    """Lane per row, ordered by thread group: a connection's statements on one lane, and connections that follow
+    each other in time (short connections of a pool or a churn) sharing a lane; beyond TIMELINE_LANES the lanes
+    with the least notable, least time go into one shared lane. Returns (lane per row, labels, {thread group:
+    (first lane, last lane)})."""
     conn = sel["conn_id"].to_numpy(dtype="float64", na_value=np.nan)
     known = ~np.isnan(conn)
     capture = pd.factorize(sel["capture"].astype(object).to_numpy())[0]
@@ -418,25 +421,47 @@ def _lanes(sel: pd.DataFrame, klass: np.ndarray, dur: np.ndarray) -> tuple[np.nd
                         "i": np.where(known, -1, sel["conn_index"].to_numpy(dtype=np.int64))})
     code = key.groupby(["c", "f", "i"], sort=False).ngroup().to_numpy()
     group = sel["thread_group"].to_numpy(dtype="float64", na_value=np.nan)
-    per = pd.DataFrame({"code": code, "k": klass, "d": dur, "g": group, "c": key["c"], "f": key["f"],
-                        "i": key["i"], "cap": sel["capture"].astype(object).to_numpy()})
-    lanes = per.groupby("code").agg(k=("k", "max"), d=("d", "sum"), g=("g", "first"), c=("c", "first"),
-                                    i=("i", "first"), cap=("cap", "first"))
-    other = np.zeros(len(lanes), dtype=bool)
-    if len(lanes) > TIMELINE_LANES:
-        ranked = lanes.sort_values(["k", "d"], ascending=False).index[: TIMELINE_LANES - 1]
-        other = ~lanes.index.isin(ranked)
-    lanes["other"] = other
-    lanes = lanes.sort_values(["other", "g", "c", "cap", "i"], na_position="last")
-    shown = lanes[~lanes["other"]]
+    per = pd.DataFrame({"code": code, "k": klass, "d": dur, "g": group, "c": key["c"], "i": key["i"],
+                        "cap": sel["capture"].astype(object).to_numpy(), "s": start, "e": end})
+    conns = per.groupby("code").agg(k=("k", "max"), d=("d", "sum"), g=("g", "first"), c=("c", "first"),
+                                    i=("i", "first"), cap=("cap", "first"), s=("s", "min"), e=("e", "max"))
+    conns = conns.sort_values(["g", "s", "c"], na_position="last")
+    # greedy interval packing per group: a connection takes the lane that fell free first, if it is free
+    slot = pd.Series(0, index=conns.index)
+    slots: list[dict] = []
+    free: dict = {}
+    for code_, r in zip(conns.index, conns.itertuples(index=False)):
+        g = -1 if np.isnan(r.g) else int(r.g)
+        heap = free.setdefault(g, [])
+        if heap and heap[0][0] < r.s:
+            _, n = heapq.heappop(heap)
+        else:
+            n = len(slots)
+            slots.append({"g": r.g, "k": 0, "d": 0.0, "who": [], "order": len(heap)})
+        heapq.heappush(heap, (r.e, n))
+        slots[n]["k"] = max(slots[n]["k"], r.k)
+        slots[n]["d"] += r.d
+        slots[n]["who"].append(f"conn {int(r.c)}" if r.c >= 0 else
+                               f"{short(str(r.cap).rsplit('/', 1)[-1], 24)} #{int(r.i)}")
+        slot[code_] = n
+    table = pd.DataFrame(slots)
+    table["other"] = False
+    if len(table) > TIMELINE_LANES:
+        ranked = table.sort_values(["k", "d"], ascending=False).index[: TIMELINE_LANES - 1]
+        table["other"] = ~table.index.isin(ranked)
+    table["n"] = np.arange(len(table))
+    order = table.sort_values(["other", "g", "n"], na_position="last")
+    shown = order[~order["other"]]
     labels = []
     for r in shown.itertuples():
-        who = f"conn {int(r.c)}" if r.c >= 0 else f"{short(str(r.cap).rsplit('/', 1)[-1], 24)} #{int(r.i)}"
+        who = r.who[0] + (f" + {len(r.who) - 1} after it" if len(r.who) > 1 else "")
         labels.append(plain(who if np.isnan(r.g) else f"g{int(r.g)} · {who}"))
-    position = pd.Series(np.arange(len(shown)), index=shown.index).reindex(lanes.index, fill_value=len(shown))
-    if other.any():
-        labels.append(f"{int(other.sum())} other connections")
-    lane = position.sort_index().to_numpy()[code]  # ngroup codes are 0 … lanes − 1
+    position = np.full(len(table), len(shown), dtype=np.int64)
+    position[shown.index.to_numpy()] = np.arange(len(shown))
+    if table["other"].any():
+        hidden = sum(len(w) for w in table.loc[table["other"], "who"])
+        labels.append(f"{hidden} other connections")
+    lane = position[slot.sort_index().to_numpy()[code]]  # ngroup codes are 0 … connections − 1
     spans = {int(g): (int(p.min()), int(p.max())) for g, p in
              pd.Series(np.arange(len(shown))).groupby(shown["g"].to_numpy()) if not np.isnan(g)}
     return lane, labels, spans
