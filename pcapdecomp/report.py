@@ -29,7 +29,6 @@ from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS, GROUP_COLUMNS, Column
 HIDDEN_ROWS = 200  # hidden-slow (and understated) rows listed in the page; the rest are counted
 PROFILE_ROWS = 20
 STALL_ROWS = 100
-COMPONENTS = (("network_s", "network"), ("queue_s", "queueing"), ("exec_s", "execution"))
 NS = 1_000_000_000
 
 

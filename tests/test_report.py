@@ -24,7 +24,6 @@ from pcapdecomp.report_figures import (TIME_BUCKETS, TIMELINE_LANES, TIMELINE_ST
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
 ARTIFACTS = Path(os.environ.get("PCAPDECOMP_ARTIFACTS", REPO / "tests" / "artifacts"))
-NS = 1_000_000_000
 
 
 @pytest.fixture(scope="module")

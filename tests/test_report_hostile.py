@@ -13,7 +13,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from browser import flat_text, page_text, probe, rendered, script_errors, section
