@@ -151,9 +151,11 @@ def analyze(
     )
     written = list(result.written)
     if evidence_too:
+        from .errors import internal_errors_to
         from .evidence import export
 
-        written += export(result.out_dir).written
+        with internal_errors_to(result.out_dir):
+            written += export(result.out_dir).written
     if not quiet:
         out_console.print(result.summary["verdict"], highlight=False)
         for path in written:
@@ -218,28 +220,37 @@ def lab_record(
 
 
 def main() -> None:
+    """Exit codes: 0 done, 2 a user mistake (one line), 70 an internal error (one line, the traceback in a file),
+    130 interrupted (Ctrl-C). No traceback reaches the terminal."""
+    from .errors import internal_error
     from .tables import use_returning_allocator
 
-    use_returning_allocator()
     try:
-        app(standalone_mode=False)
+        use_returning_allocator()
+        code = app(standalone_mode=False)  # typer turns Ctrl-C inside a command into the return value 130
     except PcapdecompError as exc:
-        print(f"pcapdecomp: error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        _exit(exc)
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        print("pcapdecomp: aborted", file=sys.stderr)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        print("pcapdecomp: interrupted", file=sys.stderr)
-        sys.exit(130)
+        code = exc.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        code = 130
     except Exception as exc:  # usage errors of click, or of the click that newer typer versions carry inside
-        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
-        if callable(show) and isinstance(code, int):
+        show, usage_code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(usage_code, int):
             show()
-            sys.exit(code)
-        raise
+            sys.exit(usage_code)
+        _exit(internal_error(exc))
+    if code == 130:
+        print("pcapdecomp: interrupted", file=sys.stderr)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _exit(exc: PcapdecompError) -> None:
+    from .errors import InternalError
+
+    kind = "internal error" if isinstance(exc, InternalError) else "error"
+    print(f"pcapdecomp: {kind}: {exc}", file=sys.stderr)
+    sys.exit(exc.exit_code)
 
 
 if __name__ == "__main__":

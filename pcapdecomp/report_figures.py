@@ -160,8 +160,12 @@ def _connection_rate(x: pd.DataFrame) -> go.Figure | None:
     ns = _when(conn).astype("int64").to_numpy()
     lo, hi = int(ns.min()), int(ns.max())
     bins = min(RATE_BINS, max(1, (hi - lo) // 100_000_000 + 1))  # ≥ 100 ms per bin
-    counts, edges = np.histogram(ns, bins=bins, range=(lo, hi + 1))
+    # relative to the first login: float64 cannot tell epoch nanoseconds 1 ns apart (one login, or logins sharing a
+    # timestamp, made numpy refuse the range); the range spans at least the bins' 100 ms, so the rate is per 100 ms
+    span = max(hi - lo + 1, bins * 100_000_000)
+    counts, edges = np.histogram(ns - lo, bins=bins, range=(0, span))
     width_s = (edges[1] - edges[0]) / 1e9
+    edges = edges.astype("int64") + lo
     fig = go.Figure()
     fig.add_bar(x=pd.to_datetime(edges[:-1].astype("int64"), utc=True).tz_convert(None), y=counts / width_s,
                 name="new connections / s", marker_color="#8888cc")
