@@ -114,7 +114,9 @@ def write_table(df: pd.DataFrame, out: Path) -> None:
         if suffix == ".parquet":
             _write_parquet(df, tmp)
         else:
-            neutralise_formulas(df).to_csv(tmp, index=False)
+            # CRLF rows (RFC 4180): the writer then quotes every cell holding a CR or LF; with LF rows a lone CR
+            # in a statement stayed unquoted and a reader split the row there
+            neutralise_formulas(df).to_csv(tmp, index=False, lineterminator="\r\n")
         os.replace(tmp, out)
     finally:
         if tmp.exists():
