@@ -17,7 +17,9 @@ from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
-    help="Where did this query's time go? Read MySQL/MariaDB traffic from tcpdump captures.",
+    help="Where did this query's time go? Read MySQL/MariaDB traffic from tcpdump captures.\n\n"
+         "Exit codes: 0 done, 2 a user mistake (one line on stderr), 70 an internal error (one line; the traceback "
+         "in the file it names), 130 interrupted.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 lab_app = typer.Typer(no_args_is_help=True, help="Record real MariaDB thread-pool incidents on two test hosts.")
@@ -125,8 +127,11 @@ def analyze(
     long_query_time: Optional[float] = typer.Option(None, "--long-query-time", help="The server's long_query_time, seconds."),
     thread_pool_size: Optional[int] = typer.Option(None, "--thread-pool-size", help="The server's thread_pool_size (thread group = conn_id mod N)."),
     server: list[str] = typer.Option([], "--server", "-s", help="MySQL server endpoint HOST:PORT (repeatable). Default: found by content."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<set name>/)."),
-    csv: bool = typer.Option(False, "--csv", help="Also write exchanges.csv."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o",
+        help="Output folder (default reports/<set name>/). Its previous outputs are replaced as a set when the run "
+             "succeeds; other files stay. One run at a time per folder."),
+    csv: bool = typer.Option(False, "--csv", help="Also write exchanges.csv (cells that start like a formula get a leading ')."),
     max_sql_bytes: int = typer.Option(1 << 20, "--max-sql-bytes", min=16, help="Keep at most this many bytes of each statement (longer ones are marked sql-cut)."),
     evidence_too: bool = typer.Option(
         False, "--evidence", help="Also write ticket evidence for the hidden-slow exchanges (see `evidence`)."
@@ -140,7 +145,8 @@ def analyze(
 ) -> None:
     """Split each query's latency into network, queueing and execution; flag hidden-slow queries; write a report.
 
-    Writes exchanges.parquet, groups.parquet, summary.json and report.html to the output folder.
+    Writes exchanges.parquet, groups.parquet, summary.json and report.html to the output folder, as one set: a run
+    that fails or is interrupted leaves the previous set as it was.
     """
     from .analysis import analyze as run_analysis
 

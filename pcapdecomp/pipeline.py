@@ -215,6 +215,7 @@ INCOMPLETE_NAME = "INCOMPLETE.txt"
 MANIFEST_NAME = ".pcapdecomp-outputs.json"
 STAGING_PREFIX = ".pcapdecomp-partial-"
 # what analyze wrote before the manifest existed, and what is written after the set (evidence) or instead of it
+OUTPUT_SUFFIXES = (".parquet", ".csv", ".json", ".html", ".md", ".txt")
 OWN_NAMES = ("exchanges.parquet", "exchanges.csv", "groups.parquet", "summary.json", "report.html", "evidence",
              "internal-error.txt")
 
@@ -277,10 +278,13 @@ class OutputFolder:
         return self.committed
 
     def _previous(self) -> set[str]:
+        """The previous run's files: its manifest's names that look like outputs (a manifest is only a file in a
+        folder, and must not make a run delete captures or logs), and the names analyze always wrote."""
         names = set(OWN_NAMES)
         try:
-            names.update(n for n in json.loads((self.out / MANIFEST_NAME).read_text(encoding="utf-8"))["files"]
-                         if isinstance(n, str) and "/" not in n and n not in ("", ".", ".."))
+            listed = json.loads((self.out / MANIFEST_NAME).read_text(encoding="utf-8"))["files"]
+            names.update(n for n in listed if isinstance(n, str) and "/" not in n and not n.startswith(".")
+                         and n.endswith(OUTPUT_SUFFIXES))
         except (OSError, ValueError, KeyError, TypeError):
             pass
         return names

@@ -89,6 +89,8 @@ def unprompted_err(corpus: Path) -> None:
                 (start + gap[0], retcp(err, dport=port, seq=s_next, ack=c_next + 1, mysql_seq=0)),
                 (start + gap[1], retcp(rst, sport=port, seq=c_next + 1))]
     write(HERE / "unprompted-err.pcap", header, order, unit, out)
+    # connection 1 up to the server's Auth Switch Request: a login whose OK/ERR is not in the capture
+    write(HERE / "login-incomplete.pcap", header, order, unit, [f[n] for n in range(1, 9)])
 
 
 def corners_cut() -> None:
