@@ -337,5 +337,5 @@ def _begins_without_greeting(flow: Flow) -> bool:
         return False
     if (first.src_ip, first.src_port) != server:
         return bool(first.flags & ACK) and (first.ack - isn) % (1 << 32) == 1
-    return (first.seq - isn) % (1 << 32) == 1 and not (
+    return (first.seq - isn) % (1 << 32) == 1 and not first.missing and not (  # a greeting cut by the snaplen is one
         detect.plausible_greeting(first.payload) or detect.plausible_early_error(first.payload))
