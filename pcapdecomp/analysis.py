@@ -4,6 +4,7 @@ log, decompose every exchange's latency and write exchanges.parquet, groups.parq
 from __future__ import annotations
 
 import json
+import math
 import os
 try:
     import tomllib
@@ -17,10 +18,10 @@ import pandas as pd
 from . import __version__
 from .clock import ClockModel, estimate_clock
 from .decompose import build_table, decompose
-from .errors import InputError, SlowLogError, UsageError
+from .errors import InputError, SlowLogError, UsageError, internal_errors_to
 from .match import ClockSamples, match_exchanges, pair_segments, read_segments_of, split_endpoint
 from .parallel import default_jobs, run_all
-from .pipeline import capture_problems, parse_server, read_captures, warn, write_table
+from .pipeline import OutputFolder, capture_problems, parse_server, read_captures, warn, write_table
 from .report import render as render_report
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 from .tables import concat, release_memory
@@ -41,6 +42,7 @@ class CaptureSet:
     long_query_time: float | None
     thread_pool_size: int | None
     servers: list[str]
+    warnings: list[str] = field(default_factory=list)  # about the folder's contents (a named file is missing)
 
 
 @dataclass
@@ -55,17 +57,23 @@ class AnalysisResult:
 
 def _captures_in(folder: Path, prefix: str) -> list[Path]:
     return sorted(p for p in folder.iterdir()
-                  if p.is_file() and p.name.startswith(prefix) and p.name.endswith(CAPTURE_SUFFIXES))
+                  if p.name.startswith(prefix) and p.name.endswith(CAPTURE_SUFFIXES) and not p.is_dir())
 
 
 def resolve_capture_set(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Path | None,
                         long_query_time: float | None, thread_pool_size: int | None,
                         servers: list[str]) -> CaptureSet:
-    """Fill options from a capture-set folder (app*.pcap[ng][.gz], db*…, slow*.log, capture.toml); explicit win."""
+    """Fill options from a capture-set folder (app*.pcap[ng][.gz], db*…, slow*.log, capture.toml); explicit win.
+
+    A capture set may come from someone else, so its capture.toml is not trusted: values of the wrong type or out
+    of range, a named file that is missing, or a file outside the folder (an absolute path, `..`, a symlink that
+    leads out) are user mistakes, reported in one line."""
     toml: dict = {}
     found_app: list[Path] = []
     found_db: Path | None = None
     found_slow: Path | None = None
+    cfg = None
+    missing: list[str] = []
     if set_dir is not None:
         if not set_dir.exists():
             raise InputError(f"{set_dir}: no such folder")
@@ -73,55 +81,117 @@ def resolve_capture_set(set_dir: Path | None, app: list[Path], db: Path | None, 
             raise InputError(f"{set_dir}: not a folder (give captures with --app/--db, or a capture-set folder)")
         cfg = set_dir / "capture.toml"
         if cfg.exists():
+            if not cfg.is_file():
+                raise InputError(f"{cfg}: not a regular file")
             try:
                 toml = tomllib.loads(cfg.read_text(encoding="utf-8"))
             except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
                 raise InputError(f"{cfg}: not valid TOML: {err}") from None
-        named = toml.get("captures", {})
-        found_app = [set_dir / named["app"]] if isinstance(named.get("app"), str) else _captures_in(set_dir, "app")
-        dbs = [set_dir / named["db"]] if isinstance(named.get("db"), str) else _captures_in(set_dir, "db")
-        if len(dbs) > 1:
-            raise UsageError(f"{set_dir}: several DB captures ({', '.join(p.name for p in dbs)}); choose one with --db")
-        found_db = dbs[0] if dbs else None
-        if isinstance(named.get("slow_log"), str):
-            found_slow = set_dir / named["slow_log"]
+        named = _table(toml, "captures", cfg)
+        if app:
+            found_app = []
+        elif "app" in named:
+            found_app = [p for n in _names(named["app"], cfg, "[captures] app")
+                         if (p := _named_file(set_dir, cfg, "app", n, missing)) is not None]
         else:
-            slows = sorted(p for p in set_dir.iterdir() if p.name.startswith("slow") and p.name.endswith((".log", ".log.gz")))
-            found_slow = slows[0] if slows else None
-        found_app = [p for p in found_app if p.exists()]
-        found_db = found_db if found_db is not None and found_db.exists() else None
-        found_slow = found_slow if found_slow is not None and found_slow.exists() else None
-    server_cfg = toml.get("server", {}) if isinstance(toml.get("server"), dict) else {}
-    lqt = long_query_time if long_query_time is not None else _number(server_cfg.get("long_query_time"))
-    tps = thread_pool_size if thread_pool_size is not None else _number(server_cfg.get("thread_pool_size"))
-    if not servers:
-        servers = [a for a in (server_cfg.get("address"), server_cfg.get("address_ipv6")) if isinstance(a, str)]
-    for s in servers:
-        parse_server(s)
-    if lqt is not None and lqt < 0:
-        raise UsageError(f"--long-query-time must be ≥ 0, got {lqt}")
-    if tps is not None and int(tps) < 1:
-        raise UsageError(f"--thread-pool-size must be ≥ 1, got {tps}")
+            found_app = [_inside(set_dir, p, p.name) for p in _captures_in(set_dir, "app")]
+        if db is None and "db" in named:
+            found_db = _named_file(set_dir, cfg, "db", named["db"], missing)
+        elif db is None:
+            dbs = _captures_in(set_dir, "db")
+            if len(dbs) > 1:
+                raise UsageError(f"{set_dir}: several DB captures ({', '.join(p.name for p in dbs)}); choose one with --db")
+            found_db = _inside(set_dir, dbs[0], dbs[0].name) if dbs else None
+        if slow_log is None and "slow_log" in named:
+            found_slow = _named_file(set_dir, cfg, "slow_log", named["slow_log"], missing)
+        elif slow_log is None:
+            slows = sorted(p for p in set_dir.iterdir()
+                           if p.name.startswith("slow") and p.name.endswith((".log", ".log.gz")) and not p.is_dir())
+            found_slow = _inside(set_dir, slows[0], slows[0].name) if slows else None
+    server_cfg = _table(toml, "server", cfg)
+    where = f"{cfg}: [server]" if cfg is not None else ""
+    lqt = long_query_time if long_query_time is not None else _number(server_cfg, "long_query_time", where)
+    tps = thread_pool_size if thread_pool_size is not None else _number(server_cfg, "thread_pool_size", where)
+    servers = list(servers)
+    if servers:
+        for s in servers:
+            parse_server(s)
+    else:
+        for key in ("address", "address_ipv6"):
+            value = server_cfg.get(key)
+            if value is None:
+                continue
+            try:
+                parse_server(value if isinstance(value, str) else "")
+            except UsageError:
+                raise InputError(f"{where} {key} must be \"IP:PORT\", got {value!r}") from None
+            servers.append(value)
+    if lqt is not None and not (isinstance(lqt, (int, float)) and math.isfinite(lqt) and lqt >= 0):
+        raise UsageError(f"{'--long-query-time' if long_query_time is not None else where + ' long_query_time'} "
+                         f"must be a finite number of seconds ≥ 0, got {lqt}")
+    if tps is not None and not (float(tps).is_integer() and 1 <= tps <= 1_000_000):
+        raise UsageError(f"{'--thread-pool-size' if thread_pool_size is not None else where + ' thread_pool_size'} "
+                         f"must be a whole number ≥ 1, got {tps}")
     result = CaptureSet(
         name=(set_dir.resolve().name if set_dir is not None else (db or (app[0] if app else Path("analysis"))).name.split(".")[0]),
         app=list(app) or found_app, db=db or found_db, slow_log=slow_log or found_slow,
         long_query_time=None if lqt is None else float(lqt), thread_pool_size=None if tps is None else int(tps),
-        servers=list(servers),
+        servers=list(servers), warnings=missing,
     )
-    # Files the user named are checked before any work: a mistake costs a second, not a whole extraction.
+    # Files are checked before any work: a mistake costs a second, not a whole extraction.
     from .pipeline import check_input
     from .slowlog import check_slow_log_file
 
-    for path in app:
+    for path in result.app:
         check_input(path)
-    if db is not None:
-        check_input(db)
-    if slow_log is not None:
+    if result.db is not None:
+        check_input(result.db)
+    if result.slow_log is not None and result.slow_log.exists() and not (result.slow_log.is_file()
+                                                                          or result.slow_log.is_dir()):
+        raise InputError(f"{result.slow_log}: not a regular file (a pipe, device or socket cannot be read)")
+    if slow_log is not None:  # one the folder holds may be garbled: a warning, when it is read
         check_slow_log_file(slow_log)
     if not result.app and result.db is None:
         where = f" in {set_dir}" if set_dir is not None else ""
         raise UsageError(f"no capture to analyse{where}: give a capture-set folder, --app and/or --db")
     return result
+
+
+def _table(toml: dict, key: str, cfg: Path | None) -> dict:
+    value = toml.get(key, {})
+    if not isinstance(value, dict):
+        raise InputError(f"{cfg}: {key} must be a table ([{key}]), got {value!r}")
+    return value
+
+
+def _names(value, cfg: Path, what: str) -> list[str]:
+    """[captures] app = "app.pcap" or ["app1.pcap", "app2.pcap"] (one per app host)."""
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise InputError(f"{cfg}: {what} must be a file name or a list of file names, got {value!r}")
+    return names
+
+
+def _named_file(set_dir: Path, cfg: Path, key: str, name, missing: list[str]) -> Path | None:
+    """A file capture.toml names: inside the set folder; None, with a warning in `missing`, when it is not there."""
+    if not isinstance(name, str) or not name:
+        raise InputError(f"{cfg}: [captures] {key} must be a file name, got {name!r}")
+    path = _inside(set_dir, set_dir / name, name)
+    if not path.exists() and not path.is_symlink():
+        missing.append(f"{cfg}: [captures] {key} names {name!r}, which is not in {set_dir}: analysed without it")
+        return None
+    return path
+
+
+def _inside(set_dir: Path, path: Path, name: str) -> Path:
+    """Refuse a file of the set that lies outside its folder (absolute, `..`, or a symlink leading out): a capture
+    set from elsewhere must not make pcapdecomp read other files. Give such a file with --app/--db/--slow-log."""
+    try:
+        path.resolve().relative_to(set_dir.resolve())
+    except ValueError:
+        raise InputError(f"{set_dir}: {name!r} is outside the capture-set folder; give it with --app, --db or "
+                         "--slow-log if you mean it") from None
+    return path
 
 
 def _time_zone(name: str | None):
@@ -142,8 +212,14 @@ def _time_zone(name: str | None):
         raise UsageError(f"--slow-log-tz: unknown time zone {name!r} (use e.g. Europe/Berlin or +02:00)") from None
 
 
-def _number(value):
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+def _number(table: dict, key: str, where: str):
+    """A number of capture.toml's [server]; absent is None, anything else (text, a boolean) a mistake."""
+    value = table.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{where} {key} must be a number, got {value!r}")
+    return value
 
 
 def _flows(conns: pd.DataFrame) -> set[tuple[str, int, str, int]]:
@@ -169,12 +245,28 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
     out = out_dir if out_dir is not None else Path("reports") / cs.name
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: exists and is not a folder")
+    # the outputs are written as a set (pipeline.OutputFolder); a bug becomes one line, its traceback a file in out
+    with internal_errors_to(out):
+        with OutputFolder(out) as folder:
+            result, names = _analyze(cs, tz, jobs, folder.staging, csv, quiet, command_line, max_sql_bytes)
+            folder.commit()
+    result.out_dir = out
+    result.written = [out / name for name in names]
+    return result
+
+
+def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, command_line: str | None,
+             max_sql_bytes: int) -> tuple[AnalysisResult, list[str]]:
+    """Every stage; the outputs are written to `out` (the staging folder). Returns the result and the file names."""
     warnings: list[str] = []
 
     def note(message: str) -> None:
         warnings.append(message)
         if not quiet:
             warn(message)
+
+    for message in cs.warnings:
+        note(message)
 
     extractions = read_captures([*cs.app, *([cs.db] if cs.db is not None else [])], cs.servers, quiet, max_sql_bytes,
                                 jobs)
@@ -294,19 +386,20 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
     }
     summary.update(tell(summary, exchanges, view))
 
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
+    names = []
     for name, df in (("exchanges.parquet", exchanges), ("groups.parquet", groups), ("pool.parquet", view.pool)):
         write_table(df, out / name)
-        written.append(out / name)
+        names.append(name)
         release_memory()
     if csv:
         write_table(exchanges, out / "exchanges.csv")
-        written.append(out / "exchanges.csv")
-    _write_text(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False, default=_json_default) + "\n")
-    _write_text(out / "report.html", render_report(summary, exchanges, groups, command_line, {"app": app_conns, "db": db_conns}, view.pool))
-    written += [out / "summary.json", out / "report.html"]
-    return AnalysisResult(out, exchanges, groups, summary, written, warnings)
+        names.append("exchanges.csv")
+    _write_text(out / "summary.json", json.dumps(_finite(summary), indent=2, ensure_ascii=False, allow_nan=False,
+                                                 default=_json_default) + "\n")
+    _write_text(out / "report.html", render_report(summary, exchanges, groups, command_line,
+                                                   {"app": app_conns, "db": db_conns}, view.pool))
+    names += ["summary.json", "report.html"]
+    return AnalysisResult(out, exchanges, groups, summary, [], warnings), names
 
 
 def _empty_extraction_frames() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -352,6 +445,17 @@ def _latency(x: pd.DataFrame) -> dict:
             "p99": float(v.quantile(0.99)), "max": float(v.max()),
         }
     return out
+
+
+def _finite(v):
+    """summary.json is strict JSON: a number that is not finite (a one-sided clock bound is infinite) is null."""
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    if isinstance(v, (float, np.floating)) and not np.isfinite(v):
+        return None
+    return v
 
 
 def _json_default(v):

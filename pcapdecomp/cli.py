@@ -17,7 +17,9 @@ from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
-    help="Where did this query's time go? Read MySQL/MariaDB traffic from tcpdump captures.",
+    help="Where did this query's time go? Read MySQL/MariaDB traffic from tcpdump captures.\n\n"
+         "Exit codes: 0 done, 2 a user mistake (one line on stderr), 70 an internal error (one line; the traceback "
+         "in the file it names), 130 interrupted.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 lab_app = typer.Typer(no_args_is_help=True, help="Record real MariaDB thread-pool incidents on two test hosts.")
@@ -125,8 +127,11 @@ def analyze(
     long_query_time: Optional[float] = typer.Option(None, "--long-query-time", help="The server's long_query_time, seconds."),
     thread_pool_size: Optional[int] = typer.Option(None, "--thread-pool-size", help="The server's thread_pool_size (thread group = conn_id mod N)."),
     server: list[str] = typer.Option([], "--server", "-s", help="MySQL server endpoint HOST:PORT (repeatable). Default: found by content."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<set name>/)."),
-    csv: bool = typer.Option(False, "--csv", help="Also write exchanges.csv."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o",
+        help="Output folder (default reports/<set name>/). Its previous outputs are replaced as a set when the run "
+             "succeeds; other files stay. One run at a time per folder."),
+    csv: bool = typer.Option(False, "--csv", help="Also write exchanges.csv (cells that start like a formula get a leading ')."),
     max_sql_bytes: int = typer.Option(1 << 20, "--max-sql-bytes", min=16, help="Keep at most this many bytes of each statement (longer ones are marked sql-cut)."),
     evidence_too: bool = typer.Option(
         False, "--evidence", help="Also write ticket evidence for the hidden-slow exchanges (see `evidence`)."
@@ -140,7 +145,8 @@ def analyze(
 ) -> None:
     """Split each query's latency into network, queueing and execution; flag hidden-slow queries; write a report.
 
-    Writes exchanges.parquet, groups.parquet, summary.json and report.html to the output folder.
+    Writes exchanges.parquet, groups.parquet, pool.parquet, summary.json and report.html to the output folder, as one
+    set: a run that fails or is interrupted leaves the previous set as it was.
     """
     from .analysis import analyze as run_analysis
 
@@ -151,9 +157,11 @@ def analyze(
     )
     written = list(result.written)
     if evidence_too:
+        from .errors import internal_errors_to
         from .evidence import export
 
-        written += export(result.out_dir).written
+        with internal_errors_to(result.out_dir):
+            written += export(result.out_dir).written
     if not quiet:
         out_console.print(result.summary["verdict"], highlight=False)
         for path in written:
@@ -219,28 +227,37 @@ def lab_record(
 
 
 def main() -> None:
+    """Exit codes: 0 done, 2 a user mistake (one line), 70 an internal error (one line, the traceback in a file),
+    130 interrupted (Ctrl-C). No traceback reaches the terminal."""
+    from .errors import internal_error
     from .tables import use_returning_allocator
 
-    use_returning_allocator()
     try:
-        app(standalone_mode=False)
+        use_returning_allocator()
+        code = app(standalone_mode=False)  # typer turns Ctrl-C inside a command into the return value 130
     except PcapdecompError as exc:
-        print(f"pcapdecomp: error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        _exit(exc)
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        print("pcapdecomp: aborted", file=sys.stderr)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        print("pcapdecomp: interrupted", file=sys.stderr)
-        sys.exit(130)
+        code = exc.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        code = 130
     except Exception as exc:  # usage errors of click, or of the click that newer typer versions carry inside
-        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
-        if callable(show) and isinstance(code, int):
+        show, usage_code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(usage_code, int):
             show()
-            sys.exit(code)
-        raise
+            sys.exit(usage_code)
+        _exit(internal_error(exc))
+    if code == 130:
+        print("pcapdecomp: interrupted", file=sys.stderr)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _exit(exc: PcapdecompError) -> None:
+    from .errors import InternalError
+
+    kind = "internal error" if isinstance(exc, InternalError) else "error"
+    print(f"pcapdecomp: {kind}: {exc}", file=sys.stderr)
+    sys.exit(exc.exit_code)
 
 
 if __name__ == "__main__":

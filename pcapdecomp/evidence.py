@@ -75,6 +75,11 @@ def load_analysis(analysis_dir: Path) -> tuple[pd.DataFrame, dict]:
         raise InputError(f"{analysis_dir}: no such folder")
     if not analysis_dir.is_dir():
         raise InputError(f"{analysis_dir}: not a folder (give the output folder of `pcapdecomp analyze`)")
+    from .pipeline import INCOMPLETE_NAME
+
+    if (analysis_dir / INCOMPLETE_NAME).exists():
+        raise InputError(f"{analysis_dir}: an analyze run stopped while writing here ({INCOMPLETE_NAME}); run "
+                         "`pcapdecomp analyze` again")
     table, summary = analysis_dir / "exchanges.parquet", analysis_dir / "summary.json"
     if not table.is_file() or not summary.is_file():
         raise InputError(f"{analysis_dir}: no exchanges.parquet and summary.json here: run `pcapdecomp analyze` first")

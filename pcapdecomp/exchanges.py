@@ -229,6 +229,7 @@ def extract(
                 c.tls_bytes,
                 c.violations,
                 "; ".join(c.violation_notes) or None,
+                conn.close_error[0] if conn.close_error else None,
             )
         )
 

@@ -236,6 +236,13 @@ class FlowTracker:
         return part is None or hash((key[0][1], key[1][1])) % part[1] == part[0]
 
     def _start_mysql(self, flow: Flow) -> None:
+        if _begins_without_greeting(flow):  # e.g. a plain-text health check on a MySQL server's address
+            flow.kind = "other"
+            if flow.owned:
+                self.other_tcp_frames += len(flow.held)
+                self.other_tcp_bytes += sum(len(held.payload) for held in flow.held)
+            flow.held = []
+            return
         flow.kind = "mysql"
         if flow.server not in self.explicit_servers:
             self.learned_servers.add(flow.server)
@@ -313,3 +320,22 @@ class FlowTracker:
             flow.kind = "other"
         if flow.owned:
             self._closed(flow)
+
+
+def _begins_without_greeting(flow: Flow) -> bool:
+    """The capture holds this connection's start (the server's SYN-ACK) and it is not MySQL's: the client spoke
+    before the server had sent a byte (its ACK still at the server's ISN + 1), or the server's first byte is not a
+    greeting. A MySQL server always speaks first, so this is another protocol, not a mid-stream MySQL connection.
+    Without the SYN-ACK nothing is known (the connection may have begun before the capture)."""
+    server = flow.server
+    isn = next((seg.seq for seg in flow.held if seg.flags & SYN and seg.flags & ACK
+                and (seg.src_ip, seg.src_port) == server), None)
+    if isn is None:
+        return False
+    first = next((seg for seg in flow.held if seg.payload), None)
+    if first is None:
+        return False
+    if (first.src_ip, first.src_port) != server:
+        return bool(first.flags & ACK) and (first.ack - isn) % (1 << 32) == 1
+    return (first.seq - isn) % (1 << 32) == 1 and not first.missing and not (  # a greeting cut by the snaplen is one
+        detect.plausible_greeting(first.payload) or detect.plausible_early_error(first.payload))

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
+import shutil
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .errors import InputError, UsageError
+from .errors import InputError, OutputError, UsageError
 from .exchanges import Extraction, extract
 from .flows import Endpoint
 
@@ -35,6 +39,8 @@ def check_input(path: Path) -> None:
         raise InputError(f"{path}: no such file")
     if path.is_dir():
         raise InputError(f"{path}: is a directory, expected a capture file")
+    if not path.is_file():  # a FIFO would block the run, a device never end; every capture is read twice
+        raise InputError(f"{path}: not a regular file (a pipe, device or socket cannot be read)")
     if path.stat().st_size == 0:
         raise InputError(f"{path}: empty file")
 
@@ -108,11 +114,43 @@ def write_table(df: pd.DataFrame, out: Path) -> None:
         if suffix == ".parquet":
             _write_parquet(df, tmp)
         else:
-            df.to_csv(tmp, index=False)
+            # CRLF rows (RFC 4180): the writer then quotes every cell holding a CR or LF; with LF rows a lone CR
+            # in a statement stayed unquoted and a reader split the row there
+            neutralise_formulas(df).to_csv(tmp, index=False, lineterminator="\r\n")
         os.replace(tmp, out)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralise_formulas(df: pd.DataFrame) -> pd.DataFrame:
+    """Text cells that a spreadsheet would run as a formula (starting with = + - @, tab or CR: statement text is
+    written by whoever can send a query) get a leading apostrophe, which spreadsheets show as plain text. Only
+    text columns are touched; numbers stay numbers. Returns `df` itself when no cell needs it."""
+    changed = {}
+    for name in df.columns:
+        col = df[name]
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            values = pd.Series(col.cat.categories)
+            if not (pd.api.types.is_object_dtype(values.dtype) or pd.api.types.is_string_dtype(values.dtype)):
+                continue
+            risky = values.astype(str).str.startswith(FORMULA_STARTS).to_numpy()
+            if risky.any():
+                safe = values.where(~risky, "'" + values.astype(str))
+                if safe.is_unique:
+                    changed[name] = col.cat.rename_categories(list(safe))
+                else:  # "'=x" and "=x" both present: fall back to plain text
+                    text = col.astype(object)
+                    changed[name] = text.where(~text.astype(str).str.startswith(FORMULA_STARTS) | text.isna(),
+                                               "'" + text.astype(str))
+        elif pd.api.types.is_object_dtype(col.dtype) or pd.api.types.is_string_dtype(col.dtype):
+            risky = col.map(lambda v: isinstance(v, str) and v.startswith(FORMULA_STARTS)).astype(bool)
+            if risky.any():
+                changed[name] = col.where(~risky, "'" + col.astype(str))
+    return df.assign(**changed) if changed else df
 
 
 PARQUET_ROWS_PER_GROUP = 1 << 17
@@ -161,3 +199,161 @@ def capture_problems(q: dict) -> str | None:
 
 def warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
+
+
+# --- an output folder written as a set ------------------------------------------------------------------------
+#
+# `analyze` writes its files into a staging folder inside the output folder, then moves them in one after the other
+# under an INCOMPLETE.txt marker, which is removed last: a run that fails or is interrupted removes its staging folder
+# and leaves the previous run's files as they were; a crash in the millisecond of renaming leaves INCOMPLETE.txt
+# (and `evidence` refuses such a folder). The previous run's files (named in the manifest it left, plus the names
+# older versions wrote) are removed before the new ones move in, so a folder never mixes two runs; files of anyone
+# else are left alone. Staging inside the output folder (not next to it) works where only that folder is writable
+# and when it is a mount point. A lock (flock on the folder) refuses a second run on the same folder.
+
+INCOMPLETE_NAME = "INCOMPLETE.txt"
+MANIFEST_NAME = ".pcapdecomp-outputs.json"
+STAGING_PREFIX = ".pcapdecomp-partial-"
+# what analyze wrote before the manifest existed, and what is written after the set (evidence) or instead of it
+OUTPUT_SUFFIXES = (".parquet", ".csv", ".json", ".html", ".md", ".txt")
+OWN_NAMES = ("exchanges.parquet", "exchanges.csv", "groups.parquet", "pool.parquet", "summary.json", "report.html",
+             "evidence", "internal-error.txt")
+
+
+class OutputFolder:
+    """`with OutputFolder(out) as folder:` write into `folder.staging`, then `folder.commit()`. Leaving the block
+    without commit (an error, Ctrl-C) removes the staging folder, and the output folder too when this run made it."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.staging = out / f"{STAGING_PREFIX}{os.getpid()}"
+        self.committed: list[Path] = []
+        self._made = False
+        self._owner = False  # this run holds the folder's lock
+        self._lock_fd: int | None = None
+
+    def __enter__(self) -> "OutputFolder":
+        out = self.out
+        if out.exists() and not out.is_dir():
+            raise InputError(f"{out}: exists and is not a folder")
+        try:
+            self._made = not out.exists()
+            out.mkdir(parents=True, exist_ok=True)
+            self._lock()
+            for stale in out.glob(f"{STAGING_PREFIX}*"):  # of a run that was killed: no run holds the lock
+                _remove(stale)
+            self.staging.mkdir()
+        except OSError as err:
+            self._release(failed=True)
+            raise OutputError(f"{out}: cannot write the output folder: {err.strerror or err}") from None
+        except BaseException:
+            self._release(failed=True)
+            raise
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        _remove(self.staging)
+        self._release(failed=kind is not None)
+
+    def commit(self) -> list[Path]:
+        """Move every file of the staging folder into the output folder, replacing the previous run's files."""
+        out = self.out
+        names = sorted(p.name for p in self.staging.iterdir())
+        with _interrupts_deferred():
+            try:
+                marker = out / INCOMPLETE_NAME
+                marker.write_text("pcapdecomp was replacing the outputs in this folder when it stopped: the files "
+                                  "here may come from two runs. Run `pcapdecomp analyze` again.\n", encoding="utf-8")
+                for name in sorted(self._previous() - {INCOMPLETE_NAME}):
+                    _remove(out / name)
+                for name in names:
+                    os.replace(self.staging / name, out / name)
+                manifest = out / f".{MANIFEST_NAME}.tmp-{os.getpid()}"
+                manifest.write_text(json.dumps({"files": names}) + "\n", encoding="utf-8")
+                os.replace(manifest, out / MANIFEST_NAME)
+                marker.unlink()
+            except OSError as err:
+                raise OutputError(f"{out}: cannot write the outputs: {err.strerror or err}") from None
+        self.committed = [out / name for name in names]
+        return self.committed
+
+    def _previous(self) -> set[str]:
+        """The previous run's files: its manifest's names that look like outputs (a manifest is only a file in a
+        folder, and must not make a run delete captures or logs), and the names analyze always wrote."""
+        names = set(OWN_NAMES)
+        try:
+            listed = json.loads((self.out / MANIFEST_NAME).read_text(encoding="utf-8"))["files"]
+            names.update(n for n in listed if isinstance(n, str) and "/" not in n and not n.startswith(".")
+                         and n.endswith(OUTPUT_SUFFIXES))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return names
+
+    def _lock(self) -> None:
+        """flock on the output folder itself: released by the kernel when the process ends, however it ends."""
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no lock
+            self._owner = True
+            return
+        for _ in range(5):
+            fd = os.open(self.out, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise UsageError(f"{self.out}: another pcapdecomp run is writing this folder; wait for it to finish "
+                                 "or choose another --out") from None
+            except OSError:  # a file system without flock (some NFS mounts): no lock
+                os.close(fd)
+                self._owner = True
+                return
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.out))
+            except FileNotFoundError:
+                same = False
+            if same:  # not a folder that a failed run removed while we opened it
+                self._lock_fd = fd
+                self._owner = True
+                return
+            os.close(fd)
+            self.out.mkdir(parents=True, exist_ok=True)
+        raise OutputError(f"{self.out}: cannot lock the output folder")
+
+    def _release(self, failed: bool) -> None:
+        if self._made and failed and self._owner:  # nothing of this run stays (internal-error.txt may follow)
+            try:
+                self.out.rmdir()
+            except OSError:
+                pass
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C waits until the block is done (the renames of a commit take milliseconds), then interrupts."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and previous is signal.default_int_handler:
+            raise KeyboardInterrupt
+        if caught and callable(previous):
+            previous(signal.SIGINT, None)

@@ -98,6 +98,8 @@ CONNECTION_COLUMNS: tuple[Column, ...] = (
     Column("tls_bytes", "int64", "bytes after the switch to TLS"),
     Column("violations", "int64", "protocol violations (packets that do not fit the state machine)"),
     Column("violation_notes", "string", "the first few violations, for the curious"),
+    Column("close_error", "Int64", "code of an ERR the server sent unprompted before closing (1158: the client left "
+           "without COM_QUIT; 4031: idle timeout; 1927: killed); not an exchange, not a violation"),
 )
 
 

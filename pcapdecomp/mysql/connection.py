@@ -136,6 +136,9 @@ class MySQLConnection:
         self.query_attributes: bool | None = None
         self.connect_ok_ts: int | None = None
         self.greeting_ts: int | None = None
+        # an ERR the server sent on its own, no request pending, before closing (1158 when the client left
+        # without COM_QUIT, 4031 on an idle timeout): (code, message); part of no exchange, not a violation
+        self.close_error: tuple[int, str] | None = None
         self._negotiated_compression: str | None = None
         self._synced = [not midstream, not midstream]
         # The client framer keeps at least 64 KiB so that logins and EXECUTE parameters stay whole with a small
@@ -223,7 +226,7 @@ class MySQLConnection:
                 pending.reader.done = True
             elif pending.resp_first is None:
                 pending.problems.append("unanswered")
-            elif not pending.reader.done:
+            elif not pending.reader.done or pending is self._connect:  # a login is done only by its OK or ERR
                 pending.problems.append("incomplete")
             self._finish(pending)
 
@@ -256,6 +259,9 @@ class MySQLConnection:
                 return True
             return False
         head = self._head()
+        if head is None and self._deframers[SERVER] is None and detect.plausible_unprompted_error(data):
+            self._synced[SERVER] = True  # the server's last word on a connection whose requests were not seen
+            return True
         if head is None or head.resp_first is not None:
             return False
         if self._deframers[SERVER] is not None:
@@ -308,6 +314,8 @@ class MySQLConnection:
     def _on_greeting(self, direction: int, packet: Packet) -> None:
         if direction == CLIENT:
             raise WireError("client spoke before the server greeting")
+        if packet.payload[:1] == b"\xff" and self._unprompted_error(packet):
+            return  # a connection seen from its end (mid-stream): no login happened here
         if packet.payload[:1] == b"\xff":  # refused before the handshake: too many connections, host blocked
             connect = self._new_pending(0x00, "CONNECT", packet, ResponseReader(NONE, None))
             connect.resp_first = connect.resp_last = packet
@@ -326,8 +334,14 @@ class MySQLConnection:
         login = parse_login(packet.payload)
         self.login = login
         if login.ssl_request:
+            # The login continues inside TLS: one CONNECT row (its outcome unreadable, result null) shows the
+            # connection and carries tls = true into the exchanges table.
             self.tls = True
             self.phase = TLS
+            connect = self._new_pending(0x00, "CONNECT", packet, ResponseReader(NONE, None))
+            connect.bytes_req = packet.wire_bytes
+            self._pending.append(connect)
+            self._finish(connect)
             return
         caps = login.capabilities & (self.greeting.capabilities if self.greeting else 0xFFFFFFFF)
         self.deprecate_eof = bool(caps & CLIENT_DEPRECATE_EOF)
@@ -363,6 +377,21 @@ class MySQLConnection:
         elif first == b"\xff":
             self._finish(connect, error=packet.payload)
             self.phase = CLOSED
+
+    def _unprompted_error(self, packet: Packet) -> bool:
+        """An ERR the server sent with no request pending, just before it closes the connection (the client left
+        without COM_QUIT: 1158; an idle timeout: 4031; a kill: 1927): kept as `close_error`. Only the codes of
+        detect.UNPROMPTED_ERRORS: another ERR with nothing pending (the answer to a request lost in a gap) stays a
+        violation, and one before a greeting a refused connection."""
+        try:
+            err = parse_err(packet.payload)
+        except _DECODE_ERRORS:
+            return False
+        if err.code not in detect.UNPROMPTED_ERRORS:
+            return False
+        self.close_error = (err.code, err.message)
+        self.phase = CLOSED if self.phase == GREETING else self.phase
+        return True
 
     def _new_pending(self, command: int, name: str, packet: Packet, reader: ResponseReader) -> _Pending:
         return _Pending(command, name, packet, reader, last=packet, next_seq=(packet.last_seq + 1) & 0xFF)
@@ -634,6 +663,8 @@ class MySQLConnection:
             if last is not None and last.command == 0x16 and packet.payload[:1] == b"\xfe" and packet.length <= 5:
                 last.resp_last = packet  # the optional EOF of a PREPARE that was closed early; nothing lost
                 return
+            if packet.payload[:1] == b"\xff" and self._unprompted_error(packet):
+                return
             raise WireError(f"server packet (sequence id {packet.seq}) with no request pending")
         if packet.seq != head.next_seq:
             later = [p for p in self._pending if p is not head and not p.reader.done]
@@ -674,7 +705,8 @@ class MySQLConnection:
         elif ok:
             result = "ok"
         if pending.reader.kind == NONE and error is None and not ok:
-            result = "none"
+            # "none": no response expected; a login (CONNECT) always expects one, so without its OK/ERR it is null
+            result = None if pending.name == "CONNECT" else "none"
         elif not pending.reader.done and error is None and not ok:
             result = None
         if pending.command == 0x16 and summary.prepare_ok is not None:

@@ -148,13 +148,33 @@ def plausible_greeting(data: bytes) -> bool:
     return all(b in _PRINTABLE for b in version) and version[:1].isdigit()
 
 
-def plausible_early_error(data: bytes) -> bool:
-    """ERR instead of a greeting (too many connections, host blocked): seq 0, 0xFF, a server error code."""
+# Errors a server sends on its own, with no request pending, just before it closes a connection. Each needs the
+# client to have been connected (a failed read of its next command, an idle timeout, a kill), so none can stand
+# in for a greeting: 1156 packets out of order, 1158-1161 read/write errors and timeouts (1158: the client left
+# without COM_QUIT), 1927 connection killed (MariaDB), 4031 ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+).
+UNPROMPTED_ERRORS = frozenset({1156, 1158, 1159, 1160, 1161, 1927, 4031})
+
+
+def _err_code(data: bytes) -> int | None:
+    """The code of one whole ERR packet filling `data`, else None."""
     if len(data) < 7:
-        return False
-    length, seq = _header(data)
-    code = data[5] | data[6] << 8
-    return seq == 0 and data[4] == 0xFF and 4 + length == len(data) and 1000 <= code < 5000
+        return None
+    length, _ = _header(data)
+    if data[4] != 0xFF or 4 + length != len(data):
+        return None
+    return data[5] | data[6] << 8
+
+
+def plausible_early_error(data: bytes) -> bool:
+    """ERR instead of a greeting (too many connections, host blocked): seq 0, 0xFF, a server error code that can
+    come before any client byte (not an unprompted one: a connection seen only from its end is no refusal)."""
+    code = _err_code(data)
+    return code is not None and data[3] == 0 and 1000 <= code < 5000 and code not in UNPROMPTED_ERRORS
+
+
+def plausible_unprompted_error(data: bytes) -> bool:
+    """One whole ERR packet with a code from UNPROMPTED_ERRORS: a server's last word on its connection."""
+    return _err_code(data) in UNPROMPTED_ERRORS
 
 
 def looks_like_tls(data: bytes) -> bool:
