@@ -13,6 +13,7 @@ except ModuleNotFoundError:  # Python 3.10
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import __version__
