@@ -25,6 +25,7 @@ class Scenario:
     setup_sql: tuple[str, ...] = ()
     hog_seconds: float = 0.0  # when > 0, BENCHMARK rounds are calibrated to run this long on this machine
     committed: bool = True  # recorded into captures/<name>/ and committed
+    midstream: bool = False  # the captures start after the workload has connected (no greetings, no ids)
 
 
 SCENARIOS = {s.name: s for s in (
@@ -81,6 +82,35 @@ SCENARIOS = {s.name: s for s in (
          "CREATE TABLE lab.loaded (id INT PRIMARY KEY, label VARCHAR(20))",
          "CREATE TABLE lab.blobs (id INT AUTO_INCREMENT PRIMARY KEY, b MEDIUMBLOB)",
          "CREATE PROCEDURE lab.two_results() BEGIN SELECT 1 AS first_set; SELECT 2 AS second_set, 'b' AS x; END"),
+    ),
+    Scenario(
+        "midstream-join",
+        "The captures start after 10 connections logged in (no greeting: no connection ids on the wire). The "
+        "statements share a few fingerprints and differ in their values: select benchmark(N, md5('hNN')) with N "
+        "from four sizes on six text connections at once, on thread_pool_size=2 with a 60 s stall limit (so "
+        "some queue behind others), then the same text on every connection at the same moment (select sleep(0.6), "
+        "select benchmark(N, md5('same'))), select sleep(0.55) four times in a row on one connection, a "
+        "commented and a multi-statement query, and prepared select benchmark(?, md5(?)) on two binary-protocol "
+        "connections: one prepared after the captures began, one before (its text is not on the wire), and two "
+        "twin connections that only ever run select sleep(0.6) at the same moment (nothing tells them apart). "
+        "long_query_time=0.5: some statements of each fingerprint are slow-logged, some are not.",
+        ServerSettings(thread_pool_size=2, thread_pool_max_threads=100, thread_pool_stall_limit_ms=60_000,
+                       thread_pool_oversubscribe=1, long_query_time_s=0.5),
+        {"clients": 6, "duration": 6.0, "seed_rounds": 200_000},
+        midstream=True,
+    ),
+    Scenario(
+        "slowlog-forms",
+        "Every statement in the slow log (long_query_time=0): the forms a statement takes on the wire and in the "
+        "log. Leading blanks, trailing ';', comments (/* */, --, #, hints), CRLF and multi-line literals, quotes "
+        "and backslashes, unicode, a NUL byte, a 5 kB statement, a three-statement COM_QUERY, USE, SET, "
+        "SQL-level PREPARE/EXECUTE, binary-protocol executes with parameters of every type (integers signed and "
+        "unsigned, float, double, decimal, date, time, datetime, strings with quotes/backslashes/newlines, a "
+        "binary blob, NULL, long data), mysql-connector's prepared cursor, pymysql's client-side "
+        "interpolation, and COM_PING / COM_INIT_DB / COM_STATISTICS / COM_RESET_CONNECTION.",
+        ServerSettings(thread_pool_size=2, long_query_time_s=0.0),
+        {},
+        tuple(_sbtest_sql(100)),
     ),
     Scenario(
         "sysbench",
