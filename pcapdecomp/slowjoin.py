@@ -44,7 +44,7 @@ DB_CLOCK_TOLERANCE_NS = 1_000_000  # DB capture on the DB host: the log and the 
 APP_CLOCK_TOLERANCE_NS = NS  # exchanges seen only at the app: its clock against the server's (NTP-sized offsets)
 SCAN_LIMIT = 10_000  # index steps per search before an entry is given up ('search-limit')
 MARK_LIMIT = 1_000  # exchanges marked undecided per unjoined entry (more: counted in undecided_search_cut)
-MARK_BUDGET = 5_000_000  # index steps spent marking undecided exchanges in one join
+MARK_STEPS = 256  # exchanges examined while marking undecided ones, per exchange and entry of the input
 MIN_ANCHORS = 2  # entries of one thread that fit only one mid-stream connection, needed to identify it
 MIN_PREFIX_CHARS = 24  # a statement cut shorter than this (a tiny --max-sql-bytes, the tail of a cut multi-statement
 #                        packet) says too little to be matched by its prefix: it is not matched
@@ -178,7 +178,7 @@ class _Entries:
 
 
 def _ns(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    values = col.astype("datetime64[ns, UTC]")
+    values = pd.to_datetime(col, utc=True).astype("datetime64[ns, UTC]")
     valid = values.notna().to_numpy()
     out = np.zeros(len(col), dtype=np.int64)
     out[valid] = values[valid].to_numpy(dtype="datetime64[ns]").astype(np.int64)
@@ -410,7 +410,8 @@ class _TimeIndex:
     start + width ≥ b. Items are kept in classes of similar width (powers of 4 of a millisecond), each sorted by
     start, so one long item does not widen the search among short ones."""
 
-    def __init__(self, ids: np.ndarray, start: np.ndarray, width: np.ndarray):
+    def __init__(self, ids: np.ndarray, start: np.ndarray, width: np.ndarray, reach: int = 0):
+        self.reach = reach  # the largest clock tolerance among the items: how far beyond a query they may fit
         width = np.maximum(width, 0)
         cls = np.zeros(len(ids), dtype=np.int64)
         big = width > 1_000_000
@@ -419,15 +420,23 @@ class _TimeIndex:
         for c in np.unique(cls):
             sel = np.flatnonzero(cls == c)
             order = sel[np.argsort(start[sel], kind="stable")]
-            self.classes.append((ids[order].tolist(), start[order].tolist(), int(width[order].max())))
+            self.classes.append((ids[order].tolist(), start[order].tolist(), int(width[order].max()), ids[order]))
 
     def query(self, a: int, b: int):
         """Items that may have start ≤ a and start + width ≥ b, latest start first within each class."""
-        for ids, start, widest in self.classes:
+        for ids, start, widest, _ in self.classes:
             hi = bisect.bisect_right(start, a)
             lo = bisect.bisect_left(start, b - widest)
             for i in range(hi - 1, lo - 1, -1):
                 yield ids[i]
+
+    def slices(self, a: int, b: int):
+        """The same items as query, as one array per class."""
+        for _, start, widest, ids in self.classes:
+            hi = bisect.bisect_right(start, a)
+            lo = bisect.bisect_left(start, b - widest)
+            if hi > lo:
+                yield ids[lo:hi]
 
 
 class _Search:
@@ -436,6 +445,12 @@ class _Search:
     def __init__(self, rows: _Rows, entries: _Entries, slots: _Slots):
         self.rows, self.entries, self.slots = rows, entries, slots
         self.slot_row = np.asarray(slots.row, dtype=np.int64)
+        # plain lists for the per-pair checks (numpy scalars cost several times more in a Python loop)
+        self._d1, self._d4, self._tol = rows.d1.tolist(), rows.d4.tolist(), rows.tol.tolist()
+        self._lo, self._hi, self._qt = entries.lo.tolist(), entries.hi.tolist(), entries.qt.tolist()
+        ips = {ip: i for i, ip in enumerate(sorted({*rows.ip, *entries.ip} - {None}))}
+        self.row_ip = np.array([ips.get(ip, -1) for ip in rows.ip], dtype=np.int64)
+        self.entry_ip = [ips.get(ip, -1) for ip in entries.ip]
         self._indexes: dict[object, _TimeIndex] = {}
 
     def fits(self, e: int, s: int) -> bool:
@@ -443,46 +458,68 @@ class _Search:
 
     def fits_row(self, e: int, r: int) -> bool:
         """The entry's execution can lie inside the exchange's [D1, D4] (and the client address agrees)."""
-        rows, en = self.rows, self.entries
-        tol = rows.tol[r]
-        a = max(en.lo[e], rows.d1[r] - tol)
-        b = min(en.hi[e], rows.d4[r] + LOG_WRITE_SLACK_NS + tol - en.qt[e])
+        tol = self._tol[r]
+        a = self._d1[r] - tol
+        lo = self._lo[e]
+        if lo > a:
+            a = lo
+        b = self._d4[r] + LOG_WRITE_SLACK_NS + tol - self._qt[e]
+        hi = self._hi[e]
+        if hi < b:
+            b = hi
         if a > b:
             return False
-        ip_e, ip_r = en.ip[e], rows.ip[r]
-        return ip_e is None or ip_r is None or ip_e == ip_r
+        ip_e = self.entry_ip[e]
+        return ip_e < 0 or self.row_ip[r] < 0 or ip_e == self.row_ip[r]
+
+    def fitting_rows(self, e: int, rows: np.ndarray) -> np.ndarray:
+        """fits_row for many rows at once."""
+        R = self.rows
+        tol = R.tol[rows]
+        a = np.maximum(self._lo[e], R.d1[rows] - tol)
+        b = np.minimum(self._hi[e], R.d4[rows] + LOG_WRITE_SLACK_NS + tol - self._qt[e])
+        ok = a <= b
+        ip_e = self.entry_ip[e]
+        if ip_e >= 0:
+            ip_r = self.row_ip[rows]
+            ok &= (ip_r < 0) | (ip_r == ip_e)
+        return rows[ok]
 
     def slot_index(self, key: tuple) -> _TimeIndex:
         index = self._indexes.get(("slots", key))
         if index is None:
             ids = np.asarray(self.slots.by_key[key], dtype=np.int64)
             r = self.slot_row[ids]
-            index = self._indexes[("slots", key)] = _TimeIndex(ids, self.rows.d1[r], self.rows.d4[r] - self.rows.d1[r])
+            index = self._indexes[("slots", key)] = _TimeIndex(ids, self.rows.d1[r], self.rows.d4[r] - self.rows.d1[r],
+                                                                int(self.rows.tol[r].max()))
         return index
 
-    def row_index(self, name, rows: np.ndarray) -> _TimeIndex:
+    def row_index(self, name, rows) -> _TimeIndex:
+        """The index of the exchanges `rows()` lists, built once under `name`."""
         index = self._indexes.get(("rows", name))
         if index is None:
-            index = self._indexes[("rows", name)] = _TimeIndex(rows, self.rows.d1[rows], self.rows.d4[rows] - self.rows.d1[rows])
+            ids = rows()
+            index = self._indexes[("rows", name)] = _TimeIndex(
+                ids, self.rows.d1[ids], self.rows.d4[ids] - self.rows.d1[ids],
+                int(self.rows.tol[ids].max()) if len(ids) else 0)
         return index
 
-    def bounds(self, e: int) -> tuple[int, int]:
+    def bounds(self, e: int, reach: int = APP_CLOCK_TOLERANCE_NS) -> tuple[int, int]:
         """(a, b) for _TimeIndex.query over exchanges: D1 ≤ latest start + tolerance, D4 ≥ earliest end − slack."""
-        en = self.entries
-        return (int(en.hi[e]) + APP_CLOCK_TOLERANCE_NS,
-                int(en.lo[e] + en.qt[e]) - LOG_WRITE_SLACK_NS - APP_CLOCK_TOLERANCE_NS)
+        return self._hi[e] + reach, self._lo[e] + self._qt[e] - LOG_WRITE_SLACK_NS - reach
 
-    def find(self, e: int, index: _TimeIndex, allowed, limit: int) -> tuple[list[int], bool]:
-        """Up to `limit` slots of `index` that fit entry e and pass `allowed`; and whether SCAN_LIMIT stopped it."""
-        found: list[int] = []
-        for steps, s in enumerate(index.query(*self.bounds(e))):
+    def find(self, e: int, index: _TimeIndex, allowed, enough, found: list[int]) -> bool:
+        """Add to `found` the slots of `index` that fit entry e and pass `allowed`, until `enough(found)`;
+        True when SCAN_LIMIT stopped the search first."""
+        fits_row, slot_row = self.fits_row, self.slots.row
+        for steps, s in enumerate(index.query(*self.bounds(e, index.reach))):
             if steps >= SCAN_LIMIT:
-                return found, True
-            if self.fits(e, s) and allowed(s):
+                return True
+            if s not in found and fits_row(e, slot_row[s]) and allowed(s):
                 found.append(s)
-                if len(found) >= limit:
+                if enough(found):
                     break
-        return found, False
+        return False
 
 
 # --- the join -----------------------------------------------------------------------------------------------------
@@ -540,11 +577,12 @@ class _State:
         self.slot_taken: dict[int, int] = {}
         self.undecided = np.zeros(rows.n, dtype=bool)
         self.marks_cut = 0
-        self.mark_budget = MARK_BUDGET
+        self.mark_budget = MARK_STEPS * (rows.n + entries.n)
         self.identified: dict[int, tuple] = {}  # thread -> mid-stream connection, named by its entries
         self.owner: dict[tuple, int] = {}  # the inverse
         self.cands: dict[int, list[int] | None] = {}
         self.slot_conn = [rows.conn[r] for r in slots.row]
+        self.slot_k = np.asarray(slots.k, dtype=np.int64)
         self.conn_slots: dict[tuple, list[int]] = defaultdict(list)
         for s, c in enumerate(self.slot_conn):
             self.conn_slots[c].append(s)
@@ -610,7 +648,7 @@ class _State:
         if got is None:
             ids = np.asarray(self.conn_slots.get(conn, []), dtype=np.int64)
             rows = self.search.slot_row[ids]
-            order = np.lexsort((np.asarray(self.S.k, dtype=np.int64)[ids], self.R.d1[rows])) if len(ids) else ids
+            order = np.lexsort((self.slot_k[ids], self.R.d1[rows])) if len(ids) else ids
             ids, rows = ids[order], rows[order]
             per_key: dict[tuple, list[int]] = defaultdict(list)
             for pos, s in enumerate(ids.tolist()):
@@ -735,12 +773,11 @@ class _State:
             found: list[int] = []
             limited = False
             for key in self.E.keys[e]:
-                if key not in self.S.by_key:
-                    continue
-                got, hit = self.search.find(e, self.search.slot_index(key), lambda s, e=e: self._allowed(e, s),
-                                            CANDIDATE_LIMIT + 1)
-                found += [s for s in got if s not in found]
-                limited |= hit
+                if key in self.S.by_key:
+                    limited |= self.search.find(e, self.search.slot_index(key), lambda s, e=e: self._allowed(e, s),
+                                                self._enough, found)
+                if self._enough(found):
+                    break
             self.cands[e] = None if limited or len(found) > CANDIDATE_LIMIT else found
             if len(found) >= 2:
                 self.reason[e] = "ambiguous"
@@ -756,6 +793,14 @@ class _State:
                 self._join(e, s, "unique")
             else:
                 self.reason[e] = "ambiguous"
+
+    def _enough(self, found: list[int]) -> bool:
+        """Stop listing an entry's candidates once it can be neither joined alone (two found) nor pin a connection
+        (two connections among them), or past CANDIDATE_LIMIT."""
+        if len(found) < 2:
+            return False
+        first = self.slot_conn[found[0]]
+        return self.slot_conn[found[-1]] != first or len(found) > CANDIDATE_LIMIT
 
     def _entry_index(self, free: list[int]) -> dict[tuple, _TimeIndex]:
         by_key: dict[tuple, list[int]] = defaultdict(list)
@@ -843,23 +888,28 @@ class _State:
         R = self.R
         after, before = -BIG, BIG
         if conn is not None:
-            name = conn
-            rows = self._conn_rows(conn)
+            name, rows = conn, lambda: self._conn_rows(conn)
             after, before = self._neighbours(e, thread)
         elif thread >= 0:
-            name, rows = "free", np.flatnonzero(R.timed & (R.conn_id < 0))
+            name, rows = "free", lambda: np.flatnonzero(R.timed & (R.conn_id < 0))
         else:
-            name, rows = "all", np.flatnonzero(R.timed)
+            name, rows = "all", lambda: np.flatnonzero(R.timed)
         index = self.search.row_index(name, rows)
         marked = 0
-        for steps, r in enumerate(index.query(*self.search.bounds(e))):
-            if steps >= SCAN_LIMIT or self.mark_budget <= 0 or marked >= MARK_LIMIT:
+        for chunk in index.slices(*self.search.bounds(e, index.reach)):
+            if self.mark_budget <= 0 or marked >= MARK_LIMIT:
                 self.marks_cut += 1
                 return
-            self.mark_budget -= 1
-            if after <= R.d1[r] <= before and self.search.fits_row(e, r):
-                self.undecided[r] = True
-                marked += 1
+            self.mark_budget -= len(chunk)
+            fit = self.search.fitting_rows(e, chunk)
+            if conn is not None:
+                d1 = R.d1[fit]
+                fit = fit[(d1 >= after) & (d1 <= before)]
+            if marked + len(fit) > MARK_LIMIT:
+                fit = fit[: MARK_LIMIT - marked]
+                self.marks_cut += 1
+            self.undecided[fit] = True
+            marked += len(fit)
 
     def _conn_rows(self, conn: tuple) -> np.ndarray:
         if self._rows_of is None:
