@@ -133,15 +133,16 @@ _USER_HOST = re.compile(
     r"^# User@Host: (?P<priv>[^\[]*)\[(?P<user>[^\]]*)\] @ (?P<host>[^\[]*?) *\[(?P<ip>[^\]]*)\]"
     r"(?:\s+Id:\s*(?P<id>\d+))?\s*$"
 )
-# Any number (also a damaged one: signed, exponent) delimits entries; _freeze checks the value.
-_QUERY_TIME = re.compile(r"^# Query_time: (?P<qt>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s")
+# Any value (also a damaged one: signed, exponent, garbage) delimits entries; _freeze checks the value.
+_QUERY_TIME = re.compile(r"^# Query_time: (?P<qt>\S+)\s")
 _DURATION = re.compile(r"(?P<whole>\d{1,12})(?:\.(?P<frac>\d+))?")
 _COUNTER = re.compile(r"\d{1,19}")
 _ADMIN = re.compile(r"^# administrator command: (?P<cmd>.*?);?\s*$")
 # 'Key: value'; also 'Key:value' with a number right after the colon (percona-toolkit's slow034: 'Rows_examined:40')
 _KEY_SPLIT = re.compile(r"(?:^|(?<=\s))([A-Za-z_][A-Za-z0-9_]*):(?=\s|$|\d)")
 _USE = re.compile(r"^use (?P<db>`(?:[^`]|``)*`|\S+);$", re.IGNORECASE)
-_SET_TIMESTAMP = re.compile(r"^SET (?P<assign>(?:[a-z_]+=\d+,)*)timestamp=(?P<ts>\d+);$")
+# The server writes digits; a damaged value is still the server's line (before the statement), not SQL.
+_SET_TIMESTAMP = re.compile(r"^SET (?P<assign>(?:[a-z_]+=[^,;\s]+,)*)timestamp=(?P<ts>[^,;\s]+);$")
 _NOTES = ("# No InnoDB statistics available for this query",)
 
 _INT_FIELDS = {  # header key -> SlowLogEntry field, for integer values
@@ -493,7 +494,7 @@ class SlowLogParser:
                 draft.use_db = _unquote_db(m["db"])
                 return
             if draft.timestamp_s is None and (m := _SET_TIMESTAMP.match(line)):
-                seconds = int(m["ts"]) if len(m["ts"]) <= 12 else MAX_EPOCH_NS
+                seconds = int(m["ts"]) if m["ts"].isdigit() and len(m["ts"]) <= 12 else MAX_EPOCH_NS
                 if MIN_EPOCH_NS <= seconds * 1_000_000_000 < MAX_EPOCH_NS:
                     draft.timestamp_s = seconds
                 else:
