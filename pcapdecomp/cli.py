@@ -127,7 +127,7 @@ def analyze(
     server: list[str] = typer.Option([], "--server", "-s", help="MySQL server endpoint HOST:PORT (repeatable). Default: found by content."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default reports/<set name>/)."),
     csv: bool = typer.Option(False, "--csv", help="Also write exchanges.csv."),
-    max_sql_bytes: int = typer.Option(1 << 20, "--max-sql-bytes", min=16, help="Keep at most this many bytes of each statement (longer ones are marked sql-cut)."),
+    max_sql_bytes: int = typer.Option(1 << 20, "--max-sql-bytes", min=16, help="Keep at most this many bytes of each statement, on the wire and in the slow log (longer ones are marked sql-cut / cut, and join the slow log by their prefix)."),
     evidence_too: bool = typer.Option(
         False, "--evidence", help="Also write ticket evidence for the hidden-slow exchanges (see `evidence`)."
     ),

@@ -216,7 +216,7 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
         slow_wire = has_server & (server > lqt)
         hidden_np = slow_wire & ~flagged & ~(in_log & join.used)
         hidden = pd.array(hidden_np, dtype="boolean")
-        hidden[~(evidence & has_server) | (undecided & join.used & ~flagged)] = pd.NA
+        hidden[~(evidence & has_server) | (undecided & join.used & slow_wire & ~flagged)] = pd.NA
     t["hidden_slow"] = hidden
     if thread_pool_size:
         t["thread_group"] = (t["conn_id"].astype("Int64") % int(thread_pool_size)).astype("Int64")

@@ -126,9 +126,9 @@ ANALYSIS_COLUMNS: tuple[Column, ...] = (
     Column("exec_s", "float64", "execution time: the slow log's Query_time, else an estimate (see exec_source)"),
     Column("exec_source", CATEGORY, "slow_log | fingerprint_median (median server time of fast executions of the fingerprint) | below_long_query_time (known faster than long_query_time: exec_s is the bound min(server_s, long_query_time)) | flagged_slow (SERVER_QUERY_WAS_SLOW without a slow-log entry: exec_s = server_s, an upper bound); null when unknown"),
     Column("queue_s", "float64", "server_s - exec_s, at least 0: waiting before execution (thread-pool queue)"),
-    Column("in_slow_log", "boolean", "joined to a slow-log entry; null when no usable slow log"),
+    Column("in_slow_log", "boolean", "joined to a slow-log entry; null when no usable slow log, or when the exchange may be the partner of an entry that could not be joined (undecided)"),
     Column("slow_log_line", "Int64", "line of the joined slow-log entry"),
-    Column("hidden_slow", "boolean", "server_s > long_query_time, yet not in the slow log and not flagged SERVER_QUERY_WAS_SLOW: slow before execution; null without the evidence"),
+    Column("hidden_slow", "boolean", "server_s > long_query_time, yet not in the slow log and not flagged SERVER_QUERY_WAS_SLOW: slow before execution; null without the evidence or when undecided (see in_slow_log)"),
     Column("thread_group", "Int64", "conn_id mod thread_pool_size (MariaDB/Percona thread pool group)"),
 )
 

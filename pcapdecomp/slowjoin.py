@@ -79,6 +79,7 @@ ADMIN_COMMANDS = {
     "binlog dump gtid": "COM_BINLOG_DUMP_GTID", "reset connection": "COM_RESET_CONNECTION",
 }
 NO_RESPONSE = {"COM_QUIT", "COM_STMT_CLOSE", "COM_STMT_SEND_LONG_DATA"}
+LOGGED_COMMANDS = {"COM_QUERY", "COM_STMT_EXECUTE", "COM_STMT_BULK_EXECUTE"}  # what every server writes to the log
 NOT_ON_THE_WIRE = {"socket", "no-time", "outside-capture", "command-without-response"}  # nothing there to mark
 
 
@@ -954,7 +955,16 @@ class _State:
             kinds["prefix" if common & {"p", "q"} else "params" if "x" in common else
                   "template" if "w" in common else "command" if "c" in common else "text"] += 1
         joined = entry_row >= 0
+        # Commands the server does not write to its slow log (MariaDB: COM_PING, COM_INIT_DB, binary prepares,
+        # logins...; MySQL/Percona only with log_slow_admin_statements, which shows as administrator-command
+        # entries): their absence from the log says nothing about their execution.
+        logs_commands = any(isinstance(a, str) and a for a in E.admin)
+        unlogged = np.array([c not in LOGGED_COMMANDS and (not logs_commands or c == "CONNECT")
+                             for c in R.command], dtype=bool) if R.n else np.zeros(0, dtype=bool)
         self.undecided &= entry < 0
+        doubtful = int(self.undecided.sum())  # exchanges an unjoined entry may describe
+        unlogged &= (entry < 0) & ~self.undecided
+        self.undecided |= unlogged
         matched = int(joined.sum())
         lo, hi = R.span
         window = E.timed & (E.hi >= lo) & (E.lo + E.qt <= hi) if R.n else np.zeros(E.n, dtype=bool)
@@ -970,7 +980,8 @@ class _State:
             "unjoined": {k: int(reasons[k]) for k in REASONS if k in reasons},
             "connections_identified": len(self.identified),
             "exchanges_with_several_entries": sum(1 for c in per_row.values() if c > 1),
-            "exchanges_undecided": int(self.undecided.sum()),
+            "exchanges_undecided": doubtful,
+            "exchanges_of_unlogged_commands": int(unlogged.sum()),  # the other ones of unknown place in the log
             "undecided_search_cut": int(self.marks_cut),
             "unjoined_examples": [
                 {"line": int(E.line[e]), "reason": str(self.reason[e]),
