@@ -136,7 +136,6 @@ _USER_HOST = re.compile(
 # Any value (also a damaged one: signed, exponent, garbage) delimits entries; _freeze checks the value.
 _QUERY_TIME = re.compile(r"^# Query_time: (?P<qt>\S+)\s")
 _DURATION = re.compile(r"(?P<whole>\d{1,12})(?:\.(?P<frac>\d+))?")
-_COUNTER = re.compile(r"\d{1,19}")
 _ADMIN = re.compile(r"^# administrator command: (?P<cmd>.*?);?\s*$")
 # 'Key: value'; also 'Key:value' with a number right after the colon (percona-toolkit's slow034: 'Rows_examined:40')
 _KEY_SPLIT = re.compile(r"(?:^|(?<=\s))([A-Za-z_][A-Za-z0-9_]*):(?=\s|$|\d)")
@@ -177,7 +176,7 @@ def _seconds_to_ns(text: str) -> int:
 
 def _counter(text: str) -> int:
     """A non-negative integer that fits int64; ValueError otherwise."""
-    if not _COUNTER.fullmatch(text) or int(text) > MAX_COUNTER:
+    if not (text.isascii() and text.isdigit() and len(text) <= 19) or int(text) > MAX_COUNTER:
         raise ValueError(text)
     return int(text)
 
