@@ -15,12 +15,14 @@ An entry joins an exchange when
    entries of that thread and the exchanges of that connection are both in execution order, so an entry joins
    when every order-keeping assignment gives it the same exchange (earliest and latest assignment agree).
    Without an id (the capture began mid-connection) an entry joins only when it fits exactly one exchange and
-   that exchange fits no other entry; two or more such joins of one thread on one connection (and none of another
-   thread there) identify the connection, after which order decides there too.
+   that exchange fits no other entry. A thread with at least MIN_ANCHORS entries that fit exchanges of one
+   mid-stream connection only (and no entry of another thread pinned there) is on that connection, after which
+   order decides there too.
 
 Anything else stays unjoined with a reason per entry (`REASONS`), and the exchanges that could have been the
 partner of an unjoined entry are marked `undecided`: whether they are in the slow log is unknown (the analysis
-then leaves in_slow_log / hidden_slow null for them instead of guessing).
+then leaves in_slow_log / hidden_slow null for them instead of guessing). So are the exchanges of commands the
+server does not log (`LOGGED_COMMANDS`).
 
 Cost: per entry, searches in time-sorted indexes bounded by `SCAN_LIMIT` steps (an entry that hits it is
 unjoined, reason `search-limit`); no pair of entry × exchange is ever materialised.
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .sqltext import logged_form, parse_params, read_literal, statements, template_matches, template_parts, WILDCARD
+from .sqltext import WILDCARD, logged_form, parse_params, read_literal, statements, template_parts, template_values
 
 NS = 1_000_000_000
 LOG_WRITE_SLACK_NS = 50_000_000  # the server stamps the end (and Query_time) after the answer left: measured ≤ 1 ms
@@ -78,6 +80,7 @@ ADMIN_COMMANDS = {
     "set option": "COM_SET_OPTION", "fetch": "COM_STMT_FETCH", "daemon": "COM_DAEMON",
     "binlog dump gtid": "COM_BINLOG_DUMP_GTID", "reset connection": "COM_RESET_CONNECTION",
 }
+ADMIN_NAMES = {command: name for name, command in ADMIN_COMMANDS.items()}
 NO_RESPONSE = {"COM_QUIT", "COM_STMT_CLOSE", "COM_STMT_SEND_LONG_DATA"}
 LOGGED_COMMANDS = {"COM_QUERY", "COM_STMT_EXECUTE", "COM_STMT_BULK_EXECUTE"}  # what every server writes to the log
 NOT_ON_THE_WIRE = {"socket", "no-time", "outside-capture", "command-without-response"}  # nothing there to mark
@@ -155,7 +158,7 @@ class _Rows:
 
 
 class _Entries:
-    """The slow-log entries: keys (filled in by _Matcher), the window of their execution start, thread, address."""
+    """The slow-log entries: keys (filled in by _entry_keys), the window of their execution start, thread, address."""
 
     def __init__(self, slow: pd.DataFrame):
         n = self.n = len(slow)
@@ -236,20 +239,16 @@ class _Slots:
         self.by_key: dict[tuple, list[int]] = defaultdict(list)
         self.templates: dict[str, int] = {}  # prepared text -> template id
         self.template_parts: list[list[str]] = []
-        self.cut_texts: dict[int, dict[str, tuple]] = defaultdict(dict)  # prefix length -> prefix -> key
+        self.cut_prefixes: set[str] = set()  # texts of statements cut on the wire
         self.text_of: list[str | None] = []  # per slot: its statement text (for cut entries' prefix keys)
         for r in range(rows.n):
             if not rows.timed[r]:
                 continue
             command, sql = rows.command[r], rows.sql[r]
-            name = next((k for k, v in ADMIN_COMMANDS.items() if v == command), None)
-            if name is not None and command not in ("COM_STMT_PREPARE",):
-                self._add(r, 0, [("c", name)], None)
+            if command in ADMIN_NAMES:  # MySQL/Percona log these as '# administrator command: <name>;'
+                self._add(r, 0, [("c", ADMIN_NAMES[command])], None)
                 continue
             if sql is None:
-                continue
-            if command == "COM_STMT_PREPARE":
-                self._add(r, 0, [("c", "prepare")], None)
                 continue
             if command in ("COM_STMT_EXECUTE", "COM_STMT_BULK_EXECUTE"):
                 if rows.sql_cut[r]:
@@ -258,7 +257,7 @@ class _Slots:
                 if tid == len(self.template_parts):
                     self.template_parts.append(template_parts(sql))
                 values = parse_params(rows.params[r])
-                if values is None or WILDCARD in values or any(v == WILDCARD for v in values):
+                if values is None or WILDCARD in values:
                     self._add(r, 0, [("w", tid)], None)
                 else:
                     self._add(r, 0, [("x", tid, _values_key(values))], None)
@@ -270,9 +269,8 @@ class _Slots:
                     self._add(r, k, [("t", part)], part)
                 prefix = parts[-1] if len(parts) > 1 else text
                 if len(prefix) >= MIN_PREFIX_CHARS:
-                    key = ("p", prefix)
-                    self.cut_texts[len(prefix)][prefix] = key
-                    self._add(r, len(parts) - 1, [key], prefix)
+                    self.cut_prefixes.add(prefix)
+                    self._add(r, len(parts) - 1, [("p", prefix)], prefix)
                 continue
             text = logged_form(sql)
             parts = statements(text)
@@ -340,12 +338,13 @@ def _text_number(text: str) -> str | None:
 
 
 def _entry_keys(entries: _Entries, slots: _Slots) -> None:
-    """Give each entry the keys of the slots it can meet: its exact text, its command, a template reading."""
+    """Give each entry the keys of the slots it can meet: its exact text, its command, a template reading, and
+    the prefixes where one side was cut."""
     prefix_index = sorted({len(p[0]) for p in slots.template_parts}) if slots.template_parts else []
     by_first: dict[str, list[int]] = defaultdict(list)
     for tid, parts in enumerate(slots.template_parts):
         by_first[parts[0]].append(tid)
-    cut_entries: dict[int, dict[str, tuple]] = defaultdict(dict)
+    texts: list[tuple[str, int]] = []  # (text, entry) of every entry with a statement, for prefix searches
     for e in range(entries.n):
         admin = entries.admin[e]
         if isinstance(admin, str) and admin:
@@ -356,51 +355,44 @@ def _entry_keys(entries: _Entries, slots: _Slots) -> None:
             continue
         if entries.cut[e]:
             text = _LEFT(sql)
-            if len(text) < MIN_PREFIX_CHARS:
-                continue
-            key = ("q", text)
-            cut_entries[len(text)][text] = key
-            entries.keys[e].append(key)
-        else:
-            text = logged_form(sql)
-            entries.keys[e].append(("t", text))
-        for length, group in slots.cut_texts.items():  # exchanges cut on the wire: their text is a prefix
-            key = group.get(text[:length]) if len(text) >= length else None
-            if key is not None:
-                entries.keys[e].append(key)
-        if entries.cut[e]:
+            if len(text) >= MIN_PREFIX_CHARS:
+                entries.keys[e].append(("q", text))
+            texts.append((text, e))
             continue
+        text = logged_form(sql)
+        entries.keys[e].append(("t", text))
+        texts.append((text, e))
         for length in prefix_index:  # COM_STMT_EXECUTE: the prepared text with the values in place of '?'
             for tid in by_first.get(text[:length], ()):
                 parts = slots.template_parts[tid]
                 if len(parts) == 1:
                     continue
-                if ("w", tid) in slots.by_key and template_matches(text, parts, None):
-                    entries.keys[e].append(("w", tid))
-                values = _read_values(text, parts)
+                values = template_values(text, parts)
                 if values is not None:
                     entries.keys[e].append(("x", tid, _values_key(values)))
-    for length, group in cut_entries.items():  # entries cut in the log: the exchanges whose text starts so
-        for s, text in enumerate(slots.text_of):
-            if text is not None and len(text) >= length and (key := group.get(text[:length])) is not None:
-                slots.add_key(s, key)
+                    if ("w", tid) in slots.by_key:
+                        entries.keys[e].append(("w", tid))
+    texts.sort()
+    sorted_texts = [t for t, _ in texts]
+    for prefix in slots.cut_prefixes:  # exchanges cut on the wire: the entries whose text starts so
+        for text, e in _starting_with(texts, sorted_texts, prefix):
+            entries.keys[e].append(("p", prefix))
+    cut = sorted({key[1] for keys in entries.keys for key in keys if key[0] == "q"})
+    if cut:  # entries cut in the log: the exchanges whose statement starts so
+        slot_texts = sorted((t, s) for s, t in enumerate(slots.text_of) if t is not None)
+        sorted_slot_texts = [t for t, _ in slot_texts]
+        for prefix in cut:
+            for _, s in _starting_with(slot_texts, sorted_slot_texts, prefix):
+                slots.add_key(s, ("q", prefix))
 
 
-def _read_values(text: str, parts: list[str]) -> list[tuple] | None:
-    """The literals standing where the template has its markers; None when the text is not that template."""
-    if not text.startswith(parts[0]):
-        return None
-    pos, values = len(parts[0]), []
-    for part in parts[1:]:
-        got = read_literal(text, pos)
-        if got is None:
-            return None
-        value, pos = got
-        values.append(value)
-        if not text.startswith(part, pos):
-            return None
-        pos += len(part)
-    return values if pos == len(text) else None
+def _starting_with(items: list[tuple[str, int]], keys: list[str], prefix: str):
+    """The items (sorted by text; `keys` their texts) whose text starts with `prefix`, at most SCAN_LIMIT."""
+    i = bisect.bisect_left(keys, prefix)
+    end = min(len(items), i + SCAN_LIMIT)
+    while i < end and keys[i].startswith(prefix):
+        yield items[i]
+        i += 1
 
 
 # --- the search ---------------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import re
 from decimal import Decimal, InvalidOperation
 
 __all__ = ["logged_form", "statements", "placeholders", "template_parts", "parse_params", "read_literal",
-           "template_matches", "WILDCARD"]
+           "template_values", "template_matches", "values_equal", "WILDCARD"]
 
 _BLANKS = " \t\n\r\v\f"  # my_isspace() on the server's ASCII-compatible charsets
 _STOPS = re.compile(r"['\"`;?#]|--|/\*")
@@ -265,22 +265,28 @@ def _as_number(value: tuple) -> Decimal | None:
     return None
 
 
+def template_values(logged: str, parts: list[str]) -> list[tuple] | None:
+    """The literals standing in a logged text where the template (parts[0] ? parts[1] … ? parts[-1]) has its
+    markers; None when the text is not that template."""
+    if not logged.startswith(parts[0]):
+        return None
+    pos, values = len(parts[0]), []
+    for part in parts[1:]:
+        got = read_literal(logged, pos)
+        if got is None:
+            return None
+        value, pos = got
+        values.append(value)
+        if not logged.startswith(part, pos):
+            return None
+        pos += len(part)
+    return values if pos == len(logged) else None
+
+
 def template_matches(logged: str, parts: list[str], values: list[tuple] | None) -> bool:
     """Does the logged text read as parts[0] v1 parts[1] … parts[-1], each vi a literal equal to values[i-1]
     (any literal when values is None)?"""
-    if values is not None and len(values) != len(parts) - 1:
-        return False
-    if not logged.startswith(parts[0]):
-        return False
-    pos = len(parts[0])
-    for i, part in enumerate(parts[1:]):
-        got = read_literal(logged, pos)
-        if got is None:
-            return False
-        value, pos = got
-        if values is not None and not values_equal(value, values[i]):
-            return False
-        if not logged.startswith(part, pos):
-            return False
-        pos += len(part)
-    return pos == len(logged)
+    got = template_values(logged, parts)
+    if got is None or values is None:
+        return got is not None
+    return len(got) == len(values) and all(values_equal(a, b) for a, b in zip(got, values))
