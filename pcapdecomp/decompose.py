@@ -18,7 +18,7 @@ import pandas as pd
 from .clock import ClockModel
 from .match import Matching
 from .schema import GROUP_COLUMNS
-from .slowjoin import SlowLogJoin, join_slow_log, rows_for_join  # noqa: F401  (the join lives in slowjoin.py)
+from .slowjoin import SlowLogJoin, join_slow_log, rows_for_join
 from .tables import as_category, concat_column
 
 NS = 1_000_000_000

@@ -563,45 +563,20 @@ class SlowLogParser:
         """Every number is range-checked here: a damaged one is read as None (counted, warned) and its text kept
         in `extra`; the entry itself is kept (its statement and times still say something)."""
         values = dict(draft.values)
+        query_time_ns = self._take(values, "Query_time", _seconds_to_ns, draft.line)
+        lock_time_ns = self._take(values, "Lock_time", _seconds_to_ns, draft.line)
         ints: dict[str, int | None] = {name: None for name in set(_INT_FIELDS.values())}
-        query_time_ns = lock_time_ns = None
-        for key in ("Query_time", "Lock_time"):
-            if key in values:
-                try:
-                    ns = _seconds_to_ns(values[key])
-                except ValueError:
-                    self.stats.damage(draft.line, key, values[key])
-                    continue
-                del values[key]
-                if key == "Query_time":
-                    query_time_ns = ns
-                else:
-                    lock_time_ns = ns
         for key, name in _INT_FIELDS.items():
-            if key in values and ints[name] is None:
-                try:
-                    ints[name] = _counter(values[key])
-                    del values[key]
-                except ValueError:  # kept verbatim in extra
-                    self.stats.damage(draft.line, key, values[key])
+            if ints[name] is None:  # Errno before Last_errno
+                ints[name] = self._take(values, key, _counter, draft.line)
         if "QC_hit" in values:
             self._vote("mariadb")
         if "QC_Hit" in values or "Last_errno" in draft.values or "Log_slow_rate_type" in values:
             self._vote("percona")
         if "Errno" in draft.values or "Start" in values:
             self._vote("mysql")
-        start_ns = end_ns = None
-        for key in ("Start", "End"):
-            if key not in values:
-                continue
-            if (ns := parse_log_time(values[key], self.tz)) is None:
-                self.stats.damage(draft.line, key, values[key])
-                continue
-            del values[key]
-            if key == "Start":
-                start_ns = ns
-            else:
-                end_ns = ns
+        start_ns = self._take(values, "Start", lambda text: parse_log_time(text, self.tz), draft.line)
+        end_ns = self._take(values, "End", lambda text: parse_log_time(text, self.tz), draft.line)
         schema = values.pop("Schema", None) or draft.use_db
         thread_id = ints["thread_id"] if ints["thread_id"] is not None else draft.id
         if draft.priv_user and draft.priv_user != draft.user:
@@ -623,6 +598,21 @@ class SlowLogParser:
             sql="" if draft.admin is not None else sql, admin_command=draft.admin, cut=cut,
             time_precision_ns=draft.time_precision_ns, time_iso=draft.time_iso,
         )
+
+    def _take(self, values: dict[str, str], key: str, parse, line: int):
+        """values[key] read by `parse` (which raises ValueError or returns None for a value it refuses) and
+        removed; None when absent, or when damaged: then counted, warned and its text kept in `extra`."""
+        if key not in values:
+            return None
+        try:
+            value = parse(values[key])
+        except ValueError:
+            value = None
+        if value is None:
+            self.stats.damage(line, key, values[key])
+            return None
+        del values[key]
+        return value
 
     # flavor -----------------------------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,8 @@ from pcapdecomp.analysis import analyze
 from pcapdecomp.decompose import join_slow_log, rows_for_join
 from pcapdecomp.slowjoin import REASONS
 from pcapdecomp.slowlog import read_slow_log
+
+from joininput import exchange_table
 
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 MIDSTREAM = CAPTURES / "midstream-join"
@@ -148,37 +149,12 @@ def test_the_fingerprint_join_before_was_wrong_here():
     slow, _ = read_slow_log(MIDSTREAM / "slow.log")
     bent = slow.copy()
     bent["sql"] = bent["sql"].str.replace(r"md5\('(\w)(\d\d)'\)", lambda m: f"md5('{m[1]}9{m[2]}')", regex=True)
-    table = _table(MIDSTREAM)
+    table = exchange_table(MIDSTREAM)
     join = join_slow_log(rows_for_join(table), bent)
     changed = (bent["sql"] != slow["sql"]).to_numpy()
     assert changed.sum() >= 15
     assert (join.entry_row[changed] == -1).all()
     assert set(join.reasons[changed]) <= {"no-text-match", "no-time-fit"}
-
-
-_TABLES: dict = {}
-
-
-def _table(set_dir: Path) -> pd.DataFrame:
-    """build_table's output for a capture set (what decompose hands the join)."""
-    if set_dir not in _TABLES:
-        from pcapdecomp import analysis
-
-        captured = {}
-        real = analysis.decompose
-
-        def spy(table, *a, **k):
-            captured["t"] = table.copy()
-            return real(table, *a, **k)
-
-        analysis.decompose = spy
-        try:
-            with tempfile.TemporaryDirectory() as out:
-                run(set_dir, Path(out))
-        finally:
-            analysis.decompose = real
-        _TABLES[set_dir] = captured["t"]
-    return _TABLES[set_dir]
 
 
 # --- every form a statement takes ------------------------------------------------------------------------------
@@ -230,7 +206,7 @@ def test_forms_cut_statements_join_by_prefix(tmp_path, cap):
 def test_forms_without_ids_and_order(tmp_path):
     # The same recording without the connection ids: one connection per statement kind left, times of whole
     # seconds, many statements in the same second — joins only where text and time leave one candidate.
-    table = _table(FORMS).copy()
+    table = exchange_table(FORMS).copy()
     table["conn_id"] = pd.array([pd.NA] * len(table), dtype="Int64")
     slow, _ = read_slow_log(FORMS / "slow.log")
     join = join_slow_log(rows_for_join(table), slow)
@@ -249,7 +225,7 @@ def test_forms_without_ids_and_order(tmp_path):
 
 @pytest.mark.parametrize("name, joined", [("maxthreads", 8), ("group-stall", 1), ("oltp-hogs", 3)])
 def test_bundled_recordings_keep_their_joins(name, joined):
-    table = _table(CAPTURES / name)
+    table = exchange_table(CAPTURES / name)
     slow, _ = read_slow_log(CAPTURES / name / "slow.log")
     join = join_slow_log(rows_for_join(table), slow)
     assert join.stats["matched"] == joined == len(slow)
@@ -261,7 +237,7 @@ def test_bundled_recordings_keep_their_joins(name, joined):
 def test_changed_text_is_not_joined_and_its_exchange_is_undecided():
     # issue 15's case on group-stall: the entry's statement differs from the exchange's in a value only (same
     # fingerprint): no join, and the exchange is not called "not in the slow log" either.
-    table = _table(CAPTURES / "group-stall")
+    table = exchange_table(CAPTURES / "group-stall")
     slow, _ = read_slow_log(CAPTURES / "group-stall" / "slow.log")
     bent = slow.copy()
     bent["sql"] = bent["sql"].str.replace("BENCHMARK(6895237", "BENCHMARK(1800000", regex=False)
@@ -274,7 +250,7 @@ def test_changed_text_is_not_joined_and_its_exchange_is_undecided():
 
 
 def test_times_that_do_not_fit_are_not_joined():
-    table = _table(CAPTURES / "group-stall")
+    table = exchange_table(CAPTURES / "group-stall")
     slow, _ = read_slow_log(CAPTURES / "group-stall" / "slow.log")
     for col, shift, reason in (("timestamp", pd.Timedelta(seconds=-2), "no-time-fit"),
                                ("timestamp", pd.Timedelta(hours=1), "outside-capture")):

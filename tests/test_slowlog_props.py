@@ -17,14 +17,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from pcapdecomp.errors import SlowLogError
 from pcapdecomp.slowjoin import REASONS, join_slow_log
 from pcapdecomp.slowlog import MAX_EPOCH_NS, MIN_EPOCH_NS, SLOWLOG_COLUMNS, parse_slow_log, read_slow_log
+from pcapdecomp.slowjoin import rows_for_join
 from pcapdecomp.sqltext import logged_form, statements
+
+from joininput import exchange_table
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted([*(ROOT / "tests" / "data" / "slowlog").glob("*.log"), *(ROOT / "captures").glob("*/slow.log")])
@@ -156,30 +158,8 @@ def test_a_changed_value_changes_only_its_entry(case):
 # --- the join on mutated logs ---------------------------------------------------------------------------------
 
 _JOIN_SETS = ["maxthreads", "group-stall", "midstream-join"]
-_TABLES: dict = {}
-
-
 def _rows(name: str) -> pd.DataFrame:
-    if name not in _TABLES:
-        from pcapdecomp import analysis
-        from pcapdecomp.decompose import rows_for_join
-
-        captured = {}
-        real = analysis.decompose
-
-        def spy(table, *a, **k):
-            captured["rows"] = rows_for_join(table)
-            return real(table, *a, **k)
-
-        analysis.decompose = spy
-        try:
-            with tempfile.TemporaryDirectory() as out:
-                analysis.analyze(ROOT / "captures" / name, app=[], db=None, slow_log=None, long_query_time=None,
-                                 thread_pool_size=None, servers=[], out_dir=Path(out), quiet=True)
-        finally:
-            analysis.decompose = real
-        _TABLES[name] = captured["rows"]
-    return _TABLES[name]
+    return rows_for_join(exchange_table(ROOT / "captures" / name))
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

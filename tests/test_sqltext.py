@@ -12,7 +12,6 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
