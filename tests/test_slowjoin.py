@@ -44,7 +44,8 @@ def truth_row(truth: pd.DataFrame, row) -> pd.Series:
     """The client's own record of an exchange: its connection (by client port), the nearest send time."""
     port = int(str(row["client"]).rsplit(":", 1)[1])
     mine = truth[truth["client_port"] == port]
-    return mine.iloc[int(np.argmin((mine["client_send_ns"] - row["app_req_ts"].value).abs().to_numpy()))]
+    sent = row["app_req_ts"] if pd.notna(row["app_req_ts"]) else row["db_req_ts"]  # one clock in the lab
+    return mine.iloc[int(np.argmin((mine["client_send_ns"] - sent.value).abs().to_numpy()))]
 
 
 def wrong_joins(r, set_dir: Path) -> list[str]:
@@ -94,6 +95,17 @@ def test_midstream_zero_wrong_joins(midstream):
     assert wrong_joins(midstream, MIDSTREAM) == []
     assert s["matched"] >= 25 and s["connections_identified"] >= 5  # not by leaving everything unjoined
     assert s["matched"] + sum(s["unjoined"].values()) == s["entries"] == 37
+
+
+@pytest.mark.parametrize("side", ["app", "db"])
+def test_midstream_one_capture_point_alone(tmp_path, midstream, side):
+    # The app capture alone (its clock: a wider tolerance) or the DB capture alone: the same joins, none wrong.
+    kw = dict(app=[MIDSTREAM / "app.pcap"], db=None) if side == "app" else dict(app=[], db=MIDSTREAM / "db.pcap")
+    r = analyze(None, slow_log=MIDSTREAM / "slow.log", long_query_time=0.5, thread_pool_size=2, servers=[],
+                out_dir=tmp_path / "out", quiet=True, **kw)
+    assert wrong_joins(r, MIDSTREAM) == []
+    both = midstream.summary["slow_log"]
+    assert r.summary["slow_log"]["matched"] == both["matched"] and r.summary["slow_log"]["unjoined"] == both["unjoined"]
 
 
 def test_midstream_unjoined_entries_and_why(midstream):
