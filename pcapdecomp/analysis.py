@@ -325,9 +325,10 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         from .slowlog import read_slow_log
 
         try:
-            slow, sstats = read_slow_log(cs.slow_log, tz=tz)
+            slow, sstats = read_slow_log(cs.slow_log, tz=tz, max_sql_bytes=max_sql_bytes)
             slow_info.update({"flavor": sstats.flavor, "unparsed_lines": sstats.unparsed_lines,
-                              "cut_entries": sstats.cut_entries})
+                              "cut_entries": sstats.cut_entries, "damaged_values": sstats.damaged_values,
+                              "capped_statements": sstats.capped_statements})
             for w in sstats.warnings[:5]:
                 note(w)
         except SlowLogError as err:

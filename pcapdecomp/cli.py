@@ -132,7 +132,7 @@ def analyze(
         help="Output folder (default reports/<set name>/). Its previous outputs are replaced as a set when the run "
              "succeeds; other files stay. One run at a time per folder."),
     csv: bool = typer.Option(False, "--csv", help="Also write exchanges.csv (cells that start like a formula get a leading ')."),
-    max_sql_bytes: int = typer.Option(1 << 20, "--max-sql-bytes", min=16, help="Keep at most this many bytes of each statement (longer ones are marked sql-cut)."),
+    max_sql_bytes: int = typer.Option(1 << 20, "--max-sql-bytes", min=16, help="Keep at most this many bytes of each statement, on the wire and in the slow log (longer ones are marked sql-cut / cut, and join the slow log by their prefix)."),
     evidence_too: bool = typer.Option(
         False, "--evidence", help="Also write ticket evidence for the hidden-slow exchanges (see `evidence`)."
     ),

@@ -13,123 +13,18 @@ All arithmetic is on int64 ns; seconds are made once, for the output columns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pandas as pd
 
 from .clock import ClockModel
-from .fingerprint import fingerprint
 from .match import Matching
+from .slowjoin import SlowLogJoin, join_slow_log, rows_for_join
 from .tables import as_category, concat_column
 
 NS = 1_000_000_000
 FINGERPRINT_MIN_SAMPLES = 5  # fast executions of a (command, fingerprint) needed before their median stands for execution
 ESTIMATE_MAX_SPREAD = 2.0  # … and they must agree: p90 − p10 at most this many medians
-SLOW_LOG_WINDOW_NS = 2 * NS  # slow-log times are whole seconds and the DB clock may be off by NTP-sized amounts
-SLOW_LOG_SLACK_NS = 5_000_000  # Query_time may exceed D4 − D1 by timer granularity, never by more
 STALL_MIN_QUEUE_S = 0.1  # a request that queued this long counts toward a stalled stretch of its thread group
-
-
-# --- slow log join ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class SlowLogJoin:
-    entry: np.ndarray  # per exchange row: positional index of the joined slow-log entry, -1 when none
-    used: bool  # False: no slow log, or one that matched nothing (then in_slow_log stays null)
-    stats: dict = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-
-
-def _entry_fingerprints(slow: pd.DataFrame) -> pd.Series:
-    def one(sql, admin) -> str | None:
-        if isinstance(admin, str) and admin:
-            return "administrator command: " + admin
-        if not isinstance(sql, str) or not sql.strip():
-            return None
-        return fingerprint(sql)
-
-    return pd.Series([one(s, a) for s, a in zip(slow["sql"], slow["admin_command"])], index=slow.index, dtype="string")
-
-
-def join_slow_log(rows: pd.DataFrame, slow: pd.DataFrame | None, name: str = "slow log") -> SlowLogJoin:
-    """Join slow-log entries to exchanges.
-
-    rows: conn_id (Int64), fingerprint, start_ns / end_ns (int64, DB clock where seen at the DB: request first
-    byte and response last byte), server_ns (end − start). Keys: the connection id (when both sides have one),
-    the statement's fingerprint (whitespace, literals and a trailing ';' do not matter; a COM_STMT_EXECUTE's
-    prepared text meets the logged statement with its values), and time: the execution the entry describes
-    started at end − Query_time, which must fall in the entry's second (SET timestamp / MariaDB '# Time:'), or
-    near MySQL's end-time '# Time:' / 8.0's 'Start:'. Each entry and each exchange is used once, closest first.
-    """
-    n = len(rows)
-    none = np.full(n, -1, dtype=np.int64)
-    if slow is None:
-        return SlowLogJoin(none, False, {"entries": 0})
-    if len(slow) == 0:
-        return SlowLogJoin(none, False, {"entries": 0})  # read_slow_log already warned
-    ent = pd.DataFrame({
-        "e": np.arange(len(slow), dtype=np.int64),
-        "fingerprint": _entry_fingerprints(slow).to_numpy(),
-        "thread_id": slow["thread_id"].astype("Int64").to_numpy(dtype="float64", na_value=np.nan),
-        "qt": slow["query_time_ns"].to_numpy(dtype=np.int64),
-        "ts_s": _ns_or_nan(slow["timestamp"]),
-        "time": _ns_or_nan(slow["time"]),
-        "start": _ns_or_nan(slow["start"]),
-    }).dropna(subset=["fingerprint"])
-    ex = pd.DataFrame({
-        "r": np.arange(n, dtype=np.int64),
-        "fingerprint": rows["fingerprint"].to_numpy(dtype=object),
-        "conn_id": rows["conn_id"].astype("Int64").to_numpy(dtype="float64", na_value=np.nan),
-        "d1": rows["start_ns"].to_numpy(dtype="float64", na_value=np.nan),
-        "d4": rows["end_ns"].to_numpy(dtype="float64", na_value=np.nan),
-    }).dropna(subset=["fingerprint", "d4"])
-    cand = ent.merge(ex, on="fingerprint")
-    same_id = cand["thread_id"].notna() & cand["conn_id"].notna()
-    cand = cand[~same_id | (cand["thread_id"] == cand["conn_id"])]
-    same_id = cand["thread_id"].notna() & cand["conn_id"].notna()
-    exec_start = cand["d4"] - cand["qt"]
-    # distance from the execution start (estimated from the wire) to what the entry says about its time
-    dist = pd.Series(np.inf, index=cand.index)
-    has_start = cand["start"].notna()
-    dist[has_start] = (exec_start - cand["start"]).abs()[has_start]
-    has_ts = cand["ts_s"].notna() & ~has_start
-    second = cand["ts_s"]
-    dist[has_ts] = np.maximum(0.0, np.maximum(second - exec_start, exec_start - (second + NS)))[has_ts]
-    has_time = cand["time"].notna() & ~has_start & ~has_ts
-    # '# Time:' is the end (MySQL) or the start second (MariaDB): near either the execution start or the end
-    to_time = np.minimum((exec_start - cand["time"]).abs(), (cand["d4"] - cand["time"]).abs())
-    dist[has_time] = np.maximum(0.0, to_time - NS)[has_time]
-    fits = (dist <= SLOW_LOG_WINDOW_NS) & (cand["d4"] - cand["d1"] + SLOW_LOG_SLACK_NS >= cand["qt"]).fillna(True)
-    cand = cand[fits].assign(cost=dist[fits] + np.where(same_id[fits], 0.0, 100.0 * NS))
-    cand = cand.sort_values(["cost", "e", "r"], kind="stable")
-    chosen_e, chosen_r = [], []
-    while len(cand):  # greedy one-to-one: a few rounds, each fully vectorised
-        best = cand.drop_duplicates("e").drop_duplicates("r")
-        chosen_e.append(best["e"].to_numpy())
-        chosen_r.append(best["r"].to_numpy())
-        cand = cand[~cand["e"].isin(best["e"]) & ~cand["r"].isin(best["r"])]
-    entry = none.copy()
-    if chosen_e:
-        entry[np.concatenate(chosen_r)] = np.concatenate(chosen_e)
-    matched = int((entry >= 0).sum())
-    lo, hi = ex["d1"].min(), ex["d4"].max()
-    when = ent["start"].fillna(ent["ts_s"]).fillna(ent["time"])
-    in_window = int(((when >= lo - SLOW_LOG_WINDOW_NS) & (when <= hi + SLOW_LOG_WINDOW_NS)).sum()) if len(ex) else 0
-    stats = {"entries": len(slow), "entries_in_capture_window": in_window, "matched": matched,
-             "unmatched_in_capture_window": max(in_window - matched, 0)}
-    if matched == 0:
-        why = "none of its entries falls within the captures' time" if in_window == 0 else "no entry matched an exchange"
-        return SlowLogJoin(none, False, stats, [f"{name}: {why}; analysed without the slow log"])
-    return SlowLogJoin(entry, True, stats)
-
-
-def _ns_or_nan(col: pd.Series) -> np.ndarray:
-    values = col.astype("datetime64[ns, UTC]")
-    out = values.to_numpy(dtype="datetime64[ns]").astype(np.int64).astype("float64")
-    out[values.isna().to_numpy()] = np.nan
-    return out
 
 
 # --- the decomposed table --------------------------------------------------------------------------------------
@@ -268,26 +163,21 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
               thread_pool_size: int | None, slow_name: str = "slow log") -> tuple[pd.DataFrame, SlowLogJoin]:
     """Add exec_s / exec_source / queue_s / in_slow_log / hidden_slow / thread_group to build_table's output."""
     t = table
-    valid = t["_t_valid"].to_numpy()
-    rows = pd.DataFrame({
-        "conn_id": t["conn_id"], "fingerprint": t["fingerprint"],
-        "start_ns": pd.Series(t["_d1_raw"].to_numpy(), dtype="Int64").where(valid),
-        "end_ns": pd.Series(t["_d4_raw"].to_numpy(), dtype="Int64").where(valid),
-    })
-    join = join_slow_log(rows, slow, slow_name)
+    join = join_slow_log(rows_for_join(t), slow, slow_name)
     in_log = join.entry >= 0
+    undecided = join.undecided  # may be the exchange of an entry that could not be joined: in the log or not
     server = t["server_s"].to_numpy(dtype="float64", na_value=np.nan)
     flag = t["server_flag_slow"].astype("boolean")
     exec_s = np.full(len(t), np.nan)
     source = np.full(len(t), None, dtype=object)
     if join.used:
-        exec_s[in_log] = slow["query_time_ns"].to_numpy()[join.entry[in_log]] / 1e9
+        exec_s[in_log] = join.query_time_ns[in_log] / 1e9  # Σ over the statements of a multi-statement packet
         source[in_log] = "slow_log"
     lqt = long_query_time
     flagged = flag.fillna(False).to_numpy(dtype=bool)
     # Known to have executed faster than long_query_time: the server did not flag it, or the slow log (in use)
     # does not hold it.
-    known_fast = (flag.notna().to_numpy() & ~flagged) | (join.used & ~in_log & ~flagged)
+    known_fast = (flag.notna().to_numpy() & ~flagged) | (join.used & ~in_log & ~undecided & ~flagged)
     has_server = ~np.isnan(server)
     todo = has_server & ~in_log & ~flagged
     estimate = estimate_execution(t["command"], t["fingerprint"], server, has_server & ~in_log & ~flagged
@@ -321,6 +211,7 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
         certain[fast_bounded] = np.maximum(server[fast_bounded] - lqt, 0.0)
     t["queue_min_s"] = np.where(has_server, np.nan_to_num(certain), np.nan)
     t["in_slow_log"] = pd.array(in_log, dtype="boolean")
+    t.loc[undecided, "in_slow_log"] = pd.NA
     if not join.used:
         t["in_slow_log"] = pd.array([pd.NA] * len(t), dtype="boolean")
     lines = slow["line"].to_numpy()[np.maximum(join.entry, 0)] if join.used else np.zeros(len(t), dtype=np.int64)
@@ -332,7 +223,7 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
         slow_wire = has_server & (server > lqt)
         hidden_np = slow_wire & ~flagged & ~(in_log & join.used)
         hidden = pd.array(hidden_np, dtype="boolean")
-        hidden[~(evidence & has_server)] = pd.NA
+        hidden[~(evidence & has_server) | (undecided & join.used & slow_wire & ~flagged)] = pd.NA
     t["hidden_slow"] = hidden
     understated = pd.array(in_log & (np.nan_to_num(t["queue_min_s"].to_numpy()) >= STALL_MIN_QUEUE_S), dtype="boolean")
     if not join.used:

@@ -44,6 +44,14 @@ __all__ = [
 UTC = dt.timezone.utc
 MAX_WARNINGS = 50  # past this, warnings are only counted (a badly damaged log would otherwise flood the report)
 MAX_HEADER_LOOKAHEAD = 200  # '#' lines held back while deciding whether a header-like line starts an entry
+MAX_HEADER_LOOKAHEAD_CHARS = 1 << 20  # and their characters at most (memory stays bounded on hostile logs)
+MAX_SQL_BYTES = 1 << 20  # statement text kept per entry (like --max-sql-bytes on the wire); the rest is counted
+# Ranges of the numbers read from a log. A value outside is damage (counted, warned, read as unknown), never a
+# crash or a wrong number: the times must fit int64 ns (pandas' datetime64[ns] ends in 2262).
+MAX_DURATION_S = 10**8  # Query_time / Lock_time: ~3 years (a clock step can make the server write nonsense)
+MIN_EPOCH_NS = 0  # 1970-01-01
+MAX_EPOCH_NS = 7_258_118_400 * 1_000_000_000  # 2200-01-01
+MAX_COUNTER = 2**63 - 1  # Rows_*, Bytes_*, Thread_id, Errno, Killed: int64
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +68,7 @@ class SlowLogEntry:
     ip: str | None  # client address, None when empty (local socket connections)
     thread_id: int | None  # MySQL 'Id:' / 'Thread_id:', MariaDB/Percona 'Thread_id:' (= connection id on the wire)
     schema: str | None  # default database: 'Schema:' or the 'use db;' line before the statement
-    query_time_ns: int  # 'Query_time:' (execution only: thread-pool queue time is not in it)
+    query_time_ns: int | None  # 'Query_time:' (execution only: not thread-pool queue time); None when damaged
     lock_time_ns: int | None
     rows_sent: int | None
     rows_examined: int | None
@@ -71,7 +79,9 @@ class SlowLogEntry:
     extra: dict[str, str]  # every other 'Key: value' pair, verbatim; 'explain' holds MariaDB's '# explain:' lines
     sql: str  # statement text, prefix lines ('use x;', 'SET timestamp=...;') and the final ';' removed
     admin_command: str | None  # '# administrator command: Quit;' -> 'Quit' (sql is then '')
-    cut: bool = False  # the statement text is incomplete: the log ended or was broken inside it
+    cut: bool = False  # the statement text is incomplete: the log ended or was broken inside it, or it was capped
+    time_precision_ns: int | None = None  # resolution of time_ns: 10**9 for whole seconds, 1000 for µs
+    time_iso: bool = False  # '# Time:' in ISO 8601 (MySQL 5.7+, Percona 5.7+: the end); else YYMMDD (flavour-bound)
 
 
 @dataclass
@@ -88,12 +98,19 @@ class SlowLogStats:
     server_headers: int = 0  # server file headers seen ('... Version: ... started with:'): start, restart, flush
     cut_entries: int = 0  # entries whose statement text is incomplete
     warnings_dropped: int = 0  # warnings not kept in `warnings` (over MAX_WARNINGS)
+    damaged_values: int = 0  # numbers or times out of range or unreadable: read as unknown (None), each warned
+    capped_statements: int = 0  # statements longer than max_sql_bytes: kept up to the cap and marked cut
+    capped_bytes: int = 0  # statement bytes not kept because of the cap
 
     def warn(self, message: str) -> None:
         if len(self.warnings) < MAX_WARNINGS:
             self.warnings.append(message)
         else:
             self.warnings_dropped += 1
+
+    def damage(self, lineno: int, what: str, text: str) -> None:
+        self.damaged_values += 1
+        self.warn(f"line {lineno}: {what} {text[:40]!r} out of range or unreadable; read as unknown")
 
 
 # --- line grammar -------------------------------------------------------------------------------------------
@@ -116,11 +133,15 @@ _USER_HOST = re.compile(
     r"^# User@Host: (?P<priv>[^\[]*)\[(?P<user>[^\]]*)\] @ (?P<host>[^\[]*?) *\[(?P<ip>[^\]]*)\]"
     r"(?:\s+Id:\s*(?P<id>\d+))?\s*$"
 )
-_QUERY_TIME = re.compile(r"^# Query_time: (?P<qt>\d+(?:\.\d+)?)\s")
+# Any value (also a damaged one: signed, exponent, garbage) delimits entries; _freeze checks the value.
+_QUERY_TIME = re.compile(r"^# Query_time: (?P<qt>\S+)\s")
+_DURATION = re.compile(r"(?P<whole>\d{1,12})(?:\.(?P<frac>\d+))?")
 _ADMIN = re.compile(r"^# administrator command: (?P<cmd>.*?);?\s*$")
-_KEY_SPLIT = re.compile(r"(?:^|(?<=\s))([A-Za-z_][A-Za-z0-9_]*):(?=\s|$)")
+# 'Key: value'; also 'Key:value' with a number right after the colon (percona-toolkit's slow034: 'Rows_examined:40')
+_KEY_SPLIT = re.compile(r"(?:^|(?<=\s))([A-Za-z_][A-Za-z0-9_]*):(?=\s|$|\d)")
 _USE = re.compile(r"^use (?P<db>`(?:[^`]|``)*`|\S+);$", re.IGNORECASE)
-_SET_TIMESTAMP = re.compile(r"^SET (?P<assign>(?:[a-z_]+=\d+,)*)timestamp=(?P<ts>\d+);$")
+# The server writes digits; a damaged value is still the server's line (before the statement), not SQL.
+_SET_TIMESTAMP = re.compile(r"^SET (?P<assign>(?:[a-z_]+=[^,;\s]+,)*)timestamp=(?P<ts>[^,;\s]+);$")
 _NOTES = ("# No InnoDB statistics available for this query",)
 
 _INT_FIELDS = {  # header key -> SlowLogEntry field, for integer values
@@ -142,9 +163,27 @@ def _is_server_header(line: str) -> bool:
 
 
 def _seconds_to_ns(text: str) -> int:
-    """'2.000173' -> 2000173000, exactly (no float on the way)."""
-    whole, _, frac = text.partition(".")
-    return int(whole) * 1_000_000_000 + int((frac + "000000000")[:9])
+    """'2.000173' -> 2000173000, exactly (no float on the way; digits past ns are dropped). ValueError for
+    anything but a non-negative decimal of at most MAX_DURATION_S."""
+    m = _DURATION.fullmatch(text)
+    if m is None:
+        raise ValueError(text)
+    ns = int(m["whole"]) * 1_000_000_000 + int(((m["frac"] or "") + "000000000")[:9])
+    if ns > MAX_DURATION_S * 1_000_000_000:
+        raise ValueError(text)
+    return ns
+
+
+def _counter(text: str) -> int:
+    """A non-negative integer that fits int64; ValueError otherwise."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 19) or int(text) > MAX_COUNTER:
+        raise ValueError(text)
+    return int(text)
+
+
+def _looks_like_time(value: str) -> bool:
+    """The shape of a '# Time:' value (ISO or YYMMDD), whether or not it is a valid moment."""
+    return bool(_ISO_TIME.match(value) or _SHORT_TIME.match(value))
 
 
 def _frac_ns(frac: str | None) -> int:
@@ -152,35 +191,40 @@ def _frac_ns(frac: str | None) -> int:
 
 
 def parse_log_time(value: str, tz: dt.tzinfo = UTC) -> int | None:
-    """A '# Time:' / 'Start:' / 'End:' value -> ns since epoch UTC; None when it is not a time.
-    Values without a zone are local time in `tz`."""
-    m = _ISO_TIME.match(value)
-    if m:
-        zone = m["zone"]
-        if zone is None:
-            tzinfo: dt.tzinfo = tz
-        elif zone == "Z":
-            tzinfo = UTC
-        else:
-            sign = -1 if zone[0] == "-" else 1
-            digits = zone[1:].replace(":", "")
-            tzinfo = dt.timezone(sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
-        try:
+    """A '# Time:' / 'Start:' / 'End:' value -> ns since epoch UTC; None when it is not a time, not a valid
+    moment, or outside [MIN_EPOCH_NS, MAX_EPOCH_NS]. Values without a zone are local time in `tz`."""
+    try:
+        m = _ISO_TIME.match(value)
+        if m:
+            zone = m["zone"]
+            if zone is None:
+                tzinfo: dt.tzinfo = tz
+            elif zone == "Z":
+                tzinfo = UTC
+            else:
+                sign = -1 if zone[0] == "-" else 1
+                digits = zone[1:].replace(":", "")
+                tzinfo = dt.timezone(sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
             date = dt.date.fromisoformat(m["date"])
             moment = dt.datetime(date.year, date.month, date.day, int(m["h"]), int(m["m"]), int(m["s"]),
                                  tzinfo=tzinfo)
-        except ValueError:
-            return None
-        return _epoch_ns(moment) + _frac_ns(m["frac"])
-    m = _SHORT_TIME.match(value)
-    if m:
-        try:
+        else:
+            m = _SHORT_TIME.match(value)
+            if not m:
+                return None
             moment = dt.datetime(2000 + int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["m"]),
                                  int(m["s"]), tzinfo=tz)
-        except ValueError:
-            return None
-        return _epoch_ns(moment) + _frac_ns(m["frac"])
-    return None
+        ns = _epoch_ns(moment) + _frac_ns(m["frac"])
+    except (ValueError, OverflowError):  # no such date, a zone of a day or more, a zone past year 1 or 9999
+        return None
+    return ns if MIN_EPOCH_NS <= ns < MAX_EPOCH_NS else None
+
+
+def _time_precision_ns(value: str) -> int:
+    """Resolution of a time value: 10**9 for whole seconds, 10**(9 - digits) with a fraction."""
+    m = _ISO_TIME.match(value) or _SHORT_TIME.match(value)
+    digits = len(m["frac"]) if m and m["frac"] else 0
+    return 10 ** (9 - digits)
 
 
 def _epoch_ns(moment: dt.datetime) -> int:
@@ -207,14 +251,16 @@ def _unquote_db(name: str) -> str:
 class _Draft:
     """An entry being assembled. Mutable on purpose; frozen into a SlowLogEntry when complete."""
 
-    __slots__ = ("line", "nlines", "time_ns", "has_user_host", "values", "user", "host", "ip",
-                 "priv_user", "id", "use_db", "timestamp_s", "set_assign", "sql", "admin", "explain",
-                 "in_sql", "prefix_done")
+    __slots__ = ("line", "nlines", "time_ns", "time_precision_ns", "time_iso", "has_user_host", "values", "user",
+                 "host", "ip", "priv_user", "id", "use_db", "timestamp_s", "set_assign", "sql", "admin", "explain",
+                 "in_sql", "prefix_done", "sql_bytes", "capped", "last_nonblank")
 
-    def __init__(self, line: int, time_ns: int | None):
+    def __init__(self, line: int, time_ns: int | None, time_precision_ns: int | None = None, time_iso: bool = False):
         self.line = line
         self.nlines = 0
         self.time_ns = time_ns
+        self.time_precision_ns = time_precision_ns if time_ns is not None else None
+        self.time_iso = time_iso
         self.has_user_host = False
         self.values: dict[str, str] = {}
         self.user = self.host = self.ip = self.priv_user = None
@@ -227,6 +273,9 @@ class _Draft:
         self.explain: list[str] = []
         self.in_sql = False  # past the header block
         self.prefix_done = False  # a statement line was seen: 'use'/'SET timestamp' are SQL from now on
+        self.sql_bytes = 0  # UTF-8 bytes of the statement lines kept (with their line feeds)
+        self.capped = False  # statement lines past max_sql_bytes were not kept
+        self.last_nonblank: str | None = None  # the last non-blank statement line, kept or not (its ';' counts)
 
     @property
     def has_query_time(self) -> bool:
@@ -237,13 +286,16 @@ class SlowLogParser:
     """Feed lines (without or with their line ending) with `feed`; call `close` at the end. Complete entries are
     returned by both. Stats accumulate in `self.stats`."""
 
-    def __init__(self, tz: dt.tzinfo = UTC):
+    def __init__(self, tz: dt.tzinfo = UTC, max_sql_bytes: int = MAX_SQL_BYTES):
         self.tz = tz
+        self.max_sql_bytes = max_sql_bytes
         self.stats = SlowLogStats()
         self._lineno = 0
         self._draft: _Draft | None = None
-        self._last_time_ns: int | None = None  # MariaDB writes '# Time:' only when the second changes
+        self._last_time: tuple[int | None, int | None, bool] = (None, None, False)  # MariaDB writes '# Time:'
+        # only when the second changes: (ns, precision, iso) of the last one, inherited by the entries after it
         self._pending: list[tuple[int, str]] = []  # header-like lines inside SQL, awaiting a decision
+        self._pending_chars = 0
         self._pending_after_semicolon = False
         self._flavor_votes: list[str] = []
 
@@ -292,10 +344,11 @@ class SlowLogParser:
         if self._starts_entry(line):
             # no statement line yet means the last line was a prefix line ('SET timestamp=...;'), also ';'-ended;
             # blank lines after a statement's ';' are not part of it (the server strips trailing blanks)
-            last = next((text for text in reversed(draft.sql) if text.strip()), None)
+            last = draft.last_nonblank
             after_semicolon = last is None or last.endswith(";") or draft.admin is not None
             if after_semicolon or not _QUERY_TIME.match(line):
                 self._pending = [(lineno, line)]
+                self._pending_chars = len(line)
                 self._pending_after_semicolon = after_semicolon
                 if after_semicolon and _QUERY_TIME.match(line):
                     self._start_from_pending(out)
@@ -303,8 +356,10 @@ class SlowLogParser:
         self._statement_line(draft, line)
 
     def _feed_pending(self, lineno: int, line: str, out: list[SlowLogEntry]) -> None:
-        if line.startswith("#") and len(self._pending) < MAX_HEADER_LOOKAHEAD:
+        if line.startswith("#") and len(self._pending) < MAX_HEADER_LOOKAHEAD \
+                and self._pending_chars + len(line) <= MAX_HEADER_LOOKAHEAD_CHARS:
             self._pending.append((lineno, line))
+            self._pending_chars += len(line)
             if _QUERY_TIME.match(line):
                 self._start_from_pending(out)
             return
@@ -326,7 +381,7 @@ class SlowLogParser:
         """The held-back '#' lines end in a real header block: close the current entry and replay them.
         Genuine header lines before '# Query_time:' never end in ';', so '#' lines up to the last one that
         does are SQL comments of the current statement, and the block starts after it."""
-        pending, self._pending = self._pending, []
+        pending, self._pending, self._pending_chars = self._pending, [], 0
         split = max((i + 1 for i, (_, text) in enumerate(pending) if text.endswith(";")), default=0)
         if split and (split == len(pending) or not self._starts_entry(pending[split][1])):
             for _, line in pending:  # what follows the last ';' cannot start an entry: all of it is SQL
@@ -339,7 +394,7 @@ class SlowLogParser:
             self._header_line(lineno, line, out)
 
     def _pending_to_sql(self) -> None:
-        pending, self._pending = self._pending, []
+        pending, self._pending, self._pending_chars = self._pending, [], 0
         for _, line in pending:
             self._statement_line(self._draft, line)
 
@@ -347,7 +402,7 @@ class SlowLogParser:
     def _starts_entry(line: str) -> bool:
         if line.startswith("# Time: "):
             m = _TIME.match(line)
-            return bool(m) and parse_log_time(m["value"]) is not None
+            return bool(m) and _looks_like_time(m["value"])  # a damaged time still starts its entry
         return bool(_USER_HOST.match(line) or _QUERY_TIME.match(line))
 
     # header block ------------------------------------------------------------------------------------------
@@ -355,12 +410,16 @@ class SlowLogParser:
     def _header_line(self, lineno: int, line: str, out: list[SlowLogEntry]) -> None:
         draft = self._draft
         m = _TIME.match(line)
-        if m and (time_ns := parse_log_time(m["value"], self.tz)) is not None:
+        if m and _looks_like_time(m["value"]):
             if draft is not None:
                 self._finish(out)
-            self._vote("mysql" if _ISO_TIME.match(m["value"]) else None)
-            self._last_time_ns = time_ns
-            draft = self._draft = _Draft(lineno, time_ns)
+            iso = bool(_ISO_TIME.match(m["value"]))
+            self._vote("mysql" if iso else None)
+            time_ns = parse_log_time(m["value"], self.tz)
+            if time_ns is None:  # the entries that inherit it have no time either, not the one before
+                self.stats.damage(lineno, "'# Time:'", m["value"])
+            self._last_time = (time_ns, _time_precision_ns(m["value"]), iso)
+            draft = self._draft = _Draft(lineno, *self._last_time)
             draft.nlines += 1
             if m["rest"]:  # old Percona: '# Time: 071218 11:48:27 # User@Host: ...' on one line
                 self._user_host(draft, "# " + m["rest"], lineno)
@@ -370,7 +429,7 @@ class SlowLogParser:
                 self._finish(out)
                 draft = None
             if draft is None:
-                draft = self._draft = _Draft(lineno, self._last_time_ns)
+                draft = self._draft = _Draft(lineno, *self._last_time)
             draft.nlines += 1
             self._user_host(draft, line, lineno)
             return
@@ -381,7 +440,7 @@ class SlowLogParser:
             if not _QUERY_TIME.match(line):  # a '#' line outside any entry
                 self.stats.unparsed_lines += 1
                 return
-            draft = self._draft = _Draft(lineno, self._last_time_ns)
+            draft = self._draft = _Draft(lineno, *self._last_time)
         draft.nlines += 1
         if m := _ADMIN.match(line):
             draft.admin = m["cmd"]
@@ -410,13 +469,18 @@ class SlowLogParser:
         draft.host = m["host"].strip() or None
         draft.ip = m["ip"].strip() or None
         if m["id"] is not None:
-            draft.id = int(m["id"])
+            try:
+                draft.id = _counter(m["id"])
+            except ValueError:
+                self.stats.damage(lineno, "connection id", m["id"])
             self._vote("mysql")
 
     # statement --------------------------------------------------------------------------------------------
 
     def _statement_line(self, draft: _Draft, line: str) -> None:
         draft.nlines += 1
+        if line.strip():
+            draft.last_nonblank = line
         if draft.admin is not None:  # nothing follows an administrator command in a well-formed entry
             if line.strip():
                 self.stats.unparsed_lines += 1
@@ -429,10 +493,26 @@ class SlowLogParser:
                 draft.use_db = _unquote_db(m["db"])
                 return
             if draft.timestamp_s is None and (m := _SET_TIMESTAMP.match(line)):
-                draft.timestamp_s = int(m["ts"])
+                seconds = int(m["ts"]) if m["ts"].isdigit() and len(m["ts"]) <= 12 else MAX_EPOCH_NS
+                if MIN_EPOCH_NS <= seconds * 1_000_000_000 < MAX_EPOCH_NS:
+                    draft.timestamp_s = seconds
+                else:
+                    draft.timestamp_s = -1  # seen but damaged: the next such line is SQL, as for a good one
+                    self.stats.damage(draft.line, "SET timestamp", m["ts"])
                 draft.set_assign = m["assign"].rstrip(",")
                 return
             draft.prefix_done = True
+        size = len(line) if line.isascii() else len(line.encode("utf-8", "surrogatepass"))
+        room = self.max_sql_bytes - draft.sql_bytes
+        if draft.capped or size + (1 if draft.sql else 0) > room:
+            if not draft.capped and room > 0:  # keep what fits of the line that crosses the cap
+                draft.sql.append(line.encode("utf-8", "surrogatepass")[: room - (1 if draft.sql else 0)]
+                                 .decode("utf-8", "ignore"))
+            self.stats.capped_bytes += max(size + 1 - max(room, 0), 0)
+            draft.sql_bytes = self.max_sql_bytes
+            draft.capped = True
+            return
+        draft.sql_bytes += size + (1 if draft.sql else 0)
         draft.sql.append(line)
 
     # finishing --------------------------------------------------------------------------------------------
@@ -448,6 +528,13 @@ class SlowLogParser:
         sql_lines = list(draft.sql)
         while sql_lines and not sql_lines[-1].strip():
             sql_lines.pop()  # the server strips trailing blanks from statements: these are not part of one
+        if draft.capped:  # the kept text is a prefix; whether the statement ended is told by its last line
+            self.stats.capped_statements += 1
+            self.stats.warn(f"line {draft.line}: statement longer than {self.max_sql_bytes} bytes; kept up to "
+                            "that size and marked cut")
+            self.stats.cut_entries += 1
+            self._emit(out, draft, "\n".join(sql_lines), True)
+            return
         if at_eof and draft.admin is None and sql_lines and not sql_lines[-1].endswith(";"):
             # Lines after a complete statement at the end of the file that end in no ';' and start no entry:
             # garbage appended to the log (or a fragment of another file), not part of the statement.
@@ -466,48 +553,30 @@ class SlowLogParser:
             self.stats.cut_entries += 1
             where = "the end of the log" if at_eof else "a server header or the next entry"
             self.stats.warn(f"line {draft.line}: statement cut by {where} (no final ';')")
-        entry = self._freeze(draft, "\n".join(sql_lines), cut)
-        if entry is not None:
-            out.append(entry)
-            self.stats.entries += 1
+        self._emit(out, draft, "\n".join(sql_lines), cut)
 
-    def _freeze(self, draft: _Draft, sql: str, cut: bool) -> SlowLogEntry | None:
+    def _emit(self, out: list[SlowLogEntry], draft: _Draft, sql: str, cut: bool) -> None:
+        out.append(self._freeze(draft, sql, cut))
+        self.stats.entries += 1
+
+    def _freeze(self, draft: _Draft, sql: str, cut: bool) -> SlowLogEntry:
+        """Every number is range-checked here: a damaged one is read as None (counted, warned) and its text kept
+        in `extra`; the entry itself is kept (its statement and times still say something)."""
         values = dict(draft.values)
+        query_time_ns = self._take(values, "Query_time", _seconds_to_ns, draft.line)
+        lock_time_ns = self._take(values, "Lock_time", _seconds_to_ns, draft.line)
         ints: dict[str, int | None] = {name: None for name in set(_INT_FIELDS.values())}
-        try:
-            query_time_ns = _seconds_to_ns(values.pop("Query_time"))
-        except ValueError:
-            self.stats.unparsed_lines += draft.nlines
-            self.stats.warn(f"line {draft.line}: bad Query_time, entry dropped")
-            return None
-        lock_time_ns = None
-        if "Lock_time" in values:
-            text = values.pop("Lock_time")
-            try:
-                lock_time_ns = _seconds_to_ns(text)
-            except ValueError:
-                values["Lock_time"] = text
         for key, name in _INT_FIELDS.items():
-            if key in values and ints[name] is None:
-                try:
-                    ints[name] = int(values[key])
-                    del values[key]
-                except ValueError:
-                    pass  # kept verbatim in extra
+            if ints[name] is None:  # Errno before Last_errno
+                ints[name] = self._take(values, key, _counter, draft.line)
         if "QC_hit" in values:
             self._vote("mariadb")
         if "QC_Hit" in values or "Last_errno" in draft.values or "Log_slow_rate_type" in values:
             self._vote("percona")
         if "Errno" in draft.values or "Start" in values:
             self._vote("mysql")
-        start_ns = end_ns = None
-        for key in ("Start", "End"):
-            if key in values and (ns := parse_log_time(values[key], self.tz)) is not None:
-                del values[key]
-                if key == "Start":
-                    start_ns = ns
-                else:
-                    end_ns = ns
+        start_ns = self._take(values, "Start", lambda text: parse_log_time(text, self.tz), draft.line)
+        end_ns = self._take(values, "End", lambda text: parse_log_time(text, self.tz), draft.line)
         schema = values.pop("Schema", None) or draft.use_db
         thread_id = ints["thread_id"] if ints["thread_id"] is not None else draft.id
         if draft.priv_user and draft.priv_user != draft.user:
@@ -519,13 +588,31 @@ class SlowLogParser:
         if draft.explain:
             values["explain"] = "\n".join(draft.explain)
         return SlowLogEntry(
-            line=draft.line, time_ns=draft.time_ns, timestamp_s=draft.timestamp_s, start_ns=start_ns,
+            line=draft.line, time_ns=draft.time_ns,
+            timestamp_s=draft.timestamp_s if draft.timestamp_s is not None and draft.timestamp_s >= 0 else None,
+            start_ns=start_ns,
             end_ns=end_ns, user=draft.user, host=draft.host, ip=draft.ip, thread_id=thread_id, schema=schema,
             query_time_ns=query_time_ns, lock_time_ns=lock_time_ns, rows_sent=ints["rows_sent"],
             rows_examined=ints["rows_examined"], rows_affected=ints["rows_affected"],
             bytes_sent=ints["bytes_sent"], errno=ints["errno"], killed=ints["killed"], extra=values,
             sql="" if draft.admin is not None else sql, admin_command=draft.admin, cut=cut,
+            time_precision_ns=draft.time_precision_ns, time_iso=draft.time_iso,
         )
+
+    def _take(self, values: dict[str, str], key: str, parse, line: int):
+        """values[key] read by `parse` (which raises ValueError or returns None for a value it refuses) and
+        removed; None when absent, or when damaged: then counted, warned and its text kept in `extra`."""
+        if key not in values:
+            return None
+        try:
+            value = parse(values[key])
+        except ValueError:
+            value = None
+        if value is None:
+            self.stats.damage(line, key, values[key])
+            return None
+        del values[key]
+        return value
 
     # flavor -----------------------------------------------------------------------------------------------
 
@@ -564,11 +651,11 @@ def _iter_lines(text_or_lines: str | Iterable[str]) -> Iterator[str]:
         yield from text_or_lines
 
 
-def parse_slow_log(text_or_lines: str | Iterable[str], tz: dt.tzinfo = UTC
+def parse_slow_log(text_or_lines: str | Iterable[str], tz: dt.tzinfo = UTC, max_sql_bytes: int = MAX_SQL_BYTES
                    ) -> tuple[list[SlowLogEntry], SlowLogStats]:
     """Parse a whole slow log. `tz` is the server's time zone, used for '# Time:' values written without one
     (MySQL 5.6, Percona 5.x, MariaDB)."""
-    parser = SlowLogParser(tz)
+    parser = SlowLogParser(tz, max_sql_bytes)
     entries: list[SlowLogEntry] = []
     for line in _iter_lines(text_or_lines):
         entries.extend(parser.feed(line))
@@ -581,6 +668,8 @@ def parse_slow_log(text_or_lines: str | Iterable[str], tz: dt.tzinfo = UTC
 SLOWLOG_COLUMNS: list[tuple[str, str, str]] = [
     ("line", "int64", "1-based line of the entry's first header line"),
     ("time", "datetime64[ns, UTC]", "'# Time:' (own or inherited): MySQL end of statement, MariaDB start second"),
+    ("time_meaning", "string", "what `time` marks: end (ISO times; YYMMDD of MySQL/Percona) | start (MariaDB); null when the flavour is unknown"),
+    ("time_precision_ns", "Int64", "resolution of `time`: 1000000000 for whole seconds, 1000 for microseconds"),
     ("timestamp", "datetime64[ns, UTC]", "'SET timestamp=N;': statement start, whole seconds"),
     ("start", "datetime64[ns, UTC]", "MySQL 8 log_slow_extra 'Start:' (start of execution)"),
     ("end", "datetime64[ns, UTC]", "MySQL 8 log_slow_extra 'End:'"),
@@ -589,7 +678,7 @@ SLOWLOG_COLUMNS: list[tuple[str, str, str]] = [
     ("ip", "string", "client address"),
     ("thread_id", "Int64", "connection id (MySQL 'Id:'/'Thread_id:', MariaDB/Percona 'Thread_id:')"),
     ("schema", "string", "default database ('Schema:' or 'use db;')"),
-    ("query_time_ns", "int64", "'Query_time:' in integer ns (execution; excludes thread-pool queueing)"),
+    ("query_time_ns", "Int64", "'Query_time:' in integer ns (execution; excludes thread-pool queueing); null when damaged"),
     ("query_time_s", "float64", "'Query_time:' in seconds"),
     ("lock_time_s", "float64", "'Lock_time:' in seconds"),
     ("rows_sent", "Int64", "'Rows_sent:'"),
@@ -600,13 +689,23 @@ SLOWLOG_COLUMNS: list[tuple[str, str, str]] = [
     ("killed", "Int64", "'Killed:' (0: not killed)"),
     ("admin_command", "string", "'# administrator command: X;' -> X (sql is then empty)"),
     ("sql", "string", "statement text without the 'use'/'SET timestamp' prefix lines and the final ';'"),
-    ("cut", "bool", "the statement text is incomplete (log cut inside it)"),
+    ("cut", "bool", "the statement text is incomplete (log cut inside it, or longer than max_sql_bytes)"),
     ("extra", "object", "dict of every other 'Key: value' pair, verbatim"),
 ]
 
 
-def entries_to_frame(entries: list[SlowLogEntry]):
-    """Build the table declared in SLOWLOG_COLUMNS (pandas imported here: the parser core does not need it)."""
+def time_meaning(entry: SlowLogEntry, flavor: str) -> str | None:
+    """'end' or 'start': what an entry's '# Time:' marks, by its form and the log's flavour (see module doc)."""
+    if entry.time_ns is None:
+        return None
+    if entry.time_iso or flavor in ("mysql", "percona"):
+        return "end"
+    return "start" if flavor == "mariadb" else None
+
+
+def entries_to_frame(entries: list[SlowLogEntry], flavor: str = "unknown"):
+    """Build the table declared in SLOWLOG_COLUMNS (pandas imported here: the parser core does not need it).
+    `flavor` (SlowLogStats.flavor) decides what a YYMMDD '# Time:' marks."""
     import pandas as pd
 
     def ns_column(values: list[int | None]) -> pd.Series:
@@ -622,6 +721,7 @@ def entries_to_frame(entries: list[SlowLogEntry]):
         "start": ns_column([e.start_ns for e in entries]),
         "end": ns_column([e.end_ns for e in entries]),
         "query_time_s": seconds([e.query_time_ns for e in entries]),
+        "time_meaning": [time_meaning(e, flavor) for e in entries],
         "lock_time_s": seconds([e.lock_time_ns for e in entries]),
     }
     columns = {}
@@ -642,7 +742,9 @@ _BINARY_MAGIC = {
 
 def _refuse_binary(name: str, head: bytes) -> None:
     kind = _BINARY_MAGIC.get(head[:4])
-    if kind is None and b"\x00" in head:
+    # The server writes statements byte for byte, so a slow log may hold a NUL inside a logged literal: NUL bytes
+    # make a file binary only when nothing in its head looks like a slow log.
+    if kind is None and b"\x00" in head and b"# Query_time: " not in head and b" started with:" not in head:
         kind = "binary data"
     if kind is not None:
         raise SlowLogError(f"{name}: not a slow log (it is {kind})")
@@ -667,11 +769,38 @@ def check_slow_log_file(path: str | os.PathLike) -> None:
     _refuse_binary(name, head)
 
 
-def read_slow_log(path: str | os.PathLike, tz: dt.tzinfo = UTC):
+def _lines(text: io.TextIOBase, limit: int, stats: SlowLogStats) -> Iterator[str]:
+    """The lines of `text`, each at most `limit` characters plus its last one: a longer line is read in pieces
+    and only its head and last character kept (the last character says whether a statement ended with ';'), so
+    memory stays bounded by the limit however long a line is. Whether a line was shortened is counted."""
+    while True:
+        line = text.readline(limit)
+        if not line:
+            return
+        if len(line) < limit or line.endswith("\n"):
+            yield line
+            continue
+        last = line[-1]
+        dropped = 0
+        while True:  # skip the rest of the long line
+            more = text.readline(limit)
+            if not more:
+                break
+            dropped += len(more)
+            last = more.rstrip("\r\n")[-1:] or last
+            if more.endswith("\n"):
+                break
+        stats.capped_bytes += dropped
+        yield line[: limit - 1] + last + "\n"
+
+
+def read_slow_log(path: str | os.PathLike, tz: dt.tzinfo = UTC, max_sql_bytes: int = MAX_SQL_BYTES):
     """Read a slow log file (plain or .gz) into (DataFrame, SlowLogStats). Raises SlowLogError, naming the file,
     for a file that is clearly not a slow log: missing, binary, or non-empty without a single entry or server
     header. An empty file (or one holding only server headers) is a slow log with no entries: a warning.
-    The file is streamed line by line; only the entries are held in memory."""
+    The file is streamed line by line; only the entries are held in memory, each statement up to
+    `max_sql_bytes` (longer ones are kept up to it, marked cut and counted). Damaged values never raise: they
+    are read as unknown and counted in `stats.damaged_values`."""
     name = os.fspath(path)
     try:
         with open(name, "rb") as raw:
@@ -680,10 +809,11 @@ def read_slow_log(path: str | os.PathLike, tz: dt.tzinfo = UTC):
             _refuse_binary(name, f.peek(65536)[:65536] if hasattr(f, "peek") else b"")
             # newline="\n": only '\n' ends a line ('\r' and U+2028 may sit inside SQL literals)
             text = io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline="\n")
-            parser = SlowLogParser(tz)
+            parser = SlowLogParser(tz, max_sql_bytes)
             entries: list[SlowLogEntry] = []
             blank, replaced = True, False
-            for line in text:
+            # a line is read whole up to the statement cap (and never less than 64 KiB: header lines stay whole)
+            for line in _lines(text, max(max_sql_bytes, 1 << 16) + 2, parser.stats):
                 if blank and line.strip():
                     blank = False
                 if not replaced and "\ufffd" in line:
@@ -703,4 +833,4 @@ def read_slow_log(path: str | os.PathLike, tz: dt.tzinfo = UTC):
         stats.warn(f"{name}: slow log has no entries")
     if replaced:
         stats.warn(f"{name}: bytes that are not UTF-8 were replaced by U+FFFD")
-    return entries_to_frame(entries), stats
+    return entries_to_frame(entries, stats.flavor), stats

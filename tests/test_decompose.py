@@ -30,7 +30,8 @@ def maxthreads():
 def join_rows(db: pd.DataFrame, drop_ids: bool = False) -> pd.DataFrame:
     conn = db["conn_id"] if not drop_ids else pd.Series(pd.NA, index=db.index, dtype="Int64")
     return pd.DataFrame({
-        "conn_id": conn, "fingerprint": db["fingerprint"],
+        "conn_id": conn, "conn_key": db["client"].astype(str), "command": db["command"].astype(object),
+        "sql": db["sql"].astype(object), "params": db["params"].astype(object), "sql_cut": False,
         "start_ns": ns(db["req_first_ts"]), "end_ns": ns(db["resp_last_ts"]),
     })
 
@@ -58,12 +59,15 @@ def test_every_entry_joined_to_its_connections_statement(maxthreads):
     assert np.allclose(j.set_index("conn_id")["query_time_s"].sort_index(), ps.sort_index(), atol=0.01)
 
 
-def test_without_connection_ids_text_and_time_still_join_each_entry_once(maxthreads):
+def test_without_connection_ids_identical_statements_are_not_guessed(maxthreads):
+    # Eight SELECT SLEEP(2) at the same second on eight connections, no ids on the wire: each entry fits several
+    # exchanges, so none is joined; the eight exchanges are undecided (in the slow log or not: unknown).
     db, slow, _ = maxthreads
     join = join_slow_log(join_rows(db, drop_ids=True), slow)
-    j = joined(db, slow, join.entry)
-    assert len(j) == 8 and (j["sql"] == "SELECT SLEEP(2)").all()
-    assert len(set(join.entry[join.entry >= 0])) == 8
+    assert not join.used and (join.entry == -1).all()
+    assert list(join.reasons) == ["ambiguous"] * 8 and join.stats["unjoined"] == {"ambiguous": 8}
+    assert set(db.loc[join.undecided & (db["command"] == "COM_QUERY").to_numpy(), "sql"]) == {"SELECT SLEEP(2)"}
+    assert join.stats["exchanges_undecided"] == 8
 
 
 def test_slow_log_from_another_time_is_not_used(maxthreads):

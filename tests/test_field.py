@@ -138,7 +138,10 @@ def test_analyze_runs_and_its_outputs_agree(tmp_path, monkeypatch, mode, paths, 
     page = (out / "report.html").read_text(encoding="utf-8")
     assert page.lstrip().lower().startswith("<!doctype html>") and page.rstrip().endswith("</html>")
     if render:
-        assert " ".join(summary["verdict"].split()) in _page_text(page)
+        # the verdict's sentence and each of its bullets (the page sets them apart: compared without white space)
+        text = "".join(_page_text(page).split())
+        for said in [summary["story"]["sentence"], *(b["text"] for b in summary["story"]["bullets"])]:
+            assert "".join(said.split()) in text
 
 
 def test_the_sweep_covers_every_kind_of_capture():

@@ -28,6 +28,8 @@ CURSOR_TYPE_READ_ONLY = 0x01
 # parameter types for COM_STMT_EXECUTE
 MYSQL_TYPE_DOUBLE, MYSQL_TYPE_LONGLONG, MYSQL_TYPE_DATETIME = 0x05, 0x08, 0x0C
 MYSQL_TYPE_BLOB, MYSQL_TYPE_VAR_STRING, MYSQL_TYPE_NULL = 0xFC, 0xFD, 0x06
+MYSQL_TYPE_TINY, MYSQL_TYPE_FLOAT, MYSQL_TYPE_DATE, MYSQL_TYPE_TIME, MYSQL_TYPE_NEWDECIMAL = 0x01, 0x04, 0x0A, 0x0B, 0xF6
+UNSIGNED_FLAG = 0x8000  # in the type's second byte on the wire
 
 MAX_PAYLOAD = 0xFFFFFF
 
@@ -288,7 +290,7 @@ class RawClient:
                 if value is None:
                     null_bitmap[i // 8] |= 1 << (i % 8)
             body += bytes(null_bitmap) + b"\x01"  # new params bound: types follow
-            body += b"".join(struct.pack("<BB", type_, 0) for type_, _ in params)
+            body += b"".join(struct.pack("<H", type_) for type_, _ in params)  # type, flags (0x8000 unsigned)
             body += b"".join(value for _, value in params if value is not None)
         self.send_command(COM_STMT_EXECUTE, body)
         return self.read_response(binary_rows=True)
@@ -329,3 +331,7 @@ def encode_string(value: str | bytes) -> bytes:
 
 def encode_datetime(year: int, month: int, day: int, hour: int, minute: int, second: int, micro: int) -> bytes:
     return bytes([11]) + struct.pack("<HBBBBBI", year, month, day, hour, minute, second, micro)
+
+
+def encode_time(days: int, hours: int, minutes: int, seconds: int, micro: int, negative: bool = False) -> bytes:
+    return bytes([12]) + struct.pack("<BIBBBI", int(negative), days, hours, minutes, seconds, micro)

@@ -34,6 +34,10 @@ TRUTH_KEYS = ("conn_id", "thread_group", "conn_label", "driver", "command", "sql
               "ps_timer_start_ps", "ps_timer_end_ps", "rows", "error")
 
 
+OPTIONAL_TRUTH_KEYS = ("client_port",)  # added later: older committed sets do not have them
+PS_SQL_TEXT_LENGTH = 1024  # performance_schema_max_sql_text_length's default
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM/SIGHUP turned into an interrupt so every `finally` and context exit runs (callers that handle
     KeyboardInterrupt, like the pcapdecomp CLI, handle it too)."""
@@ -66,6 +70,17 @@ def _calibrate_hog_rounds(server: PrivateMariaDB, seconds: float) -> int:
     return max(1000, int(rounds * seconds / elapsed))
 
 
+def _await_file(path: Path, child: Child, timeout_s: float) -> None:
+    """Wait until the workload creates `path` (it has connected), or fail if it exits or takes too long."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if child.proc.poll() is not None:
+            raise LabError(f"the workload exited ({child.proc.returncode}) before it had connected")
+        if time.monotonic() > deadline:
+            raise LabError(f"the workload did not connect within {timeout_s:.0f} s")
+        time.sleep(0.05)
+
+
 def _statement_history(server: PrivateMariaDB) -> dict[int, list[dict]]:
     """Top-level statements per performance_schema THREAD_ID, in order."""
     with server.admin() as conn, conn.cursor() as cur:
@@ -81,7 +96,7 @@ def _statement_history(server: PrivateMariaDB) -> dict[int, list[dict]]:
 
 
 def _norm(sql: str) -> str:
-    return " ".join(sql.split()).rstrip(";").lower()
+    return " ".join(sql.split()).rstrip("; ").lower()
 
 
 def _matches(row: dict, event: dict) -> bool:
@@ -90,6 +105,8 @@ def _matches(row: dict, event: dict) -> bool:
     if not row["sql"] or not event["sql"]:
         return False
     text, wanted = _norm(event["sql"]), _norm(row["sql"])
+    if len(event["sql"]) >= PS_SQL_TEXT_LENGTH:  # performance_schema keeps only the start of long statements
+        return wanted.startswith(text[: len(text) - 3] if text.endswith("...") else text)
     return text == wanted or (";" in wanted and text in wanted)
 
 
@@ -102,7 +119,7 @@ def join_truth(client_rows: list[dict], history: dict[int, list[dict]], pool_siz
     cursor_by_thread: dict[int, int] = {}
     joined = []
     for row in sorted(client_rows, key=lambda r: r["client_seq"]):
-        out = {key: row.get(key) for key in TRUTH_KEYS}
+        out = {key: row.get(key) for key in (*TRUTH_KEYS[:1], *OPTIONAL_TRUTH_KEYS, *TRUTH_KEYS[1:])}
         out["thread_group"] = row["conn_id"] % pool_size if row["conn_id"] is not None else None
         out["exec_s"] = out["ps_timer_start_ps"] = out["ps_timer_end_ps"] = None
         out["ps_statements"] = 0
@@ -204,14 +221,26 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
                 params["hog_rounds"] = _calibrate_hog_rounds(server, spec.hog_seconds)
                 log(f"BENCHMARK rounds for ~{spec.hog_seconds} s: {params['hog_rounds']}")
             server.start_recording()
-            dumps = {"app": stack.enter_context(Tcpdump(hosts.app, workdir / "app.pcap")),
-                     "db": stack.enter_context(Tcpdump(hosts.db, workdir / "db.pcap"))}
+            dumps: dict[str, Tcpdump] = {}
+
+            def start_captures() -> None:
+                dumps["app"] = stack.enter_context(Tcpdump(hosts.app, workdir / "app.pcap"))
+                dumps["db"] = stack.enter_context(Tcpdump(hosts.db, workdir / "db.pcap"))
+
+            if spec.midstream:  # the workload connects, then waits for the captures: they begin mid-connection
+                params["sync_dir"] = str(workdir)
+            else:
+                start_captures()
             client_file = workdir / "client.jsonl"
             log(f"running workload {scenario} {json.dumps(params)}")
             argv = hosts.app.command(sys.executable, str(LAB_DIR / "workload.py"), scenario, "--host", DB_IPV4,
                                      "--host6", DB_IPV6, "--port", str(MYSQL_PORT), "--out", str(client_file),
                                      "--params", json.dumps(params))
             with Child(argv) as child:
+                if spec.midstream:
+                    _await_file(workdir / "connected", child, 60)
+                    start_captures()
+                    (workdir / "go").touch()
                 code = child.wait(120 + 3 * float(params.get("duration", 0)))
             if code != 0:
                 raise LabError(f"the {scenario} workload failed (exit {code}); see its output above")
@@ -233,7 +262,7 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
                 for row in truth:
                     f.write(json.dumps(row, ensure_ascii=False) + "\n")
             _write_capture_toml(out / "capture.toml", spec, server,
-                                {k: v for k, v in params.items()}, {n: d.stats for n, d in dumps.items()})
+                                {k: v for k, v in params.items() if k != "sync_dir"}, {n: d.stats for n, d in dumps.items()})
             (out / "README.md").write_text(
                 f"# Capture set `{scenario}`\n\n{spec.description}\n\nRecorded by `captures/lab/record.py "
                 f"{scenario}` on MariaDB {server.version}; settings in `capture.toml`, per-query ground truth "

@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 from hosts import ServerSettings
 
 SBTEST_ROWS = 10_000
+# Two thread groups that a busy statement holds (a 60 s stall limit, one extra active thread): requests on its group
+# queue behind it.
+HELD_GROUPS = dict(thread_pool_size=2, thread_pool_max_threads=100, thread_pool_stall_limit_ms=60_000,
+                   thread_pool_oversubscribe=1)
 
 
 def _sbtest_sql(rows: int) -> list[str]:
@@ -25,6 +29,7 @@ class Scenario:
     setup_sql: tuple[str, ...] = ()
     hog_seconds: float = 0.0  # when > 0, BENCHMARK rounds are calibrated to run this long on this machine
     committed: bool = True  # recorded into captures/<name>/ and committed
+    midstream: bool = False  # the captures start after the workload has connected (no greetings, no ids)
 
 
 SCENARIOS = {s.name: s for s in (
@@ -43,8 +48,7 @@ SCENARIOS = {s.name: s for s in (
         "thread group. Probe queries (SELECT 1 every ~75 ms on several connections in both groups) on that group "
         "wait until it finishes (client time up to ~3 s, execution microseconds); probes on the other group stay "
         "fast. Only the BENCHMARK is in the slow log (long_query_time=1).",
-        ServerSettings(thread_pool_size=2, thread_pool_max_threads=100, thread_pool_stall_limit_ms=60_000,
-                       thread_pool_oversubscribe=1, long_query_time_s=1.0),
+        ServerSettings(**HELD_GROUPS, long_query_time_s=1.0),
         {"clients": 6, "duration": 6.0, "interval_s": 0.075, "hog_at_s": 1.5, "pool_size": 2},
         hog_seconds=3.0,
     ),
@@ -54,8 +58,7 @@ SCENARIOS = {s.name: s for s in (
         "statements (COM_STMT_EXECUTE), 4+4 connections at up to 1200/s in total for 3 s, while a CPU hog (BENCHMARK ~0.4 s) "
         "runs three times on thread_pool_size=2 with a 60 s stall limit: point selects queued behind a hog in "
         "its group slow down without being slow themselves (long_query_time=0.1).",
-        ServerSettings(thread_pool_size=2, thread_pool_max_threads=100, thread_pool_stall_limit_ms=60_000,
-                       thread_pool_oversubscribe=1, long_query_time_s=0.1),
+        ServerSettings(**HELD_GROUPS, long_query_time_s=0.1),
         {"clients": 4, "rate": 1200, "duration": 3.0, "rows": SBTEST_ROWS, "hog_times": [0.6, 1.5, 2.4]},
         tuple(_sbtest_sql(SBTEST_ROWS)),
         hog_seconds=0.4,
@@ -81,6 +84,34 @@ SCENARIOS = {s.name: s for s in (
          "CREATE TABLE lab.loaded (id INT PRIMARY KEY, label VARCHAR(20))",
          "CREATE TABLE lab.blobs (id INT AUTO_INCREMENT PRIMARY KEY, b MEDIUMBLOB)",
          "CREATE PROCEDURE lab.two_results() BEGIN SELECT 1 AS first_set; SELECT 2 AS second_set, 'b' AS x; END"),
+    ),
+    Scenario(
+        "midstream-join",
+        "The captures start after 10 connections logged in (no greeting: no connection ids on the wire). The "
+        "statements share a few fingerprints and differ in their values: select benchmark(N, md5('hNN')) with N "
+        "from four sizes on six text connections at once, on thread_pool_size=2 with a 60 s stall limit (so "
+        "some queue behind others), then the same text on every connection at the same moment (select sleep(0.6), "
+        "select benchmark(N, md5('same'))), select sleep(0.55) four times in a row on one connection, a "
+        "commented and a multi-statement query, and prepared select benchmark(?, md5(?)) on two binary-protocol "
+        "connections: one prepared after the captures began, one before (its text is not on the wire), and two "
+        "twin connections that only ever run select sleep(0.6) at the same moment (nothing tells them apart). "
+        "long_query_time=0.5: some statements of each fingerprint are slow-logged, some are not.",
+        ServerSettings(**HELD_GROUPS, long_query_time_s=0.5),
+        {"clients": 6, "duration": 6.0, "seed_rounds": 200_000},
+        midstream=True,
+    ),
+    Scenario(
+        "slowlog-forms",
+        "Every statement in the slow log (long_query_time=0): the forms a statement takes on the wire and in the "
+        "log. Leading blanks, trailing ';', comments (/* */, --, #, hints), CRLF and multi-line literals, quotes "
+        "and backslashes, unicode, a NUL byte, a 5 kB statement, a three-statement COM_QUERY, USE, SET, "
+        "SQL-level PREPARE/EXECUTE, binary-protocol executes with parameters of every type (integers signed and "
+        "unsigned, float, double, decimal, date, time, datetime, strings with quotes/backslashes/newlines, a "
+        "binary blob, NULL, long data), mysql-connector's prepared cursor, pymysql's client-side "
+        "interpolation, and COM_PING / COM_INIT_DB / COM_STATISTICS / COM_RESET_CONNECTION.",
+        ServerSettings(thread_pool_size=2, long_query_time_s=0.0),
+        {},
+        tuple(_sbtest_sql(100)),
     ),
     Scenario(
         "sysbench",

@@ -52,6 +52,7 @@ class Connection:
     def __init__(self, truth: Truth, label: str, kind: str, handle, note: str = ""):
         self.truth, self.label, self.kind, self.handle, self.note = truth, label, kind, handle, note
         self.conn_id = self.ps_thread_id = None
+        self.client_port = _local_port(kind, handle)
         ids = self.timed_query(IDENTIFY_SQL, role="identify")
         self.conn_id, self.ps_thread_id = int(ids[0]), int(ids[1])
         for row in self.truth.rows:  # the identify row was written before the ids were known
@@ -62,7 +63,7 @@ class Connection:
                ps_event: str | None = None, rows: int | None = None, error: str | None = None,
                note: str | None = None) -> None:
         self.truth.add(conn_label=self.label, conn_id=self.conn_id, ps_thread_id=self.ps_thread_id,
-                       driver=self.kind, command=command, sql=sql, role=role, ps_event=ps_event,
+                       client_port=self.client_port, driver=self.kind, command=command, sql=sql, role=role, ps_event=ps_event,
                        client_send_ns=send_ns, client_recv_ns=recv_ns, rows=rows, error=error,
                        note=note if note is not None else self.note)
 
@@ -98,6 +99,16 @@ class Connection:
             self.handle.quit()
         else:
             self.handle.close()
+
+
+def _local_port(kind: str, handle) -> int | None:
+    """The client's TCP port: with the address it names the connection on the wire, also without a greeting."""
+    sock = {"raw": lambda: handle.sock, "pymysql": lambda: handle._sock,
+            "connector": lambda: handle._socket.sock}.get(kind, lambda: None)
+    try:
+        return sock().getsockname()[1]
+    except (AttributeError, OSError, TypeError, IndexError):
+        return None
 
 
 def connect(truth: Truth, label: str, args, kind: str = "pymysql", note: str = "", **options) -> Connection:
@@ -364,6 +375,217 @@ def features(args, truth: Truth) -> None:
     c.close()
 
 
+def wait_for_captures(args) -> None:
+    """Mid-stream scenarios: tell record.py the connections are up, then wait until its captures run."""
+    sync = getattr(args, "sync_dir", None)
+    if not sync:
+        return
+    (Path(sync) / "connected").touch()
+    deadline = time.monotonic() + 60
+    while not (Path(sync) / "go").exists():
+        if time.monotonic() > deadline:
+            raise SystemExit("the captures did not start within 60 s")
+        time.sleep(0.02)
+    time.sleep(0.2)  # tcpdump says "listening" a moment before its ring sees packets
+
+
+def midstream_join(args, truth: Truth) -> None:
+    """Statements of one fingerprint with different values, some slow-logged, seen by captures that began after
+    every login (see the scenario's description)."""
+    from pymysql.constants import CLIENT
+
+    text = [connect(truth, f"text-{i}", args, client_flag=CLIENT.MULTI_STATEMENTS) for i in range(args.clients)]
+    fresh = connect(truth, "prepared-after", args, kind="raw", note="prepared after the captures began")
+    early = connect(truth, "prepared-before", args, kind="raw",
+                    note="prepared before the captures began: its text is not on the wire")
+    twins = [connect(truth, f"twin-{i}", args, note="runs only what its twin runs, at the same moment")
+             for i in range(2)]
+    template = "select benchmark(?, md5(?))"
+
+    def prepare(conn: Connection) -> int:
+        send_ns = time.time_ns()
+        statement_id, _, _ = conn.handle.prepare(template)
+        conn.record(send_ns, time.time_ns(), command="COM_STMT_PREPARE", sql=template, role="prepare",
+                    ps_event="statement/com/Prepare")
+        return statement_id
+
+    def execute(conn: Connection, statement_id: int, rounds: int, tag: str) -> None:
+        send_ns = time.time_ns()
+        answer = conn.handle.execute(statement_id, [(raw.MYSQL_TYPE_LONGLONG, rounds.to_bytes(8, "little")),
+                                                    (raw.MYSQL_TYPE_VAR_STRING, raw.encode_string(tag))])
+        conn.record(send_ns, time.time_ns(), command="COM_STMT_EXECUTE", sql=template, role="query",
+                    ps_event="statement/com/Execute", rows=answer.rows, error=answer.error or None,
+                    note=f"params {rounds}, {tag!r}")
+
+    # md5 rounds per second on this (shared) machine, measured before the captures: slow-logged, outside them
+    start = time.monotonic()
+    text[0].timed_query(f"select benchmark({args.seed_rounds}, md5('calibrate'))", role="calibrate")
+    per_s = args.seed_rounds / max(time.monotonic() - start, 1e-3)
+    early_id = prepare(early)
+    wait_for_captures(args)
+
+    # seconds of md5 on an idle core; 8 connections share 2 cores and 2 thread groups, so they take 2-4x as
+    # long: below and above long_query_time (0.5)
+    sizes = [0.02, 0.08, 0.25, 0.7]
+    stop = time.monotonic() + args.duration
+    together = threading.Barrier(len(text))
+
+    def text_worker(i: int, conn: Connection) -> None:
+        rng = random.Random(args.seed * 100 + i)
+        while time.monotonic() < stop:
+            rounds = int(per_s * rng.choice(sizes))
+            conn.timed_query(f"select benchmark({rounds}, md5('h{rng.randrange(16):02d}'))")
+            time.sleep(rng.uniform(0.0, 0.03))
+        together.wait()  # the same text on every connection at the same moment
+        conn.timed_query("select sleep(0.6)", role="same-text")
+        together.wait()
+        conn.timed_query(f"select benchmark({int(per_s * 0.4)}, md5('same'))", role="same-text")
+        together.wait()
+        if i == 0:
+            for _ in range(4):
+                conn.timed_query("select sleep(0.55)", role="repeat")
+        elif i == 1:
+            conn.timed_query("/* job=17 */ select sleep(0.6)", role="comment")
+            conn.timed_query("select sleep(0.6) -- trailing comment", role="comment")
+        elif i == 2:
+            conn.timed_query("select sleep(0.6); select 1", role="multi-statement")
+
+    def prepared_worker(conn: Connection, statement_id: int | None, seed: int) -> None:
+        rng = random.Random(seed)
+        if statement_id is None:
+            statement_id = prepare(conn)
+        while time.monotonic() < stop:
+            execute(conn, statement_id, int(per_s * rng.choice(sizes)), f"p{rng.randrange(16):02d}")
+            time.sleep(rng.uniform(0.0, 0.1))
+
+    in_step = threading.Barrier(len(twins))
+
+    def twin_worker(conn: Connection) -> None:
+        for _ in range(2):  # nothing on the wire or in the log tells these two connections apart
+            in_step.wait()
+            conn.timed_query("select sleep(0.6)", role="twin")
+
+    workers = [lambda i=i, c=c: text_worker(i, c) for i, c in enumerate(text)]
+    workers += [lambda c=c: twin_worker(c) for c in twins]
+    workers += [lambda: prepared_worker(fresh, None, args.seed * 7), lambda: prepared_worker(early, early_id, args.seed * 11)]
+    run_threads(workers)
+    for c in [*text, fresh, early, *twins]:
+        c.close()
+
+
+def slowlog_forms(args, truth: Truth) -> None:
+    """Each form of statement text once (long_query_time=0: all of them are in the slow log)."""
+    c = connect(truth, "text-forms", args, kind="raw", note="COM_QUERY texts in many forms")
+    for sql in ("  \t SELECT 1 AS leading_blanks",
+                "SELECT 2 AS trailing_semicolons ;; \n",
+                "/* leading comment */ SELECT 3 AS c",
+                "SELECT 4 AS c -- trailing comment",
+                "SELECT 5 AS c # hash comment\n",
+                "SELECT /*+ no hint really */ 6 AS c",
+                "SELECT 'multi\nline\r\nliteral' AS m, 7 AS c",
+                "SELECT\r\n8 AS crlf\r\n",
+                "SELECT 'quote '' and \\' and \\\\ backslash' AS q",
+                "SELECT '\u00fcn\u00efc\u00f6d\u00e9 \u2713' AS u",
+                "select 9 as lower_case",
+                "SELECT 1 AS x,\n# a line that looks like a comment header\n2 AS y",
+                "SELECT '\n# Query_time: 1.0 inside a literal\n' AS fake_header",
+                "SELECT 'a\x00b' AS nul_byte",
+                "SELECT '" + "x" * 5000 + "' AS long_statement",
+                "SELECT 10 AS a; SELECT 11 AS b ;  SELECT 'x;y' AS semicolon_in_literal",
+                "SET @forms_x = 1",
+                "USE lab",
+                "SELECT c FROM sbtest1 WHERE id IN (1, 2, 3)",
+                "PREPARE forms_stmt FROM 'SELECT ? + 1 AS sql_level'",
+                "SET @forms_a = 41",
+                "EXECUTE forms_stmt USING @forms_a",
+                "DEALLOCATE PREPARE forms_stmt",
+                "SELEC 1 AS syntax_error",
+                "DO SLEEP(0.01)"):
+        c.timed_query(sql)
+    c.close()
+
+    c = connect(truth, "binary-params", args, kind="raw", note="COM_STMT_EXECUTE with parameters of every type")
+    client: raw.RawClient = c.handle
+    sql = ("SELECT ? AS i, ? AS u, ? AS t, ? AS f, ? AS d, ? AS dec_, ? AS dt, ? AS da, ? AS tm, ? AS s, ? AS b, "
+           "? AS n /* a ? in a comment */, '?' AS not_a_param")
+    send_ns = time.time_ns()
+    statement_id, _, _ = client.prepare(sql)
+    c.record(send_ns, time.time_ns(), command="COM_STMT_PREPARE", sql=sql, role="prepare",
+             ps_event="statement/com/Prepare")
+    unsigned = 0x8000
+    for values in ((-123456789012, 18446744073709551615, -7, 0.1, 2.5, "12345.678", (2024, 5, 1, 10, 0, 0, 512345),
+                    (2024, 5, 2), (1, 12, 34, 56, 0), "it's a \\ back\nslash \u00fc", b"\x00\x01\xfe\xff'", None),
+                   (0, 0, 127, 1e-10, 1.2345678901234567e20, "-0.5", (1999, 12, 31, 23, 59, 59, 0),
+                    (1970, 1, 1), (0, 0, 0, 1, 250000), "", b"", None)):
+        i, u, t, f, d, dec, dt, da, tm, s, b, n = values
+        params = [(raw.MYSQL_TYPE_LONGLONG, i.to_bytes(8, "little", signed=True)),
+                  (raw.MYSQL_TYPE_LONGLONG | unsigned, u.to_bytes(8, "little")),
+                  (raw.MYSQL_TYPE_TINY, t.to_bytes(1, "little", signed=True)),
+                  (raw.MYSQL_TYPE_FLOAT, raw.struct.pack("<f", f)),
+                  (raw.MYSQL_TYPE_DOUBLE, raw.struct.pack("<d", d)),
+                  (raw.MYSQL_TYPE_NEWDECIMAL, raw.encode_string(dec)),
+                  (raw.MYSQL_TYPE_DATETIME, raw.encode_datetime(*dt)),
+                  (raw.MYSQL_TYPE_DATE, bytes([4]) + raw.struct.pack("<HBB", *da)),
+                  (raw.MYSQL_TYPE_TIME, raw.encode_time(*tm)),
+                  (raw.MYSQL_TYPE_VAR_STRING, raw.encode_string(s)),
+                  (raw.MYSQL_TYPE_BLOB, raw.encode_string(b)),
+                  (raw.MYSQL_TYPE_NULL, None)]
+        send_ns = time.time_ns()
+        answer = client.execute(statement_id, params)
+        c.record(send_ns, time.time_ns(), command="COM_STMT_EXECUTE", sql=sql, role="query",
+                 ps_event="statement/com/Execute", rows=answer.rows, error=answer.error or None,
+                 note=f"params {values!r}")
+    long_sql = "SELECT LENGTH(?) AS long_data_length, ? AS tag"
+    send_ns = time.time_ns()
+    long_id, _, _ = client.prepare(long_sql)
+    c.record(send_ns, time.time_ns(), command="COM_STMT_PREPARE", sql=long_sql, role="prepare",
+             ps_event="statement/com/Prepare")
+    client.send_long_data(long_id, 0, b"L" * 3000)
+    send_ns = time.time_ns()
+    answer = client.execute(long_id, [(raw.MYSQL_TYPE_BLOB, b""), (raw.MYSQL_TYPE_VAR_STRING, raw.encode_string("ld"))])
+    c.record(send_ns, time.time_ns(), command="COM_STMT_EXECUTE", sql=long_sql, role="query",
+             ps_event="statement/com/Execute", rows=answer.rows, note="parameter 0 sent as long data")
+    client.close_statement(statement_id)
+    client.close_statement(long_id)
+    c.close()
+
+    c = connect(truth, "connector-prepared", args, kind="connector", note="mysql-connector prepared cursor")
+    cursor = c.handle.cursor(prepared=True)
+    for value in (3, "it's"):
+        send_ns = time.time_ns()
+        cursor.execute("SELECT id, c FROM sbtest1 WHERE id = %s OR c = %s", (value, str(value)))
+        cursor.fetchall()
+        c.record(send_ns, time.time_ns(), command="COM_STMT_EXECUTE", sql="SELECT id, c FROM sbtest1 WHERE id = ? OR c = ?",
+                 role="query", ps_event="statement/com/Execute", note=f"connector params {value!r}")
+    cursor.close()
+    c.close()
+
+    c = connect(truth, "pymysql-params", args, note="pymysql interpolates parameters client-side")
+    cursor = c.handle.cursor()
+    for value in ("it's \\ \u00fc\n", 42):
+        sql = cursor.mogrify("SELECT %s AS v", (value,))  # the text pymysql sends
+        send_ns = time.time_ns()
+        cursor.execute("SELECT %s AS v", (value,))
+        cursor.fetchall()
+        c.record(send_ns, time.time_ns(), command="COM_QUERY", sql=sql, role="query",
+                 note=f"pymysql params {value!r}")
+    cursor.close()
+    c.close()
+
+    c = connect(truth, "commands", args, kind="raw", note="commands without SQL text")
+    for command, action, event in (("COM_PING", lambda cl: cl.ping(), "statement/com/Ping"),
+                                   ("COM_INIT_DB", lambda cl: cl.init_db("lab"), "statement/com/Init DB"),
+                                   ("COM_STATISTICS", lambda cl: cl.statistics(), "statement/com/Statistics"),
+                                   ("COM_RESET_CONNECTION", lambda cl: cl.reset_connection(),
+                                    "statement/com/Reset connection")):
+        send_ns = time.time_ns()
+        answer = action(c.handle)
+        c.record(send_ns, time.time_ns(), command=command, sql=None, role="command", ps_event=event,
+                 error=answer.error or None)
+    c.timed_query("SELECT 'after commands' AS done")
+    c.close()
+
+
 def bigpacket(args, truth: Truth) -> None:
     c = connect(truth, "bigpacket", args, kind="raw", note="a 17 MiB result row: packets of 16 MiB - 1 continued")
     c.timed_query(f"SELECT REPEAT('x', {17 * 1024 * 1024})")
@@ -388,7 +610,7 @@ def sysbench(args, truth: Truth) -> None:
 
 SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
              "connection-churn": connection_churn, "features": features, "bigpacket": bigpacket,
-             "sysbench": sysbench}
+             "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,33 @@
+"""What decompose hands the slow-log join for a capture set: build_table's output, computed once per set by
+running the analysis and keeping the table it passes to decompose."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+_TABLES: dict[Path, pd.DataFrame] = {}
+
+
+def exchange_table(set_dir: Path) -> pd.DataFrame:
+    if set_dir not in _TABLES:
+        from pcapdecomp import analysis
+
+        captured = {}
+        real = analysis.decompose
+
+        def keep(table, *a, **k):
+            captured["table"] = table.copy()
+            return real(table, *a, **k)
+
+        analysis.decompose = keep
+        try:
+            with tempfile.TemporaryDirectory() as out:
+                analysis.analyze(set_dir, app=[], db=None, slow_log=None, long_query_time=None, thread_pool_size=None,
+                                 servers=[], out_dir=Path(out), quiet=True)
+        finally:
+            analysis.decompose = real
+        _TABLES[set_dir] = captured["table"]
+    return _TABLES[set_dir]
