@@ -47,6 +47,7 @@ class HalfStream:
 
     WINDOW_AHEAD = 1 << 30  # the largest TCP window (scale 14)
     WINDOW_BEHIND = 64 << 20  # retransmissions older than this are not plausible
+    MAX_HOLES = 4096  # holes remembered for the repair stage (pcapdecomp/repair.py); the rest are only counted
 
     def __init__(self, max_buffered: int = 4 << 20):
         self.base: int | None = None  # raw sequence number of stream offset 0
@@ -58,6 +59,10 @@ class HalfStream:
         self._holes_starts: list[int] = []  # sorted offsets of buffered out-of-order segments
         self._held: dict[int, Chunk] = {}
         self._held_bytes = 0
+        # Byte ranges this capture point never saw, as (raw sequence number, length, ts_ns when found): the gaps,
+        # and bytes before a FIN that never arrived. Another capture point of the connection may have them.
+        self.holes: list[tuple[int, int, int]] = []
+        self.holes_dropped = 0
 
     def raw_seq(self, offset: int) -> int:
         """The TCP sequence number of the byte at a stream offset (for matching across capture points)."""
@@ -138,6 +143,8 @@ class HalfStream:
         out = []
         while self._held:
             out += self._declare_gap(ts_ns)
+        if self.fin_offset is not None and self.fin_offset > self.next:
+            self._remember(self.next, self.fin_offset - self.next, ts_ns)  # the FIN proves these bytes were sent
         return out
 
     def cut_by_snaplen(self, seq: int, captured: int, missing: int, ts_ns: int) -> list:
@@ -148,6 +155,7 @@ class HalfStream:
         gap = Gap(self.next, missing, ts_ns)
         self.stats.gaps += 1
         self.stats.gap_bytes += missing
+        self._remember(self.next, missing, ts_ns)
         self.next += missing
         return [gap] + self._drain()
 
@@ -208,8 +216,15 @@ class HalfStream:
         gap = Gap(self.next, target - self.next, ts_ns)
         self.stats.gaps += 1
         self.stats.gap_bytes += gap.length
+        self._remember(self.next, gap.length, ts_ns)
         self.next = target
         return [gap] + self._drain()
+
+    def _remember(self, offset: int, length: int, ts_ns: int) -> None:
+        if len(self.holes) < self.MAX_HOLES:
+            self.holes.append((self.raw_seq(offset), length, ts_ns))
+        else:
+            self.holes_dropped += 1
 
 
 @dataclass

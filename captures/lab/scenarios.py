@@ -61,6 +61,19 @@ SCENARIOS = {s.name: s for s in (
         hog_seconds=0.4,
     ),
     Scenario(
+        "oltp-prepared",
+        "OLTP point selects on a 10k-row sysbench-like table over 2 pymysql text-protocol connections and 2 "
+        "mysql-connector prepared cursors (COM_STMT_PREPARE once, then COM_STMT_RESET + COM_STMT_EXECUTE per "
+        "call), up to 200/s in total for 3 s, while a CPU hog (BENCHMARK ~0.3 s) runs every 1.2 s on "
+        "thread_pool_size=2. The recording that capture loss is tested on (tests/test_repair.py drops frames "
+        "from a copy with scripts/lose_frames.py).",
+        ServerSettings(thread_pool_size=2, thread_pool_max_threads=100, thread_pool_stall_limit_ms=60_000,
+                       thread_pool_oversubscribe=1, long_query_time_s=0.1),
+        {"clients": 2, "rate": 200, "duration": 3.0, "rows": SBTEST_ROWS, "hog_first": 0.8, "hog_every": 1.2},
+        tuple(_sbtest_sql(SBTEST_ROWS)),
+        hog_seconds=0.3,
+    ),
+    Scenario(
         "connection-churn",
         "Short connections at a high rate: connect, one query, quit (~60 connections/s). The connect rows in "
         "truth.jsonl give the client-side handshake latency (TCP + greeting + login).",

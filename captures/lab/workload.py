@@ -213,6 +213,61 @@ def oltp_hogs(args, truth: Truth) -> None:
         c.close()
 
 
+def oltp_prepared(args, truth: Truth) -> None:
+    """Point selects over pymysql (text protocol) and mysql-connector prepared cursors, which send COM_STMT_PREPARE
+    once and then COM_STMT_RESET + COM_STMT_EXECUTE for every call; a CPU hog now and then on its thread group.
+    A prepared call's truth row spans the RESET and the EXECUTE (one driver call); its command is the EXECUTE."""
+    text = [connect(truth, f"text-{i}", args) for i in range(args.clients)]
+    prepared = [connect(truth, f"prepared-{i}", args, kind="connector") for i in range(args.clients)]
+    hog = connect(truth, "hog", args)
+    per_client_rate = args.rate / (2 * args.clients)
+    stop = time.monotonic() + args.duration
+    point_sql = "SELECT c FROM sbtest1 WHERE id = ?"
+
+    def paced(call):
+        next_at = time.monotonic()
+        while next_at < stop:
+            call()
+            next_at = max(next_at + 1 / per_client_rate, time.monotonic() - 0.05)
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+    def text_worker(conn: Connection, rng: random.Random):
+        paced(lambda: conn.timed_query(f"SELECT c FROM sbtest1 WHERE id = {rng.randint(1, args.rows)}"))
+
+    def prepared_worker(conn: Connection, rng: random.Random):
+        cursor = conn.handle.cursor(prepared=True)
+        first = [True]
+
+        def call():
+            value = rng.randint(1, args.rows)
+            send_ns = time.time_ns()
+            cursor.execute(point_sql, (value,))
+            rows = cursor.fetchall()
+            note = ("COM_STMT_PREPARE + COM_STMT_RESET + COM_STMT_EXECUTE" if first[0]
+                    else "COM_STMT_RESET + COM_STMT_EXECUTE") + f"; id={value}"
+            first[0] = False
+            conn.record(send_ns, time.time_ns(), command="COM_STMT_EXECUTE", sql=point_sql, role="query",
+                        ps_event="statement/com/Execute", rows=len(rows), note=note)
+
+        paced(call)
+        cursor.close()
+
+    def hogger():  # at hog_first s, then every hog_every s until the end (longer recordings get more hogs)
+        at = args.hog_first
+        while at < args.duration:
+            time.sleep(max(0.0, stop - args.duration + at - time.monotonic()))
+            hog.timed_query(f"SELECT BENCHMARK({args.hog_rounds}, SHA2(RAND(), 256))", role="hog")
+            at += args.hog_every
+
+    workers = [hogger]
+    workers += [lambda c=c, i=i: text_worker(c, random.Random(args.seed * 1000 + i)) for i, c in enumerate(text)]
+    workers += [lambda c=c, i=i: prepared_worker(c, random.Random(args.seed * 2000 + i))
+                for i, c in enumerate(prepared)]
+    run_threads(workers)
+    for c in [*text, *prepared, hog]:
+        c.close()
+
+
 def connection_churn(args, truth: Truth) -> None:
     import pymysql
 
@@ -387,6 +442,7 @@ def sysbench(args, truth: Truth) -> None:
 
 
 SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
+             "oltp-prepared": oltp_prepared,
              "connection-churn": connection_churn, "features": features, "bigpacket": bigpacket,
              "sysbench": sysbench}
 
