@@ -199,6 +199,8 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
         app_ex, db_ex, app_conns, db_conns, matching = (repair.app_ex, repair.db_ex, repair.app_conns,
                                                         repair.db_conns, repair.matching)
         release_memory()
+        for message in repair.stats.warnings():
+            note(message)
     if app_x and db_x is not None and matching.stats.matched == 0 and len(app_ex) and len(db_ex):
         note("no exchange was seen at both points: are these captures of the same traffic and time?")
 
@@ -343,7 +345,9 @@ def _counts(x: pd.DataFrame) -> dict:
         "seen_db": int(seen.get("db", 0)), "hidden_slow": int(x["hidden_slow"].fillna(False).sum()),
         "in_slow_log": int(x["in_slow_log"].fillna(False).sum()),
         "server_flag_slow": int(x["server_flag_slow"].fillna(False).sum()),
-        "match_conflicts": int((x["match_notes"] == "match-conflict").fillna(False).sum()),
+        "match_conflicts": int(x["match_notes"].astype("string").str.contains("match-conflict").fillna(False).sum()),
+        "repaired": int(x["match_notes"].astype("string").str.contains("repaired-at").fillna(False).sum()),
+        "bounded": int(x["bounded"].notna().sum()),
     }
 
 

@@ -99,6 +99,20 @@ class RepairStats:
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
+    def warnings(self) -> list[str]:
+        out = []
+        if self.bytes_borrowed:
+            out.append(f"{self.bytes_borrowed} bytes one capture point lost were taken from the other "
+                       f"({self.connections} connections re-read, {self.exchanges_with_borrowed} exchanges); "
+                       f"{self.bounded_times} of their times are bounds, not measurements (column bounded)")
+        if self.bytes_unrepaired:
+            out.append(f"{self.bytes_unrepaired} bytes were lost at both capture points: the exchanges they belong "
+                       "to are marked (problems gap) and not repaired")
+        if self.skipped_wrap:
+            out.append(f"{self.skipped_wrap} connections with holes moved 2 GiB or more: not repaired (their "
+                       "sequence numbers may wrap)")
+        return out
+
 
 @dataclass
 class Repair:

@@ -110,7 +110,7 @@ def markdown_table(columns: tuple[Column, ...]) -> str:
 # times at the app host, D1/D4 DB-capture times converted to that app clock by the fitted clock model.
 ANALYSIS_COLUMNS: tuple[Column, ...] = (
     Column("seen", CATEGORY, "both | app | db: the capture points that saw the exchange (foundation columns come from the app side when seen there)"),
-    Column("match_notes", CATEGORY, "comma-separated: match-conflict (same request bytes, different command/text/response end: not paired); lost-at-app|db (the other point saw this connection before and after, and missed this exchange: capture loss); response-unseen-at-app|db; response-incomplete-at-app|db (that point did not see the response's end); repaired-at-app|db (bytes of this exchange that point lost were taken from the other point: see bounded)"),
+    Column("match_notes", CATEGORY, "comma-separated: match-conflict (same request bytes, different command/text/response end: not paired); match-ambiguous (the connection's twin at the other point could not be told from others that look the same: not paired); lost-at-app|db (the other point saw this connection before and after, and missed this exchange: capture loss); response-unseen-at-app|db; response-incomplete-at-app|db (that point did not see the response's end); repaired-at-app|db (bytes of this exchange that point lost were taken from the other point: see bounded)"),
     Column("db_client", CATEGORY, "client endpoint as seen at the DB (differs from client behind NAT)"),
     Column("db_req_first_frame", "Int64", "frame number of the request's first byte in the DB capture"),
     Column("db_resp_last_frame", "Int64", "frame number of the response's last byte in the DB capture"),

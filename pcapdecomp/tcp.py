@@ -22,6 +22,7 @@ class Chunk:
     data: bytes
     ts_ns: int
     frame: int
+    ack: int | None = None  # raw ACK number of the segment that carried the bytes (None without the ACK flag)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,10 @@ class HalfStream:
         """The TCP sequence number of the byte at a stream offset (for matching across capture points)."""
         return ((self.base or 0) + offset) % SEQ_MOD
 
+    def offset_of(self, seq: int) -> int | None:
+        """The stream offset of raw sequence number `seq` (taken near the current position); None before any segment."""
+        return None if self.base is None else self._offset(seq)
+
     def _offset(self, seq: int) -> int:
         delta = (seq - self.base - self.next + HALF) % SEQ_MOD - HALF
         return self.next + delta
@@ -77,8 +82,10 @@ class HalfStream:
             self.base = (seq + 1) % SEQ_MOD
             self.syn_seen = True
 
-    def segment(self, seq: int, payload: bytes, ts_ns: int, frame: int, fin: bool = False) -> list:
-        """Add a segment; return the chunks (and gaps) that became deliverable, in order."""
+    def segment(self, seq: int, payload: bytes, ts_ns: int, frame: int, fin: bool = False,
+                ack: int | None = None) -> list:
+        """Add a segment (`ack`: its raw ACK number, kept with its bytes); return the chunks (and gaps) that became
+        deliverable, in order."""
         if self.base is None:
             self.base = seq
         offset = self._offset(seq)
@@ -88,7 +95,7 @@ class HalfStream:
             self.stats.discontinuities += 1
             out = self.flush(ts_ns) + [Gap(self.next, 0, ts_ns)]
             self.base = (seq - self.next) % SEQ_MOD
-            return out + self.segment(seq, payload, ts_ns, frame, fin)
+            return out + self.segment(seq, payload, ts_ns, frame, fin, ack)
         if fin:
             self.fin_offset = offset + len(payload)
         if not payload:
@@ -104,14 +111,14 @@ class HalfStream:
             offset = self.next
         if offset > self.next:
             self.stats.out_of_order_segments += 1
-            self._hold(Chunk(offset, payload, ts_ns, frame))
+            self._hold(Chunk(offset, payload, ts_ns, frame, ack))
             if self._held_bytes > self.max_buffered:
                 return self._declare_gap(ts_ns)
             return []
         if self._held:  # bytes already held were seen first: only the rest of this segment is new
-            self._hold(Chunk(offset, payload, ts_ns, frame))
+            self._hold(Chunk(offset, payload, ts_ns, frame, ack))
             return self._drain()
-        out = [Chunk(offset, payload, ts_ns, frame)]
+        out = [Chunk(offset, payload, ts_ns, frame, ack)]
         self.next = end
         self.stats.bytes_delivered += len(payload)
         return out
@@ -185,7 +192,8 @@ class HalfStream:
         kept = sum(b - a for a, b in pieces)
         self.stats.retransmitted_bytes += len(chunk.data) - kept
         for a, b in pieces:
-            piece = chunk if (a, b) == (start, end) else Chunk(a, chunk.data[a - start : b - start], chunk.ts_ns, chunk.frame)
+            piece = chunk if (a, b) == (start, end) else Chunk(a, chunk.data[a - start : b - start], chunk.ts_ns, chunk.frame,
+                                                                         chunk.ack)
             bisect.insort(starts, a)
             self._held[a] = piece
             self._held_bytes += b - a
@@ -202,7 +210,7 @@ class HalfStream:
                 continue
             if start < self.next:
                 self.stats.retransmitted_bytes += self.next - start
-                chunk = Chunk(self.next, chunk.data[self.next - start :], chunk.ts_ns, chunk.frame)
+                chunk = Chunk(self.next, chunk.data[self.next - start :], chunk.ts_ns, chunk.frame, chunk.ack)
             out.append(chunk)
             self.next = end
             self.stats.bytes_delivered += len(chunk.data)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import detect
@@ -150,15 +151,18 @@ class MySQLConnection:
         self._count = 0
         self._connect: _Pending | None = None
         self._last_finished: _Pending | None = None
+        # raw ACK number of a server segment -> client stream offset (set by the TCP layer; None: not known)
+        self.client_offset: Callable[[int], int | None] | None = None
 
     # ---- input -------------------------------------------------------------------------------------------
-    def data(self, direction: int, data: bytes, ts: int, frame: int, offset: int) -> None:
+    def data(self, direction: int, data: bytes, ts: int, frame: int, offset: int, ack: int | None = None) -> None:
+        """`ack`: the raw ACK number of the segment that carried `data`, when it had one."""
         if not data:
             return
         if self.tls:
             self.counters.tls_bytes += len(data)
             return
-        if not self._synced[direction] and not self._try_sync(direction, data):
+        if not self._synced[direction] and not self._try_sync(direction, data, ack):
             if not self.tls:  # bytes that revealed TLS are counted there
                 self.counters.unparsed_bytes[direction] += len(data)
             return
@@ -190,6 +194,16 @@ class MySQLConnection:
         c.gaps += 1
         c.gap_bytes[direction] += length
         if self.tls:
+            return
+        if self.phase in (GREETING, LOGIN, AUTH):
+            # Handshake bytes were lost: read the rest as after a mid-stream start (commands resynchronise) rather
+            # than wait for a login or an OK that will never come.
+            if self._connect is not None and self._connect in self._pending:
+                self._connect.problems.append("gap")
+                self._finish(self._connect)
+            self.phase = COMMAND
+            self._desync(CLIENT)
+            self._desync(SERVER)
             return
         partial = self._framers[direction].partial() if self._deframers[direction] is None else None
         self._desync(direction)
@@ -238,7 +252,7 @@ class MySQLConnection:
         if self._deframers[direction] is not None:
             self._deframers[direction].reset()
 
-    def _try_sync(self, direction: int, data: bytes) -> bool:
+    def _try_sync(self, direction: int, data: bytes, ack: int | None = None) -> bool:
         if detect.looks_like_tls(data) and not detect.plausible_command(data):
             self.tls = True
             self.counters.tls_bytes += len(data)
@@ -255,7 +269,32 @@ class MySQLConnection:
                 self._synced[CLIENT] = True
                 return True
             return False
+        received = self.client_offset(ack) if ack is not None and self.client_offset is not None else None
+        if received is not None and self._deframers[SERVER] is None:
+            # After lost bytes, which request does this answer? The segment's ACK number says which client bytes
+            # the server had received when it sent it: the latest request it had received in full (clients wait
+            # for an answer before the next request). Requests before it got their answers where this point
+            # lost them. Data sent before any pending request arrived answers none of them.
+            waiting = [p for p in self._pending if not p.reader.done]
+            fits = [p for p in waiting if p.resp_first is None and (p.last or p.first).end_offset <= received]
+            if not fits or not detect.plausible_response_start(data, fits[-1].next_seq):
+                return False
+            for pending in waiting:
+                if pending is fits[-1]:
+                    break
+                pending.problems.append("gap")
+                self._finish(pending)
+            self._synced[SERVER] = True
+            return True
         head = self._head()
+        if head is not None and head.resp_first is not None and self._deframers[SERVER] is None:
+            # The end of head's response was lost (a violation left it open): data that starts the answer to a later
+            # request finishes head as it stands, instead of leaving every later response unread.
+            later = next((p for p in self._pending if not p.reader.done and p.resp_first is None), None)
+            if later is not None and detect.plausible_response_start(data, later.next_seq):
+                head.problems.append("incomplete")
+                self._finish(head)
+                head = later
         if head is None or head.resp_first is not None:
             return False
         if self._deframers[SERVER] is not None:
