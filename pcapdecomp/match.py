@@ -110,7 +110,8 @@ def _bounded_join(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[
         if keys != on:
             break
         ambiguous = len(big)
-        held = (set(a.merge(big, on=keys)["a_conn"]), set(d.merge(big, on=keys)["d_conn"])) if len(big) else (set(), set())
+        if len(big):
+            held = (set(a.merge(big, on=keys)["a_conn"]), set(d.merge(big, on=keys)["d_conn"]))
         if not len(big) or not refine:
             break
         a = a.merge(big[on].drop_duplicates(), on=on)
@@ -146,10 +147,11 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     key_a = a.assign(ends=ends_a[a["a_conn"].to_numpy()] if len(a) else np.zeros(0, dtype=np.int64))
     key_d = d.assign(ends=ends_d[d["d_conn"].to_numpy()] if len(d) else np.zeros(0, dtype=np.int64))
     votes, ambiguous_requests, work, amb_a, amb_d = _bounded_join(key_a, key_d, ["seq", "cmd", "sql"], ["ends"])
-    scr_a = a_info.dropna(subset=["a_scramble"]).assign(ends=lambda f: ends_a[f["a_conn"].to_numpy()])
-    scr_d = d_info.dropna(subset=["d_scramble"]).assign(ends=lambda f: ends_d[f["d_conn"].to_numpy()])
-    scr_a["scramble"], scr_d["scramble"] = _codes(scr_a["a_scramble"], scr_d["d_scramble"]) if len(scr_a) and len(
-        scr_d) else (np.zeros(len(scr_a), dtype=np.int64) - 1, np.zeros(len(scr_d), dtype=np.int64) - 2)
+    scr_a = a_info.dropna(subset=["a_scramble"])
+    scr_d = d_info.dropna(subset=["d_scramble"])
+    codes_a, codes_d = _codes(scr_a["a_scramble"], scr_d["d_scramble"])
+    scr_a = scr_a.assign(scramble=codes_a, ends=ends_a[scr_a["a_conn"].to_numpy()])
+    scr_d = scr_d.assign(scramble=codes_d, ends=ends_d[scr_d["d_conn"].to_numpy()])
     by_scramble, ambiguous_scrambles, work_s, amb_sa, amb_sd = _bounded_join(scr_a, scr_d, ["scramble"], ["ends"])
     work += work_s
     amb_a |= amb_sa
@@ -226,7 +228,8 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
 
 
 def _endpoint_codes(a_info: pd.DataFrame, d_info: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per connection key, a code of its (client, server) endpoints in one space for both points (-1: unknown)."""
+    """Per connection key, a code of its (client, server) endpoints in one space for both points (negative:
+    unknown)."""
     def text(info: pd.DataFrame, side: str) -> pd.Series:
         return (info[f"{side}_client"].astype("string") + " " + info[f"{side}_server"].astype("string")).astype(object)
 
@@ -234,7 +237,7 @@ def _endpoint_codes(a_info: pd.DataFrame, d_info: pd.DataFrame) -> tuple[np.ndar
     out_a = np.full(int(a_info["a_conn"].max()) + 1 if len(a_info) else 0, -1, dtype=np.int64)
     out_d = np.full(int(d_info["d_conn"].max()) + 1 if len(d_info) else 0, -1, dtype=np.int64)
     out_a[a_info["a_conn"].to_numpy()] = codes_a
-    out_d[d_info["d_conn"].to_numpy()] = codes_d
+    out_d[d_info["d_conn"].to_numpy()] = np.where(codes_d < 0, -2, codes_d)  # unknown never equals unknown
     return out_a, out_d
 
 

@@ -126,8 +126,11 @@ class Repair:
     stats: RepairStats
     # bounds: one row per exchange time that is a bound: side ('app'|'db'), row (position in that side's table),
     # point ('req_first'|'req_last'|'resp_first'|'resp_last'), lo_ns, hi_ns (NaN when unknown), on that point's clock
-    bounds: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
-        {"side": [], "row": np.array([], dtype=np.int64), "point": [], "lo_ns": [], "hi_ns": []}))
+    bounds: pd.DataFrame = field(default_factory=lambda: _no_bounds())
+
+
+def _no_bounds() -> pd.DataFrame:
+    return pd.DataFrame({"side": [], "row": np.array([], dtype=np.int64), "point": [], "lo_ns": [], "hi_ns": []})
 
 
 # --- plan ------------------------------------------------------------------------------------------------------
@@ -254,7 +257,8 @@ def borrow(path: str | os.PathLike, wants: list[tuple[int, Flow4, int, int, tupl
     kept: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (job, direction) -> relative ranges already taken
     used = 0
     with open_capture(path) as reader:
-        for frame, ts, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, _missing in reader.segment_fields():
+        for fields in reader.segment_fields():
+            frame, ts, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, _ = fields
             if not payload:
                 continue
             entries = by_four.get((src_ip, src_port, dst_ip, dst_port))
@@ -540,27 +544,36 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFram
                                for c in takers], jobs)
     release_memory()
     sides = {"app": [app_ex, app_conns], "db": [db_ex, db_conns]}
-    bounds = []
-    marks = []
-    for capture, (x, b, touched, (n_pieces, used)) in zip(takers, results):
-        side = next(j.lossy for j in todo if j.capture == capture)
-        table, conns = sides[side]
-        mine = set(j.conn_index for j in todo if j.capture == capture)
-        stale = (table["capture"].astype(str).to_numpy() == capture) & table["conn_index"].isin(mine).to_numpy()
-        stale_c = (conns["capture"].astype(str).to_numpy() == capture) & conns["conn_index"].isin(mine).to_numpy()
-        stats.exchanges_replaced += int(stale.sum())
-        stats.exchanges_repaired += len(x.exchanges)
-        stats.bytes_borrowed += used
-        stats.pieces += n_pieces
-        stats.exchanges_with_borrowed += len(touched)
+    bounds, marks = [], []
+    lossy_side = {j.capture: j.lossy for j in todo}
+    for side, (table, conns) in sides.items():
+        mine = [(capture, result) for capture, result in zip(takers, results) if lossy_side[capture] == side]
+        if not mine:
+            continue
+        stale = np.zeros(len(table), dtype=bool)
+        stale_c = np.zeros(len(conns), dtype=bool)
+        for capture, _ in mine:
+            again = {j.conn_index for j in todo if j.capture == capture}
+            stale |= (table["capture"].astype(str).to_numpy() == capture) & table["conn_index"].isin(again).to_numpy()
+            stale_c |= (conns["capture"].astype(str).to_numpy() == capture) & conns["conn_index"].isin(again).to_numpy()
         kept = table[~stale]
-        sides[side] = [concat([kept, _like(x.exchanges, table)]), concat([conns[~stale_c], _like(x.connections, conns)])]
-        if len(b):
-            bounds.append(b.assign(side=side, row=b["row"].to_numpy() + len(kept)))
-        marks.append((side, touched + len(kept)))
+        offset = len(kept)
+        new_rows, new_conns = [], []
+        for _, (x, b, touched, (n_pieces, used)) in mine:
+            stats.exchanges_repaired += len(x.exchanges)
+            stats.bytes_borrowed += used
+            stats.pieces += n_pieces
+            stats.exchanges_with_borrowed += len(touched)
+            bounds.append(b.assign(side=side, row=b["row"].to_numpy() + offset))
+            marks.append((side, touched + offset))
+            offset += len(x.exchanges)
+            new_rows.append(_like(x.exchanges, table))
+            new_conns.append(_like(x.connections, conns))
+        stats.exchanges_replaced += int(stale.sum())
+        sides[side] = [concat([kept, *new_rows]), concat([conns[~stale_c], *new_conns])]
     stats.bytes_unrepaired = max(hole_bytes - stats.bytes_borrowed, 0)
     (app_ex, app_conns), (db_ex, db_conns) = sides["app"], sides["db"]
-    bound_rows = pd.concat(bounds, ignore_index=True) if bounds else Repair.__dataclass_fields__["bounds"].default_factory()
+    bound_rows = pd.concat(bounds, ignore_index=True) if bounds else _no_bounds()
     stats.bounded_times = len(bound_rows)
     matching = match_exchanges(app_ex, db_ex, app_conns, db_conns)
     for side, rows in marks:  # say which exchanges hold bytes taken from the other point

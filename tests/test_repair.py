@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 
 import pcaptools as pt
