@@ -419,7 +419,8 @@ def verdict(summary: dict, x: pd.DataFrame) -> str:
         parts.append("No query was slow on the wire without being in the slow log.")
     parts.append(f"{c['total']} exchanges ({c['seen_both']} seen at both points, {c['seen_app']} only at the app, "
                  f"{c['seen_db']} only at the DB).")
-    both = x.loc[x["seen"] == "both", ["total_s", "network_s", "queue_s", "exec_s"]]
+    # exchanges decomposed in full: a bounded time (capture loss) leaves some parts null, which would skew the shares
+    both = x.loc[x["seen"] == "both", ["total_s", "network_s", "queue_s", "exec_s"]].dropna()
     tot = both["total_s"].sum()
     if len(both) and tot > 0:
         net, q, e = both["network_s"].sum(), both["queue_s"].sum(), both["exec_s"].sum()

@@ -192,8 +192,8 @@ class HalfStream:
         kept = sum(b - a for a, b in pieces)
         self.stats.retransmitted_bytes += len(chunk.data) - kept
         for a, b in pieces:
-            piece = chunk if (a, b) == (start, end) else Chunk(a, chunk.data[a - start : b - start], chunk.ts_ns, chunk.frame,
-                                                                         chunk.ack)
+            piece = chunk if (a, b) == (start, end) else Chunk(a, chunk.data[a - start : b - start], chunk.ts_ns,
+                                                               chunk.frame, chunk.ack)
             bisect.insort(starts, a)
             self._held[a] = piece
             self._held_bytes += b - a

@@ -189,3 +189,13 @@ def test_a_login_lost_at_one_point_is_taken_from_the_other(tmp_path, reference):
     assert (classes == "full").sum() >= len(TRUTH) - 1 and (classes != "wrong").all(), classes.value_counts()
     connect = result.exchanges[(result.exchanges["command"] == "CONNECT") & (result.exchanges["seen"] == "both")]
     assert len(connect) == 5 and connect["bounded"].astype(str).str.contains("D1").sum() == 1
+
+
+def test_repair_with_workers_gives_the_same_table(tmp_path):
+    """--jobs: the other point's bytes and the re-read run in worker processes; the table is the same."""
+    app, db = _lossy(tmp_path, 0.03, 21, "both")
+    one = run(tmp_path, app, db)
+    two = analyze(tmp_path, [], None, None, None, None, [], tmp_path / "out2", quiet=True, jobs=2)
+    assert one.summary["repair"]["bytes_borrowed"] > 0
+    assert one.summary["repair"] == two.summary["repair"]
+    assert one.exchanges.equals(two.exchanges)

@@ -273,28 +273,25 @@ class MySQLConnection:
         if received is not None and self._deframers[SERVER] is None:
             # After lost bytes, which request does this answer? The segment's ACK number says which client bytes
             # the server had received when it sent it: the latest request it had received in full (clients wait
-            # for an answer before the next request). Requests before it got their answers where this point
-            # lost them. Data sent before any pending request arrived answers none of them.
-            waiting = [p for p in self._pending if not p.reader.done]
-            fits = [p for p in waiting if p.resp_first is None and (p.last or p.first).end_offset <= received]
-            if not fits or not detect.plausible_response_start(data, fits[-1].next_seq):
-                return False
-            for pending in waiting:
-                if pending is fits[-1]:
+            # for an answer before the next request), so the requests before it got their answers where this
+            # point lost them. Data sent before any pending request arrived answers none of them.
+            received_in_full = []
+            for pending in self._pending:  # in request order
+                if (pending.last or pending.first).end_offset > received:
                     break
+                if not pending.reader.done:
+                    received_in_full.append(pending)
+            if not received_in_full:
+                return False
+            for pending in received_in_full[:-1]:  # each is finished once: linear however long this lasts
                 pending.problems.append("gap")
                 self._finish(pending)
+            target = received_in_full[-1]
+            if target.resp_first is not None or not detect.plausible_response_start(data, target.next_seq):
+                return False
             self._synced[SERVER] = True
             return True
         head = self._head()
-        if head is not None and head.resp_first is not None and self._deframers[SERVER] is None:
-            # The end of head's response was lost (a violation left it open): data that starts the answer to a later
-            # request finishes head as it stands, instead of leaving every later response unread.
-            later = next((p for p in self._pending if not p.reader.done and p.resp_first is None), None)
-            if later is not None and detect.plausible_response_start(data, later.next_seq):
-                head.problems.append("incomplete")
-                self._finish(head)
-                head = later
         if head is None or head.resp_first is not None:
             return False
         if self._deframers[SERVER] is not None:
