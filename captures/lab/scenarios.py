@@ -16,6 +16,11 @@ def _sbtest_sql(rows: int) -> list[str]:
             f"INSERT INTO lab.sbtest1 VALUES {values}"]
 
 
+# the OLTP scenarios: two thread groups, a stall limit long enough that a hog keeps its group, long_query_time 0.1
+OLTP_SETTINGS = ServerSettings(thread_pool_size=2, thread_pool_max_threads=100, thread_pool_stall_limit_ms=60_000,
+                               thread_pool_oversubscribe=1, long_query_time_s=0.1)
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
@@ -54,8 +59,7 @@ SCENARIOS = {s.name: s for s in (
         "statements (COM_STMT_EXECUTE), 4+4 connections at up to 1200/s in total for 3 s, while a CPU hog (BENCHMARK ~0.4 s) "
         "runs three times on thread_pool_size=2 with a 60 s stall limit: point selects queued behind a hog in "
         "its group slow down without being slow themselves (long_query_time=0.1).",
-        ServerSettings(thread_pool_size=2, thread_pool_max_threads=100, thread_pool_stall_limit_ms=60_000,
-                       thread_pool_oversubscribe=1, long_query_time_s=0.1),
+        OLTP_SETTINGS,
         {"clients": 4, "rate": 1200, "duration": 3.0, "rows": SBTEST_ROWS, "hog_times": [0.6, 1.5, 2.4]},
         tuple(_sbtest_sql(SBTEST_ROWS)),
         hog_seconds=0.4,
@@ -67,8 +71,7 @@ SCENARIOS = {s.name: s for s in (
         "call), up to 200/s in total for 3 s, while a CPU hog (BENCHMARK ~0.3 s) runs every 1.2 s on "
         "thread_pool_size=2. The recording that capture loss is tested on (tests/test_repair.py drops frames "
         "from a copy with scripts/lose_frames.py).",
-        ServerSettings(thread_pool_size=2, thread_pool_max_threads=100, thread_pool_stall_limit_ms=60_000,
-                       thread_pool_oversubscribe=1, long_query_time_s=0.1),
+        OLTP_SETTINGS,
         {"clients": 2, "rate": 200, "duration": 3.0, "rows": SBTEST_ROWS, "hog_first": 0.8, "hog_every": 1.2},
         tuple(_sbtest_sql(SBTEST_ROWS)),
         hog_seconds=0.3,
