@@ -23,6 +23,7 @@ from .errors import InputError, SlowLogError, UsageError, internal_errors_to
 from .match import ClockSamples, match_exchanges, pair_segments, read_segments_of, split_endpoint
 from .parallel import default_jobs, run_all
 from .pipeline import OutputFolder, capture_problems, parse_server, read_captures, warn, write_table
+from .repair import apply_bounds, point_bounds, repair_losses
 from .report import render as render_report
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 from .tables import concat, release_memory
@@ -285,6 +286,15 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     db_conns = db_x.connections if db_x is not None else empty[1]
     matching = match_exchanges(app_ex, db_ex, app_conns, db_conns)
     release_memory()
+    repair = repair_losses(app_x, db_x, app_ex, db_ex, app_conns, db_conns, matching,
+                           {parse_server(s) for s in cs.servers} or None, max_sql_bytes, jobs) \
+        if app_x and db_x is not None else None
+    if repair is not None:
+        app_ex, db_ex, app_conns, db_conns, matching = (repair.app_ex, repair.db_ex, repair.app_conns,
+                                                        repair.db_conns, repair.matching)
+        release_memory()
+        for message in repair.stats.warnings():
+            note(message)
     if app_x and db_x is not None and matching.stats.matched == 0 and len(app_ex) and len(db_ex):
         note("no exchange was seen at both points: are these captures of the same traffic and time?")
 
@@ -338,7 +348,8 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     # side's columns into it one by one), so memory holds about one table, not three.
     for x in extractions:
         x.exchanges = x.exchanges.iloc[:0].copy()  # a copy: an empty view would keep the whole table alive
-    table = build_table(app_ex, db_ex, matching, clocks, primary)
+    bounds = point_bounds(app_ex, db_ex, matching, repair)
+    table = apply_bounds(build_table(app_ex, db_ex, matching, clocks, primary), bounds, clocks, primary)
     del app_ex, db_ex
     release_memory()
     table, join = decompose(table, slow, cs.long_query_time, cs.thread_pool_size, str(cs.slow_log))
@@ -376,6 +387,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         "captures": {"app": [qualities[id(x)] for x in app_x],
                       "db": qualities[id(db_x)] if db_x is not None else None},
         "match": matching.stats.as_dict(),
+        "repair": repair.stats.as_dict() if repair is not None else None,
         "clock": next(iter(clock_info.values()), None),
         "clocks": clock_info,
         "slow_log": slow_info,
@@ -434,7 +446,9 @@ def _counts(x: pd.DataFrame) -> dict:
         "seen_db": int(seen.get("db", 0)), "hidden_slow": int(x["hidden_slow"].fillna(False).sum()),
         "in_slow_log": int(x["in_slow_log"].fillna(False).sum()),
         "server_flag_slow": int(x["server_flag_slow"].fillna(False).sum()),
-        "match_conflicts": int((x["match_notes"] == "match-conflict").fillna(False).sum()),
+        "match_conflicts": int(x["match_notes"].astype("string").str.contains("match-conflict").fillna(False).sum()),
+        "repaired": int(x["match_notes"].astype("string").str.contains("repaired-at").fillna(False).sum()),
+        "bounded": int(x["bounded"].notna().sum()),
     }
 
 

@@ -219,7 +219,7 @@ def lab_record(
 ) -> None:
     """Record SCENARIO from a private MariaDB in two network namespaces (needs root).
 
-    Scenarios: maxthreads, group-stall, oltp-hogs, connection-churn, features, bigpacket, sysbench (see captures/lab/README.md).
+    Scenarios: maxthreads, group-stall, oltp-hogs, oltp-prepared, connection-churn, features, bigpacket, sysbench (see captures/lab/README.md).
     """
     from .lab import run_lab
 

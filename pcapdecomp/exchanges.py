@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -54,6 +54,9 @@ class Extraction:
     commands: Counter = field(default_factory=Counter)
     flow_first_frames: dict[int, int] = field(default_factory=dict)  # conn_index -> first frame (for merging parts)
     native_frames: int = 0  # frames read by the native fast lane alone (fastlane.py); the rest went through Python
+    # conn_index -> (client→server, server→client) byte ranges never captured, as tcp.HalfStream.holes, for the
+    # connections that have any (the repair stage takes them from another capture point)
+    holes: dict[int, tuple[list, list]] = field(default_factory=dict)
 
     def quality(self) -> dict:
         """Capture-quality summary: every frame and MySQL byte accounted for."""
@@ -114,16 +117,20 @@ def extract(
     max_sql_bytes: int = 1 << 20,
     progress: Callable[[int, int, int], None] | None = None,
     part: tuple[int, int] | None = None,
+    segments: Iterable[tuple] | None = None,
 ) -> Extraction:
     """Read one capture into exchanges and connections. `progress(bytes_done, bytes_total, frames_done)` is called now and
     then.
-    With `part=(i, n)` only the connections of part i of n are read (see FlowTracker); `merge_parts` joins them."""
+    With `part=(i, n)` only the connections of part i of n are read (see FlowTracker); `merge_parts` joins them.
+    With `segments` (TcpSegment field tuples in capture order) those are read instead of the file, which `path` then
+    only names (the repair stage re-reads chosen connections this way)."""
     name = os.fspath(path)
     ex_rows: list[tuple] = []
     ex_batches: list[pa.RecordBatch] = []
     conn_rows: list[tuple] = []
     commands: Counter = Counter()
     first_frames: dict[int, int] = {}
+    holes: dict[int, tuple[list, list]] = {}
 
     texts: dict[int, tuple[str, str]] = {}  # flow index -> client and server as text, made once per flow
     SEQ_MOD = 1 << 32
@@ -191,6 +198,8 @@ def extract(
         first_frames[flow.index] = flow.first_frame
         if flow.kind != "mysql":
             return
+        if flow.to_server.holes or flow.to_client.holes:
+            holes[flow.index] = (flow.to_server.holes, flow.to_client.holes)
         conn = flow.mysql
         c = conn.counters
         greeting, login = conn.greeting, conn.login
@@ -241,7 +250,23 @@ def extract(
         if values and len(values[0]):
             ex_batches.append(columns_batch(values, kinds, EXCHANGE_COLUMNS))
 
+    def finished(stats: CaptureStats, native: int) -> Extraction:
+        ex_batches.append(batch(ex_rows, EXCHANGE_COLUMNS))
+        ex_rows.clear()
+        exchanges = frame_of(ex_batches, EXCHANGE_COLUMNS)
+        exchanges = sorted_columnwise([exchanges], ["req_first_ts", "conn_index", "seq"])
+        connections = frame(conn_rows, CONNECTION_COLUMNS).sort_values("conn_index").reset_index(drop=True)
+        release_memory()
+        return Extraction(name, exchanges, connections, stats, tracker.other_tcp_frames, tracker.other_tcp_bytes,
+                          commands, first_frames, native, holes)
+
     tracker = FlowTracker(emit, closed, servers=servers, max_sql_bytes=max_sql_bytes, part=part)
+    if segments is not None:
+        feed = tracker.segment_fields
+        for fields in segments:
+            feed(*fields)
+        tracker.finish()
+        return finished(CaptureStats(name), 0)
     with open_capture(path) as reader:
         total = reader.stats.bytes_file
         native = 0
@@ -259,14 +284,7 @@ def extract(
         stats = reader.stats
     if progress is not None:
         progress(total, total, stats.frames)
-    ex_batches.append(batch(ex_rows, EXCHANGE_COLUMNS))
-    ex_rows.clear()
-    exchanges = frame_of(ex_batches, EXCHANGE_COLUMNS)
-    exchanges = sorted_columnwise([exchanges], ["req_first_ts", "conn_index", "seq"])
-    connections = frame(conn_rows, CONNECTION_COLUMNS).sort_values("conn_index").reset_index(drop=True)
-    release_memory()
-    return Extraction(name, exchanges, connections, stats, tracker.other_tcp_frames, tracker.other_tcp_bytes, commands,
-                      first_frames, native)
+    return finished(stats, native)
 
 
 def merge_parts(parts: list[Extraction]) -> Extraction:
@@ -294,4 +312,5 @@ def merge_parts(parts: list[Extraction]) -> Extraction:
     return Extraction(first.capture, exchanges, connections, first.stats,
                       sum(p.other_tcp_frames for p in parts), sum(p.other_tcp_bytes for p in parts), commands,
                       {ranks[(i, index)]: frame for i, p in enumerate(parts) for index, frame in p.flow_first_frames.items()},
-                      sum(p.native_frames for p in parts))
+                      sum(p.native_frames for p in parts),
+                      {ranks[(i, index)]: h for i, p in enumerate(parts) for index, h in p.holes.items()})

@@ -158,10 +158,11 @@ class FlowTracker:
                 if payload:
                     offset = half.in_order(seq, len(payload))
                     if offset is None:
-                        self._deliver(flow, direction, half.segment(seq, payload, ts_ns, frame, False))
+                        self._deliver(flow, direction,
+                                      half.segment(seq, payload, ts_ns, frame, False, ack if flags & ACK else None))
                     else:
                         conn = flow.mysql
-                        conn.data(direction, payload, ts_ns, frame, offset)
+                        conn.data(direction, payload, ts_ns, frame, offset, ack if flags & ACK else None)
                         for exchange in conn.take():
                             flow.exchanges += 1
                             self._emit(flow, exchange)
@@ -261,6 +262,7 @@ class FlowTracker:
         flow.mysql = MySQLConnection(midstream=not greeting_first, max_sql_bytes=self.max_sql_bytes)
         flow.to_server = HalfStream()
         flow.to_client = HalfStream()
+        flow.mysql.client_offset = flow.to_server.offset_of  # what a server segment's ACK number acknowledges
         held, flow.held = flow.held, []
         for seg in held:
             self._feed(flow, seg)
@@ -275,7 +277,8 @@ class FlowTracker:
             half.syn(seg.seq)
         if flags & ACK:
             self._deliver(flow, other_dir, other.ack(seg.ack, seg.ts_ns))
-        events = half.segment(seg.seq, seg.payload, seg.ts_ns, seg.frame, bool(flags & FIN))
+        events = half.segment(seg.seq, seg.payload, seg.ts_ns, seg.frame, bool(flags & FIN),
+                              seg.ack if flags & ACK else None)
         if seg.missing and events:
             events += half.cut_by_snaplen(seg.seq, len(seg.payload), seg.missing, seg.ts_ns)
         self._deliver(flow, direction, events)
@@ -286,7 +289,7 @@ class FlowTracker:
         conn = flow.mysql
         for event in events:
             if hasattr(event, "data"):
-                conn.data(direction, event.data, event.ts_ns, event.frame, event.offset)
+                conn.data(direction, event.data, event.ts_ns, event.frame, event.offset, event.ack)
             else:
                 conn.gap(direction, event.length, event.ts_ns)
         for exchange in conn.take():

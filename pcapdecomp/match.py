@@ -24,6 +24,11 @@ from .capture import open_capture
 from .tables import release_memory
 
 SCRAMBLE_VOTE = 1_000_000  # a shared greeting scramble outweighs any number of shared sequence numbers
+# A key (a request's sequence number and content, or a scramble) that more connections than this share at one point
+# does not vote on its own: it votes only together with the connection's endpoints, with the same limit. This keeps
+# matching linear in exchanges whatever the repeated values (5,000 connections opened with one ISN, a replayed
+# greeting); such keys are counted in MatchStats.ambiguous_keys.
+FANOUT = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +43,9 @@ class MatchStats:
     connections_by_scramble: int  # paired connections confirmed by the greeting scramble
     connections_nat: int  # paired connections whose client endpoint differs between the points (NAT)
     connections_vetoed: int  # candidate connection pairs refused: different scramble or connection id
+    connections_ambiguous: int = 0  # connections left unpaired: two partners at the other point scored the same
+    ambiguous_keys: int = 0  # keys shared by more than FANOUT connections at one point (they vote only with endpoints)
+    candidates: int = 0  # candidate rows the joins produced (the work done; linear in exchanges and connections)
 
     def as_dict(self) -> dict:
         return {f: getattr(self, f) for f in self.__slots__}
@@ -61,43 +69,94 @@ def connection_keys(exchanges: pd.DataFrame) -> pd.Series:
     return exchanges.groupby(["capture", "conn_index"], sort=False).ngroup().astype("int64")
 
 
-def _same(a: pd.Series, b: pd.Series) -> pd.Series:
-    """Equality where two nulls are equal too (a missing SQL text on both sides agrees)."""
+def _codes(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes of two columns in one value space; null is -1 on both sides (two nulls are equal)."""
     if isinstance(a.dtype, pd.CategoricalDtype) and isinstance(b.dtype, pd.CategoricalDtype):
-        # text columns of two tables: compare codes in one category space (null is code -1 on both sides)
         space = a.cat.categories.union(b.cat.categories)
-        return pd.Series(a.cat.set_categories(space).cat.codes.to_numpy()
-                         == b.cat.set_categories(space).cat.codes.to_numpy(), index=a.index)
-    eq = (a == b).fillna(False).astype(bool)
-    return eq | (a.isna() & b.isna()).to_numpy()
+        return (a.cat.set_categories(space).cat.codes.to_numpy(np.int64),
+                b.cat.set_categories(space).cat.codes.to_numpy(np.int64))
+    codes, _ = pd.factorize(pd.concat([a.astype(object), b.astype(object)], ignore_index=True), use_na_sentinel=True)
+    return codes[:len(a)].astype(np.int64), codes[len(a):].astype(np.int64)
+
+
+def _bounded_join(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[str]) -> tuple[pd.DataFrame, int, int,
+                                                                                             set, set]:
+    """The (a_conn, d_conn) pairs that share a value of `on`, at most FANOUT × FANOUT per value: a value that more
+    connections share at one point is joined on `on` + `refine` instead (with the same limit), or not at all.
+    Returns (pairs with the number of shared values, values too widely shared to vote on their own, rows produced,
+    and the app and DB connections that hold those values)."""
+    a = a.drop_duplicates(["a_conn", *on])
+    d = d.drop_duplicates(["d_conn", *on])
+    work = 0
+    parts = []
+    ambiguous = 0
+    held: tuple[set, set] = (set(), set())
+    for keys in (on, [*on, *refine]):
+        if not len(a) or not len(d):
+            break
+        na = a.groupby(keys, sort=False)["a_conn"].transform("size").to_numpy()
+        nd = d.groupby(keys, sort=False)["d_conn"].transform("size").to_numpy()
+        a_ok, d_ok = a[na <= FANOUT], d[nd <= FANOUT]
+        joined = a_ok[["a_conn", *keys]].merge(d_ok[["d_conn", *keys]], on=keys, how="inner")
+        work += len(a) + len(d) + len(joined)
+        parts.append(joined[["a_conn", "d_conn"]])
+        # what remains ambiguous: values present at both points but too widely shared at one of them
+        a_big = a[na > FANOUT].drop_duplicates(keys)[keys]
+        d_big = d[nd > FANOUT].drop_duplicates(keys)[keys]
+        a_any = a.drop_duplicates(keys)[keys]
+        d_any = d.drop_duplicates(keys)[keys]
+        big = pd.concat([a_big.merge(d_any, on=keys), d_big.merge(a_any, on=keys)]).drop_duplicates()
+        work += len(big)
+        if keys != on:
+            break
+        ambiguous = len(big)
+        if len(big):
+            held = (set(a.merge(big, on=keys)["a_conn"]), set(d.merge(big, on=keys)["d_conn"]))
+        if not len(big) or not refine:
+            break
+        a = a.merge(big[on].drop_duplicates(), on=on)
+        d = d.merge(big[on].drop_duplicates(), on=on)
+    pairs = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"a_conn": [], "d_conn": []})
+    counted = pairs.groupby(["a_conn", "d_conn"]).size().rename("votes").reset_index()
+    return counted, ambiguous, work, *held
 
 
 def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame, db_conns: pd.DataFrame) -> Matching:
     """Pair rows of the app exchanges table (all app captures concatenated) with rows of the DB one.
 
-    app_conns/db_conns are the connections tables (capture, conn_index, conn_id, scramble, ...).
+    app_conns/db_conns are the connections tables (capture, conn_index, conn_id, scramble, ...). The work is
+    linear in exchanges and connections whatever repeats in the keys (FANOUT).
     """
+    cmd_a, cmd_d = _codes(app["command"], db["command"])
+    sql_a, sql_d = _codes(app["sql"], db["sql"])
     a = pd.DataFrame({
         "ai": np.arange(len(app), dtype=np.int64), "a_conn": connection_keys(app).to_numpy(),
-        "seq": app["req_tcp_seq"].to_numpy(), "a_cmd": app["command"].array,
-        "a_sql": app["sql"].array, "a_end": app["resp_tcp_end"].array,
+        "seq": app["req_tcp_seq"].to_numpy(), "cmd": cmd_a, "sql": sql_a,
+        "a_end": app["resp_tcp_end"].array, "a_done": app["result"].notna().to_numpy(),
     })
     d = pd.DataFrame({
         "di": np.arange(len(db), dtype=np.int64), "d_conn": connection_keys(db).to_numpy(),
-        "seq": db["req_tcp_seq"].to_numpy(), "d_cmd": db["command"].array,
-        "d_sql": db["sql"].array, "d_end": db["resp_tcp_end"].array,
+        "seq": db["req_tcp_seq"].to_numpy(), "cmd": cmd_d, "sql": sql_d,
+        "d_end": db["resp_tcp_end"].array, "d_done": db["result"].notna().to_numpy(),
     })
-    cand = a.merge(d, on="seq", how="inner")
-    cand["content"] = _same(cand["a_cmd"], cand["d_cmd"]) & _same(cand["a_sql"], cand["d_sql"])
-    cand = cand.drop(columns=["a_cmd", "d_cmd", "a_sql", "d_sql"])  # compared: not carried through the joins below
 
     # --- connections: votes from shared request bytes, the scramble decides, a contradiction vetoes
     a_info = _conn_info(app, app_conns, "a")
     d_info = _conn_info(db, db_conns, "d")
-    votes = cand[cand["content"]].groupby(["a_conn", "d_conn"]).size().rename("votes").reset_index()
-    by_scramble = a_info.dropna(subset=["a_scramble"]).merge(
-        d_info.dropna(subset=["d_scramble"]), left_on="a_scramble", right_on="d_scramble")[["a_conn", "d_conn"]]
-    pairs = votes.merge(by_scramble.assign(scr=True), on=["a_conn", "d_conn"], how="outer")
+    ends_a, ends_d = _endpoint_codes(a_info, d_info)
+    key_a = a.assign(ends=ends_a[a["a_conn"].to_numpy()] if len(a) else np.zeros(0, dtype=np.int64))
+    key_d = d.assign(ends=ends_d[d["d_conn"].to_numpy()] if len(d) else np.zeros(0, dtype=np.int64))
+    votes, ambiguous_requests, work, amb_a, amb_d = _bounded_join(key_a, key_d, ["seq", "cmd", "sql"], ["ends"])
+    scr_a = a_info.dropna(subset=["a_scramble"])
+    scr_d = d_info.dropna(subset=["d_scramble"])
+    codes_a, codes_d = _codes(scr_a["a_scramble"], scr_d["d_scramble"])
+    scr_a = scr_a.assign(scramble=codes_a, ends=ends_a[scr_a["a_conn"].to_numpy()])
+    scr_d = scr_d.assign(scramble=codes_d, ends=ends_d[scr_d["d_conn"].to_numpy()])
+    by_scramble, ambiguous_scrambles, work_s, amb_sa, amb_sd = _bounded_join(scr_a, scr_d, ["scramble"], ["ends"])
+    work += work_s
+    amb_a |= amb_sa
+    amb_d |= amb_sd
+    pairs = votes.merge(by_scramble[["a_conn", "d_conn"]].assign(scr=True), on=["a_conn", "d_conn"], how="outer")
     pairs["votes"] = pairs["votes"].fillna(0).astype(np.int64)
     pairs["scr"] = pairs["scr"].fillna(False).astype(bool)
     pairs = pairs.merge(a_info, on="a_conn", how="left").merge(d_info, on="d_conn", how="left")
@@ -108,54 +167,109 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     vetoed = int(veto.sum())
     pairs = pairs[~veto].copy()
     pairs["score"] = pairs["votes"] + SCRAMBLE_VOTE * pairs["scr"]
-    # Greedy one-to-one, best score first (a connection is at one place at each point).
-    pairs = pairs.sort_values(["score", "a_conn"], ascending=[False, True], kind="stable")
-    pairs = pairs.drop_duplicates("a_conn").drop_duplicates("d_conn")
+    pairs, tied_a, tied_d = _one_to_one(pairs)
+    amb_a |= tied_a
+    amb_d |= tied_d
     pairs["nat"] = (pairs["a_client"] != pairs["d_client"]).fillna(False).astype(bool)
     conn_pairs = pairs[["a_conn", "d_conn", "nat", "scr"]].rename(
         columns={"a_conn": "app_conn", "d_conn": "db_conn", "scr": "by_scramble"}).reset_index(drop=True)
 
-    # --- exchanges, inside paired connections only
-    inside = cand.merge(pairs[["a_conn", "d_conn"]], on=["a_conn", "d_conn"], how="inner")
-    ends_agree = ~(inside["a_end"].notna() & inside["d_end"].notna()).to_numpy() | (
-        inside["a_end"].to_numpy(dtype="float64", na_value=np.nan) == inside["d_end"].to_numpy(dtype="float64", na_value=np.nan))
-    ok = inside["content"].to_numpy() & ends_agree
-    good = inside[ok].drop_duplicates("ai").drop_duplicates("di")
+    # --- exchanges, inside paired connections only: the k-th exchange with a sequence number on one side with the
+    # k-th on the other (a number repeats inside one connection only after 4 GiB, or in a forged capture)
+    partner = pd.Series(pairs["d_conn"].to_numpy(), index=pairs["a_conn"].to_numpy())
+    a_in = a[a["a_conn"].isin(partner.index)].assign(d_conn=lambda f: partner.loc[f["a_conn"]].to_numpy())
+    d_in = d[d["d_conn"].isin(pairs["d_conn"])]
+    a_in = a_in.assign(k=a_in.sort_values("ai").groupby(["a_conn", "seq"]).cumcount())
+    d_in = d_in.assign(k=d_in.sort_values("di").groupby(["d_conn", "seq"]).cumcount())
+    inside = a_in.merge(d_in, on=["d_conn", "seq", "k"], how="inner", suffixes=("_a", "_d"))
+    work += len(a_in) + len(d_in) + len(inside)
+    a_end = inside["a_end"].to_numpy(dtype="float64", na_value=np.nan)
+    d_end = inside["d_end"].to_numpy(dtype="float64", na_value=np.nan)
+    both_done = inside["a_done"].to_numpy() & inside["d_done"].to_numpy()
+    # a response not fully seen at one point ends early there: its end says nothing
+    ends_agree = np.isnan(a_end) | np.isnan(d_end) | ~both_done | (a_end == d_end)
+    content = (inside["cmd_a"].to_numpy() == inside["cmd_d"].to_numpy()) & (
+        inside["sql_a"].to_numpy() == inside["sql_d"].to_numpy())
+    ok = content & ends_agree
+    good = inside[ok]
     bad = inside[~ok]
     conflict_a = set(bad["ai"]) - set(good["ai"])
     conflict_d = set(bad["di"]) - set(good["di"])
 
     a_end_na = good["a_end"].isna().to_numpy()
     d_end_na = good["d_end"].isna().to_numpy()
-    good_notes = np.where(a_end_na & ~d_end_na, "response-unseen-at-app",
-                          np.where(d_end_na & ~a_end_na, "response-unseen-at-db", ""))
+    a_cut = ~good["a_done"].to_numpy() & good["d_done"].to_numpy() & ~a_end_na
+    d_cut = ~good["d_done"].to_numpy() & good["a_done"].to_numpy() & ~d_end_na
+    good_notes = np.select(
+        [a_end_na & ~d_end_na, d_end_na & ~a_end_na, a_cut, d_cut],
+        ["response-unseen-at-app", "response-unseen-at-db", "response-incomplete-at-app", "response-incomplete-at-db"],
+        "").astype(object)
     app_only = np.setdiff1d(np.arange(len(app), dtype=np.int64), good["ai"].to_numpy())
     db_only = np.setdiff1d(np.arange(len(db), dtype=np.int64), good["di"].to_numpy())
     app_row = np.concatenate([good["ai"].to_numpy(), app_only, np.full(len(db_only), -1, dtype=np.int64)])
     db_row = np.concatenate([good["di"].to_numpy(), np.full(len(app_only), -1, dtype=np.int64), db_only])
     notes = np.concatenate([
         good_notes,
-        _only_notes(app_only, conflict_a, a, good["ai"].to_numpy(), app["seq"].to_numpy(), pairs["a_conn"], "db"),
+        _only_notes(app_only, conflict_a, a, good["ai"].to_numpy(), app["seq"].to_numpy(), pairs["a_conn"], "db",
+                    amb_a - set(pairs["a_conn"])),
         _only_notes(db_only, conflict_d, d.rename(columns={"d_conn": "a_conn"}), good["di"].to_numpy(),
-                    db["seq"].to_numpy(), pairs["d_conn"], "app"),
+                    db["seq"].to_numpy(), pairs["d_conn"], "app", amb_d - set(pairs["d_conn"])),
     ])
     stats = MatchStats(
         app_exchanges=len(app), db_exchanges=len(db), matched=len(good), app_only=len(app_only),
         db_only=len(db_only), conflicts=len(conflict_a) + len(conflict_d),
         connections_matched=len(conn_pairs), connections_by_scramble=int(conn_pairs["by_scramble"].sum()),
         connections_nat=int(conn_pairs["nat"].sum()), connections_vetoed=vetoed,
+        connections_ambiguous=len(amb_a - set(pairs["a_conn"])) + len(amb_d - set(pairs["d_conn"])),
+        ambiguous_keys=ambiguous_requests + ambiguous_scrambles,
+        candidates=work,
     )
     return Matching(app_row, db_row, notes, conn_pairs, stats)
 
 
+def _endpoint_codes(a_info: pd.DataFrame, d_info: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per connection key, a code of its (client, server) endpoints in one space for both points (negative:
+    unknown)."""
+    def text(info: pd.DataFrame, side: str) -> pd.Series:
+        return (info[f"{side}_client"].astype("string") + " " + info[f"{side}_server"].astype("string")).astype(object)
+
+    codes_a, codes_d = _codes(text(a_info, "a"), text(d_info, "d"))
+    out_a = np.full(int(a_info["a_conn"].max()) + 1 if len(a_info) else 0, -1, dtype=np.int64)
+    out_d = np.full(int(d_info["d_conn"].max()) + 1 if len(d_info) else 0, -1, dtype=np.int64)
+    out_a[a_info["a_conn"].to_numpy()] = codes_a
+    out_d[d_info["d_conn"].to_numpy()] = np.where(codes_d < 0, -2, codes_d)  # unknown never equals unknown
+    return out_a, out_d
+
+
+def _one_to_one(pairs: pd.DataFrame) -> tuple[pd.DataFrame, set, set]:
+    """Greedy one-to-one, best score first (a connection is at one place at each point). A connection whose best
+    two candidates score the same is left unpaired (which one is its twin cannot be told): returned, app and DB."""
+    pairs = pairs.sort_values(["score", "a_conn", "d_conn"], ascending=[False, True, True], kind="stable")
+    drop = np.zeros(len(pairs), dtype=bool)
+    tied = []
+    for conn in ("a_conn", "d_conn"):
+        rank = pairs.groupby(conn, sort=False).cumcount().to_numpy()  # 0: the connection's best candidate
+        score = pairs["score"].to_numpy()
+        best = pd.Series(score[rank == 0], index=pairs[conn].to_numpy()[rank == 0])
+        second = pd.Series(score[rank == 1], index=pairs[conn].to_numpy()[rank == 1])
+        ties = second.index[second.to_numpy() == best.loc[second.index].to_numpy()]
+        tied.append(set(ties))
+        drop |= pairs[conn].isin(ties).to_numpy()
+    pairs = pairs[~drop]
+    return pairs.drop_duplicates("a_conn").drop_duplicates("d_conn"), *tied
+
+
 def _only_notes(only: np.ndarray, conflicts: set, side: pd.DataFrame, paired: np.ndarray, ordinal: np.ndarray,
-                paired_conns: pd.Series, other: str) -> np.ndarray:
-    """Notes for exchanges seen at one point only: 'match-conflict', or 'lost-at-<other>' when the other point
+                paired_conns: pd.Series, other: str, ambiguous: set) -> np.ndarray:
+    """Notes for exchanges seen at one point only: 'match-conflict', 'match-ambiguous' (the connection's twin at the
+    other point could not be told from others that look the same), or 'lost-at-<other>' when the other point
     saw exchanges of the same connection before and after this one (so it was there, and missed these bytes)."""
     notes = np.full(len(only), "", dtype=object)
     if len(only) == 0:
         return notes
     conn = side["a_conn"].to_numpy()
+    if ambiguous:
+        notes[np.isin(conn[only], np.fromiter(ambiguous, dtype=np.int64, count=len(ambiguous)))] = "match-ambiguous"
     seen = pd.DataFrame({"conn": conn[paired], "ord": ordinal[paired]}).groupby("conn")["ord"].agg(["min", "max"])
     span = pd.DataFrame({"conn": conn[only], "ord": ordinal[only]}).join(seen, on="conn")
     inside = (span["conn"].isin(paired_conns) & (span["ord"] > span["min"]) & (span["ord"] < span["max"])).to_numpy()
@@ -166,15 +280,15 @@ def _only_notes(only: np.ndarray, conflicts: set, side: pd.DataFrame, paired: np
 
 
 def _conn_info(exchanges: pd.DataFrame, conns: pd.DataFrame, side: str) -> pd.DataFrame:
-    """conn key -> scramble, conn_id, client of each connection that has exchanges."""
+    """conn key -> scramble, conn_id, client, server of each connection that has exchanges."""
     keys = pd.DataFrame({
         f"{side}_conn": connection_keys(exchanges).to_numpy(),
         "capture": exchanges["capture"].to_numpy(), "conn_index": exchanges["conn_index"].to_numpy(),
     }).drop_duplicates(f"{side}_conn")
-    info = keys.merge(conns[["capture", "conn_index", "scramble", "conn_id", "client"]], on=["capture", "conn_index"], how="left")
-    info = info.astype({"scramble": "string", "conn_id": "Int64", "client": "string"})
-    return info.drop(columns=["capture", "conn_index"]).rename(
-        columns={"scramble": f"{side}_scramble", "conn_id": f"{side}_conn_id", "client": f"{side}_client"})
+    columns = ["scramble", "conn_id", "client", "server"]
+    info = keys.merge(conns[["capture", "conn_index", *columns]], on=["capture", "conn_index"], how="left")
+    info = info.astype({"scramble": "string", "conn_id": "Int64", "client": "string", "server": "string"})
+    return info.drop(columns=["capture", "conn_index"]).rename(columns={c: f"{side}_{c}" for c in columns})
 
 
 # --- clock samples -------------------------------------------------------------------------------------------
@@ -257,19 +371,24 @@ def pair_segments(app: _Segments, db: _Segments) -> ClockSamples:
     keys, so this is a merge join on sorted arrays: no hash table, a few index arrays of memory."""
     lo = np.searchsorted(db.k1, app.k1, side="left")
     hi = np.searchsorted(db.k1, app.k1, side="right")
-    # Several DB segments may share a seq/ack (a pure ACK, then data): walk those runs in step, all app keys at
-    # once; each step compares one more DB segment of every run still open (runs are a few segments long).
+    # Several DB segments may share a seq/ack (a pure ACK, then data; or, in a forged capture, thousands): inside
+    # each run k2 is sorted, so every app key bisects its run, all keys at once: log2(longest run) passes.
     ia = np.flatnonzero(hi > lo)
-    j, end = lo[ia], hi[ia]
+    left, right, end = lo[ia], hi[ia], hi[ia]
     del lo, hi
-    ia_parts, id_parts = [ia[:0]], [j[:0]]
-    while len(ia):
-        hit = db.k2[j] == app.k2[ia]
-        ia_parts.append(ia[hit])
-        id_parts.append(j[hit])
-        more = ~hit & (j + 1 < end)
-        ia, j, end = ia[more], j[more] + 1, end[more]
-    ia, id_ = np.concatenate(ia_parts), np.concatenate(id_parts)
+    want = app.k2[ia]
+    while True:
+        open_ = left < right
+        if not open_.any():
+            break
+        mid = (left + right) // 2
+        below = db.k2[np.where(open_, mid, 0)] < want
+        left = np.where(open_ & below, mid + 1, left)
+        right = np.where(open_ & ~below, mid, right)
+    hit = left < end
+    hit[hit] = db.k2[left[hit]] == want[hit]
+    ia, id_ = ia[hit], left[hit]
+    del left, right, end, want
     fwd = (app.k2[ia] & np.uint64(1)) == 0
     ts_a, ts_d = app.ts[ia], db.ts[id_]
     order_f = np.lexsort((ts_d[fwd], ts_a[fwd]))  # by app time; equal app times by DB time

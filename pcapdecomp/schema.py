@@ -112,7 +112,7 @@ def markdown_table(columns: tuple[Column, ...]) -> str:
 # times at the app host, D1/D4 DB-capture times converted to that app clock by the fitted clock model.
 ANALYSIS_COLUMNS: tuple[Column, ...] = (
     Column("seen", CATEGORY, "both | app | db: the capture points that saw the exchange (foundation columns come from the app side when seen there)"),
-    Column("match_notes", CATEGORY, "match-conflict (same request bytes, different command/text/response end: not paired); lost-at-app|db (the other point saw this connection before and after, and missed this exchange: capture loss); response-unseen-at-app|db"),
+    Column("match_notes", CATEGORY, "comma-separated: match-conflict (same request bytes, different command/text/response end: not paired); match-ambiguous (the connection's twin at the other point could not be told from others that look the same: not paired); lost-at-app|db (the other point saw this connection before and after, and missed this exchange: capture loss); response-unseen-at-app|db; response-incomplete-at-app|db (that point did not see the response's end); repaired-at-app|db (bytes of this exchange that point lost were taken from the other point: see bounded)"),
     Column("db_client", CATEGORY, "client endpoint as seen at the DB (differs from client behind NAT)"),
     Column("db_req_first_frame", "Int64", "frame number of the request's first byte in the DB capture"),
     Column("db_resp_last_frame", "Int64", "frame number of the response's last byte in the DB capture"),
@@ -125,6 +125,13 @@ ANALYSIS_COLUMNS: tuple[Column, ...] = (
     Column("network_s", "float64", "total_s - server_s: both network legs (independent of the clock offset)"),
     Column("net_req_s", "float64", "D1 - A1: request leg, after clock alignment (depends on the offset estimate)"),
     Column("net_resp_s", "float64", "A4 - D4: response leg; net_req_s + net_resp_s = network_s"),
+    Column("bounded", CATEGORY, "comma-separated A1, A4, D1, D4: the points whose time is only bounded (their bytes were lost at that point and taken from the other one, or the response's end was not seen there); those times and the durations that depend on them are null, their bounds are in *_lo/*_hi; null when all four are measured"),
+    Column("total_s_lo", "float64", "lower bound of total_s where it is null because A1 or A4 is bounded (null when unknown)"),
+    Column("total_s_hi", "float64", "upper bound of total_s, likewise"),
+    Column("server_s_lo", "float64", "lower bound of server_s where it is null because D1 or D4 is bounded; queue_s then lies in [server_s_lo - exec_s, server_s_hi - exec_s]"),
+    Column("server_s_hi", "float64", "upper bound of server_s, likewise"),
+    Column("network_s_lo", "float64", "lower bound of network_s where it is null because a point is bounded"),
+    Column("network_s_hi", "float64", "upper bound of network_s, likewise"),
     Column("exec_s", "float64", "execution time: the slow log's Query_time, else an estimate (see exec_source)"),
     Column("exec_source", CATEGORY, "slow_log | fingerprint_median (estimate: median server time of ≥ 5 agreeing fast executions of the same command and fingerprint) | below_long_query_time (known faster than long_query_time: exec_s is the bound min(server_s, long_query_time)) | flagged_slow (SERVER_QUERY_WAS_SLOW without a slow-log entry: exec_s = server_s, an upper bound); null when unknown"),
     Column("queue_s", "float64", "server_s - exec_s, at least 0: waiting before execution (thread-pool queue); how it is known: queue_source"),

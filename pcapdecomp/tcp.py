@@ -22,6 +22,7 @@ class Chunk:
     data: bytes
     ts_ns: int
     frame: int
+    ack: int | None = None  # raw ACK number of the segment that carried the bytes (None without the ACK flag)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,7 @@ class HalfStream:
 
     WINDOW_AHEAD = 1 << 30  # the largest TCP window (scale 14)
     WINDOW_BEHIND = 64 << 20  # retransmissions older than this are not plausible
+    MAX_HOLES = 4096  # holes remembered for the repair stage (pcapdecomp/repair.py); the rest are only counted
 
     def __init__(self, max_buffered: int = 4 << 20):
         self.base: int | None = None  # raw sequence number of stream offset 0
@@ -58,10 +60,18 @@ class HalfStream:
         self._holes_starts: list[int] = []  # sorted offsets of buffered out-of-order segments
         self._held: dict[int, Chunk] = {}
         self._held_bytes = 0
+        # Byte ranges this capture point never saw, as (raw sequence number, length, ts_ns when found): the gaps,
+        # and bytes before a FIN that never arrived. Another capture point of the connection may have them.
+        self.holes: list[tuple[int, int, int]] = []
+        self.holes_dropped = 0
 
     def raw_seq(self, offset: int) -> int:
         """The TCP sequence number of the byte at a stream offset (for matching across capture points)."""
         return ((self.base or 0) + offset) % SEQ_MOD
+
+    def offset_of(self, seq: int) -> int | None:
+        """The stream offset of raw sequence number `seq` (taken near the current position); None before any segment."""
+        return None if self.base is None else self._offset(seq)
 
     def _offset(self, seq: int) -> int:
         delta = (seq - self.base - self.next + HALF) % SEQ_MOD - HALF
@@ -72,8 +82,10 @@ class HalfStream:
             self.base = (seq + 1) % SEQ_MOD
             self.syn_seen = True
 
-    def segment(self, seq: int, payload: bytes, ts_ns: int, frame: int, fin: bool = False) -> list:
-        """Add a segment; return the chunks (and gaps) that became deliverable, in order."""
+    def segment(self, seq: int, payload: bytes, ts_ns: int, frame: int, fin: bool = False,
+                ack: int | None = None) -> list:
+        """Add a segment (`ack`: its raw ACK number, kept with its bytes); return the chunks (and gaps) that became
+        deliverable, in order."""
         if self.base is None:
             self.base = seq
         offset = self._offset(seq)
@@ -83,7 +95,7 @@ class HalfStream:
             self.stats.discontinuities += 1
             out = self.flush(ts_ns) + [Gap(self.next, 0, ts_ns)]
             self.base = (seq - self.next) % SEQ_MOD
-            return out + self.segment(seq, payload, ts_ns, frame, fin)
+            return out + self.segment(seq, payload, ts_ns, frame, fin, ack)
         if fin:
             self.fin_offset = offset + len(payload)
         if not payload:
@@ -99,14 +111,14 @@ class HalfStream:
             offset = self.next
         if offset > self.next:
             self.stats.out_of_order_segments += 1
-            self._hold(Chunk(offset, payload, ts_ns, frame))
+            self._hold(Chunk(offset, payload, ts_ns, frame, ack))
             if self._held_bytes > self.max_buffered:
                 return self._declare_gap(ts_ns)
             return []
         if self._held:  # bytes already held were seen first: only the rest of this segment is new
-            self._hold(Chunk(offset, payload, ts_ns, frame))
+            self._hold(Chunk(offset, payload, ts_ns, frame, ack))
             return self._drain()
-        out = [Chunk(offset, payload, ts_ns, frame)]
+        out = [Chunk(offset, payload, ts_ns, frame, ack)]
         self.next = end
         self.stats.bytes_delivered += len(payload)
         return out
@@ -138,6 +150,8 @@ class HalfStream:
         out = []
         while self._held:
             out += self._declare_gap(ts_ns)
+        if self.fin_offset is not None and self.fin_offset > self.next:
+            self._remember(self.next, self.fin_offset - self.next, ts_ns)  # the FIN proves these bytes were sent
         return out
 
     def cut_by_snaplen(self, seq: int, captured: int, missing: int, ts_ns: int) -> list:
@@ -148,6 +162,7 @@ class HalfStream:
         gap = Gap(self.next, missing, ts_ns)
         self.stats.gaps += 1
         self.stats.gap_bytes += missing
+        self._remember(self.next, missing, ts_ns)
         self.next += missing
         return [gap] + self._drain()
 
@@ -177,7 +192,8 @@ class HalfStream:
         kept = sum(b - a for a, b in pieces)
         self.stats.retransmitted_bytes += len(chunk.data) - kept
         for a, b in pieces:
-            piece = chunk if (a, b) == (start, end) else Chunk(a, chunk.data[a - start : b - start], chunk.ts_ns, chunk.frame)
+            piece = chunk if (a, b) == (start, end) else Chunk(a, chunk.data[a - start : b - start], chunk.ts_ns,
+                                                               chunk.frame, chunk.ack)
             bisect.insort(starts, a)
             self._held[a] = piece
             self._held_bytes += b - a
@@ -194,7 +210,7 @@ class HalfStream:
                 continue
             if start < self.next:
                 self.stats.retransmitted_bytes += self.next - start
-                chunk = Chunk(self.next, chunk.data[self.next - start :], chunk.ts_ns, chunk.frame)
+                chunk = Chunk(self.next, chunk.data[self.next - start :], chunk.ts_ns, chunk.frame, chunk.ack)
             out.append(chunk)
             self.next = end
             self.stats.bytes_delivered += len(chunk.data)
@@ -208,8 +224,15 @@ class HalfStream:
         gap = Gap(self.next, target - self.next, ts_ns)
         self.stats.gaps += 1
         self.stats.gap_bytes += gap.length
+        self._remember(self.next, gap.length, ts_ns)
         self.next = target
         return [gap] + self._drain()
+
+    def _remember(self, offset: int, length: int, ts_ns: int) -> None:
+        if len(self.holes) < self.MAX_HOLES:
+            self.holes.append((self.raw_seq(offset), length, ts_ns))
+        else:
+            self.holes_dropped += 1
 
 
 @dataclass

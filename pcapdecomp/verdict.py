@@ -346,7 +346,9 @@ def _size_bullets(size: dict) -> list[dict]:
 
 
 def _split_bullet(x: pd.DataFrame) -> dict | None:
-    both = x[x["seen"] == "both"]
+    # only exchanges whose client time is measured: one with a bounded end point (capture loss, repair.py) has a
+    # server split but no total, and would push the shares past 100 %
+    both = x[(x["seen"] == "both") & x["total_s"].notna()]
     tot = float(both["total_s"].sum())
     if not len(both) or tot <= 0:
         return None

@@ -28,7 +28,7 @@ sys.path.insert(0, str(LAB))
 import rawclient  # noqa: E402
 import record as lab_record  # noqa: E402
 
-COMMITTED = ("maxthreads", "group-stall", "oltp-hogs", "features")
+COMMITTED = ("maxthreads", "group-stall", "oltp-hogs", "features", "oltp-prepared")
 
 
 def _lab_unavailable_reason() -> str | None:

@@ -4,6 +4,7 @@ samples taken from their segments (on rewritten copies with known offsets and re
 from __future__ import annotations
 
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -184,3 +185,68 @@ def test_segment_pairing_is_the_join_of_keys_seen_once(data):
     assert sorted(got) == _reference_pairs(a, d)
     assert list(samples.fwd_app) == sorted(samples.fwd_app) and list(samples.rev_app) == sorted(samples.rev_app)
     assert samples.app_segments == len(a[0]) and samples.db_segments == len(d[0])
+
+
+# --- repeated keys: matching stays linear ---------------------------------------------------------------------
+
+
+def copies(src: Path, dst: Path, port: int, n: int, port_of) -> None:
+    """`n` copies of the connection whose client port is `port` in the real capture `src`, each on its own client
+    port `port_of(i)`, everything else byte for byte (the same ISNs, the same greeting scramble, the same
+    statements at the same times): what 5,000 connections opened by one forged client look like."""
+    header, order, unit, recs = pt.records(src)
+    out = [header]
+    for ts, pkt, orig in recs:
+        if pkt[12:14] != b"\x08\x00" or pkt[23] != 6:
+            continue
+        tcp = 14 + (pkt[14] & 0x0F) * 4
+        sport, dport = int.from_bytes(pkt[tcp:tcp + 2], "big"), int.from_bytes(pkt[tcp + 2:tcp + 4], "big")
+        if port not in (sport, dport):
+            continue
+        at = tcp if sport == port else tcp + 2
+        for i in range(n):
+            new = pkt[:at] + port_of(i).to_bytes(2, "big") + pkt[at + 2:]
+            out.append(struct.pack(order + "IIII", ts // 1_000_000_000, (ts % 1_000_000_000) // unit, len(new), orig))
+            out.append(new)
+    dst.write_bytes(b"".join(out))
+
+
+def replicated(tmp_path: Path, n: int, nat: bool):
+    x = extract(SET / "app.pcap")
+    conn = x.connections[x.connections["exchanges"] == 32].iloc[0]
+    port = split_endpoint(conn["client"])[1]
+    copies(SET / "app.pcap", tmp_path / f"app{n}.pcap", port, n, lambda i: 20000 + i)
+    copies(SET / "db.pcap", tmp_path / f"db{n}.pcap", port, n, lambda i: (40000 if nat else 20000) + i)
+    return extract(tmp_path / f"app{n}.pcap"), extract(tmp_path / f"db{n}.pcap")
+
+
+@pytest.mark.parametrize("nat", [False, True])
+def test_matching_work_grows_linearly_with_connections_that_share_every_key(tmp_path, nat):
+    """N copies of one real connection, same ISNs and scramble: the joins on sequence numbers and scrambles would
+    make N² candidate pairs. Scaled 4×, the work (rows the joins produce) and the memory grow about 4×; every
+    exchange paired is paired with its own copy; behind NAT (client ports differ between the points) the copies
+    cannot be told apart, so none is paired and all say why."""
+    import tracemalloc
+
+    work, peak = [], []
+    for n in (25, 100):
+        app, db = replicated(tmp_path, n, nat)
+        assert len(app.connections) == len(db.connections) == n and len(app.exchanges) == 32 * n
+        tracemalloc.start()
+        m = match_exchanges(app.exchanges, db.exchanges, app.connections, db.connections)
+        peak.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        work.append(m.stats.candidates)
+        both = (m.app_row >= 0) & (m.db_row >= 0)
+        a_port = app.exchanges["client"].astype(str).str.rsplit(":", n=1).str[1].astype(int).to_numpy()
+        d_port = db.exchanges["client"].astype(str).str.rsplit(":", n=1).str[1].astype(int).to_numpy()
+        offset = 20000 if nat else 0
+        assert (a_port[m.app_row[both]] + offset == d_port[m.db_row[both]]).all()  # never another copy
+        if nat:
+            assert both.sum() == 0 and m.stats.connections_ambiguous == 2 * n
+            assert set(m.notes.tolist()) == {"match-ambiguous"}
+        else:
+            assert both.sum() == 32 * n and m.stats.connections_matched == n
+        assert m.stats.ambiguous_keys > 0
+    assert work[1] <= 4.6 * work[0], work  # quadratic would be 16×
+    assert peak[1] <= 5 * peak[0], peak

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pcapdecomp import pipeline
 from pcapdecomp.decompose import _merged_problems
 from pcapdecomp.exchanges import extract
-from pcapdecomp.match import _same
+from pcapdecomp.match import _codes
 from pcapdecomp.schema import CATEGORY, EXCHANGE_COLUMNS, Column
 from pcapdecomp.tables import as_category, concat, frame, sorted_columnwise
 
@@ -112,4 +112,7 @@ def test_problems_of_both_points_are_merged_once_each(app, db, both, expected):
 def test_text_of_two_tables_compares_by_value_not_by_code():
     a = as_category(["SELECT 1", None, "b", "c"])
     b = as_category(["SELECT 1", None, "c", "zz"])  # same texts sit at other codes here
-    assert _same(a, b).tolist() == [True, True, False, False]
+    codes_a, codes_b = _codes(a, b)
+    assert (codes_a == codes_b).tolist() == [True, True, False, False]
+    codes_a, codes_b = _codes(a.astype(object), b.astype(object))  # plain text columns: the same answer
+    assert (codes_a == codes_b).tolist() == [True, True, False, False]

@@ -379,3 +379,20 @@ def test_first_copy_wins_among_held_and_in_order_segments():
     ]
     assert half.stats.retransmitted_bytes == 2 + 5  # EF again, then EFGH and K inside the in-order segment
     assert half.stats.bytes_delivered == 11 and half.buffered == 0
+
+
+def test_holes_are_remembered_with_their_sequence_numbers_for_the_repair_stage():
+    """Every gap, a snaplen cut and bytes before a FIN that never arrived are kept as (raw seq, length, ts): another
+    capture point may have those bytes (pcapdecomp/repair.py). The ACK number of each segment stays with its bytes."""
+    base = SEQ_MOD - 5  # the hole wraps the sequence space
+    half = HalfStream()
+    half.segment(base, b"a" * 10, 1, 1, ack=77)
+    half.segment(base + 20, b"c" * 10, 2, 2, ack=78)
+    assert half.ack((base + 20) % SEQ_MOD, 3) == [Gap(10, 10, 3), Chunk(20, b"c" * 10, 2, 2, 78)]
+    assert half.holes == [((base + 10) % SEQ_MOD, 10, 3)]
+    half.segment(base + 30, b"d" * 4, 4, 4)
+    assert half.cut_by_snaplen(base + 30, 4, 6, 4) == [Gap(34, 6, 4)]
+    half.segment(base + 50, b"", 5, 5, fin=True)  # the FIN says 10 bytes (40..50) were sent and not captured
+    assert half.flush(6) == [] and half.stats.gaps == 2  # not a declared gap: only remembered
+    assert half.holes[1:] == [((base + 34) % SEQ_MOD, 6, 4), ((base + 40) % SEQ_MOD, 10, 6)]
+    assert half.offset_of((base + 40) % SEQ_MOD) == 40 and HalfStream().offset_of(5) is None

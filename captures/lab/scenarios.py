@@ -20,6 +20,10 @@ def _sbtest_sql(rows: int) -> list[str]:
             f"INSERT INTO lab.sbtest1 VALUES {values}"]
 
 
+# the OLTP scenarios: two thread groups, a stall limit long enough that a hog keeps its group, long_query_time 0.1
+OLTP_SETTINGS = ServerSettings(**HELD_GROUPS, long_query_time_s=0.1)
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
@@ -58,10 +62,22 @@ SCENARIOS = {s.name: s for s in (
         "statements (COM_STMT_EXECUTE), 4+4 connections at up to 1200/s in total for 3 s, while a CPU hog (BENCHMARK ~0.4 s) "
         "runs three times on thread_pool_size=2 with a 60 s stall limit: point selects queued behind a hog in "
         "its group slow down without being slow themselves (long_query_time=0.1).",
-        ServerSettings(**HELD_GROUPS, long_query_time_s=0.1),
+        OLTP_SETTINGS,
         {"clients": 4, "rate": 1200, "duration": 3.0, "rows": SBTEST_ROWS, "hog_times": [0.6, 1.5, 2.4]},
         tuple(_sbtest_sql(SBTEST_ROWS)),
         hog_seconds=0.4,
+    ),
+    Scenario(
+        "oltp-prepared",
+        "OLTP point selects on a 10k-row sysbench-like table over 2 pymysql text-protocol connections and 2 "
+        "mysql-connector prepared cursors (COM_STMT_PREPARE once, then COM_STMT_RESET + COM_STMT_EXECUTE per "
+        "call), up to 200/s in total for 3 s, while a CPU hog (BENCHMARK ~0.3 s) runs every 1.2 s on "
+        "thread_pool_size=2. The recording that capture loss is tested on (tests/test_repair.py drops frames "
+        "from a copy with scripts/lose_frames.py).",
+        OLTP_SETTINGS,
+        {"clients": 2, "rate": 200, "duration": 3.0, "rows": SBTEST_ROWS, "hog_first": 0.8, "hog_every": 1.2},
+        tuple(_sbtest_sql(SBTEST_ROWS)),
+        hog_seconds=0.3,
     ),
     Scenario(
         "connection-churn",

@@ -178,50 +178,90 @@ def group_stall(args, truth: Truth) -> None:
         c.close()
 
 
-def oltp_hogs(args, truth: Truth) -> None:
+POINT_SQL = "SELECT c FROM sbtest1 WHERE id = ?"
+
+
+def _oltp(args, truth: Truth, prepared_kind: str, prepared_worker, hog_times: list[float]) -> None:
+    """The OLTP scenarios: `args.clients` pymysql text-protocol connections and as many `prepared_kind` ones running
+    `prepared_worker(conn, rng, paced)`, each at rate / (2 × clients) per second for `args.duration` s, and a hog
+    connection running a BENCHMARK at each of `hog_times` (s from the start)."""
     text = [connect(truth, f"text-{i}", args) for i in range(args.clients)]
-    prepared = [connect(truth, f"prepared-{i}", args, kind="raw") for i in range(args.clients)]
+    prepared = [connect(truth, f"prepared-{i}", args, kind=prepared_kind) for i in range(args.clients)]
     hog = connect(truth, "hog", args)
     per_client_rate = args.rate / (2 * args.clients)
     stop = time.monotonic() + args.duration
-    point_sql = "SELECT c FROM sbtest1 WHERE id = ?"
+
+    def paced(call) -> None:
+        next_at = time.monotonic()
+        while next_at < stop:
+            call()
+            next_at = max(next_at + 1 / per_client_rate, time.monotonic() - 0.05)
+            time.sleep(max(0.0, next_at - time.monotonic()))
 
     def text_worker(conn: Connection, rng: random.Random):
-        next_at = time.monotonic()
-        while next_at < stop:
-            conn.timed_query(f"SELECT c FROM sbtest1 WHERE id = {rng.randint(1, args.rows)}")
-            next_at = max(next_at + 1 / per_client_rate, time.monotonic() - 0.05)
-            time.sleep(max(0.0, next_at - time.monotonic()))
-
-    def prepared_worker(conn: Connection, rng: random.Random):
-        client: raw.RawClient = conn.handle
-        send_ns = time.time_ns()
-        statement_id, _, _ = client.prepare(point_sql)
-        conn.record(send_ns, time.time_ns(), command="COM_STMT_PREPARE", sql=point_sql, role="prepare",
-                    ps_event="statement/com/Prepare")
-        next_at = time.monotonic()
-        while next_at < stop:
-            value = rng.randint(1, args.rows)
-            send_ns = time.time_ns()
-            answer = client.execute(statement_id, [(raw.MYSQL_TYPE_LONGLONG, value.to_bytes(8, "little"))])
-            conn.record(send_ns, time.time_ns(), command="COM_STMT_EXECUTE", sql=point_sql, role="query",
-                        ps_event="statement/com/Execute", rows=answer.rows, note=f"id={value}")
-            next_at = max(next_at + 1 / per_client_rate, time.monotonic() - 0.05)
-            time.sleep(max(0.0, next_at - time.monotonic()))
-        client.close_statement(statement_id)
+        paced(lambda: conn.timed_query(f"SELECT c FROM sbtest1 WHERE id = {rng.randint(1, args.rows)}"))
 
     def hogger():
-        for at in args.hog_times:
+        for at in hog_times:
             time.sleep(max(0.0, stop - args.duration + at - time.monotonic()))
             hog.timed_query(f"SELECT BENCHMARK({args.hog_rounds}, SHA2(RAND(), 256))", role="hog")
 
     workers = [hogger]
     workers += [lambda c=c, i=i: text_worker(c, random.Random(args.seed * 1000 + i)) for i, c in enumerate(text)]
-    workers += [lambda c=c, i=i: prepared_worker(c, random.Random(args.seed * 2000 + i))
+    workers += [lambda c=c, i=i: prepared_worker(c, random.Random(args.seed * 2000 + i), paced)
                 for i, c in enumerate(prepared)]
     run_threads(workers)
     for c in [*text, *prepared, hog]:
         c.close()
+
+
+def oltp_hogs(args, truth: Truth) -> None:
+    def prepared_worker(conn: Connection, rng: random.Random, paced):
+        client: raw.RawClient = conn.handle
+        send_ns = time.time_ns()
+        statement_id, _, _ = client.prepare(POINT_SQL)
+        conn.record(send_ns, time.time_ns(), command="COM_STMT_PREPARE", sql=POINT_SQL, role="prepare",
+                    ps_event="statement/com/Prepare")
+
+        def call():
+            value = rng.randint(1, args.rows)
+            send_ns = time.time_ns()
+            answer = client.execute(statement_id, [(raw.MYSQL_TYPE_LONGLONG, value.to_bytes(8, "little"))])
+            conn.record(send_ns, time.time_ns(), command="COM_STMT_EXECUTE", sql=POINT_SQL, role="query",
+                        ps_event="statement/com/Execute", rows=answer.rows, note=f"id={value}")
+
+        paced(call)
+        client.close_statement(statement_id)
+
+    _oltp(args, truth, "raw", prepared_worker, args.hog_times)
+
+
+def oltp_prepared(args, truth: Truth) -> None:
+    """Point selects over pymysql (text protocol) and mysql-connector prepared cursors, which send COM_STMT_PREPARE
+    once and then COM_STMT_RESET + COM_STMT_EXECUTE for every call; a CPU hog at hog_first s and every hog_every s
+    after (longer recordings get more hogs). A prepared call's truth row spans the RESET and the EXECUTE (one
+    driver call); its command is the EXECUTE."""
+    def prepared_worker(conn: Connection, rng: random.Random, paced):
+        cursor = conn.handle.cursor(prepared=True)
+        first = [True]
+
+        def call():
+            value = rng.randint(1, args.rows)
+            send_ns = time.time_ns()
+            cursor.execute(POINT_SQL, (value,))
+            rows = cursor.fetchall()
+            note = ("COM_STMT_PREPARE + COM_STMT_RESET + COM_STMT_EXECUTE" if first[0]
+                    else "COM_STMT_RESET + COM_STMT_EXECUTE") + f"; id={value}"
+            first[0] = False
+            conn.record(send_ns, time.time_ns(), command="COM_STMT_EXECUTE", sql=POINT_SQL, role="query",
+                        ps_event="statement/com/Execute", rows=len(rows), note=note)
+
+        paced(call)
+        cursor.close()
+
+    rounds = int(max(args.duration - args.hog_first, 0) // args.hog_every) + 1
+    hogs = [args.hog_first + k * args.hog_every for k in range(rounds)]
+    _oltp(args, truth, "connector", prepared_worker, [at for at in hogs if at < args.duration])
 
 
 def connection_churn(args, truth: Truth) -> None:
@@ -609,6 +649,7 @@ def sysbench(args, truth: Truth) -> None:
 
 
 SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
+             "oltp-prepared": oltp_prepared,
              "connection-churn": connection_churn, "features": features, "bigpacket": bigpacket,
              "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import detect
@@ -153,15 +154,18 @@ class MySQLConnection:
         self._count = 0
         self._connect: _Pending | None = None
         self._last_finished: _Pending | None = None
+        # raw ACK number of a server segment -> client stream offset (set by the TCP layer; None: not known)
+        self.client_offset: Callable[[int], int | None] | None = None
 
     # ---- input -------------------------------------------------------------------------------------------
-    def data(self, direction: int, data: bytes, ts: int, frame: int, offset: int) -> None:
+    def data(self, direction: int, data: bytes, ts: int, frame: int, offset: int, ack: int | None = None) -> None:
+        """`ack`: the raw ACK number of the segment that carried `data`, when it had one."""
         if not data:
             return
         if self.tls:
             self.counters.tls_bytes += len(data)
             return
-        if not self._synced[direction] and not self._try_sync(direction, data):
+        if not self._synced[direction] and not self._try_sync(direction, data, ack):
             if not self.tls:  # bytes that revealed TLS are counted there
                 self.counters.unparsed_bytes[direction] += len(data)
             return
@@ -193,6 +197,16 @@ class MySQLConnection:
         c.gaps += 1
         c.gap_bytes[direction] += length
         if self.tls:
+            return
+        if self.phase in (GREETING, LOGIN, AUTH):
+            # Handshake bytes were lost: read the rest as after a mid-stream start (commands resynchronise) rather
+            # than wait for a login or an OK that will never come.
+            if self._connect is not None and self._connect in self._pending:
+                self._connect.problems.append("gap")
+                self._finish(self._connect)
+            self.phase = COMMAND
+            self._desync(CLIENT)
+            self._desync(SERVER)
             return
         partial = self._framers[direction].partial() if self._deframers[direction] is None else None
         self._desync(direction)
@@ -241,7 +255,7 @@ class MySQLConnection:
         if self._deframers[direction] is not None:
             self._deframers[direction].reset()
 
-    def _try_sync(self, direction: int, data: bytes) -> bool:
+    def _try_sync(self, direction: int, data: bytes, ack: int | None = None) -> bool:
         if detect.looks_like_tls(data) and not detect.plausible_command(data):
             self.tls = True
             self.counters.tls_bytes += len(data)
@@ -258,6 +272,28 @@ class MySQLConnection:
                 self._synced[CLIENT] = True
                 return True
             return False
+        received = self.client_offset(ack) if ack is not None and self.client_offset is not None else None
+        if received is not None and self._deframers[SERVER] is None:
+            # After lost bytes, which request does this answer? The segment's ACK number says which client bytes
+            # the server had received when it sent it: the latest request it had received in full (clients wait
+            # for an answer before the next request), so the requests before it got their answers where this
+            # point lost them. Data sent before any pending request arrived answers none of them.
+            received_in_full = []
+            for pending in self._pending:  # in request order
+                if (pending.last or pending.first).end_offset > received:
+                    break
+                if not pending.reader.done:
+                    received_in_full.append(pending)
+            if not received_in_full:
+                return False
+            for pending in received_in_full[:-1]:  # each is finished once: linear however long this lasts
+                pending.problems.append("gap")
+                self._finish(pending)
+            target = received_in_full[-1]
+            if target.resp_first is not None or not detect.plausible_response_start(data, target.next_seq):
+                return False
+            self._synced[SERVER] = True
+            return True
         head = self._head()
         if head is None and self._deframers[SERVER] is None and detect.plausible_unprompted_error(data):
             self._synced[SERVER] = True  # the server's last word on a connection whose requests were not seen
