@@ -128,11 +128,11 @@ def test_a_new_run_replaces_the_whole_previous_set_and_leaves_other_files_alone(
     run(out, set_dir=CAPTURES / "maxthreads")
     names = sorted(p.name for p in out.iterdir())
     assert names == [MANIFEST_NAME, "db.pcap", "exchanges.parquet", "groups.parquet", "my-notes.txt",
-                     "report.html", "summary.json"]
+                     "pool.parquet", "report.html", "summary.json"]
     assert json.loads((out / "summary.json").read_text())["set"] == "maxthreads"
     assert len(pd.read_parquet(out / "exchanges.parquet")) == 40
     assert json.loads((out / MANIFEST_NAME).read_text())["files"] == [
-        "exchanges.parquet", "groups.parquet", "report.html", "summary.json"]
+        "exchanges.parquet", "groups.parquet", "pool.parquet", "report.html", "summary.json"]
 
 
 def test_a_run_stopped_while_moving_its_files_in_is_marked_and_evidence_refuses_it(tmp_path, monkeypatch):

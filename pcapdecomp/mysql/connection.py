@@ -273,7 +273,7 @@ class MySQLConnection:
                 return True
             return False
         received = self.client_offset(ack) if ack is not None and self.client_offset is not None else None
-        if received is not None and self._deframers[SERVER] is None:
+        if received is not None and self._deframers[SERVER] is None and self._pending:
             # After lost bytes, which request does this answer? The segment's ACK number says which client bytes
             # the server had received when it sent it: the latest request it had received in full (clients wait
             # for an answer before the next request), so the requests before it got their answers where this
