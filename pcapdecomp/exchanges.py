@@ -54,6 +54,7 @@ class Extraction:
     commands: Counter = field(default_factory=Counter)
     flow_first_frames: dict[int, int] = field(default_factory=dict)  # conn_index -> first frame (for merging parts)
     native_frames: int = 0  # frames read by the native fast lane alone (fastlane.py); the rest went through Python
+    gaps_forced: int = 0  # gaps declared because a cap on held out-of-order data bit (tcp.py)
 
     def quality(self) -> dict:
         """Capture-quality summary: every frame and MySQL byte accounted for."""
@@ -74,6 +75,7 @@ class Extraction:
             "frames_undecodable": s.frames_undecodable,
             "frames_unknown_link": s.frames_unknown_link,
             "frames_truncated": s.frames_truncated,
+            "frames_bad_ts": s.frames_bad_ts,
             "if_drops": sum(s.if_drops.values()),
             "damaged": s.damaged,
             "unknown_blocks": s.unknown_blocks,
@@ -84,17 +86,27 @@ class Extraction:
             "tls_connections": int(c["tls"].sum()) if len(c) else 0,
             "exchanges": len(self.exchanges),
             "gaps": total("gaps"),
+            "gaps_forced": self.gaps_forced,
             "gap_bytes": total("gap_bytes"),
             "retransmitted_bytes": total("retransmitted_bytes"),
             "mysql_bytes": total("mysql_bytes"),
             "unparsed_bytes": total("unparsed_bytes"),
             "tls_bytes": total("tls_bytes"),
             "violations": total("violations"),
+            "out_of_range": _with_problem(self.exchanges, "out-of-range"),
             "other_tcp_bytes": self.other_tcp_bytes,
             # share of the MySQL connections' byte streams that the protocol parser read (the rest: never
             # captured, skipped while resynchronising, or encrypted)
             "understood_share": _share(total("mysql_bytes"), total("gap_bytes") + total("unparsed_bytes") + total("tls_bytes")),
         }
+
+
+def _with_problem(exchanges: pd.DataFrame, problem: str) -> int:
+    """Exchanges whose `problems` name `problem` (counted over the few distinct problem lists, not the rows)."""
+    if not len(exchanges):
+        return 0
+    counts = exchanges["problems"].value_counts()
+    return int(sum(n for text, n in counts.items() if problem in str(text).split(",")))
 
 
 def _share(good: int, bad: int) -> float | None:
@@ -265,7 +277,7 @@ def extract(
     connections = frame(conn_rows, CONNECTION_COLUMNS).sort_values("conn_index").reset_index(drop=True)
     release_memory()
     return Extraction(name, exchanges, connections, stats, tracker.other_tcp_frames, tracker.other_tcp_bytes, commands,
-                      first_frames, native)
+                      first_frames, native, tracker.held_budget.forced_gaps)
 
 
 def merge_parts(parts: list[Extraction]) -> Extraction:
@@ -293,4 +305,4 @@ def merge_parts(parts: list[Extraction]) -> Extraction:
     return Extraction(first.capture, exchanges, connections, first.stats,
                       sum(p.other_tcp_frames for p in parts), sum(p.other_tcp_bytes for p in parts), commands,
                       {ranks[(i, index)]: frame for i, p in enumerate(parts) for index, frame in p.flow_first_frames.items()},
-                      sum(p.native_frames for p in parts))
+                      sum(p.native_frames for p in parts), sum(p.gaps_forced for p in parts))
