@@ -816,6 +816,7 @@ static void end_bail(Lane *L) {
 
 #define TIME_JUMP_NS 1000000000LL
 #define IDLE_LIMIT_NS (86400LL * 1000000000LL)
+#define WILD_RUN 8
 
 static inline int64_t record_ts(const Lane *L, const uint8_t *h) {
     return (int64_t)rd32(h, L->big_endian) * 1000000000 + (int64_t)rd32(h + 4, L->big_endian) * L->frac_to_ns;
@@ -839,7 +840,7 @@ static int peek_times(const Lane *L, const uint8_t *p, Py_ssize_t avail, int wan
 
 static inline int64_t dist(int64_t a, int64_t b) { return a > b ? a - b : b - a; }
 
-/* capture.repaired_time: 1 and *fixed when the record's time `ts` must be replaced; `got` next times in nx */
+/* capture.repaired_time: 1 and *fixed when the record's time `ts` must be replaced; the next `got` times in nx */
 static int ts_repair(const Lane *L, int64_t ts, int got, const int64_t *nx, int64_t *fixed) {
     const int64_t jump = TIME_JUMP_NS, idle = IDLE_LIMIT_NS;
     if (!L->has_prev) {
@@ -851,7 +852,8 @@ static int ts_repair(const Lane *L, int64_t ts, int got, const int64_t *nx, int6
     }
     if (dist(ts, L->prev_ts) <= jump) return 0;
     if (got >= 1) {
-        if (dist(nx[0], L->prev_ts) <= jump && dist(nx[0], ts) > jump) { *fixed = L->prev_ts; return 1; }
+        for (int i = 0; i < got; i++)
+            if (dist(nx[i], L->prev_ts) <= jump && dist(nx[i], ts) > jump) { *fixed = L->prev_ts; return 1; }
         return 0;
     }
     if (L->has_prev2 && dist(L->prev_ts, L->prev2_ts) <= jump && (L->prev_ts - ts > jump || ts - L->prev_ts > idle)) {
@@ -894,8 +896,8 @@ static PyObject *Lane_next(Lane *L, PyObject *Py_UNUSED(ignored)) {
         if (have < 16 + caplen) Py_RETURN_NONE;
         int64_t ts = record_ts(L, h);
         if (!L->has_prev || dist(ts, L->prev_ts) > TIME_JUMP_NS) { /* in question: look at the next records */
-            int64_t nx[2], fixed;
-            int got = peek_times(L, h + 16 + caplen, have - 16 - caplen, L->has_prev ? 1 : 2, nx);
+            int64_t nx[WILD_RUN], fixed;
+            int got = peek_times(L, h + 16 + caplen, have - 16 - caplen, WILD_RUN, nx);
             if (got < 0) Py_RETURN_NONE;
             if (ts_repair(L, ts, got, nx, &fixed)) {
                 ts = fixed;

@@ -256,6 +256,7 @@ def count_outcome(stats: CaptureStats, outcome: int) -> None:
 
 TIME_JUMP_NS = 1_000_000_000  # frames of one interface this far apart in time, out of order, are not jitter
 IDLE_LIMIT_NS = 86_400 * 1_000_000_000  # a capture does not sit idle this long between its first two frames
+WILD_RUN = 8  # up to this many consecutive frames with broken times are recognised (the look-ahead)
 TS_MAX = (1 << 63) - 1  # the last nanosecond an int64 / datetime64[ns] holds (year 2262)
 
 
@@ -263,38 +264,44 @@ def _valid_ts(ts: int) -> bool:
     return 0 <= ts <= TS_MAX
 
 
-def repaired_time(prev2: int | None, prev: int | None, ts: int, nxt: int | None, nxt2: int | None,
-                  last: bool) -> int | None:
+def repaired_time(prev2: int | None, prev: int | None, ts: int, following: list[int], last: bool) -> int | None:
     """The timestamp to use instead of a frame's `ts`, or None to keep it.
 
-    A capture's frames are in time order within the jitter of the capturing host. One frame whose time breaks
-    that order while its neighbours agree has a broken timestamp (a bit flip, a zeroed field), not a clock that
-    moved, and would otherwise stretch every time span to decades. Such a frame gets a neighbour's time (the
-    true one lies between the two):
-    - in the middle: more than TIME_JUMP_NS from the previous frame and from the next, which are within
-      TIME_JUMP_NS of each other (impossible in ordered time): the previous frame's time;
+    A capture's frames are in time order within the jitter of the capturing host. A frame whose time breaks that
+    order while its neighbours agree has a broken timestamp (a bit flip, a zeroed field), not a clock that moved,
+    and would otherwise stretch every time span to decades. Such a frame gets a neighbour's time (the true one
+    lies between the two):
+    - in the middle: more than TIME_JUMP_NS from the previous frame, while one of the next WILD_RUN frames is
+      back within TIME_JUMP_NS of the previous one and more than TIME_JUMP_NS from this one (time that leaves and
+      comes back within a few frames is impossible in ordered time; runs of up to WILD_RUN broken frames are
+      repaired one after the other): the previous frame's time;
     - the first frame: later than the next by more than TIME_JUMP_NS, or earlier by more than IDLE_LIMIT_NS,
       while the next two agree: the next frame's time;
     - the last frame: earlier than the previous by more than TIME_JUMP_NS, or later by more than IDLE_LIMIT_NS,
       while the previous two agree: the previous frame's time.
     A time out of range (before 1970, or beyond int64 nanoseconds: pcapng's 64-bit ticks can say anything) is
-    always repaired: the previous frame's time, else the next's, else 0.
-    `prev`, `prev2` are the times used for the previous two frames of the frame's interface (None: none), `nxt`,
-    `nxt2` the raw times of the next two complete frames when of the same interface (None: unknown), `last`
-    whether no frame follows at all. The native lane (_lane.c, ts_repair) applies the same rule to pcap files.
+    always repaired: the previous frame's time, else the next valid one's, else 0.
+    `prev`, `prev2` are the times used for the previous two frames of the frame's interface (None: none);
+    `following` the raw times of the next complete frames of the same interface, up to WILD_RUN (fewer at the end
+    or where another interface's frame comes); `last`: no frame follows at all. The native lane (_lane.c,
+    ts_repair) applies the same rule to pcap files.
     """
     jump, idle = TIME_JUMP_NS, IDLE_LIMIT_NS
     if not _valid_ts(ts):
-        return prev if prev is not None else nxt if nxt is not None and _valid_ts(nxt) else 0
+        if prev is not None:
+            return prev
+        return next((t for t in following if _valid_ts(t)), 0)
     if prev is None:
-        if (nxt is not None and nxt2 is not None and _valid_ts(nxt) and _valid_ts(nxt2) and abs(nxt - nxt2) <= jump
-                and (ts - nxt > jump or nxt - ts > idle)):
-            return nxt
+        if len(following) >= 2:
+            nxt, nxt2 = following[0], following[1]
+            if (_valid_ts(nxt) and _valid_ts(nxt2) and abs(nxt - nxt2) <= jump
+                    and (ts - nxt > jump or nxt - ts > idle)):
+                return nxt
         return None
     if -jump <= ts - prev <= jump:
         return None
-    if nxt is not None:
-        if _valid_ts(nxt) and abs(nxt - prev) <= jump and abs(nxt - ts) > jump:
+    if following:
+        if any(_valid_ts(t) and abs(t - prev) <= jump and abs(t - ts) > jump for t in following):
             return prev
         return None
     if last and prev2 is not None and abs(prev - prev2) <= jump and (prev - ts > jump or ts - prev > idle):
@@ -340,12 +347,14 @@ def _timed(records: Iterator[tuple], stats: CaptureStats) -> Iterator[tuple]:
             continue
         prev2, prev = used.get(iface, (None, None))
         if prev is None or not 0 <= ts <= TS_MAX or not -jump <= ts - prev <= jump:
-            want = 1 if prev is not None else 2
-            while len(ahead) < want and end is None:
+            while len(ahead) < WILD_RUN and end is None:
                 read()
-            nxt = ahead[0][1] if ahead and ahead[0][5] == iface else None
-            nxt2 = ahead[1][1] if nxt is not None and len(ahead) > 1 and ahead[1][5] == iface else None
-            fixed = repaired_time(prev2, prev, ts, nxt, nxt2, not ahead)
+            following = []
+            for later in ahead:
+                if later[5] != iface:
+                    break
+                following.append(later[1])
+            fixed = repaired_time(prev2, prev, ts, following, not ahead)
             if fixed is not None:
                 stats.frames_bad_ts += 1
                 ts = fixed
