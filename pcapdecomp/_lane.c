@@ -102,6 +102,8 @@ typedef struct {
     int damaged;
     int64_t fast_frames, first_ts, last_ts;
     int has_ts;
+    int64_t prev_ts, prev2_ts, bad_ts; /* times used for the last two records; records whose time was repaired */
+    int has_prev, has_prev2, eof;
     int64_t commands[2];
     Entry **table;
     size_t table_mask;
@@ -810,6 +812,57 @@ static void end_bail(Lane *L) {
     drop_flow(L, f);
 }
 
+/* ---- timestamps: capture.repaired_time for a classic pcap (one interface; its times are always in range) ---- */
+
+#define TIME_JUMP_NS 1000000000LL
+#define IDLE_LIMIT_NS (86400LL * 1000000000LL)
+#define WILD_RUN 8
+
+static inline int64_t record_ts(const Lane *L, const uint8_t *h) {
+    return (int64_t)rd32(h, L->big_endian) * 1000000000 + (int64_t)rd32(h + 4, L->big_endian) * L->frac_to_ns;
+}
+
+/* The times of up to `want` complete records at p: how many there are (fewer only where the records end, cut or
+ * damaged, as capture._timed reads them), or -1: wait for more of the file. */
+static int peek_times(const Lane *L, const uint8_t *p, Py_ssize_t avail, int want, int64_t *out) {
+    int got = 0;
+    while (got < want) {
+        if (avail < 16) return L->eof ? got : -1;
+        int64_t caplen = rd32(p + 8, L->big_endian);
+        if (caplen > L->limit) return got;
+        if (avail < 16 + caplen) return L->eof ? got : -1;
+        out[got++] = record_ts(L, p);
+        p += 16 + caplen;
+        avail -= 16 + caplen;
+    }
+    return got;
+}
+
+static inline int64_t dist(int64_t a, int64_t b) { return a > b ? a - b : b - a; }
+
+/* capture.repaired_time: 1 and *fixed when the record's time `ts` must be replaced; the next `got` times in nx */
+static int ts_repair(const Lane *L, int64_t ts, int got, const int64_t *nx, int64_t *fixed) {
+    const int64_t jump = TIME_JUMP_NS, idle = IDLE_LIMIT_NS;
+    if (!L->has_prev) {
+        if (got >= 2 && dist(nx[0], nx[1]) <= jump && (ts - nx[0] > jump || nx[0] - ts > idle)) {
+            *fixed = nx[0];
+            return 1;
+        }
+        return 0;
+    }
+    if (dist(ts, L->prev_ts) <= jump) return 0;
+    if (got >= 1) {
+        for (int i = 0; i < got; i++)
+            if (dist(nx[i], L->prev_ts) <= jump && dist(nx[i], ts) > jump) { *fixed = L->prev_ts; return 1; }
+        return 0;
+    }
+    if (L->has_prev2 && dist(L->prev_ts, L->prev2_ts) <= jump && (L->prev_ts - ts > jump || ts - L->prev_ts > idle)) {
+        *fixed = L->prev_ts;
+        return 1;
+    }
+    return 0;
+}
+
 static PyObject *Lane_next(Lane *L, PyObject *Py_UNUSED(ignored)) {
     for (;;) {
         Flow *f = L->bailing;
@@ -841,7 +894,20 @@ static PyObject *Lane_next(Lane *L, PyObject *Py_UNUSED(ignored)) {
             return Py_BuildValue("(sLL)", "insane record length", (long long)caplen, (long long)L->pos);
         }
         if (have < 16 + caplen) Py_RETURN_NONE;
-        int64_t ts = (int64_t)rd32(h, L->big_endian) * 1000000000 + (int64_t)rd32(h + 4, L->big_endian) * L->frac_to_ns;
+        int64_t ts = record_ts(L, h);
+        if (!L->has_prev || dist(ts, L->prev_ts) > TIME_JUMP_NS) { /* in question: look at the next records */
+            int64_t nx[WILD_RUN], fixed;
+            int got = peek_times(L, h + 16 + caplen, have - 16 - caplen, WILD_RUN, nx);
+            if (got < 0) Py_RETURN_NONE;
+            if (ts_repair(L, ts, got, nx, &fixed)) {
+                ts = fixed;
+                L->bad_ts += 1;
+            }
+        }
+        L->prev2_ts = L->prev_ts;
+        L->has_prev2 = L->has_prev;
+        L->prev_ts = ts;
+        L->has_prev = 1;
         const uint8_t *data = h + 16;
         L->start += 16 + caplen;
         L->pos += 16 + caplen;
@@ -888,6 +954,11 @@ static PyObject *Lane_feed(Lane *L, PyObject *arg) {
     memcpy(L->buf + L->end, view.buf, view.len);
     L->end += view.len;
     PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Lane_eof(Lane *L, PyObject *Py_UNUSED(ignored)) {
+    L->eof = 1;
     Py_RETURN_NONE;
 }
 
@@ -987,12 +1058,13 @@ static PyObject *Lane_promote_mysql(Lane *L, PyObject *args) {
 }
 
 /* counts() -> (records read, records consumed here, first ts or None, last ts or None, bytes consumed,
- *              unconsumed bytes, COM_QUERY rows, COM_STMT_EXECUTE rows) */
+ *              unconsumed bytes, COM_QUERY rows, COM_STMT_EXECUTE rows, records whose time was repaired) */
 static PyObject *Lane_counts(Lane *L, PyObject *Py_UNUSED(ignored)) {
     PyObject *first = L->has_ts ? PyLong_FromLongLong(L->first_ts) : Py_NewRef(Py_None);
     PyObject *last = L->has_ts ? PyLong_FromLongLong(L->last_ts) : Py_NewRef(Py_None);
-    return Py_BuildValue("(LLNNLnLL)", (long long)L->frame, (long long)L->fast_frames, first, last,
-                         (long long)L->pos, L->end - L->start, (long long)L->commands[0], (long long)L->commands[1]);
+    return Py_BuildValue("(LLNNLnLLL)", (long long)L->frame, (long long)L->fast_frames, first, last,
+                         (long long)L->pos, L->end - L->start, (long long)L->commands[0], (long long)L->commands[1],
+                         (long long)L->bad_ts);
 }
 
 /* take_columns() -> the rows written since the last call, as 42 columns: bytes (int64 / float64 values, native
@@ -1065,6 +1137,7 @@ static PyMethodDef Lane_methods[] = {
     {"next", (PyCFunction)Lane_next, METH_NOARGS,
      "Run until Python is needed: a raw record tuple, a bail header, 0 (rows list full), a damage pair, or None "
      "(more bytes needed / all done)."},
+    {"eof", (PyCFunction)Lane_eof, METH_NOARGS, "The whole file was fed: the last records need no look-ahead."},
     {"finish", (PyCFunction)Lane_finish, METH_NOARGS, "End of the capture: every connection bails, in turn."},
     {"promote", (PyCFunction)Lane_promote, METH_VARARGS, "Hand over a connection that is not parsed."},
     {"promote_mysql", (PyCFunction)Lane_promote_mysql, METH_VARARGS, "Hand over a MySQL connection."},

@@ -15,6 +15,7 @@ import io
 import os
 import struct
 import zlib
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, make_dataclass
 from socket import AF_INET, AF_INET6, inet_ntop
@@ -74,6 +75,7 @@ class CaptureStats:
     frames_undecodable: int = 0  # link/IP/TCP header broken, or cut before the TCP header ends
     frames_unknown_link: int = 0  # pcapng interface with a link type we do not decode
     frames_truncated: int = 0  # TCP frames whose payload was cut by the snaplen (also in frames_tcp)
+    frames_bad_ts: int = 0  # frames whose timestamp was impossible or out of line; given a neighbour's (repaired_time)
     bytes_file: int = 0  # size of the file on disk
     link_types: dict[int, int] = field(default_factory=dict)  # link type -> frames
     first_ts_ns: int | None = None  # timestamp of the first frame in file order
@@ -250,6 +252,120 @@ def count_outcome(stats: CaptureStats, outcome: int) -> None:
         stats.frames_unknown_link += 1
 
 
+# --- timestamps ----------------------------------------------------------------------------------------------
+
+TIME_JUMP_NS = 1_000_000_000  # frames of one interface this far apart in time, out of order, are not jitter
+IDLE_LIMIT_NS = 86_400 * 1_000_000_000  # a capture does not sit idle this long between its first two frames
+WILD_RUN = 8  # up to this many consecutive frames with broken times are recognised (the look-ahead)
+TS_MAX = (1 << 63) - 1  # the last nanosecond an int64 / datetime64[ns] holds (year 2262)
+
+
+def _valid_ts(ts: int) -> bool:
+    return 0 <= ts <= TS_MAX
+
+
+def repaired_time(prev2: int | None, prev: int | None, ts: int, following: list[int], last: bool) -> int | None:
+    """The timestamp to use instead of a frame's `ts`, or None to keep it.
+
+    A capture's frames are in time order within the jitter of the capturing host. A frame whose time breaks that
+    order while its neighbours agree has a broken timestamp (a bit flip, a zeroed field), not a clock that moved,
+    and would otherwise stretch every time span to decades. Such a frame gets a neighbour's time (the true one
+    lies between the two):
+    - in the middle: more than TIME_JUMP_NS from the previous frame, while one of the next WILD_RUN frames is
+      back within TIME_JUMP_NS of the previous one and more than TIME_JUMP_NS from this one (time that leaves and
+      comes back within a few frames is impossible in ordered time; runs of up to WILD_RUN broken frames are
+      repaired one after the other): the previous frame's time;
+    - the first frame: later than the next by more than TIME_JUMP_NS, or earlier by more than IDLE_LIMIT_NS,
+      while the next two agree: the next frame's time;
+    - the last frame: earlier than the previous by more than TIME_JUMP_NS, or later by more than IDLE_LIMIT_NS,
+      while the previous two agree: the previous frame's time.
+    A time out of range (before 1970, or beyond int64 nanoseconds: pcapng's 64-bit ticks can say anything) is
+    always repaired: the previous frame's time, else the next valid one's, else 0.
+    `prev`, `prev2` are the times used for the previous two frames of the frame's interface (None: none);
+    `following` the raw times of the next complete frames of the same interface, up to WILD_RUN (fewer at the end
+    or where another interface's frame comes); `last`: no frame follows at all. The native lane (_lane.c,
+    ts_repair) applies the same rule to pcap files.
+    """
+    jump, idle = TIME_JUMP_NS, IDLE_LIMIT_NS
+    if not _valid_ts(ts):
+        if prev is not None:
+            return prev
+        return next((t for t in following if _valid_ts(t)), 0)
+    if prev is None:
+        if len(following) >= 2:
+            nxt, nxt2 = following[0], following[1]
+            if (_valid_ts(nxt) and _valid_ts(nxt2) and abs(nxt - nxt2) <= jump
+                    and (ts - nxt > jump or nxt - ts > idle)):
+                return nxt
+        return None
+    if -jump <= ts - prev <= jump:
+        return None
+    if following:
+        if any(_valid_ts(t) and abs(t - prev) <= jump and abs(t - ts) > jump for t in following):
+            return prev
+        return None
+    if last and prev2 is not None and abs(prev - prev2) <= jump and (prev - ts > jump or ts - prev > idle):
+        return prev
+    return None
+
+
+def _timed(records: Iterator[tuple], stats: CaptureStats) -> Iterator[tuple]:
+    """Records (frame, ts, linktype, data, orig_len, interface) with their timestamps checked by repaired_time
+    (interface: a key per clock in the file, None for a record that has no time of its own).
+    A record is only read ahead when its own time is in question; damage met while reading ahead is raised after
+    the records before it."""
+    it = iter(records)
+    ahead: deque = deque()
+    end: BaseException | None = None  # what ended the records (StopIteration, or damage to raise last)
+
+    def read() -> None:
+        nonlocal end
+        try:
+            ahead.append(next(it))
+        except StopIteration as stop:
+            end = stop
+        except (_Damaged, OSError) as err:
+            end = err
+
+    used: dict[int, tuple[int | None, int]] = {}  # interface -> times used for its last two frames
+    last_used = 0
+    jump = TIME_JUMP_NS
+    while True:
+        if not ahead:
+            if end is not None:
+                break
+            read()
+            if not ahead:
+                break
+        record = ahead.popleft()
+        ts, iface = record[1], record[5]
+        if iface is None:  # no time of its own (pcapng simple packet block: the previous packet's, as read)
+            if not 0 <= ts <= TS_MAX:
+                stats.frames_bad_ts += 1
+                record = (record[0], last_used, *record[2:])
+            yield record
+            continue
+        prev2, prev = used.get(iface, (None, None))
+        if prev is None or not 0 <= ts <= TS_MAX or not -jump <= ts - prev <= jump:
+            while len(ahead) < WILD_RUN and end is None:
+                read()
+            following = []
+            for later in ahead:
+                if later[5] != iface:
+                    break
+                following.append(later[1])
+            fixed = repaired_time(prev2, prev, ts, following, not ahead)
+            if fixed is not None:
+                stats.frames_bad_ts += 1
+                ts = fixed
+                record = (record[0], ts, *record[2:])
+        used[iface] = (prev, ts)
+        last_used = ts
+        yield record
+    if end is not None and not isinstance(end, StopIteration):
+        raise end
+
+
 # --- record readers ----------------------------------------------------------------------------------------
 
 _MAX_RECORD = 256 * 1024 * 1024  # no capture tool writes a bigger record: treat as damage
@@ -306,6 +422,7 @@ class _Interface:
     snaplen: int
     to_ns: object  # ticks -> ns
     offset_ns: int  # if_tsoffset, in ns
+    key: int = 0  # ordinal over the whole file (interface ids restart in each section): whose clock a time is
 
 
 def _pcapng_options(body: bytes, start: int, endian: str) -> Iterator[tuple[int, bytes]]:
@@ -463,7 +580,7 @@ class CaptureReader:
             if len(data) < caplen:
                 raise _Damaged("file truncated mid-record", pos)
             frame += 1
-            yield frame, sec * 1_000_000_000 + frac * frac_to_ns, linktype, data, orig_len
+            yield frame, sec * 1_000_000_000 + frac * frac_to_ns, linktype, data, orig_len, 0
             pos += 16 + caplen
 
     # -- pcapng --
@@ -550,7 +667,7 @@ class CaptureReader:
                 iface = interfaces[if_id]
                 last_ts = iface.to_ns((ts_high << 32) | ts_low) + iface.offset_ns
                 frame += 1
-                yield frame, last_ts, iface.linktype, body[20 : 20 + caplen], orig_len
+                yield frame, last_ts, iface.linktype, body[20 : 20 + caplen], orig_len, iface.key
             elif block_type == 3:  # Simple Packet Block: interface 0, no timestamp -> reuse the previous one
                 if not interfaces:
                     raise _Damaged("packet block before any interface", pos)
@@ -558,7 +675,7 @@ class CaptureReader:
                 iface = interfaces[0]
                 caplen = min(orig_len, len(body) - 4, iface.snaplen or orig_len)
                 frame += 1
-                yield frame, last_ts, iface.linktype, body[4 : 4 + caplen], orig_len
+                yield frame, last_ts, iface.linktype, body[4 : 4 + caplen], orig_len, None  # a borrowed time
             elif block_type == 2:  # obsolete Packet Block
                 if_id, _drops, ts_high, ts_low, caplen, orig_len = struct.unpack_from(endian + "HHIIII", body)
                 if caplen > len(body) - 20 or if_id >= len(interfaces):
@@ -566,7 +683,7 @@ class CaptureReader:
                 iface = interfaces[if_id]
                 last_ts = iface.to_ns((ts_high << 32) | ts_low) + iface.offset_ns
                 frame += 1
-                yield frame, last_ts, iface.linktype, body[20 : 20 + caplen], orig_len
+                yield frame, last_ts, iface.linktype, body[20 : 20 + caplen], orig_len, iface.key
             elif block_type == 1:  # Interface Description Block
                 linktype, _reserved, snaplen = struct.unpack_from(endian + "HHI", body)
                 resol, offset_s = None, 0
@@ -575,7 +692,8 @@ class CaptureReader:
                         resol = value[0]
                     elif code == 14 and len(value) == 8:  # if_tsoffset, seconds
                         offset_s = struct.unpack(endian + "q", value)[0]
-                interfaces.append(_Interface(linktype, snaplen, _ts_converter(resol), offset_s * 1_000_000_000))
+                interfaces.append(_Interface(linktype, snaplen, _ts_converter(resol), offset_s * 1_000_000_000,
+                                             stats.interfaces))
                 stats.interfaces += 1
             elif block_type == 5:  # Interface Statistics Block: counters are cumulative, keep the latest
                 if_id = u32(body, 0)[0]
@@ -595,10 +713,11 @@ class CaptureReader:
         self._iterated = True
         return self._segments()
 
-    def _frames(self) -> Iterator[tuple[int, int, int, bytes, int]]:
-        """Records with damage and gzip errors turned into stats.damaged."""
+    def _frames(self) -> Iterator[tuple[int, int, int, bytes, int, int]]:
+        """Records (frame, ts, linktype, data, orig_len, interface), timestamps checked (_timed), with damage and
+        gzip errors turned into stats.damaged."""
         try:
-            yield from self._records
+            yield from _timed(self._records, self.stats)
         except _Damaged as err:
             self._note_damage(str(err))
         except OSError as err:
@@ -637,7 +756,7 @@ class CaptureReader:
         first = True
         ts_ns = None
         try:
-            for frame, ts_ns, linktype, data, orig_len in self._frames():
+            for frame, ts_ns, linktype, data, orig_len, _iface in self._frames():
                 stats.frames += 1
                 if first:
                     if stats.first_ts_ns is None:
@@ -664,7 +783,7 @@ class CaptureReader:
         if self._iterated:
             raise RuntimeError("a CaptureReader can be iterated only once")
         self._iterated = True
-        for frame, ts_ns, linktype, data, _orig_len in self._frames():
+        for frame, ts_ns, linktype, data, _orig_len, _iface in self._frames():
             self.stats.frames += 1
             yield frame, ts_ns, linktype, data
 
@@ -707,7 +826,7 @@ def iter_records(path: str | os.PathLike) -> Iterator[tuple[int, int, int, bytes
             reader._iterated = True
             for record in reader._frames():
                 reader.stats.frames += 1
-                yield record
+                yield record[:5]
 
     return records()
 

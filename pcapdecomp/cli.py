@@ -106,7 +106,8 @@ def _print_summary(result, quality: dict) -> None:
             out_console.print("problems: " + ", ".join(f"{name}×{n}" for name, n in problems.items()))
     quality_bits = [
         f"{k}={quality[k]}"
-        for k in ("frames_truncated", "frames_ip_fragment", "frames_undecodable", "gaps", "gap_bytes", "unparsed_bytes", "tls_bytes", "violations", "if_drops")
+        for k in ("frames_truncated", "frames_ip_fragment", "frames_undecodable", "frames_bad_ts", "gaps", "gaps_forced",
+                  "gap_bytes", "unparsed_bytes", "tls_bytes", "violations", "out_of_range", "if_drops")
         if quality.get(k)
     ]
     if quality_bits:

@@ -57,6 +57,7 @@ class Extraction:
     # conn_index -> (client→server, server→client) byte ranges never captured, as tcp.HalfStream.holes, for the
     # connections that have any (the repair stage takes them from another capture point)
     holes: dict[int, tuple[list, list]] = field(default_factory=dict)
+    gaps_forced: int = 0  # gaps declared because a cap on held out-of-order data bit (tcp.py)
 
     def quality(self) -> dict:
         """Capture-quality summary: every frame and MySQL byte accounted for."""
@@ -77,6 +78,7 @@ class Extraction:
             "frames_undecodable": s.frames_undecodable,
             "frames_unknown_link": s.frames_unknown_link,
             "frames_truncated": s.frames_truncated,
+            "frames_bad_ts": s.frames_bad_ts,
             "if_drops": sum(s.if_drops.values()),
             "damaged": s.damaged,
             "unknown_blocks": s.unknown_blocks,
@@ -87,17 +89,27 @@ class Extraction:
             "tls_connections": int(c["tls"].sum()) if len(c) else 0,
             "exchanges": len(self.exchanges),
             "gaps": total("gaps"),
+            "gaps_forced": self.gaps_forced,
             "gap_bytes": total("gap_bytes"),
             "retransmitted_bytes": total("retransmitted_bytes"),
             "mysql_bytes": total("mysql_bytes"),
             "unparsed_bytes": total("unparsed_bytes"),
             "tls_bytes": total("tls_bytes"),
             "violations": total("violations"),
+            "out_of_range": _with_problem(self.exchanges, "out-of-range"),
             "other_tcp_bytes": self.other_tcp_bytes,
             # share of the MySQL connections' byte streams that the protocol parser read (the rest: never
             # captured, skipped while resynchronising, or encrypted)
             "understood_share": _share(total("mysql_bytes"), total("gap_bytes") + total("unparsed_bytes") + total("tls_bytes")),
         }
+
+
+def _with_problem(exchanges: pd.DataFrame, problem: str) -> int:
+    """Exchanges whose `problems` name `problem` (counted over the few distinct problem lists, not the rows)."""
+    if not len(exchanges):
+        return 0
+    counts = exchanges["problems"].value_counts()
+    return int(sum(n for text, n in counts.items() if problem in str(text).split(",")))
 
 
 def _share(good: int, bad: int) -> float | None:
@@ -258,7 +270,7 @@ def extract(
         connections = frame(conn_rows, CONNECTION_COLUMNS).sort_values("conn_index").reset_index(drop=True)
         release_memory()
         return Extraction(name, exchanges, connections, stats, tracker.other_tcp_frames, tracker.other_tcp_bytes,
-                          commands, first_frames, native, holes)
+                          commands, first_frames, native, holes, tracker.held_budget.forced_gaps)
 
     tracker = FlowTracker(emit, closed, servers=servers, max_sql_bytes=max_sql_bytes, part=part)
     if segments is not None:
@@ -313,4 +325,5 @@ def merge_parts(parts: list[Extraction]) -> Extraction:
                       sum(p.other_tcp_frames for p in parts), sum(p.other_tcp_bytes for p in parts), commands,
                       {ranks[(i, index)]: frame for i, p in enumerate(parts) for index, frame in p.flow_first_frames.items()},
                       sum(p.native_frames for p in parts),
-                      {ranks[(i, index)]: h for i, p in enumerate(parts) for index, h in p.holes.items()})
+                      {ranks[(i, index)]: h for i, p in enumerate(parts) for index, h in p.holes.items()},
+                      sum(p.gaps_forced for p in parts))

@@ -190,12 +190,14 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
             chunk = read(CHUNK)
             if chunk:
                 lane.feed(chunk)
+            else:
+                lane.eof()
             drain()
             if progress is not None:
                 progress(reader.bytes_read, total, lane.counts()[0])
             if not chunk:
                 break
-        _frames, _fast, _first, _last, pos, left, _queries, _executes = lane.counts()
+        _frames, _fast, _first, _last, pos, left, _queries, _executes, _bad_ts = lane.counts()
         if left:
             what = "file truncated mid-record header" if left < 16 else "file truncated mid-record"
             damage = str(_Damaged(what, pos))
@@ -208,8 +210,9 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
     lane.finish()
     drain()
     add_columns(lane.take_columns(), ROW_KINDS)
-    frames, fast, first_ts, last_ts, _pos, _left, queries, executes = lane.counts()
+    frames, fast, first_ts, last_ts, _pos, _left, queries, executes, bad_ts = lane.counts()
     stats.frames += fast
+    stats.frames_bad_ts += bad_ts
     stats.frames_tcp += fast
     if fast:
         link_types[layout.linktype] = link_types.get(layout.linktype, 0) + fast

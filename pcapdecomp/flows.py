@@ -14,12 +14,16 @@ from dataclasses import dataclass, field
 from .capture import TcpSegment
 from .mysql import detect
 from .mysql.connection import CLIENT, SERVER, Exchange, MySQLConnection
-from .tcp import HalfStream
+from .tcp import HalfStream, HeldBudget
 
 Endpoint = tuple[str, int]
 SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
 DETECT_SEGMENTS = 48  # payload segments looked at before a connection is called "not MySQL"
 DETECT_BYTES = 256 << 10
+# Segments without payload held (for the replay once a connection is recognised) beyond this many are not kept
+# unless they end the connection: a connection of nothing but ACKs must not grow with its packets. The replay
+# needs the first ones (SYN, the first sequence numbers); later bare ACKs only declare holes the close declares too.
+HELD_EMPTY_SEGMENTS = 64
 
 
 def endpoint_text(ep: Endpoint) -> str:
@@ -45,6 +49,8 @@ class Flow:
     kind: str = "pending"  # pending | mysql | other | foreign (MySQL of another part: not parsed here)
     held: list[TcpSegment] = field(default_factory=list)
     held_bytes: int = 0
+    held_empty: int = 0  # segments without payload in `held`
+    unheld: int = 0  # segments without payload not held (beyond HELD_EMPTY_SEGMENTS): frames to count, no bytes
     payload_segments: int = 0
     command_candidate: Endpoint | None = None  # side that sent what looked like a command
     first_payload_from: dict[Endpoint, bytes] = field(default_factory=dict)
@@ -87,6 +93,7 @@ class FlowTracker:
         self._flows: dict[tuple[Endpoint, Endpoint], Flow] = {}
         self._count = 0
         self._ended: dict[tuple[Endpoint, Endpoint], str] = {}  # connections closed by FIN/RST -> their kind
+        self.held_budget = HeldBudget()  # out-of-order bytes held by all connections together (tcp.py)
         self.other_tcp_frames = 0
         self.other_tcp_bytes = 0
 
@@ -194,9 +201,14 @@ class FlowTracker:
 
     # ------------------------------------------------------------------------------------------------------
     def _classify(self, flow: Flow, seg: TcpSegment) -> None:
-        flow.held.append(seg)
         if not seg.payload:
+            if flow.held_empty < HELD_EMPTY_SEGMENTS or seg.flags & (FIN | RST):
+                flow.held.append(seg)
+                flow.held_empty += 1
+            else:
+                flow.unheld += 1
             return
+        flow.held.append(seg)
         flow.held_bytes += len(seg.payload)
         flow.payload_segments += 1
         src = (seg.src_ip, seg.src_port)
@@ -225,10 +237,12 @@ class FlowTracker:
         elif flow.payload_segments >= DETECT_SEGMENTS or flow.held_bytes >= DETECT_BYTES:
             flow.kind = "other"
             if flow.owned:
-                for held in flow.held:
-                    self.other_tcp_frames += 1
-                    self.other_tcp_bytes += len(held.payload)
+                self._count_held_as_other(flow)
             flow.held = []
+
+    def _count_held_as_other(self, flow: Flow) -> None:
+        self.other_tcp_frames += len(flow.held) + flow.unheld
+        self.other_tcp_bytes += flow.held_bytes
 
     def _owns(self, key) -> bool:
         part = self._part
@@ -260,8 +274,8 @@ class FlowTracker:
             and (detect.plausible_greeting(first_server) or detect.plausible_early_error(first_server))
         )
         flow.mysql = MySQLConnection(midstream=not greeting_first, max_sql_bytes=self.max_sql_bytes)
-        flow.to_server = HalfStream()
-        flow.to_client = HalfStream()
+        flow.to_server = HalfStream(budget=self.held_budget)
+        flow.to_client = HalfStream(budget=self.held_budget)
         flow.mysql.client_offset = flow.to_server.offset_of  # what a server segment's ACK number acknowledges
         held, flow.held = flow.held, []
         for seg in held:
@@ -316,9 +330,7 @@ class FlowTracker:
                 self._emit(flow, exchange)
         elif flow.kind == "pending":
             if flow.owned:
-                for held in flow.held:
-                    self.other_tcp_frames += 1
-                    self.other_tcp_bytes += len(held.payload)
+                self._count_held_as_other(flow)
             flow.held = []
             flow.kind = "other"
         if flow.owned:

@@ -496,7 +496,7 @@ def _captures(summary: dict) -> list[tuple[str, dict]]:
 
 _PROBLEM_KEYS = ("frames_truncated", "frames_ip_fragment", "frames_undecodable", "frames_unknown_link", "if_drops",
                  "damaged", "unknown_blocks", "midstream_connections", "tls_connections", "gaps", "gap_bytes",
-                 "unparsed_bytes", "tls_bytes", "violations")
+                 "unparsed_bytes", "tls_bytes", "violations", "frames_bad_ts", "gaps_forced", "out_of_range")
 
 
 def _quality(summary: dict) -> str:

@@ -50,7 +50,7 @@ EXCHANGE_COLUMNS: tuple[Column, ...] = (
     Column("error_state", CATEGORY, "ERR packet SQL state"),
     Column("error_message", CATEGORY, "ERR packet message"),
     Column("rows", "int64", "rows in the result set(s)"),
-    Column("affected_rows", "int64", "affected rows from the final OK packet(s)"),
+    Column("affected_rows", "int64", "affected rows from the final OK packet(s); at most the int64 maximum (problems: out-of-range)"),
     Column("warnings", "int64", "warning count from OK/EOF packets"),
     Column("result_sets", "int64", "number of result sets (several with SERVER_MORE_RESULTS_EXISTS)"),
     Column("bytes_req", "int64", "request bytes: MySQL packets with their 4-byte headers (decompressed when the connection uses the compressed protocol)"),
@@ -64,7 +64,7 @@ EXCHANGE_COLUMNS: tuple[Column, ...] = (
     Column("req_tcp_seq", "int64", "TCP sequence number of the request's first byte (matches the same bytes at another capture point)"),
     Column("resp_tcp_seq", "Int64", "TCP sequence number of the response's first byte"),
     Column("resp_tcp_end", "Int64", "TCP sequence number just past the response's last byte"),
-    Column("problems", CATEGORY, "comma-separated: midstream, gap, unanswered, incomplete, truncated, sql-cut, sequence, violation, unknown-statement, params-undecoded, query-attributes"),
+    Column("problems", CATEGORY, "comma-separated: midstream, gap, unanswered, incomplete, truncated, sql-cut, sequence, violation, unknown-statement, params-undecoded, query-attributes, out-of-range (a wire number beyond int64: the column holds the int64 maximum, a lower bound)"),
 )
 
 CONNECTION_COLUMNS: tuple[Column, ...] = (

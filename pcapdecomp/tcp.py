@@ -5,6 +5,11 @@ offset (bytes since the start of the direction), so the protocol layer can time 
 its bytes were seen. Retransmissions and overlaps are dropped (first copy wins); out-of-order segments wait for the
 hole before them to fill. A hole becomes a `Gap` (bytes never captured) when the peer acknowledges data beyond it,
 when too much data waits behind it, or when the connection ends.
+
+What waits is bounded three ways, each a cap that declares the hole a gap when it bites (counted in
+`StreamStats.forced_gaps` and `HeldBudget.forced_gaps`): bytes per direction (`max_buffered`), segments per
+direction (`max_segments`: one-byte segments would otherwise make the sorted list of held offsets the cost), and
+bytes across all the connections of a capture (`HeldBudget`, shared by the tracker's half-streams).
 """
 
 from __future__ import annotations
@@ -41,6 +46,18 @@ class StreamStats:
     gaps: int = 0
     gap_bytes: int = 0
     discontinuities: int = 0  # sequence jumps no window explains
+    forced_gaps: int = 0  # of `gaps`: declared because a cap on held data bit, not because the peer acknowledged
+
+
+class HeldBudget:
+    """Out-of-order bytes held by all the half-streams that share it (one capture's), with a cap: a half-stream
+    that holds data while the total is over the cap declares its holes gaps until it holds nothing (so the total
+    never exceeds the cap by more than one segment)."""
+
+    def __init__(self, limit: int = 64 << 20):
+        self.limit = limit
+        self.held = 0
+        self.forced_gaps = 0
 
 
 class HalfStream:
@@ -50,14 +67,19 @@ class HalfStream:
     WINDOW_BEHIND = 64 << 20  # retransmissions older than this are not plausible
     MAX_HOLES = 4096  # holes remembered for the repair stage (pcapdecomp/repair.py); the rest are only counted
 
-    def __init__(self, max_buffered: int = 4 << 20):
+    def __init__(self, max_buffered: int = 4 << 20, max_segments: int = 4096, budget: HeldBudget | None = None):
         self.base: int | None = None  # raw sequence number of stream offset 0
         self.next = 0  # next expected stream offset
         self.max_buffered = max_buffered
+        self.max_segments = max_segments
+        self.budget = budget
         self.stats = StreamStats()
         self.syn_seen = False
         self.fin_offset: int | None = None
-        self._holes_starts: list[int] = []  # sorted offsets of buffered out-of-order segments
+        # sorted offsets of buffered out-of-order segments; those before _first were drained (dropped in bulk,
+        # not one by one from the front: that copies the list each time)
+        self._holes_starts: list[int] = []
+        self._first = 0
         self._held: dict[int, Chunk] = {}
         self._held_bytes = 0
         # Byte ranges this capture point never saw, as (raw sequence number, length, ts_ns when found): the gaps,
@@ -112,9 +134,7 @@ class HalfStream:
         if offset > self.next:
             self.stats.out_of_order_segments += 1
             self._hold(Chunk(offset, payload, ts_ns, frame, ack))
-            if self._held_bytes > self.max_buffered:
-                return self._declare_gap(ts_ns)
-            return []
+            return self._within_caps(ts_ns)
         if self._held:  # bytes already held were seen first: only the rest of this segment is new
             self._hold(Chunk(offset, payload, ts_ns, frame, ack))
             return self._drain()
@@ -170,14 +190,35 @@ class HalfStream:
     def buffered(self) -> int:
         return self._held_bytes
 
+    def _over_caps(self) -> bool:
+        budget = self.budget
+        return (self._held_bytes > self.max_buffered or len(self._held) > self.max_segments
+                or (budget is not None and budget.held > budget.limit))
+
+    def _within_caps(self, ts_ns: int) -> list:
+        """Declare holes gaps while a cap on held data is exceeded (and this direction holds anything)."""
+        out = []
+        while self._held and self._over_caps():
+            out += self._declare_gap(ts_ns)
+            self.stats.forced_gaps += 1
+            if self.budget is not None:
+                self.budget.forced_gaps += 1
+        return out
+
+    def _held_delta(self, delta: int) -> None:
+        self._held_bytes += delta
+        if self.budget is not None:
+            self.budget.held += delta
+
     def _hold(self, chunk: Chunk) -> None:
         """Keep the bytes of `chunk` that no held chunk already has (the first copy of every byte wins), so held
         chunks never overlap and each byte keeps the timestamp and frame of the segment that first carried it."""
         start, end = chunk.offset, chunk.offset + len(chunk.data)
         starts = self._holes_starts
-        i = bisect.bisect_right(starts, start)
+        first = self._first
+        i = bisect.bisect_right(starts, start, first)
         cursor = start
-        if i > 0:
+        if i > first:
             before = self._held[starts[i - 1]]
             cursor = max(cursor, before.offset + len(before.data))
         pieces = []
@@ -194,16 +235,22 @@ class HalfStream:
         for a, b in pieces:
             piece = chunk if (a, b) == (start, end) else Chunk(a, chunk.data[a - start : b - start], chunk.ts_ns,
                                                                chunk.frame, chunk.ack)
-            bisect.insort(starts, a)
+            if len(starts) == first or a > starts[-1]:  # the usual order: data after a hole arrives in sequence
+                starts.append(a)
+            else:
+                bisect.insort(starts, a, first)
             self._held[a] = piece
-            self._held_bytes += b - a
+            self._held_delta(b - a)
 
     def _drain(self) -> list:
         out = []
-        while self._holes_starts and self._holes_starts[0] <= self.next:
-            start = self._holes_starts.pop(0)
+        starts = self._holes_starts
+        i = self._first
+        while i < len(starts) and starts[i] <= self.next:
+            start = starts[i]
+            i += 1
             chunk = self._held.pop(start)
-            self._held_bytes -= len(chunk.data)
+            self._held_delta(-len(chunk.data))
             end = start + len(chunk.data)
             if end <= self.next:
                 self.stats.retransmitted_bytes += len(chunk.data)
@@ -214,10 +261,17 @@ class HalfStream:
             out.append(chunk)
             self.next = end
             self.stats.bytes_delivered += len(chunk.data)
+        if i == len(starts):
+            starts.clear()
+            i = 0
+        elif i > 64 and 2 * i > len(starts):
+            del starts[:i]
+            i = 0
+        self._first = i
         return out
 
     def _declare_gap(self, ts_ns: int, upto: int | None = None) -> list:
-        first_held = self._holes_starts[0] if self._holes_starts else None
+        first_held = self._holes_starts[self._first] if self._held else None
         target = first_held if upto is None or (first_held is not None and first_held < upto) else upto
         if target is None or target <= self.next:
             return self._drain()

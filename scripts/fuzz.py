@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Bounded-time mutation fuzzing of the capture reader and of TCP reassembly + the MySQL protocol core.
+"""Bounded-time mutation fuzzing of the capture reader, TCP reassembly + the MySQL protocol core, the fast lane,
+`analyze` end to end and the slow-log parser.
 
 Seeds are the bundled real recordings. Each round mutates one of them:
   - capture reader: bit flips, byte overwrites, truncation, inserted junk, huge record lengths in the file bytes;
@@ -7,19 +8,30 @@ Seeds are the bundled real recordings. Each round mutates one of them:
   - flows/tcp/mysql: the segments of a real capture with payload bytes flipped, segments dropped, duplicated,
     reordered, split and cut; the tracker must never raise and every exchange must be well-formed;
   - the native fast lane (pcapdecomp/_lane.c): a mutated capture file is extracted with and without the lane;
-    both must give the same tables, counters and statistics, or the same error.
+    both must give the same tables, counters and statistics, or the same error;
+  - analyze, end to end and in-process: a real capture set (app, DB, slow log) whose pcap fields are mutated where
+    they mean something (record timestamps and lengths, IP lengths, TCP sequence numbers and flags, MySQL packet
+    lengths, sequence ids and commands, statement text overwritten with markup, quotes and comment openers) and
+    whose slow log is mutated too; the run may only end normally or in a PcapdecompError, and what it wrote must
+    be strict JSON and a report;
+  - the slow-log parser (slowlog.read_slow_log) on real slow logs with lines dropped, repeated and swapped, and
+    numbers (Query_time, Time, SET timestamp, Id, rows) replaced by extreme, negative and malformed values.
 
-    python3 scripts/fuzz.py --seconds 60 [--seed N]
+    python3 scripts/fuzz.py --seconds 60 [--seed N] [--only TARGET]
 
+The time is shared between the targets by weight (not by rounds: an analyze run costs a hundred reader rounds).
 Prints the number of inputs tried per target and exits non-zero on the first failure (with a reproducer seed).
 """
 
 from __future__ import annotations
 
 import argparse
-import io
+import json
 import os
 import random
+import re
+import shutil
+import struct
 import sys
 import tempfile
 import time
@@ -34,7 +46,9 @@ from pcapdecomp.capture import open_capture  # noqa: E402
 from pcapdecomp.errors import PcapdecompError  # noqa: E402
 from pcapdecomp.flows import FlowTracker  # noqa: E402
 
-SEEDS = [REPO / "captures" / name / side for name in ("features", "group-stall", "maxthreads") for side in ("app.pcap", "db.pcap")]
+SETS = [REPO / "captures" / name for name in ("features", "group-stall", "maxthreads")]
+SEEDS = [folder / side for folder in SETS for side in ("app.pcap", "db.pcap")]
+SLOW_LOGS = sorted((REPO / "tests" / "data" / "slowlog").glob("*.log")) + [folder / "slow.log" for folder in SETS]
 
 
 def mutate_bytes(data: bytes, rng: random.Random) -> bytes:
@@ -150,10 +164,172 @@ def fuzz_lane(data: bytes, rng: random.Random, tmp: Path) -> None:
     assert python[2:] == native[2:], "counters differ with and without the fast lane"
 
 
+# --- analyze end to end: structure-aware mutations of real capture sets ------------------------------------------
+
+HOSTILE_TEXTS = [b"<script>alert(1)</script>", b"<!--<script", b"</script>", b"'\"", b"/*", b"#'", b"-- ",
+                 b"\xe2\x80\xa8", b"=1+2", b"@SUM(A1)", b"union select ", b"\x00\xff", b"%s%n", b"\\"]
+
+
+def pcap_records(data: bytes) -> list[int]:
+    """Offsets of the record headers of a little-endian classic pcap (the lab's recordings)."""
+    out, pos = [], 24
+    while pos + 16 <= len(data):
+        out.append(pos)
+        pos += 16 + struct.unpack_from("<I", data, pos + 8)[0]
+    return out
+
+
+def _tcp_offsets(buf: bytearray, rec: int) -> tuple[int, int, int] | None:
+    """(IP header, TCP header, payload) offsets of an Ethernet/IPv4/TCP record, else None."""
+    frame = rec + 16
+    if buf[frame + 12:frame + 14] != b"\x08\x00" or len(buf) < frame + 34 or buf[frame + 23] != 6:
+        return None
+    ip = frame + 14
+    tcp = ip + (buf[ip] & 0x0F) * 4
+    if len(buf) < tcp + 20:
+        return None
+    return ip, tcp, tcp + (buf[tcp + 12] >> 4) * 4
+
+
+def mutate_capture_fields(data: bytes, rng: random.Random) -> bytes:
+    """A few mutations of fields that mean something, on a copy of a classic pcap."""
+    buf = bytearray(data)
+    recs = pcap_records(data)
+    for _ in range(rng.randint(1, 4)):
+        rec = rng.choice(recs)
+        caplen = struct.unpack_from("<I", buf, rec + 8)[0]
+        offsets = _tcp_offsets(buf, rec)
+        op = rng.randrange(9)
+        if op == 0:  # record timestamp: zero, far future, a bit flip, a step back or forward
+            sec, frac = struct.unpack_from("<II", buf, rec)
+            sec = rng.choice([0, 0xFFFFFFFF, sec ^ (1 << rng.randrange(32)), sec - rng.randint(1, 10**6),
+                              sec + rng.randint(1, 10**6)]) & 0xFFFFFFFF
+            frac = rng.choice([frac, 0, 999_999_999, 0xFFFFFFFF])
+            struct.pack_into("<II", buf, rec, sec, frac)
+        elif op == 1:  # original length: larger (snaplen cut) or smaller than captured
+            struct.pack_into("<I", buf, rec + 12, rng.choice([0, caplen - 1 if caplen else 0, caplen + rng.randint(1, 1 << 16)]))
+        elif offsets is None:
+            continue
+        elif op == 2:  # IP total length
+            struct.pack_into(">H", buf, offsets[0] + 2, rng.choice([0, 20, 40, rng.randrange(1 << 16)]))
+        elif op == 3:  # TCP sequence / acknowledgement numbers
+            at = offsets[1] + rng.choice((4, 8))
+            value = (struct.unpack_from(">I", buf, at)[0] + rng.choice([1, -1, 1 << 31, rng.randrange(1 << 32)])) % (1 << 32)
+            struct.pack_into(">I", buf, at, value)
+        elif op == 4:  # TCP flags
+            buf[offsets[1] + 13] ^= rng.choice((0x01, 0x02, 0x04, 0x10, 0x17))
+        elif op == 5 and offsets[2] + 4 <= rec + 16 + caplen:  # MySQL packet length (3 bytes) and sequence id
+            at = offsets[2] + rng.randrange(4)
+            buf[at] = rng.choice((0, 0xFF, 0xFE, 0xFB, rng.randrange(256)))
+        elif op == 6 and offsets[2] + 5 <= rec + 16 + caplen:  # the command byte / first payload byte
+            buf[offsets[2] + 4] = rng.choice((0x00, 0x01, 0x03, 0x16, 0x17, 0x19, 0xFE, 0xFF, rng.randrange(256)))
+        elif op == 7 and offsets[2] + 9 < rec + 16 + caplen:  # text in the payload (statement, rows, messages)
+            end = rec + 16 + caplen
+            at = rng.randrange(offsets[2] + 5, end)
+            text = rng.choice(HOSTILE_TEXTS) * rng.randint(1, 8)
+            buf[at:end] = (text + bytes(buf[at + len(text):end]))[: end - at]
+        elif op == 8:  # a record repeated or dropped
+            chunk = bytes(buf[rec:rec + 16 + caplen])
+            if rng.random() < 0.5:
+                buf[rec:rec] = chunk
+            else:
+                del buf[rec:rec + 16 + caplen]
+            recs = pcap_records(bytes(buf))
+    return bytes(buf)
+
+
+def fuzz_analyze(sets: list[dict], rng: random.Random, tmp: Path) -> None:
+    from pcapdecomp.analysis import analyze
+
+    seed = rng.choice(sets)
+    work = tmp / "set"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    sides = rng.choice([("app", "db"), ("db",), ("app",)])
+    for side in ("app", "db"):
+        data = seed[side]
+        if side in sides or rng.random() < 0.5:
+            data = mutate_capture_fields(data, rng)
+        (work / f"{side}.pcap").write_bytes(data)
+    slow = work / "slow.log"
+    slow.write_text(mutate_slow_log(seed["slow"], rng) if rng.random() < 0.5 else seed["slow"], encoding="utf-8",
+                    errors="surrogateescape")
+    out = tmp / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        analyze(None, [work / "app.pcap"], work / "db.pcap", slow, seed["long_query_time"], seed["thread_pool_size"],
+                [], out, quiet=True, jobs=1)
+    except PcapdecompError:
+        return
+
+    def no_constant(name):
+        raise ValueError(f"summary.json holds {name}, which is not JSON")
+
+    json.loads((out / "summary.json").read_text(), parse_constant=no_constant)
+    assert (out / "report.html").stat().st_size > 0
+
+
+# --- the slow-log parser ------------------------------------------------------------------------------------------
+
+EXTREME_NUMBERS = ["0", "-0.5", "-1", "1e308", "1e400", "nan", "inf", "-inf", "99999999999999999999999", "0x10",
+                   "1.2.3", "", "١٢", "3.815330e9", "18446744073709551616"]
+
+
+def mutate_slow_log(text: str, rng: random.Random) -> str:
+    lines = text.splitlines(keepends=True)
+    for _ in range(rng.randint(1, 6)):
+        if not lines:
+            break
+        i = rng.randrange(len(lines))
+        op = rng.randrange(6)
+        if op == 0:
+            del lines[i]
+        elif op == 1:
+            lines.insert(i, lines[i])
+        elif op == 2 and i + 1 < len(lines):
+            lines[i], lines[i + 1] = lines[i + 1], lines[i]
+        elif op == 3:  # a number in the line replaced
+            numbers = list(re.finditer(r"-?\d+(?:\.\d+)?", lines[i]))
+            if numbers:
+                m = rng.choice(numbers)
+                lines[i] = lines[i][:m.start()] + rng.choice(EXTREME_NUMBERS) + lines[i][m.end():]
+        elif op == 4:  # a header line of another shape
+            lines.insert(i, rng.choice([
+                "# Time: 9999-12-31T23:59:59.999999Z\n", "# Time: 0000-00-00T00:00:00Z\n", "# Time: 991231 25:61:61\n",
+                f"SET timestamp={rng.choice(EXTREME_NUMBERS)};\n", f"# Query_time: {rng.choice(EXTREME_NUMBERS)}  "
+                f"Lock_time: {rng.choice(EXTREME_NUMBERS)} Rows_sent: {rng.choice(EXTREME_NUMBERS)}  Rows_examined: 0\n",
+                f"# User@Host: a[a] @ h []  Id: {rng.choice(EXTREME_NUMBERS)}\n", "# Time: \n", "use `x\n",
+            ]))
+        else:  # statement text
+            lines[i] = lines[i].rstrip("\n") + rng.choice(["<script>", "/*", "'", "\u2028", "\x00", ";"]) * rng.randint(1, 4) + "\n"
+    return "".join(lines)
+
+
+def fuzz_slow_log(texts: list[str], rng: random.Random, tmp: Path) -> None:
+    from pcapdecomp.slowlog import read_slow_log
+
+    path = tmp / "slow.log"
+    path.write_text(mutate_slow_log(rng.choice(texts), rng), encoding="utf-8", errors="surrogateescape")
+    try:
+        frame, _stats = read_slow_log(path)
+    except PcapdecompError:
+        return
+    for column in frame.columns:  # whatever was parsed fits its column
+        frame[column].to_numpy()
+
+
+# --- driver -------------------------------------------------------------------------------------------------------
+
+WEIGHTS = {"capture reader": 0.5, "tcp+mysql": 1.0, "fast lane": 1.5, "analyze": 1.5, "slow log": 0.5}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--only", choices=sorted(WEIGHTS), help="fuzz this target alone")
+    parser.add_argument("--skip", choices=sorted(WEIGHTS), action="append", default=[], help="leave a target out")
+    parser.add_argument("--round-seed", type=int, help="with --only: replay the one round a failure named")
     args = parser.parse_args()
     seeds = [p for p in SEEDS if p.exists()]
     if not seeds:
@@ -165,8 +341,38 @@ def main() -> int:
         with open_capture(p) as reader:
             segment_lists.append(list(reader))
     from pcapdecomp import fastlane
+    from pcapdecomp.analysis import tomllib
 
-    tried = {"capture reader": 0, "tcp+mysql": 0, "fast lane": 0}
+    sets = []
+    for folder in SETS:
+        server = tomllib.loads((folder / "capture.toml").read_text())["server"]
+        sets.append({"app": (folder / "app.pcap").read_bytes(), "db": (folder / "db.pcap").read_bytes(),
+                     "slow": (folder / "slow.log").read_text(encoding="utf-8", errors="surrogateescape"),
+                     "long_query_time": server.get("long_query_time"), "thread_pool_size": server.get("thread_pool_size")})
+    slow_texts = [p.read_text(encoding="utf-8", errors="surrogateescape") for p in SLOW_LOGS if p.exists()]
+
+    targets = {
+        "capture reader": lambda rng, tmp: fuzz_reader(rng.choice(files), rng, tmp),
+        "tcp+mysql": lambda rng, tmp: fuzz_flows(rng.choice(segment_lists), rng),
+        "fast lane": lambda rng, tmp: fuzz_lane(rng.choice(files), rng, tmp),
+        "analyze": lambda rng, tmp: fuzz_analyze(sets, rng, tmp),
+        "slow log": lambda rng, tmp: fuzz_slow_log(slow_texts, rng, tmp),
+    }
+    if not fastlane.NATIVE:
+        del targets["fast lane"]
+    if args.only:
+        targets = {args.only: targets[args.only]}
+    for name in args.skip:
+        targets.pop(name, None)
+    if args.round_seed is not None:
+        if not args.only:
+            parser.error("--round-seed needs --only TARGET")
+        with tempfile.TemporaryDirectory() as tmp:
+            targets[args.only](random.Random(args.round_seed), Path(tmp))
+        print(f"fuzz: round seed {args.round_seed} of {args.only!r} passed")
+        return 0
+    tried = dict.fromkeys(targets, 0)
+    spent = dict.fromkeys(targets, 0.0)
     deadline = time.monotonic() + args.seconds
     round_no = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -174,20 +380,17 @@ def main() -> int:
             round_seed = args.seed * 1_000_003 + round_no
             rng = random.Random(round_seed)
             round_no += 1
+            name = min(targets, key=lambda t: spent[t] / WEIGHTS[t])  # the target furthest behind its share
+            start = time.monotonic()
             try:
-                if round_no % 4 == 0:
-                    fuzz_reader(rng.choice(files), rng, Path(tmp))
-                    tried["capture reader"] += 1
-                elif round_no % 4 == 1 and fastlane.NATIVE:
-                    fuzz_lane(rng.choice(files), rng, Path(tmp))
-                    tried["fast lane"] += 1
-                else:
-                    fuzz_flows(rng.choice(segment_lists), rng)
-                    tried["tcp+mysql"] += 1
+                targets[name](rng, Path(tmp))
             except Exception:
                 traceback.print_exc()
-                print(f"fuzz: FAILED at round {round_no} (reproduce with --seed {args.seed}, round seed {round_seed})", file=sys.stderr)
+                print(f"fuzz: FAILED in target {name!r} at round {round_no} (reproduce with --only {name!r} "
+                      f"--round-seed {round_seed})", file=sys.stderr)
                 return 1
+            spent[name] += time.monotonic() - start
+            tried[name] += 1
     total = sum(tried.values())
     print(f"fuzz: {total} inputs tried in {args.seconds:.0f} s (seed {args.seed}): "
           + ", ".join(f"{k} {v}" for k, v in tried.items()) + "; 0 failures")

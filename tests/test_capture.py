@@ -197,7 +197,12 @@ def test_corpus_capture_matches_manifest_and_tshark(rel):
     # where tshark's "tcp" and our segments would legitimately differ; so the sets must be equal.
     got = {s.frame: (s.ts_ns, s.src_port, s.dst_port, s.seq, s.ack, s.flags, len(s.payload) + s.missing)
            for s in segs}  # fmt: skip
-    assert got == expected
+    # A frame whose time breaks the capture's time order was given a neighbour's (capture.repaired_time; frame 2
+    # of wireshark-notes/mysql-ssl.pcapng says 2061 between frames of 2015); tshark shows the raw time.
+    retimed = {f for f in got if f in expected and got[f][0] != expected[f][0]}
+    assert len(retimed) <= stats.frames_bad_ts
+    assert {f: v[1:] for f, v in got.items()} == {f: v[1:] for f, v in expected.items()}
+    assert {f: v for f, v in got.items() if f not in retimed} == {f: v for f, v in expected.items() if f not in retimed}
 
 
 def test_corpus_bogus_orig_len_is_not_truncation():

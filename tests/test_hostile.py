@@ -215,3 +215,201 @@ def test_garbage_around_a_real_slow_log_is_counted_and_the_entries_still_join(tm
     assert s["used"] and s["matched"] == s["entries"] == 1 and s["unparsed_lines"] == 5 and s["cut_entries"] == 0
     x = pd.read_parquet(out / "exchanges.parquet")
     assert int(x["in_slow_log"].fillna(False).sum()) == 1 and int(x["hidden_slow"].fillna(False).sum()) == 3
+
+
+# --- issue 16: numbers out of range, broken timestamps, caps that bite --------------------------------------------
+
+from craft import Capture, Conversation  # noqa: E402
+from pcapdecomp.capture import TS_MAX  # noqa: E402
+from pcapdecomp.mysql.wire import INT64_MAX, write_lenenc_int  # noqa: E402
+from test_capture import ng_epb, ng_idb, ng_shb  # noqa: E402
+from test_fastlane import assert_same  # noqa: E402
+
+
+def _affected(path: Path) -> Path:
+    """OK packets claiming 2^63 and 2^64 − 1 affected rows between two ordinary queries."""
+    cap = Capture()
+    conn = Conversation(cap).open().login()
+    conn.query(b"SELECT 1")
+    conn.query(b"UPDATE t SET a = 1", b"\x00" + write_lenenc_int(2**63) + b"\x00\x02\x00\x00\x00")
+    conn.query(b"UPDATE t SET a = 2", b"\x00" + write_lenenc_int(2**64 - 1) + b"\x00\x02\x00\x00\x00")
+    conn.query(b"SELECT 2")
+    conn.close()
+    # a second connection: the report's connection-rate figure fails on a single login (report_figures, not here)
+    Conversation(cap, client=("10.0.0.1", 40001)).open().login()
+    return cap.write(path)
+
+
+def test_affected_rows_beyond_int64_is_a_marked_bound(tmp_path):
+    """Issue 16: an OK with affected_rows ≥ 2^63 stopped the whole extraction with a traceback, with and without
+    the lane. Now the column holds the int64 maximum (a lower bound) and the exchange says out-of-range."""
+    capture = _affected(tmp_path / "db.pcap")
+    x = assert_same(capture)
+    updates = x.exchanges[x.exchanges["sql"].astype(str).str.startswith("UPDATE")]
+    assert updates["affected_rows"].tolist() == [INT64_MAX, INT64_MAX]
+    assert updates["problems"].astype(str).tolist() == ["out-of-range", "out-of-range"]
+    others = x.exchanges[~x.exchanges.index.isin(updates.index)]
+    assert len(others) == 4 and (others["affected_rows"] == 0).all()
+    assert not others["problems"].astype(str).str.contains("out-of").any()
+    assert x.quality()["out_of_range"] == 2
+    out = tmp_path / "out"
+    proc = cli("analyze", "--db", str(capture), "--out", str(out))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "2 exchanges with a number out of range" in proc.stderr
+    assert json.loads((out / "summary.json").read_text())["captures"]["db"]["out_of_range"] == 2
+
+
+def _pcapng_of(cap: Capture, path: Path, ticks=None) -> Path:
+    """The frames of `cap` as a pcapng (microsecond ticks); ticks(i, default) may change frame i's."""
+    blocks = [ng_shb(), ng_idb(1)]
+    for i, (ts, frame) in enumerate(cap.frames):
+        default = ts // 1000
+        blocks.append(ng_epb(0, ticks(i, default) if ticks else default, frame))
+    path.write_bytes(b"".join(blocks))
+    return path
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_pcapng_time_beyond_int64_is_repaired_and_counted(tmp_path, where):
+    """Issue 16: pcapng's 64-bit ticks (here 2^64 − 1 µs, year 584,000) gave tracebacks. Such a frame gets its
+    neighbour's time and is counted in frames_bad_ts."""
+    cap = Capture()
+    conn = Conversation(cap).open().login()
+    for i in range(5):
+        conn.query(b"SELECT %d" % i)
+    conn.close()
+    n = len(cap.frames)
+    broken = {"first": 0, "middle": n // 2, "last": n - 1}[where]
+    path = _pcapng_of(cap, tmp_path / "db.pcapng", lambda i, t: (1 << 64) - 1 if i == broken else t)
+    x = extract(path)
+    q = x.quality()
+    assert q["frames_bad_ts"] == 1 and q["exchanges"] == 6  # the login and five queries
+    times = [ts for ts, _ in cap.frames]
+    assert min(times) <= x.exchanges["req_first_ts"].min().value and x.exchanges["resp_last_ts"].max().value <= max(times)
+    proc = cli("exchanges", str(path))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and "frames_bad_ts=1" in proc.stdout, proc.stderr
+
+
+def _retimed(tmp_path: Path, indexes: tuple[int, ...], seconds: int) -> Path:
+    """group-stall's DB capture with the records `indexes` set to `seconds` since the epoch (0: the issue's case)."""
+    data = bytearray((CAPTURES / "group-stall" / "db.pcap").read_bytes())
+    pos, offsets = 24, []
+    while pos + 16 <= len(data):
+        offsets.append(pos)
+        pos += 16 + struct.unpack_from("<I", data, pos + 8)[0]
+    for index in indexes:
+        struct.pack_into("<II", data, offsets[index], seconds, 0)
+    path = tmp_path / "db.pcap"
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("indexes,seconds", [((0,), 0), ((1,), 0), ((500,), 0), ((500,), 4_000_000_000),
+                                             ((1098,), 0), ((1098,), 1), ((500, 501), 0), ((600, 601, 602), 0)],
+                         ids=["first", "second", "middle", "middle-future", "last", "last-1970", "two", "three"])
+def test_a_frame_with_a_wild_time_is_repaired_alike_with_and_without_the_lane(tmp_path, indexes, seconds):
+    """Issue 16: one frame at time 0 in the 117 KB group-stall db.pcap used 4.4 GB and wrote a 675 MB report: every
+    time span went back to 1970. The frame now gets a neighbour's time (counted); the tables are those of the
+    intact capture, time spans included."""
+    intact = extract(CAPTURES / "group-stall" / "db.pcap")
+    x = assert_same(_retimed(tmp_path, indexes, seconds))
+    assert x.stats.frames_bad_ts == len(indexes)
+    for column in ("req_first_ts", "resp_last_ts"):
+        assert x.exchanges[column].min() >= intact.exchanges[column].min()
+        assert x.exchanges[column].max() <= intact.exchanges[column].max()
+    assert x.stats.first_ts_ns >= intact.stats.first_ts_ns and x.stats.last_ts_ns <= intact.stats.last_ts_ns
+
+
+def test_a_wild_time_costs_the_analysis_nothing(tmp_path):
+    db = _retimed(tmp_path, (500, 501), 0)
+    gs = CAPTURES / "group-stall"
+    out = tmp_path / "out"
+    proc = cli("analyze", "--app", str(gs / "app.pcap"), "--db", str(db), "--slow-log", str(gs / "slow.log"),
+               "--long-query-time", "1", "--thread-pool-size", "2", "--out", str(out))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "2 frames with a broken timestamp" in proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["captures"]["db"]["frames_bad_ts"] == 2 and summary["match"]["matched"] == 352
+    assert (out / "report.html").stat().st_size < 20 << 20
+    assert len(pd.read_parquet(out / "groups.parquet")) < 5000
+
+
+def test_the_lane_looks_ahead_across_its_read_chunks(tmp_path):
+    """The lane reads the file in 1 MiB chunks; a record in question needs the next one's time, which may lie in the
+    next chunk. Wild times on the records around each chunk boundary of a 1.7 MB capture: same as Python."""
+    from pcaptools import rewrite
+
+    big = tmp_path / "big.pcap"
+    rewrite(CAPTURES / "oltp-hogs" / "db.pcap", big, repeat=lambda i: True)  # every frame twice: 1.7 MB
+    data = bytearray(big.read_bytes())
+    offsets, pos = [], 24
+    while pos + 16 <= len(data):
+        offsets.append(pos)
+        pos += 16 + struct.unpack_from("<I", data, pos + 8)[0]
+    at = next(i for i, p in enumerate(offsets) if p + 16 + struct.unpack_from("<I", data, p + 8)[0] > 1 << 20)
+    for k in (at - 2, at - 1, at, at + 1):
+        case = bytearray(data)
+        struct.pack_into("<I", case, offsets[k], 0)
+        path = tmp_path / f"case{k}.pcap"
+        path.write_bytes(bytes(case))
+        assert assert_same(path).stats.frames_bad_ts == 1
+
+
+def test_repaired_times_stay_in_range():
+    from pcapdecomp.capture import repaired_time
+
+    second = 1_000_000_000
+    t = 1_790_000_000 * second
+    assert repaired_time(None, t, t + 5, [t + 1, t + 2], False) is None  # ordered
+    assert repaired_time(t - 1, t, 0, [t + 1, t + 2], False) == t  # zeroed in the middle
+    assert repaired_time(t - 1, t, 0, [0, 0, t + 2], False) == t  # three zeroed in a row
+    assert repaired_time(t - 1, t, t + 3 * second, [t + 2], False) == t  # a jump the next frame does not follow
+    assert repaired_time(t - 1, t, t + 3 * second, [t + 3 * second + 1], False) is None  # a real jump
+    assert repaired_time(t - 1, t, t - 3 * second, [t - 3 * second + 1] * 8, False) is None  # a clock stepped back
+    assert repaired_time(None, None, t + 2 * second, [t, t + 1], False) == t  # first frame later than the next two
+    assert repaired_time(None, None, t - 30 * second, [t, t + 1], False) is None  # idle after the first frame
+    assert repaired_time(None, None, 0, [t, t + 1], False) == t  # first frame decades early
+    assert repaired_time(t - 1, t, t + 30 * second, [], True) is None  # idle before the last frame
+    assert repaired_time(t - 1, t, 0, [], True) == t  # last frame zeroed
+    assert repaired_time(None, None, TS_MAX + 1, [], True) == 0  # alone and out of range
+    assert repaired_time(None, t, -5, [], True) == t
+    assert repaired_time(None, None, -5, [TS_MAX + 9, t], False) == t
+
+
+def test_a_compressed_packet_claiming_too_much_is_not_inflated(tmp_path):
+    """Issue 16: a 2.3 KB capture with one zstd-compressed packet ran past 400 s and 800 MB. A compressed packet
+    that claims more than 1032× its size (deflate's limit) is a counted violation, not 16 MiB of commands."""
+    import zstandard
+
+    from test_growth import packed_commands
+
+    path = packed_commands(tmp_path / "db.pcap", 3_000_000)  # 15 MB of commands in 1.3 KB
+    assert path.stat().st_size < 4096
+    x = extract(path)
+    c = x.connections.iloc[0]
+    assert c["violations"] == 1 and "claims 15000000 bytes" in c["violation_notes"]
+    assert len(x.exchanges) == 1  # the login; nothing invented from the refused packet
+    assert zstandard.ZstdCompressor  # the zstd protocol itself still reads: tests/test_mysql_core.py
+
+
+def test_the_out_of_order_caps_are_counted_and_warned(tmp_path):
+    """5000 one-byte segments wait behind a hole (never filled): the per-direction cap (4096 segments) declares the
+    hole a gap, which the capture-quality counts and the warning name."""
+    cap = Capture()
+    conn = Conversation(cap).open().login()
+    conn.query(b"SELECT 1")
+    start = conn.cseq
+    body = b"\x03SELECT '" + b"x" * 5000 + b"'"
+    data = len(body).to_bytes(3, "little") + b"\x00" + body
+    for i in range(1, len(data)):  # byte 0 is lost
+        conn._frame(True, 0x18, data[i:i + 1], seq=start + i)
+    conn.cseq = start + len(data)
+    conn.query(b"SELECT 2")
+    conn.close()
+    # a second connection: the report's connection-rate figure fails on a single login (report_figures, not here)
+    Conversation(cap, client=("10.0.0.1", 40001)).open().login()
+    path = cap.write(tmp_path / "db.pcap")
+    q = extract(path).quality()
+    assert q["gaps_forced"] >= 1 and q["gaps"] >= q["gaps_forced"]
+    proc = cli("analyze", "--db", str(path), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0 and "declared by the out-of-order memory cap" in proc.stderr, proc.stderr

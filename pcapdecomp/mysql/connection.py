@@ -21,6 +21,7 @@ from .params import decode_execute
 from .walk import walk_rows
 from .responses import NONE, RESULT, ResponseReader, expected_response
 from .wire import (
+    INT64_MAX,
     MAX_PACKET,
     SERVER_MORE_RESULTS_EXISTS,
     SERVER_STATUS_CURSOR_EXISTS,
@@ -433,10 +434,12 @@ class MySQLConnection:
         return _Pending(command, name, packet, reader, last=packet, next_seq=(packet.last_seq + 1) & 0xFF)
 
     def _start(self, packet: Packet, problems: list[str] | None = None) -> None:
-        for pending in list(self._pending):  # a PREPARE whose optional EOF never came is complete
-            if pending.reader.waiting_for_optional_eof:
-                pending.reader.done = True
-                self._finish(pending)
+        # A PREPARE whose optional EOF never came is complete. Only the oldest pending request can be in that
+        # state (responses come in order), so this looks at the front only: a scan of every pending request here
+        # made a run of unanswered requests quadratic.
+        while self._pending and self._pending[0].reader.waiting_for_optional_eof:
+            self._pending[0].reader.done = True
+            self._finish(self._pending[0])
         payload = packet.payload
         if not payload:
             raise WireError("empty command packet")
@@ -446,6 +449,7 @@ class MySQLConnection:
         if problems:
             pending.problems += problems
         self._describe(pending, payload, packet)
+        packet.payload = b""  # described: a request waiting for its answer keeps its text, not its bytes twice
         if problems:
             pending.sql_cut = pending.sql is not None
         self._pending.append(pending)
@@ -703,11 +707,13 @@ class MySQLConnection:
                 return
             raise WireError(f"server packet (sequence id {packet.seq}) with no request pending")
         if packet.seq != head.next_seq:
-            later = [p for p in self._pending if p is not head and not p.reader.done]
-            if head.resp_first is not None and later and packet.seq == later[0].next_seq:
+            # the next request still waiting (found lazily: scanning them all per packet is quadratic)
+            later = head.resp_first is not None and next(
+                (p for p in self._pending if p is not head and not p.reader.done), None)
+            if later and packet.seq == later.next_seq:
                 head.problems.append("incomplete")  # the rest of head's response was never captured
                 self._finish(head)
-                head = later[0]
+                head = later
             else:
                 head.problems.append("sequence") if "sequence" not in head.problems else None
         if head.resp_first is None:
@@ -751,6 +757,10 @@ class MySQLConnection:
             self._last_prepared = prep.stmt_id
             pending.stmt_id = prep.stmt_id
         problems = pending.problems + summary.problems
+        affected_rows = summary.affected_rows
+        if affected_rows > INT64_MAX:  # a wire value (or sum) the int64 column cannot hold: a bound, marked
+            affected_rows = INT64_MAX
+            problems.append("out-of-range")
         if self.counters.midstream and self._count == 0:
             problems.append("midstream")
         if pending.sql_cut:
@@ -781,7 +791,7 @@ class MySQLConnection:
                 error_state=err.sql_state if err else None,
                 error_message=err.message if err else None,
                 rows=summary.rows,
-                affected_rows=summary.affected_rows,
+                affected_rows=affected_rows,
                 warnings=summary.warnings,
                 result_sets=summary.result_sets,
                 bytes_req=pending.bytes_req,

@@ -135,6 +135,11 @@ class PacketFramer:
 
 
 COMPRESSED_HEADER = 7
+# Deflate cannot exceed 1032:1; zstd can (16 MiB of one repeated byte fit in a few hundred bytes), and a few KB of
+# capture would then expand into millions of protocol packets (each a request to track, or a row to read). A
+# compressed packet that claims more than this ratio is not inflated: a counted protocol violation.
+MAX_INFLATION = 1032
+ZSTD_MAX_WINDOW = 1 << 25  # a frame header may ask for a 2 GiB window; MySQL's packets are at most 16 MiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,12 +193,15 @@ class CompressedDeframer:
         return out
 
     def _inflate(self, stored: bytes, expected: int) -> bytes:
+        if expected > MAX_INFLATION * max(len(stored), 1):
+            raise WireError(f"compressed packet of {len(stored)} bytes claims {expected} bytes: more than "
+                            f"{MAX_INFLATION}x is not inflated")
         limit = min(expected, MAX_PACKET) + 1  # never inflate beyond what the header promises
         if self.algorithm == "zstd" or stored[:4] == b"\x28\xb5\x2f\xfd":
             if zstandard is None:  # pragma: no cover
                 raise WireError("zstd payload but the zstandard package is missing")
             try:
-                with zstandard.ZstdDecompressor().stream_reader(stored) as reader:
+                with zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW).stream_reader(stored) as reader:
                     return reader.read(limit)
             except zstandard.ZstdError as exc:
                 raise WireError(f"cannot inflate zstd payload: {exc}") from None

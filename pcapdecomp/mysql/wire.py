@@ -10,6 +10,7 @@ import struct
 from dataclasses import dataclass
 
 MAX_PACKET = 0xFFFFFF  # a payload of exactly this length continues in the next packet
+INT64_MAX = (1 << 63) - 1  # the largest count an int64 column holds; larger wire values are marked out-of-range
 
 # Capability flags (client and server).
 CLIENT_LONG_PASSWORD = 1 << 0
