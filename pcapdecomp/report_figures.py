@@ -24,6 +24,7 @@ import pandas as pd
 
 from .decompose import ts_ns
 from .digest import queue_parts
+from .threadpool import core_range
 
 NS = 1_000_000_000
 TIMELINE_STATEMENTS = 20_000
@@ -34,8 +35,8 @@ TIME_BUCKETS = 400  # at most this many buckets across the time axis in any aggr
 CONNECTION_POINTS = 5_000  # connection latency markers (every slow one, a sample of the rest)
 CULPRIT_LABELS = 3
 STALL_BANDS = 300
-OUTLIER_QUANTILE = 0.001  # the core of the time range: between these quantiles of all timestamps …
-OUTLIER_SLACK = 100  # … widened by this many times its width (at least OUTLIER_MIN_SLACK_NS) on both sides
+OUTLIER_SLACK = 100  # the core of the time range (threadpool.core_range) widened by this many times its width (at
+# least OUTLIER_MIN_SLACK_NS) on both sides
 OUTLIER_MIN_SLACK_NS = 3600 * NS
 MARGIN = dict(l=170, r=100, t=40, b=40)  # the same plot area on every time chart, so that their axes line up
 COLORS = {"network": "#6a9fd4", "request leg": "#6a9fd4", "response leg": "#9cc3ea", "queueing": "#d62728",
@@ -159,16 +160,14 @@ class TimeAxis:
 def time_axis(t: Times, extra: list[np.ndarray] = ()) -> TimeAxis | None:
     """The range of the capture's timestamps without far outliers, padded by 2 %.
 
-    The core is the range between the 0.1 % and 99.9 % quantiles of all timestamps; a timestamp more than
-    OUTLIER_SLACK core widths (at least an hour) beyond it is an outlier: a clock glitch or a crafted frame. That
+    The core is threadpool.core_range's (the biggest run of times without a month of silence, less 1 % at each
+    end), as for the thread-pool views; a timestamp more than OUTLIER_SLACK core widths (at least an hour) beyond
+    it is an outlier: a clock glitch or a crafted frame. That
     keeps the charts readable; their cost is bounded by bucket counts whatever the range."""
     points = np.concatenate([t.start[t.has_start], t.end[t.has_end], *extra])
     if len(points) == 0:
         return None
-    k_lo = int(OUTLIER_QUANTILE * (len(points) - 1))
-    k_hi = len(points) - 1 - k_lo
-    part = np.partition(points, [k_lo, k_hi])
-    core_lo, core_hi = int(part[k_lo]), int(part[k_hi])
+    core_lo, core_hi = core_range(points)
     slack = max(OUTLIER_SLACK * (core_hi - core_lo), OUTLIER_MIN_SLACK_NS)
     keep = (points >= core_lo - slack) & (points <= core_hi + slack)
     first, last = int(points[keep].min()), int(points[keep].max())

@@ -30,6 +30,8 @@ MAX_CULPRITS = 5  # listed per stall in summary.json (all are marked in exchange
 MAX_BUCKETS = 1000
 BUCKET_LADDER_S = (0.01, 0.1, 1.0, 10.0, 60.0, 600.0, 3600.0, 86400.0)
 OUTLIER_MIN_MARGIN_NS = 86400 * NS  # times further than this (or 10 core spans) outside the core are outliers
+CLUSTER_GAP_NS = 30 * 86400 * NS  # no capture sits silent this long between two of its exchanges: times beyond
+# such a gap belong to another clock (a run of broken timestamps the reader could not repair, a crafted frame)
 MAX_THREAD_POOL_SIZE = 128  # largest thread_pool_size tried when inferring it (MariaDB's and Percona's maximum)
 INFER_MAX_VICTIMS = 5000  # queued statements considered when inferring thread_pool_size (evenly sampled beyond)
 INFER_MAX_CULPRITS = 5000  # long statements considered (the longest)
@@ -76,18 +78,28 @@ def auto_bucket_s(span_ns: int) -> float:
     return 86400.0 * float(np.ceil(span_ns / (MAX_BUCKETS * 86400.0 * NS)))
 
 
+def core_range(points: np.ndarray) -> tuple[int, int]:
+    """The core of a capture's timestamps (int64 ns, not empty): the biggest run of times without a silence of
+    CLUSTER_GAP_NS (however many broken ones lie elsewhere), less 1 % at each end. The robust span of the
+    thread-pool views and the report's time axis are measured from it."""
+    p = np.sort(points)
+    cuts = np.flatnonzero(np.diff(p) > CLUSTER_GAP_NS) + 1
+    bounds = np.concatenate([[0], cuts, [len(p)]])
+    biggest = int(np.argmax(np.diff(bounds)))
+    c = p[bounds[biggest]:bounds[biggest + 1]]
+    k = max(1, len(c) // 100) if len(c) >= 3 else 0  # with three or more, at least one dropped
+    return int(c[k]), int(c[len(c) - 1 - k])
+
+
 def robust_span(d1: np.ndarray, d4: np.ndarray) -> tuple[np.ndarray, int, int]:
     """(keep mask, start, end): the exchanges whose D1 … D4 lie within the capture's robust span.
 
-    The core runs from the earliest to the latest time after dropping 1 % at each end; an exchange more than
-    max(10 core spans, 1 day) outside it, or one that ends before it starts, is an outlier (one frame with a wild
-    timestamp must not stretch the buckets over decades)."""
+    An exchange more than max(10 core spans, 1 day) outside the core (core_range), or one that ends before it
+    starts, is an outlier (frames with wild timestamps must not stretch the buckets over decades)."""
     keep = d4 >= d1
     if not keep.any():
         return keep, 0, 0
-    starts, ends = np.sort(d1[keep]), np.sort(d4[keep])
-    k = max(1, len(starts) // 100) if len(starts) >= 3 else 0  # with three or more, at least one dropped
-    core_lo, core_hi = int(starts[k]), int(ends[len(ends) - 1 - k])
+    core_lo, core_hi = core_range(np.concatenate([d1[keep], d4[keep]]))
     margin = max(10 * max(core_hi - core_lo, 0), OUTLIER_MIN_MARGIN_NS)
     keep &= (d1 >= core_lo - margin) & (d4 <= core_hi + margin)
     if not keep.any():

@@ -262,15 +262,21 @@ def test_summary_keys_are_declared():
 # --- damaged and degenerate ------------------------------------------------------------------------------------
 
 
-def test_one_wild_timestamp_bounds_the_buckets_and_keeps_the_story(story, tmp_path):
-    """One frame's time set to 0 (1970) in the DB capture: the views stay small and the story stays the same."""
+def test_wild_timestamps_bound_the_buckets_and_keep_the_story(story, tmp_path):
+    """A run of frames with their time set to 0 (1970) in the middle of the DB capture, longer than the capture
+    reader repairs (capture.WILD_RUN): the views stay small and the story stays the same."""
+    from pcapdecomp.capture import WILD_RUN
+
     gs = CAPTURES / "group-stall"
     stamps = [ts for ts, _, _ in pt.records(gs / "db.pcap")[3]]
-    target = stamps[501]  # a request of a probe in the middle of the capture
-    pt.rewrite(gs / "db.pcap", tmp_path / "db.pcap", time=lambda t: 0 if t == target else t)
+    targets = set(stamps[501:501 + WILD_RUN + 2])  # requests and answers of probes in the middle of the capture
+    pt.rewrite(gs / "db.pcap", tmp_path / "db.pcap", time=lambda t: 0 if t in targets else t)
     r = analyze(None, [gs / "app.pcap"], tmp_path / "db.pcap", gs / "slow.log", 1.0, 2, [], tmp_path / "out",
                 quiet=True)
-    assert r.summary["pool"]["outliers"]["exchanges"] == 1
+    x = r.exchanges
+    wild = ((x["db_req_ts"].dt.year < 1971) | (x["db_resp_ts"].dt.year < 1971)).fillna(False)
+    assert wild.sum() >= 1 and r.summary["captures"]["db"]["frames_bad_ts"] == 0  # left to the views
+    assert r.summary["pool"]["outliers"]["exchanges"] == int(wild.sum())
     assert len(r.groups) <= 2 * 1001 and len(pd.read_parquet(tmp_path / "out" / "pool.parquet")) <= 1001
     assert r.summary["story"]["sentence"] == story("group-stall").summary["story"]["sentence"]
     assert any(b["topic"] == "outliers" for b in r.summary["story"]["bullets"])
