@@ -175,13 +175,14 @@ class Tcpdump:
     # default 2 MiB buffer holds only 8 packets and a burst (eight connections closing at once) is dropped.
     buffer_kib = 128 * 1024
 
-    def __init__(self, host: Host, pcap: Path, port: int = MYSQL_PORT):
+    def __init__(self, host: Host, pcap: Path, port: int = MYSQL_PORT, interface: str | None = None):
         self.host, self.pcap, self.port = host, pcap, port
+        self.interface = interface or host.veth  # "any": every interface of the namespace (a proxy's two sides)
         self.stats: CaptureStats | None = None
         self._proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Tcpdump:
-        argv = self.host.command("tcpdump", "-i", self.host.veth, "-w", str(self.pcap), "--immediate-mode", "-U", "-B", str(self.buffer_kib),
+        argv = self.host.command("tcpdump", "-i", self.interface, "-w", str(self.pcap), "--immediate-mode", "-U", "-B", str(self.buffer_kib),
                                  "-s", "0", "-Z", "root", "--time-stamp-precision=nano", "tcp", "port",
                                  str(self.port))
         self._proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
