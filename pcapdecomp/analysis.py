@@ -20,6 +20,9 @@ from .decompose import build_table, decompose
 from .errors import InputError, SlowLogError, UsageError
 from .match import ClockSamples, match_exchanges, pair_segments, read_segments_of, split_endpoint
 from .parallel import default_jobs, run_all
+from .proxy import Side, through_proxy
+from .proxy import empty_columns as proxy_empty
+from .proxy import finish as proxy_finish
 from .pipeline import capture_problems, parse_server, read_captures, warn, write_table
 from .report import render as render_report
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
@@ -41,6 +44,8 @@ class CaptureSet:
     long_query_time: float | None
     thread_pool_size: int | None
     servers: list[str]
+    proxy: list[Path] = field(default_factory=list)  # captures on a proxy host between app and DB
+    proxy_servers: list[str] = field(default_factory=list)  # the proxy's listening endpoints, when known
 
 
 @dataclass
@@ -60,9 +65,11 @@ def _captures_in(folder: Path, prefix: str) -> list[Path]:
 
 def resolve_capture_set(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Path | None,
                         long_query_time: float | None, thread_pool_size: int | None,
-                        servers: list[str]) -> CaptureSet:
+                        servers: list[str], proxy: list[Path] | None = None,
+                        proxy_servers: list[str] | None = None) -> CaptureSet:
     """Fill options from a capture-set folder (app*.pcap[ng][.gz], db*…, slow*.log, capture.toml); explicit win."""
     toml: dict = {}
+    found_proxy: list[Path] = []
     found_app: list[Path] = []
     found_db: Path | None = None
     found_slow: Path | None = None
@@ -83,6 +90,9 @@ def resolve_capture_set(set_dir: Path | None, app: list[Path], db: Path | None, 
         if len(dbs) > 1:
             raise UsageError(f"{set_dir}: several DB captures ({', '.join(p.name for p in dbs)}); choose one with --db")
         found_db = dbs[0] if dbs else None
+        found_proxy = ([set_dir / named["proxy"]] if isinstance(named.get("proxy"), str)
+                       else _captures_in(set_dir, "proxy"))
+        found_proxy = [p for p in found_proxy if p.exists()]
         if isinstance(named.get("slow_log"), str):
             found_slow = set_dir / named["slow_log"]
         else:
@@ -96,7 +106,10 @@ def resolve_capture_set(set_dir: Path | None, app: list[Path], db: Path | None, 
     tps = thread_pool_size if thread_pool_size is not None else _number(server_cfg.get("thread_pool_size"))
     if not servers:
         servers = [a for a in (server_cfg.get("address"), server_cfg.get("address_ipv6")) if isinstance(a, str)]
-    for s in servers:
+    proxy_cfg = toml.get("proxy", {}) if isinstance(toml.get("proxy"), dict) else {}
+    if not proxy_servers:
+        proxy_servers = [a for a in (proxy_cfg.get("address"),) if isinstance(a, str)]
+    for s in [*servers, *proxy_servers]:
         parse_server(s)
     if lqt is not None and lqt < 0:
         raise UsageError(f"--long-query-time must be ≥ 0, got {lqt}")
@@ -106,21 +119,21 @@ def resolve_capture_set(set_dir: Path | None, app: list[Path], db: Path | None, 
         name=(set_dir.resolve().name if set_dir is not None else (db or (app[0] if app else Path("analysis"))).name.split(".")[0]),
         app=list(app) or found_app, db=db or found_db, slow_log=slow_log or found_slow,
         long_query_time=None if lqt is None else float(lqt), thread_pool_size=None if tps is None else int(tps),
-        servers=list(servers),
+        servers=list(servers), proxy=list(proxy or []) or found_proxy, proxy_servers=list(proxy_servers),
     )
     # Files the user named are checked before any work: a mistake costs a second, not a whole extraction.
     from .pipeline import check_input
     from .slowlog import check_slow_log_file
 
-    for path in app:
+    for path in [*app, *(proxy or [])]:
         check_input(path)
     if db is not None:
         check_input(db)
     if slow_log is not None:
         check_slow_log_file(slow_log)
-    if not result.app and result.db is None:
+    if not result.app and result.db is None and not result.proxy:
         where = f" in {set_dir}" if set_dir is not None else ""
-        raise UsageError(f"no capture to analyse{where}: give a capture-set folder, --app and/or --db")
+        raise UsageError(f"no capture to analyse{where}: give a capture-set folder, --app, --db and/or --proxy")
     return result
 
 
@@ -159,9 +172,11 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
             long_query_time: float | None, thread_pool_size: int | None, servers: list[str], out_dir: Path | None,
             csv: bool = False, quiet: bool = False, slow_log_tz: str | None = None,
             command_line: str | None = None, max_sql_bytes: int = 1 << 20,
-            jobs: int | None = None) -> AnalysisResult:
+            jobs: int | None = None, proxy: list[Path] | None = None,
+            proxy_servers: list[str] | None = None) -> AnalysisResult:
     """Run every stage and write the outputs. Raises PcapdecompError subclasses for user mistakes."""
-    cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers)
+    cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers, proxy,
+                             proxy_servers)
     tz = _time_zone(slow_log_tz)
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
@@ -176,10 +191,13 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
         if not quiet:
             warn(message)
 
-    extractions = read_captures([*cs.app, *([cs.db] if cs.db is not None else [])], cs.servers, quiet, max_sql_bytes,
-                                jobs)
+    # behind a proxy the app talks to the proxy's address, not the server's: read every capture with both
+    readable = [*cs.servers, *cs.proxy_servers] if cs.servers else []
+    extractions = read_captures([*cs.app, *([cs.db] if cs.db is not None else []), *cs.proxy], readable, quiet,
+                                max_sql_bytes, jobs)
     app_x = extractions[:len(cs.app)]
     db_x = extractions[len(cs.app)] if cs.db is not None else None
+    proxy_x = extractions[len(cs.app) + (cs.db is not None):]
     qualities = {id(x): x.quality() for x in extractions}
     for x in extractions:
         problem = capture_problems(qualities[id(x)])
@@ -191,6 +209,15 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
     db_ex = db_x.exchanges if db_x is not None else empty[0]
     db_conns = db_x.connections if db_x is not None else empty[1]
     matching = match_exchanges(app_ex, db_ex, app_conns, db_conns)
+    proxied = through_proxy(Side(app_ex, app_conns) if app_x else None, Side(db_ex, db_conns) if db_x else None,
+                            Side(concat([x.exchanges for x in proxy_x]), concat([x.connections for x in proxy_x]))
+                            if proxy_x else None, set(cs.servers), set(cs.proxy_servers), direct=matching)
+    if proxied is not None:  # the two sides of the decomposition are the ends of the chain through the proxy
+        app_ex, app_conns, db_ex, db_conns = (proxied.client.ex, proxied.client.conns, proxied.server.ex,
+                                              proxied.server.conns)
+        matching = proxied.matching
+        for w in proxied.warnings:
+            note(w)
     release_memory()
     if app_x and db_x is not None and matching.stats.matched == 0 and len(app_ex) and len(db_ex):
         note("no exchange was seen at both points: are these captures of the same traffic and time?")
@@ -224,6 +251,10 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
         del db_segments, app_segment_sets, app_segments
         release_memory()
     primary = app_x[0].capture if app_x else None
+    if proxied is not None:
+        clocks = dict(proxied.clocks)
+        clock_info = {}  # the proxy's clocks are in summary.json → proxy.clocks
+        primary = str(app_ex["capture"].iloc[0]) if len(app_ex) else primary
 
     # --- slow log
     slow = None
@@ -245,6 +276,7 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
     for x in extractions:
         x.exchanges = x.exchanges.iloc[:0].copy()  # a copy: an empty view would keep the whole table alive
     table = build_table(app_ex, db_ex, matching, clocks, primary)
+    table = proxy_finish(table, proxied) if proxied is not None else proxy_empty(table)
     del app_ex, db_ex
     release_memory()
     table, join = decompose(table, slow, cs.long_query_time, cs.thread_pool_size, str(cs.slow_log))
@@ -277,11 +309,14 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
             "app": [str(p) for p in cs.app], "db": str(cs.db) if cs.db else None,
             "slow_log": str(cs.slow_log) if cs.slow_log else None, "long_query_time": cs.long_query_time,
             "thread_pool_size": cs.thread_pool_size, "servers": cs.servers,
+            "proxy": [str(p) for p in cs.proxy], "proxy_servers": cs.proxy_servers,
             "cwd": os.getcwd(),  # relative capture paths above (and in exchanges.capture) are relative to this
         },
         "captures": {"app": [qualities[id(x)] for x in app_x],
-                      "db": qualities[id(db_x)] if db_x is not None else None},
+                      "db": qualities[id(db_x)] if db_x is not None else None,
+                      "proxy": [qualities[id(x)] for x in proxy_x]},
         "match": matching.stats.as_dict(),
+        "proxy": proxied.summary if proxied is not None else None,
         "clock": next(iter(clock_info.values()), None),
         "clocks": clock_info,
         "slow_log": slow_info,
@@ -293,6 +328,11 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
         "warnings": warnings,
     }
     summary.update(tell(summary, exchanges, view))
+    if proxied is not None:
+        from .proxy import sentence as proxy_sentence
+
+        summary["proxy"]["sentence"] = proxy_sentence(exchanges, proxied.summary)
+        summary["verdict"] += "\n- " + summary["proxy"]["sentence"]
 
     out.mkdir(parents=True, exist_ok=True)
     written = []

@@ -204,6 +204,10 @@ class FlowTracker:
         first_from_src = src not in flow.first_payload_from
         if first_from_src:
             flow.first_payload_from[src] = data
+        elif len(flow.first_payload_from[src]) < 10 and flow.payload_segments <= 3:
+            # a packet header written on its own, then its body (Go proxies such as Gaea do): judge them together
+            data = flow.first_payload_from[src] = flow.first_payload_from[src] + data
+            first_from_src = True
         if flow.server is None:
             if src in self.learned_servers:
                 flow.server = src
@@ -220,6 +224,8 @@ class FlowTracker:
             elif flow.command_candidate == dst:
                 flow.command_candidate = None  # the answer did not fit: that was not a command
         if flow.server is not None:
+            if flow.payload_segments == 1 and len(flow.first_payload_from.get(flow.server, b"..........")) < 10:
+                return  # the server's first segment is a bare packet header: wait for its body (split greeting)
             self._start_mysql(flow)
         elif flow.payload_segments >= DETECT_SEGMENTS or flow.held_bytes >= DETECT_BYTES:
             flow.kind = "other"
