@@ -501,6 +501,16 @@ def _segment_clock(near: Side, far: Side, m: Matching) -> dict[str, ClockModel]:
     return models
 
 
+def _hop(near: Side, far: Side) -> tuple[np.ndarray, dict, dict[str, ClockModel]]:
+    """near rows -> far rows of the same TCP connections seen at two points, the matching's counts, the clocks."""
+    m = match_exchanges(near.ex, far.ex, near.conns, far.conns)
+    return _rows_map(m, len(near)), m.stats.as_dict(), _segment_clock(near, far, m)
+
+
+def _same(side: Side) -> tuple[np.ndarray, None, dict]:
+    return np.arange(len(side), dtype=np.int64), None, {}
+
+
 def _front_back(front: Side, back: Side) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str, dict]:
     """Front rows -> back rows through the proxy on one clock: (map, how per front row, candidates per front row,
     back status per back row, kind, stats)."""
@@ -543,24 +553,9 @@ def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_serv
         fb, how_f, cand_f, back_status, kind, fb_stats = _front_back(front, back)
         summary["through"] = fb_stats
         client, server = (app if app is not None and len(app) else front), (db if db is not None and len(db) else back)
-        # client -> front
-        if client is front:
-            cf = np.arange(len(front), dtype=np.int64)
-            proxy_to_app: dict[str, ClockModel] = {}
-        else:
-            m_af = match_exchanges(app.ex, front.ex, app.conns, front.conns)
-            cf = _rows_map(m_af, len(app))
-            summary["app_proxy"] = m_af.stats.as_dict()
-            proxy_to_app = _segment_clock(app, front, m_af)
-        # back -> server
-        if server is back:
-            bs = np.arange(len(back), dtype=np.int64)
-            db_to_proxy: dict[str, ClockModel] = {}
-        else:
-            m_bd = match_exchanges(back.ex, db.ex, back.conns, db.conns)
-            bs = _rows_map(m_bd, len(back))
-            summary["proxy_db"] = m_bd.stats.as_dict()
-            db_to_proxy = _segment_clock(back, db, m_bd)
+        # client -> front and back -> server: the same TCP connections seen at two points
+        cf, summary["app_proxy"], proxy_to_app = _hop(app, front) if client is not front else _same(front)
+        bs, summary["proxy_db"], db_to_proxy = _hop(back, db) if server is not back else _same(back)
         c_f = cf
         c_b = _take(fb, c_f, NONE)
         c_s = _take(bs, c_b, NONE)

@@ -80,6 +80,18 @@ def ensure_deps() -> None:
                 raise LabError(f"pip install {pip_name} failed (exit {done.returncode})")
 
 
+def stop_process(proc: subprocess.Popen | None, timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL after timeout_s; nothing when it already ended."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _run(*args: str) -> None:
     done = subprocess.run(list(args), capture_output=True, text=True)
     if done.returncode != 0:
@@ -351,15 +363,7 @@ class PrivateMariaDB:
             cur.execute("SET GLOBAL slow_query_log = 0")
 
     def __exit__(self, *exc) -> None:
-        if self._proc is None:
-            return
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop_process(self._proc, 30)
         self._proc = None
 
 

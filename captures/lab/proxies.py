@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from hosts import Host, LabError, _run, _sbin_which, log
+from hosts import Host, LabError, _run, _sbin_which, log, stop_process
 
 PROXY_APP_IPV4, PROXY_FRONT_IPV4 = "10.213.78.1", "10.213.78.2"  # app ↔ proxy link
 PROXY_BACK_IPV4, PROXY_DB_IPV4 = "10.213.78.5", "10.213.78.6"  # proxy ↔ db link
@@ -113,15 +113,7 @@ class _Daemon:
         log(f"{self.name} {self.version} listening on {PROXY_FRONT_IPV4}:{PROXY_PORT}")
 
     def __exit__(self, *exc) -> None:
-        if self._proc is None:
-            return
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop_process(self._proc, 10)
         self._proc = None
 
 
