@@ -23,6 +23,9 @@ from .errors import InputError, SlowLogError, UsageError, internal_errors_to
 from .match import ClockSamples, match_exchanges, pair_segments, read_segments_of, split_endpoint
 from .parallel import default_jobs, run_all
 from .pipeline import OutputFolder, capture_problems, parse_server, read_captures, warn, write_table
+from .proxy import Side, through_proxy
+from .proxy import empty_columns as proxy_empty
+from .proxy import finish as proxy_finish
 from .repair import apply_bounds, point_bounds, repair_losses
 from .report import render as render_report
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
@@ -45,6 +48,8 @@ class CaptureSet:
     thread_pool_size: int | None
     servers: list[str]
     warnings: list[str] = field(default_factory=list)  # about the folder's contents (a named file is missing)
+    proxy: list[Path] = field(default_factory=list)  # captures on a proxy host between app and DB
+    proxy_servers: list[str] = field(default_factory=list)  # the proxy's listening endpoints, when known
 
 
 @dataclass
@@ -64,13 +69,16 @@ def _captures_in(folder: Path, prefix: str) -> list[Path]:
 
 def resolve_capture_set(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Path | None,
                         long_query_time: float | None, thread_pool_size: int | None,
-                        servers: list[str]) -> CaptureSet:
-    """Fill options from a capture-set folder (app*.pcap[ng][.gz], db*…, slow*.log, capture.toml); explicit win.
+                        servers: list[str], proxy: list[Path] | None = None,
+                        proxy_servers: list[str] | None = None) -> CaptureSet:
+    """Fill options from a capture-set folder (app*.pcap[ng][.gz], db*…, proxy*…, slow*.log, capture.toml); explicit
+    options win.
 
     A capture set may come from someone else, so its capture.toml is not trusted: values of the wrong type or out
     of range, a named file that is missing, or a file outside the folder (an absolute path, `..`, a symlink that
     leads out) are user mistakes, reported in one line."""
     toml: dict = {}
+    found_proxy: list[Path] = []
     found_app: list[Path] = []
     found_db: Path | None = None
     found_slow: Path | None = None
@@ -104,6 +112,13 @@ def resolve_capture_set(set_dir: Path | None, app: list[Path], db: Path | None, 
             if len(dbs) > 1:
                 raise UsageError(f"{set_dir}: several DB captures ({', '.join(p.name for p in dbs)}); choose one with --db")
             found_db = _inside(set_dir, dbs[0], dbs[0].name) if dbs else None
+        if proxy:
+            found_proxy = []
+        elif "proxy" in named:
+            found_proxy = [p for n in _names(named["proxy"], cfg, "[captures] proxy")
+                           if (p := _named_file(set_dir, cfg, "proxy", n, missing)) is not None]
+        else:
+            found_proxy = [_inside(set_dir, p, p.name) for p in _captures_in(set_dir, "proxy")]
         if slow_log is None and "slow_log" in named:
             found_slow = _named_file(set_dir, cfg, "slow_log", named["slow_log"], missing)
         elif slow_log is None:
@@ -128,6 +143,18 @@ def resolve_capture_set(set_dir: Path | None, app: list[Path], db: Path | None, 
             except UsageError:
                 raise InputError(f"{where} {key} must be \"IP:PORT\", got {value!r}") from None
             servers.append(value)
+    proxy_servers = list(proxy_servers or [])
+    if proxy_servers:
+        for s in proxy_servers:
+            parse_server(s)
+    else:
+        value = _table(toml, "proxy", cfg).get("address")
+        if value is not None:
+            try:
+                parse_server(value if isinstance(value, str) else "")
+            except UsageError:
+                raise InputError(f"{cfg}: [proxy] address must be \"IP:PORT\", got {value!r}") from None
+            proxy_servers.append(value)
     if lqt is not None and not (isinstance(lqt, (int, float)) and math.isfinite(lqt) and lqt >= 0):
         raise UsageError(f"{'--long-query-time' if long_query_time is not None else where + ' long_query_time'} "
                          f"must be a finite number of seconds ≥ 0, got {lqt}")
@@ -138,13 +165,13 @@ def resolve_capture_set(set_dir: Path | None, app: list[Path], db: Path | None, 
         name=(set_dir.resolve().name if set_dir is not None else (db or (app[0] if app else Path("analysis"))).name.split(".")[0]),
         app=list(app) or found_app, db=db or found_db, slow_log=slow_log or found_slow,
         long_query_time=None if lqt is None else float(lqt), thread_pool_size=None if tps is None else int(tps),
-        servers=list(servers), warnings=missing,
+        servers=list(servers), warnings=missing, proxy=list(proxy or []) or found_proxy, proxy_servers=proxy_servers,
     )
     # Files are checked before any work: a mistake costs a second, not a whole extraction.
     from .pipeline import check_input
     from .slowlog import check_slow_log_file
 
-    for path in result.app:
+    for path in [*result.app, *result.proxy]:
         check_input(path)
     if result.db is not None:
         check_input(result.db)
@@ -153,9 +180,9 @@ def resolve_capture_set(set_dir: Path | None, app: list[Path], db: Path | None, 
         raise InputError(f"{result.slow_log}: not a regular file (a pipe, device or socket cannot be read)")
     if slow_log is not None:  # one the folder holds may be garbled: a warning, when it is read
         check_slow_log_file(slow_log)
-    if not result.app and result.db is None:
+    if not result.app and result.db is None and not result.proxy:
         where = f" in {set_dir}" if set_dir is not None else ""
-        raise UsageError(f"no capture to analyse{where}: give a capture-set folder, --app and/or --db")
+        raise UsageError(f"no capture to analyse{where}: give a capture-set folder, --app, --db and/or --proxy")
     return result
 
 
@@ -237,9 +264,11 @@ def analyze(set_dir: Path | None, app: list[Path], db: Path | None, slow_log: Pa
             long_query_time: float | None, thread_pool_size: int | None, servers: list[str], out_dir: Path | None,
             csv: bool = False, quiet: bool = False, slow_log_tz: str | None = None,
             command_line: str | None = None, max_sql_bytes: int = 1 << 20,
-            jobs: int | None = None) -> AnalysisResult:
+            jobs: int | None = None, proxy: list[Path] | None = None,
+            proxy_servers: list[str] | None = None) -> AnalysisResult:
     """Run every stage and write the outputs. Raises PcapdecompError subclasses for user mistakes."""
-    cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers)
+    cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers, proxy,
+                             proxy_servers)
     tz = _time_zone(slow_log_tz)
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
@@ -270,10 +299,13 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     for message in cs.warnings:
         note(message)
 
-    extractions = read_captures([*cs.app, *([cs.db] if cs.db is not None else [])], cs.servers, quiet, max_sql_bytes,
-                                jobs)
+    # behind a proxy the app talks to the proxy's address, not the server's: read every capture with both
+    readable = [*cs.servers, *cs.proxy_servers] if cs.servers else []
+    extractions = read_captures([*cs.app, *([cs.db] if cs.db is not None else []), *cs.proxy], readable, quiet,
+                                max_sql_bytes, jobs)
     app_x = extractions[:len(cs.app)]
     db_x = extractions[len(cs.app)] if cs.db is not None else None
+    proxy_x = extractions[len(cs.app) + (cs.db is not None):]
     qualities = {id(x): x.quality() for x in extractions}
     for x in extractions:
         problem = capture_problems(qualities[id(x)])
@@ -285,10 +317,20 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     db_ex = db_x.exchanges if db_x is not None else empty[0]
     db_conns = db_x.connections if db_x is not None else empty[1]
     matching = match_exchanges(app_ex, db_ex, app_conns, db_conns)
+    proxied = through_proxy(Side(app_ex, app_conns) if app_x else None, Side(db_ex, db_conns) if db_x else None,
+                            Side(concat([x.exchanges for x in proxy_x]), concat([x.connections for x in proxy_x]))
+                            if proxy_x else None, set(cs.servers), set(cs.proxy_servers), direct=matching)
+    if proxied is not None:  # the two sides of the decomposition are the ends of the chain through the proxy
+        app_ex, app_conns, db_ex, db_conns = (proxied.client.ex, proxied.client.conns, proxied.server.ex,
+                                              proxied.server.conns)
+        matching = proxied.matching
+        for w in proxied.warnings:
+            note(w)
     release_memory()
+    # capture loss is repaired between two captures of one TCP connection: not through a proxy
     repair = repair_losses(app_x, db_x, app_ex, db_ex, app_conns, db_conns, matching,
                            {parse_server(s) for s in cs.servers} or None, max_sql_bytes, jobs) \
-        if app_x and db_x is not None else None
+        if app_x and db_x is not None and proxied is None else None
     if repair is not None:
         app_ex, db_ex, app_conns, db_conns, matching = (repair.app_ex, repair.db_ex, repair.app_conns,
                                                         repair.db_conns, repair.matching)
@@ -327,6 +369,10 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         del db_segments, app_segment_sets, app_segments
         release_memory()
     primary = app_x[0].capture if app_x else None
+    if proxied is not None:
+        clocks = dict(proxied.clocks)
+        clock_info = {}  # the proxy's clocks are in summary.json → proxy.clocks
+        primary = str(app_ex["capture"].iloc[0]) if len(app_ex) else primary
 
     # --- slow log
     slow = None
@@ -350,6 +396,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         x.exchanges = x.exchanges.iloc[:0].copy()  # a copy: an empty view would keep the whole table alive
     bounds = point_bounds(app_ex, db_ex, matching, repair)
     table = apply_bounds(build_table(app_ex, db_ex, matching, clocks, primary), bounds, clocks, primary)
+    table = proxy_finish(table, proxied) if proxied is not None else proxy_empty(table)
     del app_ex, db_ex
     release_memory()
     table, join = decompose(table, slow, cs.long_query_time, cs.thread_pool_size, str(cs.slow_log))
@@ -382,11 +429,14 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
             "app": [str(p) for p in cs.app], "db": str(cs.db) if cs.db else None,
             "slow_log": str(cs.slow_log) if cs.slow_log else None, "long_query_time": cs.long_query_time,
             "thread_pool_size": cs.thread_pool_size, "servers": cs.servers,
+            "proxy": [str(p) for p in cs.proxy], "proxy_servers": cs.proxy_servers,
             "cwd": os.getcwd(),  # relative capture paths above (and in exchanges.capture) are relative to this
         },
         "captures": {"app": [qualities[id(x)] for x in app_x],
-                      "db": qualities[id(db_x)] if db_x is not None else None},
+                      "db": qualities[id(db_x)] if db_x is not None else None,
+                      "proxy": [qualities[id(x)] for x in proxy_x]},
         "match": matching.stats.as_dict(),
+        "proxy": proxied.summary if proxied is not None else None,
         "repair": repair.stats.as_dict() if repair is not None else None,
         "clock": next(iter(clock_info.values()), None),
         "clocks": clock_info,
@@ -399,6 +449,11 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         "warnings": warnings,
     }
     summary.update(tell(summary, exchanges, view))
+    if proxied is not None:
+        from .proxy import sentence as proxy_sentence
+
+        summary["proxy"]["sentence"] = proxy_sentence(exchanges, proxied.summary)
+        summary["verdict"] += "\n- " + summary["proxy"]["sentence"]
 
     names = []
     for name, df in (("exchanges.parquet", exchanges), ("groups.parquet", groups), ("pool.parquet", view.pool)):

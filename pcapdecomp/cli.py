@@ -117,10 +117,15 @@ def _print_summary(result, quality: dict) -> None:
 @app.command()
 def analyze(
     capture_set: Optional[Path] = typer.Argument(
-        None, help="Capture-set folder (app*.pcap[ng], db*.pcap[ng], slow*.log, capture.toml) that fills in the options."
+        None, help="Capture-set folder (app*.pcap[ng], db*.pcap[ng], proxy*.pcap[ng], slow*.log, capture.toml) that fills in the options."
     ),
     app_captures: list[Path] = typer.Option([], "--app", "-a", help="App-side capture (repeatable: one per app host)."),
     db_capture: Optional[Path] = typer.Option(None, "--db", "-d", help="DB-side capture."),
+    proxy_captures: list[Path] = typer.Option(
+        [], "--proxy", "-p", help="Capture on the proxy host between app and DB, its client and server sides "
+                                  "(repeatable, e.g. one file per interface)."),
+    proxy_server: list[str] = typer.Option(
+        [], "--proxy-server", help="The proxy's listening endpoint HOST:PORT (repeatable). Default: told apart by content."),
     slow_log: Optional[Path] = typer.Option(None, "--slow-log", help="The server's slow query log (plain or .gz)."),
     slow_log_tz: Optional[str] = typer.Option(
         None, "--slow-log-tz", help="Time zone of zoneless slow-log times, e.g. Europe/Berlin (default UTC)."
@@ -154,7 +159,7 @@ def analyze(
     result = run_analysis(
         capture_set, list(app_captures), db_capture, slow_log, long_query_time, thread_pool_size, list(server), out,
         csv=csv, quiet=quiet, slow_log_tz=slow_log_tz, command_line=" ".join(["pcapdecomp", *sys.argv[1:]]),
-        max_sql_bytes=max_sql_bytes, jobs=jobs,
+        max_sql_bytes=max_sql_bytes, jobs=jobs, proxy=list(proxy_captures), proxy_servers=list(proxy_server),
     )
     written = list(result.written)
     if evidence_too:

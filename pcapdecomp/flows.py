@@ -217,6 +217,10 @@ class FlowTracker:
         first_from_src = src not in flow.first_payload_from
         if first_from_src:
             flow.first_payload_from[src] = data
+        elif len(flow.first_payload_from[src]) < 10 and flow.payload_segments <= 3:
+            # a packet header written on its own, then its body (Go proxies such as Gaea do): judge them together
+            data = flow.first_payload_from[src] = flow.first_payload_from[src] + data
+            first_from_src = True
         if flow.server is None:
             if src in self.learned_servers:
                 flow.server = src
@@ -233,6 +237,8 @@ class FlowTracker:
             elif flow.command_candidate == dst:
                 flow.command_candidate = None  # the answer did not fit: that was not a command
         if flow.server is not None:
+            if flow.payload_segments == 1 and len(flow.first_payload_from.get(flow.server, b"..........")) < 10:
+                return  # the server's first segment is a bare packet header: wait for its body (split greeting)
             self._start_mysql(flow)
         elif flow.payload_segments >= DETECT_SEGMENTS or flow.held_bytes >= DETECT_BYTES:
             flow.kind = "other"
@@ -352,5 +358,6 @@ def _begins_without_greeting(flow: Flow) -> bool:
         return False
     if (first.src_ip, first.src_port) != server:
         return bool(first.flags & ACK) and (first.ack - isn) % (1 << 32) == 1
+    head = flow.first_payload_from.get(server, first.payload)  # a header sent on its own is judged with its body
     return (first.seq - isn) % (1 << 32) == 1 and not first.missing and not (  # a greeting cut by the snaplen is one
-        detect.plausible_greeting(first.payload) or detect.plausible_early_error(first.payload))
+        detect.plausible_greeting(head) or detect.plausible_early_error(head))

@@ -108,6 +108,20 @@ def markdown_table(columns: tuple[Column, ...]) -> str:
     lines += [f"| `{c.name}` | {c.dtype} | {c.meaning} |" for c in columns]
     return "\n".join(lines)
 
+# Columns the proxy stage (pcapdecomp/proxy.py) adds: how each exchange was paired through a proxy between app and
+# DB, and the proxy's share of the time. P1/P4: the request's first / the response's last byte at the proxy's client
+# side; P2/P3: the same at its server side (proxy clock, converted to the app clock). All null without a proxy.
+PROXY_COLUMNS: tuple[Column, ...] = (
+    Column("proxy_match", CATEGORY, "how the exchange was paired through a proxy: l4 (same bytes, TCP sequence numbers translated per connection pair found by the greeting's scramble) | l7-text (same statement text) | l7-rewritten (same text once comments, whitespace, identifier quotes and case are set aside) | l7-params (a prepared statement the proxy ran with the same parameter values: as a text query or re-prepared) | ambiguous (several server-side requests fit: not paired, never guessed) | unmatched (no server-side request fits) | proxy-handled (a command the proxy answers itself: login, PREPARE, CLOSE, PING, INIT_DB, QUIT) | proxy-own (sent by the proxy on its own: no client request) | unseen-at-proxy | unseen-at-app | unpaired; null without a proxy"),
+    Column("proxy_candidates", "Int64", "L7: server-side requests that fit this client request (same text, inside its time); 1 when paired, > 1 when ambiguous; null for L4 and without a proxy"),
+    Column("front_conn_id", "Int64", "connection id the client saw (from the proxy's greeting); behind an L7 proxy it is the proxy's own, and conn_id is the server connection that ran the statement"),
+    Column("net_app_proxy_s", "float64", "(P1 − A1) + (A4 − P4): both legs between app and proxy; needs the app and proxy captures"),
+    Column("proxy_s", "float64", "(P2 − P1) + (P4 − P3): time inside the proxy (waiting for a pooled server connection, parsing, routing, relaying the answer); needs the proxy capture"),
+    Column("proxy_wait_s", "float64", "P2 − P1: the request's part of proxy_s, from its arrival at the proxy until the proxy sent it on (a pool's queue shows here)"),
+    Column("net_proxy_db_s", "float64", "(D1 − P2) + (P3 − D4): both legs between proxy and DB; needs the proxy and DB captures. With all three captures network_s = net_app_proxy_s + proxy_s + net_proxy_db_s"),
+)
+
+
 # Columns the analysis stage (pcapdecomp/decompose.py) adds to EXCHANGE_COLUMNS. A1/A4 are app-clock capture
 # times at the app host, D1/D4 DB-capture times converted to that app clock by the fitted clock model.
 ANALYSIS_COLUMNS: tuple[Column, ...] = (
@@ -144,6 +158,7 @@ ANALYSIS_COLUMNS: tuple[Column, ...] = (
     Column("thread_group", "Int64", "conn_id mod thread_pool_size (MariaDB/Percona thread pool group); the size given, else the one inferred from the wire (summary.json → thread_pool_size)"),
     Column("stall", "Int64", "id of the stalled stretch (summary.json → groups.stalls[].id) this exchange queued in (stall_role victim) or held by executing through it (culprit); null otherwise"),
     Column("stall_role", CATEGORY, "victim (queued ≥ 0.1 s, certain, in the stalled stretch) | culprit (executed through at least a quarter of it, in the same group); null when not part of a stall"),
+    *PROXY_COLUMNS,
 )
 
 

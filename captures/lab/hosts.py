@@ -80,6 +80,18 @@ def ensure_deps() -> None:
                 raise LabError(f"pip install {pip_name} failed (exit {done.returncode})")
 
 
+def stop_process(proc: subprocess.Popen | None, timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL after timeout_s; nothing when it already ended."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _run(*args: str) -> None:
     done = subprocess.run(list(args), capture_output=True, text=True)
     if done.returncode != 0:
@@ -175,13 +187,14 @@ class Tcpdump:
     # default 2 MiB buffer holds only 8 packets and a burst (eight connections closing at once) is dropped.
     buffer_kib = 128 * 1024
 
-    def __init__(self, host: Host, pcap: Path, port: int = MYSQL_PORT):
+    def __init__(self, host: Host, pcap: Path, port: int = MYSQL_PORT, interface: str | None = None):
         self.host, self.pcap, self.port = host, pcap, port
+        self.interface = interface or host.veth  # "any": every interface of the namespace (a proxy's two sides)
         self.stats: CaptureStats | None = None
         self._proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Tcpdump:
-        argv = self.host.command("tcpdump", "-i", self.host.veth, "-w", str(self.pcap), "--immediate-mode", "-U", "-B", str(self.buffer_kib),
+        argv = self.host.command("tcpdump", "-i", self.interface, "-w", str(self.pcap), "--immediate-mode", "-U", "-B", str(self.buffer_kib),
                                  "-s", "0", "-Z", "root", "--time-stamp-precision=nano", "tcp", "port",
                                  str(self.port))
         self._proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -350,15 +363,7 @@ class PrivateMariaDB:
             cur.execute("SET GLOBAL slow_query_log = 0")
 
     def __exit__(self, *exc) -> None:
-        if self._proc is None:
-            return
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop_process(self._proc, 30)
         self._proc = None
 
 

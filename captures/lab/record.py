@@ -27,6 +27,7 @@ if str(LAB_DIR) not in sys.path:
 from hosts import (APP_IPV4, DB_IPV4, DB_IPV6, MYSQL_PORT, Child, LabError, PrivateMariaDB, TestHosts,  # noqa: E402
                    Tcpdump, check_can_run, ensure_deps, log)
 from scenarios import SCENARIOS, Scenario  # noqa: E402
+from proxies import PROXY_APP_IPV4, PROXY_DB_IPV4, PROXY_FRONT_IPV4, Gaea, HAProxy, ProxyHosts  # noqa: E402
 
 REPO_CAPTURES = LAB_DIR.parent
 TRUTH_KEYS = ("conn_id", "thread_group", "conn_label", "driver", "command", "sql", "role", "note",
@@ -151,7 +152,8 @@ def _toml_value(value) -> str:
     return json.dumps(str(value), ensure_ascii=False)  # a JSON string is a valid TOML basic string
 
 
-def _write_capture_toml(path: Path, scenario: Scenario, server: PrivateMariaDB, params: dict, stats: dict) -> None:
+def _write_capture_toml(path: Path, scenario: Scenario, server: PrivateMariaDB, params: dict, stats: dict,
+                        proxy=None) -> None:
     s = scenario.settings
     lines = [
         "# Written by captures/lab/record.py; describes how this capture set was recorded.",
@@ -160,8 +162,8 @@ def _write_capture_toml(path: Path, scenario: Scenario, server: PrivateMariaDB, 
         f"recorded_at = {_toml_value(datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))}",
         "",
         "[server]",
-        f"address = {_toml_value(f'{DB_IPV4}:{MYSQL_PORT}')}",
-        f"address_ipv6 = {_toml_value(f'[{DB_IPV6}]:{MYSQL_PORT}')}",
+        f"address = {_toml_value(f'{PROXY_DB_IPV4 if proxy else DB_IPV4}:{MYSQL_PORT}')}",
+        *([] if proxy else [f"address_ipv6 = {_toml_value(f'[{DB_IPV6}]:{MYSQL_PORT}')}"]),
         f"product = {_toml_value('MariaDB')}",
         f"version = {_toml_value(server.version)}",
         f"long_query_time = {_toml_value(s.long_query_time_s)}",
@@ -173,24 +175,70 @@ def _write_capture_toml(path: Path, scenario: Scenario, server: PrivateMariaDB, 
         f"max_allowed_packet = {s.max_allowed_packet}",
         f"tls = {_toml_value(s.tls)}",
         "",
+        *([] if not proxy else [
+            "[proxy]", f"address = {_toml_value(f'{PROXY_FRONT_IPV4}:{MYSQL_PORT}')}",
+            f"product = {_toml_value(proxy.name)}", f"version = {_toml_value(proxy.version)}",
+            f"kind = {_toml_value('l4' if scenario.proxy == 'haproxy' else 'l7')}",
+            *([f"pool_size = {scenario.proxy_pool}"] if scenario.proxy_pool else []), ""]),
         "[app]",
-        f"address = {_toml_value(APP_IPV4)}",
+        f"address = {_toml_value(PROXY_APP_IPV4 if proxy else APP_IPV4)}",
         "",
         "[captures]",
         'app = "app.pcap"',
         'db = "db.pcap"',
+        *(['proxy = "proxy.pcap"'] if proxy else []),
         'slow_log = "slow.log"',
         'truth = "truth.jsonl"',
         "timestamp_precision = \"ns\"",
         f"app_packets = {stats['app'].captured}",
         f"db_packets = {stats['db'].captured}",
-        f"dropped_by_kernel = {stats['app'].dropped_by_kernel + stats['db'].dropped_by_kernel}",
+        *([f"proxy_packets = {stats['proxy'].captured}"] if proxy else []),
+        f"dropped_by_kernel = {sum(st.dropped_by_kernel for st in stats.values())}",
         "",
         "[workload]",
     ]
     lines += [f"{key} = {_toml_value(value) if not isinstance(value, list) else json.dumps(value)}"
               for key, value in sorted(params.items())]
     path.write_text("\n".join(lines) + "\n")
+
+
+def join_truth_by_tag(client_rows: list[dict], history: dict[int, list[dict]], processlist: dict[int, int],
+                      pool_size: int) -> list[dict]:
+    """Behind a pooling proxy a client connection has no server thread of its own: each tagged statement
+    (`SELECT <tag> AS tag, ...`, unique in the run) is found in the server's history by its tag, whichever pooled
+    connection ran it; `db_conn_id` names that connection. Untagged statements (SELECT 1 from many clients) have
+    no unambiguous server row: their exec_s stays null."""
+    import re
+
+    by_tag: dict[int, tuple[int, dict]] = {}
+    for thread_id, events in history.items():
+        for event in events:
+            m = re.match(r"\s*select\s+(\d+)\s+as\s+`?tag\b", event["sql"], re.IGNORECASE)
+            if m:
+                by_tag[int(m.group(1))] = (thread_id, event)
+    joined = []
+    for row in sorted(client_rows, key=lambda r: r["client_seq"]):
+        out = {key: row.get(key) for key in TRUTH_KEYS}
+        out["exec_s"] = out["ps_timer_start_ps"] = out["ps_timer_end_ps"] = None
+        out["ps_statements"], out["db_conn_id"], out["db_sql"] = 0, None, None
+        m = re.match(r"tag=(\d+)", row.get("note") or "")
+        if m and int(m.group(1)) in by_tag:
+            thread_id, event = by_tag[int(m.group(1))]
+            out["exec_s"] = event["wait"] / 1e12
+            out["ps_timer_start_ps"], out["ps_timer_end_ps"] = event["start"], event["end"]
+            out["ps_event"], out["ps_statements"], out["db_sql"] = event["name"], 1, event["sql"]
+            out["db_conn_id"] = processlist.get(thread_id)
+        out["thread_group"] = out["db_conn_id"] % pool_size if out["db_conn_id"] is not None else None
+        out["proxy_and_network_s"] = (out["client_s"] - out["exec_s"]) if out["exec_s"] is not None else None
+        joined.append(out)
+    joined.sort(key=lambda r: (r["client_send_ns"], r["conn_label"] or ""))
+    return joined
+
+
+def _processlist_ids(server: PrivateMariaDB) -> dict[int, int]:
+    with server.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT THREAD_ID, PROCESSLIST_ID FROM performance_schema.threads WHERE PROCESSLIST_ID IS NOT NULL")
+        return {int(t): int(p) for t, p in cur.fetchall()}
 
 
 def record(scenario: str, out_dir: Path | str | None = None, duration_s: float | None = None, seed: int = 1,
@@ -211,8 +259,13 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
         params["duration"] = duration_s
     try:
         with _signals_unwind(), contextlib.ExitStack() as stack:
-            hosts = stack.enter_context(TestHosts())
-            server = stack.enter_context(PrivateMariaDB(hosts.db, hosts.app, workdir / "db", spec.settings))
+            proxy = None
+            if spec.proxy:
+                hosts = stack.enter_context(ProxyHosts())
+                server = stack.enter_context(PrivateMariaDB(hosts.db, hosts.proxy_back, workdir / "db", spec.settings))
+            else:
+                hosts = stack.enter_context(TestHosts())
+                server = stack.enter_context(PrivateMariaDB(hosts.db, hosts.app, workdir / "db", spec.settings))
             if spec.setup_sql:
                 with server.admin() as conn, conn.cursor() as cur:
                     for sql in spec.setup_sql:
@@ -220,12 +273,19 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
             if spec.hog_seconds:
                 params["hog_rounds"] = _calibrate_hog_rounds(server, spec.hog_seconds)
                 log(f"BENCHMARK rounds for ~{spec.hog_seconds} s: {params['hog_rounds']}")
+            if spec.proxy == "haproxy":
+                proxy = stack.enter_context(HAProxy(hosts, workdir / "proxy"))
+            elif spec.proxy == "gaea":
+                proxy = stack.enter_context(Gaea(hosts, workdir / "proxy", spec.proxy_pool, "app", "app-pass"))
             server.start_recording()
             dumps: dict[str, Tcpdump] = {}
 
             def start_captures() -> None:
                 dumps["app"] = stack.enter_context(Tcpdump(hosts.app, workdir / "app.pcap"))
                 dumps["db"] = stack.enter_context(Tcpdump(hosts.db, workdir / "db.pcap"))
+                if proxy is not None:
+                    dumps["proxy"] = stack.enter_context(Tcpdump(hosts.proxy_front, workdir / "proxy.pcap",
+                                                                 interface="any"))
 
             if spec.midstream:  # the workload connects, then waits for the captures: they begin mid-connection
                 params["sync_dir"] = str(workdir)
@@ -233,7 +293,8 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
                 start_captures()
             client_file = workdir / "client.jsonl"
             log(f"running workload {scenario} {json.dumps(params)}")
-            argv = hosts.app.command(sys.executable, str(LAB_DIR / "workload.py"), scenario, "--host", DB_IPV4,
+            target = PROXY_FRONT_IPV4 if proxy is not None else DB_IPV4
+            argv = hosts.app.command(sys.executable, str(LAB_DIR / "workload.py"), scenario, "--host", target,
                                      "--host6", DB_IPV6, "--port", str(MYSQL_PORT), "--out", str(client_file),
                                      "--params", json.dumps(params))
             with Child(argv) as child:
@@ -244,7 +305,7 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
                 code = child.wait(120 + 3 * float(params.get("duration", 0)))
             if code != 0:
                 raise LabError(f"the {scenario} workload failed (exit {code}); see its output above")
-            for name in ("app", "db"):
+            for name in dumps:
                 dumps[name].__exit__(None, None, None)  # drain and stop now, to read the packet counts
                 stats = dumps[name].stats
                 if stats is None or stats.captured == 0:
@@ -254,21 +315,26 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
             server.stop_recording()
             history = _statement_history(server)
             client_rows = [json.loads(line) for line in client_file.read_text().splitlines()]
-            truth = join_truth(client_rows, history, spec.settings.thread_pool_size)
-            for name in ("app.pcap", "db.pcap"):
+            if spec.proxy == "gaea":
+                truth = join_truth_by_tag(client_rows, history, _processlist_ids(server),
+                                          spec.settings.thread_pool_size)
+            else:
+                truth = join_truth(client_rows, history, spec.settings.thread_pool_size)
+            for name in [f"{n}.pcap" for n in dumps]:
                 shutil.copyfile(workdir / name, out / name)
             shutil.copyfile(server.slow_log, out / "slow.log")
             with open(out / "truth.jsonl", "w") as f:
                 for row in truth:
                     f.write(json.dumps(row, ensure_ascii=False) + "\n")
             _write_capture_toml(out / "capture.toml", spec, server,
-                                {k: v for k, v in params.items() if k != "sync_dir"}, {n: d.stats for n, d in dumps.items()})
+                                {k: v for k, v in params.items() if k != "sync_dir"}, {n: d.stats for n, d in dumps.items()},
+                                proxy)
             (out / "README.md").write_text(
                 f"# Capture set `{scenario}`\n\n{spec.description}\n\nRecorded by `captures/lab/record.py "
                 f"{scenario}` on MariaDB {server.version}; settings in `capture.toml`, per-query ground truth "
                 "in `truth.jsonl` (see captures/lab/README.md).\n")
-            log(f"{len(truth)} client commands, app {dumps['app'].stats.captured} / db "
-                f"{dumps['db'].stats.captured} packets -> {out}")
+            log(f"{len(truth)} client commands, "
+                + " / ".join(f"{n} {d.stats.captured}" for n, d in dumps.items()) + f" packets -> {out}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return out

@@ -34,6 +34,8 @@ class Scenario:
     hog_seconds: float = 0.0  # when > 0, BENCHMARK rounds are calibrated to run this long on this machine
     committed: bool = True  # recorded into captures/<name>/ and committed
     midstream: bool = False  # the captures start after the workload has connected (no greetings, no ids)
+    proxy: str = ""  # "haproxy" (L4) or "gaea" (L7, pooling): three hosts app -> proxy -> db (proxies.py)
+    proxy_pool: int = 0  # the pooling proxy's server connections
 
 
 SCENARIOS = {s.name: s for s in (
@@ -146,5 +148,31 @@ SCENARIOS = {s.name: s for s in (
         ServerSettings(thread_pool_size=2, long_query_time_s=1.0, max_allowed_packet=64 * 1024 * 1024),
         {},
         committed=False,
+    ),
+    Scenario(
+        "proxy-l4",
+        "HAProxy (Debian's package) in TCP mode between app and DB: every client connection gets its own server "
+        "connection, the greeting and every byte pass through, only ports and TCP sequence numbers differ. "
+        "Behind it the group-stall incident: thread_pool_size=2, a CPU-bound BENCHMARK (~1.5 s) holds thread "
+        "group 1 and the probes (SELECT 1 every ~75 ms) on that group wait for it. Captured at the app, on the "
+        "proxy host (both sides, tcpdump -i any) and at the DB.",
+        ServerSettings(thread_pool_size=2, thread_pool_max_threads=100, thread_pool_stall_limit_ms=60_000,
+                       thread_pool_oversubscribe=1, long_query_time_s=1.0),
+        {"clients": 4, "duration": 3.0, "interval_s": 0.075, "hog_at_s": 1.0, "pool_size": 2},
+        hog_seconds=1.5, proxy="haproxy",
+    ),
+    Scenario(
+        "proxy-pool",
+        "Gaea (XiaoMi's MySQL proxy, built from the Go module proxy) with a pool of 2 server connections in front "
+        "of 8 client connections: every round all 8 send a tagged SELECT ..., SLEEP(0.15) at once (6 by text, 2 "
+        "as a prepared statement that Gaea executes as a text query with the values written in), so the pool "
+        "runs two at a time and the others wait inside the proxy for a pooled connection (0.15 to 0.6 s) while "
+        "the DB executes each in 0.15 s and never queues. Between rounds each client sends two identical "
+        "SELECT 1. Gaea also sends statements of its own on the pooled connections (SET autocommit, SET NAMES).",
+        ServerSettings(thread_pool_size=4, thread_pool_max_threads=100, thread_pool_stall_limit_ms=500,
+                       thread_pool_oversubscribe=3, long_query_time_s=1.0),
+        {"clients": 8, "prepared": 2, "rounds": 3, "sleep_s": 0.15, "probes": 2,
+         "prepared_sql": "SELECT ? AS tag, SLEEP(?)"},
+        proxy="gaea", proxy_pool=2,
     ),
 )}

@@ -14,6 +14,7 @@ import argparse
 import json
 import random
 import shutil
+import struct
 import ssl
 import sys
 import tempfile
@@ -49,10 +50,12 @@ class Truth:
 class Connection:
     """A connection (driver or raw) that knows its ids and times every command it sends."""
 
-    def __init__(self, truth: Truth, label: str, kind: str, handle, note: str = ""):
+    def __init__(self, truth: Truth, label: str, kind: str, handle, note: str = "", identify: bool = True):
         self.truth, self.label, self.kind, self.handle, self.note = truth, label, kind, handle, note
         self.conn_id = self.ps_thread_id = None
         self.client_port = _local_port(kind, handle)
+        if not identify:  # behind a pooling proxy the server's ids belong to whichever pooled connection ran it
+            return
         ids = self.timed_query(IDENTIFY_SQL, role="identify")
         self.conn_id, self.ps_thread_id = int(ids[0]), int(ids[1])
         for row in self.truth.rows:  # the identify row was written before the ids were known
@@ -111,7 +114,8 @@ def _local_port(kind: str, handle) -> int | None:
         return None
 
 
-def connect(truth: Truth, label: str, args, kind: str = "pymysql", note: str = "", **options) -> Connection:
+def connect(truth: Truth, label: str, args, kind: str = "pymysql", note: str = "", identify: bool = True,
+            **options) -> Connection:
     host = options.pop("host_override", args.host)
     if kind != "raw" and "ssl" not in options:
         options["ssl_disabled"] = True  # both drivers prefer TLS when the server offers it (features does)
@@ -127,7 +131,7 @@ def connect(truth: Truth, label: str, args, kind: str = "pymysql", note: str = "
                                          database="lab", use_pure=True, autocommit=True, **options)
     else:
         handle = raw.RawClient(host, args.port, USER, PASSWORD, database="lab")
-    return Connection(truth, label, kind, handle, note)
+    return Connection(truth, label, kind, handle, note, identify)
 
 
 def run_threads(workers: list) -> None:
@@ -648,10 +652,51 @@ def sysbench(args, truth: Truth) -> None:
         raise SystemExit(f"sysbench failed (exit {done.returncode}): {done.stderr[-500:]}")
 
 
+def proxy_pool(args, truth: Truth) -> None:
+    """Behind a pooling proxy with fewer server connections than clients: every round, all clients send a tagged
+    `SELECT <tag> AS tag, SLEEP(s)` at once (text protocol, or a prepared statement the proxy rewrites as text),
+    so the pool runs them `pool` at a time and the rest wait inside the proxy; between rounds each client sends a
+    few identical `SELECT 1` (the same text from many connections at nearly the same time)."""
+    text = [connect(truth, f"text-{i}", args, identify=False) for i in range(args.clients - args.prepared)]
+    prepared = [connect(truth, f"prepared-{i}", args, kind="raw", identify=False) for i in range(args.prepared)]
+    clients = [*text, *prepared]
+    statements = {}
+    for conn in prepared:
+        send_ns = time.time_ns()
+        statements[conn.label] = conn.handle.prepare(args.prepared_sql)[0]
+        conn.record(send_ns, time.time_ns(), command="COM_STMT_PREPARE", sql=args.prepared_sql, role="prepare")
+    barrier = threading.Barrier(len(clients))
+
+    def client(index: int, conn: Connection, rng: random.Random):
+        for round_no in range(args.rounds):
+            barrier.wait()
+            tag = 1000 * (round_no + 1) + index
+            if conn.kind == "raw":
+                send_ns = time.time_ns()
+                answer = conn.handle.execute(statements[conn.label], [
+                    (raw.MYSQL_TYPE_LONGLONG, tag.to_bytes(8, "little")),
+                    (raw.MYSQL_TYPE_DOUBLE, struct.pack("<d", args.sleep_s))])
+                conn.record(send_ns, time.time_ns(), command="COM_STMT_EXECUTE", sql=args.prepared_sql,
+                            role="query", rows=answer.rows, error=answer.error or None, note=f"tag={tag}")
+            else:
+                conn.timed_query(f"SELECT {tag} AS tag, SLEEP({args.sleep_s})", note=f"tag={tag}")
+            time.sleep(rng.uniform(0, 0.02))
+            for _ in range(args.probes):
+                conn.timed_query("SELECT 1", role="probe")
+                time.sleep(rng.uniform(0, 0.01))
+
+    run_threads([lambda i=i, c=c: client(i, c, random.Random(args.seed * 100 + i)) for i, c in enumerate(clients)])
+    for conn in prepared:
+        conn.handle.close_statement(statements[conn.label])
+    for c in clients:
+        c.close()
+
+
 SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
              "oltp-prepared": oltp_prepared,
              "connection-churn": connection_churn, "features": features, "bigpacket": bigpacket,
-             "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms}
+            "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms,
+            "proxy-l4": group_stall, "proxy-pool": proxy_pool}
 
 
 def main(argv: list[str] | None = None) -> None:

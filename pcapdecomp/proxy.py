@@ -1,0 +1,767 @@
+"""Proxy stage: pair exchanges through a proxy between app and DB, and measure the proxy's share of the time.
+
+Three capture points: the app host (A), the proxy host (P, both its client side, "front", and its server side,
+"back", in one or more captures) and the DB host (D). Any two are enough.
+
+* **L4 proxy** (HAProxy in TCP mode, a cloud load balancer): every front connection has its own back connection and
+  the bytes pass unchanged, the greeting included (same connection id, same scramble), but the TCP sequence
+  numbers differ. A front/back (or app/DB) connection pair is found by its scramble; the difference between the
+  two connections' sequence numbers is constant along a stream, so the back side's numbers are shifted into the
+  front's and match.py pairs the exchanges exactly as it does at one TCP connection.
+* **L7 pooling proxy** (ProxySQL, MaxScale, Gaea, vtgate): statements of many client connections run on fewer
+  server connections, possibly rewritten. A request is keyed by its canonical text (comments, whitespace and
+  identifier quotes dropped, case folded outside literals); a prepared statement executed at the front is keyed
+  with its parameters written in, so a proxy that runs it as a text query (Gaea, MaxScale's binlog router...) or
+  re-prepares it (ProxySQL) still pairs. A back request is a candidate for a front request when their keys agree
+  and its times fit inside the front one (sent after the front request arrived, answered before the front answer
+  left). A pair is made only when it is forced: the front request has a single candidate that no other front
+  request is forced onto; taken candidates leave the others' lists and the rule is applied again. Front requests
+  left with several candidates are marked `ambiguous` with their count, never guessed; back requests no front
+  request can have sent are `proxy-own` (the proxy's own SET NAMES, autocommit, health checks).
+
+Assumption of the L7 rule: a client statement the proxy answered from the DB was seen at the back once (with the
+capture intact). A front request whose only fitting back request was lost from a capture can be paired with
+another client's identical statement only when that one also fits in time; such pairs are the rule's residual risk.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .clock import ClockModel, ClockSegment
+from .match import Matching, MatchStats, connection_keys, match_exchanges
+
+SEQ_MOD = 1 << 32
+BIG = np.iinfo(np.int64).max  # a time that was not seen
+SAME_HOST_TOL_NS = 50_000  # front and back on one host's clock: ordering is exact up to timestamping noise
+# commands a pooling proxy answers or handles on its own: never forwarded as such
+PROXY_HANDLED = frozenset({"CONNECT", "COM_QUIT", "COM_STMT_PREPARE", "COM_STMT_CLOSE", "COM_STMT_RESET",
+                           "COM_INIT_DB", "COM_PING", "COM_CHANGE_USER", "COM_RESET_CONNECTION",
+                           "COM_STMT_SEND_LONG_DATA", "COM_SET_OPTION"})
+PAIRED_KINDS = ("l4", "l7-text", "l7-rewritten", "l7-params")
+MAX_CANDIDATES = 64  # a front request with more fitting back requests is ambiguous without listing them
+
+
+# --- canonical statement text ----------------------------------------------------------------------------------
+
+_TOKEN_RE = re.compile(
+    r"'(?:[^'\\]|\\.|'')*'?"  # single-quoted literal (kept as is)
+    r'|"(?:[^"\\]|\\.|"")*"?'  # double-quoted literal
+    r"|`([^`]*)`?"  # quoted identifier: the name without its quotes
+    r"|/\*(?!!).*?(?:\*/|$)"  # comment (not a /*! executable comment */)
+    r"|(?:--\s|#)[^\n]*"  # one-line comment
+    r"|\s+"  # whitespace
+    r"|[^'\"`/#\s?-]+|.",
+    re.S)
+
+
+def canonical(sql: str | None) -> str | None:
+    """The statement as a key: literals kept byte for byte, everything else without comments, whitespace and
+    identifier quotes, ASCII-lowercased ("SELECT 1 AS tag, SLEEP(0.15)" and "select 1 as `tag`,sleep(0.15)" agree)."""
+    if sql is None:
+        return None
+    out = []
+    for m in _TOKEN_RE.finditer(sql):
+        tok = m.group(0)
+        c = tok[0]
+        if c in "'\"":
+            out.append(tok)
+        elif c == "`":
+            out.append((m.group(1) or "").lower())
+        elif tok.isspace() or tok.startswith(("/*", "--", "#")) and not tok.startswith("/*!"):
+            continue
+        else:
+            out.append(tok.lower())
+    return "".join(out).rstrip(";")
+
+
+def split_params(params: str) -> list[str]:
+    """'1, 'a, b', NULL' -> ["1", "'a, b'", "NULL"] (the params column: SQL literals joined by ', ')."""
+    values, cur, quote, i = [], [], None, 0
+    while i < len(params):
+        c = params[i]
+        if quote:
+            cur.append(c)
+            if c == "\\" and i + 1 < len(params):
+                cur.append(params[i + 1])
+                i += 1
+            elif c == quote:
+                quote = None
+        elif c in "'\"":
+            quote = c
+            cur.append(c)
+        elif c == "," and params[i + 1:i + 2] == " ":
+            values.append("".join(cur))
+            cur = []
+            i += 1
+        else:
+            cur.append(c)
+        i += 1
+    values.append("".join(cur))
+    return values
+
+
+def with_params(sql: str, params: str) -> str | None:
+    """The prepared text with each `?` placeholder (outside literals and comments) replaced by its value."""
+    values = split_params(params) if params else []
+    out, used = [], 0
+    for m in _TOKEN_RE.finditer(sql):
+        tok = m.group(0)
+        if tok == "?":
+            if used >= len(values):
+                return None
+            out.append(values[used])
+            used += 1
+        else:
+            out.append(tok)
+    return "".join(out) if used == len(values) else None
+
+
+def request_keys(ex: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(key per row or None, how it was made: 'text' | 'params' | '') for an exchanges table."""
+    n = len(ex)
+    keys = np.full(n, None, dtype=object)
+    how = np.full(n, "", dtype=object)
+    if n == 0:
+        return keys, how
+    command = ex["command"].astype(object).to_numpy()
+    sql = ex["sql"]
+    if isinstance(sql.dtype, pd.CategoricalDtype):  # one canonical text per distinct statement, not per row
+        cats = np.array([canonical(s) for s in sql.cat.categories] + [None], dtype=object)
+        text_keys = cats[sql.cat.codes.to_numpy()]
+    else:
+        text_keys = np.array([canonical(s) if isinstance(s, str) else None for s in sql], dtype=object)
+    query = command == "COM_QUERY"
+    keys[query] = text_keys[query]
+    how[query] = "text"
+    execute = np.flatnonzero(command == "COM_STMT_EXECUTE")
+    if len(execute):
+        sql_obj = sql.astype(object).to_numpy()
+        params = ex["params"].astype(object).to_numpy()
+        for i in execute:
+            s, p = sql_obj[i], params[i]
+            if isinstance(s, str) and isinstance(p, str):
+                filled = with_params(s, p)
+                if filled is not None:
+                    keys[i] = canonical(filled)
+                    how[i] = "params"
+    return keys, how
+
+
+# --- which side of the proxy a connection is on -------------------------------------------------------------------
+
+
+def split_sides(ex: pd.DataFrame, conns: pd.DataFrame, db_servers: set[str],
+                proxy_servers: set[str]) -> tuple[np.ndarray, str]:
+    """Boolean per row of a proxy capture's exchanges: True on its client side (front), False on its server side
+    (back); and how that was decided. Known addresses decide first (the DB's address, or the proxy's own);
+    else an L4 proxy's scramble pairs (the back connection gets the greeting first); else the statement order
+    (a statement reaches the front before it leaves at the back)."""
+    server = ex["server"].astype(object).to_numpy()
+    if len(ex) == 0:
+        return np.zeros(0, dtype=bool), "empty"
+    if proxy_servers:
+        return np.isin(server, list(proxy_servers)), "proxy address"
+    if db_servers and np.isin(server, list(db_servers)).any():
+        return ~np.isin(server, list(db_servers)), "DB address"
+    endpoints = pd.unique(server)
+    if len(endpoints) == 1:
+        return np.ones(len(ex), dtype=bool), "one server endpoint (taken as the client side)"
+    # L4: a scramble seen on two connections; the one whose greeting came first is the back one
+    c = conns.dropna(subset=["scramble"])
+    dup = c[c.duplicated("scramble", keep=False)]
+    if len(dup):
+        first = dup.sort_values("greeting_ts").drop_duplicates("scramble")
+        back_servers = set(first["server"].astype(str))
+        return ~np.isin(server, list(back_servers)), "scramble pairs (greeting order)"
+    # L7: per server endpoint, how late its statements are after the same statement's first sighting anywhere
+    keys, _ = request_keys(ex)
+    t = ex["req_first_ts"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    frame = pd.DataFrame({"key": keys, "t": t, "server": server}).dropna(subset=["key"])
+    if frame.empty:
+        return np.ones(len(ex), dtype=bool), "no statements (taken as the client side)"
+    frame["lag"] = frame["t"] - frame.groupby("key")["t"].transform("min")
+    lag = frame.groupby("server")["lag"].median()
+    front_servers = set(lag[lag <= lag.min()].index)
+    return np.isin(server, list(front_servers)), "statement order"
+
+
+# --- L4 ------------------------------------------------------------------------------------------------------------
+
+
+def l4_shift(front: pd.DataFrame, front_conns: pd.DataFrame, back: pd.DataFrame,
+             back_conns: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The back table with its TCP sequence numbers moved into the front connections' numbering, per pair of
+    connections that share a greeting scramble; and how many pairs were found. Rows of unpaired connections get
+    sequence numbers that match nothing (shifted by half the space)."""
+    fk = pd.DataFrame({"f_conn": connection_keys(front).to_numpy(), "capture": front["capture"].to_numpy(),
+                       "conn_index": front["conn_index"].to_numpy()}).drop_duplicates("f_conn")
+    bk = pd.DataFrame({"b_conn": connection_keys(back).to_numpy(), "capture": back["capture"].to_numpy(),
+                       "conn_index": back["conn_index"].to_numpy()}).drop_duplicates("b_conn")
+    fs = fk.merge(front_conns[["capture", "conn_index", "scramble"]], on=["capture", "conn_index"]).dropna(subset=["scramble"])
+    bs = bk.merge(back_conns[["capture", "conn_index", "scramble"]], on=["capture", "conn_index"]).dropna(subset=["scramble"])
+    pairs = fs[["f_conn", "scramble"]].merge(bs[["b_conn", "scramble"]], on="scramble")
+    pairs = pairs.drop_duplicates("f_conn").drop_duplicates("b_conn")
+    shifted = back.copy()
+    if pairs.empty:
+        return shifted, 0
+    f = pd.DataFrame({"f_conn": connection_keys(front).to_numpy(), "seq": front["seq"].to_numpy(),
+                      "command": front["command"].astype(object).to_numpy(), "sql": front["sql"].astype(object).to_numpy(),
+                      "f_req": front["req_tcp_seq"].to_numpy(), "f_resp": front["resp_tcp_seq"].to_numpy(dtype="float64", na_value=np.nan)})
+    b_conn = connection_keys(back).to_numpy()
+    b = pd.DataFrame({"b_conn": b_conn, "seq": back["seq"].to_numpy(),
+                      "command": back["command"].astype(object).to_numpy(), "sql": back["sql"].astype(object).to_numpy(),
+                      "b_req": back["req_tcp_seq"].to_numpy(), "b_resp": back["resp_tcp_seq"].to_numpy(dtype="float64", na_value=np.nan)})
+    # rows aligned by their ordinal where command and text agree: each votes for its pair's two deltas
+    aligned = f.merge(pairs[["f_conn", "b_conn"]], on="f_conn").merge(b, on=["b_conn", "seq"], suffixes=("", "_b"))
+    aligned = aligned[(aligned["command"] == aligned["command_b"])
+                      & ((aligned["sql"] == aligned["sql_b"]) | (aligned["sql"].isna() & aligned["sql_b"].isna()))]
+    aligned = aligned.assign(d_req=(aligned["f_req"] - aligned["b_req"]) % SEQ_MOD,
+                             d_resp=(aligned["f_resp"] - aligned["b_resp"]) % SEQ_MOD)
+    d_req = aligned.groupby("b_conn")["d_req"].agg(lambda s: s.mode().iloc[0])
+    d_resp = aligned.dropna(subset=["d_resp"]).groupby("b_conn")["d_resp"].agg(lambda s: s.mode().iloc[0])
+    half = SEQ_MOD // 2
+    req_delta = pd.Series(b_conn).map(d_req).fillna(half).to_numpy(dtype=np.int64)
+    resp_delta = pd.Series(b_conn).map(d_resp).fillna(half).to_numpy(dtype=np.int64)
+    shifted["req_tcp_seq"] = (back["req_tcp_seq"].to_numpy() + req_delta) % SEQ_MOD
+    for col in ("resp_tcp_seq", "resp_tcp_end"):
+        values = back[col].astype("Int64")
+        shifted[col] = ((values + resp_delta) % SEQ_MOD).astype("Int64")
+    return shifted, int(len(d_req))
+
+
+def match_l4(front, front_conns, back, back_conns) -> tuple[Matching, int]:
+    shifted, pairs = l4_shift(front, front_conns, back, back_conns)
+    return match_exchanges(front, shifted, front_conns, back_conns), pairs
+
+
+# --- L7 ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class L7Pairs:
+    front_row: np.ndarray  # int64 rows of the front table, paired
+    back_row: np.ndarray  # int64 rows of the back table, paired with front_row
+    how: np.ndarray  # 'l7-text' | 'l7-rewritten' | 'l7-params' per pair
+    front_status: np.ndarray  # per front row: paired | ambiguous | unmatched | proxy-handled | unkeyed
+    front_candidates: np.ndarray  # per front row: fitting back requests (0 when none)
+    back_status: np.ndarray  # per back row: paired | proxy-own | unpaired
+    stats: dict = field(default_factory=dict)
+
+
+def _ns(series: pd.Series) -> np.ndarray:
+    values = series.to_numpy(dtype="datetime64[ns]")
+    out = values.astype(np.int64)
+    out[np.isnat(values)] = np.iinfo(np.int64).max
+    return out
+
+
+def match_l7(front: pd.DataFrame, back: pd.DataFrame, offset_ns: float = 0.0, tol_ns: float = SAME_HOST_TOL_NS) -> L7Pairs:
+    """Pair front requests with back requests of the same canonical text that fit inside them in time.
+
+    offset_ns: back clock − front clock; tol_ns: how far the ordering may be off (clock uncertainty)."""
+    fk, fhow = request_keys(front)
+    bk, _ = request_keys(back)
+    f_cmd = front["command"].astype(object).to_numpy() if len(front) else np.zeros(0, dtype=object)
+    f_req, f_resp = _ns(front["req_first_ts"]), _ns(front["resp_last_ts"])
+    shift = np.int64(round(offset_ns))
+    b_req = _ns(back["req_first_ts"]) - shift
+    b_resp_raw = _ns(back["resp_last_ts"])
+    b_resp = np.where(b_resp_raw == np.iinfo(np.int64).max, b_resp_raw, b_resp_raw - shift)
+    tol = np.int64(round(tol_ns))
+    front_status = np.where(np.isin(f_cmd, list(PROXY_HANDLED)), "proxy-handled", "unkeyed").astype(object)
+    front_candidates = np.zeros(len(front), dtype=np.int64)
+    back_status = np.full(len(back), "unpaired", dtype=object)
+    pairs_f, pairs_b = [], []
+
+    f_frame = pd.DataFrame({"key": fk, "row": np.arange(len(front))}).dropna(subset=["key"])
+    b_frame = pd.DataFrame({"key": bk, "row": np.arange(len(back))}).dropna(subset=["key"])
+    back_groups = {k: g["row"].to_numpy() for k, g in b_frame.groupby("key", sort=False)}
+    front_keys = set(f_frame["key"])
+    for key, rows in b_frame.groupby("key", sort=False)["row"]:
+        if key not in front_keys:
+            back_status[rows.to_numpy()] = "proxy-own"
+    for key, group in f_frame.groupby("key", sort=False):
+        frows = group["row"].to_numpy()
+        brows = back_groups.get(key)
+        if brows is None:
+            front_status[frows] = "unmatched"
+            continue
+        brows = brows[np.argsort(b_req[brows], kind="stable")]
+        breq, bresp = b_req[brows], b_resp[brows]
+        cands: dict[int, list[int]] = {}
+        for fr in frows:
+            lo = np.searchsorted(breq, f_req[fr] - tol, side="left")
+            answered = f_resp[fr] != BIG
+            hi = np.searchsorted(breq, f_resp[fr] + tol, side="right") if answered else len(breq)
+            if hi - lo > MAX_CANDIDATES:
+                front_status[fr] = "ambiguous"
+                front_candidates[fr] = hi - lo
+                continue
+            idx = np.arange(lo, hi)
+            fits = idx[(bresp[idx] <= f_resp[fr] + tol) | (bresp[idx] == BIG)] if answered else idx
+            cands[fr] = [int(brows[i]) for i in fits]
+            front_candidates[fr] = len(fits)
+        # forced pairs: a front request with one candidate takes it, unless another is forced onto it too
+        taken: set[int] = set()
+        open_f = dict(cands)
+        while True:
+            forced: dict[int, list[int]] = {}
+            for fr, cs in open_f.items():
+                live = [c for c in cs if c not in taken]
+                open_f[fr] = live
+                if len(live) == 1:
+                    forced.setdefault(live[0], []).append(fr)
+            progress = False
+            for b, frs in forced.items():
+                if len(frs) == 1:
+                    pairs_f.append(frs[0])
+                    pairs_b.append(b)
+                    taken.add(b)
+                    del open_f[frs[0]]
+                    progress = True
+            if not progress:
+                break
+        for fr, live in open_f.items():
+            front_status[fr] = "ambiguous" if live else "unmatched"  # one left: another was forced onto it too
+            front_candidates[fr] = len(live)
+        rest = np.setdiff1d(brows, np.fromiter(taken, dtype=np.int64, count=len(taken)))
+        back_status[rest] = "unpaired"
+    pf = np.asarray(pairs_f, dtype=np.int64)
+    pb = np.asarray(pairs_b, dtype=np.int64)
+    front_status[pf] = "paired"
+    back_status[pb] = "paired"
+    front_candidates[pf] = np.maximum(front_candidates[pf], 1)
+    f_sql = front["sql"].astype(object).to_numpy() if len(front) else np.zeros(0, dtype=object)
+    b_sql = back["sql"].astype(object).to_numpy() if len(back) else np.zeros(0, dtype=object)
+    how = np.where(fhow[pf] == "params", "l7-params",
+                   np.where(f_sql[pf] == b_sql[pb], "l7-text", "l7-rewritten")).astype(object) if len(pf) else \
+        np.zeros(0, dtype=object)
+    stats = {
+        "paired": int(len(pf)),
+        "paired_by": {k: int((how == k).sum()) for k in ("l7-text", "l7-rewritten", "l7-params")},
+        "ambiguous": int((front_status == "ambiguous").sum()),
+        "unmatched": int((front_status == "unmatched").sum()),
+        "proxy_handled": int((front_status == "proxy-handled").sum()),
+        "proxy_own": int((back_status == "proxy-own").sum()),
+        "back_unpaired": int((back_status == "unpaired").sum()),
+    }
+    return L7Pairs(pf, pb, how, front_status, front_candidates, back_status, stats)
+
+
+def order_bounds(pairs: L7Pairs, front: pd.DataFrame, back: pd.DataFrame) -> tuple[float, float] | None:
+    """Bounds on (back clock − front clock) from the order of paired requests: the back request left after the
+    front one arrived, and its answer came back before the front answer left."""
+    return pair_bounds(pairs.front_row, pairs.back_row, front, back)
+
+
+def pair_bounds(front_row: np.ndarray, back_row: np.ndarray, front: pd.DataFrame,
+                back: pd.DataFrame) -> tuple[float, float] | None:
+    if len(front_row) == 0:
+        return None
+    f_req = _ns(front["req_first_ts"])[front_row]
+    f_resp = _ns(front["resp_last_ts"])[front_row]
+    b_req = _ns(back["req_first_ts"])[back_row]
+    b_resp = _ns(back["resp_last_ts"])[back_row]
+    big = np.iinfo(np.int64).max
+    ok = (f_resp != big) & (b_resp != big)
+    upper = float(np.min(b_req - f_req))
+    lower = float(np.max(b_resp[ok] - f_resp[ok])) if ok.any() else -np.inf
+    return lower, upper
+
+
+def constant_clock(offset_ns: float, lower_ns: float, upper_ns: float, at_ns: int, n: int) -> ClockModel:
+    """A clock model with one constant offset (no skew) and its bounds, for points that share no TCP segment."""
+    seg = ClockSegment(start_ns=int(at_ns), end_ns=np.iinfo(np.int64).max, ref_ns=int(at_ns), offset_ns=float(offset_ns),
+                       skew_ppm=0.0, lower_ns=float(lower_ns), upper_ns=float(upper_ns), skew_lower_ppm=float("nan"),
+                       skew_upper_ppm=float("nan"), n_fwd=n, n_rev=n, n_excluded=0)
+    return ClockModel(segments=(seg,), quality="statement-order")
+
+
+def match_l7_across_hosts(front: pd.DataFrame, back: pd.DataFrame) -> tuple[L7Pairs, ClockModel | None, dict]:
+    """L7 pairing when front and back were captured on two hosts whose clocks differ by an unknown offset: a first
+    pass with a wide tolerance (1 s) pairs what is forced even then; the order of those pairs bounds the offset;
+    a second pass uses the middle of the bounds and their half-width as the tolerance."""
+    first = match_l7(front, back, 0.0, 1e9)
+    bounds = order_bounds(first, front, back)
+    if bounds is None or not np.isfinite(bounds[0]) or bounds[0] > bounds[1]:
+        info = {"offset_s": None, "offset_bounds_s": [None, None], "quality": "none",
+                "note": "no statement pairs bound the clocks' offset; times assumed on one clock"}
+        return first, None, info
+    lower, upper = bounds
+    middle = (lower + upper) / 2
+    second = match_l7(front, back, middle, (upper - lower) / 2 + SAME_HOST_TOL_NS)
+    bounds2 = order_bounds(second, front, back) or bounds
+    lower, upper = (bounds2 if np.isfinite(bounds2[0]) and bounds2[0] <= bounds2[1] else bounds)
+    middle = (lower + upper) / 2
+    at = int(_ns(front["req_first_ts"]).min()) if len(front) else 0
+    model = constant_clock(middle, lower, upper, at, len(second.front_row))
+    info = {"offset_s": middle / 1e9, "offset_bounds_s": [lower / 1e9, upper / 1e9], "quality": "statement-order",
+            "pairs": int(len(second.front_row))}
+    return second, model, info
+
+
+# --- three capture points --------------------------------------------------------------------------------------
+
+NONE = -1
+
+
+@dataclass
+class Side:
+    """One capture point's exchanges and connections (several captures concatenated)."""
+
+    ex: pd.DataFrame
+    conns: pd.DataFrame
+
+    def __len__(self) -> int:
+        return len(self.ex)
+
+
+@dataclass
+class ProxyResult:
+    """What analysis.py needs to run build_table through a proxy, and the proxy's own columns afterwards."""
+
+    client: Side  # the client side of the decomposition: the app capture, else the proxy's front
+    server: Side  # the server side: the DB capture, else the proxy's back
+    matching: Matching  # client rows ↔ server rows
+    clocks: dict[str, ClockModel]  # per client capture: server clock as build_table expects it
+    server_raw: tuple[np.ndarray, np.ndarray]  # the server side's own req_first/resp_last (ns) before conversion
+    columns: dict[str, np.ndarray]  # proxy columns per matching row (PROXY_COLUMNS), times already in seconds
+    summary: dict
+    warnings: list[str]
+    client_is_front: bool  # no app capture: the proxy's front is the client side
+    server_is_back: bool  # no DB capture: the proxy's back is the server side
+
+
+def _rows_map(matching: Matching, n_left: int) -> np.ndarray:
+    """left row -> right row (or -1) from a Matching."""
+    out = np.full(n_left, NONE, dtype=np.int64)
+    both = (matching.app_row >= 0) & (matching.db_row >= 0)
+    out[matching.app_row[both]] = matching.db_row[both]
+    return out
+
+
+def _take(values: np.ndarray, rows: np.ndarray, fill) -> np.ndarray:
+    out = np.full(len(rows), fill, dtype=values.dtype if len(values) else np.asarray([fill]).dtype)
+    ok = rows >= 0
+    if len(values):
+        out[ok] = values[rows[ok]]
+    return out
+
+
+def _subset(side: Side, mask: np.ndarray) -> Side:
+    ex = side.ex[mask].reset_index(drop=True)
+    keys = set(zip(ex["capture"].astype(str), ex["conn_index"]))
+    c = side.conns
+    keep = np.array([(str(a), b) in keys for a, b in zip(c["capture"], c["conn_index"])], dtype=bool) if len(c) else \
+        np.zeros(0, dtype=bool)
+    return Side(ex, c[keep].reset_index(drop=True))
+
+
+def _flows_of(side: Side, keys: np.ndarray) -> dict[str, set]:
+    """capture -> {(client ip, port, server ip, port)} of the connections (connection_keys values) given."""
+    from .match import split_endpoint
+
+    ck = connection_keys(side.ex).to_numpy()
+    sel = np.isin(ck, keys)
+    out: dict[str, set] = {}
+    for cap, client, server in zip(side.ex["capture"].astype(str).to_numpy()[sel],
+                                   side.ex["client"].astype(str).to_numpy()[sel],
+                                   side.ex["server"].astype(str).to_numpy()[sel]):
+        ci, cp = split_endpoint(client)
+        si, sp = split_endpoint(server)
+        out.setdefault(cap, set()).add((ci, cp, si, sp))
+    return out
+
+
+def _segment_clock(near: Side, far: Side, m: Matching) -> dict[str, ClockModel]:
+    """far clock − near clock per near capture, from the TCP segments of connections seen at both points."""
+    from .clock import estimate_clock
+    from .match import pair_segments, read_segments_of
+
+    if len(m.connections) == 0:
+        return {}
+    far_flows = _flows_of(far, m.connections["db_conn"].to_numpy())
+    near_flows = _flows_of(near, m.connections["app_conn"].to_numpy())
+    far_segments = [read_segments_of(cap, flows) for cap, flows in far_flows.items()]
+    models = {}
+    for cap, flows in near_flows.items():
+        near_seg = read_segments_of(cap, flows)
+        best = None
+        for fs in far_segments:
+            samples = pair_segments(near_seg, fs)
+            if best is None or len(samples.fwd_app) + len(samples.rev_app) > len(best.fwd_app) + len(best.rev_app):
+                best = samples
+        if best is not None:
+            models[cap] = estimate_clock(best.fwd_app, best.fwd_db, best.rev_db, best.rev_app)
+    return models
+
+
+def _hop(near: Side, far: Side) -> tuple[np.ndarray, dict, dict[str, ClockModel]]:
+    """near rows -> far rows of the same TCP connections seen at two points, the matching's counts, the clocks."""
+    m = match_exchanges(near.ex, far.ex, near.conns, far.conns)
+    return _rows_map(m, len(near)), m.stats.as_dict(), _segment_clock(near, far, m)
+
+
+def _same(side: Side) -> tuple[np.ndarray, None, dict]:
+    return np.arange(len(side), dtype=np.int64), None, {}
+
+
+def _front_back(front: Side, back: Side) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str, dict]:
+    """Front rows -> back rows through the proxy on one clock: (map, how per front row, candidates per front row,
+    back status per back row, kind, stats)."""
+    m4, l4_pairs = match_l4(front.ex, front.conns, back.ex, back.conns) if len(front) and len(back) else (None, 0)
+    if l4_pairs:
+        fb = _rows_map(m4, len(front))
+        how = np.where(fb >= 0, "l4", None).astype(object)
+        status = np.full(len(back), "unpaired", dtype=object)
+        status[fb[fb >= 0]] = "paired"
+        stats = {"kind": "l4", "connection_pairs": l4_pairs, "paired": int((fb >= 0).sum()),
+                 "unpaired_front": int((fb < 0).sum()), "unpaired_back": int((status != "paired").sum())}
+        return fb, how, np.where(fb >= 0, 1, 0), status, "l4", stats
+    pairs = match_l7(front.ex, back.ex)
+    return (*_l7_arrays(pairs, len(front)), pairs.back_status, "l7", {"kind": "l7", **pairs.stats})
+
+
+def _l7_arrays(pairs: L7Pairs, n_front: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    fb = np.full(n_front, NONE, dtype=np.int64)
+    fb[pairs.front_row] = pairs.back_row
+    how = pairs.front_status.copy()
+    how[pairs.front_row] = pairs.how
+    how[how == "unkeyed"] = None
+    return fb, how, pairs.front_candidates
+
+
+def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_servers: set[str],
+                  proxy_servers: set[str], direct: Matching | None = None) -> ProxyResult | None:
+    """Pair app and DB exchanges through a proxy. With a proxy capture always; without one (app + DB) only when
+    the direct pairing found little and the captures show a proxy: an L4 one by shared scrambles, an L7 one by
+    statements that pair by text. None: no proxy found (the direct pairing stands)."""
+    warnings: list[str] = []
+    summary: dict = {}
+    clocks: dict[str, ClockModel] = {}
+    if proxy is not None and len(proxy):
+        front_mask, decided = split_sides(proxy.ex, proxy.conns, db_servers, proxy_servers)
+        front, back = _subset(proxy, front_mask), _subset(proxy, ~front_mask)
+        summary["sides"] = {"decided_by": decided, "front_exchanges": len(front), "back_exchanges": len(back),
+                            "front_servers": sorted(set(front.ex["server"].astype(str))),
+                            "back_servers": sorted(set(back.ex["server"].astype(str)))}
+        fb, how_f, cand_f, back_status, kind, fb_stats = _front_back(front, back)
+        summary["through"] = fb_stats
+        client, server = (app if app is not None and len(app) else front), (db if db is not None and len(db) else back)
+        # client -> front and back -> server: the same TCP connections seen at two points
+        cf, summary["app_proxy"], proxy_to_app = _hop(app, front) if client is not front else _same(front)
+        bs, summary["proxy_db"], db_to_proxy = _hop(back, db) if server is not back else _same(back)
+        c_f = cf
+        c_b = _take(fb, c_f, NONE)
+        c_s = _take(bs, c_b, NONE)
+        how_c = _take(how_f, c_f, None).astype(object)
+        cand_c = _take(cand_f, c_f, 0)
+        how_c[(c_f < 0)] = "unseen-at-proxy" if client is not front else None
+        # proxy-side times per client row, proxy clock
+        p1 = _take(_ns(front.ex["req_first_ts"]), c_f, BIG)
+        p4 = _take(_ns(front.ex["resp_last_ts"]), c_f, BIG)
+        p2 = _take(_ns(back.ex["req_first_ts"]), c_b, BIG)
+        p3 = _take(_ns(back.ex["resp_last_ts"]), c_b, BIG)
+        front_conn_id = _take(front.ex["conn_id"].to_numpy(dtype="float64", na_value=np.nan), c_f, np.nan)
+        s_status = np.full(len(server), None, dtype=object)
+        if server is back:
+            s_status[:] = back_status
+        else:
+            sb = np.full(len(server), NONE, dtype=np.int64)
+            sb[bs[bs >= 0]] = np.flatnonzero(bs >= 0)
+            s_status[sb >= 0] = back_status[sb[sb >= 0]]
+            s_status[sb < 0] = "unseen-at-proxy"
+        # clocks: server times onto the client clock; proxy times onto the client clock
+        single_proxy_db = next(iter(db_to_proxy.values()), None)
+        single_proxy_app = proxy_to_app
+        server_ex = server.ex
+        server_raw = (_ns(server.ex["req_first_ts"]), _ns(server.ex["resp_last_ts"]))
+        if server is not back and single_proxy_db is not None:
+            if client is front:
+                for cap in set(front.ex["capture"].astype(str)):
+                    clocks[cap] = single_proxy_db
+            else:  # DB -> proxy here, proxy -> app in build_table
+                server_ex = server.ex.copy()
+                for col in ("req_first_ts", "resp_last_ts"):
+                    raw = _ns(server.ex[col])
+                    ok = raw != BIG
+                    conv = raw.copy()
+                    conv[ok] = np.asarray(single_proxy_db.db_to_app(raw[ok]))
+                    server_ex[col] = pd.Series(np.where(ok, conv, 0).astype("datetime64[ns]")).dt.tz_localize("UTC").where(ok).array
+        if client is not front:
+            clocks.update(single_proxy_app)
+            model = next(iter(single_proxy_app.values()), None)
+            if model is not None:
+                for arr in (p1, p2, p3, p4):
+                    ok = arr != BIG
+                    arr[ok] = np.asarray(model.db_to_app(arr[ok]))
+        summary["clocks"] = {
+            "app_proxy": {k: v.summary(int(_ns(front.ex["req_first_ts"]).min())) for k, v in proxy_to_app.items()}
+            if client is not front else None,
+            "proxy_db": {k: v.summary(int(server_raw[0][server_raw[0] != BIG].min())) for k, v in db_to_proxy.items()}
+            if server is not back and len(server) else None,
+        }
+        client_is_front, server_is_back = client is front, server is back
+        server = Side(server_ex, server.conns)
+    else:
+        client_is_front = server_is_back = False
+        if app is None or db is None or not len(app) or not len(db):
+            return None
+        direct = direct if direct is not None else match_exchanges(app.ex, db.ex, app.conns, db.conns)
+        if direct.stats.matched >= 0.5 * min(len(app), len(db)):
+            return None
+        m4, l4_pairs = match_l4(app.ex, app.conns, db.ex, db.conns)
+        client, server = app, db
+        server_raw = (_ns(db.ex["req_first_ts"]), _ns(db.ex["resp_last_ts"]))
+        if l4_pairs and m4.stats.matched > direct.stats.matched:
+            kind = "l4"
+            c_s = _rows_map(m4, len(app))
+            how_c = np.where(c_s >= 0, "l4", None).astype(object)
+            cand_c = np.where(c_s >= 0, 1, 0)
+            s_status = np.full(len(db), "unpaired", dtype=object)
+            s_status[c_s[c_s >= 0]] = "paired"
+            bounds = pair_bounds(np.flatnonzero(c_s >= 0), c_s[c_s >= 0], app.ex, db.ex)
+            summary["through"] = {"kind": "l4", "connection_pairs": l4_pairs, "paired": int((c_s >= 0).sum())}
+            clock_info = None
+        else:
+            pairs, model, clock_info = match_l7_across_hosts(app.ex, db.ex)
+            if len(pairs.front_row) == 0:
+                return None
+            kind = "l7"
+            c_s, how_c, cand_c = _l7_arrays(pairs, len(app))
+            s_status = pairs.back_status
+            bounds = None
+            summary["through"] = {"kind": "l7", **pairs.stats}
+            if model is not None:
+                clocks = {cap: model for cap in set(app.ex["capture"].astype(str))}
+        if bounds is not None and np.isfinite(bounds[0]) and bounds[0] <= bounds[1]:
+            at = int(_ns(app.ex["req_first_ts"]).min())
+            model = constant_clock((bounds[0] + bounds[1]) / 2, bounds[0], bounds[1], at, int((c_s >= 0).sum()))
+            clocks = {cap: model for cap in set(app.ex["capture"].astype(str))}
+            clock_info = {"offset_s": (bounds[0] + bounds[1]) / 2e9, "offset_bounds_s": [bounds[0] / 1e9, bounds[1] / 1e9],
+                          "quality": "statement-order"}
+        summary["clocks"] = {"app_db": clock_info}
+        warnings.append(f"app and DB captures are of different TCP connections: paired through an {kind.upper()} "
+                        "proxy; without a capture on the proxy host its time is part of network_s")
+        n = len(app)
+        p1 = p2 = p3 = p4 = np.full(n, BIG, dtype=np.int64)
+        front_conn_id = app.ex["conn_id"].to_numpy(dtype="float64", na_value=np.nan)
+    summary["kind"] = kind
+
+    # --- the Matching between client and server rows
+    n_c, n_s = len(client), len(server)
+    paired_c = np.flatnonzero(c_s >= 0)
+    paired_s = c_s[paired_c]
+    only_c = np.flatnonzero(c_s < 0)
+    only_s = np.setdiff1d(np.arange(n_s, dtype=np.int64), paired_s)
+    app_row = np.concatenate([paired_c, only_c, np.full(len(only_s), NONE, dtype=np.int64)])
+    db_row = np.concatenate([paired_s, np.full(len(only_c), NONE, dtype=np.int64), only_s])
+    how_rows = np.concatenate([how_c[paired_c], how_c[only_c], s_status[only_s]]).astype(object)
+    server_only = how_rows[len(paired_c) + len(only_c):]
+    server_only[server_only == "paired"] = "unseen-at-app"  # paired at the proxy, but the app capture missed it
+    notes = np.array(["" if not isinstance(h, str) or h in PAIRED_KINDS else (h if h.startswith("proxy-") else f"proxy-{h}")
+                      for h in how_rows], dtype=object)
+    stats = MatchStats(app_exchanges=n_c, db_exchanges=n_s, matched=len(paired_c), app_only=len(only_c),
+                       db_only=len(only_s), conflicts=0, connections_matched=0, connections_by_scramble=0,
+                       connections_nat=0, connections_vetoed=0)
+    matching = Matching(app_row, db_row, notes, pd.DataFrame(columns=["app_conn", "db_conn", "nat", "by_scramble"]),
+                        stats)
+
+    # --- the proxy's share per row (seconds); needs the client- and server-side points, filled in by finish()
+    rows_c = np.concatenate([paired_c, only_c, np.full(len(only_s), NONE, dtype=np.int64)])
+    cand = _take(np.asarray(cand_c, dtype=np.int64), rows_c, 0)
+    columns = {
+        "proxy_match": how_rows,
+        "proxy_candidates": np.where(np.isin(how_rows.astype(str), ["l7-text", "l7-rewritten", "l7-params", "ambiguous"]),
+                                     cand, -1),
+        "front_conn_id": _take(front_conn_id, rows_c, np.nan),
+        "_p1": _take(p1, rows_c, BIG), "_p2": _take(p2, rows_c, BIG),
+        "_p3": _take(p3, rows_c, BIG), "_p4": _take(p4, rows_c, BIG),
+    }
+    counts = pd.Series(how_rows).value_counts(dropna=True)
+    summary["exchanges"] = {str(k): int(v) for k, v in counts.items()}
+    return ProxyResult(client, server, matching, clocks, server_raw, columns, summary, warnings, client_is_front,
+                       server_is_back)
+
+
+def finish(table: pd.DataFrame, result: ProxyResult) -> pd.DataFrame:
+    """After build_table: the DB side's connection id where the DB saw the exchange (the thread pool's key; behind an
+    L7 proxy the app's is the proxy's own), the DB clock times the slow-log join reads, and the proxy's columns."""
+    dr = result.matching.db_row
+    has_d = dr >= 0
+    s_conn = _take(result.server.ex["conn_id"].to_numpy(dtype="float64", na_value=np.nan), dr, np.nan)
+    conn = table["conn_id"].to_numpy(dtype="float64", na_value=np.nan)
+    conn = np.where(has_d & ~np.isnan(s_conn), s_conn, conn)
+    table["conn_id"] = pd.array(np.where(np.isnan(conn), 0, conn).astype(np.int64), dtype="Int64")
+    table.loc[np.isnan(conn), "conn_id"] = pd.NA
+    d1_raw, d4_raw = result.server_raw
+    d1 = _take(d1_raw, dr, BIG)
+    d4 = _take(d4_raw, dr, BIG)
+    ok = has_d & (d1 != BIG) & (d4 != BIG)
+    table["_d1_raw"] = np.where(ok, d1, table["_d1_raw"].to_numpy())
+    table["_d4_raw"] = np.where(ok, d4, table["_d4_raw"].to_numpy())
+    cols = result.columns
+    p1, p2, p3, p4 = (cols[k] for k in ("_p1", "_p2", "_p3", "_p4"))
+    a1, a4 = (_ns(table[c]) for c in ("app_req_ts", "app_resp_ts"))
+    q1, q4 = (_ns(table[c]) for c in ("db_req_ts", "db_resp_ts"))
+
+    def seconds(x: np.ndarray, valid: np.ndarray) -> pd.Series:
+        return pd.Series(np.where(valid, x / 1e9, np.nan), dtype="float64")
+
+    have_p = (p1 != BIG) & (p2 != BIG) & (p3 != BIG) & (p4 != BIG)
+    table["proxy_match"] = pd.Categorical(pd.Series(cols["proxy_match"], dtype=object).where(
+        pd.notna(cols["proxy_match"]), None))
+    table["proxy_candidates"] = pd.array(np.where(cols["proxy_candidates"] < 0, 0, cols["proxy_candidates"]), dtype="Int64")
+    table.loc[cols["proxy_candidates"] < 0, "proxy_candidates"] = pd.NA
+    fc = cols["front_conn_id"]
+    table["front_conn_id"] = pd.array(np.where(np.isnan(fc), 0, fc).astype(np.int64), dtype="Int64")
+    table.loc[np.isnan(fc), "front_conn_id"] = pd.NA
+    a_ok = (a1 != BIG) & (a4 != BIG) & have_p & (not result.client_is_front)
+    d_ok = (q1 != BIG) & (q4 != BIG) & have_p & (not result.server_is_back)
+    table["net_app_proxy_s"] = seconds((p1 - a1) + (a4 - p4), a_ok)
+    table["proxy_s"] = seconds((p2 - p1) + (p4 - p3), have_p)
+    table["proxy_wait_s"] = seconds(p2 - p1, have_p)
+    table["net_proxy_db_s"] = seconds((q1 - p2) + (p3 - q4), d_ok)
+    return table
+
+
+def empty_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """The proxy columns, all null, for an analysis without a proxy."""
+    n = len(table)
+    table["proxy_match"] = pd.Categorical([None] * n)
+    for col in ("proxy_candidates", "front_conn_id"):
+        table[col] = pd.array([pd.NA] * n, dtype="Int64")
+    for col in ("net_app_proxy_s", "proxy_s", "proxy_wait_s", "net_proxy_db_s"):
+        table[col] = pd.Series(np.full(n, np.nan), dtype="float64")
+    return table
+
+
+def sentence(table: pd.DataFrame, summary: dict) -> str:
+    """One line for the verdict: where the time went through the proxy, from the columns that were measured."""
+    kind = summary.get("kind", "")
+    paired = table["proxy_match"].isin(PAIRED_KINDS).to_numpy()
+    text = f"Through an {kind.upper()} proxy: {int(paired.sum())} of {len(table)} exchanges paired across it"
+    amb = int((table["proxy_match"] == "ambiguous").sum())
+    if amb:
+        text += f" ({amb} ambiguous, left unpaired)"
+    wait = table["proxy_wait_s"].dropna()
+    if len(wait):
+        total = table["total_s"].where(paired).sum()
+        parts = []
+        for col, label in (("net_app_proxy_s", "app-proxy network"), ("proxy_s", "inside the proxy"),
+                           ("net_proxy_db_s", "proxy-DB network"), ("server_s", "inside the DB")):
+            v = table[col].where(paired).dropna()
+            if len(v) and total > 0:
+                parts.append(f"{label} {100 * v.sum() / total:.1f} %")
+        text += (f"; statements waited inside the proxy up to {wait.max():.3f} s (p50 {wait.median():.3f} s) before "
+                 f"it sent them on")
+        if parts:
+            text += f"; of the clients' time: {', '.join(parts)}"
+    else:
+        text += "; without a capture on the proxy host its time is part of network_s"
+    return text + "."
