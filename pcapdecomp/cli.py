@@ -182,6 +182,37 @@ def evidence(
 
 
 @app.command()
+def compare(
+    folders: list[Path] = typer.Argument(
+        ..., help="BEFORE AFTER [MORE…]: analysis folders (what `analyze` wrote) or capture-set folders (analysed "
+                  "on the way, into OUT/analyses/), in order; the first is the baseline.", show_default=False),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default reports/compare-<A>-vs-<B>…/)."),
+    slow: float = typer.Option(0.1, "--slow", help="Seconds of wire time above which an exchange counts as slow on "
+                                                   "the wire (the four-point incident: 0.1)."),
+    csv: bool = typer.Option(False, "--csv", help="Also write comparison.csv."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no headline on the terminal."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1,
+                                       help="Worker processes for capture sets analysed on the way (as `analyze`)."),
+) -> None:
+    """Compare analyses before and after a change: slow on the wire, hidden slow, slow log, per component, thread
+    group and Query ID, with the change against the first; notes where the captures are not comparable.
+
+    Writes comparison.html, comparison.parquet and comparison.json to the output folder.
+    """
+    from .compare import compare as run_compare
+
+    result = run_compare(list(folders), out, slow, csv=csv, quiet=quiet, jobs=jobs,
+                         command_line=" ".join(["pcapdecomp", *sys.argv[1:]]))
+    if not quiet:
+        for line in result.headline:
+            out_console.print(line, highlight=False, soft_wrap=True)
+        for note in result.notes:
+            out_console.print(f"{note.severity}: {note.text}", highlight=False, soft_wrap=True)
+        for path in result.written:
+            out_console.print(f"wrote {path}", highlight=False)
+
+
+@app.command()
 def columns(
     table: str = typer.Argument(
         "exchanges", help="exchanges (from `exchanges`), analysis (columns `analyze` adds), groups, pool, connections, "
