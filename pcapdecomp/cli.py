@@ -185,7 +185,8 @@ def evidence(
 def compare(
     folders: list[Path] = typer.Argument(
         ..., help="BEFORE AFTER [MORE…]: analysis folders (what `analyze` wrote) or capture-set folders (analysed "
-                  "on the way, into OUT/analyses/), in order; the first is the baseline.", show_default=False),
+                  "on the way, into OUT/analyses/), in order; the first is the baseline.", show_default=False,
+        metavar="FOLDER"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default reports/compare-<A>-vs-<B>…/)."),
     slow: float = typer.Option(0.1, "--slow", help="Seconds of wire time above which an exchange counts as slow on "
                                                    "the wire (the four-point incident: 0.1)."),
@@ -209,7 +210,7 @@ def compare(
         for note in result.notes:
             out_console.print(f"{note.severity}: {note.text}", highlight=False, soft_wrap=True)
         for path in result.written:
-            out_console.print(f"wrote {path}", highlight=False)
+            out_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
 
 
 @app.command()

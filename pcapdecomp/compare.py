@@ -381,9 +381,10 @@ def notes_for(analyses: list[Analysis]) -> list[Note]:
                               "hidden slow and in_slow_log count against different thresholds"))
         (n0, s0), (n1, s1) = base.thread_pool_size, a.thread_pool_size
         if n0 != n1:
-            notes.append(Note("thread_groups", "caution", f"thread groups differ: {base.name} "
-                              f"{_tps_text(base)}, {a.name} {_tps_text(a)}: per-group rows compare different "
-                              "groupings" + ("" if n0 and n1 else " or are empty on one side")))
+            without = [x.name for x, n in ((base, n0), (a, n1)) if n is None]
+            notes.append(Note("thread_groups", "caution", f"thread groups differ: {base.name} {_tps_text(base)}, "
+                              f"{a.name} {_tps_text(a)}: " + (f"no per-group rows for {' and '.join(without)}"
+                                                              if without else "per-group rows compare different groupings")))
         servers0, servers1 = set(base.summary["inputs"].get("servers") or []), set(a.summary["inputs"].get("servers") or [])
         if servers0 and servers1 and servers0 != servers1:
             notes.append(Note("servers", "caution", f"different servers: {base.name} {', '.join(sorted(servers0))}, "
@@ -559,13 +560,13 @@ def _safe_name(name: str) -> str:
 
 
 def _check_out(out: Path, inputs: list[Path]) -> None:
+    for p in inputs:  # the output replaces its folder as a whole: never an input's
+        if out.resolve() == p.resolve() or out.resolve() in p.resolve().parents:
+            raise UsageError(f"--out {out} would replace the input {p}; choose another --out")
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: exists and is not a folder")
     if out.is_dir() and any(p.name not in OUTPUT_NAMES for p in out.iterdir()):
         raise InputError(f"{out}: exists and holds other files than a comparison; choose another --out")
-    for p in inputs:  # the output replaces its folder as a whole: never an input's
-        if out.resolve() == p.resolve() or out.resolve() in p.resolve().parents:
-            raise UsageError(f"--out {out} would replace the input {p}; choose another --out")
 
 
 def _unique_names(analyses: list[Analysis]) -> None:
