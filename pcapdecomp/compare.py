@@ -367,9 +367,9 @@ def notes_for(analyses: list[Analysis]) -> list[Note]:
                               f"({only_base} Query IDs only in {base.name}, {only_a} only in {a.name})"
                               + ("; the workloads are not comparable" if severity == "not comparable" else "")))
         if a.capture_points != base.capture_points:
-            notes.append(Note("points", "not comparable", f"different capture points: {base.name} has {base.capture_points}, "
-                              f"{a.name} {a.capture_points}: wire time is the client's (A4 − A1) only with an app "
-                              "capture, else the server's (D4 − D1), without the network"))
+            notes.append(Note("points", "not comparable", f"different capture points: {base.name} has "
+                              f"{base.capture_points}, {a.name} {a.capture_points}: wire time is the client's "
+                              "(A4 − A1) only with an app capture, else the server's (D4 − D1), without the network"))
         if a.slow_log_used != base.slow_log_used:
             without = a if not a.slow_log_used else base
             notes.append(Note("slow_log", "not comparable", f"{without.name} has no usable slow log: in_slow_log and "
@@ -379,13 +379,15 @@ def notes_for(analyses: list[Analysis]) -> list[Note]:
             notes.append(Note("long_query_time", "not comparable", f"long_query_time differs ({base.name} "
                               f"{_or_unknown(base.long_query_time)}, {a.name} {_or_unknown(a.long_query_time)}): "
                               "hidden slow and in_slow_log count against different thresholds"))
-        (n0, s0), (n1, s1) = base.thread_pool_size, a.thread_pool_size
+        n0, n1 = base.thread_pool_size[0], a.thread_pool_size[0]
         if n0 != n1:
             without = [x.name for x, n in ((base, n0), (a, n1)) if n is None]
+            consequence = f"no per-group rows for {' and '.join(without)}" if without else \
+                "per-group rows compare different groupings"
             notes.append(Note("thread_groups", "caution", f"thread groups differ: {base.name} {_tps_text(base)}, "
-                              f"{a.name} {_tps_text(a)}: " + (f"no per-group rows for {' and '.join(without)}"
-                                                              if without else "per-group rows compare different groupings")))
-        servers0, servers1 = set(base.summary["inputs"].get("servers") or []), set(a.summary["inputs"].get("servers") or [])
+                              f"{a.name} {_tps_text(a)}: {consequence}"))
+        servers0 = set(base.summary["inputs"].get("servers") or [])
+        servers1 = set(a.summary["inputs"].get("servers") or [])
         if servers0 and servers1 and servers0 != servers1:
             notes.append(Note("servers", "caution", f"different servers: {base.name} {', '.join(sorted(servers0))}, "
                               f"{a.name} {', '.join(sorted(servers1))}"))
@@ -472,11 +474,22 @@ def headline(c: Comparison) -> list[str]:
 
 
 def _chain(values: pd.Series, pcts: pd.Series, seconds: bool, rate: bool = False) -> str:
+    """'a → b (−x %) → c (+y %)'; against a baseline of 0 the change is absolute ('0 → 3 (+3)'), against an unknown
+    one there is none."""
+    def text_of(v) -> str:
+        return _duration(v) if seconds else (f"{v:,.2f}" if rate else f"{v:,.0f}")
+
+    base = values.iloc[0]
     parts = []
     for i, (v, p) in enumerate(zip(values, pcts)):
-        text = "unknown" if pd.isna(v) else (_duration(v) if seconds else (f"{v:,.2f}" if rate else f"{v:,.0f}"))
-        if i and not pd.isna(v):
-            text += f" ({_pct(p)})" if not pd.isna(p) else (" (±0)" if v == 0 else "")
+        text = "unknown" if pd.isna(v) else text_of(v)
+        if i and not pd.isna(v) and not pd.isna(base):
+            if not pd.isna(p):
+                text += f" ({_pct(p)})"
+            elif v == base:
+                text += " (±0)"
+            else:
+                text += f" (+{text_of(v - base)})"
         parts.append(text)
     return " → ".join(parts)
 

@@ -63,8 +63,8 @@ def _headline(c) -> str:
             f"named, {esc(c.analyses[0].name)}. Slow on the wire: the client waited longer than {esc(_secs(c.slow_s))} "
             "(A4 − A1; D4 − D1 where only the DB capture saw the exchange).</p>"
             f"<ul class='headline'>{lines}</ul>{verdict}"
-            + (f"<h3>Notes</h3><ul class='notes'>{notes}</ul>" if notes else "<p>No differences in what was measured.</p>")
-            + "</section>")
+            + (f"<h3>Notes</h3><ul class='notes'>{notes}</ul>" if notes else
+               "<p>No differences in what was measured.</p>") + "</section>")
 
 
 def _analyses(c) -> str:
@@ -139,8 +139,8 @@ def _query_ids(c) -> str:
     return (head + "<p class='caption'>Grouped as pt-query-digest does; the Query IDs with the most wire time in "
             f"any analysis first ({len(keys)} of {time.size} listed; all are in comparison.parquet). In parentheses: "
             "the change against the baseline.</p>"
-            + _keyed_table(c, q, keys, ["Query ID", "fingerprint"],
-                           lambda k: [f"<code>{esc(k)}</code>", f"<code>{esc(_short(fingerprints.get(k), 160))}</code>"])
+            + _keyed_table(c, q, keys, ["Query ID", "fingerprint"], lambda k: [
+                f"<code>{esc(k)}</code>", f"<code>{esc(_short(fingerprints.get(k), 160))}</code>"])
             + (f"<p>… and {more} more Query IDs.</p>" if more > 0 else "") + "</section>")
 
 
@@ -174,7 +174,8 @@ def _method(c, command_line: str | None) -> str:
             "row.</li><li>Every change is against step 0, the first analysis named.</li>"
             "<li><b>Statement mix</b>: the share of calls two analyses have in common by Query ID (Σ of the smaller "
             "share per Query ID); under 80 % the workloads are called not comparable.</li></ul>"
-            f"<p>pcapdecomp {esc(__version__)}" + (f"; command: <code>{esc(command_line)}</code>" if command_line else "")
+            f"<p>pcapdecomp {esc(__version__)}"
+            + (f"; command: <code>{esc(command_line)}</code>" if command_line else "")
             + "</p><details><summary>comparison.parquet columns</summary>" + columns(COMPARISON_COLUMNS)
             + "</details><details><summary>metrics</summary>" + columns(COMPARISON_METRICS) + "</details></section>")
 
@@ -204,7 +205,8 @@ def _value_cell(t: pd.DataFrame, key: str, metric: str, step: int, detail: bool 
     seconds = metric.endswith("_s")
     text = esc(_number(r["value"], seconds))
     if not pd.isna(r["change"]):
-        text += f" <span class='chg {_direction(r['change']) if metric != 'calls' else 'same'}'>({esc(_change(r['change'], r['change_pct'], seconds))})</span>"
+        direction = _direction(r["change"]) if metric != "calls" else "same"  # more calls is neither good nor bad
+        text += f" <span class='chg {direction}'>({esc(_change(r['change'], r['change_pct'], seconds))})</span>"
     if detail and not pd.isna(r["per_second"]):
         text += f"<br><span class='rate'>{esc(_rate(r['per_second'], seconds))}/s"
         if not pd.isna(r["per_call"]):
@@ -253,9 +255,8 @@ def _slow_figure(c) -> go.Figure | None:
     metrics = ["slow_wire", "hidden_slow", "in_slow_log", "understated"]
     fig = go.Figure()
     for a in c.analyses:
-        values = [overall[(overall["metric"] == m) & (overall["step"] == a.step)]["value"] for m in metrics]
-        fig.add_bar(x=[METRIC_LABELS[m] for m in metrics], y=[None if v.empty or pd.isna(v.iloc[0]) else float(v.iloc[0])
-                                                              for v in values],
+        values = [_one(overall[(overall["metric"] == m) & (overall["step"] == a.step)]["value"]) for m in metrics]
+        fig.add_bar(x=[METRIC_LABELS[m] for m in metrics], y=values,
                     name=_step_label(a), marker_color=STEP_COLORS[a.step % len(STEP_COLORS)],
                     hovertemplate="%{x}: %{y}<extra>" + _step_label(a) + "</extra>")
     return _layout(fig, barmode="group", yaxis_title="exchanges", height=300)
@@ -269,8 +270,8 @@ def _component_figure(c) -> go.Figure | None:
     fig = go.Figure()
     labels = [_step_label(a) for a in c.analyses]
     for key, label in (("network", "network"), ("queueing", "queueing"), ("execution", "execution")):
-        per_second = [comp[(comp["key"] == key) & (comp["step"] == a.step)]["per_second"] for a in c.analyses]
-        fig.add_bar(y=labels, x=[None if v.empty or pd.isna(v.iloc[0]) else float(v.iloc[0]) for v in per_second],
+        per_second = [_one(comp[(comp["key"] == key) & (comp["step"] == a.step)]["per_second"]) for a in c.analyses]
+        fig.add_bar(y=labels, x=per_second,
                     name=label, orientation="h", marker_color=COLORS[label],
                     hovertemplate=f"{label}: %{{x:.4f}} s per second of capture<extra></extra>")
     return _layout(fig, barmode="stack", xaxis_title="seconds of each component per second of capture",
@@ -285,12 +286,16 @@ def _group_figure(c) -> go.Figure | None:
     fig = go.Figure()
     keys = sorted(g["key"].unique(), key=int)
     for a in c.analyses:
-        values = [g[(g["key"] == k) & (g["step"] == a.step)]["value"] for k in keys]
-        fig.add_bar(x=[f"group {k}" for k in keys],
-                    y=[None if v.empty or pd.isna(v.iloc[0]) else float(v.iloc[0]) for v in values],
+        values = [_one(g[(g["key"] == k) & (g["step"] == a.step)]["value"]) for k in keys]
+        fig.add_bar(x=[f"group {k}" for k in keys], y=values,
                     name=_step_label(a), marker_color=STEP_COLORS[a.step % len(STEP_COLORS)],
                     hovertemplate="%{x}: %{y} slow on the wire<extra>" + _step_label(a) + "</extra>")
     return _layout(fig, barmode="group", yaxis_title="exchanges slow on the wire", height=300)
+
+
+def _one(values: pd.Series) -> float | None:
+    """The value of a one-row selection for a figure; None (a gap) when there is none or it is unknown."""
+    return None if values.empty or pd.isna(values.iloc[0]) else float(values.iloc[0])
 
 
 def _nav() -> str:
@@ -303,5 +308,6 @@ def _nav() -> str:
 _MORE_STYLE = (
     "ul.headline{font-size:1.1em;background:#f5f5fa;padding:.6em 2em;border-left:4px solid #446}"
     "p.ok{color:#275}p.bad{color:#a22;font-weight:bold}li.not-comparable{color:#a22}li.caution{color:#a60}"
-    "table.keyed tr.first td{border-top:2px solid #889}.chg.down{color:#275}.chg.up{color:#a22}.rate{color:#666;font-size:90%}"
+    "table.keyed tr.first td{border-top:2px solid #889}.chg.down{color:#275}.chg.up{color:#a22}"
+    ".rate{color:#666;font-size:90%}"
 )
