@@ -12,6 +12,11 @@ import shutil
 import sys
 from pathlib import Path
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -61,6 +66,37 @@ def independent_counts(folder: Path, slow_s: float = 0.1) -> dict:
 def rows(c, scope: str, key: str, metric: str) -> pd.DataFrame:
     t = c.table
     return t[(t["scope"] == scope) & (t["key"] == key) & (t["metric"] == metric)].sort_values("step")
+
+
+# ---- the bundled recordings ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", SERIES)
+def test_bundled_set_is_well_formed(name):
+    import test_lab
+
+    test_lab.test_committed_set_is_well_formed(name)  # the checks every committed lab set passes
+
+
+def test_the_three_settings_ran_the_same_workload():
+    truth = [pd.read_json(CAPTURES / n / "truth.jsonl", lines=True) for n in SERIES]
+    meta = [tomllib.loads((CAPTURES / n / "capture.toml").read_text()) for n in SERIES]
+    lookups = [sorted(zip(t.loc[t["role"] == "query", "conn_id"], t.loc[t["role"] == "query", "sql"])) for t in truth]
+    assert len(lookups[0]) == 240 and lookups[0] == lookups[1] == lookups[2]  # same connections, same ids
+    hogs = [t[t["role"] == "hog"] for t in truth]
+    assert [len(h) for h in hogs] == [4, 4, 4] and all(h["conn_id"].mod(2).tolist() == [0, 1, 0, 1] for h in hogs)
+    workload = [{k: v for k, v in m["workload"].items() if k != "hog_rounds"} for m in meta]  # calibrated per run
+    assert workload[0] == workload[1] == workload[2]
+    server = [m["server"] for m in meta]
+    assert [s["thread_handling"] for s in server] == ["pool-of-threads", "one-thread-per-connection", "pool-of-threads"]
+    assert server[0]["thread_pool_stall_limit"] == 500 and server[2]["thread_pool_stall_limit"] == 10
+    assert "thread_pool_size" not in server[1] and truth[1]["thread_group"].isna().all()  # no pool, no groups
+
+
+def test_the_readme_prints_the_declared_tables():
+    from pcapdecomp.schema import COMPARISON_KEYS, markdown_table
+
+    readme = (REPO / "README.md").read_text()
+    for table in (COMPARISON_COLUMNS, COMPARISON_METRICS, COMPARISON_KEYS):
+        assert markdown_table(table) in readme
 
 
 # ---- the counts are the analyses' counts ----------------------------------------------------------------------------
