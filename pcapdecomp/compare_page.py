@@ -14,9 +14,15 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from . import __version__
-from .report import _ERRORS, _STYLE, _BOOT, _secs, _short, _table, esc
-from .report_figures import COLORS, _html, _layout, _spec
+from .report import _BOOT, _ERRORS, _STYLE, esc
+from .report_figures import COLORS
 from .schema import COMPARISON_COLUMNS, COMPARISON_METRICS
+
+try:  # the report's formatters, public in report_figures since the report's rewrite on main
+    from .report_figures import plain as _label, secs as _secs, short as _short
+except ImportError:  # before it: the same helpers, private  # TODO drop once merged with main
+    from .report import _secs, _short
+    from .report_figures import _html as _label
 
 TOP_QUERY_IDS = 50
 STEP_COLORS = ("#7a8fa6", "#f0ad4e", "#5cb85c", "#6a9fd4", "#d9534f", "#9467bd", "#8c564b", "#e377c2")
@@ -84,7 +90,7 @@ def _analyses(c) -> str:
                      esc(f"{n} ({source})" if n is not None else "none"), esc(settings or "unknown")])
     return ("<section id='analyses'><h2>The analyses</h2>"
             + _table(["step", "name", "analysis folder", "capture points", "length", "exchanges", "exchanges/s",
-                      "slow log", "long_query_time", "thread_pool_size", "settings (capture.toml)"], rows, raw=True)
+                      "slow log", "long_query_time", "thread_pool_size", "settings (capture.toml)"], rows)
             + "</section>")
 
 
@@ -162,7 +168,8 @@ def _keyed_table(c, t: pd.DataFrame, keys: list[str], key_headers: list[str], ke
 
 def _method(c, command_line: str | None) -> str:
     def columns(cols) -> str:
-        return _table(["column", "dtype", "meaning"], [[col.name, col.dtype, col.meaning] for col in cols])
+        return _table(["column", "dtype", "meaning"],
+                      [[esc(col.name), esc(col.dtype), esc(col.meaning)] for col in cols])
 
     return ("<section id='method'><h2>Method and columns</h2><ul>"
             "<li>Each analysis is read from its folder (exchanges.parquet, summary.json); a capture set is analysed "
@@ -194,7 +201,14 @@ def _metric_table(c, scope: str, key: str, metrics: list[str]) -> str:
             continue
         rows.append([esc(METRIC_LABELS.get(m, m))] + [_value_cell(rows_of, key, m, a.step, detail=True)
                                                       for a in c.analyses])
-    return _table(headers, rows, raw=True)
+    return _table(headers, rows)
+
+
+def _table(headers: list[str], rows: list[list[str]], cls: str = "") -> str:
+    """A table of cells that are HTML already (each built here from escaped parts); the headers are escaped."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _value_cell(t: pd.DataFrame, key: str, metric: str, step: int, detail: bool = False) -> str:
@@ -246,7 +260,7 @@ def _per_call(v: float, metric: str) -> str:
 
 
 def _step_label(a) -> str:
-    return _html(f"{a.step}: {a.name}")
+    return _label(f"{a.step}: {a.name}")
 
 
 def _slow_figure(c) -> go.Figure | None:
@@ -291,6 +305,15 @@ def _group_figure(c) -> go.Figure | None:
                     name=_step_label(a), marker_color=STEP_COLORS[a.step % len(STEP_COLORS)],
                     hovertemplate="%{x}: %{y} slow on the wire<extra>" + _step_label(a) + "</extra>")
     return _layout(fig, barmode="group", yaxis_title="exchanges slow on the wire", height=300)
+
+
+def _spec(fig: go.Figure) -> dict:
+    return json.loads(fig.to_json())
+
+
+def _layout(fig: go.Figure, **kw) -> go.Figure:
+    fig.update_layout(margin=dict(l=60, r=20, t=30, b=40), template="plotly_white", **kw)
+    return fig
 
 
 def _one(values: pd.Series) -> float | None:
