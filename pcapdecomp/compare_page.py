@@ -79,7 +79,7 @@ def _analyses(c) -> str:
         report = a.folder / "report.html"
         href = (Path("analyses") / a.folder.name / "report.html").as_posix() if a.analysed_here else \
             report.resolve().as_uri()
-        link = f"<a href='{esc(href, quote=True)}'>report</a>" if a.analysed_here or report.is_file() else ""
+        link = f"<a href='{esc(href)}'>report</a>" if a.analysed_here or report.is_file() else ""
         n, source = a.thread_pool_size
         settings = ", ".join(f"{k} = {v}" for k, v in (a.settings or {}).items() if k not in ("product",))
         rows.append([str(a.step), esc(a.name), f"<code>{esc(str(a.folder))}</code> {link}"
