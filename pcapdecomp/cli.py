@@ -196,17 +196,52 @@ def evidence(
 
 
 @app.command()
+def compare(
+    folders: list[Path] = typer.Argument(
+        ..., help="BEFORE AFTER [MORE…]: analysis folders (what `analyze` wrote) or capture-set folders (analysed "
+                  "on the way, into OUT/analyses/), in order; the first is the baseline.", show_default=False,
+        metavar="FOLDER"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default reports/compare-<A>-vs-<B>…/)."),
+    slow: float = typer.Option(0.1, "--slow", help="Seconds of wire time above which an exchange counts as slow on "
+                                                   "the wire (the four-point incident: 0.1)."),
+    csv: bool = typer.Option(False, "--csv", help="Also write comparison.csv."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no headline on the terminal."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1,
+                                       help="Worker processes for capture sets analysed on the way (as `analyze`)."),
+) -> None:
+    """Compare analyses before and after a change: slow on the wire, hidden slow, slow log, per component, thread
+    group and Query ID, with the change against the first; notes where the captures are not comparable.
+
+    Writes comparison.html, comparison.parquet and comparison.json to the output folder.
+    """
+    from .compare import compare as run_compare
+
+    result = run_compare(list(folders), out, slow, csv=csv, quiet=quiet, jobs=jobs,
+                         command_line=" ".join(["pcapdecomp", *sys.argv[1:]]))
+    if not quiet:
+        for line in result.headline:
+            out_console.print(line, highlight=False, soft_wrap=True)
+        for note in result.notes:
+            out_console.print(f"{note.severity}: {note.text}", highlight=False, soft_wrap=True)
+        for path in result.written:
+            out_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+
+
+@app.command()
 def columns(
     table: str = typer.Argument(
         "exchanges", help="exchanges (from `exchanges`), analysis (columns `analyze` adds), groups, pool, connections, "
-                          "or summary (summary.json keys of the thread-pool view and the verdict)"
+                          "summary (summary.json keys of the thread-pool view and the verdict), or comparison (the "
+                          "table `compare` writes)"
     ),
 ) -> None:
     """Print a table's columns: name, dtype and meaning (as in the docs)."""
-    from .schema import ANALYSIS_COLUMNS, GROUP_COLUMNS, POOL_COLUMNS, SUMMARY_KEYS, markdown_table
+    from .schema import (ANALYSIS_COLUMNS, COMPARISON_COLUMNS, GROUP_COLUMNS, POOL_COLUMNS, SUMMARY_KEYS,
+                         markdown_table)
 
     tables = {"exchanges": EXCHANGE_COLUMNS, "analysis": ANALYSIS_COLUMNS, "groups": GROUP_COLUMNS,
-              "pool": POOL_COLUMNS, "connections": CONNECTION_COLUMNS, "summary": SUMMARY_KEYS}
+              "pool": POOL_COLUMNS, "connections": CONNECTION_COLUMNS, "summary": SUMMARY_KEYS,
+              "comparison": COMPARISON_COLUMNS}
     chosen = tables.get(table)
     if chosen is None:
         from .errors import UsageError
@@ -225,7 +260,8 @@ def lab_record(
 ) -> None:
     """Record SCENARIO from a private MariaDB in two network namespaces (needs root).
 
-    Scenarios: maxthreads, group-stall, oltp-hogs, oltp-prepared, connection-churn, features, bigpacket, sysbench (see captures/lab/README.md).
+    Scenarios (captures/lab/README.md): maxthreads, group-stall, oltp-hogs, oltp-prepared, connection-churn,
+    features, midstream-join, slowlog-forms, sysbench, bigpacket, proxy-l4, proxy-pool, stall-fix (a series of three).
     """
     from .lab import run_lab
 

@@ -219,3 +219,49 @@ SUMMARY_KEYS: tuple[Column, ...] = (
     Column("understated", "object", "{count, threshold_s, listed, more, by_stall: [same shape as hidden_slow]}: statements in the slow log that measurably queued ≥ threshold_s"),
     Column("queueing", "object", "{measured_s, estimated_s, lower_bound_s, certain_s}: queue_s summed by queue_source over exchanges seen at both points, and queue_min_s summed"),
 )
+
+
+# comparison.parquet (`pcapdecomp compare`, pcapdecomp/compare.py): one row per analysis (step) and per scope, key
+# and metric, in long form so that any number of analyses fits one declaration. Changes are against step 0, the first
+# analysis named (the "before"), as the four-point incident reported its fix (3,788 → 818, −78 %; → 63, −98.3 %).
+COMPARISON_COLUMNS: tuple[Column, ...] = (
+    Column("scope", CATEGORY, "overall (every exchange of the analysis) | component (the exchanges where that component is known) | thread_group | query_id"),
+    Column("key", "string", "all (overall) | network, queueing, queueing_certain, execution (component) | the thread group number (thread_group) | the Query ID (query_id)"),
+    Column("fingerprint", "string", "pt-fingerprint of the Query ID (query_id rows; statement text from the capture); null otherwise"),
+    Column("metric", CATEGORY, "what value counts or measures: calls, slow_wire, hidden_slow, in_slow_log, understated, sum_s, p50_s, p95_s, p99_s, max_s (the metrics table)"),
+    Column("step", "int64", "position of the analysis on the command line, from 0 (the baseline every change is measured against)"),
+    Column("analysis", "string", "name of the analysis (its capture set), as in comparison.json → analyses"),
+    Column("value", "float64", "the metric in this analysis; 0 for counts when the key did not occur in it; null when not known (no slow log: in_slow_log, understated; no long_query_time: hidden_slow; no thread groups: thread_group rows; no value: percentiles)"),
+    Column("per_second", "float64", "value / the analysis's span_s (comparison.json → analyses), for counts and sums: rates that stay comparable when the captures differ in length; null for percentiles"),
+    Column("per_call", "float64", "value / calls of the same scope, key and step, for counts other than calls (a share) and sum_s (the mean); null otherwise"),
+    Column("change", "float64", "value − the baseline's (step 0) value; null at step 0 or when either is null"),
+    Column("change_pct", "float64", "100 × change / the baseline's value; null when that is 0 or null"),
+    Column("per_second_change_pct", "float64", "relative change of per_second against the baseline, in %"),
+    Column("per_call_change_pct", "float64", "relative change of per_call against the baseline, in %"),
+)
+
+# The metrics of comparison.parquet. "Wire time" is what the client waited: total_s (A4 − A1) where the app capture
+# saw the exchange, else server_s (D4 − D1), else response_s of the one capture.
+COMPARISON_METRICS: tuple[Column, ...] = (
+    Column("calls", "float64", "exchanges (overall, thread_group, query_id; every command, logins included); exchanges where the component is known (component)"),
+    Column("slow_wire", "float64", "exchanges whose wire time exceeds the slow threshold (--slow, default 0.1 s)"),
+    Column("hidden_slow", "float64", "exchanges with hidden_slow true (slower than long_query_time inside the server, not in the slow log, not flagged slow); null when the analysis could not decide"),
+    Column("in_slow_log", "float64", "exchanges joined to a slow-log entry; null without a usable slow log"),
+    Column("understated", "float64", "exchanges in the slow log that waited ≥ 0.1 s before executing; null without a usable slow log"),
+    Column("sum_s", "float64", "wire time summed (overall, thread_group, query_id) or the component's seconds summed (component)"),
+    Column("p50_s", "float64", "median wire time (component: of the component)"),
+    Column("p95_s", "float64", "95th percentile, as p50_s"),
+    Column("p99_s", "float64", "99th percentile, as p50_s"),
+    Column("max_s", "float64", "largest, as p50_s"),
+)
+
+# comparison.json keys (`pcapdecomp compare`).
+COMPARISON_KEYS: tuple[Column, ...] = (
+    Column("pcapdecomp", "string", "version that wrote the comparison"),
+    Column("slow_threshold_s", "float", "wire time above which an exchange counts as slow_wire (--slow)"),
+    Column("analyses", "list[object]", "in step order: {step, name, folder (the analysis folder), analysed_here (a capture set analysed by this run, into analyses/ of the output), pcapdecomp (version that wrote it), span_s (capture length: the robust span of the exchanges, else the captures' first to last frame), calls, calls_per_s, capture_points (app, db or both), slow_log (usable: true/false), long_query_time, thread_pool_size, settings (capture.toml [server] beside the captures, null when none)}"),
+    Column("headline", "list[string]", "the lines the terminal prints: slow on the wire, hidden slow, in the slow log, understated, p99 wire time, certain queueing, each from the baseline to every later analysis"),
+    Column("counts", "object", "{slow_wire, hidden_slow, in_slow_log, understated, calls: [value per step, null when unknown]} of the overall scope"),
+    Column("comparable", "boolean", "false when a note says the analyses are not comparable (different statement mix, capture points, slow-log availability or long_query_time)"),
+    Column("notes", "list[object]", "{kind, severity (info | caution | not comparable), text}: where the captures differ in length, load, capture points, slow log, long_query_time, thread groups, servers, settings or capture quality"),
+)

@@ -232,6 +232,7 @@ class Tcpdump:
 class ServerSettings:
     """The mariadbd options a scenario chooses; everything else is fixed lab boilerplate."""
 
+    thread_handling: str = "pool-of-threads"  # or one-thread-per-connection (the thread_pool_* options then do nothing)
     thread_pool_size: int = 2
     thread_pool_max_threads: int = 100
     thread_pool_stall_limit_ms: int = 500
@@ -264,7 +265,7 @@ class PrivateMariaDB:
             f"--port={MYSQL_PORT}", "--bind-address=*", "--skip-name-resolve", f"--pid-file={self.workdir}/pid",
             f"--log-error={self.error_log}", "--skip-log-bin", "--innodb-buffer-pool-size=64M",
             "--innodb-flush-log-at-trx-commit=2", "--max-connections=2000",
-            "--thread-handling=pool-of-threads", f"--thread-pool-size={s.thread_pool_size}",
+            f"--thread-handling={s.thread_handling}", f"--thread-pool-size={s.thread_pool_size}",
             f"--thread-pool-max-threads={s.thread_pool_max_threads}",
             f"--thread-pool-stall-limit={s.thread_pool_stall_limit_ms}",
             f"--thread-pool-oversubscribe={s.thread_pool_oversubscribe}",

@@ -26,7 +26,7 @@ if str(LAB_DIR) not in sys.path:
 
 from hosts import (APP_IPV4, DB_IPV4, DB_IPV6, MYSQL_PORT, Child, LabError, PrivateMariaDB, TestHosts,  # noqa: E402
                    Tcpdump, check_can_run, ensure_deps, log)
-from scenarios import SCENARIOS, Scenario  # noqa: E402
+from scenarios import SCENARIOS, SERIES, Scenario  # noqa: E402
 from proxies import PROXY_APP_IPV4, PROXY_DB_IPV4, PROXY_FRONT_IPV4, Gaea, HAProxy, ProxyHosts  # noqa: E402
 
 REPO_CAPTURES = LAB_DIR.parent
@@ -121,7 +121,7 @@ def join_truth(client_rows: list[dict], history: dict[int, list[dict]], pool_siz
     joined = []
     for row in sorted(client_rows, key=lambda r: r["client_seq"]):
         out = {key: row.get(key) for key in (*TRUTH_KEYS[:1], *OPTIONAL_TRUTH_KEYS, *TRUTH_KEYS[1:])}
-        out["thread_group"] = row["conn_id"] % pool_size if row["conn_id"] is not None else None
+        out["thread_group"] = row["conn_id"] % pool_size if row["conn_id"] is not None and pool_size else None
         out["exec_s"] = out["ps_timer_start_ps"] = out["ps_timer_end_ps"] = None
         out["ps_statements"] = 0
         events = history.get(row.get("ps_thread_id"), [])
@@ -167,11 +167,12 @@ def _write_capture_toml(path: Path, scenario: Scenario, server: PrivateMariaDB, 
         f"product = {_toml_value('MariaDB')}",
         f"version = {_toml_value(server.version)}",
         f"long_query_time = {_toml_value(s.long_query_time_s)}",
-        f"thread_handling = {_toml_value('pool-of-threads')}",
-        f"thread_pool_size = {s.thread_pool_size}",
-        f"thread_pool_max_threads = {s.thread_pool_max_threads}",
-        f"thread_pool_stall_limit = {s.thread_pool_stall_limit_ms}",
-        f"thread_pool_oversubscribe = {s.thread_pool_oversubscribe}",
+        f"thread_handling = {_toml_value(s.thread_handling)}",
+        # without the pool there are no thread groups: no thread_pool_* settings (analyze would group by them)
+        *([f"thread_pool_size = {s.thread_pool_size}",
+           f"thread_pool_max_threads = {s.thread_pool_max_threads}",
+           f"thread_pool_stall_limit = {s.thread_pool_stall_limit_ms}",
+           f"thread_pool_oversubscribe = {s.thread_pool_oversubscribe}"] if s.thread_handling == "pool-of-threads" else []),
         f"max_allowed_packet = {s.max_allowed_packet}",
         f"tls = {_toml_value(s.tls)}",
         "",
@@ -243,9 +244,16 @@ def _processlist_ids(server: PrivateMariaDB) -> dict[int, int]:
 
 def record(scenario: str, out_dir: Path | str | None = None, duration_s: float | None = None, seed: int = 1,
            install: bool = True) -> Path:
-    """Record `scenario` into `out_dir` (default captures/<scenario>/) and return that folder."""
+    """Record `scenario` into `out_dir` (default captures/<scenario>/) and return that folder. A series (SERIES)
+    records each of its scenarios, with the same workload and seed, into `out_dir`/<scenario> (default
+    captures/<scenario>) and returns the folder that holds them."""
+    if scenario in SERIES:
+        parent = Path(out_dir) if out_dir else REPO_CAPTURES
+        for name in SERIES[scenario]:
+            record(name, parent / name, duration_s, seed, install)
+        return parent
     if scenario not in SCENARIOS:
-        raise LabError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
+        raise LabError(f"unknown scenario {scenario!r}; choose one of {', '.join([*SCENARIOS, *SERIES])}")
     spec = SCENARIOS[scenario]
     check_can_run()
     if install:
@@ -315,11 +323,12 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
             server.stop_recording()
             history = _statement_history(server)
             client_rows = [json.loads(line) for line in client_file.read_text().splitlines()]
+            pooled = spec.settings.thread_handling == "pool-of-threads"
+            pool_size = spec.settings.thread_pool_size if pooled else None
             if spec.proxy == "gaea":
-                truth = join_truth_by_tag(client_rows, history, _processlist_ids(server),
-                                          spec.settings.thread_pool_size)
+                truth = join_truth_by_tag(client_rows, history, _processlist_ids(server), pool_size)
             else:
-                truth = join_truth(client_rows, history, spec.settings.thread_pool_size)
+                truth = join_truth(client_rows, history, pool_size)
             for name in [f"{n}.pcap" for n in dumps]:
                 shutil.copyfile(workdir / name, out / name)
             shutil.copyfile(server.slow_log, out / "slow.log")
@@ -342,7 +351,7 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Record a MariaDB thread-pool scenario on two test hosts.")
-    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("scenario", choices=sorted([*SCENARIOS, *SERIES]))
     parser.add_argument("--out", type=Path, help="capture-set folder (default: captures/<scenario>/)")
     parser.add_argument("--duration", type=float, help="workload seconds, for scenarios that run for a while")
     parser.add_argument("--seed", type=int, default=1)

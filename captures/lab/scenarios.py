@@ -176,3 +176,32 @@ SCENARIOS = {s.name: s for s in (
         proxy="gaea", proxy_pool=2,
     ),
 )}
+
+
+# --- the four-point incident's fix, three times (one command: `lab record stall-fix`) ------------------------------
+# The same workload and seed under three settings, in the incident's order: the pool as configured (default stall
+# limit), one-thread-per-connection, the pool with thread_pool_stall_limit=10. `pcapdecomp compare` reads them in
+# this order (their names sort so).
+_STALL_FIX_PARAMS = {"clients": 24, "rate": 60, "duration": 4.0, "rows": SBTEST_ROWS, "pool_size": 2,
+                     "hogs": [[0.5, 0], [1.3, 1], [2.3, 0], [3.0, 1]]}
+_STALL_FIX_TEXT = ("24 connections run primary-key lookups (SELECT c FROM sbtest1 WHERE id = N, 60/s in all, on a fixed schedule) for "
+                   "4 s while a CPU-bound BENCHMARK (~1 s) keeps a worker busy four times, twice on each of the two "
+                   "thread groups (conn_id % 2), as in the four-point incident. long_query_time=0.1.")
+_STALL_FIX = (
+    ("stall-fix-1-pool", "pool-of-threads, thread_pool_size=2 and MariaDB's default thread_pool_stall_limit (500 ms) "
+     "and thread_pool_oversubscribe (3): lookups that arrive on a group while its hog runs wait in the queue until "
+     "the group is declared stalled.", dict(thread_handling="pool-of-threads", thread_pool_stall_limit_ms=500)),
+    ("stall-fix-2-thread-per-connection", "thread_handling=one-thread-per-connection: no pool, no queue; every "
+     "connection has its own thread, and the hogs compete with the lookups for the CPU only.",
+     dict(thread_handling="one-thread-per-connection")),
+    ("stall-fix-3-stall-limit-10", "pool-of-threads as in stall-fix-1-pool, with thread_pool_stall_limit=10: a group "
+     "whose worker is busy for 10 ms is declared stalled and another worker takes its queue.",
+     dict(thread_handling="pool-of-threads", thread_pool_stall_limit_ms=10)),
+)
+for _name, _text, _settings in _STALL_FIX:
+    SCENARIOS[_name] = Scenario(
+        _name, f"{_STALL_FIX_TEXT} Here: {_text}",
+        ServerSettings(thread_pool_size=2, thread_pool_max_threads=65536, thread_pool_oversubscribe=3,
+                       long_query_time_s=0.1, **_settings),
+        dict(_STALL_FIX_PARAMS), tuple(_sbtest_sql(SBTEST_ROWS)), hog_seconds=1.0)
+SERIES = {"stall-fix": tuple(name for name, _, _ in _STALL_FIX)}

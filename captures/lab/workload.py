@@ -692,11 +692,52 @@ def proxy_pool(args, truth: Truth) -> None:
         c.close()
 
 
+def stall_fix(args, truth: Truth) -> None:
+    """Primary-key lookups from many connections, and CPU-bound hogs that keep a worker of one thread group busy
+    (args.hogs: [start s, group] pairs). The same schedule and seed for every server setting of the series."""
+    lookups = [connect(truth, f"lookup-{i}", args) for i in range(args.clients)]
+    hogs: dict[int, Connection] = {}
+    while len(hogs) < args.pool_size:  # ids are consecutive: one hog connection per group, whatever the handling
+        conn = connect(truth, f"hog-{len(hogs)}", args)
+        if conn.conn_id % args.pool_size in hogs:
+            conn.close()
+            continue
+        hogs[conn.conn_id % args.pool_size] = conn
+    per_client_rate = args.rate / args.clients
+    start = time.monotonic()
+    stop = start + args.duration
+
+    def lookup(conn: Connection, rng: random.Random):
+        # a fixed schedule: a lookup held up delays the next ones but none is skipped, so every setting gets the
+        # same statements (same ids, same count) and only their timing differs
+        next_at = start + rng.uniform(0, 1 / per_client_rate)
+        while next_at < stop:
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            conn.timed_query(f"SELECT c FROM sbtest1 WHERE id = {rng.randint(1, args.rows)}")
+            next_at += 1 / per_client_rate
+
+    def hogger(group: int):
+        for at, _ in (h for h in args.hogs if h[1] == group):
+            time.sleep(max(0.0, start + at - time.monotonic()))
+            hogs[group].timed_query(f"SELECT BENCHMARK({args.hog_rounds}, SHA2(RAND(), 256))", role="hog",
+                                    note=f"conn_id % {args.pool_size} = {group}")
+
+    workers = [lambda g=g: hogger(g) for g in sorted(hogs)]
+    workers += [lambda c=c, i=i: lookup(c, random.Random(args.seed * 1000 + i)) for i, c in enumerate(lookups)]
+    run_threads(workers)
+    for c in [*lookups, *hogs.values()]:
+        c.close()
+
+
 SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
              "oltp-prepared": oltp_prepared,
              "connection-churn": connection_churn, "features": features, "bigpacket": bigpacket,
             "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms,
-            "proxy-l4": group_stall, "proxy-pool": proxy_pool}
+            "proxy-l4": group_stall, "proxy-pool": proxy_pool,
+             # one workload, three server settings (captures/lab/scenarios.py SERIES "stall-fix")
+             "stall-fix-1-pool": stall_fix, "stall-fix-2-thread-per-connection": stall_fix,
+             "stall-fix-3-stall-limit-10": stall_fix}
+
 
 
 def main(argv: list[str] | None = None) -> None:
