@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from . import fastlane
 from .capture import open_capture
 from .tables import release_memory
 
@@ -193,8 +194,9 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     ok = content & ends_agree
     good = inside[ok]
     bad = inside[~ok]
-    conflict_a = set(bad["ai"]) - set(good["ai"])
-    conflict_d = set(bad["di"]) - set(good["di"])
+    good_ai, good_di = good["ai"].to_numpy(), good["di"].to_numpy()
+    conflict_a = set(_rows_not_in(bad["ai"].to_numpy(), good_ai, len(app)).tolist())
+    conflict_d = set(_rows_not_in(bad["di"].to_numpy(), good_di, len(db)).tolist())
 
     a_end_na = good["a_end"].isna().to_numpy()
     d_end_na = good["d_end"].isna().to_numpy()
@@ -204,8 +206,8 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
         [a_end_na & ~d_end_na, d_end_na & ~a_end_na, a_cut, d_cut],
         ["response-unseen-at-app", "response-unseen-at-db", "response-incomplete-at-app", "response-incomplete-at-db"],
         "").astype(object)
-    app_only = np.setdiff1d(np.arange(len(app), dtype=np.int64), good["ai"].to_numpy())
-    db_only = np.setdiff1d(np.arange(len(db), dtype=np.int64), good["di"].to_numpy())
+    app_only = _rows_not_in(np.arange(len(app), dtype=np.int64), good_ai, len(app))
+    db_only = _rows_not_in(np.arange(len(db), dtype=np.int64), good_di, len(db))
     app_row = np.concatenate([good["ai"].to_numpy(), app_only, np.full(len(db_only), -1, dtype=np.int64)])
     db_row = np.concatenate([good["di"].to_numpy(), np.full(len(app_only), -1, dtype=np.int64), db_only])
     notes = np.concatenate([
@@ -225,6 +227,15 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
         candidates=work,
     )
     return Matching(app_row, db_row, notes, conn_pairs, stats)
+
+
+def _rows_not_in(rows: np.ndarray, taken: np.ndarray, n: int) -> np.ndarray:
+    """The distinct values of `rows` (row positions below n) that are not in `taken`, sorted (np.setdiff1d by a
+    mask: linear, where setdiff1d sorts or hashes both)."""
+    seen = np.zeros(n, dtype=bool)
+    seen[rows] = True
+    seen[taken] = False
+    return np.flatnonzero(seen).astype(np.int64)
 
 
 def _endpoint_codes(a_info: pd.DataFrame, d_info: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -332,27 +343,36 @@ def _unique_sorted(columns: list[array]) -> _Segments:
 
 def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, int]]) -> _Segments:
     """Keys and times of the segments of the given connections ((client ip, port, server ip, port) tuples),
-    reduced to the keys seen once (in the worker process, with --jobs: only those travel back)."""
+    reduced to the keys seen once (in the worker process, with --jobs: only those travel back). The native fast
+    lane reads them where it reads the capture (fastlane.segment_keys); Python is its twin."""
+    with open_capture(path) as reader:
+        if fastlane.usable(reader):
+            columns = fastlane.segment_keys(reader, flows)
+        else:
+            columns = _segment_keys(reader, flows)
+    segments = _unique_sorted(columns)
+    release_memory()  # the per-packet garbage of the pass, before the next capture's pass or the pairing
+    return segments
+
+
+def _segment_keys(reader, flows: set[tuple[str, int, str, int]]) -> list[array]:
+    """fastlane.segment_keys in Python."""
     forward = flows
     reverse = {(si, sp, ci, cp) for ci, cp, si, sp in flows}
     columns = [array("Q"), array("Q"), array("q")]
     add1, add2, add_ts = (c.append for c in columns)
-    with open_capture(path) as reader:
-        for _, ts_ns, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, missing in reader.segment_fields():
-            four = (src_ip, src_port, dst_ip, dst_port)
-            if four in forward:
-                direction = 0
-            elif four in reverse:
-                direction = 1
-            else:
-                continue
-            add1((seq << 32) | ack)
-            add2(((len(payload) + missing) << 9) | (flags << 1) | direction)
-            add_ts(ts_ns)
-    del add1, add2, add_ts  # they hold the arrays, which _unique_sorted frees one by one
-    segments = _unique_sorted(columns)
-    release_memory()  # the per-packet garbage of the pass, before the next capture's pass or the pairing
-    return segments
+    for _, ts_ns, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, missing in reader.segment_fields():
+        four = (src_ip, src_port, dst_ip, dst_port)
+        if four in forward:
+            direction = 0
+        elif four in reverse:
+            direction = 1
+        else:
+            continue
+        add1((seq << 32) | ack)
+        add2(((len(payload) + missing) << 9) | (flags << 1) | direction)
+        add_ts(ts_ns)
+    return columns
 
 
 @dataclass(frozen=True)
