@@ -68,10 +68,13 @@ def same_summary(a: Path, b: Path) -> str | None:
 
 def compare_analyze(ref: Path, argv: list[str], work: Path) -> list[str]:
     out = {}
+    folder = work / "out"  # the same for both: report.html shows the command line
     for name, tree in (("reference", ref), ("this", REPO)):
-        folder = work / name
         done = run(tree, ["analyze", *argv, "-q", "--out", str(folder)])
-        out[name] = (done.returncode, done.stderr.replace(str(tree), "TREE"), folder)
+        kept = work / name
+        if folder.exists():
+            folder.rename(kept)
+        out[name] = (done.returncode, done.stderr.replace(str(tree), "TREE"), kept)
     (rc_a, err_a, a), (rc_b, err_b, b) = out["reference"], out["this"]
     problems = []
     if rc_a != rc_b or err_a != err_b:
@@ -88,9 +91,13 @@ def compare_analyze(ref: Path, argv: list[str], work: Path) -> list[str]:
 def compare_exchanges(ref: Path, capture: Path, work: Path) -> list[str]:
     out = {}
     for name, tree in (("reference", ref), ("this", REPO)):
-        table, conns = work / f"{name}-x.parquet", work / f"{name}-c.parquet"
+        table, conns = work / "x.parquet", work / "c.parquet"
         done = run(tree, ["exchanges", str(capture), "--out", str(table), "--connections", str(conns)])
-        out[name] = (done.returncode, done.stdout, done.stderr.replace(str(tree), "TREE"), table, conns)
+        kept = (work / f"{name}-x.parquet", work / f"{name}-c.parquet")
+        for made, keep in zip((table, conns), kept):
+            if made.exists():
+                made.rename(keep)
+        out[name] = (done.returncode, done.stdout, done.stderr.replace(str(tree), "TREE"), *kept)
     a, b = out["reference"], out["this"]
     problems = []
     if a[:3] != b[:3]:

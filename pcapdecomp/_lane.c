@@ -90,6 +90,9 @@ typedef struct {
     PyObject *list;
     char *data;
     Py_ssize_t n, cap; /* items in data */
+    /* a dictionary-coded 'o' column (pandas categorical text): int32 codes in data, -1 for None, and the batch's
+     * distinct values in `list` (first seen first: Arrow's dictionary_encode order), `codes` value -> code */
+    PyObject *codes;
 } Column;
 
 /* ---- the records of a capture file: classic pcap or pcapng, times checked (capture.py's readers + _timed) ---- */
@@ -1116,7 +1119,32 @@ static int put_num(Lane *L, int i, const void *value) {
 static int put_q(Lane *L, int i, int64_t v) { return put_num(L, i, &v); }
 static int put_d(Lane *L, int i, double v) { return put_num(L, i, &v); }
 static int put_o(Lane *L, int i, PyObject *v) { /* borrows v */
-    return PyList_Append(L->cols[i].list, v);
+    Column *c = &L->cols[i];
+    if (!c->codes) return PyList_Append(c->list, v);
+    int32_t code = -1;
+    if (v != Py_None) {
+        PyObject *known = PyDict_GetItemWithError(c->codes, v); /* borrowed */
+        if (known) {
+            code = (int32_t)PyLong_AsLong(known);
+        } else {
+            if (PyErr_Occurred()) return -1;
+            Py_ssize_t next = PyList_GET_SIZE(c->list);
+            PyObject *number = PyLong_FromSsize_t(next);
+            int bad = !number || PyDict_SetItem(c->codes, v, number) < 0 || PyList_Append(c->list, v) < 0;
+            Py_XDECREF(number);
+            if (bad) return -1;
+            code = (int32_t)next;
+        }
+    }
+    if (c->n == c->cap) {
+        Py_ssize_t cap = c->cap ? c->cap * 2 : 1024;
+        char *d = PyMem_Realloc(c->data, cap * 4);
+        if (!d) { PyErr_NoMemory(); return -1; }
+        c->data = d;
+        c->cap = cap;
+    }
+    memcpy(c->data + 4 * c->n++, &code, 4);
+    return 0;
 }
 
 /* connection._finish + exchanges.emit for a finished exchange: one row, column by column. */
@@ -1464,14 +1492,25 @@ static PyObject *Lane_counts(Lane *L, PyObject *Py_UNUSED(ignored)) {
 }
 
 /* take_columns() -> the rows written since the last call, as 42 columns: bytes (int64 / float64 values, native
- * byte order) for 'q' / 'd' columns of ROW_KINDS, lists for 'o' columns. */
+ * byte order) for 'q' / 'd' columns of ROW_KINDS, lists for 'o' columns, and for the 'o' columns the lane was
+ * told to code (`coded`) a pair: the bytes of int32 codes (-1 for None) and the list of distinct values. */
 static PyObject *Lane_take_columns(Lane *L, PyObject *Py_UNUSED(ignored)) {
     PyObject *out = PyList_New(NCOLS);
     if (!out) return NULL;
     for (int i = 0; i < NCOLS; i++) {
         Column *c = &L->cols[i];
         PyObject *item;
-        if (ROW_KINDS[i] == 'o') {
+        if (c->codes) {
+            PyObject *values = PyList_New(0);
+            PyObject *codes = values ? PyBytes_FromStringAndSize(c->n ? c->data : "", 4 * c->n) : NULL;
+            item = codes ? PyTuple_Pack(2, codes, c->list) : NULL;
+            Py_XDECREF(codes);
+            if (!item) { Py_XDECREF(values); Py_DECREF(out); return NULL; }
+            Py_DECREF(c->list);
+            c->list = values;
+            c->n = 0;
+            PyDict_Clear(c->codes);
+        } else if (ROW_KINDS[i] == 'o') {
             item = c->list;
             c->list = PyList_New(0);
             if (!c->list) { c->list = item; Py_DECREF(out); return NULL; }
@@ -1488,14 +1527,18 @@ static PyObject *Lane_take_columns(Lane *L, PyObject *Py_UNUSED(ignored)) {
 
 static int Lane_init(Lane *L, PyObject *args, PyObject *kw) {
     static char *names[] = {"pcapng", "big_endian", "frac_to_ns", "linktype", "limit", "pos", "batch",
-                            "fingerprints", "query", "execute", "ok", "resultset", NULL};
+                            "fingerprints", "query", "execute", "ok", "resultset", "coded", NULL};
     int pcapng, big, linktype;
     long long frac, limit, pos;
     Py_ssize_t batch;
     PyObject *fingerprints, *query, *execute, *ok, *resultset;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ppLiLLnOUUUU", names, &pcapng, &big, &frac, &linktype, &limit,
-                                     &pos, &batch, &fingerprints, &query, &execute, &ok, &resultset))
+    const char *coded = "";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ppLiLLnOUUUU|s", names, &pcapng, &big, &frac, &linktype, &limit,
+                                     &pos, &batch, &fingerprints, &query, &execute, &ok, &resultset, &coded))
         return -1;
+    for (int i = 0; i < NCOLS && coded[i]; i++)
+        if (coded[i] == 'c' && ROW_KINDS[i] == 'o' && !L->cols[i].codes && !(L->cols[i].codes = PyDict_New()))
+            return -1;
     if (reader_setup(&L->R, pcapng, big, frac, linktype, limit, pos) < 0) return -1;
     L->batch = batch;
     for (int i = 0; i < NCOLS; i++)
@@ -1518,7 +1561,11 @@ static void Lane_dealloc(Lane *L) {
     while (L->all) drop_flow(L, L->all);
     PyMem_Free(L->table);
     reader_free(&L->R);
-    for (int i = 0; i < NCOLS; i++) { Py_XDECREF(L->cols[i].list); PyMem_Free(L->cols[i].data); }
+    for (int i = 0; i < NCOLS; i++) {
+        Py_XDECREF(L->cols[i].list);
+        Py_XDECREF(L->cols[i].codes);
+        PyMem_Free(L->cols[i].data);
+    }
     Py_XDECREF(L->fingerprints);
     for (int i = 0; i < 2; i++) { Py_XDECREF(L->names[i]); Py_XDECREF(L->results[i]); }
     Py_XDECREF(L->empty);

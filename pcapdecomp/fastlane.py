@@ -35,6 +35,7 @@ from .errors import InputError, PcapdecompError
 from .flows import Flow, FlowTracker
 from .mysql.connection import CLIENT, COMMAND, SERVER
 from .mysql.wire import command_name
+from .schema import CATEGORY, EXCHANGE_COLUMNS
 
 try:
     from ._lane import ROW_KINDS, Lane, Segments
@@ -92,8 +93,11 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
     feed = tracker.segment_fields
     from .exchanges import ROWS_PER_BATCH
 
+    # text columns that become categoricals are dictionary-coded by the lane as it writes them
+    kinds = "".join("c" if kind == "o" and column.dtype == CATEGORY else kind
+                    for kind, column in zip(ROW_KINDS, EXCHANGE_COLUMNS))
     lane = Lane(**_layout(reader), batch=ROWS_PER_BATCH, fingerprints=fingerprints, query=command_name(0x03),
-                execute=command_name(0x17), ok="ok", resultset="resultset")
+                execute=command_name(0x17), ok="ok", resultset="resultset", coded=kinds)
     finishing = False
 
     def handle(record) -> tuple | None:
@@ -171,7 +175,7 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
             if item is None:
                 return
             if item.__class__ is int:
-                add_columns(lane.take_columns(), ROW_KINDS)
+                add_columns(lane.take_columns(), kinds)
                 continue
             size = len(item)
             if size == 5:
@@ -216,7 +220,7 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
     finishing = True
     lane.finish()
     drain()
-    add_columns(lane.take_columns(), ROW_KINDS)
+    add_columns(lane.take_columns(), kinds)
     (_frames, fast, first_ts, last_ts, _pos, queries, executes, bad_ts, sections, interfaces, unknown_blocks,
      if_drops, fast_link_types) = lane.counts()
     stats.frames += fast
