@@ -67,7 +67,13 @@ def connection_keys(exchanges: pd.DataFrame) -> pd.Series:
     """One integer per (capture, conn_index): several app captures share conn_index values."""
     if len(exchanges) == 0:
         return pd.Series([], dtype="int64")
-    return exchanges.groupby(["capture", "conn_index"], sort=False).ngroup().astype("int64")
+    # groupby(["capture", "conn_index"], sort=False).ngroup(): numbered in order of first appearance, as factorize
+    captures = pd.factorize(exchanges["capture"])[0].astype(np.int64)
+    conn = exchanges["conn_index"].to_numpy(dtype=np.int64)
+    width = int(conn.max()) + 1 if len(conn) else 1
+    if captures.min() < 0 or conn.min() < 0 or (int(captures.max()) + 1) * width >= 1 << 62:
+        return exchanges.groupby(["capture", "conn_index"], sort=False).ngroup().astype("int64")
+    return pd.Series(pd.factorize(captures * width + conn)[0].astype(np.int64), index=exchanges.index)
 
 
 def _codes(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -180,8 +186,9 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     partner = pd.Series(pairs["d_conn"].to_numpy(), index=pairs["a_conn"].to_numpy())
     a_in = a[a["a_conn"].isin(partner.index)].assign(d_conn=lambda f: partner.loc[f["a_conn"]].to_numpy())
     d_in = d[d["d_conn"].isin(pairs["d_conn"])]
-    a_in = a_in.assign(k=a_in.sort_values("ai").groupby(["a_conn", "seq"]).cumcount())
-    d_in = d_in.assign(k=d_in.sort_values("di").groupby(["d_conn", "seq"]).cumcount())
+    # (rows are in ai / di order: the k-th in row order)
+    a_in = a_in.assign(k=_occurrence(a_in["a_conn"].to_numpy(), a_in["seq"].to_numpy()))
+    d_in = d_in.assign(k=_occurrence(d_in["d_conn"].to_numpy(), d_in["seq"].to_numpy()))
     inside = a_in.merge(d_in, on=["d_conn", "seq", "k"], how="inner", suffixes=("_a", "_d"))
     work += len(a_in) + len(d_in) + len(inside)
     a_end = inside["a_end"].to_numpy(dtype="float64", na_value=np.nan)
@@ -227,6 +234,24 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
         candidates=work,
     )
     return Matching(app_row, db_row, notes, conn_pairs, stats)
+
+
+def _occurrence(*keys: np.ndarray) -> np.ndarray:
+    """For each row, how many earlier rows have the same keys (groupby(keys).cumcount(), by a stable sort)."""
+    n = len(keys[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort(keys[::-1])  # stable: rows with equal keys keep their order
+    start = np.ones(n, dtype=bool)
+    for key in keys:
+        ordered = key[order]
+        start[1:] &= ordered[1:] == ordered[:-1]
+    start[1:] = ~start[1:]  # a row whose keys differ from the row before it begins a group
+    position = np.arange(n, dtype=np.int64)
+    rank = position - np.maximum.accumulate(np.where(start, position, 0))
+    out = np.empty(n, dtype=np.int64)
+    out[order] = rank
+    return out
 
 
 def _rows_not_in(rows: np.ndarray, taken: np.ndarray, n: int) -> np.ndarray:
@@ -292,10 +317,12 @@ def _only_notes(only: np.ndarray, conflicts: set, side: pd.DataFrame, paired: np
 
 def _conn_info(exchanges: pd.DataFrame, conns: pd.DataFrame, side: str) -> pd.DataFrame:
     """conn key -> scramble, conn_id, client, server of each connection that has exchanges."""
+    conn = connection_keys(exchanges).to_numpy()
+    first = np.unique(conn, return_index=True)[1]  # each key's first row: keys number connections as they appear
     keys = pd.DataFrame({
-        f"{side}_conn": connection_keys(exchanges).to_numpy(),
-        "capture": exchanges["capture"].to_numpy(), "conn_index": exchanges["conn_index"].to_numpy(),
-    }).drop_duplicates(f"{side}_conn")
+        f"{side}_conn": conn[first],
+        "capture": exchanges["capture"].iloc[first].to_numpy(), "conn_index": exchanges["conn_index"].to_numpy()[first],
+    })
     columns = ["scramble", "conn_id", "client", "server"]
     info = keys.merge(conns[["capture", "conn_index", *columns]], on=["capture", "conn_index"], how="left")
     info = info.astype({"scramble": "string", "conn_id": "Int64", "client": "string", "server": "string"})
