@@ -930,9 +930,15 @@ static PyObject *param_value(const uint8_t *b, Py_ssize_t len, Py_ssize_t *pos, 
         uint64_t v = 0;
         for (int i = width - 1; i >= 0; i--) v = v << 8 | b[*pos + i];
         *pos += width;
-        if (is_unsigned) return PyUnicode_FromFormat("%llu", (unsigned long long)v);
-        if (width < 8 && v >> (8 * width - 1)) v |= ~0ULL << (8 * width); /* sign-extend */
-        return PyUnicode_FromFormat("%lld", (long long)(int64_t)v);
+        int negative = 0;
+        if (!is_unsigned) {
+            if (width < 8 && v >> (8 * width - 1)) v |= ~0ULL << (8 * width); /* sign-extend */
+            if ((int64_t)v < 0) { negative = 1; v = 0 - v; } /* the magnitude, also of INT64_MIN */
+        }
+        char digits[24], *d = digits + sizeof digits; /* str(int): no format string to parse per value */
+        do { *--d = (char)('0' + v % 10); v /= 10; } while (v);
+        if (negative) *--d = '-';
+        return PyUnicode_FromStringAndSize(d, digits + sizeof digits - d);
     }
     if (kind == 4 || kind == 5) {
         double x;
