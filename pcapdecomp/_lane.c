@@ -36,6 +36,7 @@ typedef struct {
 
 typedef struct {
     int64_t frame, ts, orig_len, caplen, at;
+    int linktype;
 } Saved;
 
 typedef struct Flow Flow;
@@ -89,21 +90,79 @@ typedef struct {
     PyObject *list;
     char *data;
     Py_ssize_t n, cap; /* items in data */
+    /* a dictionary-coded 'o' column (pandas categorical text): int32 codes in data, -1 for None, and the batch's
+     * distinct values in `list` (first seen first: Arrow's dictionary_encode order), `codes` value -> code */
+    PyObject *codes;
 } Column;
 
+/* ---- the records of a capture file: classic pcap or pcapng, times checked (capture.py's readers + _timed) ---- */
+
+enum { FMT_PCAP, FMT_PCAPNG };
+enum { REC_WAIT, REC_END, REC_PACKET, REC_OTHER, REC_DAMAGE, REC_ERROR }; /* what one step of a reader found */
+
 typedef struct {
-    PyObject_HEAD
+    int linktype;
+    int64_t snaplen;
+    int resol;        /* if_tsresol, -1 when absent (microseconds) */
+    int64_t offset_s; /* if_tsoffset */
+} Iface;
+
+typedef struct {
+    int has_prev, has_prev2;
+    int64_t prev, prev2; /* times used for the interface's last two records */
+} TimeState;
+
+/* Where a pcapng parse stands: the reader's own position, or a copy that looks ahead without committing. */
+typedef struct {
+    Py_ssize_t at; /* offset in buf */
+    int64_t pos;   /* file offset */
+    int big;       /* the section's byte order */
+    int64_t base;  /* key of the section's first interface (interface ids restart in each section) */
+    int64_t idbs;  /* interface description blocks passed: keys below this are known */
+    int64_t last_raw; /* the last EPB/PB's time as read, what a simple packet block borrows */
+    int last_valid;
+} NgPos;
+
+typedef struct {
+    int64_t frame, ts, orig_len, key; /* key: the interface's ordinal over the file, -1 for a borrowed time */
+    int linktype, valid;
+    const uint8_t *data;
+    Py_ssize_t caplen;
+} Rec;
+
+typedef struct {
     uint8_t *buf;
     Py_ssize_t start, end, cap;
     int64_t pos; /* file offset of buf[start] */
-    int big_endian;
-    int64_t frac_to_ns, limit, frame;
-    int linktype;
-    int damaged;
-    int64_t fast_frames, first_ts, last_ts;
+    int eof, format;
+    /* classic pcap */
+    int big_endian, linktype;
+    int64_t frac_to_ns, limit;
+    /* pcapng */
+    NgPos ng;
+    Iface *ifs;            /* every interface of the file, in file order (keys) */
+    TimeState *times;      /* per interface key */
+    int64_t n_ifs, cap_ifs;
+    int64_t sections, unknown_blocks;
+    PyObject *if_drops;    /* dict: interface id -> packets dropped (ISB), as CaptureStats.if_drops */
+    /* times */
+    TimeState one;         /* classic pcap: its one interface */
+    int64_t last_used, bad_ts, frame, first_ts, last_ts;
     int has_ts;
-    int64_t prev_ts, prev2_ts, bad_ts; /* times used for the last two records; records whose time was repaired */
-    int has_prev, has_prev2, eof;
+    /* damage: the first, as capture._Damaged says it */
+    int damaged;
+    char what[96];
+    int64_t damage_pos;
+} Reader;
+
+#define LINK_KINDS 16 /* the link types the lane decodes (capture.SUPPORTED_LINK_TYPES), with room to spare */
+
+typedef struct {
+    PyObject_HEAD
+    Reader R;
+    int64_t fast_frames;
+    int64_t fast_link[LINK_KINDS][2]; /* link type, records consumed here */
+    int n_link;
     int64_t commands[2];
     Entry **table;
     size_t table_mask;
@@ -182,7 +241,9 @@ static void drop_flow(Lane *L, Flow *f) {
     PyMem_Free(f);
 }
 
-static int save_record(Flow *f, int64_t frame, int64_t ts, int64_t orig_len, const uint8_t *data, Py_ssize_t caplen) {
+static int save_record(Flow *f, const Rec *r) {
+    const uint8_t *data = r->data;
+    Py_ssize_t caplen = r->caplen;
     if (f->n_saved == f->cap_saved) {
         Py_ssize_t cap = f->cap_saved ? f->cap_saved * 2 : 16;
         Saved *s = PyMem_Realloc(f->saved, cap * sizeof(Saved));
@@ -199,9 +260,409 @@ static int save_record(Flow *f, int64_t frame, int64_t ts, int64_t orig_len, con
         f->arena_cap = cap;
     }
     memcpy(f->arena + f->arena_len, data, caplen);
-    f->saved[f->n_saved++] = (Saved){frame, ts, orig_len, caplen, f->arena_len};
+    f->saved[f->n_saved++] = (Saved){r->frame, r->ts, r->orig_len, caplen, f->arena_len, r->linktype};
     f->arena_len += caplen;
     return 0;
+}
+
+/* ---- the records of a capture file ---------------------------------------------------------------------- */
+
+#define TIME_JUMP_NS 1000000000LL           /* capture.TIME_JUMP_NS */
+#define IDLE_LIMIT_NS (86400LL * 1000000000LL) /* capture.IDLE_LIMIT_NS */
+#define WILD_RUN 8                          /* capture.WILD_RUN */
+#define MAX_BLOCK (256LL * 1024 * 1024)     /* capture._MAX_RECORD */
+#define PCAPNG_SHB 0x0A0D0D0AU
+
+static inline unsigned rd16(const uint8_t *p, int big) { return big ? (unsigned)(p[0] << 8 | p[1]) : (unsigned)(p[1] << 8 | p[0]); }
+static inline uint64_t rd64(const uint8_t *p, int big) {
+    return big ? (uint64_t)rd32(p, 1) << 32 | rd32(p + 4, 1) : (uint64_t)rd32(p + 4, 0) << 32 | rd32(p, 0);
+}
+static inline int64_t dist(int64_t a, int64_t b) { return a > b ? a - b : b - a; }
+
+static int reader_setup(Reader *R, int pcapng, int big, int64_t frac, int linktype, int64_t limit, int64_t pos) {
+    R->format = pcapng ? FMT_PCAPNG : FMT_PCAP;
+    R->big_endian = big;
+    R->frac_to_ns = frac;
+    R->linktype = linktype;
+    R->limit = limit;
+    R->pos = pos;
+    R->ng.pos = pos;
+    if (!R->if_drops && !(R->if_drops = PyDict_New())) return -1;
+    return 0;
+}
+
+static void reader_free(Reader *R) {
+    PyMem_Free(R->buf);
+    PyMem_Free(R->ifs);
+    PyMem_Free(R->times);
+    Py_CLEAR(R->if_drops);
+}
+
+/* Append capture bytes. */
+static int reader_feed(Reader *R, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return -1;
+    if (R->start) {
+        memmove(R->buf, R->buf + R->start, R->end - R->start);
+        R->end -= R->start;
+        R->ng.at -= R->start;
+        R->start = 0;
+    }
+    if (R->end + view.len > R->cap) {
+        Py_ssize_t cap = R->cap ? R->cap : 1 << 20;
+        while (cap < R->end + view.len) cap *= 2;
+        uint8_t *b = PyMem_Realloc(R->buf, cap);
+        if (!b) { PyBuffer_Release(&view); PyErr_NoMemory(); return -1; }
+        R->buf = b;
+        R->cap = cap;
+    }
+    memcpy(R->buf + R->end, view.buf, view.len);
+    R->end += view.len;
+    PyBuffer_Release(&view);
+    return 0;
+}
+
+/* capture._Damaged: only a committing step records it (a look-ahead just stops there) */
+static int damage(Reader *R, int commit, int64_t pos, const char *format, long long value) {
+    if (commit) {
+        R->damaged = 1;
+        PyOS_snprintf(R->what, sizeof R->what, format, value);
+        R->damage_pos = pos;
+    }
+    return REC_DAMAGE;
+}
+
+/* capture.repaired_time: 1 and *fixed when the record's time must be replaced. nx/nv: the raw times (and whether
+ * each is in range) of the next `got` records of the same interface; last: no record follows at all. */
+static int repaired_time(const TimeState *s, int64_t ts, int valid, const int64_t *nx, const int *nv, int got,
+                         int last, int64_t *fixed) {
+    const int64_t jump = TIME_JUMP_NS, idle = IDLE_LIMIT_NS;
+    if (!valid) {
+        if (s->has_prev) { *fixed = s->prev; return 1; }
+        for (int i = 0; i < got; i++)
+            if (nv[i]) { *fixed = nx[i]; return 1; }
+        *fixed = 0;
+        return 1;
+    }
+    if (!s->has_prev) {
+        if (got >= 2 && nv[0] && nv[1] && dist(nx[0], nx[1]) <= jump && (ts - nx[0] > jump || nx[0] - ts > idle)) {
+            *fixed = nx[0];
+            return 1;
+        }
+        return 0;
+    }
+    if (dist(ts, s->prev) <= jump) return 0;
+    if (got >= 1) {
+        for (int i = 0; i < got; i++)
+            if (nv[i] && dist(nx[i], s->prev) <= jump && dist(nx[i], ts) > jump) { *fixed = s->prev; return 1; }
+        return 0;
+    }
+    if (last && s->has_prev2 && dist(s->prev, s->prev2) <= jump && (s->prev - ts > jump || ts - s->prev > idle)) {
+        *fixed = s->prev;
+        return 1;
+    }
+    return 0;
+}
+
+static void record_done(Reader *R, Rec *out, int64_t ts) {
+    out->ts = ts;
+    out->frame = ++R->frame;
+    if (!R->has_ts) { R->first_ts = ts; R->has_ts = 1; }
+    R->last_ts = ts;
+}
+
+/* -- classic pcap -- */
+
+static inline int64_t pcap_ts(const Reader *R, const uint8_t *h) {
+    return (int64_t)rd32(h, R->big_endian) * 1000000000 + (int64_t)rd32(h + 4, R->big_endian) * R->frac_to_ns;
+}
+
+/* The times of up to `want` complete records at p: how many there are (fewer only where the records end, cut or
+ * damaged, as capture._timed reads them), or -1: wait for more of the file. Always in range (32-bit fields). */
+static int pcap_peek(const Reader *R, const uint8_t *p, Py_ssize_t avail, int want, int64_t *out) {
+    int got = 0;
+    while (got < want) {
+        if (avail < 16) return R->eof ? got : -1;
+        int64_t caplen = rd32(p + 8, R->big_endian);
+        if (caplen > R->limit) return got;
+        if (avail < 16 + caplen) return R->eof ? got : -1;
+        out[got++] = pcap_ts(R, p);
+        p += 16 + caplen;
+        avail -= 16 + caplen;
+    }
+    return got;
+}
+
+static int pcap_next(Reader *R, Rec *out) {
+    Py_ssize_t have = R->end - R->start;
+    if (have < 16) {
+        if (!R->eof) return REC_WAIT;
+        if (have == 0) return REC_END;
+        return damage(R, 1, R->pos, "file truncated mid-record header", 0);
+    }
+    const uint8_t *h = R->buf + R->start;
+    int64_t caplen = rd32(h + 8, R->big_endian), orig_len = rd32(h + 12, R->big_endian);
+    if (caplen > R->limit) return damage(R, 1, R->pos, "insane record length %lld", caplen);
+    if (have < 16 + caplen) {
+        if (!R->eof) return REC_WAIT;
+        return damage(R, 1, R->pos, "file truncated mid-record", 0);
+    }
+    int64_t ts = pcap_ts(R, h);
+    TimeState *s = &R->one;
+    if (!s->has_prev || dist(ts, s->prev) > TIME_JUMP_NS) { /* in question: look at the next records */
+        int64_t nx[WILD_RUN], fixed;
+        int nv[WILD_RUN] = {1, 1, 1, 1, 1, 1, 1, 1};
+        int got = pcap_peek(R, h + 16 + caplen, have - 16 - caplen, WILD_RUN, nx);
+        if (got < 0) return REC_WAIT;
+        if (repaired_time(s, ts, 1, nx, nv, got, got == 0, &fixed)) {
+            ts = fixed;
+            R->bad_ts += 1;
+        }
+    }
+    s->prev2 = s->prev;
+    s->has_prev2 = s->has_prev;
+    s->prev = ts;
+    s->has_prev = 1;
+    out->data = h + 16;
+    out->caplen = caplen;
+    out->orig_len = orig_len;
+    out->linktype = R->linktype;
+    out->key = 0;
+    R->start += 16 + caplen;
+    R->pos += 16 + caplen;
+    record_done(R, out, ts);
+    return REC_PACKET;
+}
+
+/* -- pcapng -- */
+
+/* _ts_converter + if_tsoffset: ticks -> ns, exactly; 0 when the time is outside int64 nanoseconds from 1970 */
+static int ng_time(const Iface *f, uint64_t ticks, int64_t *out) {
+    __int128 v;
+    if (f->resol < 0) {
+        v = (__int128)ticks * 1000;
+    } else {
+        int exponent = f->resol & 0x7F;
+        if (f->resol & 0x80) {
+            v = ((__int128)ticks * 1000000000) >> exponent;
+        } else if (exponent <= 9) {
+            int64_t factor = 1;
+            for (int i = exponent; i < 9; i++) factor *= 10;
+            v = (__int128)ticks * factor;
+        } else if (exponent - 9 >= 20) {
+            v = 0; /* a divisor beyond 2^64: every tick count floors to 0 */
+        } else {
+            uint64_t divisor = 1;
+            for (int i = 9; i < exponent; i++) divisor *= 10;
+            v = ticks / divisor;
+        }
+    }
+    v += (__int128)f->offset_s * 1000000000;
+    if (v < 0 || v > INT64_MAX) return 0;
+    *out = (int64_t)v;
+    return 1;
+}
+
+/* _pcapng_options: the next option at *pos of a body of blen bytes; 0 at the end */
+static int ng_option(const uint8_t *body, Py_ssize_t blen, Py_ssize_t *pos, int big, unsigned *code,
+                     const uint8_t **value, Py_ssize_t *vlen) {
+    if (*pos + 4 > blen) return 0;
+    *code = rd16(body + *pos, big);
+    if (*code == 0) return 0;
+    Py_ssize_t length = rd16(body + *pos + 2, big), start = *pos + 4;
+    *value = body + start;
+    *vlen = start + length <= blen ? length : blen - start; /* a slice past the body is cut, as in Python */
+    *pos += 4 + ((length + 3) & ~(Py_ssize_t)3);
+    return 1;
+}
+
+static int add_interface(Reader *R, const uint8_t *body, Py_ssize_t blen, int big) {
+    if (R->n_ifs == R->cap_ifs) {
+        int64_t cap = R->cap_ifs ? R->cap_ifs * 2 : 8;
+        Iface *ifs = PyMem_Realloc(R->ifs, cap * sizeof(Iface));
+        if (!ifs) { PyErr_NoMemory(); return -1; }
+        R->ifs = ifs;
+        TimeState *times = PyMem_Realloc(R->times, cap * sizeof(TimeState));
+        if (!times) { PyErr_NoMemory(); return -1; }
+        R->times = times;
+        R->cap_ifs = cap;
+    }
+    Iface *f = &R->ifs[R->n_ifs];
+    f->linktype = rd16(body, big);
+    f->snaplen = rd32(body + 4, big);
+    f->resol = -1;
+    f->offset_s = 0;
+    Py_ssize_t pos = 8, vlen;
+    unsigned code;
+    const uint8_t *value;
+    while (ng_option(body, blen, &pos, big, &code, &value, &vlen)) {
+        if (code == 9 && vlen > 0) f->resol = value[0];
+        else if (code == 14 && vlen == 8) f->offset_s = (int64_t)rd64(value, big);
+    }
+    memset(&R->times[R->n_ifs], 0, sizeof(TimeState));
+    R->n_ifs += 1;
+    return 0;
+}
+
+/* One block at p (capture._pcapng_loop, block for block). commit: count it (a look-ahead only reads). */
+static int ng_block(Reader *R, NgPos *p, Rec *out, int commit) {
+    Py_ssize_t avail = R->end - p->at;
+    const uint8_t *h = R->buf + p->at;
+    if (avail < 8) {
+        if (!R->eof) return REC_WAIT;
+        if (avail == 0) return REC_END;
+        return damage(R, commit, p->pos, "file truncated mid-block header", 0);
+    }
+    int big = p->big;
+    uint32_t type = rd32(h, big), len;
+    if (type == PCAPNG_SHB) {
+        if (avail < 12) {
+            if (!R->eof) return REC_WAIT;
+            return damage(R, commit, p->pos, "file truncated mid-block header", 0);
+        }
+        if (!memcmp(h + 8, "\x4d\x3c\x2b\x1a", 4)) big = 0;
+        else if (!memcmp(h + 8, "\x1a\x2b\x3c\x4d", 4)) big = 1;
+        else return damage(R, commit, p->pos, "bad section header", 0);
+        len = rd32(h + 4, big);
+        if (len >= 12 && len % 4 == 0 && len <= MAX_BLOCK && avail < len && !R->eof) return REC_WAIT;
+        /* the section begins here, whatever follows */
+        p->big = big;
+        p->base = p->idbs;
+        if (commit) R->sections += 1;
+        if (len < 28) return damage(R, commit, p->pos, "insane section header length %lld", len);
+    } else {
+        len = rd32(h + 4, big);
+    }
+    if (len < 12 || len % 4 || len > MAX_BLOCK) return damage(R, commit, p->pos, "insane block length %lld", len);
+    if (avail < len) {
+        if (!R->eof) return REC_WAIT;
+        return damage(R, commit, p->pos, "file truncated mid-record", 0);
+    }
+    if (rd32(h + len - 4, big) != len) return damage(R, commit, p->pos, "block length mismatch", 0);
+    const uint8_t *body = h + 8;
+    Py_ssize_t blen = len - 12;
+    Py_ssize_t least = type == 6 || type == 2 ? 20 : type == 3 ? 4 : type == 1 ? 8 : type == 5 ? 12 : 0;
+    if (blen < least) return damage(R, commit, p->pos, "block of type %lld too short", type);
+    int64_t here = p->pos;
+    int rc = REC_OTHER;
+    if (type == 6 || type == 2) { /* enhanced / obsolete packet block */
+        uint32_t if_id = type == 6 ? rd32(body, big) : rd16(body, big);
+        uint64_t ticks = (uint64_t)rd32(body + 4, big) << 32 | rd32(body + 8, big);
+        uint32_t caplen = rd32(body + 12, big);
+        if ((int64_t)caplen > blen - 20 || (int64_t)if_id >= p->idbs - p->base)
+            return damage(R, commit, here, "bad packet block", 0);
+        int64_t key = p->base + if_id;
+        const Iface *f = &R->ifs[key];
+        p->last_valid = ng_time(f, ticks, &p->last_raw);
+        out->ts = p->last_raw;
+        out->valid = p->last_valid;
+        out->key = key;
+        out->linktype = f->linktype;
+        out->data = body + 20;
+        out->caplen = caplen;
+        out->orig_len = rd32(body + 16, big);
+        rc = REC_PACKET;
+    } else if (type == 3) { /* simple packet block: interface 0, the previous packet's time */
+        if (p->idbs - p->base <= 0) return damage(R, commit, here, "packet block before any interface", 0);
+        const Iface *f = &R->ifs[p->base];
+        int64_t orig_len = rd32(body, big), caplen = orig_len;
+        if (blen - 4 < caplen) caplen = blen - 4;
+        if (f->snaplen && f->snaplen < caplen) caplen = f->snaplen;
+        out->ts = p->last_raw;
+        out->valid = p->last_valid;
+        out->key = -1;
+        out->linktype = f->linktype;
+        out->data = body + 4;
+        out->caplen = caplen;
+        out->orig_len = orig_len;
+        rc = REC_PACKET;
+    } else if (type == 1) { /* interface description: parsed once, by whichever step meets it first */
+        if (p->idbs == R->n_ifs && add_interface(R, body, blen, big) < 0) return REC_ERROR;
+        p->idbs += 1;
+    } else if (type == 5) { /* interface statistics: counters are cumulative, the latest stays */
+        if (commit && R->if_drops) {
+            Py_ssize_t pos = 12, vlen;
+            unsigned code;
+            const uint8_t *value;
+            while (ng_option(body, blen, &pos, big, &code, &value, &vlen)) {
+                if (code != 5 || vlen != 8) continue;
+                PyObject *k = PyLong_FromUnsignedLong(rd32(body, big));
+                PyObject *v = k ? PyLong_FromUnsignedLongLong(rd64(value, big)) : NULL;
+                int bad = !v || PyDict_SetItem(R->if_drops, k, v) < 0;
+                Py_XDECREF(k);
+                Py_XDECREF(v);
+                if (bad) return REC_ERROR;
+            }
+        }
+    } else if (type != PCAPNG_SHB) {
+        if (commit) R->unknown_blocks += 1;
+    }
+    p->at += len;
+    p->pos += len;
+    return rc;
+}
+
+static int ng_next(Reader *R, Rec *out) {
+    for (;;) {
+        NgPos before = R->ng;
+        int rc = ng_block(R, &R->ng, out, 1);
+        if (rc == REC_OTHER) {
+            R->start = R->ng.at;
+            R->pos = R->ng.pos;
+            continue;
+        }
+        if (rc != REC_PACKET) return rc;
+        int64_t ts = out->ts, fixed;
+        if (out->key < 0) { /* a borrowed time: only checked for range */
+            if (!out->valid) {
+                R->bad_ts += 1;
+                ts = R->last_used;
+            }
+        } else {
+            TimeState *s = &R->times[out->key];
+            if (!s->has_prev || !out->valid || dist(ts, s->prev) > TIME_JUMP_NS) {
+                int64_t nx[WILD_RUN];
+                int nv[WILD_RUN], got = 0, seen = 0, same = 1;
+                NgPos ahead = R->ng;
+                Rec next;
+                while (seen < WILD_RUN) {
+                    int r = ng_block(R, &ahead, &next, 0);
+                    if (r == REC_OTHER) continue;
+                    if (r == REC_WAIT) { R->ng = before; return REC_WAIT; }
+                    if (r == REC_ERROR) return REC_ERROR;
+                    if (r != REC_PACKET) break; /* the end, or damage: the records before it count */
+                    seen += 1;
+                    if (same && next.key == out->key) {
+                        nx[got] = next.ts;
+                        nv[got++] = next.valid;
+                    } else {
+                        same = 0;
+                    }
+                }
+                s = &R->times[out->key]; /* the look-ahead may have added interfaces (and moved the array) */
+                if (repaired_time(s, ts, out->valid, nx, nv, got, seen == 0, &fixed)) {
+                    R->bad_ts += 1;
+                    ts = fixed;
+                }
+            }
+            s->prev2 = s->prev;
+            s->has_prev2 = s->has_prev;
+            s->prev = ts;
+            s->has_prev = 1;
+            R->last_used = ts;
+        }
+        R->start = R->ng.at;
+        R->pos = R->ng.pos;
+        record_done(R, out, ts);
+        return REC_PACKET;
+    }
+}
+
+/* The next record: REC_PACKET (in *out, its data valid until the next feed), REC_WAIT (feed more), REC_END,
+ * REC_DAMAGE (once; R->what, R->damage_pos), REC_ERROR (a Python exception is set). */
+static int reader_next(Reader *R, Rec *out) {
+    if (R->damaged) return REC_END;
+    return R->format == FMT_PCAP ? pcap_next(R, out) : ng_next(R, out);
 }
 
 /* ---- link, IP and TCP: the TCP outcome of capture._decode; anything else is left to Python --------------- */
@@ -213,6 +674,7 @@ typedef struct {
     uint32_t seq, ack;
     const uint8_t *payload;
     Py_ssize_t plen;
+    int64_t wire_len; /* payload bytes on the wire (more than plen when the snaplen cut the frame) */
 } Seg;
 
 /* 1: a TCP segment the lane can take; 2: a TCP segment cut by the snaplen (capture._decode gives it `missing`
@@ -304,6 +766,7 @@ static int decode(int linktype, const uint8_t *d, Py_ssize_t n, int64_t orig_len
     s->flags = d[tcp + 13];
     s->payload = d + start;
     s->plen = (cut ? n : wire_end) - start;
+    s->wire_len = wire_end - start;
     return cut ? 2 : 1;
 }
 
@@ -467,9 +930,15 @@ static PyObject *param_value(const uint8_t *b, Py_ssize_t len, Py_ssize_t *pos, 
         uint64_t v = 0;
         for (int i = width - 1; i >= 0; i--) v = v << 8 | b[*pos + i];
         *pos += width;
-        if (is_unsigned) return PyUnicode_FromFormat("%llu", (unsigned long long)v);
-        if (width < 8 && v >> (8 * width - 1)) v |= ~0ULL << (8 * width); /* sign-extend */
-        return PyUnicode_FromFormat("%lld", (long long)(int64_t)v);
+        int negative = 0;
+        if (!is_unsigned) {
+            if (width < 8 && v >> (8 * width - 1)) v |= ~0ULL << (8 * width); /* sign-extend */
+            if ((int64_t)v < 0) { negative = 1; v = 0 - v; } /* the magnitude, also of INT64_MIN */
+        }
+        char digits[24], *d = digits + sizeof digits; /* str(int): no format string to parse per value */
+        do { *--d = (char)('0' + v % 10); v /= 10; } while (v);
+        if (negative) *--d = '-';
+        return PyUnicode_FromStringAndSize(d, digits + sizeof digits - d);
     }
     if (kind == 4 || kind == 5) {
         double x;
@@ -656,7 +1125,32 @@ static int put_num(Lane *L, int i, const void *value) {
 static int put_q(Lane *L, int i, int64_t v) { return put_num(L, i, &v); }
 static int put_d(Lane *L, int i, double v) { return put_num(L, i, &v); }
 static int put_o(Lane *L, int i, PyObject *v) { /* borrows v */
-    return PyList_Append(L->cols[i].list, v);
+    Column *c = &L->cols[i];
+    if (!c->codes) return PyList_Append(c->list, v);
+    int32_t code = -1;
+    if (v != Py_None) {
+        PyObject *known = PyDict_GetItemWithError(c->codes, v); /* borrowed */
+        if (known) {
+            code = (int32_t)PyLong_AsLong(known);
+        } else {
+            if (PyErr_Occurred()) return -1;
+            Py_ssize_t next = PyList_GET_SIZE(c->list);
+            PyObject *number = PyLong_FromSsize_t(next);
+            int bad = !number || PyDict_SetItem(c->codes, v, number) < 0 || PyList_Append(c->list, v) < 0;
+            Py_XDECREF(number);
+            if (bad) return -1;
+            code = (int32_t)next;
+        }
+    }
+    if (c->n == c->cap) {
+        Py_ssize_t cap = c->cap ? c->cap * 2 : 1024;
+        char *d = PyMem_Realloc(c->data, cap * 4);
+        if (!d) { PyErr_NoMemory(); return -1; }
+        c->data = d;
+        c->cap = cap;
+    }
+    memcpy(c->data + 4 * c->n++, &code, 4);
+    return 0;
 }
 
 /* connection._finish + exchanges.emit for a finished exchange: one row, column by column. */
@@ -799,68 +1293,28 @@ static PyObject *bail_header(Flow *f) {
                          (long long)c->other_bytes, f->n_saved);
 }
 
-static PyObject *raw_record(Lane *L, int64_t frame, int64_t ts, const uint8_t *data, Py_ssize_t caplen,
+static PyObject *raw_record(int64_t frame, int64_t ts, int linktype, const uint8_t *data, Py_ssize_t caplen,
                             int64_t orig_len) {
-    return Py_BuildValue("(LLiy#L)", (long long)frame, (long long)ts, L->linktype, (const char *)data, caplen,
+    return Py_BuildValue("(LLiy#L)", (long long)frame, (long long)ts, linktype, (const char *)data, caplen,
                          (long long)orig_len);
+}
+
+/* Records consumed here, per link type (CaptureStats.link_types); n < 0 gives records back. */
+static void count_fast(Lane *L, int linktype, int64_t n) {
+    L->fast_frames += n;
+    for (int i = 0; i < L->n_link; i++)
+        if (L->fast_link[i][0] == linktype) { L->fast_link[i][1] += n; return; }
+    if (L->n_link < LINK_KINDS) {
+        L->fast_link[L->n_link][0] = linktype;
+        L->fast_link[L->n_link++][1] = n;
+    }
 }
 
 static void end_bail(Lane *L) {
     Flow *f = L->bailing;
-    L->fast_frames -= f->n_saved; /* Python counts the replayed records */
+    for (Py_ssize_t i = 0; i < f->n_saved; i++) count_fast(L, f->saved[i].linktype, -1); /* Python counts them */
     L->bailing = NULL;
     drop_flow(L, f);
-}
-
-/* ---- timestamps: capture.repaired_time for a classic pcap (one interface; its times are always in range) ---- */
-
-#define TIME_JUMP_NS 1000000000LL
-#define IDLE_LIMIT_NS (86400LL * 1000000000LL)
-#define WILD_RUN 8
-
-static inline int64_t record_ts(const Lane *L, const uint8_t *h) {
-    return (int64_t)rd32(h, L->big_endian) * 1000000000 + (int64_t)rd32(h + 4, L->big_endian) * L->frac_to_ns;
-}
-
-/* The times of up to `want` complete records at p: how many there are (fewer only where the records end, cut or
- * damaged, as capture._timed reads them), or -1: wait for more of the file. */
-static int peek_times(const Lane *L, const uint8_t *p, Py_ssize_t avail, int want, int64_t *out) {
-    int got = 0;
-    while (got < want) {
-        if (avail < 16) return L->eof ? got : -1;
-        int64_t caplen = rd32(p + 8, L->big_endian);
-        if (caplen > L->limit) return got;
-        if (avail < 16 + caplen) return L->eof ? got : -1;
-        out[got++] = record_ts(L, p);
-        p += 16 + caplen;
-        avail -= 16 + caplen;
-    }
-    return got;
-}
-
-static inline int64_t dist(int64_t a, int64_t b) { return a > b ? a - b : b - a; }
-
-/* capture.repaired_time: 1 and *fixed when the record's time `ts` must be replaced; the next `got` times in nx */
-static int ts_repair(const Lane *L, int64_t ts, int got, const int64_t *nx, int64_t *fixed) {
-    const int64_t jump = TIME_JUMP_NS, idle = IDLE_LIMIT_NS;
-    if (!L->has_prev) {
-        if (got >= 2 && dist(nx[0], nx[1]) <= jump && (ts - nx[0] > jump || nx[0] - ts > idle)) {
-            *fixed = nx[0];
-            return 1;
-        }
-        return 0;
-    }
-    if (dist(ts, L->prev_ts) <= jump) return 0;
-    if (got >= 1) {
-        for (int i = 0; i < got; i++)
-            if (dist(nx[i], L->prev_ts) <= jump && dist(nx[i], ts) > jump) { *fixed = L->prev_ts; return 1; }
-        return 0;
-    }
-    if (L->has_prev2 && dist(L->prev_ts, L->prev2_ts) <= jump && (L->prev_ts - ts > jump || ts - L->prev_ts > idle)) {
-        *fixed = L->prev_ts;
-        return 1;
-    }
-    return 0;
 }
 
 static PyObject *Lane_next(Lane *L, PyObject *Py_UNUSED(ignored)) {
@@ -873,7 +1327,7 @@ static PyObject *Lane_next(Lane *L, PyObject *Py_UNUSED(ignored)) {
                 item = bail_header(f);
             } else {
                 Saved *r = &f->saved[L->replay_i++];
-                item = raw_record(L, r->frame, r->ts, f->arena + r->at, r->caplen, r->orig_len);
+                item = raw_record(r->frame, r->ts, r->linktype, f->arena + r->at, r->caplen, r->orig_len);
             }
             if (item && L->replay_i == f->n_saved) end_bail(L); /* out of the table before Python promotes */
             return item;
@@ -884,81 +1338,41 @@ static PyObject *Lane_next(Lane *L, PyObject *Py_UNUSED(ignored)) {
             continue;
         }
         if (L->n_rows >= L->batch) return PyLong_FromLong(0);
-        if (L->damaged) Py_RETURN_NONE;
-        Py_ssize_t have = L->end - L->start;
-        if (have < 16) Py_RETURN_NONE;
-        const uint8_t *h = L->buf + L->start;
-        int64_t caplen = rd32(h + 8, L->big_endian), orig_len = rd32(h + 12, L->big_endian);
-        if (caplen > L->limit) {
-            L->damaged = 1;
-            return Py_BuildValue("(sLL)", "insane record length", (long long)caplen, (long long)L->pos);
-        }
-        if (have < 16 + caplen) Py_RETURN_NONE;
-        int64_t ts = record_ts(L, h);
-        if (!L->has_prev || dist(ts, L->prev_ts) > TIME_JUMP_NS) { /* in question: look at the next records */
-            int64_t nx[WILD_RUN], fixed;
-            int got = peek_times(L, h + 16 + caplen, have - 16 - caplen, WILD_RUN, nx);
-            if (got < 0) Py_RETURN_NONE;
-            if (ts_repair(L, ts, got, nx, &fixed)) {
-                ts = fixed;
-                L->bad_ts += 1;
-            }
-        }
-        L->prev2_ts = L->prev_ts;
-        L->has_prev2 = L->has_prev;
-        L->prev_ts = ts;
-        L->has_prev = 1;
-        const uint8_t *data = h + 16;
-        L->start += 16 + caplen;
-        L->pos += 16 + caplen;
-        L->frame += 1;
-        if (!L->has_ts) { L->first_ts = ts; L->has_ts = 1; }
-        L->last_ts = ts;
+        Rec rec;
+        int got = reader_next(&L->R, &rec);
+        if (got == REC_ERROR) return NULL;
+        if (got == REC_DAMAGE) return Py_BuildValue("(ssL)", "damage", L->R.what, (long long)L->R.damage_pos);
+        if (got != REC_PACKET) Py_RETURN_NONE;
+        const uint8_t *data = rec.data;
+        int64_t ts = rec.ts, caplen = rec.caplen, orig_len = rec.orig_len;
         Seg s;
         Entry *e = NULL;
-        int kind = decode(L->linktype, data, caplen, orig_len, &s);
+        int kind = decode(rec.linktype, data, caplen, orig_len, &s);
         if (kind) {
             uint8_t key[36];
             make_key(key, s.addr, s.addr + s.alen, s.alen, s.sport, s.dport);
             e = lookup(L, key);
         }
-        if (!e) return raw_record(L, L->frame, ts, data, caplen, orig_len);
+        if (!e) return raw_record(rec.frame, ts, rec.linktype, data, caplen, orig_len);
         f = e->flow;
-        int rc = kind == 1 ? take_segment(L, f, e->dir, &s, ts, L->frame) : 0;
+        int rc = kind == 1 ? take_segment(L, f, e->dir, &s, ts, rec.frame) : 0;
         if (rc < 0) return NULL;
-        L->fast_frames += 1;
+        count_fast(L, rec.linktype, 1);
         if (rc == 1 && f->state == IDLE) continue; /* committed */
         /* inside an exchange, or leaving the lane: keep a copy for a replay */
         if (rc == 0 && f->state == IDLE) clear_exchange(f); /* at a boundary only this record is replayed */
-        if (save_record(f, L->frame, ts, orig_len, data, caplen) < 0) return PyErr_NoMemory();
+        if (save_record(f, &rec) < 0) return PyErr_NoMemory();
         if (rc == 0 || f->arena_len > REPLAY_LIMIT) begin_bail(L, f); /* huge responses: Python's bounded buffers */
     }
 }
 
 static PyObject *Lane_feed(Lane *L, PyObject *arg) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    if (L->start) {
-        memmove(L->buf, L->buf + L->start, L->end - L->start);
-        L->end -= L->start;
-        L->start = 0;
-    }
-    if (L->end + view.len > L->cap) {
-        Py_ssize_t cap = L->cap ? L->cap : 1 << 20;
-        while (cap < L->end + view.len) cap *= 2;
-        uint8_t *b = PyMem_Realloc(L->buf, cap);
-        if (!b) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
-        L->buf = b;
-        L->cap = cap;
-    }
-    memcpy(L->buf + L->end, view.buf, view.len);
-    L->end += view.len;
-    PyBuffer_Release(&view);
+    if (reader_feed(&L->R, arg) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *Lane_eof(Lane *L, PyObject *Py_UNUSED(ignored)) {
-    L->eof = 1;
+    L->R.eof = 1;
     Py_RETURN_NONE;
 }
 
@@ -1058,24 +1472,51 @@ static PyObject *Lane_promote_mysql(Lane *L, PyObject *args) {
 }
 
 /* counts() -> (records read, records consumed here, first ts or None, last ts or None, bytes consumed,
- *              unconsumed bytes, COM_QUERY rows, COM_STMT_EXECUTE rows, records whose time was repaired) */
+ *              COM_QUERY rows, COM_STMT_EXECUTE rows, records whose time was repaired, pcapng section headers,
+ *              interface descriptions, unknown blocks, {interface id: packets dropped}, {link type: records
+ *              consumed here}) */
 static PyObject *Lane_counts(Lane *L, PyObject *Py_UNUSED(ignored)) {
-    PyObject *first = L->has_ts ? PyLong_FromLongLong(L->first_ts) : Py_NewRef(Py_None);
-    PyObject *last = L->has_ts ? PyLong_FromLongLong(L->last_ts) : Py_NewRef(Py_None);
-    return Py_BuildValue("(LLNNLnLLL)", (long long)L->frame, (long long)L->fast_frames, first, last,
-                         (long long)L->pos, L->end - L->start, (long long)L->commands[0], (long long)L->commands[1],
-                         (long long)L->bad_ts);
+    Reader *R = &L->R;
+    PyObject *first = R->has_ts ? PyLong_FromLongLong(R->first_ts) : Py_NewRef(Py_None);
+    PyObject *last = R->has_ts ? PyLong_FromLongLong(R->last_ts) : Py_NewRef(Py_None);
+    PyObject *links = PyDict_New();
+    for (int i = 0; links && i < L->n_link; i++) {
+        if (!L->fast_link[i][1]) continue;
+        PyObject *k = PyLong_FromLongLong(L->fast_link[i][0]), *v = PyLong_FromLongLong(L->fast_link[i][1]);
+        if (!k || !v || PyDict_SetItem(links, k, v) < 0) Py_CLEAR(links);
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+    }
+    if (!first || !last || !links) {
+        Py_XDECREF(first); Py_XDECREF(last); Py_XDECREF(links);
+        return NULL;
+    }
+    return Py_BuildValue("(LLNNLLLLLLLON)", (long long)R->frame, (long long)L->fast_frames, first, last,
+                         (long long)R->pos, (long long)L->commands[0], (long long)L->commands[1],
+                         (long long)R->bad_ts, (long long)R->sections, (long long)R->ng.idbs,
+                         (long long)R->unknown_blocks, R->if_drops, links);
 }
 
 /* take_columns() -> the rows written since the last call, as 42 columns: bytes (int64 / float64 values, native
- * byte order) for 'q' / 'd' columns of ROW_KINDS, lists for 'o' columns. */
+ * byte order) for 'q' / 'd' columns of ROW_KINDS, lists for 'o' columns, and for the 'o' columns the lane was
+ * told to code (`coded`) a pair: the bytes of int32 codes (-1 for None) and the list of distinct values. */
 static PyObject *Lane_take_columns(Lane *L, PyObject *Py_UNUSED(ignored)) {
     PyObject *out = PyList_New(NCOLS);
     if (!out) return NULL;
     for (int i = 0; i < NCOLS; i++) {
         Column *c = &L->cols[i];
         PyObject *item;
-        if (ROW_KINDS[i] == 'o') {
+        if (c->codes) {
+            PyObject *values = PyList_New(0);
+            PyObject *codes = values ? PyBytes_FromStringAndSize(c->n ? c->data : "", 4 * c->n) : NULL;
+            item = codes ? PyTuple_Pack(2, codes, c->list) : NULL;
+            Py_XDECREF(codes);
+            if (!item) { Py_XDECREF(values); Py_DECREF(out); return NULL; }
+            Py_DECREF(c->list);
+            c->list = values;
+            c->n = 0;
+            PyDict_Clear(c->codes);
+        } else if (ROW_KINDS[i] == 'o') {
             item = c->list;
             c->list = PyList_New(0);
             if (!c->list) { c->list = item; Py_DECREF(out); return NULL; }
@@ -1091,19 +1532,20 @@ static PyObject *Lane_take_columns(Lane *L, PyObject *Py_UNUSED(ignored)) {
 }
 
 static int Lane_init(Lane *L, PyObject *args, PyObject *kw) {
-    static char *names[] = {"big_endian", "frac_to_ns", "linktype", "limit", "pos", "batch",
-                            "fingerprints", "query", "execute", "ok", "resultset", NULL};
-    int big;
+    static char *names[] = {"pcapng", "big_endian", "frac_to_ns", "linktype", "limit", "pos", "batch",
+                            "fingerprints", "query", "execute", "ok", "resultset", "coded", NULL};
+    int pcapng, big, linktype;
     long long frac, limit, pos;
     Py_ssize_t batch;
     PyObject *fingerprints, *query, *execute, *ok, *resultset;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "pLiLLnOUUUU", names, &big, &frac, &L->linktype, &limit, &pos,
-                                     &batch, &fingerprints, &query, &execute, &ok, &resultset))
+    const char *coded = "";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ppLiLLnOUUUU|s", names, &pcapng, &big, &frac, &linktype, &limit,
+                                     &pos, &batch, &fingerprints, &query, &execute, &ok, &resultset, &coded))
         return -1;
-    L->big_endian = big;
-    L->frac_to_ns = frac;
-    L->limit = limit;
-    L->pos = pos;
+    for (int i = 0; i < NCOLS && coded[i]; i++)
+        if (coded[i] == 'c' && ROW_KINDS[i] == 'o' && !L->cols[i].codes && !(L->cols[i].codes = PyDict_New()))
+            return -1;
+    if (reader_setup(&L->R, pcapng, big, frac, linktype, limit, pos) < 0) return -1;
     L->batch = batch;
     for (int i = 0; i < NCOLS; i++)
         if (ROW_KINDS[i] == 'o' && !L->cols[i].list && !(L->cols[i].list = PyList_New(0))) return -1;
@@ -1124,8 +1566,12 @@ static int Lane_init(Lane *L, PyObject *args, PyObject *kw) {
 static void Lane_dealloc(Lane *L) {
     while (L->all) drop_flow(L, L->all);
     PyMem_Free(L->table);
-    PyMem_Free(L->buf);
-    for (int i = 0; i < NCOLS; i++) { Py_XDECREF(L->cols[i].list); PyMem_Free(L->cols[i].data); }
+    reader_free(&L->R);
+    for (int i = 0; i < NCOLS; i++) {
+        Py_XDECREF(L->cols[i].list);
+        Py_XDECREF(L->cols[i].codes);
+        PyMem_Free(L->cols[i].data);
+    }
     Py_XDECREF(L->fingerprints);
     for (int i = 0; i < 2; i++) { Py_XDECREF(L->names[i]); Py_XDECREF(L->results[i]); }
     Py_XDECREF(L->empty);
@@ -1157,10 +1603,170 @@ static PyTypeObject LaneType = {
     .tp_doc = "The fast lane of extraction (see pcapdecomp/fastlane.py).",
 };
 
+
+/* ---- the clock's segments: match.read_segments_of in C ------------------------------------------------------
+ *
+ * The keys and times of every TCP segment of chosen connections, read from the same records as the lane (times
+ * checked alike): seq << 32 | ack, wire payload length << 9 | flags << 1 | direction, and the time. */
+
+typedef struct {
+    PyObject_HEAD
+    Reader R;
+    Entry **table;
+    size_t table_mask;
+    uint64_t *cols[3];
+    Py_ssize_t n, cap;
+} Segments;
+
+static int segments_add_key(Segments *S, const uint8_t *k, int dir) {
+    size_t slot = hash_key(k) & S->table_mask;
+    for (Entry *e = S->table[slot]; e; e = e->next)
+        if (!memcmp(e->key, k, 36)) return 0; /* both ways round: the first (client -> server) wins */
+    Entry *e = PyMem_Calloc(1, sizeof(Entry));
+    if (!e) { PyErr_NoMemory(); return -1; }
+    memcpy(e->key, k, 36);
+    e->dir = dir;
+    e->next = S->table[slot];
+    S->table[slot] = e;
+    return 0;
+}
+
+/* Segments(pcapng, big_endian, frac_to_ns, linktype, limit, pos, flows): flows a list of (client address bytes,
+ * client port, server address bytes, server port) */
+static int Segments_init(Segments *S, PyObject *args, PyObject *kw) {
+    static char *names[] = {"pcapng", "big_endian", "frac_to_ns", "linktype", "limit", "pos", "flows", NULL};
+    int pcapng, big, linktype;
+    long long frac, limit, pos;
+    PyObject *flows;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ppLiLLO!", names, &pcapng, &big, &frac, &linktype, &limit, &pos,
+                                     &PyList_Type, &flows))
+        return -1;
+    if (S->table) {
+        PyErr_SetString(PyExc_RuntimeError, "Segments cannot be initialised twice");
+        return -1;
+    }
+    if (reader_setup(&S->R, pcapng, big, frac, linktype, limit, pos) < 0) return -1;
+    Py_ssize_t n = PyList_GET_SIZE(flows);
+    size_t size = 1 << 10;
+    while (size < (size_t)(4 * n)) size <<= 1;
+    S->table_mask = size - 1;
+    S->table = PyMem_Calloc(size, sizeof(Entry *));
+    if (!S->table) { PyErr_NoMemory(); return -1; }
+    for (int dir = 0; dir < 2; dir++) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_buffer ca, sa;
+            unsigned cport, sport;
+            if (!PyArg_ParseTuple(PyList_GET_ITEM(flows, i), "y*Iy*I", &ca, &cport, &sa, &sport)) return -1;
+            int bad = ca.len != sa.len || (ca.len != 4 && ca.len != 16) || cport > 0xFFFF || sport > 0xFFFF;
+            uint8_t k[36];
+            if (!bad) {
+                if (dir == 0) make_key(k, ca.buf, sa.buf, (int)ca.len, cport, sport);
+                else make_key(k, sa.buf, ca.buf, (int)ca.len, sport, cport);
+            }
+            PyBuffer_Release(&ca);
+            PyBuffer_Release(&sa);
+            if (bad) {
+                PyErr_SetString(PyExc_ValueError, "a flow is (4- or 16-byte address, port, same-size address, port)");
+                return -1;
+            }
+            if (segments_add_key(S, k, dir) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *Segments_feed(Segments *S, PyObject *arg) {
+    if (reader_feed(&S->R, arg) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Segments_eof(Segments *S, PyObject *Py_UNUSED(ignored)) {
+    S->R.eof = 1;
+    Py_RETURN_NONE;
+}
+
+/* Read every complete record fed so far; at damage, stop (as read_segments_of does). */
+static PyObject *Segments_run(Segments *S, PyObject *Py_UNUSED(ignored)) {
+    Rec rec;
+    for (;;) {
+        int got = reader_next(&S->R, &rec);
+        if (got == REC_ERROR) return NULL;
+        if (got != REC_PACKET) Py_RETURN_NONE;
+        Seg s;
+        if (!decode(rec.linktype, rec.data, rec.caplen, rec.orig_len, &s)) continue;
+        uint8_t k[36];
+        make_key(k, s.addr, s.addr + s.alen, s.alen, s.sport, s.dport);
+        Entry *e = S->table[hash_key(k) & S->table_mask];
+        while (e && memcmp(e->key, k, 36)) e = e->next;
+        if (!e) continue;
+        if (S->n == S->cap) {
+            Py_ssize_t cap = S->cap ? S->cap * 2 : 1 << 16;
+            for (int i = 0; i < 3; i++) {
+                uint64_t *c = PyMem_Realloc(S->cols[i], cap * sizeof(uint64_t));
+                if (!c) return PyErr_NoMemory();
+                S->cols[i] = c;
+            }
+            S->cap = cap;
+        }
+        S->cols[0][S->n] = (uint64_t)s.seq << 32 | s.ack;
+        S->cols[1][S->n] = (uint64_t)s.wire_len << 9 | s.flags << 1 | (unsigned)e->dir;
+        S->cols[2][S->n] = (uint64_t)rec.ts;
+        S->n += 1;
+    }
+}
+
+/* take() -> [k1, k2, ts]: the bytes of uint64 / uint64 / int64 arrays (native byte order); the lane lets go of
+ * each column as soon as its copy exists. */
+static PyObject *Segments_take(Segments *S, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = PyList_New(3);
+    if (!out) return NULL;
+    for (int i = 0; i < 3; i++) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)S->cols[i], S->n * (Py_ssize_t)sizeof(uint64_t));
+        if (!b) { Py_DECREF(out); return NULL; }
+        PyMem_Free(S->cols[i]);
+        S->cols[i] = NULL;
+        PyList_SET_ITEM(out, i, b);
+    }
+    S->n = S->cap = 0;
+    return out;
+}
+
+static void Segments_dealloc(Segments *S) {
+    if (S->table) {
+        for (size_t i = 0; i <= S->table_mask; i++) {
+            Entry *e = S->table[i];
+            while (e) { Entry *next = e->next; PyMem_Free(e); e = next; }
+        }
+        PyMem_Free(S->table);
+    }
+    for (int i = 0; i < 3; i++) PyMem_Free(S->cols[i]);
+    reader_free(&S->R);
+    Py_TYPE(S)->tp_free((PyObject *)S);
+}
+
+static PyMethodDef Segments_methods[] = {
+    {"feed", (PyCFunction)Segments_feed, METH_O, "Append capture bytes."},
+    {"eof", (PyCFunction)Segments_eof, METH_NOARGS, "The whole file was fed."},
+    {"run", (PyCFunction)Segments_run, METH_NOARGS, "Read the records fed so far."},
+    {"take", (PyCFunction)Segments_take, METH_NOARGS, "The keys and times read: [k1, k2, ts] as bytes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SegmentsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pcapdecomp._lane.Segments",
+    .tp_basicsize = sizeof(Segments),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Segments_init,
+    .tp_dealloc = (destructor)Segments_dealloc,
+    .tp_methods = Segments_methods,
+    .tp_doc = "The clock's segment keys of chosen connections (see pcapdecomp/fastlane.py).",
+};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lane", "The fast lane of extraction.", -1, NULL};
 
 PyMODINIT_FUNC PyInit__lane(void) {
-    if (PyType_Ready(&LaneType) < 0) return NULL;
+    if (PyType_Ready(&LaneType) < 0 || PyType_Ready(&SegmentsType) < 0) return NULL;
     S_num_params = PyUnicode_InternFromString("num_params");
     S_types = PyUnicode_InternFromString("types");
     S_long_data = PyUnicode_InternFromString("long_data");
@@ -1170,6 +1776,7 @@ PyMODINIT_FUNC PyInit__lane(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0 ||
+        PyModule_AddObjectRef(m, "Segments", (PyObject *)&SegmentsType) < 0 ||
         PyModule_AddStringConstant(m, "ROW_KINDS", ROW_KINDS) < 0) { Py_DECREF(m); return NULL; }
     return m;
 }

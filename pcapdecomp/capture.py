@@ -510,6 +510,7 @@ class CaptureReader:
         self._iterated = False
 
     pcap_layout: PcapLayout | None = None  # set for classic pcap files: how their records are laid out
+    pcapng_packets = False  # a pcapng file whose first packet was found at open time (the fast lane reads those)
 
     @property
     def bytes_read(self) -> int:
@@ -520,6 +521,26 @@ class CaptureReader:
             return self.stats.bytes_file
 
     # -- opening --
+
+    def rewind(self) -> None:
+        """Back to the capture's first byte, before any record is read (the native fast lane reads a pcapng file
+        from its section header on). The file is opened again; what opening counted of its blocks is reset, for the
+        reader of the records counts it again."""
+        if self._iterated:
+            raise RuntimeError("a CaptureReader can be rewound only before its records are read")
+        self._file.close()
+        try:
+            raw = open(self.path, "rb")
+        except OSError as err:
+            raise InputError(f"cannot open capture file {self.path}: {err.strerror}") from None
+        self._raw = self._file = raw
+        self._gunzip = None
+        if self.stats.gzip:
+            self._gunzip = _Gunzip(raw)
+            self._file = io.BufferedReader(self._gunzip, buffer_size=1 << 20)
+        stats = self.stats
+        stats.sections = stats.interfaces = stats.unknown_blocks = 0
+        stats.if_drops = {}
 
     def _open_stream(self) -> None:
         head = self._file.read(4)
@@ -602,6 +623,7 @@ class CaptureReader:
             raise CaptureFormatError(f"unsupported link type {kinds} in capture file: {self.path}")
         if first is None:
             return iter(())
+        self.pcapng_packets = True
 
         def chained():
             yield first

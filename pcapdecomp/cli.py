@@ -1,18 +1,20 @@
-"""Command line: thin commands over pipeline.py. The only place that turns errors into messages and exit codes."""
+"""Command line: thin commands over pipeline.py. The only place that turns errors into messages and exit codes.
+
+Start-up is part of every command's time: this module imports only typer and what every command needs; pandas,
+pyarrow and the stages are imported by the command that uses them, when it runs (`--help` imports neither:
+tests/test_cli.py checks)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from . import __version__
 from .errors import PcapdecompError
-from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
 
 app = typer.Typer(
     add_completion=False,
@@ -24,7 +26,22 @@ app = typer.Typer(
 )
 lab_app = typer.Typer(no_args_is_help=True, help="Record real MariaDB thread-pool incidents on two test hosts.")
 app.add_typer(lab_app, name="lab")
-out_console = Console()
+
+
+class _Console:
+    """rich's Console on stdout, made when something is first printed (rich's import is not free)."""
+
+    _console = None
+
+    def print(self, *args, **kwargs) -> None:
+        if _Console._console is None:
+            from rich.console import Console
+
+            _Console._console = Console()
+        _Console._console.print(*args, **kwargs)
+
+
+out_console = _Console()
 
 
 def _version(value: bool) -> None:
@@ -79,6 +96,8 @@ def exchanges(
 
 
 def _print_summary(result, quality: dict) -> None:
+    from rich.table import Table
+
     ex = result.exchanges
     out_console.print(
         f"[bold]{result.capture}[/]: {quality['frames']} frames, {quality['mysql_connections']} MySQL connections "
@@ -236,8 +255,8 @@ def columns(
     ),
 ) -> None:
     """Print a table's columns: name, dtype and meaning (as in the docs)."""
-    from .schema import (ANALYSIS_COLUMNS, COMPARISON_COLUMNS, GROUP_COLUMNS, POOL_COLUMNS, SUMMARY_KEYS,
-                         markdown_table)
+    from .schema import (ANALYSIS_COLUMNS, COMPARISON_COLUMNS, CONNECTION_COLUMNS, EXCHANGE_COLUMNS, GROUP_COLUMNS,
+                         POOL_COLUMNS, SUMMARY_KEYS, markdown_table)
 
     tables = {"exchanges": EXCHANGE_COLUMNS, "analysis": ANALYSIS_COLUMNS, "groups": GROUP_COLUMNS,
               "pool": POOL_COLUMNS, "connections": CONNECTION_COLUMNS, "summary": SUMMARY_KEYS,
@@ -272,10 +291,9 @@ def main() -> None:
     """Exit codes: 0 done, 2 a user mistake (one line), 70 an internal error (one line, the traceback in a file),
     130 interrupted (Ctrl-C). No traceback reaches the terminal."""
     from .errors import internal_error
-    from .tables import use_returning_allocator
 
     try:
-        use_returning_allocator()
+        _returning_allocator()
         code = app(standalone_mode=False)  # typer turns Ctrl-C inside a command into the return value 130
     except PcapdecompError as exc:
         _exit(exc)
@@ -292,6 +310,17 @@ def main() -> None:
     if code == 130:
         print("pcapdecomp: interrupted", file=sys.stderr)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _returning_allocator() -> None:
+    """tables.use_returning_allocator, without importing pyarrow for a command that does not use it: Arrow reads
+    this variable when it makes its default memory pool."""
+    if "pyarrow" in sys.modules:
+        from .tables import use_returning_allocator
+
+        use_returning_allocator()
+    else:
+        os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"
 
 
 def _exit(exc: PcapdecompError) -> None:

@@ -265,8 +265,7 @@ def extract(
     def finished(stats: CaptureStats, native: int) -> Extraction:
         ex_batches.append(batch(ex_rows, EXCHANGE_COLUMNS))
         ex_rows.clear()
-        exchanges = frame_of(ex_batches, EXCHANGE_COLUMNS)
-        exchanges = sorted_columnwise([exchanges], ["req_first_ts", "conn_index", "seq"])
+        exchanges = frame_of(ex_batches, EXCHANGE_COLUMNS, sort_by=["req_first_ts", "conn_index", "seq"])
         connections = frame(conn_rows, CONNECTION_COLUMNS).sort_values("conn_index").reset_index(drop=True)
         release_memory()
         return Extraction(name, exchanges, connections, stats, tracker.other_tcp_frames, tracker.other_tcp_bytes,

@@ -35,11 +35,12 @@ from .errors import InputError, PcapdecompError
 from .flows import Flow, FlowTracker
 from .mysql.connection import CLIENT, COMMAND, SERVER
 from .mysql.wire import command_name
+from .schema import CATEGORY, EXCHANGE_COLUMNS
 
 try:
-    from ._lane import ROW_KINDS, Lane
+    from ._lane import ROW_KINDS, Lane, Segments
 except ImportError:  # no compiler when installed: Python reads everything
-    Lane, ROW_KINDS = None, ""
+    Lane, Segments, ROW_KINDS = None, None, ""
 
 NATIVE = Lane is not None
 CHUNK = 1 << 20
@@ -47,8 +48,21 @@ _KINDS = {"other": 2, "foreign": 3}
 
 
 def usable(reader: CaptureReader) -> bool:
-    """The lane can read this capture: the extension is built, the file is classic pcap, and it is not switched off."""
-    return NATIVE and reader.pcap_layout is not None and not os.environ.get("PCAPDECOMP_NO_LANE")
+    """The lane can read this capture: the extension is built, the file is classic pcap or pcapng with at least one
+    packet (gzip-compressed or not), and it is not switched off."""
+    return (NATIVE and (reader.pcap_layout is not None or reader.pcapng_packets)
+            and not os.environ.get("PCAPDECOMP_NO_LANE"))
+
+
+def _layout(reader: CaptureReader) -> dict:
+    """How the lane reads the records of `reader` from where its file now stands: a classic pcap after its file
+    header; a pcapng file from its first byte (the reader rewinds it; the lane counts the blocks again)."""
+    layout = reader.pcap_layout
+    if layout is not None:
+        return {"pcapng": False, "big_endian": layout.big_endian, "frac_to_ns": layout.frac_to_ns,
+                "linktype": layout.linktype, "limit": layout.limit, "pos": 24}
+    reader.rewind()
+    return {"pcapng": True, "big_endian": False, "frac_to_ns": 1, "linktype": 0, "limit": 0, "pos": 0}
 
 
 def reads(path: str | os.PathLike) -> bool:
@@ -73,16 +87,17 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
     (exchanges.extract's emit, row for row) are handed over by column, a batch at a time: `add_columns(values,
     ROW_KINDS)` (tables.columns_batch). `row_ends(flow)` gives the parts of a row that are constant for a
     connection. Returns how many records the lane consumed itself."""
-    layout = reader.pcap_layout
     stats = reader.stats
     link_types = stats.link_types
     flows = tracker._flows
     feed = tracker.segment_fields
     from .exchanges import ROWS_PER_BATCH
 
-    lane = Lane(big_endian=layout.big_endian, frac_to_ns=layout.frac_to_ns, linktype=layout.linktype,
-                limit=layout.limit, pos=24, batch=ROWS_PER_BATCH, fingerprints=fingerprints,
-                query=command_name(0x03), execute=command_name(0x17), ok="ok", resultset="resultset")
+    # text columns that become categoricals are dictionary-coded by the lane as it writes them
+    kinds = "".join("c" if kind == "o" and column.dtype == CATEGORY else kind
+                    for kind, column in zip(ROW_KINDS, EXCHANGE_COLUMNS))
+    lane = Lane(**_layout(reader), batch=ROWS_PER_BATCH, fingerprints=fingerprints, query=command_name(0x03),
+                execute=command_name(0x17), ok="ok", resultset="resultset", coded=kinds)
     finishing = False
 
     def handle(record) -> tuple | None:
@@ -160,7 +175,7 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
             if item is None:
                 return
             if item.__class__ is int:
-                add_columns(lane.take_columns(), ROW_KINDS)
+                add_columns(lane.take_columns(), kinds)
                 continue
             size = len(item)
             if size == 5:
@@ -170,8 +185,8 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
                     if flow is not None:
                         promote(flow)
             elif size == 3:
-                what, length, pos = item
-                raise _Damaged(f"{what} {length}", pos)
+                _, what, pos = item
+                raise _Damaged(what, pos)
             else:
                 flow = item[0]
                 for _ in range(settle(item)):
@@ -197,10 +212,6 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
                 progress(reader.bytes_read, total, lane.counts()[0])
             if not chunk:
                 break
-        _frames, _fast, _first, _last, pos, left, _queries, _executes, _bad_ts = lane.counts()
-        if left:
-            what = "file truncated mid-record header" if left < 16 else "file truncated mid-record"
-            damage = str(_Damaged(what, pos))
     except _Damaged as err:
         damage = str(err)
     except OSError as err:
@@ -209,13 +220,17 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
     finishing = True
     lane.finish()
     drain()
-    add_columns(lane.take_columns(), ROW_KINDS)
-    frames, fast, first_ts, last_ts, _pos, _left, queries, executes, bad_ts = lane.counts()
+    add_columns(lane.take_columns(), kinds)
+    (_frames, fast, first_ts, last_ts, _pos, queries, executes, bad_ts, sections, interfaces, unknown_blocks,
+     if_drops, fast_link_types) = lane.counts()
     stats.frames += fast
     stats.frames_bad_ts += bad_ts
     stats.frames_tcp += fast
-    if fast:
-        link_types[layout.linktype] = link_types.get(layout.linktype, 0) + fast
+    for linktype, n in fast_link_types.items():
+        link_types[linktype] = link_types.get(linktype, 0) + n
+    if reader.pcap_layout is None:  # pcapng: the lane read the file from its first byte (the blocks too)
+        stats.sections, stats.interfaces, stats.unknown_blocks = sections, interfaces, unknown_blocks
+        stats.if_drops.update(if_drops)
     if first_ts is not None:
         if stats.first_ts_ns is None:
             stats.first_ts_ns = first_ts
@@ -224,3 +239,31 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
         if n:
             commands[command_name(code)] += n
     return fast
+
+
+def segment_keys(reader: CaptureReader, flows: set[tuple[str, int, str, int]]) -> list[bytes]:
+    """match.read_segments_of's pass in C: the keys and times of every TCP segment of the given connections
+    ((client ip, port, server ip, port), either direction), read from the same records as the lane (times checked
+    alike). Returns [k1, k2, ts] as the bytes of uint64, uint64 and int64 arrays; a damaged file is read up to the
+    damage. `reader` must be `usable`."""
+    wanted = []
+    for client, client_port, server, server_port in flows:
+        try:
+            wanted.append((_address(client), client_port, _address(server), server_port))
+        except OSError:  # not an address any segment can carry
+            continue
+    scan = Segments(**_layout(reader), flows=wanted)
+    reader._iterated = True
+    read = reader._file.read
+    try:
+        while True:
+            chunk = read(CHUNK)
+            if chunk:
+                scan.feed(chunk)
+            else:
+                scan.eof()
+            scan.run()
+            if not chunk:
+                return scan.take()
+    except OSError as err:
+        raise InputError(f"cannot read capture file {reader.path}: {err}") from None

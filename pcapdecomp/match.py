@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from . import fastlane
 from .capture import open_capture
 from .tables import release_memory
 
@@ -66,7 +67,13 @@ def connection_keys(exchanges: pd.DataFrame) -> pd.Series:
     """One integer per (capture, conn_index): several app captures share conn_index values."""
     if len(exchanges) == 0:
         return pd.Series([], dtype="int64")
-    return exchanges.groupby(["capture", "conn_index"], sort=False).ngroup().astype("int64")
+    # groupby(["capture", "conn_index"], sort=False).ngroup(): numbered in order of first appearance, as factorize
+    captures = pd.factorize(exchanges["capture"])[0].astype(np.int64)
+    conn = exchanges["conn_index"].to_numpy(dtype=np.int64)
+    width = int(conn.max()) + 1 if len(conn) else 1
+    if captures.min() < 0 or conn.min() < 0 or (int(captures.max()) + 1) * width >= 1 << 62:
+        return exchanges.groupby(["capture", "conn_index"], sort=False).ngroup().astype("int64")
+    return pd.Series(pd.factorize(captures * width + conn)[0].astype(np.int64), index=exchanges.index)
 
 
 def _codes(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -179,8 +186,9 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     partner = pd.Series(pairs["d_conn"].to_numpy(), index=pairs["a_conn"].to_numpy())
     a_in = a[a["a_conn"].isin(partner.index)].assign(d_conn=lambda f: partner.loc[f["a_conn"]].to_numpy())
     d_in = d[d["d_conn"].isin(pairs["d_conn"])]
-    a_in = a_in.assign(k=a_in.sort_values("ai").groupby(["a_conn", "seq"]).cumcount())
-    d_in = d_in.assign(k=d_in.sort_values("di").groupby(["d_conn", "seq"]).cumcount())
+    # (rows are in ai / di order: the k-th in row order)
+    a_in = a_in.assign(k=_occurrence(a_in["a_conn"].to_numpy(), a_in["seq"].to_numpy()))
+    d_in = d_in.assign(k=_occurrence(d_in["d_conn"].to_numpy(), d_in["seq"].to_numpy()))
     inside = a_in.merge(d_in, on=["d_conn", "seq", "k"], how="inner", suffixes=("_a", "_d"))
     work += len(a_in) + len(d_in) + len(inside)
     a_end = inside["a_end"].to_numpy(dtype="float64", na_value=np.nan)
@@ -193,8 +201,9 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     ok = content & ends_agree
     good = inside[ok]
     bad = inside[~ok]
-    conflict_a = set(bad["ai"]) - set(good["ai"])
-    conflict_d = set(bad["di"]) - set(good["di"])
+    good_ai, good_di = good["ai"].to_numpy(), good["di"].to_numpy()
+    conflict_a = set(_rows_not_in(bad["ai"].to_numpy(), good_ai, len(app)).tolist())
+    conflict_d = set(_rows_not_in(bad["di"].to_numpy(), good_di, len(db)).tolist())
 
     a_end_na = good["a_end"].isna().to_numpy()
     d_end_na = good["d_end"].isna().to_numpy()
@@ -204,8 +213,8 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
         [a_end_na & ~d_end_na, d_end_na & ~a_end_na, a_cut, d_cut],
         ["response-unseen-at-app", "response-unseen-at-db", "response-incomplete-at-app", "response-incomplete-at-db"],
         "").astype(object)
-    app_only = np.setdiff1d(np.arange(len(app), dtype=np.int64), good["ai"].to_numpy())
-    db_only = np.setdiff1d(np.arange(len(db), dtype=np.int64), good["di"].to_numpy())
+    app_only = _rows_not_in(np.arange(len(app), dtype=np.int64), good_ai, len(app))
+    db_only = _rows_not_in(np.arange(len(db), dtype=np.int64), good_di, len(db))
     app_row = np.concatenate([good["ai"].to_numpy(), app_only, np.full(len(db_only), -1, dtype=np.int64)])
     db_row = np.concatenate([good["di"].to_numpy(), np.full(len(app_only), -1, dtype=np.int64), db_only])
     notes = np.concatenate([
@@ -225,6 +234,33 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
         candidates=work,
     )
     return Matching(app_row, db_row, notes, conn_pairs, stats)
+
+
+def _occurrence(*keys: np.ndarray) -> np.ndarray:
+    """For each row, how many earlier rows have the same keys (groupby(keys).cumcount(), by a stable sort)."""
+    n = len(keys[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort(keys[::-1])  # stable: rows with equal keys keep their order
+    start = np.ones(n, dtype=bool)
+    for key in keys:
+        ordered = key[order]
+        start[1:] &= ordered[1:] == ordered[:-1]
+    start[1:] = ~start[1:]  # a row whose keys differ from the row before it begins a group
+    position = np.arange(n, dtype=np.int64)
+    rank = position - np.maximum.accumulate(np.where(start, position, 0))
+    out = np.empty(n, dtype=np.int64)
+    out[order] = rank
+    return out
+
+
+def _rows_not_in(rows: np.ndarray, taken: np.ndarray, n: int) -> np.ndarray:
+    """The distinct values of `rows` (row positions below n) that are not in `taken`, sorted (np.setdiff1d by a
+    mask: linear, where setdiff1d sorts or hashes both)."""
+    seen = np.zeros(n, dtype=bool)
+    seen[rows] = True
+    seen[taken] = False
+    return np.flatnonzero(seen).astype(np.int64)
 
 
 def _endpoint_codes(a_info: pd.DataFrame, d_info: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -281,10 +317,12 @@ def _only_notes(only: np.ndarray, conflicts: set, side: pd.DataFrame, paired: np
 
 def _conn_info(exchanges: pd.DataFrame, conns: pd.DataFrame, side: str) -> pd.DataFrame:
     """conn key -> scramble, conn_id, client, server of each connection that has exchanges."""
+    conn = connection_keys(exchanges).to_numpy()
+    first = np.unique(conn, return_index=True)[1]  # each key's first row: keys number connections as they appear
     keys = pd.DataFrame({
-        f"{side}_conn": connection_keys(exchanges).to_numpy(),
-        "capture": exchanges["capture"].to_numpy(), "conn_index": exchanges["conn_index"].to_numpy(),
-    }).drop_duplicates(f"{side}_conn")
+        f"{side}_conn": conn[first],
+        "capture": exchanges["capture"].iloc[first].to_numpy(), "conn_index": exchanges["conn_index"].to_numpy()[first],
+    })
     columns = ["scramble", "conn_id", "client", "server"]
     info = keys.merge(conns[["capture", "conn_index", *columns]], on=["capture", "conn_index"], how="left")
     info = info.astype({"scramble": "string", "conn_id": "Int64", "client": "string", "server": "string"})
@@ -332,27 +370,36 @@ def _unique_sorted(columns: list[array]) -> _Segments:
 
 def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, int]]) -> _Segments:
     """Keys and times of the segments of the given connections ((client ip, port, server ip, port) tuples),
-    reduced to the keys seen once (in the worker process, with --jobs: only those travel back)."""
+    reduced to the keys seen once (in the worker process, with --jobs: only those travel back). The native fast
+    lane reads them where it reads the capture (fastlane.segment_keys); Python is its twin."""
+    with open_capture(path) as reader:
+        if fastlane.usable(reader):
+            columns = fastlane.segment_keys(reader, flows)
+        else:
+            columns = _segment_keys(reader, flows)
+    segments = _unique_sorted(columns)
+    release_memory()  # the per-packet garbage of the pass, before the next capture's pass or the pairing
+    return segments
+
+
+def _segment_keys(reader, flows: set[tuple[str, int, str, int]]) -> list[array]:
+    """fastlane.segment_keys in Python."""
     forward = flows
     reverse = {(si, sp, ci, cp) for ci, cp, si, sp in flows}
     columns = [array("Q"), array("Q"), array("q")]
     add1, add2, add_ts = (c.append for c in columns)
-    with open_capture(path) as reader:
-        for _, ts_ns, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, missing in reader.segment_fields():
-            four = (src_ip, src_port, dst_ip, dst_port)
-            if four in forward:
-                direction = 0
-            elif four in reverse:
-                direction = 1
-            else:
-                continue
-            add1((seq << 32) | ack)
-            add2(((len(payload) + missing) << 9) | (flags << 1) | direction)
-            add_ts(ts_ns)
-    del add1, add2, add_ts  # they hold the arrays, which _unique_sorted frees one by one
-    segments = _unique_sorted(columns)
-    release_memory()  # the per-packet garbage of the pass, before the next capture's pass or the pairing
-    return segments
+    for _, ts_ns, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, missing in reader.segment_fields():
+        four = (src_ip, src_port, dst_ip, dst_port)
+        if four in forward:
+            direction = 0
+        elif four in reverse:
+            direction = 1
+        else:
+            continue
+        add1((seq << 32) | ack)
+        add2(((len(payload) + missing) << 9) | (flags << 1) | direction)
+        add_ts(ts_ns)
+    return columns
 
 
 @dataclass(frozen=True)

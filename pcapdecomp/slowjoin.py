@@ -521,29 +521,45 @@ class _Search:
 
 def rows_for_join(t: pd.DataFrame) -> pd.DataFrame:
     """The join's view of decompose.build_table's output: D1/D4 on the DB clock where the DB saw the exchange
-    (else the app's A1/A4), the statement, and the connection (id, or endpoints as the DB saw them)."""
+    (else the app's A1/A4), the statement, and the connection (id, or endpoints as the DB saw them).
+    Text made of the endpoints is made once per distinct value (per connection), not once per exchange."""
     valid = t["_t_valid"].to_numpy()
     seen = t["seen"].astype(object).to_numpy()
-    db_client = t["db_client"].astype(object).to_numpy()
-    client = t["client"].astype(object).to_numpy().astype(str)
-    server = t["server"].astype(object).to_numpy().astype(str)
-    capture = t["capture"].astype(object).to_numpy().astype(str)
+    ends = t[["db_client", "server", "capture", "client"]]
+    conn, first = _distinct_rows(ends)
+    one = ends.iloc[first]
+    db_client = one["db_client"].astype(object).to_numpy()
+    client = one["client"].astype(object).to_numpy().astype(str)
+    server = one["server"].astype(object).to_numpy().astype(str)
+    capture = one["capture"].astype(object).to_numpy().astype(str)
     has_db = pd.notna(db_client)
     conn_key = np.where(has_db, "db|" + db_client.astype(str) + "|" + server,
                         "app|" + capture + "|" + client + "|" + server)
-    problems = t["problems"].astype(object).fillna("").astype(str)
+    client_ip = np.array([_ip_of(c) for c in db_client] + [None], dtype=object)[:-1]
+    problem_codes, problem_texts = pd.factorize(t["problems"].astype(object).fillna("").astype(str))
+    sql_cut = np.array(["sql-cut" in text for text in problem_texts] + [False], dtype=bool)[:-1]
     return pd.DataFrame({
         "conn_id": t["conn_id"].astype("Int64"),
-        "conn_key": conn_key,
+        "conn_key": conn_key[conn],
         "command": t["command"].astype(object),
         "sql": t["sql"].astype(object),
         "params": t["params"].astype(object),
-        "sql_cut": problems.str.contains("sql-cut", regex=False).to_numpy(),
-        "client_ip": [_ip_of(c) for c in db_client],
+        "sql_cut": sql_cut[problem_codes] if len(problem_codes) else np.zeros(0, dtype=bool),
+        "client_ip": client_ip[conn].tolist(),
         "db_clock": seen != "app",
         "start_ns": pd.Series(t["_d1_raw"].to_numpy(), dtype="Int64").where(valid),
         "end_ns": pd.Series(t["_d4_raw"].to_numpy(), dtype="Int64").where(valid),
     })
+
+
+def _distinct_rows(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the number of its distinct combination of values (null equals null), and the first row of each."""
+    if not len(frame):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    codes = pd.DataFrame({name: pd.factorize(frame[name], use_na_sentinel=True)[0] for name in frame.columns})
+    number = codes.groupby(list(codes.columns), sort=False, dropna=False).ngroup().to_numpy()
+    _, first = np.unique(number, return_index=True)
+    return number, first
 
 
 def join_slow_log(rows: pd.DataFrame, slow: pd.DataFrame | None, name: str = "slow log") -> SlowLogJoin:

@@ -18,6 +18,7 @@ import functools
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 (pa.compute)
 from pandas.api.types import union_categoricals
 
 from .schema import CATEGORY, TS, Column
@@ -41,30 +42,54 @@ def batch(rows: list[tuple], columns: tuple[Column, ...]) -> pa.RecordBatch:
 def columns_batch(values: list, kinds: str, columns: tuple[Column, ...]) -> pa.RecordBatch:
     """Columns (not rows) -> one Arrow record batch of the declared types. `kinds[i]` says how column i comes:
     'o' a list of Python objects, 'q' / 'd' the bytes of int64 / float64 values without nulls, which become
-    Arrow arrays without a copy (the native fast lane writes its rows so)."""
+    Arrow arrays without a copy, 'c' (categorical text) the bytes of int32 codes (-1 for null) and the list of
+    the values they stand for, first seen first (the native fast lane writes its rows so)."""
     arrays = []
     for c, kind, v in zip(columns, kinds, values):
         if kind == "o":
             array = pa.array(v, type=ARROW_TYPES[c.dtype])
+        elif kind == "c":
+            codes = np.frombuffer(v[0], dtype=np.int32)
+            null = codes < 0
+            indices = pa.array(codes, mask=null if null.any() else None)
+            arrays.append(pa.DictionaryArray.from_arrays(indices, pa.array(v[1], type=pa.string())))
+            continue
         else:
             array = pa.Array.from_buffers(ARROW_TYPES[c.dtype], len(v) // 8, [None, pa.py_buffer(v)])
         arrays.append(array.dictionary_encode() if c.dtype == CATEGORY else array)
     return pa.RecordBatch.from_arrays(arrays, names=[c.name for c in columns])
 
 
-def frame_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...]) -> pd.DataFrame:
-    """Record batches -> a DataFrame with the declared pandas dtypes. The list is emptied: each column's Arrow
-    memory is let go as soon as it is converted, so the peak is the table plus one column."""
+def frame_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by: list[str] | None = None
+             ) -> pd.DataFrame:
+    """Record batches -> a DataFrame with the declared pandas dtypes, its rows in the stable order of the int64
+    or timestamp columns `sort_by` (as sorted_columnwise orders them) when given. The list is emptied: each
+    column's Arrow memory is let go as soon as it is converted (and sorted), so the peak is the table plus one
+    column."""
     schema = pa.schema([(c.name, arrow_type(c)) for c in columns])
     table = pa.Table.from_batches(batches, schema=schema)
     batches.clear()
+    order = _order(table, sort_by) if sort_by else None
     data = {}
     for c in columns:
         chunked = table.column(c.name)
         table = table.drop_columns([c.name])
+        if order is not None:
+            chunked = chunked.take(order)  # a dictionary column: its codes only
         data[c.name] = _series(chunked, c)
         del chunked
     return pd.DataFrame(data, columns=[c.name for c in columns], copy=False)  # no consolidating copy
+
+
+def _order(table: pa.Table, keys: list[str]) -> pa.Array | None:
+    """The stable order of the table's rows by the key columns, or None when they are in that order already. Null
+    sorts first, as NaT's int64 does in sorted_columnwise."""
+    least = np.iinfo(np.int64).min
+    arrays = [np.asarray(pa.compute.fill_null(table.column(k).cast(pa.int64()), least)) for k in keys]
+    order = np.lexsort(arrays[::-1])  # last key is the primary one for lexsort
+    if np.array_equal(order, np.arange(len(order))):
+        return None
+    return pa.array(order)
 
 
 def _series(chunked: pa.ChunkedArray, column: Column) -> pd.Series:

@@ -104,3 +104,57 @@ def nat_client(old_ip: str, new_ip: str, port_shift: int) -> Callable[[bytes], b
         return bytes(b)
 
     return rewrite_packet
+
+
+def to_pcapng(src: Path, dst: Path, *, interfaces: int = 1, resolutions: tuple[int, ...] = (9,), big_endian: bool = False,
+              sections: int = 1, simple_every: int = 0, offset_s: int = 0, extra_blocks: bool = True,
+              wild: dict[int, int] | None = None) -> int:
+    """Write the records of classic pcap `src` as pcapng: frame i on interface i % `interfaces` (interface k has the
+    if_tsresol byte resolutions[k % len]: 9 is ns, 6 µs, 0x80|30 2^-30 s), `sections` section header blocks (the
+    interfaces described again in each), with `simple_every` every n-th frame of interface 0 a simple packet block
+    (which borrows the previous packet's time), if_tsoffset `offset_s`, and with `extra_blocks` a name
+    resolution block and interface statistics (drops) in between. `wild` gives frames (by index) raw 64-bit tick
+    counts instead of their own: broken times. Returns the number of packet blocks."""
+    header, order, _unit, recs = records(src)
+    linktype = struct.unpack_from(order + "I", header, 20)[0] & 0xFFFF
+    e = ">" if big_endian else "<"
+
+    def block(kind: int, body: bytes) -> bytes:
+        body += b"\0" * (-len(body) % 4)
+        return struct.pack(e + "II", kind, 12 + len(body)) + body + struct.pack(e + "I", 12 + len(body))
+
+    def option(code: int, value: bytes) -> bytes:
+        return struct.pack(e + "HH", code, len(value)) + value + b"\0" * (-len(value) % 4)
+
+    def section() -> list[bytes]:
+        out = [block(0x0A0D0D0A, struct.pack(e + "IHHq", 0x1A2B3C4D, 1, 0, -1))]
+        for k in range(interfaces):
+            opts = option(9, bytes([resolutions[k % len(resolutions)]]))
+            if offset_s:
+                opts += option(14, struct.pack(e + "q", offset_s))
+            out.append(block(1, struct.pack(e + "HHI", linktype, 0, 0) + opts + b"\0" * 4))
+        return out
+
+    def ticks(ts: int, resol: int) -> int:
+        ts -= offset_s * 1_000_000_000
+        if resol & 0x80:
+            return (ts << (resol & 0x7F)) // 1_000_000_000
+        return ts // 10 ** (9 - resol) if resol <= 9 else ts * 10 ** (resol - 9)
+
+    frames = list(recs)
+    cut_at = {len(frames) * s // sections for s in range(1, sections)}
+    out = section()
+    for i, (ts, pkt, orig) in enumerate(frames):
+        if i in cut_at:
+            out += section()
+        if extra_blocks and i == len(frames) // 3:
+            out.append(block(4, struct.pack(e + "HH", 1, 9) + bytes([10, 0, 0, 1]) + b"host\0" + b"\0" * 7))
+            out.append(block(5, struct.pack(e + "III", 0, 0, 0) + option(5, struct.pack(e + "Q", 3)) + b"\0" * 4))
+        k = i % interfaces
+        if simple_every and k == 0 and i % simple_every == simple_every - 1:
+            out.append(block(3, struct.pack(e + "I", orig) + pkt))
+            continue
+        t = ticks(ts, resolutions[k % len(resolutions)]) % 2**64 if not wild or i not in wild else wild[i]
+        out.append(block(6, struct.pack(e + "IIIII", k, t >> 32, t & 0xFFFFFFFF, len(pkt), orig) + pkt))
+    dst.write_bytes(b"".join(out))
+    return len(frames)

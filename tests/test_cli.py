@@ -123,6 +123,25 @@ def test_every_command_has_help():
         assert "Usage" in proc.stdout and len(proc.stdout.splitlines()) > 3, args
 
 
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["exchanges", "--help"], ["analyze", "--help"],
+                                  ["evidence", "--help"], ["columns"], ["lab", "record", "--help"]],
+                         ids=" ".join)
+def test_commands_that_read_nothing_import_neither_pandas_nor_pyarrow(args):
+    """Start-up is part of every command's time: help, the version and the column list import no table library
+    (the modules loaded are listed by the child itself, not timed)."""
+    probe = ("import sys, runpy\n"
+             f"sys.argv = ['pcapdecomp', *{args!r}]\n"
+             "try:\n"
+             "    runpy.run_module('pcapdecomp.cli', run_name='__main__')\n"
+             "except SystemExit:\n"
+             "    pass\n"
+             "heavy = sorted(m for m in ('pandas', 'pyarrow', 'numpy') if m in sys.modules)\n"
+             "print('HEAVY', heavy, file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert "HEAVY []" in proc.stderr, proc.stderr[-500:]
+    assert proc.stdout.strip(), "the command printed nothing"
+
+
 def test_columns_command_prints_the_schema():
     proc = run("columns")
     assert proc.returncode == 0

@@ -6,6 +6,7 @@ the lane give a connection back to Python (lost, repeated, reordered and re-segm
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import os
 import shutil
 import struct
@@ -19,8 +20,9 @@ from hypothesis import strategies as st
 
 from corpus import CORPUS, captures as corpus_captures
 from pcapdecomp import fastlane
+from pcapdecomp.errors import PcapdecompError
 from pcapdecomp.exchanges import extract
-from pcaptools import records
+from pcaptools import records, to_pcapng
 
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 REAL = sorted(CAPTURES.glob("*/*.pcap"))
@@ -235,3 +237,122 @@ def test_ipv6_with_extension_headers_is_read_natively(tmp_path):
     native = assert_same(bent)
     assert len(native.exchanges) > 1000 and native.exchanges["server"].str.startswith("[fd00:").all()
     assert native.native_frames > 0.6 * native.stats.frames
+
+
+# --- pcapng: the lane reads it too (blocks, interfaces with their own clocks, sections, simple packet blocks) ---
+
+def as_pcapng(src: Path, dst: Path, **shape) -> Path:
+    to_pcapng(src, dst, **shape)
+    return dst
+
+
+@needs_lane
+@pytest.mark.parametrize("path", REAL, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_real_captures_as_pcapng_come_out_identical(path, tmp_path):
+    """Every bundled recording as pcapng (two interfaces, nanosecond and 2^-30 s clocks, a name resolution block,
+    interface statistics) and gzip-compressed: the lane reads it, and reads it as Python does."""
+    ng = as_pcapng(path, tmp_path / "x.pcapng", interfaces=2, resolutions=(9, 0x80 | 30))
+    native = assert_same(ng)
+    assert native.native_frames > 0 and native.stats.format == "pcapng" and native.stats.if_drops == {0: 3}
+    gz = tmp_path / "x.pcapng.gz"
+    gz.write_bytes(gzip.compress(ng.read_bytes(), compresslevel=1))
+    assert_same(gz)
+
+
+@needs_lane
+def test_pcapng_gives_the_exchanges_of_the_same_pcap(tmp_path):
+    """The same records as pcap and as pcapng (nanosecond clock): the same exchanges, mostly read by the lane."""
+    src = CAPTURES / "oltp-hogs" / "db.pcap"
+    pcap = extract_with(src, True)
+    ng = extract_with(as_pcapng(src, tmp_path / "db.pcapng"), True)
+    assert ng.native_frames > 0.6 * ng.stats.frames
+    pd.testing.assert_frame_equal(pcap.exchanges.drop(columns="capture"), ng.exchanges.drop(columns="capture"))
+    pd.testing.assert_frame_equal(pcap.connections.drop(columns="capture"), ng.connections.drop(columns="capture"))
+
+
+@needs_lane
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_bent_pcapng_comes_out_identical(data):
+    """Real captures bent as above, then written as pcapng of every shape the reader knows: big-endian sections,
+    several sections and interfaces with their own resolutions and offsets, simple packet blocks, broken times
+    (zero, far future, beyond int64 nanoseconds), and cut or flipped bytes anywhere in the file."""
+    src = data.draw(st.sampled_from(SMALL), label="capture")
+    n = sum(1 for _ in records(src)[3])
+    index = st.integers(0, n - 1)
+    shape = {
+        "interfaces": data.draw(st.integers(1, 3), label="interfaces"),
+        "resolutions": tuple(data.draw(st.lists(st.sampled_from([9, 6, 3, 0x80 | 30, 10]), min_size=1, max_size=3),
+                                       label="resolutions")),
+        "big_endian": data.draw(st.booleans(), label="big endian"),
+        "sections": data.draw(st.integers(1, 3), label="sections"),
+        "simple_every": data.draw(st.sampled_from([0, 0, 2, 7]), label="simple every"),
+        "offset_s": data.draw(st.sampled_from([0, 0, 3600, -7200]), label="offset"),
+        "wild": data.draw(st.dictionaries(index, st.sampled_from([0, 1, 2**63, 2**64 - 1, 2**40]), max_size=4),
+                          label="wild ticks"),
+    }
+    drops = data.draw(st.sets(index, max_size=4), label="drops")
+    swaps = data.draw(st.sets(index, max_size=4), label="swaps")
+    splits = data.draw(st.dictionaries(index, st.floats(0.01, 0.99), max_size=20), label="splits")
+    cut = data.draw(st.one_of(st.none(), st.floats(0.0, 1.0)), label="cut")
+    flips = data.draw(st.lists(st.tuples(st.floats(0.0, 1.0), st.integers(0, 7)), max_size=3), label="flips")
+    with tempfile.TemporaryDirectory() as tmp:
+        bent = Path(tmp) / "bent.pcap"
+        bend(src, bent, start=0, drops=drops, repeats=set(), swaps=swaps, splits=splits, cut=None)
+        ng = as_pcapng(bent, Path(tmp) / "bent.pcapng", **shape)
+        raw = bytearray(ng.read_bytes())
+        for at, bit in flips:
+            raw[int(at * (len(raw) - 1))] ^= 1 << bit
+        if cut is not None:
+            raw = raw[: max(4, int(len(raw) * cut))]
+        ng.write_bytes(bytes(raw))
+        try:
+            assert_same(ng)
+        except PcapdecompError as err:  # a file no longer a capture: both refuse it alike
+            assert "capture" in str(err)
+        assert_same_segments(ng)
+
+
+@needs_lane
+def test_pcapng_times_beyond_int64_are_repaired_alike(tmp_path):
+    """Broken pcapng times (before 1970 with an offset, beyond int64 nanoseconds, one and a run of them) are
+    repaired by the lane exactly as by Python, and counted."""
+    src = CAPTURES / "group-stall" / "db.pcap"
+    ng = as_pcapng(src, tmp_path / "wild.pcapng", interfaces=2, offset_s=-10**10,
+                   wild={0: 0, 5: 2**64 - 1, 40: 2**63, 41: 2**63, 42: 2**63})
+    native = assert_same(ng)
+    assert native.stats.frames_bad_ts >= 4  # frame 5 stays: the next frame is of the other interface
+
+
+# --- the clock's segments: match.read_segments_of through the lane (fastlane.segment_keys) ---------------------
+
+def assert_same_segments(path: Path) -> None:
+    """read_segments_of with and without the lane: the same keys and times, for half of the connections."""
+    import numpy as np
+
+    from pcapdecomp.capture import open_capture
+    from pcapdecomp.errors import PcapdecompError
+    from pcapdecomp.match import read_segments_of
+
+    try:
+        with open_capture(path) as reader:
+            flows = sorted({(s.src_ip, s.src_port, s.dst_ip, s.dst_port) for s in reader})
+    except PcapdecompError:
+        return
+    chosen = set(flows[::2])
+    os.environ["PCAPDECOMP_NO_LANE"] = "1"
+    try:
+        python = read_segments_of(path, chosen)
+    finally:
+        os.environ.pop("PCAPDECOMP_NO_LANE", None)
+    native = read_segments_of(path, chosen)
+    for name in ("k1", "k2", "ts"):
+        assert np.array_equal(getattr(python, name), getattr(native, name)), name
+    assert (python.read, python.repeated) == (native.read, native.repeated)
+
+
+@needs_lane
+@pytest.mark.parametrize("path", REAL + [CORPUS / r["path"] for r in corpus_captures() if (CORPUS / r["path"]).exists()],
+                         ids=lambda p: p.name if p.parent.parent == CORPUS else f"{p.parent.name}/{p.name}")
+def test_clock_segments_are_read_alike(path):
+    assert_same_segments(path)
