@@ -797,9 +797,19 @@ class CaptureReader:
         self.close()
 
 
+# Capture points made of several files (rotation), by name -> an opener of a reader that reads them as one stream
+# (sources.register; sources.PointReader has CaptureReader's interface).
+POINT_READERS: dict = {}
+
+
 def open_capture(path: str | os.PathLike, stats: CaptureStats | None = None) -> CaptureReader:
     """Open a pcap/pcapng capture (gzip-compressed or not). Raises InputError / CaptureFormatError.
-    `stats`, if given, is the CaptureStats object to fill in (else a new one: reader.stats)."""
+    `stats`, if given, is the CaptureStats object to fill in (else a new one: reader.stats).
+    The name of a registered capture point of several files opens all of them as one capture."""
+    if POINT_READERS:
+        opener = POINT_READERS.get(os.fspath(path))
+        if opener is not None:
+            return opener(stats)
     return CaptureReader(path, stats)
 
 
