@@ -144,6 +144,7 @@ ANALYSIS_COLUMNS: tuple[Column, ...] = (
     Column("thread_group", "Int64", "conn_id mod thread_pool_size (MariaDB/Percona thread pool group); the size given, else the one inferred from the wire (summary.json → thread_pool_size)"),
     Column("stall", "Int64", "id of the stalled stretch (summary.json → groups.stalls[].id) this exchange queued in (stall_role victim) or held by executing through it (culprit); null otherwise"),
     Column("stall_role", CATEGORY, "victim (queued ≥ 0.1 s, certain, in the stalled stretch) | culprit (executed through at least a quarter of it, in the same group); null when not part of a stall"),
+    Column("db_point", CATEGORY, "the DB capture point (server) of the exchange: the one that saw it; for an exchange only the app saw, the one its server endpoint leads to when exactly one does; null otherwise. With several DB points (a primary and a replica, shards) the decomposition, thread groups and stalls are each point's own: a stall id is unique within its db_point (summary.json → servers[])"),
 )
 
 
@@ -159,6 +160,7 @@ GROUP_COLUMNS: tuple[Column, ...] = (
     Column("queue_s", "float64", "queue seconds spent inside the bucket, summed over the group's exchanges"),
     Column("started", "int64", "exchanges whose D1 falls in the bucket"),
     Column("max_queue_s", "float64", "largest queue_s of the exchanges started in the bucket; null when none started"),
+    Column("db_point", CATEGORY, "the DB capture point (server) whose thread group this is"),
 )
 
 
@@ -176,6 +178,7 @@ POOL_COLUMNS: tuple[Column, ...] = (
     Column("queued_max", "int64", "most statements queued at any instant of the bucket (queue_s of any source)"),
     Column("queued_certain_max", "int64", "most statements queued at any instant, counting only certain queueing (D1 … D1 + queue_min_s)"),
     Column("started", "int64", "exchanges whose D1 falls in the bucket"),
+    Column("db_point", CATEGORY, "the DB capture point (server) of the row: each DB point's pool has its own rows"),
 )
 
 

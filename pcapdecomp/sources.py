@@ -137,11 +137,16 @@ def first_frame_time(path: Path) -> int | None:
 
 def point(kind: str, spec: str | os.PathLike, what: str | None = None, name: str | None = None) -> CapturePoint:
     """Resolve a user's specification of one capture point into its files, checked and in reading order."""
-    from .pipeline import check_input
-
     what = what or f"--{kind}"
     spec = os.fspath(spec)
     files, default_name = _files_of(spec, what)
+    return point_of_files(kind, files, name or default_name, spec, what)
+
+
+def point_of_files(kind: str, files: list[Path], name: str, given: str, what: str) -> CapturePoint:
+    """A point of these files: checked, duplicates and empty rotation files left out, in reading order."""
+    from .pipeline import check_input
+
     unique: dict[str, Path] = {}
     for f in files:
         unique.setdefault(os.path.realpath(f), f)
@@ -153,12 +158,12 @@ def point(kind: str, spec: str | os.PathLike, what: str | None = None, name: str
         check_input(f)
         usable.append(f)
     if not usable:
-        raise InputError(f"{what} {spec}: every file is empty")
+        raise InputError(f"{what} {given}: every file is empty")
     if len(usable) > 1:
         starts = {f: first_frame_time(f) for f in usable}
         # time order of the first frames; files without a frame after the others; equal times by rotation index
         usable.sort(key=lambda f: (starts[f] is None, starts[f] or 0, rotation_index(f.name)[1] or 0, f.name))
-    return CapturePoint(kind, name or default_name, tuple(os.fspath(f) for f in usable), spec)
+    return CapturePoint(kind, name, tuple(os.fspath(f) for f in usable), given)
 
 
 def points_of(kind: str, specs: list, what: str | None = None) -> list[CapturePoint]:
