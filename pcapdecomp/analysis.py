@@ -322,9 +322,9 @@ def analyze(set_dir: Path | None, app: list, db, slow_log, long_query_time: floa
         raise InputError(f"{out}: exists and is not a folder")
     runner = None
     if scheduler is not None:
-        from .dask import DaskRunner
+        from .cluster import DaskRunner
 
-        runner = DaskRunner.connect(scheduler, cs.points, quiet)  # a wrong address fails here, before any work
+        runner = DaskRunner.connect(scheduler, cs.points, quiet, jobs)  # a wrong address fails here, before any work
     # the outputs are written as a set (pipeline.OutputFolder); a bug becomes one line, its traceback a file in out
     try:
         with internal_errors_to(out):
@@ -558,9 +558,10 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         write_table(exchanges, out / "exchanges.csv")
         names.append("exchanges.csv")
     if partitioned:
-        from .dataset import write_dataset
+        from .dataset import host_of, write_dataset
 
-        names.append(write_dataset(exchanges, out / DATASET_NAME, runner))
+        hosts = {p.name: host_of(p.given if Path(p.given).is_dir() else p.name) for p in cs.points}
+        names.append(write_dataset(exchanges, out / DATASET_NAME, hosts))
     _write_text(out / "summary.json", json.dumps(_finite(summary), indent=2, ensure_ascii=False, allow_nan=False,
                                                  default=_json_default) + "\n")
     _write_text(out / "report.html", render_report(summary, exchanges, first["view"].groups, command_line,

@@ -207,3 +207,12 @@ SUMMARY_KEYS: tuple[Column, ...] = (
     Column("understated", "object", "{count, threshold_s, listed, more, by_stall: [same shape as hidden_slow]}: statements in the slow log that measurably queued ≥ threshold_s"),
     Column("queueing", "object", "{measured_s, estimated_s, lower_bound_s, certain_s}: queue_s summed by queue_source over exchanges seen at both points, and queue_min_s summed"),
 )
+
+
+# `analyze --partitioned`: exchanges/host=…/capture=…/part-N.parquet (pcapdecomp/dataset.py) holds the columns of
+# exchanges.parquet (capture in the path) and these.
+DATASET_COLUMNS: tuple[Column, ...] = (
+    Column("host", "string", "the capture point the row's foundation columns come from (its `capture`), as a short "
+           "name: its folder's name (app-web1, db-replica) or its file's name without the capture suffixes (app for "
+           "app.pcap); a partition key of the dataset, with `capture`"),
+)

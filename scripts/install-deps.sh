@@ -28,4 +28,4 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   fi
 fi
-python3 -m pip install -q --disable-pip-version-check -e ".[test]"
+python3 -m pip install -q --disable-pip-version-check -e ".[test,dask]"
