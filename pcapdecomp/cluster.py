@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from .errors import UsageError
 from .sources import CapturePoint, register
@@ -110,7 +111,7 @@ class DaskRunner:
         from .exchanges import merge_parts
         from .parallel import capture_bytes, lane_reads, plan
 
-        absolute = [CapturePoint(p.kind, p.name, tuple(os.path.abspath(f) for f in p.files), p.given) for p in points]
+        absolute = [replace(p, files=tuple(os.path.abspath(f) for f in p.files)) for p in points]
         sizes = [capture_bytes(p) for p in absolute]
         parts = plan(sizes, self.workers, [not lane_reads(p) for p in absolute])
         tasks = [(i, (k, n) if n > 1 else None) for i, n in enumerate(parts) for k in range(n)]

@@ -33,7 +33,7 @@ from . import capture
 from .capture import CaptureReader, CaptureStats
 from .errors import InputError, PcapdecompError, UsageError
 
-GAP_WARN_S = 1.0
+GAP_WARN_S = 0.5
 GAP_FACTOR = 100
 MIXED_OVERLAP_S = 1.0
 MIXED_OVERLAP_SHARE = 0.05
@@ -56,6 +56,7 @@ class CapturePoint:
     name: str
     files: tuple[str, ...]
     given: str = ""  # as the user gave it (a file, a quoted glob, a folder)
+    skipped: tuple[str, ...] = ()  # empty files of the rotation (created, never written): not read
 
     def __fspath__(self) -> str:
         return self.name
@@ -151,10 +152,11 @@ def point_of_files(kind: str, files: list[Path], name: str, given: str, what: st
     for f in files:
         unique.setdefault(os.path.realpath(f), f)
     files = list(unique.values())
-    usable = []
+    usable, skipped = [], []
     for f in files:
         if len(files) > 1 and f.is_file() and f.stat().st_size == 0:
-            continue  # an empty file in a rotation (created, never written): nothing to read; listed as skipped
+            skipped.append(os.fspath(f))  # an empty file in a rotation (created, never written): nothing to read
+            continue
         check_input(f)
         usable.append(f)
     if not usable:
@@ -163,7 +165,7 @@ def point_of_files(kind: str, files: list[Path], name: str, given: str, what: st
         starts = {f: first_frame_time(f) for f in usable}
         # time order of the first frames; files without a frame after the others; equal times by rotation index
         usable.sort(key=lambda f: (starts[f] is None, starts[f] or 0, rotation_index(f.name)[1] or 0, f.name))
-    return CapturePoint(kind, name, tuple(os.fspath(f) for f in usable), given)
+    return CapturePoint(kind, name, tuple(os.fspath(f) for f in usable), given, tuple(skipped))
 
 
 def points_of(kind: str, specs: list, what: str | None = None) -> list[CapturePoint]:
@@ -400,7 +402,10 @@ def file_report(point: CapturePoint, reads: list[FileRead]) -> tuple[dict, list[
         warnings.append(f"{point.kind} point {point.name}: {len(overlaps)} overlap(s) between its files, read one "
                         f"after the other (a clock step, or two captures running for a moment): "
                         f"{'; '.join(overlaps[:3])}" + (" …" if len(overlaps) > 3 else ""))
-    missing = _missing_numbers([Path(f) for f in point.files])
+    for f in point.skipped:
+        rows.append({**FileRead(f).as_dict(), "gap_s": None, "skipped": "empty file"})
+        warnings.append(f"{point.kind} point {point.name}: {Path(f).name} skipped (empty file)")
+    missing = _missing_numbers([Path(f) for f in (*point.files, *point.skipped)])
     if missing:
         warnings.append(f"{point.kind} point {point.name}: rotation number(s) {', '.join(map(str, missing[:10]))} "
                         "missing from its files' sequence")
@@ -412,9 +417,12 @@ def file_report(point: CapturePoint, reads: list[FileRead]) -> tuple[dict, list[
 def _missing_numbers(files: list[Path]) -> list[int]:
     """Rotation indexes absent from a numbered family (tcpdump numbers from 1 after the unnumbered first file, or
     from 0 with -W; dumpcap from 1)."""
-    numbers = sorted(n for n in (rotation_index(f.name)[1] for f in files) if n is not None)
-    if len(numbers) < 2:
+    indexes = [rotation_index(f.name)[1] for f in files]
+    numbers = sorted(n for n in indexes if n is not None)
+    if not numbers:
         return []
+    if None in indexes and numbers[0] >= 1:  # tcpdump -C: the first file has no number, the next ones 1, 2, …
+        numbers.insert(0, 0)
     have = set(numbers)
     return [n for n in range(numbers[0], numbers[-1]) if n not in have]
 
