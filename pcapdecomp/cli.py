@@ -157,8 +157,8 @@ def analyze(
     scheduler: Optional[str] = typer.Option(
         None, "--scheduler",
         help="Read the captures on a Dask cluster: the scheduler's address (tcp://HOST:8786), or 'local' for a "
-             "LocalCluster on this machine (--jobs workers). The capture files must be readable by the workers at "
-             "the same paths. Needs pcapdecomp[dask]."),
+             "LocalCluster on this machine (--jobs workers). The capture files must be readable at the same path "
+             "on every worker (a shared file system). Needs dask.distributed (the package's dask extra)."),
 ) -> None:
     """Split each query's latency into network, queueing and execution; flag hidden-slow queries; write a report.
 
@@ -217,14 +217,16 @@ def evidence(
 def columns(
     table: str = typer.Argument(
         "exchanges", help="exchanges (from `exchanges`), analysis (columns `analyze` adds), groups, pool, connections, "
-                          "or summary (summary.json keys of the thread-pool view and the verdict)"
+                          "summary (summary.json keys of the thread-pool view, the verdict and capture points), or "
+                          "dataset (columns --partitioned adds)"
     ),
 ) -> None:
     """Print a table's columns: name, dtype and meaning (as in the docs)."""
-    from .schema import ANALYSIS_COLUMNS, GROUP_COLUMNS, POOL_COLUMNS, SUMMARY_KEYS, markdown_table
+    from .schema import ANALYSIS_COLUMNS, DATASET_COLUMNS, GROUP_COLUMNS, POOL_COLUMNS, SUMMARY_KEYS, markdown_table
 
     tables = {"exchanges": EXCHANGE_COLUMNS, "analysis": ANALYSIS_COLUMNS, "groups": GROUP_COLUMNS,
-              "pool": POOL_COLUMNS, "connections": CONNECTION_COLUMNS, "summary": SUMMARY_KEYS}
+              "pool": POOL_COLUMNS, "connections": CONNECTION_COLUMNS, "summary": SUMMARY_KEYS,
+              "dataset": DATASET_COLUMNS}
     chosen = tables.get(table)
     if chosen is None:
         from .errors import UsageError

@@ -206,6 +206,15 @@ SUMMARY_KEYS: tuple[Column, ...] = (
     Column("hidden_slow", "object", "{count, listed, more, by_stall: [{stall (id|null), thread_group, culprits: [ref…], victims: [ref…]}]}: hidden-slow statements grouped by the stall they queued in (stall null: none found), slowest first, up to 50 listed"),
     Column("understated", "object", "{count, threshold_s, listed, more, by_stall: [same shape as hidden_slow]}: statements in the slow log that measurably queued ≥ threshold_s"),
     Column("queueing", "object", "{measured_s, estimated_s, lower_bound_s, certain_s}: queue_s summed by queue_source over exchanges seen at both points, and queue_min_s summed"),
+    # capture points of several files, several DB servers, Dask (pcapdecomp/sources.py, analysis.py, cluster.py)
+    Column("points", "list[object]", "every capture point in reading order: {name (its `capture` in the tables), kind (app | db), given (the file, glob or folder as given), files: [{file, format, gzip, bytes, frames, first_frame (its first frame's number in the point: frames are numbered through a point's files), first_ts, last_ts, damaged, gap_s (time from the previous file's last frame; negative: an overlap; null for the first), skipped (empty file: not read)}], gaps (gaps between files that were warned about), overlaps, missing_numbers (rotation numbers absent from the files' sequence), servers (a DB point's server endpoints)}"),
+    Column("servers", "list[object]", "with several DB points only, one per DB point (server) in order: {point, name (--server NAME=… or the point's folder/file name), endpoints, exchanges, slow_log, thread_pool_size, pool, groups, story, verdict, hidden_slow, understated, queueing}, each of the same shape as the top-level key, computed from that server's exchanges alone; the top-level keys are the first DB point's, and the verdict adds one line per other server"),
+    Column("inputs.dbs", "list[string]", "every DB point's name (inputs.db: the first)"),
+    Column("inputs.slow_logs", "object", "DB point name -> its slow log (inputs.slow_log: the first)"),
+    Column("inputs.scheduler", "string|null", "the Dask scheduler the captures were read on (--scheduler), null: this machine"),
+    Column("captures.dbs", "list[object]", "capture quality of every DB point (captures.db: the first)"),
+    Column("clocks.*.app", "string", "the app point of this clock; with several DB points `clocks` is keyed 'APP ↔ DB' (one clock per app point and DB point that share connections)"),
+    Column("clocks.*.db", "string", "the DB point of this clock"),
 )
 
 

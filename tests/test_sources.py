@@ -221,3 +221,13 @@ def test_rotation_names():
     assert sources._missing_numbers([Path(n) for n in ("db.pcap", "db.pcap2", "db.pcap3")]) == [1]
     with pytest.raises(InputError):
         sources.point("db", "/nonexistent/db.pcap")
+
+
+def test_docs_print_the_dataset_columns_and_the_help_names_the_options():
+    from pcapdecomp.schema import DATASET_COLUMNS, markdown_table
+
+    assert markdown_table(DATASET_COLUMNS) in (REPO / "docs" / "scale.md").read_text()
+    done = _cli("analyze", "--help", env={"COLUMNS": "200"})
+    assert done.returncode == 0
+    for option in ("--app", "--db", "--scheduler", "--partitioned", "quoted glob", "same path on every worker"):
+        assert option in done.stdout, option
