@@ -269,7 +269,7 @@ class PointReader:
         self.reads: list[FileRead] = []
         self._current: CaptureReader | None = None
         self._done_bytes = 0
-        self._iterated = False
+        self._iterated = self._started = False
         self._total_bytes = point.bytes
 
     @property
@@ -284,9 +284,9 @@ class PointReader:
     def files(self) -> Iterator[tuple[CaptureReader, int]]:
         """(reader of the next file, number of frames before it) for each file in order. The caller reads each
         reader whole before asking for the next; its counters are then folded into `stats`."""
-        if self._iterated:
+        if self._started:  # (iter_records sets _iterated itself before reading _frames)
             raise RuntimeError("a PointReader can be iterated only once")
-        self._iterated = True
+        self._started = self._iterated = True
         before = 0
         previous: FileRead | None = None
         for path in self.point.files:
