@@ -193,6 +193,10 @@ def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_quer
         raise UsageError(f"{'--thread-pool-size' if thread_pool_size is not None else where + ' thread_pool_size'} "
                          f"must be a whole number ≥ 1, got {tps}")
     points = [*sources.points_of("app", app_specs), *sources.points_of("db", db_specs)]
+    if not slow_specs:  # a DB point given as a folder brings the slow log it holds
+        for pt in points:
+            if pt.kind == "db" and Path(pt.given).is_dir() and (mine := _slow_logs_in(Path(pt.given))):
+                folder_slow[pt.name] = mine[0]
     points += [p for p in found if not (p.kind == "app" and app_specs) and not (p.kind == "db" and db_specs)]
     points.sort(key=lambda p: ("app", "db").index(p.kind) if p.kind in ("app", "db") else 2)
     sources.check_disjoint(points)
@@ -345,16 +349,18 @@ def _pair_key(app: str, db: str) -> str:
     return f"{app} ↔ {db}"
 
 
-def _extract(cs: CaptureSet, quiet: bool, max_sql_bytes: int, jobs: int, runner) -> list:
+def _extract(points: list[CapturePoint], servers: list[str], quiet: bool, max_sql_bytes: int, jobs: int,
+             runner) -> list:
+    """Every point's Extraction: in this machine's worker processes (--jobs), or on Dask (--scheduler)."""
     from .parallel import extract_all
     from .pipeline import progress_bar
 
-    endpoints = {parse_server(s) for s in cs.servers} or None
+    endpoints = {parse_server(s) for s in servers} or None
     if runner is not None:
-        return runner.extract(cs.points, endpoints, max_sql_bytes)
-    label = cs.points[0].name if len(cs.points) == 1 else f"{len(cs.points)} captures"
+        return runner.extract(points, endpoints, max_sql_bytes)
+    label = points[0].name if len(points) == 1 else f"{len(points)} captures"
     with progress_bar(quiet, label) as update:
-        return extract_all(list(cs.points), endpoints, max_sql_bytes, jobs, update)
+        return extract_all(list(points), endpoints, max_sql_bytes, jobs, update)
 
 
 def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, command_line: str | None,
@@ -374,7 +380,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
 
     app_pts, db_pts = cs.of("app"), cs.of("db")
     read = [*app_pts, *db_pts]
-    extractions = _extract(CaptureSet(cs.name, read, {}, None, None, cs.servers), quiet, max_sql_bytes, jobs, runner)
+    extractions = _extract(read, cs.servers, quiet, max_sql_bytes, jobs, runner)
     app_x = extractions[:len(app_pts)]
     db_xs = extractions[len(app_pts):]
     qualities = {id(x): x.quality() for x in extractions}

@@ -119,8 +119,8 @@ def _files_of(spec: str, what: str) -> tuple[list[Path], str]:
         if not found:
             raise InputError(f"{what} {spec}: the folder holds no capture file (*.pcap, *.pcapng, rotated "
                              "*.pcap1 …, optionally .gz)")
-        return found, spec.rstrip("/") or spec
-    return [path], spec
+        return found, os.fspath(path)
+    return [path], os.fspath(path)
 
 
 def first_frame_time(path: Path) -> int | None:
