@@ -643,14 +643,12 @@ def _db_points(app_ex: pd.DataFrame, db_ex: pd.DataFrame, matching, db_names: li
     if only_a.any() and len(app_ex):
         a_server = app_ex["server"].astype(object).to_numpy()
         both = seen_d & (ar >= 0)
-        leads: dict[str, set] = {}
-        for server, point in zip(a_server[ar[both]], out[both]):
-            leads.setdefault(server, set()).add(point)
-        for server, point in zip(db_ex["server"].astype(object).to_numpy(), d_cap):
-            leads.setdefault(server, set()).add(point)
-        unique = {s: next(iter(p)) for s, p in leads.items() if len(p) == 1}
+        leads = pd.DataFrame({"server": np.concatenate([a_server[ar[both]], db_ex["server"].astype(object).to_numpy()]),
+                              "point": np.concatenate([out[both], d_cap])}).drop_duplicates()
+        counted = leads.groupby("server")["point"].agg(["first", "size"])
+        unique = counted.loc[counted["size"] == 1, "first"]
         rows = np.flatnonzero(only_a)
-        out[rows] = [unique.get(s) for s in a_server[ar[rows]]]
+        out[rows] = pd.Series(a_server[ar[rows]]).map(unique).astype(object).where(lambda v: v.notna(), None).to_numpy()
     return out
 
 

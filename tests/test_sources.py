@@ -204,6 +204,7 @@ def test_user_mistakes_are_one_line_and_exit_2(rotated, tmp_path):
         (["analyze", str(rotated / "db" / "db.pcap"), str(rotated / "db" / "db.pcap1")], "quote a glob"),
         (["analyze", "--db", str(rotated / "db"), "--slow-log", "a.log", "--slow-log", "b.log"], "slow logs for 1"),
         (["analyze", "--db", str(tmp_path)], "holds no capture file"),
+        (["analyze", str(rotated), "--server", "=10.213.78.2:3306"], "the name before '=' is empty"),
     ]
     for args, message in cases:
         done = _cli(*args, "--out", str(tmp_path / "out"), "-q")
@@ -269,3 +270,11 @@ def _ip_pair(frame: bytes):
         return socket.inet_ntoa(ip.src), socket.inet_ntoa(ip.dst)
     except Exception:
         return None
+
+
+def test_server_names_name_the_servers_in_the_verdict(rotated, tmp_path):
+    r = analyze(rotated, [], None, None, None, None, ["primary=10.213.77.2:3306", "replica=10.213.78.2:3306"],
+                tmp_path / "named", quiet=True)
+    assert [s["name"] for s in r.summary["servers"]] == ["primary", "replica"]
+    assert "\n- Server replica: " in r.summary["verdict"]
+    assert r.summary["inputs"]["servers"] == ["10.213.77.2:3306", "10.213.78.2:3306"]
