@@ -5,6 +5,8 @@
     python3 benchmarks/bench.py --app A.pcap --db D.pcap   # or takes a capture pair
     python3 benchmarks/bench.py --sizes 10,30,90        # how time and memory grow with the capture's duration
     python3 benchmarks/bench.py --no-pt                 # skip pt-query-digest (slow)
+    python3 benchmarks/bench.py --rotated 10 --seconds 40  # tcpdump -C rotated into ~10 files per point: analyze in
+                                                        # one process, --jobs, and a Dask LocalCluster of 2 workers
 
 Prints markdown tables: tool, wall seconds, packets/s, peak memory, exchange/command count and the agreement of
 pcapdecomp's count with tshark's MySQL dissector (must be within 0.5 %). Each tool runs as a child process; peak
@@ -134,6 +136,47 @@ def record(seconds: int, work: Path) -> tuple[Path, Path]:
     return folder / "app.pcap", folder / "db.pcap"
 
 
+def record_rotated(seconds: int, files: int, work: Path, rate_mb_s: float) -> tuple[Path, Path]:
+    """A sysbench recording whose tcpdumps rotated (-C) into about `files` files per point: app/ and db/ folders."""
+    rotate_mb = max(1, round(rate_mb_s * seconds / files))
+    folder = work / f"sysbench-{seconds}s-C{rotate_mb}"
+    if not (folder / "db").is_dir():
+        subprocess.run([sys.executable, str(REPO / "captures" / "lab" / "record.py"), "sysbench", "--out", str(folder),
+                        "--duration", str(seconds), "--rotate-mb", str(rotate_mb)], check=True)
+    return folder / "app", folder / "db"
+
+
+def bench_rotated(app: Path, db: Path, work: Path) -> None:
+    """One process, forked --jobs workers and a Dask LocalCluster of 2 worker processes on the same rotated pair;
+    the tables must be identical."""
+    import pandas as pd
+
+    def count(folder: Path) -> tuple[int, int]:
+        files = [f for f in folder.iterdir() if ".pcap" in f.name]
+        return len(files), sum(f.stat().st_size for f in files)
+
+    (na, ba), (nd, bd) = count(app), count(db)
+    n = sum(packets(f) for f in db.iterdir() if ".pcap" in f.name)
+    print(f"\n### rotated: {app} ({na} files) + {db} ({nd} files, {n:,} packets), {(ba + bd) / 2**20:.0f} MiB\n")
+    print("| analyze | wall s | peak PSS MiB (client + workers) | exchanges | load before → after |")
+    print("|---|---|---|---|---|")
+    tables = {}
+    for label, extra in (("one process (--jobs 1)", ["--jobs", "1"]), ("--jobs 2 (forked workers)", ["--jobs", "2"]),
+                         ("--scheduler local (LocalCluster, 2 worker processes)", ["--scheduler", "local", "--jobs", "2"])):
+        out = work / f"rotated-{len(tables)}"
+        before = os.getloadavg()[0]
+        wall, rss, _ = child_rss([sys.executable, "-m", "pcapdecomp.cli", "analyze", "--app", str(app), "--db", str(db),
+                                  "-q", "--out", str(out), *extra])
+        tables[label] = pd.read_parquet(out / "exchanges.parquet")
+        print(f"| {label} | {wall:.1f} | {rss:.0f} | {len(tables[label]):,} | {before:.1f} → {os.getloadavg()[0]:.1f} |",
+              flush=True)
+    first = next(iter(tables.values()))
+    same = all(first.equals(t) for t in tables.values())
+    print(f"\ntables identical: {same}")
+    if not same:
+        print("bench: WARNING: the three runs gave different tables")
+
+
 def machine() -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
@@ -175,9 +218,20 @@ def main() -> int:
     ap.add_argument("--sizes", help="comma-separated sysbench durations: a growth table")
     ap.add_argument("--work", type=Path, default=Path("/tmp/pcapdecomp-bench"))
     ap.add_argument("--no-pt", action="store_true", help="skip pt-query-digest")
+    ap.add_argument("--rotated", type=int, metavar="N",
+                    help="record with tcpdump rotating into about N files per point (or give --app/--db folders) and "
+                         "compare one process, --jobs 2 and a Dask LocalCluster of 2 workers")
+    ap.add_argument("--rate", type=float, default=6.5,
+                    help="MB/s one point's tcpdump writes under the lab's sysbench (to size -C for --rotated; "
+                         "6.5 measured on 2 cores)")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d')}")
+    if args.rotated:
+        app, db = (args.app, args.db) if args.app and args.db else record_rotated(args.seconds, args.rotated, args.work,
+                                                                                  args.rate)
+        bench_rotated(app, db, args.work)
+        return 0
     if args.sizes:
         print("\n| sysbench s | packets (db) | MiB (pair) | exchanges | tshark s | tshark PSS MiB | pcapdecomp exchanges s "
               "| PSS MiB | analyze (app + db) s | PSS MiB | analyze --jobs 1 s | PSS MiB |")

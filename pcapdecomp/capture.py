@@ -819,9 +819,26 @@ class CaptureReader:
         self.close()
 
 
+# Capture points made of several files (rotation), by name -> an opener of a reader that reads them as one stream
+# (sources.register; sources.PointReader has CaptureReader's interface).
+POINT_READERS: dict = {}
+
+
 def open_capture(path: str | os.PathLike, stats: CaptureStats | None = None) -> CaptureReader:
     """Open a pcap/pcapng capture (gzip-compressed or not). Raises InputError / CaptureFormatError.
-    `stats`, if given, is the CaptureStats object to fill in (else a new one: reader.stats)."""
+    `stats`, if given, is the CaptureStats object to fill in (else a new one: reader.stats).
+    The name of a registered capture point of several files opens all of them as one capture."""
+    if POINT_READERS:
+        opener = POINT_READERS.get(os.fspath(path))
+        if opener is not None:
+            return opener(stats)
+    files = getattr(path, "files", None)  # a sources.CapturePoint
+    if files is not None:
+        if len(files) != 1:
+            from .sources import PointReader
+
+            return PointReader(path, stats)
+        path = files[0]
     return CaptureReader(path, stats)
 
 

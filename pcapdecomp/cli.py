@@ -135,28 +135,39 @@ def _print_summary(result, quality: dict) -> None:
 
 @app.command()
 def analyze(
-    capture_set: Optional[Path] = typer.Argument(
-        None, help="Capture-set folder (app*.pcap[ng], db*.pcap[ng], proxy*.pcap[ng], slow*.log, capture.toml) that fills in the options."
+    capture_set: Optional[list[Path]] = typer.Argument(
+        None, help="Capture-set folder (app*.pcap[ng], db*.pcap[ng], proxy*.pcap[ng], rotated files, app-<host>/ and "
+                   "db[-<name>]/ subfolders, slow*.log, capture.toml) that fills in the options."
     ),
-    app_captures: list[Path] = typer.Option([], "--app", "-a", help="App-side capture (repeatable: one per app host)."),
-    db_capture: Optional[Path] = typer.Option(None, "--db", "-d", help="DB-side capture."),
+    app_captures: list[str] = typer.Option(
+        [], "--app", "-a", help="App-side capture point (repeatable: one per app host): a file, a quoted glob of its "
+                                "rotated files ('app.pcap*'), or a folder of them."),
+    db_capture: list[str] = typer.Option(
+        [], "--db", "-d", help="DB-side capture point: a file, a quoted glob of its rotated files ('db.pcap*'), or a "
+                               "folder of them. Repeatable: one per DB server (a primary and a replica, shards)."),
     proxy_captures: list[Path] = typer.Option(
         [], "--proxy", "-p", help="Capture on the proxy host between app and DB, its client and server sides "
                                   "(repeatable, e.g. one file per interface)."),
     proxy_server: list[str] = typer.Option(
         [], "--proxy-server", help="The proxy's listening endpoint HOST:PORT (repeatable). Default: told apart by content."),
-    slow_log: Optional[Path] = typer.Option(None, "--slow-log", help="The server's slow query log (plain or .gz)."),
+    slow_log: list[Path] = typer.Option(
+        [], "--slow-log", help="The server's slow query log (plain or .gz); with several --db, one per --db in order."),
     slow_log_tz: Optional[str] = typer.Option(
         None, "--slow-log-tz", help="Time zone of zoneless slow-log times, e.g. Europe/Berlin (default UTC)."
     ),
     long_query_time: Optional[float] = typer.Option(None, "--long-query-time", help="The server's long_query_time, seconds."),
     thread_pool_size: Optional[int] = typer.Option(None, "--thread-pool-size", help="The server's thread_pool_size (thread group = conn_id mod N)."),
-    server: list[str] = typer.Option([], "--server", "-s", help="MySQL server endpoint HOST:PORT (repeatable). Default: found by content."),
+    server: list[str] = typer.Option(
+        [], "--server", "-s", help="MySQL server endpoint HOST:PORT, or NAME=HOST:PORT to name a DB server in the "
+                                   "verdict (repeatable). Default: found by content."),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o",
         help="Output folder (default reports/<set name>/). Its previous outputs are replaced as a set when the run "
              "succeeds; other files stay. One run at a time per folder."),
     csv: bool = typer.Option(False, "--csv", help="Also write exchanges.csv (cells that start like a formula get a leading ')."),
+    partitioned: bool = typer.Option(
+        False, "--partitioned", help="Also write exchanges/ as a Parquet dataset partitioned host=…/capture=… (DuckDB, "
+                                     "Spark and Dask read it directly)."),
     max_sql_bytes: int = typer.Option(1 << 20, "--max-sql-bytes", min=16, help="Keep at most this many bytes of each statement, on the wire and in the slow log (longer ones are marked sql-cut / cut, and join the slow log by their prefix)."),
     evidence_too: bool = typer.Option(
         False, "--evidence", help="Also write ticket evidence for the hidden-slow exchanges (see `evidence`)."
@@ -167,6 +178,11 @@ def analyze(
         help="Worker processes (default: the cores available, at most 8): the captures are read side by side, and one "
              "the native fast lane does not read (pcapng, no compiler) is split by connection when workers are left.",
     ),
+    scheduler: Optional[str] = typer.Option(
+        None, "--scheduler",
+        help="Read the captures on a Dask cluster: the scheduler's address (tcp://HOST:8786), or 'local' for a "
+             "LocalCluster on this machine (--jobs workers). The capture files must be readable at the same path "
+             "on every worker (a shared file system). Needs dask.distributed (the package's dask extra)."),
 ) -> None:
     """Split each query's latency into network, queueing and execution; flag hidden-slow queries; write a report.
 
@@ -174,11 +190,19 @@ def analyze(
     set: a run that fails or is interrupted leaves the previous set as it was.
     """
     from .analysis import analyze as run_analysis
+    from .errors import UsageError
 
+    folders = list(capture_set or [])
+    if len(folders) > 1:
+        raise UsageError(f"one capture-set folder expected, got {len(folders)} arguments ({folders[0]}, {folders[1]}, "
+                         "…): quote a glob given to --app or --db (--db 'db.pcap*') so that pcapdecomp expands it, "
+                         "not the shell")
     result = run_analysis(
-        capture_set, list(app_captures), db_capture, slow_log, long_query_time, thread_pool_size, list(server), out,
+        folders[0] if folders else None, list(app_captures), list(db_capture), list(slow_log), long_query_time,
+        thread_pool_size, list(server), out,
         csv=csv, quiet=quiet, slow_log_tz=slow_log_tz, command_line=" ".join(["pcapdecomp", *sys.argv[1:]]),
         max_sql_bytes=max_sql_bytes, jobs=jobs, proxy=list(proxy_captures), proxy_servers=list(proxy_server),
+        scheduler=scheduler, partitioned=partitioned,
     )
     written = list(result.written)
     if evidence_too:
@@ -250,17 +274,17 @@ def compare(
 def columns(
     table: str = typer.Argument(
         "exchanges", help="exchanges (from `exchanges`), analysis (columns `analyze` adds), groups, pool, connections, "
-                          "summary (summary.json keys of the thread-pool view and the verdict), or comparison (the "
-                          "table `compare` writes)"
+                          "summary (summary.json keys of the thread-pool view, the verdict and capture points), "
+                          "comparison (the table `compare` writes), or dataset (columns --partitioned adds)"
     ),
 ) -> None:
     """Print a table's columns: name, dtype and meaning (as in the docs)."""
-    from .schema import (ANALYSIS_COLUMNS, COMPARISON_COLUMNS, CONNECTION_COLUMNS, EXCHANGE_COLUMNS, GROUP_COLUMNS,
-                         POOL_COLUMNS, SUMMARY_KEYS, markdown_table)
+    from .schema import (ANALYSIS_COLUMNS, COMPARISON_COLUMNS, CONNECTION_COLUMNS, DATASET_COLUMNS, EXCHANGE_COLUMNS,
+                         GROUP_COLUMNS, POOL_COLUMNS, SUMMARY_KEYS, markdown_table)
 
     tables = {"exchanges": EXCHANGE_COLUMNS, "analysis": ANALYSIS_COLUMNS, "groups": GROUP_COLUMNS,
               "pool": POOL_COLUMNS, "connections": CONNECTION_COLUMNS, "summary": SUMMARY_KEYS,
-              "comparison": COMPARISON_COLUMNS}
+              "comparison": COMPARISON_COLUMNS, "dataset": DATASET_COLUMNS}
     chosen = tables.get(table)
     if chosen is None:
         from .errors import UsageError

@@ -96,7 +96,7 @@ def _merged_problems(app_side: pd.Series, db_side: pd.Series, both: np.ndarray) 
 
 
 def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks: dict[str, ClockModel],
-                primary_app: str | None) -> pd.DataFrame:
+                primary_app: str | None, clock_keys: np.ndarray | None = None) -> pd.DataFrame:
     """One row per exchange: the foundation's columns (from the app side when seen there, else the DB side),
     conn_id / server flag / status from whichever side has them, and the four points on the app clock.
     The app table's columns are consumed (moved into the result): pass a table that is not needed afterwards."""
@@ -136,6 +136,8 @@ def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks:
     # DB times onto the app clock of the capture that saw the exchange (DB-only rows: the primary app capture's)
     d1, d4 = d1_raw.copy(), d4_raw.copy()
     which = np.where(has_a, base["capture"].astype(object).to_numpy(), primary_app)
+    if clock_keys is not None:  # several DB points: the clock of each row's app point and DB point (analysis.py)
+        which = clock_keys
     for name, model in clocks.items():
         sel = (which == name) & has_d
         if sel.any() and model.segments:

@@ -162,7 +162,6 @@ def _culprits_of(x: pd.DataFrame, chosen: pd.Index, summary: dict) -> pd.Index:
 def spans(rows: pd.DataFrame, summary: dict) -> dict[str, list[Span]]:
     """capture path -> the selected exchanges' frame spans in it (app side from the foundation columns, DB side
     from the db_* columns; rows seen only at the DB carry DB frames in the foundation columns)."""
-    db_file = summary["inputs"]["db"]
     out: dict[str, list[Span]] = {}
 
     def add(path, client, server, first, last, i):
@@ -172,6 +171,8 @@ def spans(rows: pd.DataFrame, summary: dict) -> dict[str, list[Span]]:
         out.setdefault(str(path), []).append(Span(i, frozenset((c, s)), int(first), int(last), str(client), str(server)))
 
     for i, r in enumerate(rows.itertuples(index=False)):
+        point = getattr(r, "db_point", None)  # several DB points: the row's own server's capture
+        db_file = point if isinstance(point, str) and point else summary["inputs"]["db"]
         last_app = r.resp_last_frame if pd.notna(r.resp_last_frame) else r.req_last_frame
         if r.seen in ("both", "app"):
             add(r.capture, r.client, r.server, r.req_first_frame, last_app, i)
@@ -199,9 +200,19 @@ def export(analysis_dir: Path, query_ids: list[str] | None = None, conn_ids: lis
     per_capture = spans(rows, summary)
     cwd = Path(summary["inputs"].get("cwd") or ".")
     sources = {}
+    points = {p["name"]: p for p in summary.get("points", [])}
     for path in per_capture:
         src = Path(path) if Path(path).is_absolute() else cwd / path
-        if not src.is_file():
+        files = [f["file"] for f in points.get(path, {}).get("files", []) if not f.get("skipped")]
+        if len(files) > 1:  # a capture point of several files: read as one stream, frames numbered through it
+            from .sources import CapturePoint, register
+
+            files = [str(Path(f) if Path(f).is_absolute() else cwd / f) for f in files]
+            lost = next((f for f in files if not Path(f).is_file()), None)
+            if lost is not None:
+                raise InputError(f"{lost}: capture file named in {analysis_dir / 'summary.json'} not found")
+            src = Path(register(CapturePoint(points[path]["kind"], str(src), tuple(files))).name)
+        elif not src.is_file():
             raise InputError(f"{src}: capture named in {analysis_dir / 'summary.json'} not found")
         sources[path] = src
     names = _file_names(per_capture, summary)
@@ -248,7 +259,7 @@ def _file_names(per_capture: dict, summary: dict) -> dict[str, str]:
     names: dict[str, str] = {}
     taken: set[str] = set()
     for path in per_capture:
-        role = "db" if path == summary["inputs"]["db"] else "app"
+        role = "db" if path in (summary["inputs"].get("dbs") or [summary["inputs"]["db"]]) else "app"
         stem = Path(path).name.split(".")[0]
         name = f"{role}.pcapng" if stem == role else f"{role}-{stem}.pcapng"
         if name in taken:

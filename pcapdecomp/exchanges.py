@@ -58,6 +58,7 @@ class Extraction:
     # connections that have any (the repair stage takes them from another capture point)
     holes: dict[int, tuple[list, list]] = field(default_factory=dict)
     gaps_forced: int = 0  # gaps declared because a cap on held out-of-order data bit (tcp.py)
+    files: list = field(default_factory=list)  # sources.FileRead per file of a capture point of several files
 
     def quality(self) -> dict:
         """Capture-quality summary: every frame and MySQL byte accounted for."""
@@ -120,6 +121,7 @@ def _iso(ns: int | None) -> str | None:
     return None if ns is None else pd.Timestamp(ns, unit="ns", tz="UTC").isoformat()
 
 
+_FRAME_COLUMNS = [i for i, c in enumerate(EXCHANGE_COLUMNS) if c.name.endswith("_frame")]
 ROWS_PER_BATCH = 1 << 13  # rows are held as Python tuples only until a batch of this many is columnar
 
 
@@ -260,6 +262,10 @@ def extract(
 
     def add_columns(values: list, kinds: str) -> None:
         if values and len(values[0]):
+            if tracker.frame_base:  # a later file of a capture point: the lane numbered its frames from 1
+                values = list(values)
+                for i in _FRAME_COLUMNS:
+                    values[i] = (np.frombuffer(values[i], dtype=np.int64) + tracker.frame_base).tobytes()
             ex_batches.append(columns_batch(values, kinds, EXCHANGE_COLUMNS))
 
     def finished(stats: CaptureStats, native: int) -> Extraction:
@@ -279,23 +285,35 @@ def extract(
         tracker.finish()
         return finished(CaptureStats(name), 0)
     with open_capture(path) as reader:
-        total = reader.stats.bytes_file
+        total = getattr(reader, "total_bytes", reader.stats.bytes_file)
         native = 0
-        if fastlane.usable(reader):
-            native = fastlane.run(reader, tracker, add_columns, fingerprints, row_ends, commands, progress)
-        else:
-            n = 0
-            feed = tracker.segment_fields
-            for fields in reader.segment_fields():
-                feed(*fields)
-                n += 1
-                if progress is not None and n & 0x3FFF == 0:
-                    progress(reader.bytes_read, total, reader.stats.frames)
+        # a capture point of several files (sources.PointReader) hands out its files one by one, into this one
+        # tracker: connections continue across them, frames are numbered through them
+        for part, before in (reader.files() if hasattr(reader, "files") else ((reader, 0),)):
+            tracker.frame_base = before
+            step = progress
+            if progress is not None and part is not reader:
+                done = reader.bytes_read
+                step = lambda d, t, f, done=done, before=before: progress(done + d, total, before + f)  # noqa: E731
+            if fastlane.usable(part):
+                native += fastlane.run(part, tracker, add_columns, fingerprints, row_ends, commands, step)
+            else:
+                n = 0
+                feed = tracker.segment_fields
+                for fields in part.segment_fields():
+                    feed(*fields)
+                    n += 1
+                    if step is not None and n & 0x3FFF == 0:
+                        step(part.bytes_read, part.stats.bytes_file, part.stats.frames)
+        tracker.frame_base = 0
         tracker.finish()
         stats = reader.stats
+        files = list(getattr(reader, "reads", ()))
     if progress is not None:
         progress(total, total, stats.frames)
-    return finished(stats, native)
+    result = finished(stats, native)
+    result.files = files
+    return result
 
 
 def merge_parts(parts: list[Extraction]) -> Extraction:
@@ -325,4 +343,4 @@ def merge_parts(parts: list[Extraction]) -> Extraction:
                       {ranks[(i, index)]: frame for i, p in enumerate(parts) for index, frame in p.flow_first_frames.items()},
                       sum(p.native_frames for p in parts),
                       {ranks[(i, index)]: h for i, p in enumerate(parts) for index, h in p.holes.items()},
-                      sum(p.gaps_forced for p in parts))
+                      sum(p.gaps_forced for p in parts), first.files)

@@ -96,6 +96,9 @@ class FlowTracker:
         self.held_budget = HeldBudget()  # out-of-order bytes held by all connections together (tcp.py)
         self.other_tcp_frames = 0
         self.other_tcp_bytes = 0
+        # added to the frame numbers fed in: a capture point of several files numbers its frames through them
+        # (exchanges.extract sets it per file; the files' segments continue in this one tracker)
+        self.frame_base = 0
 
     # ------------------------------------------------------------------------------------------------------
     def segment(self, seg: TcpSegment) -> None:
@@ -148,6 +151,8 @@ class FlowTracker:
         """`segment` for a segment given as its fields (TcpSegment's order). The bulk of a capture, segments of
         an established connection without SYN/FIN/RST, takes a short path that feeds in-order payload straight
         to the protocol; everything else goes through `segment`, with the same outcome."""
+        if self.frame_base:
+            frame += self.frame_base
         src = (src_ip, src_port)
         dst = (dst_ip, dst_port)
         flow = self._flows.get((src, dst) if src <= dst else (dst, src))

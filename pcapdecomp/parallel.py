@@ -57,11 +57,24 @@ def _work(slot: int, path: str, servers: set[Endpoint] | None, max_sql_bytes: in
     return extract(path, servers=servers, max_sql_bytes=max_sql_bytes, part=part, progress=progress)
 
 
+def capture_bytes(path) -> int:
+    """Size of a capture file, or of all the files of a capture point (sources.CapturePoint)."""
+    files = getattr(path, "files", None)
+    return sum(os.stat(f).st_size for f in files) if files is not None else os.stat(path).st_size
+
+
+def lane_reads(path) -> bool:
+    """The fast lane reads this capture (every file of a capture point)."""
+    files = getattr(path, "files", None)
+    return all(fastlane.reads(f) for f in files) if files is not None else fastlane.reads(path)
+
+
 def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes: int, jobs: int,
                 progress: Callable[[int, int, int], None] | None = None) -> list[Extraction]:
-    """Extract every capture, using up to `jobs` processes; results in the order of `paths`."""
-    sizes = [p.stat().st_size for p in paths]
-    parts = plan(sizes, jobs, [not fastlane.reads(p) for p in paths])
+    """Extract every capture (a file or a sources.CapturePoint), using up to `jobs` processes; results in the order
+    of `paths`."""
+    sizes = [capture_bytes(p) for p in paths]
+    parts = plan(sizes, jobs, [not lane_reads(p) for p in paths])
     if sum(parts) == len(paths) and (jobs <= 1 or len(paths) == 1):
         out: list[Extraction] = []
         for path, before in zip(paths, [sum(sizes[:i]) for i in range(len(sizes))]):
@@ -75,7 +88,8 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
     _PROGRESS = mp.get_context("fork").Array("q", 2 * len(tasks), lock=False)
     try:
         with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=mp.get_context("fork")) as pool:
-            futures = [pool.submit(_work, slot, os.fspath(path), servers, max_sql_bytes, part)
+            futures = [pool.submit(_work, slot, path if hasattr(path, "files") else os.fspath(path), servers,
+                                   max_sql_bytes, part)
                        for slot, (_, path, part) in enumerate(tasks)]
             total = sum(sizes)
             while True:

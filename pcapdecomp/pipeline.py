@@ -234,7 +234,7 @@ STAGING_PREFIX = ".pcapdecomp-partial-"
 # what analyze wrote before the manifest existed, and what is written after the set (evidence) or instead of it
 OUTPUT_SUFFIXES = (".parquet", ".csv", ".json", ".html", ".md", ".txt")
 OWN_NAMES = ("exchanges.parquet", "exchanges.csv", "groups.parquet", "pool.parquet", "summary.json", "report.html",
-             "evidence", "internal-error.txt")
+             "evidence", "internal-error.txt", "exchanges")  # exchanges/: the --partitioned dataset
 
 
 class OutputFolder:

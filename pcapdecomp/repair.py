@@ -177,11 +177,12 @@ def plan(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFrame, db_ex:
          app_conns: pd.DataFrame, db_conns: pd.DataFrame, matching: Matching) -> tuple[list[Job], int]:
     """The repairs to make: for every pair of twin connections, each side that has holes. Returns (jobs,
     connections skipped by the wrap guard)."""
+    db_xs = db_x if isinstance(db_x, list) else [db_x]  # several DB points (servers) come as a list
     holes = {(x.capture, i): ("app", h) for x in app_x for i, h in x.holes.items()}
-    holes.update({(db_x.capture, i): ("db", h) for i, h in db_x.holes.items()})
+    holes.update({(x.capture, i): ("db", h) for x in db_xs for i, h in x.holes.items()})
     if not holes:
         return [], 0
-    first_frames = {(x.capture, i): f for x in [*app_x, db_x] for i, f in x.flow_first_frames.items()}
+    first_frames = {(x.capture, i): f for x in [*app_x, *db_xs] for i, f in x.flow_first_frames.items()}
     rows = {}
     for conns in (app_conns, db_conns):
         for r in conns.assign(capture=conns["capture"].astype(str)).to_dict("records"):
@@ -650,7 +651,8 @@ def point_bounds(app_ex: pd.DataFrame, db_ex: pd.DataFrame, matching: Matching, 
     return PointBounds(rows, lo, hi, named)
 
 
-def apply_bounds(table: pd.DataFrame, bounds: PointBounds, clocks: dict, primary_app: str | None) -> pd.DataFrame:
+def apply_bounds(table: pd.DataFrame, bounds: PointBounds, clocks: dict, primary_app: str | None,
+                 clock_keys: np.ndarray | None = None) -> pd.DataFrame:
     """Add `bounded` and the *_lo/*_hi columns (schema.ANALYSIS_COLUMNS) to build_table's output. A bounded point's
     time and every duration that depends on it are null (a bound is not a measurement); the durations' bounds
     come from the points' bounds, each tightened by causality across the points on the app clock (A1 ≤ D1 ≤ D4 ≤
@@ -671,7 +673,10 @@ def apply_bounds(table: pd.DataFrame, bounds: PointBounds, clocks: dict, primary
         u = np.zeros(len(rows))  # the true app time of a DB time lies in [estimate − u, estimate + v]
         v = np.zeros(len(rows))
         for i, capture in enumerate(captures):
-            model = clocks.get(capture) or clocks.get(primary_app)
+            if clock_keys is not None:  # several DB points: the row's own pair of points (build_table)
+                model = clocks.get(clock_keys[rows[i]])
+            else:
+                model = clocks.get(capture) or clocks.get(primary_app)
             if model is None or not model.segments:
                 u[i] = v[i] = np.inf
                 continue

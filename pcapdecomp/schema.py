@@ -159,6 +159,7 @@ ANALYSIS_COLUMNS: tuple[Column, ...] = (
     Column("stall", "Int64", "id of the stalled stretch (summary.json → groups.stalls[].id) this exchange queued in (stall_role victim) or held by executing through it (culprit); null otherwise"),
     Column("stall_role", CATEGORY, "victim (queued ≥ 0.1 s, certain, in the stalled stretch) | culprit (executed through at least a quarter of it, in the same group); null when not part of a stall"),
     *PROXY_COLUMNS,
+    Column("db_point", CATEGORY, "the DB capture point (server) of the exchange: the one that saw it; for an exchange only the app saw, the one its server endpoint leads to when exactly one does; null otherwise. With several DB points (a primary and a replica, shards) the decomposition, thread groups and stalls are each point's own: a stall id is unique within its db_point (summary.json → servers[])"),
 )
 
 
@@ -174,6 +175,7 @@ GROUP_COLUMNS: tuple[Column, ...] = (
     Column("queue_s", "float64", "queue seconds spent inside the bucket, summed over the group's exchanges"),
     Column("started", "int64", "exchanges whose D1 falls in the bucket"),
     Column("max_queue_s", "float64", "largest queue_s of the exchanges started in the bucket; null when none started"),
+    Column("db_point", CATEGORY, "the DB capture point (server) whose thread group this is"),
 )
 
 
@@ -191,6 +193,7 @@ POOL_COLUMNS: tuple[Column, ...] = (
     Column("queued_max", "int64", "most statements queued at any instant of the bucket (queue_s of any source)"),
     Column("queued_certain_max", "int64", "most statements queued at any instant, counting only certain queueing (D1 … D1 + queue_min_s)"),
     Column("started", "int64", "exchanges whose D1 falls in the bucket"),
+    Column("db_point", CATEGORY, "the DB capture point (server) of the row: each DB point's pool has its own rows"),
 )
 
 
@@ -218,6 +221,24 @@ SUMMARY_KEYS: tuple[Column, ...] = (
     Column("hidden_slow", "object", "{count, listed, more, by_stall: [{stall (id|null), thread_group, culprits: [ref…], victims: [ref…]}]}: hidden-slow statements grouped by the stall they queued in (stall null: none found), slowest first, up to 50 listed"),
     Column("understated", "object", "{count, threshold_s, listed, more, by_stall: [same shape as hidden_slow]}: statements in the slow log that measurably queued ≥ threshold_s"),
     Column("queueing", "object", "{measured_s, estimated_s, lower_bound_s, certain_s}: queue_s summed by queue_source over exchanges seen at both points, and queue_min_s summed"),
+    # capture points of several files, several DB servers, Dask (pcapdecomp/sources.py, analysis.py, cluster.py)
+    Column("points", "list[object]", "every capture point in reading order: {name (its `capture` in the tables), kind (app | db), given (the file, glob or folder as given), files: [{file, format, gzip, bytes, frames, first_frame (its first frame's number in the point: frames are numbered through a point's files), first_ts, last_ts, damaged, gap_s (time from the previous file's last frame; negative: an overlap; null for the first), skipped (empty file: not read)}], gaps (gaps between files that were warned about), overlaps, missing_numbers (rotation numbers absent from the files' sequence), servers (a DB point's server endpoints)}"),
+    Column("servers", "list[object]", "with several DB points only, one per DB point (server) in order: {point, name (--server NAME=… or the point's folder/file name), endpoints, exchanges, slow_log, thread_pool_size, pool, groups, story, verdict, hidden_slow, understated, queueing}, each of the same shape as the top-level key, computed from that server's exchanges alone; the top-level keys are the first DB point's, and the verdict adds one line per other server"),
+    Column("inputs.dbs", "list[string]", "every DB point's name (inputs.db: the first)"),
+    Column("inputs.slow_logs", "object", "DB point name -> its slow log (inputs.slow_log: the first)"),
+    Column("inputs.scheduler", "string|null", "the Dask scheduler the captures were read on (--scheduler), null: this machine"),
+    Column("captures.dbs", "list[object]", "capture quality of every DB point (captures.db: the first)"),
+    Column("clocks.*.app", "string", "the app point of this clock; with several DB points `clocks` is keyed 'APP ↔ DB' (one clock per app point and DB point that share connections)"),
+    Column("clocks.*.db", "string", "the DB point of this clock"),
+)
+
+
+# `analyze --partitioned`: exchanges/host=…/capture=…/part-N.parquet (pcapdecomp/dataset.py) holds the columns of
+# exchanges.parquet (capture in the path) and these.
+DATASET_COLUMNS: tuple[Column, ...] = (
+    Column("host", "string", "the capture point the row's foundation columns come from (its `capture`), as a short "
+           "name: its folder's name (app-web1, db-replica) or its file's name without the capture suffixes (app for "
+           "app.pcap); a partition key of the dataset, with `capture`"),
 )
 
 

@@ -42,4 +42,4 @@ if [ ! -x /usr/local/bin/gaea ] && [ "$(id -u)" = 0 ]; then
     echo "install-deps: warning: no Go toolchain, gaea not built; the lab's proxy-pool scenario cannot run" >&2
   fi
 fi
-python3 -m pip install -q --disable-pip-version-check -e ".[test]"
+python3 -m pip install -q --disable-pip-version-check -e ".[test,dask]"

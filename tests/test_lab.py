@@ -31,14 +31,7 @@ import record as lab_record  # noqa: E402
 COMMITTED = ("maxthreads", "group-stall", "oltp-hogs", "features", "oltp-prepared")
 
 
-def _lab_unavailable_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "not root: the lab needs network namespaces and tcpdump"
-    if shutil.which("ip") is None:
-        return "`ip` (iproute2) is not installed"
-    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
-        return "`ip netns` is unavailable on this machine"
-    return None
+from labsets import lab_unavailable_reason as _lab_unavailable_reason  # noqa: E402
 
 
 def _slow_log_entries(text: str) -> list[tuple[int, float, str]]:
@@ -172,12 +165,7 @@ def test_record_refuses_unknown_scenario():
         lab_record.record("no-such-scenario")
 
 
-def _require_lab() -> None:
-    reason = _lab_unavailable_reason()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the lab must run in CI but cannot: {reason}")
-        pytest.skip(reason)
+from labsets import require_lab as _require_lab  # noqa: E402
 
 
 @pytest.mark.lab

@@ -27,6 +27,9 @@ from pcapdecomp.errors import PcapdecompError  # noqa: E402
 MYSQL_PORT = 3306
 APP_IPV4, DB_IPV4 = "10.213.77.1", "10.213.77.2"  # a private /30 that exists only inside the two namespaces
 APP_IPV6, DB_IPV6 = "fd77::1", "fd77::2"  # unique-local, also namespace-only
+# a second DB host (two-servers: a primary and a replica), on its own veth pair from the app host
+APP2_IPV4, DB2_IPV4 = "10.213.78.1", "10.213.78.2"
+APP2_IPV6, DB2_IPV6 = "fd78::1", "fd78::2"
 
 # binary -> Debian package that provides it
 _DEBIAN_PACKAGES = {"mariadbd": "mariadb-server", "mariadb-install-db": "mariadb-server",
@@ -113,36 +116,46 @@ class Host:
 
 
 class TestHosts:
-    """Two namespaces `pcd-<pid>-app` and `pcd-<pid>-db` with one veth pair; unique per run."""
+    """Two namespaces `pcd-<pid>-app` and `pcd-<pid>-db` with one veth pair; unique per run. With `second_db`, a
+    third namespace `pcd-<pid>-db2` on a veth pair of its own from the app host (`app2` is the app's end of it):
+    two DB servers, each captured on its own host."""
 
     __test__ = False  # not a pytest class despite the name
 
-    def __init__(self, tag: str | None = None):
+    def __init__(self, tag: str | None = None, second_db: bool = False):
         tag = tag or str(os.getpid())
         self.app = Host(f"pcd-{tag}-app", f"pcda{tag}"[:15], APP_IPV4, APP_IPV6)
         self.db = Host(f"pcd-{tag}-db", f"pcdd{tag}"[:15], DB_IPV4, DB_IPV6)
+        self.app2 = Host(self.app.netns, f"pcdb{tag}"[:15], APP2_IPV4, APP2_IPV6) if second_db else None
+        self.db2 = Host(f"pcd-{tag}-db2", f"pcde{tag}"[:15], DB2_IPV4, DB2_IPV6) if second_db else None
+
+    def _links(self) -> list[tuple[Host, Host]]:
+        return [(self.app, self.db)] + ([(self.app2, self.db2)] if self.db2 is not None else [])
 
     def __enter__(self) -> TestHosts:
         try:
-            for host in (self.app, self.db):
+            for host in (self.app, self.db, *([self.db2] if self.db2 else [])):
                 _run("ip", "netns", "add", host.netns)
-            _run("ip", "link", "add", self.app.veth, "type", "veth", "peer", "name", self.db.veth)
-            for host in (self.app, self.db):
-                _run("ip", "link", "set", host.veth, "netns", host.netns)
-                _run("ip", "-n", host.netns, "addr", "add", f"{host.ipv4}/30", "dev", host.veth)
-                _run("ip", "-n", host.netns, "-6", "addr", "add", f"{host.ipv6}/64", "dev", host.veth, "nodad")
                 _run("ip", "-n", host.netns, "link", "set", "lo", "up")
-                _run("ip", "-n", host.netns, "link", "set", host.veth, "up")
+            for near, far in self._links():
+                _run("ip", "link", "add", near.veth, "type", "veth", "peer", "name", far.veth)
+                for host in (near, far):
+                    _run("ip", "link", "set", host.veth, "netns", host.netns)
+                    _run("ip", "-n", host.netns, "addr", "add", f"{host.ipv4}/30", "dev", host.veth)
+                    _run("ip", "-n", host.netns, "-6", "addr", "add", f"{host.ipv6}/64", "dev", host.veth, "nodad")
+                    _run("ip", "-n", host.netns, "link", "set", host.veth, "up")
         except BaseException:
             self.__exit__(None, None, None)
             raise
-        log(f"test hosts {self.app.netns} ({APP_IPV4}) and {self.db.netns} ({DB_IPV4}) are up")
+        extra = f" and {self.db2.netns} ({DB2_IPV4})" if self.db2 else ""
+        log(f"test hosts {self.app.netns} ({APP_IPV4}) and {self.db.netns} ({DB_IPV4}){extra} are up")
         return self
 
     def __exit__(self, *exc) -> None:
-        for host in (self.app, self.db):  # deleting a namespace also destroys the veth end inside it
+        for host in (self.app, self.db, *([self.db2] if self.db2 else [])):  # the veth ends inside go too
             subprocess.run(["ip", "netns", "del", host.netns], capture_output=True)
-        subprocess.run(["ip", "link", "del", self.app.veth], capture_output=True)  # if it never moved
+        for near, _ in self._links():
+            subprocess.run(["ip", "link", "del", near.veth], capture_output=True)  # if it never moved
 
 
 class _StderrTail:
@@ -181,20 +194,34 @@ class CaptureStats:
 
 
 class Tcpdump:
-    """tcpdump on one host's veth, nanosecond pcap, whole packets, written as they arrive."""
+    """tcpdump on one host's veth, nanosecond pcap, whole packets, written as they arrive.
+
+    `rotate_mb`: tcpdump's own rotation (`-C N`: a new file once the current one holds N million bytes: pcap,
+    pcap1, pcap2, …), as captures in the field are taken. `interface`: another interface than the host's veth
+    (`any` on a host with two links: Linux cooked headers)."""
 
     # With --immediate-mode libpcap gives every packet a ring slot of snaplen bytes (256 KiB with -s 0), so the
     # default 2 MiB buffer holds only 8 packets and a burst (eight connections closing at once) is dropped.
     buffer_kib = 128 * 1024
 
-    def __init__(self, host: Host, pcap: Path, port: int = MYSQL_PORT, interface: str | None = None):
+    def __init__(self, host: Host, pcap: Path, port: int = MYSQL_PORT, rotate_mb: int = 0,
+                 interface: str | None = None):
         self.host, self.pcap, self.port = host, pcap, port
-        self.interface = interface or host.veth  # "any": every interface of the namespace (a proxy's two sides)
+        self.rotate_mb, self.interface = rotate_mb, interface or host.veth
         self.stats: CaptureStats | None = None
         self._proc: subprocess.Popen | None = None
 
+    @property
+    def files(self) -> list[Path]:
+        """The files written: the capture, then its rotations in order."""
+        rotated = sorted((p for p in self.pcap.parent.glob(self.pcap.name + "*")
+                          if p.name[len(self.pcap.name):].isdigit()), key=lambda p: int(p.name[len(self.pcap.name):]))
+        return [self.pcap, *rotated] if self.pcap.exists() else rotated
+
     def __enter__(self) -> Tcpdump:
-        argv = self.host.command("tcpdump", "-i", self.interface, "-w", str(self.pcap), "--immediate-mode", "-U", "-B", str(self.buffer_kib),
+        rotation = ["-C", str(self.rotate_mb)] if self.rotate_mb else []
+        argv = self.host.command("tcpdump", "-i", self.interface, "-w", str(self.pcap), *rotation, "--immediate-mode",
+                                 "-U", "-B", str(self.buffer_kib),
                                  "-s", "0", "-Z", "root", "--time-stamp-precision=nano", "tcp", "port",
                                  str(self.port))
         self._proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -288,7 +315,7 @@ class PrivateMariaDB:
         except BaseException:
             self.__exit__(None, None, None)
             raise
-        log(f"MariaDB {self.version} ready in {self.host.netns} on {DB_IPV4}:{MYSQL_PORT}")
+        log(f"MariaDB {self.version} ready in {self.host.netns} on {self.host.ipv4}:{MYSQL_PORT}")
         return self
 
     def _install_datadir(self) -> None:

@@ -24,8 +24,8 @@ LAB_DIR = Path(__file__).resolve().parent
 if str(LAB_DIR) not in sys.path:
     sys.path.insert(0, str(LAB_DIR))
 
-from hosts import (APP_IPV4, DB_IPV4, DB_IPV6, MYSQL_PORT, Child, LabError, PrivateMariaDB, TestHosts,  # noqa: E402
-                   Tcpdump, check_can_run, ensure_deps, log)
+from hosts import (APP_IPV4, DB2_IPV4, DB_IPV4, DB_IPV6, MYSQL_PORT, Child, LabError, PrivateMariaDB,  # noqa: E402
+                   TestHosts, Tcpdump, check_can_run, ensure_deps, log)
 from scenarios import SCENARIOS, SERIES, Scenario  # noqa: E402
 from proxies import PROXY_APP_IPV4, PROXY_DB_IPV4, PROXY_FRONT_IPV4, Gaea, HAProxy, ProxyHosts  # noqa: E402
 
@@ -153,7 +153,7 @@ def _toml_value(value) -> str:
 
 
 def _write_capture_toml(path: Path, scenario: Scenario, server: PrivateMariaDB, params: dict, stats: dict,
-                        proxy=None) -> None:
+                        proxy=None, folders: bool = False, rotate_mb: int = 0) -> None:
     s = scenario.settings
     lines = [
         "# Written by captures/lab/record.py; describes how this capture set was recorded.",
@@ -164,6 +164,8 @@ def _write_capture_toml(path: Path, scenario: Scenario, server: PrivateMariaDB, 
         "[server]",
         f"address = {_toml_value(f'{PROXY_DB_IPV4 if proxy else DB_IPV4}:{MYSQL_PORT}')}",
         *([] if proxy else [f"address_ipv6 = {_toml_value(f'[{DB_IPV6}]:{MYSQL_PORT}')}"]),
+        *([f"more_addresses = [{_toml_value(f'{DB2_IPV4}:{MYSQL_PORT}')}]  # the replica (db-replica/)"]
+          if "db2" in stats else []),
         f"product = {_toml_value('MariaDB')}",
         f"version = {_toml_value(server.version)}",
         f"long_query_time = {_toml_value(s.long_query_time_s)}",
@@ -185,15 +187,13 @@ def _write_capture_toml(path: Path, scenario: Scenario, server: PrivateMariaDB, 
         f"address = {_toml_value(PROXY_APP_IPV4 if proxy else APP_IPV4)}",
         "",
         "[captures]",
-        'app = "app.pcap"',
-        'db = "db.pcap"',
-        *(['proxy = "proxy.pcap"'] if proxy else []),
-        'slow_log = "slow.log"',
+        *(['app = "app.pcap"', 'db = "db.pcap"', *(['proxy = "proxy.pcap"'] if proxy else []),
+           'slow_log = "slow.log"'] if not folders else
+          ['# one folder per capture point: app/, db/ (the primary) and db-replica/, each with its rotated files',
+           '# (and a DB point its slow.log)', f"rotate_mb = {rotate_mb}"]),
         'truth = "truth.jsonl"',
         "timestamp_precision = \"ns\"",
-        f"app_packets = {stats['app'].captured}",
-        f"db_packets = {stats['db'].captured}",
-        *([f"proxy_packets = {stats['proxy'].captured}"] if proxy else []),
+        *[f"{name}_packets = {st.captured}" for name, st in stats.items()],
         f"dropped_by_kernel = {sum(st.dropped_by_kernel for st in stats.values())}",
         "",
         "[workload]",
@@ -243,14 +243,16 @@ def _processlist_ids(server: PrivateMariaDB) -> dict[int, int]:
 
 
 def record(scenario: str, out_dir: Path | str | None = None, duration_s: float | None = None, seed: int = 1,
-           install: bool = True) -> Path:
-    """Record `scenario` into `out_dir` (default captures/<scenario>/) and return that folder. A series (SERIES)
-    records each of its scenarios, with the same workload and seed, into `out_dir`/<scenario> (default
-    captures/<scenario>) and returns the folder that holds them."""
+           install: bool = True, rotate_mb: int | None = None) -> Path:
+    """Record `scenario` into `out_dir` (default captures/<scenario>/) and return that folder. `rotate_mb` makes
+    every tcpdump rotate its file each that many million bytes (default: the scenario's); rotated captures are
+    written as one folder per capture point (app/, db/, db-replica/). A series (SERIES) records each of its
+    scenarios, with the same workload and seed, into `out_dir`/<scenario> (default captures/<scenario>) and
+    returns the folder that holds them."""
     if scenario in SERIES:
         parent = Path(out_dir) if out_dir else REPO_CAPTURES
         for name in SERIES[scenario]:
-            record(name, parent / name, duration_s, seed, install)
+            record(name, parent / name, duration_s, seed, install, rotate_mb)
         return parent
     if scenario not in SCENARIOS:
         raise LabError(f"unknown scenario {scenario!r}; choose one of {', '.join([*SCENARIOS, *SERIES])}")
@@ -265,6 +267,11 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
     params = dict(spec.params, seed=seed)
     if duration_s is not None:
         params["duration"] = duration_s
+    rotate = spec.rotate_mb if rotate_mb is None else rotate_mb
+    second = spec.second_server
+    folders = bool(rotate) or second
+    if second:
+        params["host2"] = DB2_IPV4
     try:
         with _signals_unwind(), contextlib.ExitStack() as stack:
             proxy = None
@@ -272,12 +279,17 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
                 hosts = stack.enter_context(ProxyHosts())
                 server = stack.enter_context(PrivateMariaDB(hosts.db, hosts.proxy_back, workdir / "db", spec.settings))
             else:
-                hosts = stack.enter_context(TestHosts())
+                hosts = stack.enter_context(TestHosts(second_db=second))
                 server = stack.enter_context(PrivateMariaDB(hosts.db, hosts.app, workdir / "db", spec.settings))
-            if spec.setup_sql:
-                with server.admin() as conn, conn.cursor() as cur:
-                    for sql in spec.setup_sql:
-                        cur.execute(sql)
+            servers = {"db": server}
+            if second:
+                servers["db2"] = stack.enter_context(PrivateMariaDB(hosts.db2, hosts.app2, workdir / "db2",
+                                                                    spec.settings))
+            for each in servers.values():
+                if spec.setup_sql:
+                    with each.admin() as conn, conn.cursor() as cur:
+                        for sql in spec.setup_sql:
+                            cur.execute(sql)
             if spec.hog_seconds:
                 params["hog_rounds"] = _calibrate_hog_rounds(server, spec.hog_seconds)
                 log(f"BENCHMARK rounds for ~{spec.hog_seconds} s: {params['hog_rounds']}")
@@ -285,15 +297,20 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
                 proxy = stack.enter_context(HAProxy(hosts, workdir / "proxy"))
             elif spec.proxy == "gaea":
                 proxy = stack.enter_context(Gaea(hosts, workdir / "proxy", spec.proxy_pool, "app", "app-pass"))
-            server.start_recording()
+            for each in servers.values():
+                each.start_recording()
             dumps: dict[str, Tcpdump] = {}
 
             def start_captures() -> None:
-                dumps["app"] = stack.enter_context(Tcpdump(hosts.app, workdir / "app.pcap"))
-                dumps["db"] = stack.enter_context(Tcpdump(hosts.db, workdir / "db.pcap"))
+                # with two links the app host is captured on both at once (-i any): one capture point
+                dumps["app"] = stack.enter_context(Tcpdump(hosts.app, workdir / "app.pcap", rotate_mb=rotate,
+                                                           interface="any" if second else None))
+                dumps["db"] = stack.enter_context(Tcpdump(hosts.db, workdir / "db.pcap", rotate_mb=rotate))
+                if second:
+                    dumps["db2"] = stack.enter_context(Tcpdump(hosts.db2, workdir / "db2.pcap", rotate_mb=rotate))
                 if proxy is not None:
                     dumps["proxy"] = stack.enter_context(Tcpdump(hosts.proxy_front, workdir / "proxy.pcap",
-                                                                 interface="any"))
+                                                                 rotate_mb=rotate, interface="any"))
 
             if spec.midstream:  # the workload connects, then waits for the captures: they begin mid-connection
                 params["sync_dir"] = str(workdir)
@@ -320,30 +337,47 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
                     raise LabError(f"tcpdump on {name} captured nothing")
                 if stats.dropped_by_kernel:
                     log(f"warning: tcpdump on {name} says {stats.dropped_by_kernel} packets dropped by kernel")
-            server.stop_recording()
-            history = _statement_history(server)
+            for each in servers.values():
+                each.stop_recording()
             client_rows = [json.loads(line) for line in client_file.read_text().splitlines()]
             pooled = spec.settings.thread_handling == "pool-of-threads"
             pool_size = spec.settings.thread_pool_size if pooled else None
-            if spec.proxy == "gaea":
-                truth = join_truth_by_tag(client_rows, history, _processlist_ids(server), pool_size)
+            if second:  # each server's rows joined to its own statement history
+                truth = []
+                for name, each in servers.items():
+                    mine = [r for r in client_rows if r["conn_label"].startswith("replica") == (name == "db2")]
+                    truth += [dict(row, server=name) for row in join_truth(mine, _statement_history(each), pool_size)]
+                truth.sort(key=lambda r: (r["client_send_ns"], r["conn_id"] or 0))
+            elif spec.proxy == "gaea":
+                truth = join_truth_by_tag(client_rows, _statement_history(server), _processlist_ids(server), pool_size)
             else:
-                truth = join_truth(client_rows, history, pool_size)
-            for name in [f"{n}.pcap" for n in dumps]:
-                shutil.copyfile(workdir / name, out / name)
-            shutil.copyfile(server.slow_log, out / "slow.log")
+                truth = join_truth(client_rows, _statement_history(server), pool_size)
+            if folders:  # one folder per capture point, each with its rotated files (and a DB point its slow log)
+                for name, folder in (("app", "app"), ("db", "db"), ("db2", "db-replica"), ("proxy", "proxy")):
+                    if name not in dumps:
+                        continue
+                    (out / folder).mkdir(exist_ok=True)
+                    for f in dumps[name].files:
+                        shutil.copyfile(f, out / folder / f.name)
+                    if name in servers:
+                        shutil.copyfile(servers[name].slow_log, out / folder / "slow.log")
+            else:
+                for name in [f"{n}.pcap" for n in dumps]:
+                    shutil.copyfile(workdir / name, out / name)
+                shutil.copyfile(server.slow_log, out / "slow.log")
             with open(out / "truth.jsonl", "w") as f:
                 for row in truth:
                     f.write(json.dumps(row, ensure_ascii=False) + "\n")
             _write_capture_toml(out / "capture.toml", spec, server,
                                 {k: v for k, v in params.items() if k != "sync_dir"}, {n: d.stats for n, d in dumps.items()},
-                                proxy)
+                                proxy, folders, rotate)
             (out / "README.md").write_text(
                 f"# Capture set `{scenario}`\n\n{spec.description}\n\nRecorded by `captures/lab/record.py "
                 f"{scenario}` on MariaDB {server.version}; settings in `capture.toml`, per-query ground truth "
                 "in `truth.jsonl` (see captures/lab/README.md).\n")
             log(f"{len(truth)} client commands, "
-                + " / ".join(f"{n} {d.stats.captured}" for n, d in dumps.items()) + f" packets -> {out}")
+                + " / ".join(f"{n} {d.stats.captured}" for n, d in dumps.items())
+                + f" packets{f' in {sum(len(d.files) for d in dumps.values())} files' if rotate else ''} -> {out}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return out
@@ -356,9 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, help="workload seconds, for scenarios that run for a while")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-install", action="store_true", help="do not apt-get/pip install missing tools")
+    parser.add_argument("--rotate-mb", type=int, help="tcpdump rotates its files every N million bytes (-C N)")
     args = parser.parse_args(argv)
     try:
-        record(args.scenario, args.out, args.duration, args.seed, install=not args.no_install)
+        record(args.scenario, args.out, args.duration, args.seed, install=not args.no_install,
+               rotate_mb=args.rotate_mb)
     except LabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

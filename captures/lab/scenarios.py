@@ -36,6 +36,8 @@ class Scenario:
     midstream: bool = False  # the captures start after the workload has connected (no greetings, no ids)
     proxy: str = ""  # "haproxy" (L4) or "gaea" (L7, pooling): three hosts app -> proxy -> db (proxies.py)
     proxy_pool: int = 0  # the pooling proxy's server connections
+    second_server: bool = False  # a second MariaDB on a host of its own (a replica), captured there too
+    rotate_mb: int = 0  # tcpdump rotates its files every this many million bytes (-C); 0: one file per host
 
 
 SCENARIOS = {s.name: s for s in (
@@ -140,6 +142,23 @@ SCENARIOS = {s.name: s for s in (
         {"clients": 8, "duration": 10.0, "rows": SBTEST_ROWS},
         tuple(_sbtest_sql(SBTEST_ROWS)),
         committed=False,
+    ),
+    Scenario(
+        "two-servers",
+        "Two MariaDB servers, a primary and a replica, each on a host of its own and captured there; the app host "
+        "talks to both over two links and is captured on both (-i any); every tcpdump rotates its file each "
+        "million bytes (-C 1), as long captures in the field are taken. Range selects (20 rows by id) on 3 text connections to "
+        "each server at up to 1200/s in total for 3 s; a CPU hog (BENCHMARK ~0.4 s) runs twice on the primary "
+        "(thread_pool_size=2, 60 s stall limit): the primary's selects in the hog's thread group queue "
+        "behind it, the replica's do not (long_query_time=0.1). truth.jsonl says which server (conn_label "
+        "primary-… / replica-…). Recorded by the tests (tests/test_sources.py), not committed.",
+        OLTP_SETTINGS,
+        {"clients": 3, "rate": 1200, "duration": 3.0, "rows": SBTEST_ROWS, "hog_times": [0.8, 2.0]},
+        tuple(_sbtest_sql(SBTEST_ROWS)),
+        hog_seconds=0.4,
+        committed=False,
+        second_server=True,
+        rotate_mb=1,
     ),
     Scenario(
         "bigpacket",

@@ -729,11 +729,41 @@ def stall_fix(args, truth: Truth) -> None:
         c.close()
 
 
+def two_servers(args, truth: Truth) -> None:
+    """Range selects (20 rows) on `clients` text connections to each of two servers (a primary at --host, a replica at
+    `host2`), each at rate / (2 × clients) per second for `args.duration` s, and a hog connection to the primary
+    running a BENCHMARK at each of `hog_times`: the primary's thread group stalls, the replica's does not."""
+    servers = {"primary": args.host, "replica": args.host2}
+    conns = [connect(truth, f"{role}-{i}", args, host_override=host)
+             for role, host in servers.items() for i in range(args.clients)]
+    hog = connect(truth, "primary-hog", args)
+    per_client_rate = args.rate / (2 * args.clients)
+    stop = time.monotonic() + args.duration
+
+    def worker(conn: Connection, rng: random.Random):
+        next_at = time.monotonic()
+        while next_at < stop:
+            first = rng.randint(1, args.rows - 19)  # 20 short rows: enough bytes for tcpdump -C 1 to rotate
+            conn.timed_query(f"SELECT id, k, c FROM sbtest1 WHERE id BETWEEN {first} AND {first + 19}")
+            next_at = max(next_at + 1 / per_client_rate, time.monotonic() - 0.05)
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+    def hogger():
+        for at in args.hog_times:
+            time.sleep(max(0.0, stop - args.duration + at - time.monotonic()))
+            hog.timed_query(f"SELECT BENCHMARK({args.hog_rounds}, SHA2(RAND(), 256))", role="hog")
+
+    run_threads([hogger, *[lambda c=c, i=i: worker(c, random.Random(args.seed * 1000 + i))
+                           for i, c in enumerate(conns)]])
+    for c in [*conns, hog]:
+        c.close()
+
+
 SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
              "oltp-prepared": oltp_prepared,
              "connection-churn": connection_churn, "features": features, "bigpacket": bigpacket,
             "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms,
-            "proxy-l4": group_stall, "proxy-pool": proxy_pool,
+            "proxy-l4": group_stall, "proxy-pool": proxy_pool, "two-servers": two_servers,
              # one workload, three server settings (captures/lab/scenarios.py SERIES "stall-fix")
              "stall-fix-1-pool": stall_fix, "stall-fix-2-thread-per-connection": stall_fix,
              "stall-fix-3-stall-limit-10": stall_fix}
