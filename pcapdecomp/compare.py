@@ -145,10 +145,12 @@ def _kind_of(path: Path) -> str:
             raise InputError(f"{path}: {missing[0]} missing (an analysis folder holds exchanges.parquet and "
                              "summary.json): run `pcapdecomp analyze` again")
         return "analysis"
-    from .analysis import CAPTURE_SUFFIXES
+    from .sources import is_capture_name
 
-    captures = [p for p in path.iterdir() if p.is_file() and p.name.startswith(("app", "db"))
-                and p.name.endswith(CAPTURE_SUFFIXES)]
+    # capture files (rotated ones too) or capture-point folders (app/, app-<host>/, db/, db-<name>/)
+    captures = [p for p in path.iterdir() if p.name.startswith(("app", "db"))
+                and (p.is_dir() if p.name in ("app", "db") or p.name.startswith(("app-", "db-"))
+                     else p.is_file() and is_capture_name(p.name))]
     if captures or (path / "capture.toml").is_file():
         return "capture set"
     raise InputError(f"{path}: neither an analysis folder (exchanges.parquet, summary.json) nor a capture set "
