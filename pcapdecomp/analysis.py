@@ -23,7 +23,7 @@ from .errors import InputError, SlowLogError, UsageError, internal_errors_to
 from .match import ClockSamples, match_exchanges, pair_segments, read_segments_of, split_endpoint
 from .parallel import default_jobs, run_all
 from .pipeline import OutputFolder, capture_problems, parse_server, read_captures, warn, write_table
-from .proxy import Side, through_proxy
+from .proxy import NoProxy, Side, through_proxy
 from .proxy import empty_columns as proxy_empty
 from .proxy import finish as proxy_finish
 from .repair import apply_bounds, point_bounds, repair_losses
@@ -320,6 +320,17 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     proxied = through_proxy(Side(app_ex, app_conns) if app_x else None, Side(db_ex, db_conns) if db_x else None,
                             Side(concat([x.exchanges for x in proxy_x]), concat([x.connections for x in proxy_x]))
                             if proxy_x else None, set(cs.servers), set(cs.proxy_servers), direct=matching)
+    proxy_summary = proxied.summary if proxied is not None else None
+    if isinstance(proxied, NoProxy):  # a proxy capture without a proxy in its traffic stays out of the way
+        note(f"{', '.join(str(p) for p in cs.proxy)}: {proxied.warning}")
+        proxied = None
+        if not app_x:  # it is the client side's view
+            app_x = proxy_x
+            app_ex, app_conns = concat([x.exchanges for x in app_x]), concat([x.connections for x in app_x])
+            matching = match_exchanges(app_ex, db_ex, app_conns, db_conns)
+            proxied = through_proxy(Side(app_ex, app_conns), Side(db_ex, db_conns) if db_x else None, None,
+                                    set(cs.servers), set(cs.proxy_servers), direct=matching)
+            proxy_summary = proxied.summary if proxied is not None else proxy_summary
     if proxied is not None:  # the two sides of the decomposition are the ends of the chain through the proxy
         app_ex, app_conns, db_ex, db_conns = (proxied.client.ex, proxied.client.conns, proxied.server.ex,
                                               proxied.server.conns)
@@ -436,7 +447,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
                       "db": qualities[id(db_x)] if db_x is not None else None,
                       "proxy": [qualities[id(x)] for x in proxy_x]},
         "match": matching.stats.as_dict(),
-        "proxy": proxied.summary if proxied is not None else None,
+        "proxy": proxy_summary,
         "repair": repair.stats.as_dict() if repair is not None else None,
         "clock": next(iter(clock_info.values()), None),
         "clocks": clock_info,
