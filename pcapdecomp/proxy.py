@@ -564,37 +564,45 @@ def _flows_of(side: Side, keys: np.ndarray) -> dict[str, set]:
     return out
 
 
-def _segment_clock(near: Side, far: Side, m: Matching) -> dict[str, ClockModel]:
-    """far clock − near clock per near capture, from the TCP segments of connections seen at both points."""
+def _hops(app: Side | None, front: Side, back: Side, db: Side | None) -> tuple[tuple, tuple]:
+    """The two hops that are one TCP connection seen at two points: app ↔ the proxy's client side, the proxy's
+    server side ↔ DB (a hop without its outer capture is the identity). Per hop: near rows -> far rows, the
+    matching's counts, and far clock − near clock per near capture from the TCP segments seen at both points. Each
+    capture is read once for the segments of both hops (the proxy capture holds both)."""
     from .clock import estimate_clock
     from .match import pair_segments, read_segments_of
 
-    if len(m.connections) == 0:
-        return {}
-    far_flows = _flows_of(far, m.connections["db_conn"].to_numpy())
-    near_flows = _flows_of(near, m.connections["app_conn"].to_numpy())
-    far_segments = [read_segments_of(cap, flows) for cap, flows in far_flows.items()]
-    models = {}
-    for cap, flows in near_flows.items():
-        near_seg = read_segments_of(cap, flows)
-        best = None
-        for fs in far_segments:
-            samples = pair_segments(near_seg, fs)
-            if best is None or len(samples.fwd_app) + len(samples.rev_app) > len(best.fwd_app) + len(best.rev_app):
-                best = samples
-        if best is not None:
-            models[cap] = estimate_clock(best.fwd_app, best.fwd_db, best.rev_db, best.rev_app)
-    return models
-
-
-def _hop(near: Side, far: Side) -> tuple[np.ndarray, dict, dict[str, ClockModel]]:
-    """near rows -> far rows of the same TCP connections seen at two points, the matching's counts, the clocks."""
-    m = match_exchanges(near.ex, far.ex, near.conns, far.conns)
-    return _rows_map(m, len(near)), m.stats.as_dict(), _segment_clock(near, far, m)
-
-
-def _same(side: Side) -> tuple[np.ndarray, None, dict]:
-    return np.arange(len(side), dtype=np.int64), None, {}
+    hops = [(app, front), (back, db)]
+    matched = [match_exchanges(near.ex, far.ex, near.conns, far.conns) if near is not None and far is not None
+               else None for near, far in hops]
+    flows: dict[str, set] = {}
+    for (near, far), m in zip(hops, matched):
+        if m is None or len(m.connections) == 0:
+            continue
+        for side, col in ((near, "app_conn"), (far, "db_conn")):
+            for cap, f in _flows_of(side, m.connections[col].to_numpy()).items():
+                flows.setdefault(cap, set()).update(f)
+    segments = {cap: read_segments_of(cap, f) for cap, f in flows.items()}
+    out = []
+    for (near, far), m in zip(hops, matched):
+        if m is None:
+            side = near if near is not None else far
+            out.append((np.arange(len(side), dtype=np.int64), None, {}))
+            continue
+        models = {}
+        if len(m.connections):
+            far_caps = list(_flows_of(far, m.connections["db_conn"].to_numpy()))
+            for cap in _flows_of(near, m.connections["app_conn"].to_numpy()):
+                best = None
+                for far_cap in far_caps:
+                    samples = pair_segments(segments[cap], segments[far_cap])
+                    if best is None or (len(samples.fwd_app) + len(samples.rev_app)
+                                        > len(best.fwd_app) + len(best.rev_app)):
+                        best = samples
+                if best is not None:
+                    models[cap] = estimate_clock(best.fwd_app, best.fwd_db, best.rev_db, best.rev_app)
+        out.append((_rows_map(m, len(near)), m.stats.as_dict(), models))
+    return out[0], out[1]
 
 
 def _front_back(front: Side, back: Side) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str, dict]:
@@ -650,8 +658,8 @@ def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_serv
             return _no_proxy(summary, app, "no statement of its client side was sent on at its server side")
         client, server = (app if app is not None and len(app) else front), (db if db is not None and len(db) else back)
         # client -> front and back -> server: the same TCP connections seen at two points
-        cf, summary["app_proxy"], proxy_to_app = _hop(app, front) if client is not front else _same(front)
-        bs, summary["proxy_db"], db_to_proxy = _hop(back, db) if server is not back else _same(back)
+        (cf, summary["app_proxy"], proxy_to_app), (bs, summary["proxy_db"], db_to_proxy) = _hops(
+            app if client is not front else None, front, back, db if server is not back else None)
         c_f = cf
         c_b = _take(fb, c_f, NONE)
         c_s = _take(bs, c_b, NONE)
