@@ -24,7 +24,7 @@ from .flows import endpoint_text
 from .match import ClockSamples, match_exchanges, pair_segments, read_segments_of, split_endpoint
 from .parallel import default_jobs, run_all
 from .pipeline import OutputFolder, capture_problems, parse_server, warn, write_table
-from .proxy import Side, through_proxy
+from .proxy import NoProxy, Side, through_proxy
 from .proxy import empty_columns as proxy_empty
 from .proxy import finish as proxy_finish
 from .repair import apply_bounds, point_bounds, repair_losses
@@ -440,6 +440,17 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     proxied = through_proxy(Side(app_ex, app_conns) if app_x else None, Side(db_ex, db_conns) if db_xs else None,
                             Side(concat([x.exchanges for x in proxy_x]), concat([x.connections for x in proxy_x]))
                             if proxy_x else None, set(cs.servers), set(cs.proxy_servers), direct=matching)
+    proxy_summary = proxied.summary if proxied is not None else None
+    if isinstance(proxied, NoProxy):  # a proxy capture without a proxy in its traffic stays out of the way
+        note(f"{', '.join(str(p) for p in cs.proxy)}: {proxied.warning}")
+        proxied = None
+        if not app_x:  # it is the client side's view
+            app_x, app_pts = proxy_x, proxy_pts
+            app_ex, app_conns = concat([x.exchanges for x in app_x]), concat([x.connections for x in app_x])
+            matching = match_exchanges(app_ex, db_ex, app_conns, db_conns)
+            proxied = through_proxy(Side(app_ex, app_conns), Side(db_ex, db_conns) if db_xs else None, None,
+                                    set(cs.servers), set(cs.proxy_servers), direct=matching)
+            proxy_summary = proxied.summary if proxied is not None else proxy_summary
     if proxied is not None:  # the two sides of the decomposition are the ends of the chain through the proxy
         app_ex, app_conns, db_ex, db_conns = (proxied.client.ex, proxied.client.conns, proxied.server.ex,
                                               proxied.server.conns)
@@ -577,7 +588,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
                      "dbs": [qualities[id(x)] for x in db_xs],
                      "proxy": [qualities[id(x)] for x in proxy_x]},
         "match": matching.stats.as_dict(),
-        "proxy": proxied.summary if proxied is not None else None,
+        "proxy": proxy_summary,
         "repair": repair.stats.as_dict() if repair is not None else None,
         "clock": next(iter(clock_info.values()), None),
         "clocks": clock_info,

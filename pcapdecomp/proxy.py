@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from .clock import ClockModel, ClockSegment
+from .decompose import _to_ts
 from .match import Matching, MatchStats, connection_keys, match_exchanges
 
 SEQ_MOD = 1 << 32
@@ -44,6 +45,9 @@ PROXY_HANDLED = frozenset({"CONNECT", "COM_QUIT", "COM_STMT_PREPARE", "COM_STMT_
                            "COM_STMT_SEND_LONG_DATA", "COM_SET_OPTION"})
 PAIRED_KINDS = ("l4", "l7-text", "l7-rewritten", "l7-params")
 MAX_CANDIDATES = 64  # a front request with more fitting back requests is ambiguous without listing them
+# P1 … P4 on the app clock: the request's first byte and the response's last at the proxy's client side (front),
+# the same at its server side (back)
+PROXY_TIME_COLUMNS = ("proxy_front_req_ts", "proxy_back_req_ts", "proxy_back_resp_ts", "proxy_front_resp_ts")
 
 
 # --- canonical statement text ----------------------------------------------------------------------------------
@@ -251,6 +255,7 @@ class L7Pairs:
     front_candidates: np.ndarray  # per front row: fitting back requests (0 when none)
     back_status: np.ndarray  # per back row: paired | proxy-own | unpaired
     stats: dict = field(default_factory=dict)
+    work: int = 0  # elementary steps taken (rows, candidate edges, rounds): what tests/test_proxy.py scales
 
 
 def _ns(series: pd.Series) -> np.ndarray:
@@ -274,68 +279,11 @@ def match_l7(front: pd.DataFrame, back: pd.DataFrame, offset_ns: float = 0.0, to
     b_resp = np.where(b_resp_raw == np.iinfo(np.int64).max, b_resp_raw, b_resp_raw - shift)
     tol = np.int64(round(tol_ns))
     front_status = np.where(np.isin(f_cmd, list(PROXY_HANDLED)), "proxy-handled", "unkeyed").astype(object)
-    front_candidates = np.zeros(len(front), dtype=np.int64)
     back_status = np.full(len(back), "unpaired", dtype=object)
-    pairs_f, pairs_b = [], []
-
-    f_frame = pd.DataFrame({"key": fk, "row": np.arange(len(front))}).dropna(subset=["key"])
-    b_frame = pd.DataFrame({"key": bk, "row": np.arange(len(back))}).dropna(subset=["key"])
-    back_groups = {k: g["row"].to_numpy() for k, g in b_frame.groupby("key", sort=False)}
-    front_keys = set(f_frame["key"])
-    for key, rows in b_frame.groupby("key", sort=False)["row"]:
-        if key not in front_keys:
-            back_status[rows.to_numpy()] = "proxy-own"
-    for key, group in f_frame.groupby("key", sort=False):
-        frows = group["row"].to_numpy()
-        brows = back_groups.get(key)
-        if brows is None:
-            front_status[frows] = "unmatched"
-            continue
-        brows = brows[np.argsort(b_req[brows], kind="stable")]
-        breq, bresp = b_req[brows], b_resp[brows]
-        cands: dict[int, list[int]] = {}
-        for fr in frows:
-            lo = np.searchsorted(breq, f_req[fr] - tol, side="left")
-            answered = f_resp[fr] != BIG
-            hi = np.searchsorted(breq, f_resp[fr] + tol, side="right") if answered else len(breq)
-            if hi - lo > MAX_CANDIDATES:
-                front_status[fr] = "ambiguous"
-                front_candidates[fr] = hi - lo
-                continue
-            idx = np.arange(lo, hi)
-            fits = idx[(bresp[idx] <= f_resp[fr] + tol) | (bresp[idx] == BIG)] if answered else idx
-            cands[fr] = [int(brows[i]) for i in fits]
-            front_candidates[fr] = len(fits)
-        # forced pairs: a front request with one candidate takes it, unless another is forced onto it too
-        taken: set[int] = set()
-        open_f = dict(cands)
-        while True:
-            forced: dict[int, list[int]] = {}
-            for fr, cs in open_f.items():
-                live = [c for c in cs if c not in taken]
-                open_f[fr] = live
-                if len(live) == 1:
-                    forced.setdefault(live[0], []).append(fr)
-            progress = False
-            for b, frs in forced.items():
-                if len(frs) == 1:
-                    pairs_f.append(frs[0])
-                    pairs_b.append(b)
-                    taken.add(b)
-                    del open_f[frs[0]]
-                    progress = True
-            if not progress:
-                break
-        for fr, live in open_f.items():
-            front_status[fr] = "ambiguous" if live else "unmatched"  # one left: another was forced onto it too
-            front_candidates[fr] = len(live)
-        rest = np.setdiff1d(brows, np.fromiter(taken, dtype=np.int64, count=len(taken)))
-        back_status[rest] = "unpaired"
-    pf = np.asarray(pairs_f, dtype=np.int64)
-    pb = np.asarray(pairs_b, dtype=np.int64)
+    edges = _candidates(fk, bk, f_req, f_resp, b_req, b_resp, tol, front_status, back_status)
+    pf, pb, front_candidates, work = _forced_pairs(edges, len(front), len(back), front_status)
     front_status[pf] = "paired"
     back_status[pb] = "paired"
-    front_candidates[pf] = np.maximum(front_candidates[pf], 1)
     f_sql = front["sql"].astype(object).to_numpy() if len(front) else np.zeros(0, dtype=object)
     b_sql = back["sql"].astype(object).to_numpy() if len(back) else np.zeros(0, dtype=object)
     how = np.where(fhow[pf] == "params", "l7-params",
@@ -350,7 +298,136 @@ def match_l7(front: pd.DataFrame, back: pd.DataFrame, offset_ns: float = 0.0, to
         "proxy_own": int((back_status == "proxy-own").sum()),
         "back_unpaired": int((back_status == "unpaired").sum()),
     }
-    return L7Pairs(pf, pb, how, front_status, front_candidates, back_status, stats)
+    return L7Pairs(pf, pb, how, front_status, front_candidates, back_status, stats, work)
+
+
+@dataclass
+class _Edges:
+    """Candidate pairs (front row, back row), grouped by front row, of the front rows `fronts` (keyed, their key
+    seen at the back); `crowded`: front rows with more than MAX_CANDIDATES back requests in their time span, and
+    how many (ambiguous without listing them)."""
+
+    fronts: np.ndarray
+    front: np.ndarray
+    back: np.ndarray
+    crowded: np.ndarray
+    crowded_count: np.ndarray
+    work: int
+
+
+def _candidates(fk: np.ndarray, bk: np.ndarray, f_req: np.ndarray, f_resp: np.ndarray, b_req: np.ndarray,
+                b_resp: np.ndarray, tol: np.int64, front_status: np.ndarray, back_status: np.ndarray) -> _Edges:
+    """Every (front, back) request pair with the same key where the back request fits inside the front one; marks
+    back requests whose key no front request has (proxy-own) and keyed front requests whose key no back request
+    has (unmatched). Sorting and binary search over all keys at once: O((F + B) log(F + B) + edges)."""
+    nf, nb = len(fk), len(bk)
+    codes, uniques = pd.factorize(np.concatenate([fk, bk]).astype(object), use_na_sentinel=True)
+    fc, bc = codes[:nf], codes[nf:]
+    k = len(uniques)
+    in_front = np.zeros(k + 1, dtype=bool)
+    in_front[fc[fc >= 0]] = True
+    in_back = np.zeros(k + 1, dtype=bool)
+    in_back[bc[bc >= 0]] = True
+    back_status[(bc >= 0) & ~in_front[bc]] = "proxy-own"
+    keyed = np.flatnonzero(fc >= 0)
+    front_status[keyed[~in_back[fc[keyed]]]] = "unmatched"
+    fr = keyed[in_back[fc[keyed]]]  # keyed front rows whose key the back side has
+    br = np.flatnonzero((bc >= 0) & in_front[np.maximum(bc, 0)])
+    if len(fr) == 0 or len(br) == 0:
+        none = np.zeros(0, np.int64)
+        return _Edges(fr.astype(np.int64), none, none, none, none, nf + nb)
+    # times as dense ranks, so that (key, time) is one int64 and one searchsorted finds every front's range
+    answered = f_resp[fr] != BIG
+    lo_t = f_req[fr] - tol
+    hi_t = np.where(answered, f_resp[fr] + np.where(answered, tol, 0), BIG)
+    times, inverse = np.unique(np.concatenate([b_req[br], lo_t, hi_t]), return_inverse=True)
+    span = np.int64(len(times) + 1)
+    rank_b, rank_lo, rank_hi = np.split(inverse.astype(np.int64), [len(br), len(br) + len(fr)])
+    comp_b = bc[br].astype(np.int64) * span + rank_b
+    order = np.argsort(comp_b, kind="stable")
+    comp_b, brows = comp_b[order], br[order]
+    key_f = fc[fr].astype(np.int64) * span
+    lo = np.searchsorted(comp_b, key_f + rank_lo, side="left")
+    hi = np.where(answered, np.searchsorted(comp_b, key_f + rank_hi, side="right"),
+                  np.searchsorted(comp_b, key_f + span - 1, side="left"))
+    count = np.maximum(hi - lo, 0)
+    crowded = count > MAX_CANDIDATES
+    fr_ok, lo_ok, count_ok = fr[~crowded], lo[~crowded], count[~crowded]
+    total = int(count_ok.sum())
+    f_edge = np.repeat(fr_ok, count_ok)
+    starts = np.repeat(lo_ok - np.concatenate([[0], np.cumsum(count_ok)[:-1]]), count_ok)
+    b_edge = brows[starts + np.arange(total, dtype=np.int64)]
+    fits = (b_resp[b_edge] <= np.where(f_resp[f_edge] != BIG, f_resp[f_edge] + tol, BIG)) | (b_resp[b_edge] == BIG)
+    fits |= f_resp[f_edge] == BIG
+    work = nf + nb + len(times) + total
+    return _Edges(fr_ok, f_edge[fits], b_edge[fits], fr[crowded], count[crowded], work)
+
+
+def _forced_pairs(edges: _Edges, nf: int, nb: int, front_status: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The forced pairs among the candidate edges, in rounds: a front request with one live candidate is forced onto
+    it; a back request that exactly one front request is forced onto is paired with it, and leaves the other front
+    requests' candidates (some of which are forced in the next round). Two front requests forced onto one back
+    request stay unpaired (ambiguous). Each round touches only the front requests that became forced and the
+    candidates of the back requests just taken: O(edges) in all (plus a constant per round).
+
+    Returns (paired front rows, their back rows, candidates per front row, work done). Sets front_status to
+    ambiguous / unmatched for the keyed front requests left unpaired."""
+    f_edge, b_edge = edges.front, edges.back
+    candidates = np.zeros(nf, dtype=np.int64)
+    candidates[edges.crowded] = edges.crowded_count
+    front_status[edges.crowded] = "ambiguous"
+    initial = np.bincount(f_edge, minlength=nf)
+    live = initial.copy()
+    keyed = np.zeros(nf, dtype=bool)
+    keyed[edges.fronts] = True
+    # front → its edges (grouped already), back → its edges
+    f_start = np.searchsorted(f_edge, np.arange(nf + 1))
+    by_b = np.argsort(b_edge, kind="stable")
+    b_start = np.searchsorted(b_edge[by_b], np.arange(nb + 1))
+    taken = np.zeros(nb, dtype=bool)
+    closed = np.zeros(nf, dtype=bool)
+    forced_on = np.zeros(nb, dtype=np.int64)  # front requests forced onto each back request
+    forced_by = np.full(nb, -1, dtype=np.int64)
+    pairs_f, pairs_b = [], []
+    work = edges.work
+    frontier = np.flatnonzero(live == 1)
+    while len(frontier):
+        e = _ranges(f_start[frontier], f_start[frontier + 1])
+        e = e[~taken[b_edge[e]]]  # the one live candidate of each forced front request
+        f_now, b_now = f_edge[e], b_edge[e]
+        np.add.at(forced_on, b_now, 1)
+        forced_by[b_now] = f_now
+        touched = np.unique(b_now)
+        won = touched[forced_on[touched] == 1]
+        winners = forced_by[won]
+        pairs_f.append(winners)
+        pairs_b.append(won)
+        taken[won] = True
+        closed[winners] = True
+        others = f_edge[by_b[_ranges(b_start[won], b_start[won + 1])]]
+        others = others[~closed[others]]
+        np.subtract.at(live, others, 1)
+        frontier = np.unique(others)
+        frontier = frontier[live[frontier] == 1]
+        work += 1 + 2 * len(e) + len(others) + len(frontier)
+    pf = np.concatenate(pairs_f) if pairs_f else np.zeros(0, np.int64)
+    pb = np.concatenate(pairs_b) if pairs_b else np.zeros(0, np.int64)
+    left = keyed & ~closed
+    front_status[left] = np.where(live[left] > 0, "ambiguous", "unmatched")
+    candidates[left] = live[left]
+    candidates[pf] = np.maximum(initial[pf], 1)
+    return pf.astype(np.int64), pb.astype(np.int64), candidates, int(work)
+
+
+def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The concatenation of arange(s, e) for each pair."""
+    n = ends - starts
+    total = int(n.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(n)[:-1]]), n)
+    return offsets + np.arange(total, dtype=np.int64)
 
 
 def order_bounds(pairs: L7Pairs, front: pd.DataFrame, back: pd.DataFrame) -> tuple[float, float] | None:
@@ -437,6 +514,15 @@ class ProxyResult:
     server_is_back: bool  # no DB capture: the proxy's back is the server side
 
 
+@dataclass
+class NoProxy:
+    """A proxy capture whose traffic shows no proxy: its connections do not continue from a client side to a server
+    side. The analysis leaves the proxy stage out (the capture stands in for the app capture when there is none)."""
+
+    warning: str  # what the analysis says, after the capture's name
+    summary: dict
+
+
 def _rows_map(matching: Matching, n_left: int) -> np.ndarray:
     """left row -> right row (or -1) from a Matching."""
     out = np.full(n_left, NONE, dtype=np.int64)
@@ -478,37 +564,45 @@ def _flows_of(side: Side, keys: np.ndarray) -> dict[str, set]:
     return out
 
 
-def _segment_clock(near: Side, far: Side, m: Matching) -> dict[str, ClockModel]:
-    """far clock − near clock per near capture, from the TCP segments of connections seen at both points."""
+def _hops(app: Side | None, front: Side, back: Side, db: Side | None) -> tuple[tuple, tuple]:
+    """The two hops that are one TCP connection seen at two points: app ↔ the proxy's client side, the proxy's
+    server side ↔ DB (a hop without its outer capture is the identity). Per hop: near rows -> far rows, the
+    matching's counts, and far clock − near clock per near capture from the TCP segments seen at both points. Each
+    capture is read once for the segments of both hops (the proxy capture holds both)."""
     from .clock import estimate_clock
     from .match import pair_segments, read_segments_of
 
-    if len(m.connections) == 0:
-        return {}
-    far_flows = _flows_of(far, m.connections["db_conn"].to_numpy())
-    near_flows = _flows_of(near, m.connections["app_conn"].to_numpy())
-    far_segments = [read_segments_of(cap, flows) for cap, flows in far_flows.items()]
-    models = {}
-    for cap, flows in near_flows.items():
-        near_seg = read_segments_of(cap, flows)
-        best = None
-        for fs in far_segments:
-            samples = pair_segments(near_seg, fs)
-            if best is None or len(samples.fwd_app) + len(samples.rev_app) > len(best.fwd_app) + len(best.rev_app):
-                best = samples
-        if best is not None:
-            models[cap] = estimate_clock(best.fwd_app, best.fwd_db, best.rev_db, best.rev_app)
-    return models
-
-
-def _hop(near: Side, far: Side) -> tuple[np.ndarray, dict, dict[str, ClockModel]]:
-    """near rows -> far rows of the same TCP connections seen at two points, the matching's counts, the clocks."""
-    m = match_exchanges(near.ex, far.ex, near.conns, far.conns)
-    return _rows_map(m, len(near)), m.stats.as_dict(), _segment_clock(near, far, m)
-
-
-def _same(side: Side) -> tuple[np.ndarray, None, dict]:
-    return np.arange(len(side), dtype=np.int64), None, {}
+    hops = [(app, front), (back, db)]
+    matched = [match_exchanges(near.ex, far.ex, near.conns, far.conns) if near is not None and far is not None
+               else None for near, far in hops]
+    flows: dict[str, set] = {}
+    for (near, far), m in zip(hops, matched):
+        if m is None or len(m.connections) == 0:
+            continue
+        for side, col in ((near, "app_conn"), (far, "db_conn")):
+            for cap, f in _flows_of(side, m.connections[col].to_numpy()).items():
+                flows.setdefault(cap, set()).update(f)
+    segments = {cap: read_segments_of(cap, f) for cap, f in flows.items()}
+    out = []
+    for (near, far), m in zip(hops, matched):
+        if m is None:
+            side = near if near is not None else far
+            out.append((np.arange(len(side), dtype=np.int64), None, {}))
+            continue
+        models = {}
+        if len(m.connections):
+            far_caps = list(_flows_of(far, m.connections["db_conn"].to_numpy()))
+            for cap in _flows_of(near, m.connections["app_conn"].to_numpy()):
+                best = None
+                for far_cap in far_caps:
+                    samples = pair_segments(segments[cap], segments[far_cap])
+                    if best is None or (len(samples.fwd_app) + len(samples.rev_app)
+                                        > len(best.fwd_app) + len(best.rev_app)):
+                        best = samples
+                if best is not None:
+                    models[cap] = estimate_clock(best.fwd_app, best.fwd_db, best.rev_db, best.rev_app)
+        out.append((_rows_map(m, len(near)), m.stats.as_dict(), models))
+    return out[0], out[1]
 
 
 def _front_back(front: Side, back: Side) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str, dict]:
@@ -537,25 +631,35 @@ def _l7_arrays(pairs: L7Pairs, n_front: int) -> tuple[np.ndarray, np.ndarray, np
 
 
 def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_servers: set[str],
-                  proxy_servers: set[str], direct: Matching | None = None) -> ProxyResult | None:
-    """Pair app and DB exchanges through a proxy. With a proxy capture always; without one (app + DB) only when
-    the direct pairing found little and the captures show a proxy: an L4 one by shared scrambles, an L7 one by
-    statements that pair by text. None: no proxy found (the direct pairing stands)."""
+                  proxy_servers: set[str], direct: Matching | None = None) -> ProxyResult | NoProxy | None:
+    """Pair app and DB exchanges through a proxy. With a proxy capture whenever its traffic shows a proxy (a client
+    side and a server side, statements or connections that continue from one to the other), else NoProxy;
+    without one (app + DB) only when the direct pairing found little and the captures show a proxy: an L4 one by
+    shared scrambles, an L7 one by statements that pair by text. None: no proxy found (the direct pairing
+    stands)."""
     warnings: list[str] = []
     summary: dict = {}
     clocks: dict[str, ClockModel] = {}
-    if proxy is not None and len(proxy):
+    summary["points"] = {"app": app is not None, "proxy": proxy is not None, "db": db is not None}
+    if proxy is not None:
         front_mask, decided = split_sides(proxy.ex, proxy.conns, db_servers, proxy_servers)
         front, back = _subset(proxy, front_mask), _subset(proxy, ~front_mask)
         summary["sides"] = {"decided_by": decided, "front_exchanges": len(front), "back_exchanges": len(back),
                             "front_servers": sorted(set(front.ex["server"].astype(str))),
                             "back_servers": sorted(set(back.ex["server"].astype(str)))}
+        if not len(front) or not len(back):
+            ends = summary["sides"]["front_servers" if len(front) else "back_servers"]
+            return _no_proxy(summary, app, "no MySQL exchange" if not len(proxy) else
+                             f"one side only: all its connections go to {', '.join(ends[:3])}"
+                             + (f" and {len(ends) - 3} more" if len(ends) > 3 else ""))
         fb, how_f, cand_f, back_status, kind, fb_stats = _front_back(front, back)
         summary["through"] = fb_stats
+        if kind == "l7" and not fb_stats["paired"] and not fb_stats["ambiguous"]:
+            return _no_proxy(summary, app, "no statement of its client side was sent on at its server side")
         client, server = (app if app is not None and len(app) else front), (db if db is not None and len(db) else back)
         # client -> front and back -> server: the same TCP connections seen at two points
-        cf, summary["app_proxy"], proxy_to_app = _hop(app, front) if client is not front else _same(front)
-        bs, summary["proxy_db"], db_to_proxy = _hop(back, db) if server is not back else _same(back)
+        (cf, summary["app_proxy"], proxy_to_app), (bs, summary["proxy_db"], db_to_proxy) = _hops(
+            app if client is not front else None, front, back, db if server is not back else None)
         c_f = cf
         c_b = _take(fb, c_f, NONE)
         c_s = _take(bs, c_b, NONE)
@@ -689,6 +793,12 @@ def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_serv
                        server_is_back)
 
 
+def _no_proxy(summary: dict, app: Side | None, why: str) -> NoProxy:
+    role = "left out (the app capture is the client side)" if app is not None else "analysed as the app capture"
+    summary.update(kind=None, note=f"no proxy in its traffic ({why}): {role}")
+    return NoProxy(summary["note"], summary)
+
+
 def finish(table: pd.DataFrame, result: ProxyResult) -> pd.DataFrame:
     """After build_table: the DB side's connection id where the DB saw the exchange (the thread pool's key; behind an
     L7 proxy the app's is the proxy's own), the DB clock times the slow-log join reads, and the proxy's columns."""
@@ -714,6 +824,8 @@ def finish(table: pd.DataFrame, result: ProxyResult) -> pd.DataFrame:
         return pd.Series(np.where(valid, x / 1e9, np.nan), dtype="float64")
 
     have_p = (p1 != BIG) & (p2 != BIG) & (p3 != BIG) & (p4 != BIG)
+    front_only = (p1 != BIG) & (p4 != BIG)  # seen at the proxy's client side (paired across it or not)
+    handled = np.asarray(pd.Series(cols["proxy_match"], dtype=object) == "proxy-handled") & front_only
     table["proxy_match"] = pd.Categorical(pd.Series(cols["proxy_match"], dtype=object).where(
         pd.notna(cols["proxy_match"]), None))
     table["proxy_candidates"] = pd.array(np.where(cols["proxy_candidates"] < 0, 0, cols["proxy_candidates"]), dtype="Int64")
@@ -721,10 +833,13 @@ def finish(table: pd.DataFrame, result: ProxyResult) -> pd.DataFrame:
     fc = cols["front_conn_id"]
     table["front_conn_id"] = pd.array(np.where(np.isnan(fc), 0, fc).astype(np.int64), dtype="Int64")
     table.loc[np.isnan(fc), "front_conn_id"] = pd.NA
-    a_ok = (a1 != BIG) & (a4 != BIG) & have_p & (not result.client_is_front)
+    a_ok = (a1 != BIG) & (a4 != BIG) & front_only & (not result.client_is_front)
     d_ok = (q1 != BIG) & (q4 != BIG) & have_p & (not result.server_is_back)
+    for col, ns in zip(PROXY_TIME_COLUMNS, (p1, p2, p3, p4)):
+        table[col] = _to_ts(ns, ns != BIG)
     table["net_app_proxy_s"] = seconds((p1 - a1) + (a4 - p4), a_ok)
-    table["proxy_s"] = seconds((p2 - p1) + (p4 - p3), have_p)
+    # a command the proxy answers itself spends all of P1 → P4 inside it
+    table["proxy_s"] = seconds(np.where(handled, p4 - p1, (p2 - p1) + (p4 - p3)), have_p | handled)
     table["proxy_wait_s"] = seconds(p2 - p1, have_p)
     table["net_proxy_db_s"] = seconds((q1 - p2) + (p3 - q4), d_ok)
     return table
@@ -738,6 +853,8 @@ def empty_columns(table: pd.DataFrame) -> pd.DataFrame:
         table[col] = pd.array([pd.NA] * n, dtype="Int64")
     for col in ("net_app_proxy_s", "proxy_s", "proxy_wait_s", "net_proxy_db_s"):
         table[col] = pd.Series(np.full(n, np.nan), dtype="float64")
+    for col in PROXY_TIME_COLUMNS:
+        table[col] = _to_ts(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool))
     return table
 
 
@@ -745,7 +862,9 @@ def sentence(table: pd.DataFrame, summary: dict) -> str:
     """One line for the verdict: where the time went through the proxy, from the columns that were measured."""
     kind = summary.get("kind", "")
     paired = table["proxy_match"].isin(PAIRED_KINDS).to_numpy()
-    text = f"Through an {kind.upper()} proxy: {int(paired.sum())} of {len(table)} exchanges paired across it"
+    client = table["app_req_ts"].notna().to_numpy()
+    text = (f"Through an {kind.upper()} proxy: {int(paired.sum())} of the {int(client.sum())} client exchanges paired "
+            "across it")
     amb = int((table["proxy_match"] == "ambiguous").sum())
     if amb:
         text += f" ({amb} ambiguous, left unpaired)"
@@ -761,7 +880,7 @@ def sentence(table: pd.DataFrame, summary: dict) -> str:
         text += (f"; statements waited inside the proxy up to {wait.max():.3f} s (p50 {wait.median():.3f} s) before "
                  f"it sent them on")
         if parts:
-            text += f"; of the clients' time: {', '.join(parts)}"
-    else:
+            text += f"; of the time clients waited on the paired ones: {', '.join(parts)}"
+    elif not (summary.get("points") or {}).get("proxy"):
         text += "; without a capture on the proxy host its time is part of network_s"
     return text + "."

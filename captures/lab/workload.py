@@ -665,11 +665,21 @@ def proxy_pool(args, truth: Truth) -> None:
         send_ns = time.time_ns()
         statements[conn.label] = conn.handle.prepare(args.prepared_sql)[0]
         conn.record(send_ns, time.time_ns(), command="COM_STMT_PREPARE", sql=args.prepared_sql, role="prepare")
-    barrier = threading.Barrier(len(clients))
+    # with --duration, rounds go on until it has passed (the clients decide together, at the barrier)
+    stop_at = time.monotonic() + float(getattr(args, "duration", 0) or 0)
+    rounds_done = [0]
+
+    def next_round():
+        rounds_done[0] += 1
+
+    barrier = threading.Barrier(len(clients), action=next_round)
 
     def client(index: int, conn: Connection, rng: random.Random):
-        for round_no in range(args.rounds):
+        while True:
             barrier.wait()
+            round_no = rounds_done[0] - 1
+            if round_no >= args.rounds and time.monotonic() >= stop_at:
+                break
             tag = 1000 * (round_no + 1) + index
             if conn.kind == "raw":
                 send_ns = time.time_ns()
