@@ -175,20 +175,26 @@ def points_of(kind: str, specs: list, what: str | None = None) -> list[CapturePo
 
 
 def check_disjoint(points: list[CapturePoint]) -> None:
-    """A file may belong to one point only (`--app 'cap/*'` and `--db cap/db.pcap` would read db.pcap twice)."""
+    """A file may belong to one point only (`--app 'cap/*'` and `--db cap/db.pcap` would read db.pcap twice). One
+    exception: the same files given whole as an app point and as a DB point (one capture read from both sides, e.g.
+    a capture taken where client and server run on one host, or a self-check)."""
     owner: dict[str, CapturePoint] = {}
+
+    def same_files_other_side(a: CapturePoint, b: CapturePoint) -> bool:
+        return a.kind != b.kind and {os.path.realpath(f) for f in a.files} == {os.path.realpath(f) for f in b.files}
+
     for p in points:
         for f in p.files:
             real = os.path.realpath(f)
             other = owner.get(real)
-            if other is not None and other is not p:
+            if other is not None and other is not p and not same_files_other_side(other, p):
                 raise UsageError(f"{f} is in two capture points ({other.kind} {other.given or other.name!r} and "
                                  f"{p.kind} {p.given or p.name!r}): give each point its own files")
             owner[real] = p
-    names = [p.name for p in points]
+    names = [(p.kind, p.name) for p in points]
     for n in set(names):
         if names.count(n) > 1:
-            raise UsageError(f"two capture points are named {n!r}: give them different files or folders")
+            raise UsageError(f"two {n[0]} capture points are named {n[1]!r}: give them different files or folders")
 
 
 def families(files: list[Path]) -> list[list[Path]]:
