@@ -187,9 +187,13 @@ def test_a_missing_file_is_reported(rotated, tmp_path):
 def test_two_points_files_mixed_in_one_is_a_mistake(rotated, tmp_path):
     with pytest.raises(UsageError, match="two points"):
         analyze(None, [str(rotated / "*" / "*.pcap")], [], None, None, None, [], tmp_path / "o", quiet=True, jobs=1)
-    with pytest.raises(UsageError, match="two capture points"):
-        analyze(None, [str(rotated / "db")], [str(rotated / "db" / "db.pcap*")], None, None, None, [],
+    with pytest.raises(UsageError, match="two capture points"):  # one of the app point's files as the DB point
+        analyze(None, [str(rotated / "db")], [str(rotated / "db" / "db.pcap")], None, None, None, [],
                 tmp_path / "o", quiet=True)
+    # the same files whole as both points: one capture read from both sides (tests/test_field.py's "both" runs)
+    both = analyze(None, [str(rotated / "db")], [str(rotated / "db" / "db.pcap*")], None, None, None, [],
+                   tmp_path / "both", quiet=True, jobs=1)
+    assert both.summary["match"]["matched"] > 0
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
