@@ -333,6 +333,11 @@ def main() -> None:
         _exit(internal_error(exc))
     if code == 130:
         print("pcapdecomp: interrupted", file=sys.stderr)
+        # now, not after joining the threads of a process pool whose workers were ended (parallel._workers); the
+        # outputs were already put back by the stages' own clean-up while the interrupt unwound
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     sys.exit(code if isinstance(code, int) else 0)
 
 

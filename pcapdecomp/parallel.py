@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from pathlib import Path
 
@@ -17,6 +19,51 @@ from .exchanges import Extraction, extract, merge_parts
 from .flows import Endpoint
 
 SMALL_CAPTURE_BYTES = 16 << 20  # below this, starting processes costs more than it saves
+
+
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked while forking (_workers); now ignored
+
+
+@contextmanager
+def _workers(count: int) -> Iterator[ProcessPoolExecutor]:
+    """A pool of `count` forked workers. Ctrl-C is the parent's to handle: the terminal sends SIGINT to the whole
+    process group, and a worker that took it would die mid-task with its own traceback (the parent then sees a
+    broken pool, not an interrupt). When the parent stops early (Ctrl-C, a worker's error) the workers are ended
+    at once instead of finishing their captures."""
+    before = set(mp.active_children())
+    pool = ProcessPoolExecutor(max_workers=count, mp_context=mp.get_context("fork"), initializer=_ignore_interrupts)
+    try:
+        yield _BlockingInterruptsWhileForking(pool)
+    except KeyboardInterrupt:
+        # A worker ended mid-result can leave the pool's manager thread waiting on a half-sent message for ever,
+        # and interpreter exit joins that thread: after an interrupt the CLI leaves with os._exit (cli.main).
+        pool.shutdown(wait=False, cancel_futures=True)
+        for child in set(mp.active_children()) - before:
+            child.terminate()
+        raise
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+class _BlockingInterruptsWhileForking:
+    """The pool's submit with SIGINT blocked: the first submit forks every worker, and a Ctrl-C that lands inside
+    fork's at-fork hooks would be swallowed there ("Exception ignored"), in the parent as in the child. Blocked, it
+    waits until the workers exist (they inherit the mask and ignore it before unblocking) and then interrupts the
+    parent where it stands."""
+
+    def __init__(self, pool: ProcessPoolExecutor):
+        self._pool = pool
+
+    def submit(self, *args, **kwargs):
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            return self._pool.submit(*args, **kwargs)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def default_jobs() -> int:
@@ -87,7 +134,7 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
     global _PROGRESS
     _PROGRESS = mp.get_context("fork").Array("q", 2 * len(tasks), lock=False)
     try:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=mp.get_context("fork")) as pool:
+        with _workers(min(jobs, len(tasks))) as pool:
             futures = [pool.submit(_work, slot, path if hasattr(path, "files") else os.fspath(path), servers,
                                    max_sql_bytes, part)
                        for slot, (_, path, part) in enumerate(tasks)]
@@ -115,5 +162,5 @@ def run_all(function: Callable, calls: list[tuple], jobs: int) -> list:
     a single call); results in the order of `calls`, a worker's exception re-raised here."""
     if jobs <= 1 or len(calls) <= 1:
         return [function(*call) for call in calls]
-    with ProcessPoolExecutor(max_workers=min(jobs, len(calls)), mp_context=mp.get_context("fork")) as pool:
+    with _workers(min(jobs, len(calls))) as pool:
         return [f.result() for f in [pool.submit(function, *call) for call in calls]]
