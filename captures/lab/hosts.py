@@ -101,6 +101,21 @@ def _run(*args: str) -> None:
         raise LabError(f"`{' '.join(args)}` failed: {done.stderr.strip()}")
 
 
+def make_namespaces(namespaces: list[str], links: list[tuple["Host", "Host", int]]) -> None:
+    """Network namespaces with their loopback up, and a veth pair per link (near, far, IPv4 prefix length) with
+    both ends addressed (IPv4 and IPv6) and up."""
+    for netns in namespaces:
+        _run("ip", "netns", "add", netns)
+        _run("ip", "-n", netns, "link", "set", "lo", "up")
+    for near, far, prefix in links:
+        _run("ip", "link", "add", near.veth, "type", "veth", "peer", "name", far.veth)
+        for host in (near, far):
+            _run("ip", "link", "set", host.veth, "netns", host.netns)
+            _run("ip", "-n", host.netns, "addr", "add", f"{host.ipv4}/{prefix}", "dev", host.veth)
+            _run("ip", "-n", host.netns, "-6", "addr", "add", f"{host.ipv6}/64", "dev", host.veth, "nodad")
+            _run("ip", "-n", host.netns, "link", "set", host.veth, "up")
+
+
 @dataclass(frozen=True, slots=True)
 class Host:
     """One namespace end of the veth pair."""
@@ -134,16 +149,8 @@ class TestHosts:
 
     def __enter__(self) -> TestHosts:
         try:
-            for host in (self.app, self.db, *([self.db2] if self.db2 else [])):
-                _run("ip", "netns", "add", host.netns)
-                _run("ip", "-n", host.netns, "link", "set", "lo", "up")
-            for near, far in self._links():
-                _run("ip", "link", "add", near.veth, "type", "veth", "peer", "name", far.veth)
-                for host in (near, far):
-                    _run("ip", "link", "set", host.veth, "netns", host.netns)
-                    _run("ip", "-n", host.netns, "addr", "add", f"{host.ipv4}/30", "dev", host.veth)
-                    _run("ip", "-n", host.netns, "-6", "addr", "add", f"{host.ipv6}/64", "dev", host.veth, "nodad")
-                    _run("ip", "-n", host.netns, "link", "set", host.veth, "up")
+            make_namespaces([host.netns for host in (self.app, self.db, *([self.db2] if self.db2 else []))],
+                            [(near, far, 30) for near, far in self._links()])
         except BaseException:
             self.__exit__(None, None, None)
             raise

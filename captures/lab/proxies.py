@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from hosts import Host, LabError, _run, _sbin_which, log, stop_process
+from hosts import Host, LabError, _sbin_which, log, make_namespaces, stop_process
 
 PROXY_APP_IPV4, PROXY_FRONT_IPV4 = "10.213.78.1", "10.213.78.2"  # app ↔ proxy link
 PROXY_BACK_IPV4, PROXY_DB_IPV4 = "10.213.78.5", "10.213.78.6"  # proxy ↔ db link
@@ -47,16 +47,7 @@ class ProxyHosts:
 
     def __enter__(self) -> ProxyHosts:
         try:
-            for netns in (self.app.netns, self.proxy_front.netns, self.db.netns):
-                _run("ip", "netns", "add", netns)
-                _run("ip", "-n", netns, "link", "set", "lo", "up")
-            for a, b, prefix in self._links:
-                _run("ip", "link", "add", a.veth, "type", "veth", "peer", "name", b.veth)
-                for host in (a, b):
-                    _run("ip", "link", "set", host.veth, "netns", host.netns)
-                    _run("ip", "-n", host.netns, "addr", "add", f"{host.ipv4}/{prefix}", "dev", host.veth)
-                    _run("ip", "-n", host.netns, "-6", "addr", "add", f"{host.ipv6}/64", "dev", host.veth, "nodad")
-                    _run("ip", "-n", host.netns, "link", "set", host.veth, "up")
+            make_namespaces([self.app.netns, self.proxy_front.netns, self.db.netns], list(self._links))
         except BaseException:
             self.__exit__(None, None, None)
             raise
