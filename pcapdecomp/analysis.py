@@ -33,7 +33,7 @@ from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 from .sources import CapturePoint
 from .tables import as_category, concat, release_memory
 from .threadpool import json_value, thread_pool_view
-from .verdict import tell
+from .verdict import tell, tell_proxy
 
 @dataclass
 class CaptureSet:
@@ -618,10 +618,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         extra = [f"- Server {s['name']}: {s['story']['sentence']}" for s in servers[1:]]
         summary["verdict"] = "\n".join([summary["verdict"], *extra])
     if proxied is not None:
-        from .proxy import sentence as proxy_sentence
-
-        summary["proxy"]["sentence"] = proxy_sentence(exchanges, proxied.summary)
-        summary["verdict"] += "\n- " + summary["proxy"]["sentence"]
+        summary.update(tell_proxy(summary, exchanges))
 
     names = []
     for name, df in (("exchanges.parquet", exchanges), ("groups.parquet", groups), ("pool.parquet", pool)):

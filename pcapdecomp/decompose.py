@@ -269,3 +269,29 @@ def estimate_execution(command: pd.Series, fingerprint: pd.Series, server: np.nd
     has = ~np.isnan(row_median) & ~np.isnan(server)
     out[has] = np.where(server[has] <= row_p90[has], server[has], np.minimum(server[has], row_median[has]))
     return out
+
+
+# --- the network's share, told apart through a proxy -------------------------------------------------------------
+
+NETWORK_PARTS = (("net_app_proxy_s", "app ↔ proxy network"), ("proxy_s", "inside the proxy"),
+                 ("net_proxy_db_s", "proxy ↔ DB network"))
+
+
+def network_parts(x: pd.DataFrame, rows: np.ndarray) -> list[tuple[str, float]]:
+    """network_s summed over `rows` (a boolean mask), as [(label, seconds)]: one "network" part without a proxy;
+    through a proxy with its capture, the legs and the time inside the proxy (pcapdecomp/proxy.py), and "network
+    (not told apart)" for what no proxy column covers (exchanges without the proxy's times, or a hop not captured).
+    The parts always add up to network_s's sum."""
+    net = x["network_s"].to_numpy(dtype="float64", na_value=np.nan)
+    rows = rows & ~np.isnan(net)
+    network = float(net[rows].sum())
+    proxy = x["proxy_s"].to_numpy(dtype="float64", na_value=np.nan)[rows] if "proxy_s" in x.columns else None
+    if proxy is None or np.isnan(proxy).all():
+        return [("network", network)]
+    parts = [(label, float(np.nansum(x[col].to_numpy(dtype="float64", na_value=np.nan)[rows])))
+             for col, label in NETWORK_PARTS]
+    parts = [(label, v) for label, v in parts if v != 0]
+    rest = network - sum(v for _, v in parts)
+    if abs(rest) > 1e-9 * max(abs(network), 1.0):
+        parts.append(("network (not told apart)", rest))
+    return parts

@@ -20,7 +20,9 @@ import numpy as np
 import pandas as pd
 
 from . import __version__
+from .decompose import network_parts
 from .digest import profile
+from .proxy import PAIRED_KINDS
 from .evidence import display_filter
 from .report_figures import (COLORS, TimeAxis, Times, clock, connection_times, culprit_mask, exchange_times,
                              figure_specs, queue_parts, secs, short, time_axis, visible)
@@ -29,6 +31,7 @@ from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS, GROUP_COLUMNS, Column
 HIDDEN_ROWS = 200  # hidden-slow (and understated) rows listed in the page; the rest are counted
 PROFILE_ROWS = 20
 STALL_ROWS = 100
+PROXY_ROWS = 20  # server connections of a proxy, and its longest waits, listed in the page
 NS = 1_000_000_000
 
 
@@ -57,6 +60,7 @@ def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command
         page.decomposition(),
         page.timeline(),
         page.groups_section(),
+        page.proxy(),
         page.waterfall(),
         page.profile(),
         page.statements("hidden", "Hidden-slow statements"),
@@ -70,7 +74,7 @@ def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<meta name='viewport' content='width=device-width'><title>{esc(title)}</title><style>{_STYLE}</style>"
         f"<script>{_ERRORS}</script><script>{plotly.offline.get_plotlyjs()}</script></head>"
-        f"<body data-rendered='no'><header><h1>{esc(title)}</h1><nav>{_nav()}</nav></header>"
+        f"<body data-rendered='no'><header><h1>{esc(title)}</h1><nav>{_nav(bool(summary.get('proxy')))}</nav></header>"
         + "".join(sections) + f"<script>{_BOOT.replace('__SPECS__', _script_json(specs))}</script></body></html>\n"
     )
 
@@ -88,6 +92,7 @@ class _Page:
     def __init__(self, summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None, figures: dict):
         self.summary, self.x, self.t, self.axis, self.figures = summary, x, t, axis, figures
         self.stalls = list((summary.get("groups") or {}).get("stalls") or [])
+        self.proxied = "proxy_s" in x.columns and bool(x["proxy_s"].notna().any())  # the proxy's own times known
         self.dated = axis is not None and pd.Timestamp(axis.lo_ns).date() != pd.Timestamp(axis.hi_ns).date()
 
     def when(self, ns) -> str:
@@ -153,8 +158,7 @@ class _Page:
         if total > 0:
             certain, estimated = (part[both] for part in queue_parts(x))
             q_est = float(estimated.sum())
-            shares = [("network", float(np.nansum(_f(x, "network_s")[both]))),
-                      ("queueing", float(certain.sum())),
+            shares = [*network_parts(x, both), ("queueing", float(certain.sum())),
                       ("execution", float(np.nansum(_f(x, "exec_s")[both])))]
             text = " · ".join(f"{label} <b>{100 * v / total:.1f} %</b>" for label, v in shares)
             if q_est > 0:
@@ -168,7 +172,11 @@ class _Page:
         rows = []
         for col, label in (("total_s", "client (A4 − A1)"), ("server_s", "server (D4 − D1)"),
                            ("network_s", "network"), ("net_req_s", "request leg"), ("net_resp_s", "response leg"),
-                           ("queue_s", "queueing"), ("exec_s", "execution")):
+                           ("net_app_proxy_s", "app ↔ proxy network"), ("proxy_s", "inside the proxy"),
+                           ("proxy_wait_s", "waiting in the proxy (P2 − P1)"),
+                           ("net_proxy_db_s", "proxy ↔ DB network"), ("queue_s", "queueing"), ("exec_s", "execution")):
+            if col not in x.columns:
+                continue
             v = _f(x, col)
             v = v[~np.isnan(v)]
             if len(v):
@@ -194,6 +202,12 @@ class _Page:
                 "shaded over its lanes. Markers at the end of a statement: ◆ culprit of a stall, ▲ hidden slow, "
                 "■ understated by the slow log, ● in the slow log. Drag to zoom (every time chart follows), "
                 "double-click to zoom out; the stalls table has a zoom button per stall.")
+        if self.proxied:
+            text += (" Pink: inside the proxy, from the request's arrival at its client side until it left at its "
+                     "server side, and from the answer's arrival there until it left to the client; "
+                     + ("lanes are the client connections (the ids the proxy gave them); the server connection "
+                        "that ran each statement is in its tooltip." if (self.summary.get("proxy") or {}).get("kind")
+                        == "l7" else "lanes are the connections, the same ids on both sides of the proxy."))
         if meta.get("sampled"):
             text += (f" {meta['shown']} of {meta['total']} statements drawn: every culprit, hidden-slow, understated, "
                      "slow-logged or slow one, and a uniform sample of the rest.")
@@ -267,8 +281,10 @@ class _Page:
         if spec is None:
             return head + "<p>nothing to show</p></section>"
         shown = len(spec["data"][-1]["text"])
-        text = ("Each bar is one exchange from A1 (app sends) to A4 (app receives): request leg, queueing (pale: "
-                "estimated), execution, response leg; its client time at the end. Exchanges seen at the DB only "
+        text = ("Each bar is one exchange from A1 (app sends) to A4 (app receives): request leg, "
+                + ("its wait inside the proxy (pink, P2 − P1), " if self.proxied else "") +
+                "queueing (pale: estimated), execution, response leg; its client time at the end. Exchanges seen at "
+                "the DB only "
                 f"start at D1. The {shown} slowest are shown")
         text += "; faster ones would be empty bars at this scale." if shown < min(30, len(self.x)) else "."
         return head + f"<p class='caption'>{esc(text)}</p><div id='fig-waterfall' class='fig'></div></section>"
@@ -426,6 +442,118 @@ class _Page:
                      f"{secs(r['exec_s'])} ({r['exec_source'] if isinstance(r['exec_source'], str) else '?'})",
                      held, frame_cell], cls="culprit" if culprits[pos] else "")
 
+    # -------------------------------------------------------------- through a proxy
+
+    def proxy(self) -> str:
+        """How exchanges were paired through the proxy, its clocks, its pool at work, and the statements that waited
+        longest inside it; nothing without a proxy."""
+        p = self.summary.get("proxy")
+        if not p or "proxy_match" not in self.x.columns:
+            return ""
+        x = self.x
+        kinds = p.get("exchanges") or {}
+        through = p.get("through") or {}
+        sides = p.get("sides") or {}
+        points = p.get("points") or {}
+        kind = str(p.get("kind") or "?")
+        rows = [("kind", f"{kind.upper()}: " + (
+                    "one server connection per client connection, bytes passed through (HAProxy in TCP mode, a TCP "
+                    "load balancer)" if kind == "l4" else
+                    "statements of many client connections on fewer server connections (a pooling MySQL proxy)"
+                    if kind == "l7" else "not decided")),
+                ("capture points", ", ".join(f"{n} {'yes' if points.get(n) else 'no'}" for n in ("app", "proxy", "db"))),
+                ("client exchanges paired across it", _paired_text(through, kinds))]
+        for key, label in (("ambiguous", "ambiguous (several server requests fit: not paired, never guessed)"),
+                           ("unmatched", "unmatched (no server request fits)"),
+                           ("proxy-handled", "answered by the proxy itself (login, PREPARE, PING, …)"),
+                           ("proxy-own", "sent by the proxy on its own (SET NAMES, health checks, …)")):
+            if kinds.get(key):
+                rows.append((label, _int(kinds[key])))
+        if through.get("back_unpaired"):
+            rows.append(("server-side requests not paired to a client request", _int(through["back_unpaired"])))
+        if sides:
+            rows.append(("proxy capture's sides told apart by", f"{sides.get('decided_by', '?')}: client side "
+                         f"{', '.join(sides.get('front_servers') or []) or '?'}, server side "
+                         f"{', '.join(sides.get('back_servers') or []) or '?'}"))
+        for hop, label in (("app_proxy", "app ↔ proxy"), ("proxy_db", "proxy ↔ DB")):
+            m = p.get(hop)
+            if m:
+                rows.append((f"matching {label}", f"{m['matched']} matched, {m['app_only']} only at the first, "
+                             f"{m['db_only']} only at the second, {m['connections_matched']} connections"))
+        for hop, models in (p.get("clocks") or {}).items():
+            for name, c in (models or {}).items():
+                if isinstance(c, dict) and c.get("offset_s") is not None:
+                    lo, hi = c.get("offset_bounds_s") or (None, None)
+                    bounds = f" (bounds {_signed(lo)} … {_signed(hi)})" if lo is not None else ""
+                    rows.append((f"clock {hop.replace('_', ' ↔ ')}", f"{_signed(c['offset_s'])}{bounds}, "
+                                 f"{c.get('quality', '?')} — {name}"))
+        parts = [f"<p class='verdict'>{esc(p.get('sentence') or '')}</p>", _kv_table(rows)]
+        if self.figures.get("proxy"):
+            parts.append("<p class='caption'>Statements waiting inside the proxy (from their arrival at its client "
+                         "side until it sent them on) and statements it had sent on to the DB and not yet seen "
+                         "answered, most at once per time bucket; each statement's wait at its arrival (right axis). "
+                         "A pool smaller than its clients: a flat line of statements sent on, with waiting ones "
+                         "above it.</p><div id='fig-proxy' class='fig short'></div>")
+        parts.append(self._proxy_servers())
+        parts.append(self._proxy_waits())
+        if kinds.get("ambiguous"):
+            parts.append(f"<p>{_int(kinds['ambiguous'])} client statements had several server-side requests of the "
+                         "same text inside their time: they are not paired (proxy_match = ambiguous, proxy_candidates "
+                         "says how many fit), so their time inside the proxy and inside the DB is not told apart; "
+                         "they count in neither.</p>")
+        return "<section id='proxy'><h2>Through the proxy</h2>" + "".join(parts) + "</section>"
+
+    def _proxy_servers(self) -> str:
+        """The server connections the proxy used, with what ran on them: a pool's size and its load."""
+        x = self.x
+        paired = x["proxy_match"].isin(PAIRED_KINDS).to_numpy(dtype=bool, na_value=False)
+        own = (x["proxy_match"] == "proxy-own").to_numpy(dtype=bool, na_value=False)
+        back = x[paired | own]
+        if not len(back):
+            return ""
+        g = back.assign(paired=paired[paired | own], own=own[paired | own],
+                        front=back["client"].where(paired[paired | own])).groupby(
+            back["db_client"].astype(object).fillna("?"), sort=False)
+        table = pd.DataFrame({"conn": g["conn_id"].first(), "paired": g["paired"].sum(), "own": g["own"].sum(),
+                              "clients": g["front"].nunique(), "busy": g["server_s"].sum(min_count=1),
+                              "wait": g["proxy_wait_s"].sum(min_count=1)})
+        table = table.sort_values(["paired", "busy"], ascending=False)
+        shown = table.head(PROXY_ROWS)
+        rows = [[k, _int(r.conn), _int(r.paired), _int(r.clients), _int(r.own), _sum_s(r.busy), _sum_s(r.wait)]
+                for k, r in shown.iterrows()]
+        more = f"<p>{len(table) - len(shown)} more server connections in exchanges.parquet.</p>" \
+            if len(table) > len(shown) else ""
+        fronts = int(x.loc[x["app_req_ts"].notna().to_numpy(), "client"].nunique()) \
+            if "app_req_ts" in x.columns else 0
+        return (f"<h3>Server connections of the proxy</h3><p>{len(table)} server connections carried the "
+                f"{int(paired.sum())} paired statements of {fronts} client connections.</p>"
+                + _table(["server connection (proxy side)", "conn_id", "client statements", "client connections",
+                          "proxy's own", "time inside the DB", "their wait inside the proxy"], rows,
+                         numeric=range(1, 7)) + more)
+
+    def _proxy_waits(self) -> str:
+        x = self.x
+        wait = _f(x, "proxy_wait_s")
+        rows_ = np.flatnonzero(~np.isnan(wait))
+        if not len(rows_):
+            return ""
+        top = rows_[np.argsort(-wait[rows_], kind="stable")][:PROXY_ROWS]
+        top = top[wait[top] > 0]
+        if not len(top):
+            return "<p>No statement waited inside the proxy.</p>"
+        rows = []
+        for i in top:
+            r = x.iloc[i]
+            rows.append([self.when(r["app_req_ts"]) if pd.notna(r["app_req_ts"]) else "?",
+                         f"{r['client']} (id {_int(r['front_conn_id'])})", _int(r["conn_id"]),
+                         Html(f"<code>{esc(short(r['sql'] if pd.notna(r['sql']) else r['command'], 120))}</code>"),
+                         str(r["proxy_match"]), secs(r["proxy_wait_s"]), secs(r["proxy_s"]), secs(r["server_s"]),
+                         secs(r["total_s"])])
+        return ("<h3>Longest waits inside the proxy</h3>"
+                + _table(["sent (A1)", "client connection", "server conn_id", "statement", "paired by",
+                          "waited in the proxy (P2 − P1)", "inside the proxy", "inside the DB (D4 − D1)",
+                          "client (A4 − A1)"], rows, numeric=range(5, 9)))
+
     # -------------------------------------------------------------- connections
 
     def connections(self, connections: dict | None, conns: pd.DataFrame | None) -> str:
@@ -550,9 +678,9 @@ def _method(command_line: str | None) -> str:
     )
 
 
-def _nav() -> str:
+def _nav(proxied: bool) -> str:
     links = (("verdict", "Verdict"), ("decomposition", "Split"), ("timeline", "Timeline"), ("groups", "Groups"),
-             ("waterfall", "Waterfall"), ("profile", "Profile"), ("hidden", "Hidden slow"),
+             *((("proxy", "Proxy"),) if proxied else ()), ("waterfall", "Waterfall"), ("profile", "Profile"), ("hidden", "Hidden slow"),
              ("understated", "Understated"), ("connections", "Connections"), ("method", "Method"))
     return " · ".join(f"<a href='#{a}'>{t}</a>" for a, t in links)
 
@@ -598,6 +726,14 @@ class _Row(list):
     def __init__(self, cells, span: int = 0, cls: str = ""):
         super().__init__(cells)
         self.span, self.cls = span, cls
+
+
+def _paired_text(through: dict, kinds: dict) -> str:
+    paired = through.get("paired")
+    if paired is None:
+        paired = sum(int(kinds.get(k) or 0) for k in PAIRED_KINDS)
+    by = through.get("paired_by") or {k: kinds[k] for k in PAIRED_KINDS if kinds.get(k)}
+    return f"{_int(paired)}" + (" (" + ", ".join(f"{k} {_int(v)}" for k, v in by.items()) + ")" if by else "")
 
 
 def _kv_table(rows: list[tuple[str, str]]) -> str:
@@ -793,7 +929,10 @@ _BOOT = """
             'conn ' + who(t.conn[i]) + ', group ' + who(t.group[i]) + ', sent ' + clock(t.start[i]),
             'client ' + secs(t.total[i]) + ', server ' + secs(t.server[i]),
             'queue ' + secs(t.queue[i] + est) + (est > 0 ? ' (' + secs(est) + ' estimated)' : '') + ', exec ' +
-              secs(t.exec[i]) + ' (' + src + '), network ' + secs(t.network[i])].join('\\n');
+              secs(t.exec[i]) + ' (' + src + '), network ' + secs(t.network[i])]
+      .concat(t.proxy ? ['inside the proxy ' + secs(t.proxy[i]) + ' (waited ' + secs(t.proxywait[i]) +
+                         ' before it sent the request on), client connection ' + who(t.front[i]) + ' at the proxy']
+                      : []).join('\\n');
   }
   function tooltip(el){
     var box = document.createElement('div');

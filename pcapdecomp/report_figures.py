@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .decompose import ts_ns
+from .decompose import STALL_MIN_QUEUE_S, network_parts, ts_ns
 from .digest import queue_parts
 from .threadpool import core_range
 
@@ -43,7 +43,8 @@ COLORS = {"network": "#6a9fd4", "request leg": "#6a9fd4", "response leg": "#9cc3
           "queueing (estimated)": "#f4a6a6", "execution": "#2ca02c", "client wait": "#9aa9bb",
           "hidden slow": "#d62728", "understated": "#9467bd", "in the slow log": "#ff7f0e", "culprit": "#111111",
           "statement": "#7a8fa6", "plain": "#8888cc", "TLS": "#44aa99", "executing": "#2ca02c",
-          "queued": "#d62728", "slow": "#1f77b4"}
+          "queued": "#d62728", "slow": "#1f77b4", "app ↔ proxy network": "#6a9fd4",
+          "inside the proxy": "#e377c2", "proxy ↔ DB network": "#9cc3ea", "network (not told apart)": "#9aa9bb"}
 _NICE_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800,
                    3600, 7200, 21600, 86400)
 
@@ -279,7 +280,8 @@ def figure_specs(summary: dict, x: pd.DataFrame, groups: pd.DataFrame | None, t:
     specs["pool"] = _pool(summary, groups, pool, axis)
     specs["waterfall"] = _waterfall(x)
     specs["connrate"] = _connection_rate(conns, axis)
-    specs["_time"] = [n for n in ("timeline", "heatmap", "pool", "connrate") if specs[n] is not None]
+    specs["proxy"] = _proxy(x, axis)
+    specs["_time"] = [n for n in ("timeline", "heatmap", "pool", "connrate", "proxy") if specs[n] is not None]
     return specs
 
 
@@ -304,8 +306,7 @@ def _shares(x: pd.DataFrame) -> dict | None:
     if not total > 0:
         return None
     certain, estimated = (part[both] for part in queue_parts(x))
-    parts = (("network", float(np.nansum(x["network_s"].to_numpy(dtype="float64", na_value=np.nan)[both]))),
-             ("queueing", float(certain.sum())), ("queueing (estimated)", float(estimated.sum())),
+    parts = (*network_parts(x, both), ("queueing", float(certain.sum())), ("queueing (estimated)", float(estimated.sum())),
              ("execution", float(np.nansum(x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)[both]))))
     data = [{"type": "bar", "orientation": "h", "y": ["client time"], "x": [v], "name": label,
              "marker": {"color": COLORS[label]}, "hoverinfo": "text",
@@ -345,7 +346,7 @@ def _timeline(summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None) -
     sel = x.iloc[rows]
 
     start, end = t.start[rows], t.end[rows]
-    lane, labels, lane_group = _lanes(sel, klass[rows], np.nan_to_num(dur[rows]), start, end)
+    lane, labels, lane_group = _lanes(_lane_keys(sel, summary), klass[rows], np.nan_to_num(dur[rows]), start, end)
     n_lanes = len(labels)
     y = lane.astype(np.float32)
     d1, d4, has_d1, has_d4 = t.d1[rows], t.d4[rows], t.has_d1[rows], t.has_d4[rows]
@@ -356,6 +357,7 @@ def _timeline(summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None) -
     x_start = np.maximum(d4 - np.rint(np.nan_to_num(exec_s) * NS).astype(np.int64), d1)
 
     data = [_segments("client wait", start, end, y, np.ones(len(rows), dtype=bool), 2)]
+    data.append(_proxy_segments(sel, y))
     data.append(_segments("queueing", d1, q_mid, y, has_d1 & (certain > 0), 9))
     data.append(_segments("queueing (estimated)", q_mid, q_end, y, has_d1 & (estimated > 0), 9))
     data.append(_segments("execution", x_start, d4, y, has_d4 & ~np.isnan(exec_s), 9))
@@ -396,6 +398,17 @@ def _timeline(summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None) -
     return {"data": data, "layout": layout}, meta
 
 
+def _proxy_segments(sel: pd.DataFrame, y: np.ndarray) -> dict | None:
+    """Time inside the proxy as segments on the statement's lane: P1 → P2 (waiting before the proxy sent the
+    request on) and P3 → P4 (relaying the answer); null without the proxy's capture or a pair across it."""
+    if "proxy_back_req_ts" not in sel.columns:
+        return None
+    (p1, h1), (p2, h2), (p3, h3), (p4, h4) = (ts_ns(sel[c]) for c in (
+        "proxy_front_req_ts", "proxy_back_req_ts", "proxy_back_resp_ts", "proxy_front_resp_ts"))
+    return _segments("inside the proxy", np.concatenate([p1, p3]), np.concatenate([p2, p4]), np.concatenate([y, y]),
+                     np.concatenate([h1 & h2 & (p2 > p1), h3 & h4 & (p4 > p3)]), 9)
+
+
 def _segments(name: str, a: np.ndarray, b: np.ndarray, y: np.ndarray, mask: np.ndarray, width: int) -> dict | None:
     """Horizontal segments [a, b] at height y as one line trace with gaps (NaN) between them."""
     idx = np.flatnonzero(mask)
@@ -405,6 +418,19 @@ def _segments(name: str, a: np.ndarray, b: np.ndarray, y: np.ndarray, mask: np.n
     ys = np.column_stack([y[idx], y[idx], np.full(len(idx), np.nan, dtype=np.float32)]).ravel()
     return {"type": "scattergl", "mode": "lines", "name": name, "x": _arr(xs), "y": _arr(ys.astype(np.float32)),
             "hoverinfo": "skip", "connectgaps": False, "line": {"color": COLORS[name], "width": width}}
+
+
+def _lane_keys(sel: pd.DataFrame, summary: dict) -> pd.DataFrame:
+    """Behind an L7 proxy a client connection's statements run on whichever pooled server connection is free: its
+    statements go on the client connection's lane (front_conn_id, the id the proxy gave it), so that a wait inside
+    the proxy lies before its execution instead of under another statement's; only what the proxy sent on its own
+    stays on the server connection's lane, in its thread group."""
+    if ((summary.get("proxy") or {}).get("kind") != "l7" or "front_conn_id" not in sel.columns
+            or not sel["front_conn_id"].notna().any()):
+        return sel
+    front = sel["front_conn_id"].notna()
+    return sel.assign(conn_id=sel["front_conn_id"].where(front, sel["conn_id"]),
+                      thread_group=sel["thread_group"].where(~front))
 
 
 def _lanes(sel: pd.DataFrame, klass: np.ndarray, dur: np.ndarray, start: np.ndarray,
@@ -487,7 +513,9 @@ def _hover_table(sel: pd.DataFrame, start: np.ndarray, certain: np.ndarray, esti
             "conn": i4("conn_id"), "group": i4("thread_group"), "start": _arr(_ms(start)),
             "total": f4("total_s"), "server": f4("server_s"), "queue": _arr(certain.astype(np.float32)),
             "estimated": _arr(estimated.astype(np.float32)), "exec": f4("exec_s"), "network": f4("network_s"),
-            "source": _arr(source_code)}
+            "source": _arr(source_code),
+            **({"proxy": f4("proxy_s"), "proxywait": f4("proxy_wait_s"), "front": i4("front_conn_id")}
+               if "proxy_s" in sel.columns and sel["proxy_s"].notna().any() else {})}
 
 
 def _int(v) -> str:
@@ -588,9 +616,70 @@ def _pool(summary: dict, groups: pd.DataFrame | None, pool: pd.DataFrame | None,
                                                    "fixedrange": True})}
 
 
+def _proxy(x: pd.DataFrame, axis: TimeAxis | None) -> dict | None:
+    """Through a proxy with its capture: statements waiting inside the proxy (P1 → P2) and statements it had sent on
+    and not yet seen answered (P2 → P3), most at once per time bucket — a pool smaller than its clients shows as a
+    flat "sent on" line with waiting ones above it — and each paired statement's wait as a marker at its arrival
+    (every wait of STALL_MIN_QUEUE_S or more, a sample of the rest)."""
+    if axis is None or "proxy_back_req_ts" not in x.columns:
+        return None
+    (p1, h1), (p2, h2), (p3, h3) = (ts_ns(x[c]) for c in ("proxy_front_req_ts", "proxy_back_req_ts",
+                                                          "proxy_back_resp_ts"))
+    waiting = h1 & h2 & (p2 >= p1) & axis.inside(p1) & axis.inside(p2)
+    onward = h2 & h3 & (p3 >= p2) & axis.inside(p2) & axis.inside(p3)
+    if not waiting.any():
+        return None
+    bucket_ns = nice_bucket_ns(axis.hi_ns - axis.lo_ns)
+    data = []
+    for label, a, b, color in (("waiting inside the proxy (most at once)", p1[waiting], p2[waiting],
+                                COLORS["inside the proxy"]),
+                               ("sent on to the DB (most at once)", p2[onward], p3[onward], COLORS["execution"])):
+        if len(a):
+            edges, most = _most_at_once(a, b, bucket_ns, axis)
+            data.append({"type": "scatter", "mode": "lines", "name": label, "x": _arr(_ms(edges)),
+                         "y": _arr(np.append(most, most[-1]).astype(np.float64)),
+                         "line": {"shape": "hv", "color": color}, "hoverinfo": "x+y+name"})
+    wait_s = (p2 - p1) / NS
+    rows = np.flatnonzero(waiting)
+    long_ = rows[wait_s[rows] >= STALL_MIN_QUEUE_S]
+    rest = rows[wait_s[rows] < STALL_MIN_QUEUE_S]
+    room = max(CONNECTION_POINTS - len(long_), 0)
+    if len(rest) > room:
+        rest = np.sort(np.random.default_rng(0).choice(rest, room, replace=False))
+    shown = np.sort(np.concatenate([long_[:CONNECTION_POINTS], rest]))
+    data.append({"type": "scattergl", "mode": "markers", "name": "one statement's wait, ms (right axis)",
+                 "x": _arr(_ms(p1[shown])), "y": _arr(wait_s[shown] * 1e3), "yaxis": "y2",
+                 "marker": {"color": COLORS["inside the proxy"], "size": 6, "symbol": "circle-open"},
+                 "hovertemplate": "%{x}<br>waited %{y:.3f} ms inside the proxy<extra></extra>"})
+    return {"data": data, "layout": _layout(280, xaxis=_time_xaxis(axis),
+                                            yaxis={"title": {"text": "statements at once"}, "rangemode": "tozero"},
+                                            yaxis2={"title": {"text": "wait, ms"}, "overlaying": "y", "side": "right",
+                                                    "rangemode": "tozero", "showgrid": False})}
+
+
+def _most_at_once(start: np.ndarray, end: np.ndarray, bucket_ns: int, axis: TimeAxis) -> tuple[np.ndarray, np.ndarray]:
+    """How many of the intervals [start, end) overlap at most, per bucket of the axis. Returns (bucket edges, most
+    per bucket): an interval ending when another starts does not count twice."""
+    n = int((axis.hi_ns - axis.lo_ns) // bucket_ns) + 1
+    t = np.concatenate([start, end])
+    step = np.concatenate([np.ones(len(start), dtype=np.int64), -np.ones(len(end), dtype=np.int64)])
+    order = np.lexsort((step, t))  # at one instant the ends first
+    t, level = t[order], np.cumsum(step[order])
+    edges = axis.lo_ns + bucket_ns * np.arange(n + 1, dtype=np.int64)
+    # the level at a bucket's first instant: after every event up to it (ends at that instant included) ...
+    before = np.searchsorted(t, edges[:-1], side="right") - 1
+    most = np.where(before >= 0, level[np.maximum(before, 0)], 0)
+    # ... and every level an event inside the bucket leaves (one between an end and a start at the same instant
+    # lies between the level before and after it, both counted)
+    k = np.clip((t - axis.lo_ns) // bucket_ns, 0, n - 1)
+    inside = t > edges[k]
+    np.maximum.at(most, k[inside], level[inside])
+    return edges, most
+
+
 def _waterfall(x: pd.DataFrame) -> dict | None:
-    """The slowest exchanges, each from A1 (D1 when only the DB saw it): request leg, queueing, execution,
-    response leg; rows under WATERFALL_MIN_SHARE of the slowest would be empty bars and are left out."""
+    """The slowest exchanges, each from A1 (D1 when only the DB saw it): request leg, the wait inside a proxy,
+    queueing, execution, response leg; rows under WATERFALL_MIN_SHARE of the slowest would be empty bars and are left out."""
     key = x["total_s"].fillna(x["server_s"]).dropna()
     key = key[key > 0]
     if key.empty:
@@ -602,8 +691,13 @@ def _waterfall(x: pd.DataFrame) -> dict | None:
               for c, q, m in zip(rows["conn_id"], rows["sql"], rows["command"])]
     labels = [f"{i + 1}. {lab}" for i, lab in zip(range(len(labels) - 1, -1, -1), labels)]  # unique, ranked
     certain, estimated = queue_parts(rows)
-    parts = [("request leg", rows["net_req_s"].to_numpy(dtype="float64", na_value=np.nan)),
-             ("queueing", certain), ("queueing (estimated)", estimated),
+    request = rows["net_req_s"].to_numpy(dtype="float64", na_value=np.nan)
+    # through a proxy with its capture the request leg holds the wait inside the proxy (P2 − P1): drawn apart
+    wait = (rows["proxy_wait_s"].to_numpy(dtype="float64", na_value=np.nan) if "proxy_wait_s" in rows.columns
+            else np.full(len(rows), np.nan))
+    waited = ~np.isnan(wait) & ~np.isnan(request)
+    parts = [("request leg", np.where(waited, request - np.where(waited, wait, 0.0), request)),
+             ("inside the proxy", np.where(waited, wait, np.nan)), ("queueing", certain), ("queueing (estimated)", estimated),
              ("execution", rows["exec_s"].to_numpy(dtype="float64", na_value=np.nan)),
              ("response leg", rows["net_resp_s"].to_numpy(dtype="float64", na_value=np.nan))]
     data, base = [], np.zeros(len(rows))

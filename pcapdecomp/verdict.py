@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .decompose import STALL_MIN_QUEUE_S
-from .decompose import ts_ns
+from .decompose import STALL_MIN_QUEUE_S, network_parts, ts_ns
+from .proxy import PAIRED_KINDS
+from .proxy import sentence as proxy_sentence
 from .threadpool import MAX_CULPRITS, PoolView, Refs, json_value, robust_span
 
 VICTIMS_LISTED = 50  # hidden-slow / understated statements listed in summary.json (the rest counted)
@@ -40,6 +41,46 @@ def tell(summary: dict, x: pd.DataFrame, view: PoolView) -> dict:
     parts["story"] = story
     parts["verdict"] = "\n".join([story["sentence"], *(f"- {b['text']}" for b in story["bullets"])])
     return parts
+
+
+def tell_proxy(summary: dict, x: pd.DataFrame) -> dict:
+    """The verdict through a proxy (summary.json's story, verdict and proxy.sentence, from `tell`'s and the
+    exchanges table with the proxy columns): the proxy's line is a bullet; when statements certainly waited inside
+    the proxy (its capture shows P1 and P2: STALL_MIN_QUEUE_S or more before it sent them on) for longer in all than
+    any certain queueing in the DB, the proxy is where the time went and leads the story."""
+    story = dict(summary["story"])
+    line = proxy_sentence(x, summary["proxy"])
+    bullets = [*story["bullets"], {"topic": "proxy", "text": line}]
+    findings = list(story["findings"])
+    lead = _proxy_lead(summary, x)
+    if lead:
+        findings.insert(0, "proxy_queue")
+        bullets.insert(0, {"topic": "db", "text": f"On the DB: {story['sentence']}"})
+        story["sentence"] = lead
+    story.update(bullets=bullets, findings=findings)
+    return {"story": story, "proxy": {**summary["proxy"], "sentence": line},
+            "verdict": "\n".join([story["sentence"], *(f"- {b['text']}" for b in bullets)])}
+
+
+def _proxy_lead(summary: dict, x: pd.DataFrame) -> str | None:
+    paired = x["proxy_match"].isin(PAIRED_KINDS).to_numpy(dtype=bool, na_value=False)
+    wait = x["proxy_wait_s"].to_numpy(dtype="float64", na_value=np.nan)
+    waited = paired & (np.nan_to_num(wait) >= STALL_MIN_QUEUE_S)
+    db_queue = float(np.nansum(x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan)))
+    if not waited.any() or float(wait[waited].sum()) <= db_queue:
+        return None
+    kind = str((summary["proxy"] or {}).get("kind") or "").upper()
+    client = x["app_req_ts"].notna().to_numpy()
+    fronts = x.loc[client, "client"].nunique()
+    backs = x.loc[paired, "db_client"].nunique()
+    total = float(np.nansum(x["total_s"].to_numpy(dtype="float64", na_value=np.nan)[paired]))
+    inside = float(np.nansum(x["proxy_s"].to_numpy(dtype="float64", na_value=np.nan)[paired]))
+    share = f", {100 * inside / total:.1f} % of the time clients waited on the paired statements" if total > 0 else ""
+    pool = (f"; its {fronts} client {_plural(fronts, 'connection', 'connections')} shared {backs} server "
+            f"{_plural(backs, 'connection', 'connections')}" if backs < fronts else "")
+    return (f"The time went inside the {kind} proxy, not the DB: {int(waited.sum())} of the {int(paired.sum())} "
+            f"statements paired through it waited {_dur(STALL_MIN_QUEUE_S)} or more there before it sent them on "
+            f"(up to {_dur(np.nanmax(wait[waited]))}, {_dur(wait[waited].sum())} in all{share}){pool}.")
 
 
 def _sane(x: pd.DataFrame, view: PoolView) -> np.ndarray:
@@ -354,7 +395,7 @@ def _split_bullet(x: pd.DataFrame) -> dict | None:
         return None
     src = both["queue_source"].astype(object)
     pct = lambda v: f"{100 * v / tot:.1f} %"  # noqa: E731
-    net = float(both["network_s"].sum())
+    net = ", ".join(f"{label} {pct(v)}" for label, v in network_parts(both, np.ones(len(both), dtype=bool)))
     q_all = float(both["queue_s"].sum())
     q_meas = float(both.loc[src == "measured", "queue_s"].sum())
     q_cert = float(both["queue_min_s"].sum())
@@ -376,7 +417,7 @@ def _split_bullet(x: pd.DataFrame) -> dict | None:
     execution = f"execution {pct(e_all)}" + (f" ({pct(e_meas)} measured in the slow log)" if e_meas > 0 else "")
     unsplit = float(both.loc[both["queue_s"].isna(), "server_s"].sum())
     rest = f", not split (execution unknown) {pct(unsplit)}" if unsplit >= 0.0005 * tot else ""
-    return {"topic": "split", "text": f"Of the {_dur(tot)} the clients waited: network {pct(net)}, {queue}, "
+    return {"topic": "split", "text": f"Of the {_dur(tot)} the clients waited: {net}, {queue}, "
                                       f"{execution}{rest}."}
 
 

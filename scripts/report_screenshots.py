@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-SECTIONS = ("verdict", "decomposition", "timeline", "groups", "waterfall", "profile", "hidden", "understated",
+SECTIONS = ("verdict", "decomposition", "timeline", "groups", "proxy", "waterfall", "profile", "hidden", "understated",
             "connections")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
