@@ -202,7 +202,13 @@ def test_ctrl_c_keeps_the_previous_outputs(tmp_path):
 def test_a_second_run_on_the_same_folder_is_refused_while_the_first_finishes(tmp_path):
     out = tmp_path / "out"
     first = _start(out)
-    second = cli("analyze", str(GROUP_STALL), "--out", str(out), "-q")
+    # the first run, stopped while it writes, holds the folder for as long as the second takes to start: without
+    # the stop, a first run faster than the second's start-up would be done before it is asked
+    os.killpg(first.pid, signal.SIGSTOP)
+    try:
+        second = cli("analyze", str(GROUP_STALL), "--out", str(out), "-q")
+    finally:
+        os.killpg(first.pid, signal.SIGCONT)
     assert second.returncode == 2
     assert one_line(second.stderr) == (f"pcapdecomp: error: {out}: another pcapdecomp run is writing this folder; "
                                        "wait for it to finish or choose another --out")
