@@ -91,8 +91,8 @@ def load_analysis(analysis_dir: Path) -> tuple[pd.DataFrame, dict]:
 
 def select(x: pd.DataFrame, query_ids: list[str], conn_ids: list[int], top: int | None,
            summary: dict | None = None) -> tuple[pd.DataFrame, str]:
-    """The union of --query-id and --conn-id matches (else the victims: hidden-slow and understated statements,
-    else the slowest), then --top, then the culprits of the selected victims' stalls (and, for statements that
+    """The union of --query-id and --conn-id matches (else, when the story is a proxy's queue, the longest waits
+    inside the proxy; else the victims: hidden-slow and understated statements, else the slowest), then --top, then the culprits of the selected victims' stalls (and, for statements that
     waited for a thread at the pool's limit, the statements holding the threads). Rows get `evidence_role`:
     victim | culprit | selected."""
     if top is not None and top < 1:
@@ -107,6 +107,13 @@ def select(x: pd.DataFrame, query_ids: list[str], conn_ids: list[int], top: int 
                                         f"connection {', '.join(map(str, conn_ids))}" if conn_ids else ""]))
         if not mask.any():
             raise UsageError(f"no exchange matches {how}")
+    elif "proxy_queue" in ((summary or {}).get("story") or {}).get("findings", []):
+        # the time went inside a proxy: the statements that waited longest there, paired across it (their
+        # packets at the app and at the DB show both ends of the wait)
+        wait = x["proxy_wait_s"] if "proxy_wait_s" in x.columns else pd.Series(np.nan, index=x.index)
+        mask, how = wait.notna() & (wait > 0), "the statements that waited longest inside the proxy"
+        slowness = wait
+        top = top or DEFAULT_TOP
     elif victims.any():
         kinds = [k for k, col in (("hidden-slow", "hidden_slow"), ("understated", "understated")) if _flag(x, col).any()]
         mask, how = victims, "the " + " and ".join(kinds) + " exchanges"
@@ -181,8 +188,18 @@ def spans(rows: pd.DataFrame, summary: dict) -> dict[str, list[Span]]:
         elif r.seen == "both":
             # no response (COM_QUIT, SEND_LONG_DATA): the request's first frame stands for the exchange
             last_db = r.db_resp_last_frame if pd.notna(r.db_resp_last_frame) else r.db_req_first_frame
-            add(db_file, r.db_client, r.server, r.db_req_first_frame, last_db, i)
+            add(db_file, r.db_client, _db_server(summary, db_file, r.server), r.db_req_first_frame, last_db, i)
     return out
+
+
+def _db_server(summary: dict, db_file: str, server: str) -> str:
+    """The server's endpoint as the DB capture saw it. The app's `server` is it, except through a proxy: there the
+    app talks to the proxy's address, and the DB capture holds the proxy's connections to the DB point's server."""
+    if not summary.get("proxy"):
+        return server
+    point = next((p for p in summary.get("points") or [] if p.get("name") == db_file), {})
+    servers = point.get("servers") or ((summary["proxy"].get("sides") or {}).get("back_servers") or [])
+    return servers[0] if len(servers) == 1 else server
 
 
 # ------------------------------------------------------------------ export
@@ -415,7 +432,9 @@ def summary_md(result: EvidenceResult, summary: dict, x: pd.DataFrame | None = N
     capture or a log is escaped (md_text for prose, md_code for statements)."""
     rows = result.rows
     inputs = summary["inputs"]
-    files = [*inputs["app"], *([inputs["db"]] if inputs["db"] else []), *([inputs["slow_log"]] if inputs["slow_log"] else [])]
+    proxies = list(inputs.get("proxy") or [])
+    files = [*inputs["app"], *([inputs["db"]] if inputs["db"] else []), *proxies,
+             *([inputs["slow_log"]] if inputs["slow_log"] else [])]
     shown = display_paths(files)
     story = summary.get("story") or {}
     lines = [f"# pcapdecomp evidence: {md_text(summary['set'])}", ""]
@@ -431,21 +450,27 @@ def summary_md(result: EvidenceResult, summary: dict, x: pd.DataFrame | None = N
               + ").", "", "## Inputs", ""]
     lines += [f"- app capture: {md_code(shown[p])}" for p in inputs["app"]]
     lines += [f"- DB capture: {md_code(shown[inputs['db']])}"] if inputs["db"] else []
+    lines += [f"- proxy capture: {md_code(shown[p])}" for p in proxies]
     lines += [f"- slow log: {md_code(shown[inputs['slow_log']])}"] if inputs["slow_log"] else []
     size = summary.get("thread_pool_size") or {}
     tps = (f"{size['value']} ({size.get('source')})" if size.get("value") else "unknown") if size else inputs["thread_pool_size"]
     lines += [f"- long_query_time: {inputs['long_query_time']}, thread_pool_size: {md_text(str(tps))}", ""]
     lines += _stall_table(summary, rows)
+    # through a proxy: the client connection's id (the proxy's) and the time inside the proxy, apart from network
+    proxied = bool(summary.get("proxy")) and "proxy_s" in rows.columns
     lines += ["## Exchanges", "",
-              "| role | request sent (UTC) | conn | group | client | server | queue | exec | network | Query ID | SQL |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| role | request sent (UTC) | conn | group | " + ("client conn (proxy's id) | " if proxied else "")
+              + "client | server | queue | exec | network | " + ("inside the proxy (waited) | " if proxied else "")
+              + "Query ID | SQL |", "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if proxied else "")]
     for r in rows.to_dict("records"):
         when = next((r[c] for c in ("app_req_ts", "db_req_ts", "req_first_ts") if _known(r.get(c))), None)
         sql = r["sql"] if isinstance(r.get("sql"), str) else r.get("command")
+        front = f"{_v(r.get('front_conn_id'))} | " if proxied else ""
+        inside = f"{_secs(r.get('proxy_s'))} ({_secs(r.get('proxy_wait_s'))}) | " if proxied else ""
         lines.append(f"| {md_text(_role_words(r) or str(r.get('evidence_role') or ''))} | {_when(when)} | "
-                     f"{_v(r['conn_id'])} | {_v(r.get('thread_group'))} | {_secs(r['total_s'])} | "
+                     f"{_v(r['conn_id'])} | {_v(r.get('thread_group'))} | {front}{_secs(r['total_s'])} | "
                      f"{_secs(r['server_s'])} | {md_text(_labelled(r, 'queue_s'))} | "
-                     f"{md_text(_labelled(r, 'exec_s'))} | {_secs(r['network_s'])} | "
+                     f"{md_text(_labelled(r, 'exec_s'))} | {_secs(r['network_s'])} | {inside}"
                      f"{md_code(str(r.get('query_id') or ''))} | {md_code(sql or '')} |")
     lines += ["", "Estimates and bounds are labelled: *estimate* (from other runs of the same statement; claims "
               "nothing), *at least* / *at most* (bounded by long_query_time), *measured* (the slow log's "
@@ -461,6 +486,8 @@ def summary_md(result: EvidenceResult, summary: dict, x: pd.DataFrame | None = N
     lines += ["## Reproduce", "", "In the folder that holds the captures:", "", "```"]
     cmd = ["pcapdecomp", "analyze"] + [a for p in inputs["app"] for a in ("--app", shown[p])]
     cmd += ["--db", shown[inputs["db"]]] if inputs["db"] else []
+    cmd += [a for p in proxies for a in ("--proxy", shown[p])]
+    cmd += [a for s in inputs.get("proxy_servers") or [] for a in ("--proxy-server", s)]
     cmd += ["--slow-log", shown[inputs["slow_log"]]] if inputs["slow_log"] else []
     cmd += ["--long-query-time", str(inputs["long_query_time"])] if inputs["long_query_time"] is not None else []
     cmd += ["--thread-pool-size", str(inputs["thread_pool_size"])] if inputs["thread_pool_size"] else []

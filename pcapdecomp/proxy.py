@@ -807,6 +807,10 @@ def finish(table: pd.DataFrame, result: ProxyResult) -> pd.DataFrame:
     s_conn = _take(result.server.ex["conn_id"].to_numpy(dtype="float64", na_value=np.nan), dr, np.nan)
     conn = table["conn_id"].to_numpy(dtype="float64", na_value=np.nan)
     conn = np.where(has_d & ~np.isnan(s_conn), s_conn, conn)
+    if result.summary.get("kind") == "l7":
+        # the client side's id is the proxy's own (front_conn_id), no thread of the DB: a request not paired to a
+        # server request has no server connection, and so no thread group
+        conn = np.where(has_d, conn, np.nan)
     table["conn_id"] = pd.array(np.where(np.isnan(conn), 0, conn).astype(np.int64), dtype="Int64")
     table.loc[np.isnan(conn), "conn_id"] = pd.NA
     d1_raw, d4_raw = result.server_raw

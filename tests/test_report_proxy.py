@@ -221,3 +221,58 @@ def test_most_at_once_is_the_maximum_overlap_per_bucket(intervals, bucket):
         # brute force: overlap at every instant of the bucket (intervals are half-open [start, end))
         want = max(int(((start <= t) & (t < end)).sum()) for t in range(lo, hi))
         assert most[k] == want, (k, lo, hi)
+
+
+# --- evidence and the table through the proxy ----------------------------------------------------------------------
+
+
+def test_l7_requests_without_a_server_connection_have_no_thread_group(pool):
+    """Behind an L7 proxy the client side's connection id is the proxy's own: a request not paired to a server
+    request (ambiguous, unmatched, answered by the proxy) has no server connection, so no conn_id and no thread
+    group (they were the proxy's id and that id modulo the pool size: a thread group that does not exist)."""
+    x = pool.exchanges
+    alone = x["proxy_match"].isin(["ambiguous", "unmatched", "proxy-handled"]).to_numpy(dtype=bool, na_value=False)
+    assert alone.sum() == 41
+    assert x.loc[alone, "conn_id"].isna().all() and x.loc[alone, "thread_group"].isna().all()
+    assert x.loc[alone, "front_conn_id"].notna().all()
+    db_ids = {r["db_conn_id"] for r in truth("proxy-pool") if r["db_conn_id"] is not None}
+    assert set(x.loc[paired(x), "conn_id"].astype(int)) == db_ids  # paired: the server thread that ran it
+
+
+@pytest.mark.parametrize("name", ["proxy-pool", "proxy-l4"])
+def test_evidence_through_a_proxy_holds_both_ends_and_reproduces(tmp_path_factory, pool, l4, name):
+    """Evidence of an analysis through a proxy: the DB capture's frames of the chosen exchanges are found at the
+    server's address as the DB saw it (not the proxy's the app talked to), tshark reads each chosen statement from
+    them, and the command in summary.md reproduces the analysis."""
+    import shlex
+    import subprocess
+    import sys
+
+    from pcapdecomp.evidence import export
+
+    res = pool if name == "proxy-pool" else l4
+    out = tmp_path_factory.mktemp("evidence") / name
+    result = export(res.out_dir, out_dir=out)
+    md = (out / "summary.md").read_text()
+    rows = result.rows
+    if name == "proxy-pool":  # the story is the proxy's queue: the longest waits inside it are the evidence
+        assert result.how.startswith("the statements that waited longest inside the proxy")
+        x = res.exchanges
+        assert sorted(rows["proxy_wait_s"]) == pytest.approx(sorted(x["proxy_wait_s"].dropna().nlargest(len(rows))))
+        assert "inside the proxy (waited)" in md and "client conn (proxy's id)" in md
+    db = out / "db.pcapng"
+    assert result.frames[str(CAPTURES / name / "db.pcap")] > 0
+    proc = subprocess.run(["tshark", "-r", str(db), "-Y", "mysql.query", "-T", "fields", "-e", "mysql.query"],
+                          capture_output=True, text=True, timeout=120)
+    queries = proc.stdout.splitlines()
+    both = rows[rows["seen"] == "both"]
+    assert len(both) and len(queries) >= len(both)
+    command = re.search(r"```\n(pcapdecomp analyze .*)\n", md).group(1)
+    args = shlex.split(command)[2:]
+    args[args.index("--out") + 1] = str(tmp_path_factory.mktemp("again") / "analysis")
+    assert "--proxy" in args
+    again = subprocess.run([sys.executable, "-m", "pcapdecomp.cli", "analyze", *args, "-q"], cwd=CAPTURES / name,
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    redo = json.loads((Path(args[args.index("--out") + 1]) / "summary.json").read_text())
+    assert redo["story"]["sentence"] == res.summary["story"]["sentence"]
