@@ -40,6 +40,8 @@ EXCHANGE_METRICS = (*COUNTS, "sum_s", "p50_s", "p95_s", "p99_s", "max_s")
 COMPONENT_METRICS = ("calls", "sum_s", "p50_s", "p95_s", "p99_s", "max_s")
 COMPONENTS = (("network", "network_s"), ("queueing", "queue_s"), ("queueing_certain", "queue_min_s"),
               ("execution", "exec_s"))
+# through a proxy with its capture (pcapdecomp/proxy.py): compared when an analysis has them
+PROXY_COMPONENTS = (("inside_the_proxy", "proxy_s"), ("proxy_wait", "proxy_wait_s"))
 FLAGS = (("hidden_slow", "hidden_slow"), ("in_slow_log", "in_slow_log"), ("understated", "understated"))
 # what this module reads of an analysis: a folder without these is from an incompatible version
 NEEDED_COLUMNS = ("command", "fingerprint", "query_id", "total_s", "server_s", "response_s", "network_s", "queue_s",
@@ -60,7 +62,7 @@ class Analysis:
     name: str
     folder: Path
     summary: dict
-    x: pd.DataFrame  # NEEDED_COLUMNS of exchanges.parquet
+    x: pd.DataFrame  # NEEDED_COLUMNS of exchanges.parquet, and the PROXY_COMPONENTS' columns where it has them
     span_s: float | None
     settings: dict | None  # capture.toml [server] beside its captures, when found
     analysed_here: bool = False
@@ -178,7 +180,8 @@ def read_analysis(folder: Path, step: int, analysed_here: bool = False) -> Analy
                          f"({version or 'unknown'}; this is {__version__}): {', '.join(missing[:4])}"
                          f"{' …' if len(missing) > 4 else ''} missing; run `pcapdecomp analyze` again")
     try:
-        x = pd.read_parquet(folder / "exchanges.parquet", columns=list(NEEDED_COLUMNS))
+        x = pd.read_parquet(folder / "exchanges.parquet", columns=[
+            *NEEDED_COLUMNS, *(c for _, c in PROXY_COMPONENTS if c in columns)])
     except (OSError, ValueError) as err:
         raise InputError(f"{folder / 'exchanges.parquet'}: not readable: {err}") from None
     return Analysis(step, str(summary["set"]), folder, summary, x, _span_s(summary), _settings(summary),
@@ -243,7 +246,7 @@ def exchange_stats(x: pd.DataFrame, keys: pd.Series, slow_s: float) -> pd.DataFr
     """EXCHANGE_METRICS per key (null keys dropped): calls, counts of slow on the wire and of the analysis's flags,
     wire time summed and its percentiles."""
     wire = wire_time(x).to_numpy()
-    f = pd.DataFrame({"key": keys.to_numpy(), "wire": wire, "slow": (wire > slow_s).astype("float64"),
+    f = pd.DataFrame({"key": keys.array, "wire": wire, "slow": (wire > slow_s).astype("float64"),
                       **{m: _flag(x, col) for m, col in FLAGS}})
     g = f.groupby("key", sort=True, dropna=True, observed=True)
     out = pd.DataFrame({"calls": g.size().astype("float64"), "slow_wire": g["slow"].sum(),
@@ -258,7 +261,8 @@ def exchange_stats(x: pd.DataFrame, keys: pd.Series, slow_s: float) -> pd.DataFr
 
 def component_stats(x: pd.DataFrame) -> pd.DataFrame:
     rows = {}
-    for name, col in COMPONENTS:
+    proxied = [(n, c) for n, c in PROXY_COMPONENTS if c in x.columns and x[c].notna().any()]
+    for name, col in (*COMPONENTS, *proxied):
         v = x[col].dropna().to_numpy(dtype="float64")
         q = np.quantile(v, [q for _, q in QUANTILES]) if len(v) else [np.nan] * len(QUANTILES)
         rows[name] = [float(len(v)), float(v.sum()) if len(v) else np.nan, *q, float(v.max()) if len(v) else np.nan]

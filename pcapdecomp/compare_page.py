@@ -26,7 +26,7 @@ METRIC_LABELS = {"calls": "exchanges", "slow_wire": "slow on the wire", "hidden_
                  "in_slow_log": "in the slow log", "understated": "understated", "sum_s": "time, summed",
                  "p50_s": "p50", "p95_s": "p95", "p99_s": "p99", "max_s": "max"}
 COMPONENT_LABELS = {"network": "network", "queueing": "queueing", "queueing_certain": "queueing (certain)",
-                    "execution": "execution"}
+                    "execution": "execution", "inside_the_proxy": "inside the proxy", "proxy_wait": "waiting in the proxy"}
 
 
 def render(c, command_line: str | None = None) -> str:

@@ -251,7 +251,7 @@ DATASET_COLUMNS: tuple[Column, ...] = (
 # analysis named (the "before"), as the four-point incident reported its fix (3,788 → 818, −78 %; → 63, −98.3 %).
 COMPARISON_COLUMNS: tuple[Column, ...] = (
     Column("scope", CATEGORY, "overall (every exchange of the analysis) | component (the exchanges where that component is known) | thread_group | query_id"),
-    Column("key", "string", "all (overall) | network, queueing, queueing_certain, execution (component) | the thread group number (thread_group) | the Query ID (query_id)"),
+    Column("key", "string", "all (overall) | network, queueing, queueing_certain, execution, and through a proxy with its capture inside_the_proxy (proxy_s) and proxy_wait (proxy_wait_s) (component) | the thread group number (thread_group) | the Query ID (query_id)"),
     Column("fingerprint", "string", "pt-fingerprint of the Query ID (query_id rows; statement text from the capture); null otherwise"),
     Column("metric", CATEGORY, "what value counts or measures: calls, slow_wire, hidden_slow, in_slow_log, understated, sum_s, p50_s, p95_s, p99_s, max_s (the metrics table)"),
     Column("step", "int64", "position of the analysis on the command line, from 0 (the baseline every change is measured against)"),

@@ -276,3 +276,20 @@ def test_evidence_through_a_proxy_holds_both_ends_and_reproduces(tmp_path_factor
     assert again.returncode == 0, again.stderr
     redo = json.loads((Path(args[args.index("--out") + 1]) / "summary.json").read_text())
     assert redo["story"]["sentence"] == res.summary["story"]["sentence"]
+
+
+def test_compare_through_proxies_has_the_proxys_components(pool, l4, tmp_path):
+    """compare of the two proxy recordings: the time inside the proxy is a component of its own, equal to the
+    analyses' sums; thread groups with null keys (L7 requests without a server connection) do not break it."""
+    from pcapdecomp.compare import compare
+
+    result = compare([pool.out_dir, l4.out_dir], tmp_path / "cmp", quiet=True)
+    t = result.table
+    part = t[(t["scope"] == "component") & (t["metric"] == "sum_s")].set_index(["key", "analysis"])["value"]
+    for res in (pool, l4):
+        name = res.summary["set"]
+        assert part[("inside_the_proxy", name)] == pytest.approx(float(res.exchanges["proxy_s"].sum()), rel=1e-9)
+        assert part[("proxy_wait", name)] == pytest.approx(float(res.exchanges["proxy_wait_s"].sum()), rel=1e-9)
+    groups = t[(t["scope"] == "thread_group") & (t["metric"] == "calls") & (t["analysis"] == "proxy-pool")]
+    x = pool.exchanges
+    assert groups["value"].sum() == x["thread_group"].notna().sum()
