@@ -518,7 +518,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         primary = str(app_ex["capture"].iloc[0]) if len(app_ex) else primary
 
     # which DB point each exchange belongs to (the server it went to), and which clock converts its DB times
-    row_point = _db_points(app_ex, db_ex, matching, [x.capture for x in db_xs])
+    row_point = _db_points(app_ex, db_ex, matching)
     clock_keys = _clock_keys(app_ex, matching, row_point, clocks, primary) if several else None
 
     # The joined table takes what it needs of both sides: the per-capture tables go (build_table moves the app
@@ -697,7 +697,7 @@ def _point_summary(summary: dict, x: pd.DataFrame, done: dict, clock_info: dict)
     return part
 
 
-def _db_points(app_ex: pd.DataFrame, db_ex: pd.DataFrame, matching, db_names: list[str]) -> np.ndarray:
+def _db_points(app_ex: pd.DataFrame, db_ex: pd.DataFrame, matching) -> np.ndarray:
     """Per row of the joined table (matching's order): the DB point that saw the exchange; for one only the app
     saw, the DB point its server endpoint (as the app saw it) leads to, when exactly one does; else None."""
     ar, dr = matching.app_row, matching.db_row

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from .errors import InputError, OutputError, UsageError
-from .exchanges import Extraction, extract
+from .exchanges import Extraction
 from .flows import Endpoint
 
 

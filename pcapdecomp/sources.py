@@ -26,7 +26,7 @@ import glob as globbing
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import capture
@@ -79,10 +79,6 @@ def register(point: CapturePoint) -> CapturePoint:
     if point.multi:
         capture.POINT_READERS[point.name] = lambda stats=None, p=point: PointReader(p, stats)
     return point
-
-
-def unregister_all() -> None:
-    capture.POINT_READERS.clear()
 
 
 # --- naming and resolving ---------------------------------------------------------------------------------------

@@ -18,6 +18,17 @@ T0 = 1_790_000_000 * 10**9  # 2026-09-21, ns
 _ETH = b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00"
 
 
+def write_lenenc_int(value: int) -> bytes:
+    """A length-encoded integer, the inverse of wire.read_lenenc_int."""
+    if value < 0xFB:
+        return bytes([value])
+    if value < 1 << 16:
+        return b"\xfc" + value.to_bytes(2, "little")
+    if value < 1 << 24:
+        return b"\xfd" + value.to_bytes(3, "little")
+    return b"\xfe" + value.to_bytes(8, "little")
+
+
 def pkt(seq: int, payload: bytes) -> bytes:
     """A MySQL packet: 3-byte length, sequence id, payload."""
     return len(payload).to_bytes(3, "little") + bytes([seq & 0xFF]) + payload

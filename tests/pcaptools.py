@@ -1,4 +1,4 @@
-"""Small pcap rewriters for tests: shift a capture's clock, drop packets, cut its start, NAT its client.
+"""Small pcap tools for tests: shift a capture's clock, drop packets, cut its start, NAT its client, read it.
 
 A pcap file is a 24-byte global header and records of (ts_sec, ts_frac, incl_len, orig_len) + packet bytes;
 the magic says the byte order and whether ts_frac is µs or ns. Nothing else is touched (no checksums: the
@@ -11,6 +11,8 @@ import ipaddress
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from pcapdecomp.capture import TcpSegment, open_capture
 
 _MAGIC = {
     b"\xd4\xc3\xb2\xa1": ("<", 1_000), b"\xa1\xb2\xc3\xd4": (">", 1_000),
@@ -158,3 +160,9 @@ def to_pcapng(src: Path, dst: Path, *, interfaces: int = 1, resolutions: tuple[i
         out.append(block(6, struct.pack(e + "IIIII", k, t >> 32, t & 0xFFFFFFFF, len(pkt), orig) + pkt))
     dst.write_bytes(b"".join(out))
     return len(frames)
+
+
+def read_segments(path: Path) -> Iterator[TcpSegment]:
+    """Every TCP segment of a capture, through the tool's own reader (the file is closed at the end)."""
+    with open_capture(path) as reader:
+        yield from reader

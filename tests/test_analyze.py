@@ -149,7 +149,7 @@ def test_group_stall_shows_the_stalled_group_and_its_culprit(lab):
 
 
 def test_outputs_written(lab, tmp_path):
-    r = run(CAPTURES / "maxthreads", tmp_path / "out", csv=True)
+    run(CAPTURES / "maxthreads", tmp_path / "out", csv=True)
     names = sorted(p.name for p in (tmp_path / "out").iterdir() if not p.name.startswith("."))
     assert names == ["exchanges.csv", "exchanges.parquet", "groups.parquet", "pool.parquet", "report.html",
                      "summary.json"]

@@ -16,7 +16,6 @@ import shutil
 import struct
 import subprocess
 import zlib
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,9 +34,7 @@ from scapy.packet import Raw
 from pcapdecomp.capture import (
     CaptureStats,
     TcpSegment,
-    iter_frames,
     open_capture,
-    read_segments,
 )
 from pcapdecomp.errors import CaptureFormatError, InputError, PcapdecompError
 
@@ -415,16 +412,18 @@ def test_bsd_null_address_family_both_byte_orders(tmp_path, endian, family):
         assert [s.payload for s in segs] == [b"n"]
 
 
-def test_iter_frames_returns_raw_bytes(tmp_path):
+def test_raw_frames_returns_raw_bytes(tmp_path):
     frames = [link_frame(1, tcp_ip(seq=i)) for i in range(3)] + [bytes(Ether() / ARP())]
     (tmp_path / "raw.pcap").write_bytes(pcap_file([(TS + i, f) for i, f in enumerate(frames)], nanos=True))
-    assert list(iter_frames(tmp_path / "raw.pcap")) == [(i + 1, TS + i, 1, f) for i, f in enumerate(frames)]
+    with open_capture(tmp_path / "raw.pcap") as reader:
+        assert list(reader.raw_frames()) == [(i + 1, TS + i, 1, f) for i, f in enumerate(frames)]
 
 
-def test_read_segments_fills_given_stats(tmp_path):
+def test_open_capture_fills_given_stats(tmp_path):
     (tmp_path / "a.pcap").write_bytes(pcap_file([(TS, link_frame(1, tcp_ip()))] * 3))
     stats = CaptureStats(path="")
-    assert len(list(read_segments(tmp_path / "a.pcap", stats))) == 3
+    with open_capture(tmp_path / "a.pcap", stats) as reader:
+        assert len(list(reader)) == 3
     assert (stats.frames, stats.frames_tcp, stats.path) == (3, 3, str(tmp_path / "a.pcap"))
 
 
@@ -486,7 +485,7 @@ def test_missing_file_and_directory(tmp_path):
     with pytest.raises(InputError, match="not found"):
         open_capture(tmp_path / "nope.pcap")
     with pytest.raises(InputError, match="directory"):
-        read_segments(tmp_path)
+        open_capture(tmp_path)
 
 
 def test_header_only_capture_is_empty_not_an_error(tmp_path):

@@ -219,9 +219,9 @@ def test_garbage_around_a_real_slow_log_is_counted_and_the_entries_still_join(tm
 
 # --- issue 16: numbers out of range, broken timestamps, caps that bite --------------------------------------------
 
-from craft import Capture, Conversation  # noqa: E402
+from craft import Capture, Conversation, write_lenenc_int  # noqa: E402
 from pcapdecomp.capture import TS_MAX  # noqa: E402
-from pcapdecomp.mysql.wire import INT64_MAX, write_lenenc_int  # noqa: E402
+from pcapdecomp.mysql.wire import INT64_MAX  # noqa: E402
 from test_capture import ng_epb, ng_idb, ng_shb  # noqa: E402
 from test_fastlane import assert_same  # noqa: E402
 

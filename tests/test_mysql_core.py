@@ -23,10 +23,11 @@ from pcapdecomp.mysql.wire import (
     WireError,
     read_lenenc_bytes,
     read_lenenc_int,
-    write_lenenc_int,
 )
 from pcapdecomp.tcp import Chunk, HalfStream
-from test_tcp import ACK, FIN, SYN, recorded
+
+from craft import write_lenenc_int
+from test_tcp import FIN, SYN, recorded
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -28,7 +28,6 @@ from hypothesis import strategies as st
 from pcapdecomp.errors import InputError, SlowLogError
 from pcapdecomp.slowlog import (
     SLOWLOG_COLUMNS,
-    SlowLogEntry,
     SlowLogParser,
     entries_to_frame,
     parse_slow_log,
