@@ -21,16 +21,17 @@ from .clock import ClockModel, estimate_clock
 from .decompose import build_table, decompose
 from .errors import InputError, SlowLogError, UsageError, internal_errors_to
 from .flows import endpoint_text
+from .console import capture_problems, progress_bar, warn
 from .match import ClockSamples, match_exchanges, pair_segments, read_segments_of, split_endpoint
+from .outputs import OutputFolder, write_table, write_text
 from .parallel import default_jobs, run_all
-from .pipeline import OutputFolder, capture_problems, parse_server, warn, write_table
 from .proxy import NoProxy, Side, through_proxy
 from .proxy import empty_columns as proxy_empty
 from .proxy import finish as proxy_finish
 from .repair import apply_bounds, point_bounds, repair_losses
 from .report import render as render_report
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
-from .sources import CapturePoint
+from .sources import CapturePoint, parse_server
 from .tables import as_category, concat, release_memory
 from .threadpool import json_value, thread_pool_view
 from .verdict import tell
@@ -360,7 +361,7 @@ def analyze(set_dir: Path | None, app: list, db, slow_log, long_query_time: floa
         from .cluster import DaskRunner
 
         runner = DaskRunner.connect(scheduler, cs.points, quiet, jobs)  # a wrong address fails here, before any work
-    # the outputs are written as a set (pipeline.OutputFolder); a bug becomes one line, its traceback a file in out
+    # the outputs are written as a set (outputs.OutputFolder); a bug becomes one line, its traceback a file in out
     try:
         with internal_errors_to(out):
             with OutputFolder(out) as folder:
@@ -384,7 +385,6 @@ def _extract(points: list[CapturePoint], servers: list[str], quiet: bool, max_sq
              runner) -> list:
     """Every point's Extraction: in this machine's worker processes (--jobs), or on Dask (--scheduler)."""
     from .parallel import extract_all
-    from .pipeline import progress_bar
 
     endpoints = {parse_server(s) for s in servers} or None
     if runner is not None:
@@ -636,9 +636,9 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
 
         hosts = {p.name: host_of(p.given if Path(p.given).is_dir() else p.name) for p in cs.points}
         names.append(write_dataset(exchanges, out / DATASET_NAME, hosts))
-    _write_text(out / "summary.json", json.dumps(_finite(summary), indent=2, ensure_ascii=False, allow_nan=False,
+    write_text(out / "summary.json", json.dumps(_finite(summary), indent=2, ensure_ascii=False, allow_nan=False,
                                                  default=_json_default) + "\n")
-    _write_text(out / "report.html", render_report(summary, exchanges, first["view"].groups, command_line,
+    write_text(out / "report.html", render_report(summary, exchanges, first["view"].groups, command_line,
                                                    {"app": app_conns, "db": db_conns}, first["view"].pool))
     names += ["summary.json", "report.html"]
     return AnalysisResult(out, exchanges, groups, summary, [], warnings), names
@@ -808,13 +808,3 @@ def _json_default(v):
     if value is v:
         raise TypeError(f"not JSON serialisable: {type(v)}")
     return value
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()

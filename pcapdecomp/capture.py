@@ -829,13 +829,9 @@ def open_capture(path: str | os.PathLike, stats: CaptureStats | None = None) -> 
         opener = POINT_READERS.get(os.fspath(path))
         if opener is not None:
             return opener(stats)
-    files = getattr(path, "files", None)  # a sources.CapturePoint
-    if files is not None:
-        if len(files) != 1:
-            from .sources import PointReader
-
-            return PointReader(path, stats)
-        path = files[0]
+    opener = getattr(path, "open_reader", None)  # a sources.CapturePoint opens its own files
+    if opener is not None:
+        return opener(stats)
     return CaptureReader(path, stats)
 
 

@@ -1,4 +1,4 @@
-"""Command line: thin commands over pipeline.py. The only place that turns errors into messages and exit codes.
+"""Command line: thin commands over the stages (analysis.analyze, parallel.read_exchanges, compare, evidence). The only place that turns errors into messages and exit codes.
 
 Start-up is part of every command's time: this module imports only typer and what every command needs; pandas,
 pyarrow and the stages are imported by the command that uses them, when it runs (`--help` imports neither:
@@ -76,8 +76,9 @@ def exchanges(
     ),
 ) -> None:
     """Parse CAPTURE into one row per MySQL request/response exchange and print a summary."""
-    from .parallel import default_jobs
-    from .pipeline import capture_problems, check_output, read_exchanges, warn, write_table
+    from .console import capture_problems, warn
+    from .outputs import check_output, write_table
+    from .parallel import default_jobs, read_exchanges
 
     for path in (out, connections_out):
         if path is not None:

@@ -13,7 +13,7 @@ import pytest
 
 from pcapdecomp.analysis import analyze
 from pcapdecomp.exchanges import extract
-from pcapdecomp.pipeline import capture_problems
+from pcapdecomp.console import capture_problems
 from pcaptools import records, tcp_ports
 
 REPO = Path(__file__).resolve().parents[1]
