@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pcapdecomp.analysis import analyze, resolve_capture_set
+from pcapdecomp.analysis import analyze
+from pcapdecomp.captureset import resolve_capture_set
 from pcapdecomp.errors import PcapdecompError, UsageError
 from pcapdecomp.schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 
