@@ -8,6 +8,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .schema import CAPTURE_PROBLEM_WORDS
+
 
 @contextmanager
 def progress_bar(quiet: bool, label: str) -> Iterator:
@@ -43,16 +45,7 @@ def progress_bar(quiet: bool, label: str) -> Iterator:
 
 def capture_problems(q: dict) -> str | None:
     """One warning line per capture: damage, lost or unreadable frames, and whether MySQL was found at all."""
-    counts = [f"{q[k]} {label}" for k, label in (
-        ("frames_truncated", "frames cut by the snaplen"), ("frames_ip_fragment", "IP fragments"),
-        ("frames_bad_ts", "frames with a broken timestamp (given a neighbour's)"),
-        ("frames_undecodable", "undecodable frames"), ("frames_unknown_link", "frames of unknown link types"),
-        ("if_drops", "packets dropped by the capturing interface"), ("unknown_blocks", "unknown pcapng blocks"),
-        ("gaps", "gaps in TCP streams"), ("gaps_forced", "of them declared by the out-of-order memory cap"),
-        ("gap_bytes", "bytes never captured"),
-        ("unparsed_bytes", "bytes skipped while resynchronising"), ("tls_bytes", "encrypted (TLS) bytes"),
-        ("violations", "protocol violations"), ("out_of_range", "exchanges with a number out of range"))
-        if q.get(k)]
+    counts = [f"{q[k]} {words}" for k, words in CAPTURE_PROBLEM_WORDS if q.get(k)]
     parts = []
     if q.get("damaged"):
         parts.append(f"{q['damaged']}; analysed the {q['frames']} frames before it")

@@ -25,7 +25,7 @@ from .evidence import display_filter
 from .formats import cell, clip, clock, count, integer, seconds, share
 from .report_figures import (COLORS, TimeAxis, Times, connection_times, culprit_mask, exchange_times, figure_specs,
                              queue_parts, time_axis, visible)
-from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS, GROUP_COLUMNS, Column
+from .schema import ANALYSIS_COLUMNS, CAPTURE_PROBLEM_KEYS, EXCHANGE_COLUMNS, GROUP_COLUMNS, Column
 
 HIDDEN_ROWS = 200  # hidden-slow (and understated) rows listed in the page; the rest are counted
 PROFILE_ROWS = 20
@@ -495,11 +495,6 @@ def _captures(summary: dict) -> list[tuple[str, dict]]:
     return out
 
 
-_PROBLEM_KEYS = ("frames_truncated", "frames_ip_fragment", "frames_undecodable", "frames_unknown_link", "if_drops",
-                 "damaged", "unknown_blocks", "midstream_connections", "tls_connections", "gaps", "gap_bytes",
-                 "unparsed_bytes", "tls_bytes", "violations", "frames_bad_ts", "gaps_forced", "out_of_range")
-
-
 def _quality(summary: dict) -> str:
     caps = _captures(summary)
     if not caps:
@@ -515,7 +510,7 @@ def _quality(summary: dict) -> str:
         cells = []
         for _, q in caps:
             v = q.get(k)
-            bad = k in _PROBLEM_KEYS and v not in (None, 0, False, "")
+            bad = k in CAPTURE_PROBLEM_KEYS and v not in (None, 0, False, "")
             cells.append(f"<td class='{'bad' if bad else ''}'>{esc(cell(v))}</td>")
         body.append(f"<tr><th>{esc(k)}</th>{''.join(cells)}</tr>")
     zero = f"<p class='caption'>Zero or empty in every capture: {esc(', '.join(quiet))}.</p>" if quiet else ""
