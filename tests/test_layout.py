@@ -135,6 +135,19 @@ def test_the_bottom_layers_import_nothing_above_them():
         assert not graph[m] & outputs, (m, graph[m] & outputs)
 
 
+def test_tests_share_helpers_not_each_other():
+    """A test module imports helper modules (craft, streams, feeding, lanes, pcaptools, …), never another test
+    module: importing one runs its module-level setup and ties the two files' fates together."""
+    tests = Path(__file__).resolve().parent
+    found = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.name} imports {n}" for n in names if n.split(".")[0].startswith("test_")]
+    assert found == []
+
+
 if __name__ == "__main__":
     graph = imports()
     floors = layers(graph)
