@@ -15,11 +15,11 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path[:0] = [str(REPO), str(REPO / "tests")]  # this checkout's package and its tests' recording helpers
 
 from test_proxy_scale import POOL, _span, copies  # noqa: E402
 
-from pcapdecomp.pipeline import read_exchanges  # noqa: E402
+from pcapdecomp.parallel import read_exchanges  # noqa: E402
 from pcapdecomp.proxy import Side, _subset, match_l7, split_sides  # noqa: E402
 
 

@@ -27,8 +27,6 @@ __all__ = [
     "CaptureStats",
     "CaptureReader",
     "open_capture",
-    "read_segments",
-    "iter_frames",
     "iter_records",
     "SUPPORTED_LINK_TYPES",
 ]
@@ -378,7 +376,6 @@ _PCAP_MAGICS = {  # magic as read little-endian -> (byte order, ns resolution)
     0x4D3CB2A1: (">", True),
 }
 _PCAPNG_SHB = 0x0A0D0D0A
-_BYTE_ORDER_MAGIC = 0x1A2B3C4D
 
 
 _MIN_BODY = {6: 20, 2: 20, 3: 4, 1: 8, 5: 12}  # pcapng block type -> smallest valid body
@@ -832,27 +829,10 @@ def open_capture(path: str | os.PathLike, stats: CaptureStats | None = None) -> 
         opener = POINT_READERS.get(os.fspath(path))
         if opener is not None:
             return opener(stats)
-    files = getattr(path, "files", None)  # a sources.CapturePoint
-    if files is not None:
-        if len(files) != 1:
-            from .sources import PointReader
-
-            return PointReader(path, stats)
-        path = files[0]
+    opener = getattr(path, "open_reader", None)  # a sources.CapturePoint opens its own files
+    if opener is not None:
+        return opener(stats)
     return CaptureReader(path, stats)
-
-
-def read_segments(path: str | os.PathLike, stats: CaptureStats | None = None) -> Iterator[TcpSegment]:
-    """Every TCP segment of a capture. Pass a CaptureStats to receive the counts (filled in as you iterate).
-
-    The file is opened (and format errors raised) at the call, not at the first next()."""
-    reader = open_capture(path, stats)
-
-    def segments():
-        with reader:
-            yield from reader
-
-    return segments()
 
 
 def iter_records(path: str | os.PathLike) -> Iterator[tuple[int, int, int, bytes, int]]:
@@ -868,14 +848,3 @@ def iter_records(path: str | os.PathLike) -> Iterator[tuple[int, int, int, bytes
                 yield record[:5]
 
     return records()
-
-
-def iter_frames(path: str | os.PathLike) -> Iterator[tuple[int, int, int, bytes]]:
-    """(frame number, ts_ns, link type, raw frame bytes) of every frame, for exporting evidence."""
-    reader = open_capture(path)
-
-    def frames():
-        with reader:
-            yield from reader.raw_frames()
-
-    return frames()

@@ -1,4 +1,4 @@
-"""Command line: thin commands over pipeline.py. The only place that turns errors into messages and exit codes.
+"""Command line: thin commands over the stages (analysis.analyze, parallel.read_exchanges, compare, evidence). The only place that turns errors into messages and exit codes.
 
 Start-up is part of every command's time: this module imports only typer and what every command needs; pandas,
 pyarrow and the stages are imported by the command that uses them, when it runs (`--help` imports neither:
@@ -76,8 +76,9 @@ def exchanges(
     ),
 ) -> None:
     """Parse CAPTURE into one row per MySQL request/response exchange and print a summary."""
-    from .parallel import default_jobs
-    from .pipeline import capture_problems, check_output, read_exchanges, warn, write_table
+    from .console import capture_problems, warn
+    from .outputs import check_output, write_table
+    from .parallel import default_jobs, read_exchanges
 
     for path in (out, connections_out):
         if path is not None:
@@ -273,23 +274,21 @@ def compare(
 @app.command()
 def columns(
     table: str = typer.Argument(
-        "exchanges", help="exchanges (from `exchanges`), analysis (columns `analyze` adds), groups, pool, connections, "
-                          "summary (summary.json keys of the thread-pool view, the verdict and capture points), "
-                          "comparison (the table `compare` writes), or dataset (columns --partitioned adds)"
+        "exchanges", help="exchanges (from `exchanges`), analysis (columns `analyze` adds), proxy (of them, the "
+                          "proxy's), groups, pool, connections, summary (summary.json keys), quality (a capture "
+                          "point's quality in summary.json → captures), slowlog (the slow log as read), comparison, "
+                          "comparison-metrics, comparison-json (what `compare` writes), or dataset (columns "
+                          "--partitioned adds)"
     ),
 ) -> None:
     """Print a table's columns: name, dtype and meaning (as in the docs)."""
-    from .schema import (ANALYSIS_COLUMNS, COMPARISON_COLUMNS, CONNECTION_COLUMNS, DATASET_COLUMNS, EXCHANGE_COLUMNS,
-                         GROUP_COLUMNS, POOL_COLUMNS, SUMMARY_KEYS, markdown_table)
+    from .schema import TABLES, markdown_table
 
-    tables = {"exchanges": EXCHANGE_COLUMNS, "analysis": ANALYSIS_COLUMNS, "groups": GROUP_COLUMNS,
-              "pool": POOL_COLUMNS, "connections": CONNECTION_COLUMNS, "summary": SUMMARY_KEYS,
-              "comparison": COMPARISON_COLUMNS, "dataset": DATASET_COLUMNS}
-    chosen = tables.get(table)
+    chosen = TABLES.get(table)
     if chosen is None:
         from .errors import UsageError
 
-        raise UsageError(f"unknown table {table!r}: choose one of {', '.join(tables)}")
+        raise UsageError(f"unknown table {table!r}: choose one of {', '.join(TABLES)}")
     print(markdown_table(chosen))
 
 

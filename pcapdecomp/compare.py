@@ -15,9 +15,7 @@ place)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +24,8 @@ import pandas as pd
 
 from . import __version__
 from .errors import InputError, UsageError
+from .formats import pct_change, seconds_significant
+from .outputs import staged_folder, write_table
 from .schema import COMPARISON_COLUMNS
 
 try:
@@ -404,7 +404,7 @@ def notes_for(analyses: list[Analysis]) -> list[Note]:
     if unknown:
         notes.append(Note("settings", "info", f"server settings unknown for {', '.join(unknown)} (no capture.toml "
                           "beside the captures): whether a setting changed cannot be told from the captures"))
-    from .pipeline import capture_problems
+    from .console import capture_problems
 
     for a in analyses:
         caps = a.summary.get("captures") or {}
@@ -459,7 +459,7 @@ def headline(c: Comparison) -> list[str]:
     the per-second rates as well when the captures differ in length."""
     t = c.table
     lengths_differ = any(n.kind == "length" for n in c.notes)
-    threshold = _duration(c.slow_s)
+    threshold = seconds_significant(c.slow_s)
     lines = []
     for label, scope, key, metric in (
             (f"exchanges slower than {threshold} on the wire", "overall", "all", "slow_wire"),
@@ -483,7 +483,7 @@ def _chain(values: pd.Series, pcts: pd.Series, seconds: bool, rate: bool = False
     """'a → b (−x %) → c (+y %)'; against a baseline of 0 the change is absolute ('0 → 3 (+3)'), against an unknown
     one there is none."""
     def text_of(v) -> str:
-        return _duration(v) if seconds else (f"{v:,.2f}" if rate else f"{v:,.0f}")
+        return seconds_significant(v) if seconds else (f"{v:,.2f}" if rate else f"{v:,.0f}")
 
     base = values.iloc[0]
     parts = []
@@ -491,33 +491,13 @@ def _chain(values: pd.Series, pcts: pd.Series, seconds: bool, rate: bool = False
         text = "unknown" if pd.isna(v) else text_of(v)
         if i and not pd.isna(v) and not pd.isna(base):
             if not pd.isna(p):
-                text += f" ({_pct(p)})"
+                text += f" ({pct_change(p)})"
             elif v == base:
                 text += " (±0)"
             else:
                 text += f" (+{text_of(v - base)})"
         parts.append(text)
     return " → ".join(parts)
-
-
-def _pct(p: float) -> str:
-    if round(p, 1) == 0:
-        return "±0 %"
-    digits = 1
-    while round(abs(p), digits) == 100 and abs(p) != 100 and digits < 4:  # −99.996 % is not −100 %: say so
-        digits += 1
-    return f"{p:+.{digits}f} %".replace("-", "−")
-
-
-def _duration(v: float) -> str:
-    v = float(v)
-    if v == 0:
-        return "0 s"
-    if abs(v) >= 1:
-        return f"{v:,.3f} s"
-    if abs(v) >= 1e-3:
-        return f"{v * 1e3:.3g} ms"
-    return f"{v * 1e6:.3g} µs"
 
 
 # ------------------------------------------------------------------ the command
@@ -532,11 +512,7 @@ def compare(paths: list[Path], out_dir: Path | None = None, slow_s: float = SLOW
     out = out_dir if out_dir is not None else Path("reports") / ("compare-" + "-vs-".join(
         _safe_name(p.resolve().name) for p in paths))[:200]
     _check_out(out, paths)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with staged_folder(out) as tmp:
         analyses = []
         for step, (path, kind) in enumerate(zip(paths, kinds)):
             if kind == "analysis":
@@ -554,7 +530,6 @@ def compare(paths: list[Path], out_dir: Path | None = None, slow_s: float = SLOW
         c = Comparison(analyses, build_table(analyses, slow_s), [], notes_for(analyses), slow_s, out)
         c.headline = headline(c)
         from .compare_page import render
-        from .pipeline import write_table
 
         write_table(c.table, tmp / "comparison.parquet")
         names = ["comparison.parquet"]
@@ -565,11 +540,6 @@ def compare(paths: list[Path], out_dir: Path | None = None, slow_s: float = SLOW
                                              encoding="utf-8")
         (tmp / "comparison.html").write_text(render(c, command_line), encoding="utf-8")
         names += ["comparison.json", "comparison.html"]
-        from .evidence import _swap_in
-
-        _swap_in(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     c.written = [out / n for n in names]
     return c
 

@@ -14,11 +14,11 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from . import __version__
+from .formats import clip, pct_change, seconds
 from .report import _BOOT, _ERRORS, _STYLE, esc
 from .report_figures import COLORS
+from .report_figures import plain as _label
 from .schema import COMPARISON_COLUMNS, COMPARISON_METRICS
-
-from .report_figures import plain as _label, secs as _secs, short as _short
 
 TOP_QUERY_IDS = 50
 STEP_COLORS = ("#7a8fa6", "#f0ad4e", "#5cb85c", "#6a9fd4", "#d9534f", "#9467bd", "#8c564b", "#e377c2")
@@ -62,7 +62,7 @@ def _headline(c) -> str:
     notes = "".join(f"<li class='{esc(n.severity.replace(' ', '-'))}'><b>{esc(n.severity)}</b> ({esc(n.kind)}): "
                     f"{esc(n.text)}</li>" for n in c.notes)
     return (f"<section id='headline'><h2>Headline</h2><p class='caption'>Every change is against the first analysis "
-            f"named, {esc(c.analyses[0].name)}. Slow on the wire: the client waited longer than {esc(_secs(c.slow_s))} "
+            f"named, {esc(c.analyses[0].name)}. Slow on the wire: the client waited longer than {esc(seconds(c.slow_s))} "
             "(A4 − A1; D4 − D1 where only the DB capture saw the exchange).</p>"
             f"<ul class='headline'>{lines}</ul>{verdict}"
             + (f"<h3>Notes</h3><ul class='notes'>{notes}</ul>" if notes else
@@ -80,9 +80,9 @@ def _analyses(c) -> str:
         settings = ", ".join(f"{k} = {v}" for k, v in (a.settings or {}).items() if k not in ("product",))
         rows.append([str(a.step), esc(a.name), f"<code>{esc(str(a.folder))}</code> {link}"
                      + (" (analysed by this run)" if a.analysed_here else ""), esc(a.capture_points),
-                     esc(_secs(a.span_s) if a.span_s else "unknown"), f"{a.calls:,}",
+                     esc(seconds(a.span_s) if a.span_s else "unknown"), f"{a.calls:,}",
                      f"{a.calls / a.span_s:,.1f}" if a.span_s else "–", "yes" if a.slow_log_used else "no",
-                     esc(_secs(a.long_query_time) if a.long_query_time is not None else "unknown"),
+                     esc(seconds(a.long_query_time) if a.long_query_time is not None else "unknown"),
                      esc(f"{n} ({source})" if n is not None else "none"), esc(settings or "unknown")])
     return ("<section id='analyses'><h2>The analyses</h2>"
             + _table(["step", "name", "analysis folder", "capture points", "length", "exchanges", "exchanges/s",
@@ -142,7 +142,7 @@ def _query_ids(c) -> str:
             f"any analysis first ({len(keys)} of {time.size} listed; all are in comparison.parquet). In parentheses: "
             "the change against the baseline.</p>"
             + _keyed_table(c, q, keys, ["Query ID", "fingerprint"], lambda k: [
-                f"<code>{esc(k)}</code>", f"<code>{esc(_short(fingerprints.get(k), 160))}</code>"])
+                f"<code>{esc(k)}</code>", f"<code>{esc(clip(fingerprints.get(k), 160))}</code>"])
             + (f"<p>… and {more} more Query IDs.</p>" if more > 0 else "") + "</section>")
 
 
@@ -212,44 +212,42 @@ def _value_cell(t: pd.DataFrame, key: str, metric: str, step: int, detail: bool 
     if row.empty:
         return ""
     r = row.iloc[0]
-    seconds = metric.endswith("_s")
-    text = esc(_number(r["value"], seconds))
+    in_seconds = metric.endswith("_s")
+    text = esc(_number(r["value"], in_seconds))
     if not pd.isna(r["change"]):
         direction = _direction(r["change"]) if metric != "calls" else "same"  # more calls is neither good nor bad
-        text += f" <span class='chg {direction}'>({esc(_change(r['change'], r['change_pct'], seconds))})</span>"
+        text += f" <span class='chg {direction}'>({esc(_change(r['change'], r['change_pct'], in_seconds))})</span>"
     if detail and not pd.isna(r["per_second"]):
-        text += f"<br><span class='rate'>{esc(_rate(r['per_second'], seconds))}/s"
+        text += f"<br><span class='rate'>{esc(_rate(r['per_second'], in_seconds))}/s"
         if not pd.isna(r["per_call"]):
             text += f", {esc(_per_call(r['per_call'], metric))}"
         text += "</span>"
     return text
 
 
-def _number(v, seconds: bool) -> str:
+def _number(v, in_seconds: bool) -> str:
     if pd.isna(v):
         return "–"
-    return _secs(v) if seconds else f"{v:,.0f}"
+    return seconds(v) if in_seconds else f"{v:,.0f}"
 
 
-def _change(change: float, pct: float, seconds: bool) -> str:
-    from .compare import _pct
-
-    absolute = (_secs(change) if seconds else f"{change:+,.0f}").replace("-", "−")
-    if seconds and change > 0:
+def _change(change: float, pct: float, in_seconds: bool) -> str:
+    absolute = (seconds(change) if in_seconds else f"{change:+,.0f}").replace("-", "−")
+    if in_seconds and change > 0:
         absolute = "+" + absolute
-    return absolute if pd.isna(pct) else f"{absolute}, {_pct(pct)}"
+    return absolute if pd.isna(pct) else f"{absolute}, {pct_change(pct)}"
 
 
 def _direction(change: float) -> str:
     return "down" if change < 0 else "up" if change > 0 else "same"
 
 
-def _rate(v: float, seconds: bool) -> str:
-    return f"{_secs(v)}" if seconds else f"{v:,.2f}"
+def _rate(v: float, in_seconds: bool) -> str:
+    return f"{seconds(v)}" if in_seconds else f"{v:,.2f}"
 
 
 def _per_call(v: float, metric: str) -> str:
-    return f"{_secs(v)} per call" if metric == "sum_s" else f"{100 * v:.1f} % of calls"
+    return f"{seconds(v)} per call" if metric == "sum_s" else f"{100 * v:.1f} % of calls"
 
 
 # ------------------------------------------------------------------ figures

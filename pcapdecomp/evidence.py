@@ -9,7 +9,7 @@ exchanges.csv. The folder is written as a set: into a temporary folder renamed i
 never leaves files of two runs side by side.
 
 Every text from a capture or a log is attacker-controlled: summary.md escapes it for Markdown (`md_text`,
-`md_code`), the CSV is written by pipeline.write_table."""
+`md_code`), the CSV is written by outputs.write_table."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,8 @@ import pandas as pd
 
 from . import __version__
 from .errors import InputError, UsageError
+from .formats import as_text, clip, clock, is_missing, seconds_ms
+from .outputs import INCOMPLETE_NAME, staged_folder, write_table
 from .match import split_endpoint
 
 DEFAULT_TOP = 10
@@ -75,8 +76,6 @@ def load_analysis(analysis_dir: Path) -> tuple[pd.DataFrame, dict]:
         raise InputError(f"{analysis_dir}: no such folder")
     if not analysis_dir.is_dir():
         raise InputError(f"{analysis_dir}: not a folder (give the output folder of `pcapdecomp analyze`)")
-    from .pipeline import INCOMPLETE_NAME
-
     if (analysis_dir / INCOMPLETE_NAME).exists():
         raise InputError(f"{analysis_dir}: an analyze run stopped while writing here ({INCOMPLETE_NAME}); run "
                          "`pcapdecomp analyze` again")
@@ -234,39 +233,15 @@ def export(analysis_dir: Path, query_ids: list[str] | None = None, conn_ids: lis
         sources[path] = src
     names = _file_names(per_capture, summary)
     result = EvidenceResult(out, rows, how)
-    # the set is written into a fresh folder beside the target, then renamed into place
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        from .pipeline import write_table
-
+    with staged_folder(out) as tmp:  # a fresh folder beside the target, renamed into place
         for path, sp in per_capture.items():
             with open(tmp / names[path], "wb") as f:
                 result.frames[path] = _copy_frames(sources[path], sp, rows, f)
             result.files[path] = out / names[path]
         write_table(rows, tmp / "exchanges.csv")
         (tmp / "summary.md").write_text(summary_md(result, summary, x), encoding="utf-8")
-        _swap_in(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     result.written = [*result.files.values(), out / "exchanges.csv", out / "summary.md"]
     return result
-
-
-def _swap_in(tmp: Path, out: Path) -> None:
-    """Replace `out` (an older evidence folder, or nothing) by `tmp`: never a mix of the two runs' files."""
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    if out.exists():
-        os.replace(out, old)
-    try:
-        os.replace(tmp, out)
-    except OSError:
-        if old.exists() and not out.exists():
-            os.replace(old, out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _file_names(per_capture: dict, summary: dict) -> dict[str, str]:
@@ -338,7 +313,7 @@ def _comments(sp: list[Span], rows: pd.DataFrame) -> dict[int, str]:
     notes: dict[int, list[str]] = {}
     for s in sp:
         r = rows.iloc[s.row]
-        label = f"conn {_v(r['conn_id'])} seq {r['seq']} {r['command']}"
+        label = f"conn {as_text(r['conn_id'])} seq {r['seq']} {r['command']}"
         parts = [f"pcapdecomp: {label}", _role_words(r).upper(), _components(r)]
         sql = r["sql"] if isinstance(r["sql"], str) else ""
         notes.setdefault(s.first, []).append(" · ".join(p for p in parts if p) + (f": {sql[:500]}" if sql else ""))
@@ -359,14 +334,14 @@ def _components(r) -> str:
         v = r.get(col)
         if v is None or pd.isna(v):
             continue
-        text = f"{name} {_secs(v)}"
-        if col == "exec_s" and _known(r.get("exec_source")):
+        text = f"{name} {seconds_ms(v)}"
+        if col == "exec_s" and not is_missing(r.get("exec_source")):
             text += f" ({EXEC_WORDS.get(str(r['exec_source']), str(r['exec_source']))})"
-        if col == "queue_s" and _known(r.get("queue_source")):
+        if col == "queue_s" and not is_missing(r.get("queue_source")):
             qs = str(r["queue_source"])
             certain = r.get("queue_min_s")
             if qs == "estimated":
-                text += (f" (estimate; at least {_secs(certain)} certain)" if _known(certain) and certain > 0
+                text += (f" (estimate; at least {seconds_ms(certain)} certain)" if not is_missing(certain) and certain > 0
                          else " (estimate)")
             else:
                 text += {"measured": " (measured)", "lower_bound": " (at least)"}.get(qs, f" ({qs})")
@@ -378,19 +353,15 @@ def _role_words(r) -> str:
     """victim of stall 3 (hidden slow) | culprit of stall 3 | understated | …; empty for an ordinary row."""
     words = []
     role, stall = r.get("stall_role"), r.get("stall")
-    if _known(role):
-        words.append(f"{role} of stall {int(stall)}" if _known(stall) else str(role))
+    if not is_missing(role):
+        words.append(f"{role} of stall {int(stall)}" if not is_missing(stall) else str(role))
     elif r.get("evidence_role") == "culprit":
         words.append("culprit (held the pool's threads)")
-    if _known(r.get("hidden_slow")) and bool(r["hidden_slow"]):
+    if not is_missing(r.get("hidden_slow")) and bool(r["hidden_slow"]):
         words.append("hidden slow")
-    if _known(r.get("understated")) and bool(r["understated"]):
+    if not is_missing(r.get("understated")) and bool(r["understated"]):
         words.append("understated by the slow log")
     return ", ".join(words)
-
-
-def _known(v) -> bool:
-    return v is not None and not (not isinstance(v, str) and pd.isna(v))
 
 
 class PcapngWriter:
@@ -463,14 +434,15 @@ def summary_md(result: EvidenceResult, summary: dict, x: pd.DataFrame | None = N
               + "client | server | queue | exec | network | " + ("inside the proxy (waited) | " if proxied else "")
               + "Query ID | SQL |", "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if proxied else "")]
     for r in rows.to_dict("records"):
-        when = next((r[c] for c in ("app_req_ts", "db_req_ts", "req_first_ts") if _known(r.get(c))), None)
+        when = next((r[c] for c in ("app_req_ts", "db_req_ts", "req_first_ts") if not is_missing(r.get(c))), None)
         sql = r["sql"] if isinstance(r.get("sql"), str) else r.get("command")
-        front = f"{_v(r.get('front_conn_id'))} | " if proxied else ""
-        inside = f"{_secs(r.get('proxy_s'))} ({_secs(r.get('proxy_wait_s'))}) | " if proxied else ""
-        lines.append(f"| {md_text(_role_words(r) or str(r.get('evidence_role') or ''))} | {_when(when)} | "
-                     f"{_v(r['conn_id'])} | {_v(r.get('thread_group'))} | {front}{_secs(r['total_s'])} | "
-                     f"{_secs(r['server_s'])} | {md_text(_labelled(r, 'queue_s'))} | "
-                     f"{md_text(_labelled(r, 'exec_s'))} | {_secs(r['network_s'])} | {inside}"
+        front = f"{as_text(r.get('front_conn_id'))} | " if proxied else ""
+        inside = f"{seconds_ms(r.get('proxy_s'))} ({seconds_ms(r.get('proxy_wait_s'))}) | " if proxied else ""
+        role = md_text(_role_words(r) or str(r.get('evidence_role') or ''))
+        lines.append(f"| {role} | {clock(when, date=True, missing='')} | "
+                     f"{as_text(r['conn_id'])} | {as_text(r.get('thread_group'))} | {front}{seconds_ms(r['total_s'])} | "
+                     f"{seconds_ms(r['server_s'])} | {md_text(_labelled(r, 'queue_s'))} | "
+                     f"{md_text(_labelled(r, 'exec_s'))} | {seconds_ms(r['network_s'])} | {inside}"
                      f"{md_code(str(r.get('query_id') or ''))} | {md_code(sql or '')} |")
     lines += ["", "Estimates and bounds are labelled: *estimate* (from other runs of the same statement; claims "
               "nothing), *at least* / *at most* (bounded by long_query_time), *measured* (the slow log's "
@@ -510,10 +482,12 @@ def _stall_table(summary: dict, rows: pd.DataFrame) -> list[str]:
     for s in chosen:
         c = s["culprits"][0] if s["culprits"] else None
         more = f" (+{s['culprits_total'] - 1} more)" if s.get("culprits_total", 0) > 1 else ""
-        queue = _secs(s["max_queue_s"]) + (f" (≥ {_secs(s['max_queue_certain_s'])} certain)"
-                                          if s.get("max_queue_certain_s", s["max_queue_s"]) < s["max_queue_s"] - 1e-6 else "")
-        out.append(f"| {s['id']} | {s['thread_group']} | {_when(s['start'])} | {_secs(s['duration_s'])} | {s['queued']} | "
-                   f"{md_text(queue)} | " + (f"{md_code(c['sql'] or '')}{md_text(more)} | {_v(c['conn_id'])} | "
+        queue = seconds_ms(s["max_queue_s"]) + (f" (≥ {seconds_ms(s['max_queue_certain_s'])} certain)"
+                                                if s.get("max_queue_certain_s", s["max_queue_s"]) < s["max_queue_s"] - 1e-6
+                                                else "")
+        out.append(f"| {s['id']} | {s['thread_group']} | {clock(s['start'], date=True, missing='')} | "
+                   f"{seconds_ms(s['duration_s'])} | {s['queued']} | "
+                   f"{md_text(queue)} | " + (f"{md_code(c['sql'] or '')}{md_text(more)} | {as_text(c['conn_id'])} | "
                                               f"{md_text(_labelled(c, 'exec_s'))} | {md_code(c.get('query_id') or '')} |"
                                               if c else "none found | | | |"))
     return out + [""]
@@ -522,7 +496,7 @@ def _stall_table(summary: dict, rows: pd.DataFrame) -> list[str]:
 def _labelled(r, col: str) -> str:
     """One component with its provenance, as in the packet comments: `exec 56 µs (estimate)` without the name."""
     v = r.get(col)
-    if not _known(v):
+    if is_missing(v):
         return "–"
     text = _components({col: v, "exec_source": r.get("exec_source"), "queue_source": r.get("queue_source"),
                         "queue_min_s": r.get("queue_min_s")})
@@ -546,8 +520,7 @@ def md_text(text, line_start: bool = False) -> str:
 def md_code(text, limit: int = 200) -> str:
     """Text as a Markdown code span, safe in a table cell: a fence longer than any run of backticks inside,
     `|` escaped (GFM splits cells before code spans), one line, at most `limit` characters."""
-    flat = " ".join(str(text).split())
-    flat = flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    flat = clip(text, limit)
     fence = "`" * (max((len(m) for m in re.findall(r"`+", flat)), default=0) + 1)
     pad = " " if flat.startswith("`") or flat.endswith("`") or not flat else ""
     body = flat.replace("|", "\\|")
@@ -557,23 +530,3 @@ def md_code(text, limit: int = 200) -> str:
 def _fenced(line: str) -> str:
     """A command line inside a ``` block: a line of backticks would end the block."""
     return line.replace("```", "` ` `")
-
-
-def _when(v) -> str:
-    if not _known(v):
-        return ""
-    ts = pd.Timestamp(v)
-    return ts.strftime("%Y-%m-%d %H:%M:%S.") + f"{ts.microsecond:06d}"
-
-
-def _v(v) -> str:
-    if v is None or (not isinstance(v, str) and pd.isna(v)):
-        return ""
-    return v.isoformat() if isinstance(v, pd.Timestamp) else str(v)
-
-
-def _secs(v) -> str:
-    if v is None or pd.isna(v):
-        return "–"
-    v = float(v)
-    return f"{v:.3f} s" if abs(v) >= 1 else f"{v * 1e3:.3f} ms"

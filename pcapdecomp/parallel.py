@@ -15,8 +15,10 @@ from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from pathlib import Path
 
 from . import fastlane
+from .console import progress_bar
 from .exchanges import Extraction, extract, merge_parts
 from .flows import Endpoint
+from .sources import check_input, parse_server
 
 SMALL_CAPTURE_BYTES = 16 << 20  # below this, starting processes costs more than it saves
 
@@ -164,3 +166,13 @@ def run_all(function: Callable, calls: list[tuple], jobs: int) -> list:
         return [function(*call) for call in calls]
     with _workers(min(jobs, len(calls))) as pool:
         return [f.result() for f in [pool.submit(function, *call) for call in calls]]
+
+
+def read_exchanges(capture: Path, servers: list[str], quiet: bool, max_sql_bytes: int = 1 << 20,
+                   jobs: int = 1) -> Extraction:
+    """One capture file's exchanges (the `exchanges` command): checked, with up to `jobs` processes, a progress bar
+    on the terminal unless `quiet`. `servers`: the user's --server texts (HOST:PORT)."""
+    check_input(capture)
+    endpoints = {parse_server(s) for s in servers}
+    with progress_bar(quiet, capture.name) as update:
+        return extract_all([capture], endpoints or None, max_sql_bytes, jobs, update)[0]

@@ -24,9 +24,10 @@ from .decompose import network_parts
 from .digest import profile
 from .proxy import PAIRED_KINDS
 from .evidence import display_filter
-from .report_figures import (COLORS, TimeAxis, Times, clock, connection_times, culprit_mask, exchange_times,
-                             figure_specs, queue_parts, secs, short, time_axis, visible)
-from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS, GROUP_COLUMNS, Column
+from .formats import cell, clip, clock, count, integer, seconds, share
+from .report_figures import (COLORS, TimeAxis, Times, connection_times, culprit_mask, exchange_times, figure_specs,
+                             queue_parts, time_axis, visible)
+from .schema import ANALYSIS_COLUMNS, CAPTURE_PROBLEM_KEYS, EXCHANGE_COLUMNS, GROUP_COLUMNS, Column
 
 HIDDEN_ROWS = 200  # hidden-slow (and understated) rows listed in the page; the rest are counted
 PROFILE_ROWS = 20
@@ -139,7 +140,7 @@ class _Page:
         a, b = pd.Timestamp(first), pd.Timestamp(last)
         same_day = a.date() == b.date()
         return (f"{a.strftime('%Y-%m-%d')} {clock(a)} … {clock(b, date=not same_day)} UTC "
-                f"({secs((b.value - a.value) / NS)}) — {q.get('file')}")
+                f"({seconds((b.value - a.value) / NS)}) — {q.get('file')}")
 
     def outliers_text(self) -> str:
         a = self.axis
@@ -181,7 +182,7 @@ class _Page:
             v = v[~np.isnan(v)]
             if len(v):
                 q = np.quantile(v, [0.5, 0.95, 0.99])
-                rows.append([label, str(len(v)), *(secs(s) for s in q), secs(v.max()), f"{v.sum():.3f} s"])
+                rows.append([label, str(len(v)), *(seconds(s) for s in q), seconds(v.max()), f"{v.sum():.3f} s"])
         table = (_table(["component", "count", "p50", "p95", "p99", "max", "sum"], rows, numeric=range(1, 7))
                  if rows else "<p>no latencies</p>")
         fig = "<div id='fig-shares' class='fig small'></div>" if self.figures.get("shares") else ""
@@ -232,7 +233,7 @@ class _Page:
         cap = (s.get("pool") or {}).get("cap")
         if cap and cap.get("threads"):
             pool_text += (f" The wire shows the cap: {cap['threads']} statements executed at once for "
-                          f"{secs(cap.get('duration_s'))} while {cap.get('waiting', '?')} waited for a thread.")
+                          f"{seconds(cap.get('duration_s'))} while {cap.get('waiting', '?')} waited for a thread.")
         if size is None:
             parts.append("<p>thread_pool_size unknown (no capture.toml, no --thread-pool-size, and not inferred): no "
                          "per-group view.</p>")
@@ -256,8 +257,8 @@ class _Page:
         for i, st in enumerate(self.stalls[:STALL_ROWS]):
             sid = self.stall_id(i)
             start, end = pd.Timestamp(st["start"]).value, pd.Timestamp(st["end"]).value
-            culprits = [Html(f"conn {esc(_int(c.get('conn_id')))}: <code>{esc(short(c.get('sql'), 160))}</code> "
-                             f"executed {esc(secs(c.get('exec_s')))} ({esc(c.get('exec_source') or '?')})")
+            culprits = [Html(f"conn {esc(integer(c.get('conn_id')))}: <code>{esc(clip(c.get('sql'), 160))}</code> "
+                             f"executed {esc(seconds(c.get('exec_s')))} ({esc(c.get('exec_source') or '?')})")
                         for c in st.get("culprits") or []]
             more = st.get("culprits_more") or 0
             if more:
@@ -266,7 +267,7 @@ class _Page:
             zoom = Html(f"<button class='zoom' data-zoom-from='{(start - pad) / 1e6:.3f}' "
                         f"data-zoom-to='{(end + pad) / 1e6:.3f}'>zoom</button>")
             rows.append(_Row([Html(f"<span id='stall-{sid}'>{sid}</span>"), f"group {st['thread_group']}",
-                              self.when(start), secs(st["duration_s"]), str(st["queued"]), secs(st["max_queue_s"]),
+                              self.when(start), seconds(st["duration_s"]), str(st["queued"]), seconds(st["max_queue_s"]),
                               Html("<br>".join(culprits)) if culprits else "none found", zoom]))
         more = len(self.stalls) - STALL_ROWS
         return (_table(["stall", "group", "from", "stalled for", "queued", "max queue", "culprits (executing meanwhile)",
@@ -302,20 +303,20 @@ class _Page:
         for r in shown.itertuples(index=False):
             measured = "–" if pd.isna(r.exec_measured) else f"{100 * r.exec_measured:.0f} %"
             user = r.user_db + (f" (+{r.user_db_more})" if r.user_db_more else "")
-            exec_cell = Html(f"{esc(_sum_s(r.exec_sum))}<div class='sub'>{esc(_pct(r.exec_share))}</div>")
-            rows.append(_Row([str(r.rank), Html(f"<code class='qid'>{esc(r.query_id or '')}</code>"), _num(r.calls),
-                              _qps(r.qps), exec_cell, measured, secs(r.exec_avg), secs(r.exec_min),
-                              secs(r.exec_max), secs(r.exec_p95), _vm(r.exec_vm), _num(r.rows_sum),
-                              _bytes(r.bytes_sum), user, _split_bar(r), _num(r.hidden_slow)]))
-            rows.append(_Row([Html(f"<div class='sample'><code>{esc(short(r.sample, 600))}</code>"
-                                   f"<div class='fp'>{esc(r.commands)} · fingerprint: {esc(short(r.fingerprint, 300))}"
+            exec_cell = Html(f"{esc(_sum_s(r.exec_sum))}<div class='sub'>{esc(share(r.exec_share))}</div>")
+            rows.append(_Row([str(r.rank), Html(f"<code class='qid'>{esc(r.query_id or '')}</code>"), count(r.calls),
+                              _qps(r.qps), exec_cell, measured, seconds(r.exec_avg), seconds(r.exec_min),
+                              seconds(r.exec_max), seconds(r.exec_p95), _vm(r.exec_vm), count(r.rows_sum),
+                              _bytes(r.bytes_sum), user, _split_bar(r), count(r.hidden_slow)]))
+            rows.append(_Row([Html(f"<div class='sample'><code>{esc(clip(r.sample, 600))}</code>"
+                                   f"<div class='fp'>{esc(r.commands)} · fingerprint: {esc(clip(r.fingerprint, 300))}"
                                    "</div></div>")], span=16))
         more = len(p) - len(shown)
         text = ("In the manner of pt-query-digest's profile: one row per fingerprint (Query ID as pt-query-digest and "
                 "PMM print it), ranked by execution time. Execution is the slow log's Query_time where the statement "
                 "was logged, else an estimate from the wire (\"logged\" says which share of calls was measured so). "
                 "avg/min/max/p95 and V/M (variance-to-mean) are of execution per call; QPS is calls per second of "
-                f"capture ({secs(span)}); rows and bytes are what the server sent. The split is where the clients' "
+                f"capture ({seconds(span)}); rows and bytes are what the server sent. The split is where the clients' "
                 "time went for that fingerprint: network, queueing (pale: estimated), execution. Below each row the "
                 "slowest call as the server ran it (with its parameter values), the commands of the fingerprint and the "
                 "fingerprint.")
@@ -390,17 +391,17 @@ class _Page:
         more = len(culprits) - 1 + (st.get("culprits_more") or 0)
         if self._at_thread_limit(st):
             cap = self.summary["pool"]["cap"]
-            conns = ", ".join(_int(c.get("conn_id")) for c in culprits)
+            conns = ", ".join(integer(c.get("conn_id")) for c in culprits)
             held = (f" — the pool was at its thread limit ({esc(cap['threads'])} executing: connections "
                     f"{esc(conns)}{esc(f' and {more - len(culprits) + 1} more') if more >= len(culprits) else ''})")
         elif culprits:
             c = culprits[0]
-            held = (f" — held by conn {esc(_int(c.get('conn_id')))} <code>{esc(short(c.get('sql'), 120))}</code> "
-                    f"executing {esc(secs(c.get('exec_s')))}" + (f" (and {more} more executing)" if more else ""))
+            held = (f" — held by conn {esc(integer(c.get('conn_id')))} <code>{esc(clip(c.get('sql'), 120))}</code> "
+                    f"executing {esc(seconds(c.get('exec_s')))}" + (f" (and {more} more executing)" if more else ""))
         else:
             held = " — no culprit found"
         return Html(f"<a href='#stall-{sid}'>Stall {sid}</a>: thread group {esc(st['thread_group'])}, "
-                    f"{esc(self.when(pd.Timestamp(st['start']).value))} for {esc(secs(st['duration_s']))}, "
+                    f"{esc(self.when(pd.Timestamp(st['start']).value))} for {esc(seconds(st['duration_s']))}, "
                     f"{esc(st['queued'])} queued{held}")
 
     def _at_thread_limit(self, st: dict) -> bool:
@@ -428,18 +429,18 @@ class _Page:
             st = self.stalls[stall]
             c = st["culprits"][0]
             more = len(st["culprits"]) - 1 + (st.get("culprits_more") or 0)
-            label = "thread limit" if self._at_thread_limit(st) else f"conn {_int(c.get('conn_id'))}" + (
+            label = "thread limit" if self._at_thread_limit(st) else f"conn {integer(c.get('conn_id'))}" + (
                 f" +{more}" if more else "")
             held = Html(f"<a href='#stall-{self.stall_id(stall)}'>{esc(label)}</a>")
         else:
             held = "–"
         estimated = queue_parts(self.x.iloc[[pos]])[1][0]
-        queue = secs(r["queue_s"]) + (f" ({secs(estimated)} estimated)" if estimated > 0 else "")
+        queue = seconds(r["queue_s"]) + (f" ({seconds(estimated)} estimated)" if estimated > 0 else "")
         sql = r["sql"] if isinstance(r["sql"], str) else r["command"]
-        return _Row([self.when(self.t.start[pos]), _int(r["conn_id"]), _int(r["thread_group"]),
-                     Html(f"<code title='{esc(short(sql, 2000))}'>{esc(short(sql, 160))}</code>"),
-                     secs(r["total_s"]), secs(r["server_s"]), queue,
-                     f"{secs(r['exec_s'])} ({r['exec_source'] if isinstance(r['exec_source'], str) else '?'})",
+        return _Row([self.when(self.t.start[pos]), integer(r["conn_id"]), integer(r["thread_group"]),
+                     Html(f"<code title='{esc(clip(sql, 2000))}'>{esc(clip(sql, 160))}</code>"),
+                     seconds(r["total_s"]), seconds(r["server_s"]), queue,
+                     f"{seconds(r['exec_s'])} ({r['exec_source'] if isinstance(r['exec_source'], str) else '?'})",
                      held, frame_cell], cls="culprit" if culprits[pos] else "")
 
     # -------------------------------------------------------------- through a proxy
@@ -450,7 +451,6 @@ class _Page:
         p = self.summary.get("proxy")
         if not p or "proxy_match" not in self.x.columns:
             return ""
-        x = self.x
         kinds = p.get("exchanges") or {}
         through = p.get("through") or {}
         sides = p.get("sides") or {}
@@ -468,9 +468,9 @@ class _Page:
                            ("proxy-handled", "answered by the proxy itself (login, PREPARE, PING, …)"),
                            ("proxy-own", "sent by the proxy on its own (SET NAMES, health checks, …)")):
             if kinds.get(key):
-                rows.append((label, _int(kinds[key])))
+                rows.append((label, integer(kinds[key])))
         if through.get("back_unpaired"):
-            rows.append(("server-side requests not paired to a client request", _int(through["back_unpaired"])))
+            rows.append(("server-side requests not paired to a client request", integer(through["back_unpaired"])))
         if sides:
             rows.append(("proxy capture's sides told apart by", f"{sides.get('decided_by', '?')}: client side "
                          f"{', '.join(sides.get('front_servers') or []) or '?'}, server side "
@@ -497,7 +497,7 @@ class _Page:
         parts.append(self._proxy_servers())
         parts.append(self._proxy_waits())
         if kinds.get("ambiguous"):
-            parts.append(f"<p>{_int(kinds['ambiguous'])} client statements had several server-side requests of the "
+            parts.append(f"<p>{integer(kinds['ambiguous'])} client statements had several server-side requests of the "
                          "same text inside their time: they are not paired (proxy_match = ambiguous, proxy_candidates "
                          "says how many fit), so their time inside the proxy and inside the DB is not told apart; "
                          "they count in neither.</p>")
@@ -519,7 +519,7 @@ class _Page:
                               "wait": g["proxy_wait_s"].sum(min_count=1)})
         table = table.sort_values(["paired", "busy"], ascending=False)
         shown = table.head(PROXY_ROWS)
-        rows = [[k, _int(r.conn), _int(r.paired), _int(r.clients), _int(r.own), _sum_s(r.busy), _sum_s(r.wait)]
+        rows = [[k, integer(r.conn), integer(r.paired), integer(r.clients), integer(r.own), _sum_s(r.busy), _sum_s(r.wait)]
                 for k, r in shown.iterrows()]
         more = f"<p>{len(table) - len(shown)} more server connections in exchanges.parquet.</p>" \
             if len(table) > len(shown) else ""
@@ -545,10 +545,10 @@ class _Page:
         for i in top:
             r = x.iloc[i]
             rows.append([self.when(r["app_req_ts"]) if pd.notna(r["app_req_ts"]) else "?",
-                         f"{r['client']} (id {_int(r['front_conn_id'])})", _int(r["conn_id"]),
-                         Html(f"<code>{esc(short(r['sql'] if pd.notna(r['sql']) else r['command'], 120))}</code>"),
-                         str(r["proxy_match"]), secs(r["proxy_wait_s"]), secs(r["proxy_s"]), secs(r["server_s"]),
-                         secs(r["total_s"])])
+                         f"{r['client']} (id {integer(r['front_conn_id'])})", integer(r["conn_id"]),
+                         Html(f"<code>{esc(clip(r['sql'] if pd.notna(r['sql']) else r['command'], 120))}</code>"),
+                         str(r["proxy_match"]), seconds(r["proxy_wait_s"]), seconds(r["proxy_s"]), seconds(r["server_s"]),
+                         seconds(r["total_s"])])
         return ("<h3>Longest waits inside the proxy</h3>"
                 + _table(["sent (A1)", "client connection", "server conn_id", "statement", "paired by",
                           "waited in the proxy (P2 − P1)", "inside the proxy", "inside the DB (D4 − D1)",
@@ -578,7 +578,7 @@ class _Page:
                 v = v[~np.isnan(v)]
                 if len(v):
                     q = np.quantile(v, [0.5, 0.95, 0.99])
-                    rows.append([label, str(len(v)), *(secs(s) for s in q), secs(v.max()), meaning])
+                    rows.append([label, str(len(v)), *(seconds(s) for s in q), seconds(v.max()), meaning])
             parts.append(_table(["set-up", "connections", "p50", "p95", "p99", "max", "what it covers"], rows,
                                 numeric=range(1, 6)) if rows else "<p>No connection set-up was captured.</p>")
         else:
@@ -586,8 +586,8 @@ class _Page:
             v = connect["response_s"].dropna().to_numpy(dtype=float)
             if len(v):
                 q = np.quantile(v, [0.5, 0.95, 0.99])
-                parts.append(f"<p>{len(connect)} logins in the capture; login packet → OK p50 {secs(q[0])}, p95 "
-                             f"{secs(q[1])}, p99 {secs(q[2])}, max {secs(v.max())}.</p>")
+                parts.append(f"<p>{len(connect)} logins in the capture; login packet → OK p50 {seconds(q[0])}, p95 "
+                             f"{seconds(q[1])}, p99 {seconds(q[2])}, max {seconds(v.max())}.</p>")
             else:
                 parts.append("<p>No connection handshake in the capture (connections were already open when it "
                              "began).</p>")
@@ -603,7 +603,7 @@ class _Page:
         if len(errors):
             g = errors.groupby(errors["error_code"].astype("Int64"), dropna=False).agg(
                 count=("command", "size"), message=("error_message", "first"))
-            rows = [[_int(code), str(row["count"]), short(row["message"], 200)] for code, row in g.iterrows()]
+            rows = [[integer(code), str(row["count"]), clip(row["message"], 200)] for code, row in g.iterrows()]
             parts.append(f"<h3>Errors</h3><p>{login_errors} of them at login.</p>"
                          + _table(["error code", "count", "first message"], rows, numeric=(1,)))
         else:
@@ -622,11 +622,6 @@ def _captures(summary: dict) -> list[tuple[str, dict]]:
     return out
 
 
-_PROBLEM_KEYS = ("frames_truncated", "frames_ip_fragment", "frames_undecodable", "frames_unknown_link", "if_drops",
-                 "damaged", "unknown_blocks", "midstream_connections", "tls_connections", "gaps", "gap_bytes",
-                 "unparsed_bytes", "tls_bytes", "violations", "frames_bad_ts", "gaps_forced", "out_of_range")
-
-
 def _quality(summary: dict) -> str:
     caps = _captures(summary)
     if not caps:
@@ -642,8 +637,8 @@ def _quality(summary: dict) -> str:
         cells = []
         for _, q in caps:
             v = q.get(k)
-            bad = k in _PROBLEM_KEYS and v not in (None, 0, False, "")
-            cells.append(f"<td class='{'bad' if bad else ''}'>{esc(_cell(v))}</td>")
+            bad = k in CAPTURE_PROBLEM_KEYS and v not in (None, 0, False, "")
+            cells.append(f"<td class='{'bad' if bad else ''}'>{esc(cell(v))}</td>")
         body.append(f"<tr><th>{esc(k)}</th>{''.join(cells)}</tr>")
     zero = f"<p class='caption'>Zero or empty in every capture: {esc(', '.join(quiet))}.</p>" if quiet else ""
     return f"<table class='quality'>{head}{''.join(body)}</table>{zero}"
@@ -733,7 +728,7 @@ def _paired_text(through: dict, kinds: dict) -> str:
     if paired is None:
         paired = sum(int(kinds.get(k) or 0) for k in PAIRED_KINDS)
     by = through.get("paired_by") or {k: kinds[k] for k in PAIRED_KINDS if kinds.get(k)}
-    return f"{_int(paired)}" + (" (" + ", ".join(f"{k} {_int(v)}" for k, v in by.items()) + ")" if by else "")
+    return f"{integer(paired)}" + (" (" + ", ".join(f"{k} {integer(v)}" for k, v in by.items()) + ")" if by else "")
 
 
 def _kv_table(rows: list[tuple[str, str]]) -> str:
@@ -779,24 +774,12 @@ def _f(x: pd.DataFrame, col: str) -> np.ndarray:
     return x[col].to_numpy(dtype="float64", na_value=np.nan)
 
 
-def _int(v) -> str:
-    return "?" if v is None or pd.isna(v) else str(int(v))
-
-
-def _num(v) -> str:
-    return "–" if v is None or pd.isna(v) else f"{int(v):,}"
-
-
 def _qps(v) -> str:
     return "–" if v is None or pd.isna(v) else (f"{v:.2f}" if v < 100 else f"{v:,.0f}")
 
 
-def _pct(v) -> str:
-    return "–" if v is None or pd.isna(v) else f"{100 * v:.1f} %"
-
-
 def _sum_s(v) -> str:
-    return "–" if v is None or pd.isna(v) else f"{v:.3f} s" if v >= 0.001 else secs(v)
+    return "–" if v is None or pd.isna(v) else f"{v:.3f} s" if v >= 0.001 else seconds(v)
 
 
 def _vm(v) -> str:
@@ -818,16 +801,6 @@ def _or_unknown(v, unit: str = "") -> str:
 
 def _signed(v: float) -> str:
     return f"{v * 1e3:+.3f} ms" if abs(v) >= 1e-3 else f"{v * 1e6:+.3f} µs"
-
-
-def _cell(v) -> str:
-    if v is None or (not isinstance(v, str) and pd.isna(v)):
-        return ""
-    if isinstance(v, pd.Timestamp):
-        return v.isoformat()
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
 
 
 _STYLE = (

@@ -24,6 +24,7 @@ import pandas as pd
 
 from .decompose import STALL_MIN_QUEUE_S, network_parts, ts_ns
 from .digest import queue_parts
+from .formats import clip, integer, seconds
 from .threadpool import core_range
 
 NS = 1_000_000_000
@@ -68,33 +69,6 @@ def visible(text) -> str:
 def plain(text) -> str:
     """Text for a plotly label or hover: shown as is, never interpreted as markup."""
     return visible(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def short(text, limit: int = 60) -> str:
-    if text is None or (not isinstance(text, str) and pd.isna(text)):
-        return ""
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def secs(v) -> str:
-    """A duration for people: 3.809 s, 12.34 ms, 87 µs."""
-    if v is None or pd.isna(v):
-        return "–"
-    v = float(v)
-    if abs(v) >= 1:
-        return f"{v:.3f} s"
-    if abs(v) >= 1e-3:
-        return f"{v * 1e3:.2f} ms"
-    return f"{v * 1e6:.0f} µs"
-
-
-def clock(ns, date: bool = False) -> str:
-    """A time of day to the microsecond (UTC), with the date in front when asked: 05:42:36.320020."""
-    if ns is None or pd.isna(ns):
-        return "–"
-    t = pd.Timestamp(int(ns), unit="ns", tz="UTC") if not isinstance(ns, pd.Timestamp) else ns
-    return t.strftime("%Y-%m-%d %H:%M:%S.%f" if date else "%H:%M:%S.%f")
 
 
 def _arr(values: np.ndarray) -> dict:
@@ -467,7 +441,7 @@ def _lanes(sel: pd.DataFrame, klass: np.ndarray, dur: np.ndarray, start: np.ndar
         slots[n]["k"] = max(slots[n]["k"], r.k)
         slots[n]["d"] += r.d
         slots[n]["who"].append(f"conn {int(r.c)}" if r.c >= 0 else
-                               f"{short(str(r.cap).rsplit('/', 1)[-1], 24)} #{int(r.i)}")
+                               f"{clip(str(r.cap).rsplit('/', 1)[-1], 24)} #{int(r.i)}")
         slot[code_] = n
     table = pd.DataFrame(slots)
     table["other"] = False
@@ -499,7 +473,7 @@ def _hover_table(sel: pd.DataFrame, start: np.ndarray, certain: np.ndarray, esti
     """What the timeline's tooltip shows per marker, column by column (typed arrays; statement texts once each):
     the page's script writes it into the tooltip as text, so nothing in it is ever read as markup."""
     sql = sel["sql"].astype(object).where(sel["sql"].notna(), sel["command"].astype(object)).to_numpy()
-    codes, texts = pd.factorize(pd.Series([visible(short(v, 300)) for v in sql], dtype=object))
+    codes, texts = pd.factorize(pd.Series([visible(clip(v, 300)) for v in sql], dtype=object))
     source_code = sel["exec_source"].astype(object).map({v: i for i, v in enumerate(EXEC_SOURCES)})
     source_code = source_code.fillna(255).to_numpy(dtype=np.uint8)
 
@@ -516,10 +490,6 @@ def _hover_table(sel: pd.DataFrame, start: np.ndarray, certain: np.ndarray, esti
             "source": _arr(source_code),
             **({"proxy": f4("proxy_s"), "proxywait": f4("proxy_wait_s"), "front": i4("front_conn_id")}
                if "proxy_s" in sel.columns and sel["proxy_s"].notna().any() else {})}
-
-
-def _int(v) -> str:
-    return "?" if v is None or pd.isna(v) else str(int(v))
 
 
 def _stall_bands(summary: dict, lane_group: dict, axis: TimeAxis) -> list[dict]:
@@ -687,7 +657,7 @@ def _waterfall(x: pd.DataFrame) -> dict | None:
     top = key.nlargest(WATERFALL_ROWS)
     top = top[top >= WATERFALL_MIN_SHARE * top.iloc[0]]
     rows = x.loc[top.index].iloc[::-1]  # slowest at the top
-    labels = [plain(f"conn {_int(c)} · {short(q if isinstance(q, str) else m, 50)}")
+    labels = [plain(f"conn {integer(c)} · {clip(q if isinstance(q, str) else m, 50)}")
               for c, q, m in zip(rows["conn_id"], rows["sql"], rows["command"])]
     labels = [f"{i + 1}. {lab}" for i, lab in zip(range(len(labels) - 1, -1, -1), labels)]  # unique, ranked
     certain, estimated = queue_parts(rows)
@@ -706,11 +676,11 @@ def _waterfall(x: pd.DataFrame) -> dict | None:
         if v.any():
             data.append({"type": "bar", "orientation": "h", "y": labels, "x": _arr(v), "base": _arr(base.copy()),
                          "name": label, "marker": {"color": COLORS[label]}, "hoverinfo": "text",
-                         "hovertext": [f"{label}: {secs(s)}" for s in v]})
+                         "hovertext": [f"{label}: {seconds(s)}" for s in v]})
         base += v
     total = rows["total_s"].fillna(rows["server_s"]).to_numpy(dtype="float64")
     data.append({"type": "scatter", "mode": "text", "y": labels, "x": _arr(np.maximum(base, total)),
-                 "text": [secs(v) for v in total], "textposition": "middle right", "showlegend": False,
+                 "text": [seconds(v) for v in total], "textposition": "middle right", "showlegend": False,
                  "hoverinfo": "skip", "textfont": {"size": 10}})
     return {"data": data, "layout": _layout(max(220, 24 * len(rows) + 100), barmode="overlay",
                                             margin=dict(l=20, r=60, t=40, b=40),
@@ -763,7 +733,7 @@ def _round_duration(ns: int) -> str:
     for unit, size in (("h", 3600 * NS), ("min", 60 * NS), ("s", NS), ("ms", 1_000_000)):
         if ns >= size and ns % size == 0:
             return f"{ns // size} {unit}"
-    return secs(ns / NS)
+    return seconds(ns / NS)
 
 
 def _latency_points(c: pd.DataFrame) -> np.ndarray:

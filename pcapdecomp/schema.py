@@ -108,6 +108,96 @@ def markdown_table(columns: tuple[Column, ...]) -> str:
     lines += [f"| `{c.name}` | {c.dtype} | {c.meaning} |" for c in columns]
     return "\n".join(lines)
 
+# One capture point's quality (exchanges.Extraction.quality): `summary.json → captures` (app: [...], db, dbs: [...],
+# proxy: [...]) and the summary of `pcapdecomp exchanges`. Every frame and MySQL byte is accounted for: frames =
+# frames_tcp + frames_non_ip + frames_non_tcp + frames_ip_fragment + frames_undecodable + frames_unknown_link, and
+# frames_tcp = frames_tcp_mysql + frames_tcp_other. `dtype` is the JSON type.
+CAPTURE_QUALITY_KEYS: tuple[Column, ...] = (
+    Column("file", "string", "the capture point's name (its `capture` in the tables)"),
+    Column("format", "string", "pcap | pcap-ns | pcapng (of a point of several files: the first file's)"),
+    Column("gzip", "boolean", "the file was gzip-compressed"),
+    Column("frames", "int", "packet records read"),
+    Column("frames_tcp", "int", "frames that were TCP segments"),
+    Column("frames_tcp_mysql", "int", "TCP frames of the MySQL connections (frames_tcp − frames_tcp_other)"),
+    Column("frames_tcp_other", "int", "TCP frames of connections that are not MySQL"),
+    Column("frames_non_ip", "int", "ARP, LLDP, STP, …"),
+    Column("frames_non_tcp", "int", "UDP, ICMP, …"),
+    Column("frames_ip_fragment", "int", "IPv4/IPv6 fragments: not reassembled, counted"),
+    Column("frames_undecodable", "int", "link, IP or TCP header broken, or cut before the TCP header ends"),
+    Column("frames_unknown_link", "int", "frames of a pcapng interface whose link type is not decoded"),
+    Column("frames_truncated", "int", "TCP frames whose payload the snaplen cut (also in frames_tcp)"),
+    Column("frames_bad_ts", "int", "frames whose timestamp was impossible or out of line: given a neighbour's"),
+    Column("if_drops", "int", "packets the capturing interfaces dropped (pcapng interface statistics)"),
+    Column("damaged", "string|null", "why reading stopped before the end, with the byte offset; null: read to the end"),
+    Column("unknown_blocks", "int", "pcapng blocks skipped (name resolution, decryption secrets, custom, unknown)"),
+    Column("first_ts", "string|null", "time of the first frame in file order, ISO 8601 UTC"),
+    Column("last_ts", "string|null", "time of the last frame in file order, ISO 8601 UTC"),
+    Column("mysql_connections", "int", "MySQL connections found"),
+    Column("midstream_connections", "int", "of them, begun before the capture (no handshake seen)"),
+    Column("tls_connections", "int", "of them, switched to TLS"),
+    Column("exchanges", "int", "exchanges read"),
+    Column("gaps", "int", "holes in the MySQL byte streams (bytes never captured)"),
+    Column("gaps_forced", "int", "of them, declared because a cap on held out-of-order data bit"),
+    Column("gap_bytes", "int", "bytes never captured"),
+    Column("retransmitted_bytes", "int", "duplicate bytes dropped by reassembly"),
+    Column("mysql_bytes", "int", "stream bytes the MySQL parser read"),
+    Column("unparsed_bytes", "int", "bytes skipped while resynchronising (mid-stream start, after a gap or a violation)"),
+    Column("tls_bytes", "int", "bytes after a switch to TLS"),
+    Column("violations", "int", "protocol violations (packets that do not fit the state machine)"),
+    Column("out_of_range", "int", "exchanges with a number out of range (problems: out-of-range)"),
+    Column("other_tcp_bytes", "int", "TCP payload bytes of connections that are not MySQL"),
+    Column("understood_share", "float|null", "mysql_bytes / (mysql_bytes + gap_bytes + unparsed_bytes + tls_bytes): "
+           "the share of the MySQL byte streams the parser read; null without MySQL bytes"),
+)
+
+# Quality keys that say something was lost or could not be read when they are not 0: the terminal warns with these
+# words, in this order (`damaged` in its own words, and "no MySQL traffic found" when nothing was), and report.html
+# marks them, with damaged, midstream_connections and tls_connections (not a loss, but the report shows them).
+CAPTURE_PROBLEM_WORDS: tuple[tuple[str, str], ...] = (
+    ("frames_truncated", "frames cut by the snaplen"), ("frames_ip_fragment", "IP fragments"),
+    ("frames_bad_ts", "frames with a broken timestamp (given a neighbour's)"),
+    ("frames_undecodable", "undecodable frames"), ("frames_unknown_link", "frames of unknown link types"),
+    ("if_drops", "packets dropped by the capturing interface"), ("unknown_blocks", "unknown pcapng blocks"),
+    ("gaps", "gaps in TCP streams"), ("gaps_forced", "of them declared by the out-of-order memory cap"),
+    ("gap_bytes", "bytes never captured"),
+    ("unparsed_bytes", "bytes skipped while resynchronising"), ("tls_bytes", "encrypted (TLS) bytes"),
+    ("violations", "protocol violations"), ("out_of_range", "exchanges with a number out of range"),
+)
+CAPTURE_PROBLEM_KEYS = frozenset([k for k, _ in CAPTURE_PROBLEM_WORDS]
+                                 + ["damaged", "midstream_connections", "tls_connections"])
+
+
+# The slow log as a table (pcapdecomp/slowlog.py read_slow_log): one row per entry, joined to the exchanges by
+# pcapdecomp/slowjoin.py (docs/slowlog.md).
+SLOWLOG_COLUMNS: tuple[Column, ...] = (
+    Column("line", "int64", "1-based line of the entry's first header line"),
+    Column("time", "datetime64[ns, UTC]", "'# Time:' (own or inherited): MySQL end of statement, MariaDB start second"),
+    Column("time_meaning", "string", "what `time` marks: end (ISO times; YYMMDD of MySQL/Percona) | start (MariaDB); null when the flavour is unknown"),
+    Column("time_precision_ns", "Int64", "resolution of `time`: 1000000000 for whole seconds, 1000 for microseconds"),
+    Column("timestamp", "datetime64[ns, UTC]", "'SET timestamp=N;': statement start, whole seconds"),
+    Column("start", "datetime64[ns, UTC]", "MySQL 8 log_slow_extra 'Start:' (start of execution)"),
+    Column("end", "datetime64[ns, UTC]", "MySQL 8 log_slow_extra 'End:'"),
+    Column("user", "string", "login user"),
+    Column("host", "string", "client host name"),
+    Column("ip", "string", "client address"),
+    Column("thread_id", "Int64", "connection id (MySQL 'Id:'/'Thread_id:', MariaDB/Percona 'Thread_id:')"),
+    Column("schema", "string", "default database ('Schema:' or 'use db;')"),
+    Column("query_time_ns", "Int64", "'Query_time:' in integer ns (execution; excludes thread-pool queueing); null when damaged"),
+    Column("query_time_s", "float64", "'Query_time:' in seconds"),
+    Column("lock_time_s", "float64", "'Lock_time:' in seconds"),
+    Column("rows_sent", "Int64", "'Rows_sent:'"),
+    Column("rows_examined", "Int64", "'Rows_examined:'"),
+    Column("rows_affected", "Int64", "'Rows_affected:' (MariaDB, Percona)"),
+    Column("bytes_sent", "Int64", "'Bytes_sent:'"),
+    Column("errno", "Int64", "'Errno:' (MySQL 8 log_slow_extra) or 'Last_errno:' (Percona)"),
+    Column("killed", "Int64", "'Killed:' (0: not killed)"),
+    Column("admin_command", "string", "'# administrator command: X;' -> X (sql is then empty)"),
+    Column("sql", "string", "statement text without the 'use'/'SET timestamp' prefix lines and the final ';'"),
+    Column("cut", "bool", "the statement text is incomplete (log cut inside it, or longer than max_sql_bytes)"),
+    Column("extra", "object", "dict of every other 'Key: value' pair, verbatim"),
+)
+
+
 # Columns the proxy stage (pcapdecomp/proxy.py) adds: how each exchange was paired through a proxy between app and
 # DB, and the proxy's share of the time. P1/P4: the request's first / the response's last byte at the proxy's client
 # side; P2/P3: the same at its server side (proxy clock, converted to the app clock). All null without a proxy.
@@ -201,39 +291,102 @@ POOL_COLUMNS: tuple[Column, ...] = (
 )
 
 
-# summary.json keys this stage writes beyond the inputs/capture/match/clock/slow-log ones (docs/analyze.md shows
-# the whole layout). `dtype` is the JSON type; a `ref` is an exchange reference: {capture, conn_index, seq} (the
-# key of its row in exchanges.parquet) with conn_id, thread_group, query_id, command, sql (≤ 200 characters),
-# app_req_ts, db_req_ts, total_s, server_s, exec_s, exec_source, queue_s, queue_source, queue_min_s, in_slow_log.
+# summary.json, every key, in the file's order: `a.b` is key b of object a, `*` any key of an object (a point's or a
+# component's name). An object whose members are not declared on their own lists them in its meaning. `dtype` is
+# the JSON type; a `ref` is an exchange reference: {capture, conn_index, seq} (the key of its row in
+# exchanges.parquet) with conn_id, thread_group, query_id, command, sql (≤ 200 characters), app_req_ts, db_req_ts,
+# total_s, server_s, exec_s, exec_source, queue_s, queue_source, queue_min_s, in_slow_log.
 SUMMARY_KEYS: tuple[Column, ...] = (
-    Column("verdict", "string", "the verdict as the terminal prints it: story.sentence, then one line '- …' per story.bullets[].text"),
-    Column("story.sentence", "string", "one sentence: the most important thread-pool finding with its measured numbers"),
-    Column("story.findings", "list[string]", "what was found, the sentence's first: proxy_queue (through a proxy with its capture: statements waited 100 ms or more inside the proxy, longer in all than any certain queueing in the DB; the DB's own sentence follows as the first bullet, topic db) | max_threads | group_stall | queueing_unexplained (certain queueing, no culprit found) | idle | undecided (no long_query_time, or neither a slow log nor the wire flag: queueing cannot be told from execution) | no_server_view | no_exchanges; then understated and hidden_slow when there are such statements"),
-    Column("story.bullets", "list[object]", "details below the sentence: {topic, text}; topic is one of cap, stall, understated, hidden_slow, thread_pool_size, split, estimates, counts, clock, outliers"),
-    Column("thread_pool_size.value", "int|null", "the N thread groups are computed with (given, else inferred when certain or likely); null: no groups"),
-    Column("thread_pool_size.source", "string|null", "given (capture.toml or --thread-pool-size) | inferred; null when unknown"),
-    Column("thread_pool_size.given", "int|null", "the value given, if any"),
-    Column("thread_pool_size.inferred", "object", "{value (int|null), confidence: certain | likely | not enough evidence, candidates: [N…] explaining as many queued statements, victims (statements with certain queueing ≥ 0.1 s considered), explained (of them, with a long statement executing meanwhile on conn_id mod value), contradicted (statements that passed freely meanwhile on that group), checked_up_to, note}"),
-    Column("thread_pool_size.stalls_without_culprits", "int", "stalled stretches for which no statement of the group executed long enough: a sign of a wrong thread_pool_size"),
-    Column("thread_pool_size.warning", "string|null", "set when the given value leaves stalls without culprits, or disagrees with a certain inference"),
-    Column("pool.bucket_s", "float|null", "bucket length of pool.parquet"),
-    Column("pool.max_executing", "int", "most statements executing at once anywhere in the capture"),
-    Column("pool.cap", "object|null", "the pool at thread_pool_max_threads, inferred from the wire: {threads (the cap: the most statements ever executing at once), start, end (first and last wait), duration_s (time at the cap while statements certainly waited), stretches, waiting (statements that certainly waited), max_wait_s, total_wait_s, wait_source (measured | lower_bound | both, comma-separated), executing: [ref…≤ 20] (executing through the waits), executing_total, waiting_refs: [ref…≤ 20]}; null when no such stretch"),
-    Column("pool.outliers", "object", "{exchanges: count of exchanges left out of pool/groups buckets because their times lie far outside the capture's robust span, span_start, span_end}"),
-    Column("groups.bucket_s", "float|null", "bucket length of groups.parquet"),
-    Column("groups.stalls", "list[object]", "stalled stretches in start order: {id, thread_group, start, end, duration_s, queued, max_queue_s (queue_s, any source), max_queue_certain_s (queue_min_s), queue_sources: {measured, estimated, lower_bound} (victims per queue_source), hidden_slow, understated (victims of each kind), culprits: [ref + overlap_s, ≤ 5, longest overlap first], culprits_total, culprits_more}"),
-    Column("hidden_slow", "object", "{count, listed, more, by_stall: [{stall (id|null), thread_group, culprits: [ref…], victims: [ref…]}]}: hidden-slow statements grouped by the stall they queued in (stall null: none found), slowest first, up to 50 listed"),
-    Column("understated", "object", "{count, threshold_s, listed, more, by_stall: [same shape as hidden_slow]}: statements in the slow log that measurably queued ≥ threshold_s"),
-    Column("queueing", "object", "{measured_s, estimated_s, lower_bound_s, certain_s}: queue_s summed by queue_source over exchanges seen at both points, and queue_min_s summed"),
-    # capture points of several files, several DB servers, Dask (pcapdecomp/sources.py, analysis.py, cluster.py)
-    Column("points", "list[object]", "every capture point in reading order: {name (its `capture` in the tables), kind (app | db), given (the file, glob or folder as given), files: [{file, format, gzip, bytes, frames, first_frame (its first frame's number in the point: frames are numbered through a point's files), first_ts, last_ts, damaged, gap_s (time from the previous file's last frame; negative: an overlap; null for the first), skipped (empty file: not read)}], gaps (gaps between files that were warned about), overlaps, missing_numbers (rotation numbers absent from the files' sequence), servers (a DB point's server endpoints)}"),
-    Column("servers", "list[object]", "with several DB points only, one per DB point (server) in order: {point, name (--server NAME=… or the point's folder/file name), endpoints, exchanges, slow_log, thread_pool_size, pool, groups, story, verdict, hidden_slow, understated, queueing}, each of the same shape as the top-level key, computed from that server's exchanges alone; the top-level keys are the first DB point's, and the verdict adds one line per other server"),
-    Column("inputs.dbs", "list[string]", "every DB point's name (inputs.db: the first)"),
-    Column("inputs.slow_logs", "object", "DB point name -> its slow log (inputs.slow_log: the first)"),
-    Column("inputs.scheduler", "string|null", "the Dask scheduler the captures were read on (--scheduler), null: this machine"),
-    Column("captures.dbs", "list[object]", "capture quality of every DB point (captures.db: the first)"),
-    Column("clocks.*.app", "string", "the app point of this clock; with several DB points `clocks` is keyed 'APP ↔ DB' (one clock per app point and DB point that share connections)"),
-    Column("clocks.*.db", "string", "the DB point of this clock"),
+    Column('set', 'string', "name of the capture set (its folder's name, else the first capture's)"),
+    Column('verdict', 'string', "the verdict as the terminal prints it: story.sentence, then one line '- …' per story.bullets[].text"),
+    Column('pcapdecomp', 'string', 'version that wrote the analysis'),
+    Column('inputs.app', 'list[string]', "every app point's name (its `capture` in the tables)"),
+    Column('inputs.db', 'string|null', "the first DB point's name"),
+    Column('inputs.dbs', 'list[string]', "every DB point's name (inputs.db: the first)"),
+    Column('inputs.slow_log', 'string|null', "the first DB point's slow log"),
+    Column('inputs.slow_logs', 'object', 'DB point name -> its slow log (inputs.slow_log: the first)'),
+    Column('inputs.long_query_time', 'float|null', 'long_query_time in seconds (capture.toml or --long-query-time); null: unknown'),
+    Column('inputs.thread_pool_size', 'int|null', 'thread_pool_size as given (capture.toml or --thread-pool-size)'),
+    Column('inputs.servers', 'list[string]', 'the DB server endpoints given (--server, capture.toml [server] address); empty: found by content'),
+    Column('inputs.proxy', 'list[string]', "every proxy point's name"),
+    Column('inputs.proxy_servers', 'list[string]', "the proxy's listening endpoints, when known (--proxy-server, capture.toml [proxy] address)"),
+    Column('inputs.cwd', 'string', 'the working folder of the run: relative capture paths (here and in exchanges.capture) are relative to it'),
+    Column('inputs.scheduler', 'string|null', 'the Dask scheduler the captures were read on (--scheduler), null: this machine'),
+    Column('points', 'list[object]', "every capture point in reading order: {name (its `capture` in the tables), kind (app | db), given (the file, glob or folder as given), files: [{file, format, gzip, bytes, frames, first_frame (its first frame's number in the point: frames are numbered through a point's files), first_ts, last_ts, damaged, gap_s (time from the previous file's last frame; negative: an overlap; null for the first), skipped (empty file: not read)}], gaps (gaps between files that were warned about), overlaps, missing_numbers (rotation numbers absent from the files' sequence), servers (a DB point's server endpoints)}"),
+    Column('captures.app', 'list[object]', 'capture quality of every app point (`pcapdecomp columns quality`)'),
+    Column('captures.db', 'object|null', 'capture quality of the first DB point'),
+    Column('captures.dbs', 'list[object]', 'capture quality of every DB point (captures.db: the first)'),
+    Column('captures.proxy', 'list[object]', 'capture quality of every proxy point'),
+    Column('match.app_exchanges', 'int', 'exchanges read at the app point(s)'),
+    Column('match.db_exchanges', 'int', 'exchanges read at the DB point(s)'),
+    Column('match.matched', 'int', 'exchanges paired across the points (seen = both)'),
+    Column('match.app_only', 'int', 'exchanges only the app side saw'),
+    Column('match.db_only', 'int', 'exchanges only the DB side saw'),
+    Column('match.conflicts', 'int', 'same connection and request bytes, but command, text or response end disagree: not paired'),
+    Column('match.connections_matched', 'int', 'connections paired across the points'),
+    Column('match.connections_by_scramble', 'int', "of them, confirmed by the greeting's scramble"),
+    Column('match.connections_nat', 'int', 'of them, with a client endpoint that differs between the points (NAT)'),
+    Column('match.connections_vetoed', 'int', 'candidate connection pairs refused: different scramble or connection id'),
+    Column('match.connections_ambiguous', 'int', 'connections left unpaired: two partners at the other point scored the same'),
+    Column('match.ambiguous_keys', 'int', 'keys shared by more than 4 connections at one point (they vote only with endpoints)'),
+    Column('match.candidates', 'int', 'candidate rows the joins produced (the work done; linear in exchanges and connections)'),
+    Column('proxy', 'object|null', "through a proxy (`--proxy`, or app and DB exchanges that pair only through one): {kind (l4 | l7), points, sides: {decided_by, …} (how the proxy capture was split into its client and server side), through (pairing across the proxy: counts per proxy_match), app_proxy, proxy_db (each hop's matching and clocks), clocks (app_db: offset and bounds from the order of paired statements), exchanges, sentence (the verdict's line)}; null without a proxy"),
+    Column('repair', 'object|null', 'capture loss repaired from the other point: {connections (re-read), holes, pieces, bytes_borrowed, bytes_unrepaired (lost at both points), skipped_wrap, exchanges_replaced, exchanges_repaired, exchanges_with_borrowed, bounded_times}; null when no point had holes, or only one point was given'),
+    Column('clock', 'object|null', "the first clock (`clocks`' first entry): {app, db, offset_s (DB − app at the DB capture's first packet), skew_ppm, offset_bounds_s: [lo, hi], samples: {forward, reverse}, excluded, segments (clock steps + 1), quality, duplicates_dropped, segments_read: {app, db}}; null without both sides"),
+    Column('clocks.*', 'object', 'one clock per app point (and DB point, with several): the same keys as `clock`; empty through a proxy (its clocks are in proxy.clocks)'),
+    Column('clocks.*.app', 'string', "the app point of this clock; with several DB points `clocks` is keyed 'APP ↔ DB' (one clock per app point and DB point that share connections)"),
+    Column('clocks.*.db', 'string', 'the DB point of this clock'),
+    Column('slow_log.file', 'string|null', 'the slow log read; null: none given'),
+    Column('slow_log.used', 'boolean', 'the slow log was read and joined'),
+    Column('slow_log.flavor', 'string', 'mysql | mariadb | percona | unknown (docs/slowlog.md)'),
+    Column('slow_log.unparsed_lines', 'int', 'lines the parser could not place'),
+    Column('slow_log.cut_entries', 'int', 'entries whose statement text is incomplete'),
+    Column('slow_log.damaged_values', 'int', 'header values that could not be read (counted, left null)'),
+    Column('slow_log.capped_statements', 'int', 'statements longer than --max-sql-bytes, cut'),
+    Column('slow_log.entries', 'int', 'entries read'),
+    Column('slow_log.entries_in_capture_window', 'int', "entries inside the captures' time span"),
+    Column('slow_log.matched', 'int', 'entries joined to an exchange'),
+    Column('slow_log.unmatched_in_capture_window', 'int', 'entries inside the span joined to none'),
+    Column('slow_log.joined_by', 'object', '{order, unique, inferred}: how the joined entries were placed (docs/slowlog.md)'),
+    Column('slow_log.joined_on', 'object', '{text, params, template, prefix, command}: what the joined entries agreed on with their exchange'),
+    Column('slow_log.unjoined', 'object', '{reason: count} of the entries joined to none (reasons in docs/slowlog.md)'),
+    Column('slow_log.connections_identified', 'int', 'capture connections tied to a slow-log thread id'),
+    Column('slow_log.exchanges_with_several_entries', 'int', 'exchanges that more than one entry fitted'),
+    Column('slow_log.exchanges_undecided', 'int', 'exchanges that may or may not be in the slow log'),
+    Column('slow_log.exchanges_of_unlogged_commands', 'int', 'exchanges of commands the slow log does not show'),
+    Column('slow_log.undecided_search_cut', 'int', 'searches cut by the bound on candidates (counted, never guessed)'),
+    Column('slow_log.unjoined_examples', 'list[object]', 'up to 20: {line, reason, thread_id, query_time_s, sql (≤ 200 characters)}'),
+    Column('exchanges.total', 'int', 'rows of exchanges.parquet'),
+    Column('exchanges.seen_both', 'int', 'exchanges both points saw'),
+    Column('exchanges.seen_app', 'int', 'exchanges only the app point saw'),
+    Column('exchanges.seen_db', 'int', 'exchanges only the DB point saw'),
+    Column('exchanges.hidden_slow', 'int', 'exchanges with hidden_slow true'),
+    Column('exchanges.in_slow_log', 'int', 'exchanges joined to a slow-log entry'),
+    Column('exchanges.server_flag_slow', 'int', 'exchanges whose final status flags had SERVER_QUERY_WAS_SLOW'),
+    Column('exchanges.match_conflicts', 'int', 'exchanges with match-conflict in match_notes'),
+    Column('exchanges.repaired', 'int', 'exchanges with bytes taken from the other point (repaired-at in match_notes)'),
+    Column('exchanges.bounded', 'int', 'exchanges with a time that is a bound, not a measurement (bounded)'),
+    Column('latency_s.*', 'object|null', 'per component (total, server, network, net_req, net_resp, queue, exec: the *_s columns): {count, sum, p50, p99, max} in seconds; null when no exchange has it'),
+    Column('thread_pool_size.value', 'int|null', 'the N thread groups are computed with (given, else inferred when certain or likely); null: no groups'),
+    Column('thread_pool_size.source', 'string|null', 'given (capture.toml or --thread-pool-size) | inferred; null when unknown'),
+    Column('thread_pool_size.given', 'int|null', 'the value given, if any'),
+    Column('thread_pool_size.inferred', 'object', '{value (int|null), confidence: certain | likely | not enough evidence, candidates: [N…] explaining as many queued statements, victims (statements with certain queueing ≥ 0.1 s considered), explained (of them, with a long statement executing meanwhile on conn_id mod value), contradicted (statements that passed freely meanwhile on that group), checked_up_to, note}'),
+    Column('thread_pool_size.stalls_without_culprits', 'int', 'stalled stretches for which no statement of the group executed long enough: a sign of a wrong thread_pool_size'),
+    Column('thread_pool_size.warning', 'string|null', 'set when the given value leaves stalls without culprits, or disagrees with a certain inference'),
+    Column('pool.bucket_s', 'float|null', 'bucket length of pool.parquet'),
+    Column('pool.max_executing', 'int', 'most statements executing at once anywhere in the capture'),
+    Column('pool.cap', 'object|null', 'the pool at thread_pool_max_threads, inferred from the wire: {threads (the cap: the most statements ever executing at once), start, end (first and last wait), duration_s (time at the cap while statements certainly waited), stretches, waiting (statements that certainly waited), max_wait_s, total_wait_s, wait_source (measured | lower_bound | both, comma-separated), executing: [ref…≤ 20] (executing through the waits), executing_total, waiting_refs: [ref…≤ 20]}; null when no such stretch'),
+    Column('pool.outliers', 'object', "{exchanges: count of exchanges left out of pool/groups buckets because their times lie far outside the capture's robust span, span_start, span_end}"),
+    Column('groups.bucket_s', 'float|null', 'bucket length of groups.parquet'),
+    Column('groups.stalls', 'list[object]', 'stalled stretches in start order: {id, thread_group, start, end, duration_s, queued, max_queue_s (queue_s, any source), max_queue_certain_s (queue_min_s), queue_sources: {measured, estimated, lower_bound} (victims per queue_source), hidden_slow, understated (victims of each kind), culprits: [ref + overlap_s, ≤ 5, longest overlap first], culprits_total, culprits_more}'),
+    Column('warnings', 'list[string]', 'every warning of the run, as the terminal printed them'),
+    Column('queueing', 'object', '{measured_s, estimated_s, lower_bound_s, certain_s}: queue_s summed by queue_source over exchanges seen at both points, and queue_min_s summed'),
+    Column('hidden_slow', 'object', '{count, listed, more, by_stall: [{stall (id|null), thread_group, culprits: [ref…], victims: [ref…]}]}: hidden-slow statements grouped by the stall they queued in (stall null: none found), slowest first, up to 50 listed'),
+    Column('understated', 'object', '{count, threshold_s, listed, more, by_stall: [same shape as hidden_slow]}: statements in the slow log that measurably queued ≥ threshold_s'),
+    Column('story.sentence', 'string', 'one sentence: the most important thread-pool finding with its measured numbers'),
+    Column('story.findings', 'list[string]', "what was found, the sentence's first: proxy_queue (through a proxy with its capture: statements waited 100 ms or more inside the proxy, longer in all than any certain queueing in the DB; the DB's own sentence follows as the first bullet, topic db) | max_threads | group_stall | queueing_unexplained (certain queueing, no culprit found) | idle | undecided (no long_query_time, or neither a slow log nor the wire flag: queueing cannot be told from execution) | no_server_view | no_exchanges; then understated and hidden_slow when there are such statements"),
+    Column('story.bullets', 'list[object]', 'details below the sentence: {topic, text}; topic is one of db (through a proxy whose queue leads: the DB’s own sentence), cap, stall, understated, hidden_slow, thread_pool_size, split, estimates, counts, clock, outliers, proxy (through a proxy: summary.proxy.sentence)'),
+    Column('servers', 'list[object]', "with several DB points only, one per DB point (server) in order: {point, name (--server NAME=… or the point's folder/file name), endpoints, exchanges, slow_log, thread_pool_size, pool, groups, story, verdict, hidden_slow, understated, queueing}, each of the same shape as the top-level key, computed from that server's exchanges alone; the top-level keys are the first DB point's, and the verdict adds one line per other server"),
 )
 
 
@@ -290,3 +443,25 @@ COMPARISON_KEYS: tuple[Column, ...] = (
     Column("comparable", "boolean", "false when a note says the analyses are not comparable (different statement mix, capture points, slow-log availability or long_query_time)"),
     Column("notes", "list[object]", "{kind, severity (info | caution | not comparable), text}: where the captures differ in length, load, capture points, slow log, long_query_time, thread groups, servers, settings or capture quality"),
 )
+
+
+# Every declaration by the name `pcapdecomp columns NAME` prints it under (the docs print the same tables:
+# tests/test_schema.py). What writes each: exchanges.parquet (exchanges + analysis, proxy among them),
+# `pcapdecomp exchanges --out/--connections` (exchanges, connections), groups.parquet, pool.parquet, summary.json
+# (summary; its captures: quality), the slow log as read (slowlog), `compare` (comparison, comparison-metrics,
+# comparison-json), `analyze --partitioned` (dataset).
+TABLES: dict[str, tuple[Column, ...]] = {
+    "exchanges": EXCHANGE_COLUMNS,
+    "analysis": ANALYSIS_COLUMNS,
+    "proxy": PROXY_COLUMNS,
+    "groups": GROUP_COLUMNS,
+    "pool": POOL_COLUMNS,
+    "connections": CONNECTION_COLUMNS,
+    "summary": SUMMARY_KEYS,
+    "quality": CAPTURE_QUALITY_KEYS,
+    "slowlog": SLOWLOG_COLUMNS,
+    "comparison": COMPARISON_COLUMNS,
+    "comparison-metrics": COMPARISON_METRICS,
+    "comparison-json": COMPARISON_KEYS,
+    "dataset": DATASET_COLUMNS,
+}

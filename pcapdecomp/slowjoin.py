@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from . import formats
 from .sqltext import WILDCARD, logged_form, parse_params, read_literal, statements, template_parts, template_values
 
 NS = 1_000_000_000
@@ -996,7 +997,8 @@ class _State:
                 {"line": int(E.line[e]), "reason": str(self.reason[e]),
                  "thread_id": None if E.thread[e] < 0 else int(E.thread[e]),
                  "query_time_s": float(E.qt[e]) / NS if E.qt_known[e] else None,
-                 "sql": _short(E.sql[e] or (f"administrator command: {E.admin[e]}" if E.admin[e] else ""))}
+                 "sql": formats.clip(E.sql[e] or (f"administrator command: {E.admin[e]}" if E.admin[e] else ""),
+                                     200, flat=False)}
                 for e in np.flatnonzero(~joined & window)[:MAX_EXAMPLES].tolist()],
         }
         warnings = []
@@ -1015,8 +1017,3 @@ class _State:
 
 class _ScanLimit(Exception):
     pass
-
-
-def _short(text, limit: int = 200) -> str:
-    text = "" if text is None else str(text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"

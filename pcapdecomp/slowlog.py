@@ -2,7 +2,7 @@
 
 The core (`SlowLogParser`, `parse_slow_log`) is sans-IO: lines in, `SlowLogEntry` records out. `read_slow_log`
 opens the file (plain or gzip), refuses what is clearly not a slow log, and builds the table declared once in
-`SLOWLOG_COLUMNS`.
+`schema.SLOWLOG_COLUMNS`.
 
 Why the parser is a small state machine and not a split on "# Time:": a statement may itself contain lines that
 look exactly like entry headers (a `# ...` SQL comment, or a string literal spanning lines). The server writes
@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from pcapdecomp.errors import SlowLogError
+from pcapdecomp.schema import SLOWLOG_COLUMNS
 
 __all__ = [
     "SlowLogEntry",
@@ -665,35 +666,6 @@ def parse_slow_log(text_or_lines: str | Iterable[str], tz: dt.tzinfo = UTC, max_
 
 # --- the table ----------------------------------------------------------------------------------------------
 
-SLOWLOG_COLUMNS: list[tuple[str, str, str]] = [
-    ("line", "int64", "1-based line of the entry's first header line"),
-    ("time", "datetime64[ns, UTC]", "'# Time:' (own or inherited): MySQL end of statement, MariaDB start second"),
-    ("time_meaning", "string", "what `time` marks: end (ISO times; YYMMDD of MySQL/Percona) | start (MariaDB); null when the flavour is unknown"),
-    ("time_precision_ns", "Int64", "resolution of `time`: 1000000000 for whole seconds, 1000 for microseconds"),
-    ("timestamp", "datetime64[ns, UTC]", "'SET timestamp=N;': statement start, whole seconds"),
-    ("start", "datetime64[ns, UTC]", "MySQL 8 log_slow_extra 'Start:' (start of execution)"),
-    ("end", "datetime64[ns, UTC]", "MySQL 8 log_slow_extra 'End:'"),
-    ("user", "string", "login user"),
-    ("host", "string", "client host name"),
-    ("ip", "string", "client address"),
-    ("thread_id", "Int64", "connection id (MySQL 'Id:'/'Thread_id:', MariaDB/Percona 'Thread_id:')"),
-    ("schema", "string", "default database ('Schema:' or 'use db;')"),
-    ("query_time_ns", "Int64", "'Query_time:' in integer ns (execution; excludes thread-pool queueing); null when damaged"),
-    ("query_time_s", "float64", "'Query_time:' in seconds"),
-    ("lock_time_s", "float64", "'Lock_time:' in seconds"),
-    ("rows_sent", "Int64", "'Rows_sent:'"),
-    ("rows_examined", "Int64", "'Rows_examined:'"),
-    ("rows_affected", "Int64", "'Rows_affected:' (MariaDB, Percona)"),
-    ("bytes_sent", "Int64", "'Bytes_sent:'"),
-    ("errno", "Int64", "'Errno:' (MySQL 8 log_slow_extra) or 'Last_errno:' (Percona)"),
-    ("killed", "Int64", "'Killed:' (0: not killed)"),
-    ("admin_command", "string", "'# administrator command: X;' -> X (sql is then empty)"),
-    ("sql", "string", "statement text without the 'use'/'SET timestamp' prefix lines and the final ';'"),
-    ("cut", "bool", "the statement text is incomplete (log cut inside it, or longer than max_sql_bytes)"),
-    ("extra", "object", "dict of every other 'Key: value' pair, verbatim"),
-]
-
-
 def time_meaning(entry: SlowLogEntry, flavor: str) -> str | None:
     """'end' or 'start': what an entry's '# Time:' marks, by its form and the log's flavour (see module doc)."""
     if entry.time_ns is None:
@@ -725,7 +697,7 @@ def entries_to_frame(entries: list[SlowLogEntry], flavor: str = "unknown"):
         "lock_time_s": seconds([e.lock_time_ns for e in entries]),
     }
     columns = {}
-    for name, dtype, _ in SLOWLOG_COLUMNS:
+    for name, dtype in ((c.name, c.dtype) for c in SLOWLOG_COLUMNS):
         values = by_name[name] if name in by_name else [getattr(e, name) for e in entries]
         columns[name] = pd.Series(values, dtype=dtype if dtype != "object" else object)
     return pd.DataFrame(columns)

@@ -23,10 +23,11 @@ Between two consecutive files of a point:
 from __future__ import annotations
 
 import glob as globbing
+import ipaddress
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import capture
@@ -72,6 +73,10 @@ class CapturePoint:
     def bytes(self) -> int:
         return sum(os.stat(f).st_size for f in self.files)
 
+    def open_reader(self, stats: CaptureStats | None = None) -> CaptureReader | PointReader:
+        """A reader of the point's files as one capture (what `capture.open_capture(point)` returns)."""
+        return PointReader(self, stats) if len(self.files) != 1 else CaptureReader(self.files[0], stats)
+
 
 def register(point: CapturePoint) -> CapturePoint:
     """Make `capture.open_capture(point.name)` read the point's files as one stream (in this process and the
@@ -81,11 +86,32 @@ def register(point: CapturePoint) -> CapturePoint:
     return point
 
 
-def unregister_all() -> None:
-    capture.POINT_READERS.clear()
-
-
 # --- naming and resolving ---------------------------------------------------------------------------------------
+
+
+def parse_server(text: str) -> tuple[str, int]:
+    """'10.0.0.5:3306' or '[fd00::5]:3306' -> (ip, port)."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--server must be HOST:PORT with a numeric port, got {text!r}")
+    try:
+        ip = str(ipaddress.ip_address(host))
+    except ValueError:
+        raise UsageError(f"--server host must be an IP address, got {host!r}") from None
+    return ip, int(port)
+
+
+def check_input(path: Path) -> None:
+    """A capture file the user named: there, a regular file, not empty."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, expected a capture file")
+    if not path.is_file():  # a FIFO would block the run, a device never end; every capture is read twice
+        raise InputError(f"{path}: not a regular file (a pipe, device or socket cannot be read)")
+    if path.stat().st_size == 0:
+        raise InputError(f"{path}: empty file")
 
 
 def rotation_index(name: str) -> tuple[str, int | None]:
@@ -146,8 +172,6 @@ def point(kind: str, spec: str | os.PathLike, what: str | None = None, name: str
 
 def point_of_files(kind: str, files: list[Path], name: str, given: str, what: str) -> CapturePoint:
     """A point of these files: checked, duplicates and empty rotation files left out, in reading order."""
-    from .pipeline import check_input
-
     unique: dict[str, Path] = {}
     for f in files:
         unique.setdefault(os.path.realpath(f), f)

@@ -140,6 +140,16 @@ def as_category(values) -> pd.Series:
     return pd.Series(pd.Categorical(series, categories=categories), index=series.index, name=series.name)
 
 
+def with_declared_dtypes(df: pd.DataFrame, columns: tuple[Column, ...]) -> pd.DataFrame:
+    """`df`'s `columns`, in their order, each of the dtype the schema declares (converted only where it differs;
+    under copy-on-write the selection copies nothing)."""
+    out = df[[c.name for c in columns]]
+    for col in columns:
+        if str(out[col.name].dtype) != col.dtype:
+            out[col.name] = out[col.name].astype(col.dtype)
+    return out
+
+
 def _sort_key(column: pd.Series) -> np.ndarray:
     """int64 view of a key column (nanoseconds for timestamps: to_numpy() would make Timestamp objects)."""
     if isinstance(column.dtype, pd.DatetimeTZDtype):

@@ -15,7 +15,7 @@ bytes across all the connections of a capture (`HeldBudget`, shared by the track
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 SEQ_MOD = 1 << 32
 HALF = 1 << 31
@@ -287,18 +287,3 @@ class HalfStream:
             self.holes.append((self.raw_seq(offset), length, ts_ns))
         else:
             self.holes_dropped += 1
-
-
-@dataclass
-class TcpConnection:
-    """Both directions of one connection, keyed by the client (initiator) and server endpoints."""
-
-    client: tuple[str, int]
-    server: tuple[str, int]
-    to_server: HalfStream = field(default_factory=HalfStream)
-    to_client: HalfStream = field(default_factory=HalfStream)
-    syn_ts: int | None = None
-    first_ts: int | None = None
-    last_ts: int | None = None
-    fin_or_rst: bool = False
-    frames: int = 0

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .decompose import NS, STALL_MIN_QUEUE_S, ts_ns
+from .formats import clip
 from .schema import GROUP_COLUMNS, POOL_COLUMNS
 
 CULPRIT_MIN_SHARE = 0.25  # a culprit executed during at least this share of the stalled stretch
@@ -621,8 +622,8 @@ class Refs:
         for c in self.EXTRA:
             if c in self.t.columns:
                 out[c] = self.value(c, pos)
-        if isinstance(out.get("sql"), str) and len(out["sql"]) > 200:
-            out["sql"] = out["sql"][:199] + "…"
+        if isinstance(out.get("sql"), str):
+            out["sql"] = clip(out["sql"], 200, flat=False)
         return out
 
 

@@ -16,12 +16,14 @@ import numpy as np
 import pandas as pd
 
 from .decompose import STALL_MIN_QUEUE_S, network_parts, ts_ns
+from .formats import clip, clock_ms, plural, seconds_rounded
 from .proxy import PAIRED_KINDS
 from .proxy import sentence as proxy_sentence
 from .threadpool import MAX_CULPRITS, PoolView, Refs, json_value, robust_span
 
 VICTIMS_LISTED = 50  # hidden-slow / understated statements listed in summary.json (the rest counted)
 STALLS_TOLD = 5  # stall bullets (the rest counted)
+SQL_CHARS = 80  # a statement quoted in a sentence is clipped to this many characters
 
 
 def tell(summary: dict, x: pd.DataFrame, view: PoolView) -> dict:
@@ -76,11 +78,11 @@ def _proxy_lead(summary: dict, x: pd.DataFrame) -> str | None:
     total = float(np.nansum(x["total_s"].to_numpy(dtype="float64", na_value=np.nan)[paired]))
     inside = float(np.nansum(x["proxy_s"].to_numpy(dtype="float64", na_value=np.nan)[paired]))
     share = f", {100 * inside / total:.1f} % of the time clients waited on the paired statements" if total > 0 else ""
-    pool = (f"; its {fronts} client {_plural(fronts, 'connection', 'connections')} shared {backs} server "
-            f"{_plural(backs, 'connection', 'connections')}" if backs < fronts else "")
+    pool = (f"; its {fronts} client {plural(fronts, 'connection', 'connections')} shared {backs} server "
+            f"{plural(backs, 'connection', 'connections')}" if backs < fronts else "")
     return (f"The time went inside the {kind} proxy, not the DB: {int(waited.sum())} of the {int(paired.sum())} "
-            f"statements paired through it waited {_dur(STALL_MIN_QUEUE_S)} or more there before it sent them on "
-            f"(up to {_dur(np.nanmax(wait[waited]))}, {_dur(wait[waited].sum())} in all{share}){pool}.")
+            f"statements paired through it waited {seconds_rounded(STALL_MIN_QUEUE_S)} or more there before it sent them on "
+            f"(up to {seconds_rounded(np.nanmax(wait[waited]))}, {seconds_rounded(wait[waited].sum())} in all{share}){pool}.")
 
 
 def _sane(x: pd.DataFrame, view: PoolView) -> np.ndarray:
@@ -157,10 +159,10 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
         sentence = "No MySQL exchange was found in the captures, so there is nothing to tell about the thread pool."
     elif np.isnan(server).all():
         findings.append("no_server_view")
-        sentence = (f"Only the app side was captured: clients waited up to {_dur(np.nanmax(total))} on "
+        sentence = (f"Only the app side was captured: clients waited up to {seconds_rounded(np.nanmax(total))} on "
                     f"{c['total']} exchanges, but without the DB capture queueing and execution cannot be told apart."
                     if (~np.isnan(total)).any() else
-                    f"{c['total']} {_plural(c['total'], 'exchange was', 'exchanges were')} read, but no response "
+                    f"{c['total']} {plural(c['total'], 'exchange was', 'exchanges were')} read, but no response "
                     "was seen: no time can be split.")
     elif cap:
         findings.append("max_threads")
@@ -194,7 +196,7 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     if est:
         bullets.append(est)
     if c["total"]:
-        bullets.append({"topic": "counts", "text": f"{c['total']} {_plural(c['total'], 'exchange', 'exchanges')} "
+        bullets.append({"topic": "counts", "text": f"{c['total']} {plural(c['total'], 'exchange', 'exchanges')} "
                                                     f"({c['seen_both']} seen at both points, "
                                                     f"{c['seen_app']} only at the app, {c['seen_db']} only at the DB)."})
     clock = summary.get("clock")
@@ -206,7 +208,7 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
                                                   f"{clock['skew_ppm']:+.2f} ppm."})
     outliers = int((~sane).sum())
     if outliers:
-        bullets.append({"topic": "outliers", "text": f"{outliers} {_plural(outliers, 'exchange has', 'exchanges have')} times far outside the "
+        bullets.append({"topic": "outliers", "text": f"{outliers} {plural(outliers, 'exchange has', 'exchanges have')} times far outside the "
                                                      "capture's span (or end before they start): their times are damage, left out of the pool "
                                                      "and group views and of this verdict."})
     return {"sentence": sentence, "findings": findings, "bullets": bullets}
@@ -216,19 +218,19 @@ def _cap_sentence(cap: dict, x: pd.DataFrame, view: PoolView, hidden, understate
     executing, waiting = view.cap_members
     shape = _one_shape(x, np.concatenate([executing, waiting]))
     waits = (x["queue_s"].to_numpy(dtype="float64", na_value=np.nan))[waiting]
-    wait_text = (f"{_dur(float(np.nanmax(waits)))} each" if np.nanmax(waits) - np.nanmin(waits) < 0.05 * np.nanmax(waits)
-                 else f"up to {_dur(float(np.nanmax(waits)))}")
-    who = (f"{len(waiting)} of the {shape[1]} `{_clip(shape[0])}`" if shape else
-           f"{len(waiting)} more {_plural(len(waiting), 'statement', 'statements')}")
+    wait_text = (f"{seconds_rounded(float(np.nanmax(waits)))} each" if np.nanmax(waits) - np.nanmin(waits) < 0.05 * np.nanmax(waits)
+                 else f"up to {seconds_rounded(float(np.nanmax(waits)))}")
+    who = (f"{len(waiting)} of the {shape[1]} `{clip(shape[0], SQL_CHARS)}`" if shape else
+           f"{len(waiting)} more {plural(len(waiting), 'statement', 'statements')}")
     text = (f"The thread pool was at its thread limit: exactly {cap['threads']} statements executed at once for "
-            f"{_dur(cap['duration_s'])} while {who} waited {wait_text} for a thread "
+            f"{seconds_rounded(cap['duration_s'])} while {who} waited {wait_text} for a thread "
             f"(thread_pool_max_threads = {cap['threads']}, inferred from the wire)")
     u, h = understated[waiting].sum(), hidden[waiting].sum()
     total = x["total_s"].to_numpy(dtype="float64", na_value=np.nan)[waiting]
     exec_s = x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)[waiting]
-    saw = f" (clients saw {_dur(float(np.nanmax(total)))})" if (~np.isnan(total)).any() else ""
+    saw = f" (clients saw {seconds_rounded(float(np.nanmax(total)))})" if (~np.isnan(total)).any() else ""
     if u == len(waiting):
-        text += f"; the slow log shows their {_dur(float(np.nanmax(exec_s)))} of execution, not the wait{saw}"
+        text += f"; the slow log shows their {seconds_rounded(float(np.nanmax(exec_s)))} of execution, not the wait{saw}"
     elif h == len(waiting):
         text += f"; the slow log shows none of them{saw}"
     elif u or h:
@@ -238,9 +240,9 @@ def _cap_sentence(cap: dict, x: pd.DataFrame, view: PoolView, hidden, understate
 
 def _cap_bullets(cap: dict, x: pd.DataFrame, view: PoolView) -> list[dict]:
     executing, waiting = view.cap_members
-    return [{"topic": "cap", "text": f"At the limit from {_clock(cap['start'])} to {_clock(cap['end'])}: executing "
+    return [{"topic": "cap", "text": f"At the limit from {clock_ms(cap['start'])} to {clock_ms(cap['end'])}: executing "
                                      + _who(x, executing) + "; waiting " + _who(x, waiting)
-                                     + f" ({_dur(cap['total_wait_s'])} of waiting in all, "
+                                     + f" ({seconds_rounded(cap['total_wait_s'])} of waiting in all, "
                                        f"{_source_words(cap['wait_source'])})."}]
 
 
@@ -260,18 +262,18 @@ def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, 
                  "thread groups " + ", ".join(map(str, groups[:-1])) + f" and {groups[-1]}")
         behind = _culprit_words(told)
         if n_h:
-            text = (f"{n_h} {_plural(n_h, 'statement was', 'statements were')} slow only because "
-                    f"{_plural(n_h, 'it', 'they')} waited in {where} behind {behind}: up to "
-                    f"{_dur(np.nanmax(server[h]))} inside the server, and "
-                    + (f"the slow log does not show {_plural(n_h, 'it', 'them')}" if logged else
-                       f"the server did not flag {_plural(n_h, 'it', 'them')} slow (no slow log given)"))
+            text = (f"{n_h} {plural(n_h, 'statement was', 'statements were')} slow only because "
+                    f"{plural(n_h, 'it', 'they')} waited in {where} behind {behind}: up to "
+                    f"{seconds_rounded(np.nanmax(server[h]))} inside the server, and "
+                    + (f"the slow log does not show {plural(n_h, 'it', 'them')}" if logged else
+                       f"the server did not flag {plural(n_h, 'it', 'them')} slow (no slow log given)"))
             if n_u:
-                text += (f"; {n_u} more in the slow log waited up to {_dur(np.nanmax(queue[u]))}, which its "
+                text += (f"; {n_u} more in the slow log waited up to {seconds_rounded(np.nanmax(queue[u]))}, which its "
                          "Query_time leaves out")
         else:
-            saw = f" (clients saw up to {_dur(np.nanmax(total[u]))})" if (~np.isnan(total[u])).any() else ""
-            text = (f"{n_u} {_plural(n_u, 'statement', 'statements')} in the slow log waited up to "
-                    f"{_dur(np.nanmax(queue[u]))} in {where} behind {behind} before executing: the slow "
+            saw = f" (clients saw up to {seconds_rounded(np.nanmax(total[u]))})" if (~np.isnan(total[u])).any() else ""
+            text = (f"{n_u} {plural(n_u, 'statement', 'statements')} in the slow log waited up to "
+                    f"{seconds_rounded(np.nanmax(queue[u]))} in {where} behind {behind} before executing: the slow "
                     f"log's Query_time leaves the wait out{saw}")
         if rest:
             text += f"; {rest} more waited with no culprit found on their group"
@@ -290,7 +292,7 @@ def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, 
         what.append(f"{n_h} slow on the wire but " + ("not in the slow log" if logged else "not flagged slow"))
     if n_u:
         what.append(f"{n_u} in the slow log, which understates them")
-    return (f"{n} {_plural(n, 'statement', 'statements')} waited up to {_dur(np.nanmax(queue[victims]))} before "
+    return (f"{n} {plural(n, 'statement', 'statements')} waited up to {seconds_rounded(np.nanmax(queue[victims]))} before "
             f"executing ({', '.join(what)}); {why}.")
 
 
@@ -300,41 +302,41 @@ def _quiet_sentence(summary: dict, x: pd.DataFrame, server: np.ndarray, lqt) -> 
     slow_logged = int(x["in_slow_log"].fillna(False).sum())
     if worst < STALL_MIN_QUEUE_S:
         return (f"No statement waited in the thread pool: the slowest of the {n} exchanges seen at the DB took "
-                f"{_dur(worst)} inside the server.")
+                f"{seconds_rounded(worst)} inside the server.")
     evidence = lqt is not None and (summary["slow_log"].get("used") or x["server_flag_slow"].notna().any())
     if evidence:
-        slow = (f"; {slow_logged} {_plural(slow_logged, 'was', 'were')} slow executing (in the slow log, up to "
-                f"{_dur(float(np.nanmax(x['exec_s'].where(x['exec_source'] == 'slow_log'))))})"
+        slow = (f"; {slow_logged} {plural(slow_logged, 'was', 'were')} slow executing (in the slow log, up to "
+                f"{seconds_rounded(float(np.nanmax(x['exec_s'].where(x['exec_source'] == 'slow_log'))))})"
                 if slow_logged else "")
         return (f"No statement waited in the thread pool as far as the slow log and the wire show: none of the {n} "
-                f"exchanges was slow on the wire without being in it or waited {_dur(STALL_MIN_QUEUE_S)} or more "
+                f"exchanges was slow on the wire without being in it or waited {seconds_rounded(STALL_MIN_QUEUE_S)} or more "
                 f"before executing{slow}.")
     why = ("long_query_time is unknown (give --long-query-time or capture.toml)" if lqt is None else
            "there is no slow log and the server does not flag slow statements on the wire (MySQL does not)")
     return (f"Queueing cannot be told from execution here: {why}; the slowest of the {n} exchanges took "
-            f"{_dur(worst)} inside the server.")
+            f"{seconds_rounded(worst)} inside the server.")
 
 
 def _stall_bullets(stalls: list[dict], x: pd.DataFrame) -> list[dict]:
     out = []
     for s in stalls[:STALLS_TOLD]:
-        text = (f"Thread group {s['thread_group']} stalled {_dur(s['duration_s'])} from {_clock(s['start'])}: "
-                f"{s['queued']} {_plural(s['queued'], 'statement', 'statements')} queued up to "
-                f"{_dur(s['max_queue_s'])}")
+        text = (f"Thread group {s['thread_group']} stalled {seconds_rounded(s['duration_s'])} from {clock_ms(s['start'])}: "
+                f"{s['queued']} {plural(s['queued'], 'statement', 'statements')} queued up to "
+                f"{seconds_rounded(s['max_queue_s'])}")
         if s["max_queue_certain_s"] < s["max_queue_s"] - 1e-6:
-            text += f" (at least {_dur(s['max_queue_certain_s'])} certain)"
+            text += f" (at least {seconds_rounded(s['max_queue_certain_s'])} certain)"
         if s["culprits"]:
             first = s["culprits"][0]
-            text += f" behind `{_clip(first['sql'])}` (connection {first['conn_id']}, {_exec_words(first)})"
+            text += f" behind `{clip(first['sql'], SQL_CHARS)}` (connection {first['conn_id']}, {_exec_words(first)})"
             others = s["culprits_total"] - 1
             if others:
-                text += f" and {others} other long {_plural(others, 'statement', 'statements')}"
+                text += f" and {others} other long {plural(others, 'statement', 'statements')}"
         else:
             text += "; no statement of this group executed long meanwhile (no culprit found)"
         out.append({"topic": "stall", "text": text + "."})
     if len(stalls) > STALLS_TOLD:
         rest = len(stalls) - STALLS_TOLD
-        out.append({"topic": "stall", "text": f"… and {rest} more {_plural(rest, 'stall', 'stalls')} "
+        out.append({"topic": "stall", "text": f"… and {rest} more {plural(rest, 'stall', 'stalls')} "
                                               "(summary.json → groups.stalls)."})
     return out
 
@@ -344,7 +346,7 @@ def _understated_bullet(x: pd.DataFrame, mask: np.ndarray) -> dict:
     lines = x["slow_log_line"].to_numpy(dtype="float64", na_value=np.nan)[mask]
     listed = ", ".join(str(int(v)) for v in sorted(lines[~np.isnan(lines)])[:10])
     n = int(mask.sum())
-    return {"topic": "understated", "text": f"{n} {_plural(n, 'statement', 'statements')} in the slow log waited "
+    return {"topic": "understated", "text": f"{n} {plural(n, 'statement', 'statements')} in the slow log waited "
                                             f"{_span(q)} before executing (measured: server time − Query_time), "
                                             "which the slow log does not show"
                                             + (f"; slow-log lines {listed}" + (" …" if n > 10 else "") if listed else "")
@@ -355,10 +357,10 @@ def _hidden_bullet(x: pd.DataFrame, mask: np.ndarray, lqt) -> dict:
     server = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)[mask]
     qmin = x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan)[mask]
     n = int(mask.sum())
-    return {"topic": "hidden_slow", "text": f"{n} hidden-slow {_plural(n, 'statement', 'statements')} (slower than "
-                                            f"long_query_time = {_dur(lqt)} inside the server, yet not in the slow "
+    return {"topic": "hidden_slow", "text": f"{n} hidden-slow {plural(n, 'statement', 'statements')} (slower than "
+                                            f"long_query_time = {seconds_rounded(lqt)} inside the server, yet not in the slow "
                                             f"log and not flagged slow): server time {_span(server)}; as "
-                                            f"{_plural(n, 'it', 'they')} executed in under {_dur(lqt)}, at least "
+                                            f"{plural(n, 'it', 'they')} executed in under {seconds_rounded(lqt)}, at least "
                                             f"{_span(qmin)} of it was waiting."}
 
 
@@ -417,7 +419,7 @@ def _split_bullet(x: pd.DataFrame) -> dict | None:
     execution = f"execution {pct(e_all)}" + (f" ({pct(e_meas)} measured in the slow log)" if e_meas > 0 else "")
     unsplit = float(both.loc[both["queue_s"].isna(), "server_s"].sum())
     rest = f", not split (execution unknown) {pct(unsplit)}" if unsplit >= 0.0005 * tot else ""
-    return {"topic": "split", "text": f"Of the {_dur(tot)} the clients waited: {net}, {queue}, "
+    return {"topic": "split", "text": f"Of the {seconds_rounded(tot)} the clients waited: {net}, {queue}, "
                                       f"{execution}{rest}."}
 
 
@@ -427,9 +429,9 @@ def _estimate_bullet(x: pd.DataFrame) -> dict | None:
     if not n:
         return None
     q = float(x.loc[est, "queue_s"].sum())
-    return {"topic": "estimates", "text": f"Execution of {n} {_plural(n, 'statement', 'statements')} is estimated "
+    return {"topic": "estimates", "text": f"Execution of {n} {plural(n, 'statement', 'statements')} is estimated "
                                           "from other runs of the same command and statement (exec_source "
-                                          f"fingerprint_median); the queueing it implies, {_dur(q)} in all, is "
+                                          f"fingerprint_median); the queueing it implies, {seconds_rounded(q)} in all, is "
                                           "labelled as an estimate and claims nothing."}
 
 
@@ -444,14 +446,14 @@ def _culprit_words(told: list[dict]) -> str:
     if len(runs) > 1:
         lo = min(c["exec_s"] or 0 for c in runs)
         hi = max(c["exec_s"] or 0 for c in runs)
-        how = f"{len(runs)} runs of {_dur(lo)}–{_dur(hi)}" if hi - lo > 0.0005 else f"{len(runs)} runs of {_dur(hi)}"
+        how = f"{len(runs)} runs of {seconds_rounded(lo)}–{seconds_rounded(hi)}" if hi - lo > 0.0005 else f"{len(runs)} runs of {seconds_rounded(hi)}"
         how += "" if all(c["exec_source"] == "slow_log" for c in runs) else " (not all measured)"
     else:
         how = _exec_words(main)
     others = {(c["sql"], c["conn_id"]) for s in told for c in s["culprits"]} - {(main["sql"], main["conn_id"])}
-    text = f"`{_clip(main['sql'])}` (connection {main['conn_id']}, {how})"
+    text = f"`{clip(main['sql'], SQL_CHARS)}` (connection {main['conn_id']}, {how})"
     if others:
-        text += f" and {len(others)} other long {_plural(len(others), 'statement', 'statements')}"
+        text += f" and {len(others)} other long {plural(len(others), 'statement', 'statements')}"
     return text
 
 
@@ -462,7 +464,7 @@ def _exec_words(c: dict) -> str:
             "below_long_query_time": "executing up to"}.get(c.get("exec_source"), "executing")
     tail = {"slow_log": "", "flagged_slow": " (flagged slow on the wire)", "fingerprint_median": " (estimate)",
             "below_long_query_time": " (a bound)"}.get(c.get("exec_source"), "")
-    return f"{word} {_dur(c['exec_s'])}{tail}"
+    return f"{word} {seconds_rounded(c['exec_s'])}{tail}"
 
 
 def _who(x: pd.DataFrame, rows: np.ndarray) -> str:
@@ -472,7 +474,7 @@ def _who(x: pd.DataFrame, rows: np.ndarray) -> str:
     for sql, g in part.groupby(part["sql"].astype(object).fillna(part["command"].astype(object)), sort=False):
         conns = ", ".join(str(int(c)) for c in sorted(g["conn_id"].dropna().astype(int))[:12])
         more = " …" if g["conn_id"].notna().sum() > 12 else ""
-        texts.append(f"`{_clip(sql)}` ×{len(g)} (connection{'s' if len(g) > 1 else ''} {conns}{more})")
+        texts.append(f"`{clip(sql, SQL_CHARS)}` ×{len(g)} (connection{'s' if len(g) > 1 else ''} {conns}{more})")
     return "; ".join(texts[:5]) + (f" and {len(texts) - 5} other statements" if len(texts) > 5 else "")
 
 
@@ -496,31 +498,4 @@ def _span(v: np.ndarray) -> str:
     if not len(v):
         return "unknown"
     lo, hi = float(v.min()), float(v.max())
-    return _dur(hi) if hi - lo < 0.0005 else f"{_dur(lo)} to {_dur(hi)}"
-
-
-def _dur(s) -> str:
-    if s is None or (isinstance(s, float) and np.isnan(s)):
-        return "?"
-    s = float(s)
-    if abs(s) >= 1:
-        return f"{s:.3f} s"
-    if abs(s) >= 0.01:
-        return f"{s * 1e3:.0f} ms"
-    if abs(s) >= 0.001:
-        return f"{s * 1e3:.1f} ms"
-    return f"{s * 1e6:.0f} µs"
-
-
-def _clock(iso: str) -> str:
-    ts = pd.Timestamp(iso)
-    return ts.strftime("%H:%M:%S.") + f"{ts.microsecond // 1000:03d} UTC"
-
-
-def _plural(n: int, one: str, many: str) -> str:
-    return one if n == 1 else many
-
-
-def _clip(sql, limit: int = 80) -> str:
-    text = " ".join(str(sql or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return seconds_rounded(hi) if hi - lo < 0.0005 else f"{seconds_rounded(lo)} to {seconds_rounded(hi)}"

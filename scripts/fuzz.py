@@ -341,7 +341,7 @@ def main() -> int:
         with open_capture(p) as reader:
             segment_lists.append(list(reader))
     from pcapdecomp import fastlane
-    from pcapdecomp.analysis import tomllib
+    from pcapdecomp.captureset import tomllib
 
     sets = []
     for folder in SETS:

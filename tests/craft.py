@@ -12,10 +12,23 @@ import socket
 import struct
 from pathlib import Path
 
+import zstandard
+
 SYN, FIN, RST, PSH, ACK = 0x02, 0x01, 0x04, 0x08, 0x10
 T0 = 1_790_000_000 * 10**9  # 2026-09-21, ns
 
 _ETH = b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00"
+
+
+def write_lenenc_int(value: int) -> bytes:
+    """A length-encoded integer, the inverse of wire.read_lenenc_int."""
+    if value < 0xFB:
+        return bytes([value])
+    if value < 1 << 16:
+        return b"\xfc" + value.to_bytes(2, "little")
+    if value < 1 << 24:
+        return b"\xfd" + value.to_bytes(3, "little")
+    return b"\xfe" + value.to_bytes(8, "little")
 
 
 def pkt(seq: int, payload: bytes) -> bytes:
@@ -123,3 +136,19 @@ class Conversation:
         self._frame(False, FIN | ACK)
         self.sseq += 1
         self._frame(True, ACK)
+
+
+def packed_commands(path: Path, n: int) -> Path:
+    """zstd-compressed protocol; one compressed packet carrying n empty COM_QUERYs (the 2 KB capture of issue 16
+    that ran for 400 s had one such packet)."""
+    zstd = 1 << 26
+    cap = Capture()
+    conn = Conversation(cap).open()
+    conn.server_sends(pkt(0, greeting(caps=0xF7FE | (0x81BF << 16) | zstd)))
+    conn.client_sends(pkt(1, login(caps=0x000FA685 | zstd) + b"\x03"))
+    conn.server_sends(pkt(2, b"\x00\x00\x00\x02\x00\x00\x00"))
+    inner = pkt(0, b"\x03") * n
+    packed = zstandard.ZstdCompressor(level=3).compress(inner)
+    conn.client_sends(len(packed).to_bytes(3, "little") + b"\x00" + len(inner).to_bytes(3, "little") + packed)
+    conn.close()
+    return cap.write(path)

@@ -1,4 +1,4 @@
-"""Small pcap rewriters for tests: shift a capture's clock, drop packets, cut its start, NAT its client.
+"""Small pcap tools for tests: shift a capture's clock, drop packets, cut its start, NAT its client, read it.
 
 A pcap file is a 24-byte global header and records of (ts_sec, ts_frac, incl_len, orig_len) + packet bytes;
 the magic says the byte order and whether ts_frac is µs or ns. Nothing else is touched (no checksums: the
@@ -11,6 +11,8 @@ import ipaddress
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from pcapdecomp.capture import TcpSegment, open_capture
 
 _MAGIC = {
     b"\xd4\xc3\xb2\xa1": ("<", 1_000), b"\xa1\xb2\xc3\xd4": (">", 1_000),
@@ -158,3 +160,60 @@ def to_pcapng(src: Path, dst: Path, *, interfaces: int = 1, resolutions: tuple[i
         out.append(block(6, struct.pack(e + "IIIII", k, t >> 32, t & 0xFFFFFFFF, len(pkt), orig) + pkt))
     dst.write_bytes(b"".join(out))
     return len(frames)
+
+
+def read_segments(path: Path) -> Iterator[TcpSegment]:
+    """Every TCP segment of a capture, through the tool's own reader (the file is closed at the end)."""
+    with open_capture(path) as reader:
+        yield from reader
+
+
+# --- pcapng blocks, written from the specification (independently of the reader) ---------------------------------
+
+
+def _pad4(b: bytes) -> bytes:
+    return b + b"\0" * (-len(b) % 4)
+
+
+def ng_block(btype: int, body: bytes, e="<") -> bytes:
+    body = _pad4(body)
+    return struct.pack(e + "II", btype, len(body) + 12) + body + struct.pack(e + "I", len(body) + 12)
+
+
+def ng_options(options, e="<") -> bytes:
+    if not options:
+        return b""
+    out = b"".join(struct.pack(e + "HH", code, len(v)) + _pad4(v) for code, v in options)
+    return out + struct.pack(e + "HH", 0, 0)
+
+
+def ng_shb(e="<") -> bytes:
+    return ng_block(0x0A0D0D0A, struct.pack(e + "IHHq", 0x1A2B3C4D, 1, 0, -1), e)
+
+
+def ng_idb(linktype: int, tsresol: int | None = None, tsoffset: int | None = None, snaplen=0, e="<") -> bytes:
+    opts = []
+    if tsresol is not None:
+        opts.append((9, bytes([tsresol])))
+    if tsoffset is not None:
+        opts.append((14, struct.pack(e + "q", tsoffset)))
+    return ng_block(1, struct.pack(e + "HHI", linktype, 0, snaplen) + ng_options(opts, e), e)
+
+
+def ng_epb(if_id: int, ticks: int, frame: bytes, orig_len=None, e="<") -> bytes:
+    orig_len = len(frame) if orig_len is None else orig_len
+    head = struct.pack(e + "IIIII", if_id, ticks >> 32, ticks & 0xFFFFFFFF, len(frame), orig_len)
+    return ng_block(6, head + frame, e)
+
+
+def ng_spb(frame: bytes, e="<") -> bytes:
+    return ng_block(3, struct.pack(e + "I", len(frame)) + frame, e)
+
+
+def ng_pb(if_id: int, ticks: int, frame: bytes, e="<") -> bytes:
+    head = struct.pack(e + "HHIIII", if_id, 0, ticks >> 32, ticks & 0xFFFFFFFF, len(frame), len(frame))
+    return ng_block(2, head + frame, e)
+
+
+def ng_isb(if_id: int, ifdrop: int, e="<") -> bytes:
+    return ng_block(5, struct.pack(e + "III", if_id, 0, 0) + ng_options([(5, struct.pack(e + "Q", ifdrop))], e), e)

@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pcapdecomp.analysis import analyze, resolve_capture_set
+from pcapdecomp.analysis import analyze
+from pcapdecomp.captureset import resolve_capture_set
 from pcapdecomp.errors import PcapdecompError, UsageError
 from pcapdecomp.schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 
@@ -149,7 +150,7 @@ def test_group_stall_shows_the_stalled_group_and_its_culprit(lab):
 
 
 def test_outputs_written(lab, tmp_path):
-    r = run(CAPTURES / "maxthreads", tmp_path / "out", csv=True)
+    run(CAPTURES / "maxthreads", tmp_path / "out", csv=True)
     names = sorted(p.name for p in (tmp_path / "out").iterdir() if not p.name.startswith("."))
     assert names == ["exchanges.csv", "exchanges.parquet", "groups.parquet", "pool.parquet", "report.html",
                      "summary.json"]

@@ -16,7 +16,6 @@ import shutil
 import struct
 import subprocess
 import zlib
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,13 +34,13 @@ from scapy.packet import Raw
 from pcapdecomp.capture import (
     CaptureStats,
     TcpSegment,
-    iter_frames,
     open_capture,
-    read_segments,
 )
 from pcapdecomp.errors import CaptureFormatError, InputError, PcapdecompError
 
 from corpus import CORPUS  # noqa: E402
+from pcaptools import ng_block, ng_epb, ng_idb, ng_isb, ng_pb, ng_shb, ng_spb  # noqa: E402
+
 TSHARK = shutil.which("tshark")
 
 
@@ -58,54 +57,6 @@ def pcap_file(records, linktype=1, nanos=False, endian="<", snaplen=262144) -> b
         frac = ts_ns % 10**9 if nanos else ts_ns % 10**9 // 1000
         out.append(struct.pack(endian + "IIII", ts_ns // 10**9, frac, len(frame), orig_len) + frame)
     return b"".join(out)
-
-
-def _pad4(b: bytes) -> bytes:
-    return b + b"\0" * (-len(b) % 4)
-
-
-def ng_block(btype: int, body: bytes, e="<") -> bytes:
-    body = _pad4(body)
-    return struct.pack(e + "II", btype, len(body) + 12) + body + struct.pack(e + "I", len(body) + 12)
-
-
-def ng_options(options, e="<") -> bytes:
-    if not options:
-        return b""
-    out = b"".join(struct.pack(e + "HH", code, len(v)) + _pad4(v) for code, v in options)
-    return out + struct.pack(e + "HH", 0, 0)
-
-
-def ng_shb(e="<") -> bytes:
-    return ng_block(0x0A0D0D0A, struct.pack(e + "IHHq", 0x1A2B3C4D, 1, 0, -1), e)
-
-
-def ng_idb(linktype: int, tsresol: int | None = None, tsoffset: int | None = None, snaplen=0, e="<") -> bytes:
-    opts = []
-    if tsresol is not None:
-        opts.append((9, bytes([tsresol])))
-    if tsoffset is not None:
-        opts.append((14, struct.pack(e + "q", tsoffset)))
-    return ng_block(1, struct.pack(e + "HHI", linktype, 0, snaplen) + ng_options(opts, e), e)
-
-
-def ng_epb(if_id: int, ticks: int, frame: bytes, orig_len=None, e="<") -> bytes:
-    orig_len = len(frame) if orig_len is None else orig_len
-    head = struct.pack(e + "IIIII", if_id, ticks >> 32, ticks & 0xFFFFFFFF, len(frame), orig_len)
-    return ng_block(6, head + frame, e)
-
-
-def ng_spb(frame: bytes, e="<") -> bytes:
-    return ng_block(3, struct.pack(e + "I", len(frame)) + frame, e)
-
-
-def ng_pb(if_id: int, ticks: int, frame: bytes, e="<") -> bytes:
-    head = struct.pack(e + "HHIIII", if_id, 0, ticks >> 32, ticks & 0xFFFFFFFF, len(frame), len(frame))
-    return ng_block(2, head + frame, e)
-
-
-def ng_isb(if_id: int, ifdrop: int, e="<") -> bytes:
-    return ng_block(5, struct.pack(e + "III", if_id, 0, 0) + ng_options([(5, struct.pack(e + "Q", ifdrop))], e), e)
 
 
 # Link-layer headers around an IP packet, per the tcpdump.org LINKTYPE_ pages.
@@ -415,16 +366,18 @@ def test_bsd_null_address_family_both_byte_orders(tmp_path, endian, family):
         assert [s.payload for s in segs] == [b"n"]
 
 
-def test_iter_frames_returns_raw_bytes(tmp_path):
+def test_raw_frames_returns_raw_bytes(tmp_path):
     frames = [link_frame(1, tcp_ip(seq=i)) for i in range(3)] + [bytes(Ether() / ARP())]
     (tmp_path / "raw.pcap").write_bytes(pcap_file([(TS + i, f) for i, f in enumerate(frames)], nanos=True))
-    assert list(iter_frames(tmp_path / "raw.pcap")) == [(i + 1, TS + i, 1, f) for i, f in enumerate(frames)]
+    with open_capture(tmp_path / "raw.pcap") as reader:
+        assert list(reader.raw_frames()) == [(i + 1, TS + i, 1, f) for i, f in enumerate(frames)]
 
 
-def test_read_segments_fills_given_stats(tmp_path):
+def test_open_capture_fills_given_stats(tmp_path):
     (tmp_path / "a.pcap").write_bytes(pcap_file([(TS, link_frame(1, tcp_ip()))] * 3))
     stats = CaptureStats(path="")
-    assert len(list(read_segments(tmp_path / "a.pcap", stats))) == 3
+    with open_capture(tmp_path / "a.pcap", stats) as reader:
+        assert len(list(reader)) == 3
     assert (stats.frames, stats.frames_tcp, stats.path) == (3, 3, str(tmp_path / "a.pcap"))
 
 
@@ -486,7 +439,7 @@ def test_missing_file_and_directory(tmp_path):
     with pytest.raises(InputError, match="not found"):
         open_capture(tmp_path / "nope.pcap")
     with pytest.raises(InputError, match="directory"):
-        read_segments(tmp_path)
+        open_capture(tmp_path)
 
 
 def test_header_only_capture_is_empty_not_an_error(tmp_path):

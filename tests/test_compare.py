@@ -69,13 +69,6 @@ def rows(c, scope: str, key: str, metric: str) -> pd.DataFrame:
 
 
 # ---- the bundled recordings ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", SERIES)
-def test_bundled_set_is_well_formed(name):
-    import test_lab
-
-    test_lab.test_committed_set_is_well_formed(name)  # the checks every committed lab set passes
-
-
 def test_the_three_settings_ran_the_same_workload():
     truth = [pd.read_json(CAPTURES / n / "truth.jsonl", lines=True) for n in SERIES]
     meta = [tomllib.loads((CAPTURES / n / "capture.toml").read_text()) for n in SERIES]
@@ -206,7 +199,7 @@ def _browser_dom(page: Path, tmp: Path) -> str:
 
 
 def test_the_page_renders_in_a_browser(series, tmp_path):
-    from test_report import page_text, script_errors
+    from browser import page_text, script_errors
 
     dom = _browser_dom(series.out_dir / "comparison.html", tmp_path)
     assert not script_errors(dom), script_errors(dom)

@@ -13,7 +13,7 @@ import pytest
 
 from pcapdecomp.analysis import analyze
 from pcapdecomp.exchanges import extract
-from pcapdecomp.pipeline import capture_problems
+from pcapdecomp.console import capture_problems
 from pcaptools import records, tcp_ports
 
 REPO = Path(__file__).resolve().parents[1]
@@ -146,7 +146,7 @@ def test_analyze_of_the_corners_warns_only_about_what_is_wrong(tmp_path):
 @pytest.mark.parametrize("path", sorted(FIELD.glob("*.pcap")), ids=lambda p: p.name)
 def test_the_native_lane_reads_the_corners_as_python_does(path):
     from pcapdecomp import fastlane
-    from test_fastlane import assert_same
+    from lanes import assert_same
 
     if not fastlane.NATIVE:
         pytest.skip("the native lane is not built")

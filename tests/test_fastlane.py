@@ -5,7 +5,6 @@ the lane give a connection back to Python (lost, repeated, reordered and re-segm
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import os
 import shutil
@@ -21,39 +20,11 @@ from hypothesis import strategies as st
 from corpus import CORPUS, captures as corpus_captures
 from pcapdecomp import fastlane
 from pcapdecomp.errors import PcapdecompError
-from pcapdecomp.exchanges import extract
+from lanes import assert_same, extract_with
 from pcaptools import records, to_pcapng
 
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 REAL = sorted(CAPTURES.glob("*/*.pcap"))
-
-
-def extract_with(path: Path, lane: bool, **kw):
-    old = os.environ.pop("PCAPDECOMP_NO_LANE", None)
-    if not lane:
-        os.environ["PCAPDECOMP_NO_LANE"] = "1"
-    try:
-        return extract(path, **kw)
-    finally:
-        os.environ.pop("PCAPDECOMP_NO_LANE", None)
-        if old is not None:
-            os.environ["PCAPDECOMP_NO_LANE"] = old
-
-
-def assert_same(path: Path, **kw):
-    """Extract with Python alone and with the lane; everything an extraction holds must be equal. Returns the
-    lane's extraction."""
-    python = extract_with(path, False, **kw)
-    native = extract_with(path, True, **kw)
-    pd.testing.assert_frame_equal(python.exchanges, native.exchanges)
-    pd.testing.assert_frame_equal(python.connections, native.connections)
-    assert dataclasses.asdict(python.stats) == dataclasses.asdict(native.stats)
-    assert python.quality() == native.quality()
-    assert python.commands == native.commands
-    assert (python.other_tcp_frames, python.other_tcp_bytes) == (native.other_tcp_frames, native.other_tcp_bytes)
-    assert python.flow_first_frames == native.flow_first_frames
-    assert python.native_frames == 0
-    return native
 
 
 needs_lane = pytest.mark.skipif(not fastlane.NATIVE, reason="the native lane is not built (no C compiler)")

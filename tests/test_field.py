@@ -15,7 +15,7 @@ import pytest
 
 from corpus import CORPUS, captures as corpus_captures
 from pcapdecomp.analysis import analyze
-from pcapdecomp.pipeline import INCOMPLETE_NAME, STAGING_PREFIX
+from pcapdecomp.outputs import INCOMPLETE_NAME, STAGING_PREFIX
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -22,10 +21,8 @@ from hypothesis import strategies as st
 
 from pcapdecomp.fingerprint import digest_fingerprint, fingerprint, query_id
 
-ORACLE_SCRIPT = Path(__file__).parent / "data" / "fingerprint" / "pt_oracle.pl"
-PT_FINGERPRINT = shutil.which("pt-fingerprint")
-PT_QUERY_DIGEST = shutil.which("pt-query-digest")
-PERL = shutil.which("perl")
+from ptoracle import PERL, PT_FINGERPRINT, PT_QUERY_DIGEST, PtOracle, query_bytes, query_text
+
 from corpus import CORPUS  # noqa: E402
 
 CORPUS_REPORTS = CORPUS / "percona-toolkit-tcpdump-text" / "expected"
@@ -36,39 +33,6 @@ needs_pt_fingerprint = pytest.mark.skipif(
 needs_pt_query_digest = pytest.mark.skipif(
     PT_QUERY_DIGEST is None or PERL is None, reason="pt-query-digest (percona-toolkit) or perl is not installed"
 )
-
-
-def _encode(text: str) -> bytes:
-    return text.encode("utf-8", "surrogateescape")
-
-
-def _decode(data: bytes) -> str:
-    return data.decode("utf-8", "surrogateescape")
-
-
-class PtOracle:
-    """One long-lived Perl process running percona-toolkit's QueryRewriter::fingerprint."""
-
-    def __init__(self, tool: str, **options: bool) -> None:
-        args = [PERL, str(ORACLE_SCRIPT), tool] + [f"{k}={int(v)}" for k, v in options.items()]
-        self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-
-    def __call__(self, query: str) -> str:
-        data = _encode(query)
-        self._proc.stdin.write(b"%d\n" % len(data) + data)
-        self._proc.stdin.flush()
-        header = self._proc.stdout.readline()
-        assert header, f"pt oracle exited with {self._proc.wait()}"
-        status, length = header.split()
-        body = self._proc.stdout.read(int(length))
-        if status != b"OK":
-            raise AssertionError(f"percona-toolkit died on {query!r}: {_decode(body)}")
-        return _decode(body)
-
-    def close(self) -> None:
-        self._proc.stdin.close()
-        self._proc.wait(timeout=30)
-        self._proc.stdout.close()
 
 
 @pytest.fixture(scope="module")
@@ -440,11 +404,11 @@ CLI_SAMPLE = [
 @pytest.mark.parametrize("query", CLI_SAMPLE)
 def test_command_line_prints_the_same(query, pt_fingerprint):
     # No check=True: pt-fingerprint 3.2.1 exits 1 after printing (`exit main()` returns print's 1).
-    run = subprocess.run([PT_FINGERPRINT, b"--query=" + _encode(query)], capture_output=True)
+    run = subprocess.run([PT_FINGERPRINT, b"--query=" + query_bytes(query)], capture_output=True)
     assert run.stderr == b""
     out = run.stdout
     assert out.endswith(b"\n")
-    assert _decode(out[:-1]) == pt_fingerprint(query) == fingerprint(query)
+    assert query_text(out[:-1]) == pt_fingerprint(query) == fingerprint(query)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -517,7 +481,7 @@ def _slow_log(queries: list[str]) -> bytes:
             f"SET timestamp={1704067200 + i};\n"
             f"{query};\n"
         )
-    return _encode("".join(entries))
+    return query_bytes("".join(entries))
 
 
 @needs_pt_query_digest

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pcapdecomp import fingerprint as fp
-from test_fingerprint import PERL, PT_FINGERPRINT, PtOracle
+from ptoracle import PERL, PT_FINGERPRINT, PtOracle
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

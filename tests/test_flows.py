@@ -6,7 +6,6 @@ are found by content on any port, and nothing else is taken for MySQL.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import subprocess
 from collections import Counter
@@ -17,10 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corpus import CORPUS
-from pcapdecomp.capture import TcpSegment, open_capture
+from pcapdecomp.capture import TcpSegment
 from pcapdecomp.exchanges import extract
-from pcapdecomp.flows import FlowTracker
-from test_tcp import ACK, SYN, duplicate, merge_runs, reorder, resplit
+from streams import ACK, SYN, duplicate, lab_segments, merge_runs, reorder, resplit, segments, table, track
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
@@ -28,38 +26,6 @@ LAB = ["features", "group-stall", "maxthreads", "oltp-hogs"]
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TIMING = {"req_first_ts", "req_last_ts", "resp_first_ts", "resp_last_ts", "req_first_frame", "req_last_frame",
           "resp_first_frame", "resp_last_frame"}
-
-
-def segments(path: Path) -> list[TcpSegment]:
-    with open_capture(path) as reader:
-        return list(reader)
-
-
-_SEGMENTS: dict[str, list[TcpSegment]] = {}
-
-
-def lab_segments(name: str) -> list[TcpSegment]:
-    if name not in _SEGMENTS:
-        _SEGMENTS[name] = segments(CAPTURES / name / "db.pcap")
-    return _SEGMENTS[name]
-
-
-def track(segs, servers=None):
-    """Run a FlowTracker; return (rows of (connection index, server, Exchange), the tracker, closed flows)."""
-    rows, closed = [], []
-    tracker = FlowTracker(lambda flow, ex: rows.append((flow.index, flow.server, ex)), closed.append, servers=servers)
-    for seg in segs:
-        tracker.segment(seg)
-    tracker.finish()
-    return rows, tracker, closed
-
-
-def table(rows, drop=frozenset()):
-    return sorted((index, server, tuple(v for k, v in _fields(ex) if k not in drop)) for index, server, ex in rows)
-
-
-def _fields(ex):
-    return [(f.name, getattr(ex, f.name)) for f in dataclasses.fields(ex)]
 
 
 def first_payloads(segs: list[TcpSegment]) -> set[int]:

@@ -15,13 +15,12 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-import zstandard
 
-from craft import ACK, Capture, Conversation, greeting, login, pkt
+from craft import ACK, Capture, Conversation, packed_commands
 from pcapdecomp import fingerprint as fp
 from pcapdecomp.exchanges import extract
 from pcapdecomp.tcp import HalfStream, HeldBudget
-from test_fastlane import extract_with
+from lanes import extract_with
 
 PACKAGE = str(Path(fp.__file__).resolve().parent)
 
@@ -78,22 +77,6 @@ def unanswered(path: Path, n: int) -> Path:
     conn = Conversation(cap).open().login()
     for i in range(n):
         conn.query(b"SELECT %d" % i, answer=None)
-    conn.close()
-    return cap.write(path)
-
-
-def packed_commands(path: Path, n: int) -> Path:
-    """zstd-compressed protocol; one compressed packet carrying n empty COM_QUERYs (the 2 KB capture of issue 16
-    that ran for 400 s had one such packet)."""
-    zstd = 1 << 26
-    cap = Capture()
-    conn = Conversation(cap).open()
-    conn.server_sends(pkt(0, greeting(caps=0xF7FE | (0x81BF << 16) | zstd)))
-    conn.client_sends(pkt(1, login(caps=0x000FA685 | zstd) + b"\x03"))
-    conn.server_sends(pkt(2, b"\x00\x00\x00\x02\x00\x00\x00"))
-    inner = pkt(0, b"\x03") * n
-    packed = zstandard.ZstdCompressor(level=3).compress(inner)
-    conn.client_sends(len(packed).to_bytes(3, "little") + b"\x00" + len(inner).to_bytes(3, "little") + packed)
     conn.close()
     return cap.write(path)
 

@@ -18,7 +18,8 @@ from pcapdecomp.exchanges import extract
 from pcapdecomp.mysql.connection import CLIENT, SERVER
 
 from pcaptools import rewrite
-from test_mysql_core import established, handshake, pkt
+from craft import pkt
+from feeding import established, handshake
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
@@ -219,11 +220,11 @@ def test_garbage_around_a_real_slow_log_is_counted_and_the_entries_still_join(tm
 
 # --- issue 16: numbers out of range, broken timestamps, caps that bite --------------------------------------------
 
-from craft import Capture, Conversation  # noqa: E402
+from craft import Capture, Conversation, write_lenenc_int  # noqa: E402
 from pcapdecomp.capture import TS_MAX  # noqa: E402
-from pcapdecomp.mysql.wire import INT64_MAX, write_lenenc_int  # noqa: E402
-from test_capture import ng_epb, ng_idb, ng_shb  # noqa: E402
-from test_fastlane import assert_same  # noqa: E402
+from pcapdecomp.mysql.wire import INT64_MAX  # noqa: E402
+from pcaptools import ng_epb, ng_idb, ng_shb  # noqa: E402
+from lanes import assert_same  # noqa: E402
 
 
 def _affected(path: Path) -> Path:
@@ -381,7 +382,7 @@ def test_a_compressed_packet_claiming_too_much_is_not_inflated(tmp_path):
     that claims more than 1032× its size (deflate's limit) is a counted violation, not 16 MiB of commands."""
     import zstandard
 
-    from test_growth import packed_commands
+    from craft import packed_commands
 
     path = packed_commands(tmp_path / "db.pcap", 3_000_000)  # 15 MB of commands in 1.3 KB
     assert path.stat().st_size < 4096

@@ -28,7 +28,8 @@ sys.path.insert(0, str(LAB))
 import rawclient  # noqa: E402
 import record as lab_record  # noqa: E402
 
-COMMITTED = ("maxthreads", "group-stall", "oltp-hogs", "features", "oltp-prepared")
+COMMITTED = ("maxthreads", "group-stall", "oltp-hogs", "features", "oltp-prepared", "stall-fix-1-pool",
+             "stall-fix-2-thread-per-connection", "stall-fix-3-stall-limit-10")
 
 
 from labsets import lab_unavailable_reason as _lab_unavailable_reason  # noqa: E402

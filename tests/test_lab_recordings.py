@@ -18,8 +18,7 @@ import pandas as pd
 import pytest
 
 from pcapdecomp.exchanges import extract
-from pcapdecomp.flows import FlowTracker
-from test_flows import lab_segments, table, track
+from streams import lab_segments, track
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"

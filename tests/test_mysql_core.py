@@ -23,41 +23,14 @@ from pcapdecomp.mysql.wire import (
     WireError,
     read_lenenc_bytes,
     read_lenenc_int,
-    write_lenenc_int,
 )
-from pcapdecomp.tcp import Chunk, HalfStream
-from test_tcp import ACK, FIN, SYN, recorded
+from pcapdecomp.tcp import Chunk
+
+from craft import pkt, write_lenenc_int
+from feeding import Feeder, by_label, chunks_of, chunks_of_cached, established, handshake, run
+from streams import recorded
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-# ---- real connections as in-order chunks ------------------------------------------------------------------------------------
-def chunks_of(name: str) -> list[tuple[tuple, list[tuple[int, Chunk]]]]:
-    """Every connection of a lab recording as the reassembler delivers it: (direction, Chunk) in capture order."""
-    out = []
-    for (client, server), segs in sorted(recorded(name).items()):
-        halves = {client: HalfStream(), server: HalfStream()}
-        events = []
-        for seg in segs:
-            src = (seg.src_ip, seg.src_port)
-            half = halves[src]
-            if seg.flags & SYN:
-                half.syn(seg.seq)
-            for ev in half.segment(seg.seq, seg.payload, seg.ts_ns, seg.frame, bool(seg.flags & FIN)):
-                events.append((CLIENT if src == client else SERVER, ev))
-        out.append(((client, server), events))
-    return out
-
-
-def run(events, midstream=False, **kwargs) -> tuple[list, MySQLConnection]:
-    conn = MySQLConnection(midstream=midstream, **kwargs)
-    for direction, ev in events:
-        if isinstance(ev, Chunk):
-            conn.data(direction, ev.data, ev.ts_ns, ev.frame, ev.offset)
-        else:
-            conn.gap(direction, ev.length, ev.ts_ns)
-    conn.end()
-    return conn.take(), conn
 
 
 def split(events, cut) -> list:
@@ -99,24 +72,6 @@ def test_random_splits_equal_whole(seed, which):
     assert got == whole and conn.counters.violations == 0
 
 
-_CHUNKS: dict[str, list] = {}
-
-
-def chunks_of_cached(name):
-    if name not in _CHUNKS:
-        _CHUNKS[name] = chunks_of(name)
-    return _CHUNKS[name]
-
-
-def by_label(label: str):
-    """The features connection whose exchanges include `needle` (the truth file names each connection's feature)."""
-    for key, events in chunks_of_cached("features"):
-        exchanges, conn = run(events)
-        if any(label in (ex.sql or "") for ex in exchanges):
-            return key, events, exchanges, conn
-    raise AssertionError(label)
-
-
 # ---- wire format -----------------------------------------------------------------------------------------------------------
 @given(st.integers(0, 2**64 - 1), st.binary(max_size=8))
 def test_lenenc_int_round_trip(value, trailing):
@@ -145,10 +100,6 @@ def test_lenenc_null_and_reserved_prefixes():
 
 
 # ---- crafted corners ---------------------------------------------------------------------------------------------------------
-def pkt(seq: int, payload: bytes) -> bytes:
-    return len(payload).to_bytes(3, "little") + bytes([seq & 0xFF]) + payload
-
-
 def ok(seq: int, status: int = 0x0002, affected: int = 0) -> bytes:
     return pkt(seq, b"\x00" + write_lenenc_int(affected) + b"\x00" + struct.pack("<HH", status, 0))
 
@@ -162,51 +113,6 @@ def column(seq: int, name: bytes) -> bytes:
         return write_lenenc_int(len(x)) + x
 
     return pkt(seq, s(b"def") + s(b"") + s(b"") + s(b"") + s(name) + s(b"") + b"\x0c" + struct.pack("<HIBHB", 33, 64, 253, 0, 0) + b"\x00\x00")
-
-
-class Feeder:
-    """Feed hand-built bytes to a MySQLConnection with increasing times and per-direction offsets."""
-
-    def __init__(self, conn: MySQLConnection):
-        self.conn = conn
-        self.offsets = [0, 0]
-        self.ts = 1_000_000_000
-        self.frame = 0
-
-    def send(self, direction: int, data: bytes, step: int | None = None) -> None:
-        step = step or len(data) or 1
-        for i in range(0, len(data), step):
-            piece = data[i : i + step]
-            self.ts += 1000
-            self.frame += 1
-            self.conn.data(direction, piece, self.ts, self.frame, self.offsets[direction])
-            self.offsets[direction] += len(piece)
-
-    def gap(self, direction: int, length: int) -> None:
-        self.ts += 1000
-        self.conn.gap(direction, length, self.ts)
-        self.offsets[direction] += length
-
-    def take(self):
-        return self.conn.take()
-
-
-def established(events) -> tuple[MySQLConnection, Feeder, int, int]:
-    """A MySQLConnection that has gone through a real recorded handshake (greeting, login, OK)."""
-    conn = MySQLConnection()
-    feeder = Feeder(conn)
-    for direction, ev in events:
-        if conn.phase == "command":
-            break
-        feeder.send(direction, ev.data)
-    assert conn.phase == "command"
-    feeder.take()
-    return conn, feeder
-
-
-def handshake():
-    key, events, _, _ = by_label("SELEC 1 FROM nowhere")
-    return events
 
 
 def test_16mib_continuation_in_a_request():

@@ -8,7 +8,6 @@ point of those files must give the file's exchanges and connections, row for row
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import subprocess
 from pathlib import Path

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pcapdecomp.pipeline import read_exchanges
+from pcapdecomp.parallel import read_exchanges
 from pcapdecomp.proxy import MAX_CANDIDATES, Side, _subset, match_l7, split_sides
 
 POOL = Path(__file__).resolve().parents[1] / "captures" / "proxy-pool"

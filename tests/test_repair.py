@@ -14,7 +14,6 @@ import pytest
 
 import pcaptools as pt
 from pcapdecomp.analysis import analyze
-from pcapdecomp.capture import read_segments
 
 REPO = Path(__file__).resolve().parents[1]
 SET = REPO / "captures" / "oltp-prepared"
@@ -146,7 +145,7 @@ def _lossy(tmp_path: Path, rate: float, seed: int, where: str) -> tuple[Path, Pa
 
 def _frames_carrying(path: Path, server_port: int, to_server: bool, nth: list[int]) -> dict[int, tuple]:
     """Frame number -> (seq, length) of the nth payload segments in one direction."""
-    segs = [s for s in read_segments(path) if s.payload and ((s.dst_port == server_port) == to_server)]
+    segs = [s for s in pt.read_segments(path) if s.payload and ((s.dst_port == server_port) == to_server)]
     return {segs[i].frame: (segs[i].seq, len(segs[i].payload)) for i in nth}
 
 
@@ -159,7 +158,7 @@ def test_bytes_lost_at_both_points_are_marked_and_the_gap_does_not_spread(tmp_pa
     for to_server, nth in picks.items():
         keys |= set(_frames_carrying(SET / "app.pcap", 3306, to_server, nth).values())
     for path, lost in ((SET / "app.pcap", lost_app), (SET / "db.pcap", lost_db)):
-        for s in read_segments(path):
+        for s in pt.read_segments(path):
             if s.payload and (s.seq, len(s.payload)) in keys:
                 lost.add(s.frame)
     assert len(lost_app) == len(lost_db) == 2
@@ -177,7 +176,7 @@ def test_a_login_lost_at_one_point_is_taken_from_the_other(tmp_path, reference):
     """The client's login packet dropped from the DB capture: without it the connection's handshake could not be
     read there; repaired, every statement of that connection is decomposed."""
     first_from_client: dict[int, int] = {}
-    for s in read_segments(SET / "db.pcap"):
+    for s in pt.read_segments(SET / "db.pcap"):
         if s.dst_port == 3306 and s.payload and s.payload[3] == 1:  # sequence id 1: the answer to the greeting
             first_from_client.setdefault(s.src_port, s.frame)
     logins = sorted(first_from_client.values())

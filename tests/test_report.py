@@ -17,9 +17,10 @@ import pytest
 from browser import flat_text, page_text, probe, rendered, screenshot, script_errors, section
 from pcapdecomp.analysis import analyze
 from pcapdecomp.digest import queue_parts
+from pcapdecomp.formats import seconds
 from pcapdecomp.report import PROFILE_ROWS, render
 from pcapdecomp.report_figures import (TIME_BUCKETS, TIMELINE_LANES, TIMELINE_STATEMENTS, connection_times,
-                                       exchange_times, figure_specs, secs, time_axis)
+                                       exchange_times, figure_specs, time_axis)
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
@@ -97,9 +98,9 @@ def test_timeline_draws_every_statement_as_a_span_with_the_culprit_on_its_own_la
     estimated = queue_parts(hidden.sort_index().iloc[:1])[1][0]
     assert tips["hidden slow"].split("\n") == [
         first["sql"], f"conn {first['conn_id']}, group 1, sent {first['app_req_ts'].strftime('%H:%M:%S.%f')}",
-        f"client {secs(first['total_s'])}, server {secs(first['server_s'])}",
-        f"queue {secs(first['queue_s'])}" + (f" ({secs(estimated)} estimated)" if estimated > 0 else "")
-        + f", exec {secs(first['exec_s'])} ({first['exec_source']}), network {secs(first['network_s'])}"]
+        f"client {seconds(first['total_s'])}, server {seconds(first['server_s'])}",
+        f"queue {seconds(first['queue_s'])}" + (f" ({seconds(estimated)} estimated)" if estimated > 0 else "")
+        + f", exec {seconds(first['exec_s'])} ({first['exec_source']}), network {seconds(first['network_s'])}"]
     assert tips["culprit"].startswith(f"{culprit['sql']}\nconn {culprit['conn_id']}, group 1, sent ")
     # execution (green) and queueing segments: one per statement with a D4 / with any queueing
     assert traces["execution"]["n"] == 3 * int(x["db_resp_ts"].notna().sum())
@@ -189,7 +190,7 @@ def test_verdict_connections_and_method_say_the_measured_numbers(group_stall, gr
 
 def test_connection_set_up_latencies_match_tshark(group_stall, tmp_path):
     """SYN → greeting and greeting → OK per connection, against tshark's frame times of the same packets."""
-    from pcapdecomp.pipeline import read_exchanges
+    from pcapdecomp.parallel import read_exchanges
 
     db = CAPTURES / "group-stall" / "db.pcap"
     conns = read_exchanges(db, [], True).connections
@@ -376,7 +377,7 @@ def test_db_only_report_renders_in_chromium(tmp_path):
 def test_connection_chart_counts_tls_and_survives_one_login_equal_times_or_none(tmp_path):
     """features holds a TLS connection (counted, stacked on plain in the chart); the chart also stands with one
     login, with every login at the same instant (the old chart divided by a zero span there) and with none."""
-    from pcapdecomp.pipeline import read_exchanges
+    from pcapdecomp.parallel import read_exchanges
     from pcapdecomp.report_figures import _connection_rate
 
     db = read_exchanges(CAPTURES / "features" / "db.pcap", [], True)

@@ -22,7 +22,7 @@ import pytest
 
 from pcapdecomp.analysis import analyze
 from pcapdecomp.errors import InternalError, OutputError
-from pcapdecomp.pipeline import INCOMPLETE_NAME, MANIFEST_NAME, STAGING_PREFIX, neutralise_formulas, write_table
+from pcapdecomp.outputs import INCOMPLETE_NAME, MANIFEST_NAME, STAGING_PREFIX, neutralise_formulas, write_table
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"

@@ -339,7 +339,7 @@ def test_cost_grows_linearly_with_identical_statements(ids):
     # 100 identical statements a second, one-second log times: each entry has about a hundred candidates. The
     # work stays per entry and bounded: 4x the statements, about 4x the checks. Without ids none is joined
     # (every one ambiguous); with them, order joins every one.
-    (small, s1), (big, s4) = _count_fits(*_identical(1000, ids)), _count_fits(*_identical(4000, ids))
+    (small, _), (big, s4) = _count_fits(*_identical(1000, ids)), _count_fits(*_identical(4000, ids))
     assert big < 5 * small, (small, big)
     assert s4["matched"] == (4000 if ids else 0)
     assert s4["unjoined"] == ({} if ids else {"ambiguous": 4000})

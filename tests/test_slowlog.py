@@ -28,7 +28,6 @@ from hypothesis import strategies as st
 from pcapdecomp.errors import InputError, SlowLogError
 from pcapdecomp.slowlog import (
     SLOWLOG_COLUMNS,
-    SlowLogEntry,
     SlowLogParser,
     entries_to_frame,
     parse_slow_log,
@@ -335,7 +334,7 @@ def test_empty_and_header_only_logs_are_slow_logs_without_entries(tmp_path):
     empty.write_bytes(b"")
     frame, stats = read_slow_log(empty)
     assert len(frame) == 0 and stats.entries == 0 and any("no entries" in w for w in stats.warnings)
-    assert list(frame.columns) == [name for name, _, _ in SLOWLOG_COLUMNS]
+    assert list(frame.columns) == [c.name for c in SLOWLOG_COLUMNS]
     header_only = tmp_path / "fresh.log"
     header_only.write_text("\n".join((DATA / "mysql-5.7.log").read_text().split("\n")[:3]) + "\n")
     frame, stats = read_slow_log(header_only)
@@ -377,7 +376,7 @@ def test_statement_with_unusual_line_separators_is_not_split():
 
 def test_frame_follows_the_declared_schema():
     frame, stats = read_slow_log(DATA / "mysql-8.0-extra.log")
-    assert [(c, str(frame[c].dtype)) for c in frame.columns] == [(n, d) for n, d, _ in SLOWLOG_COLUMNS]
+    assert [(c, str(frame[c].dtype)) for c in frame.columns] == [(c.name, c.dtype) for c in SLOWLOG_COLUMNS]
     first = frame.iloc[0]
     assert first["time"] == pd.Timestamp("2024-05-01T10:00:00.512345Z")
     assert first["timestamp"] == pd.Timestamp("2024-05-01T10:00:00Z")
@@ -386,7 +385,7 @@ def test_frame_follows_the_declared_schema():
     assert first["lock_time_s"] == pytest.approx(0.000001)
     assert pd.isna(frame.iloc[2]["start"]) and frame.iloc[2]["admin_command"] == "Ping"
     assert pd.isna(frame.iloc[0]["rows_affected"])
-    assert all(meaning for _, _, meaning in SLOWLOG_COLUMNS)
+    assert all(c.meaning for c in SLOWLOG_COLUMNS)
     assert list(entries_to_frame([]).columns) == list(frame.columns)
 
 
@@ -557,7 +556,7 @@ def test_bytes_that_are_not_utf8_are_replaced_and_reported(tmp_path):
 
 def test_docs_describe_every_column():
     doc = (Path(__file__).parent.parent / "docs" / "slowlog.md").read_text()
-    for name, dtype, _ in SLOWLOG_COLUMNS:
+    for name, dtype in ((c.name, c.dtype) for c in SLOWLOG_COLUMNS):
         assert f"| `{name}` | {dtype} |" in doc, name
 
 

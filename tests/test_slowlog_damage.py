@@ -129,7 +129,7 @@ def test_nul_byte_in_a_statement_is_kept(tmp_path):
 def test_frame_dtypes_hold_with_damage(tmp_path):
     text = changed(changed(MARIADB, "# Query_time: 2.000132", "# Query_time: -1"), "Thread_id: 8 ", "Thread_id: x ")
     frame, _ = frame_of(text, tmp_path)
-    for name, dtype, _ in SLOWLOG_COLUMNS:
+    for name, dtype in ((c.name, c.dtype) for c in SLOWLOG_COLUMNS):
         assert str(frame[name].dtype) == (dtype if dtype != "string" else "string"), name
 
 

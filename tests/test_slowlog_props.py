@@ -106,7 +106,7 @@ def _read(text: str):
 
 def _check_frame(frame: pd.DataFrame, stats) -> None:
     assert len(frame) == stats.entries
-    for name, dtype, _ in SLOWLOG_COLUMNS:
+    for name, dtype in ((c.name, c.dtype) for c in SLOWLOG_COLUMNS):
         assert str(frame[name].dtype) == dtype or (dtype == "object" and frame[name].dtype == object), name
     for col in ("time", "timestamp", "start", "end"):
         ns = frame[col].dropna().astype("int64")

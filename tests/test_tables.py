@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pcapdecomp import pipeline
+from pcapdecomp import outputs
 from pcapdecomp.decompose import _merged_problems
 from pcapdecomp.exchanges import extract
 from pcapdecomp.match import _codes
@@ -65,10 +65,10 @@ def test_text_columns_of_a_real_capture_are_codes_not_strings():
 def test_parquet_holds_text_and_reads_back_as_strings_in_several_row_groups(tmp_path, monkeypatch):
     import pyarrow.parquet as pq
 
-    monkeypatch.setattr(pipeline, "PARQUET_ROWS_PER_GROUP", 7)
+    monkeypatch.setattr(outputs, "PARQUET_ROWS_PER_GROUP", 7)
     t = frame([(["a", None, "bb"][i % 3], i) for i in range(20)], COLUMNS)
     out = tmp_path / "t.parquet"
-    pipeline.write_table(t, out)
+    outputs.write_table(t, out)
     assert pq.ParquetFile(out).num_row_groups == 3
     back = pd.read_parquet(out)
     assert str(back["t"].dtype) == COLUMNS[0].file_dtype == "string"
@@ -80,10 +80,10 @@ def test_parquet_holds_text_and_reads_back_as_strings_in_several_row_groups(tmp_
 def test_row_group_whose_text_is_all_null_keeps_the_file_schema(tmp_path, monkeypatch):
     import pyarrow.parquet as pq
 
-    monkeypatch.setattr(pipeline, "PARQUET_ROWS_PER_GROUP", 4)
+    monkeypatch.setattr(outputs, "PARQUET_ROWS_PER_GROUP", 4)
     t = frame([("x" if i < 4 else None, i) for i in range(10)], COLUMNS)  # groups 2 and 3: no text at all
     out = tmp_path / "n.parquet"
-    pipeline.write_table(t, out)
+    outputs.write_table(t, out)
     f = pq.ParquetFile(out)
     assert f.num_row_groups == 3 and str(f.schema_arrow.field("t").type) in ("string", "large_string")
     back = pd.read_parquet(out)
@@ -92,7 +92,7 @@ def test_row_group_whose_text_is_all_null_keeps_the_file_schema(tmp_path, monkey
 
 def test_empty_table_writes_and_reads(tmp_path):
     out = tmp_path / "e.parquet"
-    pipeline.write_table(frame([], COLUMNS), out)
+    outputs.write_table(frame([], COLUMNS), out)
     back = pd.read_parquet(out)
     assert len(back) == 0 and list(back.columns) == ["t", "n"]
 

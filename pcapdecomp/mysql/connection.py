@@ -127,6 +127,34 @@ class ConnectionCounters:
 
 
 class MySQLConnection:
+    """One TCP connection's MySQL conversation as one capture point saw it: both directions' in-order bytes in
+    (`data`, `gap`, `end`), finished `Exchange`s out (`take`). Sans-IO: no files, no sockets, no pandas.
+
+    The phases follow the handshake: GREETING (the server's first packet) → LOGIN (the client's HandshakeResponse;
+    an SSL request moves to TLS, after which bytes are only counted) → AUTH (auth switch / more data until the
+    server's OK or ERR) → COMMAND; a connection the server refused (an ERR for a greeting, a failed login) is CLOSED.
+    A connection whose handshake the capture missed starts in COMMAND with
+    `midstream=True` and reads nothing until each direction resynchronises on a position that is unambiguously a
+    packet header (`_try_sync`, with `detect` and, for the server, the client offset its ACK numbers acknowledge).
+
+    In COMMAND each client packet with sequence id 0 starts a request (`_start`): its command decides what answer is
+    expected (`responses.expected_response`, the command → response table) and a `ResponseReader` follows that
+    answer packet by packet. Requests wait in order in a queue (a client may pipeline them); server packets go to the
+    oldest request still unanswered. Prepared statements are remembered by id (statement text, parameter count and
+    types) so that COM_STMT_EXECUTE parameters decode into SQL literals. The compressed protocol (zlib, zstd) is
+    unwrapped before framing once the login negotiated it.
+
+    Busy servers answer mostly with result-set rows: `_whole_response` and `_skip_rows` walk a whole response or a
+    run of row packets in one chunk without building a Packet per row, and leave anything unusual to the
+    packet-by-packet path; both give exactly what that path gives (tests feed every capture whole, byte by byte
+    and reordered).
+
+    What the rest of the package reads: `greeting`, `login`, `tls`, `compression`, `deprecate_eof`,
+    `query_attributes`, `greeting_ts`, `connect_ok_ts`, `close_error` (an ERR the server sent on its own before
+    closing) and `counters` (`ConnectionCounters`: gaps, violations, bytes read, skipped and encrypted). The TCP
+    layer sets `client_offset`. Wire problems never raise: they are counted as violations, and each exchange lists
+    its own in `problems` (gap, sql-cut, incomplete, unanswered, sequence, truncated, …)."""
+
     def __init__(self, *, midstream: bool = False, max_sql_bytes: int = 1 << 20, response_keep: int = 1 << 16):
         self.phase = COMMAND if midstream else GREETING
         self.counters = ConnectionCounters(midstream=midstream)

@@ -118,17 +118,6 @@ def read_lenenc_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
     return buf[pos : pos + length], pos + length
 
 
-def write_lenenc_int(value: int) -> bytes:
-    """Inverse of read_lenenc_int (used by tests and by the lab's raw client)."""
-    if value < 0xFB:
-        return bytes([value])
-    if value < 1 << 16:
-        return b"\xfc" + value.to_bytes(2, "little")
-    if value < 1 << 24:
-        return b"\xfd" + value.to_bytes(3, "little")
-    return b"\xfe" + value.to_bytes(8, "little")
-
-
 def read_nul_str(buf: bytes, pos: int) -> tuple[bytes, int]:
     end = buf.find(b"\x00", pos)
     if end < 0:
@@ -187,16 +176,6 @@ def parse_eof(payload: bytes) -> EofPacket:
         warnings, status = struct.unpack_from("<HH", payload, 1)
         return EofPacket(warnings, status)
     return EofPacket(0, 0)
-
-
-def is_eof(payload: bytes, full_length: int) -> bool:
-    """An EOF packet, or the OK that replaces it (0xFE header); a row can start with 0xFE only when huge."""
-    return bool(payload) and payload[0] == 0xFE and full_length < 9
-
-
-def is_final_ok_fe(payload: bytes, full_length: int) -> bool:
-    """The 0xFE-headed OK that ends rows under CLIENT_DEPRECATE_EOF (longer than a classic 5-byte EOF)."""
-    return bool(payload) and payload[0] == 0xFE and full_length < MAX_PACKET
 
 
 @dataclass(frozen=True, slots=True)

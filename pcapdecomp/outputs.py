@@ -1,98 +1,39 @@
-"""Runs the stages in order. The CLI calls these; they raise PcapdecompError subclasses for user mistakes."""
+"""Writing outputs so that a failed or interrupted run never leaves a file or a folder that looks complete: every
+file through one atomic writer (`write_atomically`: a temporary name beside it, renamed over it when whole), tables
+as Parquet or CSV (`write_table`), analyze's folder as a set (`OutputFolder`), and a folder replaced whole
+(`staged_folder`: evidence, compare)."""
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import shutil
 import signal
-import sys
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 
 from .errors import InputError, OutputError, UsageError
-from .exchanges import Extraction, extract
-from .flows import Endpoint
 
 
-def parse_server(text: str) -> Endpoint:
-    """'10.0.0.5:3306' or '[fd00::5]:3306' -> (ip, port)."""
-    host, sep, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"--server must be HOST:PORT with a numeric port, got {text!r}")
+def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """`write(tmp)` writes the file's content to `tmp` (beside `path`, hidden); then it replaces `path` at once. A
+    failure leaves `path` as it was and no temporary file."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        ip = str(ipaddress.ip_address(host))
-    except ValueError:
-        raise UsageError(f"--server host must be an IP address, got {host!r}") from None
-    return ip, int(port)
-
-
-def check_input(path: Path) -> None:
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory, expected a capture file")
-    if not path.is_file():  # a FIFO would block the run, a device never end; every capture is read twice
-        raise InputError(f"{path}: not a regular file (a pipe, device or socket cannot be read)")
-    if path.stat().st_size == 0:
-        raise InputError(f"{path}: empty file")
-
-
-@contextmanager
-def progress_bar(quiet: bool, label: str) -> Iterator:
-    """A rich progress bar on stderr (bytes done, MB/s, frames/s, ETA); None when quiet. The bar starts at the first
-    update, so that worker processes are forked before its refresh thread exists, and quick runs show none."""
-    if quiet:
-        yield None
-        return
-    state: dict = {}
-
-    def update(done: int, total: int, frames: int) -> None:
-        if "bar" not in state:
-            from rich.console import Console
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                       TransferSpeedColumn)
-
-            console = Console(stderr=True)
-            bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
-                           TransferSpeedColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
-                           console=console, transient=True, disable=not console.is_terminal)
-            bar.start()
-            state.update(bar=bar, task=bar.add_task(label, total=total, rate=""), start=time.monotonic())
-        elapsed = time.monotonic() - state["start"]
-        rate = f"{frames / elapsed / 1000:,.0f}k frames/s" if elapsed > 0.5 else ""
-        state["bar"].update(state["task"], completed=done, total=total, rate=rate)
-
-    try:
-        yield update
+        write(tmp)
+        os.replace(tmp, path)
     finally:
-        if "bar" in state:
-            state["bar"].stop()
+        if tmp.exists():
+            tmp.unlink()
 
 
-def read_exchanges(capture: Path, servers: list[str], quiet: bool, max_sql_bytes: int = 1 << 20,
-                   jobs: int = 1) -> Extraction:
-    return read_captures([capture], servers, quiet, max_sql_bytes, jobs)[0]
-
-
-def read_captures(captures: list[Path], servers: list[str], quiet: bool, max_sql_bytes: int = 1 << 20,
-                  jobs: int = 1) -> list[Extraction]:
-    """Extract every capture (with up to `jobs` processes), showing one progress bar for all of them."""
-    from .parallel import extract_all
-
-    for capture in captures:
-        check_input(capture)
-    endpoints = {parse_server(s) for s in servers}
-    label = captures[0].name if len(captures) == 1 else f"{len(captures)} captures"
-    with progress_bar(quiet, label) as update:
-        return extract_all(list(captures), endpoints or None, max_sql_bytes, jobs, update)
+def write_text(path: Path, text: str) -> None:
+    """A UTF-8 text file, written atomically."""
+    write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def check_output(out: Path) -> None:
@@ -108,19 +49,12 @@ def check_output(out: Path) -> None:
 def write_table(df: pd.DataFrame, out: Path) -> None:
     """Write .parquet or .csv atomically: a failed run leaves no partial file behind."""
     check_output(out)
-    suffix = out.suffix.lower()
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        if suffix == ".parquet":
-            _write_parquet(df, tmp)
-        else:
-            # CRLF rows (RFC 4180): the writer then quotes every cell holding a CR or LF; with LF rows a lone CR
-            # in a statement stayed unquoted and a reader split the row there
-            neutralise_formulas(df).to_csv(tmp, index=False, lineterminator="\r\n")
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    if out.suffix.lower() == ".parquet":
+        write_atomically(out, lambda tmp: _write_parquet(df, tmp))
+    else:
+        # CRLF rows (RFC 4180): the writer then quotes every cell holding a CR or LF; with LF rows a lone CR in a
+        # statement stayed unquoted and a reader split the row there
+        write_atomically(out, lambda tmp: neutralise_formulas(df).to_csv(tmp, index=False, lineterminator="\r\n"))
 
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -192,32 +126,6 @@ def _write_parquet(df: pd.DataFrame, path: Path) -> None:
                                        **(schema.metadata or {})})
 
 
-def capture_problems(q: dict) -> str | None:
-    """One warning line per capture: damage, lost or unreadable frames, and whether MySQL was found at all."""
-    counts = [f"{q[k]} {label}" for k, label in (
-        ("frames_truncated", "frames cut by the snaplen"), ("frames_ip_fragment", "IP fragments"),
-        ("frames_bad_ts", "frames with a broken timestamp (given a neighbour's)"),
-        ("frames_undecodable", "undecodable frames"), ("frames_unknown_link", "frames of unknown link types"),
-        ("if_drops", "packets dropped by the capturing interface"), ("unknown_blocks", "unknown pcapng blocks"),
-        ("gaps", "gaps in TCP streams"), ("gaps_forced", "of them declared by the out-of-order memory cap"),
-        ("gap_bytes", "bytes never captured"),
-        ("unparsed_bytes", "bytes skipped while resynchronising"), ("tls_bytes", "encrypted (TLS) bytes"),
-        ("violations", "protocol violations"), ("out_of_range", "exchanges with a number out of range"))
-        if q.get(k)]
-    parts = []
-    if q.get("damaged"):
-        parts.append(f"{q['damaged']}; analysed the {q['frames']} frames before it")
-    if counts:
-        parts.append(", ".join(counts))
-    if q.get("exchanges") == 0 and q.get("mysql_connections") == 0:
-        parts.append(f"no MySQL traffic found ({q['frames']} frames read)")
-    return f"{q['file']}: " + "; ".join(parts) if parts else None
-
-
-def warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
-
-
 # --- an output folder written as a set ------------------------------------------------------------------------
 #
 # `analyze` writes its files into a staging folder inside the output folder, then moves them in one after the other
@@ -285,9 +193,7 @@ class OutputFolder:
                     _remove(out / name)
                 for name in names:
                     os.replace(self.staging / name, out / name)
-                manifest = out / f".{MANIFEST_NAME}.tmp-{os.getpid()}"
-                manifest.write_text(json.dumps({"files": names}) + "\n", encoding="utf-8")
-                os.replace(manifest, out / MANIFEST_NAME)
+                write_text(out / MANIFEST_NAME, json.dumps({"files": names}) + "\n")
                 marker.unlink()
             except OSError as err:
                 raise OutputError(f"{out}: cannot write the outputs: {err.strerror or err}") from None
@@ -374,3 +280,36 @@ def _interrupts_deferred() -> Iterator[None]:
             raise KeyboardInterrupt
         if caught and callable(previous):
             previous(signal.SIGINT, None)
+
+
+# --- a folder replaced whole ------------------------------------------------------------------------------------
+
+
+@contextmanager
+def staged_folder(out: Path) -> Iterator[Path]:
+    """`with staged_folder(out) as tmp:` write the new folder's files into `tmp` (a fresh folder beside `out`); when
+    the block ends normally, `tmp` replaces `out` (an older folder of the same kind, or nothing) in one rename.
+    Whatever happens, `tmp` is gone afterwards: a failure leaves `out` as it was."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        _swap_in(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Replace `out` (an older folder, or nothing) by `tmp`: never a mix of the two runs' files."""
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    if out.exists():
+        os.replace(out, old)
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        if old.exists() and not out.exists():
+            os.replace(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)

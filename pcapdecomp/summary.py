@@ -1,0 +1,178 @@
+"""summary.json: what one analysis found, as one JSON document (its keys are declared in schema.SUMMARY_KEYS and
+printed by `pcapdecomp columns`). The inputs, each capture point's quality, the matching, proxy, repair and clock
+results, the slow-log join, counts and latency quantiles, the thread-pool view of the (first) DB server, and the
+verdict (verdict.tell), told per DB server when there are several."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import __version__
+from .captureset import CaptureSet
+from .clock import ClockModel
+from .match import ClockSamples
+from .threadpool import PoolView, json_value
+from .verdict import tell, tell_proxy
+
+
+@dataclass
+class ServerPart:
+    """What the summary reads of one DB point's analysis: its thread-pool view and its slow-log join."""
+
+    point: str | None  # the DB point's name; None without a DB capture
+    view: PoolView
+    slow_info: dict  # summary.json → slow_log
+
+
+def build(cs: CaptureSet, *, names: dict[str, list[str]], points: list[dict], qualities: dict[str, list[dict]],
+          matching: dict, proxy: dict | None, repair: dict | None, clocks: dict, servers: list[ServerPart],
+          exchanges: pd.DataFrame, warnings: list[str], scheduler: str | None, through_proxy: bool) -> dict:
+    """summary.json's content. `names` and `qualities`: the app, DB and proxy points' names and capture-quality
+    dicts ("app", "dbs", "proxy"), as the stages used them; `clocks`: per app/DB pair, `clock_entry`; `servers`: one
+    per DB point, in order; `through_proxy`: the decomposition ran through a proxy (its sentence joins the
+    verdict). `warnings` is kept as given: notes added to it later are in the file too."""
+    first = servers[0]
+    summary = {
+        "set": cs.name,
+        "verdict": "",
+        "pcapdecomp": __version__,
+        "inputs": {
+            "app": names["app"], "db": names["dbs"][0] if names["dbs"] else None,
+            "dbs": names["dbs"],
+            "slow_log": str(cs.slow_log) if cs.slow_log else None,
+            "slow_logs": {k: str(v) for k, v in cs.slow_logs.items()},
+            "long_query_time": cs.long_query_time,
+            "thread_pool_size": cs.thread_pool_size, "servers": cs.servers,
+            "proxy": names["proxy"], "proxy_servers": cs.proxy_servers,
+            "cwd": os.getcwd(),  # relative capture paths above (and in exchanges.capture) are relative to this
+            "scheduler": scheduler,
+        },
+        "points": points,
+        "captures": {"app": qualities["app"],
+                     "db": qualities["dbs"][0] if qualities["dbs"] else None,
+                     "dbs": qualities["dbs"],
+                     "proxy": qualities["proxy"]},
+        "match": matching,
+        "proxy": proxy,
+        "repair": repair,
+        "clock": next(iter(clocks.values()), None),
+        "clocks": clocks,
+        "slow_log": first.slow_info,
+        "exchanges": _counts(exchanges),
+        "latency_s": _latency(exchanges),
+        "thread_pool_size": first.view.thread_pool_size,
+        "pool": first.view.pool_summary,
+        "groups": first.view.groups_summary,
+        "warnings": warnings,
+    }
+    _tell(summary, cs, exchanges, servers, clocks, points)
+    if through_proxy:
+        summary.update(tell_proxy(summary, exchanges))
+    return summary
+
+
+def _tell(summary: dict, cs: CaptureSet, exchanges: pd.DataFrame, servers: list[ServerPart], clocks: dict,
+          points: list[dict]) -> None:
+    """The verdict parts (verdict.tell) into `summary`: of the one DB server; with several, of the first at the top
+    (its exchanges and those no DB point saw) and of each in `servers`, the others' sentences as bullets."""
+    first = servers[0]
+    if len(servers) == 1:
+        summary.update(tell(summary, exchanges, first.view))
+        return
+    mine = exchanges[exchanges["db_point"].astype(object).isin([first.point, None])
+                     | exchanges["db_point"].isna()].reset_index(drop=True)
+    summary.update(tell(_point_summary(summary, mine, first, clocks), mine, first.view))
+    told = []
+    for d in servers:
+        x = exchanges[(exchanges["db_point"].astype(object) == d.point).to_numpy()].reset_index(drop=True)
+        part = _point_summary(summary, x, d, clocks)
+        part.update(tell(part, x, d.view))
+        told.append({"point": d.point, "name": _server_name(cs, points, d.point),
+                     "endpoints": next((e["servers"] for e in points if e["name"] == d.point), []),
+                     **{k: part[k] for k in ("exchanges", "slow_log", "thread_pool_size", "pool", "groups",
+                                             "story", "verdict", "hidden_slow", "understated", "queueing")}})
+    summary["servers"] = told
+    extra = [f"- Server {s['name']}: {s['story']['sentence']}" for s in told[1:]]
+    summary["verdict"] = "\n".join([summary["verdict"], *extra])
+
+
+def to_json(summary: dict) -> str:
+    """The file's text: strict JSON (no NaN or infinity), indented, UTF-8 as is."""
+    return json.dumps(_finite(summary), indent=2, ensure_ascii=False, allow_nan=False, default=_json_default) + "\n"
+
+
+def _server_name(cs: CaptureSet, points_info: list[dict], point: str | None) -> str:
+    """How the verdict names a DB point: its --server NAME= when one of its endpoints has one, else the point."""
+    entry = next((e for e in points_info if e["name"] == point), None)
+    for endpoint in (entry or {}).get("servers", []):
+        if endpoint in cs.server_names:
+            return cs.server_names[endpoint]
+    return Path(str(point)).name
+
+
+def _point_summary(summary: dict, x: pd.DataFrame, done: ServerPart, clock_info: dict) -> dict:
+    """The summary parts the verdict reads, for one DB point."""
+    part = dict(summary)
+    part.update({"exchanges": _counts(x), "slow_log": done.slow_info,
+                 "thread_pool_size": done.view.thread_pool_size, "pool": done.view.pool_summary,
+                 "groups": done.view.groups_summary,
+                 "clock": next((c for c in clock_info.values() if c.get("db") == done.point), None)})
+    return part
+
+
+def clock_entry(model: ClockModel, samples: ClockSamples, db_first_ns: int | None) -> dict:
+    """summary.json → clocks entry of one app point and DB point: the model's summary at the DB capture's first
+    packet and what it was fitted on."""
+    info = model.summary(int(db_first_ns)) if db_first_ns is not None else {}
+    info["samples"] = {"forward": len(samples.fwd_app), "reverse": len(samples.rev_app)}
+    info["duplicates_dropped"] = samples.duplicates_dropped
+    info["segments_read"] = {"app": samples.app_segments, "db": samples.db_segments}
+    return info
+
+
+def _counts(x: pd.DataFrame) -> dict:
+    seen = x["seen"].value_counts()
+    return {
+        "total": len(x), "seen_both": int(seen.get("both", 0)), "seen_app": int(seen.get("app", 0)),
+        "seen_db": int(seen.get("db", 0)), "hidden_slow": int(x["hidden_slow"].fillna(False).sum()),
+        "in_slow_log": int(x["in_slow_log"].fillna(False).sum()),
+        "server_flag_slow": int(x["server_flag_slow"].fillna(False).sum()),
+        "match_conflicts": int(x["match_notes"].astype("string").str.contains("match-conflict").fillna(False).sum()),
+        "repaired": int(x["match_notes"].astype("string").str.contains("repaired-at").fillna(False).sum()),
+        "bounded": int(x["bounded"].notna().sum()),
+    }
+
+
+def _latency(x: pd.DataFrame) -> dict:
+    out = {}
+    for col in ("total_s", "server_s", "network_s", "net_req_s", "net_resp_s", "queue_s", "exec_s"):
+        v = x[col].dropna()
+        out[col.removesuffix("_s")] = None if v.empty else {
+            "count": int(len(v)), "sum": float(v.sum()), "p50": float(v.quantile(0.5)),
+            "p99": float(v.quantile(0.99)), "max": float(v.max()),
+        }
+    return out
+
+
+def _finite(v):
+    """summary.json is strict JSON: a number that is not finite (a one-sided clock bound is infinite) is null."""
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    if isinstance(v, (float, np.floating)) and not np.isfinite(v):
+        return None
+    return v
+
+
+def _json_default(v):
+    value = json_value(v)
+    if value is v:
+        raise TypeError(f"not JSON serialisable: {type(v)}")
+    return value

@@ -1,0 +1,41 @@
+"""The native fast lane against its Python twin, for tests: `extract_with(path, lane)` extracts with or without
+the lane (PCAPDECOMP_NO_LANE), `assert_same(path)` extracts both ways and asserts everything an extraction holds is
+equal."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from pcapdecomp.exchanges import extract
+
+
+def extract_with(path: Path, lane: bool, **kw):
+    old = os.environ.pop("PCAPDECOMP_NO_LANE", None)
+    if not lane:
+        os.environ["PCAPDECOMP_NO_LANE"] = "1"
+    try:
+        return extract(path, **kw)
+    finally:
+        os.environ.pop("PCAPDECOMP_NO_LANE", None)
+        if old is not None:
+            os.environ["PCAPDECOMP_NO_LANE"] = old
+
+
+def assert_same(path: Path, **kw):
+    """Extract with Python alone and with the lane; everything an extraction holds must be equal. Returns the
+    lane's extraction."""
+    python = extract_with(path, False, **kw)
+    native = extract_with(path, True, **kw)
+    pd.testing.assert_frame_equal(python.exchanges, native.exchanges)
+    pd.testing.assert_frame_equal(python.connections, native.connections)
+    assert dataclasses.asdict(python.stats) == dataclasses.asdict(native.stats)
+    assert python.quality() == native.quality()
+    assert python.commands == native.commands
+    assert (python.other_tcp_frames, python.other_tcp_bytes) == (native.other_tcp_frames, native.other_tcp_bytes)
+    assert python.flow_first_frames == native.flow_first_frames
+    assert python.native_frames == 0
+    return native
