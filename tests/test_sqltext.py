@@ -181,7 +181,7 @@ def test_wire_values_meet_the_logged_statement(values):
     assert wire is not None and template_matches(text, parts, wire)
     for i, (kind, v) in enumerate(values):
         other = list(logged)
-        other[i] = {"i": lambda: str(v + 1 if v < 2**63 - 1 else v - 1), "d": lambda: _double(v * 2 + 1),
+        other[i] = {"i": lambda: str(v + 1 if v < 2**63 - 1 else v - 1), "d": lambda: next(_double(c) for c in (v * 2 + 1, 0.0, 1.0) if _double(c) != _double(v)),  # −1 · 2 + 1 = −1
                     "s": lambda: _mysql_escape(v + "x"), "n": lambda: "0"}[kind]()
         assert not template_matches("SELECT " + ", ".join(f"{x} AS c{j}" for j, x in enumerate(other)), parts, wire)
 
