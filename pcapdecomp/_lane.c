@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_lane_columns.h" /* the exchange row layout: COL_<NAME>, NCOLS (setup.py writes it from schema.py) */
+
 #define MAX_PACKET 0xFFFFFF
 #define MORE_RESULTS 0x0008
 #define CURSOR_EXISTS 0x0040
@@ -57,7 +59,7 @@ struct Flow {
     int deprecate_eof, qa;
     int64_t max_sql, keep_client;
     uint32_t base[2];
-    PyObject *statements, *prefix, *suffix;
+    PyObject *statements, *row; /* row: the connection's columns of every row it writes (exchanges.py) */
     int64_t conn_index;
     int state;
     /* the exchange in progress */
@@ -81,10 +83,23 @@ struct Flow {
     Flow *all_next, *all_prev;
 };
 
-/* The lane writes its exchange rows column by column (exchanges.py's row layout): 'q' int64 and 'd' float64
- * columns into plain buffers that Arrow takes as they are, 'o' columns as lists of Python objects. */
-#define NCOLS 42
-static const char ROW_KINDS[NCOLS + 1] = "oqoooqoooooo" "qqqqqqqq" "dd" "oooo" "qqqqqqq" "o" "oooo" "qqq" "o";
+/* The lane writes its exchange rows column by column, in the layout of schema.EXCHANGE_COLUMNS
+ * (_lane_columns.h): 'q' int64 and 'd' float64 columns into plain buffers that Arrow takes as they are, 'o'
+ * columns as lists of Python objects. A column of the schema without a kind here makes the import fail. */
+static const char ROW_KINDS[NCOLS + 1] = {
+    [COL_CAPTURE] = 'o', [COL_CONN_INDEX] = 'q', [COL_CONN_ID] = 'o', [COL_CLIENT] = 'o', [COL_SERVER] = 'o',
+    [COL_SEQ] = 'q', [COL_COMMAND] = 'o', [COL_SQL] = 'o', [COL_STMT_ID] = 'o', [COL_PARAMS] = 'o',
+    [COL_FINGERPRINT] = 'o', [COL_QUERY_ID] = 'o',
+    [COL_REQ_FIRST_TS] = 'q', [COL_REQ_LAST_TS] = 'q', [COL_RESP_FIRST_TS] = 'q', [COL_RESP_LAST_TS] = 'q',
+    [COL_REQ_FIRST_FRAME] = 'q', [COL_REQ_LAST_FRAME] = 'q', [COL_RESP_FIRST_FRAME] = 'q',
+    [COL_RESP_LAST_FRAME] = 'q', [COL_RESPONSE_S] = 'd', [COL_TTFB_S] = 'd',
+    [COL_RESULT] = 'o', [COL_ERROR_CODE] = 'o', [COL_ERROR_STATE] = 'o', [COL_ERROR_MESSAGE] = 'o',
+    [COL_ROWS] = 'q', [COL_AFFECTED_ROWS] = 'q', [COL_WARNINGS] = 'q', [COL_RESULT_SETS] = 'q',
+    [COL_BYTES_REQ] = 'q', [COL_BYTES_RESP] = 'q', [COL_STATUS_FLAGS] = 'q', [COL_SERVER_FLAG_SLOW] = 'o',
+    [COL_TLS] = 'o', [COL_COMPRESSED] = 'o', [COL_USER] = 'o', [COL_DB] = 'o',
+    [COL_REQ_TCP_SEQ] = 'q', [COL_RESP_TCP_SEQ] = 'q', [COL_RESP_TCP_END] = 'q', [COL_PROBLEMS] = 'o',
+};
+static const char *const COLUMN_NAME[NCOLS] = {COLUMN_NAMES};
 
 typedef struct {
     PyObject *list;
@@ -233,8 +248,7 @@ static void drop_flow(Lane *L, Flow *f) {
     clear_exchange(f);
     Py_CLEAR(f->obj);
     Py_CLEAR(f->statements);
-    Py_CLEAR(f->prefix);
-    Py_CLEAR(f->suffix);
+    Py_CLEAR(f->row);
     PyMem_Free(f->saved);
     PyMem_Free(f->arena);
     PyMem_Free(f->req);
@@ -1162,25 +1176,32 @@ static int emit(Lane *L, Flow *f) {
         PyErr_SetString(PyExc_TypeError, "fingerprints must return a pair");
         return -1;
     }
-    PyObject **pre = &PyTuple_GET_ITEM(f->prefix, 0), **suf = &PyTuple_GET_ITEM(f->suffix, 0);
+    PyObject **conn = &PyTuple_GET_ITEM(f->row, 0); /* the connection's columns */
     int slow = (f->status & QUERY_WAS_SLOW) != 0;
-    int bad = put_o(L, 0, pre[0]) | put_q(L, 1, f->conn_index) | put_o(L, 2, pre[2]) | put_o(L, 3, pre[3]) |
-              put_o(L, 4, pre[4]) | put_q(L, 5, f->work.count) | put_o(L, 6, L->names[f->command]) |
-              put_o(L, 7, f->sql) | put_o(L, 8, f->stmt_id) | put_o(L, 9, f->params) |
-              put_o(L, 10, PyTuple_GET_ITEM(fp, 0)) | put_o(L, 11, PyTuple_GET_ITEM(fp, 1)) |
-              put_q(L, 12, f->req_ts) | put_q(L, 13, f->req_last_ts) | put_q(L, 14, f->rf_ts) |
-              put_q(L, 15, f->rl_ts) | put_q(L, 16, f->req_frame) | put_q(L, 17, f->req_last_frame) |
-              put_q(L, 18, f->rf_frame) | put_q(L, 19, f->rl_frame) |
-              put_d(L, 20, (double)(f->rl_ts - f->req_ts) / 1e9) |
-              put_d(L, 21, (double)(f->rf_ts - f->req_last_ts) / 1e9) |
-              put_o(L, 22, L->results[f->result == RES_OK ? 0 : 1]) | put_o(L, 23, Py_None) |
-              put_o(L, 24, Py_None) | put_o(L, 25, Py_None) | put_q(L, 26, f->rows) | put_q(L, 27, f->affected) |
-              put_q(L, 28, f->warnings) | put_q(L, 29, f->result_sets) | put_q(L, 30, f->bytes_req) |
-              put_q(L, 31, f->bytes_resp) | put_q(L, 32, f->status) | put_o(L, 33, slow ? Py_True : Py_False) |
-              put_o(L, 34, suf[0]) | put_o(L, 35, suf[1]) | put_o(L, 36, suf[2]) | put_o(L, 37, suf[3]) |
-              put_q(L, 38, (uint32_t)(f->base[0] + (uint64_t)f->req_off)) |
-              put_q(L, 39, (uint32_t)(f->base[1] + (uint64_t)f->rf_off)) |
-              put_q(L, 40, (uint32_t)(f->base[1] + (uint64_t)f->rl_end)) | put_o(L, 41, L->empty);
+    int bad = put_o(L, COL_CAPTURE, conn[COL_CAPTURE]) | put_q(L, COL_CONN_INDEX, f->conn_index) |
+              put_o(L, COL_CONN_ID, conn[COL_CONN_ID]) | put_o(L, COL_CLIENT, conn[COL_CLIENT]) |
+              put_o(L, COL_SERVER, conn[COL_SERVER]) | put_q(L, COL_SEQ, f->work.count) |
+              put_o(L, COL_COMMAND, L->names[f->command]) | put_o(L, COL_SQL, f->sql) |
+              put_o(L, COL_STMT_ID, f->stmt_id) | put_o(L, COL_PARAMS, f->params) |
+              put_o(L, COL_FINGERPRINT, PyTuple_GET_ITEM(fp, 0)) | put_o(L, COL_QUERY_ID, PyTuple_GET_ITEM(fp, 1)) |
+              put_q(L, COL_REQ_FIRST_TS, f->req_ts) | put_q(L, COL_REQ_LAST_TS, f->req_last_ts) |
+              put_q(L, COL_RESP_FIRST_TS, f->rf_ts) | put_q(L, COL_RESP_LAST_TS, f->rl_ts) |
+              put_q(L, COL_REQ_FIRST_FRAME, f->req_frame) | put_q(L, COL_REQ_LAST_FRAME, f->req_last_frame) |
+              put_q(L, COL_RESP_FIRST_FRAME, f->rf_frame) | put_q(L, COL_RESP_LAST_FRAME, f->rl_frame) |
+              put_d(L, COL_RESPONSE_S, (double)(f->rl_ts - f->req_ts) / 1e9) |
+              put_d(L, COL_TTFB_S, (double)(f->rf_ts - f->req_last_ts) / 1e9) |
+              put_o(L, COL_RESULT, L->results[f->result == RES_OK ? 0 : 1]) | put_o(L, COL_ERROR_CODE, Py_None) |
+              put_o(L, COL_ERROR_STATE, Py_None) | put_o(L, COL_ERROR_MESSAGE, Py_None) |
+              put_q(L, COL_ROWS, f->rows) | put_q(L, COL_AFFECTED_ROWS, f->affected) |
+              put_q(L, COL_WARNINGS, f->warnings) | put_q(L, COL_RESULT_SETS, f->result_sets) |
+              put_q(L, COL_BYTES_REQ, f->bytes_req) | put_q(L, COL_BYTES_RESP, f->bytes_resp) |
+              put_q(L, COL_STATUS_FLAGS, f->status) | put_o(L, COL_SERVER_FLAG_SLOW, slow ? Py_True : Py_False) |
+              put_o(L, COL_TLS, conn[COL_TLS]) | put_o(L, COL_COMPRESSED, conn[COL_COMPRESSED]) |
+              put_o(L, COL_USER, conn[COL_USER]) | put_o(L, COL_DB, conn[COL_DB]) |
+              put_q(L, COL_REQ_TCP_SEQ, (uint32_t)(f->base[0] + (uint64_t)f->req_off)) |
+              put_q(L, COL_RESP_TCP_SEQ, (uint32_t)(f->base[1] + (uint64_t)f->rf_off)) |
+              put_q(L, COL_RESP_TCP_END, (uint32_t)(f->base[1] + (uint64_t)f->rl_end)) |
+              put_o(L, COL_PROBLEMS, L->empty);
     Py_DECREF(fp);
     if (bad) return -1; /* a failed append leaves the columns uneven: the error ends the extraction */
     L->n_rows += 1;
@@ -1432,21 +1453,21 @@ static PyObject *Lane_promote(Lane *L, PyObject *args) {
 
 /* promote_mysql(flow, client_addr, client_port, server_addr, server_port, base_to_server, next_to_server,
  *               base_to_client, next_to_client, count, deprecate_eof, qa, max_sql, keep_client, statements,
- *               prefix, suffix) */
+ *               row): `row` holds the connection's columns of every row (NCOLS items; those of an exchange are
+ *               not read) */
 static PyObject *Lane_promote_mysql(Lane *L, PyObject *args) {
-    PyObject *obj, *statements, *prefix, *suffix;
+    PyObject *obj, *statements, *row;
     Py_buffer ca, sa;
     unsigned cport, sport;
     unsigned long long b0, b1;
     long long n0, n1, count, max_sql, keep_client;
     int deprecate_eof, qa;
-    if (!PyArg_ParseTuple(args, "Oy*Iy*IKLKLLpiLLO!O!O!", &obj, &ca, &cport, &sa, &sport, &b0, &n0, &b1, &n1,
+    if (!PyArg_ParseTuple(args, "Oy*Iy*IKLKLLpiLLO!O!", &obj, &ca, &cport, &sa, &sport, &b0, &n0, &b1, &n1,
                           &count, &deprecate_eof, &qa, &max_sql, &keep_client, &PyDict_Type, &statements,
-                          &PyTuple_Type, &prefix, &PyTuple_Type, &suffix))
+                          &PyTuple_Type, &row))
         return NULL;
     Flow *f = NULL;
-    if (ca.len != sa.len || (ca.len != 4 && ca.len != 16) || PyTuple_GET_SIZE(prefix) != 5 ||
-        PyTuple_GET_SIZE(suffix) != 4)
+    if (ca.len != sa.len || (ca.len != 4 && ca.len != 16) || PyTuple_GET_SIZE(row) != NCOLS)
         PyErr_SetString(PyExc_ValueError, "bad promotion");
     else
         f = new_flow(L, obj, K_MYSQL, 1, ca.buf, sa.buf, (int)ca.len, cport, sport);
@@ -1463,11 +1484,10 @@ static PyObject *Lane_promote_mysql(Lane *L, PyObject *args) {
     f->qa = qa;
     f->max_sql = max_sql;
     f->keep_client = keep_client;
-    f->conn_index = PyLong_AsLongLong(PyTuple_GET_ITEM(prefix, 1));
+    f->conn_index = PyLong_AsLongLong(PyTuple_GET_ITEM(row, COL_CONN_INDEX));
     if (f->conn_index == -1 && PyErr_Occurred()) { drop_flow(L, f); return NULL; }
     f->statements = Py_NewRef(statements);
-    f->prefix = Py_NewRef(prefix);
-    f->suffix = Py_NewRef(suffix);
+    f->row = Py_NewRef(row);
     Py_RETURN_NONE;
 }
 
@@ -1497,10 +1517,18 @@ static PyObject *Lane_counts(Lane *L, PyObject *Py_UNUSED(ignored)) {
                          (long long)R->unknown_blocks, R->if_drops, links);
 }
 
-/* take_columns() -> the rows written since the last call, as 42 columns: bytes (int64 / float64 values, native
+/* take_columns() -> the rows written since the last call, as NCOLS columns: bytes (int64 / float64 values, native
  * byte order) for 'q' / 'd' columns of ROW_KINDS, lists for 'o' columns, and for the 'o' columns the lane was
- * told to code (`coded`) a pair: the bytes of int32 codes (-1 for None) and the list of distinct values. */
+ * told to code (`coded`) a pair: the bytes of int32 codes (-1 for None) and the list of distinct values. Every
+ * column holds one value per row: a column written twice, or not at all, or as another kind is an error. */
 static PyObject *Lane_take_columns(Lane *L, PyObject *Py_UNUSED(ignored)) {
+    for (int i = 0; i < NCOLS; i++) {
+        Column *c = &L->cols[i];
+        Py_ssize_t n = !c->codes && ROW_KINDS[i] == 'o' ? PyList_GET_SIZE(c->list) : c->n;
+        if (n != L->n_rows)
+            return PyErr_Format(PyExc_RuntimeError, "the lane wrote %zd values of column %s for %zd rows", n,
+                                COLUMN_NAME[i], L->n_rows);
+    }
     PyObject *out = PyList_New(NCOLS);
     if (!out) return NULL;
     for (int i = 0; i < NCOLS; i++) {
@@ -1766,6 +1794,10 @@ static PyTypeObject SegmentsType = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lane", "The fast lane of extraction.", -1, NULL};
 
 PyMODINIT_FUNC PyInit__lane(void) {
+    for (int i = 0; i < NCOLS; i++)
+        if (!ROW_KINDS[i])
+            return PyErr_Format(PyExc_ImportError, "the lane does not write column %s of schema.EXCHANGE_COLUMNS",
+                                COLUMN_NAME[i]);
     if (PyType_Ready(&LaneType) < 0 || PyType_Ready(&SegmentsType) < 0) return NULL;
     S_num_params = PyUnicode_InternFromString("num_params");
     S_types = PyUnicode_InternFromString("types");
@@ -1775,8 +1807,20 @@ PyMODINIT_FUNC PyInit__lane(void) {
     if (!S_num_params || !S_types || !S_long_data || !S_sql || !S_sep) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    if (PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0 ||
+    PyObject *columns = PyTuple_New(NCOLS); /* the layout it was built with: fastlane.py checks it is the schema's */
+    for (int i = 0; columns && i < NCOLS; i++) {
+        PyObject *name = PyUnicode_FromString(COLUMN_NAME[i]);
+        if (!name) Py_CLEAR(columns);
+        else PyTuple_SET_ITEM(columns, i, name);
+    }
+    if (!columns || PyModule_AddObjectRef(m, "COLUMNS", columns) < 0 ||
+        PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0 ||
         PyModule_AddObjectRef(m, "Segments", (PyObject *)&SegmentsType) < 0 ||
-        PyModule_AddStringConstant(m, "ROW_KINDS", ROW_KINDS) < 0) { Py_DECREF(m); return NULL; }
+        PyModule_AddStringConstant(m, "ROW_KINDS", ROW_KINDS) < 0) {
+        Py_XDECREF(columns);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(columns);
     return m;
 }

@@ -38,8 +38,10 @@ from .mysql.wire import command_name
 from .schema import CATEGORY, EXCHANGE_COLUMNS
 
 try:
-    from ._lane import ROW_KINDS, Lane, Segments
+    from ._lane import COLUMNS, ROW_KINDS, Lane, Segments
 except ImportError:  # no compiler when installed: Python reads everything
+    Lane, Segments, ROW_KINDS, COLUMNS = None, None, "", ()
+if COLUMNS != tuple(c.name for c in EXCHANGE_COLUMNS):  # built from another schema.py: rebuild (setup.py)
     Lane, Segments, ROW_KINDS = None, None, ""
 
 NATIVE = Lane is not None
@@ -81,12 +83,12 @@ def _address(text: str) -> bytes:
 
 
 def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list, str], None],
-        fingerprints: Callable, row_ends: Callable[[Flow], tuple[tuple, tuple]], commands: Counter,
+        fingerprints: Callable, lane_row: Callable[[Flow], tuple], commands: Counter,
         progress: Callable[[int, int, int], None] | None = None) -> int:
     """Read every record of `reader` into `tracker`, the common path in C. The rows of exchanges finished in C
     (exchanges.extract's emit, row for row) are handed over by column, a batch at a time: `add_columns(values,
-    ROW_KINDS)` (tables.columns_batch). `row_ends(flow)` gives the parts of a row that are constant for a
-    connection. Returns how many records the lane consumed itself."""
+    ROW_KINDS)` (tables.columns_batch). `lane_row(flow)` gives a row of schema.EXCHANGE_COLUMNS with the columns
+    that are constant for a connection. Returns how many records the lane consumed itself."""
     stats = reader.stats
     link_types = stats.link_types
     flows = tracker._flows
@@ -95,7 +97,7 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
 
     # text columns that become categoricals are dictionary-coded by the lane as it writes them
     kinds = "".join("c" if kind == "o" and column.dtype == CATEGORY else kind
-                    for kind, column in zip(ROW_KINDS, EXCHANGE_COLUMNS))
+                    for kind, column in zip(ROW_KINDS, EXCHANGE_COLUMNS, strict=True))
     lane = Lane(**_layout(reader), batch=ROWS_PER_BATCH, fingerprints=fingerprints, query=command_name(0x03),
                 execute=command_name(0x17), ok="ok", resultset="resultset", coded=kinds)
     finishing = False
@@ -137,12 +139,11 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
         if to_server.base is None or to_client.base is None or to_server._held or to_client._held:
             return
         client, server = flow.client, flow.server
-        prefix, suffix = row_ends(flow)
         qa = 2 if conn.query_attributes is None else 0
         lane.promote_mysql(flow, _address(client[0]), client[1], _address(server[0]), server[1],
                            to_server.base, to_server.next, to_client.base, to_client.next, conn._count,
                            conn.deprecate_eof, qa, conn.max_sql_bytes, conn._framers[CLIENT].keep,
-                           conn._statements, prefix, suffix)
+                           conn._statements, lane_row(flow))
 
     def settle(header) -> int:
         """Take back a connection from the lane: its committed counters. Returns how many records follow."""

@@ -67,6 +67,20 @@ def test_the_lane_is_built_where_a_compiler_is():
 
 
 @needs_lane
+def test_the_lane_writes_the_row_layout_of_the_schema():
+    """The lane is compiled with the column positions of schema.EXCHANGE_COLUMNS (setup.py writes them as a header
+    at every build): a lane built before the schema changed would write its values into the wrong columns."""
+    from pcapdecomp import _lane
+    from pcapdecomp.schema import EXCHANGE_COLUMNS, c_header
+
+    assert _lane.COLUMNS == tuple(c.name for c in EXCHANGE_COLUMNS)
+    assert len(_lane.ROW_KINDS) == len(EXCHANGE_COLUMNS) and set(_lane.ROW_KINDS) <= set("oqd")
+    header = Path(fastlane.__file__).with_name("_lane_columns.h")
+    assert header.read_text() == c_header()
+    assert f"#define COL_RESP_TCP_END {[c.name for c in EXCHANGE_COLUMNS].index('resp_tcp_end')}\n" in c_header()
+
+
+@needs_lane
 @pytest.mark.parametrize("path", REAL, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_real_captures_come_out_identical(path):
     native = assert_same(path)
