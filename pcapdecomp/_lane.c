@@ -14,6 +14,7 @@
  * path; tests compare whole extractions with and without the lane. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -999,9 +1000,12 @@ static PyObject *param_value(const uint8_t *b, Py_ssize_t len, Py_ssize_t *pos, 
     return text;
 }
 
-static PyObject *S_num_params, *S_types, *S_long_data, *S_sql, *S_sep;
+/* connection.PreparedStatement: the fields the lane reads, the method it calls */
+static PyObject *S_num_params, *S_types, *S_long_data, *S_sql, *S_executed, *S_sep;
 
-/* connection._describe + _decode_params for COM_STMT_EXECUTE: 1 done, 0 leave it to Python, -1 error */
+/* connection._describe + _decode_params for COM_STMT_EXECUTE, with the connection's prepared statements
+ * (connection.PreparedStatement: reads sql, num_params, types, long_data; calls executed(types) as _decode_params
+ * does): 1 done, 0 leave it to Python, -1 error */
 static int describe_execute(Flow *f, const uint8_t *payload, Py_ssize_t n) {
     if (n < 5) return 0;
     uint32_t id = payload[1] | payload[2] << 8 | payload[3] << 16 | (uint32_t)payload[4] << 24;
@@ -1076,7 +1080,15 @@ static int describe_execute(Flow *f, const uint8_t *payload, Py_ssize_t n) {
             }
         }
     }
-    if (PyObject_SetAttr(statement, S_types, types) < 0) { rc = -1; goto out; }
+    /* The statement takes the types (PreparedStatement.executed) unless they are those it has: it then stays as
+     * it was (its long data is empty: above). Most clients send the same types with every execute. */
+    int same = types == prior || (PyList_Check(prior) && PyObject_RichCompareBool(types, prior, Py_EQ) == 1);
+    if (PyErr_Occurred()) { rc = -1; goto out; }
+    if (!same) {
+        PyObject *done = PyObject_CallMethodOneArg(statement, S_executed, types);
+        if (!done) { rc = -1; goto out; }
+        Py_DECREF(done);
+    }
     f->sql = PyObject_GetAttr(statement, S_sql);
     if (!f->sql) { rc = -1; goto out; }
     f->stmt_id = Py_NewRef(key);
@@ -1296,6 +1308,64 @@ static int take_segment(Lane *L, Flow *f, int dir, Seg *s, int64_t ts, int64_t f
     return 1;
 }
 
+/* ---- what the lane hands to Python: typed records (named tuples), never told apart by their length -------- */
+
+static PyStructSequence_Field RecordFields[] = {
+    {"frame", "frame number (from 1)"}, {"ts_ns", "time, checked (capture._timed)"}, {"linktype", NULL},
+    {"data", "the captured bytes"}, {"orig_len", "the frame's length on the wire"}, {NULL, NULL}};
+static PyStructSequence_Desc RecordDesc = {
+    "pcapdecomp._lane.Record", "A record the lane does not read itself: Python reads it (capture.frame_segment).",
+    RecordFields, 5};
+
+static PyStructSequence_Field GivenBackFields[] = {
+    {"flow", "the flows.Flow promoted"}, {"frames", NULL}, {"last_ts", "None: none that Flow.last_ts counts"},
+    {"segments_to_server", NULL}, {"bytes_to_server", NULL}, {"segments_to_client", NULL},
+    {"bytes_to_client", NULL}, {"exchanges", "finished and written as rows"}, {"count", "exchanges in all"},
+    {"other_frames", NULL}, {"other_bytes", NULL}, {"replays", "how many Records follow: the exchange in progress"},
+    {NULL, NULL}};
+static PyStructSequence_Desc GivenBackDesc = {
+    "pcapdecomp._lane.GivenBack",
+    "A connection the lane gives back, at an exchange boundary: what it committed (flows.HandBack), then `replays` "
+    "Records of the exchange it was reading, which Python reads again.",
+    GivenBackFields, 12};
+
+static PyStructSequence_Field DamageFields[] = {
+    {"what", NULL}, {"offset", "byte offset in the (uncompressed) file"}, {NULL, NULL}};
+static PyStructSequence_Desc DamageDesc = {
+    "pcapdecomp._lane.Damage", "The records end at damage (CaptureReader.records_ended).", DamageFields, 2};
+
+static PyStructSequence_Field RowsReadyFields[] = {{"rows", NULL}, {NULL, NULL}};
+static PyStructSequence_Desc RowsReadyDesc = {
+    "pcapdecomp._lane.RowsReady", "A batch of rows is written: take_columns() before reading on.", RowsReadyFields,
+    1};
+
+static PyStructSequence_Field CountsFields[] = {
+    {"records", "records read"}, {"consumed", "records consumed here"}, {"first_ts", "None: no record"},
+    {"last_ts", NULL}, {"position", "bytes consumed"}, {"queries", "COM_QUERY rows"},
+    {"executes", "COM_STMT_EXECUTE rows"}, {"bad_ts", "records whose time was repaired"},
+    {"sections", "pcapng section headers"}, {"interfaces", "pcapng interface descriptions"},
+    {"unknown_blocks", NULL}, {"if_drops", "{interface id: packets dropped}"},
+    {"link_types", "{link type: records consumed here}"}, {NULL, NULL}};
+static PyStructSequence_Desc CountsDesc = {"pcapdecomp._lane.Counts", "What the lane read and consumed.",
+                                           CountsFields, 13};
+
+static PyTypeObject *RecordType, *GivenBackType, *DamageType, *RowsReadyType, *CountsType;
+
+/* A record of `type` with the values Py_BuildValue makes of `format` (a tuple format). */
+static PyObject *typed(PyTypeObject *type, const char *format, ...) {
+    va_list va;
+    va_start(va, format);
+    PyObject *values = Py_VaBuildValue(format, va);
+    va_end(va);
+    if (!values) return NULL;
+    PyObject *item = PyStructSequence_New(type);
+    if (item)
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(values); i++)
+            PyStructSequence_SET_ITEM(item, i, Py_NewRef(PyTuple_GET_ITEM(values, i)));
+    Py_DECREF(values);
+    return item;
+}
+
 /* ---- the Lane type -------------------------------------------------------------------------------------- */
 
 static void begin_bail(Lane *L, Flow *f) {
@@ -1308,16 +1378,25 @@ static PyObject *bail_header(Flow *f) {
     Counts *c = &f->committed;
     PyObject *last = c->has_last_ts ? PyLong_FromLongLong(c->last_ts) : Py_NewRef(Py_None);
     if (!last) return NULL;
-    return Py_BuildValue("(OLNLLLLLLLLn)", f->obj, (long long)c->frames, last, (long long)c->segs[0],
-                         (long long)c->bytes[0], (long long)c->segs[1], (long long)c->bytes[1],
-                         (long long)c->exchanges, (long long)c->count, (long long)c->other_frames,
-                         (long long)c->other_bytes, f->n_saved);
+    return typed(GivenBackType, "(OLNLLLLLLLLn)", f->obj, (long long)c->frames, last, (long long)c->segs[0],
+                 (long long)c->bytes[0], (long long)c->segs[1], (long long)c->bytes[1], (long long)c->exchanges,
+                 (long long)c->count, (long long)c->other_frames, (long long)c->other_bytes, f->n_saved);
 }
 
 static PyObject *raw_record(int64_t frame, int64_t ts, int linktype, const uint8_t *data, Py_ssize_t caplen,
                             int64_t orig_len) {
-    return Py_BuildValue("(LLiy#L)", (long long)frame, (long long)ts, linktype, (const char *)data, caplen,
-                         (long long)orig_len);
+    /* the most frequent answer: made directly, not through typed() */
+    PyObject *item = PyStructSequence_New(RecordType);
+    if (!item) return NULL;
+    PyObject *values[5] = {PyLong_FromLongLong(frame), PyLong_FromLongLong(ts), PyLong_FromLong(linktype),
+                           PyBytes_FromStringAndSize((const char *)data, caplen), PyLong_FromLongLong(orig_len)};
+    int bad = 0;
+    for (int i = 0; i < 5; i++) {
+        if (!values[i]) bad = 1;
+        else PyStructSequence_SET_ITEM(item, i, values[i]);
+    }
+    if (bad) Py_CLEAR(item);
+    return item;
 }
 
 /* Records consumed here, per link type (CaptureStats.link_types); n < 0 gives records back. */
@@ -1358,11 +1437,11 @@ static PyObject *Lane_next(Lane *L, PyObject *Py_UNUSED(ignored)) {
             begin_bail(L, L->all);
             continue;
         }
-        if (L->n_rows >= L->batch) return PyLong_FromLong(0);
+        if (L->n_rows >= L->batch) return typed(RowsReadyType, "(n)", L->n_rows);
         Rec rec;
         int got = reader_next(&L->R, &rec);
         if (got == REC_ERROR) return NULL;
-        if (got == REC_DAMAGE) return Py_BuildValue("(ssL)", "damage", L->R.what, (long long)L->R.damage_pos);
+        if (got == REC_DAMAGE) return typed(DamageType, "(sL)", L->R.what, (long long)L->R.damage_pos);
         if (got != REC_PACKET) Py_RETURN_NONE;
         const uint8_t *data = rec.data;
         int64_t ts = rec.ts, caplen = rec.caplen, orig_len = rec.orig_len;
@@ -1451,10 +1530,11 @@ static PyObject *Lane_promote(Lane *L, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* promote_mysql(flow, client_addr, client_port, server_addr, server_port, base_to_server, next_to_server,
- *               base_to_client, next_to_client, count, deprecate_eof, qa, max_sql, keep_client, statements,
- *               row): `row` holds the connection's columns of every row (NCOLS items; those of an exchange are
- *               not read) */
+/* promote_mysql(flow, client, client_port, server, server_port, to_server, to_client, count, deprecate_eof,
+ *               query_attributes, max_sql, request_keep, statements, row): a MySQL connection between two
+ * exchanges (connection.Handover; tcp.HalfStream.position gives to_server and to_client: (base, next)). Addresses
+ * as packed bytes; query_attributes 0 off, 1 on, 2 unknown; `row` holds the connection's columns of every row it
+ * writes (NCOLS items; those of an exchange are not read). Positional: keywords cost more than a short exchange. */
 static PyObject *Lane_promote_mysql(Lane *L, PyObject *args) {
     PyObject *obj, *statements, *row;
     Py_buffer ca, sa;
@@ -1462,7 +1542,7 @@ static PyObject *Lane_promote_mysql(Lane *L, PyObject *args) {
     unsigned long long b0, b1;
     long long n0, n1, count, max_sql, keep_client;
     int deprecate_eof, qa;
-    if (!PyArg_ParseTuple(args, "Oy*Iy*IKLKLLpiLLO!O!", &obj, &ca, &cport, &sa, &sport, &b0, &n0, &b1, &n1,
+    if (!PyArg_ParseTuple(args, "Oy*Iy*I(KL)(KL)LpiLLO!O!", &obj, &ca, &cport, &sa, &sport, &b0, &n0, &b1, &n1,
                           &count, &deprecate_eof, &qa, &max_sql, &keep_client, &PyDict_Type, &statements,
                           &PyTuple_Type, &row))
         return NULL;
@@ -1491,10 +1571,7 @@ static PyObject *Lane_promote_mysql(Lane *L, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* counts() -> (records read, records consumed here, first ts or None, last ts or None, bytes consumed,
- *              COM_QUERY rows, COM_STMT_EXECUTE rows, records whose time was repaired, pcapng section headers,
- *              interface descriptions, unknown blocks, {interface id: packets dropped}, {link type: records
- *              consumed here}) */
+/* counts() -> Counts */
 static PyObject *Lane_counts(Lane *L, PyObject *Py_UNUSED(ignored)) {
     Reader *R = &L->R;
     PyObject *first = R->has_ts ? PyLong_FromLongLong(R->first_ts) : Py_NewRef(Py_None);
@@ -1511,10 +1588,9 @@ static PyObject *Lane_counts(Lane *L, PyObject *Py_UNUSED(ignored)) {
         Py_XDECREF(first); Py_XDECREF(last); Py_XDECREF(links);
         return NULL;
     }
-    return Py_BuildValue("(LLNNLLLLLLLON)", (long long)R->frame, (long long)L->fast_frames, first, last,
-                         (long long)R->pos, (long long)L->commands[0], (long long)L->commands[1],
-                         (long long)R->bad_ts, (long long)R->sections, (long long)R->ng.idbs,
-                         (long long)R->unknown_blocks, R->if_drops, links);
+    return typed(CountsType, "(LLNNLLLLLLLON)", (long long)R->frame, (long long)L->fast_frames, first, last,
+                 (long long)R->pos, (long long)L->commands[0], (long long)L->commands[1], (long long)R->bad_ts,
+                 (long long)R->sections, (long long)R->ng.idbs, (long long)R->unknown_blocks, R->if_drops, links);
 }
 
 /* take_columns() -> the rows written since the last call, as NCOLS columns: bytes (int64 / float64 values, native
@@ -1609,12 +1685,13 @@ static void Lane_dealloc(Lane *L) {
 static PyMethodDef Lane_methods[] = {
     {"feed", (PyCFunction)Lane_feed, METH_O, "Append capture bytes (after the file header)."},
     {"next", (PyCFunction)Lane_next, METH_NOARGS,
-     "Run until Python is needed: a raw record tuple, a bail header, 0 (rows list full), a damage pair, or None "
+     "Run until Python is needed: a Record, a GivenBack (then its replays: Records), RowsReady, Damage, or None "
      "(more bytes needed / all done)."},
     {"eof", (PyCFunction)Lane_eof, METH_NOARGS, "The whole file was fed: the last records need no look-ahead."},
     {"finish", (PyCFunction)Lane_finish, METH_NOARGS, "End of the capture: every connection bails, in turn."},
     {"promote", (PyCFunction)Lane_promote, METH_VARARGS, "Hand over a connection that is not parsed."},
-    {"promote_mysql", (PyCFunction)Lane_promote_mysql, METH_VARARGS, "Hand over a MySQL connection."},
+    {"promote_mysql", (PyCFunction)Lane_promote_mysql, METH_VARARGS,
+     "Hand over a MySQL connection between two exchanges."},
     {"counts", (PyCFunction)Lane_counts, METH_NOARGS, "What the lane read and consumed."},
     {"take_columns", (PyCFunction)Lane_take_columns, METH_NOARGS, "The rows written since the last call, by column."},
     {NULL, NULL, 0, NULL},
@@ -1803,8 +1880,15 @@ PyMODINIT_FUNC PyInit__lane(void) {
     S_types = PyUnicode_InternFromString("types");
     S_long_data = PyUnicode_InternFromString("long_data");
     S_sql = PyUnicode_InternFromString("sql");
+    S_executed = PyUnicode_InternFromString("executed");
     S_sep = PyUnicode_InternFromString(", ");
-    if (!S_num_params || !S_types || !S_long_data || !S_sql || !S_sep) return NULL;
+    if (!S_num_params || !S_types || !S_long_data || !S_sql || !S_executed || !S_sep) return NULL;
+    if (!(RecordType = PyStructSequence_NewType(&RecordDesc)) ||
+        !(GivenBackType = PyStructSequence_NewType(&GivenBackDesc)) ||
+        !(DamageType = PyStructSequence_NewType(&DamageDesc)) ||
+        !(RowsReadyType = PyStructSequence_NewType(&RowsReadyDesc)) ||
+        !(CountsType = PyStructSequence_NewType(&CountsDesc)))
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     PyObject *columns = PyTuple_New(NCOLS); /* the layout it was built with: fastlane.py checks it is the schema's */
@@ -1816,6 +1900,11 @@ PyMODINIT_FUNC PyInit__lane(void) {
     if (!columns || PyModule_AddObjectRef(m, "COLUMNS", columns) < 0 ||
         PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0 ||
         PyModule_AddObjectRef(m, "Segments", (PyObject *)&SegmentsType) < 0 ||
+        PyModule_AddObjectRef(m, "Record", (PyObject *)RecordType) < 0 ||
+        PyModule_AddObjectRef(m, "GivenBack", (PyObject *)GivenBackType) < 0 ||
+        PyModule_AddObjectRef(m, "Damage", (PyObject *)DamageType) < 0 ||
+        PyModule_AddObjectRef(m, "RowsReady", (PyObject *)RowsReadyType) < 0 ||
+        PyModule_AddObjectRef(m, "Counts", (PyObject *)CountsType) < 0 ||
         PyModule_AddStringConstant(m, "ROW_KINDS", ROW_KINDS) < 0) {
         Py_XDECREF(columns);
         Py_DECREF(m);

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from . import fastlane
 from .capture import CaptureStats, open_capture
+from .fastlane import read_capture
 from .fingerprint import digest_fingerprint, fingerprint, query_id
 from .flows import Endpoint, Flow, FlowTracker, endpoint_text
 from .mysql.connection import Exchange
@@ -53,7 +53,7 @@ class Extraction:
     other_tcp_bytes: int = 0
     commands: Counter = field(default_factory=Counter)
     flow_first_frames: dict[int, int] = field(default_factory=dict)  # conn_index -> first frame (for merging parts)
-    native_frames: int = 0  # frames read by the native fast lane alone (fastlane.py); the rest went through Python
+    native_frames: int = 0  # frames read natively (fastlane.read_capture); the rest went through Python
     # conn_index -> (client→server, server→client) byte ranges never captured, as tcp.HalfStream.holes, for the
     # connections that have any (the repair stage takes them from another capture point)
     holes: dict[int, tuple[list, list]] = field(default_factory=dict)
@@ -121,7 +121,6 @@ def _iso(ns: int | None) -> str | None:
     return None if ns is None else pd.Timestamp(ns, unit="ns", tz="UTC").isoformat()
 
 
-_FRAME_COLUMNS = [i for i, c in enumerate(EXCHANGE_COLUMNS) if c.name.endswith("_frame")]
 # The rows of the connections table, written by column name (schema.py declares the columns and their order).
 ConnectionRow = row_type("ConnectionRow", CONNECTION_COLUMNS)
 # Where each exchanges column comes from, by name: Python expressions over the capture's name `capture`, the
@@ -158,10 +157,9 @@ _EXCHANGE_SOURCES = {
 exchange_row = row_function("exchange_row", EXCHANGE_COLUMNS,
                             "capture, flow, conn, ends, ex, fp, qid, req_base, resp_base",
                             {**_CONNECTION_SOURCES, **_EXCHANGE_SOURCES})
-# the row the fast lane starts every row of a connection from: the connection's columns, None for the exchange's
-# (the lane writes them, as exchange_row does)
-lane_row = row_function("lane_row", EXCHANGE_COLUMNS, "capture, flow, conn, ends",
-                        {**_CONNECTION_SOURCES, **dict.fromkeys(_EXCHANGE_SOURCES, "None")})
+# a row of the connection's columns alone, None for the exchange's (what a reader that writes rows itself copies)
+connection_part = row_function("connection_part", EXCHANGE_COLUMNS, "capture, flow, conn, ends",
+                               {**_CONNECTION_SOURCES, **dict.fromkeys(_EXCHANGE_SOURCES, "None")})
 ROWS_PER_BATCH = 1 << 13  # rows are held as Python tuples only until a batch of this many is columnar
 
 
@@ -195,8 +193,8 @@ def extract(
             made = texts[flow.index] = (endpoint_text(flow.client), endpoint_text(flow.server))
         return made
 
-    def first_row(flow: Flow) -> tuple:
-        return lane_row(name, flow, flow.mysql, ends(flow))
+    def connection_row(flow: Flow) -> tuple:
+        return connection_part(name, flow, flow.mysql, ends(flow))
 
     def emit(flow: Flow, ex: Exchange) -> None:
         fp, qid = fingerprints(ex.sql, ex.command)
@@ -257,12 +255,7 @@ def extract(
         ex_rows.clear()
 
     def add_columns(values: list, kinds: str) -> None:
-        if values and len(values[0]):
-            if tracker.frame_base:  # a later file of a capture point: the lane numbered its frames from 1
-                values = list(values)
-                for i in _FRAME_COLUMNS:
-                    values[i] = (np.frombuffer(values[i], dtype=np.int64) + tracker.frame_base).tobytes()
-            ex_batches.append(columns_batch(values, kinds, EXCHANGE_COLUMNS))
+        ex_batches.append(columns_batch(values, kinds, EXCHANGE_COLUMNS))
 
     def finished(stats: CaptureStats, native: int) -> Extraction:
         ex_batches.append(batch(ex_rows, EXCHANGE_COLUMNS))
@@ -291,16 +284,9 @@ def extract(
             if progress is not None and part is not reader:
                 done = reader.bytes_read
                 step = lambda d, t, f, done=done, before=before: progress(done + d, total, before + f)  # noqa: E731
-            if fastlane.usable(part):
-                native += fastlane.run(part, tracker, add_columns, fingerprints, first_row, commands, step)
-            else:
-                n = 0
-                feed = tracker.segment_fields
-                for fields in part.segment_fields():
-                    feed(*fields)
-                    n += 1
-                    if step is not None and n & 0x3FFF == 0:
-                        step(part.bytes_read, part.stats.bytes_file, part.stats.frames)
+            native += read_capture(part, tracker, add_columns=add_columns, connection_row=connection_row,
+                                   fingerprints=fingerprints, commands=commands, batch_rows=ROWS_PER_BATCH,
+                                   progress=step)
         tracker.frame_base = 0
         tracker.finish()
         stats = reader.stats

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .capture import TcpSegment
 from .mysql import detect
@@ -65,6 +66,20 @@ class Flow:
         if self.server is None:
             return None
         return self.b if self.server == self.a else self.a
+
+
+class HandBack(NamedTuple):
+    """What a reader that continued a connection on its own did with it, given back with FlowTracker.take_back.
+    The reader took the connection when it was plain to follow (not parsed, or MySQL between two exchanges:
+    MySQLConnection.handover, HalfStream.position) and gives it back at such a point again."""
+
+    frames: int  # the connection's frames it read
+    last_ts: int | None  # time of the last of them that Flow.last_ts counts (None: none)
+    segments: tuple[int, int]  # in-order payload segments it read: client→server, server→client (MySQL)
+    nbytes: tuple[int, int]  # their bytes, likewise
+    exchanges: int  # exchanges it finished and reported itself (MySQL)
+    other_frames: int  # frames and bytes of a connection that is not parsed, counted as other TCP (owned)
+    other_bytes: int
 
 
 class FlowTracker:
@@ -192,6 +207,24 @@ class FlowTracker:
                 flow.frames += 1
                 return
         self.segment(TcpSegment(frame, ts_ns, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, missing))
+
+    def connection(self, a: Endpoint, b: Endpoint) -> Flow | None:
+        """The open connection between two endpoints (either order), if any."""
+        return self._flows.get((a, b) if a <= b else (b, a))
+
+    def take_back(self, flow: Flow, back: HandBack) -> None:
+        """A connection that another reader continued on its own comes back (see HandBack): what it read is
+        counted as if it had been read here, and the next segments come here again."""
+        flow.frames += back.frames
+        if back.last_ts is not None:
+            flow.last_ts = back.last_ts
+        if flow.kind == "mysql":
+            flow.to_server.delivered(back.segments[CLIENT], back.nbytes[CLIENT])
+            flow.to_client.delivered(back.segments[SERVER], back.nbytes[SERVER])
+            flow.mysql.resume(back.exchanges, back.nbytes)
+            flow.exchanges += back.exchanges
+        self.other_tcp_frames += back.other_frames
+        self.other_tcp_bytes += back.other_bytes
 
     def finish(self) -> None:
         for key, flow in list(self._flows.items()):

@@ -154,6 +154,29 @@ WIRESHARK_LEARNING = CORPUS / "Wireshark-learning" / "mysql.pcap"
 
 
 @pytest.mark.skipif(not WIRESHARK_LEARNING.exists(), reason="public corpus not found")
+def test_a_connection_is_handed_over_only_between_reported_exchanges():
+    """MySQLConnection.handover and HalfStream.position (what a reader of its own, the fast lane, may take) on a
+    real capture: a connection offers itself only when every exchange it finished has been reported, says how
+    many, and where its streams stand; inside an exchange it does not."""
+    reported: Counter = Counter()
+    tracker = FlowTracker(lambda flow, ex: reported.update([flow.index]), lambda flow: None)
+    offered = withheld = 0
+    for seg in segments(CAPTURES / "oltp-hogs" / "db.pcap"):
+        tracker.segment(seg)
+        flow = tracker.connection((seg.src_ip, seg.src_port), (seg.dst_ip, seg.dst_port))
+        if flow is None or flow.kind != "mysql":
+            continue
+        state = flow.mysql.handover()
+        if state is None:
+            withheld += 1
+            continue
+        offered += 1
+        assert state.count == reported[flow.index] == flow.exchanges
+        for half in (flow.to_server, flow.to_client):
+            assert half.position in (None, (half.base, half.next))
+    assert offered > 1000 and withheld > 1000, (offered, withheld)
+
+
 def test_https_and_other_background_tcp_is_not_mysql():
     """Wireshark-learning/mysql.pcap: two MySQL connections to :3306 amid TLS on :443, HTTP on :80 and the Azure
     agent on :32526 (seen with `tshark -z conv,tcp`). Only the two MySQL connections are MySQL."""

@@ -14,6 +14,7 @@ import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import detect
 from .framing import CompressedDeframer, Packet, PacketFramer
@@ -86,12 +87,36 @@ class Exchange:
         return None if self.status_flags is None else bool(self.status_flags & SERVER_QUERY_WAS_SLOW)
 
 
-@dataclass
-class _Statement:
+@dataclass(slots=True)
+class PreparedStatement:
+    """A statement prepared on a connection (COM_STMT_PREPARE's OK), as its COM_STMT_EXECUTEs need it. A reader that
+    continues the connection on its own (Handover.statements) reads these fields and calls `executed`."""
+
     sql: str | None
     num_params: int | None
-    types: list[int] | None = None
+    types: list[int] | None = None  # parameter types last bound (an execute with the new-params-bound flag sends them)
     long_data: dict[int, int] = field(default_factory=dict)  # parameter -> bytes sent since the last execute
+
+    def executed(self, types: list[int] | None) -> None:
+        """An execute was read whose parameters were decoded with `types` (sent with it, or the ones bound
+        before): they stay bound, and the long data sent for it is used up."""
+        self.types = types
+        if self.long_data:
+            self.long_data = {}
+
+
+class Handover(NamedTuple):
+    """A connection between two exchanges, as a reader that continues it on its own needs it
+    (MySQLConnection.handover; the native fast lane, fastlane.py, takes it when it can read what comes next). The
+    reader gives the connection back at an exchange boundary with `MySQLConnection.resume`."""
+
+    count: int  # exchanges so far: the seq of the next one
+    deprecate_eof: bool | None  # CLIENT_DEPRECATE_EOF (None: not known yet, e.g. mid-stream)
+    query_attributes: bool | None  # CLIENT_QUERY_ATTRIBUTES (None: not known; COM_QUERY text may carry them)
+    max_sql_bytes: int  # statement text kept of a COM_QUERY (longer: cut, problems sql-cut)
+    request_keep: int  # request bytes kept: a longer request is cut (problems truncated)
+    statements: dict[int, PreparedStatement]  # the prepared statements by id: shared, not copied
+    next_problems: tuple[str, ...]  # problems the next exchange carries whatever it is (midstream)
 
 
 @dataclass
@@ -150,7 +175,7 @@ class MySQLConnection:
         self._deframers: list[CompressedDeframer | None] = [None, None]
         self._pending: deque[_Pending] = deque()
         self._finished: list[Exchange] = []
-        self._statements: dict[int, _Statement] = {}
+        self._statements: dict[int, PreparedStatement] = {}
         self._last_prepared: int | None = None
         self._count = 0
         self._connect: _Pending | None = None
@@ -248,6 +273,33 @@ class MySQLConnection:
     def take(self) -> list[Exchange]:
         out, self._finished = self._finished, []
         return out
+
+    # ---- another reader --------------------------------------------------------------------------------------
+    def handover(self) -> Handover | None:
+        """The connection as a reader that continues it on its own needs it, when it stands between two exchanges
+        with nothing half-read: in the command phase, nothing pending, both directions in sync, packet framing
+        idle, neither compressed nor encrypted, nothing finished that `take` has not given. None otherwise. The
+        bytes of both directions must then go to that reader until it gives the connection back (`resume`)."""
+        if (self.tls or self.phase != COMMAND or self._pending or self._finished
+                or not (self._synced[CLIENT] and self._synced[SERVER])
+                or self._deframers[CLIENT] is not None or self._deframers[SERVER] is not None
+                or not (self._framers[CLIENT].idle and self._framers[SERVER].idle)):
+            return None
+        first = ("midstream",) if self.counters.midstream and self._count == 0 else ()
+        return Handover(self._count, self.deprecate_eof, self.query_attributes, self.max_sql_bytes,
+                        self._framers[CLIENT].keep, self._statements, first)
+
+    def resume(self, exchanges: int, nbytes: tuple[int, int]) -> None:
+        """The reader the connection was handed over to gives it back, between two exchanges again: it read
+        `nbytes` (client→server, server→client) and finished `exchanges` exchanges, which it reported itself.
+        Counted as if they had been read here."""
+        c = self.counters
+        for direction in (CLIENT, SERVER):
+            c.mysql_bytes[direction] += nbytes[direction]
+            c.parsed_bytes[direction] += nbytes[direction]
+        if exchanges:
+            self._count += exchanges
+            self._last_finished = None  # an exchange read elsewhere is the last: not a PREPARE
 
     # ---- synchronisation ------------------------------------------------------------------------------------
     def _desync(self, direction: int) -> None:
@@ -504,7 +556,8 @@ class MySQLConnection:
         elif code == 0x11:
             pending.sql = None
 
-    def _decode_params(self, pending: _Pending, payload: bytes, statement: _Statement | None, cut: bool) -> None:
+    def _decode_params(self, pending: _Pending, payload: bytes, statement: PreparedStatement | None, cut: bool
+                       ) -> None:
         num = statement.num_params if statement else None
         prior = statement.types if statement else None
         try:
@@ -514,8 +567,7 @@ class MySQLConnection:
             pending.problems.append("params-undecoded" if not cut else "truncated")
             return
         if statement is not None:
-            statement.types = types
-            statement.long_data = {}
+            statement.executed(types)
         pending.params = params
 
     def _request_continues(self, packet: Packet) -> None:
@@ -753,7 +805,7 @@ class MySQLConnection:
             result = None
         if pending.command == 0x16 and summary.prepare_ok is not None:
             prep = summary.prepare_ok
-            self._statements[prep.stmt_id] = _Statement(pending.sql, prep.num_params)
+            self._statements[prep.stmt_id] = PreparedStatement(pending.sql, prep.num_params)
             self._last_prepared = prep.stmt_id
             pending.stmt_id = prep.stmt_id
         problems = pending.problems + summary.problems
