@@ -820,7 +820,9 @@ static int parse_ok(Flow *f, int64_t *affected, int64_t *warnings, int64_t *stat
     return 1;
 }
 
-/* One complete response packet (ResponseReader, kind RESULT). 1: taken, 0: bail. */
+/* One complete response packet of COM_QUERY / COM_STMT_EXECUTE: mysql/responses.py's ResponseReader for kind
+ * RESULT (_on_start, _on_columns, _on_after_columns, _on_rows, _terminator; the number of column definitions is
+ * responses.column_definitions_sent), on the common path only: one result set or an OK. 1: taken, 0: bail. */
 static int response_packet(Flow *f) {
     int64_t plen = f->plen;
     int first = plen ? f->head[0] : -1;
@@ -832,7 +834,7 @@ static int response_packet(Flow *f) {
     f->next_seq = (f->hdr[3] + 1) & 0xFF;
     int64_t affected, warnings, status;
     switch (f->rstate) {
-    case R_START:
+    case R_START: /* _on_start */
         if (first < 0 || first == 0xFF || first == 0xFB || plen > 65536) return 0;
         if (first == 0x00) {
             if (!parse_ok(f, &affected, &warnings, &status) || status & MORE_RESULTS) return 0;
@@ -846,19 +848,19 @@ static int response_packet(Flow *f) {
         f->result_sets += 1;
         f->left = first;
         f->rstate = R_COLS;
-        if (plen > 1 && f->head[1] == 0) /* MariaDB's cached metadata: no definitions (responses.py) */
+        if (plen > 1 && f->head[1] == 0) /* responses.column_definitions_sent: MariaDB's cached metadata */
             f->rstate = f->deprecate_eof ? R_ROWS : R_AFTER_COLS;
         return 1;
-    case R_COLS:
+    case R_COLS: /* _on_columns */
         if (--f->left == 0) f->rstate = f->deprecate_eof ? R_ROWS : R_AFTER_COLS;
         return 1;
-    case R_AFTER_COLS:
+    case R_AFTER_COLS: /* _on_after_columns */
         if (first != 0xFE || plen > 5) return 0;
         status = plen >= 5 ? u16le(f->head + 3) : 0;
         if (status & CURSOR_EXISTS) return 0;
         f->rstate = R_ROWS;
         return 1;
-    case R_ROWS:
+    case R_ROWS: /* _on_rows, _terminator */
         if (first == 0xFE) {
             if (plen > 65536) return 0;
             if (plen <= 5) {

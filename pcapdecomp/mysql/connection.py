@@ -20,7 +20,7 @@ from . import detect
 from .framing import CompressedDeframer, Packet, PacketFramer
 from .params import decode_execute
 from .walk import walk_rows
-from .responses import NONE, RESULT, ResponseReader, expected_response
+from .responses import NONE, RESULT, ResponseReader, column_definitions_sent, expected_response
 from .wire import (
     INT64_MAX,
     MAX_PACKET,
@@ -640,7 +640,7 @@ class MySQLConnection:
             pos = end
         elif first < 0xFB:  # a column count below 251 (bigger ones take the general path)
             first_start = pos
-            columns = first if length == 1 or data[pos + 5] != 0 else 0  # 0: MariaDB's cached metadata (responses.py)
+            columns = column_definitions_sent(first, data, pos + 5, end)  # the count is the packet's first byte
             pos = end
             expect = (expect + 1) & 0xFF
             for _ in range(columns):  # column definitions: counted, not decoded
