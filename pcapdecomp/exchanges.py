@@ -194,13 +194,13 @@ def extract(
         return made
 
     def connection_row(flow: Flow) -> tuple:
-        return connection_part(name, flow, flow.mysql, ends(flow))
+        return connection_part(name, flow, flow.mysql, texts.get(flow.index) or ends(flow))
 
     def emit(flow: Flow, ex: Exchange) -> None:
         fp, qid = fingerprints(ex.sql, ex.command)
         commands[ex.command] += 1
-        ex_rows.append(exchange_row(name, flow, flow.mysql, ends(flow), ex, fp, qid, flow.to_server.base or 0,
-                                    flow.to_client.base or 0))
+        ex_rows.append(exchange_row(name, flow, flow.mysql, texts.get(flow.index) or ends(flow), ex, fp, qid,
+                                    flow.to_server.base or 0, flow.to_client.base or 0))
         if len(ex_rows) >= ROWS_PER_BATCH:
             flush()
 

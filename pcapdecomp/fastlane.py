@@ -50,7 +50,7 @@ import numpy as np
 
 from .capture import CaptureReader, RecordSource, frame_segment, open_capture
 from .errors import InputError, PcapdecompError
-from .flows import Flow, FlowTracker, HandBack
+from .flows import Flow, FlowTracker
 from .mysql.wire import command_name
 from .schema import CATEGORY, EXCHANGE_COLUMNS
 
@@ -141,10 +141,7 @@ def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Ca
         """A record the lane gave back: read as the reader reads its own. Returns the open connection of a TCP
         segment."""
         fields = frame_segment(stats, *record)
-        if fields is None:
-            return None
-        feed(*fields)
-        return connection((fields[2], fields[3]), (fields[4], fields[5]))
+        return None if fields is None else feed(*fields)
 
     def promote(flow: Flow) -> None:
         """Hand `flow` to the lane if it is at a point the lane can continue from."""
@@ -192,10 +189,7 @@ def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Ca
                 take_rows()
             elif kind is GivenBack:
                 flow = item.flow
-                tracker.take_back(flow, HandBack(
-                    item.frames, item.last_ts, (item.segments_to_server, item.segments_to_client),
-                    (item.bytes_to_server, item.bytes_to_client), item.exchanges, item.other_frames,
-                    item.other_bytes))
+                tracker.take_back(flow, item)  # a GivenBack has flows.HandBack's fields
                 for _ in range(item.replays):  # the records of the exchange it was reading: Python reads them
                     handle(next_item())
                 if not finishing and connection(flow.a, flow.b) is flow:

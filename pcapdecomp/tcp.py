@@ -91,17 +91,10 @@ class HalfStream:
     def position(self) -> tuple[int, int] | None:
         """(raw sequence number of stream offset 0, next expected offset) while the stream is plainly in order:
         started, nothing held out of order. Where a reader that follows the stream on its own (the native fast
-        lane, fastlane.py) may continue it, to give the bytes it read back with `delivered`. None otherwise."""
+        lane, fastlane.py) may continue it; FlowTracker.take_back moves `next` past what it read. None otherwise."""
         if self.base is None or self._held:
             return None
         return self.base, self.next
-
-    def delivered(self, segments: int, nbytes: int) -> None:
-        """`nbytes` in `segments` segments were read in order from `next` on by the reader the stream was left to
-        (`position`): the stream continues after them, counted as if they had come through here."""
-        self.next += nbytes
-        self.stats.segments += segments
-        self.stats.bytes_delivered += nbytes
 
     def raw_seq(self, offset: int) -> int:
         """The TCP sequence number of the byte at a stream offset (for matching across capture points)."""

@@ -14,6 +14,7 @@ import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NamedTuple
 
 from . import detect
@@ -117,6 +118,11 @@ class Handover(NamedTuple):
     request_keep: int  # request bytes kept: a longer request is cut (problems truncated)
     statements: dict[int, PreparedStatement]  # the prepared statements by id: shared, not copied
     next_problems: tuple[str, ...]  # problems the next exchange carries whatever it is (midstream)
+
+
+# Handover(*values) without the Python-level __new__ NamedTuple generates (as its _make does): asked for after
+# every segment the fast lane gives back, where a Python call per record is a measurable share.
+_new_handover = partial(tuple.__new__, Handover)
 
 
 @dataclass
@@ -280,23 +286,25 @@ class MySQLConnection:
         with nothing half-read: in the command phase, nothing pending, both directions in sync, packet framing
         idle, neither compressed nor encrypted, nothing finished that `take` has not given. None otherwise. The
         bytes of both directions must then go to that reader until it gives the connection back (`resume`)."""
-        if (self.tls or self.phase != COMMAND or self._pending or self._finished
-                or not (self._synced[CLIENT] and self._synced[SERVER])
-                or self._deframers[CLIENT] is not None or self._deframers[SERVER] is not None
-                or not (self._framers[CLIENT].idle and self._framers[SERVER].idle)):
+        if self.tls or self.phase != COMMAND or self._pending or self._finished:
+            return None
+        synced, deframers, framers = self._synced, self._deframers, self._framers
+        if (not (synced[CLIENT] and synced[SERVER]) or deframers[CLIENT] is not None
+                or deframers[SERVER] is not None or not (framers[CLIENT].idle and framers[SERVER].idle)):
             return None
         first = ("midstream",) if self.counters.midstream and self._count == 0 else ()
-        return Handover(self._count, self.deprecate_eof, self.query_attributes, self.max_sql_bytes,
-                        self._framers[CLIENT].keep, self._statements, first)
+        return _new_handover((self._count, self.deprecate_eof, self.query_attributes, self.max_sql_bytes,
+                              framers[CLIENT].keep, self._statements, first))
 
-    def resume(self, exchanges: int, nbytes: tuple[int, int]) -> None:
+    def resume(self, exchanges: int, client_bytes: int, server_bytes: int) -> None:
         """The reader the connection was handed over to gives it back, between two exchanges again: it read
-        `nbytes` (client→server, server→client) and finished `exchanges` exchanges, which it reported itself.
-        Counted as if they had been read here."""
+        `client_bytes` and `server_bytes` and finished `exchanges` exchanges, which it reported itself. Counted as
+        if they had been read here."""
         c = self.counters
-        for direction in (CLIENT, SERVER):
-            c.mysql_bytes[direction] += nbytes[direction]
-            c.parsed_bytes[direction] += nbytes[direction]
+        c.mysql_bytes[CLIENT] += client_bytes
+        c.parsed_bytes[CLIENT] += client_bytes
+        c.mysql_bytes[SERVER] += server_bytes
+        c.parsed_bytes[SERVER] += server_bytes
         if exchanges:
             self._count += exchanges
             self._last_finished = None  # an exchange read elsewhere is the last: not a PREPARE
