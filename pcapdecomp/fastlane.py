@@ -233,7 +233,8 @@ def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Ca
     for linktype, n in counts.link_types.items():
         link_types[linktype] = link_types.get(linktype, 0) + n
     if source.layout is None:  # pcapng: the lane read the file from its first byte (the blocks too)
-        stats.sections, stats.interfaces, stats.unknown_blocks = counts.sections, counts.interfaces, counts.unknown_blocks
+        stats.sections, stats.interfaces = counts.sections, counts.interfaces
+        stats.unknown_blocks = counts.unknown_blocks
         stats.if_drops.update(counts.if_drops)
     if counts.first_ts is not None:
         if stats.first_ts_ns is None:
