@@ -14,8 +14,11 @@
  * path; tests compare whole extractions with and without the lane. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "_lane_columns.h" /* the exchange row layout: COL_<NAME>, NCOLS (setup.py writes it from schema.py) */
 
 #define MAX_PACKET 0xFFFFFF
 #define MORE_RESULTS 0x0008
@@ -57,7 +60,7 @@ struct Flow {
     int deprecate_eof, qa;
     int64_t max_sql, keep_client;
     uint32_t base[2];
-    PyObject *statements, *prefix, *suffix;
+    PyObject *statements, *row; /* row: the connection's columns of every row it writes (exchanges.py) */
     int64_t conn_index;
     int state;
     /* the exchange in progress */
@@ -81,10 +84,23 @@ struct Flow {
     Flow *all_next, *all_prev;
 };
 
-/* The lane writes its exchange rows column by column (exchanges.py's row layout): 'q' int64 and 'd' float64
- * columns into plain buffers that Arrow takes as they are, 'o' columns as lists of Python objects. */
-#define NCOLS 42
-static const char ROW_KINDS[NCOLS + 1] = "oqoooqoooooo" "qqqqqqqq" "dd" "oooo" "qqqqqqq" "o" "oooo" "qqq" "o";
+/* The lane writes its exchange rows column by column, in the layout of schema.EXCHANGE_COLUMNS
+ * (_lane_columns.h): 'q' int64 and 'd' float64 columns into plain buffers that Arrow takes as they are, 'o'
+ * columns as lists of Python objects. A column of the schema without a kind here makes the import fail. */
+static const char ROW_KINDS[NCOLS + 1] = {
+    [COL_CAPTURE] = 'o', [COL_CONN_INDEX] = 'q', [COL_CONN_ID] = 'o', [COL_CLIENT] = 'o', [COL_SERVER] = 'o',
+    [COL_SEQ] = 'q', [COL_COMMAND] = 'o', [COL_SQL] = 'o', [COL_STMT_ID] = 'o', [COL_PARAMS] = 'o',
+    [COL_FINGERPRINT] = 'o', [COL_QUERY_ID] = 'o',
+    [COL_REQ_FIRST_TS] = 'q', [COL_REQ_LAST_TS] = 'q', [COL_RESP_FIRST_TS] = 'q', [COL_RESP_LAST_TS] = 'q',
+    [COL_REQ_FIRST_FRAME] = 'q', [COL_REQ_LAST_FRAME] = 'q', [COL_RESP_FIRST_FRAME] = 'q',
+    [COL_RESP_LAST_FRAME] = 'q', [COL_RESPONSE_S] = 'd', [COL_TTFB_S] = 'd',
+    [COL_RESULT] = 'o', [COL_ERROR_CODE] = 'o', [COL_ERROR_STATE] = 'o', [COL_ERROR_MESSAGE] = 'o',
+    [COL_ROWS] = 'q', [COL_AFFECTED_ROWS] = 'q', [COL_WARNINGS] = 'q', [COL_RESULT_SETS] = 'q',
+    [COL_BYTES_REQ] = 'q', [COL_BYTES_RESP] = 'q', [COL_STATUS_FLAGS] = 'q', [COL_SERVER_FLAG_SLOW] = 'o',
+    [COL_TLS] = 'o', [COL_COMPRESSED] = 'o', [COL_USER] = 'o', [COL_DB] = 'o',
+    [COL_REQ_TCP_SEQ] = 'q', [COL_RESP_TCP_SEQ] = 'q', [COL_RESP_TCP_END] = 'q', [COL_PROBLEMS] = 'o',
+};
+static const char *const COLUMN_NAME[NCOLS] = {COLUMN_NAMES};
 
 typedef struct {
     PyObject *list;
@@ -233,8 +249,7 @@ static void drop_flow(Lane *L, Flow *f) {
     clear_exchange(f);
     Py_CLEAR(f->obj);
     Py_CLEAR(f->statements);
-    Py_CLEAR(f->prefix);
-    Py_CLEAR(f->suffix);
+    Py_CLEAR(f->row);
     PyMem_Free(f->saved);
     PyMem_Free(f->arena);
     PyMem_Free(f->req);
@@ -805,7 +820,9 @@ static int parse_ok(Flow *f, int64_t *affected, int64_t *warnings, int64_t *stat
     return 1;
 }
 
-/* One complete response packet (ResponseReader, kind RESULT). 1: taken, 0: bail. */
+/* One complete response packet of COM_QUERY / COM_STMT_EXECUTE: mysql/responses.py's ResponseReader for kind
+ * RESULT (_on_start, _on_columns, _on_after_columns, _on_rows, _terminator; the number of column definitions is
+ * responses.column_definitions_sent), on the common path only: one result set or an OK. 1: taken, 0: bail. */
 static int response_packet(Flow *f) {
     int64_t plen = f->plen;
     int first = plen ? f->head[0] : -1;
@@ -817,7 +834,7 @@ static int response_packet(Flow *f) {
     f->next_seq = (f->hdr[3] + 1) & 0xFF;
     int64_t affected, warnings, status;
     switch (f->rstate) {
-    case R_START:
+    case R_START: /* _on_start */
         if (first < 0 || first == 0xFF || first == 0xFB || plen > 65536) return 0;
         if (first == 0x00) {
             if (!parse_ok(f, &affected, &warnings, &status) || status & MORE_RESULTS) return 0;
@@ -831,19 +848,19 @@ static int response_packet(Flow *f) {
         f->result_sets += 1;
         f->left = first;
         f->rstate = R_COLS;
-        if (plen > 1 && f->head[1] == 0) /* MariaDB's cached metadata: no definitions (responses.py) */
+        if (plen > 1 && f->head[1] == 0) /* responses.column_definitions_sent: MariaDB's cached metadata */
             f->rstate = f->deprecate_eof ? R_ROWS : R_AFTER_COLS;
         return 1;
-    case R_COLS:
+    case R_COLS: /* _on_columns */
         if (--f->left == 0) f->rstate = f->deprecate_eof ? R_ROWS : R_AFTER_COLS;
         return 1;
-    case R_AFTER_COLS:
+    case R_AFTER_COLS: /* _on_after_columns */
         if (first != 0xFE || plen > 5) return 0;
         status = plen >= 5 ? u16le(f->head + 3) : 0;
         if (status & CURSOR_EXISTS) return 0;
         f->rstate = R_ROWS;
         return 1;
-    case R_ROWS:
+    case R_ROWS: /* _on_rows, _terminator */
         if (first == 0xFE) {
             if (plen > 65536) return 0;
             if (plen <= 5) {
@@ -985,9 +1002,12 @@ static PyObject *param_value(const uint8_t *b, Py_ssize_t len, Py_ssize_t *pos, 
     return text;
 }
 
-static PyObject *S_num_params, *S_types, *S_long_data, *S_sql, *S_sep;
+/* connection.PreparedStatement: the fields the lane reads, the method it calls */
+static PyObject *S_num_params, *S_types, *S_long_data, *S_sql, *S_executed, *S_sep;
 
-/* connection._describe + _decode_params for COM_STMT_EXECUTE: 1 done, 0 leave it to Python, -1 error */
+/* connection._describe + _decode_params for COM_STMT_EXECUTE, with the connection's prepared statements
+ * (connection.PreparedStatement: reads sql, num_params, types, long_data; calls executed(types) as _decode_params
+ * does): 1 done, 0 leave it to Python, -1 error */
 static int describe_execute(Flow *f, const uint8_t *payload, Py_ssize_t n) {
     if (n < 5) return 0;
     uint32_t id = payload[1] | payload[2] << 8 | payload[3] << 16 | (uint32_t)payload[4] << 24;
@@ -1062,7 +1082,15 @@ static int describe_execute(Flow *f, const uint8_t *payload, Py_ssize_t n) {
             }
         }
     }
-    if (PyObject_SetAttr(statement, S_types, types) < 0) { rc = -1; goto out; }
+    /* The statement takes the types (PreparedStatement.executed) unless they are those it has: it then stays as
+     * it was (its long data is empty: above). Most clients send the same types with every execute. */
+    int same = types == prior || (PyList_Check(prior) && PyObject_RichCompareBool(types, prior, Py_EQ) == 1);
+    if (PyErr_Occurred()) { rc = -1; goto out; }
+    if (!same) {
+        PyObject *done = PyObject_CallMethodOneArg(statement, S_executed, types);
+        if (!done) { rc = -1; goto out; }
+        Py_DECREF(done);
+    }
     f->sql = PyObject_GetAttr(statement, S_sql);
     if (!f->sql) { rc = -1; goto out; }
     f->stmt_id = Py_NewRef(key);
@@ -1162,25 +1190,32 @@ static int emit(Lane *L, Flow *f) {
         PyErr_SetString(PyExc_TypeError, "fingerprints must return a pair");
         return -1;
     }
-    PyObject **pre = &PyTuple_GET_ITEM(f->prefix, 0), **suf = &PyTuple_GET_ITEM(f->suffix, 0);
+    PyObject **conn = &PyTuple_GET_ITEM(f->row, 0); /* the connection's columns */
     int slow = (f->status & QUERY_WAS_SLOW) != 0;
-    int bad = put_o(L, 0, pre[0]) | put_q(L, 1, f->conn_index) | put_o(L, 2, pre[2]) | put_o(L, 3, pre[3]) |
-              put_o(L, 4, pre[4]) | put_q(L, 5, f->work.count) | put_o(L, 6, L->names[f->command]) |
-              put_o(L, 7, f->sql) | put_o(L, 8, f->stmt_id) | put_o(L, 9, f->params) |
-              put_o(L, 10, PyTuple_GET_ITEM(fp, 0)) | put_o(L, 11, PyTuple_GET_ITEM(fp, 1)) |
-              put_q(L, 12, f->req_ts) | put_q(L, 13, f->req_last_ts) | put_q(L, 14, f->rf_ts) |
-              put_q(L, 15, f->rl_ts) | put_q(L, 16, f->req_frame) | put_q(L, 17, f->req_last_frame) |
-              put_q(L, 18, f->rf_frame) | put_q(L, 19, f->rl_frame) |
-              put_d(L, 20, (double)(f->rl_ts - f->req_ts) / 1e9) |
-              put_d(L, 21, (double)(f->rf_ts - f->req_last_ts) / 1e9) |
-              put_o(L, 22, L->results[f->result == RES_OK ? 0 : 1]) | put_o(L, 23, Py_None) |
-              put_o(L, 24, Py_None) | put_o(L, 25, Py_None) | put_q(L, 26, f->rows) | put_q(L, 27, f->affected) |
-              put_q(L, 28, f->warnings) | put_q(L, 29, f->result_sets) | put_q(L, 30, f->bytes_req) |
-              put_q(L, 31, f->bytes_resp) | put_q(L, 32, f->status) | put_o(L, 33, slow ? Py_True : Py_False) |
-              put_o(L, 34, suf[0]) | put_o(L, 35, suf[1]) | put_o(L, 36, suf[2]) | put_o(L, 37, suf[3]) |
-              put_q(L, 38, (uint32_t)(f->base[0] + (uint64_t)f->req_off)) |
-              put_q(L, 39, (uint32_t)(f->base[1] + (uint64_t)f->rf_off)) |
-              put_q(L, 40, (uint32_t)(f->base[1] + (uint64_t)f->rl_end)) | put_o(L, 41, L->empty);
+    int bad = put_o(L, COL_CAPTURE, conn[COL_CAPTURE]) | put_q(L, COL_CONN_INDEX, f->conn_index) |
+              put_o(L, COL_CONN_ID, conn[COL_CONN_ID]) | put_o(L, COL_CLIENT, conn[COL_CLIENT]) |
+              put_o(L, COL_SERVER, conn[COL_SERVER]) | put_q(L, COL_SEQ, f->work.count) |
+              put_o(L, COL_COMMAND, L->names[f->command]) | put_o(L, COL_SQL, f->sql) |
+              put_o(L, COL_STMT_ID, f->stmt_id) | put_o(L, COL_PARAMS, f->params) |
+              put_o(L, COL_FINGERPRINT, PyTuple_GET_ITEM(fp, 0)) | put_o(L, COL_QUERY_ID, PyTuple_GET_ITEM(fp, 1)) |
+              put_q(L, COL_REQ_FIRST_TS, f->req_ts) | put_q(L, COL_REQ_LAST_TS, f->req_last_ts) |
+              put_q(L, COL_RESP_FIRST_TS, f->rf_ts) | put_q(L, COL_RESP_LAST_TS, f->rl_ts) |
+              put_q(L, COL_REQ_FIRST_FRAME, f->req_frame) | put_q(L, COL_REQ_LAST_FRAME, f->req_last_frame) |
+              put_q(L, COL_RESP_FIRST_FRAME, f->rf_frame) | put_q(L, COL_RESP_LAST_FRAME, f->rl_frame) |
+              put_d(L, COL_RESPONSE_S, (double)(f->rl_ts - f->req_ts) / 1e9) |
+              put_d(L, COL_TTFB_S, (double)(f->rf_ts - f->req_last_ts) / 1e9) |
+              put_o(L, COL_RESULT, L->results[f->result == RES_OK ? 0 : 1]) | put_o(L, COL_ERROR_CODE, Py_None) |
+              put_o(L, COL_ERROR_STATE, Py_None) | put_o(L, COL_ERROR_MESSAGE, Py_None) |
+              put_q(L, COL_ROWS, f->rows) | put_q(L, COL_AFFECTED_ROWS, f->affected) |
+              put_q(L, COL_WARNINGS, f->warnings) | put_q(L, COL_RESULT_SETS, f->result_sets) |
+              put_q(L, COL_BYTES_REQ, f->bytes_req) | put_q(L, COL_BYTES_RESP, f->bytes_resp) |
+              put_q(L, COL_STATUS_FLAGS, f->status) | put_o(L, COL_SERVER_FLAG_SLOW, slow ? Py_True : Py_False) |
+              put_o(L, COL_TLS, conn[COL_TLS]) | put_o(L, COL_COMPRESSED, conn[COL_COMPRESSED]) |
+              put_o(L, COL_USER, conn[COL_USER]) | put_o(L, COL_DB, conn[COL_DB]) |
+              put_q(L, COL_REQ_TCP_SEQ, (uint32_t)(f->base[0] + (uint64_t)f->req_off)) |
+              put_q(L, COL_RESP_TCP_SEQ, (uint32_t)(f->base[1] + (uint64_t)f->rf_off)) |
+              put_q(L, COL_RESP_TCP_END, (uint32_t)(f->base[1] + (uint64_t)f->rl_end)) |
+              put_o(L, COL_PROBLEMS, L->empty);
     Py_DECREF(fp);
     if (bad) return -1; /* a failed append leaves the columns uneven: the error ends the extraction */
     L->n_rows += 1;
@@ -1275,6 +1310,64 @@ static int take_segment(Lane *L, Flow *f, int dir, Seg *s, int64_t ts, int64_t f
     return 1;
 }
 
+/* ---- what the lane hands to Python: typed records (named tuples), never told apart by their length -------- */
+
+static PyStructSequence_Field RecordFields[] = {
+    {"frame", "frame number (from 1)"}, {"ts_ns", "time, checked (capture._timed)"}, {"linktype", NULL},
+    {"data", "the captured bytes"}, {"orig_len", "the frame's length on the wire"}, {NULL, NULL}};
+static PyStructSequence_Desc RecordDesc = {
+    "pcapdecomp._lane.Record", "A record the lane does not read itself: Python reads it (capture.frame_segment).",
+    RecordFields, 5};
+
+static PyStructSequence_Field GivenBackFields[] = {
+    {"flow", "the flows.Flow promoted"}, {"frames", NULL}, {"last_ts", "None: none that Flow.last_ts counts"},
+    {"segments_to_server", NULL}, {"bytes_to_server", NULL}, {"segments_to_client", NULL},
+    {"bytes_to_client", NULL}, {"exchanges", "finished and written as rows"}, {"count", "exchanges in all"},
+    {"other_frames", NULL}, {"other_bytes", NULL}, {"replays", "how many Records follow: the exchange in progress"},
+    {NULL, NULL}};
+static PyStructSequence_Desc GivenBackDesc = {
+    "pcapdecomp._lane.GivenBack",
+    "A connection the lane gives back, at an exchange boundary: what it committed (flows.HandBack), then `replays` "
+    "Records of the exchange it was reading, which Python reads again.",
+    GivenBackFields, 12};
+
+static PyStructSequence_Field DamageFields[] = {
+    {"what", NULL}, {"offset", "byte offset in the (uncompressed) file"}, {NULL, NULL}};
+static PyStructSequence_Desc DamageDesc = {
+    "pcapdecomp._lane.Damage", "The records end at damage (CaptureReader.records_ended).", DamageFields, 2};
+
+static PyStructSequence_Field RowsReadyFields[] = {{"rows", NULL}, {NULL, NULL}};
+static PyStructSequence_Desc RowsReadyDesc = {
+    "pcapdecomp._lane.RowsReady", "A batch of rows is written: take_columns() before reading on.", RowsReadyFields,
+    1};
+
+static PyStructSequence_Field CountsFields[] = {
+    {"records", "records read"}, {"consumed", "records consumed here"}, {"first_ts", "None: no record"},
+    {"last_ts", NULL}, {"position", "bytes consumed"}, {"queries", "COM_QUERY rows"},
+    {"executes", "COM_STMT_EXECUTE rows"}, {"bad_ts", "records whose time was repaired"},
+    {"sections", "pcapng section headers"}, {"interfaces", "pcapng interface descriptions"},
+    {"unknown_blocks", NULL}, {"if_drops", "{interface id: packets dropped}"},
+    {"link_types", "{link type: records consumed here}"}, {NULL, NULL}};
+static PyStructSequence_Desc CountsDesc = {"pcapdecomp._lane.Counts", "What the lane read and consumed.",
+                                           CountsFields, 13};
+
+static PyTypeObject *RecordType, *GivenBackType, *DamageType, *RowsReadyType, *CountsType;
+
+/* A record of `type` with the values Py_BuildValue makes of `format` (a tuple format). */
+static PyObject *typed(PyTypeObject *type, const char *format, ...) {
+    va_list va;
+    va_start(va, format);
+    PyObject *values = Py_VaBuildValue(format, va);
+    va_end(va);
+    if (!values) return NULL;
+    PyObject *item = PyStructSequence_New(type);
+    if (item)
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(values); i++)
+            PyStructSequence_SET_ITEM(item, i, Py_NewRef(PyTuple_GET_ITEM(values, i)));
+    Py_DECREF(values);
+    return item;
+}
+
 /* ---- the Lane type -------------------------------------------------------------------------------------- */
 
 static void begin_bail(Lane *L, Flow *f) {
@@ -1287,16 +1380,25 @@ static PyObject *bail_header(Flow *f) {
     Counts *c = &f->committed;
     PyObject *last = c->has_last_ts ? PyLong_FromLongLong(c->last_ts) : Py_NewRef(Py_None);
     if (!last) return NULL;
-    return Py_BuildValue("(OLNLLLLLLLLn)", f->obj, (long long)c->frames, last, (long long)c->segs[0],
-                         (long long)c->bytes[0], (long long)c->segs[1], (long long)c->bytes[1],
-                         (long long)c->exchanges, (long long)c->count, (long long)c->other_frames,
-                         (long long)c->other_bytes, f->n_saved);
+    return typed(GivenBackType, "(OLNLLLLLLLLn)", f->obj, (long long)c->frames, last, (long long)c->segs[0],
+                 (long long)c->bytes[0], (long long)c->segs[1], (long long)c->bytes[1], (long long)c->exchanges,
+                 (long long)c->count, (long long)c->other_frames, (long long)c->other_bytes, f->n_saved);
 }
 
 static PyObject *raw_record(int64_t frame, int64_t ts, int linktype, const uint8_t *data, Py_ssize_t caplen,
                             int64_t orig_len) {
-    return Py_BuildValue("(LLiy#L)", (long long)frame, (long long)ts, linktype, (const char *)data, caplen,
-                         (long long)orig_len);
+    /* the most frequent answer: made directly, not through typed() */
+    PyObject *item = PyStructSequence_New(RecordType);
+    if (!item) return NULL;
+    PyObject *values[5] = {PyLong_FromLongLong(frame), PyLong_FromLongLong(ts), PyLong_FromLong(linktype),
+                           PyBytes_FromStringAndSize((const char *)data, caplen), PyLong_FromLongLong(orig_len)};
+    int bad = 0;
+    for (int i = 0; i < 5; i++) {
+        if (!values[i]) bad = 1;
+        else PyStructSequence_SET_ITEM(item, i, values[i]);
+    }
+    if (bad) Py_CLEAR(item);
+    return item;
 }
 
 /* Records consumed here, per link type (CaptureStats.link_types); n < 0 gives records back. */
@@ -1337,11 +1439,11 @@ static PyObject *Lane_next(Lane *L, PyObject *Py_UNUSED(ignored)) {
             begin_bail(L, L->all);
             continue;
         }
-        if (L->n_rows >= L->batch) return PyLong_FromLong(0);
+        if (L->n_rows >= L->batch) return typed(RowsReadyType, "(n)", L->n_rows);
         Rec rec;
         int got = reader_next(&L->R, &rec);
         if (got == REC_ERROR) return NULL;
-        if (got == REC_DAMAGE) return Py_BuildValue("(ssL)", "damage", L->R.what, (long long)L->R.damage_pos);
+        if (got == REC_DAMAGE) return typed(DamageType, "(sL)", L->R.what, (long long)L->R.damage_pos);
         if (got != REC_PACKET) Py_RETURN_NONE;
         const uint8_t *data = rec.data;
         int64_t ts = rec.ts, caplen = rec.caplen, orig_len = rec.orig_len;
@@ -1430,23 +1532,24 @@ static PyObject *Lane_promote(Lane *L, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* promote_mysql(flow, client_addr, client_port, server_addr, server_port, base_to_server, next_to_server,
- *               base_to_client, next_to_client, count, deprecate_eof, qa, max_sql, keep_client, statements,
- *               prefix, suffix) */
+/* promote_mysql(flow, client, client_port, server, server_port, to_server, to_client, count, deprecate_eof,
+ *               query_attributes, max_sql, request_keep, statements, row): a MySQL connection between two
+ * exchanges (connection.Handover; tcp.HalfStream.position gives to_server and to_client: (base, next)). Addresses
+ * as packed bytes; query_attributes 0 off, 1 on, 2 unknown; `row` holds the connection's columns of every row it
+ * writes (NCOLS items; those of an exchange are not read). Positional: keywords cost more than a short exchange. */
 static PyObject *Lane_promote_mysql(Lane *L, PyObject *args) {
-    PyObject *obj, *statements, *prefix, *suffix;
+    PyObject *obj, *statements, *row;
     Py_buffer ca, sa;
     unsigned cport, sport;
     unsigned long long b0, b1;
     long long n0, n1, count, max_sql, keep_client;
     int deprecate_eof, qa;
-    if (!PyArg_ParseTuple(args, "Oy*Iy*IKLKLLpiLLO!O!O!", &obj, &ca, &cport, &sa, &sport, &b0, &n0, &b1, &n1,
+    if (!PyArg_ParseTuple(args, "Oy*Iy*I(KL)(KL)LpiLLO!O!", &obj, &ca, &cport, &sa, &sport, &b0, &n0, &b1, &n1,
                           &count, &deprecate_eof, &qa, &max_sql, &keep_client, &PyDict_Type, &statements,
-                          &PyTuple_Type, &prefix, &PyTuple_Type, &suffix))
+                          &PyTuple_Type, &row))
         return NULL;
     Flow *f = NULL;
-    if (ca.len != sa.len || (ca.len != 4 && ca.len != 16) || PyTuple_GET_SIZE(prefix) != 5 ||
-        PyTuple_GET_SIZE(suffix) != 4)
+    if (ca.len != sa.len || (ca.len != 4 && ca.len != 16) || PyTuple_GET_SIZE(row) != NCOLS)
         PyErr_SetString(PyExc_ValueError, "bad promotion");
     else
         f = new_flow(L, obj, K_MYSQL, 1, ca.buf, sa.buf, (int)ca.len, cport, sport);
@@ -1463,18 +1566,14 @@ static PyObject *Lane_promote_mysql(Lane *L, PyObject *args) {
     f->qa = qa;
     f->max_sql = max_sql;
     f->keep_client = keep_client;
-    f->conn_index = PyLong_AsLongLong(PyTuple_GET_ITEM(prefix, 1));
+    f->conn_index = PyLong_AsLongLong(PyTuple_GET_ITEM(row, COL_CONN_INDEX));
     if (f->conn_index == -1 && PyErr_Occurred()) { drop_flow(L, f); return NULL; }
     f->statements = Py_NewRef(statements);
-    f->prefix = Py_NewRef(prefix);
-    f->suffix = Py_NewRef(suffix);
+    f->row = Py_NewRef(row);
     Py_RETURN_NONE;
 }
 
-/* counts() -> (records read, records consumed here, first ts or None, last ts or None, bytes consumed,
- *              COM_QUERY rows, COM_STMT_EXECUTE rows, records whose time was repaired, pcapng section headers,
- *              interface descriptions, unknown blocks, {interface id: packets dropped}, {link type: records
- *              consumed here}) */
+/* counts() -> Counts */
 static PyObject *Lane_counts(Lane *L, PyObject *Py_UNUSED(ignored)) {
     Reader *R = &L->R;
     PyObject *first = R->has_ts ? PyLong_FromLongLong(R->first_ts) : Py_NewRef(Py_None);
@@ -1491,16 +1590,23 @@ static PyObject *Lane_counts(Lane *L, PyObject *Py_UNUSED(ignored)) {
         Py_XDECREF(first); Py_XDECREF(last); Py_XDECREF(links);
         return NULL;
     }
-    return Py_BuildValue("(LLNNLLLLLLLON)", (long long)R->frame, (long long)L->fast_frames, first, last,
-                         (long long)R->pos, (long long)L->commands[0], (long long)L->commands[1],
-                         (long long)R->bad_ts, (long long)R->sections, (long long)R->ng.idbs,
-                         (long long)R->unknown_blocks, R->if_drops, links);
+    return typed(CountsType, "(LLNNLLLLLLLON)", (long long)R->frame, (long long)L->fast_frames, first, last,
+                 (long long)R->pos, (long long)L->commands[0], (long long)L->commands[1], (long long)R->bad_ts,
+                 (long long)R->sections, (long long)R->ng.idbs, (long long)R->unknown_blocks, R->if_drops, links);
 }
 
-/* take_columns() -> the rows written since the last call, as 42 columns: bytes (int64 / float64 values, native
+/* take_columns() -> the rows written since the last call, as NCOLS columns: bytes (int64 / float64 values, native
  * byte order) for 'q' / 'd' columns of ROW_KINDS, lists for 'o' columns, and for the 'o' columns the lane was
- * told to code (`coded`) a pair: the bytes of int32 codes (-1 for None) and the list of distinct values. */
+ * told to code (`coded`) a pair: the bytes of int32 codes (-1 for None) and the list of distinct values. Every
+ * column holds one value per row: a column written twice, or not at all, or as another kind is an error. */
 static PyObject *Lane_take_columns(Lane *L, PyObject *Py_UNUSED(ignored)) {
+    for (int i = 0; i < NCOLS; i++) {
+        Column *c = &L->cols[i];
+        Py_ssize_t n = !c->codes && ROW_KINDS[i] == 'o' ? PyList_GET_SIZE(c->list) : c->n;
+        if (n != L->n_rows)
+            return PyErr_Format(PyExc_RuntimeError, "the lane wrote %zd values of column %s for %zd rows", n,
+                                COLUMN_NAME[i], L->n_rows);
+    }
     PyObject *out = PyList_New(NCOLS);
     if (!out) return NULL;
     for (int i = 0; i < NCOLS; i++) {
@@ -1581,12 +1687,13 @@ static void Lane_dealloc(Lane *L) {
 static PyMethodDef Lane_methods[] = {
     {"feed", (PyCFunction)Lane_feed, METH_O, "Append capture bytes (after the file header)."},
     {"next", (PyCFunction)Lane_next, METH_NOARGS,
-     "Run until Python is needed: a raw record tuple, a bail header, 0 (rows list full), a damage pair, or None "
+     "Run until Python is needed: a Record, a GivenBack (then its replays: Records), RowsReady, Damage, or None "
      "(more bytes needed / all done)."},
     {"eof", (PyCFunction)Lane_eof, METH_NOARGS, "The whole file was fed: the last records need no look-ahead."},
     {"finish", (PyCFunction)Lane_finish, METH_NOARGS, "End of the capture: every connection bails, in turn."},
     {"promote", (PyCFunction)Lane_promote, METH_VARARGS, "Hand over a connection that is not parsed."},
-    {"promote_mysql", (PyCFunction)Lane_promote_mysql, METH_VARARGS, "Hand over a MySQL connection."},
+    {"promote_mysql", (PyCFunction)Lane_promote_mysql, METH_VARARGS,
+     "Hand over a MySQL connection between two exchanges."},
     {"counts", (PyCFunction)Lane_counts, METH_NOARGS, "What the lane read and consumed."},
     {"take_columns", (PyCFunction)Lane_take_columns, METH_NOARGS, "The rows written since the last call, by column."},
     {NULL, NULL, 0, NULL},
@@ -1766,17 +1873,45 @@ static PyTypeObject SegmentsType = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lane", "The fast lane of extraction.", -1, NULL};
 
 PyMODINIT_FUNC PyInit__lane(void) {
+    for (int i = 0; i < NCOLS; i++)
+        if (!ROW_KINDS[i])
+            return PyErr_Format(PyExc_ImportError, "the lane does not write column %s of schema.EXCHANGE_COLUMNS",
+                                COLUMN_NAME[i]);
     if (PyType_Ready(&LaneType) < 0 || PyType_Ready(&SegmentsType) < 0) return NULL;
     S_num_params = PyUnicode_InternFromString("num_params");
     S_types = PyUnicode_InternFromString("types");
     S_long_data = PyUnicode_InternFromString("long_data");
     S_sql = PyUnicode_InternFromString("sql");
+    S_executed = PyUnicode_InternFromString("executed");
     S_sep = PyUnicode_InternFromString(", ");
-    if (!S_num_params || !S_types || !S_long_data || !S_sql || !S_sep) return NULL;
+    if (!S_num_params || !S_types || !S_long_data || !S_sql || !S_executed || !S_sep) return NULL;
+    if (!(RecordType = PyStructSequence_NewType(&RecordDesc)) ||
+        !(GivenBackType = PyStructSequence_NewType(&GivenBackDesc)) ||
+        !(DamageType = PyStructSequence_NewType(&DamageDesc)) ||
+        !(RowsReadyType = PyStructSequence_NewType(&RowsReadyDesc)) ||
+        !(CountsType = PyStructSequence_NewType(&CountsDesc)))
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    if (PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0 ||
+    PyObject *columns = PyTuple_New(NCOLS); /* the layout it was built with: fastlane.py checks it is the schema's */
+    for (int i = 0; columns && i < NCOLS; i++) {
+        PyObject *name = PyUnicode_FromString(COLUMN_NAME[i]);
+        if (!name) Py_CLEAR(columns);
+        else PyTuple_SET_ITEM(columns, i, name);
+    }
+    if (!columns || PyModule_AddObjectRef(m, "COLUMNS", columns) < 0 ||
+        PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0 ||
         PyModule_AddObjectRef(m, "Segments", (PyObject *)&SegmentsType) < 0 ||
-        PyModule_AddStringConstant(m, "ROW_KINDS", ROW_KINDS) < 0) { Py_DECREF(m); return NULL; }
+        PyModule_AddObjectRef(m, "Record", (PyObject *)RecordType) < 0 ||
+        PyModule_AddObjectRef(m, "GivenBack", (PyObject *)GivenBackType) < 0 ||
+        PyModule_AddObjectRef(m, "Damage", (PyObject *)DamageType) < 0 ||
+        PyModule_AddObjectRef(m, "RowsReady", (PyObject *)RowsReadyType) < 0 ||
+        PyModule_AddObjectRef(m, "Counts", (PyObject *)CountsType) < 0 ||
+        PyModule_AddStringConstant(m, "ROW_KINDS", ROW_KINDS) < 0) {
+        Py_XDECREF(columns);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(columns);
     return m;
 }

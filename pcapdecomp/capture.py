@@ -16,7 +16,7 @@ import os
 import struct
 import zlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, make_dataclass
 from socket import AF_INET, AF_INET6, inet_ntop
 
@@ -250,6 +250,25 @@ def count_outcome(stats: CaptureStats, outcome: int) -> None:
         stats.frames_unknown_link += 1
 
 
+def frame_segment(stats: CaptureStats, frame: int, ts_ns: int, linktype: int, data: bytes, orig_len: int
+                  ) -> tuple | None:
+    """A frame that another reader of the records took (CaptureReader.hand_over: the native fast lane gives back
+    the frames it does not read itself), counted into `stats` as CaptureReader._fields counts the frames it reads,
+    and decoded: its TCP segment in TcpSegment's field order, or None when it is not one."""
+    stats.frames += 1
+    link_types = stats.link_types
+    link_types[linktype] = link_types.get(linktype, 0) + 1
+    result = _decode(linktype, data, orig_len)
+    if result.__class__ is not tuple:
+        count_outcome(stats, result)
+        return None
+    (src, dst), sport, dport, seq, ack, flags, payload, missing = result
+    stats.frames_tcp += 1
+    if missing:
+        stats.frames_truncated += 1
+    return frame, ts_ns, src, sport, dst, dport, seq, ack, flags, payload, missing
+
+
 # --- timestamps ----------------------------------------------------------------------------------------------
 
 TIME_JUMP_NS = 1_000_000_000  # frames of one interface this far apart in time, out of order, are not jitter
@@ -391,6 +410,16 @@ class PcapLayout:
     limit: int  # a record longer than this is damage
 
 
+@dataclass(frozen=True, slots=True)
+class RecordSource:
+    """The records of a capture file as CaptureReader.hand_over gives them to a reader of its own."""
+
+    read: Callable[[int], bytes]  # read(n): the next n bytes of the file (uncompressed when it is gzip)
+    # how the records of a classic pcap file are laid out; read() starts at its first record (byte 24). None: a
+    # pcapng file, which read() gives from its first byte (section and interface blocks included)
+    layout: PcapLayout | None
+
+
 class _Damaged(Exception):
     """Raised inside a record reader to stop at damage; turned into stats.damaged, never seen by callers."""
 
@@ -508,6 +537,29 @@ class CaptureReader:
 
     pcap_layout: PcapLayout | None = None  # set for classic pcap files: how their records are laid out
     pcapng_packets = False  # a pcapng file whose first packet was found at open time (the fast lane reads those)
+
+    # -- another reader of the records --
+
+    def hand_over(self) -> RecordSource:
+        """Give the records to a reader of its own (the native fast lane, fastlane.py) instead of iterating them:
+        a classic pcap file (`pcap_layout`) from its first record, a pcapng file with packets (`pcapng_packets`)
+        from its first byte (rewound: its blocks are counted again by that reader). Only once, before any record
+        is read. That reader counts the frames it gives back with `frame_segment`, the others into `stats`
+        itself, and calls `records_ended` when it stops."""
+        if self._iterated:
+            raise RuntimeError("a CaptureReader's records can be handed over only before they are read")
+        layout = self.pcap_layout
+        if layout is None:
+            if not self.pcapng_packets:
+                raise RuntimeError("only the records of a classic pcap file or of a pcapng file can be handed over")
+            self.rewind()
+        self._iterated = True
+        return RecordSource(self._file.read, layout)
+
+    def records_ended(self, damage: str | None, offset: int = 0) -> None:
+        """The reader the records were handed to stopped: at their end (`damage` None), or at damage, `damage`
+        saying what it found at byte `offset` of the (uncompressed) file. Recorded as iterating would."""
+        self._note_damage(None if damage is None else str(_Damaged(damage, offset)))
 
     @property
     def bytes_read(self) -> int:

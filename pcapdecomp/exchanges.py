@@ -12,13 +12,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from . import fastlane
 from .capture import CaptureStats, open_capture
+from .fastlane import read_capture
 from .fingerprint import digest_fingerprint, fingerprint, query_id
 from .flows import Endpoint, Flow, FlowTracker, endpoint_text
 from .mysql.connection import Exchange
 from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
-from .tables import batch, columns_batch, frame, frame_of, release_memory, sorted_columnwise
+from .tables import batch, columns_batch, frame, frame_of, release_memory, row_function, row_type, sorted_columnwise
 
 _ADMIN_NAMES = {
     "COM_QUIT": "Quit",
@@ -53,7 +53,7 @@ class Extraction:
     other_tcp_bytes: int = 0
     commands: Counter = field(default_factory=Counter)
     flow_first_frames: dict[int, int] = field(default_factory=dict)  # conn_index -> first frame (for merging parts)
-    native_frames: int = 0  # frames read by the native fast lane alone (fastlane.py); the rest went through Python
+    native_frames: int = 0  # frames read natively (fastlane.read_capture); the rest went through Python
     # conn_index -> (client→server, server→client) byte ranges never captured, as tcp.HalfStream.holes, for the
     # connections that have any (the repair stage takes them from another capture point)
     holes: dict[int, tuple[list, list]] = field(default_factory=dict)
@@ -121,7 +121,45 @@ def _iso(ns: int | None) -> str | None:
     return None if ns is None else pd.Timestamp(ns, unit="ns", tz="UTC").isoformat()
 
 
-_FRAME_COLUMNS = [i for i, c in enumerate(EXCHANGE_COLUMNS) if c.name.endswith("_frame")]
+# The rows of the connections table, written by column name (schema.py declares the columns and their order).
+ConnectionRow = row_type("ConnectionRow", CONNECTION_COLUMNS)
+# Where each exchanges column comes from, by name: Python expressions over the capture's name `capture`, the
+# connection (`flow`, its MySQLConnection `conn`, its client and server as text `ends`), the finished exchange `ex`,
+# its fingerprint `fp` and Query ID `qid`, and the TCP sequence numbers of stream offset 0 of the request and the
+# response direction `req_base`, `resp_base` (HalfStream.raw_seq, inline).
+_CONNECTION_SOURCES = {
+    "capture": "capture",
+    "conn_index": "flow.index",
+    "conn_id": "conn.greeting.conn_id if conn.greeting else None",
+    "client": "ends[0]",
+    "server": "ends[1]",
+    "tls": "conn.tls",
+    "compressed": "conn.compression",
+    "user": "conn.login.user if conn.login else None",
+    "db": "conn.login.database if conn.login else None",
+}
+_EXCHANGE_SOURCES = {
+    **{name: f"ex.{name}" for name in (  # the Exchange's fields (and properties) of the same name
+        "seq", "command", "sql", "stmt_id", "params", "req_first_ts", "req_last_ts", "resp_first_ts", "resp_last_ts",
+        "req_first_frame", "req_last_frame", "resp_first_frame", "resp_last_frame", "result", "error_code",
+        "error_state", "error_message", "rows", "affected_rows", "warnings", "result_sets", "bytes_req", "bytes_resp",
+        "status_flags", "server_flag_slow")},
+    "fingerprint": "fp",
+    "query_id": "qid",
+    "response_s": "(ex.resp_last_ts - ex.req_first_ts) / 1e9 if ex.resp_last_ts is not None else None",
+    "ttfb_s": "(ex.resp_first_ts - ex.req_last_ts) / 1e9 if ex.resp_first_ts is not None else None",
+    "req_tcp_seq": "(req_base + ex.req_offset) % 4294967296",
+    "resp_tcp_seq": "(resp_base + ex.resp_offset) % 4294967296 if ex.resp_offset is not None else None",
+    "resp_tcp_end": "(resp_base + ex.resp_end_offset) % 4294967296 if ex.resp_end_offset is not None else None",
+    "problems": "','.join(ex.problems)",
+}
+# the row of a finished exchange
+exchange_row = row_function("exchange_row", EXCHANGE_COLUMNS,
+                            "capture, flow, conn, ends, ex, fp, qid, req_base, resp_base",
+                            {**_CONNECTION_SOURCES, **_EXCHANGE_SOURCES})
+# a row of the connection's columns alone, None for the exchange's (what a reader that writes rows itself copies)
+connection_part = row_function("connection_part", EXCHANGE_COLUMNS, "capture, flow, conn, ends",
+                               {**_CONNECTION_SOURCES, **dict.fromkeys(_EXCHANGE_SOURCES, "None")})
 ROWS_PER_BATCH = 1 << 13  # rows are held as Python tuples only until a batch of this many is columnar
 
 
@@ -141,70 +179,28 @@ def extract(
     name = os.fspath(path)
     ex_rows: list[tuple] = []
     ex_batches: list[pa.RecordBatch] = []
-    conn_rows: list[tuple] = []
+    conn_rows: list[ConnectionRow] = []
     commands: Counter = Counter()
     first_frames: dict[int, int] = {}
     holes: dict[int, tuple[list, list]] = {}
 
     texts: dict[int, tuple[str, str]] = {}  # flow index -> client and server as text, made once per flow
-    SEQ_MOD = 1 << 32
 
-    def row_ends(flow: Flow) -> tuple[tuple, tuple]:
-        """The parts of a row that are the same for every exchange of a connection: the first five columns and
-        tls … db (emit's, and the fast lane's for the rows it writes)."""
-        conn = flow.mysql
-        greeting, login = conn.greeting, conn.login
-        ends = texts.get(flow.index)
-        if ends is None:
-            ends = texts[flow.index] = (endpoint_text(flow.client), endpoint_text(flow.server))
-        return ((name, flow.index, greeting.conn_id if greeting else None, ends[0], ends[1]),
-                (conn.tls, conn.compression, login.user if login else None, login.database if login else None))
+    def ends(flow: Flow) -> tuple[str, str]:
+        """The client and the server of `flow` as text, made once per connection."""
+        made = texts.get(flow.index)
+        if made is None:
+            made = texts[flow.index] = (endpoint_text(flow.client), endpoint_text(flow.server))
+        return made
+
+    def connection_row(flow: Flow) -> tuple:
+        return connection_part(name, flow, flow.mysql, texts.get(flow.index) or ends(flow))
 
     def emit(flow: Flow, ex: Exchange) -> None:
         fp, qid = fingerprints(ex.sql, ex.command)
         commands[ex.command] += 1
-        prefix, suffix = row_ends(flow)
-        req_base = flow.to_server.base or 0
-        resp_base = flow.to_client.base or 0
-        ex_rows.append(
-            (
-                *prefix,
-                ex.seq,
-                ex.command,
-                ex.sql,
-                ex.stmt_id,
-                ex.params,
-                fp,
-                qid,
-                ex.req_first_ts,
-                ex.req_last_ts,
-                ex.resp_first_ts,
-                ex.resp_last_ts,
-                ex.req_first_frame,
-                ex.req_last_frame,
-                ex.resp_first_frame,
-                ex.resp_last_frame,
-                (ex.resp_last_ts - ex.req_first_ts) / 1e9 if ex.resp_last_ts is not None else None,
-                (ex.resp_first_ts - ex.req_last_ts) / 1e9 if ex.resp_first_ts is not None else None,
-                ex.result,
-                ex.error_code,
-                ex.error_state,
-                ex.error_message,
-                ex.rows,
-                ex.affected_rows,
-                ex.warnings,
-                ex.result_sets,
-                ex.bytes_req,
-                ex.bytes_resp,
-                ex.status_flags,
-                ex.server_flag_slow,
-                *suffix,
-                (req_base + ex.req_offset) % SEQ_MOD,  # HalfStream.raw_seq, inline: once per exchange
-                (resp_base + ex.resp_offset) % SEQ_MOD if ex.resp_offset is not None else None,
-                (resp_base + ex.resp_end_offset) % SEQ_MOD if ex.resp_end_offset is not None else None,
-                ",".join(ex.problems),
-            )
-        )
+        ex_rows.append(exchange_row(name, flow, flow.mysql, texts.get(flow.index) or ends(flow), ex, fp, qid,
+                                    flow.to_server.base or 0, flow.to_client.base or 0))
         if len(ex_rows) >= ROWS_PER_BATCH:
             flush()
 
@@ -220,53 +216,46 @@ def extract(
         start = flow.syn_ts if flow.syn_ts is not None else conn.greeting_ts
         handshake = (conn.connect_ok_ts - start) / 1e9 if conn.connect_ok_ts is not None and start is not None else None
         halves = (flow.to_server.stats, flow.to_client.stats)
-        conn_rows.append(
-            (
-                name,
-                flow.index,
-                greeting.conn_id if greeting else None,
-                endpoint_text(flow.client),
-                endpoint_text(flow.server),
-                greeting.server_version if greeting else None,
-                greeting.auth_plugin if greeting else None,
-                login.user if login else None,
-                login.database if login else None,
-                greeting.scramble.hex() if greeting else None,
-                flow.syn_ts,
-                conn.greeting_ts,
-                conn.connect_ok_ts,
-                handshake,
-                flow.first_ts,
-                flow.last_ts,
-                flow.frames,
-                flow.exchanges,
-                c.midstream,
-                conn.tls,
-                conn.compression,
-                flow.closed,
-                sum(h.gaps for h in halves),
-                sum(h.gap_bytes for h in halves),
-                sum(h.retransmitted_bytes for h in halves),
-                sum(c.mysql_bytes),
-                sum(c.unparsed_bytes),
-                c.tls_bytes,
-                c.violations,
-                "; ".join(c.violation_notes) or None,
-                conn.close_error[0] if conn.close_error else None,
-            )
-        )
+        conn_rows.append(ConnectionRow(
+            capture=name,
+            conn_index=flow.index,
+            conn_id=greeting.conn_id if greeting else None,
+            client=endpoint_text(flow.client),
+            server=endpoint_text(flow.server),
+            server_version=greeting.server_version if greeting else None,
+            auth_plugin=greeting.auth_plugin if greeting else None,
+            user=login.user if login else None,
+            db=login.database if login else None,
+            scramble=greeting.scramble.hex() if greeting else None,
+            syn_ts=flow.syn_ts,
+            greeting_ts=conn.greeting_ts,
+            login_ok_ts=conn.connect_ok_ts,
+            handshake_s=handshake,
+            first_ts=flow.first_ts,
+            last_ts=flow.last_ts,
+            frames=flow.frames,
+            exchanges=flow.exchanges,
+            midstream=c.midstream,
+            tls=conn.tls,
+            compressed=conn.compression,
+            closed=flow.closed,
+            gaps=sum(h.gaps for h in halves),
+            gap_bytes=sum(h.gap_bytes for h in halves),
+            retransmitted_bytes=sum(h.retransmitted_bytes for h in halves),
+            mysql_bytes=sum(c.mysql_bytes),
+            unparsed_bytes=sum(c.unparsed_bytes),
+            tls_bytes=c.tls_bytes,
+            violations=c.violations,
+            violation_notes="; ".join(c.violation_notes) or None,
+            close_error=conn.close_error[0] if conn.close_error else None,
+        ))
 
     def flush() -> None:
         ex_batches.append(batch(ex_rows, EXCHANGE_COLUMNS))
         ex_rows.clear()
 
     def add_columns(values: list, kinds: str) -> None:
-        if values and len(values[0]):
-            if tracker.frame_base:  # a later file of a capture point: the lane numbered its frames from 1
-                values = list(values)
-                for i in _FRAME_COLUMNS:
-                    values[i] = (np.frombuffer(values[i], dtype=np.int64) + tracker.frame_base).tobytes()
-            ex_batches.append(columns_batch(values, kinds, EXCHANGE_COLUMNS))
+        ex_batches.append(columns_batch(values, kinds, EXCHANGE_COLUMNS))
 
     def finished(stats: CaptureStats, native: int) -> Extraction:
         ex_batches.append(batch(ex_rows, EXCHANGE_COLUMNS))
@@ -295,16 +284,9 @@ def extract(
             if progress is not None and part is not reader:
                 done = reader.bytes_read
                 step = lambda d, t, f, done=done, before=before: progress(done + d, total, before + f)  # noqa: E731
-            if fastlane.usable(part):
-                native += fastlane.run(part, tracker, add_columns, fingerprints, row_ends, commands, step)
-            else:
-                n = 0
-                feed = tracker.segment_fields
-                for fields in part.segment_fields():
-                    feed(*fields)
-                    n += 1
-                    if step is not None and n & 0x3FFF == 0:
-                        step(part.bytes_read, part.stats.bytes_file, part.stats.frames)
+            native += read_capture(part, tracker, add_columns=add_columns, connection_row=connection_row,
+                                   fingerprints=fingerprints, commands=commands, batch_rows=ROWS_PER_BATCH,
+                                   progress=step)
         tracker.frame_base = 0
         tracker.finish()
         stats = reader.stats

@@ -6,9 +6,9 @@ COM_QUERY or COM_STMT_EXECUTE at a time and its OK or result set, and segments o
 the lane does it in C and writes the exchange rows itself.
 
 How the work is shared:
-- The lane reads the records of a classic pcap file (gzip or not; pcapng is read by Python alone) and decodes
-  their link, IP and TCP headers. A record that is not a plain TCP segment of a connection the lane holds comes
-  back as the raw record, and Python handles it exactly as without the lane (capture._decode, FlowTracker).
+- The lane reads the records of a capture file (classic pcap or pcapng, gzip or not) and decodes their link, IP
+  and TCP headers. A record that is not a plain TCP segment of a connection the lane holds comes back as the raw
+  record, and Python handles it exactly as without the lane (capture.frame_segment, FlowTracker).
 - After Python has handled a segment, the connection is handed to the lane ("promoted") if it is at a point the
   lane can continue from: not parsed, or MySQL in the command phase with nothing pending, half-read, held out of
   order, compressed or encrypted, and with its EOF convention known.
@@ -19,59 +19,80 @@ How the work is shared:
   resumes at an exchange boundary, with the state it would have had. At the end of the capture every connection
   is given back the same way, and FlowTracker.finish runs as usual.
 
-Rows, counters and statistics are identical with and without the lane: tests compare whole extractions. Set
-PCAPDECOMP_NO_LANE=1 to read with Python alone.
+The contract between the lane and the Python core is public and named; neither reaches into the other's state:
+- the exchange row: schema.EXCHANGE_COLUMNS. Every build writes it as the C header pcapdecomp/_lane_columns.h
+  (schema.c_header: COL_<NAME>, NCOLS), the lane names its columns by it, and a lane built from another layout is
+  not used (its COLUMNS differ). Python writes the same rows by name (exchanges.exchange_row).
+- the records: CaptureReader.hand_over gives them to the lane (a RecordSource), capture.frame_segment counts and
+  decodes those it gives back, CaptureReader.records_ended ends them.
+- the connections: FlowTracker.connection finds one; MySQLConnection.handover (a Handover, with the connection's
+  PreparedStatements, whose `executed` the lane calls) and HalfStream.position say what the lane may take;
+  FlowTracker.take_back (a HandBack) takes it back.
+- the lane's answers are typed records made in C (named tuples): Record, GivenBack, RowsReady, Damage, Counts.
+- the response grammar the lane reads is mysql/responses.py's (ResponseReader); its C comments name the Python
+  function each part mirrors.
+
+This module is the only one that knows the lane exists: `read_capture` and `segment_keys` read with it where it
+can and with their Python twins otherwise; `reads` says whether it would. Rows, counters and statistics are
+identical with and without the lane: tests compare whole extractions. Set PCAPDECOMP_NO_LANE=1 to read with
+Python alone.
 """
 
 from __future__ import annotations
 
 import os
+from array import array
 from collections import Counter
 from collections.abc import Callable
 from socket import AF_INET, AF_INET6, inet_pton
 
-from .capture import CaptureReader, _Damaged, _decode, count_outcome, open_capture
+import numpy as np
+
+from .capture import CaptureReader, RecordSource, frame_segment, open_capture
 from .errors import InputError, PcapdecompError
 from .flows import Flow, FlowTracker
-from .mysql.connection import CLIENT, COMMAND, SERVER
 from .mysql.wire import command_name
 from .schema import CATEGORY, EXCHANGE_COLUMNS
 
 try:
-    from ._lane import ROW_KINDS, Lane, Segments
+    from ._lane import COLUMNS, ROW_KINDS, Damage, GivenBack, Lane, Record, RowsReady, Segments
 except ImportError:  # no compiler when installed: Python reads everything
+    Lane, Segments, ROW_KINDS, COLUMNS = None, None, "", ()
+if COLUMNS != tuple(c.name for c in EXCHANGE_COLUMNS):  # built from another schema.py: rebuild (setup.py)
     Lane, Segments, ROW_KINDS = None, None, ""
 
 NATIVE = Lane is not None
 CHUNK = 1 << 20
 _KINDS = {"other": 2, "foreign": 3}
+# the lane numbers the frames of each file it reads from 1; a later file of a capture point continues the numbers
+_FRAME_COLUMNS = [i for i, c in enumerate(EXCHANGE_COLUMNS) if c.name.endswith("_frame")]
 
 
-def usable(reader: CaptureReader) -> bool:
+def _usable(reader: CaptureReader) -> bool:
     """The lane can read this capture: the extension is built, the file is classic pcap or pcapng with at least one
     packet (gzip-compressed or not), and it is not switched off."""
     return (NATIVE and (reader.pcap_layout is not None or reader.pcapng_packets)
             and not os.environ.get("PCAPDECOMP_NO_LANE"))
 
 
-def _layout(reader: CaptureReader) -> dict:
-    """How the lane reads the records of `reader` from where its file now stands: a classic pcap after its file
-    header; a pcapng file from its first byte (the reader rewinds it; the lane counts the blocks again)."""
-    layout = reader.pcap_layout
+def _layout(source: RecordSource) -> dict:
+    """How the lane reads the records handed over: a classic pcap file after its header, a pcapng file from its
+    first byte (the lane counts its blocks again)."""
+    layout = source.layout
     if layout is not None:
         return {"pcapng": False, "big_endian": layout.big_endian, "frac_to_ns": layout.frac_to_ns,
                 "linktype": layout.linktype, "limit": layout.limit, "pos": 24}
-    reader.rewind()
     return {"pcapng": True, "big_endian": False, "frac_to_ns": 1, "linktype": 0, "limit": 0, "pos": 0}
 
 
 def reads(path: str | os.PathLike) -> bool:
-    """The lane would read this capture (False also for a file that cannot be opened: extraction says why)."""
+    """The lane would read this capture (False also for a file that cannot be opened: extraction says why). A
+    capture the lane reads is not worth splitting between processes (parallel.py)."""
     if not NATIVE or os.environ.get("PCAPDECOMP_NO_LANE"):
         return False
     try:
         with open_capture(path) as reader:
-            return usable(reader)
+            return _usable(reader)
     except PcapdecompError:
         return False
 
@@ -80,45 +101,50 @@ def _address(text: str) -> bytes:
     return inet_pton(AF_INET6 if ":" in text else AF_INET, text)
 
 
-def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list, str], None],
-        fingerprints: Callable, row_ends: Callable[[Flow], tuple[tuple, tuple]], commands: Counter,
-        progress: Callable[[int, int, int], None] | None = None) -> int:
-    """Read every record of `reader` into `tracker`, the common path in C. The rows of exchanges finished in C
-    (exchanges.extract's emit, row for row) are handed over by column, a batch at a time: `add_columns(values,
-    ROW_KINDS)` (tables.columns_batch). `row_ends(flow)` gives the parts of a row that are constant for a
-    connection. Returns how many records the lane consumed itself."""
+def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Callable[[list, str], None],
+                 connection_row: Callable[[Flow], tuple], fingerprints: Callable[[str | None, str], tuple],
+                 commands: Counter, batch_rows: int, progress: Callable[[int, int, int], None] | None = None
+                 ) -> int:
+    """Read every record of `reader` into `tracker` (FlowTracker.segment_fields, whose emit gets the exchanges read
+    in Python): with the lane when it can, else in Python, with the same outcome. The lane writes the rows of the
+    exchanges it reads itself (exchanges.extract's, value for value) and hands them over by column, `batch_rows`
+    at a time: `add_columns(values, kinds)` (tables.columns_batch). It copies the connection's columns from
+    `connection_row(flow)` (a row of schema.EXCHANGE_COLUMNS), takes each statement's fingerprint and Query ID
+    from `fingerprints(sql, command)`, and counts its exchanges' commands into `commands`.
+    `progress(bytes_done, bytes_total, frames_done)` is called now and then. Returns how many records the lane
+    read itself (0 when Python read them all)."""
+    if not _usable(reader):
+        n = 0
+        feed = tracker.segment_fields
+        for fields in reader.segment_fields():
+            feed(*fields)
+            n += 1
+            if progress is not None and n & 0x3FFF == 0:
+                progress(reader.bytes_read, reader.stats.bytes_file, reader.stats.frames)
+        return 0
+
     stats = reader.stats
     link_types = stats.link_types
-    flows = tracker._flows
     feed = tracker.segment_fields
-    from .exchanges import ROWS_PER_BATCH
+    connection = tracker.connection
+    frame_base = tracker.frame_base
+    source = reader.hand_over()
 
     # text columns that become categoricals are dictionary-coded by the lane as it writes them
     kinds = "".join("c" if kind == "o" and column.dtype == CATEGORY else kind
-                    for kind, column in zip(ROW_KINDS, EXCHANGE_COLUMNS))
-    lane = Lane(**_layout(reader), batch=ROWS_PER_BATCH, fingerprints=fingerprints, query=command_name(0x03),
+                    for kind, column in zip(ROW_KINDS, EXCHANGE_COLUMNS, strict=True))
+    lane = Lane(**_layout(source), batch=batch_rows, fingerprints=fingerprints, query=command_name(0x03),
                 execute=command_name(0x17), ok="ok", resultset="resultset", coded=kinds)
     finishing = False
 
-    def handle(record) -> tuple | None:
-        """A record the lane gave back: what capture._fields and the extraction loop do with it. Returns the
-        flow key of a TCP segment."""
-        frame, ts_ns, linktype, data, orig_len = record
-        stats.frames += 1
-        link_types[linktype] = link_types.get(linktype, 0) + 1
-        result = _decode(linktype, data, orig_len)
-        if result.__class__ is not tuple:
-            count_outcome(stats, result)
-            return None
-        (src, dst), sport, dport, seq, ack, flags, payload, missing = result
-        stats.frames_tcp += 1
-        if missing:
-            stats.frames_truncated += 1
-        feed(frame, ts_ns, src, sport, dst, dport, seq, ack, flags, payload, missing)
-        a, b = (src, sport), (dst, dport)
-        return (a, b) if a <= b else (b, a)
+    def handle(record: Record) -> Flow | None:
+        """A record the lane gave back: read as the reader reads its own. Returns the open connection of a TCP
+        segment."""
+        fields = frame_segment(stats, *record)
+        return None if fields is None else feed(*fields)
 
     def promote(flow: Flow) -> None:
+        """Hand `flow` to the lane if it is at a point the lane can continue from."""
         kind = flow.kind
         if kind in _KINDS:
             lane.promote(flow, _address(flow.a[0]), flow.a[1], _address(flow.b[0]), flow.b[1], _KINDS[kind],
@@ -126,78 +152,54 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
             return
         if kind != "mysql":
             return
-        conn = flow.mysql
-        if (conn.tls or conn.phase != COMMAND or conn._pending or conn.deprecate_eof is None
-                or conn.query_attributes is True or not (conn._synced[0] and conn._synced[1])
-                or conn._deframers[0] is not None or conn._deframers[1] is not None
-                or not (conn._framers[0].idle and conn._framers[1].idle)
-                or (conn.counters.midstream and conn._count == 0)):
+        state = flow.mysql.handover()
+        # beyond what the lane reads: the EOF convention not known yet, query attributes before the text of every
+        # COM_QUERY, problems it does not write
+        if state is None or state.deprecate_eof is None or state.query_attributes is True or state.next_problems:
             return
-        to_server, to_client = flow.to_server, flow.to_client
-        if to_server.base is None or to_client.base is None or to_server._held or to_client._held:
+        to_server, to_client = flow.to_server.position, flow.to_client.position
+        if to_server is None or to_client is None:
             return
         client, server = flow.client, flow.server
-        prefix, suffix = row_ends(flow)
-        qa = 2 if conn.query_attributes is None else 0
-        lane.promote_mysql(flow, _address(client[0]), client[1], _address(server[0]), server[1],
-                           to_server.base, to_server.next, to_client.base, to_client.next, conn._count,
-                           conn.deprecate_eof, qa, conn.max_sql_bytes, conn._framers[CLIENT].keep,
-                           conn._statements, prefix, suffix)
+        lane.promote_mysql(flow, _address(client[0]), client[1], _address(server[0]), server[1], to_server, to_client,
+                           state.count, state.deprecate_eof, 2 if state.query_attributes is None else 0,
+                           state.max_sql_bytes, state.request_keep, state.statements, connection_row(flow))
 
-    def settle(header) -> int:
-        """Take back a connection from the lane: its committed counters. Returns how many records follow."""
-        (flow, frames, last_ts, segs_c, bytes_c, segs_s, bytes_s, exchanges, count, other_frames, other_bytes,
-         replays) = header
-        flow.frames += frames
-        if last_ts is not None:
-            flow.last_ts = last_ts
-        if flow.kind == "mysql":
-            counters = flow.mysql.counters
-            for half, segs, nbytes, direction in ((flow.to_server, segs_c, bytes_c, CLIENT),
-                                                  (flow.to_client, segs_s, bytes_s, SERVER)):
-                half.next += nbytes
-                half.stats.segments += segs
-                half.stats.bytes_delivered += nbytes
-                counters.mysql_bytes[direction] += nbytes
-                counters.parsed_bytes[direction] += nbytes
-            if exchanges:
-                flow.exchanges += exchanges
-                flow.mysql._count = count
-                flow.mysql._last_finished = None  # an exchange the lane finished: not a PREPARE
-        tracker.other_tcp_frames += other_frames
-        tracker.other_tcp_bytes += other_bytes
-        return replays
+    def take_rows() -> None:
+        values = lane.take_columns()
+        if values and len(values[0]):
+            if frame_base:  # a later file of a capture point
+                for i in _FRAME_COLUMNS:
+                    values[i] = (np.frombuffer(values[i], dtype=np.int64) + frame_base).tobytes()
+            add_columns(values, kinds)
 
-    def drain() -> None:
+    def drain() -> Damage | None:
+        """Run the lane over what it was fed, doing what it asks of Python. Returns the damage it stopped at."""
         next_item = lane.next
         while True:
             item = next_item()
-            if item is None:
-                return
-            if item.__class__ is int:
-                add_columns(lane.take_columns(), kinds)
-                continue
-            size = len(item)
-            if size == 5:
-                key = handle(item)
-                if key is not None and not finishing:
-                    flow = flows.get(key)
-                    if flow is not None:
-                        promote(flow)
-            elif size == 3:
-                _, what, pos = item
-                raise _Damaged(what, pos)
-            else:
-                flow = item[0]
-                for _ in range(settle(item)):
+            kind = item.__class__
+            if kind is Record:
+                flow = handle(item)
+                if flow is not None and not finishing:
+                    promote(flow)
+            elif item is None:
+                return None
+            elif kind is RowsReady:
+                take_rows()
+            elif kind is GivenBack:
+                flow = item.flow
+                tracker.take_back(flow, item)  # a GivenBack has flows.HandBack's fields
+                for _ in range(item.replays):  # the records of the exchange it was reading: Python reads them
                     handle(next_item())
-                if not finishing:
-                    a, b = flow.a, flow.b
-                    if flows.get((a, b) if a <= b else (b, a)) is flow:
-                        promote(flow)
+                if not finishing and connection(flow.a, flow.b) is flow:
+                    promote(flow)
+            elif kind is Damage:
+                return item
+            else:
+                raise TypeError(f"the lane handed over {item!r}")
 
-    reader._iterated = True
-    read = reader._file.read
+    read = source.read
     total = stats.bytes_file
     damage = None
     try:
@@ -207,54 +209,60 @@ def run(reader: CaptureReader, tracker: FlowTracker, add_columns: Callable[[list
                 lane.feed(chunk)
             else:
                 lane.eof()
-            drain()
+            damage = drain()
+            if damage is not None:
+                break
             if progress is not None:
-                progress(reader.bytes_read, total, lane.counts()[0])
+                progress(reader.bytes_read, total, lane.counts().records)
             if not chunk:
                 break
-    except _Damaged as err:
-        damage = str(err)
     except OSError as err:
         raise InputError(f"cannot read capture file {reader.path}: {err}") from None
-    reader._note_damage(damage)
+    if damage is None:
+        reader.records_ended(None)
+    else:
+        reader.records_ended(damage.what, damage.offset)
     finishing = True
     lane.finish()
     drain()
-    add_columns(lane.take_columns(), kinds)
-    (_frames, fast, first_ts, last_ts, _pos, queries, executes, bad_ts, sections, interfaces, unknown_blocks,
-     if_drops, fast_link_types) = lane.counts()
-    stats.frames += fast
-    stats.frames_bad_ts += bad_ts
-    stats.frames_tcp += fast
-    for linktype, n in fast_link_types.items():
+    take_rows()
+    counts = lane.counts()
+    stats.frames += counts.consumed
+    stats.frames_bad_ts += counts.bad_ts
+    stats.frames_tcp += counts.consumed
+    for linktype, n in counts.link_types.items():
         link_types[linktype] = link_types.get(linktype, 0) + n
-    if reader.pcap_layout is None:  # pcapng: the lane read the file from its first byte (the blocks too)
-        stats.sections, stats.interfaces, stats.unknown_blocks = sections, interfaces, unknown_blocks
-        stats.if_drops.update(if_drops)
-    if first_ts is not None:
+    if source.layout is None:  # pcapng: the lane read the file from its first byte (the blocks too)
+        stats.sections, stats.interfaces = counts.sections, counts.interfaces
+        stats.unknown_blocks = counts.unknown_blocks
+        stats.if_drops.update(counts.if_drops)
+    if counts.first_ts is not None:
         if stats.first_ts_ns is None:
-            stats.first_ts_ns = first_ts
-        stats.last_ts_ns = last_ts
-    for code, n in ((0x03, queries), (0x17, executes)):
+            stats.first_ts_ns = counts.first_ts
+        stats.last_ts_ns = counts.last_ts
+    for code, n in ((0x03, counts.queries), (0x17, counts.executes)):
         if n:
             commands[command_name(code)] += n
-    return fast
+    return counts.consumed
 
 
-def segment_keys(reader: CaptureReader, flows: set[tuple[str, int, str, int]]) -> list[bytes]:
-    """match.read_segments_of's pass in C: the keys and times of every TCP segment of the given connections
-    ((client ip, port, server ip, port), either direction), read from the same records as the lane (times checked
-    alike). Returns [k1, k2, ts] as the bytes of uint64, uint64 and int64 arrays; a damaged file is read up to the
-    damage. `reader` must be `usable`."""
+def segment_keys(reader: CaptureReader, flows: set[tuple[str, int, str, int]]) -> list:
+    """match.read_segments_of's pass: the keys and times of every TCP segment of the given connections ((client
+    ip, port, server ip, port), either direction). Returns [k1, k2, ts], each the buffer of a uint64, uint64 and
+    int64 array: k1 = seq << 32 | ack, k2 = wire payload length << 9 | flags << 1 | direction (1: server to
+    client). Read by the lane when it can, from the same records as extraction (times checked alike; a damaged
+    file up to the damage), else in Python."""
+    if not _usable(reader):
+        return _segment_keys_in_python(reader, flows)
     wanted = []
     for client, client_port, server, server_port in flows:
         try:
             wanted.append((_address(client), client_port, _address(server), server_port))
         except OSError:  # not an address any segment can carry
             continue
-    scan = Segments(**_layout(reader), flows=wanted)
-    reader._iterated = True
-    read = reader._file.read
+    source = reader.hand_over()
+    scan = Segments(**_layout(source), flows=wanted)
+    read = source.read
     try:
         while True:
             chunk = read(CHUNK)
@@ -267,3 +275,23 @@ def segment_keys(reader: CaptureReader, flows: set[tuple[str, int, str, int]]) -
                 return scan.take()
     except OSError as err:
         raise InputError(f"cannot read capture file {reader.path}: {err}") from None
+
+
+def _segment_keys_in_python(reader: CaptureReader, flows: set[tuple[str, int, str, int]]) -> list[array]:
+    """segment_keys in Python."""
+    forward = flows
+    reverse = {(si, sp, ci, cp) for ci, cp, si, sp in flows}
+    columns = [array("Q"), array("Q"), array("q")]
+    add1, add2, add_ts = (c.append for c in columns)
+    for _, ts_ns, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, missing in reader.segment_fields():
+        four = (src_ip, src_port, dst_ip, dst_port)
+        if four in forward:
+            direction = 0
+        elif four in reverse:
+            direction = 1
+        else:
+            continue
+        add1((seq << 32) | ack)
+        add2(((len(payload) + missing) << 9) | (flags << 1) | direction)
+        add_ts(ts_ns)
+    return columns

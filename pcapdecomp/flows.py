@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .capture import TcpSegment
 from .mysql import detect
@@ -65,6 +66,23 @@ class Flow:
         if self.server is None:
             return None
         return self.b if self.server == self.a else self.a
+
+
+class HandBack(NamedTuple):
+    """What a reader that continued a connection on its own did with it, given back with FlowTracker.take_back
+    (the native fast lane's GivenBack has these fields too). The reader took the connection when it was plain to
+    follow (not parsed, or MySQL between two exchanges: MySQLConnection.handover, HalfStream.position) and gives
+    it back at such a point again."""
+
+    frames: int  # the connection's frames it read
+    last_ts: int | None  # time of the last of them that Flow.last_ts counts (None: none)
+    segments_to_server: int  # in-order payload segments it read, client→server (MySQL)
+    bytes_to_server: int  # their bytes
+    segments_to_client: int  # likewise server→client
+    bytes_to_client: int
+    exchanges: int  # exchanges it finished and reported itself (MySQL)
+    other_frames: int  # frames and bytes of a connection that is not parsed, counted as other TCP (owned)
+    other_bytes: int
 
 
 class FlowTracker:
@@ -147,10 +165,11 @@ class FlowTracker:
             self._maybe_close(key, flow, seg)
 
     def segment_fields(self, frame: int, ts_ns: int, src_ip: str, src_port: int, dst_ip: str, dst_port: int,
-                       seq: int, ack: int, flags: int, payload: bytes, missing: int) -> None:
+                       seq: int, ack: int, flags: int, payload: bytes, missing: int) -> Flow | None:
         """`segment` for a segment given as its fields (TcpSegment's order). The bulk of a capture, segments of
         an established connection without SYN/FIN/RST, takes a short path that feeds in-order payload straight
-        to the protocol; everything else goes through `segment`, with the same outcome."""
+        to the protocol; everything else goes through `segment`, with the same outcome. Returns the segment's
+        connection if it is still open after it (as `connection` would)."""
         if self.frame_base:
             frame += self.frame_base
         src = (src_ip, src_port)
@@ -180,18 +199,42 @@ class FlowTracker:
                             self._emit(flow, exchange)
                 elif half.base is None:
                     half.segment(seq, payload, ts_ns, frame, False)
-                return
+                return flow
             if kind == "other":
                 flow.frames += 1
                 flow.last_ts = ts_ns
                 if flow.owned:
                     self.other_tcp_frames += 1
                     self.other_tcp_bytes += len(payload)
-                return
+                return flow
             if kind == "foreign":
                 flow.frames += 1
-                return
+                return flow
         self.segment(TcpSegment(frame, ts_ns, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, missing))
+        return self._flows.get((src, dst) if src <= dst else (dst, src))
+
+    def connection(self, a: Endpoint, b: Endpoint) -> Flow | None:
+        """The open connection between two endpoints (either order), if any."""
+        return self._flows.get((a, b) if a <= b else (b, a))
+
+    def take_back(self, flow: Flow, back: HandBack) -> None:
+        """A connection that another reader continued on its own comes back: what it read (`back`, a HandBack or
+        a record with its fields) is counted as if it had been read here, and the next segments come here
+        again."""
+        flow.frames += back.frames
+        if back.last_ts is not None:
+            flow.last_ts = back.last_ts
+        if flow.kind == "mysql":
+            # the streams continue after the bytes it read in order (the reader took them at HalfStream.position)
+            for half, segments, nbytes in ((flow.to_server, back.segments_to_server, back.bytes_to_server),
+                                           (flow.to_client, back.segments_to_client, back.bytes_to_client)):
+                half.next += nbytes
+                half.stats.segments += segments
+                half.stats.bytes_delivered += nbytes
+            flow.mysql.resume(back.exchanges, back.bytes_to_server, back.bytes_to_client)
+            flow.exchanges += back.exchanges
+        self.other_tcp_frames += back.other_frames
+        self.other_tcp_bytes += back.other_bytes
 
     def finish(self) -> None:
         for key, flow in list(self._flows.items()):

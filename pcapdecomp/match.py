@@ -14,14 +14,13 @@ the end of the response (resp_tcp_end) agree: a neighbour's request or response 
 from __future__ import annotations
 
 import os
-from array import array
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from . import fastlane
 from .capture import open_capture
+from .fastlane import segment_keys
 from .tables import release_memory
 
 SCRAMBLE_VOTE = 1_000_000  # a shared greeting scramble outweighs any number of shared sequence numbers
@@ -349,7 +348,7 @@ class _Segments:
     repeated: int = 0  # segments dropped because their key was seen more than once
 
 
-def _unique_sorted(columns: list[array]) -> _Segments:
+def _unique_sorted(columns: list) -> _Segments:
     """k1, k2, ts (given as arrays, consumed: each is freed as soon as its sorted copy exists, which keeps the peak
     at about twice the segments' size) sorted by key, with the keys seen more than once dropped."""
     k1 = np.frombuffer(columns[0], dtype=np.uint64)
@@ -371,35 +370,12 @@ def _unique_sorted(columns: list[array]) -> _Segments:
 def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, int]]) -> _Segments:
     """Keys and times of the segments of the given connections ((client ip, port, server ip, port) tuples),
     reduced to the keys seen once (in the worker process, with --jobs: only those travel back). The native fast
-    lane reads them where it reads the capture (fastlane.segment_keys); Python is its twin."""
+    lane reads them where it reads the capture (fastlane.segment_keys)."""
     with open_capture(path) as reader:
-        if fastlane.usable(reader):
-            columns = fastlane.segment_keys(reader, flows)
-        else:
-            columns = _segment_keys(reader, flows)
+        columns = segment_keys(reader, flows)
     segments = _unique_sorted(columns)
     release_memory()  # the per-packet garbage of the pass, before the next capture's pass or the pairing
     return segments
-
-
-def _segment_keys(reader, flows: set[tuple[str, int, str, int]]) -> list[array]:
-    """fastlane.segment_keys in Python."""
-    forward = flows
-    reverse = {(si, sp, ci, cp) for ci, cp, si, sp in flows}
-    columns = [array("Q"), array("Q"), array("q")]
-    add1, add2, add_ts = (c.append for c in columns)
-    for _, ts_ns, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, missing in reader.segment_fields():
-        four = (src_ip, src_port, dst_ip, dst_port)
-        if four in forward:
-            direction = 0
-        elif four in reverse:
-            direction = 1
-        else:
-            continue
-        add1((seq << 32) | ack)
-        add2(((len(payload) + missing) << 9) | (flags << 1) | direction)
-        add_ts(ts_ns)
-    return columns
 
 
 @dataclass(frozen=True)

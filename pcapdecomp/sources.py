@@ -290,7 +290,7 @@ class PointReader:
     reads each with the native fast lane)."""
 
     pcap_layout = None  # not one classic pcap: the fast lane reads the files one by one (files())
-    pcapng_packets = False  # nor one pcapng file (fastlane.usable reads both)
+    pcapng_packets = False  # nor one pcapng file (the fast lane reads either)
 
     def __init__(self, point: CapturePoint, stats: CaptureStats | None = None):
         self.point = point

@@ -87,6 +87,15 @@ class HalfStream:
         self.holes: list[tuple[int, int, int]] = []
         self.holes_dropped = 0
 
+    @property
+    def position(self) -> tuple[int, int] | None:
+        """(raw sequence number of stream offset 0, next expected offset) while the stream is plainly in order:
+        started, nothing held out of order. Where a reader that follows the stream on its own (the native fast
+        lane, fastlane.py) may continue it; FlowTracker.take_back moves `next` past what it read. None otherwise."""
+        if self.base is None or self._held:
+            return None
+        return self.base, self.next
+
     def raw_seq(self, offset: int) -> int:
         """The TCP sequence number of the byte at a stream offset (for matching across capture points)."""
         return ((self.base or 0) + offset) % SEQ_MOD

@@ -38,6 +38,59 @@ def test_the_lane_is_built_where_a_compiler_is():
 
 
 @needs_lane
+def test_the_lane_writes_the_row_layout_of_the_schema():
+    """The lane is compiled with the column positions of schema.EXCHANGE_COLUMNS (setup.py writes them as a header
+    at every build): a lane built before the schema changed would write its values into the wrong columns."""
+    from pcapdecomp import _lane
+    from pcapdecomp.schema import EXCHANGE_COLUMNS, c_header
+
+    assert _lane.COLUMNS == tuple(c.name for c in EXCHANGE_COLUMNS)
+    assert len(_lane.ROW_KINDS) == len(EXCHANGE_COLUMNS) and set(_lane.ROW_KINDS) <= set("oqd")
+    header = Path(fastlane.__file__).with_name("_lane_columns.h")
+    assert header.read_text() == c_header()
+    assert f"#define COL_RESP_TCP_END {[c.name for c in EXCHANGE_COLUMNS].index('resp_tcp_end')}\n" in c_header()
+
+
+def test_only_fastlane_knows_the_lane_and_it_uses_public_names_only():
+    """The lane's contract with the core is public (CaptureReader.hand_over, MySQLConnection.handover,
+    FlowTracker.take_back, ...): fastlane.py reads no private attribute of another object, no other module imports
+    the extension, and fastlane imports no stage that calls it (no import cycle)."""
+    import ast
+    import subprocess
+    import sys
+
+    package = Path(fastlane.__file__).parent
+    for source in sorted(package.rglob("*.py")):
+        tree = ast.parse(source.read_text())
+        imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+        names = {alias.name for node in imports for alias in node.names} | {
+            node.module or "" for node in imports if isinstance(node, ast.ImportFrom)}
+        if source.name != "fastlane.py":
+            assert not any(name.split(".")[-1] == "_lane" for name in names), source
+            continue
+        private = sorted({node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                          and node.attr.startswith("_") and not node.attr.startswith("__")})
+        assert private == [], private
+        assert not names & {"exchanges", "match", "parallel", "analysis", "pipeline"}, names
+    loaded = subprocess.run([sys.executable, "-c", "import sys, pcapdecomp.fastlane; "
+                             "print(sorted(m for m in sys.modules if m.startswith('pcapdecomp.')))"],
+                            capture_output=True, text=True, check=True, cwd=package.parent).stdout
+    assert "pcapdecomp.exchanges" not in loaded and "pcapdecomp.fastlane" in loaded
+
+
+@needs_lane
+def test_the_lane_answers_with_typed_records():
+    from pcapdecomp import _lane
+    from pcapdecomp.flows import HandBack
+
+    for kind in (_lane.Record, _lane.GivenBack, _lane.Damage, _lane.RowsReady, _lane.Counts):
+        assert kind.__match_args__ and kind.__doc__, kind  # named fields, said what it is
+    # FlowTracker.take_back takes the lane's GivenBack as the HandBack it declares: every field is there
+    assert set(HandBack._fields) <= set(_lane.GivenBack.__match_args__)
+    assert {"flow", "replays"} <= set(_lane.GivenBack.__match_args__)
+
+
+@needs_lane
 @pytest.mark.parametrize("path", REAL, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_real_captures_come_out_identical(path):
     native = assert_same(path)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from corpus import CORPUS
 from pcapdecomp.capture import TcpSegment
 from pcapdecomp.exchanges import extract
+from pcapdecomp.flows import FlowTracker
 from streams import ACK, SYN, duplicate, lab_segments, merge_runs, reorder, resplit, segments, table, track
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,6 +118,29 @@ def _tshark_streams(path: Path) -> Counter:
 
 
 WIRESHARK_LEARNING = CORPUS / "Wireshark-learning" / "mysql.pcap"
+
+
+def test_a_connection_is_handed_over_only_between_reported_exchanges():
+    """MySQLConnection.handover and HalfStream.position (what a reader of its own, the fast lane, may take) on a
+    real capture: a connection offers itself only when every exchange it finished has been reported, says how
+    many, and where its streams stand; inside an exchange it does not."""
+    reported: Counter = Counter()
+    tracker = FlowTracker(lambda flow, ex: reported.update([flow.index]), lambda flow: None)
+    offered = withheld = 0
+    for seg in segments(CAPTURES / "oltp-hogs" / "db.pcap"):
+        tracker.segment(seg)
+        flow = tracker.connection((seg.src_ip, seg.src_port), (seg.dst_ip, seg.dst_port))
+        if flow is None or flow.kind != "mysql":
+            continue
+        state = flow.mysql.handover()
+        if state is None:
+            withheld += 1
+            continue
+        offered += 1
+        assert state.count == reported[flow.index] == flow.exchanges
+        for half in (flow.to_server, flow.to_client):
+            assert half.position in (None, (half.base, half.next))
+    assert offered > 1000 and withheld > 1000, (offered, withheld)
 
 
 @pytest.mark.skipif(not WIRESHARK_LEARNING.exists(), reason="public corpus not found")

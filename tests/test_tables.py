@@ -16,7 +16,7 @@ from pcapdecomp.decompose import _merged_problems
 from pcapdecomp.exchanges import extract
 from pcapdecomp.match import _codes
 from pcapdecomp.schema import CATEGORY, EXCHANGE_COLUMNS, Column
-from pcapdecomp.tables import as_category, concat, frame, sorted_columnwise
+from pcapdecomp.tables import as_category, columns_batch, concat, frame, row_function, sorted_columnwise
 
 REPO = Path(__file__).resolve().parents[1]
 COLUMNS = (Column("t", CATEGORY, "text"), Column("n", "int64", "number"))
@@ -33,6 +33,28 @@ def test_concat_keeps_values_and_the_categorical(left, right):
     assert list(joined["t"].cat.categories) == sorted({t for t in left + right if t is not None})
     assert [None if pd.isna(v) else v for v in joined["t"]] == left + right
     assert joined["n"].tolist() == list(range(len(left))) + list(range(len(right)))
+
+
+def test_a_row_or_a_column_of_another_length_is_an_error_not_cut_to_fit():
+    with pytest.raises(ValueError):
+        frame([("a", 1), ("b",)], COLUMNS)
+    with pytest.raises(ValueError):
+        frame([("a", 1, "extra")], COLUMNS)
+    with pytest.raises(ValueError):  # columns as the fast lane hands them over: one column too few
+        columns_batch([["a", "b"]], "o", COLUMNS)
+    with pytest.raises(ValueError):  # as many columns, one value short
+        columns_batch([["a", "b"], np.array([1], dtype=np.int64).tobytes()], "oq", COLUMNS)
+    whole = columns_batch([["a", "b"], np.array([1, 2], dtype=np.int64).tobytes()], "oq", COLUMNS)
+    assert whole.num_rows == 2 and whole.column(1).to_pylist() == [1, 2]
+
+
+def test_rows_are_written_by_column_name():
+    row = row_function("row", COLUMNS, "x", {"n": "x + 1", "t": "str(x)"})
+    assert row(41) == ("41", 42)  # in the columns' order, whatever the order of the sources
+    with pytest.raises(ValueError, match="no source for \\['n'\\]"):
+        row_function("row", COLUMNS, "x", {"t": "str(x)"})
+    with pytest.raises(ValueError, match="no column for \\['m'\\]"):
+        row_function("row", COLUMNS, "x", {"t": "str(x)", "n": "x", "m": "x"})
 
 
 def test_categories_are_lexical_so_sorting_sorts_by_text():

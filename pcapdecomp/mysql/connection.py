@@ -14,12 +14,14 @@ import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import NamedTuple
 
 from . import detect
 from .framing import CompressedDeframer, Packet, PacketFramer
 from .params import decode_execute
 from .walk import walk_rows
-from .responses import NONE, RESULT, ResponseReader, expected_response
+from .responses import NONE, RESULT, ResponseReader, column_definitions_sent, expected_response
 from .wire import (
     INT64_MAX,
     MAX_PACKET,
@@ -86,12 +88,41 @@ class Exchange:
         return None if self.status_flags is None else bool(self.status_flags & SERVER_QUERY_WAS_SLOW)
 
 
-@dataclass
-class _Statement:
+@dataclass(slots=True)
+class PreparedStatement:
+    """A statement prepared on a connection (COM_STMT_PREPARE's OK), as its COM_STMT_EXECUTEs need it. A reader that
+    continues the connection on its own (Handover.statements) reads these fields and calls `executed`."""
+
     sql: str | None
     num_params: int | None
-    types: list[int] | None = None
+    types: list[int] | None = None  # parameter types last bound (an execute with the new-params-bound flag sends them)
     long_data: dict[int, int] = field(default_factory=dict)  # parameter -> bytes sent since the last execute
+
+    def executed(self, types: list[int] | None) -> None:
+        """An execute was read whose parameters were decoded with `types` (sent with it, or the ones bound
+        before): they stay bound, and the long data sent for it is used up."""
+        self.types = types
+        if self.long_data:
+            self.long_data = {}
+
+
+class Handover(NamedTuple):
+    """A connection between two exchanges, as a reader that continues it on its own needs it
+    (MySQLConnection.handover; the native fast lane, fastlane.py, takes it when it can read what comes next). The
+    reader gives the connection back at an exchange boundary with `MySQLConnection.resume`."""
+
+    count: int  # exchanges so far: the seq of the next one
+    deprecate_eof: bool | None  # CLIENT_DEPRECATE_EOF (None: not known yet, e.g. mid-stream)
+    query_attributes: bool | None  # CLIENT_QUERY_ATTRIBUTES (None: not known; COM_QUERY text may carry them)
+    max_sql_bytes: int  # statement text kept of a COM_QUERY (longer: cut, problems sql-cut)
+    request_keep: int  # request bytes kept: a longer request is cut (problems truncated)
+    statements: dict[int, PreparedStatement]  # the prepared statements by id: shared, not copied
+    next_problems: tuple[str, ...]  # problems the next exchange carries whatever it is (midstream)
+
+
+# Handover(*values) without the Python-level __new__ NamedTuple generates (as its _make does): asked for after
+# every segment the fast lane gives back, where a Python call per record is a measurable share.
+_new_handover = partial(tuple.__new__, Handover)
 
 
 @dataclass
@@ -178,7 +209,7 @@ class MySQLConnection:
         self._deframers: list[CompressedDeframer | None] = [None, None]
         self._pending: deque[_Pending] = deque()
         self._finished: list[Exchange] = []
-        self._statements: dict[int, _Statement] = {}
+        self._statements: dict[int, PreparedStatement] = {}
         self._last_prepared: int | None = None
         self._count = 0
         self._connect: _Pending | None = None
@@ -276,6 +307,35 @@ class MySQLConnection:
     def take(self) -> list[Exchange]:
         out, self._finished = self._finished, []
         return out
+
+    # ---- another reader --------------------------------------------------------------------------------------
+    def handover(self) -> Handover | None:
+        """The connection as a reader that continues it on its own needs it, when it stands between two exchanges
+        with nothing half-read: in the command phase, nothing pending, both directions in sync, packet framing
+        idle, neither compressed nor encrypted, nothing finished that `take` has not given. None otherwise. The
+        bytes of both directions must then go to that reader until it gives the connection back (`resume`)."""
+        if self.tls or self.phase != COMMAND or self._pending or self._finished:
+            return None
+        synced, deframers, framers = self._synced, self._deframers, self._framers
+        if (not (synced[CLIENT] and synced[SERVER]) or deframers[CLIENT] is not None
+                or deframers[SERVER] is not None or not (framers[CLIENT].idle and framers[SERVER].idle)):
+            return None
+        first = ("midstream",) if self.counters.midstream and self._count == 0 else ()
+        return _new_handover((self._count, self.deprecate_eof, self.query_attributes, self.max_sql_bytes,
+                              framers[CLIENT].keep, self._statements, first))
+
+    def resume(self, exchanges: int, client_bytes: int, server_bytes: int) -> None:
+        """The reader the connection was handed over to gives it back, between two exchanges again: it read
+        `client_bytes` and `server_bytes` and finished `exchanges` exchanges, which it reported itself. Counted as
+        if they had been read here."""
+        c = self.counters
+        c.mysql_bytes[CLIENT] += client_bytes
+        c.parsed_bytes[CLIENT] += client_bytes
+        c.mysql_bytes[SERVER] += server_bytes
+        c.parsed_bytes[SERVER] += server_bytes
+        if exchanges:
+            self._count += exchanges
+            self._last_finished = None  # an exchange read elsewhere is the last: not a PREPARE
 
     # ---- synchronisation ------------------------------------------------------------------------------------
     def _desync(self, direction: int) -> None:
@@ -532,7 +592,8 @@ class MySQLConnection:
         elif code == 0x11:
             pending.sql = None
 
-    def _decode_params(self, pending: _Pending, payload: bytes, statement: _Statement | None, cut: bool) -> None:
+    def _decode_params(self, pending: _Pending, payload: bytes, statement: PreparedStatement | None, cut: bool
+                       ) -> None:
         num = statement.num_params if statement else None
         prior = statement.types if statement else None
         try:
@@ -542,8 +603,7 @@ class MySQLConnection:
             pending.problems.append("params-undecoded" if not cut else "truncated")
             return
         if statement is not None:
-            statement.types = types
-            statement.long_data = {}
+            statement.executed(types)
         pending.params = params
 
     def _request_continues(self, packet: Packet) -> None:
@@ -616,7 +676,7 @@ class MySQLConnection:
             pos = end
         elif first < 0xFB:  # a column count below 251 (bigger ones take the general path)
             first_start = pos
-            columns = first if length == 1 or data[pos + 5] != 0 else 0  # 0: MariaDB's cached metadata (responses.py)
+            columns = column_definitions_sent(first, data, pos + 5, end)  # the count is the packet's first byte
             pos = end
             expect = (expect + 1) & 0xFF
             for _ in range(columns):  # column definitions: counted, not decoded
@@ -781,7 +841,7 @@ class MySQLConnection:
             result = None
         if pending.command == 0x16 and summary.prepare_ok is not None:
             prep = summary.prepare_ok
-            self._statements[prep.stmt_id] = _Statement(pending.sql, prep.num_params)
+            self._statements[prep.stmt_id] = PreparedStatement(pending.sql, prep.num_params)
             self._last_prepared = prep.stmt_id
             pending.stmt_id = prep.stmt_id
         problems = pending.problems + summary.problems

@@ -56,6 +56,16 @@ def expected_response(command: int) -> str:
     return OK if command in OK_COMMANDS else STREAM
 
 
+def column_definitions_sent(count: int, packet: bytes, after_count: int, end: int) -> int:
+    """How many column definitions follow the packet that starts a result set, which says `count` columns and
+    holds packet[after_count:end] after the count. As many as columns, except MariaDB's cached metadata
+    (MARIADB_CLIENT_CACHE_METADATA): a "metadata follows" byte after the count, 0 when the client has the
+    definitions cached and none are sent (the EOF that would end them still is). ResponseReader and the whole-
+    response fast path (connection._whole_response) ask here; the native lane mirrors it (_lane.c,
+    response_packet)."""
+    return 0 if after_count < end and packet[after_count] == 0 else count
+
+
 @dataclass
 class ResponseSummary:
     result: str | None = None  # ok | error | resultset | none; None until something decisive is seen
@@ -178,12 +188,10 @@ class ResponseReader:
             raise WireError("result set with no columns")
         self.summary.result = "resultset"
         self.summary.result_sets += 1
-        self._left = count
-        self._state = "columns"
-        if pos < len(payload) and payload[pos] == 0:
-            # MariaDB's MARIADB_CLIENT_CACHE_METADATA: a "metadata follows" byte after the count; 0 means the
-            # client has the column definitions cached and none are sent (the EOF after them still is)
-            self._left = 0
+        self._left = column_definitions_sent(count, payload, pos, len(payload))
+        if self._left:
+            self._state = "columns"
+        else:
             self._state = "rows" if self.deprecate_eof else "after_columns"
         return None
 
