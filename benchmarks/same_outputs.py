@@ -38,6 +38,12 @@ def run(tree: Path, argv: list[str]) -> subprocess.CompletedProcess:
                           text=True)
 
 
+def tree_neutral(text: str, tree: Path) -> str:
+    """`text` with the tree's own files named alike for both trees (a traceback's). Not every path below the tree:
+    the captures of tests/data are this tree's for both runs, and their paths must stay as they are."""
+    return text.replace(str(tree / "pcapdecomp"), "TREE/pcapdecomp")
+
+
 def same_table(a: Path, b: Path) -> str | None:
     import pandas as pd
 
@@ -74,7 +80,7 @@ def compare_analyze(ref: Path, argv: list[str], work: Path) -> list[str]:
         kept = work / name
         if folder.exists():
             folder.rename(kept)
-        out[name] = (done.returncode, done.stderr.replace(str(tree), "TREE"), kept)
+        out[name] = (done.returncode, tree_neutral(done.stderr, tree), kept)
     (rc_a, err_a, a), (rc_b, err_b, b) = out["reference"], out["this"]
     problems = []
     if rc_a != rc_b or err_a != err_b:
@@ -97,7 +103,7 @@ def compare_exchanges(ref: Path, capture: Path, work: Path) -> list[str]:
         for made, keep in zip((table, conns), kept):
             if made.exists():
                 made.rename(keep)
-        out[name] = (done.returncode, done.stdout, done.stderr.replace(str(tree), "TREE"), *kept)
+        out[name] = (done.returncode, done.stdout, tree_neutral(done.stderr, tree), *kept)
     a, b = out["reference"], out["this"]
     problems = []
     if a[:3] != b[:3]:

@@ -46,8 +46,9 @@ def test_the_lane_writes_the_row_layout_of_the_schema():
 
     assert _lane.COLUMNS == tuple(c.name for c in EXCHANGE_COLUMNS)
     assert len(_lane.ROW_KINDS) == len(EXCHANGE_COLUMNS) and set(_lane.ROW_KINDS) <= set("oqd")
-    header = Path(fastlane.__file__).with_name("_lane_columns.h")
-    assert header.read_text() == c_header()
+    header = Path(fastlane.__file__).with_name("_lane_columns.h")  # in a source tree (an installed wheel has none)
+    if header.exists():
+        assert header.read_text() == c_header()
     assert f"#define COL_RESP_TCP_END {[c.name for c in EXCHANGE_COLUMNS].index('resp_tcp_end')}\n" in c_header()
 
 
