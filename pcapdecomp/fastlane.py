@@ -6,7 +6,7 @@ COM_QUERY or COM_STMT_EXECUTE at a time and its OK or result set, and segments o
 the lane does it in C and writes the exchange rows itself.
 
 How the work is shared:
-- The lane reads the records of a classic pcap file (gzip or not; pcapng is read by Python alone) and decodes
+- The lane reads the records of a classic pcap or pcapng file (gzip or not) and decodes
   their link, IP and TCP headers. A record that is not a plain TCP segment of a connection the lane holds comes
   back as the raw record, and Python handles it exactly as without the lane (capture._decode, FlowTracker).
 - After Python has handled a segment, the connection is handed to the lane ("promoted") if it is at a point the
