@@ -21,6 +21,7 @@ forked workers share pages with their parent). Large captures go to /tmp; nothin
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -169,7 +170,8 @@ def pcapdecomp_exchanges(path: Path, work: Path, jobs: int | None = None) -> tup
     return wall, rss, int((x["command"] != "CONNECT").sum())  # tshark counts commands; CONNECT is a handshake
 
 
-def pcapdecomp_analyze(app: Path, db: Path, work: Path, jobs: int | None = None) -> tuple[float, float, int]:
+def pcapdecomp_analyze(app: Path, db: Path, work: Path, jobs: int | None = None) -> tuple[float, float, int, str]:
+    """Wall s, peak PSS MiB, exchange rows, and what the loss repair did (a lossy pair is read again in part)."""
     out = work / "analysis"
     argv = [sys.executable, "-m", "pcapdecomp.cli", "analyze", "--app", str(app), "--db", str(db), "-q",
             "--out", str(out)]
@@ -177,7 +179,20 @@ def pcapdecomp_analyze(app: Path, db: Path, work: Path, jobs: int | None = None)
     wall, rss, _ = child_rss(argv)
     import pandas as pd
 
-    return wall, rss, len(pd.read_parquet(out / "exchanges.parquet", columns=["seen"]))
+    repair = json.loads((out / "summary.json").read_text()).get("repair")
+    repaired = (f"{repair['connections']} conns re-read, {repair['bytes_borrowed']:,} B borrowed, "
+                f"{repair['bytes_unrepaired']:,} B lost at both" if repair else "none")
+    return wall, rss, len(pd.read_parquet(out / "exchanges.parquet", columns=["seen"])), repaired
+
+
+def dropped(app: Path) -> str:
+    """Packets the lab's tcpdumps said the kernel dropped (capture.toml beside a recording), or '' when unknown."""
+    toml = app.parent / "capture.toml"
+    if not toml.exists():
+        return ""
+    import tomllib
+
+    return f"{tomllib.loads(toml.read_text()).get('captures', {}).get('dropped_by_kernel', '')}"
 
 
 def pt_query_digest(path: Path, work: Path) -> tuple[float, float, float, int]:
@@ -274,9 +289,9 @@ def bench_pair(app: Path, db: Path, work: Path, with_pt: bool, with_pcapng: bool
         label = "--jobs 1" if jobs else f"(default --jobs, {os.cpu_count()} cores)"
         print(f"| pcapdecomp exchanges {label} | {p_wall:.2f} | {n / p_wall:,.0f} | {p_rss:.0f} | {p_count:,} | "
               f"{t_wall / p_wall:.1f}× speed, count {agree:+.2f} % | {p_wall / cat:.0f}× |", flush=True)
-    a_wall, a_rss, a_count = pcapdecomp_analyze(app, db, work)
-    print(f"| pcapdecomp analyze (app + db) | {a_wall:.1f} | {2 * n / a_wall:,.0f} | {a_rss:.0f} | {a_count:,} | "
-          f"{t_wall / a_wall:.1f}× tshark's time for one capture | |")
+    a_wall, a_rss, a_count, repaired = pcapdecomp_analyze(app, db, work)
+    print(f"| pcapdecomp analyze (app + db; loss repair: {repaired}) | {a_wall:.1f} | {2 * n / a_wall:,.0f} | "
+          f"{a_rss:.0f} | {a_count:,} | {t_wall / a_wall:.1f}× tshark's time for one capture | |")
     if with_pcapng:
         ng, gz = as_pcapng(db)
         ng_cat = cat_seconds(ng)
@@ -300,7 +315,7 @@ GROWTH_COLUMNS = (
     "sysbench s", "packets (db)", "MiB (pair)", "exchanges", "cat db s (warm)", "tshark s", "tshark PSS MiB",
     "exchanges s", "PSS MiB", "× tshark", "× cat", "analyze (app + db) s", "PSS MiB", "× tshark",
     "analyze --jobs 1 s", "PSS MiB", "tshark pcapng s", "exchanges pcapng s", "× tshark", "exchanges pcapng.gz s",
-    "× tshark pcapng", "load 1/5/15 before", "load after")
+    "× tshark pcapng", "dropped by tcpdump", "loss repair", "load 1/5/15 before", "load after")
 
 
 def growth_row(seconds: int, work: Path, with_pcapng: bool) -> str:
@@ -314,8 +329,8 @@ def growth_row(seconds: int, work: Path, with_pcapng: bool) -> str:
     if t_count and abs(100 * (p_count - t_count) / t_count) > 0.5:
         print(f"bench: WARNING: {seconds} s: pcapdecomp counts {p_count:,} exchanges, tshark {t_count:,} commands",
               file=sys.stderr)
-    a_wall, a_rss, _ = pcapdecomp_analyze(app, db, work)
-    s_wall, s_rss, _ = pcapdecomp_analyze(app, db, work, jobs=1)
+    a_wall, a_rss, _, repaired = pcapdecomp_analyze(app, db, work)
+    s_wall, s_rss, _, _ = pcapdecomp_analyze(app, db, work, jobs=1)
     ng_cells = ["", "", "", "", ""]
     if with_pcapng:
         ng, gz = as_pcapng(db)
@@ -330,7 +345,8 @@ def growth_row(seconds: int, work: Path, with_pcapng: bool) -> str:
     pair_mib = (app.stat().st_size + db.stat().st_size) / 2**20
     cells = [f"{seconds}", f"{n:,}", f"{pair_mib:.0f}", f"{p_count:,}", f"{cat:.2f}", f"{t_wall:.1f}", f"{t_rss:.0f}",
              f"{p_wall:.2f}", f"{p_rss:.0f}", f"{t_wall / p_wall:.1f}", f"{p_wall / cat:.0f}", f"{a_wall:.1f}",
-             f"{a_rss:.0f}", f"{t_wall / a_wall:.1f}", f"{s_wall:.1f}", f"{s_rss:.0f}", *ng_cells, before, load()]
+             f"{a_rss:.0f}", f"{t_wall / a_wall:.1f}", f"{s_wall:.1f}", f"{s_rss:.0f}", *ng_cells, dropped(app), repaired,
+             before, load()]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -367,7 +383,9 @@ def main() -> int:
         print("\nTimes of the DB capture for cat, tshark and `exchanges` (default --jobs), of the pair for `analyze`; "
               "× tshark = tshark's time / pcapdecomp's, × cat = `exchanges` time / cat's (the distance to the limit). "
               "pcapng: the DB capture converted with editcap -F pcapng, and that gzip -1 compressed; tshark read the "
-              "uncompressed pcapng. Load averages from /proc/loadavg before and after the row.")
+              "uncompressed pcapng. Dropped: packets the lab's two tcpdumps said the kernel dropped; a lossy pair makes "
+              "`analyze` read connections with holes again in Python to fill them from the other point (loss repair). "
+              "Load averages from /proc/loadavg before and after the row.")
         return 0
     if args.app and args.db:
         app, db = args.app, args.db
