@@ -5,20 +5,27 @@
     python3 benchmarks/bench.py --app A.pcap --db D.pcap   # or takes a capture pair
     python3 benchmarks/bench.py --sizes 10,30,90        # how time and memory grow with the capture's duration
     python3 benchmarks/bench.py --no-pt                 # skip pt-query-digest (slow)
+    python3 benchmarks/bench.py --no-pcapng             # skip the pcapng and pcapng.gz copies of the DB capture
     python3 benchmarks/bench.py --rotated 10 --seconds 40  # tcpdump -C rotated into ~10 files per point: analyze in
                                                         # one process, --jobs, and a Dask LocalCluster of 2 workers
 
 Prints markdown tables: tool, wall seconds, packets/s, peak memory, exchange/command count and the agreement of
-pcapdecomp's count with tshark's MySQL dissector (must be within 0.5 %). Each tool runs as a child process; peak
+pcapdecomp's count with tshark's MySQL dissector (must be within 0.5 %), and beside them the physical limit: the
+time `cat FILE > /dev/null` takes with the file already in the page cache (the floor for any reader on this
+machine) and how far `exchanges` is from it. The DB capture is also converted to pcapng (`editcap -F pcapng`) and
+gzip-compressed pcapng, and `exchanges` and tshark read those too. Start-up (`--help`, median of 5) is printed
+first, with the heavy modules `--help` imported (there should be none). Each tool runs as a child process; peak
 memory is the largest PSS of the child and its worker processes together, sampled every 50 ms (PSS, not RSS:
 forked workers share pages with their parent). Large captures go to /tmp; nothing here is committed."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,6 +92,66 @@ def packets(path: Path) -> int:
     return int(out.strip().splitlines()[-1].split(":")[-1].strip())
 
 
+def cat_seconds(path: Path, runs: int = 3) -> float:
+    """The physical limit of reading `path` here: `cat FILE > /dev/null` with the file in the page cache (one
+    untimed cat puts it there), the fastest of `runs`. No reader can be faster than copying the bytes once."""
+    subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def as_pcapng(pcap: Path) -> tuple[Path, Path]:
+    """The capture as pcapng (editcap -F pcapng: what dumpcap and Wireshark write) and as gzip-compressed pcapng,
+    made once beside it."""
+    ng = pcap.with_suffix(".pcapng")
+    gz = ng.with_name(ng.name + ".gz")
+    if not ng.exists():
+        subprocess.run(["editcap", "-F", "pcapng", str(pcap), str(ng) + ".tmp"], check=True)
+        os.replace(str(ng) + ".tmp", ng)
+    if not gz.exists():
+        with open(str(gz) + ".tmp", "wb") as f:
+            subprocess.run(["gzip", "-1", "-c", str(ng)], stdout=f, check=True)
+        os.replace(str(gz) + ".tmp", gz)
+    return ng, gz
+
+
+HEAVY_MODULES = ("pandas", "pyarrow", "numpy", "plotly")
+
+
+def startup(runs: int = 5) -> list[tuple[str, float]]:
+    """Median wall seconds of `python3 -m pcapdecomp.cli ARGS`: --help of the tool and of its main commands."""
+    out = []
+    for args in (["--help"], ["exchanges", "--help"], ["analyze", "--help"]):
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "pcapdecomp.cli", *args], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=True, cwd=REPO)
+            times.append(time.perf_counter() - start)
+        out.append((" ".join(args), statistics.median(times)))
+    return out
+
+
+def heavy_imports_of_help() -> list[str]:
+    """The heavy modules `--help` imports, from `python3 -X importtime` (each import is one line on stderr)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "pcapdecomp.cli", "--help"], capture_output=True,
+                          text=True, cwd=REPO)
+    names = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in proc.stderr.splitlines()
+             if line.startswith("import time:") and "|" in line}
+    return sorted(names & set(HEAVY_MODULES))
+
+
+def print_startup() -> None:
+    parts = ", ".join(f"`{args}` {seconds:.2f} s" for args, seconds in startup())
+    heavy = heavy_imports_of_help()
+    print(f"start-up (python3 -m pcapdecomp.cli …, median of 5): {parts}; heavy modules imported by `--help` "
+          f"(-X importtime): {', '.join(heavy) if heavy else 'none'}", flush=True)
+
+
 def tshark_commands(path: Path) -> tuple[float, float, int]:
     wall, rss, out = child_rss(["tshark", "-r", str(path), "-Y", "mysql.command", "-T", "fields",
                                 "-e", "frame.number", "-e", "mysql.command"])
@@ -103,7 +170,8 @@ def pcapdecomp_exchanges(path: Path, work: Path, jobs: int | None = None) -> tup
     return wall, rss, int((x["command"] != "CONNECT").sum())  # tshark counts commands; CONNECT is a handshake
 
 
-def pcapdecomp_analyze(app: Path, db: Path, work: Path, jobs: int | None = None) -> tuple[float, float, int]:
+def pcapdecomp_analyze(app: Path, db: Path, work: Path, jobs: int | None = None) -> tuple[float, float, int, str]:
+    """Wall s, peak PSS MiB, exchange rows, and what the loss repair did (a lossy pair is read again in part)."""
     out = work / "analysis"
     argv = [sys.executable, "-m", "pcapdecomp.cli", "analyze", "--app", str(app), "--db", str(db), "-q",
             "--out", str(out)]
@@ -111,7 +179,20 @@ def pcapdecomp_analyze(app: Path, db: Path, work: Path, jobs: int | None = None)
     wall, rss, _ = child_rss(argv)
     import pandas as pd
 
-    return wall, rss, len(pd.read_parquet(out / "exchanges.parquet", columns=["seen"]))
+    repair = json.loads((out / "summary.json").read_text()).get("repair")
+    repaired = (f"{repair['connections']} conns re-read, {repair['bytes_borrowed']:,} B borrowed, "
+                f"{repair['bytes_unrepaired']:,} B lost at both" if repair else "none")
+    return wall, rss, len(pd.read_parquet(out / "exchanges.parquet", columns=["seen"])), repaired
+
+
+def dropped(app: Path) -> str:
+    """Packets the lab's tcpdumps said the kernel dropped (capture.toml beside a recording), or '' when unknown."""
+    toml = app.parent / "capture.toml"
+    if not toml.exists():
+        return ""
+    import tomllib
+
+    return f"{tomllib.loads(toml.read_text()).get('captures', {}).get('dropped_by_kernel', '')}"
 
 
 def pt_query_digest(path: Path, work: Path) -> tuple[float, float, float, int]:
@@ -184,30 +265,89 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}"
 
 
-def bench_pair(app: Path, db: Path, work: Path, with_pt: bool) -> None:
+def load() -> str:
+    """The 1, 5 and 15 minute load averages (other work on the machine skews the times)."""
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def bench_pair(app: Path, db: Path, work: Path, with_pt: bool, with_pcapng: bool) -> None:
     n = packets(db)
     size = db.stat().st_size / 2**20
-    print(f"\n### {db} — {n:,} packets, {size:.0f} MiB (and {app.name}: {packets(app):,} packets)\n")
-    print("| tool | wall s | packets/s | peak PSS MiB | exchanges / commands | vs tshark |")
-    print("|---|---|---|---|---|---|")
+    print(f"\n### {db} — {n:,} packets, {size:.0f} MiB (and {app.name}: {packets(app):,} packets); "
+          f"load average {load()}\n")
+    print("| tool | wall s | packets/s | peak PSS MiB | exchanges / commands | vs tshark | vs cat |")
+    print("|---|---|---|---|---|---|---|")
+    cat = cat_seconds(db)
+    print(f"| cat db.pcap > /dev/null (page cache warm: the limit) | {cat:.2f} | {n / cat:,.0f} | | | | 1× |")
     t_wall, t_rss, t_count = tshark_commands(db)
-    print(f"| tshark -Y mysql.command | {t_wall:.1f} | {n / t_wall:,.0f} | {t_rss:.0f} | {t_count:,} | |")
+    print(f"| tshark -Y mysql.command | {t_wall:.1f} | {n / t_wall:,.0f} | {t_rss:.0f} | {t_count:,} | | "
+          f"{t_wall / cat:.0f}× |")
     agree = 0.0
     for jobs in (1, None):
         p_wall, p_rss, p_count = pcapdecomp_exchanges(db, work, jobs)
         agree = 100 * (p_count - t_count) / t_count if t_count else float("nan")
         label = "--jobs 1" if jobs else f"(default --jobs, {os.cpu_count()} cores)"
-        print(f"| pcapdecomp exchanges {label} | {p_wall:.1f} | {n / p_wall:,.0f} | {p_rss:.0f} | {p_count:,} | "
-              f"{t_wall / p_wall:.2f}× speed, count {agree:+.2f} % |", flush=True)
-    a_wall, a_rss, a_count = pcapdecomp_analyze(app, db, work)
-    print(f"| pcapdecomp analyze (app + db) | {a_wall:.1f} | {2 * n / a_wall:,.0f} | {a_rss:.0f} | {a_count:,} | "
-          f"{t_wall / a_wall:.2f}× tshark's time for one capture |")
+        print(f"| pcapdecomp exchanges {label} | {p_wall:.2f} | {n / p_wall:,.0f} | {p_rss:.0f} | {p_count:,} | "
+              f"{t_wall / p_wall:.1f}× speed, count {agree:+.2f} % | {p_wall / cat:.0f}× |", flush=True)
+    a_wall, a_rss, a_count, repaired = pcapdecomp_analyze(app, db, work)
+    print(f"| pcapdecomp analyze (app + db; loss repair: {repaired}) | {a_wall:.1f} | {2 * n / a_wall:,.0f} | "
+          f"{a_rss:.0f} | {a_count:,} | {t_wall / a_wall:.1f}× tshark's time for one capture | |")
+    if with_pcapng:
+        ng, gz = as_pcapng(db)
+        ng_cat = cat_seconds(ng)
+        print(f"| cat db.pcapng > /dev/null (page cache warm) | {ng_cat:.2f} | {n / ng_cat:,.0f} | | | | 1× |")
+        g_wall, g_rss, g_count = tshark_commands(ng)
+        print(f"| tshark -Y mysql.command, pcapng | {g_wall:.1f} | {n / g_wall:,.0f} | {g_rss:.0f} | {g_count:,} | | "
+              f"{g_wall / ng_cat:.0f}× |")
+        for label, path in (("pcapng", ng), ("pcapng.gz", gz)):
+            e_wall, e_rss, e_count = pcapdecomp_exchanges(path, work)
+            print(f"| pcapdecomp exchanges, {label} | {e_wall:.2f} | {n / e_wall:,.0f} | {e_rss:.0f} | {e_count:,} | "
+                  f"{g_wall / e_wall:.1f}× tshark on pcapng | {e_wall / ng_cat:.0f}× |", flush=True)
     if with_pt and shutil.which("pt-query-digest"):
         convert, q_wall, q_rss, q_count = pt_query_digest(db, work)
-        print(f"| tcpdump -x (for pt-query-digest) | {convert:.1f} | {n / convert:,.0f} | | | |")
-        print(f"| pt-query-digest --type tcpdump | {q_wall:.1f} | {n / q_wall:,.0f} | {q_rss:.0f} | {q_count:,} | |")
+        print(f"| tcpdump -x (for pt-query-digest) | {convert:.1f} | {n / convert:,.0f} | | | | |")
+        print(f"| pt-query-digest --type tcpdump | {q_wall:.1f} | {n / q_wall:,.0f} | {q_rss:.0f} | {q_count:,} | | |")
     if t_count and abs(agree) > 0.5:
         print(f"\nbench: WARNING: pcapdecomp's count differs from tshark's by {agree:+.2f} % (> 0.5 %)")
+
+
+GROWTH_COLUMNS = (
+    "sysbench s", "packets (db)", "MiB (pair)", "exchanges", "cat db s (warm)", "tshark s", "tshark PSS MiB",
+    "exchanges s", "PSS MiB", "× tshark", "× cat", "analyze (app + db) s", "PSS MiB", "× tshark",
+    "analyze --jobs 1 s", "PSS MiB", "tshark pcapng s", "exchanges pcapng s", "× tshark", "exchanges pcapng.gz s",
+    "× tshark pcapng", "dropped by tcpdump", "loss repair", "load 1/5/15 before", "load after")
+
+
+def growth_row(seconds: int, work: Path, with_pcapng: bool) -> str:
+    """One row of the growth table: the pair recorded for `seconds` of sysbench, every tool on it."""
+    app, db = record(seconds, work)
+    before = load()
+    n = packets(db)
+    cat = cat_seconds(db)
+    t_wall, t_rss, t_count = tshark_commands(db)
+    p_wall, p_rss, p_count = pcapdecomp_exchanges(db, work)
+    if t_count and abs(100 * (p_count - t_count) / t_count) > 0.5:
+        print(f"bench: WARNING: {seconds} s: pcapdecomp counts {p_count:,} exchanges, tshark {t_count:,} commands",
+              file=sys.stderr)
+    a_wall, a_rss, _, repaired = pcapdecomp_analyze(app, db, work)
+    s_wall, s_rss, _, _ = pcapdecomp_analyze(app, db, work, jobs=1)
+    ng_cells = ["", "", "", "", ""]
+    if with_pcapng:
+        ng, gz = as_pcapng(db)
+        g_wall, _, g_count = tshark_commands(ng)
+        e_wall, _, e_count = pcapdecomp_exchanges(ng, work)
+        z_wall, _, z_count = pcapdecomp_exchanges(gz, work)
+        if not g_count == t_count or not e_count == z_count == p_count:
+            print(f"bench: WARNING: {seconds} s: counts differ between pcap and pcapng: tshark {t_count:,} / "
+                  f"{g_count:,}, pcapdecomp {p_count:,} / {e_count:,} / {z_count:,} (gz)", file=sys.stderr)
+        ng_cells = [f"{g_wall:.1f}", f"{e_wall:.2f}", f"{g_wall / e_wall:.1f}", f"{z_wall:.2f}",
+                    f"{g_wall / z_wall:.1f}"]
+    pair_mib = (app.stat().st_size + db.stat().st_size) / 2**20
+    cells = [f"{seconds}", f"{n:,}", f"{pair_mib:.0f}", f"{p_count:,}", f"{cat:.2f}", f"{t_wall:.1f}", f"{t_rss:.0f}",
+             f"{p_wall:.2f}", f"{p_rss:.0f}", f"{t_wall / p_wall:.1f}", f"{p_wall / cat:.0f}", f"{a_wall:.1f}",
+             f"{a_rss:.0f}", f"{t_wall / a_wall:.1f}", f"{s_wall:.1f}", f"{s_rss:.0f}", *ng_cells, dropped(app), repaired,
+             before, load()]
+    return "| " + " | ".join(cells) + " |"
 
 
 def main() -> int:
@@ -218,6 +358,8 @@ def main() -> int:
     ap.add_argument("--sizes", help="comma-separated sysbench durations: a growth table")
     ap.add_argument("--work", type=Path, default=Path("/tmp/pcapdecomp-bench"))
     ap.add_argument("--no-pt", action="store_true", help="skip pt-query-digest")
+    ap.add_argument("--no-pcapng", action="store_true",
+                    help="skip the pcapng and gzip-compressed pcapng copies of the DB capture")
     ap.add_argument("--rotated", type=int, metavar="N",
                     help="record with tcpdump rotating into about N files per point (or give --app/--db folders) and "
                          "compare one process, --jobs 2 and a Dask LocalCluster of 2 workers")
@@ -226,32 +368,30 @@ def main() -> int:
                          "6.5 measured on 2 cores)")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {machine()}; load average {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d')}")
+    print(f"machine: {machine()}; load average (1/5/15 min) {load()}; {time.strftime('%Y-%m-%d %H:%M')}")
+    print_startup()
     if args.rotated:
         app, db = (args.app, args.db) if args.app and args.db else record_rotated(args.seconds, args.rotated, args.work,
                                                                                   args.rate)
         bench_rotated(app, db, args.work)
         return 0
     if args.sizes:
-        print("\n| sysbench s | packets (db) | MiB (pair) | exchanges | tshark s | tshark PSS MiB | pcapdecomp exchanges s "
-              "| PSS MiB | analyze (app + db) s | PSS MiB | analyze --jobs 1 s | PSS MiB |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("\n| " + " | ".join(GROWTH_COLUMNS) + " |")
+        print("|" + "---|" * len(GROWTH_COLUMNS), flush=True)
         for seconds in (int(s) for s in args.sizes.split(",")):
-            app, db = record(seconds, args.work)
-            n = packets(db)
-            t_wall, t_rss, _ = tshark_commands(db)
-            p_wall, p_rss, p_count = pcapdecomp_exchanges(db, args.work)
-            a_wall, a_rss, _ = pcapdecomp_analyze(app, db, args.work)
-            s_wall, s_rss, _ = pcapdecomp_analyze(app, db, args.work, jobs=1)
-            pair_mib = (app.stat().st_size + db.stat().st_size) / 2**20
-            print(f"| {seconds} | {n:,} | {pair_mib:.0f} | {p_count:,} | {t_wall:.1f} | {t_rss:.0f} | "
-                  f"{p_wall:.1f} | {p_rss:.0f} | {a_wall:.1f} | {a_rss:.0f} | {s_wall:.1f} | {s_rss:.0f} |", flush=True)
+            print(growth_row(seconds, args.work, not args.no_pcapng), flush=True)
+        print("\nTimes of the DB capture for cat, tshark and `exchanges` (default --jobs), of the pair for `analyze`; "
+              "× tshark = tshark's time / pcapdecomp's, × cat = `exchanges` time / cat's (the distance to the limit). "
+              "pcapng: the DB capture converted with editcap -F pcapng, and that gzip -1 compressed; tshark read the "
+              "uncompressed pcapng. Dropped: packets the lab's two tcpdumps said the kernel dropped; a lossy pair makes "
+              "`analyze` read connections with holes again in Python to fill them from the other point (loss repair). "
+              "Load averages from /proc/loadavg before and after the row.")
         return 0
     if args.app and args.db:
         app, db = args.app, args.db
     else:
         app, db = record(args.seconds, args.work)
-    bench_pair(app, db, args.work, not args.no_pt)
+    bench_pair(app, db, args.work, not args.no_pt, not args.no_pcapng)
     return 0
 
 

@@ -529,8 +529,6 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFram
     if not todo:
         return None if not skipped else Repair(app_ex, db_ex, app_conns, db_conns, matching,
                                                RepairStats(skipped_wrap=skipped))
-    stats = RepairStats(skipped_wrap=skipped, connections=len(todo),
-                        holes=sum(len(j.holes[0]) + len(j.holes[1]) for j in todo))
     hole_bytes = sum(length for j in todo for side in j.holes for _, length, _ in side)
     # 1. the other points' bytes, one pass per capture that has some to give
     givers = sorted({j.other_capture for j in todo})
@@ -539,6 +537,16 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFram
     pieces: dict[int, list[Piece]] = {}
     for found in run_all(borrow, calls, jobs):
         pieces.update(found)
+    # A connection the other point has none of the missing bytes of (lost at both points) would be read again,
+    # in Python and whole, into the rows it already has: only connections with pieces are read again. (When a
+    # busy server's tcpdumps drop packets at both points, that was every connection at both points: the whole of
+    # both captures read again at Python's speed.)
+    todo = [j for j in todo if pieces.get(j.job)]
+    stats = RepairStats(skipped_wrap=skipped, connections=len(todo),
+                        holes=sum(len(j.holes[0]) + len(j.holes[1]) for j in todo))
+    if not todo:
+        stats.bytes_unrepaired = hole_bytes
+        return Repair(app_ex, db_ex, app_conns, db_conns, matching, stats)
     # 2. the lossy points' connections again
     takers = sorted({j.capture for j in todo})
     results = run_all(reread, [(c, [j for j in todo if j.capture == c], pieces, servers, max_sql_bytes)

@@ -8,7 +8,11 @@ Seeds are the bundled real recordings. Each round mutates one of them:
   - flows/tcp/mysql: the segments of a real capture with payload bytes flipped, segments dropped, duplicated,
     reordered, split and cut; the tracker must never raise and every exchange must be well-formed;
   - the native fast lane (pcapdecomp/_lane.c): a mutated capture file is extracted with and without the lane;
-    both must give the same tables, counters and statistics, or the same error;
+    both must give the same tables, counters and statistics, or the same error. The seeds are read as classic
+    pcap and as pcapng (one interface; or two interfaces with ns and 2^-30 s clocks, big-endian, two sections,
+    simple packet blocks, name resolution and statistics blocks), and a fifth of the mutated files are
+    gzip-compressed, so the lane's pcapng and gzip readers are compared with Python's too (the capture reader
+    target reads the pcapng seeds as well);
   - analyze, end to end and in-process: a real capture set (app, DB, slow log) whose pcap fields are mutated where
     they mean something (record timestamps and lengths, IP lengths, TCP sequence numbers and flags, MySQL packet
     lengths, sequence ids and commands, statement text overwritten with markup, quotes and comment openers) and
@@ -26,6 +30,7 @@ Prints the number of inputs tried per target and exits non-zero on the first fai
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import random
@@ -48,6 +53,9 @@ from pcapdecomp.flows import FlowTracker  # noqa: E402
 
 SETS = [REPO / "captures" / name for name in ("features", "group-stall", "maxthreads")]
 SEEDS = [folder / side for folder in SETS for side in ("app.pcap", "db.pcap")]
+# pcapng shapes of every seed (tests/pcaptools.to_pcapng): a plain one, and one with what pcapng allows beyond pcap
+PCAPNG_SHAPES = [dict(interfaces=1, extra_blocks=False),
+                 dict(interfaces=2, resolutions=(9, 0x80 | 30), big_endian=True, sections=2, simple_every=7)]
 SLOW_LOGS = sorted((REPO / "tests" / "data" / "slowlog").glob("*.log")) + [folder / "slow.log" for folder in SETS]
 
 
@@ -142,6 +150,21 @@ def _extraction(path: Path, lane: bool):
             x.other_tcp_frames, x.other_tcp_bytes, x.flow_first_frames)
 
 
+def pcapng_seeds(seeds: list[Path], tmp: Path) -> list[bytes]:
+    """Every seed as pcapng in each of PCAPNG_SHAPES."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from pcaptools import to_pcapng
+
+    out = []
+    for i, seed in enumerate(seeds):
+        for k, shape in enumerate(PCAPNG_SHAPES):
+            ng = tmp / f"seed-{i}-{k}.pcapng"
+            to_pcapng(seed, ng, **shape)
+            out.append(ng.read_bytes())
+            ng.unlink()
+    return out
+
+
 def fuzz_lane(data: bytes, rng: random.Random, tmp: Path) -> None:
     import pandas as pd
 
@@ -154,6 +177,8 @@ def fuzz_lane(data: bytes, rng: random.Random, tmp: Path) -> None:
         mutated = bytes(buf)
     else:
         mutated = mutate_bytes(data, rng)
+    if rng.random() < 0.2:  # the lane reads gzip itself: its inflating reader against Python's
+        mutated = gzip.compress(mutated, compresslevel=1, mtime=0)
     path.write_bytes(mutated)
     python, native = _extraction(path, False), _extraction(path, True)
     if isinstance(python[0], str) or isinstance(native[0], str):  # ("error", kind, message)
@@ -336,6 +361,8 @@ def main() -> int:
         print("fuzz: no seed recordings found under captures/", file=sys.stderr)
         return 2
     files = [p.read_bytes() for p in seeds]
+    with tempfile.TemporaryDirectory() as tmp:
+        files += pcapng_seeds(seeds, Path(tmp))
     segment_lists = []
     for p in seeds:
         with open_capture(p) as reader:
