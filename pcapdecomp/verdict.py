@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .decompose import STALL_MIN_QUEUE_S, network_parts, ts_ns
+from .decompose import NETWORK_PARTS, STALL_MIN_QUEUE_S, network_parts, ts_ns
 from .formats import clip, clock_ms, plural, seconds_rounded
 from .proxy import PAIRED_KINDS
 from .proxy import sentence as proxy_sentence
@@ -30,6 +30,8 @@ SQL_CHARS = 80  # a statement quoted in a sentence is clipped to this many chara
 # table copies every column of it (≈ 450 MiB at 830k exchanges, three times over, the run's peak).
 SHARE_COLUMNS = ["seen", "total_s", "network_s", "server_s", "queue_s", "queue_source", "queue_min_s", "exec_s",
                  "exec_source"]
+# through a proxy the split tells network's parts apart (decompose.network_parts)
+PROXY_SHARE_COLUMNS = [c for c, _ in NETWORK_PARTS]
 
 
 def tell(summary: dict, x: pd.DataFrame, view: PoolView) -> dict:
@@ -195,7 +197,7 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     if n_h:
         bullets.append(_hidden_bullet(x, hidden, lqt))
     bullets += _size_bullets(size)
-    shares = x[SHARE_COLUMNS][sane]
+    shares = x[SHARE_COLUMNS + [c for c in PROXY_SHARE_COLUMNS if c in x.columns]][sane]
     split = _split_bullet(shares)
     if split:
         bullets.append(split)
