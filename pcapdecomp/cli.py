@@ -72,7 +72,7 @@ def exchanges(
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
         help="Worker processes (default: the cores available, at most 8). A capture is split by connection only when the "
-             "native fast lane does not read it (pcapng, no compiler) and it is 16 MiB or more.",
+             "native fast lane does not read it (no compiler, PCAPDECOMP_NO_LANE=1) and it is 16 MiB or more.",
     ),
 ) -> None:
     """Parse CAPTURE into one row per MySQL request/response exchange and print a summary."""
@@ -177,7 +177,7 @@ def analyze(
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
         help="Worker processes (default: the cores available, at most 8): the captures are read side by side, and one "
-             "the native fast lane does not read (pcapng, no compiler) is split by connection when workers are left.",
+             "the native fast lane does not read (no compiler, PCAPDECOMP_NO_LANE=1) is split by connection when workers are left.",
     ),
     scheduler: Optional[str] = typer.Option(
         None, "--scheduler",
