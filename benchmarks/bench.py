@@ -136,6 +136,22 @@ def startup(runs: int = 5) -> list[tuple[str, float]]:
     return out
 
 
+def smallest_run(runs: int = 5) -> float:
+    """Median wall seconds of a whole `exchanges` run on a small bundled capture written to Parquet: the fixed cost
+    of a command (start-up and the imports the table needs) that no capture size hides."""
+    times = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(runs):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "pcapdecomp.cli", "exchanges", str(SMALL_CAPTURE), "-q", "--out",
+                            str(Path(tmp) / "x.parquet")], check=True, cwd=REPO)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+SMALL_CAPTURE = REPO / "captures" / "group-stall" / "db.pcap"
+
+
 def heavy_imports_of_help() -> list[str]:
     """The heavy modules `--help` imports, from `python3 -X importtime` (each import is one line on stderr)."""
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "pcapdecomp.cli", "--help"], capture_output=True,
@@ -149,7 +165,9 @@ def print_startup() -> None:
     parts = ", ".join(f"`{args}` {seconds:.2f} s" for args, seconds in startup())
     heavy = heavy_imports_of_help()
     print(f"start-up (python3 -m pcapdecomp.cli …, median of 5): {parts}; heavy modules imported by `--help` "
-          f"(-X importtime): {', '.join(heavy) if heavy else 'none'}", flush=True)
+          f"(-X importtime): {', '.join(heavy) if heavy else 'none'}; `exchanges` of "
+          f"{SMALL_CAPTURE.relative_to(REPO)} ({SMALL_CAPTURE.stat().st_size // 1024} KiB) to Parquet, whole: "
+          f"{smallest_run():.2f} s", flush=True)
 
 
 def tshark_commands(path: Path) -> tuple[float, float, int]:
