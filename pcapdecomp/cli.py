@@ -80,18 +80,29 @@ def exchanges(
     from .outputs import check_output, write_table
     from .parallel import default_jobs, read_exchanges
 
+    from .tables import arrow_without_pandas
+
     for path in (out, connections_out):
         if path is not None:
             check_output(path)
+    arrow_without_pandas()
     result = read_exchanges(capture, server, quiet, max_sql_bytes, jobs or default_jobs())
     quality = result.quality()
     problem = capture_problems(quality)
     if problem:
         warn(problem)
-    if out is not None:
-        write_table(result.exchanges, out)
-    if connections_out is not None:
-        write_table(result.connections, connections_out)
+    from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
+    from .tables import file_schema
+
+    for name, path, columns in (("exchanges", out, EXCHANGE_COLUMNS),
+                                ("connections", connections_out, CONNECTION_COLUMNS)):
+        if path is None:
+            continue
+        table = result.arrow(name)  # the table as extraction made it: Parquet without pandas
+        if table is not None and path.suffix.lower() == ".parquet":
+            write_table(table, path, file_schema(columns))
+        else:
+            write_table(getattr(result, name), path)
     if not quiet:
         _print_summary(result, quality)
 
@@ -317,6 +328,7 @@ def main() -> None:
 
     try:
         _returning_allocator()
+        _plain_values_without_pydantic()
         code = app(standalone_mode=False)  # typer turns Ctrl-C inside a command into the return value 130
     except PcapdecompError as exc:
         _exit(exc)
@@ -338,6 +350,79 @@ def main() -> None:
         sys.stderr.flush()
         os._exit(130)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _plain_values_without_pydantic() -> None:
+    """typer (0.29 and later) converts every option's value with a pydantic TypeAdapter, built on first use: importing
+    pydantic and building them was ~0.07 s of every command, `--help` included (typer converts the absent --help
+    of the group too). The values this CLI takes are plain (a flag, a path, a whole number, text, lists of them):
+    those are converted here as pydantic converts them, and anything else (a number out of range or not a number,
+    an empty path…) goes to typer's own conversion, which also words the error. Nothing changes with a typer
+    without this layer."""
+    try:
+        from typer import core
+        from typer._coercion import PassThroughRuntimeParam, build_runtime_param
+        from typer._param_types import coerce_cli_path
+    except ImportError:
+        return
+    parameter = getattr(core, "_TyperParameter", None)
+    original = getattr(parameter, "get_runtime_param", None)
+    if original is None or getattr(original, "plain", False):
+        return
+    import dataclasses
+    import re
+    import types
+    import typing
+
+    unsure = object()
+    whole = re.compile(r"[0-9]{1,18}\Z")
+
+    def plain(annotation, value, info, param, ctx):
+        """`value` as typer makes it of `annotation`, or `unsure`."""
+        origin = typing.get_origin(annotation)
+        if origin in (typing.Union, types.UnionType):
+            inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+            return plain(inner[0], value, info, param, ctx) if len(inner) == 1 else unsure
+        if origin is list:
+            if not isinstance(value, (list, tuple)):
+                return unsure
+            made = [plain(typing.get_args(annotation)[0], v, info, param, ctx) for v in value]
+            return unsure if any(v is unsure for v in made) else made
+        if annotation is bool:
+            return value if isinstance(value, bool) else unsure
+        if annotation is str:
+            return value if type(value) is str else unsure
+        if annotation is Path and info.path_type is None:
+            if type(value) is str and value:
+                value = Path(value)  # what pydantic makes of the text; typer's checks of the path follow
+            if not isinstance(value, Path):
+                return unsure
+            return coerce_cli_path(value, info, path_type=Path, param=param, ctx=ctx)
+        if annotation is int and info.parser is None:
+            number = value if type(value) is int else int(value) if type(value) is str and whole.match(value) else None
+            if number is None or (info.min is not None and number < info.min) or (
+                    info.max is not None and number > info.max) or info.clamp:
+                return unsure
+            return number
+        return unsure
+
+    @dataclasses.dataclass(frozen=True)
+    class Plain(PassThroughRuntimeParam):
+        def _coerce_value(self, value, param, ctx):
+            made = plain(self.annotation, value, self.parameter_info, param, ctx)
+            if made is unsure:
+                return build_runtime_param(param.type_descriptor)._coerce_value(value, param=param, ctx=ctx)
+            return made
+
+    def get_runtime_param(self):
+        if self._runtime_param is None and self.type_descriptor.file_annotation is None and (
+                self.type_descriptor.parameter_info.parser is None):
+            self._runtime_param = Plain(parameter_info=self.type_descriptor.parameter_info,
+                                        annotation=self.type_descriptor.annotation)
+        return original(self)
+
+    get_runtime_param.plain = True
+    parameter.get_runtime_param = get_runtime_param
 
 
 def _returning_allocator() -> None:

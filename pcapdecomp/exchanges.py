@@ -5,11 +5,9 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from .capture import CaptureStats, open_capture
@@ -18,7 +16,10 @@ from .fingerprint import digest_fingerprint, fingerprint, query_id
 from .flows import Endpoint, Flow, FlowTracker, endpoint_text
 from .mysql.connection import Exchange
 from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
-from .tables import batch, columns_batch, frame, frame_of, release_memory, row_function, row_type, sorted_columnwise
+from .tables import batch, columns_batch, frame_of_table, release_memory, row_function, row_type, table_of
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _ADMIN_NAMES = {
     "COM_QUIT": "Quit",
@@ -43,28 +44,73 @@ def fingerprints(sql: str | None, command: str) -> tuple[str, str]:
     return fingerprint(sql), query_id(digest_fingerprint(sql))
 
 
-@dataclass
 class Extraction:
-    capture: str
-    exchanges: pd.DataFrame
-    connections: pd.DataFrame
-    stats: CaptureStats
-    other_tcp_frames: int = 0
-    other_tcp_bytes: int = 0
-    commands: Counter = field(default_factory=Counter)
-    flow_first_frames: dict[int, int] = field(default_factory=dict)  # conn_index -> first frame (for merging parts)
-    native_frames: int = 0  # frames read natively (fastlane.read_capture); the rest went through Python
-    # conn_index -> (client→server, server→client) byte ranges never captured, as tcp.HalfStream.holes, for the
-    # connections that have any (the repair stage takes them from another capture point)
-    holes: dict[int, tuple[list, list]] = field(default_factory=dict)
-    gaps_forced: int = 0  # gaps declared because a cap on held out-of-order data bit (tcp.py)
-    files: list = field(default_factory=list)  # sources.FileRead per file of a capture point of several files
+    """One capture's exchanges and connections tables, and what else extraction learnt about it.
+
+    The tables are made as Arrow tables of the declared columns (tables.table_of) and become DataFrames when
+    `exchanges` / `connections` is first read: the `exchanges` command writes them and counts its summary with
+    Arrow alone (`arrow`, `quality`), without importing pandas."""
+
+    def __init__(self, capture: str, exchanges: pd.DataFrame | pa.Table, connections: pd.DataFrame | pa.Table,
+                 stats: CaptureStats, other_tcp_frames: int = 0, other_tcp_bytes: int = 0,
+                 commands: Counter | None = None, flow_first_frames: dict[int, int] | None = None,
+                 native_frames: int = 0, holes: dict[int, tuple[list, list]] | None = None, gaps_forced: int = 0,
+                 files: list | None = None):
+        self.capture = capture
+        self._tables = {"exchanges": exchanges, "connections": connections}
+        self.stats = stats
+        self.other_tcp_frames = other_tcp_frames
+        self.other_tcp_bytes = other_tcp_bytes
+        self.commands = Counter() if commands is None else commands
+        self.flow_first_frames = {} if flow_first_frames is None else flow_first_frames  # conn_index -> first frame
+        self.native_frames = native_frames  # frames read natively (fastlane.read_capture); the rest went through Python
+        # conn_index -> (client→server, server→client) byte ranges never captured, as tcp.HalfStream.holes, for the
+        # connections that have any (the repair stage takes them from another capture point)
+        self.holes = {} if holes is None else holes
+        self.gaps_forced = gaps_forced  # gaps declared because a cap on held out-of-order data bit (tcp.py)
+        self.files = [] if files is None else files  # sources.FileRead per file of a capture point of several files
+
+    def _frame(self, name: str, columns: tuple) -> pd.DataFrame:
+        table = self._tables[name]
+        if isinstance(table, pa.Table):
+            self._tables[name] = None  # let the Arrow memory go column by column as it is converted
+            table = self._tables[name] = frame_of_table(table, columns)
+        return table
+
+    @property
+    def exchanges(self) -> pd.DataFrame:
+        return self._frame("exchanges", EXCHANGE_COLUMNS)
+
+    @exchanges.setter
+    def exchanges(self, df: pd.DataFrame) -> None:
+        self._tables["exchanges"] = df
+
+    @property
+    def connections(self) -> pd.DataFrame:
+        return self._frame("connections", CONNECTION_COLUMNS)
+
+    @connections.setter
+    def connections(self, df: pd.DataFrame) -> None:
+        self._tables["connections"] = df
+
+    def arrow(self, name: str) -> pa.Table | None:
+        """The `exchanges` or `connections` table as the Arrow table it was made as, or None once it is a
+        DataFrame."""
+        table = self._tables[name]
+        return table if isinstance(table, pa.Table) else None
 
     def quality(self) -> dict:
         """Capture-quality summary: every frame and MySQL byte accounted for."""
         s = self.stats
-        c = self.connections
-        total = lambda col: int(c[col].sum()) if len(c) else 0  # noqa: E731
+        c = self.arrow("connections")
+        if c is not None:  # the table as made: counted with Arrow (sums skip nulls, as pandas' do)
+            total = lambda col: int(pa.compute.sum(c.column(col)).as_py() or 0)  # noqa: E731
+            rows = c.num_rows
+        else:
+            c = self.connections
+            total = lambda col: int(c[col].sum()) if len(c) else 0  # noqa: E731
+            rows = len(c)
+        exchanges = self.arrow("exchanges")
         return {
             "file": self.capture,
             "format": s.format,
@@ -85,10 +131,10 @@ class Extraction:
             "unknown_blocks": s.unknown_blocks,
             "first_ts": _iso(s.first_ts_ns),
             "last_ts": _iso(s.last_ts_ns),
-            "mysql_connections": len(c),
-            "midstream_connections": int(c["midstream"].sum()) if len(c) else 0,
-            "tls_connections": int(c["tls"].sum()) if len(c) else 0,
-            "exchanges": len(self.exchanges),
+            "mysql_connections": rows,
+            "midstream_connections": total("midstream"),
+            "tls_connections": total("tls"),
+            "exchanges": exchanges.num_rows if exchanges is not None else len(self.exchanges),
             "gaps": total("gaps"),
             "gaps_forced": self.gaps_forced,
             "gap_bytes": total("gap_bytes"),
@@ -97,7 +143,7 @@ class Extraction:
             "unparsed_bytes": total("unparsed_bytes"),
             "tls_bytes": total("tls_bytes"),
             "violations": total("violations"),
-            "out_of_range": _with_problem(self.exchanges, "out-of-range"),
+            "out_of_range": _with_problem(exchanges if exchanges is not None else self.exchanges, "out-of-range"),
             "other_tcp_bytes": self.other_tcp_bytes,
             # share of the MySQL connections' byte streams that the protocol parser read (the rest: never
             # captured, skipped while resynchronising, or encrypted)
@@ -105,12 +151,22 @@ class Extraction:
         }
 
 
-def _with_problem(exchanges: pd.DataFrame, problem: str) -> int:
+def _with_problem(exchanges: pd.DataFrame | pa.Table, problem: str) -> int:
     """Exchanges whose `problems` name `problem` (counted over the few distinct problem lists, not the rows)."""
     if not len(exchanges):
         return 0
-    counts = exchanges["problems"].value_counts()
-    return int(sum(n for text, n in counts.items() if problem in str(text).split(",")))
+    if isinstance(exchanges, pa.Table):  # dictionary-coded text: the codes counted, chunk by chunk
+        counter: Counter = Counter()
+        for chunk in exchanges.column("problems").chunks:
+            counted = pa.compute.value_counts(chunk.indices)
+            texts = chunk.dictionary.to_pylist()
+            for code, n in zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist()):
+                if code is not None:
+                    counter[texts[code]] += n
+        counts = counter.items()
+    else:
+        counts = exchanges["problems"].value_counts().items()
+    return int(sum(n for text, n in counts if text is not None and problem in str(text).split(",")))
 
 
 def _share(good: int, bad: int) -> float | None:
@@ -118,7 +174,19 @@ def _share(good: int, bad: int) -> float | None:
 
 
 def _iso(ns: int | None) -> str | None:
-    return None if ns is None else pd.Timestamp(ns, unit="ns", tz="UTC").isoformat()
+    """pandas.Timestamp(ns, unit="ns", tz="UTC").isoformat(), without pandas: seconds, then six digits when the
+    microseconds are not 0 and nine when the nanoseconds are not."""
+    if ns is None:
+        return None
+    from datetime import datetime, timezone
+
+    seconds, fraction = divmod(ns, 1_000_000_000)
+    text = datetime.fromtimestamp(seconds, timezone.utc).replace(tzinfo=None).isoformat()
+    if fraction % 1000:
+        text += f".{fraction:09d}"
+    elif fraction:
+        text += f".{fraction // 1000:06d}"
+    return text + "+00:00"
 
 
 # The rows of the connections table, written by column name (schema.py declares the columns and their order).
@@ -260,8 +328,9 @@ def extract(
     def finished(stats: CaptureStats, native: int) -> Extraction:
         ex_batches.append(batch(ex_rows, EXCHANGE_COLUMNS))
         ex_rows.clear()
-        exchanges = frame_of(ex_batches, EXCHANGE_COLUMNS, sort_by=["req_first_ts", "conn_index", "seq"])
-        connections = frame(conn_rows, CONNECTION_COLUMNS).sort_values("conn_index").reset_index(drop=True)
+        exchanges = table_of(ex_batches, EXCHANGE_COLUMNS, sort_by=["req_first_ts", "conn_index", "seq"])
+        # conn_index is unique: any sort gives this order
+        connections = table_of([batch(conn_rows, CONNECTION_COLUMNS)], CONNECTION_COLUMNS, sort_by=["conn_index"])
         release_memory()
         return Extraction(name, exchanges, connections, stats, tracker.other_tcp_frames, tracker.other_tcp_bytes,
                           commands, first_frames, native, holes, tracker.held_budget.forced_gaps)
@@ -304,6 +373,11 @@ def merge_parts(parts: list[Extraction]) -> Extraction:
     The parts' tables are consumed."""
     if len(parts) == 1:
         return parts[0]
+    import numpy as np
+    import pandas as pd
+
+    from .tables import sorted_columnwise
+
     ranks: dict[tuple[int, int], int] = {}
     order = sorted((frame, i, index) for i, p in enumerate(parts) for index, frame in p.flow_first_frames.items())
     for rank, (_, i, index) in enumerate(order):

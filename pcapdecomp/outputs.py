@@ -13,10 +13,13 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from .errors import InputError, OutputError, UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 
 def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
@@ -46,10 +49,16 @@ def check_output(out: Path) -> None:
         raise InputError(f"{out}: is a directory, expected a file name")
 
 
-def write_table(df: pd.DataFrame, out: Path) -> None:
-    """Write .parquet or .csv atomically: a failed run leaves no partial file behind."""
+def write_table(df: pd.DataFrame | pa.Table, out: Path, schema: pa.Schema | None = None) -> None:
+    """Write .parquet or .csv atomically: a failed run leaves no partial file behind. `df` is a DataFrame, or (for
+    .parquet) an Arrow table with `schema`, the file schema a DataFrame of its columns would be written with
+    (tables.file_schema): it is written as that DataFrame would be, without importing pandas."""
     check_output(out)
-    if out.suffix.lower() == ".parquet":
+    if schema is not None:
+        if out.suffix.lower() != ".parquet":
+            raise ValueError(f"{out}: an Arrow table is written to Parquet only")
+        write_atomically(out, lambda tmp: _write_arrow_parquet(df, schema, tmp))
+    elif out.suffix.lower() == ".parquet":
         write_atomically(out, lambda tmp: _write_parquet(df, tmp))
     else:
         # CRLF rows (RFC 4180): the writer then quotes every cell holding a CR or LF; with LF rows a lone CR in a
@@ -64,6 +73,8 @@ def neutralise_formulas(df: pd.DataFrame) -> pd.DataFrame:
     """Text cells that a spreadsheet would run as a formula (starting with = + - @, tab or CR: statement text is
     written by whoever can send a query) get a leading apostrophe, which spreadsheets show as plain text. Only
     text columns are touched; numbers stay numbers. Returns `df` itself when no cell needs it."""
+    import pandas as pd
+
     changed = {}
     for name in df.columns:
         col = df[name]
@@ -100,6 +111,7 @@ def _write_parquet(df: pd.DataFrame, path: Path) -> None:
     of plain text, written as pyarrow writes it: readers see exactly what they saw before."""
     import base64
 
+    import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -121,6 +133,32 @@ def _write_parquet(df: pd.DataFrame, path: Path) -> None:
     text_columns = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
     with pq.ParquetWriter(path, written, use_dictionary=text_columns, store_schema=False) as writer:
         for start in range(0, max(len(df), 1), PARQUET_ROWS_PER_GROUP):
+            writer.write_table(group(start))
+        writer.add_key_value_metadata({b"ARROW:schema": base64.b64encode(schema.serialize().to_pybytes()),
+                                       **(schema.metadata or {})})
+
+
+def _write_arrow_parquet(table: pa.Table, schema: pa.Schema, path: Path) -> None:
+    """_write_parquet of an Arrow table (tables.table_of) whose file schema is `schema` (tables.file_schema: the
+    ARROW:schema and pandas metadata pandas writes): the same row groups, encodings and values. Categorical text
+    goes to Parquet as the Arrow dictionary it is, unified within each row group so that each column chunk has
+    one dictionary."""
+    import base64
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    written = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type) if pa.types.is_dictionary(t) else f.type)
+                         for f, t in zip(schema, table.schema.types, strict=True)])
+
+    def group(start: int) -> pa.Table:
+        part = table.slice(start, PARQUET_ROWS_PER_GROUP).unify_dictionaries()
+        return pa.Table.from_arrays([col if col.type == field.type else col.cast(field.type)
+                                     for col, field in zip(part.columns, written)], schema=written)
+
+    text_columns = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    with pq.ParquetWriter(path, written, use_dictionary=text_columns, store_schema=False) as writer:
+        for start in range(0, max(table.num_rows, 1), PARQUET_ROWS_PER_GROUP):
             writer.write_table(group(start))
         writer.add_key_value_metadata({b"ARROW:schema": base64.b64encode(schema.serialize().to_pybytes()),
                                        **(schema.metadata or {})})

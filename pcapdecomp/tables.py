@@ -7,7 +7,11 @@ into one 2-D block, copying the whole table on the way and keeping a dropped col
 Repetitive text (capture, endpoints, command, statement text, fingerprints, results…) is declared `category`: it
 is dictionary-encoded as each batch is built, so a million exchanges of a few dozen distinct statements hold one
 small code per row instead of a string per row. pandas concatenates categoricals with different categories into
-plain strings, so every concatenation of these tables goes through `concat`, which unions the categories."""
+plain strings, so every concatenation of these tables goes through `concat`, which unions the categories.
+
+pandas is imported by the functions that make or take DataFrames, not with this module: the `exchanges` command
+builds its table and writes it with Arrow alone (`table_of`, `file_schema`), and importing pandas was 40 % of a
+small capture's whole run."""
 
 from __future__ import annotations
 
@@ -16,22 +20,59 @@ import ctypes.util
 import functools
 from collections import namedtuple
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 (pa.compute)
-from pandas.api.types import union_categoricals
 
 from .schema import CATEGORY, TS, Column
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 ARROW_TYPES = {"string": pa.string(), CATEGORY: pa.string(), "int64": pa.int64(), "Int64": pa.int64(),
                "float64": pa.float64(), "boolean": pa.bool_(), TS: pa.timestamp("ns", tz="UTC")}
-_PANDAS_TYPES = {pa.string(): pd.StringDtype("pyarrow"), pa.bool_(): pd.BooleanDtype()}
+
+
+@functools.cache
+def _pandas_types() -> dict:
+    import pandas as pd
+
+    return {pa.string(): pd.StringDtype("pyarrow"), pa.bool_(): pd.BooleanDtype()}
 
 
 def arrow_type(column: Column) -> pa.DataType:
     return pa.dictionary(pa.int32(), pa.string()) if column.dtype == CATEGORY else ARROW_TYPES[column.dtype]
+
+
+# How pandas describes each declared dtype in a Parquet file's metadata (pyarrow's pandas_compat, as a DataFrame
+# of that dtype is written by outputs.write_table: categorical text as text): (Arrow type, pandas_type,
+# numpy_type, metadata). Checked against pandas' own description by tests/test_outputs.py.
+_FILE_TYPES = {
+    "string": (pa.large_string(), "object", "string", None),
+    CATEGORY: (pa.large_string(), "object", "string", None),
+    "int64": (pa.int64(), "int64", "int64", None),
+    "Int64": (pa.int64(), "int64", "Int64", None),
+    "float64": (pa.float64(), "float64", "float64", None),
+    "boolean": (pa.bool_(), "bool", "boolean", None),
+    TS: (pa.timestamp("ns", tz="UTC"), "datetimetz", "datetime64[ns]", {"timezone": "UTC"}),
+}
+
+
+def file_schema(columns: tuple[Column, ...]) -> pa.Schema:
+    """The Arrow schema, with its pandas metadata, of a Parquet file of a table of these declared columns, as
+    outputs.write_table writes a DataFrame of them: what readers see. Made without importing pandas (the
+    `exchanges` command writes its table with Arrow alone); its version is the installed package's."""
+    import json
+    from importlib.metadata import version
+
+    described = [{"name": c.name, "field_name": c.name, "pandas_type": _FILE_TYPES[c.dtype][1],
+                  "numpy_type": _FILE_TYPES[c.dtype][2], "metadata": _FILE_TYPES[c.dtype][3]} for c in columns]
+    pandas = {"index_columns": [], "column_indexes": [], "columns": described, "attributes": {},
+              "creator": {"library": "pyarrow", "version": pa.__version__}, "pandas_version": version("pandas")}
+    return pa.schema([(c.name, _FILE_TYPES[c.dtype][0]) for c in columns],
+                     metadata={b"pandas": json.dumps(pandas).encode()})
 
 
 def row_type(name: str, columns: tuple[Column, ...]) -> type[tuple]:
@@ -79,7 +120,9 @@ def columns_batch(values: list, kinds: str, columns: tuple[Column, ...]) -> pa.R
         elif kind == "c":
             codes = np.frombuffer(v[0], dtype=np.int32)
             null = codes < 0
-            indices = pa.array(codes, mask=null if null.any() else None)
+            # from the buffers: pa.array of a numpy array imports pandas (to look for pandas types)
+            valid = pa.py_buffer(np.packbits(~null, bitorder="little")) if null.any() else None
+            indices = pa.Array.from_buffers(pa.int32(), len(codes), [valid, pa.py_buffer(v[0])])
             arrays.append(pa.DictionaryArray.from_arrays(indices, pa.array(v[1], type=pa.string())))
             continue
         else:
@@ -99,16 +142,38 @@ def frame_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by
     or timestamp columns `sort_by` (as sorted_columnwise orders them) when given. The list is emptied: each
     column's Arrow memory is let go as soon as it is converted (and sorted), so the peak is the table plus one
     column."""
+    return frame_of_table(table_of(batches, columns, sort_by), columns)
+
+
+def table_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by: list[str] | None = None
+             ) -> pa.Table:
+    """Record batches -> one Arrow table of the declared Arrow types (`arrow_type`), its rows in the stable order
+    of the int64 or timestamp columns `sort_by` when given. The list is emptied, and each column is let go once
+    it is sorted: the peak is the table plus one column."""
     schema = pa.schema([(c.name, arrow_type(c)) for c in columns])
     table = pa.Table.from_batches(batches, schema=schema)
     batches.clear()
     order = _order(table, sort_by) if sort_by else None
+    if order is None:
+        return table
+    arrays = []
+    for c in columns:
+        chunked = table.column(c.name)
+        table = table.drop_columns([c.name])
+        arrays.append(chunked.take(order))  # a dictionary column: its codes only
+        del chunked
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def frame_of_table(table: pa.Table, columns: tuple[Column, ...]) -> pd.DataFrame:
+    """A table of `table_of` -> a DataFrame with the declared pandas dtypes. Each column's Arrow memory is let go
+    (as far as `table` is the only reference) as soon as it is converted."""
+    import pandas as pd
+
     data = {}
     for c in columns:
         chunked = table.column(c.name)
         table = table.drop_columns([c.name])
-        if order is not None:
-            chunked = chunked.take(order)  # a dictionary column: its codes only
         data[c.name] = _series(chunked, c)
         del chunked
     return pd.DataFrame(data, columns=[c.name for c in columns], copy=False)  # no consolidating copy
@@ -118,26 +183,39 @@ def _order(table: pa.Table, keys: list[str]) -> pa.Array | None:
     """The stable order of the table's rows by the key columns, or None when they are in that order already. Null
     sorts first, as NaT's int64 does in sorted_columnwise."""
     least = np.iinfo(np.int64).min
-    arrays = [np.asarray(pa.compute.fill_null(table.column(k).cast(pa.int64()), least)) for k in keys]
+    arrays = [_int64_values(pa.compute.fill_null(table.column(k).cast(pa.int64()), least)) for k in keys]
     order = np.lexsort(arrays[::-1])  # last key is the primary one for lexsort
     if np.array_equal(order, np.arange(len(order))):
         return None
     return pa.array(order)
 
 
+def _int64_values(chunked: pa.ChunkedArray) -> np.ndarray:
+    """The values of an int64 column without nulls as a numpy array, read from its buffer (numpy conversions of
+    Arrow arrays import pandas: tables.arrow_without_pandas)."""
+    array = chunked.combine_chunks()
+    if not len(array):
+        return np.empty(0, dtype=np.int64)
+    return np.frombuffer(array.buffers()[1], dtype=np.int64, count=len(array), offset=array.offset * 8)
+
+
 def _series(chunked: pa.ChunkedArray, column: Column) -> pd.Series:
+    import pandas as pd
+
     if column.dtype == CATEGORY:
         # Each batch has its own dictionary: pandas unifies them. Categories are put in lexical order so that
         # sorting by such a column sorts by its text, as it would for strings.
         return _text_categories(chunked.to_pandas())
     if column.dtype == "Int64":
         return chunked.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
-    return chunked.to_pandas(types_mapper=_PANDAS_TYPES.get)
+    return chunked.to_pandas(types_mapper=_pandas_types().get)
 
 
 def _text_categories(series: pd.Series) -> pd.Series:
     """The same categorical with its categories as text (`str`, also when empty) in lexical order, so that
     categoricals of different tables can be unioned and compared."""
+    import pandas as pd
+
     categories = series.cat.categories
     wanted = pd.Index(categories, dtype="str").sort_values()
     if categories.dtype == wanted.dtype and categories.equals(wanted):
@@ -151,6 +229,9 @@ def frame(rows: list[tuple], columns: tuple[Column, ...]) -> pd.DataFrame:
 
 def concat_column(parts: list[pd.Series]) -> pd.Series:
     """pd.concat that keeps a categorical a categorical when the parts' categories differ."""
+    import pandas as pd
+    from pandas.api.types import union_categoricals
+
     if len(parts) > 1 and all(isinstance(p.dtype, pd.CategoricalDtype) for p in parts):
         joined = union_categoricals([_text_categories(p) for p in parts], sort_categories=True, ignore_order=True)
         return pd.Series(joined, name=parts[0].name)
@@ -159,6 +240,8 @@ def concat_column(parts: list[pd.Series]) -> pd.Series:
 
 def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """pd.concat(frames, ignore_index=True) of tables with the same columns, keeping categorical columns."""
+    import pandas as pd
+
     if len(frames) == 1:
         return frames[0].reset_index(drop=True)
     names = list(frames[0].columns)
@@ -168,6 +251,8 @@ def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 def as_category(values) -> pd.Series:
     """Text values (array, list or Series; None/NA for null) as a categorical column."""
+    import pandas as pd
+
     series = pd.Series(values, dtype="string") if not isinstance(values, pd.Series) else values.astype("string")
     categories = pd.Index(sorted(series.dropna().unique()), dtype="str")
     return pd.Series(pd.Categorical(series, categories=categories), index=series.index, name=series.name)
@@ -185,6 +270,8 @@ def with_declared_dtypes(df: pd.DataFrame, columns: tuple[Column, ...]) -> pd.Da
 
 def _sort_key(column: pd.Series) -> np.ndarray:
     """int64 view of a key column (nanoseconds for timestamps: to_numpy() would make Timestamp objects)."""
+    import pandas as pd
+
     if isinstance(column.dtype, pd.DatetimeTZDtype):
         return column.array.asi8
     return column.to_numpy(dtype=np.int64)
@@ -193,6 +280,8 @@ def _sort_key(column: pd.Series) -> np.ndarray:
 def sorted_columnwise(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
     """concat(frames).sort_values(keys, stable) built one column at a time, each input column dropped once used:
     the peak is one table plus one column, not the two or three copies of concat-then-sort."""
+    import pandas as pd
+
     if len(frames) == 1 and len(frames[0]) < 2:
         return frames[0].reset_index(drop=True)
     key_arrays = [np.concatenate([_sort_key(f[k]) for f in frames]) for k in keys]
@@ -208,6 +297,30 @@ def sorted_columnwise(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFra
         for f in frames:
             del f[name]
     return pd.DataFrame(data, columns=names, copy=False)
+
+
+def arrow_without_pandas() -> None:
+    """Arrow's conversion of Python values (pa.array of a list or of a numpy array) first imports pandas, to tell
+    pandas objects apart: ~0.25 s, as much as the rest of a small capture's whole `exchanges` run, which makes no
+    DataFrame. When pandas is not imported yet, this lets Arrow's one attempt to import it fail (it then converts
+    as without pandas: the same arrays). pandas stays importable: Arrow's conversions to and from pandas import it
+    again themselves. For the `exchanges` command, before it reads."""
+    import sys
+
+    if "pandas" in sys.modules:
+        return
+
+    class NoPandas:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name == "pandas":
+                raise ImportError("pandas is not imported while Arrow looks for it")
+
+    sys.meta_path.insert(0, NoPandas)
+    try:
+        pa.array([], type=pa.int64())  # Arrow's one attempt
+    finally:
+        sys.meta_path.remove(NoPandas)
 
 
 def use_returning_allocator() -> None:

@@ -127,15 +127,16 @@ def test_every_command_has_help():
                                   ["evidence", "--help"], ["columns"], ["lab", "record", "--help"]],
                          ids=" ".join)
 def test_commands_that_read_nothing_import_neither_pandas_nor_pyarrow(args):
-    """Start-up is part of every command's time: help, the version and the column list import no table library
-    (the modules loaded are listed by the child itself, not timed)."""
+    """Start-up is part of every command's time: help, the version and the column list import no table library,
+    nor pydantic (typer's conversion of values: cli._plain_values_without_pydantic) (the modules loaded are
+    listed by the child itself, not timed)."""
     probe = ("import sys, runpy\n"
              f"sys.argv = ['pcapdecomp', *{args!r}]\n"
              "try:\n"
              "    runpy.run_module('pcapdecomp.cli', run_name='__main__')\n"
              "except SystemExit:\n"
              "    pass\n"
-             "heavy = sorted(m for m in ('pandas', 'pyarrow', 'numpy') if m in sys.modules)\n"
+             "heavy = sorted(m for m in ('pandas', 'pyarrow', 'numpy', 'pydantic') if m in sys.modules)\n"
              "print('HEAVY', heavy, file=sys.stderr)\n")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert "HEAVY []" in proc.stderr, proc.stderr[-500:]
@@ -254,3 +255,26 @@ def test_exchanges_with_jobs_writes_the_same_table_as_one_process(tmp_path):
     a, b = pd.read_parquet(one), pd.read_parquet(two)
     assert len(a) == 352
     assert a.equals(b)
+
+
+def test_quiet_exchanges_to_parquet_makes_no_dataframe(tmp_path):
+    """The `exchanges` command writes its tables with Arrow alone: pandas is not imported (its import was 40 % of
+    a small capture's whole run), and the files read back as the tables extraction makes."""
+    out, conns = tmp_path / "x.parquet", tmp_path / "c.parquet"
+    capture = REPO / "captures" / "group-stall" / "db.pcap"
+    probe = ("import sys, runpy\n"
+             f"sys.argv = ['pcapdecomp', 'exchanges', {str(capture)!r}, '-q', '--out', {str(out)!r}, "
+             f"'--connections', {str(conns)!r}]\n"
+             "try:\n"
+             "    runpy.run_module('pcapdecomp.cli', run_name='__main__')\n"
+             "except SystemExit as exc:\n"
+             "    assert not exc.code, exc.code\n"
+             "print('PANDAS', 'pandas' in sys.modules, 'PYDANTIC', 'pydantic' in sys.modules, file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert "PANDAS False PYDANTIC False" in proc.stderr, proc.stderr[-500:]
+    from pcapdecomp.exchanges import extract
+
+    x = extract(capture)
+    as_written = x.exchanges.astype({c.name: c.file_dtype for c in EXCHANGE_COLUMNS})
+    pd.testing.assert_frame_equal(pd.read_parquet(out), as_written)
+    assert pd.read_parquet(conns)["conn_index"].tolist() == x.connections["conn_index"].tolist()

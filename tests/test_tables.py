@@ -15,8 +15,9 @@ from pcapdecomp import outputs
 from pcapdecomp.decompose import _merged_problems
 from pcapdecomp.exchanges import extract
 from pcapdecomp.match import _codes
-from pcapdecomp.schema import CATEGORY, EXCHANGE_COLUMNS, Column
-from pcapdecomp.tables import as_category, columns_batch, concat, frame, row_function, sorted_columnwise
+from pcapdecomp.schema import CATEGORY, CONNECTION_COLUMNS, EXCHANGE_COLUMNS, Column
+from pcapdecomp.tables import (as_category, columns_batch, concat, file_schema, frame, row_function,
+                              sorted_columnwise)
 
 REPO = Path(__file__).resolve().parents[1]
 COLUMNS = (Column("t", CATEGORY, "text"), Column("n", "int64", "number"))
@@ -138,3 +139,69 @@ def test_text_of_two_tables_compares_by_value_not_by_code():
     assert (codes_a == codes_b).tolist() == [True, True, False, False]
     codes_a, codes_b = _codes(a.astype(object), b.astype(object))  # plain text columns: the same answer
     assert (codes_a == codes_b).tolist() == [True, True, False, False]
+
+
+ALL_DTYPES = (Column("c", CATEGORY, ""), Column("s", "string", ""), Column("i", "int64", ""), Column("n", "Int64", ""),
+              Column("f", "float64", ""), Column("b", "boolean", ""), Column("t", "datetime64[ns, UTC]", ""))
+
+
+@pytest.mark.parametrize("columns", [EXCHANGE_COLUMNS, ALL_DTYPES, CONNECTION_COLUMNS], ids=["exchanges", "dtypes",
+                                                                                              "connections"])
+def test_file_schema_is_the_one_pandas_writes(tmp_path, columns):
+    """tables.file_schema describes the file without pandas; pandas' own description of a DataFrame of the
+    declared dtypes (what outputs.write_table of a DataFrame writes) must be the same, metadata included."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "p.parquet"
+    outputs.write_table(frame([], columns), out)
+    written = pq.ParquetFile(out).schema_arrow
+    assert written.equals(file_schema(columns), check_metadata=True)
+
+
+def _same_file(a: Path, b: Path) -> None:
+    """Schema (with metadata), row groups, encodings, values and pandas' reading of two Parquet files."""
+    import pyarrow.parquet as pq
+
+    fa, fb = pq.ParquetFile(a), pq.ParquetFile(b)
+    assert fa.schema_arrow.equals(fb.schema_arrow, check_metadata=True)
+    assert fa.schema.equals(fb.schema)  # the Parquet schema: physical and logical types
+    groups = [(fa.metadata.row_group(i), fb.metadata.row_group(i)) for i in range(fa.num_row_groups)]
+    assert fa.num_row_groups == fb.num_row_groups
+    for ga, gb in groups:
+        assert ga.num_rows == gb.num_rows
+        for k in range(ga.num_columns):
+            # dictionary-encoded text in both (or in neither), whatever the page encodings' order
+            assert ("RLE_DICTIONARY" in ga.column(k).encodings) == ("RLE_DICTIONARY" in gb.column(k).encodings)
+    assert fa.read().equals(fb.read())
+    pd.testing.assert_frame_equal(pd.read_parquet(a), pd.read_parquet(b))
+
+
+@pytest.mark.parametrize("capture", ["captures/oltp-hogs/db.pcap", "captures/group-stall/app.pcap"])
+def test_arrow_table_writes_the_file_its_dataframe_writes(tmp_path, monkeypatch, capture):
+    """The `exchanges` command writes the Arrow table extraction made; analyze writes DataFrames: the same file
+    either way, in several row groups too."""
+    monkeypatch.setattr(outputs, "PARQUET_ROWS_PER_GROUP", 1000)
+    x = extract(REPO / capture)
+    for name, columns in (("exchanges", EXCHANGE_COLUMNS), ("connections", CONNECTION_COLUMNS)):
+        table = x.arrow(name)
+        assert table is not None and table.num_rows > 0
+        outputs.write_table(table, tmp_path / f"{name}-arrow.parquet", file_schema(columns))
+        outputs.write_table(getattr(x, name), tmp_path / f"{name}-pandas.parquet")
+        assert x.arrow(name) is None  # now a DataFrame
+        _same_file(tmp_path / f"{name}-arrow.parquet", tmp_path / f"{name}-pandas.parquet")
+
+
+def test_quality_counts_the_same_from_arrow_and_from_pandas():
+    x = extract(REPO / "captures" / "oltp-hogs" / "db.pcap")
+    from_arrow = x.quality()
+    x.exchanges, x.connections  # noqa: B018 (converted)
+    assert x.arrow("exchanges") is None
+    assert x.quality() == from_arrow and from_arrow["exchanges"] > 0 and from_arrow["mysql_connections"] > 0
+
+
+@pytest.mark.parametrize("ns", [0, 1, 999, 1000, 123_456_789, 1_764_000_000_000_000_000, 1_764_000_000_123_000_000,
+                                1_764_000_000_000_001_000, -1, -1_000_000_001, 4_000_000_000_999_999_999])
+def test_iso_times_are_pandas_isoformat(ns):
+    from pcapdecomp.exchanges import _iso
+
+    assert _iso(ns) == pd.Timestamp(ns, unit="ns", tz="UTC").isoformat()
