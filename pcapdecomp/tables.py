@@ -184,10 +184,33 @@ def _order(table: pa.Table, keys: list[str]) -> pa.Array | None:
     sorts first, as NaT's int64 does in sorted_columnwise."""
     least = np.iinfo(np.int64).min
     arrays = [_int64_values(pa.compute.fill_null(table.column(k).cast(pa.int64()), least)) for k in keys]
-    order = np.lexsort(arrays[::-1])  # last key is the primary one for lexsort
+    order = lexsort_nearly_sorted(arrays)
     if np.array_equal(order, np.arange(len(order))):
         return None
     return pa.array(order)
+
+
+def lexsort_nearly_sorted(keys: list[np.ndarray]) -> np.ndarray:
+    """np.lexsort(keys[::-1]) (the first key is the primary one; stable), for rows nearly in the order of the
+    first key, as exchanges are (written as they end, sorted by when they began). A stable sort by the first key
+    finds its runs (timsort: nearly linear), and only the rows whose first key ties with a neighbour's are sorted
+    by all the keys; np.lexsort sorted the whole table once per key (~3x the time on a 1 M-row table)."""
+    first = keys[0]
+    order = np.argsort(first, kind="stable")
+    if len(keys) == 1 or len(order) < 2:
+        return order
+    in_order = first[order]
+    same = in_order[1:] == in_order[:-1]
+    tied = np.zeros(len(order), dtype=bool)
+    tied[1:] |= same
+    tied[:-1] |= same
+    places = np.flatnonzero(tied)
+    if len(places):
+        # the tied rows keep their places (sorted by the first key already); among each run of equal first keys
+        # the other keys decide, stably
+        rows = order[places]
+        order[places] = rows[np.lexsort([k[rows] for k in keys[::-1]])]
+    return order
 
 
 def _int64_values(chunked: pa.ChunkedArray) -> np.ndarray:

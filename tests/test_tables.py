@@ -205,3 +205,21 @@ def test_iso_times_are_pandas_isoformat(ns):
     from pcapdecomp.exchanges import _iso
 
     assert _iso(ns) == pd.Timestamp(ns, unit="ns", tz="UTC").isoformat()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 3), st.integers(-2, 2)), max_size=60),
+       st.integers(0, 2))
+def test_lexsort_of_nearly_sorted_rows_is_numpys(rows, keys_used):
+    from pcapdecomp.tables import lexsort_nearly_sorted
+
+    keys = [np.array([r[i] for r in rows], dtype=np.int64) for i in range(keys_used + 1)]
+    assert lexsort_nearly_sorted(keys).tolist() == np.lexsort(keys[::-1]).tolist()
+
+
+def test_lexsort_of_a_real_capture_is_numpys():
+    from pcapdecomp.tables import lexsort_nearly_sorted
+
+    x = extract(REPO / "captures" / "oltp-hogs" / "db.pcap").exchanges.sample(frac=1, random_state=1)
+    keys = [x["req_first_ts"].array.asi8 // 1_000_000, x["conn_index"].to_numpy(), x["seq"].to_numpy()]
+    assert lexsort_nearly_sorted(keys).tolist() == np.lexsort(keys[::-1]).tolist()
