@@ -109,6 +109,10 @@ typedef struct {
     /* a dictionary-coded 'o' column (pandas categorical text): int32 codes in data, -1 for None, and the batch's
      * distinct values in `list` (first seen first: Arrow's dictionary_encode order), `codes` value -> code */
     PyObject *codes;
+    /* the value last coded (a reference held, so that the same pointer is the same object) and its code: most
+     * rows repeat the previous row's capture, server, command, result… and skip the dictionary lookup */
+    PyObject *last;
+    int32_t last_code;
 } Column;
 
 /* ---- the records of a capture file: classic pcap or pcapng, times checked (capture.py's readers + _timed) ---- */
@@ -1156,7 +1160,9 @@ static int put_o(Lane *L, int i, PyObject *v) { /* borrows v */
     Column *c = &L->cols[i];
     if (!c->codes) return PyList_Append(c->list, v);
     int32_t code = -1;
-    if (v != Py_None) {
+    if (v == c->last) {
+        code = c->last_code;
+    } else if (v != Py_None) {
         PyObject *known = PyDict_GetItemWithError(c->codes, v); /* borrowed */
         if (known) {
             code = (int32_t)PyLong_AsLong(known);
@@ -1169,6 +1175,8 @@ static int put_o(Lane *L, int i, PyObject *v) { /* borrows v */
             if (bad) return -1;
             code = (int32_t)next;
         }
+        Py_XSETREF(c->last, Py_NewRef(v));
+        c->last_code = code;
     }
     if (c->n == c->cap) {
         Py_ssize_t cap = c->cap ? c->cap * 2 : 1024;
@@ -1622,6 +1630,7 @@ static PyObject *Lane_take_columns(Lane *L, PyObject *Py_UNUSED(ignored)) {
             c->list = values;
             c->n = 0;
             PyDict_Clear(c->codes);
+            Py_CLEAR(c->last); /* its code was of this batch */
         } else if (ROW_KINDS[i] == 'o') {
             item = c->list;
             c->list = PyList_New(0);
@@ -1676,6 +1685,7 @@ static void Lane_dealloc(Lane *L) {
     for (int i = 0; i < NCOLS; i++) {
         Py_XDECREF(L->cols[i].list);
         Py_XDECREF(L->cols[i].codes);
+        Py_XDECREF(L->cols[i].last);
         PyMem_Free(L->cols[i].data);
     }
     Py_XDECREF(L->fingerprints);

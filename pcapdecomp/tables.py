@@ -160,7 +160,8 @@ def table_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by
     for c in columns:
         chunked = table.column(c.name)
         table = table.drop_columns([c.name])
-        arrays.append(chunked.take(order))  # a dictionary column: its codes only
+        # a dictionary column: its codes only; the order is a permutation (no bounds to check)
+        arrays.append(pa.compute.take(chunked, order, boundscheck=False))
         del chunked
     return pa.Table.from_arrays(arrays, schema=schema)
 
