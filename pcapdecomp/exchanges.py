@@ -71,11 +71,11 @@ class Extraction:
         self.files = [] if files is None else files  # sources.FileRead per file of a capture point of several files
 
     def _frame(self, name: str, columns: tuple) -> pd.DataFrame:
-        table = self._tables[name]
-        if isinstance(table, pa.Table):
-            self._tables[name] = None  # let the Arrow memory go column by column as it is converted
-            table = self._tables[name] = frame_of_table(table, columns)
-        return table
+        if isinstance(self._tables[name], pa.Table):
+            holder = [self._tables[name]]
+            self._tables[name] = None  # the Arrow memory goes column by column as it is converted
+            self._tables[name] = frame_of_table(holder, columns)
+        return self._tables[name]
 
     @property
     def exchanges(self) -> pd.DataFrame:

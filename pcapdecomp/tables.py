@@ -142,7 +142,8 @@ def frame_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by
     or timestamp columns `sort_by` (as sorted_columnwise orders them) when given. The list is emptied: each
     column's Arrow memory is let go as soon as it is converted (and sorted), so the peak is the table plus one
     column."""
-    return frame_of_table(table_of(batches, columns, sort_by), columns)
+    holder = [table_of(batches, columns, sort_by)]
+    return frame_of_table(holder, columns)
 
 
 def table_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by: list[str] | None = None
@@ -166,11 +167,13 @@ def table_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def frame_of_table(table: pa.Table, columns: tuple[Column, ...]) -> pd.DataFrame:
-    """A table of `table_of` -> a DataFrame with the declared pandas dtypes. Each column's Arrow memory is let go
-    (as far as `table` is the only reference) as soon as it is converted."""
+def frame_of_table(holder: list[pa.Table], columns: tuple[Column, ...]) -> pd.DataFrame:
+    """The table of `table_of` in `holder` (a list of one) -> a DataFrame with the declared pandas dtypes. The
+    table is taken out of the list, and each column's Arrow memory is let go as soon as it is converted (a table
+    passed as an argument would stay alive in the caller until the whole DataFrame is made: twice the memory)."""
     import pandas as pd
 
+    table = holder.pop()
     data = {}
     for c in columns:
         chunked = table.column(c.name)
@@ -202,6 +205,7 @@ def lexsort_nearly_sorted(keys: list[np.ndarray]) -> np.ndarray:
         return order
     in_order = first[order]
     same = in_order[1:] == in_order[:-1]
+    del in_order
     tied = np.zeros(len(order), dtype=bool)
     tied[1:] |= same
     tied[:-1] |= same
