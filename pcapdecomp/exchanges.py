@@ -16,7 +16,8 @@ from .fingerprint import digest_fingerprint, fingerprint, query_id
 from .flows import Endpoint, Flow, FlowTracker, endpoint_text
 from .mysql.connection import Exchange
 from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
-from .tables import batch, columns_batch, frame_of_table, release_memory, row_function, row_type, table_of
+from .tables import (batch, call_function, columns_batch, frame_of_table, release_memory, row_function, row_type,
+                     table_of)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -104,7 +105,7 @@ class Extraction:
         s = self.stats
         c = self.arrow("connections")
         if c is not None:  # the table as made: counted with Arrow (sums skip nulls, as pandas' do)
-            total = lambda col: int(pa.compute.sum(c.column(col)).as_py() or 0)  # noqa: E731
+            total = lambda col: int(call_function("sum", [c.column(col)]).as_py() or 0)  # noqa: E731
             rows = c.num_rows
         else:
             c = self.connections
@@ -158,7 +159,7 @@ def _with_problem(exchanges: pd.DataFrame | pa.Table, problem: str) -> int:
     if isinstance(exchanges, pa.Table):  # dictionary-coded text: the codes counted, chunk by chunk
         counter: Counter = Counter()
         for chunk in exchanges.column("problems").chunks:
-            counted = pa.compute.value_counts(chunk.indices)
+            counted = call_function("value_counts", [chunk.indices])
             texts = chunk.dictionary.to_pylist()
             for code, n in zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist()):
                 if code is not None:

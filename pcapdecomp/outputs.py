@@ -148,12 +148,18 @@ def _write_arrow_parquet(table: pa.Table, schema: pa.Schema, path: Path) -> None
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    try:  # as tables.py: without importing pyarrow.compute
+        from pyarrow._compute import CastOptions, call_function
+    except ImportError:
+        from pyarrow.compute import CastOptions, call_function
+
     written = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type) if pa.types.is_dictionary(t) else f.type)
                          for f, t in zip(schema, table.schema.types, strict=True)])
 
     def group(start: int) -> pa.Table:
         part = table.slice(start, PARQUET_ROWS_PER_GROUP).unify_dictionaries()
-        return pa.Table.from_arrays([col if col.type == field.type else col.cast(field.type)
+        return pa.Table.from_arrays([col if col.type == field.type else
+                                     call_function("cast", [col], CastOptions.safe(field.type))
                                      for col, field in zip(part.columns, written)], schema=written)
 
     text_columns = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]

@@ -24,7 +24,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401 (pa.compute)
+
+try:  # Arrow's compute functions, called by name: importing pyarrow.compute wraps ~300 of them in Python
+    # functions with docstrings, ~0.04 s of every `exchanges` run, which calls five
+    from pyarrow._compute import TakeOptions, call_function
+except ImportError:  # a pyarrow that moved them
+    from pyarrow.compute import TakeOptions, call_function
 
 from .schema import CATEGORY, TS, Column
 
@@ -129,7 +134,7 @@ def columns_batch(values: list, kinds: str, columns: tuple[Column, ...]) -> pa.R
             if len(v) % 8:
                 raise ValueError(f"column {c.name}: {len(v)} bytes are not a whole number of 8-byte values")
             array = pa.Array.from_buffers(ARROW_TYPES[c.dtype], len(v) // 8, [None, pa.py_buffer(v)])
-        arrays.append(array.dictionary_encode() if c.dtype == CATEGORY else array)
+        arrays.append(call_function("dictionary_encode", [array]) if c.dtype == CATEGORY else array)
     if any(len(a) != len(arrays[0]) for a in arrays):
         lengths = {c.name: len(a) for c, a in zip(columns, arrays)}
         raise ValueError(f"columns of different lengths: {lengths}")
@@ -162,7 +167,7 @@ def table_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by
         chunked = table.column(c.name)
         table = table.drop_columns([c.name])
         # a dictionary column: its codes only; the order is a permutation (no bounds to check)
-        arrays.append(pa.compute.take(chunked, order, boundscheck=False))
+        arrays.append(call_function("take", [chunked, order], TakeOptions(boundscheck=False)))
         del chunked
     return pa.Table.from_arrays(arrays, schema=schema)
 
@@ -186,8 +191,7 @@ def frame_of_table(holder: list[pa.Table], columns: tuple[Column, ...]) -> pd.Da
 def _order(table: pa.Table, keys: list[str]) -> pa.Array | None:
     """The stable order of the table's rows by the key columns, or None when they are in that order already. Null
     sorts first, as NaT's int64 does in sorted_columnwise."""
-    least = np.iinfo(np.int64).min
-    arrays = [_int64_values(pa.compute.fill_null(table.column(k).cast(pa.int64()), least)) for k in keys]
+    arrays = [_int64_key(table.column(k)) for k in keys]
     order = lexsort_nearly_sorted(arrays)
     if np.array_equal(order, np.arange(len(order))):
         return None
@@ -218,13 +222,22 @@ def lexsort_nearly_sorted(keys: list[np.ndarray]) -> np.ndarray:
     return order
 
 
-def _int64_values(chunked: pa.ChunkedArray) -> np.ndarray:
-    """The values of an int64 column without nulls as a numpy array, read from its buffer (numpy conversions of
-    Arrow arrays import pandas: tables.arrow_without_pandas)."""
-    array = chunked.combine_chunks()
-    if not len(array):
-        return np.empty(0, dtype=np.int64)
-    return np.frombuffer(array.buffers()[1], dtype=np.int64, count=len(array), offset=array.offset * 8)
+def _int64_key(chunked: pa.ChunkedArray) -> np.ndarray:
+    """An int64 or timestamp column as int64 values in a numpy array, null as the least int64 (first, as NaT's
+    int64 sorts in sorted_columnwise), read from its buffers (numpy conversions of Arrow arrays import pandas:
+    tables.arrow_without_pandas)."""
+    parts = []
+    for chunk in chunked.chunks:
+        if not len(chunk):
+            continue
+        validity, data = chunk.buffers()
+        values = np.frombuffer(data, dtype=np.int64, count=len(chunk), offset=chunk.offset * 8)
+        if chunk.null_count:
+            bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little",
+                                 count=chunk.offset + len(chunk))[chunk.offset:]
+            values = np.where(bits.astype(bool), values, np.iinfo(np.int64).min)
+        parts.append(values)
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
 def _series(chunked: pa.ChunkedArray, column: Column) -> pd.Series:

@@ -16,7 +16,7 @@ from pcapdecomp.decompose import _merged_problems
 from pcapdecomp.exchanges import extract
 from pcapdecomp.match import _codes
 from pcapdecomp.schema import CATEGORY, CONNECTION_COLUMNS, EXCHANGE_COLUMNS, Column
-from pcapdecomp.tables import (as_category, columns_batch, concat, file_schema, frame, row_function,
+from pcapdecomp.tables import (as_category, batch, columns_batch, concat, file_schema, frame, row_function,
                               sorted_columnwise)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -223,3 +223,19 @@ def test_lexsort_of_a_real_capture_is_numpys():
     x = extract(REPO / "captures" / "oltp-hogs" / "db.pcap").exchanges.sample(frac=1, random_state=1)
     keys = [x["req_first_ts"].array.asi8 // 1_000_000, x["conn_index"].to_numpy(), x["seq"].to_numpy()]
     assert lexsort_nearly_sorted(keys).tolist() == np.lexsort(keys[::-1]).tolist()
+
+
+def test_rows_are_sorted_with_null_keys_first_across_batches():
+    """table_of sorts by int64 and timestamp keys read from Arrow's buffers: nulls first (as NaT), stable, over
+    several batches and from a slice's offset."""
+    import pyarrow as pa
+
+    from pcapdecomp.tables import table_of
+
+    columns = (Column("t", "datetime64[ns, UTC]", ""), Column("n", "int64", ""))
+    rows = [(5, 0), (None, 1), (3, 2), (5, 3), (None, 4), (1, 5), (3, 6), (2, 7)]
+    first, second = batch(rows[:5], columns), batch(rows[5:], columns)
+    got = table_of([first.slice(1), second], columns, sort_by=["t", "n"])
+    expected = sorted(rows[1:], key=lambda r: (-1 if r[0] is None else r[0], r[1]))
+    assert got.column("n").to_pylist() == [r[1] for r in expected]
+    assert got.schema.field("t").type == pa.timestamp("ns", tz="UTC")
