@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from . import fastlane
 from .capture import open_capture
 from .decompose import ts_ns
 from .exchanges import Extraction, extract
@@ -248,40 +249,107 @@ def borrow(path: str | os.PathLike, wants: list[tuple[int, Flow4, int, int, tupl
            budget: int = MAX_BORROWED_BYTES) -> dict[int, list[Piece]]:
     """One pass over the capture at `path`: for each (job, flow there, first_ts, last_ts, holes), the pieces of
     that connection's segments that fill its holes at the other point. A byte seen several times here keeps its
-    first copy. At most `budget` bytes in all."""
+    first copy. At most `budget` bytes in all.
+
+    Read natively where the lane can (fastlane.excerpt_scan: the keys of those connections' segments, then
+    excerpt_copy: the payloads of just the segments that overlap a hole), else in Python; the same pieces."""
     by_four: dict[tuple, list[tuple[int, int, int, int, tuple[_HoleSet, _HoleSet]]]] = {}
     for job, (ci, cp, si, sp), first_ts, last_ts, holes in wants:
         sets = (_HoleSet(holes[0]), _HoleSet(holes[1]))
         by_four.setdefault((ci, cp, si, sp), []).append((job, 0, first_ts, last_ts, sets))
         by_four.setdefault((si, sp, ci, cp), []).append((job, 1, first_ts, last_ts, sets))
-    found: dict[int, list[Piece]] = {}
-    kept: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (job, direction) -> relative ranges already taken
-    used = 0
-    with open_capture(path) as reader:
-        for fields in reader.segment_fields():
-            frame, ts, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, _ = fields
-            if not payload:
-                continue
-            entries = by_four.get((src_ip, src_port, dst_ip, dst_port))
-            if entries is None:
-                continue
-            for job, direction, first_ts, last_ts, sets in entries:
-                if not first_ts <= ts <= last_ts:
-                    continue
-                holes = sets[direction]
-                for a, b in holes.overlaps(seq, len(payload)):
-                    taken = kept.setdefault((job, direction), [])
-                    for a2, b2 in _minus(a, b, taken):
-                        if used + (b2 - a2) > budget:
-                            continue
-                        offset = a2 - holes.rel(seq)
-                        found.setdefault(job, []).append(Piece(
-                            direction, (holes.anchor + a2) % SEQ_MOD, payload[offset:offset + b2 - a2], ack, flags,
-                            ts, frame))
-                        bisect.insort(taken, (a2, b2))
-                        used += b2 - a2
+    taker = _Taker(budget)
+    segments = _overlapping_segments(path, by_four)
+    if segments is None:  # the lane cannot read this capture: every segment in Python
+        with open_capture(path) as reader:
+            segments = reader.segment_fields()
+            for frame, ts, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, _ in segments:
+                if payload:
+                    entries = by_four.get((src_ip, src_port, dst_ip, dst_port))
+                    if entries is not None:
+                        taker.take(entries, frame, ts, seq, ack, flags, payload)
+    else:
+        for entries, frame, ts, seq, ack, flags, payload in segments:
+            taker.take(entries, frame, ts, seq, ack, flags, payload)
     release_memory()
-    return found
+    return taker.found
+
+
+class _Taker:
+    """borrow's bookkeeping: the pieces found so far per job, the ranges already taken, the budget used."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.found: dict[int, list[Piece]] = {}
+        self.kept: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (job, direction) -> relative ranges taken
+        self.used = 0
+
+    def take(self, entries: list, frame: int, ts: int, seq: int, ack: int, flags: int, payload: bytes) -> None:
+        """A segment with payload of a wanted connection, in capture order: the parts of it that fill holes."""
+        for job, direction, first_ts, last_ts, sets in entries:
+            if not first_ts <= ts <= last_ts:
+                continue
+            holes = sets[direction]
+            for a, b in holes.overlaps(seq, len(payload)):
+                taken = self.kept.setdefault((job, direction), [])
+                for a2, b2 in _minus(a, b, taken):
+                    if self.used + (b2 - a2) > self.budget:
+                        continue
+                    offset = a2 - holes.rel(seq)
+                    self.found.setdefault(job, []).append(Piece(
+                        direction, (holes.anchor + a2) % SEQ_MOD, payload[offset:offset + b2 - a2], ack, flags,
+                        ts, frame))
+                    bisect.insort(taken, (a2, b2))
+                    self.used += b2 - a2
+
+
+def _overlapping_segments(path, by_four: dict[tuple, list]) -> list[tuple] | None:
+    """The segments of the capture at `path` that `by_four`'s connections carry and that overlap one of their
+    holes (a superset of what borrow takes), in capture order: (entries, frame, ts, seq, ack, flags, payload).
+    Read natively: the keys of every segment of those connections, then the payloads of just these. None when the
+    lane cannot read the capture."""
+    keys = list(by_four)
+    columns = fastlane.excerpt_scan(path, keys)
+    if columns is None:
+        return None
+    key, frame, ts, seq, ack, flags, length, _ = columns
+    wanted = np.zeros(len(key), dtype=bool)
+    for k, entries in enumerate(by_four.values()):
+        mine = np.flatnonzero((key == k) & (length > 0))
+        for _, direction, first_ts, last_ts, sets in entries:
+            holes = sets[direction]
+            if not holes.starts or not len(mine):
+                continue
+            rows = mine[(ts[mine] >= first_ts) & (ts[mine] <= last_ts)]
+            start = (seq[rows] - holes.anchor) % SEQ_MOD
+            end = start + length[rows]
+            below = np.searchsorted(np.asarray(holes.starts, dtype=np.int64), end, side="left")  # holes before end
+            reach = np.maximum.accumulate(np.asarray(holes.ends, dtype=np.int64))
+            wanted[rows[(below > 0) & (reach[np.maximum(below - 1, 0)] > start)]] = True
+    rows = np.flatnonzero(wanted)
+    if not len(rows):
+        return []
+    records = bytearray()
+    copied = fastlane.excerpt_copy(path, keys, frame[rows], np.zeros(0, dtype=np.int64), [], records.extend)
+    if copied != len(rows):
+        return None
+    payloads = _payloads(bytes(records))
+    entries = list(by_four.values())
+    return [(entries[int(key[r])], int(frame[r]), int(ts[r]), int(seq[r]), int(ack[r]), int(flags[r]), p)
+            for r, p in zip(rows, payloads, strict=True)]
+
+
+def _payloads(records: bytes) -> list[bytes]:
+    """The TCP payloads of the records fastlane.excerpt_copy wrote (an IPv4 or IPv6 header, a 20-byte TCP
+    header)."""
+    out, at = [], 0
+    view = memoryview(records)
+    while at < len(records):
+        caplen = int.from_bytes(records[at + 8:at + 12], "little")
+        data = view[at + 16:at + 16 + caplen]
+        out.append(bytes(data[(20 if data[0] >> 4 == 4 else 40) + 20:]))
+        at += 16 + caplen
+    return out
 
 
 def _minus(a: int, b: int, taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
