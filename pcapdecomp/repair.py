@@ -531,7 +531,8 @@ class _Placement:
     def __init__(self, conn: _Connection, keys: _Keys, info: list[list]):
         self.conn, self.keys, self.info = conn, keys, info
         self.put: list[tuple[int, int, Piece]] = []  # (position, id, piece) in the order put in
-        self.emitted: tuple[list, list] = ([], [])  # per direction: (position, rel start, rel end, lo) put in
+        self.emitted: tuple[list, list] = ([], [])  # per direction: (position, rel start, rel end, lo, id) put in
+        self.emitted_at: tuple[list, list] = ([], [])  # their positions (put in in position order: sorted)
         k = keys
         self.first_of = []  # per direction: the position of its first segment (anchor_at), n when none
         self.anchored = [conn.dirs[d].anchor is not None for d in (0, 1)]  # from its holes: from the start
@@ -608,6 +609,7 @@ class _Placement:
             conn.put_in += 1
             conn.borrowed.append((direction, piece.seq, len(piece.payload)))
             self.emitted[direction].append((at, start, end, lo, ident))
+            self.emitted_at[direction].append(at)
             self.put.append((at, ident, piece))
 
     def acknowledged_at(self, r: int, piece: Piece, at: int) -> int | None:
@@ -627,7 +629,7 @@ class _Placement:
         hit = np.flatnonzero((starts[low:n_real] <= byte) & (byte < ends[low:n_real]))
         if len(hit):
             j = low + int(hit[-1])
-            ordinal = j + sum(1 for p in pieces if p[0] <= positions[j])
+            ordinal = j + bisect.bisect_right(self.emitted_at[r], int(positions[j]))  # pieces before it
             if ordinal >= oldest:
                 best_ordinal, best = ordinal, int(times[j])
         for i in range(len(pieces) - 1, -1, -1):
@@ -727,7 +729,10 @@ def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]],
     own = np.arange(len(rows)) + np.searchsorted(insert_at, np.arange(len(rows)), side="right")
     numbers[own] = frame[rows]
     numbers[insert_at + np.arange(len(inserts))] = [-(e[2] + 1) for e in inserts]
-    handle, excerpt = tempfile.mkstemp(prefix="pcapdecomp-repair-", suffix=".pcap")
+    try:
+        handle, excerpt = tempfile.mkstemp(prefix="pcapdecomp-repair-", suffix=".pcap")
+    except OSError:  # no room for the file: Python reads the segments instead
+        return None
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(fastlane.EXCERPT_PCAP_HEADER)
@@ -736,8 +741,13 @@ def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]],
         if copied != len(rows):
             return None
         x = extract(excerpt, servers=servers, max_sql_bytes=max_sql_bytes)
+    except OSError:  # the temporary file could not be written (a full disk)
+        return None
     finally:
-        os.unlink(excerpt)
+        try:
+            os.unlink(excerpt)
+        except OSError:
+            pass
     if x.stats.frames != len(numbers) or x.stats.frames_bad_ts or x.stats.damaged:
         return None
     for _, _, column in TIME_COLUMNS:
