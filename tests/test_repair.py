@@ -6,10 +6,12 @@ analysis of the same recording without loss (scripts/loss_acceptance.py: full, b
 from __future__ import annotations
 
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import pcaptools as pt
@@ -293,3 +295,45 @@ def test_the_native_reread_gives_what_the_python_one_gives_under_random_loss(tmp
     assert native.summary["repair"]["pieces"] > 0
     assert native.summary["repair"] == python.summary["repair"]
     assert native.exchanges.equals(python.exchanges)
+
+
+@pytest.mark.parametrize("form", ["pcap", "pcapng, two interfaces", "cut by a snaplen"])
+def test_excerpt_scan_and_copy_give_the_segments_python_reads(tmp_path, form):
+    """fastlane.excerpt_scan finds the segments of the chosen connections that Python's reader gives (frame, time,
+    seq, ack, flags, lengths), and excerpt_copy's records, pieces put in, decode into the same fields."""
+    source = SET / "db.pcap"
+    if form.startswith("pcapng"):
+        pt.to_pcapng(source, tmp_path / "db.pcapng", interfaces=2)
+        source = tmp_path / "db.pcapng"
+    elif form == "cut by a snaplen":  # every frame cut to 80 bytes, its length on the wire kept: `missing` bytes
+        header, order, unit, recs = pt.records(source)
+        with open(tmp_path / "cut.pcap", "wb") as out:
+            out.write(header)
+            for ts, data, orig in recs:
+                out.write(struct.pack(order + "IIII", ts // 10**9, ts % 10**9 // unit, min(len(data), 80), orig))
+                out.write(data[:80])
+        source = tmp_path / "cut.pcap"
+    segs = list(pt.read_segments(source))
+    ports = sorted({s.src_port for s in segs if s.dst_port == 3306})[:2]
+    keys = [("10.213.77.1", p, "10.213.77.2", 3306) for p in ports] + [("10.213.77.2", 3306, "10.213.77.1", p)
+                                                                        for p in ports]
+    want = [(keys.index(k), s.frame, s.ts_ns, s.seq, s.ack, s.flags, len(s.payload), s.missing) for s in segs
+            if (k := (s.src_ip, s.src_port, s.dst_ip, s.dst_port)) in keys]
+    assert len(want) > 100 and (form != "cut by a snaplen" or any(w[7] for w in want))
+    columns = repair.fastlane.excerpt_scan(source, keys)
+    assert [tuple(int(c[i]) for c in columns) for i in range(len(columns[0]))] == want
+    chosen = want[::3]
+    piece = repair.Piece(0, 12345, b"borrowed", 678, repair.ACK, 0, 0)
+    first, last = chosen[1][2], chosen[-1][2]  # a piece takes the time of a neighbour (times are checked)
+    blobs = [repair._piece_record(keys[0], first, piece), repair._piece_record(keys[0], last, piece)]
+    out = bytearray(repair.fastlane.EXCERPT_PCAP_HEADER)
+    copied = repair.fastlane.excerpt_copy(source, keys, np.array([w[1] for w in chosen]), np.array([1, len(chosen)]),
+                                          blobs, out.extend)
+    assert copied == len(chosen)
+    (tmp_path / "excerpt.pcap").write_bytes(bytes(out))
+    got = [(keys.index((s.src_ip, s.src_port, s.dst_ip, s.dst_port)), s.ts_ns, s.seq, s.ack, s.flags,
+            bytes(s.payload), s.missing) for s in pt.read_segments(tmp_path / "excerpt.pcap")]
+    payloads = {s.frame: bytes(s.payload) for s in segs}
+    expected = [(w[0], w[2], w[3], w[4], w[5], payloads[w[1]], w[7]) for w in chosen]
+    inserted = [(0, ts, 12345, 678, repair.PSH, b"borrowed", 0) for ts in (first, last)]
+    assert got == [expected[0], inserted[0], *expected[1:], inserted[1]]
