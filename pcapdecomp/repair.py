@@ -152,9 +152,9 @@ def _conn_pairs(app_ex: pd.DataFrame, db_ex: pd.DataFrame, app_conns: pd.DataFra
     connection with holes that matching could not pair (no exchange read at one point: its login was lost there),
     the one connection at the other point with the same greeting scramble."""
     def keyed(ex: pd.DataFrame) -> dict[int, tuple[str, int]]:
-        keys = pd.DataFrame({"key": connection_keys(ex).to_numpy(), "capture": ex["capture"].astype(str).to_numpy(),
-                             "conn_index": ex["conn_index"].to_numpy()}).drop_duplicates("key")
-        return {int(k): (c, int(i)) for k, c, i in zip(keys["key"], keys["capture"], keys["conn_index"])}
+        keys, first = np.unique(connection_keys(ex).to_numpy(), return_index=True)  # one row per connection
+        captures = ex["capture"].iloc[first].astype(str).to_numpy()
+        return {int(k): (c, int(i)) for k, c, i in zip(keys, captures, ex["conn_index"].to_numpy()[first])}
 
     a_keys, d_keys = keyed(app_ex), keyed(db_ex)
     pairs = [(a_keys[int(a)], d_keys[int(d)]) for a, d in zip(matching.connections["app_conn"],
@@ -913,8 +913,8 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFram
         stale_c = np.zeros(len(conns), dtype=bool)
         for capture, _ in mine:
             again = {j.conn_index for j in todo if j.capture == capture}
-            stale |= (table["capture"].astype(str).to_numpy() == capture) & table["conn_index"].isin(again).to_numpy()
-            stale_c |= (conns["capture"].astype(str).to_numpy() == capture) & conns["conn_index"].isin(again).to_numpy()
+            stale |= _named_as(table["capture"], capture) & table["conn_index"].isin(again).to_numpy()
+            stale_c |= _named_as(conns["capture"], capture) & conns["conn_index"].isin(again).to_numpy()
         kept = table[~stale]
         offset = len(kept)
         new_rows, new_conns = [], []
@@ -941,6 +941,11 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFram
         note = f"repaired-at-{side}"
         matching.notes[marked] = [f"{n},{note}" if n else note for n in matching.notes[marked]]
     return Repair(app_ex, db_ex, app_conns, db_conns, matching, stats, bound_rows)
+
+
+def _named_as(column: pd.Series, capture: str) -> np.ndarray:
+    """Rows whose `capture` is `capture` (compared on the column as it is: no text made per row)."""
+    return (column == capture).to_numpy(dtype=bool, na_value=False)
 
 
 def _like(new: pd.DataFrame, old: pd.DataFrame) -> pd.DataFrame:
