@@ -12,6 +12,11 @@ them. This stage, between matching and the clock:
    segment of the lossy point that acknowledges it, or that follows it in the same direction;
 4. replaces those connections' exchange rows and matches again (`repair_losses`).
 
+Steps 2 and 3 are native where the fast lane reads the captures (fastlane.excerpt_scan / excerpt_copy): Python sees
+the keys of those connections' segments, not the segments, and the re-read is an extraction by the lane of a
+temporary pcap file holding those connections' segments with the pieces put in ("reread natively" below). Where
+the lane cannot read a capture, Python reads it segment by segment, with the same outcome.
+
 A borrowed piece was seen at the other point, not here, so its time at the lossy point is unknown; it is bounded
 by causality, at this point alone: it passed after the reverse-direction byte its ACK field acknowledges (its
 sender had received that byte) and before the first reverse segment that acknowledges it (its receiver had it).
