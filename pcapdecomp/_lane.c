@@ -1880,6 +1880,8 @@ static PyTypeObject SegmentsType = {
     .tp_doc = "The clock's segment keys of chosen connections (see pcapdecomp/fastlane.py).",
 };
 
+static int add_repair_types(PyObject *m); /* the repair stage's passes, at the end of this file */
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lane", "The fast lane of extraction.", -1, NULL};
 
 PyMODINIT_FUNC PyInit__lane(void) {
@@ -1917,7 +1919,7 @@ PyMODINIT_FUNC PyInit__lane(void) {
         PyModule_AddObjectRef(m, "Damage", (PyObject *)DamageType) < 0 ||
         PyModule_AddObjectRef(m, "RowsReady", (PyObject *)RowsReadyType) < 0 ||
         PyModule_AddObjectRef(m, "Counts", (PyObject *)CountsType) < 0 ||
-        PyModule_AddStringConstant(m, "ROW_KINDS", ROW_KINDS) < 0) {
+        PyModule_AddStringConstant(m, "ROW_KINDS", ROW_KINDS) < 0 || add_repair_types(m) < 0) {
         Py_XDECREF(columns);
         Py_DECREF(m);
         return NULL;
@@ -1925,3 +1927,301 @@ PyMODINIT_FUNC PyInit__lane(void) {
     Py_DECREF(columns);
     return m;
 }
+
+
+/* ==== the repair stage's passes (repair.py through fastlane.excerpt_scan / excerpt_copy) ========================
+ *
+ * The loss repair reads the TCP segments of a few chosen connections again (the giver's, to borrow bytes; the lossy
+ * point's, to read them once more with the borrowed pieces in). Excerpt reads the same records as the lane (times
+ * checked alike, frames numbered alike, up to damage) and, keyed by directed (address, port, address, port):
+ * - scan (frames None): for every segment of a key, its key index, frame, time, seq, ack, flags, captured payload
+ *   length and the payload bytes the snaplen cut (capture._decode's `missing`), as columns;
+ * - copy (frames: the sorted frame numbers to copy): those segments as classic pcap records (nanoseconds,
+ *   LINKTYPE_RAW, an IPv4 or IPv6 header, a 20-byte TCP header, the captured payload; their lengths say what the
+ *   snaplen cut) that capture._decode and the lane decode into the same fields, with the given ready-made records
+ *   (`blobs`) put in before the copied frame of each one's ordinal in `insert_at` (len(frames): after the last). */
+
+typedef struct RKey {
+    uint8_t key[36];
+    Py_ssize_t index;
+    struct RKey *next;
+} RKey;
+
+#define EXCERPT_COLS 8
+
+typedef struct {
+    PyObject_HEAD
+    Reader R;
+    RKey **table;
+    size_t table_mask;
+    int64_t *cols[EXCERPT_COLS];
+    Py_ssize_t n, cap;
+    /* copy */
+    int copy;
+    Py_buffer frames, insert_at;
+    PyObject *blobs;
+    Py_ssize_t n_frames, at, n_inserts, next_insert, copied;
+    uint8_t *out;
+    Py_ssize_t out_n, out_cap;
+    int ended;
+} Excerpt;
+
+static int excerpt_reserve(Excerpt *X, Py_ssize_t more) {
+    if (X->out_n + more <= X->out_cap) return 0;
+    Py_ssize_t cap = X->out_cap ? X->out_cap : 1 << 20;
+    while (cap < X->out_n + more) cap *= 2;
+    uint8_t *b = PyMem_Realloc(X->out, cap);
+    if (!b) { PyErr_NoMemory(); return -1; }
+    X->out = b;
+    X->out_cap = cap;
+    return 0;
+}
+
+static inline void put_le32(uint8_t *p, uint32_t v) { p[0] = v; p[1] = v >> 8; p[2] = v >> 16; p[3] = v >> 24; }
+static inline void put_be16(uint8_t *p, unsigned v) { p[0] = v >> 8; p[1] = v; }
+static inline void put_be32(uint8_t *p, uint32_t v) { p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v; }
+
+/* the blobs whose ordinal is `upto` or less */
+static int excerpt_inserts(Excerpt *X, Py_ssize_t upto) {
+    const int64_t *at = X->insert_at.buf;
+    while (X->next_insert < X->n_inserts && at[X->next_insert] <= upto) {
+        PyObject *blob = PyList_GET_ITEM(X->blobs, X->next_insert);
+        if (!PyBytes_Check(blob)) { PyErr_SetString(PyExc_TypeError, "a blob is bytes"); return -1; }
+        Py_ssize_t len = PyBytes_GET_SIZE(blob);
+        if (excerpt_reserve(X, len) < 0) return -1;
+        memcpy(X->out + X->out_n, PyBytes_AS_STRING(blob), len);
+        X->out_n += len;
+        X->next_insert++;
+    }
+    return 0;
+}
+
+static int excerpt_write(Excerpt *X, const Seg *s, int64_t ts) {
+    Py_ssize_t ip = s->alen == 4 ? 20 : 40, caplen = ip + 20 + s->plen;
+    int64_t missing = s->wire_len - s->plen, ip_len = (s->alen == 4 ? caplen : caplen - 40) + missing;
+    if (excerpt_reserve(X, 16 + caplen) < 0) return -1;
+    uint8_t *p = X->out + X->out_n;
+    put_le32(p, (uint32_t)(ts / 1000000000));
+    put_le32(p + 4, (uint32_t)(ts % 1000000000));
+    put_le32(p + 8, (uint32_t)caplen);
+    put_le32(p + 12, (uint32_t)(caplen + missing));
+    p += 16;
+    memset(p, 0, ip + 20);
+    if (s->alen == 4) {
+        p[0] = 0x45;
+        put_be16(p + 2, ip_len <= 0xFFFF ? (unsigned)ip_len : 0); /* 0: the frame's length holds */
+        p[8] = 64;
+        p[9] = 6;
+        memcpy(p + 12, s->addr, 8);
+    } else {
+        p[0] = 0x60;
+        put_be16(p + 4, ip_len <= 0xFFFF ? (unsigned)ip_len : 0);
+        p[6] = 6;
+        p[7] = 64;
+        memcpy(p + 8, s->addr, 32);
+    }
+    uint8_t *t = p + ip;
+    put_be16(t, s->sport);
+    put_be16(t + 2, s->dport);
+    put_be32(t + 4, s->seq);
+    put_be32(t + 8, s->ack);
+    t[12] = 0x50;
+    t[13] = (uint8_t)s->flags;
+    memcpy(t + 20, s->payload, s->plen);
+    X->out_n += 16 + caplen;
+    return 0;
+}
+
+/* Excerpt(pcapng, big_endian, frac_to_ns, linktype, limit, pos, keys, frames=None, insert_at=None, blobs=None):
+ * keys a list of (source address bytes, source port, destination address bytes, destination port); frames and
+ * insert_at buffers of sorted int64, blobs a list of bytes (one per insert_at) */
+static int Excerpt_init(Excerpt *X, PyObject *args, PyObject *kw) {
+    static char *names[] = {"pcapng", "big_endian", "frac_to_ns", "linktype", "limit", "pos", "keys", "frames",
+                            "insert_at", "blobs", NULL};
+    int pcapng, big, linktype;
+    long long frac, limit, pos;
+    PyObject *keys, *frames = Py_None, *insert_at = Py_None, *blobs = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ppLiLLO!|OOO", names, &pcapng, &big, &frac, &linktype, &limit, &pos,
+                                     &PyList_Type, &keys, &frames, &insert_at, &blobs))
+        return -1;
+    if (X->table) {
+        PyErr_SetString(PyExc_RuntimeError, "Excerpt cannot be initialised twice");
+        return -1;
+    }
+    if (reader_setup(&X->R, pcapng, big, frac, linktype, limit, pos) < 0) return -1;
+    if (frames != Py_None) {
+        if (insert_at == Py_None || !PyList_Check(blobs)) {
+            PyErr_SetString(PyExc_TypeError, "a copy takes frames, insert_at and blobs");
+            return -1;
+        }
+        if (PyObject_GetBuffer(frames, &X->frames, PyBUF_SIMPLE) < 0) return -1;
+        if (PyObject_GetBuffer(insert_at, &X->insert_at, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&X->frames);
+            return -1;
+        }
+        X->copy = 1;
+        X->n_frames = X->frames.len / 8;
+        X->n_inserts = X->insert_at.len / 8;
+        if (PyList_GET_SIZE(blobs) != X->n_inserts) {
+            PyErr_SetString(PyExc_ValueError, "one blob per insert_at");
+            return -1;
+        }
+        Py_INCREF(blobs);
+        X->blobs = blobs;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    size_t size = 1 << 10;
+    while (size < (size_t)(4 * n)) size <<= 1;
+    X->table_mask = size - 1;
+    X->table = PyMem_Calloc(size, sizeof(RKey *));
+    if (!X->table) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_buffer a, b;
+        unsigned ap, bp;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(keys, i), "y*Iy*I", &a, &ap, &b, &bp)) return -1;
+        int bad = a.len != b.len || (a.len != 4 && a.len != 16) || ap > 0xFFFF || bp > 0xFFFF;
+        uint8_t k[36];
+        if (!bad) make_key(k, a.buf, b.buf, (int)a.len, ap, bp);
+        PyBuffer_Release(&a);
+        PyBuffer_Release(&b);
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "a key is (4- or 16-byte address, port, same-size address, port)");
+            return -1;
+        }
+        size_t slot = hash_key(k) & X->table_mask;
+        RKey *e = X->table[slot];
+        while (e && memcmp(e->key, k, 36)) e = e->next;
+        if (e) continue; /* the first of equal keys */
+        e = PyMem_Calloc(1, sizeof(RKey));
+        if (!e) { PyErr_NoMemory(); return -1; }
+        memcpy(e->key, k, 36);
+        e->index = i;
+        e->next = X->table[slot];
+        X->table[slot] = e;
+    }
+    return 0;
+}
+
+static PyObject *Excerpt_feed(Excerpt *X, PyObject *arg) {
+    if (reader_feed(&X->R, arg) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Excerpt_eof(Excerpt *X, PyObject *Py_UNUSED(ignored)) {
+    X->R.eof = 1;
+    Py_RETURN_NONE;
+}
+
+/* Read every complete record fed so far (at damage, stop: as extraction does). A scan returns None; a copy returns
+ * the records written since the last call (bytes; after the last record, the blobs left). */
+static PyObject *Excerpt_run(Excerpt *X, PyObject *Py_UNUSED(ignored)) {
+    Rec rec;
+    const int64_t *frames = X->copy ? X->frames.buf : NULL;
+    for (;;) {
+        if (X->copy && X->at >= X->n_frames && !X->ended) { /* every frame copied: what is left to put in */
+            if (excerpt_inserts(X, X->n_frames) < 0) return NULL;
+            X->ended = 1;
+        }
+        if (X->ended) break;
+        int got = reader_next(&X->R, &rec);
+        if (got == REC_ERROR) return NULL;
+        if (got != REC_PACKET) break;
+        if (X->copy && rec.frame != frames[X->at]) continue;
+        Seg s;
+        if (!decode(rec.linktype, rec.data, rec.caplen, rec.orig_len, &s)) continue;
+        uint8_t k[36];
+        make_key(k, s.addr, s.addr + s.alen, s.alen, s.sport, s.dport);
+        RKey *e = X->table[hash_key(k) & X->table_mask];
+        while (e && memcmp(e->key, k, 36)) e = e->next;
+        if (!e) continue;
+        if (X->copy) {
+            if (excerpt_inserts(X, X->at) < 0 || excerpt_write(X, &s, rec.ts) < 0) return NULL;
+            X->at++;
+            X->copied++;
+            continue;
+        }
+        if (X->n == X->cap) {
+            Py_ssize_t cap = X->cap ? X->cap * 2 : 1 << 16;
+            for (int i = 0; i < EXCERPT_COLS; i++) {
+                int64_t *c = PyMem_Realloc(X->cols[i], cap * sizeof(int64_t));
+                if (!c) return PyErr_NoMemory();
+                X->cols[i] = c;
+            }
+            X->cap = cap;
+        }
+        Py_ssize_t i = X->n++;
+        X->cols[0][i] = e->index;
+        X->cols[1][i] = rec.frame;
+        X->cols[2][i] = rec.ts;
+        X->cols[3][i] = s.seq;
+        X->cols[4][i] = s.ack;
+        X->cols[5][i] = s.flags;
+        X->cols[6][i] = s.plen;
+        X->cols[7][i] = s.wire_len - s.plen;
+    }
+    if (!X->copy) Py_RETURN_NONE;
+    PyObject *chunk = PyBytes_FromStringAndSize((const char *)X->out, X->out_n);
+    X->out_n = 0;
+    return chunk;
+}
+
+/* take() -> a scan's columns [key index, frame, ts, seq, ack, flags, payload length, missing] as bytes of int64
+ * arrays; a copy's count of frames copied */
+static PyObject *Excerpt_take(Excerpt *X, PyObject *Py_UNUSED(ignored)) {
+    if (X->copy) return PyLong_FromSsize_t(X->copied);
+    PyObject *out = PyList_New(EXCERPT_COLS);
+    if (!out) return NULL;
+    for (int i = 0; i < EXCERPT_COLS; i++) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)X->cols[i], X->n * (Py_ssize_t)sizeof(int64_t));
+        if (!b) { Py_DECREF(out); return NULL; }
+        PyMem_Free(X->cols[i]);
+        X->cols[i] = NULL;
+        PyList_SET_ITEM(out, i, b);
+    }
+    X->n = X->cap = 0;
+    return out;
+}
+
+static void Excerpt_dealloc(Excerpt *X) {
+    if (X->table) {
+        for (size_t i = 0; i <= X->table_mask; i++) {
+            RKey *e = X->table[i];
+            while (e) { RKey *next = e->next; PyMem_Free(e); e = next; }
+        }
+        PyMem_Free(X->table);
+    }
+    for (int i = 0; i < EXCERPT_COLS; i++) PyMem_Free(X->cols[i]);
+    if (X->copy) {
+        PyBuffer_Release(&X->frames);
+        PyBuffer_Release(&X->insert_at);
+    }
+    Py_XDECREF(X->blobs);
+    PyMem_Free(X->out);
+    reader_free(&X->R);
+    Py_TYPE(X)->tp_free((PyObject *)X);
+}
+
+static PyMethodDef Excerpt_methods[] = {
+    {"feed", (PyCFunction)Excerpt_feed, METH_O, "Append capture bytes."},
+    {"eof", (PyCFunction)Excerpt_eof, METH_NOARGS, "The whole file was fed."},
+    {"run", (PyCFunction)Excerpt_run, METH_NOARGS, "Read the records fed so far (a copy: the records written)."},
+    {"take", (PyCFunction)Excerpt_take, METH_NOARGS, "A scan's columns, or how many frames a copy copied."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ExcerptType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pcapdecomp._lane.Excerpt",
+    .tp_basicsize = sizeof(Excerpt),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Excerpt_init,
+    .tp_dealloc = (destructor)Excerpt_dealloc,
+    .tp_methods = Excerpt_methods,
+    .tp_doc = "The segments of chosen connections, scanned or copied (the repair stage; see pcapdecomp/fastlane.py).",
+};
+
+static int add_repair_types(PyObject *m) {
+    if (PyType_Ready(&ExcerptType) < 0) return -1;
+    return PyModule_AddObjectRef(m, "Excerpt", (PyObject *)&ExcerptType);
+}
+/* ==== end of the repair stage's passes ==== */

@@ -295,3 +295,70 @@ def _segment_keys_in_python(reader: CaptureReader, flows: set[tuple[str, int, st
         add2(((len(payload) + missing) << 9) | (flags << 1) | direction)
         add_ts(ts_ns)
     return columns
+
+
+# ==== the repair stage's passes (repair.py): the segments of chosen connections, scanned or copied ==============
+
+
+def _excerpt(path: str | os.PathLike, keys: list[tuple[str, int, str, int]], **copy) -> tuple | None:
+    """Run _lane.Excerpt over the capture at `path` (see excerpt_scan, excerpt_copy): (the Excerpt, the chunks a
+    copy wrote) or None when the lane cannot read it (not built, switched off, a capture point of several files, a
+    format it does not read)."""
+    try:
+        from ._lane import Excerpt
+    except ImportError:
+        return None
+    wanted = []
+    for src, src_port, dst, dst_port in keys:
+        try:
+            wanted.append((_address(src), src_port, _address(dst), dst_port))
+        except OSError:  # not an address a segment can carry: a key that matches nothing
+            wanted.append((b"\0" * 4, 0, b"\0" * 4, 0))
+    with open_capture(path) as reader:
+        if type(reader) is not CaptureReader or not _usable(reader):
+            return None
+        write = copy.pop("write", None)
+        source = reader.hand_over()
+        excerpt = Excerpt(**_layout(source), keys=wanted, **copy)
+        read = source.read
+        try:
+            while True:
+                chunk = read(CHUNK)
+                if chunk:
+                    excerpt.feed(chunk)
+                else:
+                    excerpt.eof()
+                out = excerpt.run()
+                if out and write is not None:
+                    write(out)
+                if not chunk:
+                    return excerpt
+        except OSError as err:
+            raise InputError(f"cannot read capture file {reader.path}: {err}") from None
+
+
+def excerpt_scan(path: str | os.PathLike, keys: list[tuple[str, int, str, int]]) -> list[np.ndarray] | None:
+    """Every TCP segment of the capture at `path` whose (source ip, port, destination ip, port) is one of `keys`,
+    read by the lane (the records extraction reads, times checked alike, up to damage): int64 columns [key index
+    (the first of equal keys), frame, ts_ns, seq, ack, flags, captured payload length, payload bytes the snaplen cut
+    (capture._decode's `missing`)]. None when the lane cannot read this capture (the caller reads it in Python)."""
+    done = _excerpt(path, keys)
+    if done is None:
+        return None
+    return [np.frombuffer(column, dtype=np.int64) for column in done.take()]
+
+
+# the header of the classic pcap file excerpt_copy writes: nanosecond times, link type RAW (an IP header first)
+EXCERPT_PCAP_HEADER = bytes.fromhex("4d3cb2a1" "0200" "0400" "00000000" "00000000" "00000400" "65000000")
+
+
+def excerpt_copy(path: str | os.PathLike, keys: list[tuple[str, int, str, int]], frames: np.ndarray,
+                 insert_at: np.ndarray, blobs: list[bytes], write: Callable[[bytes], object]) -> int | None:
+    """The segments `frames` (sorted frame numbers of segments excerpt_scan found for `keys`) of the capture at
+    `path`, as classic pcap records (after EXCERPT_PCAP_HEADER: nanoseconds, link type RAW, an IP and a 20-byte TCP
+    header that capture._decode and the lane decode into the segment's fields), given to `write` chunk by chunk;
+    `blobs[i]` (records made alike) goes in before the copy of frames[insert_at[i]] (after the last when
+    insert_at[i] is len(frames)). Returns how many frames were copied, None when the lane cannot read the capture."""
+    done = _excerpt(path, keys, frames=np.ascontiguousarray(frames, dtype=np.int64),
+                    insert_at=np.ascontiguousarray(insert_at, dtype=np.int64), blobs=blobs, write=write)
+    return None if done is None else done.take()

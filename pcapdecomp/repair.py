@@ -12,6 +12,11 @@ them. This stage, between matching and the clock:
    segment of the lossy point that acknowledges it, or that follows it in the same direction;
 4. replaces those connections' exchange rows and matches again (`repair_losses`).
 
+Steps 2 and 3 are native where the fast lane reads the captures (fastlane.excerpt_scan / excerpt_copy): Python sees
+the keys of those connections' segments, not the segments, and the re-read is an extraction by the lane of a
+temporary pcap file holding those connections' segments with the pieces put in ("reread natively" below). Where
+the lane cannot read a capture, Python reads it segment by segment, with the same outcome.
+
 A borrowed piece was seen at the other point, not here, so its time at the lossy point is unknown; it is bounded
 by causality, at this point alone: it passed after the reverse-direction byte its ACK field acknowledges (its
 sender had received that byte) and before the first reverse segment that acknowledges it (its receiver had it).
@@ -30,12 +35,16 @@ from __future__ import annotations
 
 import bisect
 import os
+import struct
+import tempfile
 from collections import deque
 from dataclasses import dataclass, field
+from socket import AF_INET, AF_INET6, inet_pton
 
 import numpy as np
 import pandas as pd
 
+from . import fastlane
 from .capture import open_capture
 from .decompose import ts_ns
 from .exchanges import Extraction, extract
@@ -148,9 +157,9 @@ def _conn_pairs(app_ex: pd.DataFrame, db_ex: pd.DataFrame, app_conns: pd.DataFra
     connection with holes that matching could not pair (no exchange read at one point: its login was lost there),
     the one connection at the other point with the same greeting scramble."""
     def keyed(ex: pd.DataFrame) -> dict[int, tuple[str, int]]:
-        keys = pd.DataFrame({"key": connection_keys(ex).to_numpy(), "capture": ex["capture"].astype(str).to_numpy(),
-                             "conn_index": ex["conn_index"].to_numpy()}).drop_duplicates("key")
-        return {int(k): (c, int(i)) for k, c, i in zip(keys["key"], keys["capture"], keys["conn_index"])}
+        keys, first = np.unique(connection_keys(ex).to_numpy(), return_index=True)  # one row per connection
+        captures = ex["capture"].iloc[first].astype(str).to_numpy()
+        return {int(k): (c, int(i)) for k, c, i in zip(keys, captures, ex["conn_index"].to_numpy()[first])}
 
     a_keys, d_keys = keyed(app_ex), keyed(db_ex)
     pairs = [(a_keys[int(a)], d_keys[int(d)]) for a, d in zip(matching.connections["app_conn"],
@@ -248,40 +257,107 @@ def borrow(path: str | os.PathLike, wants: list[tuple[int, Flow4, int, int, tupl
            budget: int = MAX_BORROWED_BYTES) -> dict[int, list[Piece]]:
     """One pass over the capture at `path`: for each (job, flow there, first_ts, last_ts, holes), the pieces of
     that connection's segments that fill its holes at the other point. A byte seen several times here keeps its
-    first copy. At most `budget` bytes in all."""
+    first copy. At most `budget` bytes in all.
+
+    Read natively where the lane can (fastlane.excerpt_scan: the keys of those connections' segments, then
+    excerpt_copy: the payloads of just the segments that overlap a hole), else in Python; the same pieces."""
     by_four: dict[tuple, list[tuple[int, int, int, int, tuple[_HoleSet, _HoleSet]]]] = {}
     for job, (ci, cp, si, sp), first_ts, last_ts, holes in wants:
         sets = (_HoleSet(holes[0]), _HoleSet(holes[1]))
         by_four.setdefault((ci, cp, si, sp), []).append((job, 0, first_ts, last_ts, sets))
         by_four.setdefault((si, sp, ci, cp), []).append((job, 1, first_ts, last_ts, sets))
-    found: dict[int, list[Piece]] = {}
-    kept: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (job, direction) -> relative ranges already taken
-    used = 0
-    with open_capture(path) as reader:
-        for fields in reader.segment_fields():
-            frame, ts, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, _ = fields
-            if not payload:
-                continue
-            entries = by_four.get((src_ip, src_port, dst_ip, dst_port))
-            if entries is None:
-                continue
-            for job, direction, first_ts, last_ts, sets in entries:
-                if not first_ts <= ts <= last_ts:
-                    continue
-                holes = sets[direction]
-                for a, b in holes.overlaps(seq, len(payload)):
-                    taken = kept.setdefault((job, direction), [])
-                    for a2, b2 in _minus(a, b, taken):
-                        if used + (b2 - a2) > budget:
-                            continue
-                        offset = a2 - holes.rel(seq)
-                        found.setdefault(job, []).append(Piece(
-                            direction, (holes.anchor + a2) % SEQ_MOD, payload[offset:offset + b2 - a2], ack, flags,
-                            ts, frame))
-                        bisect.insort(taken, (a2, b2))
-                        used += b2 - a2
+    taker = _Taker(budget)
+    segments = _overlapping_segments(path, by_four)
+    if segments is None:  # the lane cannot read this capture: every segment in Python
+        with open_capture(path) as reader:
+            segments = reader.segment_fields()
+            for frame, ts, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, _ in segments:
+                if payload:
+                    entries = by_four.get((src_ip, src_port, dst_ip, dst_port))
+                    if entries is not None:
+                        taker.take(entries, frame, ts, seq, ack, flags, payload)
+    else:
+        for entries, frame, ts, seq, ack, flags, payload in segments:
+            taker.take(entries, frame, ts, seq, ack, flags, payload)
     release_memory()
-    return found
+    return taker.found
+
+
+class _Taker:
+    """borrow's bookkeeping: the pieces found so far per job, the ranges already taken, the budget used."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.found: dict[int, list[Piece]] = {}
+        self.kept: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (job, direction) -> relative ranges taken
+        self.used = 0
+
+    def take(self, entries: list, frame: int, ts: int, seq: int, ack: int, flags: int, payload: bytes) -> None:
+        """A segment with payload of a wanted connection, in capture order: the parts of it that fill holes."""
+        for job, direction, first_ts, last_ts, sets in entries:
+            if not first_ts <= ts <= last_ts:
+                continue
+            holes = sets[direction]
+            for a, b in holes.overlaps(seq, len(payload)):
+                taken = self.kept.setdefault((job, direction), [])
+                for a2, b2 in _minus(a, b, taken):
+                    if self.used + (b2 - a2) > self.budget:
+                        continue
+                    offset = a2 - holes.rel(seq)
+                    self.found.setdefault(job, []).append(Piece(
+                        direction, (holes.anchor + a2) % SEQ_MOD, payload[offset:offset + b2 - a2], ack, flags,
+                        ts, frame))
+                    bisect.insort(taken, (a2, b2))
+                    self.used += b2 - a2
+
+
+def _overlapping_segments(path, by_four: dict[tuple, list]) -> list[tuple] | None:
+    """The segments of the capture at `path` that `by_four`'s connections carry and that overlap one of their
+    holes (a superset of what borrow takes), in capture order: (entries, frame, ts, seq, ack, flags, payload).
+    Read natively: the keys of every segment of those connections, then the payloads of just these. None when the
+    lane cannot read the capture."""
+    keys = list(by_four)
+    columns = fastlane.excerpt_scan(path, keys)
+    if columns is None:
+        return None
+    key, frame, ts, seq, ack, flags, length, _ = columns
+    wanted = np.zeros(len(key), dtype=bool)
+    for k, entries in enumerate(by_four.values()):
+        mine = np.flatnonzero((key == k) & (length > 0))
+        for _, direction, first_ts, last_ts, sets in entries:
+            holes = sets[direction]
+            if not holes.starts or not len(mine):
+                continue
+            rows = mine[(ts[mine] >= first_ts) & (ts[mine] <= last_ts)]
+            start = (seq[rows] - holes.anchor) % SEQ_MOD
+            end = start + length[rows]
+            below = np.searchsorted(np.asarray(holes.starts, dtype=np.int64), end, side="left")  # holes before end
+            reach = np.maximum.accumulate(np.asarray(holes.ends, dtype=np.int64))
+            wanted[rows[(below > 0) & (reach[np.maximum(below - 1, 0)] > start)]] = True
+    rows = np.flatnonzero(wanted)
+    if not len(rows):
+        return []
+    records = bytearray()
+    copied = fastlane.excerpt_copy(path, keys, frame[rows], np.zeros(0, dtype=np.int64), [], records.extend)
+    if copied != len(rows):
+        return None
+    payloads = _payloads(bytes(records))
+    entries = list(by_four.values())
+    return [(entries[int(key[r])], int(frame[r]), int(ts[r]), int(seq[r]), int(ack[r]), int(flags[r]), p)
+            for r, p in zip(rows, payloads, strict=True)]
+
+
+def _payloads(records: bytes) -> list[bytes]:
+    """The TCP payloads of the records fastlane.excerpt_copy wrote (an IPv4 or IPv6 header, a 20-byte TCP
+    header)."""
+    out, at = [], 0
+    view = memoryview(records)
+    while at < len(records):
+        caplen = int.from_bytes(records[at + 8:at + 12], "little")
+        data = view[at + 16:at + 16 + caplen]
+        out.append(bytes(data[(20 if data[0] >> 4 == 4 else 40) + 20:]))
+        at += 16 + caplen
+    return out
 
 
 def _minus(a: int, b: int, taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -425,6 +501,281 @@ def _upper_bounds(conn: _Connection, direction: int, acked: int, ts: int, info: 
     conn.awaiting = still
 
 
+# --- reread natively: the same segments, through the lane -------------------------------------------------------
+#
+# _reread_segments reads the whole lossy capture in Python and feeds the jobs' connections, pieces put in, to the
+# Python core: on a busy server, where every connection has some hole, that is both whole captures at Python's
+# speed. The native re-read makes the same stream of segments without Python touching each one:
+# 1. fastlane.excerpt_scan gives the keys (seq, ack, flags, lengths, time, frame) of the jobs' segments;
+# 2. where each piece goes, and its bounds, follow from those keys (_Placement): a piece can only go in at a
+#    segment whose own condition puts it in (its reverse ACK passes the piece's start, its direction's data
+#    reaches it, an RST), so _reread_segments' steps are replayed at just those segments, and the causality bounds
+#    are looked up in the keys;
+# 3. fastlane.excerpt_copy writes those segments, pieces put in, as a pcap file that extract reads with the lane;
+#    its frame numbers are mapped back (a piece's to −(id + 1), as _reread_segments numbers them).
+# The one difference in order: the pieces nothing acknowledged or followed go in right after their connection's
+# last segment, not after the capture's last (the connections are independent, and so their times stay in order).
+
+
+class _Keys:
+    """The segments of one connection at the lossy point, in capture order, as arrays (excerpt_scan's columns)."""
+
+    def __init__(self, rows: np.ndarray, direction: np.ndarray, columns: list[np.ndarray]):
+        _, frame, ts, seq, ack, flags, length, missing = columns
+        self.rows = rows  # positions in the scan
+        self.direction = direction
+        self.ts, self.seq, self.ack, self.flags = ts[rows], seq[rows], ack[rows], flags[rows]
+        self.length, self.missing = length[rows], missing[rows]
+        self.n = len(rows)
+
+
+class _Placement:
+    """_reread_segments' bookkeeping for one connection, replayed on its keys: where each piece goes (the position
+    of the segment it goes in before; n: after the last) and its bounds (in `info`)."""
+
+    def __init__(self, conn: _Connection, keys: _Keys, info: list[list]):
+        self.conn, self.keys, self.info = conn, keys, info
+        self.put: list[tuple[int, int, Piece]] = []  # (position, id, piece) in the order put in
+        self.emitted: tuple[list, list] = ([], [])  # per direction: (position, rel start, rel end, lo, id) put in
+        self.emitted_at: tuple[list, list] = ([], [])  # their positions (put in in position order: sorted)
+        k = keys
+        self.first_of = []  # per direction: the position of its first segment (anchor_at), n when none
+        self.anchored = [conn.dirs[d].anchor is not None for d in (0, 1)]  # from its holes: from the start
+        self.real = []  # per direction: positions, rel starts, rel ends, times of the segments with payload
+        for d in (0, 1):
+            mine = np.flatnonzero(k.direction == d)
+            self.first_of.append(int(mine[0]) if len(mine) else k.n)
+            direction = conn.dirs[d]
+            if direction.anchor is None and len(mine):
+                direction.anchor_at(int(k.seq[mine[0]]))
+            with_payload = mine[k.length[mine] > 0]
+            if direction.anchor is None:
+                self.real.append(None)
+                continue
+            start = (k.seq[with_payload] - direction.anchor) % SEQ_MOD
+            self.real.append((with_payload, start, start + k.length[with_payload] + k.missing[with_payload],
+                              k.ts[with_payload]))
+
+    def triggers(self) -> list[int]:
+        """The positions where _reread_segments would put a piece in (a superset): for each piece, the first segment
+        whose ACK passes its start (reverse direction), whose data or FIN reaches it, or an RST (its direction)."""
+        k, out = self.keys, set()
+        for d in (0, 1):
+            direction = self.conn.dirs[d]
+            if not direction.pending:
+                continue
+            starts = np.fromiter((start for start, _, _ in direction.pending), dtype=np.int64)
+            first = np.full(len(starts), k.n, dtype=np.int64)
+            acks = np.flatnonzero((k.direction == 1 - d) & (k.flags & ACK != 0))
+            if len(acks):
+                reach = np.maximum.accumulate((k.ack[acks] - direction.anchor) % SEQ_MOD)
+                at = np.searchsorted(reach, starts, side="right")
+                first = np.minimum(first, np.where(at < len(acks), acks[np.minimum(at, len(acks) - 1)], k.n))
+            data = np.flatnonzero((k.direction == d) & ((k.length > 0) | (k.flags & FIN != 0)))
+            if len(data):
+                reach = np.maximum.accumulate((k.seq[data] - direction.anchor) % SEQ_MOD)
+                at = np.searchsorted(reach, starts, side="left")
+                first = np.minimum(first, np.where(at < len(data), data[np.minimum(at, len(data) - 1)], k.n))
+            resets = np.flatnonzero((k.direction == d) & (k.flags & RST != 0))
+            if len(resets):
+                first = np.minimum(first, resets[0])
+            out.update(int(p) for p in first if p < k.n)
+        return sorted(out)
+
+    def run(self) -> None:
+        conn, k = self.conn, self.keys
+        for p in self.triggers():
+            direction = int(k.direction[p])
+            mine, other = conn.dirs[direction], conn.dirs[1 - direction]
+            flags, ts = int(k.flags[p]), int(k.ts[p])
+            if other.pending and flags & ACK:
+                self.put_in(1 - direction, other.rel(int(k.ack[p])), p, ts)
+            if mine.pending:
+                if flags & RST:
+                    self.put_in(direction, SEQ_MOD * 2, p, ts)
+                elif k.length[p] or flags & FIN:
+                    self.put_in(direction, mine.rel(int(k.seq[p])) + 1, p, ts)
+        conn.last_ts = int(k.ts[-1])
+        for direction in (0, 1):
+            self.put_in(direction, SEQ_MOD * 2, k.n, conn.last_ts)
+        self.upper_bounds()
+
+    def put_in(self, direction: int, before: int, at: int, ts: int) -> None:
+        """_put_in at the segment at position `at`."""
+        conn = self.conn
+        d, reverse = conn.dirs[direction], conn.dirs[1 - direction]
+        while d.pending and d.pending[0][0] < before:
+            start, end, piece = d.pending.popleft()
+            if piece.flags & ACK and reverse.pending:
+                self.put_in(1 - direction, reverse.rel(piece.ack), at, ts)
+            lo = self.acknowledged_at(1 - direction, piece, at) if piece.flags & ACK else None
+            ident = len(self.info)
+            self.info.append([lo, None, piece])
+            conn.put_in += 1
+            conn.borrowed.append((direction, piece.seq, len(piece.payload)))
+            self.emitted[direction].append((at, start, end, lo, ident))
+            self.emitted_at[direction].append(at)
+            self.put.append((at, ident, piece))
+
+    def acknowledged_at(self, r: int, piece: Piece, at: int) -> int | None:
+        """_acknowledged_at: the time of the latest of direction r's last HISTORY entries (its segments with payload
+        before position `at`, and its pieces put in so far) that holds the byte `piece` acknowledges."""
+        reverse = self.conn.dirs[r]
+        if reverse.anchor is None or (not self.anchored[r] and self.first_of[r] > at):
+            return None
+        byte = reverse.rel((piece.ack - 1) % SEQ_MOD)
+        positions, starts, ends, times = self.real[r]
+        n_real = int(np.searchsorted(positions, at, side="left"))
+        pieces = self.emitted[r]
+        total = n_real + len(pieces)
+        oldest = total - HISTORY  # entries at this ordinal or later are remembered
+        best_ordinal, best = -1, None
+        low = max(n_real - HISTORY, 0)
+        hit = np.flatnonzero((starts[low:n_real] <= byte) & (byte < ends[low:n_real]))
+        if len(hit):
+            j = low + int(hit[-1])
+            ordinal = j + bisect.bisect_right(self.emitted_at[r], int(positions[j]))  # pieces before it
+            if ordinal >= oldest:
+                best_ordinal, best = ordinal, int(times[j])
+        for i in range(len(pieces) - 1, -1, -1):
+            p_at, start, end, lo, _ = pieces[i]
+            if start <= byte < end:
+                ordinal = int(np.searchsorted(positions, p_at, side="left")) + i
+                if ordinal >= oldest and ordinal > best_ordinal:
+                    best_ordinal, best = ordinal, lo
+                break
+        return best
+
+    def upper_bounds(self) -> None:
+        """_upper_bounds: a piece's upper bound is the time of the first segment, from the one it went in before,
+        whose ACK (reverse direction) covers its end."""
+        k = self.keys
+        for d in (0, 1):
+            if not self.emitted[d]:
+                continue
+            anchor = self.conn.dirs[d].anchor
+            acks = np.flatnonzero((k.direction == 1 - d) & (k.flags & ACK != 0))
+            reach = (k.ack[acks] - anchor) % SEQ_MOD
+            for at, _, end, _, ident in self.emitted[d]:
+                i = int(np.searchsorted(acks, at, side="left"))
+                step = 64
+                while i < len(acks):
+                    hit = np.flatnonzero(reach[i:i + step] >= end)
+                    if len(hit):
+                        self.info[ident][1] = int(k.ts[acks[i + int(hit[0])]])
+                        break
+                    i += step
+                    step *= 2
+
+
+def _piece_record(ends: tuple[str, int, str, int], ts: int, piece: Piece) -> bytes:
+    """A piece as a pcap record like fastlane.excerpt_copy's: a segment with PSH alone (no ACK: what its ACK field
+    acknowledges was seen at the other point)."""
+    src, src_port, dst, dst_port = ends
+    v6 = ":" in src
+    addresses = inet_pton(AF_INET6 if v6 else AF_INET, src) + inet_pton(AF_INET6 if v6 else AF_INET, dst)
+    tcp = struct.pack("!HHIIBBHHH", src_port, dst_port, piece.seq, piece.ack, 0x50, PSH, 0, 0, 0)
+    body = tcp + piece.payload
+    if v6:
+        ip = struct.pack("!BBHHBB", 0x60, 0, 0, len(body) if len(body) <= 0xFFFF else 0, 6, 64) + addresses
+    else:
+        ip = struct.pack("!BBHHHBBH", 0x45, 0, len(body) + 20 if len(body) + 20 <= 0xFFFF else 0, 0, 0, 64, 6, 0) \
+            + addresses
+    size = len(ip) + len(body)
+    return struct.pack("<IIII", ts // 1_000_000_000, ts % 1_000_000_000, size, size) + ip + body
+
+
+def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set, max_sql_bytes: int,
+                     info: list[list], conns: list[_Connection]) -> Extraction | None:
+    """reread's extraction through the lane (see above): the jobs' connections of the capture at `path` with the
+    pieces put in, frames numbered as _reread_segments numbers them. None when the lane cannot read the capture,
+    or in a case this does not make the same stream: several jobs on one address pair (a port reused), a job with
+    no segment here, times the re-read file would repair (capture.repaired_time)."""
+    conns.extend(_Connection(job, pieces.get(job.job, [])) for job in jobs)
+    by_four: dict[tuple, tuple[_Connection, int]] = {}
+    for conn in conns:
+        for direction in (0, 1):
+            if conn.dirs[direction].ends in by_four:
+                return None
+            by_four[conn.dirs[direction].ends] = (conn, direction)
+    keys = list(by_four)
+    columns = fastlane.excerpt_scan(path, keys)
+    if columns is None:
+        return None
+    key, frame, ts = columns[:3]
+    kept = np.zeros(len(key), dtype=bool)
+    placements = []
+    for i in range(0, len(keys), 2):
+        conn = by_four[keys[i]][0]
+        rows = np.flatnonzero(((key == i) | (key == i + 1)) & (frame >= conn.job.first_frame)
+                              & (ts <= conn.job.last_ts))
+        if not len(rows):
+            return None
+        kept[rows] = True
+        placements.append(_Placement(conn, _Keys(rows, (key[rows] == i + 1).astype(np.int8), columns), info))
+    for placement in placements:
+        placement.run()
+    rows = np.flatnonzero(kept)
+    ordinal = np.full(len(key), -1, dtype=np.int64)
+    ordinal[rows] = np.arange(len(rows))
+    inserts = []  # (ordinal of the segment it goes before, 0 after a connection's last segment / 1 before, id, record)
+    for placement in placements:
+        k, ends = placement.keys, placement.conn.dirs
+        for at, ident, piece in placement.put:
+            if at < k.n:
+                where, rank, when = int(ordinal[k.rows[at]]), 1, int(k.ts[at])
+            else:
+                where, rank, when = int(ordinal[k.rows[-1]]) + 1, 0, placement.conn.last_ts
+            inserts.append((where, rank, ident, _piece_record(ends[piece.direction].ends, when, piece)))
+    inserts.sort(key=lambda e: e[:2])  # stable: the pieces of one place in the order put in
+    insert_at = np.fromiter((e[0] for e in inserts), dtype=np.int64, count=len(inserts))
+    # the re-read file's frame numbers (from 1) -> the capture's, a piece's −(id + 1)
+    numbers = np.empty(len(rows) + len(inserts), dtype=np.int64)
+    own = np.arange(len(rows)) + np.searchsorted(insert_at, np.arange(len(rows)), side="right")
+    numbers[own] = frame[rows]
+    numbers[insert_at + np.arange(len(inserts))] = [-(e[2] + 1) for e in inserts]
+    try:
+        handle, excerpt = tempfile.mkstemp(prefix="pcapdecomp-repair-", suffix=".pcap")
+    except OSError:  # no room for the file: Python reads the segments instead
+        return None
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(fastlane.EXCERPT_PCAP_HEADER)
+            copied = fastlane.excerpt_copy(path, keys, frame[rows], insert_at, [e[3] for e in inserts], out.write)
+        del inserts
+        if copied != len(rows):
+            return None
+        x = extract(excerpt, servers=servers, max_sql_bytes=max_sql_bytes)
+    except OSError:  # the temporary file could not be written (a full disk)
+        return None
+    finally:
+        try:
+            os.unlink(excerpt)
+        except OSError:
+            pass
+    if x.stats.frames != len(numbers) or x.stats.frames_bad_ts or x.stats.damaged:
+        return None
+    for _, _, column in TIME_COLUMNS:
+        values = x.exchanges[column]
+        raw = values.to_numpy(dtype="float64", na_value=np.nan)
+        ok = np.flatnonzero(raw >= 1)
+        mapped = raw.copy()
+        mapped[ok] = numbers[raw[ok].astype(np.int64) - 1]
+        x.exchanges[column] = pd.Series(mapped, index=values.index).astype(values.dtype)
+    x.flow_first_frames = {i: int(numbers[f - 1]) if f >= 1 else f for i, f in x.flow_first_frames.items()}
+    for table in (x.exchanges, x.connections):
+        table["capture"] = _named(table["capture"], path)
+    x.capture = path
+    return x
+
+
+def _named(column: pd.Series, name: str) -> pd.Series:
+    """The `capture` column of the re-read file's rows, naming the capture instead."""
+    if isinstance(column.dtype, pd.CategoricalDtype) and len(column.cat.categories) == 1:
+        return column.cat.rename_categories([name])
+    return pd.Series(np.full(len(column), name, dtype=object), index=column.index).astype(column.dtype)
+
+
 TIME_COLUMNS = (("req_first", "req_first_ts", "req_first_frame"), ("req_last", "req_last_ts", "req_last_frame"),
                 ("resp_first", "resp_first_ts", "resp_first_frame"), ("resp_last", "resp_last_ts", "resp_last_frame"))
 
@@ -439,8 +790,12 @@ def reread(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: 
     info: list[list] = []
     conns: list[_Connection] = []
     endpoints = {(job.flow[2], job.flow[3]) for job in jobs}
-    x = extract(path, servers=servers or endpoints, max_sql_bytes=max_sql_bytes,
-                segments=_reread_segments(path, jobs, pieces, info, conns))
+    x = _reread_natively(path, jobs, pieces, servers or endpoints, max_sql_bytes, info, conns)
+    if x is None:  # the lane cannot read this capture (or an odd case): the segments in Python
+        info.clear()
+        conns.clear()
+        x = extract(path, servers=servers or endpoints, max_sql_bytes=max_sql_bytes,
+                    segments=_reread_segments(path, jobs, pieces, info, conns))
     by_first = {job.first_frame: job for job in jobs}
     put_in = {c.job.conn_index: c.put_in for c in conns}
     index_of = {index: by_first[frame].conn_index for index, frame in x.flow_first_frames.items() if frame in by_first}
@@ -563,8 +918,8 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFram
         stale_c = np.zeros(len(conns), dtype=bool)
         for capture, _ in mine:
             again = {j.conn_index for j in todo if j.capture == capture}
-            stale |= (table["capture"].astype(str).to_numpy() == capture) & table["conn_index"].isin(again).to_numpy()
-            stale_c |= (conns["capture"].astype(str).to_numpy() == capture) & conns["conn_index"].isin(again).to_numpy()
+            stale |= _named_as(table["capture"], capture) & table["conn_index"].isin(again).to_numpy()
+            stale_c |= _named_as(conns["capture"], capture) & conns["conn_index"].isin(again).to_numpy()
         kept = table[~stale]
         offset = len(kept)
         new_rows, new_conns = [], []
@@ -591,6 +946,11 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFram
         note = f"repaired-at-{side}"
         matching.notes[marked] = [f"{n},{note}" if n else note for n in matching.notes[marked]]
     return Repair(app_ex, db_ex, app_conns, db_conns, matching, stats, bound_rows)
+
+
+def _named_as(column: pd.Series, capture: str) -> np.ndarray:
+    """Rows whose `capture` is `capture` (compared on the column as it is: no text made per row)."""
+    return (column == capture).to_numpy(dtype=bool, na_value=False)
 
 
 def _like(new: pd.DataFrame, old: pd.DataFrame) -> pd.DataFrame:

@@ -6,13 +6,16 @@ analysis of the same recording without loss (scripts/loss_acceptance.py: full, b
 from __future__ import annotations
 
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import pcaptools as pt
+from pcapdecomp import repair
 from pcapdecomp.analysis import analyze
 
 REPO = Path(__file__).resolve().parents[1]
@@ -198,3 +201,139 @@ def test_repair_with_workers_gives_the_same_table(tmp_path):
     assert one.summary["repair"]["bytes_borrowed"] > 0
     assert one.summary["repair"] == two.summary["repair"]
     assert one.exchanges.equals(two.exchanges)
+
+
+# --- the native re-read (fastlane.excerpt_scan / excerpt_copy) against the Python one ------------------------------
+
+
+def _segments_to_lose(path: Path, pick) -> set[int]:
+    """Frames of `path` chosen by pick(segments with payload or flags, in order) -> the frames to drop."""
+    return set(pick([s for s in pt.read_segments(path)]))
+
+
+def _first_of_each_connection(segs, n):
+    """The first n segments of every connection (its handshake: a hole at the very start)."""
+    seen: dict[int, int] = {}
+    out = []
+    for s in segs:
+        port = s.src_port if s.dst_port == 3306 else s.dst_port
+        if seen.get(port, 0) < n:
+            seen[port] = seen.get(port, 0) + 1
+            if s.payload:
+                out.append(s.frame)
+    return out
+
+
+def _last_of_each_connection(segs, n):
+    """The last n segments with payload of every connection (a hole at the very end: its last exchange)."""
+    by_port: dict[int, list[int]] = {}
+    for s in segs:
+        if s.payload:
+            by_port.setdefault(s.src_port if s.dst_port == 3306 else s.dst_port, []).append(s.frame)
+    return [f for frames in by_port.values() for f in frames[-n:]]
+
+
+def _a_prepare(segs):
+    """The first COM_STMT_PREPARE request and its answer's first segment. (Both prepared connections' PREPARE lost
+    at one point, the pairing takes the captures for two sides of an L7 proxy, and nothing is repaired.)"""
+    for i, s in enumerate(segs):
+        if s.dst_port == 3306 and len(s.payload) > 4 and s.payload[4] == 0x16:
+            return [s.frame, *[t.frame for t in segs[i + 1:i + 3] if t.payload and t.src_port == 3306][:1]]
+    return []
+
+
+LOSSES = {
+    "handshakes at the DB": ("db", lambda segs: _first_of_each_connection(segs, 4)),
+    "last exchanges at the DB": ("db", lambda segs: _last_of_each_connection(segs, 2)),
+    "a prepare at the DB": ("db", _a_prepare),
+    "a prepare at the app": ("app", _a_prepare),
+}
+
+
+def _native_and_python(tmp_path: Path, monkeypatch, app: Path, db: Path):
+    """analyze of the pair with the repair's native passes, and with them off (Python reads the captures)."""
+    reread_natively, natively = repair._reread_natively, []
+
+    def spy(*args):
+        x = reread_natively(*args)
+        natively.append(x is not None)
+        return x
+
+    with monkeypatch.context() as m:
+        m.setattr(repair, "_reread_natively", spy)
+        native = run(tmp_path, app, db)
+    assert natively and all(natively)  # the lane re-read each lossy capture
+    with monkeypatch.context() as m:
+        m.setattr(repair.fastlane, "excerpt_scan", lambda *args: None)  # the lane "cannot read" the captures
+        python = analyze(tmp_path, [], None, None, None, None, [], tmp_path / "out-python", quiet=True, jobs=1)
+    return native, python
+
+
+@pytest.mark.parametrize("case", sorted(LOSSES))
+def test_the_native_reread_gives_what_the_python_one_gives_at_the_edges(tmp_path, monkeypatch, case):
+    """Holes at a connection's very start and end, in prepared statements' PREPARE and its answer: the repair read
+    natively (only the damaged connections' segments reach Python, through the lane) gives the table and the
+    counts the Python re-read gives."""
+    where, pick = LOSSES[case]
+    source = SET / f"{where}.pcap"
+    lost = _segments_to_lose(source, pick)
+    assert lost
+    pt.rewrite(source, tmp_path / f"{where}.pcap", keep=lambda i, t: i + 1 not in lost)
+    app = tmp_path / "app.pcap" if where == "app" else SET / "app.pcap"
+    db = tmp_path / "db.pcap" if where == "db" else SET / "db.pcap"
+    native, python = _native_and_python(tmp_path, monkeypatch, app, db)
+    assert native.summary["repair"]["bytes_borrowed"] > 0
+    assert native.summary["repair"] == python.summary["repair"]
+    assert native.exchanges.equals(python.exchanges)
+
+
+@pytest.mark.parametrize("where, rate, seed", [("db", 0.05, 31), ("both", 0.04, 32), ("app", 0.08, 33)])
+def test_the_native_reread_gives_what_the_python_one_gives_under_random_loss(tmp_path, monkeypatch, where, rate, seed):
+    """Random loss at one point or both (holes lost at both points too): the same table and counts either way."""
+    app, db = _lossy(tmp_path, rate, seed, where)
+    native, python = _native_and_python(tmp_path, monkeypatch, app, db)
+    assert native.summary["repair"]["pieces"] > 0
+    assert native.summary["repair"] == python.summary["repair"]
+    assert native.exchanges.equals(python.exchanges)
+
+
+@pytest.mark.parametrize("form", ["pcap", "pcapng, two interfaces", "cut by a snaplen"])
+def test_excerpt_scan_and_copy_give_the_segments_python_reads(tmp_path, form):
+    """fastlane.excerpt_scan finds the segments of the chosen connections that Python's reader gives (frame, time,
+    seq, ack, flags, lengths), and excerpt_copy's records, pieces put in, decode into the same fields."""
+    source = SET / "db.pcap"
+    if form.startswith("pcapng"):
+        pt.to_pcapng(source, tmp_path / "db.pcapng", interfaces=2)
+        source = tmp_path / "db.pcapng"
+    elif form == "cut by a snaplen":  # every frame cut to 80 bytes, its length on the wire kept: `missing` bytes
+        header, order, unit, recs = pt.records(source)
+        with open(tmp_path / "cut.pcap", "wb") as out:
+            out.write(header)
+            for ts, data, orig in recs:
+                out.write(struct.pack(order + "IIII", ts // 10**9, ts % 10**9 // unit, min(len(data), 80), orig))
+                out.write(data[:80])
+        source = tmp_path / "cut.pcap"
+    segs = list(pt.read_segments(source))
+    ports = sorted({s.src_port for s in segs if s.dst_port == 3306})[:2]
+    keys = [("10.213.77.1", p, "10.213.77.2", 3306) for p in ports] + [("10.213.77.2", 3306, "10.213.77.1", p)
+                                                                        for p in ports]
+    want = [(keys.index(k), s.frame, s.ts_ns, s.seq, s.ack, s.flags, len(s.payload), s.missing) for s in segs
+            if (k := (s.src_ip, s.src_port, s.dst_ip, s.dst_port)) in keys]
+    assert len(want) > 100 and (form != "cut by a snaplen" or any(w[7] for w in want))
+    columns = repair.fastlane.excerpt_scan(source, keys)
+    assert [tuple(int(c[i]) for c in columns) for i in range(len(columns[0]))] == want
+    chosen = want[::3]
+    piece = repair.Piece(0, 12345, b"borrowed", 678, repair.ACK, 0, 0)
+    first, last = chosen[1][2], chosen[-1][2]  # a piece takes the time of a neighbour (times are checked)
+    blobs = [repair._piece_record(keys[0], first, piece), repair._piece_record(keys[0], last, piece)]
+    out = bytearray(repair.fastlane.EXCERPT_PCAP_HEADER)
+    copied = repair.fastlane.excerpt_copy(source, keys, np.array([w[1] for w in chosen]), np.array([1, len(chosen)]),
+                                          blobs, out.extend)
+    assert copied == len(chosen)
+    (tmp_path / "excerpt.pcap").write_bytes(bytes(out))
+    got = [(keys.index((s.src_ip, s.src_port, s.dst_ip, s.dst_port)), s.ts_ns, s.seq, s.ack, s.flags,
+            bytes(s.payload), s.missing) for s in pt.read_segments(tmp_path / "excerpt.pcap")]
+    payloads = {s.frame: bytes(s.payload) for s in segs}
+    expected = [(w[0], w[2], w[3], w[4], w[5], payloads[w[1]], w[7]) for w in chosen]
+    inserted = [(0, ts, 12345, 678, repair.PSH, b"borrowed", 0) for ts in (first, last)]
+    assert got == [expected[0], inserted[0], *expected[1:], inserted[1]]
