@@ -85,8 +85,128 @@ def _codes(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return codes[:len(a)].astype(np.int64), codes[len(a):].astype(np.int64)
 
 
+def _radix_key(frames: list[pd.DataFrame], keys: list[str]) -> list[np.ndarray] | None:
+    """One int64 per row of each frame for its values of the integer columns `keys` (mixed radix over the columns'
+    ranges, in one space for all frames: equal numbers, equal values); None when the ranges need more than 62 bits."""
+    columns = [[f[k].to_numpy(np.int64) for f in frames] for k in keys]
+    out = [np.zeros(len(f), dtype=np.int64) for f in frames]
+    room = 1
+    for parts in columns:
+        present = [p for p in parts if len(p)]
+        if not present:
+            continue
+        low = min(int(p.min()) for p in present)
+        span = max(int(p.max()) for p in present) - low + 1
+        room *= span
+        if room >= 1 << 62:
+            return None
+        out = [o * span + (p - low) for o, p in zip(out, parts)]
+    return out
+
+
 def _bounded_join(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[str]) -> tuple[pd.DataFrame, int, int,
                                                                                              set, set]:
+    """The (a_conn, d_conn) pairs that share a value of `on`, at most FANOUT × FANOUT per value: a value that more
+    connections share at one point is joined on `on` + `refine` instead (with the same limit), or not at all.
+    Returns (pairs with the number of shared values, values too widely shared to vote on their own, rows produced,
+    and the app and DB connections that hold those values).
+
+    Done on sorted integer arrays (what _bounded_join_frames does with pandas merges and groupbys, several times
+    faster): the rows of both points sorted by their value of `on`, numbered, then by (value, point, connection),
+    so that the distinct (connection, value) pairs, the connections per value and the join are runs of one array."""
+    keys = _radix_key([a, d], on) if len(a) and len(d) else None
+    if keys is None:
+        return _bounded_join_frames(a, d, on, refine)
+    a_conn, d_conn = a["a_conn"].to_numpy(np.int64), d["d_conn"].to_numpy(np.int64)
+    if min(a_conn.min(), d_conn.min()) < 0 or max(a_conn.max(), d_conn.max(), len(a) + len(d)) >= 1 << 31:
+        return _bounded_join_frames(a, d, on, refine)
+    raw = np.concatenate(keys)
+    del keys
+    by_value = np.argsort(raw, kind="stable")
+    ordered = raw[by_value]
+    value = np.zeros(len(raw), dtype=np.int64)  # numbered in order, per row of by_value
+    np.cumsum(ordered[1:] != ordered[:-1], out=value[1:])
+    del ordered, raw
+    point_conn = np.concatenate([a_conn, d_conn + (1 << 31)])  # the DB point's connections above the app's
+    packed = (value << 32) | point_conn[by_value]
+    again = np.argsort(packed, kind="stable")  # nearly sorted already: the stable sort (timsort) runs through it
+    packed = packed[again]
+    row = by_value[again]
+    del by_value, again, value
+    first = np.ones(len(packed), dtype=bool)  # the first row of each distinct (value, point, connection)
+    first[1:] = packed[1:] != packed[:-1]
+    packed, row = packed[first], row[first]
+    is_d = (packed >> 31) & 1 == 1
+    conn = packed & 0x7FFFFFFF
+    val = packed >> 32
+    va, vd, ca, cd, row_a, row_d = val[~is_d], val[is_d], conn[~is_d], conn[is_d], row[~is_d], row[is_d] - len(a)
+    work = 0
+    parts = []
+    ambiguous = 0
+    held: tuple[set, set] = (set(), set())
+    for step in (0, 1):
+        if not len(va) or not len(vd):
+            break
+        if step == 1:  # the values of `on` + `refine`, renumbered in one space
+            refined = _radix_key([a.iloc[row_a], d.iloc[row_d]], refine)
+            if refined is None:
+                refined = list(_codes_of([a.iloc[row_a], d.iloc[row_d]], refine))
+            both = np.unique(np.concatenate([va, vd]) * (int(max(refined[0].max(initial=0),
+                                                                  refined[1].max(initial=0))) + 1)
+                             + np.concatenate(refined), return_inverse=True)[1].reshape(-1)
+            va, vd = both[:len(va)], both[len(va):]
+        space = int(max(va.max(), vd.max())) + 1
+        count_a, count_d = np.bincount(va, minlength=space), np.bincount(vd, minlength=space)
+        a_ok, d_ok = count_a[va] <= FANOUT, count_d[vd] <= FANOUT
+        pa, pd_ = _join_values(ca[a_ok], va[a_ok], cd[d_ok], vd[d_ok])
+        work += len(va) + len(vd) + len(pa)
+        parts.append((pa, pd_))
+        # what remains ambiguous: values present at both points but too widely shared at one of them
+        big = (count_a > 0) & (count_d > 0) & ((count_a > FANOUT) | (count_d > FANOUT))
+        n_big = int(big.sum())
+        work += n_big
+        if step == 1:
+            break
+        ambiguous = n_big
+        if n_big:
+            held = (set(ca[big[va]].tolist()), set(cd[big[vd]].tolist()))
+        if not n_big or not refine:
+            break
+        keep_a, keep_d = big[va], big[vd]
+        va, ca, row_a = va[keep_a], ca[keep_a], row_a[keep_a]
+        vd, cd, row_d = vd[keep_d], cd[keep_d], row_d[keep_d]
+    pa = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    pd_ = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    pair, votes = np.unique((pa << 32) | pd_, return_counts=True)  # sorted by a_conn, then d_conn
+    counted = pd.DataFrame({"a_conn": pair >> 32, "d_conn": pair & 0xFFFFFFFF, "votes": votes.astype(np.int64)})
+    return counted, ambiguous, work, *held
+
+
+def _codes_of(frames: list[pd.DataFrame], keys: list[str]) -> tuple[np.ndarray, ...]:
+    """Per frame, one code per row of its values of `keys`, in one space (equal codes, equal values)."""
+    joined = pd.concat([f[keys] for f in frames], ignore_index=True)
+    codes = joined.groupby(keys, sort=False).ngroup().to_numpy(np.int64)
+    bounds = np.cumsum([0, *(len(f) for f in frames)])
+    return tuple(codes[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:]))
+
+
+def _join_values(a_conn: np.ndarray, va: np.ndarray, d_conn: np.ndarray, vd: np.ndarray) -> tuple[np.ndarray,
+                                                                                                   np.ndarray]:
+    """The inner join of (a_conn, value) rows with (d_conn, value) rows on the value: the a_conn and d_conn of
+    each joined row."""
+    order = np.argsort(vd, kind="stable")
+    sorted_vd = vd[order]
+    lo = np.searchsorted(sorted_vd, va, side="left")
+    many = np.searchsorted(sorted_vd, va, side="right") - lo
+    rows_a = np.repeat(np.arange(len(va)), many)
+    step = np.arange(len(rows_a)) - np.repeat(np.cumsum(many) - many, many)
+    rows_d = order[np.repeat(lo, many) + step]
+    return a_conn[rows_a], d_conn[rows_d]
+
+
+def _bounded_join_frames(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[str]) -> tuple[pd.DataFrame,
+                                                                                                     int, int, set,
+                                                                                                     set]:
     """The (a_conn, d_conn) pairs that share a value of `on`, at most FANOUT × FANOUT per value: a value that more
     connections share at one point is joined on `on` + `refine` instead (with the same limit), or not at all.
     Returns (pairs with the number of shared values, values too widely shared to vote on their own, rows produced,
