@@ -473,7 +473,10 @@ def _hover_table(sel: pd.DataFrame, start: np.ndarray, certain: np.ndarray, esti
     """What the timeline's tooltip shows per marker, column by column (typed arrays; statement texts once each):
     the page's script writes it into the tooltip as text, so nothing in it is ever read as markup."""
     sql = sel["sql"].astype(object).where(sel["sql"].notna(), sel["command"].astype(object)).to_numpy()
-    codes, texts = pd.factorize(pd.Series([visible(clip(v, 300)) for v in sql], dtype=object))
+    # each distinct statement made visible once: numbered by first appearance, as the per-row texts would be
+    raw_codes, raw = pd.factorize(pd.Series(sql, dtype=object), use_na_sentinel=False)
+    text_codes, texts = pd.factorize(pd.Series([visible(clip(v, 300)) for v in raw], dtype=object))
+    codes = text_codes[raw_codes] if len(raw_codes) else raw_codes
     source_code = sel["exec_source"].astype(object).map({v: i for i, v in enumerate(EXEC_SOURCES)})
     source_code = source_code.fillna(255).to_numpy(dtype=np.uint8)
 
