@@ -434,10 +434,10 @@ def _empty_extraction_frames() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _conn_table(ex: pd.DataFrame, conns: pd.DataFrame) -> pd.DataFrame:
-    from .match import connection_keys
+    from .match import connection_keys, first_rows
 
     key = connection_keys(ex).to_numpy()
-    first = np.unique(key, return_index=True)[1]  # each connection's first row (keys number them as they appear)
+    first = first_rows(key)  # each connection's first row (keys number them as they appear)
     keys = pd.DataFrame({"key": key[first], "capture": ex["capture"].iloc[first].to_numpy(),
                          "conn_index": ex["conn_index"].to_numpy()[first]})
     return keys.merge(conns[["capture", "conn_index", "client", "server"]], on=["capture", "conn_index"])

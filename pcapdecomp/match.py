@@ -308,7 +308,7 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     # (rows are in ai / di order: the k-th in row order)
     a_in = a_in.assign(k=_occurrence(a_in["a_conn"].to_numpy(), a_in["seq"].to_numpy()))
     d_in = d_in.assign(k=_occurrence(d_in["d_conn"].to_numpy(), d_in["seq"].to_numpy()))
-    inside = a_in.merge(d_in, on=["d_conn", "seq", "k"], how="inner", suffixes=("_a", "_d"))
+    inside = _inside_join(a_in, d_in)
     work += len(a_in) + len(d_in) + len(inside)
     a_end = inside["a_end"].to_numpy(dtype="float64", na_value=np.nan)
     d_end = inside["d_end"].to_numpy(dtype="float64", na_value=np.nan)
@@ -353,6 +353,46 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
         candidates=work,
     )
     return Matching(app_row, db_row, notes, conn_pairs, stats)
+
+
+def _inside_join(a_in: pd.DataFrame, d_in: pd.DataFrame) -> pd.DataFrame:
+    """a_in.merge(d_in, on=["d_conn", "seq", "k"], how="inner", suffixes=("_a", "_d")): the key is unique on each
+    side (k numbers a sequence number's repeats inside a connection, and connections pair one to one), so this is
+    a lookup of each app row's key among the sorted DB keys, in app row order as the merge gives it."""
+    on = ["d_conn", "seq", "k"]
+    keys = _radix_key([a_in, d_in], on) if len(a_in) and len(d_in) else None
+    if keys is None:
+        return a_in.merge(d_in, on=on, how="inner", suffixes=("_a", "_d"))
+    key_a, key_d = keys
+    order = np.argsort(key_d, kind="stable")
+    sorted_d = key_d[order]
+    at = np.minimum(np.searchsorted(sorted_d, key_a), len(sorted_d) - 1)
+    hit = sorted_d[at] == key_a
+    rows_a, rows_d = np.flatnonzero(hit), order[at[hit]]
+    if (sorted_d[1:] == sorted_d[:-1]).any():  # not unique after all: the merge decides
+        return a_in.merge(d_in, on=on, how="inner", suffixes=("_a", "_d"))
+    shared = (set(a_in.columns) & set(d_in.columns)) - set(on)
+    data = {}
+    for c in a_in.columns:
+        data[c + "_a" if c in shared else c] = a_in[c].iloc[rows_a].reset_index(drop=True)
+    for c in d_in.columns:
+        if c not in on:
+            data[c + "_d" if c in shared else c] = d_in[c].iloc[rows_d].reset_index(drop=True)
+    return pd.DataFrame(data, copy=False)
+
+
+def first_rows(keys: np.ndarray) -> np.ndarray:
+    """np.unique(keys, return_index=True)[1] for keys numbered 0, 1, 2 … in order of first appearance (as
+    connection_keys numbers them): the rows where a key exceeds every one before it, found without a sort."""
+    if not len(keys):
+        return np.zeros(0, dtype=np.int64)
+    before = np.empty(len(keys), dtype=np.int64)
+    before[0] = -1
+    np.maximum.accumulate(keys[:-1], out=before[1:])
+    first = np.flatnonzero(keys > before)
+    if len(first) != int(keys.max()) + 1 or keys.min() < 0:  # not numbered so: sort
+        return np.unique(keys, return_index=True)[1]
+    return first
 
 
 def _occurrence(*keys: np.ndarray) -> np.ndarray:
@@ -437,7 +477,7 @@ def _only_notes(only: np.ndarray, conflicts: set, side: pd.DataFrame, paired: np
 def _conn_info(exchanges: pd.DataFrame, conns: pd.DataFrame, side: str) -> pd.DataFrame:
     """conn key -> scramble, conn_id, client, server of each connection that has exchanges."""
     conn = connection_keys(exchanges).to_numpy()
-    first = np.unique(conn, return_index=True)[1]  # each key's first row: keys number connections as they appear
+    first = first_rows(conn)  # each key's first row: keys number connections as they appear
     keys = pd.DataFrame({
         f"{side}_conn": conn[first],
         "capture": exchanges["capture"].iloc[first].to_numpy(), "conn_index": exchanges["conn_index"].to_numpy()[first],
