@@ -114,8 +114,11 @@ def _rows_of(app: pd.DataFrame, db: pd.DataFrame, ar: np.ndarray, dr: np.ndarray
         d_rows = dr[~has_a]
     names = list(app.columns)
     data = {}
+    in_order = all_app and len(a_rows) == len(app) and bool((a_rows == np.arange(len(a_rows))).all())
     for c in names:
-        if all_app:
+        if in_order:  # every app row, in its order (every exchange matched): the column as it is
+            data[c] = app[c].reset_index(drop=True)
+        elif all_app:
             data[c] = app[c].take(a_rows).reset_index(drop=True)
         else:
             data[c] = concat_column([app[c].take(a_rows), db[c].take(d_rows)]).take(position).reset_index(drop=True)
@@ -151,14 +154,18 @@ def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks:
     base = _rows_of(app, db, ar, dr)
     seen_d = pd.Series(has_d)
     d_rows = np.where(has_d, dr, 0)
+    every_d = bool(has_d.all()) and len(dr) == len(db) and bool((dr == np.arange(len(dr))).all())
 
     def db_column(name: str) -> pd.Series:
         """The DB side's `name` for every row; null where the DB did not see the exchange."""
+        if every_d:  # every DB row, in its order
+            return db[name].reset_index(drop=True)
         return db[name].iloc[d_rows].reset_index(drop=True).where(seen_d)
 
     if len(db):
         for col in ("conn_id", "status_flags", "server_flag_slow"):
-            base[col] = base[col].where(base[col].notna(), db_column(col))
+            if base[col].isna().any():
+                base[col] = base[col].where(base[col].notna(), db_column(col))
         base["problems"] = _merged_problems(base["problems"], db_column("problems"), has_a & has_d)
         base["db_client"] = db_column("client")
         base["db_req_first_frame"] = db_column("req_first_frame").astype("Int64")
