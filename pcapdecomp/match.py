@@ -255,20 +255,21 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     """
     cmd_a, cmd_d = _codes(app["command"], db["command"])
     sql_a, sql_d = _codes(app["sql"], db["sql"])
+    conn_a, conn_d = connection_keys(app).to_numpy(), connection_keys(db).to_numpy()
     a = pd.DataFrame({
-        "ai": np.arange(len(app), dtype=np.int64), "a_conn": connection_keys(app).to_numpy(),
+        "ai": np.arange(len(app), dtype=np.int64), "a_conn": conn_a,
         "seq": app["req_tcp_seq"].to_numpy(), "cmd": cmd_a, "sql": sql_a,
         "a_end": app["resp_tcp_end"].array, "a_done": app["result"].notna().to_numpy(),
     })
     d = pd.DataFrame({
-        "di": np.arange(len(db), dtype=np.int64), "d_conn": connection_keys(db).to_numpy(),
+        "di": np.arange(len(db), dtype=np.int64), "d_conn": conn_d,
         "seq": db["req_tcp_seq"].to_numpy(), "cmd": cmd_d, "sql": sql_d,
         "d_end": db["resp_tcp_end"].array, "d_done": db["result"].notna().to_numpy(),
     })
 
     # --- connections: votes from shared request bytes, the scramble decides, a contradiction vetoes
-    a_info = _conn_info(app, app_conns, "a")
-    d_info = _conn_info(db, db_conns, "d")
+    a_info = _conn_info(app, app_conns, "a", conn_a)
+    d_info = _conn_info(db, db_conns, "d", conn_d)
     ends_a, ends_d = _endpoint_codes(a_info, d_info)
     key_a = a.assign(ends=ends_a[a["a_conn"].to_numpy()] if len(a) else np.zeros(0, dtype=np.int64))
     key_d = d.assign(ends=ends_d[d["d_conn"].to_numpy()] if len(d) else np.zeros(0, dtype=np.int64))
@@ -328,10 +329,10 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     d_end_na = good["d_end"].isna().to_numpy()
     a_cut = ~good["a_done"].to_numpy() & good["d_done"].to_numpy() & ~a_end_na
     d_cut = ~good["d_done"].to_numpy() & good["a_done"].to_numpy() & ~d_end_na
-    good_notes = np.select(
-        [a_end_na & ~d_end_na, d_end_na & ~a_end_na, a_cut, d_cut],
-        ["response-unseen-at-app", "response-unseen-at-db", "response-incomplete-at-app", "response-incomplete-at-db"],
-        "").astype(object)
+    # the notes as codes first, then their texts (one object per row, as np.select on the texts made them)
+    good_notes = np.array(["", "response-unseen-at-app", "response-unseen-at-db", "response-incomplete-at-app",
+                           "response-incomplete-at-db"], dtype=object)[
+        np.select([a_end_na & ~d_end_na, d_end_na & ~a_end_na, a_cut, d_cut], [1, 2, 3, 4], 0)]
     app_only = _rows_not_in(np.arange(len(app), dtype=np.int64), good_ai, len(app))
     db_only = _rows_not_in(np.arange(len(db), dtype=np.int64), good_di, len(db))
     app_row = np.concatenate([good["ai"].to_numpy(), app_only, np.full(len(db_only), -1, dtype=np.int64)])
@@ -372,12 +373,18 @@ def _inside_join(a_in: pd.DataFrame, d_in: pd.DataFrame) -> pd.DataFrame:
     if (sorted_d[1:] == sorted_d[:-1]).any():  # not unique after all: the merge decides
         return a_in.merge(d_in, on=on, how="inner", suffixes=("_a", "_d"))
     shared = (set(a_in.columns) & set(d_in.columns)) - set(on)
+
+    def rows_of(column: pd.Series, rows: np.ndarray) -> pd.Series:
+        if len(rows) == len(column) and bool((rows == np.arange(len(rows))).all()):
+            return column.reset_index(drop=True)  # every row in order (every exchange matched): no copy
+        return column.iloc[rows].reset_index(drop=True)
+
     data = {}
     for c in a_in.columns:
-        data[c + "_a" if c in shared else c] = a_in[c].iloc[rows_a].reset_index(drop=True)
+        data[c + "_a" if c in shared else c] = rows_of(a_in[c], rows_a)
     for c in d_in.columns:
         if c not in on:
-            data[c + "_d" if c in shared else c] = d_in[c].iloc[rows_d].reset_index(drop=True)
+            data[c + "_d" if c in shared else c] = rows_of(d_in[c], rows_d)
     return pd.DataFrame(data, copy=False)
 
 
@@ -474,9 +481,10 @@ def _only_notes(only: np.ndarray, conflicts: set, side: pd.DataFrame, paired: np
     return notes
 
 
-def _conn_info(exchanges: pd.DataFrame, conns: pd.DataFrame, side: str) -> pd.DataFrame:
-    """conn key -> scramble, conn_id, client, server of each connection that has exchanges."""
-    conn = connection_keys(exchanges).to_numpy()
+def _conn_info(exchanges: pd.DataFrame, conns: pd.DataFrame, side: str, conn: np.ndarray | None = None) -> pd.DataFrame:
+    """conn key -> scramble, conn_id, client, server of each connection that has exchanges (`conn`: the rows'
+    connection_keys, when known)."""
+    conn = connection_keys(exchanges).to_numpy() if conn is None else conn
     first = first_rows(conn)  # each key's first row: keys number connections as they appear
     keys = pd.DataFrame({
         f"{side}_conn": conn[first],
