@@ -135,7 +135,7 @@ def _merged_problems(app_side: pd.Series, db_side: pd.Series, both: np.ndarray) 
     a_text, d_text = [""] + list(a.cat.categories), [""] + list(d.cat.categories)  # index 0: null
     width = len(d_text)
     key = (a.cat.codes.to_numpy(np.int64) + 1) * width + (d.cat.codes.to_numpy(np.int64) + 1)
-    pairs, which = np.unique(key[both], return_inverse=True)
+    which, pairs = pd.factorize(key[both])  # the distinct pairs (a hash: few of them, many rows)
     merged = [",".join(dict.fromkeys(p for p in f"{a_text[k // width]},{d_text[k % width]}".split(",") if p))
               for k in pairs]
     out = a.astype(object).to_numpy(copy=True)
