@@ -111,7 +111,7 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """(code per row, −1 where null; the distinct values): a categorical's own codes, else factorized."""
     if isinstance(col.dtype, pd.CategoricalDtype):
         codes = col.cat.codes.to_numpy().astype(np.int64)
-        used = np.unique(codes[codes >= 0])
+        used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(col.cat.categories)))  # no sort
         remap = np.full(len(col.cat.categories) + 1, -1, dtype=np.int64)
         remap[used] = np.arange(len(used))
         return remap[codes], col.cat.categories.to_numpy(dtype=object)[used]
