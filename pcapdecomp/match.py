@@ -128,11 +128,15 @@ def _bounded_join(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[
     np.cumsum(ordered[1:] != ordered[:-1], out=value[1:])
     del ordered, raw
     point_conn = np.concatenate([a_conn, d_conn + (1 << 31)])  # the DB point's connections above the app's
-    packed = (value << 32) | point_conn[by_value]
+    packed = point_conn[by_value]
+    del point_conn
+    value <<= 32
+    packed |= value
+    del value  # (each temporary freed as soon as it is used: the peak is about four arrays of both points' rows)
     again = np.argsort(packed, kind="stable")  # nearly sorted already: the stable sort (timsort) runs through it
     packed = packed[again]
     row = by_value[again]
-    del by_value, again, value
+    del by_value, again
     first = np.ones(len(packed), dtype=bool)  # the first row of each distinct (value, point, connection)
     first[1:] = packed[1:] != packed[:-1]
     packed, row = packed[first], row[first]
