@@ -18,7 +18,7 @@ from . import sources
 from .captureset import CaptureSet, resolve_capture_set, time_zone
 from .clock import ClockModel, estimate_clock
 from .console import capture_problems, progress_bar, warn
-from .decompose import build_table, decompose
+from .decompose import build_table, decompose, text_category
 from .errors import InputError, SlowLogError, UsageError, internal_errors_to
 from .match import match_exchanges, pair_segments, read_segments_of, split_endpoint
 from .outputs import OutputFolder, write_table, write_text
@@ -224,7 +224,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     table = proxy_finish(table, proxied) if proxied is not None else proxy_empty(table)
     del app_ex, db_ex
     release_memory()
-    table["db_point"] = as_category(row_point)
+    table["db_point"] = text_category(row_point)
 
     if cs.long_query_time is None:
         note("long_query_time unknown (no capture.toml, no --long-query-time): hidden_slow not decided")
@@ -434,10 +434,10 @@ def _empty_extraction_frames() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _conn_table(ex: pd.DataFrame, conns: pd.DataFrame) -> pd.DataFrame:
-    from .match import connection_keys
+    from .match import connection_keys, first_rows
 
     key = connection_keys(ex).to_numpy()
-    first = np.unique(key, return_index=True)[1]  # each connection's first row (keys number them as they appear)
+    first = first_rows(key)  # each connection's first row (keys number them as they appear)
     keys = pd.DataFrame({"key": key[first], "capture": ex["capture"].iloc[first].to_numpy(),
                          "conn_index": ex["conn_index"].to_numpy()[first]})
     return keys.merge(conns[["capture", "conn_index", "client", "server"]], on=["capture", "conn_index"])

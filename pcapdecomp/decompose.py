@@ -25,6 +25,10 @@ NS = 1_000_000_000
 FINGERPRINT_MIN_SAMPLES = 5  # fast executions of a (command, fingerprint) needed before their median stands for execution
 ESTIMATE_MAX_SPREAD = 2.0  # … and they must agree: p90 − p10 at most this many medians
 STALL_MIN_QUEUE_S = 0.1  # a request that queued this long counts toward a stalled stretch of its thread group
+# exec_source's values, and queue_source's (measured: from the slow log; estimated: from the fingerprint's median)
+EXEC_SOURCES = ["slow_log", "fingerprint_median", "flagged_slow", "below_long_query_time"]
+SLOW_LOG, FINGERPRINT_MEDIAN, FLAGGED_SLOW, BELOW_LONG_QUERY_TIME = range(len(EXEC_SOURCES))
+QUEUE_SOURCES = ["measured", "estimated", "lower_bound"]
 
 
 # --- the decomposed table --------------------------------------------------------------------------------------
@@ -32,6 +36,11 @@ STALL_MIN_QUEUE_S = 0.1  # a request that queued this long counts toward a stall
 
 def ts_ns(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """A datetime column as (int64 ns, valid mask); null entries hold 0."""
+    if col.dtype in (np.dtype("M8[ns]"), pd.DatetimeTZDtype("ns", "UTC")):
+        values = col.array.asi8.copy()  # NaT is int64's minimum
+        valid = values != np.iinfo(np.int64).min
+        values[~valid] = 0
+        return values, valid
     valid = col.notna().to_numpy().copy()
     values = np.zeros(len(col), dtype=np.int64)
     values[valid] = col[valid].to_numpy(dtype="datetime64[ns]").astype(np.int64)
@@ -48,11 +57,47 @@ def _side_ts(side: pd.DataFrame, col: str, rows: np.ndarray) -> tuple[np.ndarray
 
 
 def _to_ts(ns: np.ndarray, valid: np.ndarray) -> pd.Series:
-    return pd.Series(pd.to_datetime(pd.Series(ns, dtype="Int64").where(valid), unit="ns", utc=True))
+    """int64 ns as a datetime64[ns, UTC] column, NaT where not `valid` (NaT is int64's minimum: a view, no
+    conversion)."""
+    ns = np.asarray(ns).astype(np.int64, copy=False)
+    return pd.Series(np.where(valid, ns, np.iinfo(np.int64).min).view("M8[ns]")).dt.tz_localize("UTC")
 
 
 def _seconds(ns: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return np.where(valid, ns / 1e9, np.nan)
+
+
+def null_boolean(n: int) -> pd.arrays.BooleanArray:
+    """n nulls of dtype boolean (pd.array([pd.NA] * n, dtype="boolean") without a list of n objects)."""
+    return pd.arrays.BooleanArray(np.zeros(n, dtype=bool), np.ones(n, dtype=bool))
+
+
+def null_int64(n: int) -> pd.arrays.IntegerArray:
+    """n nulls of dtype Int64 (as pd.array([pd.NA] * n, dtype="Int64") makes them: 1 under the mask)."""
+    return pd.arrays.IntegerArray(np.ones(n, dtype=np.int64), np.ones(n, dtype=bool))
+
+
+def labelled(codes: np.ndarray, labels: list[str]) -> pd.Series:
+    """as_category(labels[codes]) (-1: null) from the codes: the labels that occur, sorted, as categories. Built
+    from the codes, not by encoding one string a row."""
+    codes = np.asarray(codes, dtype=np.int64)
+    present = np.bincount(codes[codes >= 0], minlength=len(labels)) > 0
+    used = sorted(label for label, there in zip(labels, present) if there)
+    remap = np.full(len(labels) + 1, -1, dtype=np.int64)  # the last entry: -1 stays -1
+    for i, label in enumerate(labels):
+        if present[i]:
+            remap[i] = used.index(label)
+    dtype = pd.CategoricalDtype(pd.Index(used, dtype="str"))
+    return pd.Series(pd.Categorical.from_codes(remap[codes], dtype=dtype))
+
+
+def text_category(values: np.ndarray) -> pd.Series:
+    """as_category (tables.py) of an object array of str and None: the same column, the values hashed once
+    (pd.factorize) instead of made into a string array first and looked up among the categories."""
+    codes, uniques = pd.factorize(values)
+    if not all(isinstance(u, str) for u in uniques):
+        return as_category(values)
+    return labelled(codes, list(uniques))
 
 
 def _rows_of(app: pd.DataFrame, db: pd.DataFrame, ar: np.ndarray, dr: np.ndarray) -> pd.DataFrame:
@@ -69,8 +114,11 @@ def _rows_of(app: pd.DataFrame, db: pd.DataFrame, ar: np.ndarray, dr: np.ndarray
         d_rows = dr[~has_a]
     names = list(app.columns)
     data = {}
+    in_order = all_app and len(a_rows) == len(app) and bool((a_rows == np.arange(len(a_rows))).all())
     for c in names:
-        if all_app:
+        if in_order:  # every app row, in its order (every exchange matched): the column as it is
+            data[c] = app[c].reset_index(drop=True)
+        elif all_app:
             data[c] = app[c].take(a_rows).reset_index(drop=True)
         else:
             data[c] = concat_column([app[c].take(a_rows), db[c].take(d_rows)]).take(position).reset_index(drop=True)
@@ -87,12 +135,12 @@ def _merged_problems(app_side: pd.Series, db_side: pd.Series, both: np.ndarray) 
     a_text, d_text = [""] + list(a.cat.categories), [""] + list(d.cat.categories)  # index 0: null
     width = len(d_text)
     key = (a.cat.codes.to_numpy(np.int64) + 1) * width + (d.cat.codes.to_numpy(np.int64) + 1)
-    pairs, which = np.unique(key[both], return_inverse=True)
+    which, pairs = pd.factorize(key[both])  # the distinct pairs (a hash: few of them, many rows)
     merged = [",".join(dict.fromkeys(p for p in f"{a_text[k // width]},{d_text[k % width]}".split(",") if p))
               for k in pairs]
     out = a.astype(object).to_numpy(copy=True)
     out[both] = np.asarray(merged, dtype=object)[which]
-    return as_category(out)
+    return text_category(out)
 
 
 def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks: dict[str, ClockModel],
@@ -106,25 +154,30 @@ def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks:
     base = _rows_of(app, db, ar, dr)
     seen_d = pd.Series(has_d)
     d_rows = np.where(has_d, dr, 0)
+    every_d = bool(has_d.all()) and len(dr) == len(db) and bool((dr == np.arange(len(dr))).all())
 
     def db_column(name: str) -> pd.Series:
         """The DB side's `name` for every row; null where the DB did not see the exchange."""
+        if every_d:  # every DB row, in its order
+            return db[name].reset_index(drop=True)
         return db[name].iloc[d_rows].reset_index(drop=True).where(seen_d)
 
     if len(db):
         for col in ("conn_id", "status_flags", "server_flag_slow"):
-            base[col] = base[col].where(base[col].notna(), db_column(col))
+            if base[col].isna().any():
+                base[col] = base[col].where(base[col].notna(), db_column(col))
         base["problems"] = _merged_problems(base["problems"], db_column("problems"), has_a & has_d)
         base["db_client"] = db_column("client")
         base["db_req_first_frame"] = db_column("req_first_frame").astype("Int64")
         base["db_resp_last_frame"] = db_column("resp_last_frame").astype("Int64")
     else:
-        base["db_client"] = as_category([None] * n)
-        base["db_req_first_frame"] = pd.Series([None] * n, dtype="Int64")
-        base["db_resp_last_frame"] = pd.Series([None] * n, dtype="Int64")
+        base["db_client"] = labelled(np.full(n, -1), [])
+        base["db_req_first_frame"] = pd.Series(null_int64(n))
+        base["db_resp_last_frame"] = pd.Series(null_int64(n))
     seen_codes = np.where(has_a & has_d, 1, np.where(has_a, 0, 2)).astype(np.int8)
     base["seen"] = pd.Categorical.from_codes(seen_codes, categories=["app", "both", "db"])
-    base["match_notes"] = as_category(pd.Series(matching.notes, dtype="string").replace("", pd.NA))
+    notes = np.asarray(matching.notes, dtype=object)
+    base["match_notes"] = text_category(np.where(notes == "", None, notes))
 
     # the app side's times are in base, on the rows the app saw (its columns are gone from `app` by now)
     a1, a1v = ts_ns(base["req_first_ts"])
@@ -175,10 +228,10 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     server = t["server_s"].to_numpy(dtype="float64", na_value=np.nan)
     flag = t["server_flag_slow"].astype("boolean")
     exec_s = np.full(len(t), np.nan)
-    source = np.full(len(t), None, dtype=object)
+    source = np.full(len(t), -1, dtype=np.int8)  # a code of EXEC_SOURCES; -1: unknown
     if join.used:
         exec_s[in_log] = join.query_time_ns[in_log] / 1e9  # Σ over the statements of a multi-statement packet
-        source[in_log] = "slow_log"
+        source[in_log] = SLOW_LOG
     lqt = long_query_time
     flagged = flag.fillna(False).to_numpy(dtype=bool)
     # Known to have executed faster than long_query_time: the server did not flag it, or the slow log (in use)
@@ -190,24 +243,23 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
                                   & (server >= 0) & (server <= lqt if lqt is not None else True))
     by_fp = todo & ~np.isnan(estimate)
     exec_s[by_fp] = estimate[by_fp]
-    source[by_fp] = "fingerprint_median"
+    source[by_fp] = FINGERPRINT_MEDIAN
     # Flagged SERVER_QUERY_WAS_SLOW but not in the (missing) slow log: execution ≥ long_query_time, and at most
     # the server time; take the server time (queue_s 0 is then a lower bound).
     flagged_only = has_server & flagged & ~in_log
     exec_s[flagged_only] = server[flagged_only]
-    source[flagged_only] = "flagged_slow"
+    source[flagged_only] = FLAGGED_SLOW
     if lqt is not None:
         bound = todo & ~by_fp & known_fast
         exec_s[bound] = np.minimum(server[bound], lqt)
-        source[bound] = "below_long_query_time"
+        source[bound] = BELOW_LONG_QUERY_TIME
     t = t.copy(deep=False)  # copy-on-write: the new columns do not touch the caller's table
     t["exec_s"] = exec_s
-    t["exec_source"] = as_category(source)
+    t["exec_source"] = labelled(source, EXEC_SOURCES)
     queue = np.where(np.isnan(exec_s) | ~has_server, np.nan, np.maximum(server - exec_s, 0.0))
     t["queue_s"] = queue
-    t["queue_source"] = as_category(np.select(
-        [np.isnan(queue), source == "slow_log", source == "fingerprint_median"],
-        [None, "measured", "estimated"], "lower_bound"))
+    t["queue_source"] = labelled(np.select(
+        [np.isnan(queue), source == SLOW_LOG, source == FINGERPRINT_MEDIAN], [-1, 0, 1], 2), QUEUE_SOURCES)
     # What is certain whatever the estimates say: a measured queue, or the server time beyond the longest the
     # execution can have taken (below long_query_time when the slow log or the flag says it was not slow).
     certain = np.zeros(len(t))
@@ -219,12 +271,12 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     t["in_slow_log"] = pd.array(in_log, dtype="boolean")
     t.loc[undecided, "in_slow_log"] = pd.NA
     if not join.used:
-        t["in_slow_log"] = pd.array([pd.NA] * len(t), dtype="boolean")
+        t["in_slow_log"] = null_boolean(len(t))
     lines = slow["line"].to_numpy()[np.maximum(join.entry, 0)] if join.used else np.zeros(len(t), dtype=np.int64)
     t["slow_log_line"] = pd.Series(lines, dtype="Int64").where(in_log & join.used)
     evidence = join.used | flag.notna().to_numpy()
     if lqt is None:
-        hidden = pd.array([pd.NA] * len(t), dtype="boolean")
+        hidden = null_boolean(len(t))
     else:
         slow_wire = has_server & (server > lqt)
         hidden_np = slow_wire & ~flagged & ~(in_log & join.used)
@@ -233,13 +285,30 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     t["hidden_slow"] = hidden
     understated = pd.array(in_log & (np.nan_to_num(t["queue_min_s"].to_numpy()) >= STALL_MIN_QUEUE_S), dtype="boolean")
     if not join.used:
-        understated = pd.array([pd.NA] * len(t), dtype="boolean")
+        understated = null_boolean(len(t))
     t["understated"] = understated
     if thread_pool_size:
         t["thread_group"] = (t["conn_id"].astype("Int64") % int(thread_pool_size)).astype("Int64")
     else:
-        t["thread_group"] = pd.array([pd.NA] * len(t), dtype="Int64")
+        t["thread_group"] = null_int64(len(t))
     return t, join
+
+
+def _text_codes(column: pd.Series) -> np.ndarray:
+    """pd.factorize(column's values as str) (nulls: -1), int64: for a categorical column, from its codes (one
+    str() per category, not per row), with the same numbers (in order of first appearance)."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        return pd.factorize(column.astype(object).astype(str).to_numpy(dtype=object))[0].astype(np.int64)
+    texts = [str(c) for c in column.cat.categories]
+    if len(set(texts)) != len(texts):  # two categories with one text: one group, as the texts would make it
+        return pd.factorize(column.astype(object).astype(str).to_numpy(dtype=object))[0].astype(np.int64)
+    codes = column.cat.codes.to_numpy(np.int64)
+    out = pd.factorize(codes)[0].astype(np.int64)  # numbered as they first appear; null's -1 is numbered too
+    nulls = codes < 0
+    if nulls.any():
+        out[nulls] = -1
+        out[~nulls] = pd.factorize(codes[~nulls])[0]
+    return out
 
 
 def estimate_execution(command: pd.Series, fingerprint: pd.Series, server: np.ndarray,
@@ -257,8 +326,8 @@ def estimate_execution(command: pd.Series, fingerprint: pd.Series, server: np.nd
         return out
     # one group per (command, fingerprint) text pair, NA as the text str() makes of it; numbered pair by pair, not
     # by joining the two texts of every row into a new string (≈ 200 MiB more at 830k exchanges)
-    command_codes = pd.factorize(command.astype(str).to_numpy(dtype=object))[0].astype(np.int64)
-    fingerprint_codes = pd.factorize(fingerprint.astype(object).astype(str).to_numpy(dtype=object))[0].astype(np.int64)
+    command_codes = _text_codes(command)
+    fingerprint_codes = _text_codes(fingerprint)
     codes, uniques = pd.factorize(command_codes * (int(fingerprint_codes.max()) + 1) + fingerprint_codes)
     sample = fast & (codes >= 0)
     if not sample.any():

@@ -58,7 +58,7 @@ def profile(x: pd.DataFrame, span_s: float | None, top: int | None = None) -> pd
     queue_sum, queue_n = _group_sum(k, _floats(x, "queue_s")[has], n)
     out["queue_sum"] = queue_sum
     out["queue_estimated_sum"] = np.where(queue_n > 0, np.bincount(k, weights=estimated, minlength=n), np.nan)
-    out["server_max"] = _group_min_max_p95(k, server, n)[1]
+    out["server_max"] = _group_max(k, server, n)
     out["hidden_slow"] = np.bincount(k, weights=x["hidden_slow"].fillna(False).to_numpy(dtype=bool)[has],
                                      minlength=n).astype(np.int64)
     t_sum = _group_sum(k, time_key, n)[0]
@@ -111,7 +111,7 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """(code per row, −1 where null; the distinct values): a categorical's own codes, else factorized."""
     if isinstance(col.dtype, pd.CategoricalDtype):
         codes = col.cat.codes.to_numpy().astype(np.int64)
-        used = np.unique(codes[codes >= 0])
+        used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(col.cat.categories)))  # no sort
         remap = np.full(len(col.cat.categories) + 1, -1, dtype=np.int64)
         remap[used] = np.arange(len(used))
         return remap[codes], col.cat.categories.to_numpy(dtype=object)[used]
@@ -124,6 +124,15 @@ def _group_sum(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray, np.nda
     ok = ~np.isnan(v)
     count = np.bincount(k[ok], minlength=n)
     return np.where(count > 0, np.bincount(k[ok], weights=v[ok], minlength=n), np.nan), count
+
+
+def _group_max(k: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
+    """Per group: the max of the non-NaN values (NaN where there is none); no sort, one pass."""
+    ok = ~np.isnan(v)
+    out = np.full(n, -np.inf)
+    np.maximum.at(out, k[ok], v[ok])
+    out[np.bincount(k[ok], minlength=n) == 0] = np.nan
+    return out
 
 
 def _group_min_max_p95(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

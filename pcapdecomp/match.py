@@ -85,8 +85,132 @@ def _codes(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return codes[:len(a)].astype(np.int64), codes[len(a):].astype(np.int64)
 
 
+def _radix_key(frames: list[pd.DataFrame], keys: list[str]) -> list[np.ndarray] | None:
+    """One int64 per row of each frame for its values of the integer columns `keys` (mixed radix over the columns'
+    ranges, in one space for all frames: equal numbers, equal values); None when the ranges need more than 62 bits."""
+    columns = [[f[k].to_numpy(np.int64) for f in frames] for k in keys]
+    out = [np.zeros(len(f), dtype=np.int64) for f in frames]
+    room = 1
+    for parts in columns:
+        present = [p for p in parts if len(p)]
+        if not present:
+            continue
+        low = min(int(p.min()) for p in present)
+        span = max(int(p.max()) for p in present) - low + 1
+        room *= span
+        if room >= 1 << 62:
+            return None
+        out = [o * span + (p - low) for o, p in zip(out, parts)]
+    return out
+
+
 def _bounded_join(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[str]) -> tuple[pd.DataFrame, int, int,
                                                                                              set, set]:
+    """The (a_conn, d_conn) pairs that share a value of `on`, at most FANOUT × FANOUT per value: a value that more
+    connections share at one point is joined on `on` + `refine` instead (with the same limit), or not at all.
+    Returns (pairs with the number of shared values, values too widely shared to vote on their own, rows produced,
+    and the app and DB connections that hold those values).
+
+    Done on sorted integer arrays (what _bounded_join_frames does with pandas merges and groupbys, several times
+    faster): the rows of both points sorted by their value of `on`, numbered, then by (value, point, connection),
+    so that the distinct (connection, value) pairs, the connections per value and the join are runs of one array."""
+    keys = _radix_key([a, d], on) if len(a) and len(d) else None
+    if keys is None:
+        return _bounded_join_frames(a, d, on, refine)
+    a_conn, d_conn = a["a_conn"].to_numpy(np.int64), d["d_conn"].to_numpy(np.int64)
+    if min(a_conn.min(), d_conn.min()) < 0 or max(a_conn.max(), d_conn.max(), len(a) + len(d)) >= 1 << 31:
+        return _bounded_join_frames(a, d, on, refine)
+    raw = np.concatenate(keys)
+    del keys
+    by_value = np.argsort(raw, kind="stable")
+    ordered = raw[by_value]
+    value = np.zeros(len(raw), dtype=np.int64)  # numbered in order, per row of by_value
+    np.cumsum(ordered[1:] != ordered[:-1], out=value[1:])
+    del ordered, raw
+    point_conn = np.concatenate([a_conn, d_conn + (1 << 31)])  # the DB point's connections above the app's
+    packed = point_conn[by_value]
+    del point_conn
+    value <<= 32
+    packed |= value
+    del value  # (each temporary freed as soon as it is used: the peak is about four arrays of both points' rows)
+    again = np.argsort(packed, kind="stable")  # nearly sorted already: the stable sort (timsort) runs through it
+    packed = packed[again]
+    row = by_value[again]
+    del by_value, again
+    first = np.ones(len(packed), dtype=bool)  # the first row of each distinct (value, point, connection)
+    first[1:] = packed[1:] != packed[:-1]
+    packed, row = packed[first], row[first]
+    is_d = (packed >> 31) & 1 == 1
+    conn = packed & 0x7FFFFFFF
+    val = packed >> 32
+    va, vd, ca, cd, row_a, row_d = val[~is_d], val[is_d], conn[~is_d], conn[is_d], row[~is_d], row[is_d] - len(a)
+    work = 0
+    parts = []
+    ambiguous = 0
+    held: tuple[set, set] = (set(), set())
+    for step in (0, 1):
+        if not len(va) or not len(vd):
+            break
+        if step == 1:  # the values of `on` + `refine`, renumbered in one space
+            refined = _radix_key([a.iloc[row_a], d.iloc[row_d]], refine)
+            if refined is None:
+                refined = list(_codes_of([a.iloc[row_a], d.iloc[row_d]], refine))
+            both = np.unique(np.concatenate([va, vd]) * (int(max(refined[0].max(initial=0),
+                                                                  refined[1].max(initial=0))) + 1)
+                             + np.concatenate(refined), return_inverse=True)[1].reshape(-1)
+            va, vd = both[:len(va)], both[len(va):]
+        space = int(max(va.max(), vd.max())) + 1
+        count_a, count_d = np.bincount(va, minlength=space), np.bincount(vd, minlength=space)
+        a_ok, d_ok = count_a[va] <= FANOUT, count_d[vd] <= FANOUT
+        pa, pd_ = _join_values(ca[a_ok], va[a_ok], cd[d_ok], vd[d_ok])
+        work += len(va) + len(vd) + len(pa)
+        parts.append((pa, pd_))
+        # what remains ambiguous: values present at both points but too widely shared at one of them
+        big = (count_a > 0) & (count_d > 0) & ((count_a > FANOUT) | (count_d > FANOUT))
+        n_big = int(big.sum())
+        work += n_big
+        if step == 1:
+            break
+        ambiguous = n_big
+        if n_big:
+            held = (set(ca[big[va]].tolist()), set(cd[big[vd]].tolist()))
+        if not n_big or not refine:
+            break
+        keep_a, keep_d = big[va], big[vd]
+        va, ca, row_a = va[keep_a], ca[keep_a], row_a[keep_a]
+        vd, cd, row_d = vd[keep_d], cd[keep_d], row_d[keep_d]
+    pa = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    pd_ = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    pair, votes = np.unique((pa << 32) | pd_, return_counts=True)  # sorted by a_conn, then d_conn
+    counted = pd.DataFrame({"a_conn": pair >> 32, "d_conn": pair & 0xFFFFFFFF, "votes": votes.astype(np.int64)})
+    return counted, ambiguous, work, *held
+
+
+def _codes_of(frames: list[pd.DataFrame], keys: list[str]) -> tuple[np.ndarray, ...]:
+    """Per frame, one code per row of its values of `keys`, in one space (equal codes, equal values)."""
+    joined = pd.concat([f[keys] for f in frames], ignore_index=True)
+    codes = joined.groupby(keys, sort=False).ngroup().to_numpy(np.int64)
+    bounds = np.cumsum([0, *(len(f) for f in frames)])
+    return tuple(codes[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:]))
+
+
+def _join_values(a_conn: np.ndarray, va: np.ndarray, d_conn: np.ndarray, vd: np.ndarray) -> tuple[np.ndarray,
+                                                                                                   np.ndarray]:
+    """The inner join of (a_conn, value) rows with (d_conn, value) rows on the value: the a_conn and d_conn of
+    each joined row."""
+    order = np.argsort(vd, kind="stable")
+    sorted_vd = vd[order]
+    lo = np.searchsorted(sorted_vd, va, side="left")
+    many = np.searchsorted(sorted_vd, va, side="right") - lo
+    rows_a = np.repeat(np.arange(len(va)), many)
+    step = np.arange(len(rows_a)) - np.repeat(np.cumsum(many) - many, many)
+    rows_d = order[np.repeat(lo, many) + step]
+    return a_conn[rows_a], d_conn[rows_d]
+
+
+def _bounded_join_frames(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[str]) -> tuple[pd.DataFrame,
+                                                                                                     int, int, set,
+                                                                                                     set]:
     """The (a_conn, d_conn) pairs that share a value of `on`, at most FANOUT × FANOUT per value: a value that more
     connections share at one point is joined on `on` + `refine` instead (with the same limit), or not at all.
     Returns (pairs with the number of shared values, values too widely shared to vote on their own, rows produced,
@@ -135,20 +259,21 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     """
     cmd_a, cmd_d = _codes(app["command"], db["command"])
     sql_a, sql_d = _codes(app["sql"], db["sql"])
+    conn_a, conn_d = connection_keys(app).to_numpy(), connection_keys(db).to_numpy()
     a = pd.DataFrame({
-        "ai": np.arange(len(app), dtype=np.int64), "a_conn": connection_keys(app).to_numpy(),
+        "ai": np.arange(len(app), dtype=np.int64), "a_conn": conn_a,
         "seq": app["req_tcp_seq"].to_numpy(), "cmd": cmd_a, "sql": sql_a,
         "a_end": app["resp_tcp_end"].array, "a_done": app["result"].notna().to_numpy(),
     })
     d = pd.DataFrame({
-        "di": np.arange(len(db), dtype=np.int64), "d_conn": connection_keys(db).to_numpy(),
+        "di": np.arange(len(db), dtype=np.int64), "d_conn": conn_d,
         "seq": db["req_tcp_seq"].to_numpy(), "cmd": cmd_d, "sql": sql_d,
         "d_end": db["resp_tcp_end"].array, "d_done": db["result"].notna().to_numpy(),
     })
 
     # --- connections: votes from shared request bytes, the scramble decides, a contradiction vetoes
-    a_info = _conn_info(app, app_conns, "a")
-    d_info = _conn_info(db, db_conns, "d")
+    a_info = _conn_info(app, app_conns, "a", conn_a)
+    d_info = _conn_info(db, db_conns, "d", conn_d)
     ends_a, ends_d = _endpoint_codes(a_info, d_info)
     key_a = a.assign(ends=ends_a[a["a_conn"].to_numpy()] if len(a) else np.zeros(0, dtype=np.int64))
     key_d = d.assign(ends=ends_d[d["d_conn"].to_numpy()] if len(d) else np.zeros(0, dtype=np.int64))
@@ -188,7 +313,7 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     # (rows are in ai / di order: the k-th in row order)
     a_in = a_in.assign(k=_occurrence(a_in["a_conn"].to_numpy(), a_in["seq"].to_numpy()))
     d_in = d_in.assign(k=_occurrence(d_in["d_conn"].to_numpy(), d_in["seq"].to_numpy()))
-    inside = a_in.merge(d_in, on=["d_conn", "seq", "k"], how="inner", suffixes=("_a", "_d"))
+    inside = _inside_join(a_in, d_in)
     work += len(a_in) + len(d_in) + len(inside)
     a_end = inside["a_end"].to_numpy(dtype="float64", na_value=np.nan)
     d_end = inside["d_end"].to_numpy(dtype="float64", na_value=np.nan)
@@ -208,10 +333,10 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     d_end_na = good["d_end"].isna().to_numpy()
     a_cut = ~good["a_done"].to_numpy() & good["d_done"].to_numpy() & ~a_end_na
     d_cut = ~good["d_done"].to_numpy() & good["a_done"].to_numpy() & ~d_end_na
-    good_notes = np.select(
-        [a_end_na & ~d_end_na, d_end_na & ~a_end_na, a_cut, d_cut],
-        ["response-unseen-at-app", "response-unseen-at-db", "response-incomplete-at-app", "response-incomplete-at-db"],
-        "").astype(object)
+    # the notes as codes first, then their texts (one object per row, as np.select on the texts made them)
+    good_notes = np.array(["", "response-unseen-at-app", "response-unseen-at-db", "response-incomplete-at-app",
+                           "response-incomplete-at-db"], dtype=object)[
+        np.select([a_end_na & ~d_end_na, d_end_na & ~a_end_na, a_cut, d_cut], [1, 2, 3, 4], 0)]
     app_only = _rows_not_in(np.arange(len(app), dtype=np.int64), good_ai, len(app))
     db_only = _rows_not_in(np.arange(len(db), dtype=np.int64), good_di, len(db))
     app_row = np.concatenate([good["ai"].to_numpy(), app_only, np.full(len(db_only), -1, dtype=np.int64)])
@@ -233,6 +358,52 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
         candidates=work,
     )
     return Matching(app_row, db_row, notes, conn_pairs, stats)
+
+
+def _inside_join(a_in: pd.DataFrame, d_in: pd.DataFrame) -> pd.DataFrame:
+    """a_in.merge(d_in, on=["d_conn", "seq", "k"], how="inner", suffixes=("_a", "_d")): the key is unique on each
+    side (k numbers a sequence number's repeats inside a connection, and connections pair one to one), so this is
+    a lookup of each app row's key among the sorted DB keys, in app row order as the merge gives it."""
+    on = ["d_conn", "seq", "k"]
+    keys = _radix_key([a_in, d_in], on) if len(a_in) and len(d_in) else None
+    if keys is None:
+        return a_in.merge(d_in, on=on, how="inner", suffixes=("_a", "_d"))
+    key_a, key_d = keys
+    order = np.argsort(key_d, kind="stable")
+    sorted_d = key_d[order]
+    at = np.minimum(np.searchsorted(sorted_d, key_a), len(sorted_d) - 1)
+    hit = sorted_d[at] == key_a
+    rows_a, rows_d = np.flatnonzero(hit), order[at[hit]]
+    if (sorted_d[1:] == sorted_d[:-1]).any():  # not unique after all: the merge decides
+        return a_in.merge(d_in, on=on, how="inner", suffixes=("_a", "_d"))
+    shared = (set(a_in.columns) & set(d_in.columns)) - set(on)
+
+    def rows_of(column: pd.Series, rows: np.ndarray) -> pd.Series:
+        if len(rows) == len(column) and bool((rows == np.arange(len(rows))).all()):
+            return column.reset_index(drop=True)  # every row in order (every exchange matched): no copy
+        return column.iloc[rows].reset_index(drop=True)
+
+    data = {}
+    for c in a_in.columns:
+        data[c + "_a" if c in shared else c] = rows_of(a_in[c], rows_a)
+    for c in d_in.columns:
+        if c not in on:
+            data[c + "_d" if c in shared else c] = rows_of(d_in[c], rows_d)
+    return pd.DataFrame(data, copy=False)
+
+
+def first_rows(keys: np.ndarray) -> np.ndarray:
+    """np.unique(keys, return_index=True)[1] for keys numbered 0, 1, 2 … in order of first appearance (as
+    connection_keys numbers them): the rows where a key exceeds every one before it, found without a sort."""
+    if not len(keys):
+        return np.zeros(0, dtype=np.int64)
+    before = np.empty(len(keys), dtype=np.int64)
+    before[0] = -1
+    np.maximum.accumulate(keys[:-1], out=before[1:])
+    first = np.flatnonzero(keys > before)
+    if len(first) != int(keys.max()) + 1 or keys.min() < 0:  # not numbered so: sort
+        return np.unique(keys, return_index=True)[1]
+    return first
 
 
 def _occurrence(*keys: np.ndarray) -> np.ndarray:
@@ -314,10 +485,11 @@ def _only_notes(only: np.ndarray, conflicts: set, side: pd.DataFrame, paired: np
     return notes
 
 
-def _conn_info(exchanges: pd.DataFrame, conns: pd.DataFrame, side: str) -> pd.DataFrame:
-    """conn key -> scramble, conn_id, client, server of each connection that has exchanges."""
-    conn = connection_keys(exchanges).to_numpy()
-    first = np.unique(conn, return_index=True)[1]  # each key's first row: keys number connections as they appear
+def _conn_info(exchanges: pd.DataFrame, conns: pd.DataFrame, side: str, conn: np.ndarray | None = None) -> pd.DataFrame:
+    """conn key -> scramble, conn_id, client, server of each connection that has exchanges (`conn`: the rows'
+    connection_keys, when known)."""
+    conn = connection_keys(exchanges).to_numpy() if conn is None else conn
+    first = first_rows(conn)  # each key's first row: keys number connections as they appear
     keys = pd.DataFrame({
         f"{side}_conn": conn[first],
         "capture": exchanges["capture"].iloc[first].to_numpy(), "conn_index": exchanges["conn_index"].to_numpy()[first],

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from .clock import ClockModel, ClockSegment
-from .decompose import _to_ts
+from .decompose import _to_ts, null_int64
 from .match import Matching, MatchStats, connection_keys, match_exchanges
 
 SEQ_MOD = 1 << 32
@@ -852,9 +852,11 @@ def finish(table: pd.DataFrame, result: ProxyResult) -> pd.DataFrame:
 def empty_columns(table: pd.DataFrame) -> pd.DataFrame:
     """The proxy columns, all null, for an analysis without a proxy."""
     n = len(table)
-    table["proxy_match"] = pd.Categorical([None] * n)
+    # (as pd.Categorical([None] * n) and pd.array([pd.NA] * n, dtype="Int64") make them, without n objects)
+    table["proxy_match"] = pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8),
+                                                     dtype=pd.CategoricalDtype(pd.Index([], dtype="float64")))
     for col in ("proxy_candidates", "front_conn_id"):
-        table[col] = pd.array([pd.NA] * n, dtype="Int64")
+        table[col] = null_int64(n)
     for col in ("net_app_proxy_s", "proxy_s", "proxy_wait_s", "net_proxy_db_s"):
         table[col] = pd.Series(np.full(n, np.nan), dtype="float64")
     for col in PROXY_TIME_COLUMNS:

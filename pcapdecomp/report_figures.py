@@ -317,7 +317,7 @@ def _timeline(summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None) -
     if len(rest) > room:
         rest = np.random.default_rng(0).choice(rest, room, replace=False)
     rows = np.sort(np.concatenate([notable, rest]))
-    sel = x.iloc[rows]
+    sel = x[[c for c in TIMELINE_COLUMNS if c in x.columns]].iloc[rows]  # a row filter of these alone, not of all
 
     start, end = t.start[rows], t.end[rows]
     lane, labels, lane_group = _lanes(_lane_keys(sel, summary), klass[rows], np.nan_to_num(dur[rows]), start, end)
@@ -370,6 +370,12 @@ def _timeline(summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None) -
     meta = {"total": n_drawable, "shown": len(rows), "sampled": len(rows) < n_drawable, "lanes": n_lanes,
             "notable": len(notable), "hover": hover}
     return {"data": data, "layout": layout}, meta
+
+
+# the columns the timeline reads of its statements (_lane_keys, _lanes, _proxy_segments, _hover_table)
+TIMELINE_COLUMNS = ["capture", "conn_index", "conn_id", "front_conn_id", "thread_group", "sql", "command",
+                    "exec_source", "total_s", "server_s", "exec_s", "network_s", "proxy_s", "proxy_wait_s",
+                    "proxy_front_req_ts", "proxy_back_req_ts", "proxy_back_resp_ts", "proxy_front_resp_ts"]
 
 
 def _proxy_segments(sel: pd.DataFrame, y: np.ndarray) -> dict | None:
@@ -473,7 +479,10 @@ def _hover_table(sel: pd.DataFrame, start: np.ndarray, certain: np.ndarray, esti
     """What the timeline's tooltip shows per marker, column by column (typed arrays; statement texts once each):
     the page's script writes it into the tooltip as text, so nothing in it is ever read as markup."""
     sql = sel["sql"].astype(object).where(sel["sql"].notna(), sel["command"].astype(object)).to_numpy()
-    codes, texts = pd.factorize(pd.Series([visible(clip(v, 300)) for v in sql], dtype=object))
+    # each distinct statement made visible once: numbered by first appearance, as the per-row texts would be
+    raw_codes, raw = pd.factorize(pd.Series(sql, dtype=object), use_na_sentinel=False)
+    text_codes, texts = pd.factorize(pd.Series([visible(clip(v, 300)) for v in raw], dtype=object))
+    codes = text_codes[raw_codes] if len(raw_codes) else raw_codes
     source_code = sel["exec_source"].astype(object).map({v: i for i, v in enumerate(EXEC_SOURCES)})
     source_code = source_code.fillna(255).to_numpy(dtype=np.uint8)
 

@@ -143,19 +143,35 @@ def _counts(x: pd.DataFrame) -> dict:
         "seen_db": int(seen.get("db", 0)), "hidden_slow": int(x["hidden_slow"].fillna(False).sum()),
         "in_slow_log": int(x["in_slow_log"].fillna(False).sum()),
         "server_flag_slow": int(x["server_flag_slow"].fillna(False).sum()),
-        "match_conflicts": int(x["match_notes"].astype("string").str.contains("match-conflict").fillna(False).sum()),
-        "repaired": int(x["match_notes"].astype("string").str.contains("repaired-at").fillna(False).sum()),
+        "match_conflicts": _containing(x["match_notes"], "match-conflict"),
+        "repaired": _containing(x["match_notes"], "repaired-at"),
         "bounded": int(x["bounded"].notna().sum()),
     }
+
+
+def _containing(column: pd.Series, text: str) -> int:
+    """How many values of a text column contain `text`: for a categorical one, its categories are searched, not
+    its rows."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        categories = column.cat.categories
+        hit = np.flatnonzero(pd.Series(categories, dtype="string").str.contains(text, regex=False).fillna(False)
+                             .to_numpy(dtype=bool))
+        if not len(hit):
+            return 0
+        return int(np.bincount(column.cat.codes.to_numpy(np.int64) + 1, minlength=len(categories) + 1)[hit + 1].sum())
+    return int(column.astype("string").str.contains(text).fillna(False).sum())
 
 
 def _latency(x: pd.DataFrame) -> dict:
     out = {}
     for col in ("total_s", "server_s", "network_s", "net_req_s", "net_resp_s", "queue_s", "exec_s"):
-        v = x[col].dropna()
-        out[col.removesuffix("_s")] = None if v.empty else {
-            "count": int(len(v)), "sum": float(v.sum()), "p50": float(v.quantile(0.5)),
-            "p99": float(v.quantile(0.99)), "max": float(v.max()),
+        values = x[col].to_numpy(dtype="float64", na_value=np.nan)
+        v = values[~np.isnan(values)]
+        # both quantiles from one partition of the values (what Series.quantile computes, one call per quantile)
+        p50, p99 = np.percentile(v, np.array([0.5, 0.99]) * 100) if len(v) else (None, None)
+        out[col.removesuffix("_s")] = None if not len(v) else {
+            "count": int(len(v)), "sum": float(pd.Series(v).sum()), "p50": float(p50), "p99": float(p99),
+            "max": float(v.max()),
         }
     return out
 

@@ -203,6 +203,11 @@ class _Rows:
     culprit_ok: np.ndarray  # its execution could hold a worker for long: exec_s ≥ threshold from a source that says so
 
 
+def _equals(column: pd.Series, value: str) -> np.ndarray:
+    """column == value as a bool array, False where null (on a categorical's codes, not a string per row)."""
+    return (column == value).to_numpy(dtype=bool, na_value=False)
+
+
 def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, int]:
     """The exchanges with DB-side times inside the robust span, as int64 ns arrays; (rows, outlier row positions,
     t0, t1)."""
@@ -225,13 +230,13 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
     q_end = np.minimum(d1 + np.rint(np.nan_to_num(queue_s) * NS).astype(np.int64), d4)
     q_min = np.rint(np.nan_to_num(qmin) * NS).astype(np.int64)
     conn = t["conn_id"].astype("Int64").to_numpy(dtype="float64", na_value=-1)[pos].astype(np.int64)
-    source = t["exec_source"].astype(object).to_numpy()[pos]
+    upper_bound = _equals(t["exec_source"], "below_long_query_time")[pos]
     victim = q_min >= threshold_ns
     long_exec = exec_known & (exec_ns >= threshold_ns)
     # an upper bound on execution (below long_query_time) can still be a culprit, unless the statement is known to
     # have queued itself
-    culprit_ok = long_exec & ((source != "below_long_query_time") | ~victim)
-    measured = t["queue_source"].astype(object).to_numpy()[pos] == "measured"
+    culprit_ok = long_exec & (~upper_bound | ~victim)
+    measured = _equals(t["queue_source"], "measured")[pos]
     return _Rows(pos, d1, d4, xs, exec_known, q_end, q_min, d4 - d1, conn, measured, culprit_ok), outliers, t0, t1
 
 
@@ -552,9 +557,15 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
         groups_summary={"bucket_s": float(bucket_s) if size and len(r.pos) else None, "stalls": stalls},
         thread_group=thread_group.reset_index(drop=True),
         stall=pd.Series(stall, dtype="Int64").where(stall >= 0),
-        stall_role=pd.Series(role, dtype="object").astype("category"),
+        stall_role=(pd.Series(role, dtype="object").astype("category") if stalls_raw else _no_roles(n)),
         stall_members=members, cap_members=cap_members, outliers=outlier_rows, warnings=warnings,
     )
+
+
+def _no_roles(n: int) -> pd.Series:
+    """n nulls as pd.Series([None] * n, dtype="object").astype("category") makes them, without n objects."""
+    return pd.Series(pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8),
+                                               dtype=pd.CategoricalDtype(pd.Index([], dtype=object))))
 
 
 def _stall_summary(sid: int, st: dict, cols: "Refs", r: _Rows) -> dict:

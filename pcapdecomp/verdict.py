@@ -111,7 +111,7 @@ def _sane(x: pd.DataFrame, view: PoolView) -> np.ndarray:
 
 def _queueing(x: pd.DataFrame) -> dict:
     both = x[x["seen"] == "both"]
-    src = both["queue_source"].astype(object)
+    src = both["queue_source"]  # compared as it is (a categorical's codes), not as a string per row
     q = both["queue_s"]
     return {"measured_s": float(q[src == "measured"].sum()), "estimated_s": float(q[src == "estimated"].sum()),
             "lower_bound_s": float(q[src == "lower_bound"].sum()), "certain_s": float(both["queue_min_s"].sum())}
@@ -123,10 +123,10 @@ def _victims(x: pd.DataFrame, mask: np.ndarray, view: PoolView, refs: Refs) -> d
     server = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)
     listed = idx[np.argsort(-np.nan_to_num(server[idx], nan=-1.0), kind="stable")][:VICTIMS_LISTED]
     stall = x["stall"].to_numpy(dtype="float64", na_value=np.nan)
-    role = x["stall_role"].astype(object).to_numpy()
+    role = x["stall_role"].iloc[listed].astype(object).to_numpy()  # of the listed rows alone
     groups: dict = {}
-    for i in listed:
-        sid = int(stall[i]) if role[i] == "victim" and not np.isnan(stall[i]) else None
+    for i, role_i in zip(listed, role):
+        sid = int(stall[i]) if role_i == "victim" and not np.isnan(stall[i]) else None
         groups.setdefault(sid, []).append(int(i))
     by_stall = []
     for sid in sorted(groups, key=lambda s: (s is None, s if s is not None else 0)):
@@ -405,7 +405,7 @@ def _split_bullet(x: pd.DataFrame) -> dict | None:
     tot = float(both["total_s"].sum())
     if not len(both) or tot <= 0:
         return None
-    src = both["queue_source"].astype(object)
+    src = both["queue_source"]
     pct = lambda v: f"{100 * v / tot:.1f} %"  # noqa: E731
     net = ", ".join(f"{label} {pct(v)}" for label, v in network_parts(both, np.ones(len(both), dtype=bool)))
     q_all = float(both["queue_s"].sum())
