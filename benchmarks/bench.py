@@ -402,7 +402,8 @@ def main() -> int:
               "× tshark = tshark's time / pcapdecomp's, × cat = `exchanges` time / cat's (the distance to the limit). "
               "pcapng: the DB capture converted with editcap -F pcapng, and that gzip -1 compressed; tshark read the "
               "uncompressed pcapng. Dropped: packets the lab's two tcpdumps said the kernel dropped; a lossy pair makes "
-              "`analyze` read the connections with holes again to fill them from the other point (loss repair, through the fast lane). "
+              "`analyze` read the connections with holes again to fill them from the other point (loss repair, "
+              "through the fast lane). "
               "Load averages from /proc/loadavg before and after the row.")
         return 0
     if args.app and args.db:
