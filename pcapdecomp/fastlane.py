@@ -262,17 +262,27 @@ def segment_keys(reader: CaptureReader, flows: set[tuple[str, int, str, int]]) -
             continue
     source = reader.hand_over()
     scan = Segments(**_layout(source), flows=wanted)
+    _run_through(reader, source, scan)
+    return scan.take()
+
+
+def _run_through(reader: CaptureReader, source: RecordSource, machine, write: Callable[[bytes], None] | None = None
+                 ) -> None:
+    """Feed the whole of `source` (the records `reader` handed over) to a lane pass (Segments, Excerpt) chunk by
+    chunk, running it after each; what a run returns goes to `write` when given."""
     read = source.read
     try:
         while True:
             chunk = read(CHUNK)
             if chunk:
-                scan.feed(chunk)
+                machine.feed(chunk)
             else:
-                scan.eof()
-            scan.run()
+                machine.eof()
+            out = machine.run()
+            if out and write is not None:
+                write(out)
             if not chunk:
-                return scan.take()
+                return
     except OSError as err:
         raise InputError(f"cannot read capture file {reader.path}: {err}") from None
 
@@ -320,21 +330,8 @@ def _excerpt(path: str | os.PathLike, keys: list[tuple[str, int, str, int]], **c
         write = copy.pop("write", None)
         source = reader.hand_over()
         excerpt = Excerpt(**_layout(source), keys=wanted, **copy)
-        read = source.read
-        try:
-            while True:
-                chunk = read(CHUNK)
-                if chunk:
-                    excerpt.feed(chunk)
-                else:
-                    excerpt.eof()
-                out = excerpt.run()
-                if out and write is not None:
-                    write(out)
-                if not chunk:
-                    return excerpt
-        except OSError as err:
-            raise InputError(f"cannot read capture file {reader.path}: {err}") from None
+        _run_through(reader, source, excerpt, write)
+        return excerpt
 
 
 def excerpt_scan(path: str | os.PathLike, keys: list[tuple[str, int, str, int]]) -> list[np.ndarray] | None:

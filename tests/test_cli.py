@@ -123,6 +123,21 @@ def test_every_command_has_help():
         assert "Usage" in proc.stdout and len(proc.stdout.splitlines()) > 3, args
 
 
+def _modules_loaded_by(args: list[str], modules: tuple[str, ...]) -> subprocess.CompletedProcess:
+    """Run the CLI with `args` in a child Python that then prints, on stderr, `LOADED [...]`: which of `modules` it
+    had imported (listed by the child itself, not timed). The child exits 1 when the command failed."""
+    probe = ("import sys, runpy\n"
+             f"sys.argv = ['pcapdecomp', *{args!r}]\n"
+             "code = 0\n"
+             "try:\n"
+             "    runpy.run_module('pcapdecomp.cli', run_name='__main__')\n"
+             "except SystemExit as exc:\n"
+             "    code = exc.code or 0\n"
+             f"print('LOADED', sorted(m for m in {modules!r} if m in sys.modules), file=sys.stderr)\n"
+             "sys.exit(1 if code else 0)\n")
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
+
+
 @pytest.mark.parametrize("args", [["--help"], ["--version"], ["exchanges", "--help"], ["analyze", "--help"],
                                   ["evidence", "--help"], ["columns"], ["lab", "record", "--help"]],
                          ids=" ".join)
@@ -130,16 +145,8 @@ def test_commands_that_read_nothing_import_neither_pandas_nor_pyarrow(args):
     """Start-up is part of every command's time: help, the version and the column list import no table library,
     nor pydantic (typer's conversion of values: cli._plain_values_without_pydantic) (the modules loaded are
     listed by the child itself, not timed)."""
-    probe = ("import sys, runpy\n"
-             f"sys.argv = ['pcapdecomp', *{args!r}]\n"
-             "try:\n"
-             "    runpy.run_module('pcapdecomp.cli', run_name='__main__')\n"
-             "except SystemExit:\n"
-             "    pass\n"
-             "heavy = sorted(m for m in ('pandas', 'pyarrow', 'numpy', 'pydantic') if m in sys.modules)\n"
-             "print('HEAVY', heavy, file=sys.stderr)\n")
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert "HEAVY []" in proc.stderr, proc.stderr[-500:]
+    proc = _modules_loaded_by(args, ("pandas", "pyarrow", "numpy", "pydantic"))
+    assert "LOADED []" in proc.stderr, proc.stderr[-500:]
     assert proc.stdout.strip(), "the command printed nothing"
 
 
@@ -263,16 +270,9 @@ def test_quiet_exchanges_to_parquet_makes_no_dataframe(tmp_path):
     extraction makes."""
     out, conns = tmp_path / "x.parquet", tmp_path / "c.parquet"
     capture = REPO / "captures" / "group-stall" / "db.pcap"
-    probe = ("import sys, runpy\n"
-             f"sys.argv = ['pcapdecomp', 'exchanges', {str(capture)!r}, '-q', '--out', {str(out)!r}, "
-             f"'--connections', {str(conns)!r}]\n"
-             "try:\n"
-             "    runpy.run_module('pcapdecomp.cli', run_name='__main__')\n"
-             "except SystemExit as exc:\n"
-             "    assert not exc.code, exc.code\n"
-             "print('LOADED', [m for m in ('pandas', 'pydantic', 'pyarrow.compute') if m in sys.modules], "
-             "file=sys.stderr)\n")
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
+    proc = _modules_loaded_by(["exchanges", str(capture), "-q", "--out", str(out), "--connections", str(conns)],
+                              ("pandas", "pydantic", "pyarrow.compute"))
+    assert proc.returncode == 0, proc.stderr[-500:]
     assert "LOADED []" in proc.stderr, proc.stderr[-500:]
     from pcapdecomp.exchanges import extract
 
