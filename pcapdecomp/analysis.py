@@ -18,7 +18,7 @@ from . import sources
 from .captureset import CaptureSet, resolve_capture_set, time_zone
 from .clock import ClockModel, estimate_clock
 from .console import capture_problems, progress_bar, warn
-from .decompose import build_table, decompose, text_category
+from .decompose import build_table, decompose
 from .errors import InputError, SlowLogError, UsageError, internal_errors_to
 from .match import match_exchanges, pair_segments, read_segments_of, split_endpoint
 from .outputs import OutputFolder, write_table, write_text
@@ -224,7 +224,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     table = proxy_finish(table, proxied) if proxied is not None else proxy_empty(table)
     del app_ex, db_ex
     release_memory()
-    table["db_point"] = text_category(row_point)
+    table["db_point"] = as_category(row_point)
 
     if cs.long_query_time is None:
         note("long_query_time unknown (no capture.toml, no --long-query-time): hidden_slow not decided")

@@ -19,7 +19,7 @@ import pandas as pd
 from .clock import ClockModel
 from .match import Matching
 from .slowjoin import SlowLogJoin, join_slow_log, rows_for_join
-from .tables import as_category, concat_column
+from .tables import as_category, concat_column, labelled, null_boolean, null_int64
 
 NS = 1_000_000_000
 FINGERPRINT_MIN_SAMPLES = 5  # fast executions of a (command, fingerprint) needed before their median stands for execution
@@ -67,39 +67,6 @@ def _seconds(ns: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return np.where(valid, ns / 1e9, np.nan)
 
 
-def null_boolean(n: int) -> pd.arrays.BooleanArray:
-    """n nulls of dtype boolean (pd.array([pd.NA] * n, dtype="boolean") without a list of n objects)."""
-    return pd.arrays.BooleanArray(np.zeros(n, dtype=bool), np.ones(n, dtype=bool))
-
-
-def null_int64(n: int) -> pd.arrays.IntegerArray:
-    """n nulls of dtype Int64 (as pd.array([pd.NA] * n, dtype="Int64") makes them: 1 under the mask)."""
-    return pd.arrays.IntegerArray(np.ones(n, dtype=np.int64), np.ones(n, dtype=bool))
-
-
-def labelled(codes: np.ndarray, labels: list[str]) -> pd.Series:
-    """as_category(labels[codes]) (-1: null) from the codes: the labels that occur, sorted, as categories. Built
-    from the codes, not by encoding one string a row."""
-    codes = np.asarray(codes, dtype=np.int64)
-    present = np.bincount(codes[codes >= 0], minlength=len(labels)) > 0
-    used = sorted(label for label, there in zip(labels, present) if there)
-    remap = np.full(len(labels) + 1, -1, dtype=np.int64)  # the last entry: -1 stays -1
-    for i, label in enumerate(labels):
-        if present[i]:
-            remap[i] = used.index(label)
-    dtype = pd.CategoricalDtype(pd.Index(used, dtype="str"))
-    return pd.Series(pd.Categorical.from_codes(remap[codes], dtype=dtype))
-
-
-def text_category(values: np.ndarray) -> pd.Series:
-    """as_category (tables.py) of an object array of str and None: the same column, the values hashed once
-    (pd.factorize) instead of made into a string array first and looked up among the categories."""
-    codes, uniques = pd.factorize(values)
-    if not all(isinstance(u, str) for u in uniques):
-        return as_category(values)
-    return labelled(codes, list(uniques))
-
-
 def _rows_of(app: pd.DataFrame, db: pd.DataFrame, ar: np.ndarray, dr: np.ndarray) -> pd.DataFrame:
     """Row k is app row ar[k] where the app saw exchange k, else DB row dr[k]; built one column at a time, each
     app column dropped from `app` once taken (the caller passes a table it no longer needs), so the peak is the
@@ -140,7 +107,7 @@ def _merged_problems(app_side: pd.Series, db_side: pd.Series, both: np.ndarray) 
               for k in pairs]
     out = a.astype(object).to_numpy(copy=True)
     out[both] = np.asarray(merged, dtype=object)[which]
-    return text_category(out)
+    return as_category(out)
 
 
 def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks: dict[str, ClockModel],
@@ -177,7 +144,7 @@ def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks:
     seen_codes = np.where(has_a & has_d, 1, np.where(has_a, 0, 2)).astype(np.int8)
     base["seen"] = pd.Categorical.from_codes(seen_codes, categories=["app", "both", "db"])
     notes = np.asarray(matching.notes, dtype=object)
-    base["match_notes"] = text_category(np.where(notes == "", None, notes))
+    base["match_notes"] = as_category(np.where(notes == "", None, notes))
 
     # the app side's times are in base, on the rows the app saw (its columns are gone from `app` by now)
     a1, a1v = ts_ns(base["req_first_ts"])

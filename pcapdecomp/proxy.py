@@ -33,8 +33,9 @@ import numpy as np
 import pandas as pd
 
 from .clock import ClockModel, ClockSegment
-from .decompose import _to_ts, null_int64
+from .decompose import _to_ts
 from .match import Matching, MatchStats, connection_keys, match_exchanges
+from .tables import null_int64
 
 SEQ_MOD = 1 << 32
 BIG = np.iinfo(np.int64).max  # a time that was not seen

@@ -294,9 +294,46 @@ def as_category(values) -> pd.Series:
     """Text values (array, list or Series; None/NA for null) as a categorical column."""
     import pandas as pd
 
+    if isinstance(values, np.ndarray) and values.dtype == object:
+        # the values hashed once (pd.factorize), not made into a string array first and looked up among the
+        # categories: the same column
+        codes, uniques = pd.factorize(values)
+        if all(isinstance(u, str) for u in uniques):
+            return labelled(codes, list(uniques))
     series = pd.Series(values, dtype="string") if not isinstance(values, pd.Series) else values.astype("string")
     categories = pd.Index(sorted(series.dropna().unique()), dtype="str")
     return pd.Series(pd.Categorical(series, categories=categories), index=series.index, name=series.name)
+
+
+def null_boolean(n: int) -> pd.arrays.BooleanArray:
+    """n nulls of dtype boolean (pd.array([pd.NA] * n, dtype="boolean") without a list of n objects)."""
+    import pandas as pd
+
+    return pd.arrays.BooleanArray(np.zeros(n, dtype=bool), np.ones(n, dtype=bool))
+
+
+def null_int64(n: int) -> pd.arrays.IntegerArray:
+    """n nulls of dtype Int64 (as pd.array([pd.NA] * n, dtype="Int64") makes them: 1 under the mask)."""
+    import pandas as pd
+
+    return pd.arrays.IntegerArray(np.ones(n, dtype=np.int64), np.ones(n, dtype=bool))
+
+
+def labelled(codes: np.ndarray, labels: list[str]) -> pd.Series:
+    """as_category(labels[codes]) (-1: null) from the codes: the labels that occur, sorted, as categories. Built
+    from the codes, not by encoding one string a row."""
+    import pandas as pd
+
+    codes = np.asarray(codes, dtype=np.int64)
+    present = np.bincount(codes[codes >= 0], minlength=len(labels)) > 0
+    used = sorted(label for label, there in zip(labels, present) if there)
+    rank = {label: i for i, label in enumerate(used)}
+    remap = np.full(len(labels) + 1, -1, dtype=np.int64)  # the last entry: -1 stays -1
+    for i, label in enumerate(labels):
+        if present[i]:
+            remap[i] = rank[label]
+    dtype = pd.CategoricalDtype(pd.Index(used, dtype="str"))
+    return pd.Series(pd.Categorical.from_codes(remap[codes], dtype=dtype))
 
 
 def with_declared_dtypes(df: pd.DataFrame, columns: tuple[Column, ...]) -> pd.DataFrame:

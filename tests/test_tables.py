@@ -239,3 +239,15 @@ def test_rows_are_sorted_with_null_keys_first_across_batches():
     expected = sorted(rows[1:], key=lambda r: (-1 if r[0] is None else r[0], r[1]))
     assert got.column("n").to_pylist() == [r[1] for r in expected]
     assert got.schema.field("t").type == pa.timestamp("ns", tz="UTC")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["b", "a", "", "zz", "é", None, float("nan")]), max_size=40))
+def test_as_category_of_an_object_array_is_the_string_columns_categorical(values):
+    """as_category hashes an object array of text and nulls (pd.factorize) instead of making a string array of it:
+    the same column as the string array's categorical, with sorted categories."""
+    array = np.array(values, dtype=object)
+    text = pd.Series(array, dtype="string")
+    expected = pd.Series(pd.Categorical(text, categories=pd.Index(sorted(text.dropna().unique()), dtype="str")),
+                         index=text.index)
+    pd.testing.assert_series_equal(as_category(array), expected)
