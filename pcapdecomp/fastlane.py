@@ -41,6 +41,7 @@ Python alone.
 from __future__ import annotations
 
 import os
+import struct
 from array import array
 from collections import Counter
 from collections.abc import Callable
@@ -310,10 +311,9 @@ def _segment_keys_in_python(reader: CaptureReader, flows: set[tuple[str, int, st
 # ==== the repair stage's passes (repair.py): the segments of chosen connections, scanned or copied ==============
 
 
-def _excerpt(path: str | os.PathLike, keys: list[tuple[str, int, str, int]], **copy) -> tuple | None:
-    """Run _lane.Excerpt over the capture at `path` (see excerpt_scan, excerpt_copy): (the Excerpt, the chunks a
-    copy wrote) or None when the lane cannot read it (not built, switched off, a capture point of several files, a
-    format it does not read)."""
+def _excerpt(path: str | os.PathLike, keys: list[tuple[str, int, str, int]], **copy):
+    """Run _lane.Excerpt over the capture at `path` (see excerpt_scan, excerpt_copy): the Excerpt, or None when the
+    lane cannot read it (not built, switched off, a capture point of several files, a format it does not read)."""
     try:
         from ._lane import Excerpt
     except ImportError:
@@ -347,6 +347,36 @@ def excerpt_scan(path: str | os.PathLike, keys: list[tuple[str, int, str, int]])
 
 # the header of the classic pcap file excerpt_copy writes: nanosecond times, link type RAW (an IP header first)
 EXCERPT_PCAP_HEADER = bytes.fromhex("4d3cb2a1" "0200" "0400" "00000000" "00000000" "00000400" "65000000")
+
+
+def excerpt_record(ends: tuple[str, int, str, int], ts_ns: int, seq: int, ack: int, flags: int,
+                   payload: bytes) -> bytes:
+    """One TCP segment (source ip, port, destination ip, port) as a record of excerpt_copy's file, made alike (an IP
+    header, a 20-byte TCP header): for its `blobs`."""
+    src, src_port, dst, dst_port = ends
+    family = AF_INET6 if ":" in src else AF_INET
+    addresses = inet_pton(family, src) + inet_pton(family, dst)
+    body = struct.pack("!HHIIBBHHH", src_port, dst_port, seq, ack, 0x50, flags, 0, 0, 0) + payload
+    if family == AF_INET6:
+        ip = struct.pack("!BBHHBB", 0x60, 0, 0, len(body) if len(body) <= 0xFFFF else 0, 6, 64) + addresses
+    else:
+        ip = struct.pack("!BBHHHBBH", 0x45, 0, len(body) + 20 if len(body) + 20 <= 0xFFFF else 0, 0, 0, 64, 6, 0) \
+            + addresses
+    size = len(ip) + len(body)
+    return struct.pack("<IIII", ts_ns // 1_000_000_000, ts_ns % 1_000_000_000, size, size) + ip + body
+
+
+def excerpt_payloads(records: bytes) -> list[bytes]:
+    """The TCP payloads of the records excerpt_copy wrote (after EXCERPT_PCAP_HEADER: an IPv4 or IPv6 header, a
+    20-byte TCP header), in order."""
+    out, at = [], 0
+    view = memoryview(records)
+    while at < len(records):
+        caplen = int.from_bytes(records[at + 8:at + 12], "little")
+        data = view[at + 16:at + 16 + caplen]
+        out.append(bytes(data[(20 if data[0] >> 4 == 4 else 40) + 20:]))
+        at += 16 + caplen
+    return out
 
 
 def excerpt_copy(path: str | os.PathLike, keys: list[tuple[str, int, str, int]], frames: np.ndarray,

@@ -36,11 +36,9 @@ from __future__ import annotations
 import bisect
 import gc
 import os
-import struct
 import tempfile
 from collections import deque
 from dataclasses import dataclass, field
-from socket import AF_INET, AF_INET6, inet_pton
 
 import numpy as np
 import pandas as pd
@@ -342,23 +340,10 @@ def _overlapping_segments(path, by_four: dict[tuple, list]) -> list[tuple] | Non
     copied = fastlane.excerpt_copy(path, keys, frame[rows], np.zeros(0, dtype=np.int64), [], records.extend)
     if copied != len(rows):
         return None
-    payloads = _payloads(bytes(records))
+    payloads = fastlane.excerpt_payloads(bytes(records))
     entries = list(by_four.values())
     return [(entries[int(key[r])], int(frame[r]), int(ts[r]), int(seq[r]), int(ack[r]), int(flags[r]), p)
             for r, p in zip(rows, payloads, strict=True)]
-
-
-def _payloads(records: bytes) -> list[bytes]:
-    """The TCP payloads of the records fastlane.excerpt_copy wrote (an IPv4 or IPv6 header, a 20-byte TCP
-    header)."""
-    out, at = [], 0
-    view = memoryview(records)
-    while at < len(records):
-        caplen = int.from_bytes(records[at + 8:at + 12], "little")
-        data = view[at + 16:at + 16 + caplen]
-        out.append(bytes(data[(20 if data[0] >> 4 == 4 else 40) + 20:]))
-        at += 16 + caplen
-    return out
 
 
 def _minus(a: int, b: int, taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -669,23 +654,6 @@ class _Placement:
                     step *= 2
 
 
-def _piece_record(ends: tuple[str, int, str, int], ts: int, piece: Piece) -> bytes:
-    """A piece as a pcap record like fastlane.excerpt_copy's: a segment with PSH alone (no ACK: what its ACK field
-    acknowledges was seen at the other point)."""
-    src, src_port, dst, dst_port = ends
-    v6 = ":" in src
-    addresses = inet_pton(AF_INET6 if v6 else AF_INET, src) + inet_pton(AF_INET6 if v6 else AF_INET, dst)
-    tcp = struct.pack("!HHIIBBHHH", src_port, dst_port, piece.seq, piece.ack, 0x50, PSH, 0, 0, 0)
-    body = tcp + piece.payload
-    if v6:
-        ip = struct.pack("!BBHHBB", 0x60, 0, 0, len(body) if len(body) <= 0xFFFF else 0, 6, 64) + addresses
-    else:
-        ip = struct.pack("!BBHHHBBH", 0x45, 0, len(body) + 20 if len(body) + 20 <= 0xFFFF else 0, 0, 0, 64, 6, 0) \
-            + addresses
-    size = len(ip) + len(body)
-    return struct.pack("<IIII", ts // 1_000_000_000, ts % 1_000_000_000, size, size) + ip + body
-
-
 def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set, max_sql_bytes: int,
                      info: list[list], conns: list[_Connection]) -> Extraction | None:
     """reread's extraction through the lane (see above): the jobs' connections of the capture at `path` with the
@@ -727,7 +695,10 @@ def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]],
                 where, rank, when = int(ordinal[k.rows[at]]), 1, int(k.ts[at])
             else:
                 where, rank, when = int(ordinal[k.rows[-1]]) + 1, 0, placement.conn.last_ts
-            inserts.append((where, rank, ident, _piece_record(ends[piece.direction].ends, when, piece)))
+            # a segment with PSH alone (no ACK: what its ACK field acknowledges was seen at the other point)
+            record = fastlane.excerpt_record(ends[piece.direction].ends, when, piece.seq, piece.ack, PSH,
+                                             piece.payload)
+            inserts.append((where, rank, ident, record))
     inserts.sort(key=lambda e: e[:2])  # stable: the pieces of one place in the order put in
     insert_at = np.fromiter((e[0] for e in inserts), dtype=np.int64, count=len(inserts))
     # the re-read file's frame numbers (from 1) -> the capture's, a piece's −(id + 1)

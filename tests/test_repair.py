@@ -323,9 +323,8 @@ def test_excerpt_scan_and_copy_give_the_segments_python_reads(tmp_path, form):
     columns = repair.fastlane.excerpt_scan(source, keys)
     assert [tuple(int(c[i]) for c in columns) for i in range(len(columns[0]))] == want
     chosen = want[::3]
-    piece = repair.Piece(0, 12345, b"borrowed", 678, repair.ACK, 0, 0)
     first, last = chosen[1][2], chosen[-1][2]  # a piece takes the time of a neighbour (times are checked)
-    blobs = [repair._piece_record(keys[0], first, piece), repair._piece_record(keys[0], last, piece)]
+    blobs = [repair.fastlane.excerpt_record(keys[0], ts, 12345, 678, repair.PSH, b"borrowed") for ts in (first, last)]
     out = bytearray(repair.fastlane.EXCERPT_PCAP_HEADER)
     copied = repair.fastlane.excerpt_copy(source, keys, np.array([w[1] for w in chosen]), np.array([1, len(chosen)]),
                                           blobs, out.extend)
