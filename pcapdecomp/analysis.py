@@ -22,7 +22,7 @@ from .decompose import build_table, decompose
 from .errors import InputError, SlowLogError, UsageError, internal_errors_to
 from .match import match_exchanges, pair_segments, read_segments_of, split_endpoint
 from .outputs import OutputFolder, write_table, write_text
-from .parallel import default_jobs, run_all
+from .parallel import Ahead, default_jobs, run_all
 from .proxy import NoProxy, Side, through_proxy
 from .proxy import empty_columns as proxy_empty
 from .proxy import finish as proxy_finish
@@ -83,9 +83,9 @@ def analyze(set_dir: Path | None, app: list, db, slow_log, long_query_time: floa
     # the outputs are written as a set (outputs.OutputFolder); a bug becomes one line, its traceback a file in out
     try:
         with internal_errors_to(out):
-            with OutputFolder(out) as folder:
+            with OutputFolder(out) as folder, Ahead(jobs if runner is None else 1) as ahead:
                 result, names = _analyze(cs, tz, jobs, folder.staging, csv, quiet, command_line, max_sql_bytes,
-                                         runner, partitioned)
+                                         runner, partitioned, ahead)
                 folder.commit()
     finally:
         if runner is not None:
@@ -133,8 +133,10 @@ def _points_info(points: list[CapturePoint], extractions: list, qualities: dict,
 
 
 def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, command_line: str | None,
-             max_sql_bytes: int, runner=None, partitioned: bool = False) -> tuple[AnalysisResult, list[str]]:
-    """Every stage; the outputs are written to `out` (the staging folder). Returns the result and the file names."""
+             max_sql_bytes: int, runner=None, partitioned: bool = False, ahead: Ahead | None = None
+             ) -> tuple[AnalysisResult, list[str]]:
+    """Every stage; the outputs are written to `out` (the staging folder). Returns the result and the file names.
+    `ahead`: workers for the clock's segment pass, started while the captures are paired (_segments_ahead)."""
     warnings: list[str] = []
 
     def note(message: str) -> None:
@@ -155,6 +157,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     app_x = extractions[:len(app_pts)]
     db_xs = extractions[len(app_pts):len(app_pts) + len(db_pts)]
     proxy_x = extractions[len(app_pts) + len(db_pts):]
+    read_ahead = _segments_ahead(ahead, app_pts, db_pts, app_x, db_xs) if ahead is not None and not proxy_pts else {}
     qualities = {id(x): x.quality() for x in extractions}
     points_info = _points_info(read, extractions, qualities, note)
     empty = _empty_extraction_frames()
@@ -203,7 +206,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     clock_info: dict[str, dict] = {}
     if app_x and db_xs and len(matching.connections) and proxied is None:  # through a proxy: its own clocks, per hop
         clocks, clock_info = _fit_clocks(app_pts, db_pts, app_x, db_xs, app_ex, db_ex, app_conns, db_conns, matching,
-                                         runner, jobs, note)
+                                         runner, jobs, note, read_ahead)
     primary = app_x[0].capture if app_x else None
     if proxied is not None:
         clocks = dict(proxied.clocks)
@@ -303,9 +306,11 @@ DATASET_NAME = "exchanges"  # --partitioned: the hive-style dataset folder in th
 
 def _fit_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: list, db_xs: list,
                 app_ex: pd.DataFrame, db_ex: pd.DataFrame, app_conns: pd.DataFrame, db_conns: pd.DataFrame, matching,
-                runner, jobs: int, note) -> tuple[dict[str, ClockModel], dict[str, dict]]:
+                runner, jobs: int, note, read_ahead: dict | None = None
+                ) -> tuple[dict[str, ClockModel], dict[str, dict]]:
     """One clock model per app point and DB point with matched connections, keyed by the app point (one DB point)
-    or `_pair_key` (several), and its summary.json → clocks entry."""
+    or `_pair_key` (several), and its summary.json → clocks entry. `read_ahead`: _segments_ahead's passes, used
+    for a point whose matched connections are the ones it read."""
     several = len(db_xs) > 1
     clocks: dict[str, ClockModel] = {}
     clock_info: dict[str, dict] = {}
@@ -323,12 +328,21 @@ def _fit_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: 
                 calls.append((pt, _flows(mine.rename(columns={f"client_{side}": "client",
                                                               f"server_{side}": "server"}))))
                 owners.append((side, x.capture))
+    # a pass started ahead read every connection of its point: its keys are these calls' when all of them matched
+    # (a key seen in an unmatched connection too would not be unique here); else the point is read again
+    ready = {}
+    for (pt, flows), owner in zip(calls, owners):
+        started = (read_ahead or {}).get(owner)
+        if started is not None and started[0] == flows:
+            ready[owner] = started[1]
+    todo = [(call, owner) for call, owner in zip(calls, owners) if owner not in ready]
     if runner is not None:
-        segment_sets = runner.run(read_segments_of, calls)
+        segment_sets = runner.run(read_segments_of, [call for call, _ in todo])
     else:
-        segment_sets = run_all(read_segments_of, calls, jobs)
-    segments = dict(zip(owners, segment_sets))
-    del segment_sets
+        segment_sets = run_all(read_segments_of, [call for call, _ in todo], jobs)
+    segments = {owner: future.result() for owner, future in ready.items()}
+    segments.update(zip([owner for _, owner in todo], segment_sets))
+    del segment_sets, ready
     release_memory()  # with --jobs 1 the reading ran here: its per-packet garbage goes before pairing
     for a_cap, d_cap in pairs[["capture_a", "capture_d"]].drop_duplicates().itertuples(index=False):
         samples = pair_segments(segments[("a", a_cap)], segments[("d", d_cap)])
@@ -345,6 +359,29 @@ def _fit_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: 
     del segments
     release_memory()
     return clocks, clock_info
+
+
+def _segments_ahead(ahead: Ahead, app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: list,
+                    db_xs: list) -> dict[tuple[str, str], tuple[set, object]]:
+    """The clock's pass over each app and DB point (read_segments_of), for every connection it holds, started on
+    `ahead`'s workers as soon as the extraction is done: it runs while this process pairs the captures and repairs
+    their losses, and _fit_clocks takes it when the connections it read are the matched ones (the usual case: all
+    of them). {("a" or "d", capture): (flows, Future)}; empty with one job or small captures (read as before)."""
+    from .parallel import SMALL_CAPTURE_BYTES, capture_bytes
+
+    if not app_x or not db_xs or sum(capture_bytes(p) for p in (*app_pts, *db_pts)) < SMALL_CAPTURE_BYTES:
+        return {}
+    owners, calls = [], []
+    for side, pts, xs in (("d", db_pts, db_xs), ("a", app_pts, app_x)):
+        for pt, x in zip(pts, xs):
+            conns = x.connections[x.connections["client"].notna() & x.connections["server"].notna()]
+            if len(conns):
+                owners.append((side, x.capture))
+                calls.append((pt, _flows(conns)))
+    futures = ahead.start_all(read_segments_of, calls)
+    if futures is None:
+        return {}
+    return {owner: (flows, future) for owner, (_, flows), future in zip(owners, calls, futures)}
 
 
 def _per_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, max_sql_bytes: int,

@@ -173,6 +173,37 @@ def run_all(function: Callable, calls: list[tuple], jobs: int) -> list:
         return [f.result() for f in [pool.submit(function, *call) for call in calls]]
 
 
+class Ahead:
+    """Calls started on forked workers before their results are wanted, so they run while this process does other
+    work (analysis: the clock's segment pass over each capture while the parent pairs the captures and repairs
+    their losses). With one job nothing starts ahead (`start_all` returns None): the caller runs the call when it needs
+    it. A context: leaving it ends the workers (after their calls; at once on Ctrl-C)."""
+
+    def __init__(self, jobs: int):
+        self.jobs = jobs
+        self._context = None
+        self._pool = None
+
+    def __enter__(self) -> "Ahead":
+        return self
+
+    def start_all(self, function: Callable, calls: list[tuple]) -> list | None:
+        """A Future of function(*call) for every call, on up to `jobs` - 1 workers forked now: this process goes on
+        working meanwhile and keeps a core for it (with --jobs 2, one worker reads the points one after the other).
+        None with one job (or no call). Once per Ahead."""
+        if self.jobs <= 1 or not calls:
+            return None
+        if self._pool is not None:
+            raise RuntimeError("Ahead.start_all runs once")
+        self._context = _workers(min(self.jobs - 1, len(calls)))
+        self._pool = self._context.__enter__()
+        return [self._pool.submit(function, *call) for call in calls]
+
+    def __exit__(self, *exc) -> bool:
+        context, self._context, self._pool = self._context, None, None
+        return bool(context is not None and context.__exit__(*exc))
+
+
 def read_exchanges(capture: Path, servers: list[str], quiet: bool, max_sql_bytes: int = 1 << 20,
                    jobs: int = 1) -> Extraction:
     """One capture file's exchanges (the `exchanges` command): checked, with up to `jobs` processes, a progress bar

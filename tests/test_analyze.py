@@ -350,3 +350,37 @@ def test_two_app_hosts_with_their_own_clocks(tmp_path):
     assert (x["seen"] == "both").all() and len(x) == 352
     assert x["net_req_s"].abs().max() < 1 * MS and x["net_resp_s"].abs().max() < 1 * MS
     assert r.summary["exchanges"]["hidden_slow"] == 3
+
+
+# --- the clock's segment pass, started ahead on the workers (--jobs) ---------------------------------------------
+
+
+@pytest.mark.parametrize("drop_one_at_db", [False, True])
+def test_clock_pass_started_ahead_gives_the_clock_of_one_process(tmp_path, monkeypatch, drop_one_at_db):
+    """With --jobs 2 each point's segments are read for all its connections while the captures are paired
+    (analysis._segments_ahead): when every connection matched that read is used, else the point is read again for
+    its matched connections. Either way the clock, and so every output, is that of --jobs 1."""
+    import pcapdecomp.analysis as analysis
+    import pcapdecomp.parallel as parallel
+
+    src = CAPTURES / "group-stall"
+    shutil.copy(src / "app.pcap", tmp_path / "app.pcap")
+    ports = sorted({int(c.rsplit(":", 1)[1]) for c in run(src, tmp_path / "plain").exchanges["client"]})
+
+    def not_first(pkt: bytes) -> bool:  # one connection only the app capture holds
+        p = pt.tcp_ports(pkt)
+        return not drop_one_at_db or p is None or ports[0] not in p
+
+    pt.rewrite(src / "db.pcap", tmp_path / "db.pcap", keep_packet=not_first)
+    kw = dict(app=[tmp_path / "app.pcap"], db=tmp_path / "db.pcap", slow_log=src / "slow.log", long_query_time=1.0,
+              thread_pool_size=2)
+    one = run(None, tmp_path / "one", jobs=1, **kw)
+    monkeypatch.setattr(parallel, "SMALL_CAPTURE_BYTES", 0)  # these small captures read ahead as a big pair would
+    read_again = []
+    run_all = analysis.run_all
+    monkeypatch.setattr(analysis, "run_all", lambda f, calls, jobs: read_again.extend(calls) or run_all(f, calls, jobs))
+    two = run(None, tmp_path / "two", jobs=2, **kw)
+    assert [str(pt_.name) for pt_, _ in read_again] == ([str(tmp_path / "app.pcap")] if drop_one_at_db else [])
+    assert two.summary["clocks"] == one.summary["clocks"] and two.summary["clock"] == one.summary["clock"]
+    assert one.summary["clock"]["quality"] == "two-sided"
+    pd.testing.assert_frame_equal(two.exchanges, one.exchanges)
