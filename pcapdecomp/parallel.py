@@ -138,24 +138,37 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
             out.append(extract(path, servers=servers, max_sql_bytes=max_sql_bytes, progress=step))
         return out
     tasks = [(i, path, (k, n) if n > 1 else None) for i, (path, n) in enumerate(zip(paths, parts)) for k in range(n)]
+    # When every task has a process of its own, this one reads the first task itself instead of waiting: its
+    # tables are not pickled in a worker and unpickled here (10 s sysbench pair: ~0.1 s of 0.9), and one fork less.
+    here = len(tasks) <= jobs
+    total = sum(sizes)
     global _PROGRESS
     _PROGRESS = mp.get_context("fork").Array("q", 2 * len(tasks), lock=False)
+
+    def show() -> None:
+        if progress is not None:
+            # each part reads the whole file: a capture is as far as its parts are on average
+            done = sum(_PROGRESS[2 * s] / parts[tasks[s][0]] for s in range(len(tasks)))
+            frames = sum(_PROGRESS[2 * s + 1] / parts[tasks[s][0]] for s in range(len(tasks)))
+            progress(int(done), total, int(frames))
+
+    def own_progress(done: int, _total: int, frames: int) -> None:
+        _PROGRESS[0], _PROGRESS[1] = done, frames
+        show()
+
     try:
-        with _workers(min(jobs, len(tasks))) as pool:
+        with _workers(min(jobs - here, len(tasks) - here)) as pool:
             futures = [pool.submit(_work, slot, path if hasattr(path, "files") else os.fspath(path), servers,
                                    max_sql_bytes, part)
-                       for slot, (_, path, part) in enumerate(tasks)]
-            total = sum(sizes)
+                       for slot, (_, path, part) in enumerate(tasks) if slot >= here]
+            own = [extract(tasks[0][1], servers=servers, max_sql_bytes=max_sql_bytes, part=tasks[0][2],
+                           progress=own_progress)] if here else []
             while True:
                 finished, pending = wait(futures, timeout=0.2, return_when=FIRST_EXCEPTION)
-                if progress is not None:
-                    # each part reads the whole file: a capture is as far as its parts are on average
-                    done = sum(_PROGRESS[2 * s] / parts[tasks[s][0]] for s in range(len(tasks)))
-                    frames = sum(_PROGRESS[2 * s + 1] / parts[tasks[s][0]] for s in range(len(tasks)))
-                    progress(int(done), total, int(frames))
+                show()
                 if not pending or any(f.exception() is not None for f in finished):
                     break
-            results = [f.result() for f in futures]  # re-raises a worker's error here
+            results = own + [f.result() for f in futures]  # re-raises a worker's error here
     finally:
         _PROGRESS = None
     by_capture: list[list[Extraction]] = [[] for _ in paths]

@@ -79,12 +79,16 @@ def test_extract_all_in_worker_processes_equals_one_process(monkeypatch, lane):
     assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen)
 
 
-def test_a_worker_error_reaches_the_caller_as_itself(tmp_path, monkeypatch):
+@pytest.mark.parametrize("bad_first", [False, True], ids=["in-a-worker", "in-this-process"])
+def test_a_worker_error_reaches_the_caller_as_itself(tmp_path, monkeypatch, bad_first):
+    """The first capture is read by this process itself (a task per process), the second by a worker: an error in
+    either reaches the caller as itself."""
     monkeypatch.setattr(parallel, "SMALL_CAPTURE_BYTES", 0)
     bad = tmp_path / "not-a-capture.pcap"
     bad.write_bytes(b"this is not a capture file at all" * 10)
+    good = REPO / "captures" / "features" / "db.pcap"
     with pytest.raises(InputError, match="not-a-capture.pcap"):
-        parallel.extract_all([REPO / "captures" / "features" / "db.pcap", bad], None, 1 << 20, jobs=2)
+        parallel.extract_all([bad, good] if bad_first else [good, bad], None, 1 << 20, jobs=2)
 
 
 @pytest.mark.parametrize(
