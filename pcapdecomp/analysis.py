@@ -328,31 +328,37 @@ def _fit_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: 
                 calls.append((pt, _flows(mine.rename(columns={f"client_{side}": "client",
                                                               f"server_{side}": "server"}))))
                 owners.append((side, x.capture))
-    # a pass started ahead read every connection of its point: its keys are these calls' when all of them matched
-    # (a key seen in an unmatched connection too would not be unique here); else the point is read again
+    # A pass started ahead read every connection of its point: its keys are these calls' when all of them matched
+    # (a key seen in an unmatched connection too would not be unique here); else the point is read again. With one
+    # app and one DB point the worker also paired the two and fitted their clock.
+    wanted = dict(zip(owners, (flows for _, flows in calls)))
+    fitted: dict[tuple[str, str], tuple[ClockModel, dict]] = {}
     ready = {}
-    for (pt, flows), owner in zip(calls, owners):
-        started = (read_ahead or {}).get(owner)
-        if started is not None and started[0] == flows:
-            ready[owner] = started[1]
-    todo = [(call, owner) for call, owner in zip(calls, owners) if owner not in ready]
+    for key, started in (read_ahead or {}).items():
+        if key[0] == "pair":
+            if wanted.get(("a", key[1])) == started[0] and wanted.get(("d", key[2])) == started[1]:
+                fitted[key[1:]] = started[2].result()
+        elif wanted.get(key) == started[0]:
+            ready[key] = started[1]
+    pair_list = [tuple(p) for p in pairs[["capture_a", "capture_d"]].drop_duplicates().itertuples(index=False)]
+    needed = {owner for a_cap, d_cap in pair_list if (a_cap, d_cap) not in fitted
+              for owner in (("a", a_cap), ("d", d_cap))}
+    todo = [(call, owner) for call, owner in zip(calls, owners) if owner in needed and owner not in ready]
     if runner is not None:
-        segment_sets = runner.run(read_segments_of, [call for call, _ in todo])
+        segment_sets = runner.run(read_segments_of, [call for call, _ in todo]) if todo else []
     else:
         segment_sets = run_all(read_segments_of, [call for call, _ in todo], jobs)
-    segments = {owner: future.result() for owner, future in ready.items()}
+    segments = {owner: future.result() for owner, future in ready.items() if owner in needed}
     segments.update(zip([owner for _, owner in todo], segment_sets))
     del segment_sets, ready
     release_memory()  # with --jobs 1 the reading ran here: its per-packet garbage goes before pairing
-    for a_cap, d_cap in pairs[["capture_a", "capture_d"]].drop_duplicates().itertuples(index=False):
-        samples = pair_segments(segments[("a", a_cap)], segments[("d", d_cap)])
-        release_memory()
-        model = estimate_clock(samples.fwd_app, samples.fwd_db, samples.rev_db, samples.rev_app)
+    for a_cap, d_cap in pair_list:
         db_x = next(x for x in db_xs if x.capture == d_cap)
+        model, entry = fitted.get((a_cap, d_cap)) or _fitted_clock(segments[("a", a_cap)], segments[("d", d_cap)],
+                                                                    db_x.stats.first_ts_ns)
         key = _pair_key(a_cap, d_cap) if several else a_cap
         clocks[key] = model
-        clock_info[key] = {"app": a_cap, "db": d_cap,
-                           **clock_entry(model, samples, db_x.stats.first_ts_ns)}
+        clock_info[key] = {"app": a_cap, "db": d_cap, **entry}
         if model.quality != "two-sided":
             note(f"clock of {a_cap}{' and ' + d_cap if several else ''}: {model.quality} fit (too few segments "
                  "seen at both points); one-way network times are bounds, not estimates")
@@ -361,12 +367,31 @@ def _fit_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: 
     return clocks, clock_info
 
 
+def _fitted_clock(app, db, db_first_ns: int | None) -> tuple[ClockModel, dict]:
+    """The clock of an app point and a DB point from their segments (read_segments_of's), and its summary.json →
+    clocks entry (without the points' names)."""
+    samples = pair_segments(app, db)
+    del app, db
+    release_memory()
+    model = estimate_clock(samples.fwd_app, samples.fwd_db, samples.rev_db, samples.rev_app)
+    return model, clock_entry(model, samples, db_first_ns)
+
+
+def _clock_ahead(app_pt: CapturePoint, app_flows: set, db_pt: CapturePoint, db_flows: set,
+                 db_first_ns: int | None) -> tuple[ClockModel, dict]:
+    """_fit_clocks' work for one app point and one DB point, in one call (on a worker: _segments_ahead)."""
+    db = read_segments_of(db_pt, db_flows)
+    return _fitted_clock(read_segments_of(app_pt, app_flows), db, db_first_ns)
+
+
 def _segments_ahead(ahead: Ahead, app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: list,
-                    db_xs: list) -> dict[tuple[str, str], tuple[set, object]]:
+                    db_xs: list) -> dict[tuple, tuple]:
     """The clock's pass over each app and DB point (read_segments_of), for every connection it holds, started on
     `ahead`'s workers as soon as the extraction is done: it runs while this process pairs the captures and repairs
     their losses, and _fit_clocks takes it when the connections it read are the matched ones (the usual case: all
-    of them). {("a" or "d", capture): (flows, Future)}; empty with one job or small captures (read as before)."""
+    of them). {("a" or "d", capture): (flows, Future of its segments)}; for one app point and one DB point the
+    worker also fits their clock (_clock_ahead), so only the model comes back: {("pair", app capture, DB capture):
+    (app flows, DB flows, Future of (model, clocks entry))}. Empty with one job or small captures (read as before)."""
     from .parallel import SMALL_CAPTURE_BYTES, capture_bytes
 
     if not app_x or not db_xs or sum(capture_bytes(p) for p in (*app_pts, *db_pts)) < SMALL_CAPTURE_BYTES:
@@ -378,6 +403,11 @@ def _segments_ahead(ahead: Ahead, app_pts: list[CapturePoint], db_pts: list[Capt
             if len(conns):
                 owners.append((side, x.capture))
                 calls.append((pt, _flows(conns)))
+    if owners == [("d", db_xs[0].capture), ("a", app_x[0].capture)] and len(app_x) == len(db_xs) == 1:
+        (db_pt, db_flows), (app_pt, app_flows) = calls
+        futures = ahead.start_all(_clock_ahead, [(app_pt, app_flows, db_pt, db_flows, db_xs[0].stats.first_ts_ns)])
+        return {} if futures is None else {("pair", app_x[0].capture, db_xs[0].capture): (app_flows, db_flows,
+                                                                                          futures[0])}
     futures = ahead.start_all(read_segments_of, calls)
     if futures is None:
         return {}

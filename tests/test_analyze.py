@@ -357,9 +357,10 @@ def test_two_app_hosts_with_their_own_clocks(tmp_path):
 
 @pytest.mark.parametrize("drop_one_at_db", [False, True])
 def test_clock_pass_started_ahead_gives_the_clock_of_one_process(tmp_path, monkeypatch, drop_one_at_db):
-    """With --jobs 2 each point's segments are read for all its connections while the captures are paired
-    (analysis._segments_ahead): when every connection matched that read is used, else the point is read again for
-    its matched connections. Either way the clock, and so every output, is that of --jobs 1."""
+    """With --jobs 2 the segments of each point are read for all its connections, and the clock fitted, on a worker
+    while the captures are paired (analysis._segments_ahead): when every connection matched that clock is used,
+    else the points are read again for their matched connections. Either way the clock, and so every output, is
+    that of --jobs 1."""
     import pcapdecomp.analysis as analysis
     import pcapdecomp.parallel as parallel
 
@@ -380,7 +381,38 @@ def test_clock_pass_started_ahead_gives_the_clock_of_one_process(tmp_path, monke
     run_all = analysis.run_all
     monkeypatch.setattr(analysis, "run_all", lambda f, calls, jobs: read_again.extend(calls) or run_all(f, calls, jobs))
     two = run(None, tmp_path / "two", jobs=2, **kw)
-    assert [str(pt_.name) for pt_, _ in read_again] == ([str(tmp_path / "app.pcap")] if drop_one_at_db else [])
+    assert [str(pt_.name) for pt_, _ in read_again] == ([str(tmp_path / "db.pcap"), str(tmp_path / "app.pcap")]
+                                                        if drop_one_at_db else [])
     assert two.summary["clocks"] == one.summary["clocks"] and two.summary["clock"] == one.summary["clock"]
     assert one.summary["clock"]["quality"] == "two-sided"
+    pd.testing.assert_frame_equal(two.exchanges, one.exchanges)
+
+
+def test_clock_passes_started_ahead_for_two_app_points(tmp_path, monkeypatch):
+    """Two app points and a DB point: each point's segments are read ahead on the workers (three passes) and paired
+    here, giving the clocks --jobs 1 gives."""
+    import pcapdecomp.analysis as analysis
+    import pcapdecomp.parallel as parallel
+
+    src = CAPTURES / "group-stall"
+    ports = sorted({int(c.rsplit(":", 1)[1]) for c in run(src, tmp_path / "plain").exchanges["client"]})
+    first = set(ports[: len(ports) // 2])
+
+    def on_first(pkt: bytes) -> bool:
+        p = pt.tcp_ports(pkt)
+        return p is not None and (p[0] in first or p[1] in first)
+
+    pt.rewrite(src / "app.pcap", tmp_path / "app1.pcap", keep_packet=on_first)
+    pt.rewrite(src / "app.pcap", tmp_path / "app2.pcap", keep_packet=lambda p: not on_first(p),
+               time=lambda t: t - 200_000_000)
+    kw = dict(app=[tmp_path / "app1.pcap", tmp_path / "app2.pcap"], db=src / "db.pcap", slow_log=src / "slow.log",
+              long_query_time=1.0, thread_pool_size=2)
+    one = run(None, tmp_path / "one", jobs=1, **kw)
+    monkeypatch.setattr(parallel, "SMALL_CAPTURE_BYTES", 0)
+    read_again = []
+    run_all = analysis.run_all
+    monkeypatch.setattr(analysis, "run_all", lambda f, calls, jobs: read_again.extend(calls) or run_all(f, calls, jobs))
+    two = run(None, tmp_path / "two", jobs=2, **kw)
+    assert read_again == [] and len(two.summary["clocks"]) == 2
+    assert two.summary["clocks"] == one.summary["clocks"]
     pd.testing.assert_frame_equal(two.exchanges, one.exchanges)
