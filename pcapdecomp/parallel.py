@@ -163,6 +163,8 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
                        for slot, (_, path, part) in enumerate(tasks) if slot >= here]
             own = [extract(tasks[0][1], servers=servers, max_sql_bytes=max_sql_bytes, part=tasks[0][2],
                            progress=own_progress)] if here else []
+            for x in own:  # its DataFrames now, while the workers still make and send theirs (as _work does)
+                x.exchanges, x.connections  # noqa: B018
             while True:
                 finished, pending = wait(futures, timeout=0.2, return_when=FIRST_EXCEPTION)
                 show()
@@ -215,6 +217,64 @@ class Ahead:
     def __exit__(self, *exc) -> bool:
         context, self._context, self._pool = self._context, None, None
         return bool(context is not None and context.__exit__(*exc))
+
+
+class Forked:
+    """function(*args) in a child forked now. The child sees this process's memory as it is: nothing is pickled on
+    the way in (a table of a million rows is shared, not copied), only the result on the way back. `result()` waits
+    and returns it, or raises the child's exception here. Leaving the context before the result was taken (an error
+    here, Ctrl-C) ends the child at once. Ctrl-C is the parent's to handle, as for the pools (_workers)."""
+
+    def __init__(self, function: Callable, *args):
+        context = mp.get_context("fork")
+        self._receive, send = context.Pipe(duplex=False)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # see _BlockingInterruptsWhileForking
+        try:
+            self._process = context.Process(target=_call_and_send, args=(send, function, args), daemon=True)
+            self._process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        send.close()
+        self._taken = False
+
+    def __enter__(self) -> "Forked":
+        return self
+
+    def result(self):
+        self._taken = True
+        try:
+            ok, value = self._receive.recv()
+        except EOFError:
+            self._process.join()
+            raise RuntimeError(f"a forked process ended without its result (exit code {self._process.exitcode})"
+                               ) from None
+        finally:
+            self._receive.close()
+        self._process.join()
+        if not ok:
+            raise value
+        return value
+
+    def __exit__(self, *exc) -> bool:
+        if not self._taken:
+            self._process.terminate()
+            self._process.join()
+            self._receive.close()
+        return False
+
+
+def _call_and_send(send, function: Callable, args: tuple) -> None:
+    """Forked's child: the call, and its result or exception sent back (one that cannot be pickled, as its text)."""
+    _ignore_interrupts()
+    try:
+        outcome = (True, function(*args))
+    except BaseException as err:  # noqa: BLE001 - it is the parent's to raise
+        outcome = (False, err)
+    try:
+        send.send(outcome)
+    except Exception:  # noqa: BLE001 - a result or an exception pickle does not take
+        send.send((False, RuntimeError(f"{type(outcome[1]).__name__}: {outcome[1]}")))
+    send.close()
 
 
 def read_exchanges(capture: Path, servers: list[str], quiet: bool, max_sql_bytes: int = 1 << 20,

@@ -149,3 +149,30 @@ def test_native_walker_is_built_where_a_compiler_is():
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler on this machine")
     assert walk.NATIVE
+
+
+# --- Forked: a call in a child that shares this process's memory ----------------------------------------------
+
+
+def test_forked_call_sees_this_process_memory_and_returns_its_result():
+    table = list(range(100_000))  # not pickled on the way in: the child sees it as it is
+    with parallel.Forked(sum, table) as child:
+        assert child.result() == sum(table)
+
+
+def test_forked_call_error_reaches_the_caller_as_itself(tmp_path):
+    from pcapdecomp.exchanges import extract
+
+    bad = tmp_path / "not-a-capture.pcap"
+    bad.write_bytes(b"this is not a capture file at all" * 10)
+    with parallel.Forked(extract, bad) as child, pytest.raises(InputError, match="not-a-capture.pcap"):
+        child.result()
+
+
+def test_leaving_a_forked_call_early_ends_the_child():
+    import time
+
+    with pytest.raises(ZeroDivisionError):
+        with parallel.Forked(time.sleep, 60) as child:
+            1 / 0
+    assert not child._process.is_alive() and child._process.exitcode is not None
