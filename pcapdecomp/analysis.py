@@ -346,8 +346,9 @@ def _fit_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: 
     ready = {}
     for key, started in (read_ahead or {}).items():
         if key[0] == "pair":
-            if wanted.get(("a", key[1])) == started[0] and wanted.get(("d", key[2])) == started[1]:
-                fitted[key[1:]] = started[2].result()
+            db_x = next(x for x in db_xs if x.capture == key[2])
+            if (wanted.get(("a", key[1])), wanted.get(("d", key[2])), db_x.stats.first_ts_ns) == started[:3]:
+                fitted[key[1:]] = started[3].result()
         elif wanted.get(key) == started[0]:
             ready[key] = started[1]
     pair_list = [tuple(p) for p in pairs[["capture_a", "capture_d"]].drop_duplicates().itertuples(index=False)]
@@ -401,7 +402,7 @@ def _segments_ahead(ahead: Ahead, app_pts: list[CapturePoint], db_pts: list[Capt
     their losses, and _fit_clocks takes it when the connections it read are the matched ones (the usual case: all
     of them). {("a" or "d", capture): (flows, Future of its segments)}; for one app point and one DB point the
     worker also fits their clock (_clock_ahead), so only the model comes back: {("pair", app capture, DB capture):
-    (app flows, DB flows, Future of (model, clocks entry))}. Empty with one job or small captures (read as before)."""
+    (app flows, DB flows, the DB capture's first time, Future of (model, clocks entry))}. Empty with one job or small captures (read as before)."""
     from .parallel import SMALL_CAPTURE_BYTES, capture_bytes
 
     if not app_x or not db_xs or sum(capture_bytes(p) for p in (*app_pts, *db_pts)) < SMALL_CAPTURE_BYTES:
@@ -415,9 +416,10 @@ def _segments_ahead(ahead: Ahead, app_pts: list[CapturePoint], db_pts: list[Capt
                 calls.append((pt, _flows(conns)))
     if owners == [("d", db_xs[0].capture), ("a", app_x[0].capture)] and len(app_x) == len(db_xs) == 1:
         (db_pt, db_flows), (app_pt, app_flows) = calls
-        futures = ahead.start_all(_clock_ahead, [(app_pt, app_flows, db_pt, db_flows, db_xs[0].stats.first_ts_ns)])
+        first_ns = db_xs[0].stats.first_ts_ns
+        futures = ahead.start_all(_clock_ahead, [(app_pt, app_flows, db_pt, db_flows, first_ns)])
         return {} if futures is None else {("pair", app_x[0].capture, db_xs[0].capture): (app_flows, db_flows,
-                                                                                          futures[0])}
+                                                                                          first_ns, futures[0])}
     futures = ahead.start_all(read_segments_of, calls)
     if futures is None:
         return {}
