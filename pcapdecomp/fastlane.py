@@ -201,6 +201,10 @@ def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Ca
                 raise TypeError(f"the lane handed over {item!r}")
 
     read = source.read
+    if source.readinto is not None:  # one buffer for every chunk (the lane copies what it is fed)
+        buffer = bytearray(CHUNK)
+        view, readinto = memoryview(buffer), source.readinto
+        read = lambda n: view[:readinto(buffer)]  # noqa: E731
     total = stats.bytes_file
     damage = None
     try:
