@@ -87,19 +87,23 @@ struct Flow {
 };
 
 /* The lane writes its exchange rows column by column, in the layout of schema.EXCHANGE_COLUMNS
- * (_lane_columns.h): 'q' int64 and 'd' float64 columns into plain buffers that Arrow takes as they are, 'o'
- * columns as lists of Python objects. A column of the schema without a kind here makes the import fail. */
+ * (_lane_columns.h): 'q' int64 and 'd' float64 columns into plain buffers that Arrow takes as they are; 'n'
+ * int64 or None (an int64 buffer and a byte per row, 1 when it holds a value), 'b' bool or None (a byte per row:
+ * 0, 1, 2 for None) and 's' text or None (its UTF-8 one row after the other, an int32 offset where each row ends,
+ * and a byte per row, 1 when it holds text), which Arrow takes as buffers too (converting Python objects was ~5 %
+ * of an extraction); 'o' columns as lists of Python objects. A column of the schema without a kind here makes the
+ * import fail. */
 static const char ROW_KINDS[NCOLS + 1] = {
-    [COL_CAPTURE] = 'o', [COL_CONN_INDEX] = 'q', [COL_CONN_ID] = 'o', [COL_CLIENT] = 'o', [COL_SERVER] = 'o',
-    [COL_SEQ] = 'q', [COL_COMMAND] = 'o', [COL_SQL] = 'o', [COL_STMT_ID] = 'o', [COL_PARAMS] = 'o',
+    [COL_CAPTURE] = 'o', [COL_CONN_INDEX] = 'q', [COL_CONN_ID] = 'n', [COL_CLIENT] = 'o', [COL_SERVER] = 'o',
+    [COL_SEQ] = 'q', [COL_COMMAND] = 'o', [COL_SQL] = 'o', [COL_STMT_ID] = 'n', [COL_PARAMS] = 's',
     [COL_FINGERPRINT] = 'o', [COL_QUERY_ID] = 'o',
     [COL_REQ_FIRST_TS] = 'q', [COL_REQ_LAST_TS] = 'q', [COL_RESP_FIRST_TS] = 'q', [COL_RESP_LAST_TS] = 'q',
     [COL_REQ_FIRST_FRAME] = 'q', [COL_REQ_LAST_FRAME] = 'q', [COL_RESP_FIRST_FRAME] = 'q',
     [COL_RESP_LAST_FRAME] = 'q', [COL_RESPONSE_S] = 'd', [COL_TTFB_S] = 'd',
-    [COL_RESULT] = 'o', [COL_ERROR_CODE] = 'o', [COL_ERROR_STATE] = 'o', [COL_ERROR_MESSAGE] = 'o',
+    [COL_RESULT] = 'o', [COL_ERROR_CODE] = 'n', [COL_ERROR_STATE] = 'o', [COL_ERROR_MESSAGE] = 'o',
     [COL_ROWS] = 'q', [COL_AFFECTED_ROWS] = 'q', [COL_WARNINGS] = 'q', [COL_RESULT_SETS] = 'q',
-    [COL_BYTES_REQ] = 'q', [COL_BYTES_RESP] = 'q', [COL_STATUS_FLAGS] = 'q', [COL_SERVER_FLAG_SLOW] = 'o',
-    [COL_TLS] = 'o', [COL_COMPRESSED] = 'o', [COL_USER] = 'o', [COL_DB] = 'o',
+    [COL_BYTES_REQ] = 'q', [COL_BYTES_RESP] = 'q', [COL_STATUS_FLAGS] = 'q', [COL_SERVER_FLAG_SLOW] = 'b',
+    [COL_TLS] = 'b', [COL_COMPRESSED] = 'o', [COL_USER] = 'o', [COL_DB] = 'o',
     [COL_REQ_TCP_SEQ] = 'q', [COL_RESP_TCP_SEQ] = 'q', [COL_RESP_TCP_END] = 'q', [COL_PROBLEMS] = 'o',
 };
 static const char *const COLUMN_NAME[NCOLS] = {COLUMN_NAMES};
@@ -115,6 +119,12 @@ typedef struct {
      * rows repeat the previous row's capture, server, command, result… and skip the dictionary lookup */
     PyObject *last;
     int32_t last_code;
+    /* 'n', 'b', 's' columns: a byte per row (1 a value, 0 None; 'b': 0, 1, 2 for None); 's': the text's UTF-8 and
+     * the offset where each row's ends */
+    char *valid, *chars;
+    Py_ssize_t valid_cap, chars_len, chars_cap;
+    int32_t *ends;
+    Py_ssize_t ends_cap;
 } Column;
 
 /* ---- the records of a capture file: classic pcap or pcapng, times checked (capture.py's readers + _timed) ---- */
@@ -1170,8 +1180,55 @@ static int put_num(Lane *L, int i, const void *value) {
 }
 static int put_q(Lane *L, int i, int64_t v) { return put_num(L, i, &v); }
 static int put_d(Lane *L, int i, double v) { return put_num(L, i, &v); }
+static int grow(char **p, Py_ssize_t *cap, Py_ssize_t need, Py_ssize_t item) {
+    if (need <= *cap) return 0;
+    Py_ssize_t more = *cap ? *cap : 1024;
+    while (more < need) more *= 2;
+    char *d = PyMem_Realloc(*p, more * item);
+    if (!d) { PyErr_NoMemory(); return -1; }
+    *p = d;
+    *cap = more;
+    return 0;
+}
+
+/* a value of an 'n', 'b' or 's' column (ROW_KINDS) */
+static int put_typed(Lane *L, int i, PyObject *v) {
+    Column *c = &L->cols[i];
+    char kind = ROW_KINDS[i];
+    if (grow(&c->valid, &c->valid_cap, c->n + 1, 1) < 0) return -1;
+    if (kind == 'b') {
+        int truth = v == Py_None ? 2 : PyObject_IsTrue(v);
+        if (truth < 0) return -1;
+        c->valid[c->n++] = (char)truth;
+        return 0;
+    }
+    if (kind == 'n') {
+        int64_t x = 0;
+        if (v != Py_None) {
+            x = PyLong_AsLongLong(v);
+            if (x == -1 && PyErr_Occurred()) return -1;
+        }
+        c->valid[c->n] = v != Py_None;
+        return put_num(L, i, &x); /* counts the row */
+    }
+    Py_ssize_t len = 0;
+    const char *text = NULL;
+    if (v != Py_None && !(text = PyUnicode_AsUTF8AndSize(v, &len))) return -1;
+    if (c->chars_len + len > INT32_MAX)
+        return PyErr_Format(PyExc_OverflowError, "column %s: over 2 GiB of text in one batch", COLUMN_NAME[i]), -1;
+    if (grow(&c->chars, &c->chars_cap, c->chars_len + len, 1) < 0 ||
+        grow((char **)&c->ends, &c->ends_cap, c->n + 1, sizeof(int32_t)) < 0)
+        return -1;
+    if (len) memcpy(c->chars + c->chars_len, text, len);
+    c->chars_len += len;
+    c->ends[c->n] = (int32_t)c->chars_len;
+    c->valid[c->n++] = v != Py_None;
+    return 0;
+}
+
 static int put_o(Lane *L, int i, PyObject *v) { /* borrows v */
     Column *c = &L->cols[i];
+    if (ROW_KINDS[i] != 'o') return put_typed(L, i, v);
     if (!c->codes) return PyList_Append(c->list, v);
     int32_t code = -1;
     if (v == c->last) {
@@ -1660,6 +1717,26 @@ static PyObject *Lane_take_columns(Lane *L, PyObject *Py_UNUSED(ignored)) {
             item = c->list;
             c->list = PyList_New(0);
             if (!c->list) { c->list = item; Py_DECREF(out); return NULL; }
+        } else if (ROW_KINDS[i] == 'b') {
+            item = PyBytes_FromStringAndSize(c->n ? c->valid : "", c->n);
+            if (!item) { Py_DECREF(out); return NULL; }
+            c->n = 0;
+        } else if (ROW_KINDS[i] == 'n') {
+            item = Py_BuildValue("(y#y#)", c->n ? c->data : "", 8 * c->n, c->n ? c->valid : "", c->n);
+            if (!item) { Py_DECREF(out); return NULL; }
+            c->n = 0;
+        } else if (ROW_KINDS[i] == 's') {
+            /* Arrow's offsets: where each row starts, then where the last ends */
+            PyObject *ends = PyBytes_FromStringAndSize(NULL, 4 * (c->n + 1));
+            if (!ends) { Py_DECREF(out); return NULL; }
+            int32_t zero = 0;
+            memcpy(PyBytes_AS_STRING(ends), &zero, 4);
+            if (c->n) memcpy(PyBytes_AS_STRING(ends) + 4, c->ends, 4 * c->n);
+            item = Py_BuildValue("(Ny#y#)", ends, c->chars_len ? c->chars : "", c->chars_len, c->n ? c->valid : "",
+                                 c->n);
+            if (!item) { Py_DECREF(out); return NULL; }
+            c->n = 0;
+            c->chars_len = 0;
         } else {
             item = PyBytes_FromStringAndSize(c->data, 8 * c->n);
             if (!item) { Py_DECREF(out); return NULL; }
@@ -1713,6 +1790,9 @@ static void Lane_dealloc(Lane *L) {
         Py_XDECREF(L->cols[i].codes);
         Py_XDECREF(L->cols[i].last);
         PyMem_Free(L->cols[i].data);
+        PyMem_Free(L->cols[i].valid);
+        PyMem_Free(L->cols[i].chars);
+        PyMem_Free(L->cols[i].ends);
     }
     Py_XDECREF(L->fingerprints);
     for (int i = 0; i < FP_CACHE; i++) { Py_XDECREF(L->fp_cache[i].sql); Py_XDECREF(L->fp_cache[i].fp); }

@@ -133,12 +133,31 @@ def columns_batch(values: list, kinds: str, columns: tuple[Column, ...]) -> pa.R
     """Columns (not rows) -> one Arrow record batch of the declared types. `kinds[i]` says how column i comes:
     'o' a list of Python objects, 'q' / 'd' the bytes of int64 / float64 values without nulls, which become
     Arrow arrays without a copy, 'c' (categorical text) the bytes of int32 codes (-1 for null) and the list of
-    the values they stand for, first seen first (the native fast lane writes its rows so). As many values and
-    kinds as columns, and as many values in each column, or a ValueError: nothing is cut to fit."""
+    the values they stand for, first seen first (the native fast lane writes its rows so); and, as the lane writes
+    them too, 'n' (whole numbers or null) the bytes of int64 values and a byte per row (1: a value, 0: null), 'b'
+    (booleans or null) a byte per row (0, 1, 2: null), 's' (text or null) the bytes of int32 offsets (where each
+    row starts, then where the last ends), of the UTF-8 text and a byte per row (1: text, 0: null). As many values
+    and kinds as columns, and as many values in each column, or a ValueError: nothing is cut to fit."""
     arrays = []
     for c, kind, v in zip(columns, kinds, values, strict=True):
         if kind == "o":
             array = pa.array(v, type=ARROW_TYPES[c.dtype])
+        elif kind == "n":
+            data, held = v
+            if len(data) != 8 * len(held):
+                raise ValueError(f"column {c.name}: {len(data)} bytes of values for {len(held)} rows")
+            array = pa.Array.from_buffers(ARROW_TYPES[c.dtype], len(held), [_validity(held, 1), pa.py_buffer(data)])
+        elif kind == "b":
+            codes = np.frombuffer(v, dtype=np.uint8)
+            values_bits = pa.py_buffer(np.packbits(codes == 1, bitorder="little"))
+            array = pa.Array.from_buffers(ARROW_TYPES[c.dtype], len(codes), [_validity(v, 2, null=True), values_bits])
+        elif kind == "s":
+            offsets, text, held = v
+            if len(offsets) != 4 * (len(held) + 1):
+                raise ValueError(f"column {c.name}: {len(offsets)} bytes of offsets for {len(held)} rows")
+            array = pa.Array.from_buffers(ARROW_TYPES[c.dtype], len(held),
+                                          [_validity(held, 1), pa.py_buffer(offsets), pa.py_buffer(text)])
+            array.validate(full=True)  # the offsets and the UTF-8 as Arrow needs them, or an error here
         elif kind == "c":
             codes = np.frombuffer(v[0], dtype=np.int32)
             null = codes < 0
@@ -156,6 +175,14 @@ def columns_batch(values: list, kinds: str, columns: tuple[Column, ...]) -> pa.R
         lengths = {c.name: len(a) for c, a in zip(columns, arrays)}
         raise ValueError(f"columns of different lengths: {lengths}")
     return pa.RecordBatch.from_arrays(arrays, names=[c.name for c in columns])
+
+
+def _validity(marks: bytes, mark: int, null: bool = False) -> pa.Buffer | None:
+    """An Arrow validity bitmap of a byte per row: valid where the byte is `mark` (where it is not, when `null`);
+    None when every row is valid."""
+    bytes_ = np.frombuffer(marks, dtype=np.uint8)
+    valid = bytes_ != mark if null else bytes_ == mark
+    return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
 def frame_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by: list[str] | None = None
