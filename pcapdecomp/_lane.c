@@ -26,6 +26,7 @@
 #define QUERY_WAS_SLOW 0x0800
 #define REPLAY_LIMIT (4 << 20) /* bytes of one exchange kept for a replay; beyond, Python takes over */
 #define HEAD 24                /* payload bytes kept per response packet: all an OK or EOF needs */
+#define BATCH_TEXT (16 << 20) /* characters of text a batch of rows holds at most (Lane.batch_text) */
 #define FP_CACHE 16            /* statements whose fingerprints the lane keeps (Lane.fp_cache) */
 #define FP_CACHE_TEXT 4096     /* … of at most this many characters: what the cache holds stays small */
 
@@ -207,6 +208,8 @@ typedef struct {
     struct { PyObject *sql, *fp; } fp_cache[FP_CACHE];
     Column cols[NCOLS];
     Py_ssize_t batch, n_rows;
+    Py_ssize_t batch_text; /* characters of text the batch holds (distinct coded values, 's' columns): a batch is
+                              also handed over when they reach BATCH_TEXT */
     /* bail in progress */
     Flow *bailing;
     Py_ssize_t replay_i;
@@ -1220,6 +1223,7 @@ static int put_typed(Lane *L, int i, PyObject *v) {
         grow((char **)&c->ends, &c->ends_cap, c->n + 1, sizeof(int32_t)) < 0)
         return -1;
     if (len) memcpy(c->chars + c->chars_len, text, len);
+    L->batch_text += len;
     c->chars_len += len;
     c->ends[c->n] = (int32_t)c->chars_len;
     c->valid[c->n++] = v != Py_None;
@@ -1242,6 +1246,7 @@ static int put_o(Lane *L, int i, PyObject *v) { /* borrows v */
             Py_ssize_t next = PyList_GET_SIZE(c->list);
             PyObject *number = PyLong_FromSsize_t(next);
             int bad = !number || PyDict_SetItem(c->codes, v, number) < 0 || PyList_Append(c->list, v) < 0;
+            if (PyUnicode_Check(v)) L->batch_text += PyUnicode_GET_LENGTH(v);
             Py_XDECREF(number);
             if (bad) return -1;
             code = (int32_t)next;
@@ -1529,7 +1534,8 @@ static PyObject *Lane_next(Lane *L, PyObject *Py_UNUSED(ignored)) {
             begin_bail(L, L->all);
             continue;
         }
-        if (L->n_rows >= L->batch) return typed(RowsReadyType, "(n)", L->n_rows);
+        if (L->n_rows >= L->batch || (L->n_rows && L->batch_text >= BATCH_TEXT))
+            return typed(RowsReadyType, "(n)", L->n_rows);
         Rec rec;
         int got = reader_next(&L->R, &rec);
         if (got == REC_ERROR) return NULL;
@@ -1745,6 +1751,7 @@ static PyObject *Lane_take_columns(Lane *L, PyObject *Py_UNUSED(ignored)) {
         PyList_SET_ITEM(out, i, item);
     }
     L->n_rows = 0;
+    L->batch_text = 0;
     return out;
 }
 
