@@ -74,7 +74,8 @@ def file_schema(columns: tuple[Column, ...]) -> pa.Schema:
     described = [{"name": c.name, "field_name": c.name, "pandas_type": _FILE_TYPES[c.dtype][1],
                   "numpy_type": _FILE_TYPES[c.dtype][2], "metadata": _FILE_TYPES[c.dtype][3]} for c in columns]
     pandas = {"index_columns": [], "column_indexes": [], "columns": described, "attributes": {},
-              "creator": {"library": "pyarrow", "version": pa.__version__}, "pandas_version": _installed_version("pandas")}
+              "creator": {"library": "pyarrow", "version": pa.__version__},
+              "pandas_version": _installed_version("pandas")}
     return pa.schema([(c.name, _FILE_TYPES[c.dtype][0]) for c in columns],
                      metadata={b"pandas": json.dumps(pandas).encode()})
 
