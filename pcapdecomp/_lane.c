@@ -26,6 +26,9 @@
 #define QUERY_WAS_SLOW 0x0800
 #define REPLAY_LIMIT (4 << 20) /* bytes of one exchange kept for a replay; beyond, Python takes over */
 #define HEAD 24                /* payload bytes kept per response packet: all an OK or EOF needs */
+#define BATCH_TEXT (16 << 20) /* characters of text a batch of rows holds at most (Lane.batch_text) */
+#define FP_CACHE 16            /* statements whose fingerprints the lane keeps (Lane.fp_cache) */
+#define FP_CACHE_TEXT 4096     /* … of at most this many characters: what the cache holds stays small */
 
 enum { K_MYSQL = 1, K_OTHER = 2, K_FOREIGN = 3 };
 enum { IDLE, COLLECT, WAIT }; /* between exchanges; reading a request; reading its response */
@@ -85,19 +88,23 @@ struct Flow {
 };
 
 /* The lane writes its exchange rows column by column, in the layout of schema.EXCHANGE_COLUMNS
- * (_lane_columns.h): 'q' int64 and 'd' float64 columns into plain buffers that Arrow takes as they are, 'o'
- * columns as lists of Python objects. A column of the schema without a kind here makes the import fail. */
+ * (_lane_columns.h): 'q' int64 and 'd' float64 columns into plain buffers that Arrow takes as they are; 'n'
+ * int64 or None (an int64 buffer and a byte per row, 1 when it holds a value), 'b' bool or None (a byte per row:
+ * 0, 1, 2 for None) and 's' text or None (its UTF-8 one row after the other, an int32 offset where each row ends,
+ * and a byte per row, 1 when it holds text), which Arrow takes as buffers too (converting Python objects was ~5 %
+ * of an extraction); 'o' columns as lists of Python objects. A column of the schema without a kind here makes the
+ * import fail. */
 static const char ROW_KINDS[NCOLS + 1] = {
-    [COL_CAPTURE] = 'o', [COL_CONN_INDEX] = 'q', [COL_CONN_ID] = 'o', [COL_CLIENT] = 'o', [COL_SERVER] = 'o',
-    [COL_SEQ] = 'q', [COL_COMMAND] = 'o', [COL_SQL] = 'o', [COL_STMT_ID] = 'o', [COL_PARAMS] = 'o',
+    [COL_CAPTURE] = 'o', [COL_CONN_INDEX] = 'q', [COL_CONN_ID] = 'n', [COL_CLIENT] = 'o', [COL_SERVER] = 'o',
+    [COL_SEQ] = 'q', [COL_COMMAND] = 'o', [COL_SQL] = 'o', [COL_STMT_ID] = 'n', [COL_PARAMS] = 's',
     [COL_FINGERPRINT] = 'o', [COL_QUERY_ID] = 'o',
     [COL_REQ_FIRST_TS] = 'q', [COL_REQ_LAST_TS] = 'q', [COL_RESP_FIRST_TS] = 'q', [COL_RESP_LAST_TS] = 'q',
     [COL_REQ_FIRST_FRAME] = 'q', [COL_REQ_LAST_FRAME] = 'q', [COL_RESP_FIRST_FRAME] = 'q',
     [COL_RESP_LAST_FRAME] = 'q', [COL_RESPONSE_S] = 'd', [COL_TTFB_S] = 'd',
-    [COL_RESULT] = 'o', [COL_ERROR_CODE] = 'o', [COL_ERROR_STATE] = 'o', [COL_ERROR_MESSAGE] = 'o',
+    [COL_RESULT] = 'o', [COL_ERROR_CODE] = 'n', [COL_ERROR_STATE] = 'o', [COL_ERROR_MESSAGE] = 'o',
     [COL_ROWS] = 'q', [COL_AFFECTED_ROWS] = 'q', [COL_WARNINGS] = 'q', [COL_RESULT_SETS] = 'q',
-    [COL_BYTES_REQ] = 'q', [COL_BYTES_RESP] = 'q', [COL_STATUS_FLAGS] = 'q', [COL_SERVER_FLAG_SLOW] = 'o',
-    [COL_TLS] = 'o', [COL_COMPRESSED] = 'o', [COL_USER] = 'o', [COL_DB] = 'o',
+    [COL_BYTES_REQ] = 'q', [COL_BYTES_RESP] = 'q', [COL_STATUS_FLAGS] = 'q', [COL_SERVER_FLAG_SLOW] = 'b',
+    [COL_TLS] = 'b', [COL_COMPRESSED] = 'o', [COL_USER] = 'o', [COL_DB] = 'o',
     [COL_REQ_TCP_SEQ] = 'q', [COL_RESP_TCP_SEQ] = 'q', [COL_RESP_TCP_END] = 'q', [COL_PROBLEMS] = 'o',
 };
 static const char *const COLUMN_NAME[NCOLS] = {COLUMN_NAMES};
@@ -113,6 +120,12 @@ typedef struct {
      * rows repeat the previous row's capture, server, command, result… and skip the dictionary lookup */
     PyObject *last;
     int32_t last_code;
+    /* 'n', 'b', 's' columns: a byte per row (1 a value, 0 None; 'b': 0, 1, 2 for None); 's': the text's UTF-8 and
+     * the offset where each row's ends */
+    char *valid, *chars;
+    Py_ssize_t valid_cap, chars_len, chars_cap;
+    int32_t *ends;
+    Py_ssize_t ends_cap;
 } Column;
 
 /* ---- the records of a capture file: classic pcap or pcapng, times checked (capture.py's readers + _timed) ---- */
@@ -188,8 +201,15 @@ typedef struct {
     size_t table_mask;
     Flow *all;
     PyObject *fingerprints, *names[2], *results[2], *empty;
+    /* the fingerprints of the statements of COM_STMT_EXECUTE met lately, by the statement text's object (a
+     * prepared statement's, the same object at every execute; held, so that an address is never another text's):
+     * `fingerprints` is a function of its arguments' values, and calling it (an lru_cache) per exchange was ~4 %
+     * of an extraction */
+    struct { PyObject *sql, *fp; } fp_cache[FP_CACHE];
     Column cols[NCOLS];
     Py_ssize_t batch, n_rows;
+    Py_ssize_t batch_text; /* characters of text the batch holds (distinct coded values, 's' columns): a batch is
+                              also handed over when they reach BATCH_TEXT */
     /* bail in progress */
     Flow *bailing;
     Py_ssize_t replay_i;
@@ -206,10 +226,17 @@ static inline uint32_t be32(const uint8_t *p) { return rd32(p, 1); }
 static inline unsigned u16le(const uint8_t *p) { return p[0] | p[1] << 8; }
 static inline int64_t u24(const uint8_t *p) { return p[0] | p[1] << 8 | p[2] << 16; }
 
+/* A key's bucket: the key read as four 64-bit words and one 32-bit word, each mixed in by a multiply (FNV-1a over
+ * its 36 bytes one by one was ~3 % of an extraction: one lookup per packet). */
 static size_t hash_key(const uint8_t *k) {
-    uint64_t h = 1469598103934665603ULL;
-    for (int i = 0; i < 36; i++) h = (h ^ k[i]) * 1099511628211ULL;
-    return (size_t)h;
+    uint64_t w[4];
+    uint32_t last;
+    memcpy(w, k, 32);
+    memcpy(&last, k + 32, 4);
+    uint64_t h = 0x9E3779B97F4A7C15ULL;
+    for (int i = 0; i < 4; i++) h = (h ^ w[i]) * 0xFF51AFD7ED558CCDULL;
+    h = (h ^ last) * 0xC4CEB9FE1A85EC53ULL;
+    return (size_t)(h ^ h >> 29);
 }
 
 static void make_key(uint8_t *k, const uint8_t *src, const uint8_t *dst, int alen, unsigned sport, unsigned dport) {
@@ -1156,8 +1183,56 @@ static int put_num(Lane *L, int i, const void *value) {
 }
 static int put_q(Lane *L, int i, int64_t v) { return put_num(L, i, &v); }
 static int put_d(Lane *L, int i, double v) { return put_num(L, i, &v); }
+static int grow(char **p, Py_ssize_t *cap, Py_ssize_t need, Py_ssize_t item) {
+    if (need <= *cap) return 0;
+    Py_ssize_t more = *cap ? *cap : 1024;
+    while (more < need) more *= 2;
+    char *d = PyMem_Realloc(*p, more * item);
+    if (!d) { PyErr_NoMemory(); return -1; }
+    *p = d;
+    *cap = more;
+    return 0;
+}
+
+/* a value of an 'n', 'b' or 's' column (ROW_KINDS) */
+static int put_typed(Lane *L, int i, PyObject *v) {
+    Column *c = &L->cols[i];
+    char kind = ROW_KINDS[i];
+    if (grow(&c->valid, &c->valid_cap, c->n + 1, 1) < 0) return -1;
+    if (kind == 'b') {
+        int truth = v == Py_None ? 2 : PyObject_IsTrue(v);
+        if (truth < 0) return -1;
+        c->valid[c->n++] = (char)truth;
+        return 0;
+    }
+    if (kind == 'n') {
+        int64_t x = 0;
+        if (v != Py_None) {
+            x = PyLong_AsLongLong(v);
+            if (x == -1 && PyErr_Occurred()) return -1;
+        }
+        c->valid[c->n] = v != Py_None;
+        return put_num(L, i, &x); /* counts the row */
+    }
+    Py_ssize_t len = 0;
+    const char *text = NULL;
+    if (v != Py_None && !(text = PyUnicode_AsUTF8AndSize(v, &len))) return -1;
+    if (c->chars_len + len > INT32_MAX)
+        return PyErr_Format(PyExc_OverflowError, "column %s: over 2 GiB of text in one batch", COLUMN_NAME[i]), -1;
+    if (grow(&c->chars, &c->chars_cap, c->chars_len + len, 1) < 0 ||
+        grow((char **)&c->ends, &c->ends_cap, c->n + 1, sizeof(int32_t)) < 0)
+        return -1;
+    if (len) memcpy(c->chars + c->chars_len, text, len);
+    L->batch_text += len;
+    c->chars_len += len;
+    c->ends[c->n] = (int32_t)c->chars_len;
+    c->valid[c->n++] = v != Py_None;
+    return 0;
+}
+
 static int put_o(Lane *L, int i, PyObject *v) { /* borrows v */
     Column *c = &L->cols[i];
+    if (ROW_KINDS[i] != 'o') return put_typed(L, i, v);
     if (!c->codes) return PyList_Append(c->list, v);
     int32_t code = -1;
     if (v == c->last) {
@@ -1171,6 +1246,7 @@ static int put_o(Lane *L, int i, PyObject *v) { /* borrows v */
             Py_ssize_t next = PyList_GET_SIZE(c->list);
             PyObject *number = PyLong_FromSsize_t(next);
             int bad = !number || PyDict_SetItem(c->codes, v, number) < 0 || PyList_Append(c->list, v) < 0;
+            if (PyUnicode_Check(v)) L->batch_text += PyUnicode_GET_LENGTH(v);
             Py_XDECREF(number);
             if (bad) return -1;
             code = (int32_t)next;
@@ -1191,12 +1267,23 @@ static int put_o(Lane *L, int i, PyObject *v) { /* borrows v */
 
 /* connection._finish + exchanges.emit for a finished exchange: one row, column by column. */
 static int emit(Lane *L, Flow *f) {
-    PyObject *fp = PyObject_CallFunctionObjArgs(L->fingerprints, f->sql, L->names[f->command], NULL);
-    if (!fp) return -1;
-    if (!PyTuple_Check(fp) || PyTuple_GET_SIZE(fp) != 2) {
-        Py_DECREF(fp);
-        PyErr_SetString(PyExc_TypeError, "fingerprints must return a pair");
-        return -1;
+    PyObject *fp = NULL;
+    int cached = f->command == 1 && PyUnicode_Check(f->sql) && PyUnicode_GET_LENGTH(f->sql) <= FP_CACHE_TEXT;
+    size_t slot = ((uintptr_t)f->sql >> 4) % FP_CACHE;
+    if (cached && L->fp_cache[slot].sql == f->sql) {
+        fp = Py_NewRef(L->fp_cache[slot].fp);
+    } else {
+        fp = PyObject_CallFunctionObjArgs(L->fingerprints, f->sql, L->names[f->command], NULL);
+        if (!fp) return -1;
+        if (!PyTuple_Check(fp) || PyTuple_GET_SIZE(fp) != 2) {
+            Py_DECREF(fp);
+            PyErr_SetString(PyExc_TypeError, "fingerprints must return a pair");
+            return -1;
+        }
+        if (cached) {
+            Py_XSETREF(L->fp_cache[slot].sql, Py_NewRef(f->sql));
+            Py_XSETREF(L->fp_cache[slot].fp, Py_NewRef(fp));
+        }
     }
     PyObject **conn = &PyTuple_GET_ITEM(f->row, 0); /* the connection's columns */
     int slow = (f->status & QUERY_WAS_SLOW) != 0;
@@ -1447,7 +1534,8 @@ static PyObject *Lane_next(Lane *L, PyObject *Py_UNUSED(ignored)) {
             begin_bail(L, L->all);
             continue;
         }
-        if (L->n_rows >= L->batch) return typed(RowsReadyType, "(n)", L->n_rows);
+        if (L->n_rows >= L->batch || (L->n_rows && L->batch_text >= BATCH_TEXT))
+            return typed(RowsReadyType, "(n)", L->n_rows);
         Rec rec;
         int got = reader_next(&L->R, &rec);
         if (got == REC_ERROR) return NULL;
@@ -1635,6 +1723,26 @@ static PyObject *Lane_take_columns(Lane *L, PyObject *Py_UNUSED(ignored)) {
             item = c->list;
             c->list = PyList_New(0);
             if (!c->list) { c->list = item; Py_DECREF(out); return NULL; }
+        } else if (ROW_KINDS[i] == 'b') {
+            item = PyBytes_FromStringAndSize(c->n ? c->valid : "", c->n);
+            if (!item) { Py_DECREF(out); return NULL; }
+            c->n = 0;
+        } else if (ROW_KINDS[i] == 'n') {
+            item = Py_BuildValue("(y#y#)", c->n ? c->data : "", 8 * c->n, c->n ? c->valid : "", c->n);
+            if (!item) { Py_DECREF(out); return NULL; }
+            c->n = 0;
+        } else if (ROW_KINDS[i] == 's') {
+            /* Arrow's offsets: where each row starts, then where the last ends */
+            PyObject *ends = PyBytes_FromStringAndSize(NULL, 4 * (c->n + 1));
+            if (!ends) { Py_DECREF(out); return NULL; }
+            int32_t zero = 0;
+            memcpy(PyBytes_AS_STRING(ends), &zero, 4);
+            if (c->n) memcpy(PyBytes_AS_STRING(ends) + 4, c->ends, 4 * c->n);
+            item = Py_BuildValue("(Ny#y#)", ends, c->chars_len ? c->chars : "", c->chars_len, c->n ? c->valid : "",
+                                 c->n);
+            if (!item) { Py_DECREF(out); return NULL; }
+            c->n = 0;
+            c->chars_len = 0;
         } else {
             item = PyBytes_FromStringAndSize(c->data, 8 * c->n);
             if (!item) { Py_DECREF(out); return NULL; }
@@ -1643,6 +1751,7 @@ static PyObject *Lane_take_columns(Lane *L, PyObject *Py_UNUSED(ignored)) {
         PyList_SET_ITEM(out, i, item);
     }
     L->n_rows = 0;
+    L->batch_text = 0;
     return out;
 }
 
@@ -1665,6 +1774,7 @@ static int Lane_init(Lane *L, PyObject *args, PyObject *kw) {
     for (int i = 0; i < NCOLS; i++)
         if (ROW_KINDS[i] == 'o' && !L->cols[i].list && !(L->cols[i].list = PyList_New(0))) return -1;
     Py_XSETREF(L->fingerprints, Py_NewRef(fingerprints));
+    for (int i = 0; i < FP_CACHE; i++) { Py_CLEAR(L->fp_cache[i].sql); Py_CLEAR(L->fp_cache[i].fp); }
     Py_XSETREF(L->names[0], Py_NewRef(query));
     Py_XSETREF(L->names[1], Py_NewRef(execute));
     Py_XSETREF(L->results[0], Py_NewRef(ok));
@@ -1687,8 +1797,12 @@ static void Lane_dealloc(Lane *L) {
         Py_XDECREF(L->cols[i].codes);
         Py_XDECREF(L->cols[i].last);
         PyMem_Free(L->cols[i].data);
+        PyMem_Free(L->cols[i].valid);
+        PyMem_Free(L->cols[i].chars);
+        PyMem_Free(L->cols[i].ends);
     }
     Py_XDECREF(L->fingerprints);
+    for (int i = 0; i < FP_CACHE; i++) { Py_XDECREF(L->fp_cache[i].sql); Py_XDECREF(L->fp_cache[i].fp); }
     for (int i = 0; i < 2; i++) { Py_XDECREF(L->names[i]); Py_XDECREF(L->results[i]); }
     Py_XDECREF(L->empty);
     Py_TYPE(L)->tp_free((PyObject *)L);

@@ -418,6 +418,9 @@ class RecordSource:
     # how the records of a classic pcap file are laid out; read() starts at its first record (byte 24). None: a
     # pcapng file, which read() gives from its first byte (section and interface blocks included)
     layout: PcapLayout | None
+    # readinto(buffer): read() into a buffer the caller reuses, returning how many bytes came (0 at the end): no new
+    # memory for every chunk of the file
+    readinto: Callable[[bytearray | memoryview], int] | None = None
 
 
 class _Damaged(Exception):
@@ -554,7 +557,7 @@ class CaptureReader:
                 raise RuntimeError("only the records of a classic pcap file or of a pcapng file can be handed over")
             self.rewind()
         self._iterated = True
-        return RecordSource(self._file.read, layout)
+        return RecordSource(self._file.read, layout, getattr(self._file, "readinto", None))
 
     def records_ended(self, damage: str | None, offset: int = 0) -> None:
         """The reader the records were handed to stopped: at their end (`damage` None), or at damage, `damage`

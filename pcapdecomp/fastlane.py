@@ -109,9 +109,11 @@ def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Ca
     """Read every record of `reader` into `tracker` (FlowTracker.segment_fields, whose emit gets the exchanges read
     in Python): with the lane when it can, else in Python, with the same outcome. The lane writes the rows of the
     exchanges it reads itself (exchanges.extract's, value for value) and hands them over by column, `batch_rows`
-    at a time: `add_columns(values, kinds)` (tables.columns_batch). It copies the connection's columns from
-    `connection_row(flow)` (a row of schema.EXCHANGE_COLUMNS), takes each statement's fingerprint and Query ID
-    from `fingerprints(sql, command)`, and counts its exchanges' commands into `commands`.
+    at a time (fewer when they hold 16 MiB of text): `add_columns(values, kinds)` (tables.columns_batch). It
+    copies the connection's columns from `connection_row(flow)` (a row of schema.EXCHANGE_COLUMNS), takes each
+    statement's fingerprint and Query ID from `fingerprints(sql, command)` (a function of its arguments' values:
+    the lane keeps what it said of a prepared statement's text), and counts its exchanges' commands into
+    `commands`.
     `progress(bytes_done, bytes_total, frames_done)` is called now and then. Returns how many records the lane
     read itself (0 when Python read them all)."""
     if not _usable(reader):
@@ -201,6 +203,10 @@ def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Ca
                 raise TypeError(f"the lane handed over {item!r}")
 
     read = source.read
+    if source.readinto is not None:  # one buffer for every chunk (the lane copies what it is fed)
+        buffer = bytearray(CHUNK)
+        view, readinto = memoryview(buffer), source.readinto
+        read = lambda n: view[:readinto(buffer)]  # noqa: E731
     total = stats.bytes_file
     damage = None
     try:

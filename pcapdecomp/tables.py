@@ -70,14 +70,32 @@ def file_schema(columns: tuple[Column, ...]) -> pa.Schema:
     outputs.write_table writes a DataFrame of them: what readers see. Made without importing pandas (the
     `exchanges` command writes its table with Arrow alone); its version is the installed package's."""
     import json
-    from importlib.metadata import version
 
     described = [{"name": c.name, "field_name": c.name, "pandas_type": _FILE_TYPES[c.dtype][1],
                   "numpy_type": _FILE_TYPES[c.dtype][2], "metadata": _FILE_TYPES[c.dtype][3]} for c in columns]
     pandas = {"index_columns": [], "column_indexes": [], "columns": described, "attributes": {},
-              "creator": {"library": "pyarrow", "version": pa.__version__}, "pandas_version": version("pandas")}
+              "creator": {"library": "pyarrow", "version": pa.__version__},
+              "pandas_version": _installed_version("pandas")}
     return pa.schema([(c.name, _FILE_TYPES[c.dtype][0]) for c in columns],
                      metadata={b"pandas": json.dumps(pandas).encode()})
+
+
+@functools.cache
+def _installed_version(name: str) -> str:
+    """importlib.metadata.version(name), read from the name of the package's one .dist-info folder beside it when
+    there is one (importing importlib.metadata was ~12 ms of every `exchanges` run); else asked of
+    importlib.metadata."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec(name)  # finds, does not import
+    for place in (spec.submodule_search_locations or []) if spec is not None else []:
+        found = list(Path(place).parent.glob(f"{name}-*.dist-info"))
+        if len(found) == 1:
+            return found[0].name[len(name) + 1:-len(".dist-info")]
+    from importlib.metadata import version
+
+    return version(name)
 
 
 def row_type(name: str, columns: tuple[Column, ...]) -> type[tuple]:
@@ -116,12 +134,31 @@ def columns_batch(values: list, kinds: str, columns: tuple[Column, ...]) -> pa.R
     """Columns (not rows) -> one Arrow record batch of the declared types. `kinds[i]` says how column i comes:
     'o' a list of Python objects, 'q' / 'd' the bytes of int64 / float64 values without nulls, which become
     Arrow arrays without a copy, 'c' (categorical text) the bytes of int32 codes (-1 for null) and the list of
-    the values they stand for, first seen first (the native fast lane writes its rows so). As many values and
-    kinds as columns, and as many values in each column, or a ValueError: nothing is cut to fit."""
+    the values they stand for, first seen first (the native fast lane writes its rows so); and, as the lane writes
+    them too, 'n' (whole numbers or null) the bytes of int64 values and a byte per row (1: a value, 0: null), 'b'
+    (booleans or null) a byte per row (0, 1, 2: null), 's' (text or null) the bytes of int32 offsets (where each
+    row starts, then where the last ends), of the UTF-8 text and a byte per row (1: text, 0: null). As many values
+    and kinds as columns, and as many values in each column, or a ValueError: nothing is cut to fit."""
     arrays = []
     for c, kind, v in zip(columns, kinds, values, strict=True):
         if kind == "o":
             array = pa.array(v, type=ARROW_TYPES[c.dtype])
+        elif kind == "n":
+            data, held = v
+            if len(data) != 8 * len(held):
+                raise ValueError(f"column {c.name}: {len(data)} bytes of values for {len(held)} rows")
+            array = pa.Array.from_buffers(ARROW_TYPES[c.dtype], len(held), [_validity(held, 1), pa.py_buffer(data)])
+        elif kind == "b":
+            codes = np.frombuffer(v, dtype=np.uint8)
+            values_bits = pa.py_buffer(np.packbits(codes == 1, bitorder="little"))
+            array = pa.Array.from_buffers(ARROW_TYPES[c.dtype], len(codes), [_validity(v, 2, null=True), values_bits])
+        elif kind == "s":
+            offsets, text, held = v
+            if len(offsets) != 4 * (len(held) + 1):
+                raise ValueError(f"column {c.name}: {len(offsets)} bytes of offsets for {len(held)} rows")
+            array = pa.Array.from_buffers(ARROW_TYPES[c.dtype], len(held),
+                                          [_validity(held, 1), pa.py_buffer(offsets), pa.py_buffer(text)])
+            array.validate(full=True)  # the offsets and the UTF-8 as Arrow needs them, or an error here
         elif kind == "c":
             codes = np.frombuffer(v[0], dtype=np.int32)
             null = codes < 0
@@ -139,6 +176,14 @@ def columns_batch(values: list, kinds: str, columns: tuple[Column, ...]) -> pa.R
         lengths = {c.name: len(a) for c, a in zip(columns, arrays)}
         raise ValueError(f"columns of different lengths: {lengths}")
     return pa.RecordBatch.from_arrays(arrays, names=[c.name for c in columns])
+
+
+def _validity(marks: bytes, mark: int, null: bool = False) -> pa.Buffer | None:
+    """An Arrow validity bitmap of a byte per row: valid where the byte is `mark` (where it is not, when `null`);
+    None when every row is valid."""
+    bytes_ = np.frombuffer(marks, dtype=np.uint8)
+    valid = bytes_ != mark if null else bytes_ == mark
+    return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
 def frame_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by: list[str] | None = None
@@ -195,7 +240,9 @@ def _order(table: pa.Table, keys: list[str]) -> pa.Array | None:
     order = lexsort_nearly_sorted(arrays)
     if np.array_equal(order, np.arange(len(order))):
         return None
-    return pa.array(order)
+    # from the buffer: pa.array of a numpy array imports numpy.ma (~15 ms of an `exchanges` run)
+    order = np.ascontiguousarray(order, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(order), [None, pa.py_buffer(order)])
 
 
 def lexsort_nearly_sorted(keys: list[np.ndarray]) -> np.ndarray:
@@ -411,7 +458,13 @@ def use_returning_allocator() -> None:
 
 @functools.cache
 def _malloc_trim():
-    """glibc's malloc_trim, looked up on first use (finding libc runs ldconfig: not work for every start-up)."""
+    """glibc's malloc_trim, looked up on first use: in the symbols the process has loaded already (libc's among
+    them), else in the libc that ctypes.util finds. That search runs ldconfig in a child process, ~15 ms of every
+    `exchanges` run when it was the first way."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):  # not glibc, or no symbol table of the process to look in
+        pass
     name = ctypes.util.find_library("c")
     return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
 

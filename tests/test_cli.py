@@ -125,15 +125,17 @@ def test_every_command_has_help():
 
 def _modules_loaded_by(args: list[str], modules: tuple[str, ...]) -> subprocess.CompletedProcess:
     """Run the CLI with `args` in a child Python that then prints, on stderr, `LOADED [...]`: which of `modules` it
-    had imported (listed by the child itself, not timed). The child exits 1 when the command failed."""
-    probe = ("import sys, runpy\n"
+    had imported (listed by the child itself, not timed, as it ends: a command may end the process without
+    returning, after the atexit handlers). The child exits 1 when the command failed."""
+    probe = ("import atexit, sys, runpy\n"
              f"sys.argv = ['pcapdecomp', *{args!r}]\n"
+             f"atexit.register(lambda: print('LOADED', sorted(m for m in {modules!r} if m in sys.modules), "
+             "file=sys.stderr))\n"
              "code = 0\n"
              "try:\n"
              "    runpy.run_module('pcapdecomp.cli', run_name='__main__')\n"
              "except SystemExit as exc:\n"
              "    code = exc.code or 0\n"
-             f"print('LOADED', sorted(m for m in {modules!r} if m in sys.modules), file=sys.stderr)\n"
              "sys.exit(1 if code else 0)\n")
     return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
 

@@ -45,7 +45,7 @@ def test_the_lane_writes_the_row_layout_of_the_schema():
     from pcapdecomp.schema import EXCHANGE_COLUMNS, c_header
 
     assert _lane.COLUMNS == tuple(c.name for c in EXCHANGE_COLUMNS)
-    assert len(_lane.ROW_KINDS) == len(EXCHANGE_COLUMNS) and set(_lane.ROW_KINDS) <= set("oqd")
+    assert len(_lane.ROW_KINDS) == len(EXCHANGE_COLUMNS) and set(_lane.ROW_KINDS) <= set("oqdnbs")
     header = Path(fastlane.__file__).with_name("_lane_columns.h")  # in a source tree (an installed wheel has none)
     if header.exists():
         assert header.read_text() == c_header()
