@@ -163,13 +163,34 @@ def table_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by
     if order is None:
         return table
     arrays = []
+    trim = _Trim()
     for c in columns:
         chunked = table.column(c.name)
         table = table.drop_columns([c.name])
         # a dictionary column: its codes only; the order is a permutation (no bounds to check)
         arrays.append(call_function("take", [chunked, order], TakeOptions(boundscheck=False)))
+        nbytes = chunked.nbytes
         del chunked
+        trim.freed(nbytes)
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+class _Trim:
+    """`release_memory` after every ~16 MB let go while a table is rebuilt column by column. A column made of
+    record batches is many small heap blocks, below malloc's mmap threshold: freed, glibc keeps them for reuse,
+    while the new whole-column arrays are mmap'd apart, so without a trim the rebuild held the old table and the
+    new one (40 s sysbench DB capture: the extraction's peak 640 MB over its start, 370 MB with the trims)."""
+
+    STEP = 16 << 20
+
+    def __init__(self):
+        self.pending = 0
+
+    def freed(self, nbytes: int) -> None:
+        self.pending += nbytes
+        if self.pending >= self.STEP:
+            self.pending = 0
+            release_memory()
 
 
 def frame_of_table(holder: list[pa.Table], columns: tuple[Column, ...]) -> pd.DataFrame:
@@ -180,11 +201,14 @@ def frame_of_table(holder: list[pa.Table], columns: tuple[Column, ...]) -> pd.Da
 
     table = holder.pop()
     data = {}
+    trim = _Trim()
     for c in columns:
         chunked = table.column(c.name)
         table = table.drop_columns([c.name])
         data[c.name] = _series(chunked, c)
+        nbytes = chunked.nbytes
         del chunked
+        trim.freed(nbytes)
     return pd.DataFrame(data, columns=[c.name for c in columns], copy=False)  # no consolidating copy
 
 
