@@ -310,8 +310,24 @@ def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     if len(frames) == 1:
         return frames[0].reset_index(drop=True)
     names = list(frames[0].columns)
+    full = [f for f in frames if len(f)]
+    if len(full) == 1:  # the others are empty (the loss repair's kept rows when it re-read every connection)
+        only = full[0]
+        return pd.DataFrame({n: _concat_one(only[n], [f[n] for f in frames]) for n in names}, columns=names,
+                            copy=False)
     return pd.DataFrame({n: concat_column([f[n] for f in frames]).reset_index(drop=True) for n in names},
                         columns=names, copy=False)
+
+
+def _concat_one(only: pd.Series, parts: list[pd.Series]) -> pd.Series:
+    """concat_column(parts) when `only` is the one part with rows: that column itself (no copy of it) when every
+    part has its dtype, as concatenating would give; a categorical still gets the union of the parts'
+    categories."""
+    import pandas as pd
+
+    if isinstance(only.dtype, pd.CategoricalDtype) or any(p.dtype != only.dtype for p in parts):
+        return concat_column(parts).reset_index(drop=True)
+    return only.reset_index(drop=True)
 
 
 def as_category(values) -> pd.Series:
