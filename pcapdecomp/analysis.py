@@ -146,10 +146,12 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         note(message)
     for pt in cs.points:
         sources.register(pt)  # later passes (repair, clock) open the point by its name
-    # Until the loss repair is done, a freed array of 1 MiB or more goes back to the OS at once: the extraction's
-    # batches and the repair's scan and re-read come and go beside the tables, and left in the heap they were
-    # ~0.1 GB of the whole run's peak (tables.map_big_blocks)
-    map_big_blocks(1 << 20)
+    # With --jobs 1 (memory before time), until the loss repair is done, a freed array of 1 MiB or more goes back
+    # to the OS at once: the extraction's arrays and the repair's scan and re-read come and go beside the tables,
+    # and left in the heap they were ~0.1 GB of the whole run's peak; it costs page faults (tables.map_big_blocks)
+    lean = jobs == 1 and runner is None
+    if lean:
+        map_big_blocks(1 << 20)
 
     app_pts, db_pts, proxy_pts = cs.of("app"), cs.of("db"), cs.of("proxy")
     read = [*app_pts, *db_pts, *proxy_pts]
@@ -210,7 +212,8 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         release_memory()
         for message in repair.stats.warnings():
             note(message)
-    map_big_blocks(None)  # the extractions and the repair are done: see _analyze's start
+    if lean:
+        map_big_blocks(None)  # the extractions and the repair are done: see above
     if app_x and db_xs and matching.stats.matched == 0 and len(app_ex) and len(db_ex):
         note("no exchange was seen at both points: are these captures of the same traffic and time?")
 

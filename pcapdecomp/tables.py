@@ -464,8 +464,8 @@ def map_big_blocks(size: int | None) -> None:
     (which gives back only the top of the heap and whole free pages). The extraction and the loss repair free
     and make such arrays by the hundred (batches, the repair's scan of a capture, its re-read): with 1 MiB up to
     the end of the repair, `analyze` of the 40 s lossy sysbench pair (--jobs 1) peaks at 1,054 MiB RSS instead of
-    1,147. Not for the whole run: a fresh mapping per array costs page faults, and with 1 MiB throughout the
-    run took 2 s more system time (of 21 s of CPU). Not glibc: nothing."""
+    1,147. A fresh mapping per array costs page faults: up to the repair ~1 s more system time of that run's
+    ~19 s of CPU (0.3 s of the 10 s pair's 4 s), and 1 MiB throughout the run 2 s. Not glibc: nothing."""
     mallopt = getattr(_libc(), "mallopt", None)
     if mallopt is not None:
         mallopt(-3, size or 32 << 20)  # M_MMAP_THRESHOLD (setting it also ends glibc's adjusting of it)
