@@ -33,7 +33,7 @@ from .sources import CapturePoint, parse_server
 from .summary import ServerPart, clock_entry
 from .summary import build as build_summary
 from .summary import to_json as summary_json
-from .tables import as_category, concat, release_memory, with_declared_dtypes
+from .tables import as_category, concat, map_big_blocks, release_memory, with_declared_dtypes
 from .threadpool import thread_pool_view
 
 
@@ -148,6 +148,12 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         note(message)
     for pt in cs.points:
         sources.register(pt)  # later passes (repair, clock) open the point by its name
+    # With --jobs 1 (memory before time), until the loss repair is done, a freed array of 1 MiB or more goes back
+    # to the OS at once: the extraction's arrays and the repair's scan and re-read come and go beside the tables,
+    # and left in the heap they were ~0.1 GB of the whole run's peak; it costs page faults (tables.map_big_blocks)
+    lean = jobs == 1 and runner is None
+    if lean:
+        map_big_blocks(1 << 20)
 
     app_pts, db_pts, proxy_pts = cs.of("app"), cs.of("db"), cs.of("proxy")
     read = [*app_pts, *db_pts, *proxy_pts]
@@ -186,17 +192,31 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         matching = proxied.matching
         for w in proxied.warnings:
             note(w)
+    # app_ex and db_ex hold the extractions' exchanges now: the extractions let theirs go, so that a table the
+    # repair replaces is not kept alive through the stages after it (40 s lossy sysbench pair: 0.23 GB)
+    for x in extractions:
+        x.exchanges = x.exchanges.iloc[:0].copy()  # a copy: an empty view would keep the whole table alive
     release_memory()
     # capture loss is repaired between two captures of one TCP connection: not through a proxy
-    repair = repair_losses(app_x, db_xs if len(db_xs) != 1 else db_xs[0], app_ex, db_ex, app_conns, db_conns,
-                           matching, {parse_server(s) for s in cs.servers} or None, max_sql_bytes, jobs) \
-        if app_x and db_xs and proxied is None else None
+    repair = None
+    if app_x and db_xs and proxied is None:
+        handed = [app_ex, db_ex, app_conns, db_conns, matching]  # repair_losses lets them go once replaced
+        del app_ex, db_ex, app_conns, db_conns, matching
+        repair = repair_losses(app_x, db_xs if len(db_xs) != 1 else db_xs[0], handed,
+                               {parse_server(s) for s in cs.servers} or None, max_sql_bytes, jobs)
+        if repair is None:
+            app_ex, db_ex, app_conns, db_conns, matching = handed
+        del handed
     if repair is not None:
         app_ex, db_ex, app_conns, db_conns, matching = (repair.app_ex, repair.db_ex, repair.app_conns,
                                                         repair.db_conns, repair.matching)
+        # held here only: `del db_ex` below lets the DB table go (40 s lossy sysbench pair: 0.25 GB)
+        repair.app_ex = repair.db_ex = None
         release_memory()
         for message in repair.stats.warnings():
             note(message)
+    if lean:
+        map_big_blocks(None)  # the extractions and the repair are done: see above
     if app_x and db_xs and matching.stats.matched == 0 and len(app_ex) and len(db_ex):
         note("no exchange was seen at both points: are these captures of the same traffic and time?")
 
@@ -217,10 +237,8 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     row_point = _db_points(app_ex, db_ex, matching)
     clock_keys = _clock_keys(app_ex, matching, row_point, clocks, primary) if several else None
 
-    # The joined table takes what it needs of both sides: the per-capture tables go (build_table moves the app
-    # side's columns into it one by one), so memory holds about one table, not three.
-    for x in extractions:
-        x.exchanges = x.exchanges.iloc[:0].copy()  # a copy: an empty view would keep the whole table alive
+    # The joined table takes what it needs of both sides (build_table moves the app side's columns into it one by
+    # one), so memory holds about one table, not three.
     bounds = point_bounds(app_ex, db_ex, matching, repair)
     table = apply_bounds(build_table(app_ex, db_ex, matching, clocks, primary, clock_keys), bounds, clocks, primary,
                          clock_keys)

@@ -179,7 +179,14 @@ def _lower_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
     def below(i: int, j: int, cand: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         xs, ys = (x, y) if cand is None else (x[cand], y[cand])
-        cross = (x[j] - x[i]) * (ys - y[i]) - (y[j] - y[i]) * (xs - x[i])
+        # (x[j] - x[i]) * (ys - y[i]) - (y[j] - y[i]) * (xs - x[i]), the same operations in place: two arrays of
+        # the points at a time, not five (a million points per direction: ~0.1 GB less at the clock fit's peak)
+        cross = ys - y[i]
+        cross *= x[j] - x[i]
+        run = xs - x[i]
+        run *= y[j] - y[i]
+        cross -= run
+        del run, xs, ys
         keep = cross < 0
         idx = np.flatnonzero(keep) if cand is None else cand[keep]
         return idx, cross[keep]
@@ -351,8 +358,11 @@ class _Points:
         order_r = np.argsort(rev_app, kind="stable")
         self.f_app = fwd_app[order_f]
         self.r_app = rev_app[order_r]
-        f_y = (fwd_db - fwd_app)[order_f]  # int64, exact: θ + delay
-        r_y = (rev_db - rev_app)[order_r]  # θ − delay
+        f_y = fwd_db[order_f]  # int64, exact: θ + delay (the differences made in place: one array, not two)
+        f_y -= self.f_app
+        r_y = rev_db[order_r]  # θ − delay
+        r_y -= self.r_app
+        del order_f, order_r
         firsts = [a[0] for a in (self.f_app, self.r_app) if len(a)]
         self.t0 = int(min(firsts))
         self.t_end = int(max(a[-1] for a in (self.f_app, self.r_app) if len(a))) + 1
@@ -498,7 +508,7 @@ def _as_ns(name: str, values) -> np.ndarray:
     arr = np.asarray(values)
     if arr.ndim != 1 or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
         raise UsageError(f"{name} must be a one-dimensional array of integer nanoseconds")
-    return arr.astype(np.int64)
+    return arr.astype(np.int64, copy=False)  # not a copy of what is int64 already: the samples are read only
 
 
 def estimate_clock(

@@ -144,6 +144,7 @@ def _bounded_join(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[
     conn = packed & 0x7FFFFFFF
     val = packed >> 32
     va, vd, ca, cd, row_a, row_d = val[~is_d], val[is_d], conn[~is_d], conn[is_d], row[~is_d], row[is_d] - len(a)
+    del packed, row, first, is_d, conn, val
     work = 0
     parts = []
     ambiguous = 0
@@ -152,9 +153,11 @@ def _bounded_join(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[
         if not len(va) or not len(vd):
             break
         if step == 1:  # the values of `on` + `refine`, renumbered in one space
-            refined = _radix_key([a.iloc[row_a], d.iloc[row_d]], refine)
+            on_rows = [a[refine].iloc[row_a], d[refine].iloc[row_d]]  # the columns read, not whole rows
+            refined = _radix_key(on_rows, refine)
             if refined is None:
-                refined = list(_codes_of([a.iloc[row_a], d.iloc[row_d]], refine))
+                refined = list(_codes_of(on_rows, refine))
+            del on_rows
             both = np.unique(np.concatenate([va, vd]) * (int(max(refined[0].max(initial=0),
                                                                   refined[1].max(initial=0))) + 1)
                              + np.concatenate(refined), return_inverse=True)[1].reshape(-1)
@@ -264,12 +267,12 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
         "ai": np.arange(len(app), dtype=np.int64), "a_conn": conn_a,
         "seq": app["req_tcp_seq"].to_numpy(), "cmd": cmd_a, "sql": sql_a,
         "a_end": app["resp_tcp_end"].array, "a_done": app["result"].notna().to_numpy(),
-    })
+    }, copy=False)  # the exchange table's own columns, not copies of them
     d = pd.DataFrame({
         "di": np.arange(len(db), dtype=np.int64), "d_conn": conn_d,
         "seq": db["req_tcp_seq"].to_numpy(), "cmd": cmd_d, "sql": sql_d,
         "d_end": db["resp_tcp_end"].array, "d_done": db["result"].notna().to_numpy(),
-    })
+    }, copy=False)
 
     # --- connections: votes from shared request bytes, the scramble decides, a contradiction vetoes
     a_info = _conn_info(app, app_conns, "a", conn_a)
@@ -278,6 +281,7 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     key_a = a.assign(ends=ends_a[a["a_conn"].to_numpy()] if len(a) else np.zeros(0, dtype=np.int64))
     key_d = d.assign(ends=ends_d[d["d_conn"].to_numpy()] if len(d) else np.zeros(0, dtype=np.int64))
     votes, ambiguous_requests, work, amb_a, amb_d = _bounded_join(key_a, key_d, ["seq", "cmd", "sql"], ["ends"])
+    del key_a, key_d
     scr_a = a_info.dropna(subset=["a_scramble"])
     scr_d = d_info.dropna(subset=["d_scramble"])
     codes_a, codes_d = _codes(scr_a["a_scramble"], scr_d["d_scramble"])
@@ -308,13 +312,15 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     # --- exchanges, inside paired connections only: the k-th exchange with a sequence number on one side with the
     # k-th on the other (a number repeats inside one connection only after 4 GiB, or in a forged capture)
     partner = pd.Series(pairs["d_conn"].to_numpy(), index=pairs["a_conn"].to_numpy())
-    a_in = a[a["a_conn"].isin(partner.index)].assign(d_conn=lambda f: partner.loc[f["a_conn"]].to_numpy())
-    d_in = d[d["d_conn"].isin(pairs["d_conn"])]
+    a_in = _rows_where(a, a["a_conn"].isin(partner.index).to_numpy()).assign(
+        d_conn=lambda f: partner.loc[f["a_conn"]].to_numpy())
+    d_in = _rows_where(d, d["d_conn"].isin(pairs["d_conn"]).to_numpy())
     # (rows are in ai / di order: the k-th in row order)
     a_in = a_in.assign(k=_occurrence(a_in["a_conn"].to_numpy(), a_in["seq"].to_numpy()))
     d_in = d_in.assign(k=_occurrence(d_in["d_conn"].to_numpy(), d_in["seq"].to_numpy()))
     inside = _inside_join(a_in, d_in)
     work += len(a_in) + len(d_in) + len(inside)
+    del a_in, d_in
     a_end = inside["a_end"].to_numpy(dtype="float64", na_value=np.nan)
     d_end = inside["d_end"].to_numpy(dtype="float64", na_value=np.nan)
     both_done = inside["a_done"].to_numpy() & inside["d_done"].to_numpy()
@@ -323,8 +329,9 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     content = (inside["cmd_a"].to_numpy() == inside["cmd_d"].to_numpy()) & (
         inside["sql_a"].to_numpy() == inside["sql_d"].to_numpy())
     ok = content & ends_agree
-    good = inside[ok]
+    good = _rows_where(inside, ok)
     bad = inside[~ok]
+    del inside
     good_ai, good_di = good["ai"].to_numpy(), good["di"].to_numpy()
     conflict_a = set(_rows_not_in(bad["ai"].to_numpy(), good_ai, len(app)).tolist())
     conflict_d = set(_rows_not_in(bad["di"].to_numpy(), good_di, len(db)).tolist())
@@ -404,6 +411,12 @@ def first_rows(keys: np.ndarray) -> np.ndarray:
     if len(first) != int(keys.max()) + 1 or keys.min() < 0:  # not numbered so: sort
         return np.unique(keys, return_index=True)[1]
     return first
+
+
+def _rows_where(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """frame[mask], without copying the frame when every row is in (every connection paired, every exchange
+    matched: the usual case, where the copy was a transient table of each point's rows)."""
+    return frame if bool(mask.all()) else frame[mask]
 
 
 def _occurrence(*keys: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
+from pandas.api.types import union_categoricals
 from hypothesis import strategies as st
 
 from pcapdecomp import outputs
@@ -34,6 +35,27 @@ def test_concat_keeps_values_and_the_categorical(left, right):
     assert list(joined["t"].cat.categories) == sorted({t for t in left + right if t is not None})
     assert [None if pd.isna(v) else v for v in joined["t"]] == left + right
     assert joined["n"].tolist() == list(range(len(left))) + list(range(len(right)))
+
+
+def test_concat_with_empty_parts_is_pandas_concat_and_shares_the_one_full_part():
+    # the loss repair joins the rows it kept (none, when it re-read every connection) with the re-read ones: the
+    # re-read table's columns are taken as they are, and the categoricals still unite every part's categories
+    x = extract(REPO / "captures" / "oltp-hogs" / "db.pcap").exchanges
+    kept = x.iloc[:0].copy()
+    kept["command"] = kept["command"].cat.add_categories(["COM_ONLY_IN_THE_EMPTY_PART"])
+    for parts in ([kept, x], [x, kept], [kept, x, kept]):
+        joined = concat(parts)
+        for name in x.columns:
+            column = [p[name] for p in parts]
+            if isinstance(x[name].dtype, pd.CategoricalDtype):
+                expected = pd.Series(union_categoricals(column, sort_categories=True, ignore_order=True))
+                assert list(joined[name].cat.categories) == list(expected.cat.categories)
+            else:
+                expected = pd.concat(column, ignore_index=True)
+                if isinstance(x[name].dtype, np.dtype):
+                    assert np.shares_memory(joined[name].to_numpy(), x[name].to_numpy())
+            pd.testing.assert_series_equal(joined[name], expected, check_names=False)
+    assert "COM_ONLY_IN_THE_EMPTY_PART" in concat([kept, x])["command"].cat.categories
 
 
 def test_a_row_or_a_column_of_another_length_is_an_error_not_cut_to_fit():
