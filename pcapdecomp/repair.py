@@ -48,7 +48,7 @@ from .capture import open_capture
 from .decompose import ts_ns
 from .exchanges import Extraction, extract
 from .match import Matching, connection_keys, match_exchanges, split_endpoint
-from .tables import as_category, concat, release_memory
+from .tables import as_category, concat, concat_column, release_memory
 
 SEQ_MOD = 1 << 32
 HALF = 1 << 31
@@ -617,13 +617,24 @@ class _Placement:
         oldest = total - HISTORY  # entries at this ordinal or later are remembered
         best_ordinal, best = -1, None
         low = max(n_real - HISTORY, 0)
-        hit = np.flatnonzero((starts[low:n_real] <= byte) & (byte < ends[low:n_real]))
+        # the latest segment that holds the byte: almost always among the last few (the byte just before the
+        # piece's ACK), so those are looked at first
+        near = max(n_real - 32, low)
+        hit = np.flatnonzero((starts[near:n_real] <= byte) & (byte < ends[near:n_real]))
+        if len(hit):
+            hit += near - low
+        elif near > low:
+            hit = np.flatnonzero((starts[low:near] <= byte) & (byte < ends[low:near]))
         if len(hit):
             j = low + int(hit[-1])
             ordinal = j + bisect.bisect_right(self.emitted_at[r], int(positions[j]))  # pieces before it
             if ordinal >= oldest:
                 best_ordinal, best = ordinal, int(times[j])
         for i in range(len(pieces) - 1, -1, -1):
+            # piece i's ordinal is at most n_real + i, and falls with i: once that cannot beat the best (or is
+            # forgotten), no earlier piece can
+            if n_real + i <= best_ordinal or n_real + i < oldest:
+                break
             p_at, start, end, lo, _ = pieces[i]
             if start <= byte < end:
                 ordinal = int(np.searchsorted(positions, p_at, side="left")) + i
@@ -642,8 +653,17 @@ class _Placement:
             anchor = self.conn.dirs[d].anchor
             acks = np.flatnonzero((k.direction == 1 - d) & (k.flags & ACK != 0))
             reach = (k.ack[acks] - anchor) % SEQ_MOD
-            for at, _, end, _, ident in self.emitted[d]:
-                i = int(np.searchsorted(acks, at, side="left"))
+            # the first ACK at or after a piece's position that covers its end is the first of all ACKs whose
+            # running maximum covers it, unless an ACK before the piece already did (then: searched for)
+            most = np.maximum.accumulate(reach) if len(reach) else reach
+            emitted = self.emitted[d]
+            since = np.searchsorted(acks, np.fromiter((e[0] for e in emitted), np.int64, len(emitted)), side="left")
+            first = np.searchsorted(most, np.fromiter((e[2] for e in emitted), np.int64, len(emitted)), side="left")
+            for (at, _, end, _, ident), i, f in zip(emitted, since.tolist(), first.tolist()):
+                if f >= i:
+                    if f < len(acks):
+                        self.info[ident][1] = int(k.ts[acks[f]])
+                    continue
                 step = 64
                 while i < len(acks):
                     hit = np.flatnonzero(reach[i:i + step] >= end)
@@ -775,16 +795,30 @@ def reread(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: 
     by_first = {job.first_frame: job for job in jobs}
     put_in = {c.job.conn_index: c.put_in for c in conns}
     index_of = {index: by_first[frame].conn_index for index, frame in x.flow_first_frames.items() if frame in by_first}
-    ex = x.exchanges[x.exchanges["conn_index"].isin(index_of)].reset_index(drop=True)
-    ex["conn_index"] = ex["conn_index"].map(index_of).astype("int64")
-    table = x.connections[x.connections["conn_index"].isin(index_of)].reset_index(drop=True)
-    table["conn_index"] = table["conn_index"].map(index_of).astype("int64")
+    ex = _renumbered(x.exchanges, index_of)
+    table = _renumbered(x.connections, index_of)
     table["frames"] -= table["conn_index"].map(put_in).fillna(0).astype("int64")  # pieces are not frames here
     x.exchanges, x.connections = ex, table
     bounds = _take_bounds(ex, info)
     x.holes = {index_of[i]: h for i, h in x.holes.items() if i in index_of}
     touched = _with_pieces(ex, conns)
     return x, bounds, touched, (len(info), sum(len(p.payload) for _, _, p in info))
+
+
+def _renumbered(table: pd.DataFrame, index_of: dict[int, int]) -> pd.DataFrame:
+    """The rows of `table` whose conn_index is a key of `index_of`, numbered by it. (The re-read file holds just the
+    jobs' connections, so usually every row: then the rows are not copied.)"""
+    index = table["conn_index"].to_numpy()
+    if not len(index_of):
+        lookup = np.zeros(0, dtype=np.int64)
+    else:
+        lookup = np.full(max(max(index_of), int(index.max()) if len(index) else 0) + 1, -1, dtype=np.int64)
+        lookup[list(index_of)] = list(index_of.values())
+    renumbered = lookup[index] if len(index) else np.zeros(0, dtype=np.int64)
+    mine = renumbered >= 0
+    out = table.reset_index(drop=True) if mine.all() else table[mine].reset_index(drop=True)
+    out["conn_index"] = renumbered[mine]
+    return out
 
 
 def _with_pieces(ex: pd.DataFrame, conns: list[_Connection]) -> np.ndarray:
@@ -910,7 +944,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFram
             new_rows.append(_like(x.exchanges, table))
             new_conns.append(_like(x.connections, conns))
         stats.exchanges_replaced += int(stale.sum())
-        sides[side] = [concat([kept, *new_rows]), concat([conns[~stale_c], *new_conns])]
+        sides[side] = [_joined(kept, new_rows), concat([conns[~stale_c], *new_conns])]
         del kept, new_rows, new_conns, table, conns, x
     stats.bytes_unrepaired = max(hole_bytes - stats.bytes_borrowed, 0)
     (app_ex, app_conns), (db_ex, db_conns) = sides["app"], sides["db"]
@@ -928,6 +962,23 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFram
         note = f"repaired-at-{side}"
         matching.notes[marked] = [f"{n},{note}" if n else note for n in matching.notes[marked]]
     return Repair(app_ex, db_ex, app_conns, db_conns, matching, stats, bound_rows)
+
+
+def _joined(kept: pd.DataFrame, new: list[pd.DataFrame]) -> pd.DataFrame:
+    """concat([kept, *new]). When every row of the side was re-read (on a busy server every connection has a hole),
+    `kept` is empty and there is one new table: its columns are taken as they are rather than copied, but for the
+    categoricals, whose categories concat unions with the empty table's."""
+    if len(kept) or len(new) != 1:
+        return concat([kept, *new])
+    (only,) = new
+    columns = {}
+    for c in kept.columns:
+        mine, theirs = kept[c], only[c]
+        if isinstance(mine.dtype, pd.CategoricalDtype) or mine.dtype != theirs.dtype:
+            columns[c] = concat_column([mine, theirs]).reset_index(drop=True)
+        else:
+            columns[c] = theirs.reset_index(drop=True)
+    return pd.DataFrame(columns, columns=list(kept.columns), copy=False)
 
 
 def _named_as(column: pd.Series, capture: str) -> np.ndarray:
