@@ -674,12 +674,27 @@ class _Placement:
                     step *= 2
 
 
+def prescan(path: str, jobs: list[Job]) -> list | None:
+    """[keys, columns]: fastlane.excerpt_scan of the jobs' connections in the capture at `path`, made before their
+    pieces are known (while another process borrows them, repair_losses) for reread to take. None when the lane
+    cannot read the capture or two jobs share an address pair."""
+    keys = []
+    for job in jobs:
+        ci, cp, si, sp = job.flow
+        keys += [(ci, cp, si, sp), (si, sp, ci, cp)]  # in _reread_natively's order
+    if len(set(keys)) != len(keys):
+        return None
+    columns = fastlane.excerpt_scan(path, keys)
+    return None if columns is None else [keys, columns]
+
+
 def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set, max_sql_bytes: int,
-                     info: list[list], conns: list[_Connection]) -> Extraction | None:
+                     info: list[list], conns: list[_Connection], scanned: list | None = None) -> Extraction | None:
     """reread's extraction through the lane (see above): the jobs' connections of the capture at `path` with the
     pieces put in, frames numbered as _reread_segments numbers them. None when the lane cannot read the capture,
     or in a case this does not make the same stream: several jobs on one address pair (a port reused), a job with
-    no segment here, times the re-read file would repair (capture.repaired_time)."""
+    no segment here, times the re-read file would repair (capture.repaired_time). `scanned`: prescan's answer,
+    taken (emptied) when it is of the same connections."""
     conns.extend(_Connection(job, pieces.get(job.job, [])) for job in jobs)
     by_four: dict[tuple, tuple[_Connection, int]] = {}
     for conn in conns:
@@ -688,7 +703,12 @@ def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]],
                 return None
             by_four[conn.dirs[direction].ends] = (conn, direction)
     keys = list(by_four)
-    columns = fastlane.excerpt_scan(path, keys)
+    if scanned and scanned[0] == keys:
+        columns = scanned[1]
+    else:
+        columns = fastlane.excerpt_scan(path, keys)
+    if scanned:
+        scanned.clear()  # the columns are let go below: not kept alive by the caller's list
     if columns is None:
         return None
     key, frame, ts = columns[:3]
@@ -777,8 +797,9 @@ TIME_COLUMNS = (("req_first", "req_first_ts", "req_first_frame"), ("req_last", "
 
 
 def reread(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set | None,
-           max_sql_bytes: int) -> tuple[Extraction, pd.DataFrame, int]:
+           max_sql_bytes: int, scanned: list | None = None) -> tuple[Extraction, pd.DataFrame, int]:
     """Extract the jobs' connections from the lossy capture again, holes filled with the borrowed pieces.
+    `scanned`: prescan's answer for this capture, when there is one.
 
     Returns the extraction (conn_index as in the first extraction), the bounds of the exchange times that fell on
     borrowed pieces (rows: row position in the extraction's exchanges, point, lo_ns, hi_ns; those times are null
@@ -786,7 +807,7 @@ def reread(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: 
     info: list[list] = []
     conns: list[_Connection] = []
     endpoints = {(job.flow[2], job.flow[3]) for job in jobs}
-    x = _reread_natively(path, jobs, pieces, servers or endpoints, max_sql_bytes, info, conns)
+    x = _reread_natively(path, jobs, pieces, servers or endpoints, max_sql_bytes, info, conns, scanned)
     if x is None:  # the lane cannot read this capture (or an odd case): the segments in Python
         info.clear()
         conns.clear()
@@ -888,7 +909,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFram
                   max_sql_bytes: int, jobs: int = 1) -> Repair | None:
     """Fill each matched connection's holes at one point with the other point's bytes, re-read those connections,
     replace their rows and match again. None when there is nothing to repair."""
-    from .parallel import run_all
+    from .parallel import run_all, run_beside
 
     todo, skipped = plan(app_x, db_x, app_ex, db_ex, app_conns, db_conns, matching)
     if not todo:
@@ -900,7 +921,14 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFram
     calls = [(c, [(j.job, j.other_flow, j.other_first_ts, j.other_last_ts, j.holes) for j in todo
                   if j.other_capture == c]) for c in givers]
     pieces: dict[int, list[Piece]] = {}
-    for found in run_all(borrow, calls, jobs):
+    # With several processes, the one lossy capture's connections are scanned here while workers borrow (the two
+    # passes over two files overlap; the reread runs in this process then, see below).
+    lossy_captures = sorted({j.capture for j in todo})
+    if len(lossy_captures) == 1 and jobs > 1:
+        scanned, found_all = run_beside(borrow, calls, jobs, lambda: prescan(lossy_captures[0], todo))
+    else:
+        scanned, found_all = None, run_all(borrow, calls, jobs)
+    for found in found_all:
         pieces.update(found)
     # A connection the other point has none of the missing bytes of (lost at both points) would be read again,
     # in Python and whole, into the rows it already has: only connections with pieces are read again. (When a
@@ -914,8 +942,9 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFram
         return Repair(app_ex, db_ex, app_conns, db_conns, matching, stats)
     # 2. the lossy points' connections again
     takers = sorted({j.capture for j in todo})
-    results = run_all(reread, [(c, [j for j in todo if j.capture == c], pieces, servers, max_sql_bytes)
-                               for c in takers], jobs)
+    results = run_all(reread, [(c, [j for j in todo if j.capture == c], pieces, servers, max_sql_bytes,
+                                scanned if len(takers) == 1 else None) for c in takers], jobs)
+    del scanned
     release_memory()
     sides = {"app": [app_ex, app_conns], "db": [db_ex, db_conns]}
     bounds, marks = [], []
