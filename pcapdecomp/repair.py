@@ -26,6 +26,13 @@ row, its frame is 0, and `apply_bounds` turns the bounds — tightened by the ot
 the decomposition's *_lo/*_hi columns, with `bounded` naming the points. Bytes lost at both points stay holes:
 those exchanges keep their `gap` problems.
 
+Cost (issue 19): still whole connections, not windows around the holes. A window would need the core's state at
+its start (phase, prepared statements and their parameter types from earlier executes, EOF convention, exchange
+ordinal, the connection's counters), which neither the lane nor the core can hand over or restore. With several
+processes the lossy capture is scanned (`prescan`) while a worker borrows from the other one. On the 40 s lossy
+sysbench pair repair_losses takes 6.7 s of CPU instead of 7.4 s with --jobs 1 (mean of 3 back-to-back runs each on
+its saved inputs, 2026-11-25, shared machine), wall 5.2-7.3 s instead of 7.2 s with --jobs 2.
+
 Limits: a connection that moved 2 GiB or more in either capture is not repaired (its sequence numbers may wrap,
 and a byte range would then be ambiguous); at most tcp.HalfStream.MAX_HOLES holes per direction are remembered;
 borrowed bytes are capped at MAX_BORROWED_BYTES per run (the rest stay holes, counted).
