@@ -277,6 +277,18 @@ def _call_and_send(send, function: Callable, args: tuple) -> None:
     send.close()
 
 
+def run_beside(function: Callable, calls: list[tuple], jobs: int, here: Callable) -> tuple[object, list]:
+    """(here(), [function(*call) for every call]): the calls in up to `jobs` − 1 forked processes while `here` runs
+    in this one (so two passes over two files overlap); all in this process, one after the other, when jobs is 1
+    or there is no call."""
+    if jobs <= 1 or not calls:
+        return here(), [function(*call) for call in calls]
+    with _workers(min(jobs - 1, len(calls))) as pool:
+        futures = [pool.submit(function, *call) for call in calls]
+        mine = here()
+        return mine, [f.result() for f in futures]
+
+
 def read_exchanges(capture: Path, servers: list[str], quiet: bool, max_sql_bytes: int = 1 << 20,
                    jobs: int = 1) -> Extraction:
     """One capture file's exchanges (the `exchanges` command): checked, with up to `jobs` processes, a progress bar

@@ -26,6 +26,13 @@ row, its frame is 0, and `apply_bounds` turns the bounds — tightened by the ot
 the decomposition's *_lo/*_hi columns, with `bounded` naming the points. Bytes lost at both points stay holes:
 those exchanges keep their `gap` problems.
 
+Cost (issue 19): still whole connections, not windows around the holes. A window would need the core's state at
+its start (phase, prepared statements and their parameter types from earlier executes, EOF convention, exchange
+ordinal, the connection's counters), which neither the lane nor the core can hand over or restore. With several
+processes the lossy capture is scanned (`prescan`) while a worker borrows from the other one. On the 40 s lossy
+sysbench pair repair_losses takes 6.7 s of CPU instead of 7.4 s with --jobs 1 (mean of 3 back-to-back runs each on
+its saved inputs, 2026-11-25, shared machine), wall 5.2-7.3 s instead of 7.2 s with --jobs 2.
+
 Limits: a connection that moved 2 GiB or more in either capture is not repaired (its sequence numbers may wrap,
 and a byte range would then be ambiguous); at most tcp.HalfStream.MAX_HOLES holes per direction are remembered;
 borrowed bytes are capped at MAX_BORROWED_BYTES per run (the rest stay holes, counted).
@@ -48,7 +55,7 @@ from .capture import open_capture
 from .decompose import ts_ns
 from .exchanges import Extraction, extract
 from .match import Matching, connection_keys, match_exchanges, split_endpoint
-from .tables import as_category, concat, release_memory
+from .tables import as_category, concat, concat_column, release_memory
 
 SEQ_MOD = 1 << 32
 HALF = 1 << 31
@@ -617,13 +624,24 @@ class _Placement:
         oldest = total - HISTORY  # entries at this ordinal or later are remembered
         best_ordinal, best = -1, None
         low = max(n_real - HISTORY, 0)
-        hit = np.flatnonzero((starts[low:n_real] <= byte) & (byte < ends[low:n_real]))
+        # the latest segment that holds the byte: almost always among the last few (the byte just before the
+        # piece's ACK), so those are looked at first
+        near = max(n_real - 32, low)
+        hit = np.flatnonzero((starts[near:n_real] <= byte) & (byte < ends[near:n_real]))
+        if len(hit):
+            hit += near - low
+        elif near > low:
+            hit = np.flatnonzero((starts[low:near] <= byte) & (byte < ends[low:near]))
         if len(hit):
             j = low + int(hit[-1])
             ordinal = j + bisect.bisect_right(self.emitted_at[r], int(positions[j]))  # pieces before it
             if ordinal >= oldest:
                 best_ordinal, best = ordinal, int(times[j])
         for i in range(len(pieces) - 1, -1, -1):
+            # piece i's ordinal is at most n_real + i, and falls with i: once that cannot beat the best (or is
+            # forgotten), no earlier piece can
+            if n_real + i <= best_ordinal or n_real + i < oldest:
+                break
             p_at, start, end, lo, _ = pieces[i]
             if start <= byte < end:
                 ordinal = int(np.searchsorted(positions, p_at, side="left")) + i
@@ -642,8 +660,17 @@ class _Placement:
             anchor = self.conn.dirs[d].anchor
             acks = np.flatnonzero((k.direction == 1 - d) & (k.flags & ACK != 0))
             reach = (k.ack[acks] - anchor) % SEQ_MOD
-            for at, _, end, _, ident in self.emitted[d]:
-                i = int(np.searchsorted(acks, at, side="left"))
+            # the first ACK at or after a piece's position that covers its end is the first of all ACKs whose
+            # running maximum covers it, unless an ACK before the piece already did (then: searched for)
+            most = np.maximum.accumulate(reach) if len(reach) else reach
+            emitted = self.emitted[d]
+            since = np.searchsorted(acks, np.fromiter((e[0] for e in emitted), np.int64, len(emitted)), side="left")
+            first = np.searchsorted(most, np.fromiter((e[2] for e in emitted), np.int64, len(emitted)), side="left")
+            for (at, _, end, _, ident), i, f in zip(emitted, since.tolist(), first.tolist()):
+                if f >= i:
+                    if f < len(acks):
+                        self.info[ident][1] = int(k.ts[acks[f]])
+                    continue
                 step = 64
                 while i < len(acks):
                     hit = np.flatnonzero(reach[i:i + step] >= end)
@@ -654,12 +681,27 @@ class _Placement:
                     step *= 2
 
 
+def prescan(path: str, jobs: list[Job]) -> list | None:
+    """[keys, columns]: fastlane.excerpt_scan of the jobs' connections in the capture at `path`, made before their
+    pieces are known (while another process borrows them, repair_losses) for reread to take. None when the lane
+    cannot read the capture or two jobs share an address pair."""
+    keys = []
+    for job in jobs:
+        ci, cp, si, sp = job.flow
+        keys += [(ci, cp, si, sp), (si, sp, ci, cp)]  # in _reread_natively's order
+    if len(set(keys)) != len(keys):
+        return None
+    columns = fastlane.excerpt_scan(path, keys)
+    return None if columns is None else [keys, columns]
+
+
 def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set, max_sql_bytes: int,
-                     info: list[list], conns: list[_Connection]) -> Extraction | None:
+                     info: list[list], conns: list[_Connection], scanned: list | None = None) -> Extraction | None:
     """reread's extraction through the lane (see above): the jobs' connections of the capture at `path` with the
     pieces put in, frames numbered as _reread_segments numbers them. None when the lane cannot read the capture,
     or in a case this does not make the same stream: several jobs on one address pair (a port reused), a job with
-    no segment here, times the re-read file would repair (capture.repaired_time)."""
+    no segment here, times the re-read file would repair (capture.repaired_time). `scanned`: prescan's answer,
+    taken (emptied) when it is of the same connections."""
     conns.extend(_Connection(job, pieces.get(job.job, [])) for job in jobs)
     by_four: dict[tuple, tuple[_Connection, int]] = {}
     for conn in conns:
@@ -668,7 +710,12 @@ def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]],
                 return None
             by_four[conn.dirs[direction].ends] = (conn, direction)
     keys = list(by_four)
-    columns = fastlane.excerpt_scan(path, keys)
+    if scanned and scanned[0] == keys:
+        columns = scanned[1]
+    else:
+        columns = fastlane.excerpt_scan(path, keys)
+    if scanned:
+        scanned.clear()  # the columns are let go below: not kept alive by the caller's list
     if columns is None:
         return None
     key, frame, ts = columns[:3]
@@ -757,8 +804,9 @@ TIME_COLUMNS = (("req_first", "req_first_ts", "req_first_frame"), ("req_last", "
 
 
 def reread(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set | None,
-           max_sql_bytes: int) -> tuple[Extraction, pd.DataFrame, int]:
+           max_sql_bytes: int, scanned: list | None = None) -> tuple[Extraction, pd.DataFrame, int]:
     """Extract the jobs' connections from the lossy capture again, holes filled with the borrowed pieces.
+    `scanned`: prescan's answer for this capture, when there is one.
 
     Returns the extraction (conn_index as in the first extraction), the bounds of the exchange times that fell on
     borrowed pieces (rows: row position in the extraction's exchanges, point, lo_ns, hi_ns; those times are null
@@ -766,7 +814,7 @@ def reread(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: 
     info: list[list] = []
     conns: list[_Connection] = []
     endpoints = {(job.flow[2], job.flow[3]) for job in jobs}
-    x = _reread_natively(path, jobs, pieces, servers or endpoints, max_sql_bytes, info, conns)
+    x = _reread_natively(path, jobs, pieces, servers or endpoints, max_sql_bytes, info, conns, scanned)
     if x is None:  # the lane cannot read this capture (or an odd case): the segments in Python
         info.clear()
         conns.clear()
@@ -775,16 +823,30 @@ def reread(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: 
     by_first = {job.first_frame: job for job in jobs}
     put_in = {c.job.conn_index: c.put_in for c in conns}
     index_of = {index: by_first[frame].conn_index for index, frame in x.flow_first_frames.items() if frame in by_first}
-    ex = x.exchanges[x.exchanges["conn_index"].isin(index_of)].reset_index(drop=True)
-    ex["conn_index"] = ex["conn_index"].map(index_of).astype("int64")
-    table = x.connections[x.connections["conn_index"].isin(index_of)].reset_index(drop=True)
-    table["conn_index"] = table["conn_index"].map(index_of).astype("int64")
+    ex = _renumbered(x.exchanges, index_of)
+    table = _renumbered(x.connections, index_of)
     table["frames"] -= table["conn_index"].map(put_in).fillna(0).astype("int64")  # pieces are not frames here
     x.exchanges, x.connections = ex, table
     bounds = _take_bounds(ex, info)
     x.holes = {index_of[i]: h for i, h in x.holes.items() if i in index_of}
     touched = _with_pieces(ex, conns)
     return x, bounds, touched, (len(info), sum(len(p.payload) for _, _, p in info))
+
+
+def _renumbered(table: pd.DataFrame, index_of: dict[int, int]) -> pd.DataFrame:
+    """The rows of `table` whose conn_index is a key of `index_of`, numbered by it. (The re-read file holds just the
+    jobs' connections, so usually every row: then the rows are not copied.)"""
+    index = table["conn_index"].to_numpy()
+    if not len(index_of):
+        lookup = np.zeros(0, dtype=np.int64)
+    else:
+        lookup = np.full(max(max(index_of), int(index.max()) if len(index) else 0) + 1, -1, dtype=np.int64)
+        lookup[list(index_of)] = list(index_of.values())
+    renumbered = lookup[index] if len(index) else np.zeros(0, dtype=np.int64)
+    mine = renumbered >= 0
+    out = table.reset_index(drop=True) if mine.all() else table[mine].reset_index(drop=True)
+    out["conn_index"] = renumbered[mine]
+    return out
 
 
 def _with_pieces(ex: pd.DataFrame, conns: list[_Connection]) -> np.ndarray:
@@ -855,7 +917,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
     replace their rows and match again. None when there is nothing to repair. `handed`: [app_ex, db_ex, app_conns,
     db_conns, matching], the caller's only reference to them; emptied when they are replaced, so the replaced
     tables are let go before the second match (40 s lossy sysbench pair: its peak ~0.23 GB lower)."""
-    from .parallel import run_all
+    from .parallel import run_all, run_beside
 
     app_ex, db_ex, app_conns, db_conns, matching = handed
     todo, skipped = plan(app_x, db_x, app_ex, db_ex, app_conns, db_conns, matching)
@@ -868,7 +930,14 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
     calls = [(c, [(j.job, j.other_flow, j.other_first_ts, j.other_last_ts, j.holes) for j in todo
                   if j.other_capture == c]) for c in givers]
     pieces: dict[int, list[Piece]] = {}
-    for found in run_all(borrow, calls, jobs):
+    # With several processes, the one lossy capture's connections are scanned here while workers borrow (the two
+    # passes over two files overlap; the reread runs in this process then, see below).
+    lossy_captures = sorted({j.capture for j in todo})
+    if len(lossy_captures) == 1 and jobs > 1:
+        scanned, found_all = run_beside(borrow, calls, jobs, lambda: prescan(lossy_captures[0], todo))
+    else:
+        scanned, found_all = None, run_all(borrow, calls, jobs)
+    for found in found_all:
         pieces.update(found)
     # A connection the other point has none of the missing bytes of (lost at both points) would be read again,
     # in Python and whole, into the rows it already has: only connections with pieces are read again. (When a
@@ -882,8 +951,9 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
         return Repair(app_ex, db_ex, app_conns, db_conns, matching, stats)
     # 2. the lossy points' connections again
     takers = sorted({j.capture for j in todo})
-    results = run_all(reread, [(c, [j for j in todo if j.capture == c], pieces, servers, max_sql_bytes)
-                               for c in takers], jobs)
+    results = run_all(reread, [(c, [j for j in todo if j.capture == c], pieces, servers, max_sql_bytes,
+                                scanned if len(takers) == 1 else None) for c in takers], jobs)
+    del scanned
     release_memory()
     sides = {"app": [app_ex, app_conns], "db": [db_ex, db_conns]}
     bounds, marks = [], []
@@ -912,7 +982,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
             new_rows.append(_like(x.exchanges, table))
             new_conns.append(_like(x.connections, conns))
         stats.exchanges_replaced += int(stale.sum())
-        sides[side] = [concat([kept, *new_rows]), concat([conns[~stale_c], *new_conns])]
+        sides[side] = [_joined(kept, new_rows), concat([conns[~stale_c], *new_conns])]
         del kept, new_rows, new_conns, table, conns, x
     stats.bytes_unrepaired = max(hole_bytes - stats.bytes_borrowed, 0)
     (app_ex, app_conns), (db_ex, db_conns) = sides["app"], sides["db"]
@@ -931,6 +1001,23 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
         note = f"repaired-at-{side}"
         matching.notes[marked] = [f"{n},{note}" if n else note for n in matching.notes[marked]]
     return Repair(app_ex, db_ex, app_conns, db_conns, matching, stats, bound_rows)
+
+
+def _joined(kept: pd.DataFrame, new: list[pd.DataFrame]) -> pd.DataFrame:
+    """concat([kept, *new]). When every row of the side was re-read (on a busy server every connection has a hole),
+    `kept` is empty and there is one new table: its columns are taken as they are rather than copied, but for the
+    categoricals, whose categories concat unions with the empty table's."""
+    if len(kept) or len(new) != 1:
+        return concat([kept, *new])
+    (only,) = new
+    columns = {}
+    for c in kept.columns:
+        mine, theirs = kept[c], only[c]
+        if isinstance(mine.dtype, pd.CategoricalDtype) or mine.dtype != theirs.dtype:
+            columns[c] = concat_column([mine, theirs]).reset_index(drop=True)
+        else:
+            columns[c] = theirs.reset_index(drop=True)
+    return pd.DataFrame(columns, columns=list(kept.columns), copy=False)
 
 
 def _named_as(column: pd.Series, capture: str) -> np.ndarray:
