@@ -327,10 +327,9 @@ def test_no_capture_is_a_usage_error(tmp_path):
         run(tmp_path / "empty", tmp_path / "o")
 
 
-def test_two_app_hosts_with_their_own_clocks(tmp_path):
-    """The app capture split in two by client port (two app hosts), the second one's clock 200 ms behind: each
-    gets its own clock model, and every exchange is still matched and decomposed on its own host's clock."""
-    src = CAPTURES / "group-stall"
+def _split_app_capture(src, tmp_path) -> None:
+    """src's app capture split in two by client port, as two app hosts would capture it: app1.pcap and app2.pcap
+    in tmp_path, the second one's clock 200 ms behind."""
     ports = sorted({int(c.rsplit(":", 1)[1]) for c in run(src, tmp_path / "plain").exchanges["client"]})
     first = set(ports[: len(ports) // 2])
 
@@ -341,6 +340,13 @@ def test_two_app_hosts_with_their_own_clocks(tmp_path):
     pt.rewrite(src / "app.pcap", tmp_path / "app1.pcap", keep_packet=on_first)
     pt.rewrite(src / "app.pcap", tmp_path / "app2.pcap", keep_packet=lambda p: not on_first(p),
                time=lambda t: t - 200_000_000)
+
+
+def test_two_app_hosts_with_their_own_clocks(tmp_path):
+    """The app capture split in two by client port (two app hosts), the second one's clock 200 ms behind: each
+    gets its own clock model, and every exchange is still matched and decomposed on its own host's clock."""
+    src = CAPTURES / "group-stall"
+    _split_app_capture(src, tmp_path)
     r = run(None, tmp_path / "out", app=[tmp_path / "app1.pcap", tmp_path / "app2.pcap"], db=src / "db.pcap",
             slow_log=src / "slow.log", long_query_time=1.0, thread_pool_size=2)
     clocks = r.summary["clocks"]
@@ -395,16 +401,7 @@ def test_clock_passes_started_ahead_for_two_app_points(tmp_path, monkeypatch):
     import pcapdecomp.parallel as parallel
 
     src = CAPTURES / "group-stall"
-    ports = sorted({int(c.rsplit(":", 1)[1]) for c in run(src, tmp_path / "plain").exchanges["client"]})
-    first = set(ports[: len(ports) // 2])
-
-    def on_first(pkt: bytes) -> bool:
-        p = pt.tcp_ports(pkt)
-        return p is not None and (p[0] in first or p[1] in first)
-
-    pt.rewrite(src / "app.pcap", tmp_path / "app1.pcap", keep_packet=on_first)
-    pt.rewrite(src / "app.pcap", tmp_path / "app2.pcap", keep_packet=lambda p: not on_first(p),
-               time=lambda t: t - 200_000_000)
+    _split_app_capture(src, tmp_path)
     kw = dict(app=[tmp_path / "app1.pcap", tmp_path / "app2.pcap"], db=src / "db.pcap", slow_log=src / "slow.log",
               long_query_time=1.0, thread_pool_size=2)
     one = run(None, tmp_path / "one", jobs=1, **kw)
