@@ -35,6 +35,11 @@ enum { IDLE, COLLECT, WAIT }; /* between exchanges; reading a request; reading i
 enum { R_START, R_COLS, R_AFTER_COLS, R_ROWS, R_DONE };
 enum { RES_NONE, RES_OK, RES_RESULTSET };
 
+/* A connection's key: its address length (4 or 16), both addresses (source first), both ports: 1 + 2 x 16 + 4 = 37
+ * bytes, zero-padded to a multiple of 8 for the hash. (It was 36: an IPv6 key's ports overwrote the last byte of
+ * its destination address, so [fd77::1]:p and [fd77::11]:p were one connection to the lane; the fuzz found it.) */
+#define KEY_LEN 40
+
 typedef struct {
     int64_t frames, last_ts, segs[2], bytes[2], next[2], exchanges, count, other_frames, other_bytes;
     int has_last_ts;
@@ -48,7 +53,7 @@ typedef struct {
 typedef struct Flow Flow;
 
 typedef struct Entry {
-    uint8_t key[36]; /* address length, addresses (source first), source port, destination port */
+    uint8_t key[KEY_LEN]; /* address length, addresses (source first), source port, destination port: make_key */
     Flow *flow;
     int dir; /* 0: this key is client -> server */
     struct Entry *next;
@@ -226,30 +231,27 @@ static inline uint32_t be32(const uint8_t *p) { return rd32(p, 1); }
 static inline unsigned u16le(const uint8_t *p) { return p[0] | p[1] << 8; }
 static inline int64_t u24(const uint8_t *p) { return p[0] | p[1] << 8 | p[2] << 16; }
 
-/* A key's bucket: the key read as four 64-bit words and one 32-bit word, each mixed in by a multiply (FNV-1a over
- * its 36 bytes one by one was ~3 % of an extraction: one lookup per packet). */
+/* A key's bucket: the key read as five 64-bit words, each mixed in by a multiply (FNV-1a over its bytes one by one
+ * was ~3 % of an extraction: one lookup per packet). */
 static size_t hash_key(const uint8_t *k) {
-    uint64_t w[4];
-    uint32_t last;
-    memcpy(w, k, 32);
-    memcpy(&last, k + 32, 4);
+    uint64_t w[KEY_LEN / 8];
+    memcpy(w, k, KEY_LEN);
     uint64_t h = 0x9E3779B97F4A7C15ULL;
-    for (int i = 0; i < 4; i++) h = (h ^ w[i]) * 0xFF51AFD7ED558CCDULL;
-    h = (h ^ last) * 0xC4CEB9FE1A85EC53ULL;
+    for (int i = 0; i < KEY_LEN / 8; i++) h = (h ^ w[i]) * 0xFF51AFD7ED558CCDULL;
     return (size_t)(h ^ h >> 29);
 }
 
 static void make_key(uint8_t *k, const uint8_t *src, const uint8_t *dst, int alen, unsigned sport, unsigned dport) {
-    memset(k, 0, 36);
+    memset(k, 0, KEY_LEN);
     k[0] = (uint8_t)alen;
     memcpy(k + 1, src, alen);
     memcpy(k + 1 + alen, dst, alen);
-    k[32] = sport >> 8; k[33] = sport & 0xFF; k[34] = dport >> 8; k[35] = dport & 0xFF;
+    k[33] = sport >> 8; k[34] = sport & 0xFF; k[35] = dport >> 8; k[36] = dport & 0xFF;
 }
 
 static Entry *lookup(Lane *L, const uint8_t *k) {
     for (Entry *e = L->table[hash_key(k) & L->table_mask]; e; e = e->next)
-        if (!memcmp(e->key, k, 36)) return e;
+        if (!memcmp(e->key, k, KEY_LEN)) return e;
     return NULL;
 }
 
@@ -1547,7 +1549,7 @@ static PyObject *Lane_next(Lane *L, PyObject *Py_UNUSED(ignored)) {
         Entry *e = NULL;
         int kind = decode(rec.linktype, data, caplen, orig_len, &s);
         if (kind) {
-            uint8_t key[36];
+            uint8_t key[KEY_LEN];
             make_key(key, s.addr, s.addr + s.alen, s.alen, s.sport, s.dport);
             e = lookup(L, key);
         }
@@ -1581,7 +1583,7 @@ static PyObject *Lane_finish(Lane *L, PyObject *Py_UNUSED(ignored)) {
 
 static Flow *new_flow(Lane *L, PyObject *obj, int kind, int owned, const uint8_t *ca, const uint8_t *sa, int alen,
                       unsigned cport, unsigned sport) {
-    uint8_t k[2][36];
+    uint8_t k[2][KEY_LEN];
     make_key(k[0], ca, sa, alen, cport, sport);
     make_key(k[1], sa, ca, alen, sport, cport);
     if (lookup(L, k[0]) || lookup(L, k[1])) {
@@ -1593,7 +1595,7 @@ static Flow *new_flow(Lane *L, PyObject *obj, int kind, int owned, const uint8_t
     for (int i = 0; i < 2; i++) {
         Entry *e = PyMem_Calloc(1, sizeof(Entry));
         if (!e) { PyErr_NoMemory(); drop_flow(L, f); return NULL; }
-        memcpy(e->key, k[i], 36);
+        memcpy(e->key, k[i], KEY_LEN);
         e->flow = f;
         e->dir = i;
         size_t slot = hash_key(k[i]) & L->table_mask;
@@ -1852,10 +1854,10 @@ typedef struct {
 static int segments_add_key(Segments *S, const uint8_t *k, int dir) {
     size_t slot = hash_key(k) & S->table_mask;
     for (Entry *e = S->table[slot]; e; e = e->next)
-        if (!memcmp(e->key, k, 36)) return 0; /* both ways round: the first (client -> server) wins */
+        if (!memcmp(e->key, k, KEY_LEN)) return 0; /* both ways round: the first (client -> server) wins */
     Entry *e = PyMem_Calloc(1, sizeof(Entry));
     if (!e) { PyErr_NoMemory(); return -1; }
-    memcpy(e->key, k, 36);
+    memcpy(e->key, k, KEY_LEN);
     e->dir = dir;
     e->next = S->table[slot];
     S->table[slot] = e;
@@ -1889,7 +1891,7 @@ static int Segments_init(Segments *S, PyObject *args, PyObject *kw) {
             unsigned cport, sport;
             if (!PyArg_ParseTuple(PyList_GET_ITEM(flows, i), "y*Iy*I", &ca, &cport, &sa, &sport)) return -1;
             int bad = ca.len != sa.len || (ca.len != 4 && ca.len != 16) || cport > 0xFFFF || sport > 0xFFFF;
-            uint8_t k[36];
+            uint8_t k[KEY_LEN];
             if (!bad) {
                 if (dir == 0) make_key(k, ca.buf, sa.buf, (int)ca.len, cport, sport);
                 else make_key(k, sa.buf, ca.buf, (int)ca.len, sport, cport);
@@ -1925,10 +1927,10 @@ static PyObject *Segments_run(Segments *S, PyObject *Py_UNUSED(ignored)) {
         if (got != REC_PACKET) Py_RETURN_NONE;
         Seg s;
         if (!decode(rec.linktype, rec.data, rec.caplen, rec.orig_len, &s)) continue;
-        uint8_t k[36];
+        uint8_t k[KEY_LEN];
         make_key(k, s.addr, s.addr + s.alen, s.alen, s.sport, s.dport);
         Entry *e = S->table[hash_key(k) & S->table_mask];
-        while (e && memcmp(e->key, k, 36)) e = e->next;
+        while (e && memcmp(e->key, k, KEY_LEN)) e = e->next;
         if (!e) continue;
         if (S->n == S->cap) {
             Py_ssize_t cap = S->cap ? S->cap * 2 : 1 << 16;
@@ -2056,7 +2058,7 @@ PyMODINIT_FUNC PyInit__lane(void) {
  *   (`blobs`) put in before the copied frame of each one's ordinal in `insert_at` (len(frames): after the last). */
 
 typedef struct RKey {
-    uint8_t key[36];
+    uint8_t key[KEY_LEN];
     Py_ssize_t index;
     struct RKey *next;
 } RKey;
@@ -2194,7 +2196,7 @@ static int Excerpt_init(Excerpt *X, PyObject *args, PyObject *kw) {
         unsigned ap, bp;
         if (!PyArg_ParseTuple(PyList_GET_ITEM(keys, i), "y*Iy*I", &a, &ap, &b, &bp)) return -1;
         int bad = a.len != b.len || (a.len != 4 && a.len != 16) || ap > 0xFFFF || bp > 0xFFFF;
-        uint8_t k[36];
+        uint8_t k[KEY_LEN];
         if (!bad) make_key(k, a.buf, b.buf, (int)a.len, ap, bp);
         PyBuffer_Release(&a);
         PyBuffer_Release(&b);
@@ -2204,11 +2206,11 @@ static int Excerpt_init(Excerpt *X, PyObject *args, PyObject *kw) {
         }
         size_t slot = hash_key(k) & X->table_mask;
         RKey *e = X->table[slot];
-        while (e && memcmp(e->key, k, 36)) e = e->next;
+        while (e && memcmp(e->key, k, KEY_LEN)) e = e->next;
         if (e) continue; /* the first of equal keys */
         e = PyMem_Calloc(1, sizeof(RKey));
         if (!e) { PyErr_NoMemory(); return -1; }
-        memcpy(e->key, k, 36);
+        memcpy(e->key, k, KEY_LEN);
         e->index = i;
         e->next = X->table[slot];
         X->table[slot] = e;
@@ -2243,10 +2245,10 @@ static PyObject *Excerpt_run(Excerpt *X, PyObject *Py_UNUSED(ignored)) {
         if (X->copy && rec.frame != frames[X->at]) continue;
         Seg s;
         if (!decode(rec.linktype, rec.data, rec.caplen, rec.orig_len, &s)) continue;
-        uint8_t k[36];
+        uint8_t k[KEY_LEN];
         make_key(k, s.addr, s.addr + s.alen, s.alen, s.sport, s.dport);
         RKey *e = X->table[hash_key(k) & X->table_mask];
-        while (e && memcmp(e->key, k, 36)) e = e->next;
+        while (e && memcmp(e->key, k, KEY_LEN)) e = e->next;
         if (!e) continue;
         if (X->copy) {
             if (excerpt_inserts(X, X->at) < 0 || excerpt_write(X, &s, rec.ts) < 0) return NULL;

@@ -264,6 +264,36 @@ def test_ipv6_with_extension_headers_is_read_natively(tmp_path):
     assert native.native_frames > 0.6 * native.stats.frames
 
 
+def test_ipv6_addresses_that_differ_in_their_last_byte_are_two_connections(tmp_path):
+    """A real capture moved to IPv6, where one answer of the server goes to a client address that differs from its
+    connection's only in the last byte, the same ports (a flipped bit, as the fuzz target made it): Python takes it
+    for a connection of its own, and so must the lane (its connection key once lost that byte to the ports)."""
+    header, order, unit, recs = records(CAPTURES / "oltp-hogs" / "db.pcap")
+    recs = list(recs)
+    frames = [to_ipv6(pkt, options=False) for _ts, pkt, _orig in recs]
+    answers = [i for i, f in enumerate(frames) if f[12:14] == b"\x86\xdd" and f[54:56] == b"\x0c\xea"
+               and len(f) > 54 + 20 + 8]  # from port 3306, with a payload
+    bent_at = answers[len(answers) // 2]
+    f = bytearray(frames[bent_at])
+    f[14 + 8 + 16 + 15] ^= 0x10  # the destination (client) address's last byte
+    frames[bent_at] = bytes(f)
+    out = [header]
+    for (ts, _pkt, _orig), frame in zip(recs, frames):
+        out.append(struct.pack(order + "IIII", ts // 1_000_000_000, (ts % 1_000_000_000) // unit, len(frame),
+                               len(frame)))
+        out.append(frame)
+    bent = tmp_path / "v6-flipped.pcap"
+    bent.write_bytes(b"".join(out))
+    frames[bent_at] = to_ipv6(recs[bent_at][1], options=False)
+    whole = tmp_path / "v6.pcap"
+    whole.write_bytes(b"".join([header, *(struct.pack(order + "IIII", ts // 1_000_000_000,
+                                                      (ts % 1_000_000_000) // unit, len(fr), len(fr)) + fr
+                                          for (ts, _pkt, _orig), fr in zip(recs, frames))]))
+    native = assert_same(bent)
+    assert len(native.connections) == len(extract_with(whole, True).connections) + 1
+    assert (native.connections["gap_bytes"] > 0).any()  # the connection the answer left has a hole where it was
+
+
 # --- pcapng: the lane reads it too (blocks, interfaces with their own clocks, sections, simple packet blocks) ---
 
 def as_pcapng(src: Path, dst: Path, **shape) -> Path:
