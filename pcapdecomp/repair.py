@@ -55,7 +55,7 @@ from .capture import open_capture
 from .decompose import ts_ns
 from .exchanges import Extraction, extract
 from .match import Matching, connection_keys, match_exchanges, split_endpoint
-from .tables import as_category, concat, concat_column, release_memory
+from .tables import as_category, concat, release_memory
 
 SEQ_MOD = 1 << 32
 HALF = 1 << 31
@@ -982,7 +982,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
             new_rows.append(_like(x.exchanges, table))
             new_conns.append(_like(x.connections, conns))
         stats.exchanges_replaced += int(stale.sum())
-        sides[side] = [_joined(kept, new_rows), concat([conns[~stale_c], *new_conns])]
+        sides[side] = [concat([kept, *new_rows]), concat([conns[~stale_c], *new_conns])]
         del kept, new_rows, new_conns, table, conns, x
     stats.bytes_unrepaired = max(hole_bytes - stats.bytes_borrowed, 0)
     (app_ex, app_conns), (db_ex, db_conns) = sides["app"], sides["db"]
@@ -1001,23 +1001,6 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
         note = f"repaired-at-{side}"
         matching.notes[marked] = [f"{n},{note}" if n else note for n in matching.notes[marked]]
     return Repair(app_ex, db_ex, app_conns, db_conns, matching, stats, bound_rows)
-
-
-def _joined(kept: pd.DataFrame, new: list[pd.DataFrame]) -> pd.DataFrame:
-    """concat([kept, *new]). When every row of the side was re-read (on a busy server every connection has a hole),
-    `kept` is empty and there is one new table: its columns are taken as they are rather than copied, but for the
-    categoricals, whose categories concat unions with the empty table's."""
-    if len(kept) or len(new) != 1:
-        return concat([kept, *new])
-    (only,) = new
-    columns = {}
-    for c in kept.columns:
-        mine, theirs = kept[c], only[c]
-        if isinstance(mine.dtype, pd.CategoricalDtype) or mine.dtype != theirs.dtype:
-            columns[c] = concat_column([mine, theirs]).reset_index(drop=True)
-        else:
-            columns[c] = theirs.reset_index(drop=True)
-    return pd.DataFrame(columns, columns=list(kept.columns), copy=False)
 
 
 def _named_as(column: pd.Series, capture: str) -> np.ndarray:
