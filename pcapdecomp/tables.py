@@ -501,10 +501,9 @@ def _malloc_trim():
     """glibc's malloc_trim, looked up on first use: in the symbols the process has loaded already (libc's among
     them), else in the libc that ctypes.util finds. That search runs ldconfig in a child process, ~15 ms of every
     `exchanges` run when it was the first way."""
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (AttributeError, OSError):  # not glibc, or no symbol table of the process to look in
-        pass
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        return trim
     name = ctypes.util.find_library("c")
     return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
 
