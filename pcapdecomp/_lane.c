@@ -1171,20 +1171,7 @@ static int client_request(Flow *f, const uint8_t *d, Py_ssize_t n) {
     return 1;
 }
 
-static int put_num(Lane *L, int i, const void *value) {
-    Column *c = &L->cols[i];
-    if (c->n == c->cap) {
-        Py_ssize_t cap = c->cap ? c->cap * 2 : 1024;
-        char *d = PyMem_Realloc(c->data, cap * 8);
-        if (!d) { PyErr_NoMemory(); return -1; }
-        c->data = d;
-        c->cap = cap;
-    }
-    memcpy(c->data + 8 * c->n++, value, 8);
-    return 0;
-}
-static int put_q(Lane *L, int i, int64_t v) { return put_num(L, i, &v); }
-static int put_d(Lane *L, int i, double v) { return put_num(L, i, &v); }
+/* *p holding at least `need` items of `item` bytes (*cap of them now): doubled from 1024 as often as needed */
 static int grow(char **p, Py_ssize_t *cap, Py_ssize_t need, Py_ssize_t item) {
     if (need <= *cap) return 0;
     Py_ssize_t more = *cap ? *cap : 1024;
@@ -1195,6 +1182,15 @@ static int grow(char **p, Py_ssize_t *cap, Py_ssize_t need, Py_ssize_t item) {
     *cap = more;
     return 0;
 }
+
+static int put_num(Lane *L, int i, const void *value) {
+    Column *c = &L->cols[i];
+    if (grow(&c->data, &c->cap, c->n + 1, 8) < 0) return -1;
+    memcpy(c->data + 8 * c->n++, value, 8);
+    return 0;
+}
+static int put_q(Lane *L, int i, int64_t v) { return put_num(L, i, &v); }
+static int put_d(Lane *L, int i, double v) { return put_num(L, i, &v); }
 
 /* a value of an 'n', 'b' or 's' column (ROW_KINDS) */
 static int put_typed(Lane *L, int i, PyObject *v) {
@@ -1256,13 +1252,7 @@ static int put_o(Lane *L, int i, PyObject *v) { /* borrows v */
         Py_XSETREF(c->last, Py_NewRef(v));
         c->last_code = code;
     }
-    if (c->n == c->cap) {
-        Py_ssize_t cap = c->cap ? c->cap * 2 : 1024;
-        char *d = PyMem_Realloc(c->data, cap * 4);
-        if (!d) { PyErr_NoMemory(); return -1; }
-        c->data = d;
-        c->cap = cap;
-    }
+    if (grow(&c->data, &c->cap, c->n + 1, 4) < 0) return -1;
     memcpy(c->data + 4 * c->n++, &code, 4);
     return 0;
 }
