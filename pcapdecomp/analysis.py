@@ -20,7 +20,7 @@ from .clock import ClockModel, estimate_clock
 from .console import capture_problems, progress_bar, warn
 from .decompose import build_table, decompose
 from .errors import InputError, SlowLogError, UsageError, internal_errors_to
-from .match import match_exchanges, pair_segments, read_segments_of, split_endpoint
+from .match import Matching, Pairing, pair_segments, read_segments_of, split_endpoint
 from .outputs import OutputFolder, write_table, write_text
 from .parallel import Ahead, Forked, default_jobs, run_all
 from .proxy import NoProxy, Side, through_proxy
@@ -171,7 +171,9 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     app_conns = concat([x.connections for x in app_x]) if app_x else empty[1]
     db_ex = concat([x.exchanges for x in db_xs]) if db_xs else empty[0]
     db_conns = concat([x.connections for x in db_xs]) if db_xs else empty[1]
-    matching = match_exchanges(app_ex, db_ex, app_conns, db_conns)
+    # the connection pairs now; the exchange pairs inside them when wanted: after the loss repair, which replaces
+    # the rows of the connections it repairs (match.Pairing)
+    matching = Pairing(app_ex, db_ex, app_conns, db_conns)
     proxied = through_proxy(Side(app_ex, app_conns) if app_x else None, Side(db_ex, db_conns) if db_xs else None,
                             Side(concat([x.exchanges for x in proxy_x]), concat([x.connections for x in proxy_x]))
                             if proxy_x else None, set(cs.servers), set(cs.proxy_servers), direct=matching)
@@ -182,7 +184,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         if not app_x:  # it is the client side's view
             app_x, app_pts = proxy_x, proxy_pts
             app_ex, app_conns = concat([x.exchanges for x in app_x]), concat([x.connections for x in app_x])
-            matching = match_exchanges(app_ex, db_ex, app_conns, db_conns)
+            matching = Pairing(app_ex, db_ex, app_conns, db_conns)
             proxied = through_proxy(Side(app_ex, app_conns), Side(db_ex, db_conns) if db_xs else None, None,
                                     set(cs.servers), set(cs.proxy_servers), direct=matching)
             proxy_summary = proxied.summary if proxied is not None else proxy_summary
@@ -215,6 +217,8 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         release_memory()
         for message in repair.stats.warnings():
             note(message)
+    elif not isinstance(matching, Matching):  # nothing to repair: the exchanges paired from the same connection pairs
+        matching = matching.complete()
     if lean:
         map_big_blocks(None)  # the extractions and the repair are done: see above
     if app_x and db_xs and matching.stats.matched == 0 and len(app_ex) and len(db_ex):

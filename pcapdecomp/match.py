@@ -61,6 +61,11 @@ class Matching:
     connections: pd.DataFrame  # app_conn, db_conn (conn keys), nat, by_scramble
     stats: MatchStats
 
+    @property
+    def matched(self) -> int:
+        """Exchanges paired (as Pairing.matched)."""
+        return self.stats.matched
+
 
 def connection_keys(exchanges: pd.DataFrame) -> pd.Series:
     """One integer per (capture, conn_index): several app captures share conn_index values."""
@@ -88,8 +93,13 @@ def _codes(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 def _radix_key(frames: list[pd.DataFrame], keys: list[str]) -> list[np.ndarray] | None:
     """One int64 per row of each frame for its values of the integer columns `keys` (mixed radix over the columns'
     ranges, in one space for all frames: equal numbers, equal values); None when the ranges need more than 62 bits."""
-    columns = [[f[k].to_numpy(np.int64) for f in frames] for k in keys]
-    out = [np.zeros(len(f), dtype=np.int64) for f in frames]
+    return _radix_arrays([[f[k].to_numpy(np.int64) for k in keys] for f in frames])
+
+
+def _radix_arrays(frames: list[list[np.ndarray]]) -> list[np.ndarray] | None:
+    """_radix_key of frames given as their key columns (integer arrays, in the same order for every frame)."""
+    columns = [[np.asarray(f[k], dtype=np.int64) for f in frames] for k in range(len(frames[0]))]
+    out = [np.zeros(len(f[0]), dtype=np.int64) for f in frames]
     room = 1
     for parts in columns:
         present = [p for p in parts if len(p)]
@@ -258,145 +268,188 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     """Pair rows of the app exchanges table (all app captures concatenated) with rows of the DB one.
 
     app_conns/db_conns are the connections tables (capture, conn_index, conn_id, scramble, ...). The work is
-    linear in exchanges and connections whatever repeats in the keys (FANOUT).
+    linear in exchanges and connections whatever repeats in the keys (FANOUT). Both steps at once: see Pairing.
     """
-    cmd_a, cmd_d = _codes(app["command"], db["command"])
-    sql_a, sql_d = _codes(app["sql"], db["sql"])
-    conn_a, conn_d = connection_keys(app).to_numpy(), connection_keys(db).to_numpy()
-    a = pd.DataFrame({
-        "ai": np.arange(len(app), dtype=np.int64), "a_conn": conn_a,
-        "seq": app["req_tcp_seq"].to_numpy(), "cmd": cmd_a, "sql": sql_a,
-        "a_end": app["resp_tcp_end"].array, "a_done": app["result"].notna().to_numpy(),
-    }, copy=False)  # the exchange table's own columns, not copies of them
-    d = pd.DataFrame({
-        "di": np.arange(len(db), dtype=np.int64), "d_conn": conn_d,
-        "seq": db["req_tcp_seq"].to_numpy(), "cmd": cmd_d, "sql": sql_d,
-        "d_end": db["resp_tcp_end"].array, "d_done": db["result"].notna().to_numpy(),
-    }, copy=False)
-
-    # --- connections: votes from shared request bytes, the scramble decides, a contradiction vetoes
-    a_info = _conn_info(app, app_conns, "a", conn_a)
-    d_info = _conn_info(db, db_conns, "d", conn_d)
-    ends_a, ends_d = _endpoint_codes(a_info, d_info)
-    key_a = a.assign(ends=ends_a[a["a_conn"].to_numpy()] if len(a) else np.zeros(0, dtype=np.int64))
-    key_d = d.assign(ends=ends_d[d["d_conn"].to_numpy()] if len(d) else np.zeros(0, dtype=np.int64))
-    votes, ambiguous_requests, work, amb_a, amb_d = _bounded_join(key_a, key_d, ["seq", "cmd", "sql"], ["ends"])
-    del key_a, key_d
-    scr_a = a_info.dropna(subset=["a_scramble"])
-    scr_d = d_info.dropna(subset=["d_scramble"])
-    codes_a, codes_d = _codes(scr_a["a_scramble"], scr_d["d_scramble"])
-    scr_a = scr_a.assign(scramble=codes_a, ends=ends_a[scr_a["a_conn"].to_numpy()])
-    scr_d = scr_d.assign(scramble=codes_d, ends=ends_d[scr_d["d_conn"].to_numpy()])
-    by_scramble, ambiguous_scrambles, work_s, amb_sa, amb_sd = _bounded_join(scr_a, scr_d, ["scramble"], ["ends"])
-    work += work_s
-    amb_a |= amb_sa
-    amb_d |= amb_sd
-    pairs = votes.merge(by_scramble[["a_conn", "d_conn"]].assign(scr=True), on=["a_conn", "d_conn"], how="outer")
-    pairs["votes"] = pairs["votes"].fillna(0).astype(np.int64)
-    pairs["scr"] = pairs["scr"].fillna(False).astype(bool)
-    pairs = pairs.merge(a_info, on="a_conn", how="left").merge(d_info, on="d_conn", how="left")
-    veto = (
-        (pairs["a_scramble"].notna() & pairs["d_scramble"].notna() & (pairs["a_scramble"] != pairs["d_scramble"]))
-        | (pairs["a_conn_id"].notna() & pairs["d_conn_id"].notna() & (pairs["a_conn_id"] != pairs["d_conn_id"]))
-    ).fillna(False).astype(bool)
-    vetoed = int(veto.sum())
-    pairs = pairs[~veto].copy()
-    pairs["score"] = pairs["votes"] + SCRAMBLE_VOTE * pairs["scr"]
-    pairs, tied_a, tied_d = _one_to_one(pairs)
-    amb_a |= tied_a
-    amb_d |= tied_d
-    pairs["nat"] = (pairs["a_client"] != pairs["d_client"]).fillna(False).astype(bool)
-    conn_pairs = pairs[["a_conn", "d_conn", "nat", "scr"]].rename(
-        columns={"a_conn": "app_conn", "d_conn": "db_conn", "scr": "by_scramble"}).reset_index(drop=True)
-
-    # --- exchanges, inside paired connections only: the k-th exchange with a sequence number on one side with the
-    # k-th on the other (a number repeats inside one connection only after 4 GiB, or in a forged capture)
-    partner = pd.Series(pairs["d_conn"].to_numpy(), index=pairs["a_conn"].to_numpy())
-    a_in = _rows_where(a, a["a_conn"].isin(partner.index).to_numpy()).assign(
-        d_conn=lambda f: partner.loc[f["a_conn"]].to_numpy())
-    d_in = _rows_where(d, d["d_conn"].isin(pairs["d_conn"]).to_numpy())
-    # (rows are in ai / di order: the k-th in row order)
-    a_in = a_in.assign(k=_occurrence(a_in["a_conn"].to_numpy(), a_in["seq"].to_numpy()))
-    d_in = d_in.assign(k=_occurrence(d_in["d_conn"].to_numpy(), d_in["seq"].to_numpy()))
-    inside = _inside_join(a_in, d_in)
-    work += len(a_in) + len(d_in) + len(inside)
-    del a_in, d_in
-    a_end = inside["a_end"].to_numpy(dtype="float64", na_value=np.nan)
-    d_end = inside["d_end"].to_numpy(dtype="float64", na_value=np.nan)
-    both_done = inside["a_done"].to_numpy() & inside["d_done"].to_numpy()
-    # a response not fully seen at one point ends early there: its end says nothing
-    ends_agree = np.isnan(a_end) | np.isnan(d_end) | ~both_done | (a_end == d_end)
-    content = (inside["cmd_a"].to_numpy() == inside["cmd_d"].to_numpy()) & (
-        inside["sql_a"].to_numpy() == inside["sql_d"].to_numpy())
-    ok = content & ends_agree
-    good = _rows_where(inside, ok)
-    bad = inside[~ok]
-    del inside
-    good_ai, good_di = good["ai"].to_numpy(), good["di"].to_numpy()
-    conflict_a = set(_rows_not_in(bad["ai"].to_numpy(), good_ai, len(app)).tolist())
-    conflict_d = set(_rows_not_in(bad["di"].to_numpy(), good_di, len(db)).tolist())
-
-    a_end_na = good["a_end"].isna().to_numpy()
-    d_end_na = good["d_end"].isna().to_numpy()
-    a_cut = ~good["a_done"].to_numpy() & good["d_done"].to_numpy() & ~a_end_na
-    d_cut = ~good["d_done"].to_numpy() & good["a_done"].to_numpy() & ~d_end_na
-    # the notes as codes first, then their texts (one object per row, as np.select on the texts made them)
-    good_notes = np.array(["", "response-unseen-at-app", "response-unseen-at-db", "response-incomplete-at-app",
-                           "response-incomplete-at-db"], dtype=object)[
-        np.select([a_end_na & ~d_end_na, d_end_na & ~a_end_na, a_cut, d_cut], [1, 2, 3, 4], 0)]
-    app_only = _rows_not_in(np.arange(len(app), dtype=np.int64), good_ai, len(app))
-    db_only = _rows_not_in(np.arange(len(db), dtype=np.int64), good_di, len(db))
-    app_row = np.concatenate([good["ai"].to_numpy(), app_only, np.full(len(db_only), -1, dtype=np.int64)])
-    db_row = np.concatenate([good["di"].to_numpy(), np.full(len(app_only), -1, dtype=np.int64), db_only])
-    notes = np.concatenate([
-        good_notes,
-        _only_notes(app_only, conflict_a, a, good["ai"].to_numpy(), app["seq"].to_numpy(), pairs["a_conn"], "db",
-                    amb_a - set(pairs["a_conn"])),
-        _only_notes(db_only, conflict_d, d.rename(columns={"d_conn": "a_conn"}), good["di"].to_numpy(),
-                    db["seq"].to_numpy(), pairs["d_conn"], "app", amb_d - set(pairs["d_conn"])),
-    ])
-    stats = MatchStats(
-        app_exchanges=len(app), db_exchanges=len(db), matched=len(good), app_only=len(app_only),
-        db_only=len(db_only), conflicts=len(conflict_a) + len(conflict_d),
-        connections_matched=len(conn_pairs), connections_by_scramble=int(conn_pairs["by_scramble"].sum()),
-        connections_nat=int(conn_pairs["nat"].sum()), connections_vetoed=vetoed,
-        connections_ambiguous=len(amb_a - set(pairs["a_conn"])) + len(amb_d - set(pairs["d_conn"])),
-        ambiguous_keys=ambiguous_requests + ambiguous_scrambles,
-        candidates=work,
-    )
-    return Matching(app_row, db_row, notes, conn_pairs, stats)
+    return Pairing(app, db, app_conns, db_conns).complete()
 
 
-def _inside_join(a_in: pd.DataFrame, d_in: pd.DataFrame) -> pd.DataFrame:
-    """a_in.merge(d_in, on=["d_conn", "seq", "k"], how="inner", suffixes=("_a", "_d")): the key is unique on each
-    side (k numbers a sequence number's repeats inside a connection, and connections pair one to one), so this is
-    a lookup of each app row's key among the sorted DB keys, in app row order as the merge gives it."""
+class Pairing:
+    """match_exchanges in its two steps: the connection pairs (`connections`, made here) and the exchange pairs
+    inside them (`matched`, `complete()`), made when first wanted and then once.
+
+    Why two: the loss repair (repair.py) needs only the connection pairs, and it replaces the exchange rows of the
+    connections it repairs, which are then paired once, after it; an exchange pairing made before it was thrown
+    away (40 s lossy sysbench pair: 1.0 s of 2.3 s). When nothing is repaired the exchanges are paired from these
+    same connection pairs. Holds the two exchange tables until `complete()` or `release()`."""
+
+    def __init__(self, app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame, db_conns: pd.DataFrame):
+        self._app, self._db = app, db
+        self._columns: tuple | None = None
+        self._inside: tuple | None = None
+        self._matching: Matching | None = None
+        conn_a, conn_d, seq_a, seq_d, cmd_a, cmd_d, sql_a, sql_d = self._keys()
+        a = pd.DataFrame({"a_conn": conn_a, "seq": seq_a, "cmd": cmd_a, "sql": sql_a}, copy=False)
+        d = pd.DataFrame({"d_conn": conn_d, "seq": seq_d, "cmd": cmd_d, "sql": sql_d}, copy=False)
+
+        # --- connections: votes from shared request bytes, the scramble decides, a contradiction vetoes
+        a_info = _conn_info(app, app_conns, "a", conn_a)
+        d_info = _conn_info(db, db_conns, "d", conn_d)
+        ends_a, ends_d = _endpoint_codes(a_info, d_info)
+        key_a = a.assign(ends=ends_a[conn_a] if len(a) else np.zeros(0, dtype=np.int64))
+        key_d = d.assign(ends=ends_d[conn_d] if len(d) else np.zeros(0, dtype=np.int64))
+        del a, d
+        votes, ambiguous_requests, work, amb_a, amb_d = _bounded_join(key_a, key_d, ["seq", "cmd", "sql"], ["ends"])
+        del key_a, key_d
+        scr_a = a_info.dropna(subset=["a_scramble"])
+        scr_d = d_info.dropna(subset=["d_scramble"])
+        codes_a, codes_d = _codes(scr_a["a_scramble"], scr_d["d_scramble"])
+        scr_a = scr_a.assign(scramble=codes_a, ends=ends_a[scr_a["a_conn"].to_numpy()])
+        scr_d = scr_d.assign(scramble=codes_d, ends=ends_d[scr_d["d_conn"].to_numpy()])
+        by_scramble, ambiguous_scrambles, work_s, amb_sa, amb_sd = _bounded_join(scr_a, scr_d, ["scramble"], ["ends"])
+        work += work_s
+        amb_a |= amb_sa
+        amb_d |= amb_sd
+        pairs = votes.merge(by_scramble[["a_conn", "d_conn"]].assign(scr=True), on=["a_conn", "d_conn"], how="outer")
+        pairs["votes"] = pairs["votes"].fillna(0).astype(np.int64)
+        pairs["scr"] = pairs["scr"].fillna(False).astype(bool)
+        pairs = pairs.merge(a_info, on="a_conn", how="left").merge(d_info, on="d_conn", how="left")
+        veto = (
+            (pairs["a_scramble"].notna() & pairs["d_scramble"].notna() & (pairs["a_scramble"] != pairs["d_scramble"]))
+            | (pairs["a_conn_id"].notna() & pairs["d_conn_id"].notna() & (pairs["a_conn_id"] != pairs["d_conn_id"]))
+        ).fillna(False).astype(bool)
+        self._vetoed = int(veto.sum())
+        pairs = pairs[~veto].copy()
+        pairs["score"] = pairs["votes"] + SCRAMBLE_VOTE * pairs["scr"]
+        pairs, tied_a, tied_d = _one_to_one(pairs)
+        amb_a |= tied_a
+        amb_d |= tied_d
+        pairs["nat"] = (pairs["a_client"] != pairs["d_client"]).fillna(False).astype(bool)
+        self.connections = pairs[["a_conn", "d_conn", "nat", "scr"]].rename(
+            columns={"a_conn": "app_conn", "d_conn": "db_conn", "scr": "by_scramble"}).reset_index(drop=True)
+        self._pair_a = pairs["a_conn"].to_numpy(np.int64)
+        self._pair_d = pairs["d_conn"].to_numpy(np.int64)
+        self._ambiguous = (amb_a - set(pairs["a_conn"]), amb_d - set(pairs["d_conn"]))
+        self._ambiguous_keys = ambiguous_requests + ambiguous_scrambles
+        self._work = work
+
+    def _keys(self) -> tuple:
+        """Per row of each table: its connection key, request sequence number, and codes of command and text (in one
+        space for both tables)."""
+        if self._columns is None:
+            app, db = self._app, self._db
+            cmd_a, cmd_d = _codes(app["command"], db["command"])
+            sql_a, sql_d = _codes(app["sql"], db["sql"])
+            self._columns = (connection_keys(app).to_numpy(), connection_keys(db).to_numpy(),
+                             app["req_tcp_seq"].to_numpy(), db["req_tcp_seq"].to_numpy(), cmd_a, cmd_d, sql_a, sql_d)
+        return self._columns
+
+    @property
+    def matched(self) -> int:
+        """Exchanges paired (MatchStats.matched), without the rest of the exchange pairing's answer."""
+        if self._matching is not None:
+            return self._matching.stats.matched
+        return int(self._pairs_inside()[4].sum())
+
+    def _pairs_inside(self) -> tuple:
+        """The exchanges inside paired connections: the k-th exchange with a sequence number on one side with the
+        k-th on the other (a number repeats inside one connection only after 4 GiB, or in a forged capture), when
+        command, text and response end agree. (app rows, DB rows, app's response end, DB's, agree) per candidate."""
+        if self._inside is not None:
+            return self._inside
+        conn_a, conn_d, seq_a, seq_d, cmd_a, cmd_d, sql_a, sql_d = self._keys()
+        at_a = pd.Index(self._pair_a).get_indexer(conn_a) if len(self._pair_a) else np.full(len(conn_a), -1)
+        rows_a = np.flatnonzero(at_a >= 0)
+        rows_d = np.flatnonzero(pd.Index(self._pair_d).get_indexer(conn_d) >= 0) if len(self._pair_d) else \
+            np.zeros(0, dtype=np.int64)
+        partner = self._pair_d[at_a[rows_a]]  # the DB connection each app row's connection is paired with
+        # (rows are in app / DB row order: the k-th in row order)
+        k_a = _occurrence(conn_a[rows_a], seq_a[rows_a])
+        k_d = _occurrence(conn_d[rows_d], seq_d[rows_d])
+        in_a, in_d = _inside_rows([partner, seq_a[rows_a], k_a], [conn_d[rows_d], seq_d[rows_d], k_d])
+        self._inside_work = len(rows_a) + len(rows_d) + len(in_a)  # (assigned: made again after release, counted once)
+        ai, di = rows_a[in_a], rows_d[in_d]
+        del rows_a, rows_d, in_a, in_d, partner, k_a, k_d
+        a_end = self._app["resp_tcp_end"].to_numpy(dtype="float64", na_value=np.nan)[ai]
+        d_end = self._db["resp_tcp_end"].to_numpy(dtype="float64", na_value=np.nan)[di]
+        both_done = self._app["result"].notna().to_numpy()[ai] & self._db["result"].notna().to_numpy()[di]
+        # a response not fully seen at one point ends early there: its end says nothing
+        ends_agree = np.isnan(a_end) | np.isnan(d_end) | ~both_done | (a_end == d_end)
+        content = (cmd_a[ai] == cmd_d[di]) & (sql_a[ai] == sql_d[di])
+        self._inside = (ai, di, a_end, d_end, content & ends_agree)
+        return self._inside
+
+    def release(self, tables: bool = True) -> None:
+        """Let what was made of the tables' rows go, and the tables unless `tables` is false (then `complete()` makes
+        it again); `connections` stays. The repair replaces the tables: what the exchange pairing made of them
+        would only add to its peak."""
+        self._columns = self._inside = None
+        if tables:
+            self._app = self._db = None
+
+    def complete(self) -> Matching:
+        """The whole Matching: exchange rows paired inside the paired connections, and the notes of the others."""
+        if self._matching is not None:
+            return self._matching
+        if self._app is None:
+            raise RuntimeError("Pairing.complete after release")
+        app, db = self._app, self._db
+        ai, di, a_end, d_end, ok = self._pairs_inside()
+        conn_a, conn_d = self._keys()[:2]
+        good_ai, good_di = ai[ok], di[ok]
+        conflict_a = set(_rows_not_in(ai[~ok], good_ai, len(app)).tolist())
+        conflict_d = set(_rows_not_in(di[~ok], good_di, len(db)).tolist())
+        a_end_na, d_end_na = np.isnan(a_end[ok]), np.isnan(d_end[ok])
+        a_done = app["result"].notna().to_numpy()[good_ai]
+        d_done = db["result"].notna().to_numpy()[good_di]
+        a_cut = ~a_done & d_done & ~a_end_na
+        d_cut = ~d_done & a_done & ~d_end_na
+        # the notes as codes first, then their texts (one object per row, as np.select on the texts made them)
+        good_notes = np.array(["", "response-unseen-at-app", "response-unseen-at-db", "response-incomplete-at-app",
+                               "response-incomplete-at-db"], dtype=object)[
+            np.select([a_end_na & ~d_end_na, d_end_na & ~a_end_na, a_cut, d_cut], [1, 2, 3, 4], 0)]
+        app_only = _rows_not_in(np.arange(len(app), dtype=np.int64), good_ai, len(app))
+        db_only = _rows_not_in(np.arange(len(db), dtype=np.int64), good_di, len(db))
+        app_row = np.concatenate([good_ai, app_only, np.full(len(db_only), -1, dtype=np.int64)])
+        db_row = np.concatenate([good_di, np.full(len(app_only), -1, dtype=np.int64), db_only])
+        amb_a, amb_d = self._ambiguous
+        notes = np.concatenate([
+            good_notes,
+            _only_notes(app_only, conflict_a, conn_a, good_ai, app["seq"].to_numpy(), self._pair_a, "db", amb_a),
+            _only_notes(db_only, conflict_d, conn_d, good_di, db["seq"].to_numpy(), self._pair_d, "app", amb_d),
+        ])
+        conn_pairs = self.connections
+        stats = MatchStats(
+            app_exchanges=len(app), db_exchanges=len(db), matched=len(good_ai), app_only=len(app_only),
+            db_only=len(db_only), conflicts=len(conflict_a) + len(conflict_d),
+            connections_matched=len(conn_pairs), connections_by_scramble=int(conn_pairs["by_scramble"].sum()),
+            connections_nat=int(conn_pairs["nat"].sum()), connections_vetoed=self._vetoed,
+            connections_ambiguous=len(amb_a) + len(amb_d), ambiguous_keys=self._ambiguous_keys,
+            candidates=self._work + self._inside_work,
+        )
+        self._matching = Matching(app_row, db_row, notes, conn_pairs, stats)
+        self.release()
+        return self._matching
+
+
+def _inside_rows(a_keys: list[np.ndarray], d_keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The inner join of two sets of rows on their keys (d_conn, seq, k), as row positions (app, DB) in app row
+    order, as a merge gives them. The key is unique on each side (k numbers a sequence number's repeats inside a
+    connection, and connections pair one to one), so this is a lookup of each app row's key among the sorted DB
+    keys; a merge decides when it is not."""
+    keys = _radix_arrays([a_keys, d_keys]) if len(a_keys[0]) and len(d_keys[0]) else None
+    if keys is not None:
+        key_a, key_d = keys
+        order = np.argsort(key_d, kind="stable")
+        sorted_d = key_d[order]
+        if not (sorted_d[1:] == sorted_d[:-1]).any():
+            at = np.minimum(np.searchsorted(sorted_d, key_a), len(sorted_d) - 1)
+            hit = sorted_d[at] == key_a
+            return np.flatnonzero(hit), order[at[hit]]
     on = ["d_conn", "seq", "k"]
-    keys = _radix_key([a_in, d_in], on) if len(a_in) and len(d_in) else None
-    if keys is None:
-        return a_in.merge(d_in, on=on, how="inner", suffixes=("_a", "_d"))
-    key_a, key_d = keys
-    order = np.argsort(key_d, kind="stable")
-    sorted_d = key_d[order]
-    at = np.minimum(np.searchsorted(sorted_d, key_a), len(sorted_d) - 1)
-    hit = sorted_d[at] == key_a
-    rows_a, rows_d = np.flatnonzero(hit), order[at[hit]]
-    if (sorted_d[1:] == sorted_d[:-1]).any():  # not unique after all: the merge decides
-        return a_in.merge(d_in, on=on, how="inner", suffixes=("_a", "_d"))
-    shared = (set(a_in.columns) & set(d_in.columns)) - set(on)
-
-    def rows_of(column: pd.Series, rows: np.ndarray) -> pd.Series:
-        if len(rows) == len(column) and bool((rows == np.arange(len(rows))).all()):
-            return column.reset_index(drop=True)  # every row in order (every exchange matched): no copy
-        return column.iloc[rows].reset_index(drop=True)
-
-    data = {}
-    for c in a_in.columns:
-        data[c + "_a" if c in shared else c] = rows_of(a_in[c], rows_a)
-    for c in d_in.columns:
-        if c not in on:
-            data[c + "_d" if c in shared else c] = rows_of(d_in[c], rows_d)
-    return pd.DataFrame(data, copy=False)
+    a = pd.DataFrame(dict(zip(on, a_keys)) | {"row_a": np.arange(len(a_keys[0]), dtype=np.int64)})
+    d = pd.DataFrame(dict(zip(on, d_keys)) | {"row_d": np.arange(len(d_keys[0]), dtype=np.int64)})
+    joined = a.merge(d, on=on, how="inner")
+    return joined["row_a"].to_numpy(np.int64), joined["row_d"].to_numpy(np.int64)
 
 
 def first_rows(keys: np.ndarray) -> np.ndarray:
@@ -411,12 +464,6 @@ def first_rows(keys: np.ndarray) -> np.ndarray:
     if len(first) != int(keys.max()) + 1 or keys.min() < 0:  # not numbered so: sort
         return np.unique(keys, return_index=True)[1]
     return first
-
-
-def _rows_where(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
-    """frame[mask], without copying the frame when every row is in (every connection paired, every exchange
-    matched: the usual case, where the copy was a transient table of each point's rows)."""
-    return frame if bool(mask.all()) else frame[mask]
 
 
 def _occurrence(*keys: np.ndarray) -> np.ndarray:
@@ -478,15 +525,14 @@ def _one_to_one(pairs: pd.DataFrame) -> tuple[pd.DataFrame, set, set]:
     return pairs.drop_duplicates("a_conn").drop_duplicates("d_conn"), *tied
 
 
-def _only_notes(only: np.ndarray, conflicts: set, side: pd.DataFrame, paired: np.ndarray, ordinal: np.ndarray,
-                paired_conns: pd.Series, other: str, ambiguous: set) -> np.ndarray:
+def _only_notes(only: np.ndarray, conflicts: set, conn: np.ndarray, paired: np.ndarray, ordinal: np.ndarray,
+                paired_conns: np.ndarray, other: str, ambiguous: set) -> np.ndarray:
     """Notes for exchanges seen at one point only: 'match-conflict', 'match-ambiguous' (the connection's twin at the
     other point could not be told from others that look the same), or 'lost-at-<other>' when the other point
     saw exchanges of the same connection before and after this one (so it was there, and missed these bytes)."""
     notes = np.full(len(only), "", dtype=object)
     if len(only) == 0:
         return notes
-    conn = side["a_conn"].to_numpy()
     if ambiguous:
         notes[np.isin(conn[only], np.fromiter(ambiguous, dtype=np.int64, count=len(ambiguous)))] = "match-ambiguous"
     seen = pd.DataFrame({"conn": conn[paired], "ord": ordinal[paired]}).groupby("conn")["ord"].agg(["min", "max"])

@@ -34,7 +34,7 @@ import pandas as pd
 
 from .clock import ClockModel, ClockSegment
 from .decompose import _to_ts
-from .match import Matching, MatchStats, connection_keys, match_exchanges
+from .match import Matching, MatchStats, Pairing, connection_keys, match_exchanges
 from .tables import null_int64
 
 SEQ_MOD = 1 << 32
@@ -632,12 +632,12 @@ def _l7_arrays(pairs: L7Pairs, n_front: int) -> tuple[np.ndarray, np.ndarray, np
 
 
 def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_servers: set[str],
-                  proxy_servers: set[str], direct: Matching | None = None) -> ProxyResult | NoProxy | None:
+                  proxy_servers: set[str], direct: Matching | Pairing | None = None) -> ProxyResult | NoProxy | None:
     """Pair app and DB exchanges through a proxy. With a proxy capture whenever its traffic shows a proxy (a client
     side and a server side, statements or connections that continue from one to the other), else NoProxy;
     without one (app + DB) only when the direct pairing found little and the captures show a proxy: an L4 one by
     shared scrambles, an L7 one by statements that pair by text. None: no proxy found (the direct pairing
-    stands)."""
+    stands). `direct`: that pairing of app and DB, when made already (its number of exchanges paired is read)."""
     warnings: list[str] = []
     summary: dict = {}
     clocks: dict[str, ClockModel] = {}
@@ -718,12 +718,12 @@ def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_serv
         if app is None or db is None or not len(app) or not len(db):
             return None
         direct = direct if direct is not None else match_exchanges(app.ex, db.ex, app.conns, db.conns)
-        if direct.stats.matched >= 0.5 * min(len(app), len(db)):
+        if direct.matched >= 0.5 * min(len(app), len(db)):
             return None
         m4, l4_pairs = match_l4(app.ex, app.conns, db.ex, db.conns)
         client, server = app, db
         server_raw = (_ns(db.ex["req_first_ts"]), _ns(db.ex["resp_last_ts"]))
-        if l4_pairs and m4.stats.matched > direct.stats.matched:
+        if l4_pairs and m4.stats.matched > direct.matched:
             kind = "l4"
             c_s = _rows_map(m4, len(app))
             how_c = np.where(c_s >= 0, "l4", None).astype(object)

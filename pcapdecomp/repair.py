@@ -3,14 +3,15 @@
 Two captures of one TCP connection carry the same bytes under the same sequence numbers. Where the reassembler of
 one point (the lossy point) found a hole — bytes its peer acknowledged, or that a FIN proves were sent, but that
 never reached this capture (`tcp.HalfStream.holes`) — the other point of a matched connection pair usually has
-them. This stage, between matching and the clock:
+them. This stage, between the pairing of connections and that of exchanges (match.Pairing), before the clock:
 
-1. plans the repairs: matched connection pairs where one side has holes (`plan`);
+1. plans the repairs: paired connections where one side has holes (`plan`);
 2. reads the other point's capture once and keeps just the bytes that fill those holes (`borrow`);
 3. reads the lossy capture once more and runs the sans-IO core (tcp.py, flows.py, mysql/) on just those
    connections, with each borrowed piece put into the stream where it belongs (`reread`): before the first
    segment of the lossy point that acknowledges it, or that follows it in the same direction;
-4. replaces those connections' exchange rows and matches again (`repair_losses`).
+4. replaces those connections' exchange rows and pairs the exchanges, once (`repair_losses`; with nothing to
+   repair the exchanges are paired inside the same connection pairs, which are not made again).
 
 Steps 2 and 3 are native where the fast lane reads the captures (fastlane.excerpt_scan / excerpt_copy): Python sees
 the keys of those connections' segments, not the segments, and the re-read is an extraction by the lane of a
@@ -54,7 +55,7 @@ from . import fastlane
 from .capture import open_capture
 from .decompose import ts_ns
 from .exchanges import Extraction, extract
-from .match import Matching, connection_keys, match_exchanges, split_endpoint
+from .match import Matching, Pairing, connection_keys, match_exchanges, split_endpoint
 from .tables import as_category, concat, release_memory
 
 SEQ_MOD = 1 << 32
@@ -158,7 +159,7 @@ def _flow4(client: str, server: str) -> Flow4:
 
 
 def _conn_pairs(app_ex: pd.DataFrame, db_ex: pd.DataFrame, app_conns: pd.DataFrame, db_conns: pd.DataFrame,
-                matching: Matching, lossy: set[tuple[str, int]]) -> list[tuple[tuple[str, int], tuple[str, int]]]:
+                matching: Matching | Pairing, lossy: set[tuple[str, int]]) -> list[tuple[tuple[str, int], tuple[str, int]]]:
     """(app capture, conn_index) ↔ (DB capture, conn_index) of the same connection: matching's pairs, and for a
     connection with holes that matching could not pair (no exchange read at one point: its login was lost there),
     the one connection at the other point with the same greeting scramble."""
@@ -189,7 +190,7 @@ def _conn_pairs(app_ex: pd.DataFrame, db_ex: pd.DataFrame, app_conns: pd.DataFra
 
 
 def plan(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFrame, db_ex: pd.DataFrame,
-         app_conns: pd.DataFrame, db_conns: pd.DataFrame, matching: Matching) -> tuple[list[Job], int]:
+         app_conns: pd.DataFrame, db_conns: pd.DataFrame, matching: Matching | Pairing) -> tuple[list[Job], int]:
     """The repairs to make: for every pair of twin connections, each side that has holes. Returns (jobs,
     connections skipped by the wrap guard)."""
     db_xs = db_x if isinstance(db_x, list) else [db_x]  # several DB points (servers) come as a list
@@ -914,16 +915,19 @@ def _take_bounds(ex: pd.DataFrame, info: list[list]) -> pd.DataFrame:
 def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, servers: set | None, max_sql_bytes: int,
                   jobs: int = 1) -> Repair | None:
     """Fill each matched connection's holes at one point with the other point's bytes, re-read those connections,
-    replace their rows and match again. None when there is nothing to repair. `handed`: [app_ex, db_ex, app_conns,
-    db_conns, matching], the caller's only reference to them; emptied when they are replaced, so the replaced
-    tables are let go before the second match (40 s lossy sysbench pair: its peak ~0.23 GB lower)."""
+    replace their rows and pair their exchanges. None when there is nothing to repair. `handed`: [app_ex, db_ex,
+    app_conns, db_conns, pairing (match.Pairing: the connection pairs, the exchange pairs not made yet)], the
+    caller's only reference to them; emptied when they are replaced, so the replaced tables are let go before the
+    exchanges are paired (40 s lossy sysbench pair: its peak ~0.23 GB lower). The exchanges are paired once: after
+    the repair, or from `pairing` when nothing was repaired."""
     from .parallel import run_all, run_beside
 
-    app_ex, db_ex, app_conns, db_conns, matching = handed
-    todo, skipped = plan(app_x, db_x, app_ex, db_ex, app_conns, db_conns, matching)
+    app_ex, db_ex, app_conns, db_conns, pairing = handed
+    todo, skipped = plan(app_x, db_x, app_ex, db_ex, app_conns, db_conns, pairing)
     if not todo:
-        return None if not skipped else Repair(app_ex, db_ex, app_conns, db_conns, matching,
+        return None if not skipped else Repair(app_ex, db_ex, app_conns, db_conns, pairing.complete(),
                                                RepairStats(skipped_wrap=skipped))
+    pairing.release(tables=False)  # what it made of the rows, beside the passes below (made again if unrepaired)
     hole_bytes = sum(length for j in todo for side in j.holes for _, length, _ in side)
     # 1. the other points' bytes, one pass per capture that has some to give
     givers = sorted({j.other_capture for j in todo})
@@ -948,7 +952,9 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
                         holes=sum(len(j.holes[0]) + len(j.holes[1]) for j in todo))
     if not todo:
         stats.bytes_unrepaired = hole_bytes
-        return Repair(app_ex, db_ex, app_conns, db_conns, matching, stats)
+        return Repair(app_ex, db_ex, app_conns, db_conns, pairing.complete(), stats)
+    pairing.release()  # its tables are replaced below
+    del pairing
     # 2. the lossy points' connections again
     takers = sorted({j.capture for j in todo})
     results = run_all(reread, [(c, [j for j in todo if j.capture == c], pieces, servers, max_sql_bytes,

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import pcaptools as pt
 from pcapdecomp.exchanges import extract
-from pcapdecomp.match import match_exchanges, pair_segments, read_segments_of, split_endpoint
+from pcapdecomp.match import Pairing, match_exchanges, pair_segments, read_segments_of, split_endpoint
 
 SET = Path(__file__).resolve().parent.parent / "captures" / "group-stall"
 
@@ -114,6 +114,63 @@ def test_one_side_empty(sides):
     app, db = sides
     m = match_exchanges(app.exchanges.iloc[:0], db.exchanges, app.connections.iloc[:0], db.connections)
     assert (m.app_row == -1).all() and sorted(m.db_row.tolist()) == list(range(len(db.exchanges)))
+
+
+# --- in two steps: connections, then exchanges (the loss repair sits between them) ----------------------------------
+
+
+def test_connections_first_then_exchanges_once(sides):
+    app, db = sides
+    pairing = Pairing(app.exchanges, db.exchanges, app.connections, db.connections)
+    assert len(pairing.connections) == 7
+    assert pairing.matched == len(identity(app.exchanges, db.exchanges))  # the count alone, before the rest
+    m = pairing.complete()
+    assert pairs_of(m) == identity(app.exchanges, db.exchanges)
+    assert m.stats.matched == pairing.matched == m.matched
+    assert m.connections is pairing.connections  # the connection pairs were not made again
+    assert pairing.complete() is m  # nor the exchange pairs
+
+
+def test_exchange_pairs_made_again_after_release_are_the_same(sides):
+    app, db = sides
+    gone = db.exchanges.drop(index=db.exchanges.index[::9]).reset_index(drop=True)  # some DB rows not seen
+    whole = match_exchanges(app.exchanges, gone, app.connections, db.connections)
+    pairing = Pairing(app.exchanges, gone, app.connections, db.connections)
+    assert pairing.matched == whole.stats.matched < len(app.exchanges)
+    pairing.release(tables=False)  # what it made of the rows goes; made again from the same connection pairs
+    again = pairing.complete()
+    assert np.array_equal(again.app_row, whole.app_row) and np.array_equal(again.db_row, whole.db_row)
+    assert list(again.notes) == list(whole.notes) and again.stats == whole.stats
+    assert "lost-at-db" in set(again.notes)
+    released = Pairing(app.exchanges, gone, app.connections, db.connections)
+    released.release()
+    with pytest.raises(RuntimeError):
+        released.complete()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_inside_rows_is_the_merge_of_the_keys(data):
+    from pcapdecomp.match import _inside_rows
+
+    big = data.draw(st.booleans())  # values too far apart for one int64 key: the merge itself answers
+
+    def side(n, unique):
+        rows = data.draw(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0, 7, 1 << 40 if big else 9]),
+                                            st.integers(0, 2)), min_size=n, max_size=n, unique=unique))
+        return [np.array([r[i] for r in rows], dtype=np.int64) for i in range(3)]
+
+    a = side(data.draw(st.integers(0, 20)), True)
+    d = side(data.draw(st.integers(0, 20)), True)
+    if big and len(a[0]) and len(d[0]):
+        a[2] = a[2] * (1 << 30)  # the three columns' ranges multiply beyond 62 bits
+        d[2] = d[2] * (1 << 30)
+    rows_a, rows_d = _inside_rows(a, d)
+    on = ["d_conn", "seq", "k"]
+    left = pd.DataFrame(dict(zip(on, a))).reset_index()
+    right = pd.DataFrame(dict(zip(on, d))).reset_index()
+    want = left.merge(right, on=on, how="inner")
+    assert rows_a.tolist() == want["index_x"].tolist() and rows_d.tolist() == want["index_y"].tolist()
 
 
 # --- clock samples ---------------------------------------------------------------------------------------

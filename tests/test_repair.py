@@ -203,6 +203,48 @@ def test_repair_with_workers_gives_the_same_table(tmp_path):
     assert one.exchanges.equals(two.exchanges)
 
 
+def _counting_pairings(monkeypatch) -> dict[str, int]:
+    """How many times analyze pairs connections, pairs exchanges inside them, and completes a Matching."""
+    from pcapdecomp.match import Pairing
+
+    made = {"connections": 0, "exchanges": 0, "matchings": 0}
+    init, inside, complete = Pairing.__init__, Pairing._pairs_inside, Pairing.complete
+
+    def counted_init(self, *args):
+        made["connections"] += 1
+        init(self, *args)
+
+    def counted_inside(self):
+        made["exchanges"] += self._inside is None
+        return inside(self)
+
+    def counted_complete(self):
+        made["matchings"] += self._matching is None
+        return complete(self)
+
+    monkeypatch.setattr(Pairing, "__init__", counted_init)
+    monkeypatch.setattr(Pairing, "_pairs_inside", counted_inside)
+    monkeypatch.setattr(Pairing, "complete", counted_complete)
+    return made
+
+
+def test_exchanges_are_paired_once_with_or_without_a_repair(tmp_path, monkeypatch, reference):
+    """Nothing to repair: the exchanges are paired inside the connection pairs made first. A repair: only the
+    count of exchange pairs (a proxy's sign) is made before it, and the Matching once, after it."""
+    made = _counting_pairings(monkeypatch)
+    whole = run(tmp_path)
+    assert whole.summary["repair"] is None
+    assert whole.summary["match"]["matched"] == (reference["seen"].astype(str) == "both").sum() > 0
+    assert made == {"connections": 1, "exchanges": 1, "matchings": 1}
+    made.update(connections=0, exchanges=0, matchings=0)
+    (tmp_path / "lossy").mkdir()
+    app, db = _lossy(tmp_path / "lossy", 0.05, 31, "db")
+    lossy = run(tmp_path / "lossy", app, db)
+    assert lossy.summary["repair"]["connections"] > 0
+    assert made == {"connections": 2, "exchanges": 2, "matchings": 1}
+    assert lossy.summary["match"]["matched"] == (lossy.exchanges["seen"].astype(str) == "both").sum() > 0
+
+
 # --- the native re-read (fastlane.excerpt_scan / excerpt_copy) against the Python one ------------------------------
 
 

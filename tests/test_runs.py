@@ -66,7 +66,7 @@ main()
 """
 
 
-@pytest.mark.parametrize("stage,name", [("report", "render_report"), ("matching", "match_exchanges")])
+@pytest.mark.parametrize("stage,name", [("report", "render_report"), ("matching", "Pairing")])
 def test_a_bug_is_one_line_exit_70_and_the_traceback_in_the_output_folder(tmp_path, stage, name):
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-c", INJECT.format(stage=stage, name=name), "analyze", str(GROUP_STALL),
