@@ -378,3 +378,78 @@ def test_excerpt_scan_and_copy_give_the_segments_python_reads(tmp_path, form):
     expected = [(w[0], w[2], w[3], w[4], w[5], payloads[w[1]], w[7]) for w in chosen]
     inserted = [(0, ts, 12345, 678, repair.PSH, b"borrowed", 0) for ts in (first, last)]
     assert got == [expected[0], inserted[0], *expected[1:], inserted[1]]
+
+
+# --- the bounds' clock step, many times at once, against the clock's own answers one time at a time ----------------
+
+
+def _margins_one_by_one(captures, value, lo, hi, named, clocks, primary, keys):
+    """apply_bounds' clock step as it was written, one row at a time with the clock's scalar calls."""
+    u, v = np.zeros(len(captures)), np.zeros(len(captures))
+    for i, capture in enumerate(captures):
+        model = clocks.get(keys[i]) if keys is not None else clocks.get(capture) or clocks.get(primary)
+        if model is None or not model.segments:
+            u[i] = v[i] = np.inf
+            continue
+        for k in (2, 3):
+            for arr in (lo, hi):
+                if named[i, k] and not np.isnan(arr[i, k]):
+                    arr[i, k] = float(model.db_to_app(int(arr[i, k])))
+        ref = next((x for x in (*value[i], *lo[i], *hi[i]) if not np.isnan(x)), None)
+        seg = model.segment_at(int(ref)) if ref is not None else None
+        if seg is None:
+            u[i] = v[i] = np.inf
+            continue
+        theta = float(seg.offset_at(int(ref)))
+        t_lo, t_hi = seg.bounds_at(int(ref))
+        u[i], v[i] = max(t_hi - theta, 0.0), max(theta - t_lo, 0.0)
+    return u, v
+
+
+def test_clock_margins_are_the_clock_s_answers_time_by_time(reference):
+    """The real recording's clock (and a stepped one made of its segment: three lines, one of them one-sided), and
+    its real exchange times with some unknown, some bounds: the same DB→app times and margins as the scalar calls."""
+    from dataclasses import replace
+
+    import pandas as pd
+
+    from pcapdecomp.clock import ClockModel, estimate_clock
+    from pcapdecomp.match import pair_segments, read_segments_of, split_endpoint
+    from pcapdecomp.exchanges import extract
+
+    flows = set()
+    for conns in (extract(SET / "app.pcap").connections,):
+        flows |= {(*split_endpoint(c), *split_endpoint(s)) for c, s in zip(conns["client"], conns["server"])}
+    samples = pair_segments(read_segments_of(SET / "app.pcap", flows), read_segments_of(SET / "db.pcap", flows))
+    fitted = estimate_clock(samples.fwd_app, samples.fwd_db, samples.rev_db, samples.rev_app)
+    assert fitted.segments and fitted.quality == "two-sided"
+    times = np.sort(np.concatenate([reference[c].dropna().astype("int64").to_numpy()
+                                    for c in ("app_req_ts", "app_resp_ts", "db_req_ts", "db_resp_ts")]))
+    first, middle, last = int(times[0]), int(times[len(times) // 2]), int(times[-1])
+    seg = fitted.segments[0]
+    stepped = ClockModel((replace(seg, start_ns=first - 10**9, end_ns=first + 1000, ref_ns=first),
+                          replace(seg, start_ns=first + 1000, end_ns=middle, ref_ns=first + 1000,
+                                  offset_ns=seg.offset_ns + 2.5e6, skew_lower_ppm=float("nan")),
+                          replace(seg, start_ns=middle, end_ns=last + 10**9, ref_ns=middle,
+                                  offset_ns=seg.offset_ns - 4e5, skew_ppm=-seg.skew_ppm)), "one-sided")
+    rng = np.random.default_rng(5)
+    n = 600
+    picked = rng.choice(times, size=(n, 4)).astype(np.float64)
+    value = np.where(rng.random((n, 4)) < 0.3, np.nan, picked)
+    named = rng.random((n, 4)) < 0.4
+    lo = np.where(named & (rng.random((n, 4)) < 0.8), picked - rng.integers(0, 10**6, (n, 4)), np.nan)
+    hi = np.where(named & (rng.random((n, 4)) < 0.8), picked + rng.integers(0, 10**6, (n, 4)), np.nan)
+    value[rng.random(n) < 0.05] = np.nan  # rows with no time known at all
+    lo[value[:, 0] != value[:, 0]] = np.nan
+    captures = rng.choice(np.array(["app", "app2", "other"], dtype=object), size=n)
+    table = pd.DataFrame({"capture": pd.Categorical(captures)})
+    keys = rng.choice(np.array(["app", "app2", None], dtype=object), size=n)
+    for clocks, primary, clock_keys in (({"app": fitted}, "app", None), ({"app": fitted, "app2": stepped}, None, None),
+                                        ({"app": stepped, "app2": ClockModel((), "none")}, "app", keys)):
+        want_lo, want_hi = lo.copy(), hi.copy()
+        want = _margins_one_by_one(captures, value, want_lo, want_hi, named, clocks, primary, clock_keys)
+        got_lo, got_hi = lo.copy(), hi.copy()
+        got = repair._clock_margins(table, np.arange(n), value, got_lo, got_hi, named, clocks, primary, clock_keys)
+        assert np.isfinite(want[0]).any() and np.isinf(want[0]).any()
+        for w, g in ((want_lo, got_lo), (want_hi, got_hi), *zip(want, got)):
+            assert np.array_equal(w, g, equal_nan=True)
