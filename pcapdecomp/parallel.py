@@ -219,6 +219,24 @@ class Ahead:
         return bool(context is not None and context.__exit__(*exc))
 
 
+class Worker:
+    """One forked worker for several calls, run there in the order given: a call may leave what it made in the worker
+    (a module's variable) for the next one (repair: a capture's scan, made for the bytes it gives the other point,
+    kept for its own re-read). A context: leaving it ends the worker (after its calls; at once on Ctrl-C)."""
+
+    def __enter__(self) -> "Worker":
+        self._context = _workers(1)
+        self._pool = self._context.__enter__()
+        return self
+
+    def submit(self, function: Callable, *args):
+        """A Future of function(*args), run after the calls submitted before it."""
+        return self._pool.submit(function, *args)
+
+    def __exit__(self, *exc) -> bool:
+        return bool(self._context.__exit__(*exc))
+
+
 class Forked:
     """function(*args) in a child forked now. The child sees this process's memory as it is: nothing is pickled on
     the way in (a table of a million rows is shared, not copied), only the result on the way back. `result()` waits

@@ -46,6 +46,7 @@ import gc
 import os
 import tempfile
 from collections import deque
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -261,20 +262,18 @@ class _HoleSet:
 
 
 def borrow(path: str | os.PathLike, wants: list[tuple[int, Flow4, int, int, tuple[list, list]]],
-           budget: int = MAX_BORROWED_BYTES) -> dict[int, list[Piece]]:
+           budget: int = MAX_BORROWED_BYTES, scanned: list | None = None) -> dict[int, list[Piece]]:
     """One pass over the capture at `path`: for each (job, flow there, first_ts, last_ts, holes), the pieces of
     that connection's segments that fill its holes at the other point. A byte seen several times here keeps its
     first copy. At most `budget` bytes in all.
 
     Read natively where the lane can (fastlane.excerpt_scan: the keys of those connections' segments, then
-    excerpt_copy: the payloads of just the segments that overlap a hole), else in Python; the same pieces."""
-    by_four: dict[tuple, list[tuple[int, int, int, int, tuple[_HoleSet, _HoleSet]]]] = {}
-    for job, (ci, cp, si, sp), first_ts, last_ts, holes in wants:
-        sets = (_HoleSet(holes[0]), _HoleSet(holes[1]))
-        by_four.setdefault((ci, cp, si, sp), []).append((job, 0, first_ts, last_ts, sets))
-        by_four.setdefault((si, sp, ci, cp), []).append((job, 1, first_ts, last_ts, sets))
+    excerpt_copy: the payloads of just the segments that overlap a hole), else in Python; the same pieces.
+    `scanned`: [keys, columns], an excerpt_scan of this capture for keys that include these connections'
+    (_scan_giving), taken instead of a scan of its own."""
+    by_four = _by_four(wants)
     taker = _Taker(budget)
-    segments = _overlapping_segments(path, by_four)
+    segments = _overlapping_segments(path, by_four, scanned)
     if segments is None:  # the lane cannot read this capture: every segment in Python
         with open_capture(path) as reader:
             segments = reader.segment_fields()
@@ -288,6 +287,17 @@ def borrow(path: str | os.PathLike, wants: list[tuple[int, Flow4, int, int, tupl
             taker.take(entries, frame, ts, seq, ack, flags, payload)
     release_memory()
     return taker.found
+
+
+def _by_four(wants: list) -> dict[tuple, list[tuple[int, int, int, int, tuple[_HoleSet, _HoleSet]]]]:
+    """borrow's wants by address pair (each connection's two directions): (job, direction, first_ts, last_ts,
+    hole sets)."""
+    by_four: dict[tuple, list[tuple[int, int, int, int, tuple[_HoleSet, _HoleSet]]]] = {}
+    for job, (ci, cp, si, sp), first_ts, last_ts, holes in wants:
+        sets = (_HoleSet(holes[0]), _HoleSet(holes[1]))
+        by_four.setdefault((ci, cp, si, sp), []).append((job, 0, first_ts, last_ts, sets))
+        by_four.setdefault((si, sp, ci, cp), []).append((job, 1, first_ts, last_ts, sets))
+    return by_four
 
 
 class _Taker:
@@ -318,13 +328,19 @@ class _Taker:
                     self.used += b2 - a2
 
 
-def _overlapping_segments(path, by_four: dict[tuple, list]) -> list[tuple] | None:
+def _overlapping_segments(path, by_four: dict[tuple, list], scanned: list | None = None) -> list[tuple] | None:
     """The segments of the capture at `path` that `by_four`'s connections carry and that overlap one of their
     holes (a superset of what borrow takes), in capture order: (entries, frame, ts, seq, ack, flags, payload).
-    Read natively: the keys of every segment of those connections, then the payloads of just these. None when the
-    lane cannot read the capture."""
+    Read natively: the keys of every segment of those connections (`scanned`: a scan made for more keys), then
+    the payloads of just these. None when the lane cannot read the capture."""
     keys = list(by_four)
-    columns = fastlane.excerpt_scan(path, keys)
+    if scanned is not None:
+        position = {k: i for i, k in enumerate(keys)}
+        columns = list(scanned[1])
+        # the scan's key numbers -> these keys' (-1: a connection the scan was also made for, not wanted here)
+        columns[0] = np.array([position.get(k, -1) for k in scanned[0]], dtype=np.int64)[columns[0]]
+    else:
+        columns = fastlane.excerpt_scan(path, keys)
     if columns is None:
         return None
     key, frame, ts, seq, ack, flags, length, _ = columns
@@ -682,18 +698,65 @@ class _Placement:
                     step *= 2
 
 
+def _reread_keys(jobs: list[Job]) -> list[Flow4] | None:
+    """The address pairs _reread_natively scans for the jobs, in its order; None when two jobs share one."""
+    keys = []
+    for job in jobs:
+        ci, cp, si, sp = job.flow
+        keys += [(ci, cp, si, sp), (si, sp, ci, cp)]
+    return keys if len(set(keys)) == len(keys) else None
+
+
 def prescan(path: str, jobs: list[Job]) -> list | None:
     """[keys, columns]: fastlane.excerpt_scan of the jobs' connections in the capture at `path`, made before their
     pieces are known (while another process borrows them, repair_losses) for reread to take. None when the lane
     cannot read the capture or two jobs share an address pair."""
-    keys = []
-    for job in jobs:
-        ci, cp, si, sp = job.flow
-        keys += [(ci, cp, si, sp), (si, sp, ci, cp)]  # in _reread_natively's order
-    if len(set(keys)) != len(keys):
+    keys = _reread_keys(jobs)
+    if keys is None:
         return None
     columns = fastlane.excerpt_scan(path, keys)
     return None if columns is None else [keys, columns]
+
+
+def _scan_giving(path: str, wants: list, jobs: list[Job]) -> tuple[list | None, list | None]:
+    """A capture that is lossy and gives to the other point (both points lossy): one excerpt_scan for both passes
+    over it, (for borrow of `wants`, for reread of `jobs` as prescan makes it), where each pass scanned it
+    (150 s lossy sysbench pair: 1.3 s per capture). (None, None) when the lane cannot read it; the second None
+    when two jobs share an address pair."""
+    taking = _reread_keys(jobs)
+    keys = list(taking or [])
+    known = set(keys)
+    keys += [k for k in _by_four(wants) if k not in known]
+    columns = fastlane.excerpt_scan(path, keys)
+    if columns is None:
+        return None, None
+    if taking is None:
+        return [keys, columns], None
+    if len(keys) == len(taking):
+        return [keys, columns], [taking, columns]
+    mine = columns[0] < len(taking)  # the re-read's keys come first: their numbers are the same
+    return [keys, columns], [taking, [c[mine] for c in columns]]
+
+
+def _give_and_scan(path: str, wants: list, jobs: list[Job]) -> tuple[dict[int, list[Piece]], list | None]:
+    """borrow from the capture at `path`, and the scan for its own reread (_scan_giving)."""
+    giving, taking = _scan_giving(path, wants, jobs)
+    return borrow(path, wants, scanned=giving), taking
+
+
+_KEPT: dict[str, list | None] = {}  # in a worker: the scan _give_and_keep made, for its _reread_kept
+
+
+def _give_and_keep(path: str, wants: list, jobs: list[Job]) -> dict[int, list[Piece]]:
+    """_give_and_scan in a worker that keeps the scan for the reread it is given next (parallel.Worker)."""
+    found, _KEPT[path] = _give_and_scan(path, wants, jobs)
+    return found
+
+
+def _reread_kept(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set | None,
+                 max_sql_bytes: int):
+    """reread, in the worker that scanned the capture (_give_and_keep)."""
+    return reread(path, jobs, pieces, servers, max_sql_bytes, _KEPT.pop(path, None))
 
 
 def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set, max_sql_bytes: int,
@@ -912,6 +975,74 @@ def _take_bounds(ex: pd.DataFrame, info: list[list]) -> pd.DataFrame:
 # --- the stage ----------------------------------------------------------------------------------------------------
 
 
+def _borrow_and_reread(todo: list[Job], servers: set | None, max_sql_bytes: int, jobs: int
+                       ) -> tuple[list[Job], list[str], list]:
+    """repair_losses' passes over the captures: 1. the other points' bytes for the jobs' holes (`borrow`, one pass
+    per capture that has some to give), 2. the lossy points' connections again with them (`reread`, one pass per
+    lossy capture). Returns the jobs that got bytes, the captures re-read and reread's results for them."""
+    from .parallel import Worker, run_all, run_beside
+
+    givers = sorted({j.other_capture for j in todo})
+    wants = {c: [(j.job, j.other_flow, j.other_first_ts, j.other_last_ts, j.holes) for j in todo
+                 if j.other_capture == c] for c in givers}
+    lossy = sorted({j.capture for j in todo})
+
+    def of(capture: str, among: list[Job]) -> list[Job]:
+        return [j for j in among if j.capture == capture]
+
+    with ExitStack() as stack:
+        kept: dict[str, list | None] = {}  # per lossy capture, a scan of its jobs' connections for its reread here
+        there = None  # the lossy capture the worker scanned and keeps the scan of
+        if len(lossy) == 1 and jobs > 1:
+            # the one lossy capture's connections are scanned here while workers borrow (two passes over two files
+            # overlap; its reread runs in this process then, below)
+            kept[lossy[0]], found_all = run_beside(borrow, list(wants.items()), jobs, lambda: prescan(lossy[0], todo))
+        elif len(lossy) == 2 and lossy == givers and jobs > 1:
+            # both points lossy, each a giver too: each capture is scanned once for what it gives and its own
+            # reread, one here and one in a worker that keeps its scan until it rereads (150 s lossy sysbench pair)
+            here, there = lossy
+            worker = stack.enter_context(Worker())
+            future = worker.submit(_give_and_keep, there, wants[there], of(there, todo))
+            found_here, kept[here] = _give_and_scan(here, wants[here], of(here, todo))
+            found_all = [found_here, future.result()]
+            del found_here
+        else:
+            found_all = run_all(borrow, list(wants.items()), jobs)
+        pieces: dict[int, list[Piece]] = {}
+        for found in found_all:
+            pieces.update(found)
+        del found_all
+        # A connection the other point has none of the missing bytes of (lost at both points) would be read again,
+        # in Python and whole, into the rows it already has: only connections with pieces are read again. (When a
+        # busy server's tcpdumps drop packets at both points, that was every connection at both points: the whole
+        # of both captures read again at Python's speed.)
+        todo = [j for j in todo if pieces.get(j.job)]
+        takers = sorted({j.capture for j in todo})
+        calls = [(c, of(c, todo), {j.job: pieces[j.job] for j in of(c, todo)}, servers, max_sql_bytes,
+                  kept.pop(c, None)) for c in takers]  # a worker is sent the pieces of its own jobs only
+        kept.clear()
+        del pieces
+        if there in takers:
+            mine = next(call for call in calls if call[0] == there)
+            future = worker.submit(_reread_kept, *mine[:5])
+            del mine
+            done = {call[0]: reread(*call) for call in calls if call[0] != there}
+            calls.clear()
+            done[there] = future.result()
+            results = [done.pop(c) for c in takers]
+        elif len(calls) > 1 and jobs > 1:
+            # several lossy points (each re-read is a whole extraction): the first here while workers take the
+            # others, so one result less is pickled across
+            here_call = calls.pop(0)
+            first, others = run_beside(reread, calls, jobs, lambda: reread(*here_call))
+            results = [first, *others]
+            del here_call, first, others
+        else:
+            results = run_all(reread, calls, jobs)
+        del calls
+    return todo, takers, results
+
+
 def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, servers: set | None, max_sql_bytes: int,
                   jobs: int = 1) -> Repair | None:
     """Fill each matched connection's holes at one point with the other point's bytes, re-read those connections,
@@ -920,8 +1051,6 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
     caller's only reference to them; emptied when they are replaced, so the replaced tables are let go before the
     exchanges are paired (40 s lossy sysbench pair: its peak ~0.23 GB lower). The exchanges are paired once: after
     the repair, or from `pairing` when nothing was repaired."""
-    from .parallel import run_all, run_beside
-
     app_ex, db_ex, app_conns, db_conns, pairing = handed
     todo, skipped = plan(app_x, db_x, app_ex, db_ex, app_conns, db_conns, pairing)
     if not todo:
@@ -929,25 +1058,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
                                                RepairStats(skipped_wrap=skipped))
     pairing.release(tables=False)  # what it made of the rows, beside the passes below (made again if unrepaired)
     hole_bytes = sum(length for j in todo for side in j.holes for _, length, _ in side)
-    # 1. the other points' bytes, one pass per capture that has some to give
-    givers = sorted({j.other_capture for j in todo})
-    calls = [(c, [(j.job, j.other_flow, j.other_first_ts, j.other_last_ts, j.holes) for j in todo
-                  if j.other_capture == c]) for c in givers]
-    pieces: dict[int, list[Piece]] = {}
-    # With several processes, the one lossy capture's connections are scanned here while workers borrow (the two
-    # passes over two files overlap; the reread runs in this process then, see below).
-    lossy_captures = sorted({j.capture for j in todo})
-    if len(lossy_captures) == 1 and jobs > 1:
-        scanned, found_all = run_beside(borrow, calls, jobs, lambda: prescan(lossy_captures[0], todo))
-    else:
-        scanned, found_all = None, run_all(borrow, calls, jobs)
-    for found in found_all:
-        pieces.update(found)
-    # A connection the other point has none of the missing bytes of (lost at both points) would be read again,
-    # in Python and whole, into the rows it already has: only connections with pieces are read again. (When a
-    # busy server's tcpdumps drop packets at both points, that was every connection at both points: the whole of
-    # both captures read again at Python's speed.)
-    todo = [j for j in todo if pieces.get(j.job)]
+    todo, takers, results = _borrow_and_reread(todo, servers, max_sql_bytes, jobs)
     stats = RepairStats(skipped_wrap=skipped, connections=len(todo),
                         holes=sum(len(j.holes[0]) + len(j.holes[1]) for j in todo))
     if not todo:
@@ -955,24 +1066,6 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
         return Repair(app_ex, db_ex, app_conns, db_conns, pairing.complete(), stats)
     pairing.release()  # its tables are replaced below
     del pairing
-    # 2. the lossy points' connections again
-    takers = sorted({j.capture for j in todo})
-    calls = []
-    for c in takers:
-        mine = [j for j in todo if j.capture == c]
-        calls.append((c, mine, {j.job: pieces[j.job] for j in mine}, servers, max_sql_bytes,
-                      scanned if len(takers) == 1 else None))
-    del scanned, mine
-    if len(calls) > 1 and jobs > 1:
-        # Both points lossy (each re-read is a whole extraction): the first here while workers take the others,
-        # so one result less is pickled across (150 s lossy sysbench pair: ~1.5 s of sending and receiving)
-        here = calls.pop(0)
-        first, others = run_beside(reread, calls, jobs, lambda: reread(*here))
-        results = [first, *others]
-        del here, first, others
-    else:
-        results = run_all(reread, calls, jobs)
-    del calls
     release_memory()
     sides = {"app": [app_ex, app_conns], "db": [db_ex, db_conns]}
     bounds, marks = [], []

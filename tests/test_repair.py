@@ -453,3 +453,38 @@ def test_clock_margins_are_the_clock_s_answers_time_by_time(reference):
         assert np.isfinite(want[0]).any() and np.isinf(want[0]).any()
         for w, g in ((want_lo, got_lo), (want_hi, got_hi), *zip(want, got)):
             assert np.array_equal(w, g, equal_nan=True)
+
+
+def test_one_scan_of_a_capture_that_gives_and_takes_serves_both_passes(tmp_path):
+    """Both points lossy: each capture's one scan (_scan_giving) gives borrow the pieces its own scan gives, and
+    reread the same extraction as its own scan (repair_losses uses it with several processes)."""
+    from pcapdecomp.exchanges import extract
+    from pcapdecomp.match import Pairing
+
+    app, db = _lossy(tmp_path, 0.04, 32, "both")
+    app_x, db_x = extract(app), extract(db)
+    pairing = Pairing(app_x.exchanges, db_x.exchanges, app_x.connections, db_x.connections)
+    todo, _ = repair.plan([app_x], db_x, app_x.exchanges, db_x.exchanges, app_x.connections, db_x.connections,
+                          pairing)
+    captures = sorted({j.capture for j in todo})
+    assert captures == sorted({j.other_capture for j in todo}) == sorted([str(app), str(db)])
+    pieces = {}
+    kept = {}
+    for capture in captures:
+        wants = [(j.job, j.other_flow, j.other_first_ts, j.other_last_ts, j.holes) for j in todo
+                 if j.other_capture == capture]
+        mine = [j for j in todo if j.capture == capture]
+        giving, kept[capture] = repair._scan_giving(capture, wants, mine)
+        assert giving is not None and kept[capture] is not None
+        own = repair.borrow(capture, wants)
+        assert own and repair.borrow(capture, wants, scanned=giving) == own
+        assert kept[capture][0] == repair._reread_keys(mine)
+        assert all(np.array_equal(a, b) for a, b in zip(kept[capture][1], repair.prescan(capture, mine)[1]))
+        pieces.update(own)
+    for capture in captures:
+        mine = [j for j in todo if j.capture == capture and pieces.get(j.job)]
+        assert kept[capture][0] == repair._reread_keys(mine)  # the scan is the one reread takes
+        alone = repair.reread(capture, mine, pieces, None, 1 << 20)
+        shared = repair.reread(capture, mine, pieces, None, 1 << 20, kept[capture])
+        assert alone[0].exchanges.equals(shared[0].exchanges) and alone[1].equals(shared[1])
+        assert alone[3] == shared[3] and alone[3][0] > 0
