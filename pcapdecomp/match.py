@@ -66,6 +66,9 @@ class Matching:
         """Exchanges paired (as Pairing.matched)."""
         return self.stats.matched
 
+    def matched_at_least(self, count: float) -> bool:
+        return self.stats.matched >= count
+
 
 def connection_keys(exchanges: pd.DataFrame) -> pd.Series:
     """One integer per (capture, conn_index): several app captures share conn_index values."""
@@ -286,6 +289,8 @@ class Pairing:
         self._app, self._db = app, db
         self._columns: tuple | None = None
         self._inside: tuple | None = None
+        self._counted: list[tuple] = []  # matched_at_least's parts of _pairs_inside, and their connection pairs
+        self._counted_pairs = np.zeros(0, dtype=np.int64)
         self._matching: Matching | None = None
         conn_a, conn_d, seq_a, seq_d, cmd_a, cmd_d, sql_a, sql_d = self._keys()
         a = pd.DataFrame({"a_conn": conn_a, "seq": seq_a, "cmd": cmd_a, "sql": sql_a}, copy=False)
@@ -350,23 +355,72 @@ class Pairing:
             return self._matching.stats.matched
         return int(self._pairs_inside()[4].sum())
 
+    def matched_at_least(self, count: float) -> bool:
+        """matched >= count, counted connection pair by pair, the biggest first, until the answer is known (the
+        sign of a proxy before the loss repair asks for half the exchanges: on a lossy pair the rest would be
+        paired before the repair replaces them for nothing). What is counted is kept for _pairs_inside."""
+        if self._matching is not None or self._inside is not None:
+            return self.matched >= count
+        conn_a, conn_d = self._keys()[:2]
+        n = len(self._pair_a)
+        at_a = pd.Index(self._pair_a).get_indexer(conn_a) if n else np.full(len(conn_a), -1)
+        at_d = pd.Index(self._pair_d).get_indexer(conn_d) if n else np.full(len(conn_d), -1)
+        # a connection pair pairs at most as many exchanges as the smaller of its two connections holds
+        most = np.minimum(np.bincount(at_a[at_a >= 0], minlength=n), np.bincount(at_d[at_d >= 0], minlength=n))
+        del at_a, at_d
+        order = np.argsort(-most, kind="stable")
+        counted, start = 0, len(self._counted_pairs)
+        if start:  # asked before: go on from there
+            counted = sum(int(part[4].sum()) for part in self._counted)
+            order = np.concatenate([self._counted_pairs, np.setdiff1d(order, self._counted_pairs, assume_unique=True)])
+        while counted < count:
+            rest = most[order[start:]]
+            if start == n or counted + int(rest.sum()) < count:
+                return False
+            stop = start + min(int(np.searchsorted(np.cumsum(rest), count - counted)) + 1, len(rest))
+            part = self._inside_of(order[start:stop])
+            self._counted.append(part)
+            self._counted_pairs = order[:stop]
+            counted += int(part[4].sum())
+            start = stop
+        return True
+
     def _pairs_inside(self) -> tuple:
         """The exchanges inside paired connections: the k-th exchange with a sequence number on one side with the
         k-th on the other (a number repeats inside one connection only after 4 GiB, or in a forged capture), when
-        command, text and response end agree. (app rows, DB rows, app's response end, DB's, agree) per candidate."""
+        command, text and response end agree. (app rows, DB rows, app's response end, DB's, agree) per candidate,
+        in app row order."""
         if self._inside is not None:
             return self._inside
+        if not self._counted:
+            *inside, work = self._inside_of(None)
+        else:  # the connection pairs matched_at_least did not count, and the parts it did, in app row order
+            rest = np.setdiff1d(np.arange(len(self._pair_a)), self._counted_pairs, assume_unique=True)
+            parts = [*self._counted, self._inside_of(rest)]
+            self._counted, self._counted_pairs = [], np.zeros(0, dtype=np.int64)
+            order = np.argsort(np.concatenate([part[0] for part in parts]), kind="stable")
+            inside = [np.concatenate([part[i] for part in parts])[order] for i in range(5)]
+            work = sum(part[5] for part in parts)
+            del parts, order
+        self._inside_work = work  # (assigned: made again after release, counted once)
+        self._inside = tuple(inside)
+        return self._inside
+
+    def _inside_of(self, which: np.ndarray | None) -> tuple:
+        """_pairs_inside for the connection pairs at positions `which` (None: all), and the work (candidates)."""
         conn_a, conn_d, seq_a, seq_d, cmd_a, cmd_d, sql_a, sql_d = self._keys()
-        at_a = pd.Index(self._pair_a).get_indexer(conn_a) if len(self._pair_a) else np.full(len(conn_a), -1)
+        pair_a = self._pair_a if which is None else self._pair_a[which]
+        pair_d = self._pair_d if which is None else self._pair_d[which]
+        at_a = pd.Index(pair_a).get_indexer(conn_a) if len(pair_a) else np.full(len(conn_a), -1)
         rows_a = np.flatnonzero(at_a >= 0)
-        rows_d = np.flatnonzero(pd.Index(self._pair_d).get_indexer(conn_d) >= 0) if len(self._pair_d) else \
+        rows_d = np.flatnonzero(pd.Index(pair_d).get_indexer(conn_d) >= 0) if len(pair_d) else \
             np.zeros(0, dtype=np.int64)
-        partner = self._pair_d[at_a[rows_a]]  # the DB connection each app row's connection is paired with
+        partner = pair_d[at_a[rows_a]]  # the DB connection each app row's connection is paired with
         # (rows are in app / DB row order: the k-th in row order)
         k_a = _occurrence(conn_a[rows_a], seq_a[rows_a])
         k_d = _occurrence(conn_d[rows_d], seq_d[rows_d])
         in_a, in_d = _inside_rows([partner, seq_a[rows_a], k_a], [conn_d[rows_d], seq_d[rows_d], k_d])
-        self._inside_work = len(rows_a) + len(rows_d) + len(in_a)  # (assigned: made again after release, counted once)
+        work = len(rows_a) + len(rows_d) + len(in_a)
         ai, di = rows_a[in_a], rows_d[in_d]
         del rows_a, rows_d, in_a, in_d, partner, k_a, k_d
         a_end = self._app["resp_tcp_end"].to_numpy(dtype="float64", na_value=np.nan)[ai]
@@ -375,14 +429,14 @@ class Pairing:
         # a response not fully seen at one point ends early there: its end says nothing
         ends_agree = np.isnan(a_end) | np.isnan(d_end) | ~both_done | (a_end == d_end)
         content = (cmd_a[ai] == cmd_d[di]) & (sql_a[ai] == sql_d[di])
-        self._inside = (ai, di, a_end, d_end, content & ends_agree)
-        return self._inside
+        return ai, di, a_end, d_end, content & ends_agree, work
 
     def release(self, tables: bool = True) -> None:
         """Let what was made of the tables' rows go, and the tables unless `tables` is false (then `complete()` makes
         it again); `connections` stays. The repair replaces the tables: what the exchange pairing made of them
         would only add to its peak."""
         self._columns = self._inside = None
+        self._counted, self._counted_pairs = [], np.zeros(0, dtype=np.int64)
         if tables:
             self._app = self._db = None
 

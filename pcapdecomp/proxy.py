@@ -637,7 +637,7 @@ def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_serv
     side and a server side, statements or connections that continue from one to the other), else NoProxy;
     without one (app + DB) only when the direct pairing found little and the captures show a proxy: an L4 one by
     shared scrambles, an L7 one by statements that pair by text. None: no proxy found (the direct pairing
-    stands). `direct`: that pairing of app and DB, when made already (its number of exchanges paired is read)."""
+    stands). `direct`: that pairing of app and DB, when made already (its number of exchanges paired is asked)."""
     warnings: list[str] = []
     summary: dict = {}
     clocks: dict[str, ClockModel] = {}
@@ -718,7 +718,7 @@ def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_serv
         if app is None or db is None or not len(app) or not len(db):
             return None
         direct = direct if direct is not None else match_exchanges(app.ex, db.ex, app.conns, db.conns)
-        if direct.matched >= 0.5 * min(len(app), len(db)):
+        if direct.matched_at_least(0.5 * min(len(app), len(db))):
             return None
         m4, l4_pairs = match_l4(app.ex, app.conns, db.ex, db.conns)
         client, server = app, db

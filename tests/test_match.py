@@ -148,6 +148,28 @@ def test_exchange_pairs_made_again_after_release_are_the_same(sides):
         released.complete()
 
 
+def test_counting_part_of_the_pairs_answers_as_the_whole_count_and_is_not_done_twice(sides):
+    """matched_at_least counts connection pair by pair until it knows; the exchange pairing then made of those parts
+    and the rest is the one made at once."""
+    app, db = sides
+    gone = db.exchanges.drop(index=db.exchanges.index[::5]).reset_index(drop=True)
+    whole = match_exchanges(app.exchanges, gone, app.connections, db.connections)
+    assert 0 < whole.stats.matched < len(app.exchanges)
+    for asks in ([0], [1], [whole.stats.matched], [whole.stats.matched + 1], [10, 100, whole.stats.matched],
+                 [len(app.exchanges) + 1, 50], [0.5 * len(app.exchanges)]):
+        pairing = Pairing(app.exchanges, gone, app.connections, db.connections)
+        for count in asks:
+            assert pairing.matched_at_least(count) == (whole.stats.matched >= count)
+        some = len(pairing._counted_pairs)
+        assert 0 <= some <= len(pairing.connections)
+        m = pairing.complete()
+        assert np.array_equal(m.app_row, whole.app_row) and np.array_equal(m.db_row, whole.db_row)
+        assert list(m.notes) == list(whole.notes) and m.stats == whole.stats
+        assert m.matched_at_least(whole.stats.matched) and not m.matched_at_least(whole.stats.matched + 1)
+    pairing = Pairing(app.exchanges, gone, app.connections, db.connections)
+    assert pairing.matched_at_least(10) and 0 < len(pairing._counted_pairs) < len(pairing.connections)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_inside_rows_is_the_merge_of_the_keys(data):
