@@ -30,7 +30,9 @@ those exchanges keep their `gap` problems.
 Cost (issue 19): still whole connections, not windows around the holes. A window would need the core's state at
 its start (phase, prepared statements and their parameter types from earlier executes, EOF convention, exchange
 ordinal, the connection's counters), which neither the lane nor the core can hand over or restore. With several
-processes the lossy capture is scanned (`prescan`) while a worker borrows from the other one. On the 40 s lossy
+processes the lossy capture is scanned (`prescan`) while a worker borrows from the other one; with both points
+lossy and giving to each other, each capture is scanned once for both its passes (`_scan_giving`), one here and
+one in a worker that keeps its scan for its re-read (`_borrow_and_reread`). On the 40 s lossy
 sysbench pair repair_losses takes 6.7 s of CPU instead of 7.4 s with --jobs 1 (mean of 3 back-to-back runs each on
 its saved inputs, 2026-11-25, shared machine), wall 5.2-7.3 s instead of 7.2 s with --jobs 2.
 
