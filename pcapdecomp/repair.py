@@ -43,7 +43,6 @@ from __future__ import annotations
 import bisect
 import gc
 import os
-import tempfile
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -755,28 +754,11 @@ def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]],
     numbers[insert_at + np.arange(len(inserts))] = [-(e[2] + 1) for e in inserts]
     # The scan's columns and the placements' copies of them are done with: let them go before the excerpt is
     # extracted (on the 40 s lossy sysbench pair they were ~0.3 GB under that extraction's own peak).
-    frames_kept = frame[rows]
-    del columns, key, frame, ts, kept, ordinal, own, placements, placement, k, ends
-    try:
-        handle, excerpt = tempfile.mkstemp(prefix="pcapdecomp-repair-", suffix=".pcap")
-    except OSError:  # no room for the file: Python reads the segments instead
-        return None
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(fastlane.EXCERPT_PCAP_HEADER)
-            copied = fastlane.excerpt_copy(path, keys, frames_kept, insert_at, [e[3] for e in inserts], out.write)
-        del inserts, frames_kept
-        if copied != len(rows):
-            return None
-        x = extract(excerpt, servers=servers, max_sql_bytes=max_sql_bytes)
-    except OSError:  # the temporary file could not be written (a full disk)
-        return None
-    finally:
-        try:
-            os.unlink(excerpt)
-        except OSError:
-            pass
-    if x.stats.frames != len(numbers) or x.stats.frames_bad_ts or x.stats.damaged:
+    plan = fastlane.ExcerptPlan(keys, frame[rows], insert_at, [e[3] for e in inserts])
+    del columns, key, frame, ts, kept, ordinal, own, placements, placement, k, ends, inserts
+    x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, excerpt=plan)
+    del plan
+    if x.stats.frames != len(numbers) or x.stats.damaged:  # a chosen frame not met (damage before it)
         return None
     for _, _, column in TIME_COLUMNS:
         values = x.exchanges[column]
@@ -786,17 +768,7 @@ def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]],
         mapped[ok] = numbers[raw[ok].astype(np.int64) - 1]
         x.exchanges[column] = pd.Series(mapped, index=values.index).astype(values.dtype)
     x.flow_first_frames = {i: int(numbers[f - 1]) if f >= 1 else f for i, f in x.flow_first_frames.items()}
-    for table in (x.exchanges, x.connections):
-        table["capture"] = _named(table["capture"], path)
-    x.capture = path
     return x
-
-
-def _named(column: pd.Series, name: str) -> pd.Series:
-    """The `capture` column of the re-read file's rows, naming the capture instead."""
-    if isinstance(column.dtype, pd.CategoricalDtype) and len(column.cat.categories) == 1:
-        return column.cat.rename_categories([name])
-    return pd.Series(np.full(len(column), name, dtype=object), index=column.index).astype(column.dtype)
 
 
 TIME_COLUMNS = (("req_first", "req_first_ts", "req_first_frame"), ("req_last", "req_last_ts", "req_last_frame"),
