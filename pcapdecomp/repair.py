@@ -747,16 +747,18 @@ def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]],
             inserts.append((where, rank, ident, record))
     inserts.sort(key=lambda e: e[:2])  # stable: the pieces of one place in the order put in
     insert_at = np.fromiter((e[0] for e in inserts), dtype=np.int64, count=len(inserts))
-    # the re-read file's frame numbers (from 1) -> the capture's, a piece's −(id + 1)
-    numbers = np.empty(len(rows) + len(inserts), dtype=np.int64)
-    own = np.arange(len(rows)) + np.searchsorted(insert_at, np.arange(len(rows)), side="right")
-    numbers[own] = frame[rows]
-    numbers[insert_at + np.arange(len(inserts))] = [-(e[2] + 1) for e in inserts]
+    pieces_ids = np.fromiter((e[2] for e in inserts), dtype=np.int64, count=len(inserts))
     # The scan's columns and the placements' copies of them are done with: let them go before the excerpt is
-    # extracted (on the 40 s lossy sysbench pair they were ~0.3 GB under that extraction's own peak).
+    # extracted (on the 40 s lossy sysbench pair they were ~0.3 GB under that extraction's own peak, which is the
+    # run's peak with --jobs 1).
     plan = fastlane.ExcerptPlan(keys, frame[rows], insert_at, [e[3] for e in inserts])
-    del columns, key, frame, ts, kept, ordinal, own, placements, placement, k, ends, inserts
+    del columns, key, frame, ts, kept, ordinal, placements, placement, k, ends, inserts
     x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, excerpt=plan)
+    # the excerpt's frame numbers (from 1) -> the capture's, a piece's −(id + 1)
+    n_frames = len(plan.frames)
+    numbers = np.empty(n_frames + len(insert_at), dtype=np.int64)
+    numbers[np.arange(n_frames) + np.searchsorted(insert_at, np.arange(n_frames), side="right")] = plan.frames
+    numbers[insert_at + np.arange(len(insert_at))] = -(pieces_ids + 1)
     del plan
     if x.stats.frames != len(numbers) or x.stats.damaged:  # a chosen frame not met (damage before it)
         return None
