@@ -2268,7 +2268,8 @@ PyMODINIT_FUNC PyInit__lane(void) {
 }
 
 
-/* ==== the repair stage's passes (repair.py through fastlane.excerpt_scan / excerpt_copy) ========================
+/* ==== the repair stage's passes (repair.py through fastlane.excerpt_scan / excerpt_copy; its re-read is a Lane
+ * with an excerpt plan, see Plan) ============================================================================
  *
  * The loss repair reads the TCP segments of a few chosen connections again (the giver's, to borrow bytes; the lossy
  * point's, to read them once more with the borrowed pieces in). Excerpt reads the same records as the lane (times

@@ -109,9 +109,10 @@ class ExcerptPlan:
     repair._reread_natively): the segments `frames` (sorted frame numbers of segments excerpt_scan found for `keys`)
     of the capture, each as excerpt_copy writes it (so decoded into the same fields, link type RAW), with `blobs[i]`
     (excerpt_record's) before the one of ordinal insert_at[i] (after the last when it is len(frames)), numbered from
-    1 in that order. read_capture reads them, and stops reading the capture after the last; their times are the
-    ones that file would hold, not checked again (the caller checks what that file's reader would repair: its
-    extraction counts none)."""
+    1 in that order. read_capture reads them, and stops reading the capture after the last. Their times are the
+    capture's, checked once as extraction checks a capture's (capture.repaired_time), not again in their new order
+    as a reader of that file would: the extraction counts no frames_bad_ts. The stats that describe the file
+    (path, size, format, pcapng blocks) are the capture's."""
 
     keys: list[tuple[str, int, str, int]]
     frames: np.ndarray  # int64

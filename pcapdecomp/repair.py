@@ -12,10 +12,11 @@ them. This stage, between matching and the clock:
    segment of the lossy point that acknowledges it, or that follows it in the same direction;
 4. replaces those connections' exchange rows and matches again (`repair_losses`).
 
-Steps 2 and 3 are native where the fast lane reads the captures (fastlane.excerpt_scan / excerpt_copy): Python sees
-the keys of those connections' segments, not the segments, and the re-read is an extraction by the lane of a
-temporary pcap file holding those connections' segments with the pieces put in ("reread natively" below). Where
-the lane cannot read a capture, Python reads it segment by segment, with the same outcome.
+Steps 2 and 3 are native where the fast lane reads the captures (fastlane.excerpt_scan / excerpt_copy /
+ExcerptPlan): Python sees the keys of those connections' segments, not the segments, and the re-read is an
+extraction by the lane of those connections' segments with the pieces put in, read straight from the capture (no
+file is written: "reread natively" below). Where the lane cannot read a capture, Python reads it segment by
+segment, with the same outcome.
 
 A borrowed piece was seen at the other point, not here, so its time at the lossy point is unknown; it is bounded
 by causality, at this point alone: it passed after the reverse-direction byte its ACK field acknowledges (its
@@ -503,8 +504,10 @@ def _upper_bounds(conn: _Connection, direction: int, acked: int, ts: int, info: 
 #    segment whose own condition puts it in (its reverse ACK passes the piece's start, its direction's data
 #    reaches it, an RST), so _reread_segments' steps are replayed at just those segments, and the causality bounds
 #    are looked up in the keys;
-# 3. fastlane.excerpt_copy writes those segments, pieces put in, as a pcap file that extract reads with the lane;
-#    its frame numbers are mapped back (a piece's to −(id + 1), as _reread_segments numbers them).
+# 3. extract reads those segments, pieces put in, with the lane (fastlane.ExcerptPlan: the records excerpt_copy
+#    would write, read from the capture itself, so no temporary file of them: at 40 s that was 0.5 GB written and
+#    read again, at 150 s 1.8 GB per capture); its frame numbers are mapped back (a piece's to −(id + 1), as
+#    _reread_segments numbers them).
 # The one difference in order: the pieces nothing acknowledged or followed go in right after their connection's
 # last segment, not after the capture's last (the connections are independent, and so their times stay in order).
 
@@ -699,8 +702,9 @@ def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]],
     """reread's extraction through the lane (see above): the jobs' connections of the capture at `path` with the
     pieces put in, frames numbered as _reread_segments numbers them. None when the lane cannot read the capture,
     or in a case this does not make the same stream: several jobs on one address pair (a port reused), a job with
-    no segment here, times the re-read file would repair (capture.repaired_time). `scanned`: prescan's answer,
-    taken (emptied) when it is of the same connections."""
+    no segment here, damage before the last chosen segment. (The times are the capture's, checked once as
+    extraction checks them, as in _reread_segments.) `scanned`: prescan's answer, taken (emptied) when it is of the
+    same connections."""
     conns.extend(_Connection(job, pieces.get(job.job, [])) for job in jobs)
     by_four: dict[tuple, tuple[_Connection, int]] = {}
     for conn in conns:
