@@ -363,7 +363,8 @@ def _same_extraction(a, b, capture: str, frames: bool = True) -> None:
     assert {k: left[k] for k in per_frame} == {k: right[k] for k in per_frame}
 
 
-@pytest.mark.parametrize("form", ["pcap", "pcapng, two interfaces", "cut by a snaplen"])
+@pytest.mark.parametrize("form", ["pcap", "pcapng, two interfaces", "pcapng, gzip-compressed", "cut by a snaplen",
+                                  "damaged after the chosen frames"])
 def test_an_excerpt_plan_is_extracted_as_the_file_excerpt_copy_writes(tmp_path, form):
     """extract(excerpt=ExcerptPlan) reads the capture's chosen segments, pieces put in, as the extraction of
     excerpt_copy's file of them reads that file: the same rows (frames numbered alike), holes and frame counts."""
@@ -373,6 +374,11 @@ def test_an_excerpt_plan_is_extracted_as_the_file_excerpt_copy_writes(tmp_path, 
     if form.startswith("pcapng"):
         pt.to_pcapng(source, tmp_path / "db.pcapng", interfaces=2)
         source = tmp_path / "db.pcapng"
+        if form.endswith("gzip-compressed"):
+            import gzip
+
+            source = tmp_path / "db.pcapng.gz"
+            source.write_bytes(gzip.compress((tmp_path / "db.pcapng").read_bytes(), compresslevel=1))
     elif form == "cut by a snaplen":  # frames cut to 120 bytes: `missing` bytes, Python reads those segments
         header, order, unit, recs = pt.records(source)
         with open(tmp_path / "cut.pcap", "wb") as out:
@@ -381,6 +387,9 @@ def test_an_excerpt_plan_is_extracted_as_the_file_excerpt_copy_writes(tmp_path, 
                 out.write(struct.pack(order + "IIII", ts // 10**9, ts % 10**9 // unit, min(len(data), 120), orig))
                 out.write(data[:120])
         source = tmp_path / "cut.pcap"
+    elif form.startswith("damaged"):  # the file ends mid-record: damage, which extraction reports
+        (tmp_path / "damaged.pcap").write_bytes(source.read_bytes()[:-10])
+        source = tmp_path / "damaged.pcap"
     segs = list(pt.read_segments(source))
     ports = sorted({s.src_port for s in segs if s.dst_port == 3306})
     assert len(ports) >= 3
@@ -392,6 +401,9 @@ def test_an_excerpt_plan_is_extracted_as_the_file_excerpt_copy_writes(tmp_path, 
     # every segment but a few in the middle of each connection (holes: Python takes those connections over)
     kept = np.ones(len(frame), dtype=bool)
     kept[len(frame) // 3:len(frame) // 3 + 5] = False
+    if form.startswith("damaged"):  # the plan ends before the damage, as the copy does
+        kept[len(frame) // 2:] = False
+        assert extract(source).stats.damaged
     frames = frame[kept]
     assert len(frames) > 100
     ts = columns[2][kept]
@@ -409,7 +421,7 @@ def test_an_excerpt_plan_is_extracted_as_the_file_excerpt_copy_writes(tmp_path, 
     # the lane read most of them; cut ones only Python reads
     assert planned.native_frames > 0 if form != "cut by a snaplen" else planned.stats.frames_truncated
     _same_extraction(planned, copied, str(source))
-    assert planned.native_frames == copied.native_frames
+    assert planned.native_frames == copied.native_frames and planned.stats.damaged is None
 
 
 def test_the_reread_without_a_file_gives_what_the_python_reread_gives(tmp_path, monkeypatch):
