@@ -510,6 +510,10 @@ def _upper_bounds(conn: _Connection, direction: int, acked: int, ts: int, info: 
 #    _reread_segments numbers them).
 # The one difference in order: the pieces nothing acknowledged or followed go in right after their connection's
 # last segment, not after the capture's last (the connections are independent, and so their times stay in order).
+# Sharing step 3 with the idle second process of --jobs 2, by connection (each half an excerpt plan of its own, the
+# halves' tables joined as exchanges.merge_parts joins parts), does not pay on the 40 s lossy sysbench pair: each
+# half took 1.0 s of CPU instead of 1.6 s for the whole (both read the whole capture), but joining them took
+# 0.6-0.7 s and sending one half's 0.5 M rows back 0.2-0.4 s (2026-11-26, loaded machine).
 
 
 class _Keys:
