@@ -1553,7 +1553,7 @@ static int plan_setup(Plan *P, PyObject *excerpt) {
             return -1;
         }
     }
-    P->blobs = Py_NewRef(blobs);
+    if (!(P->blobs = PyList_AsTuple(blobs))) return -1; /* its own: the records checked above stay as they are */
     return rkeys_build(keys, &P->table, &P->table_mask);
 }
 
@@ -1572,7 +1572,7 @@ static int plan_next(Plan *P, Reader *R, Rec *out) {
     const int64_t *insert_at = P->insert_at.buf, *frames = P->frames.buf;
     const uint8_t *h;
     if (P->next_insert < P->n_inserts && insert_at[P->next_insert] <= P->at) {
-        h = (const uint8_t *)PyBytes_AS_STRING(PyList_GET_ITEM(P->blobs, P->next_insert));
+        h = (const uint8_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(P->blobs, P->next_insert));
         P->next_insert++;
     } else {
         if (P->at >= P->n_frames) {
