@@ -193,6 +193,35 @@ typedef struct {
     int64_t damage_pos;
 } Reader;
 
+/* ---- an excerpt plan (the repair's re-read, fastlane.ExcerptPlan) -------------------------------------------
+ *
+ * The loss repair reads a few connections of a capture again, with borrowed pieces put in. Their records were once
+ * copied into a temporary pcap file (Excerpt's copy: chosen frames rewritten as LINKTYPE_RAW records, the pieces'
+ * ready-made records in between) that the lane then read. With a plan the lane reads those same records straight
+ * from the capture: the chosen frames of the keys (directed address, port, address, port), each rewritten as the
+ * copy writes it (excerpt_put), `blobs[i]` before the frame of ordinal insert_at[i] (len(frames): after the last),
+ * numbered from 1 in that order and timed from the record header written, as a reader of that file would. After
+ * the last of them the capture is not read further. */
+
+typedef struct RKey {
+    uint8_t key[KEY_LEN];
+    Py_ssize_t index;
+    struct RKey *next;
+} RKey;
+
+typedef struct {
+    int on, done;
+    RKey **table;
+    size_t table_mask;
+    Py_buffer frames, insert_at;
+    PyObject *blobs;
+    Py_ssize_t n_frames, at, n_inserts, next_insert;
+    int64_t frame, first_ts, last_ts; /* the records handed on: their count (the last frame number), times */
+    int has_ts;
+    uint8_t *rec; /* the chosen frame being read, rewritten */
+    Py_ssize_t rec_cap;
+} Plan;
+
 #define LINK_KINDS 16 /* the link types the lane decodes (capture.SUPPORTED_LINK_TYPES), with room to spare */
 
 typedef struct {
@@ -215,6 +244,7 @@ typedef struct {
     Py_ssize_t batch, n_rows;
     Py_ssize_t batch_text; /* characters of text the batch holds (distinct coded values, 's' columns): a batch is
                               also handed over when they reach BATCH_TEXT */
+    Plan plan; /* on: read an excerpt plan's records instead of the capture's */
     /* bail in progress */
     Flow *bailing;
     Py_ssize_t replay_i;
@@ -1397,6 +1427,194 @@ static int take_segment(Lane *L, Flow *f, int dir, Seg *s, int64_t ts, int64_t f
     return 1;
 }
 
+/* ---- the repair's records: chosen connections' segments, rewritten (Excerpt's copy, a Lane's plan) ---------- */
+
+static inline void put_le32(uint8_t *p, uint32_t v) { p[0] = v; p[1] = v >> 8; p[2] = v >> 16; p[3] = v >> 24; }
+static inline void put_be16(uint8_t *p, unsigned v) { p[0] = v >> 8; p[1] = v; }
+static inline void put_be32(uint8_t *p, uint32_t v) { p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v; }
+
+/* The table of `keys`, a list of (source address bytes, source port, destination address bytes, destination port):
+ * the first of equal keys is found, with its index in the list. */
+static int rkeys_build(PyObject *keys, RKey ***table, size_t *mask) {
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    size_t size = 1 << 10;
+    while (size < (size_t)(4 * n)) size <<= 1;
+    *mask = size - 1;
+    *table = PyMem_Calloc(size, sizeof(RKey *));
+    if (!*table) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_buffer a, b;
+        unsigned ap, bp;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(keys, i), "y*Iy*I", &a, &ap, &b, &bp)) return -1;
+        int bad = a.len != b.len || (a.len != 4 && a.len != 16) || ap > 0xFFFF || bp > 0xFFFF;
+        uint8_t k[KEY_LEN];
+        if (!bad) make_key(k, a.buf, b.buf, (int)a.len, ap, bp);
+        PyBuffer_Release(&a);
+        PyBuffer_Release(&b);
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "a key is (4- or 16-byte address, port, same-size address, port)");
+            return -1;
+        }
+        size_t slot = hash_key(k) & *mask;
+        RKey *e = (*table)[slot];
+        while (e && memcmp(e->key, k, KEY_LEN)) e = e->next;
+        if (e) continue; /* the first of equal keys */
+        e = PyMem_Calloc(1, sizeof(RKey));
+        if (!e) { PyErr_NoMemory(); return -1; }
+        memcpy(e->key, k, KEY_LEN);
+        e->index = i;
+        e->next = (*table)[slot];
+        (*table)[slot] = e;
+    }
+    return 0;
+}
+
+static RKey *rkeys_find(RKey **table, size_t mask, const Seg *s) {
+    uint8_t k[KEY_LEN];
+    make_key(k, s->addr, s->addr + s->alen, s->alen, s->sport, s->dport);
+    RKey *e = table[hash_key(k) & mask];
+    while (e && memcmp(e->key, k, KEY_LEN)) e = e->next;
+    return e;
+}
+
+static void rkeys_free(RKey **table, size_t mask) {
+    if (!table) return;
+    for (size_t i = 0; i <= mask; i++) {
+        RKey *e = table[i];
+        while (e) { RKey *next = e->next; PyMem_Free(e); e = next; }
+    }
+    PyMem_Free(table);
+}
+
+/* The size of `s` as a record of the excerpt file: record header, IPv4 or IPv6 header, 20-byte TCP header, payload */
+static inline Py_ssize_t excerpt_size(const Seg *s) { return 16 + (s->alen == 4 ? 20 : 40) + 20 + s->plen; }
+
+/* `s` at `ts` as a classic pcap record (nanoseconds, LINKTYPE_RAW) at p (excerpt_size bytes), which capture._decode
+ * and the lane decode into the segment's fields; its lengths say what the snaplen cut. */
+static void excerpt_put(uint8_t *p, const Seg *s, int64_t ts) {
+    Py_ssize_t ip = s->alen == 4 ? 20 : 40, caplen = ip + 20 + s->plen;
+    int64_t missing = s->wire_len - s->plen, ip_len = (s->alen == 4 ? caplen : caplen - 40) + missing;
+    put_le32(p, (uint32_t)(ts / 1000000000));
+    put_le32(p + 4, (uint32_t)(ts % 1000000000));
+    put_le32(p + 8, (uint32_t)caplen);
+    put_le32(p + 12, (uint32_t)(caplen + missing));
+    p += 16;
+    memset(p, 0, ip + 20);
+    if (s->alen == 4) {
+        p[0] = 0x45;
+        put_be16(p + 2, ip_len <= 0xFFFF ? (unsigned)ip_len : 0); /* 0: the frame's length holds */
+        p[8] = 64;
+        p[9] = 6;
+        memcpy(p + 12, s->addr, 8);
+    } else {
+        p[0] = 0x60;
+        put_be16(p + 4, ip_len <= 0xFFFF ? (unsigned)ip_len : 0);
+        p[6] = 6;
+        p[7] = 64;
+        memcpy(p + 8, s->addr, 32);
+    }
+    uint8_t *t = p + ip;
+    put_be16(t, s->sport);
+    put_be16(t + 2, s->dport);
+    put_be32(t + 4, s->seq);
+    put_be32(t + 8, s->ack);
+    t[12] = 0x50;
+    t[13] = (uint8_t)s->flags;
+    memcpy(t + 20, s->payload, s->plen);
+}
+
+/* A plan from `excerpt`: (keys, frames, insert_at, blobs), as Excerpt's copy takes them; every blob a whole record
+ * of the excerpt file. */
+static int plan_setup(Plan *P, PyObject *excerpt) {
+    PyObject *keys, *frames, *insert_at, *blobs;
+    if (!PyArg_ParseTuple(excerpt, "O!OOO!", &PyList_Type, &keys, &frames, &insert_at, &PyList_Type, &blobs))
+        return -1;
+    if (P->on) {
+        PyErr_SetString(PyExc_RuntimeError, "a Lane reads one excerpt plan");
+        return -1;
+    }
+    if (PyObject_GetBuffer(frames, &P->frames, PyBUF_SIMPLE) < 0) return -1;
+    if (PyObject_GetBuffer(insert_at, &P->insert_at, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&P->frames);
+        return -1;
+    }
+    P->on = 1; /* the buffers are released at dealloc from here on */
+    P->n_frames = P->frames.len / 8;
+    P->n_inserts = P->insert_at.len / 8;
+    if (PyList_GET_SIZE(blobs) != P->n_inserts) {
+        PyErr_SetString(PyExc_ValueError, "one blob per insert_at");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < P->n_inserts; i++) {
+        PyObject *blob = PyList_GET_ITEM(blobs, i);
+        if (!PyBytes_Check(blob) || PyBytes_GET_SIZE(blob) < 16 ||
+            rd32((const uint8_t *)PyBytes_AS_STRING(blob) + 8, 0) != (uint64_t)PyBytes_GET_SIZE(blob) - 16) {
+            PyErr_SetString(PyExc_ValueError, "a blob is one record of the excerpt file (fastlane.excerpt_record)");
+            return -1;
+        }
+    }
+    if (!(P->blobs = PyList_AsTuple(blobs))) return -1; /* its own: the records checked above stay as they are */
+    return rkeys_build(keys, &P->table, &P->table_mask);
+}
+
+static void plan_free(Plan *P) {
+    if (!P->on) return;
+    rkeys_free(P->table, P->table_mask);
+    PyBuffer_Release(&P->frames);
+    PyBuffer_Release(&P->insert_at);
+    Py_XDECREF(P->blobs);
+    PyMem_Free(P->rec);
+}
+
+/* The plan's next record (reader_next's answers): a blob whose turn it is, else the next chosen frame (the records
+ * before it passed over, as the copy passes over them), rewritten; REC_END after the last of them. */
+static int plan_next(Plan *P, Reader *R, Rec *out) {
+    const int64_t *insert_at = P->insert_at.buf, *frames = P->frames.buf;
+    const uint8_t *h;
+    if (P->next_insert < P->n_inserts && insert_at[P->next_insert] <= P->at) {
+        h = (const uint8_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(P->blobs, P->next_insert));
+        P->next_insert++;
+    } else {
+        if (P->at >= P->n_frames) {
+            P->done = 1;
+            return REC_END;
+        }
+        Rec rec;
+        Seg s;
+        for (;;) {
+            int got = reader_next(R, &rec);
+            if (got != REC_PACKET) return got;
+            if (rec.frame == frames[P->at] && decode(rec.linktype, rec.data, rec.caplen, rec.orig_len, &s) &&
+                rkeys_find(P->table, P->table_mask, &s))
+                break;
+        }
+        Py_ssize_t size = excerpt_size(&s);
+        if (size > P->rec_cap) {
+            Py_ssize_t cap = P->rec_cap ? P->rec_cap : 1 << 16;
+            while (cap < size) cap *= 2;
+            uint8_t *b = PyMem_Realloc(P->rec, cap);
+            if (!b) { PyErr_NoMemory(); return REC_ERROR; }
+            P->rec = b;
+            P->rec_cap = cap;
+        }
+        excerpt_put(P->rec, &s, rec.ts);
+        h = P->rec;
+        P->at++;
+    }
+    int64_t ts = (int64_t)rd32(h, 0) * 1000000000 + rd32(h + 4, 0);
+    out->data = h + 16;
+    out->caplen = rd32(h + 8, 0);
+    out->orig_len = rd32(h + 12, 0);
+    out->linktype = 101; /* LINKTYPE_RAW */
+    out->key = 0;
+    out->valid = 1;
+    out->ts = ts;
+    out->frame = ++P->frame;
+    if (!P->has_ts) { P->first_ts = ts; P->has_ts = 1; }
+    P->last_ts = ts;
+    return REC_PACKET;
+}
+
 /* ---- what the lane hands to Python: typed records (named tuples), never told apart by their length -------- */
 
 static PyStructSequence_Field RecordFields[] = {
@@ -1529,7 +1747,7 @@ static PyObject *Lane_next(Lane *L, PyObject *Py_UNUSED(ignored)) {
         if (L->n_rows >= L->batch || (L->n_rows && L->batch_text >= BATCH_TEXT))
             return typed(RowsReadyType, "(n)", L->n_rows);
         Rec rec;
-        int got = reader_next(&L->R, &rec);
+        int got = L->plan.on ? plan_next(&L->plan, &L->R, &rec) : reader_next(&L->R, &rec);
         if (got == REC_ERROR) return NULL;
         if (got == REC_DAMAGE) return typed(DamageType, "(sL)", L->R.what, (long long)L->R.damage_pos);
         if (got != REC_PACKET) Py_RETURN_NONE;
@@ -1664,8 +1882,12 @@ static PyObject *Lane_promote_mysql(Lane *L, PyObject *args) {
 /* counts() -> Counts */
 static PyObject *Lane_counts(Lane *L, PyObject *Py_UNUSED(ignored)) {
     Reader *R = &L->R;
-    PyObject *first = R->has_ts ? PyLong_FromLongLong(R->first_ts) : Py_NewRef(Py_None);
-    PyObject *last = R->has_ts ? PyLong_FromLongLong(R->last_ts) : Py_NewRef(Py_None);
+    const Plan *P = &L->plan;
+    /* with a plan: its records, as the excerpt file's reader counts them (their times are what it would check) */
+    int has_ts = P->on ? P->has_ts : R->has_ts;
+    int64_t first_ts = P->on ? P->first_ts : R->first_ts, last_ts = P->on ? P->last_ts : R->last_ts;
+    PyObject *first = has_ts ? PyLong_FromLongLong(first_ts) : Py_NewRef(Py_None);
+    PyObject *last = has_ts ? PyLong_FromLongLong(last_ts) : Py_NewRef(Py_None);
     PyObject *links = PyDict_New();
     for (int i = 0; links && i < L->n_link; i++) {
         if (!L->fast_link[i][1]) continue;
@@ -1678,8 +1900,9 @@ static PyObject *Lane_counts(Lane *L, PyObject *Py_UNUSED(ignored)) {
         Py_XDECREF(first); Py_XDECREF(last); Py_XDECREF(links);
         return NULL;
     }
-    return typed(CountsType, "(LLNNLLLLLLLON)", (long long)R->frame, (long long)L->fast_frames, first, last,
-                 (long long)R->pos, (long long)L->commands[0], (long long)L->commands[1], (long long)R->bad_ts,
+    return typed(CountsType, "(LLNNLLLLLLLON)", (long long)(P->on ? P->frame : R->frame), (long long)L->fast_frames,
+                 first, last, (long long)R->pos, (long long)L->commands[0], (long long)L->commands[1],
+                 (long long)(P->on ? 0 : R->bad_ts),
                  (long long)R->sections, (long long)R->ng.idbs, (long long)R->unknown_blocks, R->if_drops, links);
 }
 
@@ -1747,17 +1970,21 @@ static PyObject *Lane_take_columns(Lane *L, PyObject *Py_UNUSED(ignored)) {
     return out;
 }
 
+/* Lane(pcapng, big_endian, frac_to_ns, linktype, limit, pos, batch, fingerprints, query, execute, ok, resultset,
+ * coded="", excerpt=None); excerpt: an excerpt plan (keys, frames, insert_at, blobs), see Plan */
 static int Lane_init(Lane *L, PyObject *args, PyObject *kw) {
     static char *names[] = {"pcapng", "big_endian", "frac_to_ns", "linktype", "limit", "pos", "batch",
-                            "fingerprints", "query", "execute", "ok", "resultset", "coded", NULL};
+                            "fingerprints", "query", "execute", "ok", "resultset", "coded", "excerpt", NULL};
     int pcapng, big, linktype;
     long long frac, limit, pos;
     Py_ssize_t batch;
-    PyObject *fingerprints, *query, *execute, *ok, *resultset;
+    PyObject *fingerprints, *query, *execute, *ok, *resultset, *excerpt = Py_None;
     const char *coded = "";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ppLiLLnOUUUU|s", names, &pcapng, &big, &frac, &linktype, &limit,
-                                     &pos, &batch, &fingerprints, &query, &execute, &ok, &resultset, &coded))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ppLiLLnOUUUU|sO", names, &pcapng, &big, &frac, &linktype, &limit,
+                                     &pos, &batch, &fingerprints, &query, &execute, &ok, &resultset, &coded,
+                                     &excerpt))
         return -1;
+    if (excerpt != Py_None && plan_setup(&L->plan, excerpt) < 0) return -1;
     for (int i = 0; i < NCOLS && coded[i]; i++)
         if (coded[i] == 'c' && ROW_KINDS[i] == 'o' && !L->cols[i].codes && !(L->cols[i].codes = PyDict_New()))
             return -1;
@@ -1782,6 +2009,7 @@ static int Lane_init(Lane *L, PyObject *args, PyObject *kw) {
 
 static void Lane_dealloc(Lane *L) {
     while (L->all) drop_flow(L, L->all);
+    plan_free(&L->plan);
     PyMem_Free(L->table);
     reader_free(&L->R);
     for (int i = 0; i < NCOLS; i++) {
@@ -1800,6 +2028,9 @@ static void Lane_dealloc(Lane *L) {
     Py_TYPE(L)->tp_free((PyObject *)L);
 }
 
+/* excerpt_done() -> with an excerpt plan, True once its last record was read: the rest of the capture is not needed */
+static PyObject *Lane_excerpt_done(Lane *L, PyObject *Py_UNUSED(ignored)) { return PyBool_FromLong(L->plan.done); }
+
 static PyMethodDef Lane_methods[] = {
     {"feed", (PyCFunction)Lane_feed, METH_O, "Append capture bytes (after the file header)."},
     {"next", (PyCFunction)Lane_next, METH_NOARGS,
@@ -1811,6 +2042,8 @@ static PyMethodDef Lane_methods[] = {
     {"promote_mysql", (PyCFunction)Lane_promote_mysql, METH_VARARGS,
      "Hand over a MySQL connection between two exchanges."},
     {"counts", (PyCFunction)Lane_counts, METH_NOARGS, "What the lane read and consumed."},
+    {"excerpt_done", (PyCFunction)Lane_excerpt_done, METH_NOARGS,
+     "With an excerpt plan: its last record was read (the rest of the capture is not needed)."},
     {"take_columns", (PyCFunction)Lane_take_columns, METH_NOARGS, "The rows written since the last call, by column."},
     {NULL, NULL, 0, NULL},
 };
@@ -2035,7 +2268,8 @@ PyMODINIT_FUNC PyInit__lane(void) {
 }
 
 
-/* ==== the repair stage's passes (repair.py through fastlane.excerpt_scan / excerpt_copy) ========================
+/* ==== the repair stage's passes (repair.py through fastlane.excerpt_scan / excerpt_copy; its re-read is a Lane
+ * with an excerpt plan, see Plan) ============================================================================
  *
  * The loss repair reads the TCP segments of a few chosen connections again (the giver's, to borrow bytes; the lossy
  * point's, to read them once more with the borrowed pieces in). Excerpt reads the same records as the lane (times
@@ -2046,12 +2280,6 @@ PyMODINIT_FUNC PyInit__lane(void) {
  *   LINKTYPE_RAW, an IPv4 or IPv6 header, a 20-byte TCP header, the captured payload; their lengths say what the
  *   snaplen cut) that capture._decode and the lane decode into the same fields, with the given ready-made records
  *   (`blobs`) put in before the copied frame of each one's ordinal in `insert_at` (len(frames): after the last). */
-
-typedef struct RKey {
-    uint8_t key[KEY_LEN];
-    Py_ssize_t index;
-    struct RKey *next;
-} RKey;
 
 #define EXCERPT_COLS 8
 
@@ -2083,10 +2311,6 @@ static int excerpt_reserve(Excerpt *X, Py_ssize_t more) {
     return 0;
 }
 
-static inline void put_le32(uint8_t *p, uint32_t v) { p[0] = v; p[1] = v >> 8; p[2] = v >> 16; p[3] = v >> 24; }
-static inline void put_be16(uint8_t *p, unsigned v) { p[0] = v >> 8; p[1] = v; }
-static inline void put_be32(uint8_t *p, uint32_t v) { p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v; }
-
 /* the blobs whose ordinal is `upto` or less */
 static int excerpt_inserts(Excerpt *X, Py_ssize_t upto) {
     const int64_t *at = X->insert_at.buf;
@@ -2103,38 +2327,10 @@ static int excerpt_inserts(Excerpt *X, Py_ssize_t upto) {
 }
 
 static int excerpt_write(Excerpt *X, const Seg *s, int64_t ts) {
-    Py_ssize_t ip = s->alen == 4 ? 20 : 40, caplen = ip + 20 + s->plen;
-    int64_t missing = s->wire_len - s->plen, ip_len = (s->alen == 4 ? caplen : caplen - 40) + missing;
-    if (excerpt_reserve(X, 16 + caplen) < 0) return -1;
-    uint8_t *p = X->out + X->out_n;
-    put_le32(p, (uint32_t)(ts / 1000000000));
-    put_le32(p + 4, (uint32_t)(ts % 1000000000));
-    put_le32(p + 8, (uint32_t)caplen);
-    put_le32(p + 12, (uint32_t)(caplen + missing));
-    p += 16;
-    memset(p, 0, ip + 20);
-    if (s->alen == 4) {
-        p[0] = 0x45;
-        put_be16(p + 2, ip_len <= 0xFFFF ? (unsigned)ip_len : 0); /* 0: the frame's length holds */
-        p[8] = 64;
-        p[9] = 6;
-        memcpy(p + 12, s->addr, 8);
-    } else {
-        p[0] = 0x60;
-        put_be16(p + 4, ip_len <= 0xFFFF ? (unsigned)ip_len : 0);
-        p[6] = 6;
-        p[7] = 64;
-        memcpy(p + 8, s->addr, 32);
-    }
-    uint8_t *t = p + ip;
-    put_be16(t, s->sport);
-    put_be16(t + 2, s->dport);
-    put_be32(t + 4, s->seq);
-    put_be32(t + 8, s->ack);
-    t[12] = 0x50;
-    t[13] = (uint8_t)s->flags;
-    memcpy(t + 20, s->payload, s->plen);
-    X->out_n += 16 + caplen;
+    Py_ssize_t size = excerpt_size(s);
+    if (excerpt_reserve(X, size) < 0) return -1;
+    excerpt_put(X->out + X->out_n, s, ts);
+    X->out_n += size;
     return 0;
 }
 
@@ -2175,37 +2371,7 @@ static int Excerpt_init(Excerpt *X, PyObject *args, PyObject *kw) {
         Py_INCREF(blobs);
         X->blobs = blobs;
     }
-    Py_ssize_t n = PyList_GET_SIZE(keys);
-    size_t size = 1 << 10;
-    while (size < (size_t)(4 * n)) size <<= 1;
-    X->table_mask = size - 1;
-    X->table = PyMem_Calloc(size, sizeof(RKey *));
-    if (!X->table) { PyErr_NoMemory(); return -1; }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_buffer a, b;
-        unsigned ap, bp;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(keys, i), "y*Iy*I", &a, &ap, &b, &bp)) return -1;
-        int bad = a.len != b.len || (a.len != 4 && a.len != 16) || ap > 0xFFFF || bp > 0xFFFF;
-        uint8_t k[KEY_LEN];
-        if (!bad) make_key(k, a.buf, b.buf, (int)a.len, ap, bp);
-        PyBuffer_Release(&a);
-        PyBuffer_Release(&b);
-        if (bad) {
-            PyErr_SetString(PyExc_ValueError, "a key is (4- or 16-byte address, port, same-size address, port)");
-            return -1;
-        }
-        size_t slot = hash_key(k) & X->table_mask;
-        RKey *e = X->table[slot];
-        while (e && memcmp(e->key, k, KEY_LEN)) e = e->next;
-        if (e) continue; /* the first of equal keys */
-        e = PyMem_Calloc(1, sizeof(RKey));
-        if (!e) { PyErr_NoMemory(); return -1; }
-        memcpy(e->key, k, KEY_LEN);
-        e->index = i;
-        e->next = X->table[slot];
-        X->table[slot] = e;
-    }
-    return 0;
+    return rkeys_build(keys, &X->table, &X->table_mask);
 }
 
 static PyObject *Excerpt_feed(Excerpt *X, PyObject *arg) {
@@ -2235,10 +2401,7 @@ static PyObject *Excerpt_run(Excerpt *X, PyObject *Py_UNUSED(ignored)) {
         if (X->copy && rec.frame != frames[X->at]) continue;
         Seg s;
         if (!decode(rec.linktype, rec.data, rec.caplen, rec.orig_len, &s)) continue;
-        uint8_t k[KEY_LEN];
-        make_key(k, s.addr, s.addr + s.alen, s.alen, s.sport, s.dport);
-        RKey *e = X->table[hash_key(k) & X->table_mask];
-        while (e && memcmp(e->key, k, KEY_LEN)) e = e->next;
+        RKey *e = rkeys_find(X->table, X->table_mask, &s);
         if (!e) continue;
         if (X->copy) {
             if (excerpt_inserts(X, X->at) < 0 || excerpt_write(X, &s, rec.ts) < 0) return NULL;
@@ -2289,13 +2452,7 @@ static PyObject *Excerpt_take(Excerpt *X, PyObject *Py_UNUSED(ignored)) {
 }
 
 static void Excerpt_dealloc(Excerpt *X) {
-    if (X->table) {
-        for (size_t i = 0; i <= X->table_mask; i++) {
-            RKey *e = X->table[i];
-            while (e) { RKey *next = e->next; PyMem_Free(e); e = next; }
-        }
-        PyMem_Free(X->table);
-    }
+    rkeys_free(X->table, X->table_mask);
     for (int i = 0; i < EXCERPT_COLS; i++) PyMem_Free(X->cols[i]);
     if (X->copy) {
         PyBuffer_Release(&X->frames);

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from .capture import CaptureStats, open_capture
-from .fastlane import read_capture
+from .fastlane import ExcerptPlan, read_capture
 from .fingerprint import digest_fingerprint, fingerprint, query_id
 from .flows import Endpoint, Flow, FlowTracker, endpoint_text
 from .mysql.connection import Exchange
@@ -243,12 +243,14 @@ def extract(
     progress: Callable[[int, int, int], None] | None = None,
     part: tuple[int, int] | None = None,
     segments: Iterable[tuple] | None = None,
+    excerpt: ExcerptPlan | None = None,
 ) -> Extraction:
     """Read one capture into exchanges and connections. `progress(bytes_done, bytes_total, frames_done)` is called now and
     then.
     With `part=(i, n)` only the connections of part i of n are read (see FlowTracker); `merge_parts` joins them.
     With `segments` (TcpSegment field tuples in capture order) those are read instead of the file, which `path` then
-    only names (the repair stage re-reads chosen connections this way)."""
+    only names (the repair stage re-reads chosen connections this way). With `excerpt` the lane reads that plan's
+    records of the capture instead of all of them (fastlane.ExcerptPlan: the repair's native re-read)."""
     name = os.fspath(path)
     ex_rows: list[tuple] = []
     ex_batches: list[pa.RecordBatch] = []
@@ -360,7 +362,7 @@ def extract(
                 step = lambda d, t, f, done=done, before=before: progress(done + d, total, before + f)  # noqa: E731
             native += read_capture(part, tracker, add_columns=add_columns, connection_row=connection_row,
                                    fingerprints=fingerprints, commands=commands, batch_rows=LANE_ROWS_PER_BATCH,
-                                   progress=step)
+                                   progress=step, excerpt=excerpt)
         tracker.frame_base = 0
         tracker.finish()
         stats = reader.stats

@@ -45,6 +45,7 @@ import struct
 from array import array
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from socket import AF_INET, AF_INET6, inet_pton
 
 import numpy as np
@@ -102,10 +103,27 @@ def _address(text: str) -> bytes:
     return inet_pton(AF_INET6 if ":" in text else AF_INET, text)
 
 
+@dataclass(frozen=True)
+class ExcerptPlan:
+    """The records of excerpt_copy's file, read by an extraction without the file (the repair's re-read,
+    repair._reread_natively): the segments `frames` (sorted frame numbers of segments excerpt_scan found for `keys`)
+    of the capture, each as excerpt_copy writes it (so decoded into the same fields, link type RAW), with `blobs[i]`
+    (excerpt_record's) before the one of ordinal insert_at[i] (after the last when it is len(frames)), numbered from
+    1 in that order. read_capture reads them, and stops reading the capture after the last. Their times are the
+    capture's, checked once as extraction checks a capture's (capture.repaired_time), not again in their new order
+    as a reader of that file would: the extraction counts no frames_bad_ts. The stats that describe the file
+    (path, size, format, pcapng blocks) are the capture's."""
+
+    keys: list[tuple[str, int, str, int]]
+    frames: np.ndarray  # int64
+    insert_at: np.ndarray  # int64, one per blob, sorted
+    blobs: list[bytes]
+
+
 def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Callable[[list, str], None],
                  connection_row: Callable[[Flow], tuple], fingerprints: Callable[[str | None, str], tuple],
-                 commands: Counter, batch_rows: int, progress: Callable[[int, int, int], None] | None = None
-                 ) -> int:
+                 commands: Counter, batch_rows: int, progress: Callable[[int, int, int], None] | None = None,
+                 excerpt: ExcerptPlan | None = None) -> int:
     """Read every record of `reader` into `tracker` (FlowTracker.segment_fields, whose emit gets the exchanges read
     in Python): with the lane when it can, else in Python, with the same outcome. The lane writes the rows of the
     exchanges it reads itself (exchanges.extract's, value for value) and hands them over by column, `batch_rows`
@@ -115,7 +133,11 @@ def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Ca
     the lane keeps what it said of a prepared statement's text), and counts its exchanges' commands into
     `commands`.
     `progress(bytes_done, bytes_total, frames_done)` is called now and then. Returns how many records the lane
-    read itself (0 when Python read them all)."""
+    read itself (0 when Python read them all).
+    With `excerpt` the records read are that plan's (only the lane reads those: the capture must be one it reads,
+    as excerpt_scan's answer says)."""
+    if excerpt is not None and (type(reader) is not CaptureReader or not _usable(reader)):
+        raise ValueError(f"the lane cannot read an excerpt plan of {reader.path}")
     if not _usable(reader):
         n = 0
         feed = tracker.segment_fields
@@ -136,8 +158,11 @@ def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Ca
     # text columns that become categoricals are dictionary-coded by the lane as it writes them
     kinds = "".join("c" if kind == "o" and column.dtype == CATEGORY else kind
                     for kind, column in zip(ROW_KINDS, EXCHANGE_COLUMNS, strict=True))
+    plan = None if excerpt is None else (
+        _directed(excerpt.keys), np.ascontiguousarray(excerpt.frames, dtype=np.int64),
+        np.ascontiguousarray(excerpt.insert_at, dtype=np.int64), list(excerpt.blobs))
     lane = Lane(**_layout(source), batch=batch_rows, fingerprints=fingerprints, query=command_name(0x03),
-                execute=command_name(0x17), ok="ok", resultset="resultset", coded=kinds)
+                execute=command_name(0x17), ok="ok", resultset="resultset", coded=kinds, excerpt=plan)
     finishing = False
 
     def handle(record: Record) -> Flow | None:
@@ -217,7 +242,7 @@ def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Ca
             else:
                 lane.eof()
             damage = drain()
-            if damage is not None:
+            if damage is not None or (plan is not None and lane.excerpt_done()):
                 break
             if progress is not None:
                 progress(reader.bytes_read, total, lane.counts().records)
@@ -239,7 +264,7 @@ def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Ca
     stats.frames_tcp += counts.consumed
     for linktype, n in counts.link_types.items():
         link_types[linktype] = link_types.get(linktype, 0) + n
-    if source.layout is None:  # pcapng: the lane read the file from its first byte (the blocks too)
+    if source.layout is None and plan is None:  # pcapng: the lane read the file from its first byte (the blocks too)
         stats.sections, stats.interfaces = counts.sections, counts.interfaces
         stats.unknown_blocks = counts.unknown_blocks
         stats.if_drops.update(counts.if_drops)
@@ -317,6 +342,17 @@ def _segment_keys_in_python(reader: CaptureReader, flows: set[tuple[str, int, st
 # ==== the repair stage's passes (repair.py): the segments of chosen connections, scanned or copied ==============
 
 
+def _directed(keys: list[tuple[str, int, str, int]]) -> list[tuple[bytes, int, bytes, int]]:
+    """`keys` (source ip, port, destination ip, port) as _lane.Excerpt and a Lane's excerpt plan take them."""
+    wanted = []
+    for src, src_port, dst, dst_port in keys:
+        try:
+            wanted.append((_address(src), src_port, _address(dst), dst_port))
+        except OSError:  # not an address a segment can carry: a key that matches nothing
+            wanted.append((b"\0" * 4, 0, b"\0" * 4, 0))
+    return wanted
+
+
 def _excerpt(path: str | os.PathLike, keys: list[tuple[str, int, str, int]], **copy):
     """Run _lane.Excerpt over the capture at `path` (see excerpt_scan, excerpt_copy): the Excerpt, or None when the
     lane cannot read it (not built, switched off, a capture point of several files, a format it does not read)."""
@@ -324,12 +360,7 @@ def _excerpt(path: str | os.PathLike, keys: list[tuple[str, int, str, int]], **c
         from ._lane import Excerpt
     except ImportError:
         return None
-    wanted = []
-    for src, src_port, dst, dst_port in keys:
-        try:
-            wanted.append((_address(src), src_port, _address(dst), dst_port))
-        except OSError:  # not an address a segment can carry: a key that matches nothing
-            wanted.append((b"\0" * 4, 0, b"\0" * 4, 0))
+    wanted = _directed(keys)
     with open_capture(path) as reader:
         if type(reader) is not CaptureReader or not _usable(reader):
             return None

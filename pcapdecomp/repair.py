@@ -13,10 +13,11 @@ them. This stage, between the pairing of connections and that of exchanges (matc
 4. replaces those connections' exchange rows and pairs the exchanges, once (`repair_losses`; with nothing to
    repair the exchanges are paired inside the same connection pairs, which are not made again).
 
-Steps 2 and 3 are native where the fast lane reads the captures (fastlane.excerpt_scan / excerpt_copy): Python sees
-the keys of those connections' segments, not the segments, and the re-read is an extraction by the lane of a
-temporary pcap file holding those connections' segments with the pieces put in ("reread natively" below). Where
-the lane cannot read a capture, Python reads it segment by segment, with the same outcome.
+Steps 2 and 3 are native where the fast lane reads the captures (fastlane.excerpt_scan / excerpt_copy /
+ExcerptPlan): Python sees the keys of those connections' segments, not the segments, and the re-read is an
+extraction by the lane of those connections' segments with the pieces put in, read straight from the capture (no
+file is written: "reread natively" below). Where the lane cannot read a capture, Python reads it segment by
+segment, with the same outcome.
 
 A borrowed piece was seen at the other point, not here, so its time at the lossy point is unknown; it is bounded
 by causality, at this point alone: it passed after the reverse-direction byte its ACK field acknowledges (its
@@ -46,7 +47,6 @@ from __future__ import annotations
 import bisect
 import gc
 import os
-import tempfile
 from collections import deque
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -523,10 +523,16 @@ def _upper_bounds(conn: _Connection, direction: int, acked: int, ts: int, info: 
 #    segment whose own condition puts it in (its reverse ACK passes the piece's start, its direction's data
 #    reaches it, an RST), so _reread_segments' steps are replayed at just those segments, and the causality bounds
 #    are looked up in the keys;
-# 3. fastlane.excerpt_copy writes those segments, pieces put in, as a pcap file that extract reads with the lane;
-#    its frame numbers are mapped back (a piece's to −(id + 1), as _reread_segments numbers them).
+# 3. extract reads those segments, pieces put in, with the lane (fastlane.ExcerptPlan: the records excerpt_copy
+#    would write, read from the capture itself, so no temporary file of them: at 40 s that was 0.5 GB written and
+#    read again, at 150 s 1.8 GB per capture); its frame numbers are mapped back (a piece's to −(id + 1), as
+#    _reread_segments numbers them).
 # The one difference in order: the pieces nothing acknowledged or followed go in right after their connection's
 # last segment, not after the capture's last (the connections are independent, and so their times stay in order).
+# Sharing step 3 with the idle second process of --jobs 2, by connection (each half an excerpt plan of its own, the
+# halves' tables joined as exchanges.merge_parts joins parts), does not pay on the 40 s lossy sysbench pair: each
+# half took 1.0 s of CPU instead of 1.6 s for the whole (both read the whole capture), but joining them took
+# 0.6-0.7 s and sending one half's 0.5 M rows back 0.2-0.4 s (2026-11-26, loaded machine).
 
 
 class _Keys:
@@ -766,8 +772,9 @@ def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]],
     """reread's extraction through the lane (see above): the jobs' connections of the capture at `path` with the
     pieces put in, frames numbered as _reread_segments numbers them. None when the lane cannot read the capture,
     or in a case this does not make the same stream: several jobs on one address pair (a port reused), a job with
-    no segment here, times the re-read file would repair (capture.repaired_time). `scanned`: prescan's answer,
-    taken (emptied) when it is of the same connections."""
+    no segment here, damage before the last chosen segment. (The times are the capture's, checked once as
+    extraction checks them, as in _reread_segments.) `scanned`: prescan's answer, taken (emptied) when it is of the
+    same connections."""
     conns.extend(_Connection(job, pieces.get(job.job, [])) for job in jobs)
     by_four: dict[tuple, tuple[_Connection, int]] = {}
     for conn in conns:
@@ -814,35 +821,20 @@ def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]],
             inserts.append((where, rank, ident, record))
     inserts.sort(key=lambda e: e[:2])  # stable: the pieces of one place in the order put in
     insert_at = np.fromiter((e[0] for e in inserts), dtype=np.int64, count=len(inserts))
-    # the re-read file's frame numbers (from 1) -> the capture's, a piece's −(id + 1)
-    numbers = np.empty(len(rows) + len(inserts), dtype=np.int64)
-    own = np.arange(len(rows)) + np.searchsorted(insert_at, np.arange(len(rows)), side="right")
-    numbers[own] = frame[rows]
-    numbers[insert_at + np.arange(len(inserts))] = [-(e[2] + 1) for e in inserts]
+    pieces_ids = np.fromiter((e[2] for e in inserts), dtype=np.int64, count=len(inserts))
     # The scan's columns and the placements' copies of them are done with: let them go before the excerpt is
-    # extracted (on the 40 s lossy sysbench pair they were ~0.3 GB under that extraction's own peak).
-    frames_kept = frame[rows]
-    del columns, key, frame, ts, kept, ordinal, own, placements, placement, k, ends
-    try:
-        handle, excerpt = tempfile.mkstemp(prefix="pcapdecomp-repair-", suffix=".pcap")
-    except OSError:  # no room for the file: Python reads the segments instead
-        return None
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(fastlane.EXCERPT_PCAP_HEADER)
-            copied = fastlane.excerpt_copy(path, keys, frames_kept, insert_at, [e[3] for e in inserts], out.write)
-        del inserts, frames_kept
-        if copied != len(rows):
-            return None
-        x = extract(excerpt, servers=servers, max_sql_bytes=max_sql_bytes)
-    except OSError:  # the temporary file could not be written (a full disk)
-        return None
-    finally:
-        try:
-            os.unlink(excerpt)
-        except OSError:
-            pass
-    if x.stats.frames != len(numbers) or x.stats.frames_bad_ts or x.stats.damaged:
+    # extracted (on the 40 s lossy sysbench pair they were ~0.3 GB under that extraction's own peak, which is the
+    # run's peak with --jobs 1).
+    plan = fastlane.ExcerptPlan(keys, frame[rows], insert_at, [e[3] for e in inserts])
+    del columns, key, frame, ts, kept, ordinal, placements, placement, k, ends, inserts
+    x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, excerpt=plan)
+    # the excerpt's frame numbers (from 1) -> the capture's, a piece's −(id + 1)
+    n_frames = len(plan.frames)
+    numbers = np.empty(n_frames + len(insert_at), dtype=np.int64)
+    numbers[np.arange(n_frames) + np.searchsorted(insert_at, np.arange(n_frames), side="right")] = plan.frames
+    numbers[insert_at + np.arange(len(insert_at))] = -(pieces_ids + 1)
+    del plan
+    if x.stats.frames != len(numbers) or x.stats.damaged:  # a chosen frame not met (damage before it)
         return None
     for _, _, column in TIME_COLUMNS:
         values = x.exchanges[column]
@@ -852,17 +844,7 @@ def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]],
         mapped[ok] = numbers[raw[ok].astype(np.int64) - 1]
         x.exchanges[column] = pd.Series(mapped, index=values.index).astype(values.dtype)
     x.flow_first_frames = {i: int(numbers[f - 1]) if f >= 1 else f for i, f in x.flow_first_frames.items()}
-    for table in (x.exchanges, x.connections):
-        table["capture"] = _named(table["capture"], path)
-    x.capture = path
     return x
-
-
-def _named(column: pd.Series, name: str) -> pd.Series:
-    """The `capture` column of the re-read file's rows, naming the capture instead."""
-    if isinstance(column.dtype, pd.CategoricalDtype) and len(column.cat.categories) == 1:
-        return column.cat.rename_categories([name])
-    return pd.Series(np.full(len(column), name, dtype=object), index=column.index).astype(column.dtype)
 
 
 TIME_COLUMNS = (("req_first", "req_first_ts", "req_first_frame"), ("req_last", "req_last_ts", "req_last_frame"),

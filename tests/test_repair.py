@@ -489,3 +489,118 @@ def test_one_scan_of_a_capture_that_gives_and_takes_serves_both_passes(tmp_path)
         shared = repair.reread(capture, mine, pieces, None, 1 << 20, kept[capture])
         assert alone[0].exchanges.equals(shared[0].exchanges) and alone[1].equals(shared[1])
         assert alone[3] == shared[3] and alone[3][0] > 0
+def _same_extraction(a, b, capture: str, frames: bool = True) -> None:
+    """Extractions `a` and `b` hold the same tables (b's `capture` named as a's), holes, first frames and (`frames`)
+    frame counts."""
+    import dataclasses
+
+    import pandas as pd
+
+    for name in ("exchanges", "connections"):
+        left, right = getattr(a, name), getattr(b, name).copy()
+        right["capture"] = right["capture"].astype(object).where(right["capture"].isna(), capture)
+        right["capture"] = right["capture"].astype(left["capture"].dtype)
+        pd.testing.assert_frame_equal(left, right)
+    assert a.holes == b.holes and a.flow_first_frames == b.flow_first_frames and a.commands == b.commands
+    assert (a.other_tcp_frames, a.other_tcp_bytes, a.gaps_forced) == (b.other_tcp_frames, b.other_tcp_bytes,
+                                                                       b.gaps_forced)
+    if not frames:
+        return
+    # the frames and what they were; not the file's size, name or format (the capture's, not the excerpt file's)
+    per_frame = {"frames", "frames_tcp", "frames_non_ip", "frames_non_tcp", "frames_ip_fragment",
+                 "frames_undecodable", "frames_unknown_link", "frames_truncated", "frames_bad_ts", "link_types",
+                 "first_ts_ns", "last_ts_ns", "damaged"}
+    left, right = dataclasses.asdict(a.stats), dataclasses.asdict(b.stats)
+    assert {k: left[k] for k in per_frame} == {k: right[k] for k in per_frame}
+
+
+@pytest.mark.parametrize("form", ["pcap", "pcapng, two interfaces", "pcapng, gzip-compressed", "cut by a snaplen",
+                                  "damaged after the chosen frames"])
+def test_an_excerpt_plan_is_extracted_as_the_file_excerpt_copy_writes(tmp_path, form):
+    """extract(excerpt=ExcerptPlan) reads the capture's chosen segments, pieces put in, as the extraction of
+    excerpt_copy's file of them reads that file: the same rows (frames numbered alike), holes and frame counts."""
+    from pcapdecomp.exchanges import extract
+
+    source = SET / "db.pcap"
+    if form.startswith("pcapng"):
+        pt.to_pcapng(source, tmp_path / "db.pcapng", interfaces=2)
+        source = tmp_path / "db.pcapng"
+        if form.endswith("gzip-compressed"):
+            import gzip
+
+            source = tmp_path / "db.pcapng.gz"
+            source.write_bytes(gzip.compress((tmp_path / "db.pcapng").read_bytes(), compresslevel=1))
+    elif form == "cut by a snaplen":  # frames cut to 120 bytes: `missing` bytes, Python reads those segments
+        header, order, unit, recs = pt.records(source)
+        with open(tmp_path / "cut.pcap", "wb") as out:
+            out.write(header)
+            for ts, data, orig in recs:
+                out.write(struct.pack(order + "IIII", ts // 10**9, ts % 10**9 // unit, min(len(data), 120), orig))
+                out.write(data[:120])
+        source = tmp_path / "cut.pcap"
+    elif form.startswith("damaged"):  # the file ends mid-record: damage, which extraction reports
+        (tmp_path / "damaged.pcap").write_bytes(source.read_bytes()[:-10])
+        source = tmp_path / "damaged.pcap"
+    segs = list(pt.read_segments(source))
+    ports = sorted({s.src_port for s in segs if s.dst_port == 3306})
+    assert len(ports) >= 3
+    chosen_ports = ports[::2]  # some connections, not all
+    keys = [("10.213.77.1", p, "10.213.77.2", 3306) for p in chosen_ports]
+    keys = [k for pair in zip(keys, [(d, dp, s, sp) for s, sp, d, dp in keys]) for k in pair]
+    columns = repair.fastlane.excerpt_scan(source, keys)
+    frame = columns[1]
+    # every segment but a few in the middle of each connection (holes: Python takes those connections over)
+    kept = np.ones(len(frame), dtype=bool)
+    kept[len(frame) // 3:len(frame) // 3 + 5] = False
+    if form.startswith("damaged"):  # the plan ends before the damage, as the copy does
+        kept[len(frame) // 2:] = False
+        assert extract(source).stats.damaged
+    frames = frame[kept]
+    assert len(frames) > 100
+    ts = columns[2][kept]
+    blobs = [repair.fastlane.excerpt_record(keys[0], int(ts[1]), 12345, 678, repair.PSH, b"borrowed"),
+             repair.fastlane.excerpt_record(keys[1], int(ts[-1]), 9, 10, repair.PSH, b"\x05\x00\x00\x01\x00")]
+    insert_at = np.array([1, len(frames)], dtype=np.int64)
+    plan = repair.fastlane.ExcerptPlan(keys, frames, insert_at, blobs)
+    servers = {("10.213.77.2", 3306)}
+    planned = extract(source, servers=servers, excerpt=plan)
+    out = bytearray(repair.fastlane.EXCERPT_PCAP_HEADER)
+    assert repair.fastlane.excerpt_copy(source, keys, frames, insert_at, blobs, out.extend) == len(frames)
+    (tmp_path / "excerpt.pcap").write_bytes(bytes(out))
+    copied = extract(tmp_path / "excerpt.pcap", servers=servers)
+    assert len(planned.exchanges) > 50 and planned.stats.frames == len(frames) + len(blobs)
+    # the lane read most of them; cut ones only Python reads
+    assert planned.native_frames > 0 if form != "cut by a snaplen" else planned.stats.frames_truncated
+    _same_extraction(planned, copied, str(source))
+    assert planned.native_frames == copied.native_frames and planned.stats.damaged is None
+
+
+def test_the_reread_without_a_file_gives_what_the_python_reread_gives(tmp_path, monkeypatch):
+    """On a capture with frames lost at the DB: reread through the lane (the capture's records read straight, no
+    temporary file made) and through Python (_reread_segments) give the same extraction, bounds and counts."""
+    import tempfile
+
+    app, db = _lossy(tmp_path, 0.05, 41, "db")
+    calls, real_reread = [], repair.reread
+
+    def both(path, jobs, pieces, servers, max_sql_bytes, scanned=None):
+        natively = real_reread(path, jobs, pieces, servers, max_sql_bytes, scanned)
+        with monkeypatch.context() as m:
+            m.setattr(repair.fastlane, "excerpt_scan", lambda *args: None)  # the lane "cannot read" the capture
+            in_python = real_reread(path, jobs, pieces, servers, max_sql_bytes)
+        calls.append((path, natively, in_python))
+        return natively
+
+    def no_file(*args, **kwargs):
+        raise OSError("no temporary file may be made")
+
+    natively, real_natively = [], repair._reread_natively
+    monkeypatch.setattr(repair, "_reread_natively", lambda *args: natively.append(real_natively(*args)) or natively[-1])
+    monkeypatch.setattr(tempfile, "mkstemp", no_file)
+    monkeypatch.setattr(repair, "reread", both)
+    run(tmp_path, app, db)
+    assert calls and natively[0] is not None  # the lane re-read the capture, with no file of its own
+    for path, (x, bounds, touched, counts), (y, bounds_py, touched_py, counts_py) in calls:
+        assert counts[0] > 0 and len(bounds) and len(x.exchanges) > 100
+        _same_extraction(x, y, path, frames=False)  # (Python's re-read reads segments, not frames: counts none)
+        assert bounds.equals(bounds_py) and np.array_equal(touched, touched_py) and counts == counts_py
