@@ -65,7 +65,9 @@ def _to_ts(ns: np.ndarray, valid: np.ndarray) -> pd.Series:
 
 
 def _seconds(ns: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    return np.where(valid, ns / 1e9, np.nan)
+    out = ns / 1e9
+    out[~valid] = np.nan
+    return out
 
 
 def _rows_of(app: pd.DataFrame, db: pd.DataFrame, ar: np.ndarray, dr: np.ndarray) -> pd.DataFrame:
@@ -109,6 +111,22 @@ def _merged_problems(app_side: pd.Series, db_side: pd.Series, both: np.ndarray) 
     out = a.astype(object).to_numpy(copy=True)
     out[both] = np.asarray(merged, dtype=object)[which]
     return as_category(out)
+
+
+def _clock_rows(capture: pd.Series, has_a: np.ndarray, primary_app: str | None, clock_keys: np.ndarray | None,
+                name: str) -> np.ndarray:
+    """The rows whose DB times go through clock `name`: with several DB points, those `clock_keys` names (one per
+    row: analysis.py); else the rows of app capture `name`, and the DB-only rows when it is the primary one. On
+    the capture column's codes when it is categorical, not a string comparison per row."""
+    if clock_keys is not None:
+        return clock_keys == name
+    if isinstance(capture.dtype, pd.CategoricalDtype):
+        categories = capture.cat.categories
+        code = categories.get_loc(name) if name in categories else -2
+        of_capture = capture.cat.codes.to_numpy() == code
+    else:
+        of_capture = capture.astype(object).to_numpy() == name
+    return np.where(has_a, of_capture, primary_app == name)
 
 
 def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks: dict[str, ClockModel],
@@ -156,11 +174,8 @@ def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks:
     d4_raw, d4v = _side_ts(db, "resp_last_ts", dr)
     # DB times onto the app clock of the capture that saw the exchange (DB-only rows: the primary app capture's)
     d1, d4 = d1_raw.copy(), d4_raw.copy()
-    which = np.where(has_a, base["capture"].astype(object).to_numpy(), primary_app)
-    if clock_keys is not None:  # several DB points: the clock of each row's app point and DB point (analysis.py)
-        which = clock_keys
     for name, model in clocks.items():
-        sel = (which == name) & has_d
+        sel = _clock_rows(base["capture"], has_a, primary_app, clock_keys, name) & has_d
         if sel.any() and model.segments:
             d1[sel] = np.asarray(model.db_to_app(d1_raw[sel]))
             d4[sel] = np.asarray(model.db_to_app(d4_raw[sel]))
