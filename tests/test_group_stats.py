@@ -46,3 +46,20 @@ def test_group_quantiles_are_pandas_groupby_quantiles(case):
         if table is not None:
             expected[table.index.to_numpy()] = table[q].to_numpy()
         assert np.array_equal(values, expected, equal_nan=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(grouped(), st.lists(st.booleans(), max_size=60))
+def test_group_sum_weighs_nan_rows_zero_as_leaving_them_out(case, holes):
+    from pcapdecomp.digest import _group_sum
+
+    k, v, n = case
+    v = v.copy()
+    v[np.flatnonzero(np.array(holes[:len(v)] + [False] * (len(v) - len(holes[:len(v)])), dtype=bool))] = np.nan
+    sums, count = _group_sum(k, v, n)
+    ok = ~np.isnan(v)
+    expected_count = np.bincount(k[ok], minlength=n)
+    expected = np.where(expected_count > 0, np.bincount(k[ok], weights=v[ok], minlength=n), np.nan)
+    assert count.tolist() == expected_count.tolist()
+    assert np.array_equal(sums, expected, equal_nan=True)
+    assert np.array_equal(np.signbit(sums), np.signbit(expected))
