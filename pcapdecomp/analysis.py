@@ -28,6 +28,7 @@ from .proxy import empty_columns as proxy_empty
 from .proxy import finish as proxy_finish
 from .repair import apply_bounds, point_bounds, repair_losses
 from .report import render as render_report
+from .report import unspanned_profile
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 from .sources import CapturePoint, parse_server
 from .summary import ServerPart, clock_entry
@@ -296,11 +297,14 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     # and the report renders here: it shares the tables as they are (nothing pickled), and converting them to Arrow
     # holds the GIL, so a thread here would not run beside them (40 s sysbench pair: writing 0.97 s CPU, summary and
     # report 1.2 s). --jobs 1: one after the other.
+    # The query profile (the report's most costly part: 40 s pair 0.33 s, 150 s pair ~1.2 s) is made by a second
+    # forked child: it needs nothing of the summary, and the report takes it when it reaches that section.
     if jobs > 1:
-        with Forked(_write_tables, out, cs, exchanges, groups, pool, csv, partitioned) as writing:
+        with (Forked(_write_tables, out, cs, exchanges, groups, pool, csv, partitioned) as writing,
+              Forked(unspanned_profile, exchanges) as profiling):
             summary = summarised()
             page = render_report(summary, exchanges, first.view.groups, command_line,
-                                 {"app": app_conns, "db": db_conns}, first.view.pool)
+                                 {"app": app_conns, "db": db_conns}, first.view.pool, profiling.result)
             names = writing.result()
         names.append(_write_summary(out, summary))
     else:
