@@ -83,6 +83,11 @@ def core_range(points: np.ndarray) -> tuple[int, int]:
     """The core of a capture's timestamps (int64 ns, not empty): the biggest run of times without a silence of
     CLUSTER_GAP_NS (however many broken ones lie elsewhere), less 1 % at each end. The robust span of the
     thread-pool views and the report's time axis are measured from it."""
+    if len(points) >= 3 and int(points.max()) - int(points.min()) <= CLUSTER_GAP_NS:
+        # one run (the usual case): the two times wanted are order statistics, found without sorting them all
+        k = max(1, len(points) // 100)
+        c = np.partition(points, (k, len(points) - 1 - k))
+        return int(c[k]), int(c[len(points) - 1 - k])
     p = np.sort(points)
     cuts = np.flatnonzero(np.diff(p) > CLUSTER_GAP_NS) + 1
     bounds = np.concatenate([[0], cuts, [len(p)]])
@@ -282,14 +287,21 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
     d1_all, v1 = ts_ns(t["db_req_ts"])
     d4_all, v4 = ts_ns(t["db_resp_ts"])
     valid = v1 & v4
+    every = bool(valid.all())
     pos = np.flatnonzero(valid)
-    d1, d4 = d1_all[pos], d4_all[pos]
+    d1, d4 = (d1_all, d4_all) if every else (d1_all[pos], d4_all[pos])
     keep, t0, t1 = robust_span(d1, d4)
     outliers = pos[~keep]
-    pos, d1, d4 = pos[keep], d1[keep], d4[keep]
+    if not keep.all():
+        every = False
+        pos, d1, d4 = pos[keep], d1[keep], d4[keep]
+
+    def of_pos(values: np.ndarray) -> np.ndarray:
+        """values[pos]: every row is one of them (pos is 0 … n − 1) in the usual case, and then no copy is made."""
+        return values if every else values[pos]
 
     def col(name):
-        return t[name].to_numpy(dtype="float64", na_value=np.nan)[pos]
+        return of_pos(t[name].to_numpy(dtype="float64", na_value=np.nan))
 
     exec_s, queue_s, qmin = col("exec_s"), col("queue_s"), col("queue_min_s")
     exec_known = ~np.isnan(exec_s)
@@ -297,14 +309,14 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
     xs = np.maximum(d4 - exec_ns, d1)
     q_end = np.minimum(d1 + np.rint(np.nan_to_num(queue_s) * NS).astype(np.int64), d4)
     q_min = np.rint(np.nan_to_num(qmin) * NS).astype(np.int64)
-    conn = t["conn_id"].astype("Int64").to_numpy(dtype="float64", na_value=-1)[pos].astype(np.int64)
-    upper_bound = _equals(t["exec_source"], "below_long_query_time")[pos]
+    conn = of_pos(t["conn_id"].astype("Int64").to_numpy(dtype="float64", na_value=-1)).astype(np.int64)
+    upper_bound = of_pos(_equals(t["exec_source"], "below_long_query_time"))
     victim = q_min >= threshold_ns
     long_exec = exec_known & (exec_ns >= threshold_ns)
     # an upper bound on execution (below long_query_time) can still be a culprit, unless the statement is known to
     # have queued itself
     culprit_ok = long_exec & (~upper_bound | ~victim)
-    measured = _equals(t["queue_source"], "measured")[pos]
+    measured = of_pos(_equals(t["queue_source"], "measured"))
     return _Rows(pos, d1, d4, xs, exec_known, q_end, q_min, d4 - d1, conn, measured, culprit_ok), outliers, t0, t1
 
 

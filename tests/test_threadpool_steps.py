@@ -82,3 +82,25 @@ def test_bucket_max_is_groupby_max(pairs, nb):
     values = np.array([v for _, v in pairs], dtype=np.float64)
     expected = pd.Series(values).groupby(bucket).max().reindex(range(nb)).to_numpy()
     assert np.array_equal(_bucket_max(values, bucket, nb), expected, equal_nan=True)
+
+
+def core_by_sorting(points: np.ndarray) -> tuple[int, int]:
+    """core_range's definition: the biggest run without a CLUSTER_GAP_NS silence, sorted, less 1 % at each end."""
+    from pcapdecomp.threadpool import CLUSTER_GAP_NS
+
+    p = np.sort(points)
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(p) > CLUSTER_GAP_NS) + 1, [len(p)]])
+    biggest = int(np.argmax(np.diff(bounds)))
+    c = p[bounds[biggest]:bounds[biggest + 1]]
+    k = max(1, len(c) // 100) if len(c) >= 3 else 0
+    return int(c[k]), int(c[len(c) - 1 - k])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 400), min_size=1, max_size=350), BASES,
+       st.sampled_from([1, 10**6, 30 * 86400 * 10**9 // 400, 30 * 86400 * 10**9 // 400 + 1]))
+def test_core_range_by_order_statistics_is_the_sorted_one(offsets, base, scale):
+    from pcapdecomp.threadpool import core_range
+
+    points = np.array(offsets, dtype=np.int64) * scale + min(base, 2**62 - 400 * scale)
+    assert core_range(points) == core_by_sorting(points)
