@@ -104,3 +104,15 @@ def test_core_range_by_order_statistics_is_the_sorted_one(offsets, base, scale):
 
     points = np.array(offsets, dtype=np.int64) * scale + min(base, 2**62 - 400 * scale)
     assert core_range(points) == core_by_sorting(points)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-1, 70), max_size=80))
+def test_rows_by_group_are_each_groups_mask(groups):
+    from pcapdecomp.threadpool import _rows_by_group
+
+    group = np.array(groups, dtype=np.int64)
+    got = _rows_by_group(group)
+    expected = [(gid, np.flatnonzero(group == gid)) for gid in np.unique(group[group >= 0])]
+    assert [int(g) for g, _ in got] == [int(g) for g, _ in expected]
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, expected))
