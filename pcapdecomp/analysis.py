@@ -263,7 +263,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     tables = []
     for name, rows in parts:
         sub = table if rows is None else table.iloc[rows].reset_index(drop=True)
-        part_table, part = _per_server(sub, cs, name, tz, max_sql_bytes, note, tables=jobs == 1)
+        part_table, part = _per_server(sub, cs, name, tz, max_sql_bytes, note)
         tables.append(part_table)
         done.append(part)
         del sub, part_table
@@ -278,13 +278,8 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
 
     exchanges = with_declared_dtypes(table, (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS))
     del table
-
-    def bucket_tables() -> tuple[pd.DataFrame, pd.DataFrame]:
-        """groups.parquet's and pool.parquet's tables, of every DB point (made now if _per_server left them)."""
-        for d in done:
-            d.view.make_tables()
-        return (concat([d.view.groups.assign(db_point=as_category([d.point] * len(d.view.groups))) for d in done]),
-                concat([d.view.pool.assign(db_point=as_category([d.point] * len(d.view.pool))) for d in done]))
+    groups = concat([d.view.groups.assign(db_point=as_category([d.point] * len(d.view.groups))) for d in done])
+    pool = concat([d.view.pool.assign(db_point=as_category([d.point] * len(d.view.pool))) for d in done])
 
     def summarised() -> dict:
         return build_summary(
@@ -298,26 +293,21 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
             exchanges=exchanges, warnings=warnings, scheduler=runner.address if runner is not None else None,
             through_proxy=proxied is not None)
 
-    # With --jobs N the exchanges are written by a forked child as soon as their columns are whole (the thread-pool
-    # view's per-bucket tables are made here meanwhile, and written here: they are small), while the summary is
-    # built and the report renders here: it shares the table as it is (nothing pickled), and converting it to Arrow
-    # holds the GIL, so a thread here would not run beside them (40 s sysbench pair: writing 0.9 s CPU; bucket
-    # tables, summary and report 1.3 s). --jobs 1: one after the other.
-    # The query profile (the report's most costly part: 40 s pair 0.33 s) is made by a second forked child: it
-    # needs nothing of the summary, and the report takes it when it reaches that section.
+    # With --jobs N the tables are written by a forked child as soon as they are whole, while the summary is built
+    # and the report renders here: it shares the tables as they are (nothing pickled), and converting them to Arrow
+    # holds the GIL, so a thread here would not run beside them (40 s sysbench pair: writing 0.97 s CPU, summary and
+    # report 1.2 s). --jobs 1: one after the other.
+    # The query profile (the report's most costly part: 40 s pair 0.33 s, 150 s pair ~1.2 s) is made by a second
+    # forked child: it needs nothing of the summary, and the report takes it when it reaches that section.
     if jobs > 1:
-        with (Forked(_write_tables, out, cs, exchanges, None, None, csv, partitioned) as writing,
+        with (Forked(_write_tables, out, cs, exchanges, groups, pool, csv, partitioned) as writing,
               Forked(unspanned_profile, exchanges) as profiling):
-            groups, pool = bucket_tables()
-            bucket_names = _write_tables(out, cs, None, groups, pool, False, False)
             summary = summarised()
             page = render_report(summary, exchanges, first.view.groups, command_line,
                                  {"app": app_conns, "db": db_conns}, first.view.pool, profiling.result)
             names = writing.result()
-        names[1:1] = bucket_names  # in the order --jobs 1 writes them
         names.append(_write_summary(out, summary))
     else:
-        groups, pool = bucket_tables()
         summary = summarised()
         names = _write_outputs(out, cs, exchanges, groups, pool, summary, csv, partitioned)
         page = render_report(summary, exchanges, first.view.groups, command_line, {"app": app_conns, "db": db_conns},
@@ -335,14 +325,11 @@ def _write_outputs(out: Path, cs: CaptureSet, exchanges: pd.DataFrame, groups: p
     return names
 
 
-def _write_tables(out: Path, cs: CaptureSet, exchanges: pd.DataFrame | None, groups: pd.DataFrame | None,
-                  pool: pd.DataFrame | None, csv: bool, partitioned: bool) -> list[str]:
-    """The tables into `out` (Parquet, --csv, --partitioned; a table given as None is not written here); returns
-    their names."""
+def _write_tables(out: Path, cs: CaptureSet, exchanges: pd.DataFrame, groups: pd.DataFrame, pool: pd.DataFrame,
+                  csv: bool, partitioned: bool) -> list[str]:
+    """The tables into `out` (Parquet, --csv, --partitioned); returns their names."""
     names = []
     for name, df in (("exchanges.parquet", exchanges), ("groups.parquet", groups), ("pool.parquet", pool)):
-        if df is None:
-            continue
         write_table(df, out / name)
         names.append(name)
         release_memory()
@@ -479,10 +466,9 @@ def _segments_ahead(ahead: Ahead, app_pts: list[CapturePoint], db_pts: list[Capt
 
 
 def _per_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, max_sql_bytes: int,
-                note, tables: bool = True) -> tuple[pd.DataFrame, ServerPart]:
+                note) -> tuple[pd.DataFrame, ServerPart]:
     """The slow-log join, the decomposition and the thread-pool view of one DB point's exchanges: the table with
-    their columns, and what the summary reads of them. `tables=False`: the view's per-bucket tables are left for
-    its make_tables."""
+    their columns, and what the summary reads of them."""
     slow_path = cs.slow_logs.get(point if point is not None else "")
     slow = None
     slow_info: dict = {"file": str(slow_path) if slow_path else None, "used": False}
@@ -504,7 +490,7 @@ def _per_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, max_
         note(w)
     slow_info.update(join.stats)
     slow_info["used"] = join.used
-    view = thread_pool_view(table, cs.thread_pool_size, tables=tables)
+    view = thread_pool_view(table, cs.thread_pool_size)
     for col in ("thread_group", "stall", "stall_role"):
         table[col] = getattr(view, col).array
     for w in view.warnings:

@@ -17,7 +17,6 @@ timestamp is counted as an outlier, not stretched over), pair searches are cappe
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,8 +53,8 @@ REF_COLUMNS = ("capture", "conn_index", "seq", "conn_id", "thread_group", "query
 class PoolView:
     """What analysis needs from this stage: the tables, the summary.json parts, the per-exchange annotations."""
 
-    pool: pd.DataFrame | None  # POOL_COLUMNS (None until make_tables, with tables=False)
-    groups: pd.DataFrame | None  # GROUP_COLUMNS (likewise)
+    pool: pd.DataFrame  # POOL_COLUMNS
+    groups: pd.DataFrame  # GROUP_COLUMNS
     thread_pool_size: dict  # summary.json → thread_pool_size
     pool_summary: dict  # summary.json → pool
     groups_summary: dict  # summary.json → groups
@@ -66,15 +65,6 @@ class PoolView:
     cap_members: tuple[np.ndarray, np.ndarray] | None = None  # (executing, waiting) row positions while at the cap
     outliers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # rows with wild DB-side times
     warnings: list[str] = field(default_factory=list)
-    bucket_tables: Callable[[], tuple[pd.DataFrame, pd.DataFrame]] | None = field(default=None, repr=False)
-
-    def make_tables(self) -> None:
-        """pool and groups (and pool_summary's max_executing), when thread_pool_view left them for later
-        (`tables=False`: the exchanges' own columns are whole without them)."""
-        if self.bucket_tables is not None:
-            self.pool, self.groups = self.bucket_tables()
-            self.pool_summary["max_executing"] = int(self.pool["executing_max"].max()) if len(self.pool) else 0
-            self.bucket_tables = None
 
 
 # --- buckets --------------------------------------------------------------------------------------------------
@@ -612,10 +602,8 @@ def find_stalls(r: _Rows, group: np.ndarray, threshold_ns: int) -> list[dict]:
 
 
 def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | None = None,
-                     threshold_s: float = STALL_MIN_QUEUE_S, tables: bool = True) -> PoolView:
-    """Everything the thread-pool view adds, from decompose()'s table (exec_s, queue_s, queue_min_s, …).
-    `tables=False`: the per-bucket tables (pool, groups) are made later, by the view's make_tables (analysis.py
-    writes the exchanges meanwhile)."""
+                     threshold_s: float = STALL_MIN_QUEUE_S) -> PoolView:
+    """Everything the thread-pool view adds, from decompose()'s table (exec_s, queue_s, queue_min_s, …)."""
     threshold_ns = int(round(threshold_s * NS))
     r, outlier_rows, t0, t1 = _rows(t, threshold_ns)
     outliers = len(outlier_rows)
@@ -626,6 +614,8 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
                         "they start): left out of the pool and group views and the verdict")
     bucket_s = bucket_s or auto_bucket_s(t1 - t0)
     edges = _edges(t0, t1, bucket_s) if len(r.pos) else np.zeros(1, np.int64)
+    pool = pool_table(r, edges, bucket_s, threshold_ns) if len(r.pos) else _empty(POOL_COLUMNS)
+
     inferred = infer_thread_pool_size(r, threshold_ns)
     size, source = given_size, "given" if given_size else None
     if not given_size and inferred["value"] is not None:
@@ -647,6 +637,7 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
     elif cap and inferred["confidence"] != "certain":
         inferred["note"] = ("the waits are explained by the thread limit (thread_pool_max_threads), which hides the "
                             "groups; " + inferred["note"])
+    groups = group_table(r, group_r, edges, bucket_s) if size and len(r.pos) else _empty(GROUP_COLUMNS)
     stalls_raw = find_stalls(r, group_r, threshold_ns) if size else []
 
     # per-exchange annotations: victims first (a statement that queued in a stall is its victim even if it later
@@ -682,29 +673,19 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
                                        and inferred["value"] != given_size and "the wire says" not in problems[-1]
                                        else ""))
             warnings.append(size_info["warning"])
-
-    def bucket_tables() -> tuple[pd.DataFrame, pd.DataFrame]:
-        pool = pool_table(r, edges, bucket_s, threshold_ns) if len(r.pos) else _empty(POOL_COLUMNS)
-        groups = group_table(r, group_r, edges, bucket_s) if size and len(r.pos) else _empty(GROUP_COLUMNS)
-        return pool, groups
-
     pool_info = {"bucket_s": float(bucket_s) if len(r.pos) else None,
-                 "max_executing": None,  # make_tables: the most in any bucket of pool
+                 "max_executing": int(pool["executing_max"].max()) if len(pool) else 0,
                  "cap": _cap_summary(cap, cap_members, cols) if cap else None,
                  "outliers": {"exchanges": outliers, "span_start": _iso(t0) if len(r.pos) else None,
                               "span_end": _iso(t1) if len(r.pos) else None}}
-    view = PoolView(
-        pool=None, groups=None, thread_pool_size=size_info, pool_summary=pool_info,
+    return PoolView(
+        pool=pool, groups=groups, thread_pool_size=size_info, pool_summary=pool_info,
         groups_summary={"bucket_s": float(bucket_s) if size and len(r.pos) else None, "stalls": stalls},
         thread_group=thread_group.reset_index(drop=True),
         stall=pd.Series(stall, dtype="Int64").where(stall >= 0),
         stall_role=(pd.Series(role, dtype="object").astype("category") if stalls_raw else _no_roles(n)),
         stall_members=members, cap_members=cap_members, outliers=outlier_rows, warnings=warnings,
-        bucket_tables=bucket_tables,
     )
-    if tables:
-        view.make_tables()
-    return view
 
 
 def _no_roles(n: int) -> pd.Series:
