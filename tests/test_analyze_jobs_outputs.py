@@ -22,6 +22,7 @@ def test_jobs_two_writes_what_jobs_one_writes(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # summary.json names the working folder: the same for both runs
     one = run(CAPTURES / name, tmp_path / "one", 1)
     two = run(CAPTURES / name, tmp_path / "two", 2)
+    assert two.summary == one.summary
     assert len(one.exchanges) > 0 and one.summary["story"]["sentence"]
     for f in FILES:
         assert (tmp_path / "one" / f).read_bytes() == (tmp_path / "two" / f).read_bytes(), f
