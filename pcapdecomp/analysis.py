@@ -28,6 +28,7 @@ from .proxy import empty_columns as proxy_empty
 from .proxy import finish as proxy_finish
 from .repair import apply_bounds, point_bounds, repair_losses
 from .report import render as render_report
+from .report import unspanned_profile
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 from .sources import CapturePoint, parse_server
 from .summary import ServerPart, clock_entry
@@ -284,26 +285,37 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     groups = concat([d.view.groups.assign(db_point=as_category([d.point] * len(d.view.groups))) for d in done])
     pool = concat([d.view.pool.assign(db_point=as_category([d.point] * len(d.view.pool))) for d in done])
 
-    summary = build_summary(
-        cs, names={"app": [p.name for p in app_pts], "dbs": [p.name for p in db_pts],
-                    "proxy": [p.name for p in proxy_pts]},
-        points=points_info, qualities={"app": [qualities[id(x)] for x in app_x],
-                                       "dbs": [qualities[id(x)] for x in db_xs],
-                                       "proxy": [qualities[id(x)] for x in proxy_x]},
-        matching=matching.stats.as_dict(), proxy=proxy_summary,
-        repair=repair.stats.as_dict() if repair is not None else None, clocks=clock_info, servers=done,
-        exchanges=exchanges, warnings=warnings, scheduler=runner.address if runner is not None else None,
-        through_proxy=proxied is not None)
+    def summarised() -> dict:
+        return build_summary(
+            cs, names={"app": [p.name for p in app_pts], "dbs": [p.name for p in db_pts],
+                        "proxy": [p.name for p in proxy_pts]},
+            points=points_info, qualities={"app": [qualities[id(x)] for x in app_x],
+                                           "dbs": [qualities[id(x)] for x in db_xs],
+                                           "proxy": [qualities[id(x)] for x in proxy_x]},
+            matching=matching.stats.as_dict(), proxy=proxy_summary,
+            repair=repair.stats.as_dict() if repair is not None else None, clocks=clock_info, servers=done,
+            exchanges=exchanges, warnings=warnings, scheduler=runner.address if runner is not None else None,
+            through_proxy=proxied is not None)
 
-    # With --jobs N the tables are written by a forked child while the report renders here: it shares the tables
-    # as they are (nothing pickled), and converting them to Arrow holds the GIL, so a thread here would not run
-    # beside the rendering (10 s sysbench pair: writing 0.34 s, rendering 0.24 s). --jobs 1: one after the other.
+    # With --jobs N the tables are written by a forked child as soon as they are whole, while the summary is built
+    # and the report renders here: it shares the tables as they are (nothing pickled), and converting them to Arrow
+    # holds the GIL, so a thread here would not run beside them (40 s sysbench pair: writing 0.97 s CPU, summary and
+    # report 1.2 s). --jobs 1: one after the other.
+    # The query profile (the report's most costly part: 40 s pair 0.33 s, 150 s pair ~1.2 s) is made by a second
+    # forked child: it needs nothing of the summary, and the report takes it when it reaches that section.
+    # The thread-pool view's per-bucket tables are made before the children start, not beside them: made after
+    # the fork, every heap page they wrote was first copied from the children's (copy-on-write: 0.34 s of system
+    # time on the 40 s pair, more than starting the writer 0.3 s earlier gained).
     if jobs > 1:
-        with Forked(_write_outputs, out, cs, exchanges, groups, pool, summary, csv, partitioned) as writing:
+        with (Forked(_write_tables, out, cs, exchanges, groups, pool, csv, partitioned) as writing,
+              Forked(unspanned_profile, exchanges) as profiling):
+            summary = summarised()
             page = render_report(summary, exchanges, first.view.groups, command_line,
-                                 {"app": app_conns, "db": db_conns}, first.view.pool)
+                                 {"app": app_conns, "db": db_conns}, first.view.pool, profiling.result)
             names = writing.result()
+        names.append(_write_summary(out, summary))
     else:
+        summary = summarised()
         names = _write_outputs(out, cs, exchanges, groups, pool, summary, csv, partitioned)
         page = render_report(summary, exchanges, first.view.groups, command_line, {"app": app_conns, "db": db_conns},
                              first.view.pool)
@@ -315,6 +327,14 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
 def _write_outputs(out: Path, cs: CaptureSet, exchanges: pd.DataFrame, groups: pd.DataFrame, pool: pd.DataFrame,
                    summary: dict, csv: bool, partitioned: bool) -> list[str]:
     """The tables and summary.json into `out`; returns their names (report.html follows them)."""
+    names = _write_tables(out, cs, exchanges, groups, pool, csv, partitioned)
+    names.append(_write_summary(out, summary))
+    return names
+
+
+def _write_tables(out: Path, cs: CaptureSet, exchanges: pd.DataFrame, groups: pd.DataFrame, pool: pd.DataFrame,
+                  csv: bool, partitioned: bool) -> list[str]:
+    """The tables into `out` (Parquet, --csv, --partitioned); returns their names."""
     names = []
     for name, df in (("exchanges.parquet", exchanges), ("groups.parquet", groups), ("pool.parquet", pool)):
         write_table(df, out / name)
@@ -328,9 +348,13 @@ def _write_outputs(out: Path, cs: CaptureSet, exchanges: pd.DataFrame, groups: p
 
         hosts = {p.name: host_of(p.given if Path(p.given).is_dir() else p.name) for p in cs.points}
         names.append(write_dataset(exchanges, out / DATASET_NAME, hosts))
-    write_text(out / "summary.json", summary_json(summary))
-    names.append("summary.json")
     return names
+
+
+def _write_summary(out: Path, summary: dict) -> str:
+    """summary.json into `out`; returns its name."""
+    write_text(out / "summary.json", summary_json(summary))
+    return "summary.json"
 
 
 DATASET_NAME = "exchanges"  # --partitioned: the hive-style dataset folder in the output folder

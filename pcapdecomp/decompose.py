@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .clock import ClockModel
+from .digest import sorted_by_group
 from .match import Matching
 from .slowjoin import SlowLogJoin, join_slow_log, rows_for_join
 from .tables import as_category, concat_column, labelled, null_boolean, null_int64
@@ -64,7 +65,9 @@ def _to_ts(ns: np.ndarray, valid: np.ndarray) -> pd.Series:
 
 
 def _seconds(ns: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    return np.where(valid, ns / 1e9, np.nan)
+    out = ns / 1e9
+    out[~valid] = np.nan
+    return out
 
 
 def _rows_of(app: pd.DataFrame, db: pd.DataFrame, ar: np.ndarray, dr: np.ndarray) -> pd.DataFrame:
@@ -108,6 +111,22 @@ def _merged_problems(app_side: pd.Series, db_side: pd.Series, both: np.ndarray) 
     out = a.astype(object).to_numpy(copy=True)
     out[both] = np.asarray(merged, dtype=object)[which]
     return as_category(out)
+
+
+def _clock_rows(capture: pd.Series, has_a: np.ndarray, primary_app: str | None, clock_keys: np.ndarray | None,
+                name: str) -> np.ndarray:
+    """The rows whose DB times go through clock `name`: with several DB points, those `clock_keys` names (one per
+    row: analysis.py); else the rows of app capture `name`, and the DB-only rows when it is the primary one. On
+    the capture column's codes when it is categorical, not a string comparison per row."""
+    if clock_keys is not None:
+        return clock_keys == name
+    if isinstance(capture.dtype, pd.CategoricalDtype):
+        categories = capture.cat.categories
+        code = categories.get_loc(name) if name in categories else -2
+        of_capture = capture.cat.codes.to_numpy() == code
+    else:
+        of_capture = capture.astype(object).to_numpy() == name
+    return np.where(has_a, of_capture, primary_app == name)
 
 
 def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks: dict[str, ClockModel],
@@ -155,11 +174,8 @@ def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks:
     d4_raw, d4v = _side_ts(db, "resp_last_ts", dr)
     # DB times onto the app clock of the capture that saw the exchange (DB-only rows: the primary app capture's)
     d1, d4 = d1_raw.copy(), d4_raw.copy()
-    which = np.where(has_a, base["capture"].astype(object).to_numpy(), primary_app)
-    if clock_keys is not None:  # several DB points: the clock of each row's app point and DB point (analysis.py)
-        which = clock_keys
     for name, model in clocks.items():
-        sel = (which == name) & has_d
+        sel = _clock_rows(base["capture"], has_a, primary_app, clock_keys, name) & has_d
         if sel.any() and model.segments:
             d1[sel] = np.asarray(model.db_to_app(d1_raw[sel]))
             d4[sel] = np.asarray(model.db_to_app(d4_raw[sel]))
@@ -299,18 +315,37 @@ def estimate_execution(command: pd.Series, fingerprint: pd.Series, server: np.nd
     sample = fast & (codes >= 0)
     if not sample.any():
         return out
-    stats = pd.DataFrame({"k": codes[sample], "s": server[sample]}).groupby("k")["s"].quantile([0.1, 0.5, 0.9])
-    stats = stats.unstack()
-    sizes = pd.Series(codes[sample]).value_counts()
-    stats = stats[(sizes.reindex(stats.index) >= FINGERPRINT_MIN_SAMPLES).to_numpy()]
-    stats = stats[(stats[0.9] - stats[0.1]) <= ESTIMATE_MAX_SPREAD * stats[0.5]]
-    median = np.full(len(uniques), np.nan)
-    p90 = np.full(len(uniques), np.nan)
-    median[stats.index.to_numpy()] = stats[0.5].to_numpy()
-    p90[stats.index.to_numpy()] = stats[0.9].to_numpy()
+    groups = len(uniques)
+    sizes = np.bincount(codes[sample], minlength=groups)  # the runs, a NaN server time included (as pandas counts)
+    timed = sample & ~np.isnan(server)
+    p10, median, p90 = _group_quantiles(codes[timed], server[timed], groups, (0.1, 0.5, 0.9))
+    # NaN quantiles (a group without a time) fail both tests, as they failed them in pandas' table
+    robust = (sizes >= FINGERPRINT_MIN_SAMPLES) & ((p90 - p10) <= ESTIMATE_MAX_SPREAD * median)
+    median[~robust] = np.nan
+    p90[~robust] = np.nan
     row_median, row_p90 = median[codes], p90[codes]
     has = ~np.isnan(row_median) & ~np.isnan(server)
     out[has] = np.where(server[has] <= row_p90[has], server[has], np.minimum(server[has], row_median[has]))
+    return out
+
+
+def _group_quantiles(k: np.ndarray, v: np.ndarray, n: int, qs: tuple[float, ...]) -> list[np.ndarray]:
+    """Per group 0 … n − 1 of `k`, the quantiles `qs` of its values `v` (no NaN), NaN for a group without any:
+    pandas' groupby(k).quantile(qs) (linear interpolation, its own arithmetic: the value at the truncated position,
+    plus the step to the next one times the fraction when there is one), from one sort of the values by group."""
+    values, start, count = sorted_by_group(k, v, n)
+    out = []
+    has = count > 0
+    for q in qs:
+        position = q * (count[has] - 1).astype(np.float64)
+        at = start[has] + position.astype(np.int64)
+        frac = position % 1
+        value = values[at]
+        step = np.flatnonzero(frac != 0.0)
+        value[step] = value[step] + (values[at[step] + 1] - value[step]) * frac[step]
+        quantile = np.full(n, np.nan)
+        quantile[has] = value
+        out.append(quantile)
     return out
 
 

@@ -121,9 +121,14 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 def _group_sum(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Per group: the sum of the non-NaN values (NaN where there is none) and their count."""
-    ok = ~np.isnan(v)
-    count = np.bincount(k[ok], minlength=n)
-    return np.where(count > 0, np.bincount(k[ok], weights=v[ok], minlength=n), np.nan), count
+    # the NaN rows weigh 0 rather than being taken out: no copy of k and v, and the same sums (a 0.0 added to a
+    # sum of floats leaves it as it was)
+    missing = np.isnan(v)
+    count = np.bincount(k, minlength=n)
+    if missing.any():
+        count = count - np.bincount(k[missing], minlength=n)
+        v = np.where(missing, 0.0, v)
+    return np.where(count > 0, np.bincount(k, weights=v, minlength=n), np.nan), count
 
 
 def _group_max(k: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
@@ -135,15 +140,31 @@ def _group_max(k: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def sorted_by_group(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The values `v` (no NaN) grouped by `k` (0 … n − 1), in group order and sorted within each group; each
+    group's start in that array and its count.
+
+    A stable argsort of the group numbers (a radix sort when they fit in 16 bits), then each group's slice sorted
+    in place: several times faster than a stable argsort of the values and one of the groups (or pandas' groupby
+    quantile), and the same array, since values that tie are equal whatever their order (but for −0.0 and 0.0,
+    which tie and differ: with a −0.0 among the values, both sorts are stable, as the values' row order had them)."""
+    width = np.int16 if n <= np.iinfo(np.int16).max else np.int32 if n <= np.iinfo(np.int32).max else np.int64
+    count = np.bincount(k, minlength=n)
+    start = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+    if np.signbit(v[v == 0]).any():
+        order = np.argsort(v, kind="stable")
+        return v[order[np.argsort(k[order], kind="stable")]], start, count
+    out = v[np.argsort(k.astype(width), kind="stable")]
+    several = np.flatnonzero(count > 1)
+    for a, c in zip(start[several].tolist(), count[several].tolist()):
+        out[a:a + c].sort()
+    return out, start, count
+
+
 def _group_min_max_p95(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per group: min, max and the 95th percentile (linear interpolation, as numpy and pandas) of non-NaN values."""
     ok = ~np.isnan(v)
-    kk, vv = k[ok], v[ok]
-    order = np.argsort(vv, kind="stable")
-    order = order[np.argsort(kk[order], kind="stable")]  # by group, then by value
-    kk, vv = kk[order], vv[order]
-    count = np.bincount(kk, minlength=n)
-    start = np.concatenate([[0], np.cumsum(count)[:-1]])
+    vv, start, count = sorted_by_group(k[ok], v[ok], n)
     out = np.full((3, n), np.nan)
     has = count > 0
     pos = 0.95 * (count[has] - 1)

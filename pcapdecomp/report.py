@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -45,9 +46,12 @@ def esc(text) -> Html:
 
 
 def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command_line: str | None = None,
-           connections: dict | None = None, pool: pd.DataFrame | None = None) -> str:
+           connections: dict | None = None, pool: pd.DataFrame | None = None,
+           profiled: Callable[[], pd.DataFrame] | None = None) -> str:
     """The whole page as one string. connections: {"app": table, "db": table} of CONNECTION_COLUMNS (the
-    extraction's), for connection set-up latencies; pool: pool.parquet's table when the analysis wrote one."""
+    extraction's), for connection set-up latencies; pool: pool.parquet's table when the analysis wrote one;
+    profiled: returns `unspanned_profile(exchanges)` when the page reaches the query profile (made beside the
+    rendering, in another process: analysis.py), else it is made here."""
     import plotly.offline
 
     x = exchanges
@@ -55,7 +59,7 @@ def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command
     conns = connection_times(connections, summary)
     axis = time_axis(t, [conns["t_ns"].to_numpy(dtype=np.int64)] if conns is not None else [])
     figures = figure_specs(summary, x, groups, t, axis, conns, pool)
-    page = _Page(summary, x, t, axis, figures)
+    page = _Page(summary, x, t, axis, figures, profiled)
     sections = [
         page.verdict(),
         page.decomposition(),
@@ -87,11 +91,24 @@ def _script_json(value) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def unspanned_profile(x: pd.DataFrame) -> pd.DataFrame:
+    """digest.profile of the exchanges before the time axis is known (QPS left null): what `render` takes made
+    elsewhere (`profiled`), its QPS set by `spanned`."""
+    return profile(x, None)
+
+
+def spanned(p: pd.DataFrame, span_s: float | None) -> pd.DataFrame:
+    """An unspanned profile with the QPS digest.profile(x, span_s) gives: calls per second of capture."""
+    return p.assign(qps=p["calls"] / span_s if span_s else np.nan)
+
+
 class _Page:
     """The sections that need the exchanges, their times and the shared time axis."""
 
-    def __init__(self, summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None, figures: dict):
+    def __init__(self, summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None, figures: dict,
+                 profiled: Callable[[], pd.DataFrame] | None = None):
         self.summary, self.x, self.t, self.axis, self.figures = summary, x, t, axis, figures
+        self.profiled = profiled
         self.stalls = list((summary.get("groups") or {}).get("stalls") or [])
         self.proxied = "proxy_s" in x.columns and bool(x["proxy_s"].notna().any())  # the proxy's own times known
         self.dated = axis is not None and pd.Timestamp(axis.lo_ns).date() != pd.Timestamp(axis.hi_ns).date()
@@ -295,7 +312,7 @@ class _Page:
     def profile(self) -> str:
         head = "<section id='profile'><h2>Query profile</h2>"
         span = self.axis.span_s if self.axis is not None else None
-        p = profile(self.x, span)
+        p = profile(self.x, span) if self.profiled is None else spanned(self.profiled(), span)
         if p.empty:
             return head + "<p>no statements</p></section>"
         shown = p.head(PROFILE_ROWS)

@@ -83,6 +83,11 @@ def core_range(points: np.ndarray) -> tuple[int, int]:
     """The core of a capture's timestamps (int64 ns, not empty): the biggest run of times without a silence of
     CLUSTER_GAP_NS (however many broken ones lie elsewhere), less 1 % at each end. The robust span of the
     thread-pool views and the report's time axis are measured from it."""
+    if len(points) >= 3 and int(points.max()) - int(points.min()) <= CLUSTER_GAP_NS:
+        # one run (the usual case): the two times wanted are order statistics, found without sorting them all
+        k = max(1, len(points) // 100)
+        c = np.partition(points, (k, len(points) - 1 - k))
+        return int(c[k]), int(c[len(points) - 1 - k])
     p = np.sort(points)
     cuts = np.flatnonzero(np.diff(p) > CLUSTER_GAP_NS) + 1
     bounds = np.concatenate([[0], cuts, [len(p)]])
@@ -115,32 +120,89 @@ def _edges(t0: int, t1: int, bucket_s: float) -> np.ndarray:
     return first + bns * np.arange(count + 1, dtype=np.int64)
 
 
+def _area(points: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """F(edge) = Σ_{p<edge}(edge − p) for every edge, from the points sorted (np.sort's order: the same array,
+    and so the same float sums, whoever sorted it)."""
+    csum = np.concatenate([[0], np.cumsum(points, dtype=np.float64)])
+    k = np.searchsorted(points, edges, side="left")
+    return k * edges.astype(np.float64) - csum[k]
+
+
 def _occupancy(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Σ_i |[s_i, e_i] ∩ [edge_k, edge_k+1]| for every bucket, in ns, via F(t) = Σ_{s<t}(t−s) − Σ_{e<t}(t−e)."""
+    return np.diff(_area(np.sort(starts), edges) - _area(np.sort(ends), edges))
 
-    def area(points: np.ndarray) -> np.ndarray:
-        p = np.sort(points)
-        csum = np.concatenate([[0], np.cumsum(p, dtype=np.float64)])
-        k = np.searchsorted(p, edges, side="left")
-        return k * edges.astype(np.float64) - csum[k]
 
-    f = area(starts) - area(ends)
-    return np.diff(f)
+def _histogram(points: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """np.histogram(points, bins=edges)[0] of points already sorted: the count per bucket [edge_k, edge_k+1), the
+    last one closed on the right as numpy's, int64."""
+    k = np.searchsorted(points, edges, side="left")
+    k[-1] = np.searchsorted(points, edges[-1], side="right")
+    return np.diff(k).astype(np.int64)
+
+
+class _Intervals:
+    """The ends of intervals as the bucket views read them: each array of points sorted once and its areas (_area)
+    summed once, however many views share it (in flight and queued share D1; in flight and executing share D4
+    when every execution is known)."""
+
+    def __init__(self, edges: np.ndarray):
+        self.edges = edges
+        self._sorted: dict[str, np.ndarray] = {}
+        self._areas: dict[str, np.ndarray] = {}
+
+    def put(self, name: str, points: np.ndarray | None, same_as: str | None = None) -> None:
+        """`points` under `name`; `same_as`: the name of the same points, put before (sorted once)."""
+        if same_as is not None:
+            self._sorted[name] = self._sorted[same_as]
+            if same_as in self._areas:
+                self._areas[name] = self._areas[same_as]
+        else:
+            self._sorted[name] = np.sort(points)
+
+    def sorted(self, name: str) -> np.ndarray:
+        return self._sorted[name]
+
+    def area(self, name: str) -> np.ndarray:
+        if name not in self._areas:
+            self._areas[name] = _area(self._sorted[name], self.edges)
+        return self._areas[name]
+
+    def occupancy(self, starts: str, ends: str) -> np.ndarray:
+        """_occupancy of the intervals from the points named `starts` to those named `ends`."""
+        return np.diff(self.area(starts) - self.area(ends))
 
 
 def _count_steps(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The step function count(t) = #{i: s_i ≤ t < e_i} as (times, count from that time on); empty intervals
-    are left out."""
+    are left out.
+
+    One plain sort of the starts and ends together, each time doubled with its kind in the lowest bit (start 1,
+    end 0), and a running sum of ±1 read at the last entry of each distinct time: the sum there does not depend
+    on the order of the entries of one time, so no stable argsort is needed (3× less time for a million rows)."""
     live = ends > starts
-    times = np.concatenate([starts[live], ends[live]])
-    delta = np.concatenate([np.ones(int(live.sum()), np.int64), -np.ones(int(live.sum()), np.int64)])
-    if len(times) == 0:
+    starts, ends = starts[live], ends[live]
+    if len(starts) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    lo = min(int(starts.min()), int(ends.min()))
+    if max(int(starts.max()), int(ends.max())) - lo >= 1 << 62:  # the doubled offsets would not fit in int64
+        return _count_steps_sorted(starts, ends)
+    key = np.concatenate([(starts - lo) * 2 + 1, (ends - lo) * 2])
+    key.sort()
+    running = np.cumsum((key & 1) * 2 - 1)
+    times = key >> 1
+    last = np.flatnonzero(np.concatenate([times[1:] != times[:-1], [True]]))
+    return times[last] + lo, running[last]
+
+
+def _count_steps_sorted(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """_count_steps of non-empty intervals spread over more than 2⁶² ns, by a stable argsort of their times."""
+    times = np.concatenate([starts, ends])
+    delta = np.concatenate([np.ones(len(starts), np.int64), -np.ones(len(ends), np.int64)])
     order = np.argsort(times, kind="stable")
     times, delta = times[order], delta[order]
     uniq, first = np.unique(times, return_index=True)
-    net = np.add.reduceat(delta, first)
-    return uniq, np.cumsum(net)
+    return uniq, np.cumsum(np.add.reduceat(delta, first))
 
 
 def _step_extremes(times: np.ndarray, counts: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -151,12 +213,14 @@ def _step_extremes(times: np.ndarray, counts: np.ndarray, edges: np.ndarray) -> 
     at = np.searchsorted(times, edges[:-1], side="right") - 1  # last step at or before each bucket's start
     start_value = np.where(at >= 0, counts[np.maximum(at, 0)], 0)
     lo, hi = start_value.copy(), start_value.copy()
-    inside = np.searchsorted(edges, times, side="right") - 1  # bucket of each step (steps at a bucket start too)
-    ok = (inside >= 0) & (inside < nb)
-    if ok.any():
-        b, c = inside[ok], counts[ok]
-        np.minimum.at(lo, b, c)
-        np.maximum.at(hi, b, c)
+    # the steps inside bucket k (steps at its start too) are times[first[k]:first[k + 1]]: the times are sorted,
+    # so each bucket's steps are one slice, reduced at once
+    first = np.searchsorted(times, edges, side="left")
+    stepped = np.flatnonzero(first[1:] > first[:-1])
+    if len(stepped):
+        inside = counts[:first[-1]]
+        lo[stepped] = np.minimum(lo[stepped], np.minimum.reduceat(inside, first[stepped]))
+        hi[stepped] = np.maximum(hi[stepped], np.maximum.reduceat(inside, first[stepped]))
     return lo, hi
 
 
@@ -201,6 +265,15 @@ class _Rows:
     conn: np.ndarray  # conn_id, -1 when unknown
     measured: np.ndarray  # queue_source is measured (the slow log timed the execution)
     culprit_ok: np.ndarray  # its execution could hold a worker for long: exec_s ≥ threshold from a source that says so
+    executing_steps: tuple[np.ndarray, np.ndarray] | None = None  # _execution_steps', made once (pool and cap read it)
+
+
+def _execution_steps(r: _Rows) -> tuple[np.ndarray, np.ndarray]:
+    """_count_steps of the known executions (XS … D4), computed once per _Rows (the pool view and the cap read it)."""
+    if r.executing_steps is None:
+        ex = r.exec_known
+        r.executing_steps = _count_steps(r.xs[ex], r.d4[ex])
+    return r.executing_steps
 
 
 def _equals(column: pd.Series, value: str) -> np.ndarray:
@@ -214,14 +287,21 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
     d1_all, v1 = ts_ns(t["db_req_ts"])
     d4_all, v4 = ts_ns(t["db_resp_ts"])
     valid = v1 & v4
+    every = bool(valid.all())
     pos = np.flatnonzero(valid)
-    d1, d4 = d1_all[pos], d4_all[pos]
+    d1, d4 = (d1_all, d4_all) if every else (d1_all[pos], d4_all[pos])
     keep, t0, t1 = robust_span(d1, d4)
     outliers = pos[~keep]
-    pos, d1, d4 = pos[keep], d1[keep], d4[keep]
+    if not keep.all():
+        every = False
+        pos, d1, d4 = pos[keep], d1[keep], d4[keep]
+
+    def of_pos(values: np.ndarray) -> np.ndarray:
+        """values[pos]: every row is one of them (pos is 0 … n − 1) in the usual case, and then no copy is made."""
+        return values if every else values[pos]
 
     def col(name):
-        return t[name].to_numpy(dtype="float64", na_value=np.nan)[pos]
+        return of_pos(t[name].to_numpy(dtype="float64", na_value=np.nan))
 
     exec_s, queue_s, qmin = col("exec_s"), col("queue_s"), col("queue_min_s")
     exec_known = ~np.isnan(exec_s)
@@ -229,14 +309,14 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
     xs = np.maximum(d4 - exec_ns, d1)
     q_end = np.minimum(d1 + np.rint(np.nan_to_num(queue_s) * NS).astype(np.int64), d4)
     q_min = np.rint(np.nan_to_num(qmin) * NS).astype(np.int64)
-    conn = t["conn_id"].astype("Int64").to_numpy(dtype="float64", na_value=-1)[pos].astype(np.int64)
-    upper_bound = _equals(t["exec_source"], "below_long_query_time")[pos]
+    conn = of_pos(t["conn_id"].astype("Int64").to_numpy(dtype="float64", na_value=-1)).astype(np.int64)
+    upper_bound = of_pos(_equals(t["exec_source"], "below_long_query_time"))
     victim = q_min >= threshold_ns
     long_exec = exec_known & (exec_ns >= threshold_ns)
     # an upper bound on execution (below long_query_time) can still be a culprit, unless the statement is known to
     # have queued itself
     culprit_ok = long_exec & (~upper_bound | ~victim)
-    measured = _equals(t["queue_source"], "measured")[pos]
+    measured = of_pos(_equals(t["queue_source"], "measured"))
     return _Rows(pos, d1, d4, xs, exec_known, q_end, q_min, d4 - d1, conn, measured, culprit_ok), outliers, t0, t1
 
 
@@ -245,8 +325,8 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
 
 def pool_table(r: _Rows, edges: np.ndarray, bucket_s: float, threshold_ns: int) -> pd.DataFrame:
     bns = int(round(bucket_s * NS))
-    ex = r.exec_known
-    x_times, x_counts = _count_steps(r.xs[ex], r.d4[ex])
+    ends = _interval_ends(r, None, edges)
+    x_times, x_counts = _execution_steps(r)
     q_times, q_counts = _count_steps(r.d1, r.q_end)
     victim = r.q_min >= threshold_ns
     c_times, c_counts = _count_steps(r.d1[victim], (r.d1 + r.q_min)[victim])
@@ -256,15 +336,35 @@ def pool_table(r: _Rows, edges: np.ndarray, bucket_s: float, threshold_ns: int) 
     return pd.DataFrame({
         "bucket_start": pd.to_datetime(edges[:-1], unit="ns", utc=True),
         "bucket_s": float(bucket_s),
-        "in_flight": _occupancy(r.d1, r.d4, edges) / bns,
-        "executing": _occupancy(r.xs[ex], r.d4[ex], edges) / bns,
-        "queued": _occupancy(r.d1, r.q_end, edges) / bns,
+        "in_flight": ends.occupancy("d1", "d4") / bns,
+        "executing": ends.occupancy("xs", "d4x") / bns,
+        "queued": ends.occupancy("d1", "q_end") / bns,
         "executing_min": x_lo.astype(np.int64),
         "executing_max": x_hi.astype(np.int64),
         "queued_max": q_hi.astype(np.int64),
         "queued_certain_max": c_hi.astype(np.int64),
-        "started": np.histogram(r.d1, bins=edges)[0].astype(np.int64),
+        "started": _histogram(ends.sorted("d1"), edges),
     })
+
+
+def _interval_ends(r: _Rows, rows: np.ndarray | None, edges: np.ndarray) -> _Intervals:
+    """The ends the bucket views read, of the rows `rows` (a mask or ascending positions; None: all), each sorted
+    once: "d1", "d4", "q_end", and "xs", "d4x" of those whose execution is known."""
+    def of(points: np.ndarray) -> np.ndarray:
+        return points if rows is None else points[rows]
+
+    ends = _Intervals(edges)
+    ends.put("d1", of(r.d1))
+    ends.put("d4", of(r.d4))
+    ends.put("q_end", of(r.q_end))
+    known = of(r.exec_known)
+    if known.all():
+        ends.put("xs", of(r.xs))
+        ends.put("d4x", None, same_as="d4")
+    else:
+        ends.put("xs", of(r.xs)[known])
+        ends.put("d4x", of(r.d4)[known])
+    return ends
 
 
 def infer_cap(r: _Rows, groups: np.ndarray | None, threshold_ns: int) -> dict | None:
@@ -276,7 +376,7 @@ def infer_cap(r: _Rows, groups: np.ndarray | None, threshold_ns: int) -> dict | 
     if not victim.any():
         return None
     ex = r.exec_known  # every known execution (a victim's comes after its wait)
-    times, counts = _count_steps(r.xs[ex], r.d4[ex])
+    times, counts = _execution_steps(r)
     if len(counts) == 0:
         return None
     cap = int(counts.max())
@@ -422,21 +522,22 @@ def _did_not_queue(r: _Rows, threshold_ns: int) -> np.ndarray:
 def group_table(r: _Rows, group: np.ndarray, edges: np.ndarray, bucket_s: float) -> pd.DataFrame:
     bns = int(round(bucket_s * NS))
     frames = []
-    ex = r.exec_known
-    for gid in np.unique(group[group >= 0]):
-        s = group == gid
-        se = s & ex
+    nb = len(edges) - 1
+    starts = pd.to_datetime(edges[:-1], unit="ns", utc=True)
+    for gid, rows in _rows_by_group(group):
+        ends = _interval_ends(r, rows, edges)
+        queued = ends.occupancy("d1", "q_end")
+        d1 = r.d1[rows]
         frames.append(pd.DataFrame({
             "thread_group": gid,
-            "bucket_start": pd.to_datetime(edges[:-1], unit="ns", utc=True),
+            "bucket_start": starts,
             "bucket_s": float(bucket_s),
-            "in_flight": _occupancy(r.d1[s], r.d4[s], edges) / bns,
-            "executing": _occupancy(r.xs[se], r.d4[se], edges) / bns,
-            "queued": _occupancy(r.d1[s], r.q_end[s], edges) / bns,
-            "queue_s": _occupancy(r.d1[s], r.q_end[s], edges) / NS,
-            "started": np.histogram(r.d1[s], bins=edges)[0],
-            "max_queue_s": pd.Series((r.q_end[s] - r.d1[s]) / NS).groupby(
-                np.searchsorted(edges, r.d1[s], side="right") - 1).max().reindex(range(len(edges) - 1)).to_numpy(),
+            "in_flight": ends.occupancy("d1", "d4") / bns,
+            "executing": ends.occupancy("xs", "d4x") / bns,
+            "queued": queued / bns,
+            "queue_s": queued / NS,
+            "started": _histogram(ends.sorted("d1"), edges),
+            "max_queue_s": _bucket_max((r.q_end[rows] - d1) / NS, np.searchsorted(edges, d1, side="right") - 1, nb),
         }))
     if not frames:
         return pd.DataFrame({c.name: pd.Series(dtype=c.dtype) for c in GROUP_COLUMNS})
@@ -444,6 +545,31 @@ def group_table(r: _Rows, group: np.ndarray, edges: np.ndarray, bucket_s: float)
     groups["thread_group"] = groups["thread_group"].astype("int64")
     groups["started"] = groups["started"].astype("int64")
     return groups
+
+
+def _rows_by_group(group: np.ndarray) -> list[tuple[np.int64, np.ndarray]]:
+    """(group, its row positions in ascending order) for every group ≥ 0, in ascending group order: one stable
+    argsort of the group numbers (a radix sort: they are below MAX_THREAD_POOL_SIZE, or at least small), not one
+    pass over every row per group (thread_pool_size 64: 64 passes)."""
+    member = np.flatnonzero(group >= 0)
+    if not len(member):
+        return []
+    g = group[member]
+    width = np.int16 if int(g.max()) <= np.iinfo(np.int16).max else np.int64
+    rows = member[np.argsort(g.astype(width), kind="stable")]
+    gids, counts = np.unique(g, return_counts=True)
+    cut = np.cumsum(counts)[:-1]
+    return list(zip(gids, np.split(rows, cut)))
+
+
+def _bucket_max(values: np.ndarray, bucket: np.ndarray, nb: int) -> np.ndarray:
+    """The largest of `values` (no NaN) in each of the buckets 0 … nb − 1 (`bucket`: each value's, others ignored),
+    NaN where a bucket has none."""
+    inside = (bucket >= 0) & (bucket < nb)
+    out = np.full(nb, -np.inf)
+    np.maximum.at(out, bucket[inside], values[inside])
+    out[np.bincount(bucket[inside], minlength=nb) == 0] = np.nan
+    return out
 
 
 def find_stalls(r: _Rows, group: np.ndarray, threshold_ns: int) -> list[dict]:

@@ -42,12 +42,18 @@ def tell(summary: dict, x: pd.DataFrame, view: PoolView) -> dict:
     hidden = x["hidden_slow"].to_numpy(dtype=bool, na_value=False) & sane
     understated = x["understated"].to_numpy(dtype=bool, na_value=False) & sane
     refs = Refs(x)
+    # the sane rows of the columns the queueing and the split read, taken once for both (no copy when every row
+    # is sane: the frame of those columns is then a view until written)
+    columns = x[SHARE_COLUMNS + [c for c in PROXY_SHARE_COLUMNS if c in x.columns]]
+    shares = columns if sane.all() else columns[sane]
+    del columns
     parts = {
-        "queueing": _queueing(x[SHARE_COLUMNS][sane]),
+        "queueing": _queueing(shares),
         "hidden_slow": _victims(x, hidden, view, refs),
         "understated": {**_victims(x, understated, view, refs), "threshold_s": STALL_MIN_QUEUE_S},
     }
-    story = _story(summary, x, view, hidden, understated, sane)
+    story = _story(summary, x, view, hidden, understated, sane, shares)
+    del shares
     parts["story"] = story
     parts["verdict"] = "\n".join([story["sentence"], *(f"- {b['text']}" for b in story["bullets"])])
     return parts
@@ -147,7 +153,8 @@ def _victims(x: pd.DataFrame, mask: np.ndarray, view: PoolView, refs: Refs) -> d
 
 
 def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, understated: np.ndarray,
-           sane: np.ndarray) -> dict:
+           sane: np.ndarray, shares: pd.DataFrame) -> dict:
+    """`shares`: the sane rows of SHARE_COLUMNS (and the proxy's of PROXY_SHARE_COLUMNS)."""
     bullets: list[dict] = []
     findings: list[str] = []
     c = summary["exchanges"]
@@ -197,12 +204,10 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     if n_h:
         bullets.append(_hidden_bullet(x, hidden, lqt))
     bullets += _size_bullets(size)
-    shares = x[SHARE_COLUMNS + [c for c in PROXY_SHARE_COLUMNS if c in x.columns]][sane]
     split = _split_bullet(shares)
     if split:
         bullets.append(split)
     est = _estimate_bullet(shares)
-    del shares
     if est:
         bullets.append(est)
     if c["total"]:
