@@ -121,11 +121,22 @@ def _edges(t0: int, t1: int, bucket_s: float) -> np.ndarray:
 
 
 def _area(points: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """F(edge) = Σ_{p<edge}(edge − p) for every edge, from the points sorted (np.sort's order: the same array,
-    and so the same float sums, whoever sorted it)."""
-    csum = np.concatenate([[0], np.cumsum(points, dtype=np.float64)])
+    """F(edge) = Σ_{p<edge}(edge − p) for every edge, from the points (int64 ns) sorted. The sums are taken from the
+    first edge, not from the epoch: summed as epoch nanoseconds in float64, a million points reach ~1e24, whose step
+    (2^28 ns ≈ 0.27 s) showed in the buckets' in-flight counts as steps of ~0.67 and values below zero. In integers
+    (exact) while the sums cannot overflow int64; beyond that (tens of millions of points over hours) in float64,
+    still from the first edge (a step of microseconds)."""
+    origin = int(edges[0]) if len(edges) else 0
+    rel_points = points.astype(np.int64, copy=False) - origin
+    rel_edges = edges.astype(np.int64, copy=False) - origin
     k = np.searchsorted(points, edges, side="left")
-    return k * edges.astype(np.float64) - csum[k]
+    reach = max(abs(int(rel_points[0])), abs(int(rel_points[-1]))) if len(points) else 0
+    reach = max(reach, abs(int(rel_edges[-1])) if len(edges) else 0)
+    if (len(points) + 1) * (reach + 1) < 1 << 62:
+        csum = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(rel_points)])
+        return (k * rel_edges - csum[k]).astype(np.float64)
+    csum = np.concatenate([[0.0], np.cumsum(rel_points, dtype=np.float64)])
+    return k * rel_edges.astype(np.float64) - csum[k]
 
 
 def _occupancy(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:

@@ -138,3 +138,20 @@ def test_exec_estimates_say_how_they_were_made(tmp_path):
     assert (x.loc[x["sql"].str.startswith("SELECT BENCHMARK").fillna(False), "exec_source"] == "slow_log").all()
     assert (x["queue_s"].dropna() >= 0).all()
     assert (x["exec_s"].dropna() <= x.loc[x["exec_s"].notna(), "server_s"] + 1e-3).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(-5 * 10**9, 60 * 10**9), st.integers(0, 3 * 10**9)), min_size=1, max_size=40),
+       st.integers(10**6, 10**9), st.sampled_from([10**6, 10**4]))
+def test_occupancy_is_exact_at_epoch_nanoseconds(intervals, width, copies):
+    # Real captures' times are ~1.8e18 ns since the epoch; summed as such in float64 the occupancy came out in steps
+    # of ~0.67 of a bucket and below zero. Each interval repeated `copies` times: the sums of a busy capture.
+    epoch = 1_764_115_200_000_000_000  # 2025-11-26 UTC
+    starts = np.repeat(np.array([epoch + s for s, _ in intervals], dtype=np.int64), copies)
+    ends = np.repeat(np.array([epoch + s + d for s, d in intervals], dtype=np.int64), copies)
+    edges = epoch + np.arange(0, 60 * 10**9, width, dtype=np.int64)
+    got = _occupancy(starts, ends, edges)
+    want = [copies * sum(max(0, min(e, hi) - max(s, lo)) for s, e in zip(starts[::copies], ends[::copies]))
+            for lo, hi in zip(edges.tolist(), edges[1:].tolist())]
+    assert np.array_equal(got, np.array(want, dtype=np.float64))
+    assert (got >= 0).all()
