@@ -232,6 +232,8 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     if app_x and db_xs and len(matching.connections) and proxied is None:  # through a proxy: its own clocks, per hop
         clocks, clock_info = _fit_clocks(app_pts, db_pts, app_x, db_xs, app_ex, db_ex, app_conns, db_conns, matching,
                                          runner, jobs, note, read_ahead)
+    if ahead is not None:
+        ahead.end()  # its passes are taken (or unused): see Ahead.end
     primary = app_x[0].capture if app_x else None
     if proxied is not None:
         clocks = dict(proxied.clocks)

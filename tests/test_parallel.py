@@ -176,3 +176,21 @@ def test_leaving_a_forked_call_early_ends_the_child():
         with parallel.Forked(time.sleep, 60) as child:
             1 / 0
     assert not child._process.is_alive() and child._process.exitcode is not None
+
+
+# --- Ahead: calls started on workers before their results are wanted --------------------------------------------
+
+
+def test_ahead_ends_its_workers_when_told_not_at_the_end_of_its_context():
+    # A worker left alive makes this process's writes to pages it had at the fork copies of them: analysis ends the
+    # read-ahead's workers once the clock took its passes, not when the whole run ends.
+    import multiprocessing as mp
+
+    before = set(mp.active_children())
+    with parallel.Ahead(2) as ahead:
+        futures = ahead.start_all(sum, [(range(1000),), (range(10),)])
+        assert [f.result() for f in futures] == [sum(range(1000)), sum(range(10))]
+        assert set(mp.active_children()) - before  # the worker is there until told
+        ahead.end()
+        assert not set(mp.active_children()) - before
+    assert parallel.Ahead(1).start_all(sum, [(range(3),)]) is None  # one job: nothing ahead, nothing to end
