@@ -340,6 +340,18 @@ def test_the_native_reread_gives_what_the_python_one_gives_under_random_loss(tmp
     assert native.exchanges.equals(python.exchanges)
 
 
+def _cut_by_snaplen(source: Path, out_path: Path, snap: int) -> Path:
+    """A copy of the pcap `source` with every frame cut to `snap` bytes, its length on the wire kept (as tcpdump -s
+    writes it)."""
+    header, order, unit, recs = pt.records(source)
+    with open(out_path, "wb") as out:
+        out.write(header)
+        for ts, data, orig in recs:
+            out.write(struct.pack(order + "IIII", ts // 10**9, ts % 10**9 // unit, min(len(data), snap), orig))
+            out.write(data[:snap])
+    return out_path
+
+
 @pytest.mark.parametrize("form", ["pcap", "pcapng, two interfaces", "cut by a snaplen"])
 def test_excerpt_scan_and_copy_give_the_segments_python_reads(tmp_path, form):
     """fastlane.excerpt_scan finds the segments of the chosen connections that Python's reader gives (frame, time,
@@ -349,13 +361,7 @@ def test_excerpt_scan_and_copy_give_the_segments_python_reads(tmp_path, form):
         pt.to_pcapng(source, tmp_path / "db.pcapng", interfaces=2)
         source = tmp_path / "db.pcapng"
     elif form == "cut by a snaplen":  # every frame cut to 80 bytes, its length on the wire kept: `missing` bytes
-        header, order, unit, recs = pt.records(source)
-        with open(tmp_path / "cut.pcap", "wb") as out:
-            out.write(header)
-            for ts, data, orig in recs:
-                out.write(struct.pack(order + "IIII", ts // 10**9, ts % 10**9 // unit, min(len(data), 80), orig))
-                out.write(data[:80])
-        source = tmp_path / "cut.pcap"
+        source = _cut_by_snaplen(source, tmp_path / "cut.pcap", 80)
     segs = list(pt.read_segments(source))
     ports = sorted({s.src_port for s in segs if s.dst_port == 3306})[:2]
     keys = [("10.213.77.1", p, "10.213.77.2", 3306) for p in ports] + [("10.213.77.2", 3306, "10.213.77.1", p)
@@ -531,13 +537,7 @@ def test_an_excerpt_plan_is_extracted_as_the_file_excerpt_copy_writes(tmp_path, 
             source = tmp_path / "db.pcapng.gz"
             source.write_bytes(gzip.compress((tmp_path / "db.pcapng").read_bytes(), compresslevel=1))
     elif form == "cut by a snaplen":  # frames cut to 120 bytes: `missing` bytes, Python reads those segments
-        header, order, unit, recs = pt.records(source)
-        with open(tmp_path / "cut.pcap", "wb") as out:
-            out.write(header)
-            for ts, data, orig in recs:
-                out.write(struct.pack(order + "IIII", ts // 10**9, ts % 10**9 // unit, min(len(data), 120), orig))
-                out.write(data[:120])
-        source = tmp_path / "cut.pcap"
+        source = _cut_by_snaplen(source, tmp_path / "cut.pcap", 120)
     elif form.startswith("damaged"):  # the file ends mid-record: damage, which extraction reports
         (tmp_path / "damaged.pcap").write_bytes(source.read_bytes()[:-10])
         source = tmp_path / "damaged.pcap"
