@@ -124,8 +124,9 @@ def _area(points: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """F(edge) = Σ_{p<edge}(edge − p) for every edge, from the points (int64 ns) sorted. The sums are taken from the
     first edge, not from the epoch: summed as epoch nanoseconds in float64, a million points reach ~1e24, whose step
     (2^28 ns ≈ 0.27 s) showed in the buckets' in-flight counts as steps of ~0.67 and values below zero. In integers
-    (exact) while the sums cannot overflow int64; beyond that (tens of millions of points over hours) in float64,
-    still from the first edge (a step of microseconds)."""
+    (exact, int64) while the sums cannot overflow int64; beyond that (tens of millions of points over hours) in
+    float64, still from the first edge (a step of microseconds). Differences of areas are exact in int64 only: the
+    callers subtract and difference them before converting to float64."""
     origin = int(edges[0]) if len(edges) else 0
     rel_points = points.astype(np.int64, copy=False) - origin
     rel_edges = edges.astype(np.int64, copy=False) - origin
@@ -134,14 +135,14 @@ def _area(points: np.ndarray, edges: np.ndarray) -> np.ndarray:
     reach = max(reach, abs(int(rel_edges[-1])) if len(edges) else 0)
     if (len(points) + 1) * (reach + 1) < 1 << 62:
         csum = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(rel_points)])
-        return (k * rel_edges - csum[k]).astype(np.float64)
+        return k * rel_edges - csum[k]  # int64: a float64 of it would round (it reaches n × span, beyond 2^53)
     csum = np.concatenate([[0.0], np.cumsum(rel_points, dtype=np.float64)])
     return k * rel_edges.astype(np.float64) - csum[k]
 
 
 def _occupancy(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Σ_i |[s_i, e_i] ∩ [edge_k, edge_k+1]| for every bucket, in ns, via F(t) = Σ_{s<t}(t−s) − Σ_{e<t}(t−e)."""
-    return np.diff(_area(np.sort(starts), edges) - _area(np.sort(ends), edges))
+    return np.diff(_area(np.sort(starts), edges) - _area(np.sort(ends), edges)).astype(np.float64, copy=False)
 
 
 def _histogram(points: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -181,7 +182,7 @@ class _Intervals:
 
     def occupancy(self, starts: str, ends: str) -> np.ndarray:
         """_occupancy of the intervals from the points named `starts` to those named `ends`."""
-        return np.diff(self.area(starts) - self.area(ends))
+        return np.diff(self.area(starts) - self.area(ends)).astype(np.float64, copy=False)
 
 
 def _count_steps(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
