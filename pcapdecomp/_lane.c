@@ -1523,6 +1523,23 @@ static void excerpt_put(uint8_t *p, const Seg *s, int64_t ts) {
     memcpy(t + 20, s->payload, s->plen);
 }
 
+/* The frames and insert_at buffers of an excerpt (sorted int64: Excerpt's copy, a Plan), with one blob per
+ * insert_at. On success both are held (their owner releases them); on failure neither is. */
+static int excerpt_buffers(PyObject *frames, PyObject *insert_at, Py_ssize_t n_blobs, Py_buffer *fr, Py_buffer *ins) {
+    if (PyObject_GetBuffer(frames, fr, PyBUF_SIMPLE) < 0) return -1;
+    if (PyObject_GetBuffer(insert_at, ins, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(fr);
+        return -1;
+    }
+    if (n_blobs != ins->len / 8) {
+        PyErr_SetString(PyExc_ValueError, "one blob per insert_at");
+        PyBuffer_Release(fr);
+        PyBuffer_Release(ins);
+        return -1;
+    }
+    return 0;
+}
+
 /* A plan from `excerpt`: (keys, frames, insert_at, blobs), as Excerpt's copy takes them; every blob a whole record
  * of the excerpt file. */
 static int plan_setup(Plan *P, PyObject *excerpt) {
@@ -1533,18 +1550,10 @@ static int plan_setup(Plan *P, PyObject *excerpt) {
         PyErr_SetString(PyExc_RuntimeError, "a Lane reads one excerpt plan");
         return -1;
     }
-    if (PyObject_GetBuffer(frames, &P->frames, PyBUF_SIMPLE) < 0) return -1;
-    if (PyObject_GetBuffer(insert_at, &P->insert_at, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&P->frames);
-        return -1;
-    }
+    if (excerpt_buffers(frames, insert_at, PyList_GET_SIZE(blobs), &P->frames, &P->insert_at) < 0) return -1;
     P->on = 1; /* the buffers are released at dealloc from here on */
     P->n_frames = P->frames.len / 8;
     P->n_inserts = P->insert_at.len / 8;
-    if (PyList_GET_SIZE(blobs) != P->n_inserts) {
-        PyErr_SetString(PyExc_ValueError, "one blob per insert_at");
-        return -1;
-    }
     for (Py_ssize_t i = 0; i < P->n_inserts; i++) {
         PyObject *blob = PyList_GET_ITEM(blobs, i);
         if (!PyBytes_Check(blob) || PyBytes_GET_SIZE(blob) < 16 ||
@@ -2356,18 +2365,10 @@ static int Excerpt_init(Excerpt *X, PyObject *args, PyObject *kw) {
             PyErr_SetString(PyExc_TypeError, "a copy takes frames, insert_at and blobs");
             return -1;
         }
-        if (PyObject_GetBuffer(frames, &X->frames, PyBUF_SIMPLE) < 0) return -1;
-        if (PyObject_GetBuffer(insert_at, &X->insert_at, PyBUF_SIMPLE) < 0) {
-            PyBuffer_Release(&X->frames);
-            return -1;
-        }
-        X->copy = 1;
+        if (excerpt_buffers(frames, insert_at, PyList_GET_SIZE(blobs), &X->frames, &X->insert_at) < 0) return -1;
+        X->copy = 1; /* the buffers are released at dealloc from here on */
         X->n_frames = X->frames.len / 8;
         X->n_inserts = X->insert_at.len / 8;
-        if (PyList_GET_SIZE(blobs) != X->n_inserts) {
-            PyErr_SetString(PyExc_ValueError, "one blob per insert_at");
-            return -1;
-        }
         Py_INCREF(blobs);
         X->blobs = blobs;
     }
