@@ -140,6 +140,14 @@ def _group_max(k: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def group_order(k: np.ndarray, largest: int) -> np.ndarray:
+    """The positions of the group numbers `k` (0 … `largest`) in group order, stable (row order within a group):
+    an argsort of them in the narrowest integer type that holds them, which numpy sorts by radix up to 16 bits."""
+    width = (np.int16 if largest <= np.iinfo(np.int16).max else np.int32 if largest <= np.iinfo(np.int32).max
+             else np.int64)
+    return np.argsort(k.astype(width), kind="stable")
+
+
 def sorted_by_group(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The values `v` (no NaN) grouped by `k` (0 … n − 1), in group order and sorted within each group; each
     group's start in that array and its count.
@@ -148,13 +156,12 @@ def sorted_by_group(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray, n
     in place: several times faster than a stable argsort of the values and one of the groups (or pandas' groupby
     quantile), and the same array, since values that tie are equal whatever their order (but for −0.0 and 0.0,
     which tie and differ: with a −0.0 among the values, both sorts are stable, as the values' row order had them)."""
-    width = np.int16 if n <= np.iinfo(np.int16).max else np.int32 if n <= np.iinfo(np.int32).max else np.int64
     count = np.bincount(k, minlength=n)
     start = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
     if np.signbit(v[v == 0]).any():
         order = np.argsort(v, kind="stable")
         return v[order[np.argsort(k[order], kind="stable")]], start, count
-    out = v[np.argsort(k.astype(width), kind="stable")]
+    out = v[group_order(k, n - 1)]
     several = np.flatnonzero(count > 1)
     for a, c in zip(start[several].tolist(), count[several].tolist()):
         out[a:a + c].sort()

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .decompose import NS, STALL_MIN_QUEUE_S, ts_ns
+from .digest import group_order
 from .formats import clip
 from .schema import GROUP_COLUMNS, POOL_COLUMNS
 
@@ -567,8 +568,7 @@ def _rows_by_group(group: np.ndarray) -> list[tuple[np.int64, np.ndarray]]:
     if not len(member):
         return []
     g = group[member]
-    width = np.int16 if int(g.max()) <= np.iinfo(np.int16).max else np.int64
-    rows = member[np.argsort(g.astype(width), kind="stable")]
+    rows = member[group_order(g, int(g.max()))]
     gids, counts = np.unique(g, return_counts=True)
     cut = np.cumsum(counts)[:-1]
     return list(zip(gids, np.split(rows, cut)))
