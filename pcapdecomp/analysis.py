@@ -247,8 +247,8 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     # The joined table takes what it needs of both sides (build_table moves the app side's columns into it one by
     # one), so memory holds about one table, not three.
     bounds = point_bounds(app_ex, db_ex, matching, repair)
-    table = apply_bounds(build_table(app_ex, db_ex, matching, clocks, primary, clock_keys), bounds, clocks, primary,
-                         clock_keys)
+    table = apply_bounds(build_table(app_ex, db_ex, matching, clocks, primary, clock_keys, bounds), bounds, clocks,
+                         primary, clock_keys)
     table = proxy_finish(table, proxied) if proxied is not None else proxy_empty(table)
     del app_ex, db_ex
     release_memory()

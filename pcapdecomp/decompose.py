@@ -130,10 +130,14 @@ def _clock_rows(capture: pd.Series, has_a: np.ndarray, primary_app: str | None, 
 
 
 def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks: dict[str, ClockModel],
-                primary_app: str | None, clock_keys: np.ndarray | None = None) -> pd.DataFrame:
+                primary_app: str | None, clock_keys: np.ndarray | None = None, bounds=None) -> pd.DataFrame:
     """One row per exchange: the foundation's columns (from the app side when seen there, else the DB side),
     conn_id / server flag / status from whichever side has them, and the four points on the app clock.
-    The app table's columns are consumed (moved into the result): pass a table that is not needed afterwards."""
+    The app table's columns are consumed (moved into the result): pass a table that is not needed afterwards.
+    `bounds`: repair.point_bounds' PointBounds, whose points repair.apply_bounds leaves null (a bound is not a
+    measurement) with what depends on them: left null here already, as the columns are made, not by a copy of
+    each column afterwards (150 s sysbench pair: nine columns of 3.3 M rows); the four points' times at its rows
+    as they were before go to `bounds.measured_ns` for apply_bounds."""
     ar, dr = matching.app_row, matching.db_row
     has_a, has_d = ar >= 0, dr >= 0
     n = len(ar)
@@ -179,22 +183,52 @@ def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks:
         if sel.any() and model.segments:
             d1[sel] = np.asarray(model.db_to_app(d1_raw[sel]))
             d4[sel] = np.asarray(model.db_to_app(d4_raw[sel]))
+    total_v, server_v = a1v & a4v, d1v & d4v
+    net_v = total_v & server_v
+    # kept for the slow-log join and the group view (DB-clock times for the former): not written out
+    d1_raw_out = np.where(d1v, d1_raw, np.where(a1v, a1, 0))
+    d4_raw_out = np.where(d4v, d4_raw, np.where(a4v, a4, 0))
+    t_valid = (d1v & d4v) | (~has_d & a1v & a4v)
+    req_v, resp_v = net_v & d1v, net_v & d4v
+    shown = _unbounded(bounds, n, (a1, a1v), (a4, a4v), (d1, d1v), (d4, d4v))
+    if shown is not None:  # apply_bounds' nulls: each point that is a bound and every duration that depends on it
+        a1_free, a4_free, d1_free, d4_free = shown
+        a1v, a4v, d1v, d4v = a1v & a1_free, a4v & a4_free, d1v & d1_free, d4v & d4_free
+        total_free, server_free = a1_free & a4_free, d1_free & d4_free
+        total_v, server_v, net_v = total_v & total_free, server_v & server_free, net_v & total_free & server_free
+        req_v, resp_v = req_v & a1_free & d1_free, resp_v & a4_free & d4_free
+        # the slow-log join and the group view read the DB times from _d*_raw: not from a bound
+        t_valid &= server_free & ~(has_a & ~has_d & ~total_free)
     base["app_req_ts"] = _to_ts(a1, a1v)
     base["app_resp_ts"] = _to_ts(a4, a4v)
     base["db_req_ts"] = _to_ts(d1, d1v)
     base["db_resp_ts"] = _to_ts(d4, d4v)
-    total_v, server_v = a1v & a4v, d1v & d4v
-    net_v = total_v & server_v
     base["total_s"] = _seconds(a4 - a1, total_v)
     base["server_s"] = _seconds(d4 - d1, server_v)  # skew-corrected: both ends went through the clock model
     base["network_s"] = _seconds((a4 - a1) - (d4 - d1), net_v)
-    base["net_req_s"] = _seconds(d1 - a1, net_v & d1v)
-    base["net_resp_s"] = _seconds(a4 - d4, net_v & d4v)
-    # kept for the slow-log join and the group view (DB-clock times for the former): not written out
-    base["_d1_raw"] = np.where(d1v, d1_raw, np.where(a1v, a1, 0))
-    base["_d4_raw"] = np.where(d4v, d4_raw, np.where(a4v, a4, 0))
-    base["_t_valid"] = (d1v & d4v) | (~has_d & a1v & a4v)
+    base["net_req_s"] = _seconds(d1 - a1, req_v)
+    base["net_resp_s"] = _seconds(a4 - d4, resp_v)
+    base["_d1_raw"] = d1_raw_out
+    base["_d4_raw"] = d4_raw_out
+    base["_t_valid"] = t_valid
     return base.reset_index(drop=True)
+
+
+def _unbounded(bounds, n: int, *points: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray] | None:
+    """Per point (A1, A4, D1, D4 as `points` (int64 ns, valid) give them): the rows where it is not a bound of
+    `bounds` (PointBounds); None without bounds. Sets `bounds.measured_ns`: the points' times at `bounds.rows`
+    (float64, NaN where unknown), as the table's point columns hold them before the bounds are left null."""
+    if bounds is None or not len(bounds.rows):
+        return None
+    rows = bounds.rows
+    bounds.measured_ns = np.stack([np.where(valid[rows], ns[rows].astype(np.float64), np.nan)
+                                   for ns, valid in points], axis=1)
+    shown = []
+    for k in range(len(points)):
+        free = np.ones(n, dtype=bool)
+        free[rows[bounds.named[:, k]]] = False
+        shown.append(free)
+    return shown
 
 
 def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: float | None,

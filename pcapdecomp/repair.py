@@ -59,7 +59,7 @@ from .capture import open_capture
 from .decompose import ts_ns
 from .exchanges import Extraction, extract
 from .match import Matching, Pairing, connection_keys, match_exchanges, split_endpoint
-from .tables import as_category, concat, release_memory
+from .tables import concat, labelled, release_memory
 
 SEQ_MOD = 1 << 32
 HALF = 1 << 31
@@ -1129,6 +1129,9 @@ class PointBounds:
     lo: np.ndarray  # float64 [len(rows), 4]
     hi: np.ndarray
     named: np.ndarray  # bool [len(rows), 4]: this point is a bound
+    # float64 [len(rows), 4]: the four points' times (app clock, NaN when unknown) before build_table left the
+    # bounds null; None: read from the table (apply_bounds of a table made without these bounds)
+    measured_ns: np.ndarray | None = None
 
 
 def point_bounds(app_ex: pd.DataFrame, db_ex: pd.DataFrame, matching: Matching, repair: Repair | None) -> PointBounds:
@@ -1177,15 +1180,18 @@ def apply_bounds(table: pd.DataFrame, bounds: PointBounds, clocks: dict, primary
     come from the points' bounds, each tightened by causality across the points on the app clock (A1 ≤ D1 ≤ D4 ≤
     A4, widened by the clock's own bounds)."""
     n = len(table)
-    label = np.full(n, None, dtype=object)
+    label_codes = np.full(n, -1, dtype=np.int64)  # of `labels`, -1: not bounded
+    labels: list[str] = []
     columns = {c: np.full(n, np.nan) for c in BOUND_COLUMNS}
     if len(bounds.rows):
         rows = bounds.rows
         point_cols = ("app_req_ts", "app_resp_ts", "db_req_ts", "db_resp_ts")
-        value = np.full((len(rows), 4), np.nan)
-        for k, col in enumerate(point_cols):
-            v, ok = ts_ns(table[col].iloc[rows])
-            value[:, k] = np.where(ok, v.astype(np.float64), np.nan)
+        value = bounds.measured_ns
+        if value is None:
+            value = np.full((len(rows), 4), np.nan)
+            for k, col in enumerate(point_cols):
+                v, ok = ts_ns(table[col].iloc[rows])
+                value[:, k] = np.where(ok, v.astype(np.float64), np.nan)
         lo, hi, named = bounds.lo.copy(), bounds.hi.copy(), bounds.named
         # D bounds are on the DB clock: onto the app clock of the row's capture, as build_table does for D1/D4
         # the true app time of a DB time lies in [estimate − u, estimate + v]
@@ -1211,26 +1217,33 @@ def apply_bounds(table: pd.DataFrame, bounds: PointBounds, clocks: dict, primary
                                            ("network_s", network, total_b | server_b)):
             columns[f"{name}_lo"][rows[which]] = _finite_s(b_lo[which])
             columns[f"{name}_hi"][rows[which]] = _finite_s(b_hi[which])
-        label[rows] = [",".join(p for p, on in zip(POINTS, row) if on) for row in named]
-        # a bound is not a measurement: the point and what depends on it are null
+        texts, which_text = np.unique([",".join(p for p, on in zip(POINTS, row) if on) for row in named],
+                                      return_inverse=True)
+        label_codes[rows] = which_text
+        labels = list(texts)
+        # a bound is not a measurement: the point and what depends on it are null (build_table, given the bounds,
+        # made them so: then nothing is copied here)
         nulls = {"app_req_ts": named[:, 0], "app_resp_ts": named[:, 1], "db_req_ts": named[:, 2],
                  "db_resp_ts": named[:, 3], "total_s": total_b, "server_s": server_b, "network_s": total_b | server_b,
                  "net_req_s": named[:, 0] | named[:, 2], "net_resp_s": named[:, 1] | named[:, 3]}
         table = table.copy(deep=False)
         for col, mask in nulls.items():
-            if mask.any():
+            if mask.any() and table[col].iloc[rows[mask]].notna().any():
                 values = table[col].copy()
                 values.iloc[rows[mask]] = pd.NaT if col.endswith("_ts") else np.nan
                 table[col] = values
         # the slow-log join and the group view read the DB times from these: not from a bound
         if "_t_valid" in table.columns:
-            valid = table["_t_valid"].to_numpy().copy()
-            app_only = (table["seen"].astype(object).to_numpy() == "app")[rows]
-            valid[rows[server_b | (total_b & app_only)]] = False
-            table["_t_valid"] = valid
+            app_only = (table["seen"].iloc[rows] == "app").to_numpy(dtype=bool, na_value=False)
+            unread = rows[server_b | (total_b & app_only)]
+            if table["_t_valid"].to_numpy()[unread].any():
+                valid = table["_t_valid"].to_numpy().copy()
+                valid[unread] = False
+                table["_t_valid"] = valid
     else:
         table = table.copy(deep=False)
-    table["bounded"] = as_category(label)
+    # as_category(label) of the labels at `rows` (None elsewhere), from codes: not an object per row
+    table["bounded"] = labelled(label_codes, labels)
     for c in BOUND_COLUMNS:
         table[c] = columns[c]
     return table

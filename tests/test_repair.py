@@ -132,6 +132,41 @@ def test_bounded_times_are_null_and_their_bounds_hold_the_measurement(tmp_path, 
     assert (x.loc[x["bounded"].astype(str).str.contains("A1"), "req_first_frame"] == 0).all()
 
 
+def test_bounds_left_null_by_build_table_are_what_apply_bounds_alone_nulls(tmp_path, monkeypatch):
+    """analyze hands the bounds to build_table, which leaves them (and what depends on them) null as it makes the
+    columns, and apply_bounds then copies nothing: the same table as apply_bounds nulling a table made without
+    them, on a real recording with loss at both points (bounds at both points)."""
+    from dataclasses import replace
+
+    import pandas as pd
+
+    from pcapdecomp import analysis, decompose
+
+    tables = {}
+    build, bound = decompose.build_table, repair.apply_bounds
+
+    def both_ways(app, db, matching, clocks, primary, clock_keys=None, bounds=None):
+        assert bounds is not None and len(bounds.rows)
+        plain = replace(bounds, measured_ns=None)
+        tables["alone"] = bound(build(app.copy(), db, matching, clocks, primary, clock_keys), plain, clocks, primary,
+                                clock_keys)
+        return build(app, db, matching, clocks, primary, clock_keys, bounds)
+
+    def kept(table, bounds, *rest):
+        assert bounds.measured_ns is not None  # build_table took them
+        given = bound(table, bounds, *rest)
+        tables["given"] = given.copy()  # as it is now: the later stages add columns to it
+        return given
+
+    monkeypatch.setattr(analysis, "build_table", both_ways)
+    monkeypatch.setattr(analysis, "apply_bounds", kept)
+    run(tmp_path, *_lossy(tmp_path, 0.04, 32, "both"))
+    given = tables["given"]
+    labels = given["bounded"].dropna().astype(str)
+    assert len(labels) > 10 and labels.str.contains("A").any() and labels.str.contains("D").any()
+    pd.testing.assert_frame_equal(tables["alone"], given)
+
+
 def _lossy(tmp_path: Path, rate: float, seed: int, where: str) -> tuple[Path, Path]:
     app, db = SET / "app.pcap", SET / "db.pcap"
     if where in ("app", "both"):
