@@ -8,6 +8,7 @@ between them and collects the warnings."""
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -257,73 +258,92 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     if cs.long_query_time is None:
         note("long_query_time unknown (no capture.toml, no --long-query-time): hidden_slow not decided")
     # --- per DB point (a server's slow log, thread pool and verdict are its own): decomposition and thread-pool view
-    names_of = [x.capture for x in db_xs] or [None]
-    if several:
-        positions = np.arange(len(table))
-        which = row_point.copy()
-        which[pd.isna(which)] = names_of[0]  # exchanges no DB point saw, of an unknown server: with the first
-        parts = [(name, positions[which == name]) for name in names_of]
-    else:
-        parts = [(names_of[0], None)]
-    done: list[ServerPart] = []
-    tables = []
-    for name, rows in parts:
-        sub = table if rows is None else table.iloc[rows].reset_index(drop=True)
-        part_table, part = _per_server(sub, cs, name, tz, max_sql_bytes, note)
-        tables.append(part_table)
-        done.append(part)
-        del sub, part_table
-        release_memory()
-    if several:
-        order = np.argsort(np.concatenate([rows for _, rows in parts]), kind="stable")
-        table = concat(tables).take(order).reset_index(drop=True)
-    else:
-        table = tables[0]
-    del tables
-    first = done[0]
+    # The query profile is made in a forked child as soon as its columns are (with one DB point: after the
+    # decomposition, beside the thread-pool view; see _per_server); the children end with this block.
+    with ExitStack() as children:
+        names_of = [x.capture for x in db_xs] or [None]
+        if several:
+            positions = np.arange(len(table))
+            which = row_point.copy()
+            which[pd.isna(which)] = names_of[0]  # exchanges no DB point saw, of an unknown server: with the first
+            parts = [(name, positions[which == name]) for name in names_of]
+        else:
+            parts = [(names_of[0], None)]
+        done: list[ServerPart] = []
+        tables = []
+        early: list[Forked] = []  # the query profile's child, when started by _per_server
 
-    exchanges = with_declared_dtypes(table, (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS))
-    del table
-    groups = concat([d.view.groups.assign(db_point=as_category([d.point] * len(d.view.groups))) for d in done])
-    pool = concat([d.view.pool.assign(db_point=as_category([d.point] * len(d.view.pool))) for d in done])
+        def profile_beside(decomposed: pd.DataFrame) -> None:
+            early.append(children.enter_context(Forked(_profile_of, decomposed)))
+        for name, rows in parts:
+            sub = table if rows is None else table.iloc[rows].reset_index(drop=True)
+            part_table, part = _per_server(sub, cs, name, tz, max_sql_bytes, note,
+                                           profile_beside if jobs > 1 and not several else None)
+            tables.append(part_table)
+            done.append(part)
+            del sub, part_table
+            release_memory()
+        if several:
+            order = np.argsort(np.concatenate([rows for _, rows in parts]), kind="stable")
+            table = concat(tables).take(order).reset_index(drop=True)
+        else:
+            table = tables[0]
+        del tables
+        first = done[0]
 
-    def summarised() -> dict:
-        return build_summary(
-            cs, names={"app": [p.name for p in app_pts], "dbs": [p.name for p in db_pts],
-                        "proxy": [p.name for p in proxy_pts]},
-            points=points_info, qualities={"app": [qualities[id(x)] for x in app_x],
-                                           "dbs": [qualities[id(x)] for x in db_xs],
-                                           "proxy": [qualities[id(x)] for x in proxy_x]},
-            matching=matching.stats.as_dict(), proxy=proxy_summary,
-            repair=repair.stats.as_dict() if repair is not None else None, clocks=clock_info, servers=done,
-            exchanges=exchanges, warnings=warnings, scheduler=runner.address if runner is not None else None,
-            through_proxy=proxied is not None)
+        exchanges = with_declared_dtypes(table, (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS))
+        del table
+        groups = concat([d.view.groups.assign(db_point=as_category([d.point] * len(d.view.groups))) for d in done])
+        pool = concat([d.view.pool.assign(db_point=as_category([d.point] * len(d.view.pool))) for d in done])
 
-    # With --jobs N the tables are written by a forked child as soon as they are whole, while the summary is built
-    # and the report renders here: it shares the tables as they are (nothing pickled), and converting them to Arrow
-    # holds the GIL, so a thread here would not run beside them (40 s sysbench pair: writing 0.97 s CPU, summary and
-    # report 1.2 s). --jobs 1: one after the other.
-    # The query profile (the report's most costly part: 40 s pair 0.33 s, 150 s pair ~1.2 s) is made by a second
-    # forked child: it needs nothing of the summary, and the report takes it when it reaches that section.
-    # The thread-pool view's per-bucket tables are made before the children start, not beside them: made after
-    # the fork, every heap page they wrote was first copied from the children's (copy-on-write: 0.34 s of system
-    # time on the 40 s pair, more than starting the writer 0.3 s earlier gained).
-    if jobs > 1:
-        with (Forked(_write_tables, out, cs, exchanges, groups, pool, csv, partitioned) as writing,
-              Forked(unspanned_profile, exchanges) as profiling):
+        def summarised() -> dict:
+            return build_summary(
+                cs, names={"app": [p.name for p in app_pts], "dbs": [p.name for p in db_pts],
+                            "proxy": [p.name for p in proxy_pts]},
+                points=points_info, qualities={"app": [qualities[id(x)] for x in app_x],
+                                               "dbs": [qualities[id(x)] for x in db_xs],
+                                               "proxy": [qualities[id(x)] for x in proxy_x]},
+                matching=matching.stats.as_dict(), proxy=proxy_summary,
+                repair=repair.stats.as_dict() if repair is not None else None, clocks=clock_info, servers=done,
+                exchanges=exchanges, warnings=warnings, scheduler=runner.address if runner is not None else None,
+                through_proxy=proxied is not None)
+
+        # With --jobs N the tables are written by a forked child as soon as they are whole, while the summary is built
+        # and the report renders here: it shares the tables as they are (nothing pickled), and converting them to Arrow
+        # holds the GIL, so a thread here would not run beside them (40 s sysbench pair: writing 0.97 s CPU, summary and
+        # report 1.2 s). --jobs 1: one after the other.
+        # The query profile (the report's most costly part: 40 s pair 0.33 s, 150 s pair ~1.2 s) is made by a second
+        # forked child: it needs nothing of the summary, and the report takes it when it reaches that section. With
+        # one DB point that child started before the thread-pool view (profile_beside), when one core was idle.
+        # The thread-pool view's per-bucket tables are made before the children start, not beside them: made after
+        # the fork, every heap page they wrote was first copied from the children's (copy-on-write: 0.34 s of system
+        # time on the 40 s pair, more than starting the writer 0.3 s earlier gained).
+        if jobs > 1:
+            with (Forked(_write_tables, out, cs, exchanges, groups, pool, csv, partitioned) as writing,
+                  early[0] if early else Forked(unspanned_profile, exchanges) as profiling):
+                summary = summarised()
+                page = render_report(summary, exchanges, first.view.groups, command_line,
+                                     {"app": app_conns, "db": db_conns}, first.view.pool, profiling.result)
+                names = writing.result()
+            names.append(_write_summary(out, summary))
+        else:
             summary = summarised()
+            names = _write_outputs(out, cs, exchanges, groups, pool, summary, csv, partitioned)
             page = render_report(summary, exchanges, first.view.groups, command_line,
-                                 {"app": app_conns, "db": db_conns}, first.view.pool, profiling.result)
-            names = writing.result()
-        names.append(_write_summary(out, summary))
-    else:
-        summary = summarised()
-        names = _write_outputs(out, cs, exchanges, groups, pool, summary, csv, partitioned)
-        page = render_report(summary, exchanges, first.view.groups, command_line, {"app": app_conns, "db": db_conns},
-                             first.view.pool)
-    names.append("report.html")
-    write_text(out / "report.html", page)
-    return AnalysisResult(out, exchanges, groups, summary, [], warnings), names
+                                 {"app": app_conns, "db": db_conns}, first.view.pool)
+        names.append("report.html")
+        write_text(out / "report.html", page)
+        return AnalysisResult(out, exchanges, groups, summary, [], warnings), names
+
+
+def _profile_of(decomposed: pd.DataFrame) -> pd.DataFrame:
+    """unspanned_profile of the exchanges, from the table as the decomposition left it (one DB point): the profile
+    reads none of the thread-pool view's columns, so a child forked then makes it beside the view, on the core
+    that is otherwise idle (150 s sysbench pair: ~1.7 s of CPU out of the stretch where the table's writer, the
+    summary and the report share the two cores), with the columns it reads in their declared dtypes as
+    exchanges.parquet has them."""
+    declared = tuple(c for c in (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS) if c.name in decomposed.columns)
+    return unspanned_profile(with_declared_dtypes(decomposed, declared))
 
 
 def _write_outputs(out: Path, cs: CaptureSet, exchanges: pd.DataFrame, groups: pd.DataFrame, pool: pd.DataFrame,
@@ -475,9 +495,10 @@ def _segments_ahead(ahead: Ahead, app_pts: list[CapturePoint], db_pts: list[Capt
 
 
 def _per_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, max_sql_bytes: int,
-                note) -> tuple[pd.DataFrame, ServerPart]:
+                note, decomposed=None) -> tuple[pd.DataFrame, ServerPart]:
     """The slow-log join, the decomposition and the thread-pool view of one DB point's exchanges: the table with
-    their columns, and what the summary reads of them."""
+    their columns, and what the summary reads of them. `decomposed(table)`: called with the table once it has
+    the decomposition's columns, before the thread-pool view (which adds the columns of its own)."""
     slow_path = cs.slow_logs.get(point if point is not None else "")
     slow = None
     slow_info: dict = {"file": str(slow_path) if slow_path else None, "used": False}
@@ -499,6 +520,8 @@ def _per_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, max_
         note(w)
     slow_info.update(join.stats)
     slow_info["used"] = join.used
+    if decomposed is not None:
+        decomposed(table)
     view = thread_pool_view(table, cs.thread_pool_size)
     for col in ("thread_group", "stall", "stall_role"):
         table[col] = getattr(view, col).array
