@@ -200,10 +200,20 @@ def _count_steps(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.n
     lo = min(int(starts.min()), int(ends.min()))
     if max(int(starts.max()), int(ends.max())) - lo >= 1 << 62:  # the doubled offsets would not fit in int64
         return _count_steps_sorted(starts, ends)
-    key = np.concatenate([(starts - lo) * 2 + 1, (ends - lo) * 2])
+    # made in place, in one array of keys and one of steps (a temporary of every row is 27 MB of fresh pages at
+    # 3.3 M exchanges, ~25 ms here)
+    key = np.empty(len(starts) + len(ends), dtype=np.int64)
+    for part, points, kind in ((key[:len(starts)], starts, 1), (key[len(starts):], ends, 0)):
+        np.subtract(points, lo, out=part)
+        part *= 2
+        part += kind
     key.sort()
-    running = np.cumsum((key & 1) * 2 - 1)
-    times = key >> 1
+    running = key & 1
+    running *= 2
+    running -= 1
+    np.cumsum(running, out=running)
+    times = key
+    times >>= 1
     last = np.flatnonzero(np.concatenate([times[1:] != times[:-1], [True]]))
     return times[last] + lo, running[last]
 
@@ -318,19 +328,34 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
 
     exec_s, queue_s, qmin = col("exec_s"), col("queue_s"), col("queue_min_s")
     exec_known = ~np.isnan(exec_s)
-    exec_ns = np.where(exec_known, np.rint(np.nan_to_num(exec_s) * NS), d4 - d1).astype(np.int64)
-    xs = np.maximum(d4 - exec_ns, d1)
-    q_end = np.minimum(d1 + np.rint(np.nan_to_num(queue_s) * NS).astype(np.int64), d4)
-    q_min = np.rint(np.nan_to_num(qmin) * NS).astype(np.int64)
+    server = d4 - d1
+    # np.where(exec_known, rint(exec_s × NS), server as float64) as int64, in place: fewer arrays of every row
+    exec_ns = _ns_of(exec_s)
+    np.copyto(exec_ns, server, where=~exec_known)
+    exec_ns = exec_ns.astype(np.int64)
+    long_exec = exec_known & (exec_ns >= threshold_ns)
+    xs = np.subtract(d4, exec_ns, out=exec_ns)  # exec_ns is not read again
+    np.maximum(xs, d1, out=xs)
+    del exec_ns
+    q_end = _ns_of(queue_s).astype(np.int64)
+    q_end += d1
+    np.minimum(q_end, d4, out=q_end)
+    q_min = _ns_of(qmin).astype(np.int64)
     conn = of_pos(t["conn_id"].astype("Int64").to_numpy(dtype="float64", na_value=-1)).astype(np.int64)
     upper_bound = of_pos(_equals(t["exec_source"], "below_long_query_time"))
     victim = q_min >= threshold_ns
-    long_exec = exec_known & (exec_ns >= threshold_ns)
     # an upper bound on execution (below long_query_time) can still be a culprit, unless the statement is known to
     # have queued itself
     culprit_ok = long_exec & (~upper_bound | ~victim)
     measured = of_pos(_equals(t["queue_source"], "measured"))
-    return _Rows(pos, d1, d4, xs, exec_known, q_end, q_min, d4 - d1, conn, measured, culprit_ok), outliers, t0, t1
+    return _Rows(pos, d1, d4, xs, exec_known, q_end, q_min, server, conn, measured, culprit_ok), outliers, t0, t1
+
+
+def _ns_of(seconds: np.ndarray) -> np.ndarray:
+    """np.rint(np.nan_to_num(seconds) * NS) (float64), made in one new array."""
+    out = np.nan_to_num(seconds)
+    out *= NS
+    return np.rint(out, out=out)
 
 
 # --- the whole pool -------------------------------------------------------------------------------------------
