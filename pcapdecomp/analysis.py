@@ -8,7 +8,7 @@ between them and collects the warnings."""
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,10 +29,10 @@ from .proxy import empty_columns as proxy_empty
 from .proxy import finish as proxy_finish
 from .repair import apply_bounds, point_bounds, repair_losses
 from .report import render as render_report
-from .report import unspanned_profile
+from .report import component_rows, unspanned_profile
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 from .sources import CapturePoint, parse_server
-from .summary import ServerPart, clock_entry
+from .summary import ServerPart, clock_entry, latency_quantiles
 from .summary import build as build_summary
 from .summary import to_json as summary_json
 from .tables import as_category, concat, map_big_blocks, release_memory, with_declared_dtypes
@@ -274,7 +274,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         early: list[Forked] = []  # the query profile's child, when started by _per_server
 
         def profile_beside(decomposed: pd.DataFrame) -> None:
-            early.append(children.enter_context(Forked(_profile_of, decomposed)))
+            early.append(children.enter_context(Forked(_beside_the_view, decomposed)))
         for name, rows in parts:
             sub = table if rows is None else table.iloc[rows].reset_index(drop=True)
             part_table, part = _per_server(sub, cs, name, tz, max_sql_bytes, note,
@@ -296,7 +296,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         groups = concat([d.view.groups.assign(db_point=as_category([d.point] * len(d.view.groups))) for d in done])
         pool = concat([d.view.pool.assign(db_point=as_category([d.point] * len(d.view.pool))) for d in done])
 
-        def summarised() -> dict:
+        def summarised(latency: dict | None = None) -> dict:
             return build_summary(
                 cs, names={"app": [p.name for p in app_pts], "dbs": [p.name for p in db_pts],
                             "proxy": [p.name for p in proxy_pts]},
@@ -306,7 +306,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
                 matching=matching.stats.as_dict(), proxy=proxy_summary,
                 repair=repair.stats.as_dict() if repair is not None else None, clocks=clock_info, servers=done,
                 exchanges=exchanges, warnings=warnings, scheduler=runner.address if runner is not None else None,
-                through_proxy=proxied is not None)
+                through_proxy=proxied is not None, latency=latency)
 
         # With --jobs N the tables are written by a forked child as soon as they are whole, while the summary is built
         # and the report renders here: it shares the tables as they are (nothing pickled), and converting them to Arrow
@@ -320,10 +320,18 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         # time on the 40 s pair, more than starting the writer 0.3 s earlier gained).
         if jobs > 1:
             with (Forked(_write_tables, out, cs, exchanges, groups, pool, csv, partitioned) as writing,
-                  early[0] if early else Forked(unspanned_profile, exchanges) as profiling):
-                summary = summarised()
-                page = render_report(summary, exchanges, first.view.groups, command_line,
-                                     {"app": app_conns, "db": db_conns}, first.view.pool, profiling.result)
+                  nullcontext() if early else Forked(unspanned_profile, exchanges) as profiling):
+                if early:  # made beside the thread-pool view: the profile, the latency quantiles, the components
+                    beside = early[0].result()
+                    summary = summarised(beside["latency"])
+                    page = render_report(summary, exchanges, first.view.groups, command_line,
+                                         {"app": app_conns, "db": db_conns}, first.view.pool,
+                                         lambda: beside["profile"], lambda: beside["components"])
+                    del beside
+                else:
+                    summary = summarised()
+                    page = render_report(summary, exchanges, first.view.groups, command_line,
+                                         {"app": app_conns, "db": db_conns}, first.view.pool, profiling.result)
                 names = writing.result()
             names.append(_write_summary(out, summary))
         else:
@@ -336,14 +344,16 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         return AnalysisResult(out, exchanges, groups, summary, [], warnings), names
 
 
-def _profile_of(decomposed: pd.DataFrame) -> pd.DataFrame:
-    """unspanned_profile of the exchanges, from the table as the decomposition left it (one DB point): the profile
-    reads none of the thread-pool view's columns, so a child forked then makes it beside the view, on the core
-    that is otherwise idle (150 s sysbench pair: ~1.7 s of CPU out of the stretch where the table's writer, the
-    summary and the report share the two cores), with the columns it reads in their declared dtypes as
-    exchanges.parquet has them."""
+def _beside_the_view(decomposed: pd.DataFrame) -> dict:
+    """What the summary and the report read of the decomposition's columns alone, from the table as the
+    decomposition left it (one DB point): the query profile (unspanned_profile), summary.json → latency_s
+    (latency_quantiles) and the report's table of components (component_rows). None of them reads the thread-pool
+    view's columns, so a child forked then makes them beside the view, on the core that is otherwise idle (150 s
+    sysbench pair: ~2 s of CPU out of the stretch where the table's writer, the summary and the report share the
+    two cores), from the columns in their declared dtypes, as exchanges.parquet has them."""
     declared = tuple(c for c in (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS) if c.name in decomposed.columns)
-    return unspanned_profile(with_declared_dtypes(decomposed, declared))
+    x = with_declared_dtypes(decomposed, declared)
+    return {"profile": unspanned_profile(x), "latency": latency_quantiles(x), "components": component_rows(x)}
 
 
 def _write_outputs(out: Path, cs: CaptureSet, exchanges: pd.DataFrame, groups: pd.DataFrame, pool: pd.DataFrame,

@@ -47,11 +47,13 @@ def esc(text) -> Html:
 
 def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command_line: str | None = None,
            connections: dict | None = None, pool: pd.DataFrame | None = None,
-           profiled: Callable[[], pd.DataFrame] | None = None) -> str:
+           profiled: Callable[[], pd.DataFrame] | None = None,
+           components: Callable[[], list[list[str]]] | None = None) -> str:
     """The whole page as one string. connections: {"app": table, "db": table} of CONNECTION_COLUMNS (the
     extraction's), for connection set-up latencies; pool: pool.parquet's table when the analysis wrote one;
     profiled: returns `unspanned_profile(exchanges)` when the page reaches the query profile (made beside the
-    rendering, in another process: analysis.py), else it is made here."""
+    rendering, in another process: analysis.py), else it is made here; components: likewise, returns
+    `component_rows(exchanges)`."""
     import plotly.offline
 
     x = exchanges
@@ -59,7 +61,7 @@ def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command
     conns = connection_times(connections, summary)
     axis = time_axis(t, [conns["t_ns"].to_numpy(dtype=np.int64)] if conns is not None else [])
     figures = figure_specs(summary, x, groups, t, axis, conns, pool)
-    page = _Page(summary, x, t, axis, figures, profiled)
+    page = _Page(summary, x, t, axis, figures, profiled, components)
     sections = [
         page.verdict(),
         page.decomposition(),
@@ -91,6 +93,28 @@ def _script_json(value) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+COMPONENTS = (("total_s", "client (A4 − A1)"), ("server_s", "server (D4 − D1)"), ("network_s", "network"),
+              ("net_req_s", "request leg"), ("net_resp_s", "response leg"), ("net_app_proxy_s", "app ↔ proxy network"),
+              ("proxy_s", "inside the proxy"), ("proxy_wait_s", "waiting in the proxy (P2 − P1)"),
+              ("net_proxy_db_s", "proxy ↔ DB network"), ("queue_s", "queueing"), ("exec_s", "execution"))
+
+
+def component_rows(x: pd.DataFrame) -> list[list[str]]:
+    """The rows of "Where the time went"'s table: per duration column of COMPONENTS that `x` has (and that has a
+    value), its label, count, p50, p95, p99, max and sum as the page shows them. What `render` takes made elsewhere
+    (`components`): it reads only the decomposition's columns."""
+    rows = []
+    for col, label in COMPONENTS:
+        if col not in x.columns:
+            continue
+        v = _f(x, col)
+        v = v[~np.isnan(v)]
+        if len(v):
+            q = np.quantile(v, [0.5, 0.95, 0.99])
+            rows.append([label, str(len(v)), *(seconds(s) for s in q), seconds(v.max()), f"{v.sum():.3f} s"])
+    return rows
+
+
 def unspanned_profile(x: pd.DataFrame) -> pd.DataFrame:
     """digest.profile of the exchanges before the time axis is known (QPS left null): what `render` takes made
     elsewhere (`profiled`), its QPS set by `spanned`."""
@@ -106,9 +130,10 @@ class _Page:
     """The sections that need the exchanges, their times and the shared time axis."""
 
     def __init__(self, summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None, figures: dict,
-                 profiled: Callable[[], pd.DataFrame] | None = None):
+                 profiled: Callable[[], pd.DataFrame] | None = None,
+                 components: Callable[[], list[list[str]]] | None = None):
         self.summary, self.x, self.t, self.axis, self.figures = summary, x, t, axis, figures
-        self.profiled = profiled
+        self.profiled, self.components = profiled, components
         self.stalls = list((summary.get("groups") or {}).get("stalls") or [])
         self.proxied = "proxy_s" in x.columns and bool(x["proxy_s"].notna().any())  # the proxy's own times known
         self.dated = axis is not None and pd.Timestamp(axis.lo_ns).date() != pd.Timestamp(axis.hi_ns).date()
@@ -187,19 +212,7 @@ class _Page:
         elif len(x):
             parts.append("<p>No exchange was seen at both points: only one side's view is available, so the split "
                          "into network and server time is not possible.</p>")
-        rows = []
-        for col, label in (("total_s", "client (A4 − A1)"), ("server_s", "server (D4 − D1)"),
-                           ("network_s", "network"), ("net_req_s", "request leg"), ("net_resp_s", "response leg"),
-                           ("net_app_proxy_s", "app ↔ proxy network"), ("proxy_s", "inside the proxy"),
-                           ("proxy_wait_s", "waiting in the proxy (P2 − P1)"),
-                           ("net_proxy_db_s", "proxy ↔ DB network"), ("queue_s", "queueing"), ("exec_s", "execution")):
-            if col not in x.columns:
-                continue
-            v = _f(x, col)
-            v = v[~np.isnan(v)]
-            if len(v):
-                q = np.quantile(v, [0.5, 0.95, 0.99])
-                rows.append([label, str(len(v)), *(seconds(s) for s in q), seconds(v.max()), f"{v.sum():.3f} s"])
+        rows = self.components() if self.components is not None else component_rows(x)
         table = (_table(["component", "count", "p50", "p95", "p99", "max", "sum"], rows, numeric=range(1, 7))
                  if rows else "<p>no latencies</p>")
         fig = "<div id='fig-shares' class='fig small'></div>" if self.figures.get("shares") else ""

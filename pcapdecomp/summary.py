@@ -32,11 +32,13 @@ class ServerPart:
 
 def build(cs: CaptureSet, *, names: dict[str, list[str]], points: list[dict], qualities: dict[str, list[dict]],
           matching: dict, proxy: dict | None, repair: dict | None, clocks: dict, servers: list[ServerPart],
-          exchanges: pd.DataFrame, warnings: list[str], scheduler: str | None, through_proxy: bool) -> dict:
+          exchanges: pd.DataFrame, warnings: list[str], scheduler: str | None, through_proxy: bool,
+          latency: dict | None = None) -> dict:
     """summary.json's content. `names` and `qualities`: the app, DB and proxy points' names and capture-quality
     dicts ("app", "dbs", "proxy"), as the stages used them; `clocks`: per app/DB pair, `clock_entry`; `servers`: one
     per DB point, in order; `through_proxy`: the decomposition ran through a proxy (its sentence joins the
-    verdict). `warnings` is kept as given: notes added to it later are in the file too."""
+    verdict). `warnings` is kept as given: notes added to it later are in the file too. `latency`: summary.json →
+    latency_s as `latency_quantiles(exchanges)` gives it, made elsewhere (analysis.py); None: made here."""
     first = servers[0]
     summary = {
         "set": cs.name,
@@ -65,7 +67,7 @@ def build(cs: CaptureSet, *, names: dict[str, list[str]], points: list[dict], qu
         "clocks": clocks,
         "slow_log": first.slow_info,
         "exchanges": _counts(exchanges),
-        "latency_s": _latency(exchanges),
+        "latency_s": latency if latency is not None else latency_quantiles(exchanges),
         "thread_pool_size": first.view.thread_pool_size,
         "pool": first.view.pool_summary,
         "groups": first.view.groups_summary,
@@ -162,7 +164,8 @@ def _containing(column: pd.Series, text: str) -> int:
     return int(column.astype("string").str.contains(text).fillna(False).sum())
 
 
-def _latency(x: pd.DataFrame) -> dict:
+def latency_quantiles(x: pd.DataFrame) -> dict:
+    """summary.json → latency_s: count, sum, p50, p99 and max of each duration column (the decomposition's)."""
     out = {}
     for col in ("total_s", "server_s", "network_s", "net_req_s", "net_resp_s", "queue_s", "exec_s"):
         values = x[col].to_numpy(dtype="float64", na_value=np.nan)

@@ -27,3 +27,30 @@ def test_jobs_two_writes_what_jobs_one_writes(name, tmp_path, monkeypatch):
     for f in FILES:
         assert (tmp_path / "one" / f).read_bytes() == (tmp_path / "two" / f).read_bytes(), f
     assert "Query profile" in (tmp_path / "two" / "report.html").read_text(encoding="utf-8")
+
+
+FIELD = Path(__file__).resolve().parent / "data" / "field"
+
+
+@pytest.mark.parametrize("app, db, slow_log", [
+    ([], FIELD / "one-exchange.pcap", None),  # one exchange, DB side only, no slow log, no thread-pool info
+    ([FIELD / "one-exchange.pcap"], None, None),  # the same exchange seen by the app only
+    ([FIELD / "one-connection-app.pcap"], FIELD / "one-connection-db.pcap", FIELD / "corners.log"),
+    ([], FIELD / "no-exchange.pcap", None),  # nothing to decompose
+], ids=["one exchange at the DB", "one exchange at the app", "one connection at both, a slow log", "no exchange"])
+def test_jobs_two_writes_what_jobs_one_writes_in_degenerate_cases(app, db, slow_log, tmp_path, monkeypatch):
+    """With --jobs 2 and one DB point, the query profile, summary.json → latency_s and the report's components are
+    made in a child forked before the thread-pool view (analysis._beside_the_view): the same files as --jobs 1 on
+    the smallest inputs too."""
+    monkeypatch.chdir(tmp_path)
+    written = []
+    for jobs in (1, 2):
+        result = analyze(None, app=app, db=db, slow_log=slow_log, long_query_time=1.0 if slow_log else None,
+                         thread_pool_size=None, servers=[], out_dir=tmp_path / str(jobs), quiet=True, jobs=jobs,
+                         command_line="pcapdecomp analyze (test)")
+        written.append(result)
+    one, two = written
+    assert two.summary == one.summary
+    assert (one.summary["slow_log"]["file"] is not None) == (slow_log is not None)
+    for f in FILES:
+        assert (tmp_path / "1" / f).read_bytes() == (tmp_path / "2" / f).read_bytes(), f
