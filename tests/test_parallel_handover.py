@@ -11,25 +11,34 @@ import signal
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+import shutil
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from pcapdecomp import parallel
+from pcapdecomp.analysis import analyze
 from pcapdecomp.exchanges import extract
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURE = REPO / "captures" / "oltp-hogs" / "db.pcap"
+sys.path.insert(0, str(REPO / "scripts"))
+
+from lose_frames import lose_frames  # noqa: E402
 
 
 @pytest.fixture
 def handover_dir(tmp_path, monkeypatch):
     """A directory of the test's own for the files, and thresholds low enough that the bundled captures' small
     tables cross by a file (the children are forked after this, so they see it too)."""
-    monkeypatch.setattr(parallel, "HANDOVER_DIR", str(tmp_path))
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr(parallel, "HANDOVER_DIR", str(shm))
     monkeypatch.setattr(parallel, "HANDOVER_MIN_BYTES", 0)
     monkeypatch.setattr(parallel, "_ARRAY_FILE_MIN_BYTES", 1)
-    return tmp_path
+    return shm
 
 
 def table(rows: int) -> pd.DataFrame:
@@ -179,4 +188,30 @@ def test_no_file_is_left_after_a_worker_is_killed(handover_dir):
     with pytest.raises(RuntimeError, match="ended without its result"):
         with parallel.Forked(written_then_killed, f"pcapdecomp-{pid}-{int(number) + 1}-") as child:
             child.result()
+    assert list(handover_dir.iterdir()) == []
+
+
+def test_analyze_of_a_pair_lossy_at_both_points_on_mapped_tables_writes_what_jobs_one_writes(handover_dir, tmp_path,
+                                                                                            monkeypatch):
+    """Every array of every worker's result (the extraction's, the clock's, the repair's re-read in
+    parallel.Worker, the query profile) comes through a file, and the stages after them run on the maps."""
+    lossy = REPO / "captures" / "oltp-prepared"
+    pair = tmp_path / "pair"
+    pair.mkdir()
+    for name in ("capture.toml", "slow.log"):
+        shutil.copyfile(lossy / name, pair / name)
+    lose_frames(lossy / "app.pcap", pair / "app.pcap", 0.03, 21)
+    lose_frames(lossy / "db.pcap", pair / "db.pcap", 0.03, 1021)
+    monkeypatch.chdir(tmp_path)  # summary.json names the working folder: the same for both runs
+    handed: list[int] = []
+    pack = parallel._pack
+    monkeypatch.setattr(parallel, "_unpack", lambda value, unpack=parallel._unpack: (
+        handed.append(isinstance(value, parallel._Handover)), unpack(value))[1])
+    runs = {jobs: analyze(pair, [], None, None, None, None, [], tmp_path / f"jobs{jobs}", quiet=True, jobs=jobs,
+                          command_line="pcapdecomp analyze (test)") for jobs in (1, 2)}
+    assert parallel._pack is pack
+    assert runs[1].summary["repair"]["bytes_borrowed"] > 0
+    assert sum(handed) >= 3  # the extraction's worker, the repair's Worker, the query profile
+    for name in ("exchanges.parquet", "groups.parquet", "pool.parquet", "summary.json", "report.html"):
+        assert (tmp_path / "jobs1" / name).read_bytes() == (tmp_path / "jobs2" / name).read_bytes(), name
     assert list(handover_dir.iterdir()) == []
