@@ -7,6 +7,7 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import resource
 import signal
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -214,4 +215,34 @@ def test_analyze_of_a_pair_lossy_at_both_points_on_mapped_tables_writes_what_job
     assert sum(handed) >= 3  # the extraction's worker, the repair's Worker, the query profile
     for name in ("exchanges.parquet", "groups.parquet", "pool.parquet", "summary.json", "report.html"):
         assert (tmp_path / "jobs1" / name).read_bytes() == (tmp_path / "jobs2" / name).read_bytes(), name
+    assert list(handover_dir.iterdir()) == []
+
+
+
+def little_room() -> None:
+    """In a child: writes beyond 64 KiB fail midway (a file size limit), as they fail with ENOSPC on a full
+    /dev/shm."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write then fails (EFBIG) instead of ending the process
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, resource.RLIM_INFINITY))
+
+
+def packed_with_little_room(directory: str):
+    little_room()
+    packed = parallel._pack(table(20_000), "pcapdecomp-little-room-")
+    return isinstance(packed, pd.DataFrame), sorted(os.listdir(directory))
+
+
+def table_with_little_room(rows: int) -> pd.DataFrame:
+    little_room()
+    return table(rows)
+
+
+def test_a_write_that_fails_midway_leaves_no_file_and_the_pipe_carries_it(handover_dir):
+    with parallel.Forked(packed_with_little_room, str(handover_dir)) as child:
+        as_is, files_then = child.result()
+    assert as_is and files_then == []  # the partial file was removed at once, not when the Forked context ended
+    with parallel.Forked(table_with_little_room, 20_000) as child:
+        got = child.result()
+    pd.testing.assert_frame_equal(got, table(20_000))
+    assert not any(mapped(a) for a in column_arrays(got))
     assert list(handover_dir.iterdir()) == []
