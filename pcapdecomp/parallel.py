@@ -2,16 +2,22 @@
 connection: each worker process reads the whole file but parses only its part of the connections (FlowTracker's
 `part`), and `merge_parts` joins the parts into exactly what one process gives (tests compare them).
 
-Workers are forked before the progress bar starts its thread; they report bytes read through shared memory."""
+Workers are forked before the progress bar starts its thread; they report bytes read through shared memory.
+
+Every result that comes back from a forked child (the pools here, `Worker`, `Forked`) crosses by `_pack` / `_unpack`:
+a big one (a capture's exchanges table) as a file in shared memory that the parent maps, not through the pipe."""
 
 from __future__ import annotations
 
+import itertools
+import mmap
 import multiprocessing as mp
 import os
+import pickle
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 
 from . import fastlane
@@ -21,6 +27,160 @@ from .flows import Endpoint
 from .sources import check_input, parse_server
 
 SMALL_CAPTURE_BYTES = 16 << 20  # below this, starting processes costs more than it saves
+
+
+# The handover of big results from a forked child to the parent. Through the pool's pipe a result is pickled to one
+# bytes object in the child, read 64 KiB at a time into a buffer in the parent and unpickled from there: each array
+# copied three times, into pages that are new each time (150 s lossy sysbench pair: the re-read's 800 MB table took
+# 4.7 s from the worker's return to the parent's `result()`). Pickled with protocol 5 instead, the arrays stay out of
+# the pickle (`buffer_callback`): the child writes them into one file in HANDOVER_DIR (shared memory) and sends only
+# the file's name and where each array is in it; the parent maps each array's pages of the file (copy-on-write: what
+# pandas writes in place stays the parent's own and never raises "read-only"), removes the file at once (the pages live
+# as long as the maps) and unpickles on the maps, without a copy. Each array has its own map, so that one column the
+# parent keeps does not hold the whole table's pages.
+HANDOVER_DIR = os.environ.get("PCAPDECOMP_HANDOVER_DIR", "/dev/shm")  # "" switches the handover off: all by the pipe
+HANDOVER_MIN_BYTES = 1 << 20  # a result with fewer bytes of arrays goes through the pipe: a file would not pay
+_ARRAY_FILE_MIN_BYTES = 64 << 10  # smaller arrays of a big result go with the pickle: a map each would not pay
+_PAGE = mmap.PAGESIZE
+_CONTEXTS = itertools.count()  # numbers the pools and Forked children of this process: their files' prefix
+
+
+def _handover_prefix() -> str:
+    """The start of the names of the files the children of one pool (or one Forked) hand their results over in: the
+    parent removes what is left of them when the pool ends (a child killed mid-write, Ctrl-C), and only those (two
+    pools may be alive at once)."""
+    return f"pcapdecomp-{os.getpid()}-{next(_CONTEXTS)}-"
+
+
+def _remove_leftovers(prefix: str) -> None:
+    if not HANDOVER_DIR:
+        return
+    try:
+        names = [n for n in os.listdir(HANDOVER_DIR) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.unlink(os.path.join(HANDOVER_DIR, name))
+        except OSError:
+            pass
+
+
+class _Handover:
+    """A result on its way to the parent, in the file `path`: `pickled` is (offset, length) of the protocol-5 pickle
+    without its arrays; `arrays` has, for each out-of-band array in order, either its bytes (a small one, here) or
+    its (offset, length) in the file."""
+
+    __slots__ = ("path", "pickled", "arrays")
+
+    def __init__(self, path: str | None, pickled, arrays: list):
+        self.path, self.pickled, self.arrays = path, pickled, arrays
+
+    def __reduce__(self):
+        return _Handover, (self.path, self.pickled, self.arrays)
+
+
+def _pack(value, prefix: str):
+    """In the child: `value` itself (the pool's pipe pickles it as before) when it is small, cannot be pickled or no
+    file can be written; otherwise a _Handover whose arrays are in a new file of HANDOVER_DIR."""
+    if not HANDOVER_DIR or value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    buffers: list[pickle.PickleBuffer] = []
+    try:
+        pickled = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    except Exception:  # noqa: BLE001 - the pipe's pickling raises it again, where the pool reports it
+        return value
+    views = [b.raw() for b in buffers]
+    if sum(v.nbytes for v in views) < HANDOVER_MIN_BYTES:
+        return value
+    layout: list = []
+    end = 0
+    for view in views:
+        if view.nbytes < _ARRAY_FILE_MIN_BYTES:
+            layout.append(bytearray(view))  # writable, as an array unpickled from the pipe is
+        else:
+            layout.append((end, view.nbytes))
+            end += -(-view.nbytes // _PAGE) * _PAGE  # page-aligned: each array is mapped on its own (where an
+            # array starts does not change the time to unpickle and read it: 8 B, 64 B and 4 KiB measured alike)
+    pickled_at = (end, len(pickled))
+    end += len(pickled)
+    path = os.path.join(HANDOVER_DIR, f"{prefix}{os.getpid()}-{next(_CONTEXTS)}")
+    try:
+        room = os.statvfs(HANDOVER_DIR)
+        if room.f_bavail * room.f_frsize < end + (64 << 20):  # leave the rest of shared memory to others
+            return value
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:  # no such directory, not writable
+        return value
+    try:
+        try:
+            for place, view in zip(layout, views):
+                if isinstance(place, tuple):
+                    _write_all(fd, view, place[0])
+            _write_all(fd, memoryview(pickled), pickled_at[0])
+        finally:
+            os.close(fd)
+    except OSError:  # full (ENOSPC): the pipe takes it
+        os.unlink(path)
+        return value
+    return _Handover(path, pickled_at, layout)
+
+
+def _write_all(fd: int, view: memoryview, offset: int) -> None:
+    view = view.cast("B")
+    while view.nbytes:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+def _unpack(value):
+    """In the parent: the result a child's _pack gave."""
+    if not isinstance(value, _Handover):
+        return value
+    fd = os.open(value.path, os.O_RDONLY)
+    try:
+        os.unlink(value.path)
+        arrays = [memoryview(mmap.mmap(fd, place[1], access=mmap.ACCESS_COPY, offset=place[0]))
+                  if isinstance(place, tuple) else place for place in value.arrays]
+        start, length = value.pickled  # start: a page, after the arrays
+        pickled = mmap.mmap(fd, length, access=mmap.ACCESS_READ, offset=start)
+    finally:
+        os.close(fd)
+    view = memoryview(pickled)
+    try:
+        return pickle.loads(view, buffers=arrays)
+    finally:
+        view.release()
+        pickled.close()
+
+
+def _packed(prefix: str, function: Callable, *args):
+    """A pool's task: function(*args), its result packed for the way back."""
+    return _pack(function(*args), prefix)
+
+
+def _unpacked(future: Future) -> Future:
+    """A Future of what `future` (a pool's Future of a _packed call) gives once unpacked. The unpacking runs as soon as
+    the result arrives, taken or not, so that the file is removed at once."""
+    outer: Future = Future()
+
+    def arrived(inner: Future) -> None:
+        if inner.cancelled():
+            Future.cancel(outer)
+            outer.set_running_or_notify_cancel()  # tells wait() as well
+            return
+        err = inner.exception()
+        if err is not None:
+            outer.set_exception(err)
+            return
+        try:
+            outer.set_result(_unpack(inner.result()))
+        except BaseException as unpack_err:  # noqa: BLE001 - the caller's result() raises it
+            outer.set_exception(unpack_err)
+
+    outer.cancel = future.cancel  # cancelling the task before it runs cancels both (via arrived)
+    future.add_done_callback(arrived)
+    return outer
 
 
 def _ignore_interrupts() -> None:
@@ -36,19 +196,26 @@ def _workers(count: int) -> Iterator[ProcessPoolExecutor]:
     at once instead of finishing their captures."""
     before = set(mp.active_children())
     pool = ProcessPoolExecutor(max_workers=count, mp_context=mp.get_context("fork"), initializer=_ignore_interrupts)
+    prefix = _handover_prefix()
     try:
-        yield _BlockingInterruptsWhileForking(pool)
+        yield _BlockingInterruptsWhileForking(pool, prefix)
     except KeyboardInterrupt:
         # A worker ended mid-result can leave the pool's manager thread waiting on a half-sent message for ever,
         # and interpreter exit joins that thread: after an interrupt the CLI leaves with os._exit (cli.main).
         pool.shutdown(wait=False, cancel_futures=True)
-        for child in set(mp.active_children()) - before:
+        ended = set(mp.active_children()) - before
+        for child in ended:
             child.terminate()
+        for child in ended:  # gone before their files are looked for: none is written afterwards
+            child.join(5)
         raise
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         raise
-    pool.shutdown(wait=True)
+    else:
+        pool.shutdown(wait=True)
+    finally:
+        _remove_leftovers(prefix)
 
 
 class _BlockingInterruptsWhileForking:
@@ -57,13 +224,15 @@ class _BlockingInterruptsWhileForking:
     waits until the workers exist (they inherit the mask and ignore it before unblocking) and then interrupts the
     parent where it stands."""
 
-    def __init__(self, pool: ProcessPoolExecutor):
+    def __init__(self, pool: ProcessPoolExecutor, prefix: str):
         self._pool = pool
+        self._prefix = prefix
 
-    def submit(self, *args, **kwargs):
+    def submit(self, function: Callable, *args) -> Future:
+        """A Future of function(*args), run in a worker; its result comes back by the handover (_pack)."""
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            return self._pool.submit(*args, **kwargs)
+            return _unpacked(self._pool.submit(_packed, self._prefix, function, *args))
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
@@ -253,9 +422,11 @@ class Forked:
     def __init__(self, function: Callable, *args):
         context = mp.get_context("fork")
         self._receive, send = context.Pipe(duplex=False)
+        self._prefix = _handover_prefix()
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # see _BlockingInterruptsWhileForking
         try:
-            self._process = context.Process(target=_call_and_send, args=(send, function, args), daemon=True)
+            self._process = context.Process(target=_call_and_send, args=(send, self._prefix, function, args),
+                                            daemon=True)
             self._process.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
@@ -266,16 +437,21 @@ class Forked:
         return self
 
     def result(self):
-        self._taken = True
         try:
             ok, value = self._receive.recv()
         except EOFError:
-            self._process.join()
-            raise RuntimeError(f"a forked process ended without its result (exit code {self._process.exitcode})"
-                               ) from None
+            ok, value = None, None
         finally:
             self._receive.close()
-        self._process.join()
+        self._taken = True  # not before: a Ctrl-C while waiting leaves __exit__ to end the child
+        try:
+            if ok:
+                value = _unpack(value)
+        finally:
+            self._process.join()
+            _remove_leftovers(self._prefix)
+        if ok is None:
+            raise RuntimeError(f"a forked process ended without its result (exit code {self._process.exitcode})")
         if not ok:
             raise value
         return value
@@ -285,14 +461,16 @@ class Forked:
             self._process.terminate()
             self._process.join()
             self._receive.close()
+            _remove_leftovers(self._prefix)
         return False
 
 
-def _call_and_send(send, function: Callable, args: tuple) -> None:
-    """Forked's child: the call, and its result or exception sent back (one that cannot be pickled, as its text)."""
+def _call_and_send(send, prefix: str, function: Callable, args: tuple) -> None:
+    """Forked's child: the call, and its result (packed for the way back, _pack) or exception sent back (one that
+    cannot be pickled, as its text)."""
     _ignore_interrupts()
     try:
-        outcome = (True, function(*args))
+        outcome = (True, _pack(function(*args), prefix))
     except BaseException as err:  # noqa: BLE001 - it is the parent's to raise
         outcome = (False, err)
     try:
