@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .capture import open_capture
+from .digest import group_order
 from .fastlane import segment_keys
 from .tables import release_memory
 
@@ -125,39 +126,21 @@ def _bounded_join(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[
     and the app and DB connections that hold those values).
 
     Done on sorted integer arrays (what _bounded_join_frames does with pandas merges and groupbys, several times
-    faster): the rows of both points sorted by their value of `on`, numbered, then by (value, point, connection),
-    so that the distinct (connection, value) pairs, the connections per value and the join are runs of one array."""
+    faster): each point's rows sorted by (value of `on`, connection) give its distinct (value, connection) pairs
+    as runs (_distinct_pairs), the values are numbered in one space for both points (_numbered), and the
+    connections per value and the join are bincounts and searches in those sorted arrays.""" 
     keys = _radix_key([a, d], on) if len(a) and len(d) else None
     if keys is None:
         return _bounded_join_frames(a, d, on, refine)
     a_conn, d_conn = a["a_conn"].to_numpy(np.int64), d["d_conn"].to_numpy(np.int64)
     if min(a_conn.min(), d_conn.min()) < 0 or max(a_conn.max(), d_conn.max(), len(a) + len(d)) >= 1 << 31:
         return _bounded_join_frames(a, d, on, refine)
-    raw = np.concatenate(keys)
+    key_a, key_d = keys
     del keys
-    by_value = np.argsort(raw, kind="stable")
-    ordered = raw[by_value]
-    value = np.zeros(len(raw), dtype=np.int64)  # numbered in order, per row of by_value
-    np.cumsum(ordered[1:] != ordered[:-1], out=value[1:])
-    del ordered, raw
-    point_conn = np.concatenate([a_conn, d_conn + (1 << 31)])  # the DB point's connections above the app's
-    packed = point_conn[by_value]
-    del point_conn
-    value <<= 32
-    packed |= value
-    del value  # (each temporary freed as soon as it is used: the peak is about four arrays of both points' rows)
-    again = np.argsort(packed, kind="stable")  # nearly sorted already: the stable sort (timsort) runs through it
-    packed = packed[again]
-    row = by_value[again]
-    del by_value, again
-    first = np.ones(len(packed), dtype=bool)  # the first row of each distinct (value, point, connection)
-    first[1:] = packed[1:] != packed[:-1]
-    packed, row = packed[first], row[first]
-    is_d = (packed >> 31) & 1 == 1
-    conn = packed & 0x7FFFFFFF
-    val = packed >> 32
-    va, vd, ca, cd, row_a, row_d = val[~is_d], val[is_d], conn[~is_d], conn[is_d], row[~is_d], row[is_d] - len(a)
-    del packed, row, first, is_d, conn, val
+    va, ca, row_a = _distinct_pairs(key_a, a_conn)
+    vd, cd, row_d = _distinct_pairs(key_d, d_conn)
+    del key_a, key_d
+    va, vd = _numbered(va, vd)
     work = 0
     parts = []
     ambiguous = 0
@@ -197,9 +180,57 @@ def _bounded_join(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[
         vd, cd, row_d = vd[keep_d], cd[keep_d], row_d[keep_d]
     pa = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
     pd_ = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
-    pair, votes = np.unique((pa << 32) | pd_, return_counts=True)  # sorted by a_conn, then d_conn
+    pair, votes = _counted_pairs(pa, pd_)  # sorted by a_conn, then d_conn
     counted = pd.DataFrame({"a_conn": pair >> 32, "d_conn": pair & 0xFFFFFFFF, "votes": votes.astype(np.int64)})
     return counted, ambiguous, work, *held
+
+
+def _key_then_group_order(key: np.ndarray, group: np.ndarray, groups: int) -> np.ndarray:
+    """np.lexsort((group, key)): the rows in order of key, then group (0 … groups − 1), then row. Made as a stable
+    sort of the group numbers (numpy's radix sort: digest.group_order) and then a stable sort of the keys in that
+    order, which timsort runs through in a few merges when each group's keys already grow with its rows (a
+    connection's request sequence numbers do): 150 s sysbench pair, 3.3 M rows, ~3x faster than one sort."""
+    by_group = group_order(group, groups - 1)
+    return by_group[np.argsort(key[by_group], kind="stable")]
+
+
+def _distinct_pairs(key: np.ndarray, conn: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (key, connection) pairs of one point's rows in order of key, then connection, and the first
+    row of each (connections are numbered from 0)."""
+    order = _key_then_group_order(key, conn, int(conn.max()) + 1)
+    sorted_key, sorted_conn = key[order], conn[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (sorted_key[1:] != sorted_key[:-1]) | (sorted_conn[1:] != sorted_conn[:-1])
+    return sorted_key[first], sorted_conn[first], order[first]
+
+
+def _numbered(a: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two sorted arrays of values as numbers 0, 1, 2 … in order of value, in one space (equal values, equal
+    numbers): a stable sort of the two joined (timsort merges the two runs) and a count of the changes."""
+    both = np.concatenate([a, d])
+    order = np.argsort(both, kind="stable")
+    ordered = both[order]
+    del both
+    number = np.zeros(len(ordered), dtype=np.int64)
+    np.cumsum(ordered[1:] != ordered[:-1], out=number[1:])
+    del ordered
+    out = np.empty(len(number), dtype=np.int64)
+    out[order] = number
+    return out[:len(a)], out[len(a):]
+
+
+def _counted_pairs(a: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique((a << 32) | d, return_counts=True) for connection numbers a and d (0 … 2^31): by a bincount over
+    every (a, d) when there are not many more of them than pairs (connections are far fewer than their shared
+    values), else by the sort."""
+    if not len(a):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    width = int(d.max()) + 1
+    if (int(a.max()) + 1) * width > len(a) + (1 << 20):
+        return np.unique((a << 32) | d, return_counts=True)
+    counts = np.bincount(a * width + d)
+    present = np.flatnonzero(counts)
+    return ((present // width) << 32) | (present % width), counts[present]
 
 
 def _codes_of(frames: list[pd.DataFrame], keys: list[str]) -> tuple[np.ndarray, ...]:
@@ -218,6 +249,9 @@ def _join_values(a_conn: np.ndarray, va: np.ndarray, d_conn: np.ndarray, vd: np.
     sorted_vd = vd[order]
     lo = np.searchsorted(sorted_vd, va, side="left")
     many = np.searchsorted(sorted_vd, va, side="right") - lo
+    if not len(many) or many.max() <= 1:  # each value at most once at the other point: nothing to repeat
+        hit = np.flatnonzero(many)
+        return a_conn[hit], d_conn[order[lo[hit]]]
     rows_a = np.repeat(np.arange(len(va)), many)
     step = np.arange(len(rows_a)) - np.repeat(np.cumsum(many) - many, many)
     rows_d = order[np.repeat(lo, many) + step]
