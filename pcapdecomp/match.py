@@ -445,18 +445,22 @@ class Pairing:
         conn_a, conn_d, seq_a, seq_d, cmd_a, cmd_d, sql_a, sql_d = self._keys()
         pair_a = self._pair_a if which is None else self._pair_a[which]
         pair_d = self._pair_d if which is None else self._pair_d[which]
-        at_a = pd.Index(pair_a).get_indexer(conn_a) if len(pair_a) else np.full(len(conn_a), -1)
+        at_a = _positions(pair_a, conn_a)
         rows_a = np.flatnonzero(at_a >= 0)
-        rows_d = np.flatnonzero(pd.Index(pair_d).get_indexer(conn_d) >= 0) if len(pair_d) else \
-            np.zeros(0, dtype=np.int64)
+        rows_d = np.flatnonzero(_positions(pair_d, conn_d) >= 0)
         partner = pair_d[at_a[rows_a]]  # the DB connection each app row's connection is paired with
-        # (rows are in app / DB row order: the k-th in row order)
-        k_a = _occurrence(conn_a[rows_a], seq_a[rows_a])
-        k_d = _occurrence(conn_d[rows_d], seq_d[rows_d])
-        in_a, in_d = _inside_rows([partner, seq_a[rows_a], k_a], [conn_d[rows_d], seq_d[rows_d], k_d])
+        del at_a
+        found = _inside_once(partner, seq_a[rows_a], conn_d[rows_d], seq_d[rows_d])
+        if found is None:  # a sequence number repeats inside a connection: (rows are in app / DB row order: the
+            # k-th in row order)
+            k_a = _occurrence(conn_a[rows_a], seq_a[rows_a])
+            k_d = _occurrence(conn_d[rows_d], seq_d[rows_d])
+            found = _inside_rows([partner, seq_a[rows_a], k_a], [conn_d[rows_d], seq_d[rows_d], k_d])
+            del k_a, k_d
+        in_a, in_d = found
         work = len(rows_a) + len(rows_d) + len(in_a)
         ai, di = rows_a[in_a], rows_d[in_d]
-        del rows_a, rows_d, in_a, in_d, partner, k_a, k_d
+        del rows_a, rows_d, in_a, in_d, partner, found
         a_end = self._app["resp_tcp_end"].to_numpy(dtype="float64", na_value=np.nan)[ai]
         d_end = self._db["resp_tcp_end"].to_numpy(dtype="float64", na_value=np.nan)[di]
         both_done = self._app["result"].notna().to_numpy()[ai] & self._db["result"].notna().to_numpy()[di]
@@ -517,6 +521,49 @@ class Pairing:
         self._matching = Matching(app_row, db_row, notes, conn_pairs, stats)
         self.release()
         return self._matching
+
+
+def _positions(pairs: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """pd.Index(pairs).get_indexer(keys) for distinct connection keys `pairs`: the position of each key in `pairs`,
+    -1 where absent. Connection keys number connections from 0 (connection_keys), so this is one lookup array."""
+    if not len(pairs) or not len(keys):
+        return np.full(len(keys), -1, dtype=np.int64)
+    if min(pairs.min(), keys.min()) < 0 or max(pairs.max(), keys.max()) > 4 * (len(pairs) + len(keys)):
+        return pd.Index(pairs).get_indexer(keys)
+    at = np.full(int(max(pairs.max(), keys.max())) + 1, -1, dtype=np.int64)
+    at[pairs] = np.arange(len(pairs), dtype=np.int64)
+    return at[keys]
+
+
+def _inside_once(conn_a: np.ndarray, seq_a: np.ndarray, conn_d: np.ndarray, seq_d: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray] | None:
+    """_inside_rows on the keys (DB connection, seq, k) when no sequence number repeats inside a connection at
+    either point (the usual case: then k is 0 on every row): the (connection, seq) pairs of both points sorted
+    (_key_then_group_order: the sequence numbers of a connection already grow with its rows), one search of the
+    app's among the DB's (both sorted: the search walks memory in order), the matches put back in app row order.
+    None when one repeats (or a number is out of range): _inside_rows decides."""
+    if not len(conn_a) or not len(conn_d):
+        return None
+    top = int(max(conn_a.max(), conn_d.max()))
+    if min(conn_a.min(), conn_d.min(), seq_a.min(), seq_d.min()) < 0 or top >= 1 << 31 \
+            or max(seq_a.max(), seq_d.max()) >= 1 << 32:
+        return None
+    sorted_keys = []
+    for conn, seq in ((conn_a, seq_a), (conn_d, seq_d)):
+        key = (conn.astype(np.int64) << 32) | seq.astype(np.int64)
+        order = _key_then_group_order(key, conn, top + 1)
+        key = key[order]
+        if (key[1:] == key[:-1]).any():
+            return None
+        sorted_keys.append((key, order))
+    (key_a, order_a), (key_d, order_d) = sorted_keys
+    del sorted_keys
+    at = np.minimum(np.searchsorted(key_d, key_a), len(key_d) - 1)
+    hit = key_d[at] == key_a
+    partner_row = np.full(len(key_a), -1, dtype=np.int64)
+    partner_row[order_a[hit]] = order_d[at[hit]]
+    rows = np.flatnonzero(partner_row >= 0)
+    return rows, partner_row[rows]
 
 
 def _inside_rows(a_keys: list[np.ndarray], d_keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
