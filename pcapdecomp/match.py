@@ -114,7 +114,10 @@ def _radix_arrays(frames: list[list[np.ndarray]]) -> list[np.ndarray] | None:
         room *= span
         if room >= 1 << 62:
             return None
-        out = [o * span + (p - low) for o, p in zip(out, parts)]
+        for o, p in zip(out, parts):  # o * span + (p - low), in place: no temporary of the table's length
+            o *= span
+            o += p
+            o -= low
     return out
 
 
@@ -245,13 +248,16 @@ def _join_values(a_conn: np.ndarray, va: np.ndarray, d_conn: np.ndarray, vd: np.
                                                                                                    np.ndarray]:
     """The inner join of (a_conn, value) rows with (d_conn, value) rows on the value: the a_conn and d_conn of
     each joined row."""
-    order = np.argsort(vd, kind="stable")
-    sorted_vd = vd[order]
+    if len(vd) and not (vd[1:] < vd[:-1]).any():  # sorted already (_bounded_join's are)
+        order, sorted_vd = np.arange(len(vd)), vd
+    else:
+        order = np.argsort(vd, kind="stable")
+        sorted_vd = vd[order]
     lo = np.searchsorted(sorted_vd, va, side="left")
-    many = np.searchsorted(sorted_vd, va, side="right") - lo
-    if not len(many) or many.max() <= 1:  # each value at most once at the other point: nothing to repeat
-        hit = np.flatnonzero(many)
+    if len(vd) and not (sorted_vd[1:] == sorted_vd[:-1]).any():  # each value once at the other point: one search
+        hit = np.flatnonzero(sorted_vd[np.minimum(lo, len(vd) - 1)] == va)
         return a_conn[hit], d_conn[order[lo[hit]]]
+    many = np.searchsorted(sorted_vd, va, side="right") - lo
     rows_a = np.repeat(np.arange(len(va)), many)
     step = np.arange(len(rows_a)) - np.repeat(np.cumsum(many) - many, many)
     rows_d = order[np.repeat(lo, many) + step]
@@ -381,6 +387,13 @@ class Pairing:
             self._columns = (connection_keys(app).to_numpy(), connection_keys(db).to_numpy(),
                              app["req_tcp_seq"].to_numpy(), db["req_tcp_seq"].to_numpy(), cmd_a, cmd_d, sql_a, sql_d)
         return self._columns
+
+    def row_connections(self, app: pd.DataFrame, db: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """connection_keys of the rows of `app` and `db`: the ones made for the pairing when these are its tables
+        (repair.plan asks; 150 s sysbench pair: 2 x 3.3 M rows factorized again otherwise)."""
+        if app is self._app and db is self._db and app is not None:
+            return self._keys()[:2]
+        return connection_keys(app).to_numpy(), connection_keys(db).to_numpy()
 
     @property
     def matched(self) -> int:
