@@ -164,7 +164,8 @@ def _bounded_join(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[
         space = int(max(va.max(), vd.max())) + 1
         count_a, count_d = np.bincount(va, minlength=space), np.bincount(vd, minlength=space)
         a_ok, d_ok = count_a[va] <= FANOUT, count_d[vd] <= FANOUT
-        pa, pd_ = _join_values(ca[a_ok], va[a_ok], cd[d_ok], vd[d_ok])
+        pa, pd_ = _join_values(*((ca, va) if a_ok.all() else (ca[a_ok], va[a_ok])),  # (all: no copies)
+                               *((cd, vd) if d_ok.all() else (cd[d_ok], vd[d_ok])))
         work += len(va) + len(vd) + len(pa)
         parts.append((pa, pd_))
         # what remains ambiguous: values present at both points but too widely shared at one of them
@@ -249,14 +250,17 @@ def _join_values(a_conn: np.ndarray, va: np.ndarray, d_conn: np.ndarray, vd: np.
     """The inner join of (a_conn, value) rows with (d_conn, value) rows on the value: the a_conn and d_conn of
     each joined row."""
     if len(vd) and not (vd[1:] < vd[:-1]).any():  # sorted already (_bounded_join's are)
-        order, sorted_vd = np.arange(len(vd)), vd
+        order, sorted_vd = None, vd
     else:
         order = np.argsort(vd, kind="stable")
         sorted_vd = vd[order]
     lo = np.searchsorted(sorted_vd, va, side="left")
     if len(vd) and not (sorted_vd[1:] == sorted_vd[:-1]).any():  # each value once at the other point: one search
         hit = np.flatnonzero(sorted_vd[np.minimum(lo, len(vd) - 1)] == va)
-        return a_conn[hit], d_conn[order[lo[hit]]]
+        at = lo[hit]
+        return a_conn[hit], d_conn[at if order is None else order[at]]
+    if order is None:
+        order = np.arange(len(vd))
     many = np.searchsorted(sorted_vd, va, side="right") - lo
     rows_a = np.repeat(np.arange(len(va)), many)
     step = np.arange(len(rows_a)) - np.repeat(np.cumsum(many) - many, many)
