@@ -143,6 +143,14 @@ def _bounded_join(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[
     va, ca, row_a = _distinct_pairs(key_a, a_conn)
     vd, cd, row_d = _distinct_pairs(key_d, d_conn)
     del key_a, key_d
+    if not (va[1:] == va[:-1]).any() and not (vd[1:] == vd[:-1]).any():
+        # every value at one connection of each point (the usual case: requests of different connections share
+        # no sequence number): all within FANOUT, none ambiguous, the join is one search of the sorted values
+        at = np.minimum(np.searchsorted(vd, va), len(vd) - 1)
+        hit = np.flatnonzero(vd[at] == va)
+        pair, votes = _counted_pairs(ca[hit], cd[at[hit]])
+        counted = pd.DataFrame({"a_conn": pair >> 32, "d_conn": pair & 0xFFFFFFFF, "votes": votes.astype(np.int64)})
+        return counted, 0, len(va) + len(vd) + len(hit), set(), set()
     va, vd = _numbered(va, vd)
     work = 0
     parts = []
