@@ -422,8 +422,7 @@ class Pairing:
             return self.matched >= count
         conn_a, conn_d = self._keys()[:2]
         n = len(self._pair_a)
-        at_a = pd.Index(self._pair_a).get_indexer(conn_a) if n else np.full(len(conn_a), -1)
-        at_d = pd.Index(self._pair_d).get_indexer(conn_d) if n else np.full(len(conn_d), -1)
+        at_a, at_d = _positions(self._pair_a, conn_a), _positions(self._pair_d, conn_d)
         # a connection pair pairs at most as many exchanges as the smaller of its two connections holds
         most = np.minimum(np.bincount(at_a[at_a >= 0], minlength=n), np.bincount(at_d[at_d >= 0], minlength=n))
         del at_a, at_d
