@@ -87,6 +87,13 @@ def connection_keys(exchanges: pd.DataFrame) -> pd.Series:
 def _codes(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes of two columns in one value space; null is -1 on both sides (two nulls are equal)."""
     if isinstance(a.dtype, pd.CategoricalDtype) and isinstance(b.dtype, pd.CategoricalDtype):
+        # a's codes as they are, b's categories looked up among a's and its own others (only equality of codes
+        # matters to the joins): no recoding of a's rows
+        space = a.cat.categories.append(b.cat.categories.difference(a.cat.categories))
+        to_space = space.get_indexer(b.cat.categories)
+        if space.is_unique and not (to_space < 0).any():
+            to_space = np.append(to_space, -1).astype(np.int64)  # a null's code -1 picks the last: -1
+            return a.cat.codes.to_numpy(np.int64), to_space[b.cat.codes.to_numpy(np.int64)]
         space = a.cat.categories.union(b.cat.categories)
         return (a.cat.set_categories(space).cat.codes.to_numpy(np.int64),
                 b.cat.set_categories(space).cat.codes.to_numpy(np.int64))

@@ -424,3 +424,18 @@ def test_matching_work_grows_linearly_with_connections_that_share_every_key(tmp_
         assert m.stats.ambiguous_keys > 0
     assert work[1] <= 4.6 * work[0], work  # quadratic would be 16×
     assert peak[1] <= 5 * peak[0], peak
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.sampled_from("abcde")), max_size=12),
+       st.lists(st.one_of(st.none(), st.sampled_from("cdefg")), max_size=12), st.booleans())
+def test_codes_of_two_columns_are_equal_when_their_values_are(left, right, categorical):
+    from pcapdecomp.match import _codes
+
+    a = pd.Series(left, dtype="category" if categorical else object)
+    b = pd.Series(right, dtype="category" if categorical else object)
+    codes_a, codes_b = _codes(a, b)
+    for i, x in enumerate(left):
+        assert (codes_a[i] < 0) == (x is None)
+        for j, y in enumerate(right):
+            assert (codes_a[i] == codes_b[j]) == (x == y)
