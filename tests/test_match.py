@@ -439,3 +439,21 @@ def test_codes_of_two_columns_are_equal_when_their_values_are(left, right, categ
         assert (codes_a[i] < 0) == (x is None)
         for j, y in enumerate(right):
             assert (codes_a[i] == codes_b[j]) == (x == y)
+
+
+def test_a_connection_whose_rows_were_all_replaced_pairs_as_before(sides):
+    # The loss repair leaves a repaired connection's rows after the kept ones (repair.repair_losses): its
+    # connection key is numbered last, its rows sorted apart from the others'.
+    from pcapdecomp.match import connection_keys
+
+    app, db = sides
+    d = db.exchanges
+    moved = (d["conn_index"] == d["conn_index"].iloc[0]).to_numpy()
+    again = pd.concat([d[~moved], d[moved]], ignore_index=True)
+    m = match_exchanges(app.exchanges, again, app.connections, db.connections)
+    assert pairs_of(m) == identity(app.exchanges, again) and len(pairs_of(m)) == len(app.exchanges)
+    pairing = Pairing(app.exchanges, again, app.connections, db.connections)
+    keys_a, keys_d = pairing.row_connections(app.exchanges, again)  # the pairing's own keys of its tables
+    assert np.array_equal(keys_d, connection_keys(again).to_numpy()) and keys_d[-1] == keys_d.max()
+    other_a, other_d = pairing.row_connections(app.exchanges, d)  # other tables: their own keys
+    assert np.array_equal(other_d, connection_keys(d).to_numpy()) and not np.array_equal(other_d, keys_d)
