@@ -1098,7 +1098,11 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
     matching = match_exchanges(app_ex, db_ex, app_conns, db_conns)
     for side, rows in marks:  # say which exchanges hold bytes taken from the other point
         mine = matching.app_row if side == "app" else matching.db_row
-        marked = np.isin(mine, rows) & (mine >= 0)
+        # np.isin(mine, rows) & (mine >= 0) by a mask of the table's rows: isin sorts both (150 s pair: 3.3 M)
+        taken = np.zeros(max(len(app_ex if side == "app" else db_ex), int(rows.max(initial=-1)) + 1), dtype=bool)
+        taken[rows] = True
+        marked = (mine >= 0) & taken[np.maximum(mine, 0)]
+        del taken
         note = f"repaired-at-{side}"
         matching.notes[marked] = [f"{n},{note}" if n else note for n in matching.notes[marked]]
     return Repair(app_ex, db_ex, app_conns, db_conns, matching, stats, bound_rows)
