@@ -195,6 +195,101 @@ def test_inside_rows_is_the_merge_of_the_keys(data):
     assert rows_a.tolist() == want["index_x"].tolist() and rows_d.tolist() == want["index_y"].tolist()
 
 
+# --- the sorted joins against what they replace (the pandas merges, np.unique, the occurrence numbers) --------------
+
+
+def test_a_sequence_number_repeated_inside_a_connection_pairs_by_its_occurrence(sides):
+    # Two requests of one connection carry the same sequence number at both points (4 GiB apart, or forged): the
+    # k-th with the k-th, by the occurrence numbers, not the one search of distinct (connection, seq) keys.
+    app, db = sides
+    a, d = app.exchanges.copy(), db.exchanges.copy()
+    conn = a["conn_index"].iloc[0]
+    rows_a = np.flatnonzero((a["conn_index"] == conn).to_numpy())[:2]
+    twin = d["conn_id"] == a["conn_id"].iloc[rows_a[0]]
+    rows_d = np.flatnonzero(twin.fillna(False).to_numpy(dtype=bool))[:2]
+    a.loc[rows_a[1], "req_tcp_seq"] = a.loc[rows_a[0], "req_tcp_seq"]
+    d.loc[rows_d[1], "req_tcp_seq"] = d.loc[rows_d[0], "req_tcp_seq"]
+    m = match_exchanges(a, d, app.connections, db.connections)
+    assert pairs_of(m) == identity(app.exchanges, db.exchanges)
+
+
+def test_one_connection_and_no_exchange(sides):
+    app, db = sides
+    one = app.exchanges["conn_index"] == app.exchanges["conn_index"].iloc[0]
+    a = app.exchanges[one.to_numpy()].reset_index(drop=True)
+    m = match_exchanges(a, db.exchanges, app.connections, db.connections)
+    assert pairs_of(m) == identity(a, db.exchanges) and len(pairs_of(m)) == len(a) > 0
+    assert m.stats.connections_matched == 1
+    none = match_exchanges(app.exchanges.iloc[:0], db.exchanges.iloc[:0], app.connections, db.connections)
+    assert len(none.app_row) == 0 and none.stats.matched == 0 and len(none.connections) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_bounded_join_is_the_pandas_one(data):
+    from pcapdecomp.match import FANOUT, _bounded_join, _bounded_join_frames
+
+    def side(conn: str):
+        n = data.draw(st.integers(0, 40))
+        rows = data.draw(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 5), st.integers(0, 2)),
+                                  min_size=n, max_size=n))
+        frame = pd.DataFrame(rows, columns=[conn, "value", "ends"], dtype=np.int64)
+        return frame.assign(ends=frame[conn] % data.draw(st.integers(1, 3)))  # a connection's endpoints
+
+    a, d = side("a_conn"), side("d_conn")
+    got = _bounded_join(a, d, ["value"], ["ends"])
+    want = _bounded_join_frames(a, d, ["value"], ["ends"])
+    assert got[0].astype(np.int64).reset_index(drop=True).equals(want[0].astype(np.int64).reset_index(drop=True))
+    assert got[1:] == want[1:]
+    assert FANOUT == 4  # the draws above put up to 7 connections on one value: both sides of the limit
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_inside_once_is_the_join_with_occurrences_or_declines(data):
+    from pcapdecomp.match import _inside_once, _inside_rows, _occurrence
+
+    def side():
+        n = data.draw(st.integers(0, 30))
+        conn = np.array(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), dtype=np.int64)
+        seq = np.array(data.draw(st.lists(st.sampled_from([0, 5, 6, (1 << 32) - 1]), min_size=n, max_size=n)),
+                       dtype=np.int64)
+        return conn, seq
+
+    (ca, sa), (cd, sd) = side(), side()
+    got = _inside_once(ca, sa, cd, sd)
+    repeats = any(len(set(zip(c.tolist(), s.tolist()))) < len(c) for c, s in ((ca, sa), (cd, sd)))
+    if got is None:
+        assert repeats or not len(ca) or not len(cd)
+        return
+    assert not repeats
+    want = _inside_rows([ca, sa, _occurrence(ca, sa)], [cd, sd, _occurrence(cd, sd)])
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_sorting_helpers_are_the_numpy_ones(data):
+    from pcapdecomp.match import _counted_pairs, _key_then_group_order, _numbered, _positions
+
+    n = data.draw(st.integers(0, 40))
+    key = np.array(data.draw(st.lists(st.integers(-3, 1 << 40), min_size=n, max_size=n)), dtype=np.int64)
+    group = np.array(data.draw(st.lists(st.integers(0, 5), min_size=n, max_size=n)), dtype=np.int64)
+    assert _key_then_group_order(key, group, 6).tolist() == np.lexsort((group, key)).tolist()
+    a, d = np.sort(key[: n // 2]), np.sort(key[n // 2:])
+    na, nd = _numbered(a, d)
+    codes = np.unique(np.concatenate([a, d]), return_inverse=True)[1].reshape(-1)
+    assert na.tolist() == codes[:len(a)].tolist() and nd.tolist() == codes[len(a):].tolist()
+    wide = data.draw(st.booleans())  # numbers far apart: counted by the sort
+    pa, pd_ = group * ((1 << 30) if wide else 1), group[::-1].copy()
+    pair, votes = _counted_pairs(pa, pd_)
+    want_pair, want_votes = np.unique((pa << 32) | pd_, return_counts=True)
+    assert pair.tolist() == want_pair.tolist() and votes.tolist() == want_votes.tolist()
+    pairs = np.unique(group[: n // 3]) * ((1 << 20) if wide else 1)
+    expected = pd.Index(pairs).get_indexer(group) if len(pairs) else np.full(len(group), -1)
+    assert _positions(pairs, group).tolist() == expected.tolist()
+
+
 # --- clock samples ---------------------------------------------------------------------------------------
 
 
@@ -329,3 +424,36 @@ def test_matching_work_grows_linearly_with_connections_that_share_every_key(tmp_
         assert m.stats.ambiguous_keys > 0
     assert work[1] <= 4.6 * work[0], work  # quadratic would be 16×
     assert peak[1] <= 5 * peak[0], peak
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.sampled_from("abcde")), max_size=12),
+       st.lists(st.one_of(st.none(), st.sampled_from("cdefg")), max_size=12), st.booleans())
+def test_codes_of_two_columns_are_equal_when_their_values_are(left, right, categorical):
+    from pcapdecomp.match import _codes
+
+    a = pd.Series(left, dtype="category" if categorical else object)
+    b = pd.Series(right, dtype="category" if categorical else object)
+    codes_a, codes_b = _codes(a, b)
+    for i, x in enumerate(left):
+        assert (codes_a[i] < 0) == (x is None)
+        for j, y in enumerate(right):
+            assert (codes_a[i] == codes_b[j]) == (x == y)
+
+
+def test_a_connection_whose_rows_were_all_replaced_pairs_as_before(sides):
+    # The loss repair leaves a repaired connection's rows after the kept ones (repair.repair_losses): its
+    # connection key is numbered last, its rows sorted apart from the others'.
+    from pcapdecomp.match import connection_keys
+
+    app, db = sides
+    d = db.exchanges
+    moved = (d["conn_index"] == d["conn_index"].iloc[0]).to_numpy()
+    again = pd.concat([d[~moved], d[moved]], ignore_index=True)
+    m = match_exchanges(app.exchanges, again, app.connections, db.connections)
+    assert pairs_of(m) == identity(app.exchanges, again) and len(pairs_of(m)) == len(app.exchanges)
+    pairing = Pairing(app.exchanges, again, app.connections, db.connections)
+    keys_a, keys_d = pairing.row_connections(app.exchanges, again)  # the pairing's own keys of its tables
+    assert np.array_equal(keys_d, connection_keys(again).to_numpy()) and keys_d[-1] == keys_d.max()
+    other_a, other_d = pairing.row_connections(app.exchanges, d)  # other tables: their own keys
+    assert np.array_equal(other_d, connection_keys(d).to_numpy()) and not np.array_equal(other_d, keys_d)
