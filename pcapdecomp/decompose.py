@@ -96,6 +96,26 @@ def _rows_of(app: pd.DataFrame, db: pd.DataFrame, ar: np.ndarray, dr: np.ndarray
     return pd.DataFrame(data, columns=names, copy=False)
 
 
+STATEMENT_COLUMNS = ("sql", "fingerprint", "query_id", "params")
+
+
+def _statements_from_db(base: pd.DataFrame, db_column, both: np.ndarray) -> None:
+    """Where both points saw an exchange and only the DB knows its statement (an EXECUTE whose PREPARE the app's
+    capture did not hold: sent before it began, or lost there and not repaired), the statement's columns from the
+    DB side (the app side's are null, or the placeholder fingerprint of an unknown statement). Its problems keep the
+    app's `unknown-statement`: that is what the app's capture held."""
+    known = db_column("sql").notna().to_numpy()
+    take = both & base["sql"].isna().to_numpy() & known
+    if not take.any():
+        return
+    for col in STATEMENT_COLUMNS:
+        values = base[col].astype(object).to_numpy(copy=True)
+        values[take] = db_column(col).astype(object).to_numpy()[take]
+        values[pd.isna(values)] = None
+        base[col] = as_category(values) if isinstance(base[col].dtype, pd.CategoricalDtype) else \
+            pd.array(values, dtype=base[col].dtype)
+
+
 def _merged_problems(app_side: pd.Series, db_side: pd.Series, both: np.ndarray) -> pd.Series:
     """Where both points saw the exchange, the problems of both (each listed once); elsewhere the app side's.
     Worked out once per distinct pair of texts, not once per row."""
@@ -156,6 +176,7 @@ def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks:
         for col in ("conn_id", "status_flags", "server_flag_slow"):
             if base[col].isna().any():
                 base[col] = base[col].where(base[col].notna(), db_column(col))
+        _statements_from_db(base, db_column, has_a & has_d)
         base["problems"] = _merged_problems(base["problems"], db_column("problems"), has_a & has_d)
         base["db_client"] = db_column("client")
         base["db_req_first_frame"] = db_column("req_first_frame").astype("Int64")

@@ -497,7 +497,12 @@ class Pairing:
         both_done = self._app["result"].notna().to_numpy()[ai] & self._db["result"].notna().to_numpy()[di]
         # a response not fully seen at one point ends early there: its end says nothing
         ends_agree = np.isnan(a_end) | np.isnan(d_end) | ~both_done | (a_end == d_end)
-        content = (cmd_a[ai] == cmd_d[di]) & (sql_a[ai] == sql_d[di])
+        # a statement's text unknown at one point only (its PREPARE lost there, or sent before that capture began:
+        # an EXECUTE whose text only the other point knows) is the same request all the same, on the same bytes of
+        # the same connection; taken as a conflict, a lost PREPARE on every prepared connection left too few pairs
+        # and the captures were taken for the two sides of an L7 proxy
+        sa, sd = sql_a[ai], sql_d[di]
+        content = (cmd_a[ai] == cmd_d[di]) & ((sa == sd) | (sa < 0) | (sd < 0))
         return ai, di, a_end, d_end, content & ends_agree, work
 
     def release(self, tables: bool = True) -> None:

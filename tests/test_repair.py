@@ -228,6 +228,60 @@ def test_a_login_lost_at_one_point_is_taken_from_the_other(tmp_path, reference):
     assert len(connect) == 5 and connect["bounded"].astype(str).str.contains("D1").sum() == 1
 
 
+def _prepares(segs) -> list[int]:
+    """Every COM_STMT_PREPARE request's frame and its answer's first segment's."""
+    out = []
+    for i, s in enumerate(segs):
+        if s.dst_port == 3306 and len(s.payload) > 4 and s.payload[4] == 0x16:
+            out += [s.frame, *[t.frame for t in segs[i + 1:i + 3] if t.payload and t.src_port == 3306][:1]]
+    return out
+
+
+def _statements_by_request(x):
+    """sql and fingerprint of each exchange, by its connection's client and request's TCP sequence number."""
+    return x.set_index(["client", "req_tcp_seq"])[["sql", "fingerprint"]].astype(object).sort_index()
+
+
+def test_every_prepare_lost_at_the_app_is_repaired_not_taken_for_a_proxy(tmp_path, reference):
+    """Both prepared connections' PREPARE (and its answer) lost at the app: their EXECUTEs are unknown statements
+    there. They pair with the DB's all the same (the same bytes of the same connection) and the repair fills the
+    PREPAREs in. Before, each was a conflict, too few exchanges paired, and the pair was analysed as the two sides of
+    an L7 proxy (568 exchanges only at the app, 570 only at the DB, nothing repaired)."""
+    segs = list(pt.read_segments(SET / "app.pcap"))
+    lost = set(_prepares(segs))
+    assert len({s.src_port for s in segs if s.frame in lost and s.dst_port == 3306}) == 2
+    pt.rewrite(SET / "app.pcap", tmp_path / "app.pcap", keep=lambda i, t: i + 1 not in lost)
+    result = run(tmp_path, tmp_path / "app.pcap", SET / "db.pcap")
+    summary = result.summary
+    assert summary["proxy"] is None and summary["repair"]["bytes_borrowed"] > 0
+    assert summary["match"]["app_only"] == 0 and summary["match"]["db_only"] == 0
+    classes = acc.classify(TRUTH, result.exchanges, reference)
+    assert (classes != "wrong").all() and (classes != "unmarked").all(), classes.value_counts()
+    assert (classes == "full").sum() >= len(TRUTH) - len(lost), classes.value_counts()
+    assert _statements_by_request(result.exchanges).equals(_statements_by_request(reference))
+
+
+def test_an_app_capture_begun_after_the_prepares_takes_the_statements_from_the_db(tmp_path, reference):
+    """The app's capture begins after both PREPAREs were answered (started later than the DB's): its EXECUTEs are
+    unknown statements at the app only. They pair with the DB's (before, the pair was taken for an L7 proxy) and take
+    the DB's statement text and fingerprint; their problems keep the app's unknown-statement."""
+    segs = list(pt.read_segments(SET / "app.pcap"))
+    last_answer = max(_prepares(segs))
+    pt.rewrite(SET / "app.pcap", tmp_path / "app.pcap", keep=lambda i, t: i + 1 > last_answer)
+    result = run(tmp_path, tmp_path / "app.pcap", SET / "db.pcap")
+    summary = result.summary
+    assert summary["proxy"] is None and summary["match"]["app_only"] == 0 and summary["match"]["conflicts"] == 0
+    x = result.exchanges
+    executes = x[(x["command"] == "COM_STMT_EXECUTE") & (x["seen"] == "both")]
+    assert len(executes) > 100
+    assert executes["sql"].notna().all()
+    assert executes["problems"].astype(str).str.contains("unknown-statement").all()
+    both = _statements_by_request(x[x["seen"] == "both"])
+    assert both.equals(_statements_by_request(reference).loc[both.index])
+    classes = acc.classify(TRUTH, x, reference)
+    assert (classes != "wrong").all(), classes.value_counts()
+
+
 def test_repair_with_workers_gives_the_same_table(tmp_path):
     """--jobs: the other point's bytes and the re-read run in worker processes; the table is the same."""
     app, db = _lossy(tmp_path, 0.03, 21, "both")
