@@ -18,7 +18,8 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, make_dataclass
-from socket import AF_INET, AF_INET6, inet_ntop
+from ipaddress import IPv6Address
+from socket import AF_INET, inet_ntop
 
 from pcapdecomp.errors import CaptureFormatError, InputError
 
@@ -122,8 +123,12 @@ _ADDRESS_TEXT: dict[bytes, tuple[str, str]] = {}
 def _address_text(addresses: bytes) -> tuple[str, str]:
     if len(_ADDRESS_TEXT) > 100_000:
         _ADDRESS_TEXT.clear()
-    family, half = (AF_INET, 4) if len(addresses) == 8 else (AF_INET6, 16)
-    text = _ADDRESS_TEXT[addresses] = (inet_ntop(family, addresses[:half]), inet_ntop(family, addresses[half:]))
+    if len(addresses) == 8:
+        text = (inet_ntop(AF_INET, addresses[:4]), inet_ntop(AF_INET, addresses[4:]))
+    else:  # as ipaddress writes them (RFC 5952), as --server's are: glibc's inet_ntop writes ::1:0 as ::0.1.0.0
+        # and ::ffff:a00:5 as ::ffff:10.0.0.5, so a server given so was never found in the capture
+        text = (str(IPv6Address(addresses[:16])), str(IPv6Address(addresses[16:])))
+    _ADDRESS_TEXT[addresses] = text
     return text
 
 
