@@ -321,17 +321,14 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         if jobs > 1:
             with (Forked(_write_tables, out, cs, exchanges, groups, pool, csv, partitioned) as writing,
                   nullcontext() if early else Forked(unspanned_profile, exchanges) as profiling):
-                if early:  # made beside the thread-pool view: the profile, the latency quantiles, the components
-                    beside = early[0].result()
-                    summary = summarised(beside["latency"])
-                    page = render_report(summary, exchanges, first.view.groups, command_line,
-                                         {"app": app_conns, "db": db_conns}, first.view.pool,
-                                         lambda: beside["profile"], lambda: beside["components"])
-                    del beside
-                else:
-                    summary = summarised()
-                    page = render_report(summary, exchanges, first.view.groups, command_line,
-                                         {"app": app_conns, "db": db_conns}, first.view.pool, profiling.result)
+                # made beside the thread-pool view (early): the profile, the latency quantiles, the components
+                beside = early[0].result() if early else {}
+                summary = summarised(beside.get("latency"))
+                page = render_report(summary, exchanges, first.view.groups, command_line,
+                                     {"app": app_conns, "db": db_conns}, first.view.pool,
+                                     (lambda: beside["profile"]) if early else profiling.result,
+                                     (lambda: beside["components"]) if early else None)
+                del beside
                 names = writing.result()
             names.append(_write_summary(out, summary))
         else:

@@ -153,11 +153,10 @@ def _bounded_join(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[
     if not (va[1:] == va[:-1]).any() and not (vd[1:] == vd[:-1]).any():
         # every value at one connection of each point (the usual case: requests of different connections share
         # no sequence number): all within FANOUT, none ambiguous, the join is one search of the sorted values
-        at = np.minimum(np.searchsorted(vd, va), len(vd) - 1)
-        hit = np.flatnonzero(vd[at] == va)
-        pair, votes = _counted_pairs(ca[hit], cd[at[hit]])
+        pa, pd_ = _join_values(ca, va, cd, vd)
+        pair, votes = _counted_pairs(pa, pd_)
         counted = pd.DataFrame({"a_conn": pair >> 32, "d_conn": pair & 0xFFFFFFFF, "votes": votes.astype(np.int64)})
-        return counted, 0, len(va) + len(vd) + len(hit), set(), set()
+        return counted, 0, len(va) + len(vd) + len(pa), set(), set()
     va, vd = _numbered(va, vd)
     work = 0
     parts = []
@@ -594,10 +593,9 @@ def _inside_once(conn_a: np.ndarray, seq_a: np.ndarray, conn_d: np.ndarray, seq_
         sorted_keys.append((key, order))
     (key_a, order_a), (key_d, order_d) = sorted_keys
     del sorted_keys
-    at = np.minimum(np.searchsorted(key_d, key_a), len(key_d) - 1)
-    hit = key_d[at] == key_a
+    found_a, found_d = _join_values(order_a, key_a, order_d, key_d)  # the app's and DB's rows of each key at both
     partner_row = np.full(len(key_a), -1, dtype=np.int64)
-    partner_row[order_a[hit]] = order_d[at[hit]]
+    partner_row[found_a] = found_d
     rows = np.flatnonzero(partner_row >= 0)
     return rows, partner_row[rows]
 
