@@ -8,6 +8,9 @@
     python3 benchmarks/bench.py --no-pcapng             # skip the pcapng and pcapng.gz copies of the DB capture
     python3 benchmarks/bench.py --rotated 10 --seconds 40  # tcpdump -C rotated into ~10 files per point: analyze in
                                                         # one process, --jobs, and a Dask LocalCluster of 2 workers
+    python3 benchmarks/bench.py --sizes 10,40,150 --record docs/speed-runs/
+                                                        # also writes the run, dated, with the machine and the
+                                                        # commit, as docs/speed-runs/<date>-<commit>.md
 
 Prints markdown tables: tool, wall seconds, packets/s, peak memory, exchange/command count and the agreement of
 pcapdecomp's count with tshark's MySQL dissector (must be within 0.5 %), and beside them the physical limit: the
@@ -380,6 +383,37 @@ def growth_row(seconds: int, work: Path, with_pcapng: bool) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+class _Tee:
+    """stdout that is also written to the run's record file."""
+
+    def __init__(self, stream, path: Path):
+        self.stream, self.file = stream, open(path, "a", encoding="utf-8")
+
+    def write(self, text: str) -> int:
+        self.file.write(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.file.flush()
+        self.stream.flush()
+
+
+def commit() -> str:
+    done = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
+def record_file(folder: Path) -> Path:
+    """The record of this run in `folder`: its date and the commit measured name it; its first lines say what ran
+    where (the page docs/speed.md links to these files)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{time.strftime('%Y-%m-%d-%H%M')}-{commit()}.md"
+    path.write_text(f"# Benchmark run of {time.strftime('%Y-%m-%d %H:%M %Z')}\n\n"
+                    f"`python3 benchmarks/bench.py {' '.join(sys.argv[1:])}` on commit {commit()}; "
+                    f"{machine()}; load average (1/5/15 min) at the start {load()}.\n\n", encoding="utf-8")
+    return path
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--app", type=Path)
@@ -396,8 +430,15 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=6.5,
                     help="MB/s one point's tcpdump writes under the lab's sysbench (to size -C for --rotated; "
                          "6.5 measured on 2 cores)")
+    ap.add_argument("--record", type=Path, metavar="FOLDER",
+                    help="also write everything printed to FOLDER/<date>-<commit>.md, headed by the date, the "
+                         "command, the commit and the machine")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.record:
+        path = record_file(args.record)
+        sys.stdout = _Tee(sys.stdout, path)
+        print(f"bench: recording this run in {path}", file=sys.stderr)
     compiled = compile_bytecode()
     print(f"machine: {machine()}; load average (1/5/15 min) {load()}; {time.strftime('%Y-%m-%d %H:%M')}"
           f"{'; bytecode compiled first (PYTHONDONTWRITEBYTECODE is set)' if compiled else ''}")

@@ -58,6 +58,43 @@ def _main(
 
 
 @app.command()
+def guide(
+    server: str = typer.Option(..., "--server", "-s", help="The MySQL/MariaDB server to capture: IP:PORT.",
+                               show_default=False),
+    app_host: list[str] = typer.Option([], "--app-host", help="An app host's IP address (repeatable): a capture "
+                                                               "there too, for the network and the clients' side."),
+    duration: int = typer.Option(600, "--duration", help="Seconds to capture."),
+    out: Path = typer.Option(Path("pcapdecomp-capture"), "--out", "-o",
+                             help="The capture-set folder (the same path on every host); capture.toml is written "
+                                  "there now."),
+    rotate_mb: int = typer.Option(100, "--rotate-mb", help="tcpdump starts a new file every N million bytes (-C)."),
+    packet_rate: float = typer.Option(5000.0, "--packet-rate", help="Packets per second through the server's port, "
+                                                                    "for the disk estimate."),
+    packet_bytes: int = typer.Option(200, "--packet-bytes", help="Mean packet size in bytes, for the disk estimate."),
+    interface: str = typer.Option("any", "--interface", "-i", help="tcpdump's interface on every host."),
+    mysql: str = typer.Option("mysql", "--mysql", help="How to run the mysql client as an admin on the DB host "
+                                                      "(e.g. 'mysql -u root -p')."),
+    long_query_time: Optional[float] = typer.Option(None, "--long-query-time",
+                                                    help="The server's long_query_time, if you know it (written "
+                                                         "to capture.toml)."),
+    thread_pool_size: Optional[int] = typer.Option(None, "--thread-pool-size",
+                                                   help="The server's thread_pool_size, if you know it (written "
+                                                        "to capture.toml; else analyze infers it)."),
+) -> None:
+    """Print the capture plan for SERVER: the tcpdump command on each host, the SQL before and after, the slow log
+    for the window, a TLS key log, the disk it takes, and the `analyze` command that reads the result. Writes
+    OUT/capture.toml."""
+    from .guide import GuideOptions, plan, write_capture_toml
+
+    opts = GuideOptions(server=server, app_hosts=list(app_host), duration_s=duration, out=out, rotate_mb=rotate_mb,
+                        packet_rate=packet_rate, packet_bytes=packet_bytes, interface=interface, mysql=mysql,
+                        long_query_time=long_query_time, thread_pool_size=thread_pool_size)
+    text = plan(opts)  # checks every option before anything is written
+    write_capture_toml(opts)
+    sys.stdout.write(text)
+
+
+@app.command()
 def exchanges(
     capture: Path = typer.Argument(..., help="pcap or pcapng capture, optionally gzip-compressed."),
     server: list[str] = typer.Option(
@@ -314,43 +351,6 @@ def columns(
 
         raise UsageError(f"unknown table {table!r}: choose one of {', '.join(TABLES)}")
     print(markdown_table(chosen))
-
-
-@app.command()
-def guide(
-    server: str = typer.Option(..., "--server", "-s", help="The MySQL/MariaDB server to capture: IP:PORT.",
-                               show_default=False),
-    app_host: list[str] = typer.Option([], "--app-host", help="An app host's IP address (repeatable): a capture "
-                                                               "there too, for the network and the clients' side."),
-    duration: int = typer.Option(600, "--duration", help="Seconds to capture."),
-    out: Path = typer.Option(Path("pcapdecomp-capture"), "--out", "-o",
-                             help="The capture-set folder (the same path on every host); capture.toml is written "
-                                  "there now."),
-    rotate_mb: int = typer.Option(100, "--rotate-mb", help="tcpdump starts a new file every N million bytes (-C)."),
-    packet_rate: float = typer.Option(5000.0, "--packet-rate", help="Packets per second through the server's port, "
-                                                                    "for the disk estimate."),
-    packet_bytes: int = typer.Option(200, "--packet-bytes", help="Mean packet size in bytes, for the disk estimate."),
-    interface: str = typer.Option("any", "--interface", "-i", help="tcpdump's interface on every host."),
-    mysql: str = typer.Option("mysql", "--mysql", help="How to run the mysql client as an admin on the DB host "
-                                                      "(e.g. 'mysql -u root -p')."),
-    long_query_time: Optional[float] = typer.Option(None, "--long-query-time",
-                                                    help="The server's long_query_time, if you know it (written "
-                                                         "to capture.toml)."),
-    thread_pool_size: Optional[int] = typer.Option(None, "--thread-pool-size",
-                                                   help="The server's thread_pool_size, if you know it (written "
-                                                        "to capture.toml; else analyze infers it)."),
-) -> None:
-    """Print the capture plan for SERVER: the tcpdump command on each host, the SQL before and after, the slow log
-    for the window, a TLS key log, the disk it takes, and the `analyze` command that reads the result. Writes
-    OUT/capture.toml."""
-    from .guide import GuideOptions, plan, write_capture_toml
-
-    opts = GuideOptions(server=server, app_hosts=list(app_host), duration_s=duration, out=out, rotate_mb=rotate_mb,
-                        packet_rate=packet_rate, packet_bytes=packet_bytes, interface=interface, mysql=mysql,
-                        long_query_time=long_query_time, thread_pool_size=thread_pool_size)
-    text = plan(opts)  # checks every option before anything is written
-    write_capture_toml(opts)
-    sys.stdout.write(text)
 
 
 @lab_app.command("record")

@@ -1,4 +1,4 @@
-"""Screenshots of report.html, one per section, with headless Chromium (the README's docs/img/report-*.png).
+"""Screenshots of report.html, one per section, with headless Chromium (docs/img/report-*.png, shown in docs/report.md).
 
     python3 scripts/report_screenshots.py reports/group-stall/report.html docs/img/report-group-stall
     python3 scripts/report_screenshots.py PAGE PREFIX --sections timeline,groups --width 1200
