@@ -361,7 +361,8 @@ def lab_record(
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed for the workload."),
     no_install: bool = typer.Option(False, "--no-install", help="Do not apt-get/pip install missing tools."),
 ) -> None:
-    """Record SCENARIO from a private MariaDB in two network namespaces (needs root).
+    """Record SCENARIO from a private MariaDB in two network namespaces (needs root, and a source checkout: run it
+    from the checkout's root).
 
     Scenarios (captures/lab/README.md): maxthreads, group-stall, oltp-hogs, oltp-prepared, connection-churn,
     features, midstream-join, slowlog-forms, sysbench, bigpacket, proxy-l4, proxy-pool, stall-fix (a series of three).

@@ -1,7 +1,9 @@
 """`pcapdecomp lab record`: runs the lab scripts in captures/lab/ of the source checkout.
 
 The lab is a set of scripts, not part of the installed package (it needs root, network namespaces and a MariaDB
-server); this wrapper finds it next to the package and turns its errors into pcapdecomp errors.
+server, and it writes into the checkout's captures/): a development command. This wrapper finds the scripts next to
+the package (a checkout, or an editable install) or in the current folder (an installed copy run from a checkout's
+root), and turns their errors into pcapdecomp errors.
 """
 
 from __future__ import annotations
@@ -15,15 +17,24 @@ from .errors import PcapdecompError, UsageError
 LAB_DIR = Path(__file__).resolve().parents[1] / "captures" / "lab"
 
 
+def lab_dir() -> Path:
+    """The lab scripts of a source checkout: beside the package, else under the current folder."""
+    for folder in (LAB_DIR, Path.cwd() / "captures" / "lab"):
+        if (folder / "record.py").is_file():
+            return folder
+    raise UsageError("`pcapdecomp lab record` is a development command: it runs the lab scripts of a source "
+                     "checkout (captures/lab/), which an installed copy does not hold; run it from the root of a "
+                     "checkout of pcapdecomp")
+
+
 class LabFailed(PcapdecompError):
     """The lab could not record (not root, no netns, a tool missing, the workload failed)."""
 
 
 def _load_record_module():
-    script = LAB_DIR / "record.py"
-    if not script.exists():
-        raise UsageError(f"the lab scripts are not here ({LAB_DIR}); run from a source checkout of pcapdecomp")
-    sys.path.insert(0, str(LAB_DIR))
+    folder = lab_dir()
+    script = folder / "record.py"
+    sys.path.insert(0, str(folder))
     spec = importlib.util.spec_from_file_location("pcapdecomp_lab_record", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -195,3 +195,31 @@ def test_counts_the_docs_quote_are_the_tests_counts():
     assert f"{runs} runs" in analysis and f"the {bundled} bundled pcaps" in analysis
     assert f"the {sets} capture-set folders" in analysis
     assert f"all {bundled} bundled captures" in _flat(development)
+
+
+def test_the_readme_install_gives_a_working_command(tmp_path):
+    """The README's two install commands, in a fresh virtual environment (the dependencies from this Python's own
+    site-packages; pip fetches only the build backend, as `pip install .` does): the installed copy, not the checkout, answers; and `lab record`, a development
+    command, says so in one line outside a checkout and finds the lab from a checkout's root."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
+                           "--disable-pip-version-check", str(REPO)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    if done.returncode != 0 and "satisfies the requirement setuptools" in done.stderr:
+        pytest.skip("pip cannot fetch the build backend (setuptools, wheel): no package index here")
+    assert done.returncode == 0, done.stderr[-2000:]
+    command = str(venv / "bin" / "pcapdecomp")
+    done = subprocess.run([command, "--help"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0 and "guide" in done.stdout and "analyze" in done.stdout
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import pcapdecomp; print(pcapdecomp.__file__)"],
+                           capture_output=True, text=True, env=env, cwd=tmp_path).stdout
+    assert where.startswith(str(venv))
+    done = subprocess.run([command, "lab", "record", "group-stall", "--no-install"], capture_output=True, text=True,
+                          env=env, cwd=tmp_path)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "development command" in done.stderr and "root of a checkout" in done.stderr
+    done = subprocess.run([command, "lab", "record", "no-such-scenario", "--no-install"], capture_output=True,
+                          text=True, env=env, cwd=REPO)
+    assert done.returncode == 2 and "unknown scenario 'no-such-scenario'" in done.stderr, done.stderr
