@@ -218,12 +218,13 @@ def plan(opts: GuideOptions) -> str:
     add("")
     add("## 7. Gather and analyse")
     if app_dirs:
-        add(f"On separate machines, copy each host's folder into {out}/ on the machine that analyses "
-            f"(e.g. `scp -r HOST:{out}/app-… {out}/`), then:")
+        first = app_dirs[0][1]
+        add(f"Gather into one {out}/ on the machine that analyses: the DB host's {out}/ (db/, slow.log, the .tsv "
+            f"files) and each app host's {first.name}/ folder (e.g. `scp -r APPHOST:{first} {out}/`), then:")
     else:
-        add(f"On the machine that analyses, with the DB host's {out}/ copied over:")
+        add(f"On the machine that analyses, with the DB host's {out}/ (db/, slow.log, the .tsv files) copied over:")
     command(f"pcapdecomp analyze {q(str(out))}")
     add("The verdict's first sentence names the thread group that stalled and the statement that held it, or says "
-        f"that nothing waited; the tables and report.html go to reports/{out.name}/ (see the docs: reading the "
+        f"that nothing waited; the tables and report.html go to reports/{out.name}/ (docs/concepts.md: the "
         "verdict).")
     return "\n".join(lines) + "\n"
