@@ -21,7 +21,8 @@ from .sources import parse_server
 PCAP_RECORD_HEADER_BYTES = 16  # each packet's record header in a pcap file, on top of the packet itself
 # The variables the analysis (or a later version) reads from variables.tsv, and those that decide whether the slow
 # log holds every statement of the window.
-VARIABLES = ("long_query_time", "slow_query_log", "slow_query_log_file", "log_output", "log_slow_verbosity",
+VARIABLES = ("long_query_time", "slow_query_log", "slow_query_log_file", "log_output", "log_slow_extra",
+             "log_slow_verbosity",
              "log_slow_rate_limit", "log_slow_filter", "min_examined_row_limit", "log_slow_admin_statements",
              "thread_handling", "max_connections", "thread_cache_size", "wait_timeout", "version",
              "version_comment", "datadir")
@@ -135,6 +136,13 @@ def _mysql(opts: GuideOptions, sql: str, flags: str = "-B") -> str:
     return f"{opts.mysql}{' ' + flags if flags else ''} -e \"{sql}\""
 
 
+def _if_variable(opts: GuideOptions, name: str, then: str) -> str:
+    """`then`, in a shell line that runs it only when the server has the variable `name` (variables.tsv, written
+    before the window, lists it), and ends with status 0 either way."""
+    test = f"awk -F'\\t' '$1==\"{name}\"{{f=1}} END{{exit !f}}' {shlex.quote(str(opts.out / 'variables.tsv'))}"
+    return f"if {test}; then {then}; fi"
+
+
 def plan(opts: GuideOptions) -> str:
     """The capture plan as text, in the order it is followed."""
     host, port = check(opts)
@@ -174,6 +182,9 @@ def plan(opts: GuideOptions) -> str:
     command(f"(wc -c < \"$SLOW\" 2>/dev/null || echo 0) > {q(str(out / 'slow.offset'))}")
     add("Every statement into the slow log for the window (Query_time is execution only; the capture gives the rest):")
     command(_mysql(opts, "SET GLOBAL slow_query_log = 1; SET GLOBAL long_query_time = 0", ""))
+    add("MySQL 8.0.14+ also writes when each statement began executing, to the microsecond, with log_slow_extra "
+        "(the line does nothing on a server without it, such as MariaDB):")
+    command(_if_variable(opts, "log_slow_extra", _mysql(opts, "SET GLOBAL log_slow_extra = ON", "")))
     add("long_query_time = 0 holds for connections opened from now on; a connection pool opened earlier keeps its "
         "old threshold, so its statements reach the slow log only above it. MariaDB: log_slow_rate_limit must be 1 "
         "and log_slow_filter empty or the default (variables.tsv shows them), or entries are left out.")
@@ -205,6 +216,8 @@ def plan(opts: GuideOptions) -> str:
     command(f"{opts.mysql} -e \"SET GLOBAL long_query_time = {restore}\"")
     command(f"{opts.mysql} -e \"SET GLOBAL slow_query_log = "
             f"$(awk -F'\\t' '$1==\"slow_query_log\"{{print $2}}' {q(str(out / 'variables.tsv'))})\"")
+    command(_if_variable(opts, "log_slow_extra", f"{opts.mysql} -e \"SET GLOBAL log_slow_extra = "
+                         f"$(awk -F'\\t' '$1==\"log_slow_extra\"{{print $2}}' {q(str(out / 'variables.tsv'))})\""))
     command(f"SLOW=$({_mysql(opts, SLOW_LOG_PATH_SQL, '-BN')})")
     command(f"tail -c +$(( $(cat {q(str(out / 'slow.offset'))}) + 1 )) \"$SLOW\" > {q(str(out / 'slow.log'))}")
     add("")
