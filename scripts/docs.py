@@ -1,5 +1,7 @@
-"""Write the generated pages of the docs site: docs/cli.md (every command's `--help`) and docs/tables.md (every table
-and summary.json key, from pcapdecomp/schema.py).
+"""Write the generated parts of the docs site: docs/cli.md (every command's `--help`), docs/tables.md (every table
+and summary.json key, from pcapdecomp/schema.py), and the regions of hand-written pages between
+`<!-- generated: NAME -->` and `<!-- end generated -->` (docs/development.md's import floors, from
+tests/test_layout.py).
 
     python3 scripts/docs.py           # write them
     python3 scripts/docs.py --check   # exit 1 naming the stale page (tests/test_docs.py runs this)
@@ -79,7 +81,35 @@ def tables_page() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def floors_table() -> str:
+    """The package's import floors as `python3 tests/test_layout.py` prints them."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(REPO / "tests" / "test_layout.py")], capture_output=True, text=True,
+                          check=True, cwd=REPO)
+    lines = ["| floor | modules |", "|---|---|"]
+    for line in done.stdout.splitlines():
+        floor, *names = line.split()
+        names = [n for n in names if n != "(package)"]
+        lines.append(f"| {floor} | " + ", ".join(f"`{n.replace('.', '/')}`" for n in names) + " |")
+    return "\n".join(lines)
+
+
 PAGES = {"cli.md": cli_page, "tables.md": tables_page}
+REGIONS = {("development.md", "floors"): floors_table}
+
+
+def with_regions(name: str, text: str) -> str:
+    """`text` of docs/`name` with each generated region it holds made anew."""
+    for (page, region), make in REGIONS.items():
+        if page != name:
+            continue
+        start, end = f"<!-- generated: {region} -->\n", "\n<!-- end generated -->"
+        i, j = text.find(start), text.find(end)
+        if i < 0 or j < i:
+            raise SystemExit(f"docs/{page}: the region {region!r} is missing")
+        text = text[:i + len(start)] + "\n" + make() + "\n" + text[j:]  # blank lines: the markers stay HTML
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a page is stale")
     args = parser.parse_args(argv)
     stale = []
-    for name, make in PAGES.items():
+    pages = dict(PAGES)
+    for page in {page for page, _ in REGIONS}:
+        pages[page] = lambda page=page: with_regions(page, (REPO / "docs" / page).read_text(encoding="utf-8"))
+    for name, make in pages.items():
         path = REPO / "docs" / name
         text = make()
         if args.check:

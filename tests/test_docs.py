@@ -223,3 +223,22 @@ def test_the_readme_install_gives_a_working_command(tmp_path):
     done = subprocess.run([command, "lab", "record", "no-such-scenario", "--no-install"], capture_output=True,
                           text=True, env=env, cwd=REPO)
     assert done.returncode == 2 and "unknown scenario 'no-such-scenario'" in done.stderr, done.stderr
+
+
+def test_usage_lines_name_only_options_the_command_has():
+    """A usage synopsis in the docs (`pcapdecomp CMD [--opt …]…`) names options that CMD's `--help` lists; the
+    reference, docs/cli.md, is generated from `--help` (and checked current above)."""
+    reference = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+    helps = dict(re.findall(r"^## `pcapdecomp ([a-z ]+)`\n\n```\n(.*?)\n```", reference, re.M | re.S))
+    checked = 0
+    for page in PAGES:
+        for _, block, _ in fenced_blocks(page.read_text(encoding="utf-8")):
+            if not block or not re.match(r"pcapdecomp [a-z]+ .*\[", block[0]):
+                continue
+            command = block[0].split()[1]
+            assert command in helps, f"{page.name}: no command {command!r}"
+            for option in set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", " ".join(block))):
+                assert re.search(rf"(?<![\w-]){option}(?![\w-])", helps[command]), \
+                    f"{page.name}: `pcapdecomp {command}` has no {option}"
+            checked += 1
+    assert checked >= 4
