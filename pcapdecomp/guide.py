@@ -12,6 +12,10 @@ from __future__ import annotations
 import ipaddress
 import math
 import shlex
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,35 +88,62 @@ def check(opts: GuideOptions) -> tuple[str, int]:
     return host, port
 
 
+def _address(opts: GuideOptions) -> str:
+    host, port = check(opts)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def capture_toml(opts: GuideOptions) -> str:
     """What the plan's capture set says about itself: the server's address, and only the server values the user
-    gave (never a default standing in for a value nobody read)."""
-    host, port = check(opts)
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    lines = ["# Written by `pcapdecomp guide`: the capture plan of this folder. Values the guide was not given",
-             "# (thread_pool_size, long_query_time) are left out: analyze infers or bounds them.",
-             "[server]", f'address = "{address}"']
+    gave (never a default standing in for a value nobody read). [server] comes last, so that the values the DB
+    host reads from the server itself (section 2 of the plan) can follow it."""
+    lines = ["# Written by `pcapdecomp guide`: the capture plan of this folder. Server values come from you or from",
+             "# the server itself (variables.tsv), never from a default: what is unknown is left out."]
+    if opts.app_hosts:
+        lines += ["[app]", "addresses = [" + ", ".join(f'"{h}"' for h in opts.app_hosts) + "]", ""]
+    lines += ["[server]", f'address = "{_address(opts)}"']
     if opts.long_query_time is not None:
         lines.append(f"long_query_time = {float(opts.long_query_time)!r}")
     if opts.thread_pool_size is not None:
         lines.append(f"thread_pool_size = {int(opts.thread_pool_size)}")
-    if opts.app_hosts:
-        lines += ["", "[app]", "addresses = [" + ", ".join(f'"{h}"' for h in opts.app_hosts) + "]"]
     return "\n".join(lines) + "\n"
 
 
-def write_capture_toml(opts: GuideOptions) -> Path:
-    """OUT/capture.toml (OUT made when missing); a capture.toml already there of another server is not replaced."""
+def server_values_awk(opts: GuideOptions) -> str:
+    """An awk program over variables.tsv that prints the [server] values of capture.toml the server itself holds:
+    long_query_time (its own threshold: connections opened before the window keep it), thread_handling, and the
+    thread pool's settings only when the pool is in use (MariaDB and Percona have thread_pool_size either way).
+    Values the user gave are not printed again."""
+    prints = ['if ("thread_handling" in v) print "thread_handling = \\"" v["thread_handling"] "\\""']
+    if opts.long_query_time is None:
+        prints.insert(0, 'if ("long_query_time" in v) print "long_query_time = " v["long_query_time"] + 0')
+    pool = ["thread_pool_max_threads", "thread_pool_stall_limit", "thread_pool_oversubscribe"]
+    if opts.thread_pool_size is None:
+        pool.insert(0, "thread_pool_size")
+    prints.append('if (v["thread_handling"] == "pool-of-threads") { '
+                  + " ".join(f'if ("{k}" in v) print "{k} = " v["{k}"] + 0;' for k in pool) + " }")
+    return "{ v[$1] = $2 } END { " + "; ".join(prints) + " }"
+
+
+def write_capture_toml(opts: GuideOptions) -> tuple[Path, bool]:
+    """OUT/capture.toml (OUT made when missing), and whether it was written now: one already there for the same
+    server is kept (it may hold the values the DB host read since), one for another server is not replaced."""
     text = capture_toml(opts)
     path = opts.out / "capture.toml"
     try:
         opts.out.mkdir(parents=True, exist_ok=True)
-        if path.exists() and path.read_text(encoding="utf-8", errors="replace") != text:
-            raise OutputError(f"{path} exists and describes another capture: choose another --out")
+        if path.exists():
+            try:
+                there = tomllib.loads(path.read_text(encoding="utf-8")).get("server", {}).get("address")
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError, AttributeError):
+                there = None
+            if there != _address(opts):
+                raise OutputError(f"{path} exists and describes another capture: choose another --out")
+            return path, False
         path.write_text(text, encoding="utf-8")
     except OSError as err:
         raise OutputError(f"{path}: cannot write it: {err.strerror or err}") from None
-    return path
+    return path, True
 
 
 def _mb(n: int) -> str:
@@ -161,9 +192,8 @@ def plan(opts: GuideOptions) -> str:
 
     add(f"# Capture plan for the MySQL/MariaDB server {opts.server}: {opts.duration_s} s, into {out}/")
     add("")
-    add(f"Wrote {out / 'capture.toml'} (the server's address"
-        + (", and the values you gave" if opts.long_query_time is not None or opts.thread_pool_size is not None
-           else "") + "). Run every command as root, in this order.")
+    add(f"{out / 'capture.toml'} names the server (the DB host adds the server's own settings in section 2). "
+        "Run every command as root, in this order.")
     add("")
     add("## 1. Disk")
     add(f"At {opts.packet_rate:,.0f} packets/s of {opts.packet_bytes} bytes, {opts.duration_s} s take about "
@@ -178,6 +208,11 @@ def plan(opts: GuideOptions) -> str:
     add("The server's settings (thread pool, slow log, limits) and where its slow log is:")
     command(f"mkdir -p {q(str(db_dir))}")
     command(f"{_mysql(opts, 'SHOW GLOBAL VARIABLES WHERE ' + variables)} > {q(str(out / 'variables.tsv'))}")
+    add("capture.toml with the server's own values (its long_query_time, and the thread pool's settings when it "
+        "uses one), for analyze:")
+    command("{ printf '%s\\n' " + " ".join(q(line) for line in capture_toml(opts).splitlines() if not line.startswith("#"))
+            + f"; awk -F'\\t' {q(server_values_awk(opts))} {q(str(out / 'variables.tsv'))}; }} > "
+            + q(str(out / "capture.toml")))
     command(f"SLOW=$({_mysql(opts, SLOW_LOG_PATH_SQL, '-BN')})")
     command(f"(wc -c < \"$SLOW\" 2>/dev/null || echo 0) > {q(str(out / 'slow.offset'))}")
     add("Every statement into the slow log for the window (Query_time is execution only; the capture gives the rest):")

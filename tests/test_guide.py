@@ -90,6 +90,29 @@ def test_guide_keeps_what_the_user_knows():
     assert "'tcp and host fd77::2 and port 3306'" in plan(opts)
 
 
+@pytest.mark.parametrize("handling, given, expected", [
+    ("pool-of-threads", {}, {"long_query_time": 1, "thread_handling": "pool-of-threads", "thread_pool_size": 4,
+                             "thread_pool_stall_limit": 500}),
+    # the variable exists without the pool (MariaDB, Percona): no thread groups are made up from it
+    ("one-thread-per-connection", {}, {"long_query_time": 1, "thread_handling": "one-thread-per-connection"}),
+    # what the user gave is not written twice (a TOML error)
+    ("pool-of-threads", {"long_query_time": 2.0, "thread_pool_size": 8},
+     {"long_query_time": 2.0, "thread_handling": "pool-of-threads", "thread_pool_size": 8,
+      "thread_pool_stall_limit": 500}),
+])
+def test_the_db_hosts_capture_toml_holds_the_servers_own_values(tmp_path, handling, given, expected):
+    """Section 2's capture.toml line, run by sh and awk on variables.tsv as `mysql -B` writes it."""
+    out = tmp_path / "cap"
+    out.mkdir()
+    (out / "variables.tsv").write_text("Variable_name\tValue\nlong_query_time\t1.000000\nthread_handling\t"
+                                       f"{handling}\nthread_pool_size\t4\nthread_pool_stall_limit\t500\n")
+    text = plan(GuideOptions(server="10.0.0.5:3306", out=out, **given))
+    line = next(cmd for _, cmd in sections(text)["2. On the DB host, before the window"] if "printf" in cmd)
+    subprocess.run(["sh", "-c", line], check=True, cwd=tmp_path)
+    written = tomllib.loads((out / "capture.toml").read_text())
+    assert written["server"] == {"address": "10.0.0.5:3306", **expected}
+
+
 def test_disk_estimate_and_ring():
     opts = GuideOptions(server="10.0.0.5:3306", duration_s=3600, packet_rate=20_000, packet_bytes=150, rotate_mb=200)
     d = disk(opts)
@@ -116,6 +139,10 @@ def test_guide_does_not_replace_another_servers_capture_toml(tmp_path):
     assert _guide("--server", "10.0.0.5:3306", "--out", str(tmp_path / "cap"), cwd=tmp_path).returncode == 0
     again = _guide("--server", "10.0.0.5:3306", "--out", str(tmp_path / "cap"), cwd=tmp_path)
     assert again.returncode == 0  # the same plan again
+    with open(tmp_path / "cap" / "capture.toml", "a") as f:  # as the DB host's line completes it
+        f.write("long_query_time = 1\n")
+    again = _guide("--server", "10.0.0.5:3306", "--out", str(tmp_path / "cap"), cwd=tmp_path)
+    assert again.returncode == 0 and "long_query_time = 1" in (tmp_path / "cap" / "capture.toml").read_text()
     other = _guide("--server", "10.0.0.6:3306", "--out", str(tmp_path / "cap"), cwd=tmp_path)
     assert other.returncode == 2 and "describes another capture" in other.stderr
     assert "10.0.0.5:3306" in (tmp_path / "cap" / "capture.toml").read_text()
@@ -153,7 +180,13 @@ def test_guide_followed_in_the_lab_gives_the_right_verdict(tmp_path):
             ran = subprocess.run(hosts.db.command("sh", "-c", text), capture_output=True, text=True, cwd=tmp_path)
             assert ran.returncode == 0, (title, ran.stderr)
 
+        with server.admin() as conn, conn.cursor() as cur:  # what capture.toml must say: the server's own, before
+            cur.execute("SELECT @@global.long_query_time, @@global.thread_pool_size, @@global.thread_handling")
+            server_lqt, server_tps, handling = cur.fetchone()
         script("2. On the DB host, before the window")
+        written = tomllib.loads((out / "capture.toml").read_text())["server"]
+        assert written["address"] == f"{DB_IPV4}:{MYSQL_PORT}" and written["thread_handling"] == handling
+        assert written["long_query_time"] == server_lqt and written["thread_pool_size"] == server_tps
         dumps = []
         try:
             for where, cmd in got["3. Start the captures, at the same time on every host"]:
@@ -206,8 +239,10 @@ def test_guide_followed_in_the_lab_gives_the_right_verdict(tmp_path):
     surely = Counter(r["conn_id"] for r in probes if r["client_s"] - r["exec_s"] >= 0.2)
     maybe = Counter(r["conn_id"] for r in probes if r["client_s"] - r["exec_s"] >= 0.05)
     assert surely and all(c % pool_size == hog["conn_id"] % pool_size for c in maybe)
-    assert summary["thread_pool_size"]["value"] == pool_size and summary["thread_pool_size"]["source"] == "inferred"
-    assert summary["inputs"]["thread_pool_size"] is None  # capture.toml did not invent it
+    # thread_pool_size as the server said it (capture.toml), and the wire agrees
+    assert summary["thread_pool_size"]["value"] == pool_size and summary["thread_pool_size"]["source"] == "given"
+    assert summary["thread_pool_size"]["inferred"]["value"] == pool_size
+    assert summary["thread_pool_size"]["warning"] is None
     stalls = summary["groups"]["stalls"]
     assert [s["thread_group"] for s in stalls] == [hog["conn_id"] % pool_size]
     assert hog["conn_id"] in {c["conn_id"] for c in stalls[0]["culprits"]}
