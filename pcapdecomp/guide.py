@@ -1,10 +1,10 @@
 """`pcapdecomp guide`: the capture plan for one server — the tcpdump command on every host, the SQL to run before
 and after, the slow log for the window, a TLS key log, the disk it takes, and the `analyze` command that reads it.
 
-The plan's text lives here and only here (the docs page docs/capture.md shows a run of it). Its file names are the
-ones a capture-set folder uses (captureset.py): `app-<host>/` and `db/` subfolders for each point's rotated files,
-`slow.log`, `capture.toml`; the SQL snapshots go to `variables.tsv` and `processlist.tsv` beside them, as
-`mysql -B` writes them (tab-separated, a header line).
+The plan's text lives here and only here (docs/capture-guide.md shows a run of it, checked by tests/test_docs.py).
+Its file names are the ones a capture-set folder uses (captureset.py): `app-<host>/` and `db/` subfolders for each
+point's rotated files, `slow.log`, `capture.toml`; the SQL snapshots go to `variables.tsv` and `processlist.tsv`
+beside them, as `mysql -B` writes them (tab-separated, a header line).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ PCAP_RECORD_HEADER_BYTES = 16  # each packet's record header in a pcap file, on 
 # The variables the analysis (or a later version) reads from variables.tsv, and those that decide whether the slow
 # log holds every statement of the window.
 VARIABLES = ("long_query_time", "slow_query_log", "slow_query_log_file", "log_output", "log_slow_extra",
-             "log_slow_verbosity",
-             "log_slow_rate_limit", "log_slow_filter", "min_examined_row_limit", "log_slow_admin_statements",
+             "log_slow_verbosity", "log_slow_rate_limit", "log_slow_filter", "min_examined_row_limit",
+             "log_slow_admin_statements",
              "thread_handling", "max_connections", "thread_cache_size", "wait_timeout", "version",
              "version_comment", "datadir")
 PROCESSLIST_SQL = "SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, INFO FROM information_schema.PROCESSLIST"
@@ -210,9 +210,9 @@ def plan(opts: GuideOptions) -> str:
     command(f"{_mysql(opts, 'SHOW GLOBAL VARIABLES WHERE ' + variables)} > {q(str(out / 'variables.tsv'))}")
     add("capture.toml with the server's own values (its long_query_time, and the thread pool's settings when it "
         "uses one), for analyze:")
-    command("{ printf '%s\\n' " + " ".join(q(line) for line in capture_toml(opts).splitlines() if not line.startswith("#"))
-            + f"; awk -F'\\t' {q(server_values_awk(opts))} {q(str(out / 'variables.tsv'))}; }} > "
-            + q(str(out / "capture.toml")))
+    toml_lines = " ".join(q(line) for line in capture_toml(opts).splitlines() if not line.startswith("#"))
+    command(f"{{ printf '%s\\n' {toml_lines}; awk -F'\\t' {q(server_values_awk(opts))} "
+            f"{q(str(out / 'variables.tsv'))}; }} > {q(str(out / 'capture.toml'))}")
     command(f"SLOW=$({_mysql(opts, SLOW_LOG_PATH_SQL, '-BN')})")
     command(f"(wc -c < \"$SLOW\" 2>/dev/null || echo 0) > {q(str(out / 'slow.offset'))}")
     add("Every statement into the slow log for the window (Query_time is execution only; the capture gives the rest):")
@@ -221,7 +221,8 @@ def plan(opts: GuideOptions) -> str:
         "(the line does nothing on a server without it, such as MariaDB):")
     command(_if_variable(opts, "log_slow_extra", _mysql(opts, "SET GLOBAL log_slow_extra = ON", "")))
     add("long_query_time = 0 holds for connections opened from now on; a connection pool opened earlier keeps its "
-        "old threshold, so its statements reach the slow log only above it. MariaDB: log_slow_rate_limit must be 1 "
+        "old threshold (capture.toml has it), so its statements reach the slow log only above it. MariaDB: "
+        "log_slow_rate_limit must be 1 "
         "and log_slow_filter empty or the default (variables.tsv shows them), or entries are left out.")
     add("")
     add("## 3. Start the captures, at the same time on every host")
