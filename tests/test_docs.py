@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from corpus import MANIFEST, captures
 from pcapdecomp.schema import TABLES, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -195,6 +196,11 @@ def test_counts_the_docs_quote_are_the_tests_counts():
     assert f"{runs} runs" in analysis and f"the {bundled} bundled pcaps" in analysis
     assert f"the {sets} capture-set folders" in analysis
     assert f"all {bundled} bundled captures" in _flat(development)
+    if MANIFEST.exists():  # the public corpus, where this checkout has it
+        theirs = captures()
+        projects = len({row["path"].split("/")[0] for row in theirs})
+        assert f"({len(theirs)} captures from {projects} projects;" in _flat(development)
+        assert f"the {len(theirs)} of the public corpus" in analysis
 
 
 def test_the_readme_install_gives_a_working_command(tmp_path):
