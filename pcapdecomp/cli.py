@@ -327,7 +327,8 @@ def lab_record(
     """Record SCENARIO from a private MariaDB in two network namespaces (needs root).
 
     Scenarios (captures/lab/README.md): maxthreads, group-stall, oltp-hogs, oltp-prepared, connection-churn,
-    features, midstream-join, slowlog-forms, sysbench, bigpacket, proxy-l4, proxy-pool, stall-fix (a series of three).
+    features, midstream-join, slowlog-forms, sysbench, bigpacket, proxy-l4, proxy-pool, stall-fix (a series of three),
+    field-default-stall, field-default-stall-lqt-10, field-pool-before-capture (the field: no pool settings at hand).
     """
     from .lab import run_lab
 
