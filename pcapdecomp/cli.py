@@ -182,6 +182,11 @@ def analyze(
     ),
     long_query_time: Optional[float] = typer.Option(None, "--long-query-time", help="The server's long_query_time, seconds."),
     thread_pool_size: Optional[int] = typer.Option(None, "--thread-pool-size", help="The server's thread_pool_size (thread group = conn_id mod N)."),
+    processlist: Optional[Path] = typer.Option(
+        None, "--processlist",
+        help="A processlist snapshot taken during the capture (mysql -B -e \"SHOW FULL PROCESSLIST\" > FILE, or the "
+             "boxed table mysql prints): names the connections the capture saw no greeting of, by HOST ip:port. "
+             "Default: the set folder's processlist*.tsv|txt."),
     server: list[str] = typer.Option(
         [], "--server", "-s", help="MySQL server endpoint HOST:PORT, or NAME=HOST:PORT to name a DB server in the "
                                    "verdict (repeatable). Default: found by content."),
@@ -227,7 +232,7 @@ def analyze(
         thread_pool_size, list(server), out,
         csv=csv, quiet=quiet, slow_log_tz=slow_log_tz, command_line=" ".join(["pcapdecomp", *sys.argv[1:]]),
         max_sql_bytes=max_sql_bytes, jobs=jobs, proxy=list(proxy_captures), proxy_servers=list(proxy_server),
-        scheduler=scheduler, partitioned=partitioned,
+        scheduler=scheduler, partitioned=partitioned, processlist=processlist,
     )
     written = list(result.written)
     if evidence_too:

@@ -25,7 +25,7 @@ class Column:
 EXCHANGE_COLUMNS: tuple[Column, ...] = (
     Column("capture", CATEGORY, "capture file the exchange was read from"),
     Column("conn_index", "int64", "ordinal of the TCP connection in the capture (groups exchanges when conn_id is unknown)"),
-    Column("conn_id", "Int64", "MySQL connection id (thread id) from the server greeting; null when the capture began mid-connection"),
+    Column("conn_id", "Int64", "MySQL connection id (thread id) from the server greeting; analyze also takes it from a processlist snapshot, a SELECT CONNECTION_ID() answered on the wire or the slow log (conn_id_source); null when unknown (the capture began mid-connection)"),
     Column("client", CATEGORY, "client endpoint ip:port"),
     Column("server", CATEGORY, "server endpoint ip:port"),
     Column("seq", "int64", "ordinal of the exchange in its connection, from 0"),
@@ -70,7 +70,8 @@ EXCHANGE_COLUMNS: tuple[Column, ...] = (
 CONNECTION_COLUMNS: tuple[Column, ...] = (
     Column("capture", "string", "capture file"),
     Column("conn_index", "int64", "ordinal of the TCP connection in the capture"),
-    Column("conn_id", "Int64", "MySQL connection id from the greeting"),
+    Column("conn_id", "Int64", "MySQL connection id (thread id): from the greeting, else from the source conn_id_source names"),
+    Column("conn_id_source", "string", "where conn_id comes from: greeting | connection_id_answer (a SELECT CONNECTION_ID() answered on the wire) | processlist (a processlist snapshot's row whose HOST is the client ip:port at the DB point; analyze --processlist) | slowlog (the Thread_id of every slow-log entry joined to the connection, one id no other connection has; analyze); null when unknown"),
     Column("client", "string", "client endpoint ip:port"),
     Column("server", "string", "server endpoint ip:port"),
     Column("server_version", "string", "version string from the greeting"),
@@ -237,6 +238,7 @@ ANALYSIS_COLUMNS: tuple[Column, ...] = (
     Column("seen", CATEGORY, "both | app | db: the capture points that saw the exchange (foundation columns come from the app side when seen there)"),
     Column("match_notes", CATEGORY, "comma-separated: match-conflict (same request bytes, different command/text/response end: not paired); match-ambiguous (the connection's twin at the other point could not be told from others that look the same: not paired); lost-at-app|db (the other point saw this connection before and after, and missed this exchange: capture loss); response-unseen-at-app|db; response-incomplete-at-app|db (that point did not see the response's end); repaired-at-app|db (bytes of this exchange that point lost were taken from the other point: see bounded)"),
     Column("db_client", CATEGORY, "client endpoint as seen at the DB (differs from client behind NAT)"),
+    Column("conn_id_source", CATEGORY, "where conn_id comes from, as in the connections table: greeting | connection_id_answer | processlist | slowlog; null when conn_id is unknown"),
     Column("db_req_first_frame", "Int64", "frame number of the request's first byte in the DB capture"),
     Column("db_resp_last_frame", "Int64", "frame number of the response's last byte in the DB capture"),
     Column("app_req_ts", TS, "A1: request's first byte at the app host (app clock)"),
