@@ -557,10 +557,7 @@ def _connection_ids(cs: CaptureSet, app_ex: pd.DataFrame, app_conns: pd.DataFram
     for c in (app_conns, db_conns):
         if "conn_id_source" not in c:
             connids.add_greeting_source(c)
-    if not len(conns) or not conns["conn_id"].isna().any():
-        if cs.processlist is not None:
-            for w in connids.read_processlist(cs.processlist).warnings:
-                note(w)
+    if not len(conns) or (cs.processlist is None and not conns["conn_id"].isna().any()):
         return {}
     filled = connids.Filled()
     points = {p.name: p for p in cs.points}

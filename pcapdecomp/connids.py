@@ -222,11 +222,9 @@ def ids_from_answers(point, ex: pd.DataFrame, conns: pd.DataFrame) -> dict[tuple
     if not len(unnamed):
         return {}
     wanted_conns = set(zip(unnamed["capture"].astype(str), unnamed["conn_index"].astype(np.int64)))
-    sql = ex["sql"].astype(object)
-    is_query = (ex["command"].astype(object) == "COM_QUERY").to_numpy() & (ex["result"].astype(object) == "resultset").to_numpy()
-    rows = [i for i in np.flatnonzero(is_query & sql.notna().to_numpy())
-            if CONNECTION_ID_SQL.match(str(sql.iat[i]))
-            and (str(ex["capture"].iat[i]), int(ex["conn_index"].iat[i])) in wanted_conns]
+    rows = [i for i in np.flatnonzero(_asks_connection_id(ex["sql"]) & (ex["command"] == "COM_QUERY").to_numpy()
+                                      & (ex["result"] == "resultset").to_numpy())
+            if (str(ex["capture"].iat[i]), int(ex["conn_index"].iat[i])) in wanted_conns]
     chosen: dict[tuple[str, int], int] = {}
     for i in rows:  # one answer per connection is enough
         chosen.setdefault((str(ex["capture"].iat[i]), int(ex["conn_index"].iat[i])), i)
@@ -241,6 +239,15 @@ def ids_from_answers(point, ex: pd.DataFrame, conns: pd.DataFrame) -> dict[tuple
         client, server = str(ex["client"].iat[i]), str(ex["server"].iat[i])
         spans.append((k, int(first), int(last), int(seq), (int(end) - int(seq)) % (1 << 32), client, server))
     return _read_answers(point, spans)
+
+
+def _asks_connection_id(sql: pd.Series) -> np.ndarray:
+    """Per row: the statement is SELECT CONNECTION_ID() (its first column); each distinct text is matched once."""
+    if isinstance(sql.dtype, pd.CategoricalDtype):
+        hits = np.array([bool(CONNECTION_ID_SQL.match(str(c))) for c in sql.cat.categories] + [False])
+        return hits[sql.cat.codes.to_numpy()]  # code -1 (null) takes the appended False
+    return sql.astype(object).map(lambda t: t is not None and t == t and bool(CONNECTION_ID_SQL.match(str(t)))
+                                  ).to_numpy(dtype=bool)
 
 
 def _read_answers(point, spans: list) -> dict[tuple[str, int], int]:
