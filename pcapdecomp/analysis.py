@@ -584,13 +584,14 @@ def _connection_ids(cs: CaptureSet, app_ex: pd.DataFrame, app_conns: pd.DataFram
 def _conn_id_sources(table: pd.DataFrame, filled: dict[str, str]) -> pd.Categorical:
     """Each row's conn_id_source: greeting where the id came with the connection, else the source that named its
     client endpoint (at the DB point, else at the app)."""
-    source = np.where(table["conn_id"].notna().to_numpy(), connids.GREETING, None).astype(object)
+    known = table["conn_id"].notna().to_numpy()
+    codes = np.where(known, connids.SOURCES.index(connids.GREETING), -1).astype(np.int8)
     if filled:
-        client = table["db_client"].astype(object).where(table["db_client"].notna(), table["client"].astype(object))
-        other = client.map(filled).to_numpy(dtype=object)
-        take = pd.notna(other) & table["conn_id"].notna().to_numpy()
-        source[take] = other[take]
-    return pd.Categorical(source, categories=list(connids.SOURCES))
+        other = pd.Series(connids.client_keys(table)).map(
+            {client: connids.SOURCES.index(source) for client, source in filled.items()})
+        take = other.notna().to_numpy() & known
+        codes[take] = other.to_numpy(dtype="float64", na_value=np.nan)[take].astype(np.int8)
+    return pd.Categorical.from_codes(codes, categories=list(connids.SOURCES))
 
 
 def _db_points(app_ex: pd.DataFrame, db_ex: pd.DataFrame, matching) -> np.ndarray:
