@@ -376,6 +376,20 @@ def fill_table(table: pd.DataFrame, ids: dict[str, int], source: str) -> int:
     return int(take.sum())
 
 
+def conn_id_sources(exchanges: pd.DataFrame) -> dict[str, int]:
+    """summary.json → conn_ids: the connections (client endpoints) of the table by the source of their id."""
+    out = dict.fromkeys([*SOURCES, "unknown"], 0)
+    if not len(exchanges) or "conn_id_source" not in exchanges:
+        return out
+    per = pd.DataFrame({"key": client_keys(exchanges),
+                        "source": exchanges["conn_id_source"].astype(object).where(exchanges["conn_id"].notna(),
+                                                                                   "unknown")})
+    first = per.dropna(subset=["key"]).drop_duplicates("key")["source"].fillna("unknown")
+    for source, n in first.value_counts().items():
+        out[str(source)] = int(n)
+    return out
+
+
 def conflict_warning(filled: Filled) -> str | None:
     if not filled.conflicts:
         return None

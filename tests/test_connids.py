@@ -82,6 +82,9 @@ def test_a_processlist_snapshot_names_every_pooled_connection(pooled):
     by_answer = set(x.loc[x["conn_id_source"] == "connection_id_answer", "conn_id"].astype(int))
     assert by_answer == asked and len(asked) == 4
     assert set(x["conn_id_source"].astype(str)) == {"connection_id_answer", "processlist"}
+    assert pooled.summary["conn_ids"] == {"greeting": 0, "connection_id_answer": 4, "processlist": 23, "slowlog": 0,
+                                          "unknown": 0}
+    assert pooled.summary["inputs"]["processlist"].endswith("processlist.tsv")
     assert not any("conflicting" in w for w in pooled.warnings)
 
 
@@ -101,6 +104,8 @@ def test_without_a_snapshot_the_wire_and_the_slow_log_name_what_they_can(tmp_pat
     # connections no source names stay unknown, with no thread group
     assert x.loc[x["conn_id"].isna(), "thread_group"].isna().all()
     assert x.loc[x["conn_id"].isna(), "client"].nunique() == 27 - len(asked | logged)
+    assert r.summary["conn_ids"] == {"greeting": 0, "connection_id_answer": len(asked), "processlist": 0,
+                                     "slowlog": len(logged), "unknown": 27 - len(asked | logged)}
 
 
 def test_the_slow_logs_thread_id_names_midstream_connections_only_when_unambiguous(tmp_path):
