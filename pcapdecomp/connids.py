@@ -340,22 +340,16 @@ def ids_from_slow_log(table: pd.DataFrame, slow: pd.DataFrame | None, entry: np.
     if slow is None or entry is None or not len(table) or "thread_id" not in slow:
         return {}
     threads = slow["thread_id"].astype("Int64").to_numpy(dtype="float64", na_value=np.nan)
-    rows = np.flatnonzero(entry >= 0)
+    conn = table["conn_id"].astype("Int64").to_numpy(dtype="float64", na_value=np.nan)
+    rows = np.flatnonzero((entry >= 0) & np.isnan(conn))
     if not len(rows):
         return {}
-    keys = client_keys(table)
-    conn = table["conn_id"].astype("Int64").to_numpy(dtype="float64", na_value=np.nan)
-    seen: dict[str, set] = {}
-    for r in rows:
-        t = threads[entry[r]]
-        seen.setdefault(keys[r], set()).add(None if np.isnan(t) else int(t))
-    taken = {int(c) for c in conn[~np.isnan(conn)]}
-    unnamed = set(keys[np.isnan(conn)].tolist())
-    named = {k: next(iter(v)) for k, v in seen.items() if len(v) == 1 and None not in v}
-    claims: dict[int, int] = {}
-    for t in named.values():
-        claims[t] = claims.get(t, 0) + 1
-    return {k: t for k, t in named.items() if k in unnamed and claims[t] == 1 and t not in taken}
+    joined = pd.DataFrame({"key": client_keys(table)[rows], "thread": threads[entry[rows]]})
+    per = joined.groupby("key", sort=False)["thread"].agg(["nunique", "count", "size", "first"])
+    one = per[(per["nunique"] == 1) & (per["count"] == per["size"])]  # one Thread_id, on every joined entry
+    taken = set(np.unique(conn[~np.isnan(conn)]).astype(np.int64).tolist())
+    claims = one["first"].value_counts()
+    return {str(k): int(t) for k, t in one["first"].items() if claims[t] == 1 and int(t) not in taken}
 
 
 def fill_table(table: pd.DataFrame, ids: dict[str, int], source: str) -> int:
