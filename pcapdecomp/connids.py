@@ -371,16 +371,20 @@ def fill_table(table: pd.DataFrame, ids: dict[str, int], source: str) -> int:
 
 
 def conn_id_sources(exchanges: pd.DataFrame) -> dict[str, int]:
-    """summary.json → conn_ids: the connections (client endpoints) of the table by the source of their id."""
+    """summary.json → conn_ids: the connections of the table (capture, conn_index) by the source of their id."""
     out = dict.fromkeys([*SOURCES, "unknown"], 0)
     if not len(exchanges) or "conn_id_source" not in exchanges:
         return out
-    per = pd.DataFrame({"key": client_keys(exchanges),
-                        "source": exchanges["conn_id_source"].astype(object).where(exchanges["conn_id"].notna(),
-                                                                                   "unknown")})
-    first = per.dropna(subset=["key"]).drop_duplicates("key")["source"].fillna("unknown")
-    for source, n in first.value_counts().items():
-        out[str(source)] = int(n)
+    capture = pd.factorize(exchanges["capture"])[0].astype(np.int64)
+    key = (capture << 32) | exchanges["conn_index"].to_numpy(dtype=np.int64)
+    _, first = np.unique(key, return_index=True)
+    source = exchanges["conn_id_source"]
+    codes = (source.cat.codes.to_numpy() if isinstance(source.dtype, pd.CategoricalDtype)
+             else pd.Categorical(source.astype(object), categories=list(SOURCES)).codes)[first]
+    codes = np.where(exchanges["conn_id"].isna().to_numpy()[first], -1, codes)
+    names = list(source.cat.categories) if isinstance(source.dtype, pd.CategoricalDtype) else list(SOURCES)
+    for code, n in zip(*np.unique(codes, return_counts=True)):
+        out["unknown" if code < 0 else str(names[code])] += int(n)
     return out
 
 

@@ -384,7 +384,7 @@ SUMMARY_KEYS: tuple[Column, ...] = (
     Column('exchanges.match_conflicts', 'int', 'exchanges with match-conflict in match_notes'),
     Column('exchanges.repaired', 'int', 'exchanges with bytes taken from the other point (repaired-at in match_notes)'),
     Column('exchanges.bounded', 'int', 'exchanges with a time that is a bound, not a measurement (bounded)'),
-    Column('conn_ids', 'object', 'connections (client endpoints at the DB point, else at the app) of exchanges.parquet by where their conn_id comes from: {greeting, connection_id_answer, processlist, slowlog, unknown} (docs/connection-ids.md)'),
+    Column('conn_ids', 'object', 'connections (capture, conn_index) of exchanges.parquet by where their conn_id comes from: {greeting, connection_id_answer, processlist, slowlog, unknown} (docs/connection-ids.md)'),
     Column('latency_s.*', 'object|null', 'per component (total, server, network, net_req, net_resp, queue, exec: the *_s columns): {count, sum, p50, p99, max} in seconds; null when no exchange has it'),
     Column('thread_pool_size.value', 'int|null', 'the N thread groups are computed with (given, else inferred when certain or likely); null: no groups'),
     Column('thread_pool_size.source', 'string|null', 'given (capture.toml or --thread-pool-size) | inferred; null when unknown'),
