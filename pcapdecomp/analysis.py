@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import sources
+from . import connids, sources
 from .captureset import CaptureSet, resolve_capture_set, time_zone
 from .clock import ClockModel, estimate_clock
 from .console import capture_problems, progress_bar, warn
@@ -63,13 +63,15 @@ def analyze(set_dir: Path | None, app: list, db, slow_log, long_query_time: floa
             csv: bool = False, quiet: bool = False, slow_log_tz: str | None = None,
             command_line: str | None = None, max_sql_bytes: int = 1 << 20,
             jobs: int | None = None, scheduler: str | None = None, partitioned: bool = False,
-            proxy: list | None = None, proxy_servers: list[str] | None = None) -> AnalysisResult:
+            proxy: list | None = None, proxy_servers: list[str] | None = None,
+            processlist: Path | None = None) -> AnalysisResult:
     """Run every stage and write the outputs. Raises PcapdecompError subclasses for user mistakes.
     `app`, `db`: capture points (a file, a glob, a folder; `db` one or a list); `slow_log`: one or one per DB point.
     `scheduler`: a Dask scheduler address or "local" (pcapdecomp/cluster.py) to extract on Dask workers. `proxy`:
-    capture points on a proxy host between app and DB (pcapdecomp/proxy.py), `proxy_servers` its endpoints."""
+    capture points on a proxy host between app and DB (pcapdecomp/proxy.py), `proxy_servers` its endpoints.
+    `processlist`: a processlist snapshot naming the connections the captures saw no greeting of (connids.py)."""
     cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers, proxy,
-                             proxy_servers)
+                             proxy_servers, processlist)
     tz = time_zone(slow_log_tz)
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
@@ -241,6 +243,10 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         clock_info = {}  # the proxy's clocks are in summary.json → proxy.clocks
         primary = str(app_ex["capture"].iloc[0]) if len(app_ex) else primary
 
+    # connection ids without a greeting (a pool opened before the capture): named at the DB point, where the
+    # processlist's HOST is the client's endpoint; at the app point when there is none
+    id_filled = _connection_ids(cs, app_ex, app_conns, db_ex, db_conns, note)
+
     # which DB point each exchange belongs to (the server it went to), and which clock converts its DB times
     row_point = _db_points(app_ex, db_ex, matching)
     clock_keys = _clock_keys(app_ex, matching, row_point, clocks, primary) if several else None
@@ -251,6 +257,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     table = apply_bounds(build_table(app_ex, db_ex, matching, clocks, primary, clock_keys, bounds), bounds, clocks,
                          primary, clock_keys)
     table = proxy_finish(table, proxied) if proxied is not None else proxy_empty(table)
+    table["conn_id_source"] = _conn_id_sources(table, id_filled)
     del app_ex, db_ex
     release_memory()
     table["db_point"] = as_category(row_point)
@@ -523,6 +530,10 @@ def _per_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, max_
             note(f"{err}; analysed without the slow log")
     table, join = decompose(table, slow, cs.long_query_time, cs.thread_pool_size, str(slow_path))
     release_memory()
+    if join.used and table["conn_id"].isna().any():  # the Thread_id of the slow-log entries joined to a connection
+        named = connids.ids_from_slow_log(table, slow, join.entry)
+        if connids.fill_table(table, named, connids.SLOWLOG) and cs.thread_pool_size:
+            table["thread_group"] = (table["conn_id"].astype("Int64") % int(cs.thread_pool_size)).astype("Int64")
     for w in join.warnings:
         note(w)
     slow_info.update(join.stats)
@@ -535,6 +546,52 @@ def _per_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, max_
     for w in view.warnings:
         note(w if len(cs.of("db")) <= 1 else f"{point}: {w}")
     return table, ServerPart(point, view, slow_info)
+
+
+def _connection_ids(cs: CaptureSet, app_ex: pd.DataFrame, app_conns: pd.DataFrame, db_ex: pd.DataFrame,
+                    db_conns: pd.DataFrame, note) -> dict[str, str]:
+    """Fill conn_id (exchanges and connections tables, in place) where no greeting gave it: from SELECT
+    CONNECTION_ID() answers on the wire, then the processlist snapshot. Returns {client endpoint: source} of the
+    connections named so (the joined table's conn_id_source)."""
+    ex, conns = (db_ex, db_conns) if len(db_conns) else (app_ex, app_conns)
+    for c in (app_conns, db_conns):
+        if "conn_id_source" not in c:
+            connids.add_greeting_source(c)
+    if not len(conns) or (cs.processlist is None and not conns["conn_id"].isna().any()):
+        return {}
+    filled = connids.Filled()
+    points = {p.name: p for p in cs.points}
+    for capture in conns.loc[conns["conn_id"].isna(), "capture"].astype(str).unique():
+        if capture in points:
+            mine = ex["capture"].astype(str) == capture
+            connids.fill_from_ids(ex, conns, connids.ids_from_answers(capture, ex[mine], conns), connids.ANSWER,
+                                  filled)
+    if cs.processlist is not None:
+        snapshot = connids.read_processlist(cs.processlist)
+        for w in snapshot.warnings:
+            note(w)
+        named = connids.ids_from_processlist(conns, snapshot)
+        connids.fill_from_ids(ex, conns, named, connids.PROCESSLIST, filled)
+        if snapshot.rows and not named:
+            note(f"{cs.processlist}: none of its {snapshot.rows} rows names a connection of the capture (HOST ip:port "
+                 "is matched to the client's endpoint at the DB point)")
+    if (w := connids.conflict_warning(filled)) is not None:
+        note(w)
+    named_conns = conns[conns["conn_id_source"].isin([connids.ANSWER, connids.PROCESSLIST])]
+    return dict(zip(named_conns["client"].astype(str), named_conns["conn_id_source"].astype(str)))
+
+
+def _conn_id_sources(table: pd.DataFrame, filled: dict[str, str]) -> pd.Categorical:
+    """Each row's conn_id_source: greeting where the id came with the connection, else the source that named its
+    client endpoint (at the DB point, else at the app)."""
+    known = table["conn_id"].notna().to_numpy()
+    codes = np.where(known, connids.SOURCES.index(connids.GREETING), -1).astype(np.int8)
+    if filled:
+        other = pd.Series(connids.client_keys(table)).map(
+            {client: connids.SOURCES.index(source) for client, source in filled.items()})
+        take = other.notna().to_numpy() & known
+        codes[take] = other.to_numpy(dtype="float64", na_value=np.nan)[take].astype(np.int8)
+    return pd.Categorical.from_codes(codes, categories=list(connids.SOURCES))
 
 
 def _db_points(app_ex: pd.DataFrame, db_ex: pd.DataFrame, matching) -> np.ndarray:

@@ -31,6 +31,7 @@ class CaptureSet:
     warnings: list[str] = field(default_factory=list)  # about the folder's contents (a named file is missing)
     server_names: dict[str, str] = field(default_factory=dict)  # --server NAME=HOST:PORT: endpoint -> name
     proxy_servers: list[str] = field(default_factory=list)  # the proxy's listening endpoints, when known
+    processlist: Path | None = None  # a processlist snapshot: connection ids by client endpoint (connids.py)
 
     def of(self, kind: str) -> list[CapturePoint]:
         return [p for p in self.points if p.kind == kind]
@@ -85,6 +86,15 @@ def _slow_logs_in(folder: Path) -> list[Path]:
                   if p.name.startswith("slow") and p.name.endswith((".log", ".log.gz")) and not p.is_dir())
 
 
+def _processlists_in(folder: Path) -> list[Path]:
+    from fnmatch import fnmatch
+
+    from .connids import PROCESSLIST_NAMES
+
+    return sorted(p for p in folder.iterdir()
+                  if any(fnmatch(p.name, pattern) for pattern in PROCESSLIST_NAMES) and p.is_file())
+
+
 def _as_list(value) -> list:
     if value is None:
         return []
@@ -95,12 +105,13 @@ def _as_list(value) -> list:
 
 def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_query_time: float | None,
                         thread_pool_size: int | None, servers: list[str], proxy: list | None = None,
-                        proxy_servers: list[str] | None = None) -> CaptureSet:
+                        proxy_servers: list[str] | None = None, processlist: Path | None = None) -> CaptureSet:
     """Fill options from a capture-set folder (app*.pcap[ng][.gz], db*…, proxy*…, app-<host>/ and db[-<name>]/
     subfolders of rotated files, slow*.log, capture.toml); explicit options win. `app`, `db` and `proxy` name capture
     points: each a file, a quoted glob or a folder of one point's files (`db` may be one or a list: several DB
     servers).
-    `slow_log` is one file or one per DB point, in their order.
+    `slow_log` is one file or one per DB point, in their order. `processlist`: a processlist snapshot (else the
+    folder's processlist*.tsv|txt, or the one capture.toml's [captures] processlist names).
 
     A capture set may come from someone else, so its capture.toml is not trusted: values of the wrong type or out
     of range, a named file that is missing, or a file outside the folder (an absolute path, `..`, a symlink that
@@ -135,6 +146,14 @@ def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_quer
                           if (p := _named_file(set_dir, cfg, kind, n, missing)) is not None]
             else:
                 found += _folder_points(set_dir, kind)
+        if processlist is None and "processlist" in named:
+            processlist = _named_file(set_dir, cfg, "processlist", named["processlist"], missing)
+        elif processlist is None:
+            snapshots = _processlists_in(set_dir)
+            processlist = _inside(set_dir, snapshots[0], snapshots[0].name) if snapshots else None
+            if len(snapshots) > 1:
+                missing.append(f"{set_dir}: {len(snapshots)} processlist snapshots; {snapshots[0].name} is used (name "
+                               "one with --processlist or capture.toml's [captures] processlist)")
         if not slow_specs and "slow_log" in named:
             found_slow = [p for n in _names(named["slow_log"], cfg, "[captures] slow_log")
                           if (p := _named_file(set_dir, cfg, "slow_log", n, missing)) is not None]
@@ -220,6 +239,7 @@ def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_quer
         name=name, points=points, slow_logs=slow_logs,
         long_query_time=None if lqt is None else float(lqt), thread_pool_size=None if tps is None else int(tps),
         servers=list(servers), warnings=missing, server_names=server_names, proxy_servers=proxy_servers,
+        processlist=Path(processlist) if processlist is not None else None,
     )
     # Files are checked before any work: a mistake costs a second, not a whole extraction.
     from .slowlog import check_slow_log_file
@@ -229,6 +249,9 @@ def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_quer
             raise InputError(f"{path}: not a regular file (a pipe, device or socket cannot be read)")
     for path in slow_specs:  # one the folder holds may be garbled: a warning, when it is read
         check_slow_log_file(Path(path))
+    if result.processlist is not None and not result.processlist.is_file():
+        raise InputError(f"{result.processlist}: {'no such file' if not result.processlist.exists() else 'not a regular file'}"
+                         " (the processlist snapshot)")
     if not points:
         where = f" in {set_dir}" if set_dir is not None else ""
         raise UsageError(f"no capture to analyse{where}: give a capture-set folder, --app, --db and/or --proxy")

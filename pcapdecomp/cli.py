@@ -219,6 +219,11 @@ def analyze(
     ),
     long_query_time: Optional[float] = typer.Option(None, "--long-query-time", help="The server's long_query_time, seconds."),
     thread_pool_size: Optional[int] = typer.Option(None, "--thread-pool-size", help="The server's thread_pool_size (thread group = conn_id mod N)."),
+    processlist: Optional[Path] = typer.Option(
+        None, "--processlist",
+        help="A processlist snapshot taken during the capture (mysql -B -e \"SHOW FULL PROCESSLIST\" > FILE, or the "
+             "boxed table mysql prints): names the connections the capture saw no greeting of, by HOST ip:port. "
+             "Default: the set folder's processlist*.tsv|txt."),
     server: list[str] = typer.Option(
         [], "--server", "-s", help="MySQL server endpoint HOST:PORT, or NAME=HOST:PORT to name a DB server in the "
                                    "verdict (repeatable). Default: found by content."),
@@ -264,7 +269,7 @@ def analyze(
         thread_pool_size, list(server), out,
         csv=csv, quiet=quiet, slow_log_tz=slow_log_tz, command_line=" ".join(["pcapdecomp", *sys.argv[1:]]),
         max_sql_bytes=max_sql_bytes, jobs=jobs, proxy=list(proxy_captures), proxy_servers=list(proxy_server),
-        scheduler=scheduler, partitioned=partitioned,
+        scheduler=scheduler, partitioned=partitioned, processlist=processlist,
     )
     written = list(result.written)
     if evidence_too:
@@ -365,7 +370,8 @@ def lab_record(
     from the checkout's root).
 
     Scenarios (captures/lab/README.md): maxthreads, group-stall, oltp-hogs, oltp-prepared, connection-churn,
-    features, midstream-join, slowlog-forms, sysbench, bigpacket, proxy-l4, proxy-pool, stall-fix (a series of three).
+    features, midstream-join, slowlog-forms, sysbench, bigpacket, proxy-l4, proxy-pool, stall-fix (a series of three),
+    field-default-stall, field-default-stall-lqt-10, field-pool-before-capture (the field: no pool settings at hand).
     """
     from .lab import run_lab
 

@@ -295,6 +295,7 @@ def extract(
             capture=name,
             conn_index=flow.index,
             conn_id=greeting.conn_id if greeting else None,
+            conn_id_source="greeting" if greeting else None,  # analyze fills the others (connids.py)
             client=endpoint_text(flow.client),
             server=endpoint_text(flow.server),
             server_version=greeting.server_version if greeting else None,

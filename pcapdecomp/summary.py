@@ -16,6 +16,7 @@ import pandas as pd
 from . import __version__
 from .captureset import CaptureSet
 from .clock import ClockModel
+from .connids import conn_id_sources
 from .match import ClockSamples
 from .threadpool import PoolView, json_value
 from .verdict import tell, tell_proxy
@@ -54,6 +55,7 @@ def build(cs: CaptureSet, *, names: dict[str, list[str]], points: list[dict], qu
             "proxy": names["proxy"], "proxy_servers": cs.proxy_servers,
             "cwd": os.getcwd(),  # relative capture paths above (and in exchanges.capture) are relative to this
             "scheduler": scheduler,
+            "processlist": str(cs.processlist) if cs.processlist is not None else None,
         },
         "points": points,
         "captures": {"app": qualities["app"],
@@ -67,6 +69,7 @@ def build(cs: CaptureSet, *, names: dict[str, list[str]], points: list[dict], qu
         "clocks": clocks,
         "slow_log": first.slow_info,
         "exchanges": _counts(exchanges),
+        "conn_ids": conn_id_sources(exchanges),
         "latency_s": latency if latency is not None else latency_quantiles(exchanges),
         "thread_pool_size": first.view.thread_pool_size,
         "pool": first.view.pool_summary,

@@ -290,18 +290,30 @@ def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, 
             text = (f"{n_u} {plural(n_u, 'statement', 'statements')} in the slow log waited up to "
                     f"{seconds_rounded(np.nanmax(queue[u]))} in {where} behind {behind} before executing: the slow "
                     f"log's Query_time leaves the wait out{saw}")
-        if rest:
-            text += f"; {rest} more waited with no culprit found on their group"
+        unknown = int((victims & ~in_told & x["thread_group"].isna().to_numpy()).sum())
+        if rest - unknown:
+            text += f"; {rest - unknown} more waited with no culprit found on their group"
+        if unknown:
+            text += (f"; {unknown} more waited on {plural(unknown, 'a connection', 'connections')} of unknown id "
+                     "(no greeting captured), whose thread group is not known")
         if size.get("warning"):
             text += f" — if thread_pool_size {size['value']} is right; the capture suggests otherwise"
         return text + "."
     # queued, but no culprit named
     n_h, n_u = int(hidden.sum()), int(understated.sum())
     n = int(victims.sum())
+    # a statement whose connection id is unknown (no greeting, no other source) has no known thread group: nothing is
+    # claimed about a group that is not known
+    ungrouped = int((victims & x["thread_group"].isna().to_numpy()).sum()) if size.get("value") else 0
     why = ("thread_pool_size is unknown and the capture does not show it, so no culprit can be named"
            if not size.get("value") else
+           f"{plural(n, 'its', 'their')} connection {plural(n, 'id is', 'ids are')} unknown (the capture began after "
+           "the greeting; a processlist snapshot, --processlist, names them), so "
+           f"{plural(n, 'its', 'their')} thread group and culprit cannot be named" if ungrouped == n else
            f"no statement of their thread group (thread_pool_size {size['value']}, {size.get('source')}) executed "
-           "long meanwhile (is thread_pool_size right, or was the whole pool busy?)")
+           "long meanwhile (is thread_pool_size right, or was the whole pool busy?)"
+           + (f"; {ungrouped} of them {plural(ungrouped, 'has', 'have')} no known thread group (connection id "
+              "unknown)" if ungrouped else ""))
     what = []
     if n_h:
         what.append(f"{n_h} slow on the wire but " + ("not in the slow log" if logged else "not flagged slow"))

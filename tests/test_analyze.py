@@ -217,7 +217,13 @@ def test_start_cut_off_both_captures(tmp_path):
     keep = {"keep": lambda i, t: t >= cut}
     r = run(rewritten(tmp_path, "group-stall", keep, keep), tmp_path / "out")
     x = r.exchanges
-    assert x["conn_id"].isna().all()  # no greeting, no connection id
+    # no greeting, no connection id from it: only the BENCHMARK's connection is named, by its slow-log entry's
+    # Thread_id (the truth's id of the hog)
+    assert not (x["conn_id_source"] == "greeting").any()
+    hog = pd.read_json(CAPTURES / "group-stall" / "truth.jsonl", lines=True).query("conn_label == 'hog'")["conn_id"]
+    named = x[x["conn_id"].notna()]
+    assert (named["conn_id_source"] == "slowlog").all() and set(named["conn_id"]) == set(hog)
+    assert named["sql"].astype(str).str.startswith("SELECT BENCHMARK").any()
     truth, ex = truth_join(x, CAPTURES / "group-stall" / "truth.jsonl", by_conn=False)
     all_truth = pd.read_json(CAPTURES / "group-stall" / "truth.jsonl", lines=True)
     after = all_truth[all_truth["client_send_ns"] > cut + 50_000_000]

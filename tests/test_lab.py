@@ -28,8 +28,9 @@ sys.path.insert(0, str(LAB))
 import rawclient  # noqa: E402
 import record as lab_record  # noqa: E402
 
+FIELD = ("field-default-stall", "field-default-stall-lqt-10", "field-pool-before-capture")
 COMMITTED = ("maxthreads", "group-stall", "oltp-hogs", "features", "oltp-prepared", "stall-fix-1-pool",
-             "stall-fix-2-thread-per-connection", "stall-fix-3-stall-limit-10")
+             "stall-fix-2-thread-per-connection", "stall-fix-3-stall-limit-10", *FIELD)
 
 
 from labsets import lab_unavailable_reason as _lab_unavailable_reason  # noqa: E402
@@ -137,6 +138,51 @@ def test_committed_group_stall_truth():
     assert max(r["client_s"] for r in other) < 0.1
     # only the hog is slow in the server's eyes
     assert [e[0] for e in _slow_log_entries(slow)] == [hog["conn_id"]]
+
+
+@pytest.mark.parametrize("name", FIELD)
+def test_committed_field_set_truth(name):
+    """What each field set's README says, from its own truth: the pool's settings only in lab-settings.toml, the
+    lookups that arrived on a group while its BENCHMARK ran waited 0.1–1 s while executing in milliseconds, each
+    connection once, and the slow log holds exactly the statements that executed ≥ long_query_time."""
+    folder = REPO / "captures" / name
+    meta, truth, slow = _read_set(folder)
+    lab = tomllib.loads((folder / "lab-settings.toml").read_text())
+    assert not any(k.startswith("thread_pool") for k in meta["server"])  # the field has none at hand
+    assert not {"pool_size", "hogs"} & meta["workload"].keys()
+    assert lab["server"]["thread_pool_size"] == 3 and lab["server"]["thread_pool_stall_limit"] == 500
+    assert lab["server"]["thread_pool_oversubscribe"] == 3
+    assert all(r["thread_group"] == r["conn_id"] % 3 for r in truth)
+    hogs = [r for r in truth if r["role"] == "hog"]
+    lookups = [r for r in truth if r["role"] == "query"]
+    assert sorted(r["thread_group"] for r in hogs) == [0, 1, 2] and all(r["exec_s"] > 0.9 for r in hogs)
+    waited = [r for r in lookups if r["client_s"] - r["exec_s"] > 0.1]
+    assert all(0.1 < r["client_s"] - r["exec_s"] < 1.0 and r["exec_s"] < 0.01 for r in waited)
+    assert len(waited) == len({r["conn_id"] for r in waited}) == len({r["conn_id"] for r in lookups})
+    for hog in hogs:  # each waited on its own group, while that group's BENCHMARK ran
+        mine = [r for r in waited if r["thread_group"] == hog["thread_group"]]
+        assert mine and all(hog["client_send_ns"] < r["client_send_ns"] < hog["client_recv_ns"] for r in mine)
+    assert all(r["client_s"] < 0.05 for r in lookups if r not in waited)
+    lqt = meta["server"]["long_query_time"]
+    logged = sorted(e[0] for e in _slow_log_entries(slow))
+    assert logged == sorted(r["conn_id"] for r in truth if r["exec_s"] is not None and r["exec_s"] >= lqt)
+    assert bool(logged) == (lqt == 1.0)
+    if name == "field-pool-before-capture":
+        _, payload = _pcap_payloads(folder / "app.pcap")
+        assert b"SELECT CONNECTION_ID()" in payload and b"performance_schema.threads" not in payload  # no greeting
+
+
+def test_committed_pool_before_capture_processlist():
+    """The snapshot is what `mysql -B` prints: a header, then one tab-separated row per connection, HOST ip:port
+    naming each app connection by its client port (truth's client_port)."""
+    folder = REPO / "captures" / "field-pool-before-capture"
+    lines = (folder / "processlist.tsv").read_text().splitlines()
+    assert lines[0].split("\t") == ["ID", "USER", "HOST", "DB", "COMMAND", "TIME", "STATE", "INFO"]
+    rows = [line.split("\t") for line in lines[1:]]
+    _, truth, _ = _read_set(folder)
+    port_of = {r["conn_id"]: r["client_port"] for r in truth}
+    app = {int(r[0]): r[2] for r in rows if r[2].startswith("10.213.77.1:")}
+    assert app == {conn_id: f"10.213.77.1:{port}" for conn_id, port in port_of.items()}
 
 
 def test_committed_features_cover_the_protocol():

@@ -80,9 +80,14 @@ def forms(tmp_path_factory):
 # --- acceptance: a capture that began after every login ------------------------------------------------------
 
 
-def test_midstream_recording_has_no_connection_ids_and_shared_fingerprints(midstream):
+def test_midstream_recording_has_no_greeting_ids_and_shared_fingerprints(midstream):
     x = midstream.exchanges
-    assert x["conn_id"].isna().all()
+    # no greeting was captured: every id there is comes from the slow log's Thread_id (connids.py), and is right
+    assert not (x["conn_id_source"] == "greeting").any()
+    named = x[x["conn_id"].notna()]
+    assert (named["conn_id_source"] == "slowlog").all()
+    truth = truth_of(MIDSTREAM)
+    assert [int(c) for c in named["conn_id"]] == [int(truth_row(truth, r)["conn_id"]) for _, r in named.iterrows()]
     slow, _ = read_slow_log(MIDSTREAM / "slow.log")
     fp = x.loc[x["sql"].astype(str).str.startswith("select benchmark"), "fingerprint"]
     assert fp.nunique() <= 2 and len(fp) >= 20  # many statements, one fingerprint (text and binary protocol)

@@ -309,7 +309,12 @@ def _one_connection(tmp: Path, frames: slice) -> Path:
 def test_one_connection_and_one_exchange(tmp_path, frames):
     db = _one_connection(tmp_path, frames)
     r = analyze(None, [], db, CAPTURES / "group-stall" / "slow.log", 1.0, None, [], tmp_path / "out", quiet=True)
-    assert len(r.exchanges) >= 1 and r.exchanges["conn_id"].isna().all()
+    # no greeting captured: the id, when known, is the answer to the identify query (SELECT CONNECTION_ID(), …) the
+    # lab's connection sent first, and is a probe's
+    x = r.exchanges
+    assert len(x) >= 1 and not (x["conn_id_source"] == "greeting").any()
+    probes = set(pd.read_json(CAPTURES / "group-stall" / "truth.jsonl", lines=True).query("sql == 'SELECT 1'")["conn_id"])
+    assert (x["conn_id_source"].dropna() == "connection_id_answer").all() and set(x["conn_id"].dropna()) <= probes
     s = r.summary["story"]
     assert s["sentence"].endswith(".") and s["findings"][0] in {"idle", "undecided"}
     assert r.summary["thread_pool_size"]["inferred"]["confidence"] == "not enough evidence"

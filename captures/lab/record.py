@@ -152,6 +152,49 @@ def _toml_value(value) -> str:
     return json.dumps(str(value), ensure_ascii=False)  # a JSON string is a valid TOML basic string
 
 
+def _pool_settings(s) -> list[str]:
+    return [f"thread_pool_size = {s.thread_pool_size}",
+            f"thread_pool_max_threads = {s.thread_pool_max_threads}",
+            f"thread_pool_stall_limit = {s.thread_pool_stall_limit_ms}",
+            f"thread_pool_oversubscribe = {s.thread_pool_oversubscribe}"]
+
+
+FIELD_HIDDEN_PARAMS = ("pool_size", "hogs")  # the workload's group arithmetic: they name thread_pool_size
+
+
+def _write_lab_settings(path: Path, scenario: Scenario, params: dict) -> None:
+    """What the lab's server ran with, for a field set whose capture.toml leaves the pool's settings out: the tests
+    check pcapdecomp's inferences against it; pcapdecomp itself never reads this file."""
+    s = scenario.settings
+    path.write_text("\n".join([
+        "# Written by captures/lab/record.py: the server's settings during this field recording. pcapdecomp does not",
+        "# read this file (capture.toml leaves them out, as the field has them not at hand); tests compare with it.",
+        "[server]",
+        f"thread_handling = {_toml_value(s.thread_handling)}",
+        *_pool_settings(s),
+        f"long_query_time = {_toml_value(s.long_query_time_s)}",
+        "",
+        "[workload]  # the parameters capture.toml's [workload] leaves out",
+        *[f"{key} = {json.dumps(params[key])}" for key in FIELD_HIDDEN_PARAMS if key in params],
+    ]) + "\n")
+
+
+PROCESSLIST_SQL = ("SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, INFO FROM information_schema.PROCESSLIST")
+
+
+def _processlist_snapshot(server: PrivateMariaDB) -> str:
+    """What `mysql -B -e "SELECT … FROM information_schema.PROCESSLIST"` prints (tab-separated, a header line), run
+    by the mysql client itself over the server's unix socket, so its own connection stays off the captures."""
+    import subprocess
+
+    done = subprocess.run(server.host.command("mysql", "--no-defaults", f"--socket={server.socket}", "--user=root",
+                                              "-B", "-e", PROCESSLIST_SQL),
+                          capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        raise LabError(f"the processlist snapshot failed: {done.stderr.strip()}")
+    return done.stdout
+
+
 def _write_capture_toml(path: Path, scenario: Scenario, server: PrivateMariaDB, params: dict, stats: dict,
                         proxy=None, folders: bool = False, rotate_mb: int = 0) -> None:
     s = scenario.settings
@@ -171,10 +214,8 @@ def _write_capture_toml(path: Path, scenario: Scenario, server: PrivateMariaDB, 
         f"long_query_time = {_toml_value(s.long_query_time_s)}",
         f"thread_handling = {_toml_value(s.thread_handling)}",
         # without the pool there are no thread groups: no thread_pool_* settings (analyze would group by them)
-        *([f"thread_pool_size = {s.thread_pool_size}",
-           f"thread_pool_max_threads = {s.thread_pool_max_threads}",
-           f"thread_pool_stall_limit = {s.thread_pool_stall_limit_ms}",
-           f"thread_pool_oversubscribe = {s.thread_pool_oversubscribe}"] if s.thread_handling == "pool-of-threads" else []),
+        # a field set has no settings at hand either: they go to lab-settings.toml (_write_lab_settings)
+        *(_pool_settings(s) if s.thread_handling == "pool-of-threads" and not scenario.field else []),
         f"max_allowed_packet = {s.max_allowed_packet}",
         f"tls = {_toml_value(s.tls)}",
         "",
@@ -327,6 +368,9 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
                     _await_file(workdir / "connected", child, 60)
                     start_captures()
                     (workdir / "go").touch()
+                if spec.processlist_at_s:
+                    time.sleep(spec.processlist_at_s)
+                    processlist = _processlist_snapshot(server)
                 code = child.wait(120 + 3 * float(params.get("duration", 0)))
             if code != 0:
                 raise LabError(f"the {scenario} workload failed (exit {code}); see its output above")
@@ -365,11 +409,17 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
                 for name in [f"{n}.pcap" for n in dumps]:
                     shutil.copyfile(workdir / name, out / name)
                 shutil.copyfile(server.slow_log, out / "slow.log")
+            if spec.processlist_at_s:
+                (out / "processlist.tsv").write_text(processlist)
+            if spec.field:
+                _write_lab_settings(out / "lab-settings.toml", spec, params)
             with open(out / "truth.jsonl", "w") as f:
                 for row in truth:
                     f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            # a field set's workload section must not give the pool size away either (lab-settings.toml has it)
+            hidden = ("sync_dir", *(FIELD_HIDDEN_PARAMS if spec.field else ()))
             _write_capture_toml(out / "capture.toml", spec, server,
-                                {k: v for k, v in params.items() if k != "sync_dir"}, {n: d.stats for n, d in dumps.items()},
+                                {k: v for k, v in params.items() if k not in hidden}, {n: d.stats for n, d in dumps.items()},
                                 proxy, folders, rotate)
             (out / "README.md").write_text(
                 f"# Capture set `{scenario}`\n\n{spec.description}\n\nRecorded by `captures/lab/record.py "

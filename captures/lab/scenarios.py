@@ -38,6 +38,10 @@ class Scenario:
     proxy_pool: int = 0  # the pooling proxy's server connections
     second_server: bool = False  # a second MariaDB on a host of its own (a replica), captured there too
     rotate_mb: int = 0  # tcpdump rotates its files every this many million bytes (-C); 0: one file per host
+    # the field as it is: capture.toml carries no thread_pool_* settings (a DBA at 3 a.m. has none at hand); the
+    # server's settings go to lab-settings.toml, which pcapdecomp never reads, for the tests to check inferences
+    field: bool = False
+    processlist_at_s: float = 0.0  # > 0: a processlist snapshot (`mysql -B`) this long after the captures began
 
 
 SCENARIOS = {s.name: s for s in (
@@ -224,3 +228,31 @@ for _name, _text, _settings in _STALL_FIX:
                        long_query_time_s=0.1, **_settings),
         dict(_STALL_FIX_PARAMS), tuple(_sbtest_sql(SBTEST_ROWS)), hog_seconds=1.0)
 SERIES = {"stall-fix": tuple(name for name, _, _ in _STALL_FIX)}
+
+
+# --- the field as it is (issue 31): MariaDB's defaults, three thread groups, no thread_pool_* in capture.toml ----------
+# thread_pool_max_threads stays at its default (65536), so only the stall limit relieves a busy group.
+FIELD_SETTINGS = dict(thread_handling="pool-of-threads", thread_pool_size=3, thread_pool_max_threads=65536,
+                      thread_pool_stall_limit_ms=500, thread_pool_oversubscribe=3)
+_FIELD_PARAMS = {"clients": 24, "rate": 60, "duration": 5.0, "rows": SBTEST_ROWS, "pool_size": 3,
+                 "hogs": [[0.4, 0], [2.0, 1], [3.6, 2]]}
+_FIELD_TEXT = ("The field as it is: MariaDB's defaults thread_pool_stall_limit=500 ms and thread_pool_oversubscribe=3 "
+               "on thread_pool_size=3 (not in capture.toml: lab-settings.toml has the server's settings). 24 "
+               "connections run primary-key lookups (SELECT c FROM sbtest1 WHERE id = N, 60/s in all, on a fixed "
+               "schedule) for 5 s while three CPU-bound SELECT BENCHMARK(…) of about 1–1.5 s run one after the other, one "
+               "on each thread group (conn_id % 3): lookups that arrive on a group while its BENCHMARK runs wait in "
+               "the queue (a few hundred ms, up to about 1 s) until the pool's timer declares the group stalled and "
+               "another worker takes them, while executing in under a few ms; later lookups on that group pass.")
+for _name, _lqt, _extra, _more in (
+        ("field-default-stall", 1.0, "long_query_time=1: the slow log holds the BENCHMARKs that ran ≥ 1 s, none "
+         "of the lookups.", {}),
+        ("field-default-stall-lqt-10", 10.0, "long_query_time=10, the server's default: the slow log is empty.", {}),
+        ("field-pool-before-capture", 1.0, "The connection pool opened its 27 connections before the captures "
+         "began (no greeting, no connection id on the wire); a processlist snapshot (processlist.tsv, `mysql -B` "
+         "of information_schema.PROCESSLIST) was taken 1.2 s into the captures; four lookup connections ask "
+         "SELECT CONNECTION_ID() once, on the wire; long_query_time=1: the slow log holds the BENCHMARKs that ran "
+         "≥ 1 s, with their Thread_id.", dict(midstream=True, processlist_at_s=1.2))):
+    SCENARIOS[_name] = Scenario(
+        _name, f"{_FIELD_TEXT} {_extra}", ServerSettings(**FIELD_SETTINGS, long_query_time_s=_lqt),
+        dict(_FIELD_PARAMS, connection_id_queries=4 if _more.get("midstream") else 0),
+        tuple(_sbtest_sql(SBTEST_ROWS)), hog_seconds=1.5, field=True, **_more)

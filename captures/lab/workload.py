@@ -713,6 +713,9 @@ def stall_fix(args, truth: Truth) -> None:
             conn.close()
             continue
         hogs[conn.conn_id % args.pool_size] = conn
+    wait_for_captures(args)  # a pool opened before the captures began (field-pool-before-capture)
+    for conn in lookups[:getattr(args, "connection_id_queries", 0)]:
+        conn.timed_query("SELECT CONNECTION_ID()", role="connection-id", note="the id answered on the wire")
     per_client_rate = args.rate / args.clients
     start = time.monotonic()
     stop = start + args.duration
@@ -776,7 +779,10 @@ SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": 
             "proxy-l4": group_stall, "proxy-pool": proxy_pool, "two-servers": two_servers,
              # one workload, three server settings (captures/lab/scenarios.py SERIES "stall-fix")
              "stall-fix-1-pool": stall_fix, "stall-fix-2-thread-per-connection": stall_fix,
-             "stall-fix-3-stall-limit-10": stall_fix}
+             "stall-fix-3-stall-limit-10": stall_fix,
+             # the field as it is (captures/lab/scenarios.py, issue 31)
+             "field-default-stall": stall_fix, "field-default-stall-lqt-10": stall_fix,
+             "field-pool-before-capture": stall_fix}
 
 
 
