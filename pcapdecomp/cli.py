@@ -264,6 +264,32 @@ def evidence(
 
 
 @app.command()
+def report(
+    analysis: Path = typer.Argument(..., help="Output folder of `pcapdecomp analyze` (exchanges.parquet, summary.json)."),
+    format: str = typer.Option("text", "--format", "-f",
+                               help="text (the terminal, 100 columns), md (Markdown for a ticket) or html (the page)."),
+    top: int = typer.Option(10, "--top", min=1, help="Query classes listed in the profile."),
+    order_by: Optional[str] = typer.Option(
+        None, "--order-by", help="Rank the profile by client (what the clients waited, A4 − A1: the default with an "
+                                 "app capture), server (D4 − D1: the default with a DB capture alone) or exec."),
+    server_vars: Optional[Path] = typer.Option(
+        None, "--server-vars", help="The server's settings: what `mysql -B -e \"SHOW GLOBAL VARIABLES\"` prints "
+                                    "(default: capture.toml beside the captures)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write to FILE (default: text and md to stdout, html "
+                                                                 "to ANALYSIS/report.html)."),
+) -> None:
+    """Render an analysis again: the verdict, what to change (a playbook line per finding, from the server's
+    settings) and the query profile ranked by what the clients waited, like pt-query-digest's."""
+    from .rerender import report as run_report
+
+    result = run_report(analysis, format, top, order_by, server_vars, out)
+    if result.text is not None:
+        sys.stdout.write(result.text)
+    elif result.written is not None:
+        print(f"wrote {result.written}", file=sys.stderr)
+
+
+@app.command()
 def compare(
     folders: list[Path] = typer.Argument(
         ..., help="BEFORE AFTER [MORE…]: analysis folders (what `analyze` wrote) or capture-set folders (analysed "
