@@ -32,6 +32,7 @@ from .report import render as render_report
 from .report import component_rows, unspanned_profile
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 from .sources import CapturePoint, parse_server
+from .stories import tell as tell_stories
 from .summary import ServerPart, clock_entry, latency_quantiles
 from .summary import build as build_summary
 from .summary import to_json as summary_json
@@ -297,7 +298,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         pool = concat([d.view.pool.assign(db_point=as_category([d.point] * len(d.view.pool))) for d in done])
 
         def summarised(latency: dict | None = None) -> dict:
-            return build_summary(
+            summary = build_summary(
                 cs, names={"app": [p.name for p in app_pts], "dbs": [p.name for p in db_pts],
                             "proxy": [p.name for p in proxy_pts]},
                 points=points_info, qualities={"app": [qualities[id(x)] for x in app_x],
@@ -307,6 +308,8 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
                 repair=repair.stats.as_dict() if repair is not None else None, clocks=clock_info, servers=done,
                 exchanges=exchanges, warnings=warnings, scheduler=runner.address if runner is not None else None,
                 through_proxy=proxied is not None, latency=latency)
+            tell_stories(summary, exchanges, concat([app_conns, db_conns]))
+            return summary
 
         # With --jobs N the tables are written by a forked child as soon as they are whole, while the summary is built
         # and the report renders here: it shares the tables as they are (nothing pickled), and converting them to Arrow

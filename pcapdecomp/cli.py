@@ -238,6 +238,8 @@ def analyze(
             written += export(result.out_dir).written
     if not quiet:
         out_console.print(result.summary["verdict"], highlight=False)
+        for line in result.summary.get("playbook") or []:  # what to change, from the server's settings
+            out_console.print(f"→ {line['text']}" + (f" {line['sql']}" if line.get("sql") else ""), highlight=False)
         for path in written:
             out_console.print(f"wrote {path}", highlight=False)
 
@@ -353,6 +355,7 @@ def lab_record(
     """Record SCENARIO from a private MariaDB in two network namespaces (needs root).
 
     Scenarios (captures/lab/README.md): maxthreads, group-stall, oltp-hogs, oltp-prepared, connection-churn,
+    connection-storm,
     features, midstream-join, slowlog-forms, sysbench, bigpacket, proxy-l4, proxy-pool, stall-fix (a series of three).
     """
     from .lab import run_lab

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .connstory import CHURN_PER_S
 from .errors import InputError
 from .formats import seconds_rounded
 
@@ -29,7 +30,6 @@ MIN_STALL_LIMIT_MS = 10  # MariaDB's smallest thread_pool_stall_limit
 SQL_THREAD_POOL = "SHOW GLOBAL VARIABLES LIKE 'thread_pool%';"
 SQL_CONNECTIONS = ("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('thread_handling', 'thread_cache_size', "
                    "'wait_timeout', 'max_connections'); SHOW GLOBAL STATUS LIKE 'Threads_created';")
-CHURN_PER_S = 10  # new connections per second from which a missing thread cache costs a thread creation each
 MAX_VARS_BYTES = 4 << 20  # SHOW GLOBAL VARIABLES prints ~60 KiB
 
 
@@ -186,8 +186,7 @@ def _oversubscribe(summary: dict, x: pd.DataFrame, values: dict, where: str) -> 
     return {"finding": "oversubscribe", "sql": None,
             "text": f"Leave thread_pool_oversubscribe at {int(over)}{where}: each stall had at most {most} long "
                     f"{'statement' if most == 1 else 'statements'} executing, fewer than the {int(over) + 1} threads a "
-                    "group may run (1 + oversubscribe), so a higher value would not have freed the queue sooner; "
-                    "the stall timer did."}
+                    "group may run (1 + oversubscribe), so a higher value would not have freed the queue sooner."}
 
 
 def _max_threads(summary: dict, x: pd.DataFrame, values: dict, where: str) -> dict | None:
@@ -261,8 +260,9 @@ def _wait_timeout(summary: dict, values: dict, where: str) -> dict | None:
     idle = (summary.get("connections") or {}).get("idle_closes") or {}
     if not idle.get("steady"):
         return None
-    facts = (f"the server closed {idle['count']} idle connections after {_range([idle['idle_min_s'], idle['idle_max_s']])} "
-             f"idle; the next statement on {idle['failed']} of them failed")
+    facts = (f"the server closed {idle['count']} idle connections the client still held after "
+             f"{_range([idle['idle_min_s'], idle['idle_max_s']])} idle, so their next statement fails (\"server has "
+             "gone away\")")
     timeout = values.get("wait_timeout")
     if not isinstance(timeout, (int, float)):
         return {"finding": "wait_timeout", "sql": "SHOW GLOBAL VARIABLES LIKE 'wait_timeout';",

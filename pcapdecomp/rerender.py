@@ -39,10 +39,11 @@ def report(analysis_dir: Path, fmt: str = "text", top: int = 10, order_by: str |
         raise UsageError(f"--top must be ≥ 1, got {top}")
     x, summary = load(analysis_dir)
     settings = read_server_vars(server_vars) if server_vars is not None else settings_beside(summary)
+    book = playbook_lines(summary, x, settings)
     if fmt == "html":
+        summary = {**summary, "playbook": book}
         return Rendered(None, _html(analysis_dir, x, summary, out))
     prof, used = profile(x, order_by, slow_entries(summary))
-    book = playbook_lines(summary, x, settings)
     from .render_text import markdown, text
 
     body = (text if fmt == "text" else markdown)(summary, prof, used, book, top)

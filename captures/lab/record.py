@@ -176,6 +176,8 @@ def _write_capture_toml(path: Path, scenario: Scenario, server: PrivateMariaDB, 
            f"thread_pool_stall_limit = {s.thread_pool_stall_limit_ms}",
            f"thread_pool_oversubscribe = {s.thread_pool_oversubscribe}"] if s.thread_handling == "pool-of-threads" else []),
         f"max_allowed_packet = {s.max_allowed_packet}",
+        *([f"thread_cache_size = {s.thread_cache_size}"] if s.thread_cache_size is not None else []),
+        *([f"wait_timeout = {s.wait_timeout_s}"] if s.wait_timeout_s is not None else []),
         f"tls = {_toml_value(s.tls)}",
         "",
         *([] if not proxy else [

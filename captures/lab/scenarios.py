@@ -92,6 +92,19 @@ SCENARIOS = {s.name: s for s in (
         committed=False,
     ),
     Scenario(
+        "connection-storm",
+        "Clients that open a connection for every statement, ~60 connections/s on one-thread-per-connection with "
+        "thread_cache_size=0 (each connection costs the server a new thread), for 4 s: connect, one point lookup, "
+        "quit. Beside them 4 pooled connections run a lookup, sit idle 3 s, past wait_timeout=2, and run one more: "
+        "the server closed them after 2 s idle, so that statement fails (\"MySQL server has gone away\" / lost "
+        "connection). truth.jsonl: a connect row per connection (TCP + greeting + login, as the client timed it), a "
+        "row per statement with its error, and the pooled connections' labels (pooled-N).",
+        ServerSettings(thread_handling="one-thread-per-connection", thread_cache_size=0, wait_timeout_s=2,
+                       long_query_time_s=1.0),
+        {"clients": 3, "rate": 60, "duration": 4.0, "pooled": 4, "idle_s": 3.0},
+        _sbtest_sql(1000),
+    ),
+    Scenario(
         "features",
         "One connection per protocol feature no public capture has: zlib compression, CALL with two result "
         "sets, a multi-statement COM_QUERY, LOAD DATA LOCAL INFILE, a read-only cursor with COM_STMT_FETCH, "
