@@ -62,10 +62,10 @@ def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command
     axis = time_axis(t, [conns["t_ns"].to_numpy(dtype=np.int64)] if conns is not None else [])
     figures = figure_specs(summary, x, groups, t, axis, conns, pool)
     page = _Page(summary, x, t, axis, figures, profiled, components)
-    sections = [
+    sections = [  # the picture first: the sentence, what to change, the timeline; the inputs further down
         page.verdict(),
-        page.decomposition(),
         page.timeline(),
+        page.decomposition(),
         page.groups_section(),
         page.proxy(),
         page.waterfall(),
@@ -73,6 +73,7 @@ def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command
         page.statements("hidden", "Hidden-slow statements"),
         page.statements("understated", "Statements the slow log understates"),
         page.connections(connections, conns),
+        page.inputs(),
         _method(command_line),
     ]
     specs = {name: spec for name, spec in figures.items() if spec is not None}
@@ -152,6 +153,10 @@ class _Page:
             head = f"<p class='verdict'>{esc(story['sentence'])}</p>" + (f"<ul class='bullets'>{bullets}</ul>" if bullets else "")
         else:
             head = f"<p class='verdict'>{esc(s.get('verdict') or '')}</p>"
+        return f"<section id='verdict'><h2>Verdict</h2>{head}{_playbook(s)}</section>"
+
+    def inputs(self) -> str:
+        s = self.summary
         inputs = s["inputs"]
         rows = [("app captures", ", ".join(inputs["app"]) or "none"), ("DB capture", inputs["db"] or "none"),
                 ("slow log", _slow_log_text(s)), ("long_query_time", _or_unknown(inputs["long_query_time"], " s")),
@@ -172,7 +177,7 @@ class _Page:
         rows.append(("matching", f"{m['matched']} matched, {m['app_only']} app only, {m['db_only']} DB only, "
                      f"{m['conflicts']} conflicts, {m['connections_nat']} NAT connections"))
         warn = "".join(f"<li>{esc(w)}</li>" for w in s.get("warnings", []))
-        return (f"<section id='verdict'><h2>Verdict</h2>{head}" + _kv_table(rows) + "<h3>Capture quality</h3>"
+        return (f"<section id='inputs'><h2>Inputs and capture quality</h2>" + _kv_table(rows) + "<h3>Capture quality</h3>"
                 + _quality(s) + (f"<h3>Warnings</h3><ul class='warn'>{warn}</ul>" if warn else "") + "</section>")
 
     def _span_text(self, q: dict) -> str:
@@ -704,10 +709,22 @@ def _method(command_line: str | None) -> str:
 
 
 def _nav(proxied: bool) -> str:
-    links = (("verdict", "Verdict"), ("decomposition", "Split"), ("timeline", "Timeline"), ("groups", "Groups"),
+    links = (("verdict", "Verdict"), ("timeline", "Timeline"), ("decomposition", "Split"), ("groups", "Groups"),
              *((("proxy", "Proxy"),) if proxied else ()), ("waterfall", "Waterfall"), ("profile", "Profile"), ("hidden", "Hidden slow"),
-             ("understated", "Understated"), ("connections", "Connections"), ("method", "Method"))
+             ("understated", "Understated"), ("connections", "Connections"), ("inputs", "Inputs"),
+             ("method", "Method"))
     return " · ".join(f"<a href='#{a}'>{t}</a>" for a, t in links)
+
+
+def _playbook(summary: dict) -> str:
+    """What to change (summary.json → playbook): one line per finding, with the SQL that makes the change or
+    fetches an unknown setting."""
+    lines = summary.get("playbook") or []
+    if not lines:
+        return ""
+    items = "".join(f"<li>{esc(line.get('text'))}" + (f" <code>{esc(line['sql'])}</code>" if line.get("sql") else "")
+                    + "</li>" for line in lines)
+    return f"<h3>What to change</h3><ul class='playbook'>{items}</ul>"
 
 
 def _slow_log_text(summary: dict) -> str:
