@@ -315,6 +315,8 @@ def compare(
     result = run_compare(list(folders), out, slow, csv=csv, quiet=quiet, jobs=jobs,
                          command_line=" ".join(["pcapdecomp", *sys.argv[1:]]))
     if not quiet:
+        if result.sentence:
+            out_console.print(result.sentence, highlight=False, soft_wrap=True)
         for line in result.headline:
             out_console.print(line, highlight=False, soft_wrap=True)
         for note in result.notes:
@@ -355,8 +357,7 @@ def lab_record(
     """Record SCENARIO from a private MariaDB in two network namespaces (needs root).
 
     Scenarios (captures/lab/README.md): maxthreads, group-stall, oltp-hogs, oltp-prepared, connection-churn,
-    connection-storm,
-    features, midstream-join, slowlog-forms, sysbench, bigpacket, proxy-l4, proxy-pool, stall-fix (a series of three).
+    connection-storm, network-slow-client, features, midstream-join, slowlog-forms, sysbench, bigpacket, proxy-l4, proxy-pool, stall-fix (a series of three).
     """
     from .lab import run_lab
 

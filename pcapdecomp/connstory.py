@@ -138,7 +138,9 @@ def _idle_closes(x: pd.DataFrame, c: pd.DataFrame) -> dict:
     server = c[(c["closed_by"].astype(object) == "server").fillna(False).to_numpy(dtype=bool)]
     if not len(server):
         return {"count": 0, "steady": False}
-    ex = _per_connection(x)
+    mine = x[pd.MultiIndex.from_arrays([x["capture"].astype(object), x["conn_index"].astype("int64")]).isin(
+        pd.MultiIndex.from_arrays([server["capture"].astype(object), server["conn_index"].astype("int64")]))]
+    ex = _per_connection(mine)  # the exchanges of these connections only: cost follows them, not the capture
     idle, failed, reset = [], 0, 0
     groups = dict(tuple(ex.groupby(["capture", "conn_index"]))) if len(ex) else {}
     rsts = server["close_rst"].fillna(False).to_numpy(dtype=bool) if "close_rst" in server.columns else np.zeros(
@@ -172,6 +174,16 @@ def _refused(x: pd.DataFrame, c: pd.DataFrame) -> int:
     return n
 
 
+def churning(story: dict | None) -> bool:
+    """Connecting is the workload's pattern: CHURN_MIN or more new connections, CHURN_PER_S or more a second, and
+    either one for every other statement or more, or their set-up cost half the statements' time or more."""
+    if not story:
+        return False
+    new = story["new"]
+    return new >= CHURN_MIN and story["new_per_s"] >= CHURN_PER_S and (
+        new >= CHURN_SHARE * max(story["statements"], 1) or story["setup_sum_s"] >= 0.5 * story["statements_sum_s"])
+
+
 def bullets(story: dict | None) -> tuple[list[dict], list[str]]:
     """The verdict's connection bullets and findings: set-up time against the statements' time, churn, idle
     closes by the server with failed statements, refusals."""
@@ -179,8 +191,7 @@ def bullets(story: dict | None) -> tuple[list[dict], list[str]]:
         return [], []
     out, findings = [], []
     new, statements = story["new"], story["statements"]
-    if new >= CHURN_MIN and story["new_per_s"] >= CHURN_PER_S and (
-            new >= CHURN_SHARE * max(statements, 1) or story["setup_sum_s"] >= 0.5 * story["statements_sum_s"]):
+    if churning(story):
         findings.append("connection_churn")
         ratio = story["setup_sum_s"] / story["statements_sum_s"] if story["statements_sum_s"] > 0 else None
         times = f", {ratio:.1f} times the {seconds_rounded(story['statements_sum_s'])} the statements took" if ratio else ""

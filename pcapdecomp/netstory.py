@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .formats import plural, seconds_rounded, share
-from .waitprofile import host_of
+from .waitprofile import hosts_of
 
 NETWORK_LEADS = 0.5  # network's share of the clients' time from which it leads the verdict
 ONE_HOST = 0.9  # one host's share of the network time from which it is named as where it was
@@ -33,7 +33,7 @@ def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
     both = ~np.isnan(net) & ~np.isnan(total)
     if not both.any():
         return None
-    host = np.array([host_of(c) for c in x["client"].astype(object)], dtype=object)
+    host = hosts_of(x["client"])
     frame = pd.DataFrame({"host": host[both], "capture": x["capture"].astype(object).to_numpy()[both],
                           "conn_index": x["conn_index"].to_numpy()[both], "conn_id": x["conn_id"].to_numpy()[both],
                           "network_s": np.maximum(net[both], 0.0), "total_s": total[both]})
@@ -67,8 +67,8 @@ def _retransmissions(x: pd.DataFrame, conns: pd.DataFrame | None, both: np.ndarr
     c = conns[conns["capture"].astype(object).isin(captures)]
     rb = c["retransmitted_bytes"].to_numpy(dtype="float64", na_value=0.0)
     keys = set(zip(c["capture"].astype(object)[rb > 0], c["conn_index"].astype("int64")[rb > 0]))
-    pair = zip(x["capture"].astype(object), x["conn_index"].astype("int64"))
-    on = np.fromiter(((k in keys) for k in pair), dtype=bool, count=len(x))
+    on = pd.MultiIndex.from_arrays([x["capture"].astype(object), x["conn_index"].astype("int64")]).isin(list(keys)) \
+        if keys else np.zeros(len(x), dtype=bool)
     stalls = on & both & (np.nan_to_num(net) >= RTO_MIN_S)
     return {"retransmitted_bytes": int(rb.sum()), "retransmitting_connections": int((rb > 0).sum()),
             "rto_stalls_likely": int(stalls.sum())}

@@ -11,7 +11,7 @@ Every line cites the measured numbers it rests on; a finding without numbers giv
   threads a group may run): raising it would not have freed the queue; the stall limit did.
 - thread_pool_max_threads against the cap measured on the wire (exactly N statements at once while others waited).
 - the proxy's pool size against the waits inside the proxy.
-- thread_cache_size against the rate of new connections, and wait_timeout against the idle time after which the
+- thread_cache_size against the rate of new connections (connstory.churning), and wait_timeout against the idle time after which the
   server closed connections (connection story: summary.json → connections)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .connstory import CHURN_PER_S
+from .connstory import churning
 from .errors import InputError
 from .formats import seconds_rounded
 
@@ -233,9 +233,9 @@ def _proxy_pool(summary: dict, x: pd.DataFrame, proxy: dict, where: str) -> dict
 
 def _thread_cache(summary: dict, values: dict, where: str) -> dict | None:
     conns = summary.get("connections") or {}
-    rate = conns.get("new_per_s")
-    if not isinstance(rate, (int, float)) or rate < CHURN_PER_S:
+    if not churning(conns):
         return None
+    rate = conns["new_per_s"]
     facts = (f"{conns['new']} new connections in {seconds_rounded(conns['span_s'])} ({rate:.0f}/s) for "
              f"{conns['statements']} statements ({conns['statements_per_s']:.0f}/s), set-up (SYN → login OK) median "
              f"{seconds_rounded(conns['setup_median_s'])}, max {seconds_rounded(conns['setup_max_s'])}, "

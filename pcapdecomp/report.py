@@ -122,6 +122,19 @@ def unspanned_profile(x: pd.DataFrame) -> pd.DataFrame:
     return profile(x, None)
 
 
+def by_client_time(p: pd.DataFrame) -> pd.DataFrame:
+    """A digest.profile ranked by what the clients waited (client_sum: A4 − A1, else D4 − D1), execution breaking
+    ties; as it was when no class has a client time."""
+    client = p["client_sum"].to_numpy(dtype="float64", na_value=np.nan)
+    if np.isnan(client).all():
+        return p
+    order = np.lexsort((-np.nan_to_num(p["exec_sum"].to_numpy(dtype="float64", na_value=np.nan), nan=-1.0),
+                        -np.nan_to_num(client, nan=-1.0)))
+    out = p.iloc[order].reset_index(drop=True)
+    out["rank"] = np.arange(1, len(out) + 1)
+    return out
+
+
 def spanned(p: pd.DataFrame, span_s: float | None) -> pd.DataFrame:
     """An unspanned profile with the QPS digest.profile(x, span_s) gives: calls per second of capture."""
     return p.assign(qps=p["calls"] / span_s if span_s else np.nan)
@@ -333,22 +346,28 @@ class _Page:
         p = profile(self.x, span) if self.profiled is None else spanned(self.profiled(), span)
         if p.empty:
             return head + "<p>no statements</p></section>"
+        p = by_client_time(p)
+        client_total = float(np.nansum(p["client_sum"].to_numpy(dtype="float64", na_value=np.nan)))
         shown = p.head(PROFILE_ROWS)
         rows = []
         for r in shown.itertuples(index=False):
             measured = "–" if pd.isna(r.exec_measured) else f"{100 * r.exec_measured:.0f} %"
             user = r.user_db + (f" (+{r.user_db_more})" if r.user_db_more else "")
             exec_cell = Html(f"{esc(_sum_s(r.exec_sum))}<div class='sub'>{esc(share(r.exec_share))}</div>")
+            client_share = r.client_sum / client_total if client_total > 0 and not pd.isna(r.client_sum) else None
+            client_cell = Html(f"{esc(_sum_s(r.client_sum))}<div class='sub'>{esc(share(client_share))}</div>")
             rows.append(_Row([str(r.rank), Html(f"<code class='qid'>{esc(r.query_id or '')}</code>"), count(r.calls),
-                              _qps(r.qps), exec_cell, measured, seconds(r.exec_avg), seconds(r.exec_min),
+                              client_cell, _qps(r.qps), exec_cell, measured, seconds(r.exec_avg), seconds(r.exec_min),
                               seconds(r.exec_max), seconds(r.exec_p95), _vm(r.exec_vm), count(r.rows_sum),
                               _bytes(r.bytes_sum), user, _split_bar(r), count(r.hidden_slow)]))
             rows.append(_Row([Html(f"<div class='sample'><code>{esc(clip(r.sample, 600))}</code>"
                                    f"<div class='fp'>{esc(r.commands)} · fingerprint: {esc(clip(r.fingerprint, 300))}"
-                                   "</div></div>")], span=16))
+                                   "</div></div>")], span=17))
         more = len(p) - len(shown)
         text = ("In the manner of pt-query-digest's profile: one row per fingerprint (Query ID as pt-query-digest and "
-                "PMM print it), ranked by execution time. Execution is the slow log's Query_time where the statement "
+                "PMM print it), ranked by what its clients waited (A4 − A1; with a DB capture alone the server's "
+                "D4 − D1, as pt-query-digest --type tcpdump ranks it), with execution beside it: a class that "
+                "queued is first here and last by execution. Execution is the slow log's Query_time where the statement "
                 "was logged, else an estimate from the wire (\"logged\" says which share of calls was measured so). "
                 "avg/min/max/p95 and V/M (variance-to-mean) are of execution per call; QPS is calls per second of "
                 f"capture ({seconds(span)}); rows and bytes are what the server sent. The split is where the clients' "
@@ -356,8 +375,9 @@ class _Page:
                 "slowest call as the server ran it (with its parameter values), the commands of the fingerprint and the "
                 "fingerprint.")
         return (head + f"<p class='caption'>{esc(text)}</p>"
-                + _table(["rank", "Query ID", "calls", "QPS", "exec, share", "logged", "avg", "min", "max", "p95",
-                          "V/M", "rows", "bytes", "user@db", "client time: net · queue · exec", "hidden slow"], rows, numeric=(2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15), cls="profile")
+                + _table(["rank", "Query ID", "calls", "clients' time, share", "QPS", "exec, share", "logged", "avg",
+                          "min", "max", "p95", "V/M", "rows", "bytes", "user@db", "client time: net · queue · exec",
+                          "hidden slow"], rows, numeric=(2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16), cls="profile")
                 + (f"<p>… and {more} more fingerprints.</p>" if more > 0 else "") + "</section>")
 
     # -------------------------------------------------------------- hidden slow / understated

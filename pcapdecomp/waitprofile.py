@@ -149,8 +149,7 @@ def _add_slow_log(out: pd.DataFrame, x: pd.DataFrame, has: np.ndarray, k: np.nda
 
 def _add_hosts(out: pd.DataFrame, x: pd.DataFrame, has: np.ndarray, k: np.ndarray) -> None:
     """The client hosts (addresses without the port) of each class, the busiest first, and how many more."""
-    client = x["client"].astype(object).to_numpy()[has] if "client" in x.columns else np.full(int(has.sum()), None)
-    hosts = pd.Series([host_of(c) for c in client])
+    hosts = pd.Series(hosts_of(x["client"])[has] if "client" in x.columns else np.full(int(has.sum()), None))
     counts = pd.DataFrame({"k": k, "host": hosts}).dropna().value_counts()
     listed: dict[int, list[str]] = {}
     for (g, host), _ in counts.items():
@@ -158,6 +157,13 @@ def _add_hosts(out: pd.DataFrame, x: pd.DataFrame, has: np.ndarray, k: np.ndarra
     codes = out["code"].to_numpy()
     out["hosts"] = [", ".join(listed.get(int(g), [])[:HOSTS_LISTED]) for g in codes]
     out["hosts_more"] = [max(len(listed.get(int(g), [])) - HOSTS_LISTED, 0) for g in codes]
+
+
+def hosts_of(clients: pd.Series) -> np.ndarray:
+    """host_of for a column of endpoints, once per distinct endpoint."""
+    codes, uniques = pd.factorize(clients.astype(object).to_numpy())
+    table = np.array([host_of(u) for u in uniques] + [None], dtype=object)
+    return table[codes]  # code −1 (missing) takes the last entry, None
 
 
 def host_of(endpoint) -> str | None:

@@ -137,3 +137,34 @@ def test_degenerate_inputs():
     assert connstory.bullets(None) == ([], [])
     assert netstory.tell(empty, None) is None
     assert netstory.bullets(None) == (None, [], [])
+
+
+SLOW = "network-slow-client"
+
+
+@pytest.fixture(scope="module")
+def slow_path(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("network")
+    analyze(CAPTURES / SLOW, [], None, None, None, None, [], root / SLOW, quiet=True)
+    return json.loads((root / SLOW / "summary.json").read_text())
+
+
+def test_a_slow_path_for_one_client_is_told_by_host(slow_path):
+    """One of two clients ran through a relay that holds each leg relay_delay_ms (capture.toml [workload]): every
+    exchange of that host has at least twice the delay of network, the other host's much less; the network story
+    names that host, and leads the verdict when the clients' own timings say the slow client's time is most of
+    theirs."""
+    workload = tomllib.loads((CAPTURES / SLOW / "capture.toml").read_text())["workload"]
+    delay_s, slow_host = workload["relay_delay_ms"] / 1000, workload["slow_host"]
+    net = slow_path["network"]
+    hosts = {h["host"]: h for h in net["hosts"]}
+    assert set(hosts) == {slow_host, "10.213.78.1"}
+    slow, fast = hosts[slow_host], hosts["10.213.78.1"]
+    assert slow["network_s"] >= 0.95 * 2 * delay_s * slow["exchanges"]
+    assert fast["network_s"] < delay_s * fast["exchanges"]
+    assert net["hosts"][0]["host"] == slow_host
+    rows = truth(SLOW)
+    mine = sum(r["client_s"] for r in rows if r["conn_label"].startswith("slow"))
+    assert (slow_path["story"]["findings"][0] == "network") == (mine > 0.5 * sum(r["client_s"] for r in rows))
+    assert slow_host in slow_path["story"]["sentence"]
+    assert slow_path["story"]["bullets"][0]["topic"] == "db"  # the pool's own sentence follows

@@ -27,7 +27,8 @@ if str(LAB_DIR) not in sys.path:
 from hosts import (APP_IPV4, DB2_IPV4, DB_IPV4, DB_IPV6, MYSQL_PORT, Child, LabError, PrivateMariaDB,  # noqa: E402
                    TestHosts, Tcpdump, check_can_run, ensure_deps, log)
 from scenarios import SCENARIOS, SERIES, Scenario  # noqa: E402
-from proxies import PROXY_APP_IPV4, PROXY_DB_IPV4, PROXY_FRONT_IPV4, Gaea, HAProxy, ProxyHosts  # noqa: E402
+from proxies import (PROXY_APP_IPV4, PROXY_DB_IPV4, PROXY_FRONT_IPV4, DelayRelay, Gaea, HAProxy,  # noqa: E402
+                     ProxyHosts)
 
 REPO_CAPTURES = LAB_DIR.parent
 TRUTH_KEYS = ("conn_id", "thread_group", "conn_label", "driver", "command", "sql", "role", "note",
@@ -183,13 +184,13 @@ def _write_capture_toml(path: Path, scenario: Scenario, server: PrivateMariaDB, 
         *([] if not proxy else [
             "[proxy]", f"address = {_toml_value(f'{PROXY_FRONT_IPV4}:{MYSQL_PORT}')}",
             f"product = {_toml_value(proxy.name)}", f"version = {_toml_value(proxy.version)}",
-            f"kind = {_toml_value('l4' if scenario.proxy == 'haproxy' else 'l7')}",
+            f"kind = {_toml_value('l7' if scenario.proxy == 'gaea' else 'l4')}",
             *([f"pool_size = {scenario.proxy_pool}"] if scenario.proxy_pool else []), ""]),
         "[app]",
         f"address = {_toml_value(PROXY_APP_IPV4 if proxy else APP_IPV4)}",
         "",
         "[captures]",
-        *(['app = "app.pcap"', 'db = "db.pcap"', *(['proxy = "proxy.pcap"'] if proxy else []),
+        *(['app = "app.pcap"', 'db = "db.pcap"', *(['proxy = "proxy.pcap"'] if "proxy" in stats else []),
            'slow_log = "slow.log"'] if not folders else
           ['# one folder per capture point: app/, db/ (the primary) and db-replica/, each with its rotated files',
            '# (and a DB point its slow.log)', f"rotate_mb = {rotate_mb}"]),
@@ -299,6 +300,8 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
                 proxy = stack.enter_context(HAProxy(hosts, workdir / "proxy"))
             elif spec.proxy == "gaea":
                 proxy = stack.enter_context(Gaea(hosts, workdir / "proxy", spec.proxy_pool, "app", "app-pass"))
+            elif spec.proxy == "relay":
+                proxy = stack.enter_context(DelayRelay(hosts, workdir / "proxy", params["relay_delay_ms"]))
             for each in servers.values():
                 each.start_recording()
             dumps: dict[str, Tcpdump] = {}
@@ -310,7 +313,7 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
                 dumps["db"] = stack.enter_context(Tcpdump(hosts.db, workdir / "db.pcap", rotate_mb=rotate))
                 if second:
                     dumps["db2"] = stack.enter_context(Tcpdump(hosts.db2, workdir / "db2.pcap", rotate_mb=rotate))
-                if proxy is not None:
+                if proxy is not None and spec.proxy != "relay":  # the relay's hold is network between the points
                     dumps["proxy"] = stack.enter_context(Tcpdump(hosts.proxy_front, workdir / "proxy.pcap",
                                                                  rotate_mb=rotate, interface="any"))
 

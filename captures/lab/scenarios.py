@@ -105,6 +105,19 @@ SCENARIOS = {s.name: s for s in (
         _sbtest_sql(1000),
     ),
     Scenario(
+        "network-slow-client",
+        "Two app clients run the same point lookups (one every 25 ms each, for 3 s) through an L4 relay between "
+        "the app and DB hosts; the relay holds every chunk of one client's connection 20 ms (each leg of each "
+        "exchange), the other passes at once: a slow network path for one client, made without netem. The "
+        "captures are at the app and the DB, not on the relay host: the relay's hold is network between them. "
+        "truth.jsonl: each statement's client time; the slow client's label is slow-0 and its address "
+        "10.213.78.11.",
+        ServerSettings(thread_pool_size=2, long_query_time_s=1.0),
+        {"duration": 3.0, "interval_s": 0.025, "slow_host": "10.213.78.11", "relay_delay_ms": 20.0},
+        _sbtest_sql(1000),
+        proxy="relay",  # proxies.DelayRelay: params relay_delay_ms per leg for slow_host
+    ),
+    Scenario(
         "features",
         "One connection per protocol feature no public capture has: zlib compression, CALL with two result "
         "sets, a multi-statement COM_QUERY, LOAD DATA LOCAL INFILE, a read-only cursor with COM_STMT_FETCH, "

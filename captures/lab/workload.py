@@ -333,6 +333,24 @@ def connection_storm(args, truth: Truth) -> None:
     run_threads([churner] * args.clients + [lambda i=i: pooled(i) for i in range(args.pooled)])
 
 
+def network_slow_client(args, truth: Truth) -> None:
+    """Two connections run the same point lookups at the same pace; one binds to args.slow_host, the address the
+    relay delays."""
+    conns = [connect(truth, "fast-0", args), connect(truth, "slow-0", args, bind_address=args.slow_host)]
+    stop = time.monotonic() + args.duration
+
+    def worker(conn: Connection, rng: random.Random):
+        next_at = time.monotonic()
+        while next_at < stop:
+            conn.timed_query(f"SELECT c FROM sbtest1 WHERE id = {rng.randint(1, 1000)}")
+            next_at = max(next_at + args.interval_s, time.monotonic() - 0.05)
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+    run_threads([lambda c=c, i=i: worker(c, random.Random((args.seed or 1) * 100 + i)) for i, c in enumerate(conns)])
+    for c in conns:
+        c.close()
+
+
 def _tls_context() -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
@@ -810,7 +828,8 @@ def two_servers(args, truth: Truth) -> None:
 
 SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
              "oltp-prepared": oltp_prepared,
-             "connection-churn": connection_churn, "connection-storm": connection_storm, "features": features, "bigpacket": bigpacket,
+             "connection-churn": connection_churn, "connection-storm": connection_storm, "features": features,
+             "network-slow-client": network_slow_client, "bigpacket": bigpacket,
             "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms,
             "proxy-l4": group_stall, "proxy-pool": proxy_pool, "two-servers": two_servers,
              # one workload, three server settings (captures/lab/scenarios.py SERIES "stall-fix")
