@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .formats import plural, seconds_rounded
+from .formats import plural, seconds_rounded, share
 
 IDLE_SPREAD = 0.1  # idle-before-close times within ±10 % of their median (or 100 ms) are one timer
 SERIES_POINTS = 200  # open connections over time: at most this many samples in summary.json
@@ -194,7 +194,10 @@ def bullets(story: dict | None) -> tuple[list[dict], list[str]]:
     if churning(story):
         findings.append("connection_churn")
         ratio = story["setup_sum_s"] / story["statements_sum_s"] if story["statements_sum_s"] > 0 else None
-        times = f", {ratio:.1f} times the {seconds_rounded(story['statements_sum_s'])} the statements took" if ratio else ""
+        waited = story["setup_sum_s"] + story["statements_sum_s"]
+        times = (f", {ratio:.1f} times the {seconds_rounded(story['statements_sum_s'])} the statements took "
+                 f"({share(story['setup_sum_s'] / waited)} of the {seconds_rounded(waited)} they waited in all, set-up "
+                 "included)" if ratio else "")
         out.append({"topic": "connections", "text": (
             f"Connection churn: {new} new {plural(new, 'connection', 'connections')} for {statements} statements "
             f"({story['new_per_s']:.0f}/s against {story['statements_per_s']:.0f} statements/s); setting them up "

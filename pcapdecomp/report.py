@@ -646,6 +646,7 @@ class _Page:
             else:
                 parts.append("<p>No connection handshake in the capture (connections were already open when it "
                              "began).</p>")
+        parts.append(_connection_story(self.summary.get("connections")))
         if self.figures.get("connrate"):
             parts.append("<p class='caption'>New connections per time bucket over the whole capture (TLS stacked on "
                          "plain), and each connection's set-up latencies at its SYN (right axis). A connection storm "
@@ -667,6 +668,32 @@ class _Page:
 
 
 # ------------------------------------------------------------------ small sections and helpers
+
+
+def _connection_story(story: dict | None) -> str:
+    """summary.json → connections as a table: churn, set-up against the statements, who closed, idle closes, the
+    most open at once, refusals."""
+    if not story:
+        return ""
+    closes = story.get("closes") or {}
+    idle = story.get("idle_closes") or {}
+    rows = [
+        ("new connections", f"{story['new']:,} in {seconds(story['span_s'])} ({story['new_per_s']:.1f}/s) for "
+                            f"{story['statements']:,} statements ({story['statements_per_s']:.1f}/s)"),
+        ("set-up (SYN → login OK), summed", f"{seconds(story['setup_sum_s'])} against {seconds(story['statements_sum_s'])}"
+                                           " of the statements' own time"),
+        ("closed by", f"the client's COM_QUIT {closes.get('client_quit', 0)}, the client's FIN/RST without it "
+                      f"{closes.get('client_fin_rst', 0)}, the server {closes.get('server', 0)}, open at the end "
+                      f"{closes.get('open', 0)}"),
+        ("idle closes by the server", "none" if not idle.get("measured") else
+         f"{idle['count']} after {seconds(idle['idle_min_s'])} … {seconds(idle['idle_max_s'])} idle"
+         + (" (one timer: wait_timeout)" if idle.get("steady") else "")
+         + (f", {idle['failed']} with a statement after it, unanswered" if idle.get("failed") else "")),
+        ("most open at once", f"{story.get('open_max')}" + (f" at {clock(story['open_max_at'])} UTC"
+                                                            if story.get("open_max_at") else "")),
+        ("refused (ERR 1040)", str(story.get("refused") or 0)),
+    ]
+    return "<h3>The connection story</h3>" + _kv_table(rows)
 
 
 def _captures(summary: dict) -> list[tuple[str, dict]]:
