@@ -64,13 +64,16 @@ def analyze(set_dir: Path | None, app: list, db, slow_log, long_query_time: floa
             csv: bool = False, quiet: bool = False, slow_log_tz: str | None = None,
             command_line: str | None = None, max_sql_bytes: int = 1 << 20,
             jobs: int | None = None, scheduler: str | None = None, partitioned: bool = False,
-            proxy: list | None = None, proxy_servers: list[str] | None = None) -> AnalysisResult:
+            proxy: list | None = None, proxy_servers: list[str] | None = None,
+            server_settings: dict | None = None) -> AnalysisResult:
     """Run every stage and write the outputs. Raises PcapdecompError subclasses for user mistakes.
     `app`, `db`: capture points (a file, a glob, a folder; `db` one or a list); `slow_log`: one or one per DB point.
     `scheduler`: a Dask scheduler address or "local" (pcapdecomp/cluster.py) to extract on Dask workers. `proxy`:
-    capture points on a proxy host between app and DB (pcapdecomp/proxy.py), `proxy_servers` its endpoints."""
+    capture points on a proxy host between app and DB (pcapdecomp/proxy.py), `proxy_servers` its endpoints.
+    `server_settings`: the server's settings for the playbook (playbook.read_server_vars); None: capture.toml's."""
     cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers, proxy,
                              proxy_servers)
+    cs.server_settings = server_settings
     tz = time_zone(slow_log_tz)
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
@@ -308,7 +311,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
                 repair=repair.stats.as_dict() if repair is not None else None, clocks=clock_info, servers=done,
                 exchanges=exchanges, warnings=warnings, scheduler=runner.address if runner is not None else None,
                 through_proxy=proxied is not None, latency=latency)
-            tell_stories(summary, exchanges, concat([app_conns, db_conns]))
+            tell_stories(summary, exchanges, concat([app_conns, db_conns]), cs.server_settings)
             return summary
 
         # With --jobs N the tables are written by a forked child as soon as they are whole, while the summary is built

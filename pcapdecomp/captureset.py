@@ -31,6 +31,7 @@ class CaptureSet:
     warnings: list[str] = field(default_factory=list)  # about the folder's contents (a named file is missing)
     server_names: dict[str, str] = field(default_factory=dict)  # --server NAME=HOST:PORT: endpoint -> name
     proxy_servers: list[str] = field(default_factory=list)  # the proxy's listening endpoints, when known
+    server_settings: dict | None = None  # --server-vars (playbook.read_server_vars); None: capture.toml's
 
     def of(self, kind: str) -> list[CapturePoint]:
         return [p for p in self.points if p.kind == kind]

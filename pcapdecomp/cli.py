@@ -197,6 +197,9 @@ def analyze(
     evidence_too: bool = typer.Option(
         False, "--evidence", help="Also write ticket evidence for the hidden-slow exchanges (see `evidence`)."
     ),
+    server_vars: Optional[Path] = typer.Option(
+        None, "--server-vars", help="The server's settings for what to change: what `mysql -B -e \"SHOW GLOBAL "
+                                    "VARIABLES\"` prints (default: capture.toml's [server])."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no warnings, no verdict on the terminal."),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
@@ -222,12 +225,17 @@ def analyze(
         raise UsageError(f"one capture-set folder expected, got {len(folders)} arguments ({folders[0]}, {folders[1]}, "
                          "…): quote a glob given to --app or --db (--db 'db.pcap*') so that pcapdecomp expands it, "
                          "not the shell")
+    settings = None
+    if server_vars is not None:
+        from .playbook import read_server_vars
+
+        settings = read_server_vars(server_vars)  # read before any work: a wrong file costs a second
     result = run_analysis(
         folders[0] if folders else None, list(app_captures), list(db_capture), list(slow_log), long_query_time,
         thread_pool_size, list(server), out,
         csv=csv, quiet=quiet, slow_log_tz=slow_log_tz, command_line=" ".join(["pcapdecomp", *sys.argv[1:]]),
         max_sql_bytes=max_sql_bytes, jobs=jobs, proxy=list(proxy_captures), proxy_servers=list(proxy_server),
-        scheduler=scheduler, partitioned=partitioned,
+        scheduler=scheduler, partitioned=partitioned, server_settings=settings,
     )
     written = list(result.written)
     if evidence_too:

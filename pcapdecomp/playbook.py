@@ -113,6 +113,9 @@ def lines(summary: dict, x: pd.DataFrame, settings: dict | None) -> list[dict]:
         line = rule(summary, values, where)
         if line:
             out.append(line)
+    line = _network(summary)
+    if line:
+        out.insert(0, line)
     return out
 
 
@@ -272,6 +275,24 @@ def _wait_timeout(summary: dict, values: dict, where: str) -> dict | None:
             "text": f"wait_timeout = {_number(timeout)} s{where}: {facts}. Set the app's pool to retire "
                     f"connections idle for less than {_number(timeout)} s (or validate them before use), or raise "
                     "wait_timeout above the pool's idle time."}
+
+
+def _network(summary: dict) -> dict | None:
+    """Not a setting: when network leads the verdict, the path to look at, with its numbers per exchange."""
+    if "network" not in ((summary.get("story") or {}).get("findings") or []):
+        return None
+    hosts = (summary.get("network") or {}).get("hosts") or []
+    if not hosts or not hosts[0].get("exchanges"):
+        return None
+    top, rest = hosts[0], hosts[1:]
+    others = sum(h["exchanges"] for h in rest)
+    versus = (f", against {seconds_rounded(sum(h['network_s'] for h in rest) / others)} from the other "
+              f"{'host' if len(rest) == 1 else 'hosts'}" if others else "")
+    return {"finding": "network", "sql": None,
+            "text": f"Not a MySQL setting: look at the network path between {top['host']} and the DB host "
+                    f"({seconds_rounded(top['network_s'])} of network over its {top['exchanges']} exchanges, "
+                    f"{seconds_rounded(top['network_s'] / top['exchanges'])} each{versus}): a slow link, a "
+                    "congested or shaping hop, a proxy or load balancer between the capture points."}
 
 
 def _ms(value) -> str:

@@ -45,6 +45,12 @@ def text(summary: dict, prof: pd.DataFrame, order_by: str, playbook: list[dict],
                 out.append(f"    {term(line['sql'], WIDTH - 4)}")
     else:
         out.append("- nothing: no finding of this capture points at a server setting")
+    hosts = network_hosts(summary)
+    if hosts:
+        out += ["", "# Network by client host (A4 − A1 − (D4 − D1), exchanges seen at both points)",
+                f"{'Host':<40} {'Exchanges':>9} {'Network':>10} {'of network':>10} {'of its time':>11}"]
+        out += [f"{term(h['host'], 40):<40} {h['exchanges']:>9,} {seconds(h['network_s']):>10} "
+                f"{share(h['share_of_network']):>10} {share(h['network_share_of_its_time']):>11}" for h in hosts]
     out += ["", f"# Profile, ranked by {_ORDER_WORDS[order_by]}; p95/p99 by nearest rank"]
     out += _profile_table(prof.head(top))
     for _, r in prof.head(top).iterrows():
@@ -53,6 +59,12 @@ def text(summary: dict, prof: pd.DataFrame, order_by: str, playbook: list[dict],
     if rest > 0:
         out += ["", f"# {rest} more classes (--top to list them)"]
     return "\n".join(line.rstrip() for line in out) + "\n"
+
+
+def network_hosts(summary: dict) -> list[dict]:
+    """summary.json → network's hosts when network is worth a table: 10 % of the clients' time or more."""
+    net = summary.get("network") or {}
+    return list(net.get("hosts") or []) if (net.get("share") or 0) >= 0.1 else []
 
 
 def _wrapped(paragraphs: str, bullet: str) -> list[str]:
@@ -162,6 +174,12 @@ def markdown(summary: dict, prof: pd.DataFrame, order_by: str, playbook: list[di
             out.append(f"- {md_text(line['text'])}" + (f" {md_code(line['sql'], 400)}" if line.get("sql") else ""))
     else:
         out.append("- nothing: no finding of this capture points at a server setting")
+    hosts = network_hosts(summary)
+    if hosts:
+        out += ["", "### Network by client host", "", "| Host | Exchanges | Network | of network | of its time |",
+                "|---|---:|---:|---:|---:|"]
+        out += [f"| {md_text(h['host'])} | {h['exchanges']:,} | {seconds(h['network_s'])} | "
+                f"{share(h['share_of_network'])} | {share(h['network_share_of_its_time'])} |" for h in hosts]
     out += ["", f"### Profile, ranked by {md_text(_ORDER_WORDS[order_by])}", "",
             "| Rank | Query ID | Time | Share | Calls | R/Call | p95 | p99 | Max | Exec | Queue certain | Queue likely "
             "| Rows_examined | Lock_time | Hosts | Item |",

@@ -16,9 +16,10 @@ from .playbook import settings_beside
 POOL_STORIES = ("proxy_queue", "max_threads", "group_stall", "queueing_unexplained")
 
 
-def tell(summary: dict, x: pd.DataFrame, conns: pd.DataFrame | None) -> None:
+def tell(summary: dict, x: pd.DataFrame, conns: pd.DataFrame | None, settings: dict | None = None) -> None:
     """Adds connections, network and playbook to `summary` and their bullets to its story and verdict. conns: the
-    connections tables of the capture points (app and DB), concatenated."""
+    connections tables of the capture points (app and DB), concatenated; settings: the server's (--server-vars),
+    else capture.toml's beside the captures."""
     connections = connstory.tell(x, conns)
     network = netstory.tell(x, conns)
     summary["connections"] = connections
@@ -50,4 +51,4 @@ def tell(summary: dict, x: pd.DataFrame, conns: pd.DataFrame | None) -> None:
     story.update(findings=findings, bullets=bullets)
     summary["story"] = story
     summary["verdict"] = "\n".join([story["sentence"], *(f"- {b['text']}" for b in bullets), *extra])
-    summary["playbook"] = playbook_lines(summary, x, settings_beside(summary))
+    summary["playbook"] = playbook_lines(summary, x, settings if settings is not None else settings_beside(summary))

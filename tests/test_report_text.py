@@ -226,3 +226,16 @@ def test_user_mistakes_are_one_line_and_exit_2(analyses, tmp_path, monkeypatch, 
     code, out, err = run_cli(monkeypatch, capsys, "report", *args(a, tmp_path))
     assert code == 2, (case, out, err)
     assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
+
+
+def test_analyze_takes_the_server_vars_too(tmp_path, monkeypatch, capsys):
+    """`analyze --server-vars FILE`: the playbook in summary.json and on the terminal cites the file's values."""
+    given = tmp_path / "vars.tsv"
+    given.write_text("Variable_name\tValue\nthread_pool_stall_limit\t250\n")
+    code, out, err = run_cli(monkeypatch, capsys, "analyze", str(CAPTURES / SETS[0]), "--server-vars", str(given),
+                             "--out", str(tmp_path / "a"))
+    assert code == 0, err
+    book = json.loads((tmp_path / "a" / "summary.json").read_text())["playbook"]
+    line = next(line for line in book if line["finding"] == "stall_limit")
+    assert "from 250 ms (vars.tsv)" in line["text"]
+    assert "→ Lower thread_pool_stall_limit from 250 ms" in out

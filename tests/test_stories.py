@@ -168,3 +168,5 @@ def test_a_slow_path_for_one_client_is_told_by_host(slow_path):
     assert (slow_path["story"]["findings"][0] == "network") == (mine > 0.5 * sum(r["client_s"] for r in rows))
     assert slow_host in slow_path["story"]["sentence"]
     assert slow_path["story"]["bullets"][0]["topic"] == "db"  # the pool's own sentence follows
+    line = next(line for line in slow_path["playbook"] if line["finding"] == "network")
+    assert slow_host in line["text"] and line["sql"] is None
