@@ -162,18 +162,26 @@ def _stall_limit(summary: dict, x: pd.DataFrame, values: dict, where: str) -> di
     return {"finding": "stall_limit", "sql": f"SET GLOBAL thread_pool_stall_limit = {target};",
             "text": f"Lower thread_pool_stall_limit from {_ms(limit)}{where} to about {target} ms: {facts}. A "
                     "stalled group's queue waits for the stall timer before another worker takes it, and the "
-                    f"statements that queued execute in {seconds_rounded(usual)} (median): a limit of {target} ms "
-                    "stays far above that and far below the stalls."}
+                    f"statements that queued take {seconds_rounded(usual)} inside the server when they do not "
+                    f"queue (median): a limit of {target} ms stays far above that and far below the stalls."}
 
 
 def _usual_execution(x: pd.DataFrame, stalls: list[dict]) -> float | None:
-    """The median execution of the statements that queued in the stalls (measured where the slow log has them,
-    else estimated from their class): what a lower stall limit must stay well above."""
-    if "stall" not in x.columns or "stall_role" not in x.columns:
+    """What the statements that queued in the stalls take when they do not queue: the median server time (D4 − D1)
+    of their classes' calls outside every stall, which is execution plus the server's own overhead; None when
+    their classes ran only inside stalls. Not their exec_s: for a victim that is often a bound (below
+    long_query_time), not a time."""
+    if "stall" not in x.columns or "stall_role" not in x.columns or "fingerprint" not in x.columns:
         return None
     ids = [s.get("id") for s in stalls]
-    mask = x["stall"].isin(ids).to_numpy(dtype=bool) & (x["stall_role"].astype(object) != "culprit").to_numpy(dtype=bool)
-    v = x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)[mask]
+    in_stall = x["stall"].isin(ids).to_numpy(dtype=bool)
+    victims = in_stall & (x["stall_role"].astype(object) != "culprit").to_numpy(dtype=bool)
+    classes = set(x["fingerprint"].astype(object)[victims].dropna().tolist())
+    if not classes:
+        return None
+    outside = x["fingerprint"].astype(object).isin(classes).to_numpy(dtype=bool) & ~in_stall & ~x[
+        "stall"].notna().to_numpy(dtype=bool)
+    v = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)[outside]
     v = v[~np.isnan(v)]
     return float(np.median(v)) if len(v) else None
 
