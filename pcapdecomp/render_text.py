@@ -138,7 +138,9 @@ def _class_block(r, order_by: str) -> list[str]:
                  f"{seconds(r['p95'])}, p99 {seconds(r['p99'])}, max {seconds(r['max'])}"),
         ("wire", f"client {seconds(r['wire_sum'])}, server {seconds(r['server_sum'])}, network "
                  f"{seconds(r['network_sum'])}"),
-        ("execution", f"{seconds(r['exec_sum'])}, {share(r['exec_measured'])} of the calls measured in the slow log"),
+        ("execution", f"{seconds(r['exec_sum'])}, {share(r['exec_measured'])} of the calls measured in the slow log"
+                      + (f", {count(r['exec_bounded'])} bounded only (< long_query_time)" if r["exec_bounded"]
+                         else "")),
         ("queueing", f"{seconds(r['queue_certain_sum'])} certain, {seconds(r['queue_likely_sum'])} likely "
                      "(resting on an estimated execution)"),
         ("slow log", _slow_words(r)),

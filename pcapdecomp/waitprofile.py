@@ -19,12 +19,14 @@ import pandas as pd
 from .digest import _codes, _group_sum, queue_parts, sorted_by_group
 
 ORDERS = ("client", "server", "exec")  # --order-by
+BOUND_EXEC = ("below_long_query_time", "flagged_slow")  # exec_source values that bound execution, not measure it
 # pt-query-digest's Query_time distribution: a bucket per power of ten from 1 µs; the last holds 10 s and more
 HISTOGRAM_LABELS = ("1us", "10us", "100us", "1ms", "10ms", "100ms", "1s", "10s+")
 HOSTS_LISTED = 3  # client hosts named per class (the rest counted)
 
 PROFILE_COLUMNS = ("rank", "query_id", "fingerprint", "calls", "time_sum", "time_share", "r_call", "p95", "p99",
-                   "max", "wire_sum", "server_sum", "network_sum", "exec_sum", "exec_measured", "queue_certain_sum",
+                   "max", "wire_sum", "server_sum", "network_sum", "exec_sum", "exec_measured", "exec_bounded",
+                   "queue_certain_sum",
                    "queue_likely_sum", "histogram", "logged", "rows_examined_sum", "lock_time_sum", "hosts",
                    "hosts_more", "sample")
 
@@ -43,6 +45,8 @@ def ranking_time(x: pd.DataFrame, order_by: str) -> np.ndarray:
     for col in chain:
         if col in x.columns:
             out = np.where(np.isnan(out), _floats(x, col), out)
+    if order_by == "exec":  # a bound is not a time to rank by
+        out = np.where(x["exec_source"].astype(object).isin(BOUND_EXEC).to_numpy(dtype=bool), np.nan, out)
     return out
 
 
@@ -90,9 +94,14 @@ def profile(x: pd.DataFrame, order_by: str | None = None, slow: pd.DataFrame | N
         hist[g] = histogram(part)
     out["p95"], out["p99"], out["max"] = stats
     out["histogram"] = hist
-    for name, col in (("wire_sum", "total_s"), ("server_sum", "server_s"), ("network_sum", "network_s"),
-                      ("exec_sum", "exec_s")):
+    for name, col in (("wire_sum", "total_s"), ("server_sum", "server_s"), ("network_sum", "network_s")):
         out[name] = _group_sum(k, _floats(x, col)[has], n)[0] if col in x.columns else np.nan
+    # execution summed where it is a time (measured or estimated); a bound (below_long_query_time, flagged_slow)
+    # is counted apart, never added in as if it were one
+    bounded = x["exec_source"].astype(object).isin(BOUND_EXEC).to_numpy(dtype=bool)[has]
+    exec_s = _floats(x, "exec_s")[has]
+    out["exec_sum"] = _group_sum(k, np.where(bounded, np.nan, exec_s), n)[0]
+    out["exec_bounded"] = np.bincount(k, weights=bounded & ~np.isnan(exec_s), minlength=n).astype(np.int64)
     measured = (x["exec_source"] == "slow_log").fillna(False).to_numpy(dtype=bool)[has]
     out["exec_measured"] = np.bincount(k, weights=measured, minlength=n) / np.maximum(calls, 1)
     certain, likely = (part[has] for part in queue_parts(x))

@@ -11,11 +11,13 @@ import re
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from labsets import _record, require_lab
 from pcapdecomp import cli
 from pcapdecomp.analysis import analyze
+from pcapdecomp.waitprofile import profile
 
 
 def _truth(folder: Path) -> list[dict]:
@@ -46,6 +48,15 @@ def test_a_fresh_stall_recording(tmp_path, monkeypatch, capsys):
         by_class[key] = by_class.get(key, 0.0) + r["client_s"]
     assert (first is not None) == (max(by_class, key=by_class.get) == "lookup"), text
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    # execution is summed where it is a time; a bound (below long_query_time) is counted apart, never added in
+    x = pd.read_parquet(tmp_path / "a" / "exchanges.parquet")
+    prof, _ = profile(x)
+    for r in prof.itertuples():
+        mine = x[(x["fingerprint"] == r.fingerprint).fillna(False)]
+        bound = mine["exec_source"].isin(["below_long_query_time", "flagged_slow"]).fillna(False)
+        assert r.exec_bounded == int((bound & mine["exec_s"].notna()).sum())
+        timed = mine.loc[~bound, "exec_s"].dropna()
+        assert (pd.isna(r.exec_sum) and timed.empty) or r.exec_sum == pytest.approx(timed.sum())
     line = next((b for b in summary["playbook"] if b["finding"] == "stall_limit"), None)
     if waited:  # lookups queued behind the BENCHMARKs: the stall limit is what to change
         assert line is not None and "from 500 ms" in line["text"]
