@@ -32,6 +32,7 @@ from .report import render as render_report
 from .report import component_rows, unspanned_profile
 from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 from .sources import CapturePoint, parse_server
+from .stories import tell as tell_stories
 from .summary import ServerPart, clock_entry, latency_quantiles
 from .summary import build as build_summary
 from .summary import to_json as summary_json
@@ -64,14 +65,16 @@ def analyze(set_dir: Path | None, app: list, db, slow_log, long_query_time: floa
             command_line: str | None = None, max_sql_bytes: int = 1 << 20,
             jobs: int | None = None, scheduler: str | None = None, partitioned: bool = False,
             proxy: list | None = None, proxy_servers: list[str] | None = None,
-            processlist: Path | None = None) -> AnalysisResult:
+            processlist: Path | None = None, server_settings: dict | None = None) -> AnalysisResult:
     """Run every stage and write the outputs. Raises PcapdecompError subclasses for user mistakes.
     `app`, `db`: capture points (a file, a glob, a folder; `db` one or a list); `slow_log`: one or one per DB point.
     `scheduler`: a Dask scheduler address or "local" (pcapdecomp/cluster.py) to extract on Dask workers. `proxy`:
     capture points on a proxy host between app and DB (pcapdecomp/proxy.py), `proxy_servers` its endpoints.
-    `processlist`: a processlist snapshot naming the connections the captures saw no greeting of (connids.py)."""
+    `processlist`: a processlist snapshot naming the connections the captures saw no greeting of (connids.py).
+    `server_settings`: the server's settings for the playbook (playbook.read_server_vars); None: capture.toml's."""
     cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers, proxy,
                              proxy_servers, processlist)
+    cs.server_settings = server_settings
     tz = time_zone(slow_log_tz)
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
@@ -304,7 +307,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         pool = concat([d.view.pool.assign(db_point=as_category([d.point] * len(d.view.pool))) for d in done])
 
         def summarised(latency: dict | None = None) -> dict:
-            return build_summary(
+            summary = build_summary(
                 cs, names={"app": [p.name for p in app_pts], "dbs": [p.name for p in db_pts],
                             "proxy": [p.name for p in proxy_pts]},
                 points=points_info, qualities={"app": [qualities[id(x)] for x in app_x],
@@ -314,6 +317,8 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
                 repair=repair.stats.as_dict() if repair is not None else None, clocks=clock_info, servers=done,
                 exchanges=exchanges, warnings=warnings, scheduler=runner.address if runner is not None else None,
                 through_proxy=proxied is not None, latency=latency)
+            tell_stories(summary, exchanges, concat([app_conns, db_conns]), cs.server_settings)
+            return summary
 
         # With --jobs N the tables are written by a forked child as soon as they are whole, while the summary is built
         # and the report renders here: it shares the tables as they are (nothing pickled), and converting them to Arrow

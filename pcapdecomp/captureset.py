@@ -32,6 +32,7 @@ class CaptureSet:
     server_names: dict[str, str] = field(default_factory=dict)  # --server NAME=HOST:PORT: endpoint -> name
     proxy_servers: list[str] = field(default_factory=list)  # the proxy's listening endpoints, when known
     processlist: Path | None = None  # a processlist snapshot: connection ids by client endpoint (connids.py)
+    server_settings: dict | None = None  # --server-vars (playbook.read_server_vars); None: capture.toml's
 
     def of(self, kind: str) -> list[CapturePoint]:
         return [p for p in self.points if p.kind == kind]

@@ -239,6 +239,9 @@ def analyze(
     evidence_too: bool = typer.Option(
         False, "--evidence", help="Also write ticket evidence for the hidden-slow exchanges (see `evidence`)."
     ),
+    server_vars: Optional[Path] = typer.Option(
+        None, "--server-vars", help="The server's settings for what to change: what `mysql -B -e \"SHOW GLOBAL "
+                                    "VARIABLES\"` prints (default: capture.toml's [server])."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no warnings, no verdict on the terminal."),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
@@ -264,12 +267,17 @@ def analyze(
         raise UsageError(f"one capture-set folder expected, got {len(folders)} arguments ({folders[0]}, {folders[1]}, "
                          "…): quote a glob given to --app or --db (--db 'db.pcap*') so that pcapdecomp expands it, "
                          "not the shell")
+    settings = None
+    if server_vars is not None:
+        from .playbook import read_server_vars
+
+        settings = read_server_vars(server_vars)  # read before any work: a wrong file costs a second
     result = run_analysis(
         folders[0] if folders else None, list(app_captures), list(db_capture), list(slow_log), long_query_time,
         thread_pool_size, list(server), out,
         csv=csv, quiet=quiet, slow_log_tz=slow_log_tz, command_line=" ".join(["pcapdecomp", *sys.argv[1:]]),
         max_sql_bytes=max_sql_bytes, jobs=jobs, proxy=list(proxy_captures), proxy_servers=list(proxy_server),
-        scheduler=scheduler, partitioned=partitioned, processlist=processlist,
+        scheduler=scheduler, partitioned=partitioned, processlist=processlist, server_settings=settings,
     )
     written = list(result.written)
     if evidence_too:
@@ -280,6 +288,8 @@ def analyze(
             written += export(result.out_dir).written
     if not quiet:
         out_console.print(result.summary["verdict"], highlight=False)
+        for line in result.summary.get("playbook") or []:  # what to change, from the server's settings
+            out_console.print(f"→ {line['text']}" + (f" {line['sql']}" if line.get("sql") else ""), highlight=False)
         for path in written:
             out_console.print(f"wrote {path}", highlight=False)
 
@@ -306,6 +316,32 @@ def evidence(
 
 
 @app.command()
+def report(
+    analysis: Path = typer.Argument(..., help="Output folder of `pcapdecomp analyze` (exchanges.parquet, summary.json)."),
+    format: str = typer.Option("text", "--format", "-f",
+                               help="text (the terminal, 100 columns), md (Markdown for a ticket) or html (the page)."),
+    top: int = typer.Option(10, "--top", min=1, help="Query classes listed in the profile."),
+    order_by: Optional[str] = typer.Option(
+        None, "--order-by", help="Rank the profile by client (what the clients waited, A4 − A1: the default with an "
+                                 "app capture), server (D4 − D1: the default with a DB capture alone) or exec."),
+    server_vars: Optional[Path] = typer.Option(
+        None, "--server-vars", help="The server's settings: what `mysql -B -e \"SHOW GLOBAL VARIABLES\"` prints "
+                                    "(default: capture.toml beside the captures)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write to FILE (default: text and md to stdout, html "
+                                                                 "to ANALYSIS/report.html)."),
+) -> None:
+    """Render an analysis again: the verdict, what to change (a playbook line per finding, from the server's
+    settings) and the query profile ranked by what the clients waited, like pt-query-digest's."""
+    from .rerender import report as run_report
+
+    result = run_report(analysis, format, top, order_by, server_vars, out)
+    if result.text is not None:
+        sys.stdout.write(result.text)
+    elif result.written is not None:
+        print(f"wrote {result.written}", file=sys.stderr)
+
+
+@app.command()
 def compare(
     folders: list[Path] = typer.Argument(
         ..., help="BEFORE AFTER [MORE…]: analysis folders (what `analyze` wrote) or capture-set folders (analysed "
@@ -329,6 +365,8 @@ def compare(
     result = run_compare(list(folders), out, slow, csv=csv, quiet=quiet, jobs=jobs,
                          command_line=" ".join(["pcapdecomp", *sys.argv[1:]]))
     if not quiet:
+        if result.sentence:
+            out_console.print(result.sentence, highlight=False, soft_wrap=True)
         for line in result.headline:
             out_console.print(line, highlight=False, soft_wrap=True)
         for note in result.notes:
@@ -370,8 +408,9 @@ def lab_record(
     from the checkout's root).
 
     Scenarios (captures/lab/README.md): maxthreads, group-stall, oltp-hogs, oltp-prepared, connection-churn,
-    features, midstream-join, slowlog-forms, sysbench, bigpacket, proxy-l4, proxy-pool, stall-fix (a series of three),
-    field-default-stall, field-default-stall-lqt-10, field-pool-before-capture (the field: no pool settings at hand).
+    connection-storm, network-slow-client, features, midstream-join, slowlog-forms, sysbench, bigpacket, proxy-l4,
+    proxy-pool, stall-fix (a series of three), field-default-stall, field-default-stall-lqt-10,
+    field-pool-before-capture (the field: no pool settings at hand).
     """
     from .lab import run_lab
 

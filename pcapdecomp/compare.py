@@ -66,6 +66,7 @@ class Analysis:
     span_s: float | None
     settings: dict | None  # capture.toml [server] beside its captures, when found
     analysed_here: bool = False
+    label: str = ""  # the settings that tell it from the others (thread_pool_stall_limit=10), else its name
 
     @property
     def calls(self) -> int:
@@ -108,6 +109,7 @@ class Comparison:
     notes: list[Note]
     slow_s: float
     out_dir: Path | None = None
+    sentence: str = ""  # what the change did, in one sentence, by the settings that changed
     written: list[Path] = field(default_factory=list)
 
     @property
@@ -479,6 +481,63 @@ def headline(c: Comparison) -> list[str]:
     return lines
 
 
+POOL_ONLY = ("thread_pool_size", "thread_pool_stall_limit", "thread_pool_max_threads", "thread_pool_oversubscribe")
+
+
+def label_steps(analyses: list[Analysis]) -> None:
+    """Each analysis's label: the settings (capture.toml) in which a later step differs from the baseline, with
+    this analysis's values ("thread_pool_stall_limit=10"); the thread_pool_* ones only where the pool runs. An
+    analysis whose settings are unknown, or a comparison where none changed, keeps its name."""
+    base = analyses[0].settings
+    changed: list[str] = []
+    for a in analyses[1:]:
+        if a.settings is None or base is None:
+            continue
+        for key in SETTINGS:
+            if key in ("product", "version") or key in changed:
+                continue
+            mine = a.settings.get(key)
+            if mine is not None and mine != base.get(key) and _applies(a.settings, key):
+                changed.append(key)
+    for a in analyses:
+        shown = [f"{k}={a.settings.get(k)}" for k in changed
+                 if a.settings is not None and a.settings.get(k) is not None and _applies(a.settings, k)
+                 and (a is base or a.step == 0 or a.settings.get(k) != (base or {}).get(k))]
+        a.label = ", ".join(shown) or a.name
+
+
+def _applies(settings: dict, key: str) -> bool:
+    return key not in POOL_ONLY or settings.get("thread_handling", "pool-of-threads") == "pool-of-threads"
+
+
+def sentence(c: Comparison) -> str:
+    """What the change did, in one sentence: slow on the wire and hidden slow, from the baseline to each later
+    step, each step named by its label."""
+    t = c.table
+    values = {}
+    for metric in ("slow_wire", "hidden_slow"):
+        rows = t[(t["scope"] == "overall") & (t["key"] == "all") & (t["metric"] == metric)].sort_values("step")
+        values[metric] = rows["value"].tolist()
+    slow, hidden = values["slow_wire"], values["hidden_slow"]
+    if len(slow) != len(c.analyses) or len(c.analyses) < 2:
+        return ""
+
+    def n(v) -> str:
+        return "unknown" if pd.isna(v) else f"{v:,.0f}"
+
+    threshold = seconds_significant(c.slow_s)
+    told = len(hidden) == len(slow) and not pd.isna(hidden[0])
+    parts = []
+    for i, a in enumerate(c.analyses[1:], 1):
+        if i == 1:
+            part = (f"{a.label} took the exchanges slower than {threshold} on the wire from {n(slow[0])} to "
+                    f"{n(slow[i])}" + (f" and the hidden-slow ones from {n(hidden[0])} to {n(hidden[i])}" if told else ""))
+        else:
+            part = f"{a.label} to {n(slow[i])}" + (f" and {n(hidden[i])}" if told else "")
+        parts.append(part)
+    return f"Against {c.analyses[0].label}: " + "; ".join(parts) + "."
+
+
 def _chain(values: pd.Series, pcts: pd.Series, seconds: bool, rate: bool = False) -> str:
     """'a → b (−x %) → c (+y %)'; against a baseline of 0 the change is absolute ('0 → 3 (+3)'), against an unknown
     one there is none."""
@@ -529,6 +588,8 @@ def compare(paths: list[Path], out_dir: Path | None = None, slow_s: float = SLOW
         _unique_names(analyses)
         c = Comparison(analyses, build_table(analyses, slow_s), [], notes_for(analyses), slow_s, out)
         c.headline = headline(c)
+        label_steps(analyses)
+        c.sentence = sentence(c)
         from .compare_page import render
 
         write_table(c.table, tmp / "comparison.parquet")
@@ -586,9 +647,10 @@ def _json(c: Comparison) -> dict:
             "pcapdecomp": a.summary.get("pcapdecomp"), "span_s": a.span_s, "calls": a.calls,
             "calls_per_s": a.calls / a.span_s if a.span_s else None, "capture_points": a.capture_points,
             "slow_log": a.slow_log_used, "long_query_time": a.long_query_time,
-            "thread_pool_size": a.thread_pool_size[0], "settings": a.settings,
+            "thread_pool_size": a.thread_pool_size[0], "settings": a.settings, "label": a.label,
         } for a in c.analyses],
         "headline": c.headline,
+        "sentence": c.sentence,
         "counts": c.counts(),
         "comparable": c.comparable,
         "notes": [{"kind": n.kind, "severity": n.severity, "text": n.text} for n in c.notes],

@@ -40,7 +40,7 @@ def render(c, command_line: str | None = None) -> str:
     payload = json.dumps(specs, separators=(",", ":"))
     # JSON inside <script>: no "<", ">" or "&" left that an HTML parser could read as markup (only strings hold them)
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    title = "pcapdecomp compare — " + " → ".join(a.name for a in c.analyses)
+    title = "pcapdecomp compare — " + " → ".join(a.label or a.name for a in c.analyses)
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<meta name='viewport' content='width=device-width'><title>{esc(title)}</title>"
@@ -64,7 +64,8 @@ def _headline(c) -> str:
     return (f"<section id='headline'><h2>Headline</h2><p class='caption'>Every change is against the first analysis "
             f"named, {esc(c.analyses[0].name)}. Slow on the wire: the client waited longer than {esc(seconds(c.slow_s))} "
             "(A4 − A1; D4 − D1 where only the DB capture saw the exchange).</p>"
-            f"<ul class='headline'>{lines}</ul>{verdict}"
+            + (f"<p class='verdict'>{esc(c.sentence)}</p>" if c.sentence else "")
+            + f"<ul class='headline'>{lines}</ul>{verdict}"
             + (f"<h3>Notes</h3><ul class='notes'>{notes}</ul>" if notes else
                "<p>No differences in what was measured.</p>") + "</section>")
 
@@ -78,7 +79,8 @@ def _analyses(c) -> str:
         link = f"<a href='{esc(href)}'>report</a>" if a.analysed_here or report.is_file() else ""
         n, source = a.thread_pool_size
         settings = ", ".join(f"{k} = {v}" for k, v in (a.settings or {}).items() if k not in ("product",))
-        rows.append([str(a.step), esc(a.name), f"<code>{esc(str(a.folder))}</code> {link}"
+        rows.append([str(a.step), esc(a.name if a.label == a.name else f"{a.label} ({a.name})"),
+                     f"<code>{esc(str(a.folder))}</code> {link}"
                      + (" (analysed by this run)" if a.analysed_here else ""), esc(a.capture_points),
                      esc(seconds(a.span_s) if a.span_s else "unknown"), f"{a.calls:,}",
                      f"{a.calls / a.span_s:,.1f}" if a.span_s else "–", "yes" if a.slow_log_used else "no",
@@ -156,7 +158,7 @@ def _keyed_table(c, t: pd.DataFrame, keys: list[str], key_headers: list[str], ke
         rows_of = t[t["key"] == key]
         for a in c.analyses:
             cells = "".join(f"<td rowspan='{n}'>{cell}</td>" for cell in key_cells(key)) if a.step == 0 else ""
-            cells += f"<td>{esc(f'{a.step}: {a.name}')}</td>"
+            cells += f"<td>{esc(f'{a.step}: {a.label or a.name}')}</td>"
             cells += "".join(f"<td>{_value_cell(rows_of, key, m, a.step)}</td>" for m in metrics)
             body.append(f"<tr class='{'first' if a.step == 0 else ''}'>{cells}</tr>")
     return f"<table class='keyed'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
@@ -189,7 +191,7 @@ def _method(c, command_line: str | None) -> str:
 def _metric_table(c, scope: str, key: str, metrics: list[str]) -> str:
     t = c.table
     rows_of = t[(t["scope"] == scope) & (t["key"] == key)]
-    headers = ["metric"] + [f"{a.step}: {a.name}" for a in c.analyses]
+    headers = ["metric"] + [f"{a.step}: {a.label or a.name}" for a in c.analyses]
     rows = []
     for m in metrics:
         sub = rows_of[rows_of["metric"] == m]
@@ -254,7 +256,7 @@ def _per_call(v: float, metric: str) -> str:
 
 
 def _step_label(a) -> str:
-    return _label(f"{a.step}: {a.name}")
+    return _label(f"{a.step}: {a.label or a.name}")
 
 
 def _slow_figure(c) -> go.Figure | None:

@@ -238,10 +238,23 @@ def export(analysis_dir: Path, query_ids: list[str] | None = None, conn_ids: lis
             with open(tmp / names[path], "wb") as f:
                 result.frames[path] = _copy_frames(sources[path], sp, rows, f)
             result.files[path] = out / names[path]
-        write_table(rows, tmp / "exchanges.csv")
+        write_table(_relative_paths(rows, summary), tmp / "exchanges.csv")
         (tmp / "summary.md").write_text(summary_md(result, summary, x), encoding="utf-8")
     result.written = [*result.files.values(), out / "exchanges.csv", out / "summary.md"]
     return result
+
+
+def _relative_paths(rows: pd.DataFrame, summary: dict) -> pd.DataFrame:
+    """The rows with their capture paths (capture, db_point) as summary.md shows them: relative to the folder the
+    inputs share (app.pcap, hostA/app.pcap), not this machine's folders."""
+    inputs = summary["inputs"]
+    files = [*inputs["app"], *(inputs.get("dbs") or [inputs["db"]] if inputs["db"] else []), *(inputs.get("proxy") or [])]
+    shown = display_paths([str(f) for f in files if f])
+    out = rows.copy()
+    for col in ("capture", "db_point"):
+        if col in out.columns:
+            out[col] = out[col].astype(object).map(lambda v: shown.get(v, v) if isinstance(v, str) else v)
+    return out
 
 
 def _file_names(per_capture: dict, summary: dict) -> dict[str, str]:
@@ -450,11 +463,17 @@ def summary_md(result: EvidenceResult, summary: dict, x: pd.DataFrame | None = N
     for path, target in result.files.items():
         lines += [f"- {md_code(target.name)}: {result.frames[path]} frames from {md_code(shown.get(path, Path(path).name))}. "
                   "To see the same exchanges in the original capture, one display filter per exchange:", ""]
-        for sp in spans(rows, summary).get(path, []):
+        here = spans(rows, summary).get(path, [])
+        for sp in here:
             command = f"tshark -r {shlex.quote(shown.get(path, Path(path).name))} -Y " \
                       f"{shlex.quote(display_filter(sp.client, sp.server, sp.first, sp.last))}"
-            lines.append(f"  - {md_code(command)}")
+            lines.append(f"  - {md_code(command, 1000)}")
         lines.append("")
+        for stall, members in _by_stall(rows, here):
+            combined = " || ".join(f"({display_filter(sp.client, sp.server, sp.first, sp.last)})" for sp in members)
+            command = f"tshark -r {shlex.quote(shown.get(path, Path(path).name))} -Y {shlex.quote(combined)}"
+            lines += [f"  Stall {stall}, its victims and culprit at once ({len(members)} exchanges):", "", "```",
+                      _fenced(command), "```", ""]
     lines += ["## Reproduce", "", "In the folder that holds the captures:", "", "```"]
     cmd = ["pcapdecomp", "analyze"] + [a for p in inputs["app"] for a in ("--app", shown[p])]
     cmd += ["--db", shown[inputs["db"]]] if inputs["db"] else []
@@ -466,6 +485,19 @@ def summary_md(result: EvidenceResult, summary: dict, x: pd.DataFrame | None = N
     cmd += [a for s in inputs["servers"] for a in ("--server", s)] + ["--out", "analysis"]
     lines += [_fenced(shlex.join(cmd)), _fenced(shlex.join(["pcapdecomp", "evidence", "analysis"])), "```", ""]
     return "\n".join(lines)
+
+
+def _by_stall(rows: pd.DataFrame, here: list[Span]) -> list[tuple[int, list[Span]]]:
+    """The spans of one capture grouped by the stall their exchange took part in (victim or culprit), in stall
+    order: one display filter per stall shows it whole in Wireshark."""
+    if "stall" not in rows.columns:
+        return []
+    stall = rows["stall"].to_numpy(dtype="float64", na_value=np.nan)
+    groups: dict[int, list[Span]] = {}
+    for sp in here:
+        if not np.isnan(stall[sp.row]):
+            groups.setdefault(int(stall[sp.row]), []).append(sp)
+    return sorted(groups.items())
 
 
 def _stall_table(summary: dict, rows: pd.DataFrame) -> list[str]:

@@ -324,6 +324,9 @@ def extract(
             violations=c.violations,
             violation_notes="; ".join(c.violation_notes) or None,
             close_error=conn.close_error[0] if conn.close_error else None,
+            closed_by=None if flow.close_from is None else "server" if flow.close_from == flow.server else "client",
+            close_ts=flow.close_ts,
+            close_rst=flow.close_rst if flow.close_from is not None else None,
         ))
 
     def flush() -> None:

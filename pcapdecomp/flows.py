@@ -56,6 +56,9 @@ class Flow:
     command_candidate: Endpoint | None = None  # side that sent what looked like a command
     first_payload_from: dict[Endpoint, bytes] = field(default_factory=dict)
     fins: set[Endpoint] = field(default_factory=set)
+    close_from: Endpoint | None = None  # the side whose FIN or RST came first
+    close_ts: int | None = None  # … and when
+    close_rst: bool = False  # that first close was a RST
     mysql: MySQLConnection | None = None
     to_server: HalfStream | None = None
     to_client: HalfStream | None = None
@@ -365,6 +368,8 @@ class FlowTracker:
             self._emit(flow, exchange)
 
     def _maybe_close(self, key, flow: Flow, seg: TcpSegment) -> None:
+        if flow.close_ts is None and seg.flags & (FIN | RST):
+            flow.close_from, flow.close_ts, flow.close_rst = (seg.src_ip, seg.src_port), seg.ts_ns, bool(seg.flags & RST)
         if seg.flags & FIN:
             flow.fins.add((seg.src_ip, seg.src_port))
         if seg.flags & RST or len(flow.fins) == 2:

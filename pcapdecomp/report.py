@@ -62,10 +62,10 @@ def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command
     axis = time_axis(t, [conns["t_ns"].to_numpy(dtype=np.int64)] if conns is not None else [])
     figures = figure_specs(summary, x, groups, t, axis, conns, pool)
     page = _Page(summary, x, t, axis, figures, profiled, components)
-    sections = [
+    sections = [  # the picture first: the sentence, what to change, the timeline; the inputs further down
         page.verdict(),
-        page.decomposition(),
         page.timeline(),
+        page.decomposition(),
         page.groups_section(),
         page.proxy(),
         page.waterfall(),
@@ -73,6 +73,7 @@ def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command
         page.statements("hidden", "Hidden-slow statements"),
         page.statements("understated", "Statements the slow log understates"),
         page.connections(connections, conns),
+        page.inputs(),
         _method(command_line),
     ]
     specs = {name: spec for name, spec in figures.items() if spec is not None}
@@ -121,6 +122,19 @@ def unspanned_profile(x: pd.DataFrame) -> pd.DataFrame:
     return profile(x, None)
 
 
+def by_client_time(p: pd.DataFrame) -> pd.DataFrame:
+    """A digest.profile ranked by what the clients waited (client_sum: A4 − A1, else D4 − D1), execution breaking
+    ties; as it was when no class has a client time."""
+    client = p["client_sum"].to_numpy(dtype="float64", na_value=np.nan)
+    if np.isnan(client).all():
+        return p
+    order = np.lexsort((-np.nan_to_num(p["exec_sum"].to_numpy(dtype="float64", na_value=np.nan), nan=-1.0),
+                        -np.nan_to_num(client, nan=-1.0)))
+    out = p.iloc[order].reset_index(drop=True)
+    out["rank"] = np.arange(1, len(out) + 1)
+    return out
+
+
 def spanned(p: pd.DataFrame, span_s: float | None) -> pd.DataFrame:
     """An unspanned profile with the QPS digest.profile(x, span_s) gives: calls per second of capture."""
     return p.assign(qps=p["calls"] / span_s if span_s else np.nan)
@@ -152,6 +166,10 @@ class _Page:
             head = f"<p class='verdict'>{esc(story['sentence'])}</p>" + (f"<ul class='bullets'>{bullets}</ul>" if bullets else "")
         else:
             head = f"<p class='verdict'>{esc(s.get('verdict') or '')}</p>"
+        return f"<section id='verdict'><h2>Verdict</h2>{head}{_playbook(s)}</section>"
+
+    def inputs(self) -> str:
+        s = self.summary
         inputs = s["inputs"]
         rows = [("app captures", ", ".join(inputs["app"]) or "none"), ("DB capture", inputs["db"] or "none"),
                 ("slow log", _slow_log_text(s)), ("long_query_time", _or_unknown(inputs["long_query_time"], " s")),
@@ -172,7 +190,7 @@ class _Page:
         rows.append(("matching", f"{m['matched']} matched, {m['app_only']} app only, {m['db_only']} DB only, "
                      f"{m['conflicts']} conflicts, {m['connections_nat']} NAT connections"))
         warn = "".join(f"<li>{esc(w)}</li>" for w in s.get("warnings", []))
-        return (f"<section id='verdict'><h2>Verdict</h2>{head}" + _kv_table(rows) + "<h3>Capture quality</h3>"
+        return (f"<section id='inputs'><h2>Inputs and capture quality</h2>" + _kv_table(rows) + "<h3>Capture quality</h3>"
                 + _quality(s) + (f"<h3>Warnings</h3><ul class='warn'>{warn}</ul>" if warn else "") + "</section>")
 
     def _span_text(self, q: dict) -> str:
@@ -328,22 +346,28 @@ class _Page:
         p = profile(self.x, span) if self.profiled is None else spanned(self.profiled(), span)
         if p.empty:
             return head + "<p>no statements</p></section>"
+        p = by_client_time(p)
+        client_total = float(np.nansum(p["client_sum"].to_numpy(dtype="float64", na_value=np.nan)))
         shown = p.head(PROFILE_ROWS)
         rows = []
         for r in shown.itertuples(index=False):
             measured = "–" if pd.isna(r.exec_measured) else f"{100 * r.exec_measured:.0f} %"
             user = r.user_db + (f" (+{r.user_db_more})" if r.user_db_more else "")
             exec_cell = Html(f"{esc(_sum_s(r.exec_sum))}<div class='sub'>{esc(share(r.exec_share))}</div>")
+            client_share = r.client_sum / client_total if client_total > 0 and not pd.isna(r.client_sum) else None
+            client_cell = Html(f"{esc(_sum_s(r.client_sum))}<div class='sub'>{esc(share(client_share))}</div>")
             rows.append(_Row([str(r.rank), Html(f"<code class='qid'>{esc(r.query_id or '')}</code>"), count(r.calls),
-                              _qps(r.qps), exec_cell, measured, seconds(r.exec_avg), seconds(r.exec_min),
+                              client_cell, _qps(r.qps), exec_cell, measured, seconds(r.exec_avg), seconds(r.exec_min),
                               seconds(r.exec_max), seconds(r.exec_p95), _vm(r.exec_vm), count(r.rows_sum),
                               _bytes(r.bytes_sum), user, _split_bar(r), count(r.hidden_slow)]))
             rows.append(_Row([Html(f"<div class='sample'><code>{esc(clip(r.sample, 600))}</code>"
                                    f"<div class='fp'>{esc(r.commands)} · fingerprint: {esc(clip(r.fingerprint, 300))}"
-                                   "</div></div>")], span=16))
+                                   "</div></div>")], span=17))
         more = len(p) - len(shown)
         text = ("In the manner of pt-query-digest's profile: one row per fingerprint (Query ID as pt-query-digest and "
-                "PMM print it), ranked by execution time. Execution is the slow log's Query_time where the statement "
+                "PMM print it), ranked by what its clients waited (A4 − A1; with a DB capture alone the server's "
+                "D4 − D1, as pt-query-digest --type tcpdump ranks it), with execution beside it: a class that "
+                "queued is first here and last by execution. Execution is the slow log's Query_time where the statement "
                 "was logged, else an estimate from the wire (\"logged\" says which share of calls was measured so). "
                 "avg/min/max/p95 and V/M (variance-to-mean) are of execution per call; QPS is calls per second of "
                 f"capture ({seconds(span)}); rows and bytes are what the server sent. The split is where the clients' "
@@ -351,8 +375,9 @@ class _Page:
                 "slowest call as the server ran it (with its parameter values), the commands of the fingerprint and the "
                 "fingerprint.")
         return (head + f"<p class='caption'>{esc(text)}</p>"
-                + _table(["rank", "Query ID", "calls", "QPS", "exec, share", "logged", "avg", "min", "max", "p95",
-                          "V/M", "rows", "bytes", "user@db", "client time: net · queue · exec", "hidden slow"], rows, numeric=(2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15), cls="profile")
+                + _table(["rank", "Query ID", "calls", "clients' time, share", "QPS", "exec, share", "logged", "avg",
+                          "min", "max", "p95", "V/M", "rows", "bytes", "user@db", "client time: net · queue · exec",
+                          "hidden slow"], rows, numeric=(2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16), cls="profile")
                 + (f"<p>… and {more} more fingerprints.</p>" if more > 0 else "") + "</section>")
 
     # -------------------------------------------------------------- hidden slow / understated
@@ -621,6 +646,7 @@ class _Page:
             else:
                 parts.append("<p>No connection handshake in the capture (connections were already open when it "
                              "began).</p>")
+        parts.append(_connection_story(self.summary.get("connections")))
         if self.figures.get("connrate"):
             parts.append("<p class='caption'>New connections per time bucket over the whole capture (TLS stacked on "
                          "plain), and each connection's set-up latencies at its SYN (right axis). A connection storm "
@@ -642,6 +668,32 @@ class _Page:
 
 
 # ------------------------------------------------------------------ small sections and helpers
+
+
+def _connection_story(story: dict | None) -> str:
+    """summary.json → connections as a table: churn, set-up against the statements, who closed, idle closes, the
+    most open at once, refusals."""
+    if not story:
+        return ""
+    closes = story.get("closes") or {}
+    idle = story.get("idle_closes") or {}
+    rows = [
+        ("new connections", f"{story['new']:,} in {seconds(story['span_s'])} ({story['new_per_s']:.1f}/s) for "
+                            f"{story['statements']:,} statements ({story['statements_per_s']:.1f}/s)"),
+        ("set-up (SYN → login OK), summed", f"{seconds(story['setup_sum_s'])} against {seconds(story['statements_sum_s'])}"
+                                           " of the statements' own time"),
+        ("closed by", f"the client's COM_QUIT {closes.get('client_quit', 0)}, the client's FIN/RST without it "
+                      f"{closes.get('client_fin_rst', 0)}, the server {closes.get('server', 0)}, open at the end "
+                      f"{closes.get('open', 0)}"),
+        ("idle closes by the server", "none" if not idle.get("measured") else
+         f"{idle['count']} after {seconds(idle['idle_min_s'])} … {seconds(idle['idle_max_s'])} idle"
+         + (" (one timer: wait_timeout)" if idle.get("steady") else "")
+         + (f", {idle['failed']} with a statement after it, unanswered" if idle.get("failed") else "")),
+        ("most open at once", f"{story.get('open_max')}" + (f" at {clock(story['open_max_at'])} UTC"
+                                                            if story.get("open_max_at") else "")),
+        ("refused (ERR 1040)", str(story.get("refused") or 0)),
+    ]
+    return "<h3>The connection story</h3>" + _kv_table(rows)
 
 
 def _captures(summary: dict) -> list[tuple[str, dict]]:
@@ -704,10 +756,22 @@ def _method(command_line: str | None) -> str:
 
 
 def _nav(proxied: bool) -> str:
-    links = (("verdict", "Verdict"), ("decomposition", "Split"), ("timeline", "Timeline"), ("groups", "Groups"),
+    links = (("verdict", "Verdict"), ("timeline", "Timeline"), ("decomposition", "Split"), ("groups", "Groups"),
              *((("proxy", "Proxy"),) if proxied else ()), ("waterfall", "Waterfall"), ("profile", "Profile"), ("hidden", "Hidden slow"),
-             ("understated", "Understated"), ("connections", "Connections"), ("method", "Method"))
+             ("understated", "Understated"), ("connections", "Connections"), ("inputs", "Inputs"),
+             ("method", "Method"))
     return " · ".join(f"<a href='#{a}'>{t}</a>" for a, t in links)
+
+
+def _playbook(summary: dict) -> str:
+    """What to change (summary.json → playbook): one line per finding, with the SQL that makes the change or
+    fetches an unknown setting."""
+    lines = summary.get("playbook") or []
+    if not lines:
+        return ""
+    items = "".join(f"<li>{esc(line.get('text'))}" + (f" <code>{esc(line['sql'])}</code>" if line.get("sql") else "")
+                    + "</li>" for line in lines)
+    return f"<h3>What to change</h3><ul class='playbook'>{items}</ul>"
 
 
 def _slow_log_text(summary: dict) -> str:

@@ -347,8 +347,9 @@ def test_cli_prints_the_headline_and_writes_the_set(analyses, tmp_path, monkeypa
     code, stdout, err = run_cli(monkeypatch, capsys, "compare", *(str(analyses[n]) for n in SERIES), "--out", str(out))
     assert code == 0, err
     lines = stdout.splitlines()
-    assert lines[0].startswith("exchanges slower than 100 ms on the wire: ")
-    assert lines[1].startswith("hidden slow: ") and " → 0 (−100.0 %) → 0 (−100.0 %)" in lines[1]
+    assert lines[0].startswith("Against thread_handling=pool-of-threads, thread_pool_stall_limit=500: ")  # what changed
+    assert lines[1].startswith("exchanges slower than 100 ms on the wire: ")
+    assert lines[2].startswith("hidden slow: ") and " → 0 (−100.0 %) → 0 (−100.0 %)" in lines[2]
     assert sorted(p.name for p in out.iterdir()) == ["comparison.html", "comparison.json", "comparison.parquet"]
     assert [line for line in lines if line.startswith("wrote ")] == [
         f"wrote {out / n}" for n in ("comparison.parquet", "comparison.json", "comparison.html")]
@@ -366,3 +367,22 @@ def test_help_names_the_inputs_and_outputs(monkeypatch, capsys):
     for words in ("BEFORE AFTER", "capture-set folders", "--out", "--slow", "--csv", "comparison.html",
                   "comparison.parquet"):
         assert words in text, words
+
+
+def test_steps_are_named_by_the_setting_that_changed(series):
+    """The page's columns and the one-sentence summary name each step by the capture.toml setting that tells it
+    from the baseline (the folder names say nothing to a reader of the ticket), with the counts of the analyses."""
+    toml = {n: tomllib.loads((CAPTURES / n / "capture.toml").read_text())["server"] for n in SERIES}
+    labels = [a.label for a in series.analyses]
+    assert labels[1] == f"thread_handling={toml[SERIES[1]]['thread_handling']}"
+    assert labels[2] == f"thread_pool_stall_limit={toml[SERIES[2]]['thread_pool_stall_limit']}"
+    assert labels[0] == (f"thread_handling={toml[SERIES[0]]['thread_handling']}, "
+                         f"thread_pool_stall_limit={toml[SERIES[0]]['thread_pool_stall_limit']}")
+    counts = [independent_counts(a.folder) for a in series.analyses]
+    assert series.sentence == (
+        f"Against {labels[0]}: {labels[1]} took the exchanges slower than 100 ms on the wire from "
+        f"{counts[0]['slow_wire']} to {counts[1]['slow_wire']} and the hidden-slow ones from {counts[0]['hidden_slow']} "
+        f"to {counts[1]['hidden_slow']}; {labels[2]} to {counts[2]['slow_wire']} and {counts[2]['hidden_slow']}.")
+    page = (series.out_dir / "comparison.html").read_text()
+    assert all(f"<th>{a.step}: {a.label}</th>" in page for a in series.analyses)
+    assert json.loads((series.out_dir / "comparison.json").read_text())["sentence"] == series.sentence

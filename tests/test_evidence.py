@@ -88,7 +88,9 @@ def test_default_evidence_holds_the_victims_and_their_culprit(group_stall, tmp_p
     stall = next(line for line in md.splitlines() if line.startswith("| 0 | 1 |"))
     assert f"`{culprit['query_id'].iloc[0]}`" in stall and "| 3 |" in stall
     assert str(CAPTURES) not in md and str(REPO) not in md
-    assert md.count("tshark -r app.pcap -Y") == 4 and md.count("tshark -r db.pcap -Y") == 4
+    assert md.count("- `tshark -r app.pcap -Y") == 4 and md.count("- `tshark -r db.pcap -Y") == 4
+    # and one filter per stall for its victims and culprit at once, in each capture
+    assert md.count("\ntshark -r app.pcap -Y '(") == 1 and md.count("\ntshark -r db.pcap -Y '(") == 1
     assert "pcapdecomp analyze --app app.pcap --db db.pcap --slow-log slow.log" in md
     assert len(pd.read_csv(tmp_path / "ev" / "exchanges.csv")) == 4
 
@@ -96,7 +98,8 @@ def test_default_evidence_holds_the_victims_and_their_culprit(group_stall, tmp_p
 def test_the_printed_filter_selects_the_same_frames_in_the_original(group_stall, tmp_path):
     res = export(group_stall, out_dir=tmp_path / "ev")
     md = (tmp_path / "ev" / "summary.md").read_text()
-    db_filters = [line.split("-Y '", 1)[1].split("'", 1)[0] for line in md.splitlines() if "tshark -r db.pcap" in line]
+    db_filters = [line.split("-Y '", 1)[1].split("'", 1)[0] for line in md.splitlines()
+                  if "- `tshark -r db.pcap" in line]  # the per-exchange ones
     selected = sum(len(tshark(CAPTURES / "group-stall" / "db.pcap", "frame.number", flt=f)) for f in db_filters)
     assert selected == res.frames[str(CAPTURES / "group-stall" / "db.pcap")] == 12
 

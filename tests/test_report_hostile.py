@@ -123,8 +123,8 @@ def test_payloads_are_shown_as_text_everywhere(hostile):
     profile = page_text(section(dom, "profile"))
     assert PAYLOADS["SET NAMES utf8mb4"] in profile and "app@<i>" in profile
     assert "</script><script>console.log(\"PWNED\");document.title=1</script><!--<script>%{x}" in profile
-    verdict = page_text(section(dom, "verdict"))
-    assert APP_NAME in verdict and SET_NAME in verdict
+    inputs = page_text(section(dom, "inputs"))  # the inputs table, below the picture
+    assert APP_NAME in inputs and SET_NAME in inputs
     # plotly drew the labels as text: the waterfall's tick labels and the timeline's tooltip
     assert re.search(r"conn \d+ · &lt;b&gt;1&lt;/b&gt;", section(dom, "waterfall"))
     assert found["tips"]["culprit"].startswith(culprit + "\nconn 7, group 1")

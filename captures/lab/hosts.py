@@ -276,6 +276,8 @@ class ServerSettings:
     local_infile: bool = False
     tls: bool = False
     statement_history_size: int = 20000
+    thread_cache_size: int | None = None  # None: MariaDB's default
+    wait_timeout_s: int | None = None  # None: MariaDB's default (8 hours)
 
 
 class PrivateMariaDB:
@@ -310,6 +312,8 @@ class PrivateMariaDB:
             "--performance-schema-consumer-events-statements-history-long=ON",
             f"--performance-schema-events-statements-history-long-size={s.statement_history_size}",
             f"--max-allowed-packet={s.max_allowed_packet}", f"--local-infile={int(s.local_infile)}",
+            *([f"--thread-cache-size={s.thread_cache_size}"] if s.thread_cache_size is not None else []),
+            *([f"--wait-timeout={s.wait_timeout_s}"] if s.wait_timeout_s is not None else []),
         ]
         if s.tls:
             cert, key = self._make_certificate()

@@ -131,6 +131,34 @@ class HAProxy(_Daemon):
         return self
 
 
+SLOW_CLIENT_IPV4 = "10.213.78.11"  # a second address on the app host: the client the relay delays
+
+
+class DelayRelay(_Daemon):
+    """relay.py: an L4 relay (one server connection per client connection) that holds each chunk `delay_ms` for
+    the connections from SLOW_CLIENT_IPV4, which it adds to the app host: one client on a slow path."""
+
+    name = "relay"
+
+    def __init__(self, hosts: ProxyHosts, workdir: Path, delay_ms: float):
+        super().__init__(hosts, workdir)
+        self.delay_ms = delay_ms
+        self.version = f"relay.py, {delay_ms:g} ms per leg for {SLOW_CLIENT_IPV4}"
+
+    def __enter__(self) -> DelayRelay:
+        import sys
+
+        # the links are /30s: the address is the app's alone (/32), and the relay's host routes it to the app link
+        subprocess.run(self.hosts.app.command("ip", "addr", "add", f"{SLOW_CLIENT_IPV4}/32", "dev", self.hosts.app.veth),
+                       check=True, capture_output=True)
+        subprocess.run(self.hosts.proxy_front.command("ip", "route", "add", f"{SLOW_CLIENT_IPV4}/32", "dev",
+                                                      self.hosts.proxy_front.veth), check=True, capture_output=True)
+        self._start([sys.executable, str(Path(__file__).with_name("relay.py")), "--listen",
+                     f"{PROXY_FRONT_IPV4}:{PROXY_PORT}", "--connect", f"{PROXY_DB_IPV4}:{PROXY_PORT}", "--source",
+                     PROXY_BACK_IPV4, "--delay-ms", str(self.delay_ms), "--slow", SLOW_CLIENT_IPV4])
+        return self
+
+
 def gaea_binary() -> str | None:
     """The gaea binary: $PCAPDECOMP_GAEA, on PATH, or where install-deps.sh puts it."""
     for candidate in (os.environ.get(GAEA_BINARY_ENV), shutil.which("gaea"), *GAEA_DEFAULT_PATHS):

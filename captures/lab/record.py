@@ -27,7 +27,8 @@ if str(LAB_DIR) not in sys.path:
 from hosts import (APP_IPV4, DB2_IPV4, DB_IPV4, DB_IPV6, MYSQL_PORT, Child, LabError, PrivateMariaDB,  # noqa: E402
                    TestHosts, Tcpdump, check_can_run, ensure_deps, log)
 from scenarios import SCENARIOS, SERIES, Scenario  # noqa: E402
-from proxies import PROXY_APP_IPV4, PROXY_DB_IPV4, PROXY_FRONT_IPV4, Gaea, HAProxy, ProxyHosts  # noqa: E402
+from proxies import (PROXY_APP_IPV4, PROXY_DB_IPV4, PROXY_FRONT_IPV4, DelayRelay, Gaea, HAProxy,  # noqa: E402
+                     ProxyHosts)
 
 REPO_CAPTURES = LAB_DIR.parent
 TRUTH_KEYS = ("conn_id", "thread_group", "conn_label", "driver", "command", "sql", "role", "note",
@@ -217,18 +218,20 @@ def _write_capture_toml(path: Path, scenario: Scenario, server: PrivateMariaDB, 
         # a field set has no settings at hand either: they go to lab-settings.toml (_write_lab_settings)
         *(_pool_settings(s) if s.thread_handling == "pool-of-threads" and not scenario.field else []),
         f"max_allowed_packet = {s.max_allowed_packet}",
+        *([f"thread_cache_size = {s.thread_cache_size}"] if s.thread_cache_size is not None else []),
+        *([f"wait_timeout = {s.wait_timeout_s}"] if s.wait_timeout_s is not None else []),
         f"tls = {_toml_value(s.tls)}",
         "",
         *([] if not proxy else [
             "[proxy]", f"address = {_toml_value(f'{PROXY_FRONT_IPV4}:{MYSQL_PORT}')}",
             f"product = {_toml_value(proxy.name)}", f"version = {_toml_value(proxy.version)}",
-            f"kind = {_toml_value('l4' if scenario.proxy == 'haproxy' else 'l7')}",
+            f"kind = {_toml_value('l7' if scenario.proxy == 'gaea' else 'l4')}",
             *([f"pool_size = {scenario.proxy_pool}"] if scenario.proxy_pool else []), ""]),
         "[app]",
         f"address = {_toml_value(PROXY_APP_IPV4 if proxy else APP_IPV4)}",
         "",
         "[captures]",
-        *(['app = "app.pcap"', 'db = "db.pcap"', *(['proxy = "proxy.pcap"'] if proxy else []),
+        *(['app = "app.pcap"', 'db = "db.pcap"', *(['proxy = "proxy.pcap"'] if "proxy" in stats else []),
            'slow_log = "slow.log"'] if not folders else
           ['# one folder per capture point: app/, db/ (the primary) and db-replica/, each with its rotated files',
            '# (and a DB point its slow.log)', f"rotate_mb = {rotate_mb}"]),
@@ -338,6 +341,8 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
                 proxy = stack.enter_context(HAProxy(hosts, workdir / "proxy"))
             elif spec.proxy == "gaea":
                 proxy = stack.enter_context(Gaea(hosts, workdir / "proxy", spec.proxy_pool, "app", "app-pass"))
+            elif spec.proxy == "relay":
+                proxy = stack.enter_context(DelayRelay(hosts, workdir / "proxy", params["relay_delay_ms"]))
             for each in servers.values():
                 each.start_recording()
             dumps: dict[str, Tcpdump] = {}
@@ -349,7 +354,7 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
                 dumps["db"] = stack.enter_context(Tcpdump(hosts.db, workdir / "db.pcap", rotate_mb=rotate))
                 if second:
                     dumps["db2"] = stack.enter_context(Tcpdump(hosts.db2, workdir / "db2.pcap", rotate_mb=rotate))
-                if proxy is not None:
+                if proxy is not None and spec.proxy != "relay":  # the relay's hold is network between the points
                     dumps["proxy"] = stack.enter_context(Tcpdump(hosts.proxy_front, workdir / "proxy.pcap",
                                                                  rotate_mb=rotate, interface="any"))
 

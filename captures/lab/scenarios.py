@@ -96,6 +96,32 @@ SCENARIOS = {s.name: s for s in (
         committed=False,
     ),
     Scenario(
+        "connection-storm",
+        "Clients that open a connection for every statement, ~60 connections/s on one-thread-per-connection with "
+        "thread_cache_size=0 (each connection costs the server a new thread), for 4 s: connect, one point lookup, "
+        "quit. Beside them 4 pooled connections run a lookup, sit idle 3 s, past wait_timeout=2, and run one more: "
+        "the server closed them after 2 s idle, so that statement fails (\"MySQL server has gone away\" / lost "
+        "connection). truth.jsonl: a connect row per connection (TCP + greeting + login, as the client timed it), a "
+        "row per statement with its error, and the pooled connections' labels (pooled-N).",
+        ServerSettings(thread_handling="one-thread-per-connection", thread_cache_size=0, wait_timeout_s=2,
+                       long_query_time_s=1.0),
+        {"clients": 3, "rate": 60, "duration": 4.0, "pooled": 4, "idle_s": 3.0},
+        _sbtest_sql(1000),
+    ),
+    Scenario(
+        "network-slow-client",
+        "Two app clients run the same point lookups (one every 25 ms each, for 3 s) through an L4 relay between "
+        "the app and DB hosts; the relay holds every chunk of one client's connection 20 ms (each leg of each "
+        "exchange), the other passes at once: a slow network path for one client, made without netem. The "
+        "captures are at the app and the DB, not on the relay host: the relay's hold is network between them. "
+        "truth.jsonl: each statement's client time; the slow client's label is slow-0 and its address "
+        "10.213.78.11.",
+        ServerSettings(thread_pool_size=2, long_query_time_s=1.0),
+        {"duration": 3.0, "interval_s": 0.025, "slow_host": "10.213.78.11", "relay_delay_ms": 20.0},
+        _sbtest_sql(1000),
+        proxy="relay",  # proxies.DelayRelay: params relay_delay_ms per leg for slow_host
+    ),
+    Scenario(
         "features",
         "One connection per protocol feature no public capture has: zlib compression, CALL with two result "
         "sets, a multi-statement COM_QUERY, LOAD DATA LOCAL INFILE, a read-only cursor with COM_STMT_FETCH, "

@@ -294,6 +294,63 @@ def connection_churn(args, truth: Truth) -> None:
     run_threads([churner] * args.clients)
 
 
+def connection_storm(args, truth: Truth) -> None:
+    """connect → one lookup → quit at args.rate connections/s over args.clients threads, beside args.pooled
+    connections that go idle args.idle_s (past wait_timeout) before their second statement."""
+    import pymysql
+
+    stop = time.monotonic() + args.duration
+    per_worker_rate = args.rate / args.clients
+    counter = iter(range(10**9))
+    rng = random.Random(args.seed or 1)
+
+    def churner():
+        next_at = time.monotonic()
+        while next_at < stop:
+            label = f"storm-{next(counter)}"
+            send_ns = time.time_ns()
+            handle = pymysql.connect(host=args.host, port=args.port, user=USER, password=PASSWORD, database="lab",
+                                     ssl_disabled=True, autocommit=True)
+            recv_ns = time.time_ns()
+            conn = Connection(truth, label, "pymysql", handle, identify=False)
+            conn.record(send_ns, recv_ns, command="connect", sql=None, role="connect",
+                        note="TCP handshake + greeting + login, until the driver returned")
+            conn.timed_query(f"SELECT c FROM sbtest1 WHERE id = {rng.randint(1, 1000)}")
+            conn.close()
+            next_at = max(next_at + 1 / per_worker_rate, time.monotonic() - 0.05)
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+    def pooled(i: int):
+        conn = connect(truth, f"pooled-{i}", args)
+        conn.timed_query(f"SELECT c FROM sbtest1 WHERE id = {i + 1}")
+        time.sleep(args.idle_s)
+        conn.timed_query(f"SELECT c FROM sbtest1 WHERE id = {i + 2}", note="after the idle gap")
+        try:
+            conn.close()
+        except Exception:  # the server already closed it
+            pass
+
+    run_threads([churner] * args.clients + [lambda i=i: pooled(i) for i in range(args.pooled)])
+
+
+def network_slow_client(args, truth: Truth) -> None:
+    """Two connections run the same point lookups at the same pace; one binds to args.slow_host, the address the
+    relay delays."""
+    conns = [connect(truth, "fast-0", args), connect(truth, "slow-0", args, bind_address=args.slow_host)]
+    stop = time.monotonic() + args.duration
+
+    def worker(conn: Connection, rng: random.Random):
+        next_at = time.monotonic()
+        while next_at < stop:
+            conn.timed_query(f"SELECT c FROM sbtest1 WHERE id = {rng.randint(1, 1000)}")
+            next_at = max(next_at + args.interval_s, time.monotonic() - 0.05)
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+    run_threads([lambda c=c, i=i: worker(c, random.Random((args.seed or 1) * 100 + i)) for i, c in enumerate(conns)])
+    for c in conns:
+        c.close()
+
+
 def _tls_context() -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
@@ -774,7 +831,8 @@ def two_servers(args, truth: Truth) -> None:
 
 SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
              "oltp-prepared": oltp_prepared,
-             "connection-churn": connection_churn, "features": features, "bigpacket": bigpacket,
+             "connection-churn": connection_churn, "connection-storm": connection_storm, "features": features,
+             "network-slow-client": network_slow_client, "bigpacket": bigpacket,
             "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms,
             "proxy-l4": group_stall, "proxy-pool": proxy_pool, "two-servers": two_servers,
              # one workload, three server settings (captures/lab/scenarios.py SERIES "stall-fix")

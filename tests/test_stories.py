@@ -1,0 +1,172 @@
+"""The connection and network stories (summary.json → connections, network; their verdict bullets and playbook
+lines) on the bundled recordings, against what the clients wrote in truth.jsonl: connection-storm (a connection
+per statement at ~60/s on one-thread-per-connection with thread_cache_size=0, and pooled connections reset by the
+server after wait_timeout=2 s idle, whose next statement failed) and stall-fix-1-pool (a pool of 26 long-lived
+connections, no closes by the server)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pcapdecomp import connstory, netstory
+from pcapdecomp.analysis import analyze
+from pcapdecomp.exchanges import extract
+
+REPO = Path(__file__).resolve().parents[1]
+CAPTURES = REPO / "captures"
+STORM, POOL = "connection-storm", "stall-fix-1-pool"
+
+
+@pytest.fixture(scope="module")
+def summaries(tmp_path_factory) -> dict[str, dict]:
+    root = tmp_path_factory.mktemp("stories")
+    out = {}
+    for name in (STORM, POOL):
+        analyze(CAPTURES / name, [], None, None, None, None, [], root / name, quiet=True)
+        out[name] = json.loads((root / name / "summary.json").read_text())
+    return out
+
+
+def truth(name: str) -> list[dict]:
+    return [json.loads(line) for line in (CAPTURES / name / "truth.jsonl").read_text().splitlines() if line.strip()]
+
+
+def server(name: str) -> dict:
+    return tomllib.loads((CAPTURES / name / "capture.toml").read_text())["server"]
+
+
+def test_every_connection_and_its_set_up_is_counted(summaries):
+    """One new connection per connection the clients opened; each one's SYN → login OK on the wire lies within
+    what the client timed around its connect call (matched by the client's port)."""
+    rows = truth(STORM)
+    labels = {r["conn_label"] for r in rows}
+    story = summaries[STORM]["connections"]
+    assert story["new"] == story["connections"] == len(labels)
+    conns = extract(CAPTURES / STORM / "app.pcap").connections
+    by_port = {int(c.rpartition(":")[2]): s for c, s in zip(conns["client"], conns["handshake_s"])}
+    connects = [r for r in rows if r["role"] == "connect"]
+    assert connects
+    for r in connects:
+        assert 0 < by_port[r["client_port"]] <= r["client_s"], r
+    assert story["setup_sum_s"] == pytest.approx(float(conns["handshake_s"].sum()))
+    assert story["setup_sum_s"] <= sum(r["client_s"] for r in connects)
+    first = min(r["client_send_ns"] for r in rows)
+    last = max(r["client_recv_ns"] for r in rows)
+    assert story["new_per_s"] == pytest.approx(len(labels) / ((last - first) / 1e9), rel=0.15)
+    # every storm connection ended with the client's COM_QUIT; the pooled ones were closed by the server
+    pooled = {r["conn_label"] for r in rows if r["conn_label"].startswith("pooled")}
+    assert story["closes"] == {"client_quit": len(labels - pooled), "client_fin_rst": 0, "server": len(pooled),
+                               "open": 0}
+
+
+def test_idle_closes_are_the_wait_timeout_and_the_statements_that_failed(summaries):
+    """The server closed exactly the pooled connections whose next statement failed in the client (truth's error),
+    each after about wait_timeout (capture.toml) idle: one timer."""
+    rows = truth(STORM)
+    failed = {r["conn_label"] for r in rows if r["error"]}
+    assert failed and all(label.startswith("pooled") for label in failed)
+    assert all("gone away" in r["error"] or "Lost connection" in r["error"] for r in rows if r["error"])
+    timeout = server(STORM)["wait_timeout"]
+    idle = summaries[STORM]["connections"]["idle_closes"]
+    assert idle["count"] == len(failed) and idle["steady"]
+    assert timeout <= idle["idle_min_s"] <= idle["idle_max_s"] < timeout + 0.5
+    story = summaries[STORM]["story"]
+    assert "idle_closes" in story["findings"]
+    told = next(b["text"] for b in story["bullets"] if "idle" in b["text"] and b["topic"] == "connections")
+    assert f"closed {len(failed)} idle connections" in told and "gone away" in told
+
+
+def test_churn_leads_when_connecting_cost_the_clients_more_than_their_statements(summaries):
+    """Which leads follows the clients' own timings: their connect calls against their statements."""
+    rows = truth(STORM)
+    connecting = sum(r["client_s"] for r in rows if r["role"] == "connect")
+    querying = sum(r["client_s"] for r in rows if r["role"] in ("query", "identify") and not r["error"])
+    story = summaries[STORM]["story"]
+    assert "connection_churn" in story["findings"]
+    assert (story["findings"][0] == "connection_churn") == (connecting > querying)
+    assert story["sentence"].startswith("Connection churn: 244 new connections")
+
+
+def test_the_playbook_names_the_settings_and_the_numbers(summaries):
+    settings = server(STORM)
+    book = {line["finding"]: line for line in summaries[STORM]["playbook"]}
+    story = summaries[STORM]["connections"]
+    cache = book["thread_cache"]
+    assert f"from {settings['thread_cache_size']} (capture.toml)" in cache["text"]
+    assert f"{story['new']} new connections" in cache["text"]
+    assert cache["sql"].startswith("SET GLOBAL thread_cache_size = ")
+    assert int(cache["sql"].split("=")[1].rstrip(";")) >= story["open_max"]
+    assert f"wait_timeout = {settings['wait_timeout']} s" in book["wait_timeout"]["text"]
+
+
+def test_a_pool_of_long_lived_connections_tells_no_churn(summaries):
+    rows = truth(POOL)
+    story = summaries[POOL]["connections"]
+    assert story["new"] == len({r["conn_label"] for r in rows})
+    assert story["idle_closes"]["count"] == 0 and not any(r["error"] for r in rows)
+    assert story["open_max"] == len({r["conn_label"] for r in rows})
+    findings = summaries[POOL]["story"]["findings"]
+    assert "connection_churn" not in findings and "idle_closes" not in findings
+    assert {line["finding"] for line in summaries[POOL]["playbook"]}.isdisjoint({"thread_cache", "wait_timeout"})
+
+
+def test_network_time_by_host_adds_up(summaries):
+    """The network story's sums are the exchanges' network_s (A4 − A1 − (D4 − D1)) over those seen at both points;
+    on a LAN recording network is far from half the clients' time, so it does not lead."""
+    net = summaries[POOL]["network"]
+    assert net["hosts_total"] == 1 and net["hosts"][0]["host"] == "10.213.77.1"
+    assert net["hosts"][0]["network_s"] == pytest.approx(net["network_s"])
+    assert net["share"] < netstory.NETWORK_LEADS
+    assert "network" not in summaries[POOL]["story"]["findings"]
+    assert net["retransmitted_bytes"] == 0 and net["rto_stalls_likely"] == 0
+
+
+def test_degenerate_inputs():
+    empty = pd.DataFrame({c: pd.Series(dtype=object) for c in ("capture", "command", "client")})
+    assert connstory.tell(empty, None) is None
+    assert connstory.bullets(None) == ([], [])
+    assert netstory.tell(empty, None) is None
+    assert netstory.bullets(None) == (None, [], [])
+
+
+SLOW = "network-slow-client"
+
+
+@pytest.fixture(scope="module")
+def slow_path(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("network")
+    analyze(CAPTURES / SLOW, [], None, None, None, None, [], root / SLOW, quiet=True)
+    return json.loads((root / SLOW / "summary.json").read_text())
+
+
+def test_a_slow_path_for_one_client_is_told_by_host(slow_path):
+    """One of two clients ran through a relay that holds each leg relay_delay_ms (capture.toml [workload]): every
+    exchange of that host has at least twice the delay of network, the other host's much less; the network story
+    names that host, and leads the verdict when the clients' own timings say the slow client's time is most of
+    theirs."""
+    workload = tomllib.loads((CAPTURES / SLOW / "capture.toml").read_text())["workload"]
+    delay_s, slow_host = workload["relay_delay_ms"] / 1000, workload["slow_host"]
+    net = slow_path["network"]
+    hosts = {h["host"]: h for h in net["hosts"]}
+    assert set(hosts) == {slow_host, "10.213.78.1"}
+    slow, fast = hosts[slow_host], hosts["10.213.78.1"]
+    assert slow["network_s"] >= 0.95 * 2 * delay_s * slow["exchanges"]
+    assert fast["network_s"] < delay_s * fast["exchanges"]
+    assert net["hosts"][0]["host"] == slow_host
+    rows = truth(SLOW)
+    mine = sum(r["client_s"] for r in rows if r["conn_label"].startswith("slow"))
+    assert (slow_path["story"]["findings"][0] == "network") == (mine > 0.5 * sum(r["client_s"] for r in rows))
+    assert slow_host in slow_path["story"]["sentence"]
+    assert slow_path["story"]["bullets"][0]["topic"] == "db"  # the pool's own sentence follows
+    line = next(line for line in slow_path["playbook"] if line["finding"] == "network")
+    assert slow_host in line["text"] and line["sql"] is None
