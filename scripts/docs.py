@@ -1,7 +1,8 @@
 """Write the generated parts of the docs site: docs/cli.md (every command's `--help`), docs/tables.md (every table
 and summary.json key, from pcapdecomp/schema.py), and the regions of hand-written pages between
-`<!-- generated: NAME -->` and `<!-- end generated -->` (docs/development.md's import floors, from
-tests/test_layout.py).
+`<!-- generated: NAME -->` and `<!-- end generated -->`: `floors` (docs/development.md's import floors, from
+tests/test_layout.py) and `table NAME` (the declared table NAME of pcapdecomp/schema.py, as `pcapdecomp columns
+NAME` prints it).
 
     python3 scripts/docs.py           # write them
     python3 scripts/docs.py --check   # exit 1 naming the stale page (tests/test_docs.py runs this)
@@ -10,6 +11,7 @@ tests/test_layout.py).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -96,20 +98,24 @@ def floors_table() -> str:
 
 
 PAGES = {"cli.md": cli_page, "tables.md": tables_page}
-REGIONS = {("development.md", "floors"): floors_table}
+REGIONS = {"floors": floors_table}  # and `table NAME`: the declared table NAME of pcapdecomp/schema.py
+REGION = re.compile(r"(<!-- generated: ([^>]*?) -->\n).*?(\n<!-- end generated -->)", re.S)
 
 
-def with_regions(name: str, text: str) -> str:
-    """`text` of docs/`name` with each generated region it holds made anew."""
-    for (page, region), make in REGIONS.items():
-        if page != name:
-            continue
-        start, end = f"<!-- generated: {region} -->\n", "\n<!-- end generated -->"
-        i, j = text.find(start), text.find(end)
-        if i < 0 or j < i:
-            raise SystemExit(f"docs/{page}: the region {region!r} is missing")
-        text = text[:i + len(start)] + "\n" + make() + "\n" + text[j:]  # blank lines: the markers stay HTML
-    return text
+def region_text(region: str) -> str:
+    from pcapdecomp.schema import TABLES, markdown_table
+
+    kind, _, name = region.partition(" ")
+    if kind == "table" and name in TABLES:
+        return markdown_table(TABLES[name])
+    if region in REGIONS:
+        return REGIONS[region]()
+    raise SystemExit(f"docs: no generated region is named {region!r}")
+
+
+def with_regions(text: str) -> str:
+    """`text` with each generated region it holds made anew (blank lines around it: the markers stay HTML)."""
+    return REGION.sub(lambda m: m.group(1) + "\n" + region_text(m.group(2)) + "\n" + m.group(3), text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stale = []
     pages = dict(PAGES)
-    for page in {page for page, _ in REGIONS}:
-        pages[page] = lambda page=page: with_regions(page, (REPO / "docs" / page).read_text(encoding="utf-8"))
+    for path in sorted((REPO / "docs").rglob("*.md")):
+        name = path.relative_to(REPO / "docs").as_posix()
+        if name not in pages and "<!-- generated: " in path.read_text(encoding="utf-8"):
+            pages[name] = lambda path=path: with_regions(path.read_text(encoding="utf-8"))
     for name, make in pages.items():
         path = REPO / "docs" / name
         text = make()
