@@ -117,6 +117,8 @@ def _local_port(kind: str, handle) -> int | None:
 def connect(truth: Truth, label: str, args, kind: str = "pymysql", note: str = "", identify: bool = True,
             **options) -> Connection:
     host = options.pop("host_override", args.host)
+    if kind != "raw" and "ssl" not in options and getattr(args, "tls", None):
+        options["ssl"] = _tls_context(args.tls, getattr(args, "keylog", None))
     if kind != "raw" and "ssl" not in options:
         options["ssl_disabled"] = True  # both drivers prefer TLS when the server offers it (features does)
     if kind == "pymysql":
@@ -294,10 +296,20 @@ def connection_churn(args, truth: Truth) -> None:
     run_threads([churner] * args.clients)
 
 
-def _tls_context() -> ssl.SSLContext:
+def _tls_context(version: str | None = None, keylog: str | None = None) -> ssl.SSLContext:
+    """A client TLS context for the lab's self-signed server. `version` "1.2" pins TLS 1.2 with
+    ECDHE-RSA-AES256-GCM-SHA384 (what MySQL servers negotiate with such clients), "1.3" pins TLS 1.3; `keylog`
+    makes Python's ssl write the session secrets in NSS key log format (what --tls-keylog reads)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE  # the lab's self-signed certificate
+    if version == "1.2":
+        context.maximum_version = context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.set_ciphers("ECDHE-RSA-AES256-GCM-SHA384")
+    elif version == "1.3":
+        context.minimum_version = ssl.TLSVersion.TLSv1_3
+    if keylog:
+        context.keylog_filename = keylog
     return context
 
 
@@ -771,6 +783,7 @@ def two_servers(args, truth: Truth) -> None:
 
 SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
              "oltp-prepared": oltp_prepared,
+             "group-stall-tls13": group_stall, "group-stall-tls12": group_stall,
              "connection-churn": connection_churn, "features": features, "bigpacket": bigpacket,
             "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms,
             "proxy-l4": group_stall, "proxy-pool": proxy_pool, "two-servers": two_servers,
