@@ -18,7 +18,7 @@ from .captureset import CaptureSet
 from .clock import ClockModel
 from .match import ClockSamples
 from .threadpool import PoolView, json_value
-from .verdict import tell, tell_proxy
+from .verdict import tell, tell_proxy, tls_part
 
 
 @dataclass
@@ -54,6 +54,7 @@ def build(cs: CaptureSet, *, names: dict[str, list[str]], points: list[dict], qu
             "proxy": names["proxy"], "proxy_servers": cs.proxy_servers,
             "cwd": os.getcwd(),  # relative capture paths above (and in exchanges.capture) are relative to this
             "scheduler": scheduler,
+            "tls_keylogs": [str(p) for p in cs.tls_keylogs],
         },
         "points": points,
         "captures": {"app": qualities["app"],
@@ -76,6 +77,9 @@ def build(cs: CaptureSet, *, names: dict[str, list[str]], points: list[dict], qu
     _tell(summary, cs, exchanges, servers, clocks, points)
     if through_proxy:
         summary.update(tell_proxy(summary, exchanges))
+    summary["tls"] = tls_part(qualities)
+    if summary["tls"] is not None:  # how much of the traffic could be read comes first
+        summary["verdict"] = f"{summary['tls']['sentence']}\n{summary['verdict']}"
     return summary
 
 
