@@ -163,6 +163,12 @@ def test_the_stall_its_culprit_and_its_hidden_victims_are_found(tmp_root, name, 
     assert ("decrypted with the key log" if with_keys else "timed without their text") in tls["sentence"]
     which = _truth_row_of(x, truth(name))
     assert len(which) == len(truth(name))  # every statement the client timed is one exchange, by connection and time
+    # its server time lies between the execution performance_schema measured and what the client waited (the
+    # server may stamp the end after it sent the answer: the slow-log join's 50 ms slack)
+    by_key = {(t["conn_id"], t["client_send_ns"]): t for t in truth(name)}
+    server = x["server_s"].to_numpy(dtype=float, na_value=np.nan)
+    for i, k in which.items():
+        assert (by_key[k]["exec_s"] or 0) - 0.05 <= server[i] <= by_key[k]["client_s"], by_key[k]
     hidden = {which[i] for i in np.flatnonzero(x["hidden_slow"].to_numpy(dtype=bool, na_value=False)) if i in which}
     assert victims and victims <= hidden and not (hidden & fast)
     # the culprit is the hog, its text from the wire (keys) or from the slow log (no keys), its group the stalled one

@@ -424,6 +424,9 @@ class MySQLConnection:
             self.phase = LOGIN
             self._ssl_request = None  # the login inside TLS is the CONNECT
         data = event.data
+        if event.first_frame == event.last_frame:  # the record came in one segment: one time for all of it
+            return self._read(event.direction, data, event.last_ts, event.last_frame, event.offset)
+        # across segments: its first byte at the time the record began, the rest when it was complete
         self._read(event.direction, data[:1], event.first_ts, event.first_frame, event.offset)
         if len(data) > 1:
             self._read(event.direction, data[1:], event.last_ts, event.last_frame, event.offset + 1)
