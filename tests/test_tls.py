@@ -305,3 +305,20 @@ def test_a_capture_begun_after_the_handshakes_times_the_records_it_has(tmp_path)
     assert len(ex) > 20 and set(ex["command"]) == {"ENCRYPTED"}
     first = ex.sort_values("seq").groupby("conn_index").head(1)
     assert first["problems"].astype(str).str.contains("midstream").all()
+
+
+def test_a_key_log_missing_one_session_decrypts_the_others_and_times_that_one():
+    from pcapdecomp.verdict import tls_part
+
+    secrets = keys("group-stall-tls13")
+    missing = sorted(secrets)[0]
+    partial = {random: labels for random, labels in secrets.items() if random != missing}
+    x = extract(CAPTURES / "group-stall-tls13" / "db.pcap", tls_secrets=partial)
+    modes = x.connections["tls_mode"].value_counts().to_dict()
+    assert modes == {"decrypted": len(secrets) - 1, "timed": 1}
+    q = x.quality()
+    assert q["tls_decrypted_bytes"] + q["tls_timed_bytes"] == q["tls_bytes"] and q["tls_timed_bytes"] > 0
+    part = tls_part({"dbs": [q], "app": [], "proxy": []})
+    assert part["decrypted"] == len(secrets) - 1 and part["timed"] == 1
+    assert part["sentence"].startswith(f"{len(secrets)} of {len(secrets)} connections are TLS: "
+                                       f"{len(secrets) - 1} decrypted with the key log; 1 timed without their text")

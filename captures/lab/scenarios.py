@@ -81,6 +81,15 @@ SCENARIOS = {s.name: s for s in (
         hog_seconds=1.5,
     ),
     Scenario(
+        "group-stall-cleartext",
+        "The group-stall-tls13 workload without TLS (the server still offers it; the clients decline): the plaintext "
+        "yardstick of benchmarks/tls.py. Recorded on demand, not committed.",
+        ServerSettings(**HELD_GROUPS, long_query_time_s=1.0, tls=True),
+        {"clients": 4, "duration": 3.0, "interval_s": 0.075, "hog_at_s": 0.8, "pool_size": 2},
+        hog_seconds=1.5,
+        committed=False,
+    ),
+    Scenario(
         "oltp-hogs",
         "OLTP point selects on a 10k-row sysbench-like table, text protocol (pymysql) and server-side prepared "
         "statements (COM_STMT_EXECUTE), 4+4 connections at up to 1200/s in total for 3 s, while a CPU hog (BENCHMARK ~0.4 s) "

@@ -783,7 +783,7 @@ def two_servers(args, truth: Truth) -> None:
 
 SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
              "oltp-prepared": oltp_prepared,
-             "group-stall-tls13": group_stall, "group-stall-tls12": group_stall,
+             "group-stall-tls13": group_stall, "group-stall-tls12": group_stall, "group-stall-cleartext": group_stall,
              "connection-churn": connection_churn, "features": features, "bigpacket": bigpacket,
             "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms,
             "proxy-l4": group_stall, "proxy-pool": proxy_pool, "two-servers": two_servers,

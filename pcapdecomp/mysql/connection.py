@@ -180,8 +180,10 @@ class MySQLConnection:
     (`data`, `gap`, `end`), finished `Exchange`s out (`take`). Sans-IO: no files, no sockets, no pandas.
 
     The phases follow the handshake: GREETING (the server's first packet) → LOGIN (the client's HandshakeResponse;
-    an SSL request moves to TLS, after which bytes are only counted) → AUTH (auth switch / more data until the
-    server's OK or ERR) → COMMAND; a connection the server refused (an ERR for a greeting, a failed login) is CLOSED.
+    an SSL request moves to TLS) → AUTH (auth switch / more data until the server's OK or ERR) → COMMAND; a
+    connection the server refused (an ERR for a greeting, a failed login) is CLOSED. In TLS the bytes go to a
+    `tls.TlsSession`: what it decrypts (`tls_secrets`, a key log) is read from LOGIN on as if sent in the clear
+    (`_plain`); records it cannot decrypt become timed flights (`_sealed`): command ENCRYPTED_COMMAND, no content.
     A connection whose handshake the capture missed starts in COMMAND with
     `midstream=True` and reads nothing until each direction resynchronises on a position that is unambiguously a
     packet header (`_try_sync`, with `detect` and, for the server, the client offset its ACK numbers acknowledge).
