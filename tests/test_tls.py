@@ -322,3 +322,34 @@ def test_a_key_log_missing_one_session_decrypts_the_others_and_times_that_one():
     assert part["decrypted"] == len(secrets) - 1 and part["timed"] == 1
     assert part["sentence"].startswith(f"{len(secrets)} of {len(secrets)} connections are TLS: "
                                        f"{len(secrets) - 1} decrypted with the key log; 1 timed without their text")
+
+
+@pytest.mark.parametrize("with_keys", [True, False], ids=["keys", "no-keys"])
+def test_damaged_tls_bytes_never_raise(with_keys):
+    """Bytes of the TLS recording flipped at random (5 % of the segments, one byte each, 40 seeds): records that
+    no longer frame or decrypt are counted, never raised; every connection still ends with a TLS mode."""
+    import dataclasses
+    import random
+
+    from pcapdecomp.capture import open_capture
+    from pcapdecomp.flows import FlowTracker
+
+    with open_capture(CAPTURES / "group-stall-tls13" / "db.pcap") as reader:
+        segments = list(reader)
+    for seed in range(40):
+        rng = random.Random(seed)
+        modes = []
+
+        def closed(flow):
+            if flow.mysql is not None:
+                modes.append(flow.mysql.tls_outcome)
+
+        tracker = FlowTracker(lambda flow, ex: None, closed, tls_secrets=keys("group-stall-tls13") if with_keys else None)
+        for seg in segments:
+            if seg.payload and rng.random() < 0.05:
+                data = bytearray(seg.payload)
+                data[rng.randrange(len(data))] = rng.randrange(256)
+                seg = dataclasses.replace(seg, payload=bytes(data))
+            tracker.segment(seg)
+        tracker.finish()
+        assert modes and all(m in ("decrypted", "timed", "unreadable") for m in modes), (seed, modes)
