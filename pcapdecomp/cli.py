@@ -341,8 +341,8 @@ def lab_record(
 ) -> None:
     """Record SCENARIO from a private MariaDB in two network namespaces (needs root).
 
-    Scenarios (captures/lab/README.md): maxthreads, group-stall, group-stall-tls13, group-stall-tls12 (over TLS,
-    with the clients' key log), oltp-hogs, oltp-prepared, connection-churn,
+    Scenarios (captures/lab/README.md): maxthreads, group-stall, group-stall-tls13, group-stall-tls12, oltp-prepared-tls13
+    (over TLS, with the clients' key log), oltp-hogs, oltp-prepared, connection-churn,
     features, midstream-join, slowlog-forms, sysbench, bigpacket, proxy-l4, proxy-pool, stall-fix (a series of three).
     """
     from .lab import run_lab

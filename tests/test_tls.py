@@ -23,6 +23,8 @@ from pcapdecomp.tlskeys import pcapng_secrets
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
 SETS = ["group-stall-tls13", "group-stall-tls12"]
+# text and prepared statements (mysql-connector's cursors: PREPARE, RESET + EXECUTE) over TLS 1.3
+OLTP = "oltp-prepared-tls13"
 CORPUS = REPO.parent.parent / "shared" / "corpus" if (REPO.parent.parent / "shared" / "corpus").is_dir() \
     else Path("/work/shared/corpus")
 TSHARK = shutil.which("tshark")
@@ -66,7 +68,7 @@ def tmp_root(tmp_path_factory):
 # ---- reading ---------------------------------------------------------------------------------------------------
 
 @pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")
-@pytest.mark.parametrize("name", SETS)
+@pytest.mark.parametrize("name", [*SETS, OLTP])
 @pytest.mark.parametrize("side", ["app", "db"])
 def test_decrypted_commands_are_tsharks(name, side):
     """One client key log decrypts both capture points; the commands read equal tshark's with the same key log."""
@@ -79,11 +81,32 @@ def test_decrypted_commands_are_tsharks(name, side):
     x = extract(path, tls_secrets=keys(name))
     ex = x.exchanges
     ours = Counter(ex["command"].astype(str))
-    assert ours["COM_QUERY"] == theirs[3] and ours["COM_QUIT"] == theirs[1] and ours["COM_QUERY"] > 100
+    codes = {"COM_QUIT": 1, "COM_QUERY": 3, "COM_PING": 14, "COM_STMT_PREPARE": 22, "COM_STMT_EXECUTE": 23,
+             "COM_STMT_CLOSE": 25, "COM_STMT_RESET": 26}
+    assert {c: ours[c] for c in codes if ours[c] or theirs[codes[c]]} == \
+        {c: theirs[codes[c]] for c in codes if ours[c] or theirs[codes[c]]}
+    assert ours["COM_QUERY"] > 100 and set(ours) <= {*codes, "CONNECT"}
     q = x.quality()
     assert q["tls_connections"] == q["tls_decrypted_connections"] == q["mysql_connections"]
     assert q["tls_decrypted_bytes"] == q["tls_bytes"] > 0 and q["tls_unreadable_bytes"] == 0
     assert (x.connections["tls_version"] == name[-2] + "." + name[-1]).all()
+
+
+def test_prepared_statements_over_tls_decode_their_parameters():
+    """mysql-connector's prepared cursors over TLS 1.3: every COM_STMT_EXECUTE the client timed is read inside its
+    send … receive on its connection, with the prepared text and the id it sent as the parameter."""
+    ex = extract(CAPTURES / OLTP / "db.pcap", tls_secrets=keys(OLTP)).exchanges
+    executes = ex[ex["command"] == "COM_STMT_EXECUTE"]
+    start = executes["req_first_ts"].astype("int64").to_numpy()
+    end = executes["resp_last_ts"].astype("int64").to_numpy()
+    conn = executes["conn_id"].to_numpy()
+    rows = [t for t in truth(OLTP) if t["command"] == "COM_STMT_EXECUTE"]
+    assert len(rows) > 100
+    for t in rows:
+        inside = np.flatnonzero((conn == t["conn_id"]) & (start >= t["client_send_ns"]) & (end <= t["client_recv_ns"]))
+        assert len(inside) == 1, t
+        got = executes.iloc[inside[0]]
+        assert got["sql"] == t["sql"] and got["params"] == t["note"].rsplit("id=", 1)[1]
 
 
 @pytest.mark.parametrize("name", SETS)
@@ -96,23 +119,37 @@ def test_decrypted_statements_are_the_clients(name):
         assert [s for s in got if s != "SET NAMES utf8mb4"] == want
 
 
-@pytest.mark.parametrize("name", SETS)
+@pytest.mark.parametrize("name", [*SETS, OLTP])
 def test_without_keys_each_statement_is_one_timed_flight(name):
-    """No key log: each statement the client timed is exactly one ENCRYPTED flight, inside its send … receive (the
-    lab's hosts share one clock), and as many flights as the decrypted reading has exchanges."""
+    """No key log: each statement the client timed is one ENCRYPTED flight (a prepared cursor's call two), inside
+    its send … receive on its connection (the lab's hosts share one clock), as the decrypted reading has them."""
     x = extract(CAPTURES / name / "db.pcap")
     ex = x.exchanges
     assert set(x.connections["tls_mode"]) == {"timed"} and ex["sql"].isna().all()
     decrypted = extract(CAPTURES / name / "db.pcap", tls_secrets=keys(name)).exchanges
-    assert len(ex) == len(decrypted)
+    # a request the server does not answer (COM_STMT_CLOSE) is one flight with the client's next request
+    merged = sum(int((g.sort_values("seq")["command"].iloc[:-1].isin(["COM_STMT_CLOSE", "COM_QUIT"])).sum())
+                 for _, g in decrypted.groupby("conn_index"))
+    assert len(ex) == len(decrypted) - merged
     answered = ex[ex["result"] == "encrypted"]
     start = answered["req_first_ts"].astype("int64").to_numpy()
     end = answered["resp_last_ts"].astype("int64").to_numpy()
     conn = answered["conn_id"].to_numpy()
+    plain = decrypted[decrypted["resp_last_ts"].notna()]
+    p_start = plain["req_first_ts"].astype("int64").to_numpy()
+    p_end = plain["resp_last_ts"].astype("int64").to_numpy()
+    p_conn = plain["conn_id"].to_numpy()
     for t in truth(name):
         inside = (conn == t["conn_id"]) & (start >= t["client_send_ns"]) & (end <= t["client_recv_ns"])
-        assert inside.sum() == 1, t
+        # as many flights as answered requests the key log shows there (a prepared cursor's call is two:
+        # COM_STMT_RESET, then COM_STMT_EXECUTE), and at least one
+        there = (p_conn == t["conn_id"]) & (p_start >= t["client_send_ns"]) & (p_end <= t["client_recv_ns"])
+        assert inside.sum() == there.sum() >= 1, t
+        if name != OLTP:
+            assert inside.sum() == 1, t
     # the flights' times are the decrypted exchanges' own: the same records bound both
+    if merged:
+        return
     both = ex.merge(decrypted, on=["conn_index", "seq"], suffixes=("", "_d"))
     assert (both["req_first_ts"] == both["req_first_ts_d"]).all()
     assert (both["resp_last_ts"].dropna() == both["resp_last_ts_d"].dropna()).all()
@@ -129,14 +166,18 @@ def _expected(name: str):
     rows = truth(name)
     hog = max(rows, key=lambda r: r["exec_s"] or 0)
     limit = lqt(name)
+    # a prepared cursor's call waits in its COM_STMT_RESET (the first request the stalled group queues), an
+    # administrator command the server never logs: the victims held to hidden_slow are the text statements
     victims = {(r["conn_id"], r["client_send_ns"]) for r in rows
-               if r is not hog and r["client_s"] > limit + 0.05 and (r["exec_s"] or 0) < limit}
+               if r is not hog and r["client_s"] > limit + 0.05 and (r["exec_s"] or 0) < limit
+               and r["command"] == "COM_QUERY"}
     fast = {(r["conn_id"], r["client_send_ns"]) for r in rows if r["client_s"] < limit - 0.05}
     return hog, victims, fast
 
 
 def _truth_row_of(x: pd.DataFrame, rows: list[dict]) -> dict:
-    """exchange row index -> (conn_id, client_send_ns) of the truth row whose send … receive holds it."""
+    """exchange row index -> (conn_id, client_send_ns) of the truth row whose send … receive holds it (the last
+    exchange there)."""
     out = {}
     start = x["db_req_ts"].astype("int64").to_numpy()
     answered = x["db_resp_ts"].notna().to_numpy()
@@ -144,13 +185,16 @@ def _truth_row_of(x: pd.DataFrame, rows: list[dict]) -> dict:
     for r in rows:
         hit = np.flatnonzero((x["conn_id"].to_numpy() == r["conn_id"]) & (start >= r["client_send_ns"])
                              & (end <= r["client_recv_ns"]))
+        # the statement is the last request in its window: a driver sends its helpers first (mysql-connector's
+        # PREPARE, RESET, PING)
+        hit = hit[np.argsort(start[hit])][-1:]
         if len(hit) == 1:
             out[int(hit[0])] = (r["conn_id"], r["client_send_ns"])
     return out
 
 
 @pytest.mark.parametrize("with_keys", [True, False], ids=["keys", "no-keys"])
-@pytest.mark.parametrize("name", SETS)
+@pytest.mark.parametrize("name", [*SETS, OLTP])
 def test_the_stall_its_culprit_and_its_hidden_victims_are_found(tmp_root, name, with_keys):
     r = run(name, with_keys, tmp_root)
     x = r.exchanges.reset_index(drop=True)
@@ -163,6 +207,7 @@ def test_the_stall_its_culprit_and_its_hidden_victims_are_found(tmp_root, name, 
     assert ("decrypted with the key log" if with_keys else "timed without their text") in tls["sentence"]
     which = _truth_row_of(x, truth(name))
     assert len(which) == len(truth(name))  # every statement the client timed is one exchange, by connection and time
+    assert len(victims) >= 2
     # its server time lies between the execution performance_schema measured and what the client waited (the
     # server may stamp the end after it sent the answer: the slow-log join's 50 ms slack)
     by_key = {(t["conn_id"], t["client_send_ns"]): t for t in truth(name)}
@@ -171,6 +216,14 @@ def test_the_stall_its_culprit_and_its_hidden_victims_are_found(tmp_root, name, 
         assert (by_key[k]["exec_s"] or 0) - 0.05 <= server[i] <= by_key[k]["client_s"], by_key[k]
     hidden = {which[i] for i in np.flatnonzero(x["hidden_slow"].to_numpy(dtype=bool, na_value=False)) if i in which}
     assert victims and victims <= hidden and not (hidden & fast)
+    # and every call the client saw slow has a request that was slow inside the server, in its window
+    start = x["db_req_ts"].astype("int64").to_numpy()
+    end = pd.to_datetime(x["db_resp_ts"]).astype("int64").to_numpy()
+    conn = x["conn_id"].to_numpy()
+    for t in truth(name):
+        if t is not hog and t["client_s"] > lqt(name) + 0.05:
+            there = (conn == t["conn_id"]) & (start >= t["client_send_ns"]) & (end <= t["client_recv_ns"])
+            assert np.nanmax(server[there]) > lqt(name), t
     # the culprit is the hog, its text from the wire (keys) or from the slow log (no keys), its group the stalled one
     culprits = x[(x["stall_role"] == "culprit").to_numpy(dtype=bool, na_value=False)]
     assert set(culprits["conn_id"]) == {hog["conn_id"]}
@@ -178,7 +231,7 @@ def test_the_stall_its_culprit_and_its_hidden_victims_are_found(tmp_root, name, 
     assert hog["sql"] in s["verdict"]
     group = hog["conn_id"] % 2
     assert set(x.loc[(x["stall_role"] == "victim").to_numpy(dtype=bool, na_value=False), "thread_group"]) == {group}
-    assert s["slow_log"]["matched"] == 1
+    assert s["slow_log"]["matched"] == sum(1 for t in truth(name) if (t["exec_s"] or 0) >= lqt(name))
 
 
 @pytest.mark.parametrize("name", SETS)

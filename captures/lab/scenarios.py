@@ -81,6 +81,18 @@ SCENARIOS = {s.name: s for s in (
         hog_seconds=1.5,
     ),
     Scenario(
+        "oltp-prepared-tls13",
+        "The oltp-prepared workload over TLS 1.3: point selects over 2 pymysql text-protocol connections and 2 "
+        "mysql-connector prepared cursors (COM_STMT_PREPARE, COM_STMT_RESET + COM_STMT_EXECUTE), up to 200/s for "
+        "3 s, a CPU hog (BENCHMARK ~0.3 s) every 1.2 s on thread_pool_size=2. The clients' key log (Python ssl: "
+        "keylog_filename for pymysql, SSLKEYLOGFILE for mysql-connector's own context) is tls-keys.log.",
+        ServerSettings(**HELD_GROUPS, long_query_time_s=0.1, tls=True),
+        {"clients": 2, "rate": 200, "duration": 3.0, "rows": SBTEST_ROWS, "hog_first": 0.8, "hog_every": 1.2,
+         "tls": "1.3"},
+        tuple(_sbtest_sql(SBTEST_ROWS)),
+        hog_seconds=0.3,
+    ),
+    Scenario(
         "group-stall-cleartext",
         "The group-stall-tls13 workload without TLS (the server still offers it; the clients decline): the plaintext "
         "yardstick of benchmarks/tls.py. Recorded on demand, not committed.",

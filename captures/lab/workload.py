@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import struct
@@ -117,10 +118,14 @@ def _local_port(kind: str, handle) -> int | None:
 def connect(truth: Truth, label: str, args, kind: str = "pymysql", note: str = "", identify: bool = True,
             **options) -> Connection:
     host = options.pop("host_override", args.host)
-    if kind != "raw" and "ssl" not in options and getattr(args, "tls", None):
+    if kind == "pymysql" and "ssl" not in options and getattr(args, "tls", None):
         options["ssl"] = _tls_context(args.tls, getattr(args, "keylog", None))
+    elif kind == "connector" and "ssl" not in options and getattr(args, "tls", None) == "1.3":
+        # mysql-connector builds its own context (ssl.create_default_context, which honours SSLKEYLOGFILE: main
+        # sets it) and negotiates TLS 1.3 with the lab's server
+        options.update(ssl_disabled=False, ssl_verify_cert=False, ssl_verify_identity=False)
     if kind != "raw" and "ssl" not in options:
-        options["ssl_disabled"] = True  # both drivers prefer TLS when the server offers it (features does)
+        options.setdefault("ssl_disabled", True)  # both drivers prefer TLS when the server offers it (features does)
     if kind == "pymysql":
         import pymysql
 
@@ -784,6 +789,7 @@ def two_servers(args, truth: Truth) -> None:
 SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
              "oltp-prepared": oltp_prepared,
              "group-stall-tls13": group_stall, "group-stall-tls12": group_stall, "group-stall-cleartext": group_stall,
+             "oltp-prepared-tls13": oltp_prepared,
              "connection-churn": connection_churn, "features": features, "bigpacket": bigpacket,
             "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms,
             "proxy-l4": group_stall, "proxy-pool": proxy_pool, "two-servers": two_servers,
@@ -804,6 +810,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     for key, value in json.loads(args.params).items():
         setattr(args, key, value)
+    if getattr(args, "keylog", None):
+        os.environ["SSLKEYLOGFILE"] = args.keylog  # for drivers that make their TLS context themselves
     truth = Truth()
     SCENARIOS[args.scenario](args, truth)
     with open(args.out, "w") as out:
