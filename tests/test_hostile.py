@@ -23,7 +23,7 @@ from feeding import established, handshake
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
-SETS = ["group-stall", "maxthreads", "oltp-hogs", "features"]
+SETS = ["group-stall", "maxthreads", "oltp-hogs", "features", "group-stall-tls13", "oltp-prepared-tls13"]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
