@@ -65,15 +65,17 @@ def analyze(set_dir: Path | None, app: list, db, slow_log, long_query_time: floa
             command_line: str | None = None, max_sql_bytes: int = 1 << 20,
             jobs: int | None = None, scheduler: str | None = None, partitioned: bool = False,
             proxy: list | None = None, proxy_servers: list[str] | None = None,
-            processlist: Path | None = None, server_settings: dict | None = None) -> AnalysisResult:
+            processlist: Path | None = None, server_settings: dict | None = None,
+            tls_keylog: list | None = None) -> AnalysisResult:
     """Run every stage and write the outputs. Raises PcapdecompError subclasses for user mistakes.
     `app`, `db`: capture points (a file, a glob, a folder; `db` one or a list); `slow_log`: one or one per DB point.
     `scheduler`: a Dask scheduler address or "local" (pcapdecomp/cluster.py) to extract on Dask workers. `proxy`:
     capture points on a proxy host between app and DB (pcapdecomp/proxy.py), `proxy_servers` its endpoints.
     `processlist`: a processlist snapshot naming the connections the captures saw no greeting of (connids.py).
-    `server_settings`: the server's settings for the playbook (playbook.read_server_vars); None: capture.toml's."""
+    `server_settings`: the server's settings for the playbook (playbook.read_server_vars); None: capture.toml's.
+    `tls_keylog`: NSS key logs that decrypt TLS connections (tlskeys.py)."""
     cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers, proxy,
-                             proxy_servers, processlist)
+                             proxy_servers, processlist, tls_keylog)
     cs.server_settings = server_settings
     tz = time_zone(slow_log_tz)
     jobs = default_jobs() if jobs is None else jobs
@@ -108,8 +110,9 @@ def _pair_key(app: str, db: str) -> str:
 
 
 def _extract(points: list[CapturePoint], servers: list[str], quiet: bool, max_sql_bytes: int, jobs: int,
-             runner) -> list:
-    """Every point's Extraction: in this machine's worker processes (--jobs), or on Dask (--scheduler)."""
+             runner, tls_secrets=None) -> list:
+    """Every point's Extraction: in this machine's worker processes (--jobs), or on Dask (--scheduler, which
+    reads TLS connections without the key log: timed only)."""
     from .parallel import extract_all
 
     endpoints = {parse_server(s) for s in servers} or None
@@ -117,7 +120,7 @@ def _extract(points: list[CapturePoint], servers: list[str], quiet: bool, max_sq
         return runner.extract(points, endpoints, max_sql_bytes)
     label = points[0].name if len(points) == 1 else f"{len(points)} captures"
     with progress_bar(quiet, label) as update:
-        return extract_all(list(points), endpoints, max_sql_bytes, jobs, update)
+        return extract_all(list(points), endpoints, max_sql_bytes, jobs, update, tls_secrets=tls_secrets)
 
 
 def _points_info(points: list[CapturePoint], extractions: list, qualities: dict, note) -> list[dict]:
@@ -166,7 +169,10 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     read = [*app_pts, *db_pts, *proxy_pts]
     # behind a proxy the app talks to the proxy's address, not the server's: read every capture with both
     readable = [*cs.servers, *cs.proxy_servers] if cs.servers else []
-    extractions = _extract(read, readable, quiet, max_sql_bytes, jobs, runner)
+    from .tlskeys import load_secrets
+
+    tls_secrets = load_secrets(cs.tls_keylogs, read)
+    extractions = _extract(read, readable, quiet, max_sql_bytes, jobs, runner, tls_secrets)
     app_x = extractions[:len(app_pts)]
     db_xs = extractions[len(app_pts):len(app_pts) + len(db_pts)]
     proxy_x = extractions[len(app_pts) + len(db_pts):]

@@ -16,6 +16,7 @@ from . import sources
 from .errors import InputError, UsageError
 from .flows import endpoint_text
 from .sources import CapturePoint, parse_server
+from .tlskeys import KEYLOG_NAME
 
 
 @dataclass
@@ -33,6 +34,7 @@ class CaptureSet:
     proxy_servers: list[str] = field(default_factory=list)  # the proxy's listening endpoints, when known
     processlist: Path | None = None  # a processlist snapshot: connection ids by client endpoint (connids.py)
     server_settings: dict | None = None  # --server-vars (playbook.read_server_vars); None: capture.toml's
+    tls_keylogs: list[Path] = field(default_factory=list)  # NSS key logs (--tls-keylog, the folder's tls-keys.log)
 
     def of(self, kind: str) -> list[CapturePoint]:
         return [p for p in self.points if p.kind == kind]
@@ -106,13 +108,16 @@ def _as_list(value) -> list:
 
 def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_query_time: float | None,
                         thread_pool_size: int | None, servers: list[str], proxy: list | None = None,
-                        proxy_servers: list[str] | None = None, processlist: Path | None = None) -> CaptureSet:
+                        proxy_servers: list[str] | None = None, processlist: Path | None = None,
+                        tls_keylog: list | None = None) -> CaptureSet:
     """Fill options from a capture-set folder (app*.pcap[ng][.gz], db*…, proxy*…, app-<host>/ and db[-<name>]/
     subfolders of rotated files, slow*.log, capture.toml); explicit options win. `app`, `db` and `proxy` name capture
     points: each a file, a quoted glob or a folder of one point's files (`db` may be one or a list: several DB
     servers).
     `slow_log` is one file or one per DB point, in their order. `processlist`: a processlist snapshot (else the
     folder's processlist*.tsv|txt, or the one capture.toml's [captures] processlist names).
+    `tls_keylog`: NSS key logs; without one, a
+    folder's `tls-keys.log` (tlskeys.KEYLOG_NAME) is used.
 
     A capture set may come from someone else, so its capture.toml is not trusted: values of the wrong type or out
     of range, a named file that is missing, or a file outside the folder (an absolute path, `..`, a symlink that
@@ -241,7 +246,13 @@ def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_quer
         long_query_time=None if lqt is None else float(lqt), thread_pool_size=None if tps is None else int(tps),
         servers=list(servers), warnings=missing, server_names=server_names, proxy_servers=proxy_servers,
         processlist=Path(processlist) if processlist is not None else None,
+        tls_keylogs=[Path(k) for k in _as_list(tls_keylog)],
     )
+    if not result.tls_keylogs and set_dir is not None and (set_dir / KEYLOG_NAME).is_file():
+        result.tls_keylogs = [_inside(set_dir, set_dir / KEYLOG_NAME, KEYLOG_NAME)]
+    for path in result.tls_keylogs:
+        if not Path(path).is_file():
+            raise InputError(f"--tls-keylog {path}: no such file")
     # Files are checked before any work: a mistake costs a second, not a whole extraction.
     from .slowlog import check_slow_log_file
 

@@ -105,6 +105,10 @@ def exchanges(
         None, "--connections", help="Also write the connections table to FILE.parquet or FILE.csv."
     ),
     max_sql_bytes: int = typer.Option(1 << 20, "--max-sql-bytes", min=16, help="Keep at most this many bytes of each statement (longer ones are marked sql-cut)."),
+    tls_keylog: list[Path] = typer.Option(
+        [], "--tls-keylog", help="NSS key log of the clients' TLS sessions (SSLKEYLOGFILE's format; repeatable): the "
+                                 "TLS connections it has secrets for are decrypted (docs/tls.md). Secrets a pcapng "
+                                 "capture embeds (Decryption Secrets Block) are used too."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no summary."),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
@@ -127,7 +131,7 @@ def exchanges(
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     arrow_without_pandas()
-    result = read_exchanges(capture, server, quiet, max_sql_bytes, jobs or default_jobs())
+    result = read_exchanges(capture, server, quiet, max_sql_bytes, jobs or default_jobs(), list(tls_keylog))
     quality = result.quality()
     problem = capture_problems(quality)
     if problem:
@@ -157,13 +161,20 @@ class _Exit:
     fast = False
 
 
+def _tls_words(quality: dict) -> str:
+    """': 3 decrypted, 2 timed' — how the TLS connections were read (docs/tls.md)."""
+    parts = [f"{quality[f'tls_{m}_connections']} {m}" for m in ("decrypted", "timed", "unreadable")
+             if quality.get(f"tls_{m}_connections")]
+    return f": {', '.join(parts)}" if parts else ""
+
+
 def _print_summary(result, quality: dict) -> None:
     from rich.table import Table
 
     ex = result.exchanges
     out_console.print(
         f"[bold]{result.capture}[/]: {quality['frames']} frames, {quality['mysql_connections']} MySQL connections "
-        f"({quality['midstream_connections']} mid-stream, {quality['tls_connections']} TLS), "
+        f"({quality['midstream_connections']} mid-stream, {quality['tls_connections']} TLS{_tls_words(quality)}), "
         f"{quality['exchanges']} exchanges"
     )
     if len(ex):
@@ -188,7 +199,7 @@ def _print_summary(result, quality: dict) -> None:
     quality_bits = [
         f"{k}={quality[k]}"
         for k in ("frames_truncated", "frames_ip_fragment", "frames_undecodable", "frames_bad_ts", "gaps", "gaps_forced",
-                  "gap_bytes", "unparsed_bytes", "tls_bytes", "violations", "out_of_range", "if_drops")
+                  "gap_bytes", "unparsed_bytes", "tls_unreadable_bytes", "violations", "out_of_range", "if_drops")
         if quality.get(k)
     ]
     if quality_bits:
@@ -242,6 +253,10 @@ def analyze(
     server_vars: Optional[Path] = typer.Option(
         None, "--server-vars", help="The server's settings for what to change: what `mysql -B -e \"SHOW GLOBAL "
                                     "VARIABLES\"` prints (default: capture.toml's [server])."),
+    tls_keylog: list[Path] = typer.Option(
+        [], "--tls-keylog", help="NSS key log of the clients' TLS sessions (SSLKEYLOGFILE's format; repeatable): the "
+                                 "TLS connections it has secrets for are decrypted (docs/tls.md). A capture-set folder's tls-keys.log is used without it, and secrets a pcapng "
+                                 "capture embeds (Decryption Secrets Block) are used too."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no warnings, no verdict on the terminal."),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
@@ -278,6 +293,7 @@ def analyze(
         csv=csv, quiet=quiet, slow_log_tz=slow_log_tz, command_line=" ".join(["pcapdecomp", *sys.argv[1:]]),
         max_sql_bytes=max_sql_bytes, jobs=jobs, proxy=list(proxy_captures), proxy_servers=list(proxy_server),
         scheduler=scheduler, partitioned=partitioned, processlist=processlist, server_settings=settings,
+        tls_keylog=list(tls_keylog),
     )
     written = list(result.written)
     if evidence_too:
@@ -407,7 +423,8 @@ def lab_record(
     """Record SCENARIO from a private MariaDB in two network namespaces (needs root, and a source checkout: run it
     from the checkout's root).
 
-    Scenarios (captures/lab/README.md): maxthreads, group-stall, oltp-hogs, oltp-prepared, connection-churn,
+    Scenarios (captures/lab/README.md): maxthreads, group-stall, group-stall-tls13, group-stall-tls12,
+    oltp-prepared-tls13 (over TLS, with the clients' key log), oltp-hogs, oltp-prepared, connection-churn,
     connection-storm, network-slow-client, features, midstream-join, slowlog-forms, sysbench, bigpacket, proxy-l4,
     proxy-pool, stall-fix (a series of three), field-default-stall, field-default-stall-lqt-10,
     field-pool-before-capture (the field: no pool settings at hand).

@@ -19,6 +19,8 @@ import pandas as pd
 from .clock import ClockModel
 from .digest import sorted_by_group
 from .match import Matching
+from .fingerprint import digest_fingerprint, fingerprint, query_id
+from .mysql.connection import ENCRYPTED_COMMAND
 from .slowjoin import SlowLogJoin, join_slow_log, rows_for_join
 from .tables import as_category, concat_column, labelled, null_boolean, null_int64
 
@@ -279,6 +281,8 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     todo = has_server & ~in_log & ~flagged
     estimate = estimate_execution(t["command"], t["fingerprint"], server, has_server & ~in_log & ~flagged
                                   & (server >= 0) & (server <= lqt if lqt is not None else True))
+    # TLS flights read without a key log share one fingerprint whatever their statement: no estimate from it
+    estimate[(t["command"] == ENCRYPTED_COMMAND).to_numpy(dtype=bool, na_value=False)] = np.nan
     by_fp = todo & ~np.isnan(estimate)
     exec_s[by_fp] = estimate[by_fp]
     source[by_fp] = FINGERPRINT_MEDIAN
@@ -310,6 +314,8 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     t.loc[undecided, "in_slow_log"] = pd.NA
     if not join.used:
         t["in_slow_log"] = null_boolean(len(t))
+    if join.used:
+        _texts_from_slow_log(t, slow, join.entry)
     lines = slow["line"].to_numpy()[np.maximum(join.entry, 0)] if join.used else np.zeros(len(t), dtype=np.int64)
     t["slow_log_line"] = pd.Series(lines, dtype="Int64").where(in_log & join.used)
     evidence = join.used | flag.notna().to_numpy()
@@ -330,6 +336,20 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     else:
         t["thread_group"] = null_int64(len(t))
     return t, join
+
+
+def _texts_from_slow_log(t: pd.DataFrame, slow: pd.DataFrame, entry: np.ndarray) -> None:
+    """A TLS flight read without a key log (ENCRYPTED) that joined a slow-log entry takes the entry's statement
+    text, and the fingerprint and Query ID of it: the only text such an exchange can have."""
+    rows = (t["command"] == ENCRYPTED_COMMAND).to_numpy(dtype=bool, na_value=False) & (entry >= 0)
+    if not rows.any():
+        return
+    texts = slow["sql"].astype(object).to_numpy()[entry[rows]]
+    for column, value in (("sql", lambda s: s), ("fingerprint", fingerprint),
+                          ("query_id", lambda s: query_id(digest_fingerprint(s)))):
+        values = t[column].astype(object).to_numpy(copy=True)
+        values[rows] = [value(s) if isinstance(s, str) else None for s in texts]
+        t[column] = as_category(values)
 
 
 def _text_codes(column: pd.Series) -> np.ndarray:

@@ -29,6 +29,7 @@ from .errors import InputError, UsageError
 from .formats import as_text, clip, clock, is_missing, seconds_ms
 from .outputs import INCOMPLETE_NAME, staged_folder, write_table
 from .match import split_endpoint
+from .mysql.tls import keylog_text
 
 DEFAULT_TOP = 10
 EVIDENCE_FILES = re.compile(r"^(.*\.pcapng|exchanges\.csv|summary\.md)$")  # what an evidence folder holds
@@ -174,9 +175,12 @@ def spans(rows: pd.DataFrame, summary: dict) -> dict[str, list[Span]]:
         if path is None or pd.isna(first) or pd.isna(last) or pd.isna(client):
             return
         c, s = split_endpoint(str(client)), split_endpoint(str(server))
+        if tls:  # Wireshark decrypts a record only after the handshake and every record before it: from the start
+            first = 0
         out.setdefault(str(path), []).append(Span(i, frozenset((c, s)), int(first), int(last), str(client), str(server)))
 
     for i, r in enumerate(rows.itertuples(index=False)):
+        tls = bool(getattr(r, "tls", False)) if pd.notna(getattr(r, "tls", False)) else False
         point = getattr(r, "db_point", None)  # several DB points: the row's own server's capture
         db_file = point if isinstance(point, str) and point else summary["inputs"]["db"]
         last_app = r.resp_last_frame if pd.notna(r.resp_last_frame) else r.req_last_frame
@@ -233,10 +237,16 @@ def export(analysis_dir: Path, query_ids: list[str] | None = None, conn_ids: lis
         sources[path] = src
     names = _file_names(per_capture, summary)
     result = EvidenceResult(out, rows, how)
+    secrets = None
+    if "tls" in rows.columns and rows["tls"].fillna(False).astype(bool).any():
+        from .tlskeys import load_secrets
+
+        keylogs = [Path(k) if Path(k).is_absolute() else cwd / k for k in summary["inputs"].get("tls_keylogs") or []]
+        secrets = load_secrets([k for k in keylogs if k.is_file()], list(sources.values()))
     with staged_folder(out) as tmp:  # a fresh folder beside the target, renamed into place
         for path, sp in per_capture.items():
             with open(tmp / names[path], "wb") as f:
-                result.frames[path] = _copy_frames(sources[path], sp, rows, f)
+                result.frames[path] = _copy_frames(sources[path], sp, rows, f, secrets)
             result.files[path] = out / names[path]
         write_table(_relative_paths(rows, summary), tmp / "exchanges.csv")
         (tmp / "summary.md").write_text(summary_md(result, summary, x), encoding="utf-8")
@@ -295,8 +305,10 @@ def display_paths(paths: list[str]) -> dict[str, str]:
             depth[p] += 1
 
 
-def _copy_frames(source: Path, sp: list[Span], rows: pd.DataFrame, f) -> int:
-    """One pass over the source capture: every frame of a selected connection inside a selected frame range."""
+def _copy_frames(source: Path, sp: list[Span], rows: pd.DataFrame, f, secrets=None) -> int:
+    """One pass over the source capture: every frame of a selected connection inside a selected frame range. With
+    TLS `secrets` (mysql.tls: client random -> secrets), those of the sessions whose ClientHello is among the
+    frames go into a Decryption Secrets Block first, so that Wireshark opens the file decrypted."""
     from .capture import _decode, iter_records
 
     lo, hi = min(s.first for s in sp), max(s.last for s in sp)
@@ -304,8 +316,7 @@ def _copy_frames(source: Path, sp: list[Span], rows: pd.DataFrame, f) -> int:
     for s in sp:
         by_flow.setdefault(s.flow, []).append(s)
     comments = _comments(sp, rows)
-    writer = PcapngWriter(f)
-    written = 0
+    chosen = []
     for frame, ts_ns, linktype, data, orig_len in iter_records(source):
         if frame < lo:
             continue
@@ -317,9 +328,15 @@ def _copy_frames(source: Path, sp: list[Span], rows: pd.DataFrame, f) -> int:
         (src, dst), sport, dport = decoded[0], decoded[1], decoded[2]
         flow = frozenset(((src, sport), (dst, dport)))
         if any(s.first <= frame <= s.last for s in by_flow.get(flow, ())):
-            writer.packet(linktype, ts_ns, data, orig_len, comments.get(frame))
-            written += 1
-    return written
+            chosen.append((linktype, ts_ns, data, orig_len, comments.get(frame)))
+    writer = PcapngWriter(f)
+    if secrets:
+        wanted = {random: labels for random, labels in secrets.items() if any(random in c[2] for c in chosen)}
+        if wanted:
+            writer.secrets(keylog_text(wanted))
+    for record in chosen:
+        writer.packet(*record)
+    return len(chosen)
 
 
 def _comments(sp: list[Span], rows: pd.DataFrame) -> dict[int, str]:
@@ -385,6 +402,11 @@ class PcapngWriter:
         self.interfaces: dict[int, int] = {}
         self._block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1)
                     + self._options([(4, f"pcapdecomp {__version__} evidence".encode())]))
+
+    def secrets(self, keylog: str) -> None:
+        """A Decryption Secrets Block with a TLS key log (before the packets it decrypts)."""
+        data = keylog.encode()
+        self._block(0x0A, struct.pack("<II", 0x544C534B, len(data)) + data + b"\0" * (-len(data) % 4))
 
     def packet(self, linktype: int, ts_ns: int, data: bytes, orig_len: int, comment: str | None) -> None:
         iface = self.interfaces.get(linktype)

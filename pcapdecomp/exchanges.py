@@ -14,7 +14,8 @@ from .capture import CaptureStats, open_capture
 from .fastlane import ExcerptPlan, read_capture
 from .fingerprint import digest_fingerprint, fingerprint, query_id
 from .flows import Endpoint, Flow, FlowTracker, endpoint_text
-from .mysql.connection import Exchange
+from .mysql.connection import ENCRYPTED_COMMAND, Exchange
+from .mysql.tls import Secrets
 from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
 from .tables import (batch, call_function, columns_batch, frame_of_table, release_memory, row_function, row_type,
                      table_of)
@@ -36,9 +37,14 @@ _ADMIN_NAMES = {
 }
 
 
+ENCRYPTED_FINGERPRINT = "encrypted request (TLS without a key log: text unknown)"
+
+
 @lru_cache(maxsize=65536)
 def fingerprints(sql: str | None, command: str) -> tuple[str, str]:
     """(pt-fingerprint, pt-query-digest Query ID). Commands without SQL get pt-query-digest's admin form."""
+    if command == ENCRYPTED_COMMAND:  # a TLS flight read without its content
+        return ENCRYPTED_FINGERPRINT, query_id(ENCRYPTED_FINGERPRINT)
     if sql is None:
         fp = "administrator command: " + _ADMIN_NAMES.get(command, command.removeprefix("COM_").replace("_", " ").title())
         return fp, query_id(fp)
@@ -107,10 +113,12 @@ class Extraction:
         if c is not None:  # the table as made: counted with Arrow (sums skip nulls, as pandas' do)
             total = lambda col: int(call_function("sum", [c.column(col)]).as_py() or 0)  # noqa: E731
             rows = c.num_rows
+            tls_modes = Counter(v for v in c.column("tls_mode").to_pylist() if v is not None)
         else:
             c = self.connections
             total = lambda col: int(c[col].sum()) if len(c) else 0  # noqa: E731
             rows = len(c)
+            tls_modes = Counter(v for v in c["tls_mode"].tolist() if isinstance(v, str))
         exchanges = self.arrow("exchanges")
         return {
             "file": self.capture,
@@ -135,6 +143,7 @@ class Extraction:
             "mysql_connections": rows,
             "midstream_connections": total("midstream"),
             "tls_connections": total("tls"),
+            **{f"tls_{mode}_connections": tls_modes.get(mode, 0) for mode in ("decrypted", "timed", "unreadable")},
             "exchanges": exchanges.num_rows if exchanges is not None else len(self.exchanges),
             "gaps": total("gaps"),
             "gaps_forced": self.gaps_forced,
@@ -143,12 +152,17 @@ class Extraction:
             "mysql_bytes": total("mysql_bytes"),
             "unparsed_bytes": total("unparsed_bytes"),
             "tls_bytes": total("tls_bytes"),
+            "tls_decrypted_bytes": total("tls_decrypted_bytes"),
+            "tls_timed_bytes": total("tls_timed_bytes"),
+            "tls_unreadable_bytes": total("tls_bytes") - total("tls_decrypted_bytes") - total("tls_timed_bytes"),
             "violations": total("violations"),
             "out_of_range": _with_problem(exchanges if exchanges is not None else self.exchanges, "out-of-range"),
             "other_tcp_bytes": self.other_tcp_bytes,
-            # share of the MySQL connections' byte streams that the protocol parser read (the rest: never
-            # captured, skipped while resynchronising, or encrypted)
-            "understood_share": _share(total("mysql_bytes"), total("gap_bytes") + total("unparsed_bytes") + total("tls_bytes")),
+            # share of the MySQL connections' byte streams that were read (the rest: never captured, skipped while
+            # resynchronising, or encrypted and neither decrypted nor timed)
+            "understood_share": _share(total("mysql_bytes") + total("tls_decrypted_bytes") + total("tls_timed_bytes"),
+                                       total("gap_bytes") + total("unparsed_bytes") + total("tls_bytes")
+                                       - total("tls_decrypted_bytes") - total("tls_timed_bytes")),
         }
 
 
@@ -244,6 +258,7 @@ def extract(
     part: tuple[int, int] | None = None,
     segments: Iterable[tuple] | None = None,
     excerpt: ExcerptPlan | None = None,
+    tls_secrets: Secrets | None = None,
 ) -> Extraction:
     """Read one capture into exchanges and connections. `progress(bytes_done, bytes_total, frames_done)` is called now and
     then.
@@ -291,6 +306,7 @@ def extract(
         start = flow.syn_ts if flow.syn_ts is not None else conn.greeting_ts
         handshake = (conn.connect_ok_ts - start) / 1e9 if conn.connect_ok_ts is not None and start is not None else None
         halves = (flow.to_server.stats, flow.to_client.stats)
+        tls_split = conn.tls_split()
         conn_rows.append(ConnectionRow(
             capture=name,
             conn_index=flow.index,
@@ -321,6 +337,11 @@ def extract(
             mysql_bytes=sum(c.mysql_bytes),
             unparsed_bytes=sum(c.unparsed_bytes),
             tls_bytes=c.tls_bytes,
+            tls_mode=conn.tls_outcome,
+            tls_version=conn.tls_session.version_text if conn.tls_session else None,
+            tls_cipher=conn.tls_session.suite_name if conn.tls_session else None,
+            tls_decrypted_bytes=tls_split[0],
+            tls_timed_bytes=tls_split[1],
             violations=c.violations,
             violation_notes="; ".join(c.violation_notes) or None,
             close_error=conn.close_error[0] if conn.close_error else None,
@@ -346,7 +367,8 @@ def extract(
         return Extraction(name, exchanges, connections, stats, tracker.other_tcp_frames, tracker.other_tcp_bytes,
                           commands, first_frames, native, holes, tracker.held_budget.forced_gaps)
 
-    tracker = FlowTracker(emit, closed, servers=servers, max_sql_bytes=max_sql_bytes, part=part)
+    tracker = FlowTracker(emit, closed, servers=servers, max_sql_bytes=max_sql_bytes, part=part,
+                          tls_secrets=tls_secrets)
     if segments is not None:
         feed = tracker.segment_fields
         for fields in segments:

@@ -15,6 +15,7 @@ from typing import NamedTuple
 from .capture import TcpSegment
 from .mysql import detect
 from .mysql.connection import CLIENT, SERVER, Exchange, MySQLConnection
+from .mysql.tls import Secrets
 from .tcp import HalfStream, HeldBudget
 
 Endpoint = tuple[str, int]
@@ -104,8 +105,10 @@ class FlowTracker:
         servers: set[Endpoint] | None = None,
         max_sql_bytes: int = 1 << 20,
         part: tuple[int, int] | None = None,
+        tls_secrets: Secrets | None = None,
     ):
         self._part = part
+        self.tls_secrets = tls_secrets  # a key log: the TLS connections it has secrets for are decrypted
         self._emit = emit
         self._closed = closed
         self.explicit_servers = servers or set()
@@ -330,7 +333,8 @@ class FlowTracker:
             and first_server is not None
             and (detect.plausible_greeting(first_server) or detect.plausible_early_error(first_server))
         )
-        flow.mysql = MySQLConnection(midstream=not greeting_first, max_sql_bytes=self.max_sql_bytes)
+        flow.mysql = MySQLConnection(midstream=not greeting_first, max_sql_bytes=self.max_sql_bytes,
+                                     tls_secrets=self.tls_secrets)
         flow.to_server = HalfStream(budget=self.held_budget)
         flow.to_client = HalfStream(budget=self.held_budget)
         flow.mysql.client_offset = flow.to_server.offset_of  # what a server segment's ACK number acknowledges

@@ -267,12 +267,14 @@ def plan(sizes: list[int], jobs: int, splittable: list[bool] | None = None) -> l
 _PROGRESS = None  # shared array: bytes and frames read, two slots per task, inherited by forked workers
 
 
-def _work(slot: int, path: str, servers: set[Endpoint] | None, max_sql_bytes: int, part: tuple[int, int] | None):
+def _work(slot: int, path: str, servers: set[Endpoint] | None, max_sql_bytes: int, part: tuple[int, int] | None,
+          tls_secrets=None):
     def progress(done: int, total: int, frames: int) -> None:
         _PROGRESS[2 * slot] = done
         _PROGRESS[2 * slot + 1] = frames
 
-    x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, part=part, progress=progress)
+    x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, part=part, progress=progress,
+                tls_secrets=tls_secrets)
     # The parent wants DataFrames (analyze's stages, merge_parts): made here, in the worker, the Arrow tables
     # go column by column as they become the DataFrame that is sent; sending the Arrow tables made the parent
     # hold both while it converted (10 s sysbench pair: parent 380 -> 450 MiB, worker 274 -> 350 MiB)
@@ -293,9 +295,9 @@ def lane_reads(path) -> bool:
 
 
 def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes: int, jobs: int,
-                progress: Callable[[int, int, int], None] | None = None) -> list[Extraction]:
+                progress: Callable[[int, int, int], None] | None = None, tls_secrets=None) -> list[Extraction]:
     """Extract every capture (a file or a sources.CapturePoint), using up to `jobs` processes; results in the order
-    of `paths`."""
+    of `paths`. `tls_secrets`: a key log (mysql.tls) that decrypts the TLS connections it has secrets for."""
     sizes = [capture_bytes(p) for p in paths]
     parts = plan(sizes, jobs, [not lane_reads(p) for p in paths])
     if sum(parts) == len(paths) and (jobs <= 1 or len(paths) == 1):
@@ -304,7 +306,8 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
             frames_before = sum(x.stats.frames for x in out)
             step = None if progress is None else (
                 lambda d, t, f, b=before, fb=frames_before: progress(b + d, sum(sizes), fb + f))
-            out.append(extract(path, servers=servers, max_sql_bytes=max_sql_bytes, progress=step))
+            out.append(extract(path, servers=servers, max_sql_bytes=max_sql_bytes, progress=step,
+                               tls_secrets=tls_secrets))
         return out
     tasks = [(i, path, (k, n) if n > 1 else None) for i, (path, n) in enumerate(zip(paths, parts)) for k in range(n)]
     # When every task has a process of its own, this one reads the first task itself instead of waiting: its
@@ -328,10 +331,10 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
     try:
         with _workers(min(jobs - here, len(tasks) - here)) as pool:
             futures = [pool.submit(_work, slot, path if hasattr(path, "files") else os.fspath(path), servers,
-                                   max_sql_bytes, part)
+                                   max_sql_bytes, part, tls_secrets)
                        for slot, (_, path, part) in enumerate(tasks) if slot >= here]
             own = [extract(tasks[0][1], servers=servers, max_sql_bytes=max_sql_bytes, part=tasks[0][2],
-                           progress=own_progress)] if here else []
+                           progress=own_progress, tls_secrets=tls_secrets)] if here else []
             for x in own:  # its DataFrames now, while the workers still make and send theirs (as _work does)
                 x.exchanges, x.connections  # noqa: B018
             while True:
@@ -493,10 +496,14 @@ def run_beside(function: Callable, calls: list[tuple], jobs: int, here: Callable
 
 
 def read_exchanges(capture: Path, servers: list[str], quiet: bool, max_sql_bytes: int = 1 << 20,
-                   jobs: int = 1) -> Extraction:
+                   jobs: int = 1, tls_keylog: list | None = None) -> Extraction:
     """One capture file's exchanges (the `exchanges` command): checked, with up to `jobs` processes, a progress bar
-    on the terminal unless `quiet`. `servers`: the user's --server texts (HOST:PORT)."""
+    on the terminal unless `quiet`. `servers`: the user's --server texts (HOST:PORT); `tls_keylog`: key log files
+    (with the capture's own Decryption Secrets Blocks, they decrypt TLS connections)."""
     check_input(capture)
     endpoints = {parse_server(s) for s in servers}
+    from .tlskeys import load_secrets
+
+    secrets = load_secrets(list(tls_keylog or []), [capture])
     with progress_bar(quiet, capture.name) as update:
-        return extract_all([capture], endpoints or None, max_sql_bytes, jobs, update)[0]
+        return extract_all([capture], endpoints or None, max_sql_bytes, jobs, update, tls_secrets=secrets)[0]

@@ -217,6 +217,8 @@ def plan(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFrame, db_ex:
         wanted = [(mine, other) for mine, other in ((a, d), (d, a)) if mine in holes]
         if not wanted or a not in rows or d not in rows:
             continue
+        if any(rows[k].get("tls") is not None and not pd.isna(rows[k]["tls"]) and bool(rows[k]["tls"]) for k in (a, d)):
+            continue  # TLS: the re-read would go without the key log; the connection stays as its points read it
         moved = max(int(r["mysql_bytes"] + r["unparsed_bytes"] + r["tls_bytes"] + r["gap_bytes"])
                     for r in (rows[a], rows[d]))
         if moved >= WRAP_GUARD_BYTES:

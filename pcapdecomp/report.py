@@ -166,6 +166,8 @@ class _Page:
             head = f"<p class='verdict'>{esc(story['sentence'])}</p>" + (f"<ul class='bullets'>{bullets}</ul>" if bullets else "")
         else:
             head = f"<p class='verdict'>{esc(s.get('verdict') or '')}</p>"
+        if story.get("sentence") and (s.get("tls") or {}).get("sentence"):  # how much could be read comes first
+            head = f"<p class='verdict'>{esc(s['tls']['sentence'])}</p>" + head
         return f"<section id='verdict'><h2>Verdict</h2>{head}{_playbook(s)}</section>"
 
     def inputs(self) -> str:
@@ -620,9 +622,14 @@ class _Page:
             n_all = 0 if raw is None else len(raw)
             mid = 0 if raw is None else int(raw["midstream"].fillna(False).sum())
             tls = 0 if raw is None else int(raw["tls"].fillna(False).sum())
+            modes = {} if raw is None or "tls_mode" not in raw else raw["tls_mode"].dropna().astype(str).value_counts()
+            how = "; ".join(f"{int(modes[m])} {w}" for m, w in (("decrypted", "decrypted with the key log"),
+                                                                ("timed", "timed without their text"),
+                                                                ("unreadable", "unreadable")) if m in modes)
             where = "DB capture (the server's view)" if point == "db" else "app capture"
             parts.append(f"<p>At the {esc(where)}: {n_all} MySQL connections, {len(conns)} of them opened during the "
-                         f"capture ({mid} were already open when it began), {tls} switched to TLS.</p>")
+                         f"capture ({mid} were already open when it began), {tls} switched to TLS"
+                         f"{f' ({esc(how)})' if how else ''}.</p>")
             rows = []
             for col, label, meaning in (
                     ("syn_greeting_s", "SYN → greeting",

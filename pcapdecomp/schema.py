@@ -29,8 +29,11 @@ EXCHANGE_COLUMNS: tuple[Column, ...] = (
     Column("client", CATEGORY, "client endpoint ip:port"),
     Column("server", CATEGORY, "server endpoint ip:port"),
     Column("seq", "int64", "ordinal of the exchange in its connection, from 0"),
-    Column("command", CATEGORY, "COM_QUERY, COM_STMT_EXECUTE, ...; CONNECT for the login; COM_0xNN when unknown"),
-    Column("sql", CATEGORY, "statement text (prepared text for COM_STMT_*; USE `db` for COM_INIT_DB); null when none"),
+    Column("command", CATEGORY, "COM_QUERY, COM_STMT_EXECUTE, ...; CONNECT for the login; COM_0xNN when unknown; "
+           "ENCRYPTED for a request read from TLS records without a key log (one client flight: command and text "
+           "unknown, bytes and times known)"),
+    Column("sql", CATEGORY, "statement text (prepared text for COM_STMT_*; USE `db` for COM_INIT_DB; of an ENCRYPTED "
+           "exchange, the text of the slow-log entry it joined); null when none"),
     Column("stmt_id", "Int64", "prepared statement id (COM_STMT_*)"),
     Column("params", "string", "COM_STMT_EXECUTE parameters as SQL literals, comma-separated; null when undecodable"),
     Column("fingerprint", CATEGORY, "pt-fingerprint of sql (administrator command: X for commands without SQL)"),
@@ -45,7 +48,8 @@ EXCHANGE_COLUMNS: tuple[Column, ...] = (
     Column("resp_last_frame", "Int64", "frame number carrying the response's last byte"),
     Column("response_s", "float64", "resp_last_ts - req_first_ts, seconds"),
     Column("ttfb_s", "float64", "resp_first_ts - req_last_ts, seconds (server think time before the first byte)"),
-    Column("result", CATEGORY, "ok | error | resultset | none (no response expected); null when the response was not (fully) seen"),
+    Column("result", CATEGORY, "ok | error | resultset | none (no response expected) | encrypted (a TLS flight answered, "
+           "its content unknown); null when the response was not (fully) seen"),
     Column("error_code", "Int64", "ERR packet code"),
     Column("error_state", CATEGORY, "ERR packet SQL state"),
     Column("error_message", CATEGORY, "ERR packet message"),
@@ -57,7 +61,8 @@ EXCHANGE_COLUMNS: tuple[Column, ...] = (
     Column("bytes_resp", "int64", "response bytes: MySQL packets with their 4-byte headers (decompressed when the connection uses the compressed protocol)"),
     Column("status_flags", "Int64", "server status flags of the final OK/EOF packet"),
     Column("server_flag_slow", "boolean", "SERVER_QUERY_WAS_SLOW (0x0800) set in the final status flags"),
-    Column("tls", "boolean", "the connection switched to TLS (its exchanges after the switch cannot be read)"),
+    Column("tls", "boolean", "the connection switched to TLS (decrypted with a key log, or timed by its records: "
+           "connections.tls_mode)"),
     Column("compressed", CATEGORY, "zlib | zstd when the compressed protocol was in use"),
     Column("user", CATEGORY, "user name from the login packet"),
     Column("db", CATEGORY, "database from the login packet"),
@@ -96,7 +101,16 @@ CONNECTION_COLUMNS: tuple[Column, ...] = (
     Column("retransmitted_bytes", "int64", "duplicate bytes dropped by reassembly"),
     Column("mysql_bytes", "int64", "stream bytes read by the MySQL parser (both directions; compressed bytes as on the wire)"),
     Column("unparsed_bytes", "int64", "bytes skipped while resynchronising (mid-stream start, after a gap or a violation)"),
-    Column("tls_bytes", "int64", "bytes after the switch to TLS"),
+    Column("tls_bytes", "int64", "bytes after the switch to TLS (= tls_decrypted_bytes + tls_timed_bytes + the "
+           "unreadable rest)"),
+    Column("tls_mode", "string", "decrypted (with the key log) | timed (application-data records read as flights "
+           "without their content: no key log for it) | unreadable (neither: no handshake or records seen, a gap, "
+           "a key that does not decrypt); null without TLS"),
+    Column("tls_version", "string", "1.0 | 1.1 | 1.2 | 1.3, from the ServerHello (1.0 and 1.1 are timed only: their CBC suites are not decrypted); null when not seen"),
+    Column("tls_cipher", "string", "the cipher suite the ServerHello chose (OpenSSL or IANA name)"),
+    Column("tls_decrypted_bytes", "int64", "TLS bytes decrypted, with the handshake records of a decrypted connection"),
+    Column("tls_timed_bytes", "int64", "TLS bytes read as timed records only, with the handshake records of such a "
+           "connection"),
     Column("violations", "int64", "protocol violations (packets that do not fit the state machine)"),
     Column("violation_notes", "string", "the first few violations, for the curious"),
     Column("close_error", "Int64", "code of an ERR the server sent unprompted before closing (1158: the client left "
@@ -140,6 +154,9 @@ CAPTURE_QUALITY_KEYS: tuple[Column, ...] = (
     Column("mysql_connections", "int", "MySQL connections found"),
     Column("midstream_connections", "int", "of them, begun before the capture (no handshake seen)"),
     Column("tls_connections", "int", "of them, switched to TLS"),
+    Column("tls_decrypted_connections", "int", "of the TLS connections, decrypted with the key log"),
+    Column("tls_timed_connections", "int", "of the TLS connections, timed by their records (no key log for them)"),
+    Column("tls_unreadable_connections", "int", "of the TLS connections, neither decrypted nor timed"),
     Column("exchanges", "int", "exchanges read"),
     Column("gaps", "int", "holes in the MySQL byte streams (bytes never captured)"),
     Column("gaps_forced", "int", "of them, declared because a cap on held out-of-order data bit"),
@@ -148,11 +165,15 @@ CAPTURE_QUALITY_KEYS: tuple[Column, ...] = (
     Column("mysql_bytes", "int", "stream bytes the MySQL parser read"),
     Column("unparsed_bytes", "int", "bytes skipped while resynchronising (mid-stream start, after a gap or a violation)"),
     Column("tls_bytes", "int", "bytes after a switch to TLS"),
+    Column("tls_decrypted_bytes", "int", "of them, decrypted with the key log"),
+    Column("tls_timed_bytes", "int", "of them, read as timed records without their content"),
+    Column("tls_unreadable_bytes", "int", "of them, neither (tls_bytes − decrypted − timed)"),
     Column("violations", "int", "protocol violations (packets that do not fit the state machine)"),
     Column("out_of_range", "int", "exchanges with a number out of range (problems: out-of-range)"),
     Column("other_tcp_bytes", "int", "TCP payload bytes of connections that are not MySQL"),
-    Column("understood_share", "float|null", "mysql_bytes / (mysql_bytes + gap_bytes + unparsed_bytes + tls_bytes): "
-           "the share of the MySQL byte streams the parser read; null without MySQL bytes"),
+    Column("understood_share", "float|null", "(mysql_bytes + tls_decrypted_bytes + tls_timed_bytes) / (mysql_bytes + "
+           "gap_bytes + unparsed_bytes + tls_bytes): the share of the MySQL byte streams read (TLS ones decrypted or "
+           "timed); null without MySQL bytes"),
 )
 
 # Quality keys that say something was lost or could not be read when they are not 0: the terminal warns with these
@@ -165,11 +186,12 @@ CAPTURE_PROBLEM_WORDS: tuple[tuple[str, str], ...] = (
     ("if_drops", "packets dropped by the capturing interface"), ("unknown_blocks", "unknown pcapng blocks"),
     ("gaps", "gaps in TCP streams"), ("gaps_forced", "of them declared by the out-of-order memory cap"),
     ("gap_bytes", "bytes never captured"),
-    ("unparsed_bytes", "bytes skipped while resynchronising"), ("tls_bytes", "encrypted (TLS) bytes"),
+    ("unparsed_bytes", "bytes skipped while resynchronising"), ("tls_unreadable_bytes", "encrypted (TLS) bytes neither decrypted nor timed"),
     ("violations", "protocol violations"), ("out_of_range", "exchanges with a number out of range"),
 )
 CAPTURE_PROBLEM_KEYS = frozenset([k for k, _ in CAPTURE_PROBLEM_WORDS]
-                                 + ["damaged", "midstream_connections", "tls_connections"])
+                                 + ["damaged", "midstream_connections", "tls_connections",
+                                    "tls_unreadable_connections"])
 
 
 # The slow log as a table (pcapdecomp/slowlog.py read_slow_log): one row per entry, joined to the exchanges by
@@ -319,13 +341,14 @@ POOL_COLUMNS: tuple[Column, ...] = (
 # total_s, server_s, exec_s, exec_source, queue_s, queue_source, queue_min_s, in_slow_log.
 SUMMARY_KEYS: tuple[Column, ...] = (
     Column('set', 'string', "name of the capture set (its folder's name, else the first capture's)"),
-    Column('verdict', 'string', "the verdict as the terminal prints it: story.sentence, then one line '- …' per story.bullets[].text"),
+    Column('verdict', 'string', "the verdict as the terminal prints it: tls.sentence when there is TLS, story.sentence, then one line '- …' per story.bullets[].text"),
     Column('pcapdecomp', 'string', 'version that wrote the analysis'),
     Column('inputs.app', 'list[string]', "every app point's name (its `capture` in the tables)"),
     Column('inputs.db', 'string|null', "the first DB point's name"),
     Column('inputs.dbs', 'list[string]', "every DB point's name (inputs.db: the first)"),
     Column('inputs.slow_log', 'string|null', "the first DB point's slow log"),
     Column('inputs.slow_logs', 'object', 'DB point name -> its slow log (inputs.slow_log: the first)'),
+    Column('inputs.tls_keylogs', 'list[string]', 'the TLS key logs given (--tls-keylog, or the folder\'s tls-keys.log); the evidence command reads them again'),
     Column('inputs.long_query_time', 'float|null', 'long_query_time in seconds (capture.toml or --long-query-time); null: unknown'),
     Column('inputs.thread_pool_size', 'int|null', 'thread_pool_size as given (capture.toml or --thread-pool-size)'),
     Column('inputs.servers', 'list[string]', 'the DB server endpoints given (--server, capture.toml [server] address); empty: found by content'),
@@ -370,7 +393,8 @@ SUMMARY_KEYS: tuple[Column, ...] = (
     Column('slow_log.matched', 'int', 'entries joined to an exchange'),
     Column('slow_log.unmatched_in_capture_window', 'int', 'entries inside the span joined to none'),
     Column('slow_log.joined_by', 'object', '{order, unique, inferred}: how the joined entries were placed (docs/slowlog.md)'),
-    Column('slow_log.joined_on', 'object', '{text, params, template, prefix, command}: what the joined entries agreed on with their exchange'),
+    Column('slow_log.joined_on', 'object', '{text, params, template, prefix, command, time}: what the joined entries agreed on with their exchange (time: '
+           'a TLS exchange without a key log, joined by its connection, time and order alone)'),
     Column('slow_log.unjoined', 'object', '{reason: count} of the entries joined to none (reasons in docs/slowlog.md)'),
     Column('slow_log.connections_identified', 'int', 'capture connections tied to a slow-log thread id'),
     Column('slow_log.exchanges_with_several_entries', 'int', 'exchanges that more than one entry fitted'),
@@ -403,6 +427,15 @@ SUMMARY_KEYS: tuple[Column, ...] = (
     Column('groups.bucket_s', 'float|null', 'bucket length of groups.parquet'),
     Column('groups.stalls', 'list[object]', 'stalled stretches in start order: {id, thread_group, start, end, duration_s, queued, max_queue_s (queue_s, any source), max_queue_certain_s (queue_min_s), queue_sources: {measured, estimated, lower_bound} (victims per queue_source), hidden_slow, understated (victims of each kind), culprits: [ref + overlap_s, ≤ 5, longest overlap first], culprits_total, culprits_more}'),
     Column('warnings', 'list[string]', 'every warning of the run, as the terminal printed them'),
+    Column('tls', 'object|null', 'how the TLS connections were read (counted at the DB points, else the app points, '
+           'else the proxy); null without TLS'),
+    Column('tls.connections', 'int', 'TLS connections'),
+    Column('tls.of', 'int', 'MySQL connections at those points'),
+    Column('tls.decrypted', 'int', 'of the TLS connections, decrypted with the key log'),
+    Column('tls.timed', 'int', 'of the TLS connections, read as timed flights without their content'),
+    Column('tls.unreadable', 'int', 'of the TLS connections, neither'),
+    Column('tls.bytes', 'object', '{decrypted, timed, unreadable}: their bytes after the switch to TLS'),
+    Column('tls.sentence', 'string', "the verdict's first line: '12 of 14 connections are TLS: …'"),
     Column('queueing', 'object', '{measured_s, estimated_s, lower_bound_s, certain_s}: queue_s summed by queue_source over exchanges seen at both points, and queue_min_s summed'),
     Column('hidden_slow', 'object', '{count, listed, more, by_stall: [{stall (id|null), thread_group, culprits: [ref…], victims: [ref…]}]}: hidden-slow statements grouped by the stall they queued in (stall null: none found), slowest first, up to 50 listed'),
     Column('understated', 'object', '{count, threshold_s, listed, more, by_stall: [same shape as hidden_slow]}: statements in the slow log that measurably queued ≥ threshold_s'),

@@ -247,6 +247,9 @@ class _Slots:
             if not rows.timed[r]:
                 continue
             command, sql = rows.command[r], rows.sql[r]
+            if command == ENCRYPTED:  # a TLS flight read without its content: any entry's text may be it
+                self._add(r, 0, [ANY_TEXT], None)
+                continue
             if command in ADMIN_NAMES:  # MySQL/Percona log these as '# administrator command: <name>;'
                 self._add(r, 0, [("c", ADMIN_NAMES[command])], None)
                 continue
@@ -295,6 +298,13 @@ class _Slots:
     def add_key(self, s: int, key: tuple) -> None:
         self.keys[s].append(key)
         self.by_key[key].append(s)
+
+
+# The key of an exchange whose text is unknown (mysql.connection.ENCRYPTED_COMMAND: a TLS flight without a key
+# log), which every entry also carries: such an exchange joins an entry by its connection (thread id), its time and
+# the order of both, as the module's rules say, and never by text.
+ENCRYPTED = "ENCRYPTED"
+ANY_TEXT = ("e",)
 
 
 def _LEFT(sql: str) -> str:
@@ -347,7 +357,10 @@ def _entry_keys(entries: _Entries, slots: _Slots) -> None:
     for tid, parts in enumerate(slots.template_parts):
         by_first[parts[0]].append(tid)
     texts: list[tuple[str, int]] = []  # (text, entry) of every entry with a statement, for prefix searches
+    encrypted = ANY_TEXT in slots.by_key
     for e in range(entries.n):
+        if encrypted:  # on a TLS connection read without a key log, time and order alone decide
+            entries.keys[e].append(ANY_TEXT)
         admin = entries.admin[e]
         if isinstance(admin, str) and admin:
             entries.keys[e].append(("c", admin.strip().lower()))
@@ -963,13 +976,16 @@ class _State:
             per_row[r] += 1
             common = {key[0] for key in S.keys[s]} & {key[0] for key in E.keys[e]}
             kinds["prefix" if common & {"p", "q"} else "params" if "x" in common else
-                  "template" if "w" in common else "command" if "c" in common else "text"] += 1
+                  "template" if "w" in common else "command" if "c" in common else
+                  "time" if common == {"e"} else "text"] += 1
         joined = entry_row >= 0
         # Commands the server does not write to its slow log (MariaDB: COM_PING, COM_INIT_DB, binary prepares,
         # logins...; MySQL/Percona only with log_slow_admin_statements, which shows as administrator-command
         # entries): their absence from the log says nothing about their execution.
         logs_commands = any(isinstance(a, str) and a for a in E.admin)
-        unlogged = np.array([c not in LOGGED_COMMANDS and (not logs_commands or c == "CONNECT")
+        # A TLS flight without a key log (ENCRYPTED) is taken as a statement the server logs: an administrator
+        # command that runs past long_query_time is not met in practice.
+        unlogged = np.array([c not in LOGGED_COMMANDS and c != ENCRYPTED and (not logs_commands or c == "CONNECT")
                              for c in R.command], dtype=bool) if R.n else np.zeros(0, dtype=bool)
         self.undecided &= entry < 0
         doubtful = int(self.undecided.sum())  # exchanges an unjoined entry may describe
@@ -986,7 +1002,7 @@ class _State:
             "matched": matched,
             "unmatched_in_capture_window": int((window & ~joined).sum()),
             "joined_by": {k: int(how.get(k, 0)) for k in ("order", "unique", "inferred")},
-            "joined_on": {k: int(kinds.get(k, 0)) for k in ("text", "params", "template", "prefix", "command")},
+            "joined_on": {k: int(kinds.get(k, 0)) for k in ("text", "params", "template", "prefix", "command", "time")},
             "unjoined": {k: int(reasons[k]) for k in REASONS if k in reasons},
             "connections_identified": len(self.identified),
             "exchanges_with_several_entries": sum(1 for c in per_row.values() if c > 1),

@@ -19,7 +19,7 @@ from .clock import ClockModel
 from .connids import conn_id_sources
 from .match import ClockSamples
 from .threadpool import PoolView, json_value
-from .verdict import tell, tell_proxy
+from .verdict import tell, tell_proxy, tls_part
 
 
 @dataclass
@@ -56,6 +56,7 @@ def build(cs: CaptureSet, *, names: dict[str, list[str]], points: list[dict], qu
             "cwd": os.getcwd(),  # relative capture paths above (and in exchanges.capture) are relative to this
             "scheduler": scheduler,
             "processlist": str(cs.processlist) if cs.processlist is not None else None,
+            "tls_keylogs": [str(p) for p in cs.tls_keylogs],
         },
         "points": points,
         "captures": {"app": qualities["app"],
@@ -79,6 +80,9 @@ def build(cs: CaptureSet, *, names: dict[str, list[str]], points: list[dict], qu
     _tell(summary, cs, exchanges, servers, clocks, points)
     if through_proxy:
         summary.update(tell_proxy(summary, exchanges))
+    summary["tls"] = tls_part(qualities)
+    if summary["tls"] is not None:  # how much of the traffic could be read comes first
+        summary["verdict"] = f"{summary['tls']['sentence']}\n{summary['verdict']}"
     return summary
 
 

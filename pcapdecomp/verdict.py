@@ -59,6 +59,33 @@ def tell(summary: dict, x: pd.DataFrame, view: PoolView) -> dict:
     return parts
 
 
+TLS_MODES = ("decrypted", "timed", "unreadable")
+
+
+def tls_part(qualities: dict) -> dict | None:
+    """summary.json → tls: how the TLS connections were read, counted at the DB points (every client's
+    connections), else the app points, else the proxy's; None without TLS. Its sentence opens the verdict."""
+    points = qualities["dbs"] or qualities["app"] or qualities["proxy"] or []
+    total = lambda key: sum(int(q.get(key) or 0) for q in points)  # noqa: E731
+    tls = total("tls_connections")
+    if not tls:
+        return None
+    counts = {mode: total(f"tls_{mode}_connections") for mode in TLS_MODES}
+    words = {"decrypted": "decrypted with the key log",
+             "timed": "timed without their text (no key log for them; how to get one: docs/tls.md): statement text "
+                      "only where the slow log has it",
+             "unreadable": "unreadable (no application data seen, a gap, or a key that does not decrypt)"}
+    told = [(mode, n) for mode, n in counts.items() if n]
+    if len(told) == 1:
+        how = words[told[0][0]]
+    else:
+        how = "; ".join(f"{n} {words[mode]}" for mode, n in told)
+    sentence = (f"{tls} of {total('mysql_connections')} {plural(total('mysql_connections'), 'connection', 'connections')} "
+                f"{'is' if tls == 1 else 'are'} TLS: {how}.")
+    return {"connections": tls, "of": total("mysql_connections"), **counts,
+            "bytes": {mode: total(f"tls_{mode}_bytes") for mode in TLS_MODES}, "sentence": sentence}
+
+
 def tell_proxy(summary: dict, x: pd.DataFrame) -> dict:
     """The verdict through a proxy (summary.json's story, verdict and proxy.sentence, from `tell`'s and the
     exchanges table with the proxy columns): the proxy's line is a bullet; when statements certainly waited inside

@@ -114,18 +114,24 @@ def test_a_client_that_is_not_mysql_is_a_counted_violation():
     assert c["violations"] == 1 and "before the client's login" in c["violation_notes"] and c["exchanges"] == 0
 
 
-def test_a_switch_to_tls_after_the_greeting_gives_a_connect_row_with_tls():
+def test_a_switch_to_tls_after_the_greeting_is_timed_by_its_records():
+    """No key log: the TLS connection's application-data flights are its exchanges, the login (CONNECT) first, each
+    starting at a client frame that carries application data after the handshake (tshark's)."""
     path = FIELD / "corners.pcap"
     x = extract(path)
-    tls = x.exchanges[x.exchanges["tls"].fillna(False)]
-    assert len(tls) == 1 and int(x.connections["tls"].sum()) == 1
-    row = tls.iloc[0]
-    ssl_request = tshark(path, "tcp.dstport == 3306 && mysql.caps.sl == 1")  # the SSLRequest
-    assert row["command"] == "CONNECT" and pd_na(row["result"]) and [str(row["req_first_frame"])] == ssl_request
-    assert row["client"].endswith(":59794") and pd_na(row["user"])
+    tls = x.exchanges[x.exchanges["tls"].fillna(False)].sort_values("seq")
+    assert int(x.connections["tls"].sum()) == 1
+    conn = x.connections[x.connections["tls"]].iloc[0]
+    assert conn["tls_mode"] == "timed" and conn["tls_timed_bytes"] == conn["tls_bytes"] > 0
+    # the client's Finished rides with its ChangeCipherSpec (frame 30): handshake, not a request
+    flights = tshark(path, "tcp.srcport == 59794 && tls.app_data && !tls.change_cipher_spec")
+    assert [str(f) for f in tls["req_first_frame"]] == flights
+    assert list(tls["command"]) == ["CONNECT"] + ["ENCRYPTED"] * (len(flights) - 1)
+    assert tls.iloc[0]["client"].endswith(":59794") and pd_na(tls.iloc[0]["user"])
     # the bundled features recording's TLS connection too
     feats = extract(CAPTURES / "features" / "db.pcap")
-    assert int(feats.exchanges["tls"].fillna(False).sum()) == int(feats.connections["tls"].sum()) == 1
+    assert int(feats.connections["tls"].sum()) == 1
+    assert set(feats.exchanges.loc[feats.exchanges["tls"].fillna(False), "command"]) == {"CONNECT", "ENCRYPTED"}
 
 
 def pd_na(value) -> bool:
@@ -139,7 +145,8 @@ def test_analyze_of_the_corners_warns_only_about_what_is_wrong(tmp_path):
     assert not any("violation" in w for w in r.warnings), r.warnings
     r = analyze(None, [], FIELD / "corners.pcap", None, None, None, [], tmp_path / "b", quiet=True, jobs=1)
     problems = next(w for w in r.warnings if "corners.pcap" in w)
-    assert "1 protocol violations" in problems and "encrypted (TLS) bytes" in problems
+    # the TLS connection is timed by its records: its bytes are read, not a problem
+    assert "1 protocol violations" in problems and "encrypted (TLS) bytes" not in problems
     assert "skipped while resynchronising" not in problems
 
 

@@ -18,7 +18,8 @@ EXPECTED_VIOLATIONS = {"percona-toolkit-tcpdump-text-converted/tcpdump043.pcap":
 @pytest.mark.parametrize("row", ROWS, ids=[r["path"] for r in ROWS])
 def test_corpus_capture_command_counts(row):
     result = extract(CORPUS / row["path"])
-    got = {k: v for k, v in result.commands.items() if k != "CONNECT"}
+    # ENCRYPTED: a TLS flight read without a key log, its command unknown (the manifest counts the readable ones)
+    got = {k: v for k, v in result.commands.items() if k not in ("CONNECT", "ENCRYPTED")}
     expected, _why = KNOWN_DIFFERENCES.get(row["path"], (dict(expected_commands(row)), ""))
     assert got == expected
     assert result.quality()["violations"] == EXPECTED_VIOLATIONS.get(row["path"], 0)

@@ -25,6 +25,8 @@ from pcaptools import records, to_pcapng
 
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 REAL = sorted(CAPTURES.glob("*/*.pcap"))
+# recordings whose every connection is TLS: the lane hands them all to the Python path (it reads no TLS)
+ALL_TLS = {"group-stall-tls13", "group-stall-tls12", "oltp-prepared-tls13"}
 
 
 needs_lane = pytest.mark.skipif(not fastlane.NATIVE, reason="the native lane is not built (no C compiler)")
@@ -308,7 +310,8 @@ def test_real_captures_as_pcapng_come_out_identical(path, tmp_path):
     interface statistics) and gzip-compressed: the lane reads it, and reads it as Python does."""
     ng = as_pcapng(path, tmp_path / "x.pcapng", interfaces=2, resolutions=(9, 0x80 | 30))
     native = assert_same(ng)
-    assert native.native_frames > 0 and native.stats.format == "pcapng" and native.stats.if_drops == {0: 3}
+    assert (native.native_frames > 0) == (path.parent.name not in ALL_TLS)
+    assert native.stats.format == "pcapng" and native.stats.if_drops == {0: 3}
     gz = tmp_path / "x.pcapng.gz"
     gz.write_bytes(gzip.compress(ng.read_bytes(), compresslevel=1))
     assert_same(gz)

@@ -23,7 +23,7 @@ from feeding import established, handshake
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
-SETS = ["group-stall", "maxthreads", "oltp-hogs", "features"]
+SETS = ["group-stall", "maxthreads", "oltp-hogs", "features", "group-stall-tls13", "oltp-prepared-tls13"]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -48,7 +48,9 @@ def test_every_mysql_byte_is_accounted_for(name, side):
     assert q["frames"] == (q["frames_tcp"] + q["frames_non_ip"] + q["frames_non_tcp"] + q["frames_ip_fragment"]
                            + q["frames_undecodable"] + q["frames_unknown_link"])
     assert q["frames_tcp"] == q["frames_tcp_mysql"] + q["frames_tcp_other"]
-    expected_share = 1.0 if q["tls_bytes"] == 0 else q["mysql_bytes"] / accounted
+    read = q["mysql_bytes"] + q["tls_decrypted_bytes"] + q["tls_timed_bytes"]
+    assert q["tls_decrypted_bytes"] + q["tls_timed_bytes"] + q["tls_unreadable_bytes"] == q["tls_bytes"]
+    expected_share = read / accounted
     assert q["understood_share"] == pytest.approx(expected_share, abs=1e-6)
 
 

@@ -30,7 +30,8 @@ import record as lab_record  # noqa: E402
 
 FIELD = ("field-default-stall", "field-default-stall-lqt-10", "field-pool-before-capture")
 COMMITTED = ("maxthreads", "group-stall", "oltp-hogs", "features", "oltp-prepared", "stall-fix-1-pool",
-             "stall-fix-2-thread-per-connection", "stall-fix-3-stall-limit-10", *FIELD)
+             "stall-fix-2-thread-per-connection", "stall-fix-3-stall-limit-10", "group-stall-tls13", "group-stall-tls12", "oltp-prepared-tls13",
+             *FIELD)
 
 
 from labsets import lab_unavailable_reason as _lab_unavailable_reason  # noqa: E402

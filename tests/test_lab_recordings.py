@@ -188,9 +188,19 @@ def test_err_1064_with_sql_state():
 def test_tls_connection():
     conn = connection_of("tls")
     assert conn["tls"] and conn["tls_bytes"] > 0 and conn["violations"] == 0
-    # everything after the SSLRequest is encrypted: one CONNECT row (the SSLRequest) says so, its outcome unknown
-    (login,) = exchanges_of("tls").itertuples()
-    assert login.command == "CONNECT" and login.tls and pd.isna(login.result)
+    # no key log was recorded with features: everything after the SSLRequest is read as timed records
+    assert conn["tls_mode"] == "timed" and conn["tls_version"] == "1.3"
+    assert conn["tls_timed_bytes"] == conn["tls_bytes"]
+    ex = exchanges_of("tls")
+    assert ex.iloc[0]["command"] == "CONNECT" and ex.iloc[0]["result"] == "encrypted"
+    assert set(ex["command"].iloc[1:]) == {"ENCRYPTED"} and ex["sql"].isna().all()
+    # each statement the client timed is one flight, inside the client's send … receive on the lab's one clock
+    answered = ex[ex["result"] == "encrypted"]
+    start = answered["req_first_ts"].astype("int64").to_numpy()
+    end = answered["resp_last_ts"].astype("int64").to_numpy()
+    for t in (t for t in truth("features") if t["conn_label"] == "tls"):
+        inside = (start >= t["client_send_ns"]) & (end <= t["client_recv_ns"])
+        assert inside.sum() == 1, t["sql"]
     assert conn["server_version"]  # the greeting is in clear
 
 

@@ -181,7 +181,7 @@ def test_forms_every_entry_joined_to_its_statement(forms):
     s = forms.summary["slow_log"]
     assert wrong_joins(forms, FORMS) == []
     assert s["matched"] == 42 and s["joined_by"]["order"] == 42
-    assert s["joined_on"] == {"text": 37, "params": 4, "template": 1, "prefix": 0, "command": 0}
+    assert s["joined_on"] == {"text": 37, "params": 4, "template": 1, "prefix": 0, "command": 0, "time": 0}
     # not joined: the lab's own socket connection, and the SQL-level EXECUTE (logged as what it executed)
     assert s["unjoined"] == {"socket": 1, "no-text-match": 1}
     x = forms.exchanges

@@ -31,6 +31,7 @@ from proxies import (PROXY_APP_IPV4, PROXY_DB_IPV4, PROXY_FRONT_IPV4, DelayRelay
                      ProxyHosts)
 
 REPO_CAPTURES = LAB_DIR.parent
+TLS_KEYLOG_NAME = "tls-keys.log"  # a capture set's client key log (NSS format); analyze picks it up by this name
 TRUTH_KEYS = ("conn_id", "thread_group", "conn_label", "driver", "command", "sql", "role", "note",
               "client_send_ns", "client_recv_ns", "client_s", "exec_s", "ps_event", "ps_statements",
               "ps_timer_start_ps", "ps_timer_end_ps", "rows", "error")
@@ -363,6 +364,8 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
             else:
                 start_captures()
             client_file = workdir / "client.jsonl"
+            if params.get("tls"):  # the clients' TLS session secrets, as --tls-keylog reads them
+                params["keylog"] = str(workdir / TLS_KEYLOG_NAME)
             log(f"running workload {scenario} {json.dumps(params)}")
             target = PROXY_FRONT_IPV4 if proxy is not None else DB_IPV4
             argv = hosts.app.command(sys.executable, str(LAB_DIR / "workload.py"), scenario, "--host", target,
@@ -418,13 +421,15 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
                 (out / "processlist.tsv").write_text(processlist)
             if spec.field:
                 _write_lab_settings(out / "lab-settings.toml", spec, params)
+            if params.get("keylog"):
+                shutil.copyfile(params["keylog"], out / TLS_KEYLOG_NAME)
             with open(out / "truth.jsonl", "w") as f:
                 for row in truth:
                     f.write(json.dumps(row, ensure_ascii=False) + "\n")
             # a field set's workload section must not give the pool size away either (lab-settings.toml has it)
             hidden = ("sync_dir", *(FIELD_HIDDEN_PARAMS if spec.field else ()))
             _write_capture_toml(out / "capture.toml", spec, server,
-                                {k: v for k, v in params.items() if k not in hidden}, {n: d.stats for n, d in dumps.items()},
+                                {k: v for k, v in params.items() if k not in (*hidden, "keylog")}, {n: d.stats for n, d in dumps.items()},
                                 proxy, folders, rotate)
             (out / "README.md").write_text(
                 f"# Capture set `{scenario}`\n\n{spec.description}\n\nRecorded by `captures/lab/record.py "

@@ -65,6 +65,47 @@ SCENARIOS = {s.name: s for s in (
         hog_seconds=3.0,
     ),
     Scenario(
+        "group-stall-tls13",
+        "The group-stall workload over TLS 1.3 (PyMySQL with an ssl context; MariaDB with a self-signed "
+        "certificate): one BENCHMARK (~1.5 s) holds its thread group, SELECT 1 probes on that group queue behind it. "
+        "The client's key log (Python ssl keylog_filename) is tls-keys.log: with it the captures decrypt; without "
+        "it only the greeting is plain text. Only the BENCHMARK is in the slow log (long_query_time=1).",
+        ServerSettings(**HELD_GROUPS, long_query_time_s=1.0, tls=True),
+        {"clients": 4, "duration": 3.0, "interval_s": 0.075, "hog_at_s": 0.8, "pool_size": 2, "tls": "1.3"},
+        hog_seconds=1.5,
+    ),
+    Scenario(
+        "group-stall-tls12",
+        "The group-stall workload over TLS 1.2 with ECDHE-RSA-AES256-GCM-SHA384 (PyMySQL; MariaDB with a "
+        "self-signed certificate): one BENCHMARK (~1.5 s) holds its thread group, SELECT 1 probes on that group "
+        "queue behind it. The client's key log is tls-keys.log. Only the BENCHMARK is in the slow log "
+        "(long_query_time=1).",
+        ServerSettings(**HELD_GROUPS, long_query_time_s=1.0, tls=True),
+        {"clients": 4, "duration": 3.0, "interval_s": 0.075, "hog_at_s": 0.8, "pool_size": 2, "tls": "1.2"},
+        hog_seconds=1.5,
+    ),
+    Scenario(
+        "oltp-prepared-tls13",
+        "The oltp-prepared workload over TLS 1.3: point selects over 2 pymysql text-protocol connections and 2 "
+        "mysql-connector prepared cursors (COM_STMT_PREPARE, COM_STMT_RESET + COM_STMT_EXECUTE), up to 200/s for "
+        "3 s, a CPU hog (BENCHMARK ~0.3 s) every 1.2 s on thread_pool_size=2. The clients' key log (Python ssl: "
+        "keylog_filename for pymysql, SSLKEYLOGFILE for mysql-connector's own context) is tls-keys.log.",
+        ServerSettings(**HELD_GROUPS, long_query_time_s=0.1, tls=True),
+        {"clients": 2, "rate": 200, "duration": 3.0, "rows": SBTEST_ROWS, "hog_first": 0.8, "hog_every": 1.2,
+         "tls": "1.3"},
+        tuple(_sbtest_sql(SBTEST_ROWS)),
+        hog_seconds=0.3,
+    ),
+    Scenario(
+        "group-stall-cleartext",
+        "The group-stall-tls13 workload without TLS (the server still offers it; the clients decline): the plaintext "
+        "yardstick of benchmarks/tls.py. Recorded on demand, not committed.",
+        ServerSettings(**HELD_GROUPS, long_query_time_s=1.0, tls=True),
+        {"clients": 4, "duration": 3.0, "interval_s": 0.075, "hog_at_s": 0.8, "pool_size": 2},
+        hog_seconds=1.5,
+        committed=False,
+    ),
+    Scenario(
         "oltp-hogs",
         "OLTP point selects on a 10k-row sysbench-like table, text protocol (pymysql) and server-side prepared "
         "statements (COM_STMT_EXECUTE), 4+4 connections at up to 1200/s in total for 3 s, while a CPU hog (BENCHMARK ~0.4 s) "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import struct
@@ -117,8 +118,14 @@ def _local_port(kind: str, handle) -> int | None:
 def connect(truth: Truth, label: str, args, kind: str = "pymysql", note: str = "", identify: bool = True,
             **options) -> Connection:
     host = options.pop("host_override", args.host)
+    if kind == "pymysql" and "ssl" not in options and getattr(args, "tls", None):
+        options["ssl"] = _tls_context(args.tls, getattr(args, "keylog", None))
+    elif kind == "connector" and "ssl" not in options and getattr(args, "tls", None) == "1.3":
+        # mysql-connector builds its own context (ssl.create_default_context, which honours SSLKEYLOGFILE: main
+        # sets it) and negotiates TLS 1.3 with the lab's server
+        options.update(ssl_disabled=False, ssl_verify_cert=False, ssl_verify_identity=False)
     if kind != "raw" and "ssl" not in options:
-        options["ssl_disabled"] = True  # both drivers prefer TLS when the server offers it (features does)
+        options.setdefault("ssl_disabled", True)  # both drivers prefer TLS when the server offers it (features does)
     if kind == "pymysql":
         import pymysql
 
@@ -351,10 +358,20 @@ def network_slow_client(args, truth: Truth) -> None:
         c.close()
 
 
-def _tls_context() -> ssl.SSLContext:
+def _tls_context(version: str | None = None, keylog: str | None = None) -> ssl.SSLContext:
+    """A client TLS context for the lab's self-signed server. `version` "1.2" pins TLS 1.2 with
+    ECDHE-RSA-AES256-GCM-SHA384 (what MySQL servers negotiate with such clients), "1.3" pins TLS 1.3; `keylog`
+    makes Python's ssl write the session secrets in NSS key log format (what --tls-keylog reads)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE  # the lab's self-signed certificate
+    if version == "1.2":
+        context.maximum_version = context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.set_ciphers("ECDHE-RSA-AES256-GCM-SHA384")
+    elif version == "1.3":
+        context.minimum_version = ssl.TLSVersion.TLSv1_3
+    if keylog:
+        context.keylog_filename = keylog
     return context
 
 
@@ -831,6 +848,8 @@ def two_servers(args, truth: Truth) -> None:
 
 SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
              "oltp-prepared": oltp_prepared,
+             "group-stall-tls13": group_stall, "group-stall-tls12": group_stall, "group-stall-cleartext": group_stall,
+             "oltp-prepared-tls13": oltp_prepared,
              "connection-churn": connection_churn, "connection-storm": connection_storm, "features": features,
              "network-slow-client": network_slow_client, "bigpacket": bigpacket,
             "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms,
@@ -855,6 +874,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     for key, value in json.loads(args.params).items():
         setattr(args, key, value)
+    if getattr(args, "keylog", None):
+        os.environ["SSLKEYLOGFILE"] = args.keylog  # for drivers that make their TLS context themselves
     truth = Truth()
     SCENARIOS[args.scenario](args, truth)
     with open(args.out, "w") as out:

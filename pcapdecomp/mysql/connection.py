@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from . import detect
 from .framing import CompressedDeframer, Packet, PacketFramer
+from .tls import Plain, Secrets, Sealed, TlsSession
 from .params import decode_execute
 from .walk import walk_rows
 from .responses import NONE, RESULT, ResponseReader, column_definitions_sent, expected_response
@@ -45,6 +46,9 @@ from .wire import (
 )
 
 CLIENT, SERVER = 0, 1
+# the command of an exchange read from TLS records without their content: one client flight and the server's
+# records until the next one (result ENCRYPTED_RESULT when the server answered)
+ENCRYPTED_COMMAND, ENCRYPTED_RESULT = "ENCRYPTED", "encrypted"
 GREETING, LOGIN, AUTH, COMMAND, TLS, CLOSED = "greeting", "login", "auth", "command", "tls", "closed"
 _DECODE_ERRORS = (WireError, struct.error, IndexError, ValueError)
 
@@ -145,6 +149,20 @@ class _Pending:
 
 
 @dataclass
+class _Flight:
+    """A request and its response read from TLS records that do not decrypt: the client's records after the
+    server's last answer, and the server's records until the client's next ones."""
+
+    first: Sealed
+    last: Sealed
+    bytes_req: int
+    resp_first: Sealed | None = None
+    resp_last: Sealed | None = None
+    bytes_resp: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
 class ConnectionCounters:
     midstream: bool = False
     violations: int = 0
@@ -153,7 +171,7 @@ class ConnectionCounters:
     unparsed_bytes: list[int] = field(default_factory=lambda: [0, 0])  # skipped while resynchronising
     parsed_bytes: list[int] = field(default_factory=lambda: [0, 0])
     mysql_bytes: list[int] = field(default_factory=lambda: [0, 0])  # stream bytes read by the MySQL parser
-    tls_bytes: int = 0
+    tls_bytes: int = 0  # every byte after the switch to TLS (the session's counters split them)
     violation_notes: list[str] = field(default_factory=list)  # the first few, for the report
 
 
@@ -162,8 +180,10 @@ class MySQLConnection:
     (`data`, `gap`, `end`), finished `Exchange`s out (`take`). Sans-IO: no files, no sockets, no pandas.
 
     The phases follow the handshake: GREETING (the server's first packet) → LOGIN (the client's HandshakeResponse;
-    an SSL request moves to TLS, after which bytes are only counted) → AUTH (auth switch / more data until the
-    server's OK or ERR) → COMMAND; a connection the server refused (an ERR for a greeting, a failed login) is CLOSED.
+    an SSL request moves to TLS) → AUTH (auth switch / more data until the server's OK or ERR) → COMMAND; a
+    connection the server refused (an ERR for a greeting, a failed login) is CLOSED. In TLS the bytes go to a
+    `tls.TlsSession`: what it decrypts (`tls_secrets`, a key log) is read from LOGIN on as if sent in the clear
+    (`_plain`); records it cannot decrypt become timed flights (`_sealed`): command ENCRYPTED_COMMAND, no content.
     A connection whose handshake the capture missed starts in COMMAND with
     `midstream=True` and reads nothing until each direction resynchronises on a position that is unambiguously a
     packet header (`_try_sync`, with `detect` and, for the server, the client offset its ACK numbers acknowledge).
@@ -186,8 +206,15 @@ class MySQLConnection:
     layer sets `client_offset`. Wire problems never raise: they are counted as violations, and each exchange lists
     its own in `problems` (gap, sql-cut, incomplete, unanswered, sequence, truncated, …)."""
 
-    def __init__(self, *, midstream: bool = False, max_sql_bytes: int = 1 << 20, response_keep: int = 1 << 16):
+    def __init__(self, *, midstream: bool = False, max_sql_bytes: int = 1 << 20, response_keep: int = 1 << 16,
+                 tls_secrets: Secrets | None = None):
         self.phase = COMMAND if midstream else GREETING
+        # TLS after an SSLRequest (or met mid-stream): the session, the key log it may decrypt with, the login
+        # request that asked for it, and the client flight being timed when nothing decrypts
+        self.tls_session: TlsSession | None = None
+        self.tls_secrets = tls_secrets
+        self._ssl_request: _Pending | None = None
+        self._flight: _Flight | None = None
         self.counters = ConnectionCounters(midstream=midstream)
         self.greeting: Greeting | None = None
         self.login: LoginRequest | None = None
@@ -222,14 +249,31 @@ class MySQLConnection:
         """`ack`: the raw ACK number of the segment that carried `data`, when it had one."""
         if not data:
             return
+        if not self.tls and not self._synced[direction] and detect.looks_like_tls(data) \
+                and not detect.plausible_command(data):
+            self._begin_tls(midstream=True)  # the capture began after a TLS handshake: records can be timed
         if self.tls:
             self.counters.tls_bytes += len(data)
+            try:
+                events = self.tls_session.data(direction, data, ts, frame, offset)
+            except (*_DECODE_ERRORS, KeyError) as exc:  # a handshake message that does not parse: stop here
+                self.tls_session.gap(direction)
+                self._violation(direction, f"{'client' if direction == CLIENT else 'server'}: TLS: {exc}")
+                return
+            for event in events:
+                if type(event) is Plain:
+                    self._plain(event)
+                else:
+                    self._sealed(event)
             return
         if not self._synced[direction] and not self._try_sync(direction, data, ack):
-            if not self.tls:  # bytes that revealed TLS are counted there
-                self.counters.unparsed_bytes[direction] += len(data)
+            self.counters.unparsed_bytes[direction] += len(data)
             return
         self.counters.mysql_bytes[direction] += len(data)
+        self._read(direction, data, ts, frame, offset)
+
+    def _read(self, direction: int, data: bytes, ts: int, frame: int, offset: int) -> None:
+        """In-order bytes of the MySQL protocol (on the wire, or decrypted from TLS records) into packets."""
         try:
             deframer = self._deframers[direction]
             if deframer is None:
@@ -246,7 +290,7 @@ class MySQLConnection:
             for packet in packets:
                 self.counters.parsed_bytes[direction] += packet.wire_bytes
                 self._packet(direction, packet)
-                if self.tls:
+                if self.phase == TLS:
                     break
         except _DECODE_ERRORS as exc:
             self._violation(direction, f"{'client' if direction == CLIENT else 'server'}: {exc}")
@@ -257,7 +301,11 @@ class MySQLConnection:
         c.gaps += 1
         c.gap_bytes[direction] += length
         if self.tls:
-            return
+            self.tls_session.gap(direction)
+            if self._flight is not None:
+                self._flight.problems.append("gap")
+            if not self.tls_session.decrypting:
+                return
         if self.phase in (GREETING, LOGIN, AUTH):
             # Handshake bytes were lost: read the rest as after a mid-stream start (commands resynchronise) rather
             # than wait for a login or an OK that will never come.
@@ -286,8 +334,10 @@ class MySQLConnection:
             self._pending[-1].problems.append("gap")  # the request (or its data) may be incomplete
     def end(self) -> None:
         """The connection (or the capture) ended: whatever is pending is finished as it stands."""
+        if self.tls:
+            self._end_tls()
         partial = self._framers[CLIENT].partial() if self._deframers[CLIENT] is None else None
-        if not self.tls and self.phase == COMMAND and partial is not None and partial.seq == 0 and partial.payload:
+        if self.phase == COMMAND and partial is not None and partial.seq == 0 and partial.payload:
             # The capture ended inside a command (a large INSERT still uploading): report what was captured.
             self._framers[CLIENT].reset()
             try:
@@ -337,6 +387,105 @@ class MySQLConnection:
             self._count += exchanges
             self._last_finished = None  # an exchange read elsewhere is the last: not a PREPARE
 
+    # ---- TLS ----------------------------------------------------------------------------------------------------
+    @property
+    def tls_outcome(self) -> str | None:
+        """decrypted | timed | unreadable for a TLS connection (None otherwise): whether its records were
+        decrypted with the key log, read as timed flights without their content, or neither."""
+        session = self.tls_session
+        if session is None:
+            return None
+        c = session.counters
+        if session.decrypting and c.decrypted_bytes:
+            return "decrypted"
+        if c.sealed_bytes:
+            return "timed"
+        return "unreadable"
+
+    def tls_split(self) -> tuple[int, int]:
+        """(decrypted, timed) of `counters.tls_bytes`; the rest is unreadable. The handshake records read in the
+        clear count with the connection's way of reading the rest."""
+        session = self.tls_session
+        if session is None:
+            return 0, 0
+        c = session.counters
+        decrypting = bool(session.decrypting)
+        decrypted = c.decrypted_bytes + (c.handshake_bytes if decrypting else 0)
+        timed = c.sealed_bytes + (0 if decrypting else c.handshake_bytes)
+        total = self.counters.tls_bytes
+        return min(decrypted, total), min(timed, max(0, total - decrypted))
+
+    def _begin_tls(self, midstream: bool = False) -> None:
+        self.tls = True
+        self.phase = TLS if not midstream else self.phase
+        self.tls_session = TlsSession(None if midstream else self.tls_secrets, midstream=midstream)
+
+    def _plain(self, event: Plain) -> None:
+        """Decrypted application data: the MySQL protocol continues (the login inside TLS first)."""
+        if self.phase == TLS:
+            self.phase = LOGIN
+            self._ssl_request = None  # the login inside TLS is the CONNECT
+        data = event.data
+        if event.first_frame == event.last_frame:  # the record came in one segment: one time for all of it
+            return self._read(event.direction, data, event.last_ts, event.last_frame, event.offset)
+        # across segments: its first byte at the time the record began, the rest when it was complete
+        self._read(event.direction, data[:1], event.first_ts, event.first_frame, event.offset)
+        if len(data) > 1:
+            self._read(event.direction, data[1:], event.last_ts, event.last_frame, event.offset + 1)
+
+    def _sealed(self, event: Sealed) -> None:
+        flight = self._flight
+        if event.direction == CLIENT:
+            if flight is not None and flight.resp_first is None:
+                flight.last = event
+                flight.bytes_req += event.wire_bytes
+                return
+            if flight is not None:
+                self._finish_flight()
+            self._flight = _Flight(event, event, event.wire_bytes)
+        elif flight is not None:
+            if flight.resp_first is None:
+                flight.resp_first = event
+            flight.resp_last = event
+            flight.bytes_resp += event.wire_bytes
+
+    def _finish_flight(self) -> None:
+        flight, self._flight = self._flight, None
+        login = self._ssl_request
+        self._ssl_request = None
+        problems = list(flight.problems)
+        if flight.resp_first is None and "gap" not in problems:
+            problems.append("unanswered")
+        if self.counters.midstream and self._count == 0:
+            problems.append("midstream")
+        first, last, rf, rl = flight.first, flight.last, flight.resp_first, flight.resp_last
+        self._finished.append(Exchange(
+            seq=self._count, command="CONNECT" if login is not None else ENCRYPTED_COMMAND, sql=None, sql_cut=False,
+            stmt_id=None, params=None, req_first_ts=first.first_ts, req_last_ts=last.last_ts,
+            resp_first_ts=rf.first_ts if rf else None, resp_last_ts=rl.last_ts if rl else None,
+            req_first_frame=first.first_frame, req_last_frame=last.last_frame,
+            resp_first_frame=rf.first_frame if rf else None, resp_last_frame=rl.last_frame if rl else None,
+            req_offset=first.offset, resp_offset=rf.offset if rf else None,
+            resp_end_offset=rl.offset + rl.wire_bytes if rl else None,
+            result=ENCRYPTED_RESULT if rf else None, error_code=None, error_state=None, error_message=None,
+            rows=0, affected_rows=0, warnings=0, result_sets=0,
+            bytes_req=flight.bytes_req + (login.bytes_req if login is not None else 0), bytes_resp=flight.bytes_resp,
+            status_flags=None, problems=tuple(dict.fromkeys(problems))))
+        self._count += 1
+
+    def _end_tls(self) -> None:
+        if self._flight is not None:
+            self._finish_flight()
+        if self._ssl_request is not None:  # nothing after the SSLRequest could be read
+            self._pending.append(self._ssl_request)
+            self._ssl_request = None
+            self._finish(self._pending[-1])
+        failures = self.tls_session.counters.failures
+        if failures:
+            self.counters.violations += failures
+            notes = self.counters.violation_notes
+            notes += self.tls_session.counters.notes[:max(0, 5 - len(notes))]
+
     # ---- synchronisation ------------------------------------------------------------------------------------
     def _desync(self, direction: int) -> None:
         self._synced[direction] = False
@@ -345,10 +494,6 @@ class MySQLConnection:
             self._deframers[direction].reset()
 
     def _try_sync(self, direction: int, data: bytes, ack: int | None = None) -> bool:
-        if detect.looks_like_tls(data) and not detect.plausible_command(data):
-            self.tls = True
-            self.counters.tls_bytes += len(data)
-            return False
         if self.phase != COMMAND:
             return False
         if direction == CLIENT:
@@ -459,14 +604,13 @@ class MySQLConnection:
         login = parse_login(packet.payload)
         self.login = login
         if login.ssl_request:
-            # The login continues inside TLS: one CONNECT row (its outcome unreadable, result null) shows the
-            # connection and carries tls = true into the exchanges table.
-            self.tls = True
-            self.phase = TLS
+            # The login continues inside TLS: decrypted, its HandshakeResponse is read as a login; timed only, the
+            # first client flight is the login. When neither comes, this request is the CONNECT row (its outcome
+            # unreadable, result null) that shows the connection and carries tls = true into the exchanges table.
+            self._begin_tls()
             connect = self._new_pending(0x00, "CONNECT", packet, ResponseReader(NONE, None))
             connect.bytes_req = packet.wire_bytes
-            self._pending.append(connect)
-            self._finish(connect)
+            self._ssl_request = connect
             return
         caps = login.capabilities & (self.greeting.capabilities if self.greeting else 0xFFFFFFFF)
         self.deprecate_eof = bool(caps & CLIENT_DEPRECATE_EOF)
@@ -634,7 +778,7 @@ class MySQLConnection:
             for packet in packets:
                 self.counters.parsed_bytes[SERVER] += packet.wire_bytes
                 self._packet(SERVER, packet)
-                if self.tls:
+                if self.phase == TLS:
                     return
 
     def _whole_response(self, data: bytes, start: int, ts: int, frame: int, offset: int) -> int:
