@@ -26,7 +26,9 @@ def tell(summary: dict, x: pd.DataFrame, conns: pd.DataFrame | None, settings: d
     summary["network"] = network
     story = dict(summary.get("story") or {"sentence": summary.get("verdict", ""), "findings": [], "bullets": []})
     old_lines = str(summary.get("verdict") or "").split("\n")
-    extra = old_lines[1 + len(story.get("bullets") or []):]  # other servers' lines (several DB points)
+    # lines before the story's sentence (how much TLS traffic could be read) and after its bullets (other servers')
+    at = old_lines.index(story["sentence"]) if story.get("sentence") in old_lines else 0
+    head, extra = old_lines[:at], old_lines[at + 1 + len(story.get("bullets") or []):]
     lead, net_bullets, net_findings = netstory.bullets(network)
     conn_bullets, conn_findings = connstory.bullets(connections)
     findings = list(story.get("findings") or [])
@@ -50,5 +52,5 @@ def tell(summary: dict, x: pd.DataFrame, conns: pd.DataFrame | None, settings: d
     findings += [f for f in (*conn_findings, *net_findings) if f not in findings]
     story.update(findings=findings, bullets=bullets)
     summary["story"] = story
-    summary["verdict"] = "\n".join([story["sentence"], *(f"- {b['text']}" for b in bullets), *extra])
+    summary["verdict"] = "\n".join([*head, story["sentence"], *(f"- {b['text']}" for b in bullets), *extra])
     summary["playbook"] = playbook_lines(summary, x, settings if settings is not None else settings_beside(summary))
