@@ -30,6 +30,9 @@ VARIABLES = ("long_query_time", "slow_query_log", "slow_query_log_file", "log_ou
              "log_slow_admin_statements",
              "thread_handling", "max_connections", "thread_cache_size", "wait_timeout", "version",
              "version_comment", "datadir")
+# log_output with FILE added when it leaves the file out (NONE wins over any other value, so it is replaced);
+# prints nothing when FILE is there already.
+LOG_OUTPUT_WITH_FILE_AWK = '$1 == "log_output" && $2 !~ /FILE/ { print ($2 == "NONE" ? "FILE" : $2 ",FILE") }'
 PROCESSLIST_SQL = "SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, INFO FROM information_schema.PROCESSLIST"
 # The slow log's path: MariaDB and MySQL give a relative slow_query_log_file relative to the data directory.
 SLOW_LOG_PATH_SQL = ("SELECT IF(@@global.slow_query_log_file LIKE '/%', @@global.slow_query_log_file, "
@@ -217,6 +220,10 @@ def plan(opts: GuideOptions) -> str:
     command(f"(wc -c < \"$SLOW\" 2>/dev/null || echo 0) > {q(str(out / 'slow.offset'))}")
     add("Every statement into the slow log for the window (Query_time is execution only; the capture gives the rest):")
     command(_mysql(opts, "SET GLOBAL slow_query_log = 1; SET GLOBAL long_query_time = 0", ""))
+    add("The slow log into its file too, where log_output (variables.tsv) leaves the file out (TABLE or NONE): "
+        "without it slow.log stays empty and analyze cannot tell queueing from execution:")
+    command(f"LOG_OUTPUT=$(awk -F'\\t' {q(LOG_OUTPUT_WITH_FILE_AWK)} {q(str(out / 'variables.tsv'))}); "
+            f"if [ -n \"$LOG_OUTPUT\" ]; then {opts.mysql} -e \"SET GLOBAL log_output = '$LOG_OUTPUT'\"; fi")
     add("MySQL 8.0.14+ also writes when each statement began executing, to the microsecond, with log_slow_extra "
         "(the line does nothing on a server without it, such as MariaDB):")
     command(_if_variable(opts, "log_slow_extra", _mysql(opts, "SET GLOBAL log_slow_extra = ON", "")))
@@ -247,11 +254,14 @@ def plan(opts: GuideOptions) -> str:
     command(f"{_mysql(opts, PROCESSLIST_SQL)} > {q(str(out / 'processlist.tsv'))}")
     add("")
     add("## 5. On the DB host, after the captures stopped")
-    add("long_query_time back to the value variables.tsv holds, and the window's part of the slow log:")
+    add("The settings back to the values variables.tsv holds (long_query_time, slow_query_log, log_output, "
+        "log_slow_extra), and the window's part of the slow log:")
     restore = ("$(awk -F'\\t' '$1==\"long_query_time\"{print $2}' " + q(str(out / "variables.tsv")) + ")")
     command(f"{opts.mysql} -e \"SET GLOBAL long_query_time = {restore}\"")
     command(f"{opts.mysql} -e \"SET GLOBAL slow_query_log = "
             f"$(awk -F'\\t' '$1==\"slow_query_log\"{{print $2}}' {q(str(out / 'variables.tsv'))})\"")
+    command(_if_variable(opts, "log_output", f"{opts.mysql} -e \"SET GLOBAL log_output = "
+                         f"'$(awk -F'\\t' '$1==\"log_output\"{{print $2}}' {q(str(out / 'variables.tsv'))})'\""))
     command(_if_variable(opts, "log_slow_extra", f"{opts.mysql} -e \"SET GLOBAL log_slow_extra = "
                          f"$(awk -F'\\t' '$1==\"log_slow_extra\"{{print $2}}' {q(str(out / 'variables.tsv'))})\""))
     command(f"SLOW=$({_mysql(opts, SLOW_LOG_PATH_SQL, '-BN')})")

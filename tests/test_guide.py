@@ -113,6 +113,23 @@ def test_the_db_hosts_capture_toml_holds_the_servers_own_values(tmp_path, handli
     assert written["server"] == {"address": "10.0.0.5:3306", **expected}
 
 
+@pytest.mark.parametrize("log_output, window", [("FILE", None), ("FILE,TABLE", None), ("TABLE", "TABLE,FILE"),
+                                                ("NONE", "FILE")])
+def test_the_slow_log_goes_to_its_file_for_the_window_and_back(tmp_path, log_output, window):
+    """Sections 2 and 5's log_output lines, run by sh and awk on variables.tsv as `mysql -B` writes it; `echo` as the
+    client prints the SQL each would send."""
+    out = tmp_path / "cap"
+    out.mkdir()
+    (out / "variables.tsv").write_text(f"Variable_name\tValue\nlog_output\t{log_output}\nlong_query_time\t1.000000\n")
+    got = sections(plan(GuideOptions(server="10.0.0.5:3306", out=out, mysql="echo")))
+    before = next(cmd for _, cmd in got["2. On the DB host, before the window"] if "LOG_OUTPUT=" in cmd)
+    after = next(cmd for _, cmd in got["5. On the DB host, after the captures stopped"] if "log_output =" in cmd)
+    said = subprocess.run(["sh", "-c", before], capture_output=True, text=True, check=True).stdout
+    assert said == ("" if window is None else f"-e SET GLOBAL log_output = '{window}'\n")
+    said = subprocess.run(["sh", "-c", after], capture_output=True, text=True, check=True).stdout
+    assert said == f"-e SET GLOBAL log_output = '{log_output}'\n"
+
+
 def test_disk_estimate_and_ring():
     opts = GuideOptions(server="10.0.0.5:3306", duration_s=3600, packet_rate=20_000, packet_bytes=150, rotate_mb=200)
     d = disk(opts)
