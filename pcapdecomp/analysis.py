@@ -77,6 +77,13 @@ def analyze(set_dir: Path | None, app: list, db, slow_log, long_query_time: floa
     cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers, proxy,
                              proxy_servers, processlist, tls_keylog)
     cs.server_settings = server_settings
+    if server_settings is None and cs.server_vars is not None:  # the folder's variables.tsv: damaged, a warning
+        from .playbook import read_server_vars
+
+        try:
+            cs.server_settings = read_server_vars(cs.server_vars)
+        except InputError as err:
+            cs.warnings.append(f"{err}; what to change is told from capture.toml's settings")
     tz = time_zone(slow_log_tz)
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:

@@ -18,6 +18,8 @@ from .flows import endpoint_text
 from .sources import CapturePoint, parse_server
 from .tlskeys import KEYLOG_NAME
 
+SERVER_VARS_NAME = "variables.tsv"  # SHOW GLOBAL VARIABLES as `mysql -B` prints it (pcapdecomp guide writes it)
+
 
 @dataclass
 class CaptureSet:
@@ -34,6 +36,7 @@ class CaptureSet:
     proxy_servers: list[str] = field(default_factory=list)  # the proxy's listening endpoints, when known
     processlist: Path | None = None  # a processlist snapshot: connection ids by client endpoint (connids.py)
     server_settings: dict | None = None  # --server-vars (playbook.read_server_vars); None: capture.toml's
+    server_vars: Path | None = None  # the folder's variables.tsv (SERVER_VARS_NAME), as `pcapdecomp guide` writes it
     tls_keylogs: list[Path] = field(default_factory=list)  # NSS key logs (--tls-keylog, the folder's tls-keys.log)
 
     def of(self, kind: str) -> list[CapturePoint]:
@@ -248,6 +251,8 @@ def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_quer
         processlist=Path(processlist) if processlist is not None else None,
         tls_keylogs=[Path(k) for k in _as_list(tls_keylog)],
     )
+    if set_dir is not None and (set_dir / SERVER_VARS_NAME).is_file():
+        result.server_vars = _inside(set_dir, set_dir / SERVER_VARS_NAME, SERVER_VARS_NAME)
     if not result.tls_keylogs and set_dir is not None and (set_dir / KEYLOG_NAME).is_file():
         result.tls_keylogs = [_inside(set_dir, set_dir / KEYLOG_NAME, KEYLOG_NAME)]
     for path in result.tls_keylogs:

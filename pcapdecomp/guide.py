@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .errors import OutputError, UsageError
 from .sources import parse_server
+from .tlskeys import KEYLOG_NAME
 
 PCAP_RECORD_HEADER_BYTES = 16  # each packet's record header in a pcap file, on top of the packet itself
 # The variables the analysis (or a later version) reads from variables.tsv, and those that decide whether the slow
@@ -269,8 +270,9 @@ def plan(opts: GuideOptions) -> str:
     add("")
     add("## 6. TLS")
     add("If the clients connect with TLS (MySQL 8 and MariaDB 11.4+ do by default), the statements are encrypted "
-        "on the wire: their times are still measured, their text is not read. The keys come from the client only, "
-        f"as an NSS key log: save it as {out / 'tls-keylog.txt'}. Python: SSLContext.keylog_filename (and "
+        "on the wire: without keys their times are still measured (by their TLS records), their text is not read. "
+        "With the clients' key log analyze decrypts them; the keys come from the client only, as an NSS key log: "
+        f"save it as {out / KEYLOG_NAME}, where analyze picks it up. Python: SSLContext.keylog_filename (and "
         "SSLKEYLOGFILE for ssl.create_default_context); Go: tls.Config.KeyLogWriter; Java: the extract-tls-secrets "
         "agent; OpenSSL-based clients (libmysqlclient, MariaDB Connector/C): SSLKEYLOGFILE with an LD_PRELOAD "
         "key logger (sslkeylog). The server cannot give one.")
@@ -278,10 +280,12 @@ def plan(opts: GuideOptions) -> str:
     add("## 7. Gather and analyse")
     if app_dirs:
         first = app_dirs[0][1]
-        add(f"Gather into one {out}/ on the machine that analyses: the DB host's {out}/ (db/, slow.log, the .tsv "
-            f"files) and each app host's {first.name}/ folder (e.g. `scp -r APPHOST:{first} {out}/`), then:")
+        add(f"Gather into one {out}/ on the machine that analyses: the DB host's {out}/ (capture.toml, db/, "
+            f"slow.log, the .tsv files) and each app host's {first.name}/ folder (e.g. "
+            f"`scp -r APPHOST:{first} {out}/`), then:")
     else:
-        add(f"On the machine that analyses, with the DB host's {out}/ (db/, slow.log, the .tsv files) copied over:")
+        add(f"On the machine that analyses, with the DB host's {out}/ (capture.toml, db/, slow.log, the .tsv files) "
+            "copied over:")
     command(f"pcapdecomp analyze {q(str(out))}")
     add("The verdict's first sentence names the thread group that stalled and the statement that held it, or says "
         f"that nothing waited; the tables and report.html go to reports/{out.name}/ (docs/concepts.md: the "
