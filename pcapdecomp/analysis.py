@@ -510,13 +510,16 @@ def _per_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, max_
     slow = None
     slow_info: dict = {"file": str(slow_path) if slow_path else None, "used": False}
     if slow_path is not None:
+        from .slowjoin import wire_statements
         from .slowlog import read_slow_log
 
         try:
-            slow, sstats = read_slow_log(slow_path, tz=tz, max_sql_bytes=max_sql_bytes)
+            slow, sstats = read_slow_log(slow_path, tz=tz, max_sql_bytes=max_sql_bytes, wire=wire_statements(table))
             slow_info.update({"flavor": sstats.flavor, "unparsed_lines": sstats.unparsed_lines,
                               "cut_entries": sstats.cut_entries, "damaged_values": sstats.damaged_values,
-                              "capped_statements": sstats.capped_statements})
+                              "capped_statements": sstats.capped_statements,
+                              "wire_sql_entries": sstats.wire_sql_entries,
+                              "unverified_entries": sstats.unverified_entries})
             for w in sstats.warnings[:5]:
                 note(w)
         except SlowLogError as err:

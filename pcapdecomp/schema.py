@@ -358,6 +358,8 @@ SUMMARY_KEYS: tuple[Column, ...] = (
     Column('slow_log.cut_entries', 'int', 'entries whose statement text is incomplete'),
     Column('slow_log.damaged_values', 'int', 'header values that could not be read (counted, left null)'),
     Column('slow_log.capped_statements', 'int', 'statements longer than --max-sql-bytes, cut'),
+    Column('slow_log.wire_sql_entries', 'int', 'header blocks read as SQL: they lie inside a statement the capture shows (a forged entry)'),
+    Column('slow_log.unverified_entries', 'int', 'entries that may begin inside a statement the capture shows cut: the slow log disagrees with the wire and names no culprit'),
     Column('slow_log.entries', 'int', 'entries read'),
     Column('slow_log.entries_in_capture_window', 'int', "entries inside the captures' time span"),
     Column('slow_log.matched', 'int', 'entries joined to an exchange'),

@@ -166,6 +166,10 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     certain = np.nan_to_num(qmin) >= STALL_MIN_QUEUE_S
     cap = (summary.get("pool") or {}).get("cap")
     stalls = (summary.get("groups") or {}).get("stalls") or []
+    slow_info = summary.get("slow_log") or {}
+    disagrees = int(slow_info.get("unverified_entries") or 0)
+    if disagrees:  # a log the wire cannot check may carry forged times: none of its claims names a culprit
+        stalls = [{**s, "culprits": [], "culprits_total": 0} for s in stalls]
     size = summary.get("thread_pool_size") or {}
     n_h, n_u = int(hidden.sum()), int(understated.sum())
 
@@ -186,8 +190,8 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     elif certain.any():
         told = any(s["culprits_total"] for s in stalls)
         findings.append("group_stall" if told else "queueing_unexplained")
-        sentence = _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, size,
-                                   bool(summary["slow_log"].get("used")))
+        sentence = _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server, total, size,
+                                   bool(slow_info.get("used")), disagrees)
     else:
         sentence = _quiet_sentence(summary, x, server, lqt)
         findings.append("idle" if sentence.startswith("No statement waited") else "undecided")
@@ -195,6 +199,17 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
         findings.append("understated")
     if n_h:
         findings.append("hidden_slow")
+    if disagrees:
+        findings.append("slow_log_disagrees")
+        bullets.append({"topic": "slow_log", "text": f"The slow log disagrees with the capture: {disagrees} "
+                        f"{plural(disagrees, 'entry', 'entries')} may begin inside a statement the capture shows cut "
+                        "(its text holds slow-log header lines), so the log may hold forged entries and no culprit "
+                        "is named from it."})
+    forged = int(slow_info.get("wire_sql_entries") or 0)
+    if forged:
+        bullets.append({"topic": "slow_log", "text": f"{forged} slow-log header {plural(forged, 'block lies', 'blocks lie')} "
+                        "inside the text of a statement the capture shows: read as that statement's SQL, not as "
+                        f"{plural(forged, 'an entry', 'entries')}."})
 
     told_by_cap = set(map(int, view.cap_members[1])) if cap else set()
     bullets += _stall_bullets([s for s, (victims, _) in zip(stalls, view.stall_members)
@@ -261,7 +276,9 @@ def _cap_bullets(cap: dict, x: pd.DataFrame, view: PoolView) -> list[dict]:
                                        f"{_source_words(cap['wait_source'])})."}]
 
 
-def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, size, logged: bool) -> str:
+def _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server, total, size, logged: bool,
+                    disagrees: int = 0) -> str:
+    """`certain`: the rows that certainly queued (at least one: the caller tells a stall only then)."""
     victims = hidden | understated
     told = [s for s in stalls if s["culprits_total"]]
     in_told = np.zeros(len(x), dtype=bool)
@@ -295,20 +312,28 @@ def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, 
         if size.get("warning"):
             text += f" — if thread_pool_size {size['value']} is right; the capture suggests otherwise"
         return text + "."
-    # queued, but no culprit named
+    # queued, but no culprit named (or queued behind one, with no statement the slow log misses or understates)
+    waited = certain | victims
     n_h, n_u = int(hidden.sum()), int(understated.sum())
-    n = int(victims.sum())
-    why = ("thread_pool_size is unknown and the capture does not show it, so no culprit can be named"
-           if not size.get("value") else
-           f"no statement of their thread group (thread_pool_size {size['value']}, {size.get('source')}) executed "
-           "long meanwhile (is thread_pool_size right, or was the whole pool busy?)")
+    n = int(waited.sum())
+    if disagrees:
+        why = "the slow log disagrees with the capture, so no culprit is named"
+    elif told:
+        why = f"they waited behind {_culprit_words(told)}"
+    elif not size.get("value"):
+        why = "thread_pool_size is unknown and the capture does not show it, so no culprit can be named"
+    else:
+        why = (f"no statement of their thread group (thread_pool_size {size['value']}, {size.get('source')}) executed "
+               "long meanwhile (is thread_pool_size right, or was the whole pool busy?)")
     what = []
     if n_h:
         what.append(f"{n_h} slow on the wire but " + ("not in the slow log" if logged else "not flagged slow"))
     if n_u:
         what.append(f"{n_u} in the slow log, which understates them")
-    return (f"{n} {plural(n, 'statement', 'statements')} waited up to {seconds_rounded(np.nanmax(queue[victims]))} before "
-            f"executing ({', '.join(what)}); {why}.")
+    qmin = np.nan_to_num(x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan))
+    longest = np.where(waited, np.fmax(queue, qmin), np.nan)  # finite on every `certain` row
+    return (f"{n} {plural(n, 'statement', 'statements')} waited up to {seconds_rounded(np.nanmax(longest))} before "
+            f"executing" + (f" ({', '.join(what)})" if what else "") + f"; {why}.")
 
 
 def _quiet_sentence(summary: dict, x: pd.DataFrame, server: np.ndarray, lqt) -> str:
