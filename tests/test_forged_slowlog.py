@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from craft import OK, T0, Capture, Conversation, pkt
+from craft import T0, stall
 
 from pcapdecomp.slowlog import WireStatements, parse_slow_log
 
@@ -42,17 +42,7 @@ def _entry(thread: int, ip: str, query_time: float, sql: str) -> str:
 def craft(tmp: Path, victims: list[int]) -> tuple[Path, Path]:
     """DB capture: connection 8 (the attacker) runs 3.7 s; each victim connection sends SELECT 1 just after and
     waits behind it (one thread group); the slow log holds the attacker's entry only, as the server writes it."""
-    cap = Capture()
-    attacker = Conversation(cap, client=("10.0.0.8", 40008)).open().login(8)
-    others = [Conversation(cap, client=("10.0.0.9", 41000 + v)).open().login(v) for v in victims]
-    start = T0 + S // 10
-    attacker.client_sends(pkt(0, b"\x03" + attacker_sql(victims).encode()), ts=start)
-    for i, conn in enumerate(others):
-        conn.client_sends(pkt(0, b"\x03" + VICTIM_SQL.encode()), ts=start + (i + 1) * 10**6)
-    attacker.server_sends(pkt(1, OK), ts=start + int(3.7 * S))
-    for i, conn in enumerate(others):
-        conn.server_sends(pkt(1, OK), ts=start + int(3.7 * S) + (i + 1) * 10**6)
-    db = cap.write(tmp / "db.pcap")
+    db = stall(tmp / "db.pcap", attacker_sql(victims).encode(), victims, VICTIM_SQL.encode())
     log = tmp / "slow.log"
     log.write_text(_entry(8, "10.0.0.8", 3.699, attacker_sql(victims)))
     return db, log
