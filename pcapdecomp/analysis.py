@@ -58,15 +58,20 @@ def _flows(conns: pd.DataFrame) -> set[tuple[str, int, str, int]]:
     return out
 
 
+ANALYSIS_NAMES = ("exchanges.parquet", "groups.parquet", "pool.parquet", "summary.json", "report.html")  # always
+
+
 def analyze(set_dir: Path | None, app: list, db, slow_log, long_query_time: float | None,
             thread_pool_size: int | None, servers: list[str], out_dir: Path | None,
             csv: bool = False, quiet: bool = False, slow_log_tz: str | None = None,
             command_line: str | None = None, max_sql_bytes: int = 1 << 20,
             jobs: int | None = None, scheduler: str | None = None, partitioned: bool = False,
-            proxy: list | None = None, proxy_servers: list[str] | None = None) -> AnalysisResult:
+            proxy: list | None = None, proxy_servers: list[str] | None = None,
+            scheduler_tls: str | None = None) -> AnalysisResult:
     """Run every stage and write the outputs. Raises PcapdecompError subclasses for user mistakes.
     `app`, `db`: capture points (a file, a glob, a folder; `db` one or a list); `slow_log`: one or one per DB point.
-    `scheduler`: a Dask scheduler address or "local" (pcapdecomp/cluster.py) to extract on Dask workers. `proxy`:
+    `scheduler`: a Dask scheduler address or "local" (pcapdecomp/cluster.py) to extract on Dask workers,
+    `scheduler_tls` "CA,CERT,KEY" for a tls:// one. `proxy`:
     capture points on a proxy host between app and DB (pcapdecomp/proxy.py), `proxy_servers` its endpoints."""
     cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers, proxy,
                              proxy_servers)
@@ -81,11 +86,12 @@ def analyze(set_dir: Path | None, app: list, db, slow_log, long_query_time: floa
     if scheduler is not None:
         from .cluster import DaskRunner
 
-        runner = DaskRunner.connect(scheduler, cs.points, quiet, jobs)  # a wrong address fails here, before any work
+        # a wrong address fails here, before any work
+        runner = DaskRunner.connect(scheduler, cs.points, quiet, jobs, tls=scheduler_tls)
     # the outputs are written as a set (outputs.OutputFolder); a bug becomes one line, its traceback a file in out
     try:
         with internal_errors_to(out):
-            with OutputFolder(out) as folder, Ahead(jobs if runner is None else 1) as ahead:
+            with OutputFolder(out, ANALYSIS_NAMES) as folder, Ahead(jobs if runner is None else 1) as ahead:
                 result, names = _analyze(cs, tz, jobs, folder.staging, csv, quiet, command_line, max_sql_bytes,
                                          runner, partitioned, ahead)
                 folder.commit()

@@ -194,7 +194,11 @@ def analyze(
         None, "--scheduler",
         help="Read the captures on a Dask cluster: the scheduler's address (tcp://HOST:8786), or 'local' for a "
              "LocalCluster on this machine (--jobs workers). The capture files must be readable at the same path "
-             "on every worker (a shared file system). Needs dask.distributed (the package's dask extra)."),
+             "on every worker (a shared file system). Needs dask.distributed (the package's dask extra). A "
+             "scheduler runs code in this process: use only one you trust (docs/security.md)."),
+    scheduler_tls: Optional[str] = typer.Option(
+        None, "--scheduler-tls", metavar="CA,CERT,KEY",
+        help="For a tls:// --scheduler: the CA file and this client's certificate and key (PEM)."),
 ) -> None:
     """Split each query's latency into network, queueing and execution; flag hidden-slow queries; write a report.
 
@@ -214,7 +218,7 @@ def analyze(
         thread_pool_size, list(server), out,
         csv=csv, quiet=quiet, slow_log_tz=slow_log_tz, command_line=" ".join(["pcapdecomp", *sys.argv[1:]]),
         max_sql_bytes=max_sql_bytes, jobs=jobs, proxy=list(proxy_captures), proxy_servers=list(proxy_server),
-        scheduler=scheduler, partitioned=partitioned,
+        scheduler=scheduler, partitioned=partitioned, scheduler_tls=scheduler_tls,
     )
     written = list(result.written)
     if evidence_too:
@@ -324,7 +328,7 @@ def lab_record(
 def main() -> None:
     """Exit codes: 0 done, 2 a user mistake (one line), 70 an internal error (one line, the traceback in a file),
     130 interrupted (Ctrl-C). No traceback reaches the terminal."""
-    from .errors import internal_error
+    from .errors import as_error
 
     try:
         _returning_allocator()
@@ -345,7 +349,7 @@ def main() -> None:
             show(file=shown)  # click words it; its values (a path, an option) are outside text
             say(shown.getvalue().rstrip("\n"), err=True, lines=True)
             sys.exit(usage_code)
-        _exit(internal_error(exc))
+        _exit(as_error(exc))
     if _Exit.fast and code in (0, None) and _threading_idle():
         import atexit
 
