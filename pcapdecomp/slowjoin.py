@@ -562,11 +562,13 @@ def wire_statements(t: pd.DataFrame) -> WireStatements:
     their size from the request's length; prepared ones holding header-like lines up to their first parameter."""
     if not len(t):
         return WireStatements()
+    codes, texts_seen = pd.factorize(t["sql"].astype(object))  # each distinct text looked at once
+    holds = np.array([isinstance(v, str) and holds_header_lines(v) for v in texts_seen] + [False], dtype=bool)
+    problem_codes, problem_texts = pd.factorize(t["problems"].astype(object).fillna("").astype(str))
+    cut_kinds = np.array(["sql-cut" in v for v in problem_texts] + [False], dtype=bool)
+    was_cut = cut_kinds[problem_codes]
+    maybe = holds[codes] | was_cut
     sql = t["sql"].astype(object)
-    problems = t["problems"].astype(object).fillna("").astype(str)
-    was_cut = problems.str.contains("sql-cut", regex=False).to_numpy(dtype=bool)
-    maybe = (sql.str.contains("\n#", regex=False).fillna(False).to_numpy(dtype=bool)
-             | sql.str.startswith("#").fillna(False).to_numpy(dtype=bool) | was_cut)
     if not maybe.any():
         return WireStatements()
     rows = np.flatnonzero(maybe)
@@ -581,12 +583,11 @@ def wire_statements(t: pd.DataFrame) -> WireStatements:
             continue
         if command in ("COM_STMT_EXECUTE", "COM_STMT_BULK_EXECUTE"):
             marks = placeholders(text)
-            if marks and holds_header_lines(text):
+            if marks and not cut_here:
                 cut.append((_LEFT(text[: marks[0]]), None))
                 continue
         if command != "COM_QUERY" and not cut_here:
-            if holds_header_lines(text):
-                whole.append(logged_form(text))
+            whole.append(logged_form(text))
             continue
         parts = statements(text) if command == "COM_QUERY" else [logged_form(text)]
         if cut_here:

@@ -396,6 +396,9 @@ class SlowLogParser:
 
     def _feed_line(self, lineno: int, line: str, out: list[SlowLogEntry]) -> None:
         draft = self._draft
+        if self.wire is not None and draft is not None and draft.in_sql and draft.admin is None \
+                and (starts_entry(line) or _is_server_header(line)) and self._read_by_wire(draft, lineno, line):
+            return
         if _is_server_header(line):
             if _SERVER_HEADER[0].match(line):
                 self.stats.server_headers += 1
@@ -414,15 +417,6 @@ class SlowLogParser:
             return
         # in a statement: a header-like line may start the next entry, or be part of the SQL
         if starts_entry(line):
-            if self.wire is not None and draft.admin is None:
-                reading = self.wire.reads(draft.sql, line, draft.capped, draft.size)
-                if reading == "sql":  # the wire shows this line inside the statement: SQL, whatever it looks like
-                    if _QUERY_TIME.match(line):
-                        self.stats.wire_sql_entries += 1
-                    self._statement_line(draft, line)
-                    return
-                if reading == "unverified" and self._unverified_at is None:
-                    self._unverified_at = lineno
             # no statement line yet means the last line was a prefix line ('SET timestamp=...;'), also ';'-ended;
             # blank lines after a statement's ';' are not part of it (the server strips trailing blanks)
             last = draft.last_nonblank
@@ -435,6 +429,19 @@ class SlowLogParser:
                     self._start_from_pending(out)
                 return
         self._statement_line(draft, line)
+
+    def _read_by_wire(self, draft: _Draft, lineno: int, line: str) -> bool:
+        """A line that would end the statement (an entry header, a server header) read against the wire: True when
+        the wire shows it inside the statement (then it was added to it as SQL, whatever it looks like)."""
+        reading = self.wire.reads(draft.sql, line, draft.capped, draft.size)
+        if reading == "sql":
+            if _QUERY_TIME.match(line):
+                self.stats.wire_sql_entries += 1
+            self._statement_line(draft, line)
+            return True
+        if reading == "unverified" and self._unverified_at is None:
+            self._unverified_at = lineno
+        return False
 
     def _feed_pending(self, lineno: int, line: str, out: list[SlowLogEntry]) -> None:
         if line.startswith("#") and len(self._pending) < MAX_HEADER_LOOKAHEAD \
@@ -726,10 +733,13 @@ def starts_entry(line: str) -> bool:
 
 
 def holds_header_lines(text: str) -> bool:
-    """A statement text holds a line the slow log would read as the start of an entry."""
-    if "\n#" not in text and not text.startswith("#"):
+    """A statement text holds a line the slow log would read as the start of an entry, or as the server's file
+    header (which ends the entry before it)."""
+    lines = text.split("\n")
+    if len(lines) == 1 and not text.startswith("#"):
         return False
-    return any(starts_entry(line.rstrip("\r")) for line in text.split("\n") if line.startswith("#"))
+    return any(starts_entry(line.rstrip("\r")) if line.startswith("#") else _is_server_header(line.rstrip("\r"))
+               for line in lines)
 
 
 def split_lines(text: str) -> list[str]:
