@@ -138,7 +138,8 @@ def _print_summary(result, quality: dict) -> None:
     quality_bits = [
         f"{k}={quality[k]}"
         for k in ("frames_truncated", "frames_ip_fragment", "frames_undecodable", "frames_bad_ts", "gaps", "gaps_forced",
-                  "gap_bytes", "unparsed_bytes", "tls_bytes", "violations", "out_of_range", "if_drops")
+                  "gap_bytes", "unparsed_bytes", "tls_bytes", "violations", "out_of_range", "retransmission_conflicts",
+                  "if_drops")
         if quality.get(k)
     ]
     if quality_bits:

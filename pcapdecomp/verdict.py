@@ -28,8 +28,8 @@ SQL_CHARS = 80  # a statement quoted in a sentence is clipped to this many chara
 
 # The columns the queueing and split parts read. They take the sane rows of these alone: a row filter of the whole
 # table copies every column of it (≈ 450 MiB at 830k exchanges, three times over, the run's peak).
-SHARE_COLUMNS = ["seen", "total_s", "network_s", "server_s", "queue_s", "queue_source", "queue_min_s", "exec_s",
-                 "exec_source"]
+SHARE_COLUMNS = ["seen", "total_s", "network_s", "server_s", "pipelined_s", "queue_s", "queue_source", "queue_min_s",
+                 "exec_s", "exec_source"]
 # through a proxy the split tells network's parts apart (decompose.network_parts)
 PROXY_SHARE_COLUMNS = [c for c, _ in NETWORK_PARTS]
 
@@ -219,6 +219,9 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     if n_h:
         bullets.append(_hidden_bullet(x, hidden, lqt))
     bullets += _size_bullets(size)
+    piped = _pipelined_bullet(shares)
+    if piped:
+        bullets.append(piped)
     split = _split_bullet(shares)
     if split:
         bullets.append(split)
@@ -313,7 +316,7 @@ def _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server
             text += f" — if thread_pool_size {size['value']} is right; the capture suggests otherwise"
         return text + "."
     # queued, but no culprit named (or queued behind one, with no statement the slow log misses or understates)
-    waited = certain | victims
+    waited = victims if victims.any() else certain  # the victims; else the statements that certainly queued
     n_h, n_u = int(hidden.sum()), int(understated.sum())
     n = int(waited.sum())
     if disagrees:
@@ -457,10 +460,26 @@ def _split_bullet(x: pd.DataFrame) -> dict | None:
     else:
         queue = f"queueing {pct(q_all)} ({pct(q_cert)} certain" + (", the rest estimated)" if q_est > 0 else ")")
     execution = f"execution {pct(e_all)}" + (f" ({pct(e_meas)} measured in the slow log)" if e_meas > 0 else "")
-    unsplit = float(both.loc[both["queue_s"].isna(), "server_s"].sum())
+    unknown = both["queue_s"].isna()
+    unsplit = float(both.loc[unknown, "server_s"].sum() - both.loc[unknown, "pipelined_s"].sum())
     rest = f", not split (execution unknown) {pct(unsplit)}" if unsplit >= 0.0005 * tot else ""
-    return {"topic": "split", "text": f"Of the {seconds_rounded(tot)} the clients waited: {net}, {queue}, "
+    piped = float(both["pipelined_s"].sum())
+    behind = (f", pipelined {pct(piped)} (requests sent before the answer to the one before them on their "
+              "connection: waiting there, not queueing)" if piped >= 0.0005 * tot else "")
+    return {"topic": "split", "text": f"Of the {seconds_rounded(tot)} the clients waited: {net}{behind}, {queue}, "
                                       f"{execution}{rest}."}
+
+
+def _pipelined_bullet(x: pd.DataFrame) -> dict | None:
+    wait = x["pipelined_s"].to_numpy(dtype="float64", na_value=np.nan)
+    waited = np.nan_to_num(wait) >= STALL_MIN_QUEUE_S
+    n = int(waited.sum())
+    if not n:
+        return None
+    return {"topic": "pipelined", "text": f"{n} {plural(n, 'request was', 'requests were')} pipelined (sent before the "
+                                          "answer to the one before on the same connection) and waited there up to "
+                                          f"{seconds_rounded(float(np.nanmax(wait[waited])))}: the connection's own "
+                                          "wait, not the thread pool's: not queueing, not a stall."}
 
 
 def _estimate_bullet(x: pd.DataFrame) -> dict | None:
