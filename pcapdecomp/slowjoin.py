@@ -562,17 +562,16 @@ def wire_statements(t: pd.DataFrame) -> WireStatements:
     their size from the request's length; prepared ones holding header-like lines up to their first parameter."""
     if not len(t):
         return WireStatements()
-    codes, texts_seen = pd.factorize(t["sql"].astype(object))  # each distinct text looked at once
+    codes, texts_seen = _distinct(t["sql"])  # each distinct text looked at once
     holds = np.array([isinstance(v, str) and holds_header_lines(v) for v in texts_seen] + [False], dtype=bool)
-    problem_codes, problem_texts = pd.factorize(t["problems"].astype(object).fillna("").astype(str))
-    cut_kinds = np.array(["sql-cut" in v for v in problem_texts] + [False], dtype=bool)
+    problem_codes, problem_texts = _distinct(t["problems"])
+    cut_kinds = np.array([isinstance(v, str) and "sql-cut" in v for v in problem_texts] + [False], dtype=bool)
     was_cut = cut_kinds[problem_codes]
     maybe = holds[codes] | was_cut
-    sql = t["sql"].astype(object)
     if not maybe.any():
         return WireStatements()
     rows = np.flatnonzero(maybe)
-    texts = sql.to_numpy()[rows]
+    texts = np.asarray(texts_seen, dtype=object)[codes[rows]]
     commands = t["command"].astype(object).to_numpy()[rows]
     sizes = (t["bytes_req"].to_numpy(dtype=np.int64)[rows] if "bytes_req" in t.columns
              else np.full(len(rows), -1, dtype=np.int64))
@@ -598,6 +597,15 @@ def wire_statements(t: pd.DataFrame) -> WireStatements:
         else:
             whole += [p for p in parts if holds_header_lines(p)]
     return WireStatements(whole, cut)
+
+
+def _distinct(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values) of a column, -1 for null: a categorical's own codes and categories (no pass over
+    the rows' values), else pd.factorize."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy(dtype=np.int64), column.cat.categories.to_numpy(dtype=object)
+    codes, values = pd.factorize(column.astype(object))
+    return codes, np.asarray(values, dtype=object)
 
 
 def _distinct_rows(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
