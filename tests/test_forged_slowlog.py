@@ -104,3 +104,22 @@ def test_a_log_the_wire_cannot_check_names_no_culprit(tmp_path):
     assert "slow_log_disagrees" in s["story"]["findings"]
     assert "disagrees with the capture" in s["verdict"]
     assert "`" not in s["verdict"].split("\n")[0]  # no statement is named as a culprit
+
+
+def test_the_stall_sentence_needs_no_victim_when_statements_certainly_queued():
+    """The crash of issue 34 (np.nanmax of an empty array): every statement that queued was 'executing' by the
+    slow log, so none was hidden slow or understated, yet some certainly queued. The sentence tells those."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import pandas as pd
+
+    from pcapdecomp.verdict import _stall_sentence
+
+    x = pd.DataFrame({"queue_min_s": [0.0, 2.5, 0.0]})
+    none = np.zeros(3, dtype=bool)
+    certain = np.array([False, True, False])
+    queue = np.array([0.0, np.nan, 0.0])  # the extent unknown: the certain part is what is told
+    text = _stall_sentence(x, [], SimpleNamespace(stall_members=[]), certain, none, none, queue,
+                           np.array([0.01, 3.7, 0.01]), np.full(3, np.nan), {"value": 2, "source": "given"}, True)
+    assert text.startswith("1 statement waited up to 2.500 s before executing;")
