@@ -331,6 +331,7 @@ def main() -> None:
     130 interrupted (Ctrl-C). No traceback reaches the terminal."""
     from .errors import as_error
 
+    _Exit.fast = False  # this invocation's: a command run before in the same process (a test) does not count
     try:
         _returning_allocator()
         _plain_values_without_pydantic()
