@@ -1309,30 +1309,50 @@ static int emit(Lane *L, Flow *f) {
     }
     PyObject **conn = &PyTuple_GET_ITEM(f->row, 0); /* the connection's columns */
     int slow = (f->status & QUERY_WAS_SLOW) != 0;
-    int bad = put_o(L, COL_CAPTURE, conn[COL_CAPTURE]) | put_q(L, COL_CONN_INDEX, f->conn_index) |
-              put_o(L, COL_CONN_ID, conn[COL_CONN_ID]) | put_o(L, COL_CLIENT, conn[COL_CLIENT]) |
-              put_o(L, COL_SERVER, conn[COL_SERVER]) | put_q(L, COL_SEQ, f->work.count) |
-              put_o(L, COL_COMMAND, L->names[f->command]) | put_o(L, COL_SQL, f->sql) |
-              put_o(L, COL_STMT_ID, f->stmt_id) | put_o(L, COL_PARAMS, f->params) |
-              put_o(L, COL_FINGERPRINT, PyTuple_GET_ITEM(fp, 0)) | put_o(L, COL_QUERY_ID, PyTuple_GET_ITEM(fp, 1)) |
-              put_q(L, COL_REQ_FIRST_TS, f->req_ts) | put_q(L, COL_REQ_LAST_TS, f->req_last_ts) |
-              put_q(L, COL_RESP_FIRST_TS, f->rf_ts) | put_q(L, COL_RESP_LAST_TS, f->rl_ts) |
-              put_q(L, COL_REQ_FIRST_FRAME, f->req_frame) | put_q(L, COL_REQ_LAST_FRAME, f->req_last_frame) |
-              put_q(L, COL_RESP_FIRST_FRAME, f->rf_frame) | put_q(L, COL_RESP_LAST_FRAME, f->rl_frame) |
-              put_d(L, COL_RESPONSE_S, (double)(f->rl_ts - f->req_ts) / 1e9) |
-              put_d(L, COL_TTFB_S, (double)(f->rf_ts - f->req_last_ts) / 1e9) |
-              put_o(L, COL_RESULT, L->results[f->result == RES_OK ? 0 : 1]) | put_o(L, COL_ERROR_CODE, Py_None) |
-              put_o(L, COL_ERROR_STATE, Py_None) | put_o(L, COL_ERROR_MESSAGE, Py_None) |
-              put_q(L, COL_ROWS, f->rows) | put_q(L, COL_AFFECTED_ROWS, f->affected) |
-              put_q(L, COL_WARNINGS, f->warnings) | put_q(L, COL_RESULT_SETS, f->result_sets) |
-              put_q(L, COL_BYTES_REQ, f->bytes_req) | put_q(L, COL_BYTES_RESP, f->bytes_resp) |
-              put_q(L, COL_STATUS_FLAGS, f->status) | put_o(L, COL_SERVER_FLAG_SLOW, slow ? Py_True : Py_False) |
-              put_o(L, COL_TLS, conn[COL_TLS]) | put_o(L, COL_COMPRESSED, conn[COL_COMPRESSED]) |
-              put_o(L, COL_USER, conn[COL_USER]) | put_o(L, COL_DB, conn[COL_DB]) |
-              put_q(L, COL_REQ_TCP_SEQ, (uint32_t)(f->base[0] + (uint64_t)f->req_off)) |
-              put_q(L, COL_RESP_TCP_SEQ, (uint32_t)(f->base[1] + (uint64_t)f->rf_off)) |
-              put_q(L, COL_RESP_TCP_END, (uint32_t)(f->base[1] + (uint64_t)f->rl_end)) |
-              put_o(L, COL_PROBLEMS, L->empty);
+    /* one column after the other, stopping at the first that fails (its exception set: MemoryError) */
+    int bad = 0;
+    if (!bad) bad = put_o(L, COL_CAPTURE, conn[COL_CAPTURE]) < 0;
+    if (!bad) bad = put_q(L, COL_CONN_INDEX, f->conn_index) < 0;
+    if (!bad) bad = put_o(L, COL_CONN_ID, conn[COL_CONN_ID]) < 0;
+    if (!bad) bad = put_o(L, COL_CLIENT, conn[COL_CLIENT]) < 0;
+    if (!bad) bad = put_o(L, COL_SERVER, conn[COL_SERVER]) < 0;
+    if (!bad) bad = put_q(L, COL_SEQ, f->work.count) < 0;
+    if (!bad) bad = put_o(L, COL_COMMAND, L->names[f->command]) < 0;
+    if (!bad) bad = put_o(L, COL_SQL, f->sql) < 0;
+    if (!bad) bad = put_o(L, COL_STMT_ID, f->stmt_id) < 0;
+    if (!bad) bad = put_o(L, COL_PARAMS, f->params) < 0;
+    if (!bad) bad = put_o(L, COL_FINGERPRINT, PyTuple_GET_ITEM(fp, 0)) < 0;
+    if (!bad) bad = put_o(L, COL_QUERY_ID, PyTuple_GET_ITEM(fp, 1)) < 0;
+    if (!bad) bad = put_q(L, COL_REQ_FIRST_TS, f->req_ts) < 0;
+    if (!bad) bad = put_q(L, COL_REQ_LAST_TS, f->req_last_ts) < 0;
+    if (!bad) bad = put_q(L, COL_RESP_FIRST_TS, f->rf_ts) < 0;
+    if (!bad) bad = put_q(L, COL_RESP_LAST_TS, f->rl_ts) < 0;
+    if (!bad) bad = put_q(L, COL_REQ_FIRST_FRAME, f->req_frame) < 0;
+    if (!bad) bad = put_q(L, COL_REQ_LAST_FRAME, f->req_last_frame) < 0;
+    if (!bad) bad = put_q(L, COL_RESP_FIRST_FRAME, f->rf_frame) < 0;
+    if (!bad) bad = put_q(L, COL_RESP_LAST_FRAME, f->rl_frame) < 0;
+    if (!bad) bad = put_d(L, COL_RESPONSE_S, (double)(f->rl_ts - f->req_ts) / 1e9) < 0;
+    if (!bad) bad = put_d(L, COL_TTFB_S, (double)(f->rf_ts - f->req_last_ts) / 1e9) < 0;
+    if (!bad) bad = put_o(L, COL_RESULT, L->results[f->result == RES_OK ? 0 : 1]) < 0;
+    if (!bad) bad = put_o(L, COL_ERROR_CODE, Py_None) < 0;
+    if (!bad) bad = put_o(L, COL_ERROR_STATE, Py_None) < 0;
+    if (!bad) bad = put_o(L, COL_ERROR_MESSAGE, Py_None) < 0;
+    if (!bad) bad = put_q(L, COL_ROWS, f->rows) < 0;
+    if (!bad) bad = put_q(L, COL_AFFECTED_ROWS, f->affected) < 0;
+    if (!bad) bad = put_q(L, COL_WARNINGS, f->warnings) < 0;
+    if (!bad) bad = put_q(L, COL_RESULT_SETS, f->result_sets) < 0;
+    if (!bad) bad = put_q(L, COL_BYTES_REQ, f->bytes_req) < 0;
+    if (!bad) bad = put_q(L, COL_BYTES_RESP, f->bytes_resp) < 0;
+    if (!bad) bad = put_q(L, COL_STATUS_FLAGS, f->status) < 0;
+    if (!bad) bad = put_o(L, COL_SERVER_FLAG_SLOW, slow ? Py_True : Py_False) < 0;
+    if (!bad) bad = put_o(L, COL_TLS, conn[COL_TLS]) < 0;
+    if (!bad) bad = put_o(L, COL_COMPRESSED, conn[COL_COMPRESSED]) < 0;
+    if (!bad) bad = put_o(L, COL_USER, conn[COL_USER]) < 0;
+    if (!bad) bad = put_o(L, COL_DB, conn[COL_DB]) < 0;
+    if (!bad) bad = put_q(L, COL_REQ_TCP_SEQ, (uint32_t)(f->base[0] + (uint64_t)f->req_off)) < 0;
+    if (!bad) bad = put_q(L, COL_RESP_TCP_SEQ, (uint32_t)(f->base[1] + (uint64_t)f->rf_off)) < 0;
+    if (!bad) bad = put_q(L, COL_RESP_TCP_END, (uint32_t)(f->base[1] + (uint64_t)f->rl_end)) < 0;
+    if (!bad) bad = put_o(L, COL_PROBLEMS, L->empty) < 0;
     Py_DECREF(fp);
     if (bad) return -1; /* a failed append leaves the columns uneven: the error ends the extraction */
     L->n_rows += 1;

@@ -59,6 +59,9 @@ def _flows(conns: pd.DataFrame) -> set[tuple[str, int, str, int]]:
     return out
 
 
+ANALYSIS_NAMES = ("exchanges.parquet", "groups.parquet", "pool.parquet", "summary.json", "report.html")  # always
+
+
 def analyze(set_dir: Path | None, app: list, db, slow_log, long_query_time: float | None,
             thread_pool_size: int | None, servers: list[str], out_dir: Path | None,
             csv: bool = False, quiet: bool = False, slow_log_tz: str | None = None,
@@ -66,10 +69,11 @@ def analyze(set_dir: Path | None, app: list, db, slow_log, long_query_time: floa
             jobs: int | None = None, scheduler: str | None = None, partitioned: bool = False,
             proxy: list | None = None, proxy_servers: list[str] | None = None,
             processlist: Path | None = None, server_settings: dict | None = None,
-            tls_keylog: list | None = None) -> AnalysisResult:
+            tls_keylog: list | None = None, scheduler_tls: str | None = None) -> AnalysisResult:
     """Run every stage and write the outputs. Raises PcapdecompError subclasses for user mistakes.
     `app`, `db`: capture points (a file, a glob, a folder; `db` one or a list); `slow_log`: one or one per DB point.
-    `scheduler`: a Dask scheduler address or "local" (pcapdecomp/cluster.py) to extract on Dask workers. `proxy`:
+    `scheduler`: a Dask scheduler address or "local" (pcapdecomp/cluster.py) to extract on Dask workers,
+    `scheduler_tls` "CA,CERT,KEY" for a tls:// one. `proxy`:
     capture points on a proxy host between app and DB (pcapdecomp/proxy.py), `proxy_servers` its endpoints.
     `processlist`: a processlist snapshot naming the connections the captures saw no greeting of (connids.py).
     `server_settings`: the server's settings for the playbook (playbook.read_server_vars); None: capture.toml's.
@@ -95,11 +99,12 @@ def analyze(set_dir: Path | None, app: list, db, slow_log, long_query_time: floa
     if scheduler is not None:
         from .cluster import DaskRunner
 
-        runner = DaskRunner.connect(scheduler, cs.points, quiet, jobs)  # a wrong address fails here, before any work
+        # a wrong address fails here, before any work
+        runner = DaskRunner.connect(scheduler, cs.points, quiet, jobs, tls=scheduler_tls)
     # the outputs are written as a set (outputs.OutputFolder); a bug becomes one line, its traceback a file in out
     try:
         with internal_errors_to(out):
-            with OutputFolder(out) as folder, Ahead(jobs if runner is None else 1) as ahead:
+            with OutputFolder(out, ANALYSIS_NAMES) as folder, Ahead(jobs if runner is None else 1) as ahead:
                 result, names = _analyze(cs, tz, jobs, folder.staging, csv, quiet, command_line, max_sql_bytes,
                                          runner, partitioned, ahead)
                 folder.commit()
@@ -535,13 +540,16 @@ def _per_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, max_
     slow = None
     slow_info: dict = {"file": str(slow_path) if slow_path else None, "used": False}
     if slow_path is not None:
+        from .slowjoin import wire_statements
         from .slowlog import read_slow_log
 
         try:
-            slow, sstats = read_slow_log(slow_path, tz=tz, max_sql_bytes=max_sql_bytes)
+            slow, sstats = read_slow_log(slow_path, tz=tz, max_sql_bytes=max_sql_bytes, wire=wire_statements(table))
             slow_info.update({"flavor": sstats.flavor, "unparsed_lines": sstats.unparsed_lines,
                               "cut_entries": sstats.cut_entries, "damaged_values": sstats.damaged_values,
-                              "capped_statements": sstats.capped_statements})
+                              "capped_statements": sstats.capped_statements,
+                              "wire_sql_entries": sstats.wire_sql_entries,
+                              "unverified_entries": sstats.unverified_entries})
             for w in sstats.warnings[:5]:
                 note(w)
         except SlowLogError as err:

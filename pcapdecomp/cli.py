@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from . import __version__
+from .console import say, terminal_text
 from .errors import PcapdecompError
 
 app = typer.Typer(
@@ -26,22 +27,6 @@ app = typer.Typer(
 )
 lab_app = typer.Typer(no_args_is_help=True, help="Record real MariaDB thread-pool incidents on two test hosts.")
 app.add_typer(lab_app, name="lab")
-
-
-class _Console:
-    """rich's Console on stdout, made when something is first printed (rich's import is not free)."""
-
-    _console = None
-
-    def print(self, *args, **kwargs) -> None:
-        if _Console._console is None:
-            from rich.console import Console
-
-            _Console._console = Console()
-        _Console._console.print(*args, **kwargs)
-
-
-out_console = _Console()
 
 
 def _version(value: bool) -> None:
@@ -169,11 +154,13 @@ def _tls_words(quality: dict) -> str:
 
 
 def _print_summary(result, quality: dict) -> None:
+    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     ex = result.exchanges
-    out_console.print(
-        f"[bold]{result.capture}[/]: {quality['frames']} frames, {quality['mysql_connections']} MySQL connections "
+    say(
+        f"{result.capture}: {quality['frames']} frames, {quality['mysql_connections']} MySQL connections "
         f"({quality['midstream_connections']} mid-stream, {quality['tls_connections']} TLS{_tls_words(quality)}), "
         f"{quality['exchanges']} exchanges"
     )
@@ -182,28 +169,29 @@ def _print_summary(result, quality: dict) -> None:
         for command, group in ex[["command", "response_s", "result"]].groupby("command", sort=True, observed=True):
             resp = group["response_s"].dropna() * 1000
             table.add_row(
-                command,
+                Text(terminal_text(command)),
                 str(len(group)),
                 str(int((group["result"] == "error").sum())),
                 f"{resp.median():.3f}" if len(resp) else "-",
                 f"{resp.max():.3f}" if len(resp) else "-",
             )
-        out_console.print(table)
+        Console(highlight=False).print(table)
         errors = ex["error_code"].dropna().astype(int).value_counts()
         if len(errors):
-            out_console.print("errors: " + ", ".join(f"{code}×{n}" for code, n in errors.items()))
+            say("errors: " + ", ".join(f"{code}×{n}" for code, n in errors.items()))
         problems = ex["problems"].str.split(",").explode()
         problems = problems[problems.astype(bool)].value_counts()
         if len(problems):
-            out_console.print("problems: " + ", ".join(f"{name}×{n}" for name, n in problems.items()))
+            say("problems: " + ", ".join(f"{name}×{n}" for name, n in problems.items()))
     quality_bits = [
         f"{k}={quality[k]}"
         for k in ("frames_truncated", "frames_ip_fragment", "frames_undecodable", "frames_bad_ts", "gaps", "gaps_forced",
-                  "gap_bytes", "unparsed_bytes", "tls_unreadable_bytes", "violations", "out_of_range", "if_drops")
+                  "gap_bytes", "unparsed_bytes", "tls_unreadable_bytes", "violations", "out_of_range",
+                  "retransmission_conflicts", "if_drops")
         if quality.get(k)
     ]
     if quality_bits:
-        out_console.print("capture quality: " + ", ".join(quality_bits))
+        say("capture quality: " + ", ".join(quality_bits))
 
 
 @app.command()
@@ -267,7 +255,11 @@ def analyze(
         None, "--scheduler",
         help="Read the captures on a Dask cluster: the scheduler's address (tcp://HOST:8786), or 'local' for a "
              "LocalCluster on this machine (--jobs workers). The capture files must be readable at the same path "
-             "on every worker (a shared file system). Needs dask.distributed (the package's dask extra)."),
+             "on every worker (a shared file system). Needs dask.distributed (the package's dask extra). A "
+             "scheduler runs code in this process: use only one you trust (docs/security.md)."),
+    scheduler_tls: Optional[str] = typer.Option(
+        None, "--scheduler-tls", metavar="CA,CERT,KEY",
+        help="For a tls:// --scheduler: the CA file and this client's certificate and key (PEM)."),
 ) -> None:
     """Split each query's latency into network, queueing and execution; flag hidden-slow queries; write a report.
 
@@ -293,7 +285,7 @@ def analyze(
         csv=csv, quiet=quiet, slow_log_tz=slow_log_tz, command_line=" ".join(["pcapdecomp", *sys.argv[1:]]),
         max_sql_bytes=max_sql_bytes, jobs=jobs, proxy=list(proxy_captures), proxy_servers=list(proxy_server),
         scheduler=scheduler, partitioned=partitioned, processlist=processlist, server_settings=settings,
-        tls_keylog=list(tls_keylog),
+        tls_keylog=list(tls_keylog), scheduler_tls=scheduler_tls,
     )
     written = list(result.written)
     if evidence_too:
@@ -303,11 +295,11 @@ def analyze(
         with internal_errors_to(result.out_dir):
             written += export(result.out_dir).written
     if not quiet:
-        out_console.print(result.summary["verdict"], highlight=False)
+        say(result.summary["verdict"], lines=True)
         for line in result.summary.get("playbook") or []:  # what to change, from the server's settings
-            out_console.print(f"→ {line['text']}" + (f" {line['sql']}" if line.get("sql") else ""), highlight=False)
+            say(f"→ {line['text']}" + (f" {line['sql']}" if line.get("sql") else ""))
         for path in written:
-            out_console.print(f"wrote {path}", highlight=False)
+            say(f"wrote {path}")
 
 
 @app.command()
@@ -325,10 +317,10 @@ def evidence(
 
     result = export(analysis, query_id, conn_id, top, out)
     if not quiet:
-        out_console.print(f"{len(result.rows)} exchanges ({result.how})", highlight=False)
+        say(f"{len(result.rows)} exchanges ({result.how})")
         for path in result.written:
             frames = next((n for src, n in result.frames.items() if result.files[src] == path), None)
-            out_console.print(f"wrote {path}" + (f" ({frames} frames)" if frames is not None else ""), highlight=False)
+            say(f"wrote {path}" + (f" ({frames} frames)" if frames is not None else ""))
 
 
 @app.command()
@@ -352,9 +344,9 @@ def report(
 
     result = run_report(analysis, format, top, order_by, server_vars, out)
     if result.text is not None:
-        sys.stdout.write(result.text)
+        say(result.text.rstrip("\n"), lines=True)
     elif result.written is not None:
-        print(f"wrote {result.written}", file=sys.stderr)
+        say(f"wrote {result.written}", err=True)
 
 
 @app.command()
@@ -382,13 +374,13 @@ def compare(
                          command_line=" ".join(["pcapdecomp", *sys.argv[1:]]))
     if not quiet:
         if result.sentence:
-            out_console.print(result.sentence, highlight=False, soft_wrap=True)
+            say(result.sentence)
         for line in result.headline:
-            out_console.print(line, highlight=False, soft_wrap=True)
+            say(line)
         for note in result.notes:
-            out_console.print(f"{note.severity}: {note.text}", highlight=False, soft_wrap=True)
+            say(f"{note.severity}: {note.text}")
         for path in result.written:
-            out_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+            say(f"wrote {path}")
 
 
 @app.command()
@@ -437,8 +429,9 @@ def lab_record(
 def main() -> None:
     """Exit codes: 0 done, 2 a user mistake (one line), 70 an internal error (one line, the traceback in a file),
     130 interrupted (Ctrl-C). No traceback reaches the terminal."""
-    from .errors import internal_error
+    from .errors import as_error
 
+    _Exit.fast = False  # this invocation's: a command run before in the same process (a test) does not count
     try:
         _returning_allocator()
         _plain_values_without_pydantic()
@@ -452,9 +445,13 @@ def main() -> None:
     except Exception as exc:  # usage errors of click, or of the click that newer typer versions carry inside
         show, usage_code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
         if callable(show) and isinstance(usage_code, int):
-            show()
+            import io
+
+            shown = io.StringIO()
+            show(file=shown)  # click words it; its values (a path, an option) are outside text
+            say(shown.getvalue().rstrip("\n"), err=True, lines=True)
             sys.exit(usage_code)
-        _exit(internal_error(exc))
+        _exit(as_error(exc))
     if _Exit.fast and code in (0, None) and _threading_idle():
         import atexit
 
@@ -566,7 +563,7 @@ def _exit(exc: PcapdecompError) -> None:
     from .errors import InternalError
 
     kind = "internal error" if isinstance(exc, InternalError) else "error"
-    print(f"pcapdecomp: {kind}: {exc}", file=sys.stderr)
+    say(f"pcapdecomp: {kind}: {exc}", err=True)
     sys.exit(exc.exit_code)
 
 

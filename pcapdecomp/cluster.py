@@ -14,6 +14,12 @@ point's files and parses its share of the connections.
 Matching, the clock fit, the decomposition and the report run on the machine that runs `pcapdecomp`, from the
 tables the workers send back (a few hundred bytes per exchange, not the packets).
 
+Trust: a Dask scheduler runs code in every client connected to it (that is what Dask is for), so the scheduler
+and every client of it must be trusted like the analyst's own account. `--scheduler local` starts its cluster with
+Dask's temporary TLS security (`Security.temporary()`: a fresh CA and certificate known to this process only), so
+no other local user can connect to it; a remote scheduler is reached over `tcp://` (an isolated network only) or
+`tls://` with `--scheduler-tls CA,CERT,KEY` (or Dask's own TLS configuration).
+
 The workers open the capture files themselves: every file must be readable at the same path on every worker (a
 shared file system). That is checked on every worker before any work, and a file a worker cannot read is a user
 mistake named in one line.
@@ -30,6 +36,23 @@ from .errors import UsageError
 from .sources import CapturePoint, register
 
 CONNECT_TIMEOUT_S = float(os.environ.get("PCAPDECOMP_DASK_TIMEOUT", "10"))  # seconds to wait for the scheduler
+
+
+SCHEMES = ("tcp", "tls")  # the Dask transports we connect over (ucx://, ws:// … are not supported)
+
+
+def _security(tls: str):
+    """Dask's Security for a tls:// scheduler from "CA,CERT,KEY" (the key may be inside CERT: "CA,CERT")."""
+    from distributed.security import Security
+
+    parts = [p.strip() for p in tls.split(",")]
+    if len(parts) not in (2, 3) or not all(parts):
+        raise UsageError(f"--scheduler-tls {tls}: give CA,CERT,KEY (three files, or CA,CERT with the key inside CERT)")
+    for f in parts:
+        if not os.path.isfile(f):
+            raise UsageError(f"--scheduler-tls: {f}: no such file")
+    ca, cert, key = (parts + [None])[:3]
+    return Security(tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key, require_encryption=True)
 
 
 def _unreadable(files: list[str]) -> list[str]:
@@ -59,11 +82,20 @@ class DaskRunner:
         self.client, self.cluster, self.address, self.quiet = client, cluster, address, quiet
 
     @classmethod
-    def connect(cls, scheduler: str, points: list[CapturePoint], quiet: bool, workers: int = 2) -> "DaskRunner":
-        """Connect to `scheduler` (an address, or "local": a LocalCluster of `workers` worker processes) and check
-        that every worker can read every capture file."""
+    def connect(cls, scheduler: str, points: list[CapturePoint], quiet: bool, workers: int = 2,
+                tls: str | None = None) -> "DaskRunner":
+        """Connect to `scheduler` (an address, or "local": a LocalCluster of `workers` worker processes, TLS with a
+        temporary certificate) and check that every worker can read every capture file. `tls`: "CA,CERT,KEY",
+        the files that authenticate this client to a `tls://` scheduler."""
+        scheme = scheduler.split("://", 1)[0].lower() if "://" in scheduler else "tcp"
+        if scheduler != "local" and scheme not in SCHEMES:
+            raise UsageError(f"--scheduler {scheduler}: {scheme}:// is not supported; give a tcp:// or tls:// address "
+                             "or 'local'")
+        if tls is not None and scheme != "tls":
+            raise UsageError("--scheduler-tls is for a tls:// scheduler address")
         try:
             from distributed import Client, LocalCluster
+            from distributed.security import Security
         except ImportError:
             raise UsageError("--scheduler needs Dask: pip install 'pcapdecomp[dask]' (dask.distributed)") from None
         import logging
@@ -71,16 +103,31 @@ class DaskRunner:
         logging.getLogger("distributed").setLevel(logging.ERROR)  # its own INFO lines are not ours to print
         cluster = None
         if scheduler == "local":
-            cluster = LocalCluster(n_workers=max(1, workers), threads_per_worker=1, processes=True,
-                                   dashboard_address=None, silence_logs=logging.ERROR)
-            client = Client(cluster)
-            address = f"local ({max(1, workers)} worker processes)"
-        else:
             try:
-                client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
-            except (OSError, TimeoutError, ValueError) as err:
-                raise UsageError(f"--scheduler {scheduler}: no Dask scheduler answers there "
-                                 f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+                security = Security.temporary()
+            except ImportError:  # no `cryptography`: workers in this process, no listening socket at all
+                security = None
+            n = max(1, workers)
+            if security is not None:
+                cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                                       silence_logs=logging.ERROR, security=security, protocol="tls://",
+                                       host="127.0.0.1")
+                address = f"local ({n} worker processes, TLS)"
+            else:
+                cluster = LocalCluster(n_workers=1, threads_per_worker=n, processes=False, dashboard_address=None,
+                                       silence_logs=logging.ERROR)
+                address = f"local (in this process, {n} threads)"
+            client = Client(cluster, security=security)
+        else:
+            security = _security(tls) if tls is not None else None
+            try:
+                client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s",
+                                **({"security": security} if security is not None else {}))
+            except Exception as err:  # noqa: BLE001 - Dask raises OSError, TimeoutError, ValueError, TypeError (TLS)
+                why = str(err).splitlines()[0] if str(err) else type(err).__name__
+                hint = (" (a tls:// scheduler needs --scheduler-tls CA,CERT,KEY or Dask's TLS configuration)"
+                        if scheme == "tls" and security is None else "")
+                raise UsageError(f"--scheduler {scheduler}: no Dask scheduler answers there ({why}){hint}") from None
             address = scheduler
         runner = cls(client, cluster, address, quiet)
         try:

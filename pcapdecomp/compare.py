@@ -165,12 +165,9 @@ def read_analysis(folder: Path, step: int, analysed_here: bool = False) -> Analy
     """Read what the comparison needs of an analysis folder; an unreadable or incompatible one is a user mistake."""
     import pyarrow.parquet as pq
 
-    try:
-        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise InputError(f"{folder / 'summary.json'}: not readable as JSON: {err}") from None
-    if not isinstance(summary, dict):
-        raise InputError(f"{folder / 'summary.json'}: not an analysis summary (a JSON object is expected)")
+    from .readback import read_summary, read_table
+
+    summary = read_summary(folder / "summary.json")
     version = summary.get("pcapdecomp") if isinstance(summary.get("pcapdecomp"), str) else None
     try:
         columns = set(pq.read_schema(folder / "exchanges.parquet").names)
@@ -181,11 +178,8 @@ def read_analysis(folder: Path, step: int, analysed_here: bool = False) -> Analy
         raise InputError(f"{folder}: an analysis from an incompatible version of pcapdecomp "
                          f"({version or 'unknown'}; this is {__version__}): {', '.join(missing[:4])}"
                          f"{' …' if len(missing) > 4 else ''} missing; run `pcapdecomp analyze` again")
-    try:
-        x = pd.read_parquet(folder / "exchanges.parquet", columns=[
-            *NEEDED_COLUMNS, *(c for _, c in PROXY_COMPONENTS if c in columns)])
-    except (OSError, ValueError) as err:
-        raise InputError(f"{folder / 'exchanges.parquet'}: not readable: {err}") from None
+    x = read_table(folder / "exchanges.parquet",
+                   columns=[*NEEDED_COLUMNS, *(c for _, c in PROXY_COMPONENTS if c in columns)])
     return Analysis(step, str(summary["set"]), folder, summary, x, _span_s(summary), _settings(summary),
                     analysed_here)
 
@@ -571,7 +565,7 @@ def compare(paths: list[Path], out_dir: Path | None = None, slow_s: float = SLOW
     out = out_dir if out_dir is not None else Path("reports") / ("compare-" + "-vs-".join(
         _safe_name(p.resolve().name) for p in paths))[:200]
     _check_out(out, paths)
-    with staged_folder(out) as tmp:
+    with staged_folder(out, [n for n in OUTPUT_NAMES if n != "analyses" or "capture set" in kinds]) as tmp:
         analyses = []
         for step, (path, kind) in enumerate(zip(paths, kinds)):
             if kind == "analysis":
@@ -615,8 +609,6 @@ def _check_out(out: Path, inputs: list[Path]) -> None:
             raise UsageError(f"--out {out} would replace the input {p}; choose another --out")
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: exists and is not a folder")
-    if out.is_dir() and any(p.name not in OUTPUT_NAMES for p in out.iterdir()):
-        raise InputError(f"{out}: exists and holds other files than a comparison; choose another --out")
 
 
 def _unique_names(analyses: list[Analysis]) -> None:

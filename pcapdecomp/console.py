@@ -3,6 +3,7 @@ so a command's output stays clean to pipe)."""
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -27,11 +28,11 @@ def progress_bar(quiet: bool, label: str) -> Iterator:
                                        TransferSpeedColumn)
 
             console = Console(stderr=True)
-            bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
+            bar = Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), DownloadColumn(),
                            TransferSpeedColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
                            console=console, transient=True, disable=not console.is_terminal)
             bar.start()
-            state.update(bar=bar, task=bar.add_task(label, total=total, rate=""), start=time.monotonic())
+            state.update(bar=bar, task=bar.add_task(terminal_text(label), total=total, rate=""), start=time.monotonic())
         elapsed = time.monotonic() - state["start"]
         rate = f"{frames / elapsed / 1000:,.0f}k frames/s" if elapsed > 0.5 else ""
         state["bar"].update(state["task"], completed=done, total=total, rate=rate)
@@ -56,5 +57,30 @@ def capture_problems(q: dict) -> str | None:
     return f"{q['file']}: " + "; ".join(parts) if parts else None
 
 
+# What a terminal acts on instead of showing: C0 controls (ESC starts OSC 52 clipboard writes, OSC 0 titles, OSC 8
+# links), DEL, C1 controls (U+009B is a one-character CSI, U+009D an OSC), bidi controls that reorder what is shown
+# (Trojan Source), lone surrogates. Tab and line feed are shown as such where a text may span lines.
+_UNSAFE_ONE_LINE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSAFE_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _shown(m: re.Match) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_text(text: object, lines: bool = False) -> str:
+    """Any text for the terminal, made inert: every character a terminal would act on is shown as `\\xNN` (or
+    `\\uNNNN`); `lines`: line feeds are kept (a multi-line verdict), else shown too (one line stays one line).
+    The result is plain text: print it without markup (`say`), never through rich's markup."""
+    return (_UNSAFE_LINES if lines else _UNSAFE_ONE_LINE).sub(_shown, str(text))
+
+
+def say(text: object, err: bool = False, lines: bool = False) -> None:
+    """Print a line of output (stdout, or stderr with `err`), made safe by terminal_text: every command prints
+    through here."""
+    print(terminal_text(text, lines), file=sys.stderr if err else sys.stdout, flush=err)
+
+
 def warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
+    say(f"warning: {message}", err=True)

@@ -265,7 +265,10 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     del rows
     in_log = join.entry >= 0
     undecided = join.undecided  # may be the exchange of an entry that could not be joined: in the log or not
-    server = t["server_s"].to_numpy(dtype="float64", na_value=np.nan)
+    pipelined = pipelined_s(t)
+    # the server's own time: what it took once the connection's earlier requests were answered (a pipelined
+    # request waits in the connection, not in the pool: never queueing, never a stall)
+    server = t["server_s"].to_numpy(dtype="float64", na_value=np.nan) - pipelined
     flag = t["server_flag_slow"].astype("boolean")
     exec_s = np.full(len(t), np.nan)
     source = np.full(len(t), -1, dtype=np.int8)  # a code of EXEC_SOURCES; -1: unknown
@@ -296,6 +299,7 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
         exec_s[bound] = np.minimum(server[bound], lqt)
         source[bound] = BELOW_LONG_QUERY_TIME
     t = t.copy(deep=False)  # copy-on-write: the new columns do not touch the caller's table
+    t["pipelined_s"] = np.where(np.isnan(server), np.nan, pipelined)
     t["exec_s"] = exec_s
     t["exec_source"] = labelled(source, EXEC_SOURCES)
     queue = np.where(np.isnan(exec_s) | ~has_server, np.nan, np.maximum(server - exec_s, 0.0))
@@ -350,6 +354,32 @@ def _texts_from_slow_log(t: pd.DataFrame, slow: pd.DataFrame, entry: np.ndarray)
         values = t[column].astype(object).to_numpy(copy=True)
         values[rows] = [value(s) if isinstance(s, str) else None for s in texts]
         t[column] = as_category(values)
+
+
+def pipelined_s(t: pd.DataFrame) -> np.ndarray:
+    """Per exchange (build_table's columns), seconds its request waited at the DB behind the same connection's
+    earlier requests (it arrived before they were answered: a client that pipelines, as Connector/J 3, R2DBC and
+    async drivers do): D1 up to the latest D4 of the requests before it, at most its own D4; 0 otherwise. The
+    server reads a connection's requests one after the other, so that wait is the connection's, not the pool's."""
+    n = len(t)
+    out = np.zeros(n)
+    ok = t["server_s"].notna().to_numpy() & t["db_client"].notna().to_numpy()
+    if n == 0 or not ok.any():
+        return out
+    rows = np.flatnonzero(ok)
+    client = pd.factorize(t["db_client"].astype(object).to_numpy()[rows])[0].astype(np.int64)
+    server = pd.factorize(t["server"].astype(object).to_numpy()[rows])[0].astype(np.int64)
+    key = client * (int(server.max()) + 1) + server
+    d1 = np.asarray(t["_d1_raw"], dtype=np.int64)[rows]
+    d4 = np.asarray(t["_d4_raw"], dtype=np.int64)[rows]
+    order = np.lexsort((d4, d1, key))
+    k, a, b = key[order], d1[order], d4[order]
+    none = np.iinfo(np.int64).min
+    before = pd.Series(b).groupby(k).cummax().groupby(k).shift(1, fill_value=none).to_numpy(dtype=np.int64)
+    before = np.maximum(before, a)  # no earlier request, or answered before this one came: no wait
+    wait = (np.minimum(before, b) - a) / NS  # int64 ns until here: no rounding of the times
+    out[rows[order]] = wait
+    return out
 
 
 def _text_codes(column: pd.Series) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import tempfile
@@ -60,7 +61,10 @@ def internal_error(exc: BaseException, folder: Path | None = None) -> InternalEr
         try:
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / DETAILS_NAME
-            path.write_text(text, encoding="utf-8")
+            if not is_details_file(path) and (path.exists() or path.is_symlink()):
+                path = None  # a file of that name we did not write is not ours to replace
+            else:
+                path.write_text(text, encoding="utf-8")
         except OSError:
             path = None
     if path is None:
@@ -69,6 +73,18 @@ def internal_error(exc: BaseException, folder: Path | None = None) -> InternalEr
             fh.write(text)
         path = Path(name)
     return InternalError(f"{_what(exc)} (details: {path})")
+
+
+def is_details_file(path: Path) -> bool:
+    """`path` is an internal-error.txt a run of ours wrote (its first line says so)."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return False
+        with open(path, "rb") as f:
+            first = f.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"pcapdecomp ") and b" internal error, " in first
 
 
 def _what(exc: BaseException) -> str:
@@ -87,13 +103,38 @@ def _what(exc: BaseException) -> str:
     return text + (f", in {where}" if where else "")
 
 
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: BaseException) -> OutputError | None:
+    """The one-line error for a write that found the disk (or the user's quota) full, wherever it was raised (Arrow
+    words it 'Error writing bytes to file. Detail: [errno 28] …' without setting errno); None for anything else."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and (exc.errno in _FULL or any(
+                f"[errno {code}]" in str(exc).lower() for code in _FULL)):
+            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+            return OutputError(f"{where}no space left on the device (or over the disk quota): free some space or "
+                               "choose another --out")
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def as_error(exc: BaseException, folder: Path | None = None) -> PcapdecompError:
+    """What an unexpected exception is for the user: a full disk is one line (OutputError, exit 2), anything else
+    an InternalError (its details saved, see internal_error)."""
+    return disk_full(exc) or internal_error(exc, folder)
+
+
 @contextmanager
 def internal_errors_to(folder: Path | None) -> Iterator[None]:
     """Inside, an exception that is not a PcapdecompError (a bug, or a resource the code did not expect to run
-    out) becomes an InternalError whose details are saved in `folder`. Interrupts pass through."""
+    out) becomes an InternalError whose details are saved in `folder` (a full disk: an OutputError). Interrupts
+    pass through."""
     try:
         yield
     except PcapdecompError:
         raise
     except Exception as exc:
-        raise internal_error(exc, folder) from exc
+        raise as_error(exc, folder) from exc

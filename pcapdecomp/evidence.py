@@ -13,7 +13,6 @@ Every text from a capture or a log is attacker-controlled: summary.md escapes it
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -32,7 +31,6 @@ from .match import split_endpoint
 from .mysql.tls import keylog_text
 
 DEFAULT_TOP = 10
-EVIDENCE_FILES = re.compile(r"^(.*\.pcapng|exchanges\.csv|summary\.md)$")  # what an evidence folder holds
 
 
 def display_filter(client: str, server: str, first_frame: int, last_frame: int) -> str:
@@ -83,10 +81,10 @@ def load_analysis(analysis_dir: Path) -> tuple[pd.DataFrame, dict]:
     table, summary = analysis_dir / "exchanges.parquet", analysis_dir / "summary.json"
     if not table.is_file() or not summary.is_file():
         raise InputError(f"{analysis_dir}: no exchanges.parquet and summary.json here: run `pcapdecomp analyze` first")
-    try:
-        return pd.read_parquet(table), json.loads(summary.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise InputError(f"{analysis_dir}: cannot read the analysis: {err}") from None
+    from .readback import read_summary, read_table
+
+    summary_dict = read_summary(summary)
+    return read_table(table), summary_dict
 
 
 def select(x: pd.DataFrame, query_ids: list[str], conn_ids: list[int], top: int | None,
@@ -215,8 +213,6 @@ def export(analysis_dir: Path, query_ids: list[str] | None = None, conn_ids: lis
     out = out_dir if out_dir is not None else analysis_dir / "evidence"
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: exists and is not a folder")
-    if out.is_dir() and any(not EVIDENCE_FILES.match(p.name) for p in out.iterdir()):
-        raise InputError(f"{out}: exists and holds other files than evidence; choose another --out")
     per_capture = spans(rows, summary)
     cwd = Path(summary["inputs"].get("cwd") or ".")
     sources = {}
@@ -243,7 +239,7 @@ def export(analysis_dir: Path, query_ids: list[str] | None = None, conn_ids: lis
 
         keylogs = [Path(k) if Path(k).is_absolute() else cwd / k for k in summary["inputs"].get("tls_keylogs") or []]
         secrets = load_secrets([k for k in keylogs if k.is_file()], list(sources.values()))
-    with staged_folder(out) as tmp:  # a fresh folder beside the target, renamed into place
+    with staged_folder(out, [*names.values(), "exchanges.csv", "summary.md"]) as tmp:  # outputs.OutputFolder's rule
         for path, sp in per_capture.items():
             with open(tmp / names[path], "wb") as f:
                 result.frames[path] = _copy_frames(sources[path], sp, rows, f, secrets)

@@ -157,6 +157,8 @@ class Extraction:
             "tls_unreadable_bytes": total("tls_bytes") - total("tls_decrypted_bytes") - total("tls_timed_bytes"),
             "violations": total("violations"),
             "out_of_range": _with_problem(exchanges if exchanges is not None else self.exchanges, "out-of-range"),
+            "retransmission_conflicts": _with_problem(exchanges if exchanges is not None else self.exchanges,
+                                                      "retransmission-conflict"),
             "other_tcp_bytes": self.other_tcp_bytes,
             # share of the MySQL connections' byte streams that were read (the rest: never captured, skipped while
             # resynchronising, or encrypted and neither decrypted nor timed)

@@ -197,12 +197,18 @@ class FlowTracker:
                     if offset is None:
                         self._deliver(flow, direction,
                                       half.segment(seq, payload, ts_ns, frame, False, ack if flags & ACK else None))
+                        if half.new_conflicts:
+                            self._conflict(flow, half, direction)
                     else:
+                        half.delivered(offset, payload)
                         conn = flow.mysql
                         conn.data(direction, payload, ts_ns, frame, offset, ack if flags & ACK else None)
                         for exchange in conn.take():
                             flow.exchanges += 1
                             self._emit(flow, exchange)
+                        if conn.between_exchanges:
+                            half.forget_delivered()
+                            other.forget_delivered()
                 elif half.base is None:
                     half.segment(seq, payload, ts_ns, frame, False)
                 return flow
@@ -357,6 +363,15 @@ class FlowTracker:
         if seg.missing and events:
             events += half.cut_by_snaplen(seg.seq, len(seg.payload), seg.missing, seg.ts_ns)
         self._deliver(flow, direction, events)
+        if half.new_conflicts:
+            self._conflict(flow, half, direction)
+
+    @staticmethod
+    def _conflict(flow: Flow, half: HalfStream, direction: int) -> None:
+        """Two copies of this direction's bytes differed: the exchange they belong to is marked (the first copy is
+        the one read)."""
+        half.new_conflicts = 0
+        flow.mysql.conflict(direction)
 
     def _deliver(self, flow: Flow, direction: int, events: list) -> None:
         if not events:
@@ -370,6 +385,9 @@ class FlowTracker:
         for exchange in conn.take():
             flow.exchanges += 1
             self._emit(flow, exchange)
+        if conn.between_exchanges:
+            flow.to_server.forget_delivered()
+            flow.to_client.forget_delivered()
 
     def _maybe_close(self, key, flow: Flow, seg: TcpSegment) -> None:
         if flow.close_ts is None and seg.flags & (FIN | RST):

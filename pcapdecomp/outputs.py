@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import InputError, OutputError, UsageError
+from .errors import DETAILS_NAME, InputError, OutputError, UsageError, is_details_file
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -202,20 +202,63 @@ def _write_arrow_parquet(table: pa.Table, schema: pa.Schema, path: Path) -> None
 # and when it is a mount point. A lock (flock on the folder) refuses a second run on the same folder.
 
 INCOMPLETE_NAME = "INCOMPLETE.txt"
+_MARKER_START = b"pcapdecomp was replacing the outputs"
 MANIFEST_NAME = ".pcapdecomp-outputs.json"
 STAGING_PREFIX = ".pcapdecomp-partial-"
-# what analyze wrote before the manifest existed, and what is written after the set (evidence) or instead of it
-OUTPUT_SUFFIXES = (".parquet", ".csv", ".json", ".html", ".md", ".txt")
-OWN_NAMES = ("exchanges.parquet", "exchanges.csv", "groups.parquet", "pool.parquet", "summary.json", "report.html",
-             "evidence", "internal-error.txt", "exchanges")  # exchanges/: the --partitioned dataset
+# what a manifest may make a run remove: output kinds only (a manifest is only a file in a folder, and must not make
+# a run delete captures or logs), and the folders our runs write (each holding a manifest of its own)
+OUTPUT_SUFFIXES = (".parquet", ".csv", ".json", ".html", ".md", ".txt", ".pcapng")
+OWN_FOLDERS = ("evidence", "exchanges", "analyses")  # analyze --evidence, --partitioned; compare's analyses/
+
+
+def listed_outputs(out: Path) -> set[str]:
+    """The names the manifest of `out` lists as written by a run of ours, that a new run may replace or remove."""
+    try:
+        listed = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+    if not isinstance(listed, list):
+        return set()
+    return {n for n in listed if isinstance(n, str) and n and "/" not in n and "\\" not in n and not n.startswith(".")
+            and (n.endswith(OUTPUT_SUFFIXES) or n in OWN_FOLDERS) and n not in (INCOMPLETE_NAME, DETAILS_NAME)}
+
+
+def _not_ours(out: Path, names) -> list[str]:
+    """Of `names`, those present in `out` that no run of ours wrote there (its manifest does not list them)."""
+    if not out.is_dir():
+        return []
+    listed = listed_outputs(out)
+    return sorted(n for n in names if n not in listed and ((out / n).exists() or (out / n).is_symlink())
+                  and not (n == DETAILS_NAME and is_details_file(out / n))
+                  and not (n == INCOMPLETE_NAME and _is_marker(out / n)))
+
+
+def _is_marker(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return not path.is_symlink() and f.read(len(_MARKER_START)) == _MARKER_START
+    except OSError:
+        return False
+
+
+def _refuse(out: Path, clash: list[str]) -> None:
+    shown = ", ".join(clash[:5]) + (f" and {len(clash) - 5} more" if len(clash) > 5 else "")
+    raise UsageError(f"{out}: holds {shown}, which no pcapdecomp run wrote there (not in its {MANIFEST_NAME}); "
+                     "choose another --out or move them away")
 
 
 class OutputFolder:
     """`with OutputFolder(out) as folder:` write into `folder.staging`, then `folder.commit()`. Leaving the block
-    without commit (an error, Ctrl-C) removes the staging folder, and the output folder too when this run made it."""
+    without commit (an error, Ctrl-C) removes the staging folder, and the output folder too when this run made it.
 
-    def __init__(self, out: Path):
+    The folder rule: a run replaces or removes only what the folder's manifest (MANIFEST_NAME, written by every
+    commit) lists; anything else in the folder is left alone, and a run whose outputs would replace such a file
+    refuses (UsageError: one line, exit 2), before its work when `names` (what it will write) are given, else at
+    commit, touching nothing."""
+
+    def __init__(self, out: Path, names=()):
         self.out = out
+        self.names = tuple(names)
         self.staging = out / f"{STAGING_PREFIX}{os.getpid()}"
         self.committed: list[Path] = []
         self._made = False
@@ -226,6 +269,9 @@ class OutputFolder:
         out = self.out
         if out.exists() and not out.is_dir():
             raise InputError(f"{out}: exists and is not a folder")
+        clash = _not_ours(out, self.names)
+        if clash:
+            _refuse(out, clash)
         try:
             self._made = not out.exists()
             out.mkdir(parents=True, exist_ok=True)
@@ -246,14 +292,18 @@ class OutputFolder:
         self._release(failed=kind is not None)
 
     def commit(self) -> list[Path]:
-        """Move every file of the staging folder into the output folder, replacing the previous run's files."""
+        """Move every file of the staging folder into the output folder, replacing the previous run's files (those
+        its manifest lists); a file of the same name that no run of ours wrote makes the commit refuse."""
         out = self.out
         names = sorted(p.name for p in self.staging.iterdir())
+        clash = _not_ours(out, [*names, INCOMPLETE_NAME])
+        if clash:
+            _refuse(out, clash)
         with _interrupts_deferred():
             try:
                 marker = out / INCOMPLETE_NAME
-                marker.write_text("pcapdecomp was replacing the outputs in this folder when it stopped: the files "
-                                  "here may come from two runs. Run `pcapdecomp analyze` again.\n", encoding="utf-8")
+                marker.write_bytes(_MARKER_START + b" in this folder when it stopped: the files here may come from "
+                                   b"two runs. Run `pcapdecomp analyze` again.\n")
                 for name in sorted(self._previous() - {INCOMPLETE_NAME}):
                     _remove(out / name)
                 for name in names:
@@ -262,19 +312,15 @@ class OutputFolder:
                 marker.unlink()
             except OSError as err:
                 raise OutputError(f"{out}: cannot write the outputs: {err.strerror or err}") from None
+        _register(out)
         self.committed = [out / name for name in names]
         return self.committed
 
     def _previous(self) -> set[str]:
-        """The previous run's files: its manifest's names that look like outputs (a manifest is only a file in a
-        folder, and must not make a run delete captures or logs), and the names analyze always wrote."""
-        names = set(OWN_NAMES)
-        try:
-            listed = json.loads((self.out / MANIFEST_NAME).read_text(encoding="utf-8"))["files"]
-            names.update(n for n in listed if isinstance(n, str) and "/" not in n and not n.startswith(".")
-                         and n.endswith(OUTPUT_SUFFIXES))
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        """The previous run's files: what its manifest lists, and an internal-error.txt of ours."""
+        names = listed_outputs(self.out)
+        if is_details_file(self.out / DETAILS_NAME):
+            names.add(DETAILS_NAME)
         return names
 
     def _lock(self) -> None:
@@ -351,30 +397,26 @@ def _interrupts_deferred() -> Iterator[None]:
 
 
 @contextmanager
-def staged_folder(out: Path) -> Iterator[Path]:
-    """`with staged_folder(out) as tmp:` write the new folder's files into `tmp` (a fresh folder beside `out`); when
-    the block ends normally, `tmp` replaces `out` (an older folder of the same kind, or nothing) in one rename.
-    Whatever happens, `tmp` is gone afterwards: a failure leaves `out` as it was."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        yield tmp
-        _swap_in(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def staged_folder(out: Path, names=()) -> Iterator[Path]:
+    """`with staged_folder(out) as tmp:` write the folder's files into `tmp`; when the block ends normally they
+    replace the previous run's (OutputFolder's rule: only what the folder's manifest lists; other files stay, and a
+    file of ours that would replace one of them makes it refuse). Whatever happens, `tmp` is gone afterwards: a
+    failure leaves `out` as it was."""
+    with OutputFolder(out, names) as folder:
+        yield folder.staging
+        folder.commit()
 
 
-def _swap_in(tmp: Path, out: Path) -> None:
-    """Replace `out` (an older folder, or nothing) by `tmp`: never a mix of the two runs' files."""
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    if out.exists():
-        os.replace(out, old)
+def _register(out: Path) -> None:
+    """A folder of ours written inside another folder of ours (evidence/ in an analysis) is listed in that one's
+    manifest too, so that the next run there replaces it, as every other of its outputs."""
+    parent = out.parent
+    if out.name not in OWN_FOLDERS or not (parent / MANIFEST_NAME).is_file():
+        return
     try:
-        os.replace(tmp, out)
-    except OSError:
-        if old.exists() and not out.exists():
-            os.replace(old, out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+        manifest = json.loads((parent / MANIFEST_NAME).read_text(encoding="utf-8"))
+        files = manifest["files"]
+        if isinstance(files, list) and out.name not in files:
+            write_text(parent / MANIFEST_NAME, json.dumps({**manifest, "files": [*files, out.name]}) + "\n")
+    except (OSError, ValueError, KeyError, TypeError):
+        pass

@@ -45,11 +45,49 @@ _PAGE = mmap.PAGESIZE
 _CONTEXTS = itertools.count()  # numbers the pools and Forked children of this process: their files' prefix
 
 
+_STALE_CHECKED = False  # whether this process removed the handover files of dead processes
+
+
 def _handover_prefix() -> str:
     """The start of the names of the files the children of one pool (or one Forked) hand their results over in: the
     parent removes what is left of them when the pool ends (a child killed mid-write, Ctrl-C), and only those (two
     pools may be alive at once)."""
+    global _STALE_CHECKED
+    if not _STALE_CHECKED:
+        _STALE_CHECKED = True
+        _remove_stale()
     return f"pcapdecomp-{os.getpid()}-{next(_CONTEXTS)}-"
+
+
+def _remove_stale() -> None:
+    """Remove the handover files of processes that are gone (killed with SIGKILL, where no clean-up runs): files of
+    this user whose process id names no process."""
+    if not HANDOVER_DIR:
+        return
+    try:
+        names = os.listdir(HANDOVER_DIR)
+    except OSError:
+        return
+    dead: dict[int, bool] = {}
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 3 or parts[0] != "pcapdecomp" or not parts[1].isdigit():
+            continue
+        pid = int(parts[1])
+        if pid not in dead:
+            try:
+                os.kill(pid, 0)
+                dead[pid] = False
+            except ProcessLookupError:
+                dead[pid] = True
+            except OSError:  # alive, another user's
+                dead[pid] = False
+        path = os.path.join(HANDOVER_DIR, name)
+        try:
+            if dead[pid] and os.lstat(path).st_uid == os.getuid():
+                os.unlink(path)
+        except OSError:
+            pass
 
 
 def _remove_leftovers(prefix: str) -> None:
@@ -183,9 +221,43 @@ def _unpacked(future: Future) -> Future:
     return outer
 
 
-def _ignore_interrupts() -> None:
+def _ignore_interrupts(parent: int | None = None) -> None:
+    """In a forked child, first: Ctrl-C is the parent's; and the child ends when `parent` does (_die_with_parent)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked while forking (_workers); now ignored
+    if parent is not None:
+        _die_with_parent(parent)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a forked child: end when the parent ends, however it ends (SIGKILL too), instead of waiting for ever on
+    its pipe: Linux sends SIGTERM at the parent's death (PR_SET_PDEATHSIG); then the handover files of the dead
+    parent, which no one else would remove, are removed. A SIGTERM while the parent lives (it ends its workers) ends
+    the child as before."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+
+    def ended(signum, _frame) -> None:
+        if os.getppid() != parent:
+            _remove_leftovers(f"pcapdecomp-{parent}-")
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, ended)
+    if os.getppid() != parent:  # the parent died before the request was made
+        ended(signal.SIGTERM, None)
 
 
 @contextmanager
@@ -195,7 +267,8 @@ def _workers(count: int) -> Iterator[ProcessPoolExecutor]:
     broken pool, not an interrupt). When the parent stops early (Ctrl-C, a worker's error) the workers are ended
     at once instead of finishing their captures."""
     before = set(mp.active_children())
-    pool = ProcessPoolExecutor(max_workers=count, mp_context=mp.get_context("fork"), initializer=_ignore_interrupts)
+    pool = ProcessPoolExecutor(max_workers=count, mp_context=mp.get_context("fork"), initializer=_ignore_interrupts,
+                               initargs=(os.getpid(),))
     prefix = _handover_prefix()
     try:
         yield _BlockingInterruptsWhileForking(pool, prefix)
@@ -428,8 +501,8 @@ class Forked:
         self._prefix = _handover_prefix()
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # see _BlockingInterruptsWhileForking
         try:
-            self._process = context.Process(target=_call_and_send, args=(send, self._prefix, function, args),
-                                            daemon=True)
+            self._process = context.Process(target=_call_and_send,
+                                            args=(send, self._prefix, function, args, os.getpid()), daemon=True)
             self._process.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
@@ -468,10 +541,10 @@ class Forked:
         return False
 
 
-def _call_and_send(send, prefix: str, function: Callable, args: tuple) -> None:
+def _call_and_send(send, prefix: str, function: Callable, args: tuple, parent: int) -> None:
     """Forked's child: the call, and its result (packed for the way back, _pack) or exception sent back (one that
     cannot be pickled, as its text)."""
-    _ignore_interrupts()
+    _ignore_interrupts(parent)
     try:
         outcome = (True, _pack(function(*args), prefix))
     except BaseException as err:  # noqa: BLE001 - it is the parent's to raise

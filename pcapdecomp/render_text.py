@@ -13,24 +13,22 @@ import re
 
 import pandas as pd
 
+from .console import terminal_text
 from .evidence import md_code, md_text
 from .formats import MISSING, clip, count, is_missing, seconds, share
-from .report_figures import visible
 from .waitprofile import HISTOGRAM_LABELS
 
 WIDTH = 100  # the terminal text fits this many columns
 BAR = 50  # the longest histogram bar, in characters
-_C1 = re.compile("[\x80-\x9f\u2028\u2029]")
 
 _ORDER_WORDS = {"client": "the clients' time (A4 − A1)", "server": "the server's time (D4 − D1)",
                 "exec": "execution (slow log's Query_time, else estimated)"}
 
 
 def term(text, limit: int | None = None) -> str:
-    """Text from anywhere, safe on a terminal: control characters as \\xNN, on one line, clipped to `limit`."""
-    shown = _C1.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                    visible(text))
-    return clip(shown, limit) if limit else " ".join(shown.split())
+    """Text from anywhere, safe on a terminal (console.terminal_text), on one line, clipped to `limit`."""
+    shown = " ".join(terminal_text(text, lines=True).split())
+    return clip(shown, limit) if limit else shown
 
 
 def text(summary: dict, prof: pd.DataFrame, order_by: str, playbook: list[dict], top: int) -> str:

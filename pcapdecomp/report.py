@@ -192,7 +192,7 @@ class _Page:
         rows.append(("matching", f"{m['matched']} matched, {m['app_only']} app only, {m['db_only']} DB only, "
                      f"{m['conflicts']} conflicts, {m['connections_nat']} NAT connections"))
         warn = "".join(f"<li>{esc(w)}</li>" for w in s.get("warnings", []))
-        return (f"<section id='inputs'><h2>Inputs and capture quality</h2>" + _kv_table(rows) + "<h3>Capture quality</h3>"
+        return ("<section id='inputs'><h2>Inputs and capture quality</h2>" + _kv_table(rows) + "<h3>Capture quality</h3>"
                 + _quality(s) + (f"<h3>Warnings</h3><ul class='warn'>{warn}</ul>" if warn else "") + "</section>")
 
     def _span_text(self, q: dict) -> str:

@@ -69,7 +69,7 @@ EXCHANGE_COLUMNS: tuple[Column, ...] = (
     Column("req_tcp_seq", "int64", "TCP sequence number of the request's first byte (matches the same bytes at another capture point)"),
     Column("resp_tcp_seq", "Int64", "TCP sequence number of the response's first byte"),
     Column("resp_tcp_end", "Int64", "TCP sequence number just past the response's last byte"),
-    Column("problems", CATEGORY, "comma-separated: midstream, gap, unanswered, incomplete, truncated, sql-cut, sequence, violation, unknown-statement, params-undecoded, query-attributes, out-of-range (a wire number beyond int64: the column holds the int64 maximum, a lower bound)"),
+    Column("problems", CATEGORY, "comma-separated: midstream, gap, unanswered, incomplete, truncated, sql-cut, sequence, violation, unknown-statement, params-undecoded, query-attributes, out-of-range (a wire number beyond int64: the column holds the int64 maximum, a lower bound), retransmission-conflict (two copies of its bytes on the wire differed: an insertion or a rewriting middlebox; the first copy was read)"),
 )
 
 CONNECTION_COLUMNS: tuple[Column, ...] = (
@@ -170,6 +170,7 @@ CAPTURE_QUALITY_KEYS: tuple[Column, ...] = (
     Column("tls_unreadable_bytes", "int", "of them, neither (tls_bytes − decrypted − timed)"),
     Column("violations", "int", "protocol violations (packets that do not fit the state machine)"),
     Column("out_of_range", "int", "exchanges with a number out of range (problems: out-of-range)"),
+    Column("retransmission_conflicts", "int", "exchanges two of whose copies on the wire differed (problems: retransmission-conflict)"),
     Column("other_tcp_bytes", "int", "TCP payload bytes of connections that are not MySQL"),
     Column("understood_share", "float|null", "(mysql_bytes + tls_decrypted_bytes + tls_timed_bytes) / (mysql_bytes + "
            "gap_bytes + unparsed_bytes + tls_bytes): the share of the MySQL byte streams read (TLS ones decrypted or "
@@ -188,6 +189,7 @@ CAPTURE_PROBLEM_WORDS: tuple[tuple[str, str], ...] = (
     ("gap_bytes", "bytes never captured"),
     ("unparsed_bytes", "bytes skipped while resynchronising"), ("tls_unreadable_bytes", "encrypted (TLS) bytes neither decrypted nor timed"),
     ("violations", "protocol violations"), ("out_of_range", "exchanges with a number out of range"),
+    ("retransmission_conflicts", "exchanges whose retransmitted copies differed (the first copy read)"),
 )
 CAPTURE_PROBLEM_KEYS = frozenset([k for k, _ in CAPTURE_PROBLEM_WORDS]
                                  + ["damaged", "midstream_connections", "tls_connections",
@@ -283,9 +285,10 @@ ANALYSIS_COLUMNS: tuple[Column, ...] = (
     Column("server_s_hi", "float64", "upper bound of server_s, likewise"),
     Column("network_s_lo", "float64", "lower bound of network_s where it is null because a point is bounded"),
     Column("network_s_hi", "float64", "upper bound of network_s, likewise"),
+    Column("pipelined_s", "float64", "D1 up to the answer of the same connection's previous request (a client that pipelines: it sent this one before that answer): waiting in the connection, not the pool: never queueing, never a stall; exec_s and queue_s split server_s − pipelined_s; 0 when not pipelined, null without server time"),
     Column("exec_s", "float64", "execution time: the slow log's Query_time, else an estimate (see exec_source)"),
     Column("exec_source", CATEGORY, "slow_log | fingerprint_median (estimate: median server time of ≥ 5 agreeing fast executions of the same command and fingerprint) | below_long_query_time (known faster than long_query_time: exec_s is the bound min(server_s, long_query_time)) | flagged_slow (SERVER_QUERY_WAS_SLOW without a slow-log entry: exec_s = server_s, an upper bound); null when unknown"),
-    Column("queue_s", "float64", "server_s - exec_s, at least 0: waiting before execution (thread-pool queue); how it is known: queue_source"),
+    Column("queue_s", "float64", "server_s - pipelined_s - exec_s, at least 0: waiting before execution (thread-pool queue); how it is known: queue_source"),
     Column("queue_source", CATEGORY, "measured (exec_s is the slow log's Query_time) | estimated (exec_s is a fingerprint_median estimate: queue_s is an estimate, queue_min_s is what is certain) | lower_bound (exec_s is an upper bound on execution: queue_s is a lower bound); null when queue_s is null"),
     Column("queue_min_s", "float64", "queueing that is certain, never from an estimate: queue_s when measured; server_s minus an upper bound on execution (long_query_time for a statement known faster than it) otherwise; 0 when nothing bounds execution; null without server time. Claims of queueing (verdict, stalls, understated) rest on this column"),
     Column("in_slow_log", "boolean", "joined to a slow-log entry; null when no usable slow log, or when the exchange may be the partner of an entry that could not be joined (undecided)"),
@@ -388,6 +391,8 @@ SUMMARY_KEYS: tuple[Column, ...] = (
     Column('slow_log.cut_entries', 'int', 'entries whose statement text is incomplete'),
     Column('slow_log.damaged_values', 'int', 'header values that could not be read (counted, left null)'),
     Column('slow_log.capped_statements', 'int', 'statements longer than --max-sql-bytes, cut'),
+    Column('slow_log.wire_sql_entries', 'int', 'header blocks read as SQL: they lie inside a statement the capture shows (a forged entry)'),
+    Column('slow_log.unverified_entries', 'int', 'entries that may begin inside a statement the capture shows cut: the slow log disagrees with the wire and names no culprit'),
     Column('slow_log.entries', 'int', 'entries read'),
     Column('slow_log.entries_in_capture_window', 'int', "entries inside the captures' time span"),
     Column('slow_log.matched', 'int', 'entries joined to an exchange'),

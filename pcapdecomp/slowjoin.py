@@ -38,7 +38,9 @@ import numpy as np
 import pandas as pd
 
 from . import formats
-from .sqltext import WILDCARD, logged_form, parse_params, read_literal, statements, template_parts, template_values
+from .slowlog import WireStatements, holds_header_lines
+from .sqltext import (WILDCARD, logged_form, parse_params, placeholders, read_literal, statements, template_parts,
+                      template_values)
 
 NS = 1_000_000_000
 LOG_WRITE_SLACK_NS = 50_000_000  # the server may stamp the end (and Query_time) after the answer left; in the 85
@@ -564,6 +566,59 @@ def rows_for_join(t: pd.DataFrame) -> pd.DataFrame:
         "start_ns": pd.Series(t["_d1_raw"].to_numpy(), dtype="Int64").where(valid),
         "end_ns": pd.Series(t["_d4_raw"].to_numpy(), dtype="Int64").where(valid),
     })
+
+
+def wire_statements(t: pd.DataFrame) -> WireStatements:
+    """The statements of the exchanges (build_table's columns command, sql, problems, bytes_req) a slow log's
+    header lines could hide in, for the slow-log reader (slowlog.WireStatements): the whole ones that hold
+    header-like lines, in their logged form; those cut on the wire (--max-sql-bytes), by their known start and
+    their size from the request's length; prepared ones holding header-like lines up to their first parameter."""
+    if not len(t):
+        return WireStatements()
+    codes, texts_seen = _distinct(t["sql"])  # each distinct text looked at once
+    holds = np.array([isinstance(v, str) and holds_header_lines(v) for v in texts_seen] + [False], dtype=bool)
+    problem_codes, problem_texts = _distinct(t["problems"])
+    cut_kinds = np.array([isinstance(v, str) and "sql-cut" in v for v in problem_texts] + [False], dtype=bool)
+    was_cut = cut_kinds[problem_codes]
+    maybe = holds[codes] | was_cut
+    if not maybe.any():
+        return WireStatements()
+    rows = np.flatnonzero(maybe)
+    texts = np.asarray(texts_seen, dtype=object)[codes[rows]]
+    commands = t["command"].astype(object).to_numpy()[rows]
+    sizes = (t["bytes_req"].to_numpy(dtype=np.int64)[rows] if "bytes_req" in t.columns
+             else np.full(len(rows), -1, dtype=np.int64))
+    whole: list[str] = []
+    cut: list[tuple[str, int | None]] = []
+    for text, command, cut_here, size in zip(texts, commands, was_cut[rows], sizes):
+        if not isinstance(text, str):
+            continue
+        if command in ("COM_STMT_EXECUTE", "COM_STMT_BULK_EXECUTE"):
+            marks = placeholders(text)
+            if marks and not cut_here:
+                cut.append((_LEFT(text[: marks[0]]), None))
+                continue
+        if command != "COM_QUERY" and not cut_here:
+            whole.append(logged_form(text))
+            continue
+        parts = statements(text) if command == "COM_QUERY" else [logged_form(text)]
+        if cut_here:
+            whole += [p for p in parts[:-1] if holds_header_lines(p)]
+            # a packet's bytes less its header and command byte (and 4 per further packet of a long one)
+            payload = int(size) - 5 - 4 * (int(size) // (0xFFFFFF + 4)) if size > 0 else -1
+            cut.append((_LEFT(text) if len(parts) == 1 else parts[-1], payload if payload > 0 else None))
+        else:
+            whole += [p for p in parts if holds_header_lines(p)]
+    return WireStatements(whole, cut)
+
+
+def _distinct(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values) of a column, -1 for null: a categorical's own codes and categories (no pass over
+    the rows' values), else pd.factorize."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy(dtype=np.int64), column.cat.categories.to_numpy(dtype=object)
+    codes, values = pd.factorize(column.astype(object))
+    return codes, np.asarray(values, dtype=object)
 
 
 def _distinct_rows(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

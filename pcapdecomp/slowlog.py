@@ -20,6 +20,7 @@ logged under `# Time: ... :19`). `SET timestamp=N;` is the statement's start, wh
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import gzip
 import io
@@ -36,6 +37,7 @@ __all__ = [
     "SlowLogEntry",
     "SlowLogStats",
     "SlowLogParser",
+    "WireStatements",
     "parse_slow_log",
     "read_slow_log",
     "entries_to_frame",
@@ -102,6 +104,9 @@ class SlowLogStats:
     damaged_values: int = 0  # numbers or times out of range or unreadable: read as unknown (None), each warned
     capped_statements: int = 0  # statements longer than max_sql_bytes: kept up to the cap and marked cut
     capped_bytes: int = 0  # statement bytes not kept because of the cap
+    line_dropped: int = 0  # bytes the reader dropped from the line being fed (a line longer than it reads)
+    wire_sql_entries: int = 0  # header blocks read as SQL: they lie inside a statement the wire shows whole
+    unverified_entries: int = 0  # entries that may begin inside a statement the wire shows only in part (cut)
 
     def warn(self, message: str) -> None:
         if len(self.warnings) < MAX_WARNINGS:
@@ -249,12 +254,74 @@ def _unquote_db(name: str) -> str:
 # --- the state machine --------------------------------------------------------------------------------------
 
 
+class WireStatements:
+    """The statements seen on the wire that a slow log's header lines could hide in, in their logged form
+    (`sqltext.logged_form`). The server writes a statement into its slow log as is, newlines included, so a string
+    literal can hold a whole header block; where such a block lies inside a statement the wire shows, it is SQL.
+    `whole`: texts the wire shows complete that hold header-like lines; `cut`: (known start, length in bytes of
+    the whole statement or None when unknown) of statements the wire shows only in part: cut at --max-sql-bytes,
+    or a prepared statement's text up to its first parameter (the log writes values there)."""
+
+    SCAN = 64  # cut statements examined per header-like line (a log cannot make the check quadratic)
+
+    def __init__(self, whole: Iterable[str] = (), cut: Iterable[tuple[str, int | None]] = ()):
+        self.whole = sorted(set(whole))
+        pairs = sorted(set(cut), key=lambda pair: pair[0])
+        self.cut = [text for text, _ in pairs]
+        self.cut_size = [size for _, size in pairs]
+
+    def __len__(self) -> int:
+        return len(self.whole) + len(self.cut)
+
+    @staticmethod
+    def _starts_one(texts: list[str], prefix: str) -> bool:
+        i = bisect.bisect_left(texts, prefix)
+        return i < len(texts) and texts[i].startswith(prefix)
+
+    def _cut_sizes(self, so_far: str) -> Iterator[int | None]:
+        """The whole sizes of the cut statements whose known start agrees with `so_far` (one is a prefix of the
+        other)."""
+        i = bisect.bisect_left(self.cut, so_far)
+        for k in range(i, min(i + self.SCAN, len(self.cut))):  # known starts that continue so_far
+            if not self.cut[k].startswith(so_far):
+                break
+            yield self.cut_size[k]
+        k = i - 1
+        for _ in range(self.SCAN):  # known starts that so_far continues: sorted just before it
+            if k < 0:
+                break
+            if so_far.startswith(self.cut[k]):
+                yield self.cut_size[k]
+            elif self.cut[k][:1] != so_far[:1]:
+                break
+            k -= 1
+
+    def reads(self, sql_lines: list[str], line: str, capped: bool, size: int) -> str | None:
+        """What a header-like `line` after the statement lines `sql_lines` (`size`: their bytes in the log, line
+        feeds and the bytes a cap dropped included) is: 'sql' when the statement so far, this line included, is
+        the start of a statement the wire shows; 'unverified' when the wire cannot tell (its copy, or the log's,
+        is cut before the line and the statement may go on past it); None when no statement of the wire holds it."""
+        so_far = "\n".join(sql_lines)
+        text = so_far + "\n" + line if sql_lines else line
+        if not capped and (self._starts_one(self.whole, text) or self._starts_one(self.cut, text)):
+            return "sql"
+        if capped and self._starts_one(self.whole, so_far):
+            return "unverified"
+        if not sql_lines or not self.cut:
+            return None
+        reach = size + 1 + len(line.encode("utf-8", "surrogatepass"))
+        for whole_size in self._cut_sizes(so_far):
+            if whole_size is None or reach <= whole_size:  # the statement may go on past this line
+                return "unverified"
+        return None
+
+
 class _Draft:
     """An entry being assembled. Mutable on purpose; frozen into a SlowLogEntry when complete."""
 
     __slots__ = ("line", "nlines", "time_ns", "time_precision_ns", "time_iso", "has_user_host", "values", "user",
                  "host", "ip", "priv_user", "id", "use_db", "timestamp_s", "set_assign", "sql", "admin", "explain",
-                 "in_sql", "prefix_done", "sql_bytes", "capped", "last_nonblank")
+                 "in_sql", "prefix_done", "sql_bytes", "capped", "last_nonblank", "size")
 
     def __init__(self, line: int, time_ns: int | None, time_precision_ns: int | None = None, time_iso: bool = False):
         self.line = line
@@ -276,6 +343,7 @@ class _Draft:
         self.prefix_done = False  # a statement line was seen: 'use'/'SET timestamp' are SQL from now on
         self.sql_bytes = 0  # UTF-8 bytes of the statement lines kept (with their line feeds)
         self.capped = False  # statement lines past max_sql_bytes were not kept
+        self.size = 0  # UTF-8 bytes of the statement lines with their line feeds, kept or not
         self.last_nonblank: str | None = None  # the last non-blank statement line, kept or not (its ';' counts)
 
     @property
@@ -287,9 +355,12 @@ class SlowLogParser:
     """Feed lines (without or with their line ending) with `feed`; call `close` at the end. Complete entries are
     returned by both. Stats accumulate in `self.stats`."""
 
-    def __init__(self, tz: dt.tzinfo = UTC, max_sql_bytes: int = MAX_SQL_BYTES):
+    def __init__(self, tz: dt.tzinfo = UTC, max_sql_bytes: int = MAX_SQL_BYTES, wire: WireStatements | None = None):
         self.tz = tz
         self.max_sql_bytes = max_sql_bytes
+        self.wire = wire if wire else None  # statements of the capture holding header-like lines
+        self._unverified_at: int | None = None  # line from which an entry may begin inside a statement the wire
+        #                                         shows cut: the first entry from there is counted unverified
         self.stats = SlowLogStats()
         self._lineno = 0
         self._draft: _Draft | None = None
@@ -325,6 +396,9 @@ class SlowLogParser:
 
     def _feed_line(self, lineno: int, line: str, out: list[SlowLogEntry]) -> None:
         draft = self._draft
+        if self.wire is not None and draft is not None and draft.in_sql and draft.admin is None \
+                and (starts_entry(line) or _is_server_header(line)) and self._read_by_wire(draft, lineno, line):
+            return
         if _is_server_header(line):
             if _SERVER_HEADER[0].match(line):
                 self.stats.server_headers += 1
@@ -342,7 +416,7 @@ class SlowLogParser:
                 self._statement_line(draft, line)
             return
         # in a statement: a header-like line may start the next entry, or be part of the SQL
-        if self._starts_entry(line):
+        if starts_entry(line):
             # no statement line yet means the last line was a prefix line ('SET timestamp=...;'), also ';'-ended;
             # blank lines after a statement's ';' are not part of it (the server strips trailing blanks)
             last = draft.last_nonblank
@@ -355,6 +429,19 @@ class SlowLogParser:
                     self._start_from_pending(out)
                 return
         self._statement_line(draft, line)
+
+    def _read_by_wire(self, draft: _Draft, lineno: int, line: str) -> bool:
+        """A line that would end the statement (an entry header, a server header) read against the wire: True when
+        the wire shows it inside the statement (then it was added to it as SQL, whatever it looks like)."""
+        reading = self.wire.reads(draft.sql, line, draft.capped, draft.size)
+        if reading == "sql":
+            if _QUERY_TIME.match(line):
+                self.stats.wire_sql_entries += 1
+            self._statement_line(draft, line)
+            return True
+        if reading == "unverified" and self._unverified_at is None:
+            self._unverified_at = lineno
+        return False
 
     def _feed_pending(self, lineno: int, line: str, out: list[SlowLogEntry]) -> None:
         if line.startswith("#") and len(self._pending) < MAX_HEADER_LOOKAHEAD \
@@ -384,7 +471,7 @@ class SlowLogParser:
         does are SQL comments of the current statement, and the block starts after it."""
         pending, self._pending, self._pending_chars = self._pending, [], 0
         split = max((i + 1 for i, (_, text) in enumerate(pending) if text.endswith(";")), default=0)
-        if split and (split == len(pending) or not self._starts_entry(pending[split][1])):
+        if split and (split == len(pending) or not starts_entry(pending[split][1])):
             for _, line in pending:  # what follows the last ';' cannot start an entry: all of it is SQL
                 self._statement_line(self._draft, line)
             return
@@ -398,13 +485,6 @@ class SlowLogParser:
         pending, self._pending, self._pending_chars = self._pending, [], 0
         for _, line in pending:
             self._statement_line(self._draft, line)
-
-    @staticmethod
-    def _starts_entry(line: str) -> bool:
-        if line.startswith("# Time: "):
-            m = _TIME.match(line)
-            return bool(m) and _looks_like_time(m["value"])  # a damaged time still starts its entry
-        return bool(_USER_HOST.match(line) or _QUERY_TIME.match(line))
 
     # header block ------------------------------------------------------------------------------------------
 
@@ -504,6 +584,7 @@ class SlowLogParser:
                 return
             draft.prefix_done = True
         size = len(line) if line.isascii() else len(line.encode("utf-8", "surrogatepass"))
+        draft.size += size + (1 if draft.size else 0) + self.stats.line_dropped
         room = self.max_sql_bytes - draft.sql_bytes
         if draft.capped or size + (1 if draft.sql else 0) > room:
             if not draft.capped and room > 0:  # keep what fits of the line that crosses the cap
@@ -559,6 +640,11 @@ class SlowLogParser:
     def _emit(self, out: list[SlowLogEntry], draft: _Draft, sql: str, cut: bool) -> None:
         out.append(self._freeze(draft, sql, cut))
         self.stats.entries += 1
+        if self._unverified_at is not None and draft.line >= self._unverified_at:
+            self._unverified_at = None
+            self.stats.unverified_entries += 1
+            self.stats.warn(f"line {draft.line}: this entry may begin inside a statement the capture shows cut "
+                            "(its text holds slow-log header lines): the slow log cannot be checked against the wire")
 
     def _freeze(self, draft: _Draft, sql: str, cut: bool) -> SlowLogEntry:
         """Every number is range-checked here: a damaged one is read as None (counted, warned) and its text kept
@@ -637,6 +723,25 @@ class SlowLogParser:
         return "mysql"
 
 
+def starts_entry(line: str) -> bool:
+    """The line may begin a slow-log entry ('# Time:', '# User@Host:' or '# Query_time:' as the server writes
+    them)."""
+    if line.startswith("# Time: "):
+        m = _TIME.match(line)
+        return bool(m) and _looks_like_time(m["value"])  # a damaged time still starts its entry
+    return bool(_USER_HOST.match(line) or _QUERY_TIME.match(line))
+
+
+def holds_header_lines(text: str) -> bool:
+    """A statement text holds a line the slow log would read as the start of an entry, or as the server's file
+    header (which ends the entry before it)."""
+    lines = text.split("\n")
+    if len(lines) == 1 and not text.startswith("#"):
+        return False
+    return any(starts_entry(line.rstrip("\r")) if line.startswith("#") else _is_server_header(line.rstrip("\r"))
+               for line in lines)
+
+
 def split_lines(text: str) -> list[str]:
     """Split on '\n' only: str.splitlines() would also split on \x0b, \x1c, U+2028... inside SQL literals."""
     lines = text.split("\n")
@@ -652,11 +757,11 @@ def _iter_lines(text_or_lines: str | Iterable[str]) -> Iterator[str]:
         yield from text_or_lines
 
 
-def parse_slow_log(text_or_lines: str | Iterable[str], tz: dt.tzinfo = UTC, max_sql_bytes: int = MAX_SQL_BYTES
-                   ) -> tuple[list[SlowLogEntry], SlowLogStats]:
+def parse_slow_log(text_or_lines: str | Iterable[str], tz: dt.tzinfo = UTC, max_sql_bytes: int = MAX_SQL_BYTES,
+                   wire: WireStatements | None = None) -> tuple[list[SlowLogEntry], SlowLogStats]:
     """Parse a whole slow log. `tz` is the server's time zone, used for '# Time:' values written without one
-    (MySQL 5.6, Percona 5.x, MariaDB)."""
-    parser = SlowLogParser(tz, max_sql_bytes)
+    (MySQL 5.6, Percona 5.x, MariaDB). `wire`: the capture's statements that hold header-like lines."""
+    parser = SlowLogParser(tz, max_sql_bytes, wire)
     entries: list[SlowLogEntry] = []
     for line in _iter_lines(text_or_lines):
         entries.extend(parser.feed(line))
@@ -749,6 +854,7 @@ def _lines(text: io.TextIOBase, limit: int, stats: SlowLogStats) -> Iterator[str
         line = text.readline(limit)
         if not line:
             return
+        stats.line_dropped = 0
         if len(line) < limit or line.endswith("\n"):
             yield line
             continue
@@ -763,16 +869,19 @@ def _lines(text: io.TextIOBase, limit: int, stats: SlowLogStats) -> Iterator[str
             if more.endswith("\n"):
                 break
         stats.capped_bytes += dropped
+        stats.line_dropped = dropped
         yield line[: limit - 1] + last + "\n"
 
 
-def read_slow_log(path: str | os.PathLike, tz: dt.tzinfo = UTC, max_sql_bytes: int = MAX_SQL_BYTES):
+def read_slow_log(path: str | os.PathLike, tz: dt.tzinfo = UTC, max_sql_bytes: int = MAX_SQL_BYTES,
+                  wire: WireStatements | None = None):
     """Read a slow log file (plain or .gz) into (DataFrame, SlowLogStats). Raises SlowLogError, naming the file,
     for a file that is clearly not a slow log: missing, binary, or non-empty without a single entry or server
     header. An empty file (or one holding only server headers) is a slow log with no entries: a warning.
     The file is streamed line by line; only the entries are held in memory, each statement up to
     `max_sql_bytes` (longer ones are kept up to it, marked cut and counted). Damaged values never raise: they
-    are read as unknown and counted in `stats.damaged_values`."""
+    are read as unknown and counted in `stats.damaged_values`. `wire` (WireStatements): header lines the capture
+    shows inside a statement are read as that statement's SQL."""
     name = os.fspath(path)
     try:
         with open(name, "rb") as raw:
@@ -781,7 +890,7 @@ def read_slow_log(path: str | os.PathLike, tz: dt.tzinfo = UTC, max_sql_bytes: i
             _refuse_binary(name, f.peek(65536)[:65536] if hasattr(f, "peek") else b"")
             # newline="\n": only '\n' ends a line ('\r' and U+2028 may sit inside SQL literals)
             text = io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline="\n")
-            parser = SlowLogParser(tz, max_sql_bytes)
+            parser = SlowLogParser(tz, max_sql_bytes, wire)
             entries: list[SlowLogEntry] = []
             blank, replaced = True, False
             # a line is read whole up to the statement cap (and never less than 64 KiB: header lines stay whole)

@@ -2,7 +2,10 @@
 
 Each `Chunk` carries the capture timestamp and frame of the segment that first carried its bytes, and its stream
 offset (bytes since the start of the direction), so the protocol layer can time every packet to the first moment
-its bytes were seen. Retransmissions and overlaps are dropped (first copy wins); out-of-order segments wait for the
+its bytes were seen. Retransmissions and overlaps are dropped (first copy wins; a copy whose bytes differ from the
+first, as an insertion attack or a rewriting middlebox makes, is counted in `conflicts` — compared with what waits
+out of order and with the chunks delivered since the exchange began, the last RECENT_CHUNKS of them); out-of-order
+segments wait for the
 hole before them to fill. A hole becomes a `Gap` (bytes never captured) when the peer acknowledges data beyond it,
 when too much data waits behind it, or when the connection ends.
 
@@ -15,10 +18,12 @@ bytes across all the connections of a capture (`HeldBudget`, shared by the track
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from dataclasses import dataclass
 
 SEQ_MOD = 1 << 32
 HALF = 1 << 31
+RECENT_CHUNKS = 8  # delivered chunks kept (references, no copy) to compare a retransmitted copy with
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +52,7 @@ class StreamStats:
     gap_bytes: int = 0
     discontinuities: int = 0  # sequence jumps no window explains
     forced_gaps: int = 0  # of `gaps`: declared because a cap on held data bit, not because the peer acknowledged
+    conflicts: int = 0  # copies of bytes that differ from the first copy (which is the one kept)
 
 
 class HeldBudget:
@@ -86,6 +92,8 @@ class HalfStream:
         # and bytes before a FIN that never arrived. Another capture point of the connection may have them.
         self.holes: list[tuple[int, int, int]] = []
         self.holes_dropped = 0
+        self._recent: deque[tuple[int, bytes]] = deque(maxlen=RECENT_CHUNKS)  # (offset, bytes) delivered last
+        self.new_conflicts = 0  # conflicts found since the reader last looked (FlowTracker marks the exchange)
 
     @property
     def position(self) -> tuple[int, int] | None:
@@ -135,9 +143,11 @@ class HalfStream:
         end = offset + len(payload)
         if end <= self.next:
             self.stats.retransmitted_bytes += len(payload)
+            self._compare(offset, payload)
             return []
         if offset < self.next:
             self.stats.retransmitted_bytes += self.next - offset
+            self._compare(offset, payload[: self.next - offset])
             payload = payload[self.next - offset :]
             offset = self.next
         if offset > self.next:
@@ -150,7 +160,38 @@ class HalfStream:
         out = [Chunk(offset, payload, ts_ns, frame, ack)]
         self.next = end
         self.stats.bytes_delivered += len(payload)
+        self._recent.append((offset, payload))
         return out
+
+    def forget_delivered(self) -> None:
+        """Between two exchanges: a later copy is compared with the bytes of the exchange it belongs to only (the
+        same bytes whichever reader delivered the earlier exchanges: fastlane.py)."""
+        self._recent.clear()
+
+    def delivered(self, offset: int, payload: bytes) -> None:
+        """`payload` at `offset` was delivered by the caller after `in_order` accepted it: kept to compare."""
+        self._recent.append((offset, payload))
+
+    def _compare(self, offset: int, data: bytes, held: bool = False) -> None:
+        """A second copy of bytes already seen: count a conflict when its bytes differ from the first copy's (those
+        delivered lately, or, with `held`, those waiting out of order)."""
+        end = offset + len(data)
+        if held:
+            starts = self._holes_starts
+            i = max(bisect.bisect_right(starts, offset, self._first) - 1, self._first)
+            copies = []
+            while i < len(starts) and starts[i] < end:
+                chunk = self._held[starts[i]]
+                copies.append((chunk.offset, chunk.data))
+                i += 1
+        else:
+            copies = self._recent
+        for first, seen in copies:
+            a, b = max(first, offset), min(first + len(seen), end)
+            if a < b and seen[a - first : b - first] != data[a - offset : b - offset]:
+                self.stats.conflicts += 1
+                self.new_conflicts += 1
+                return
 
     def in_order(self, seq: int, length: int) -> int | None:
         """Fast path for the common case: `length` (> 0) payload bytes at `seq`, exactly the next expected byte,
@@ -241,6 +282,8 @@ class HalfStream:
             pieces.append((cursor, end))
         kept = sum(b - a for a, b in pieces)
         self.stats.retransmitted_bytes += len(chunk.data) - kept
+        if kept < len(chunk.data):
+            self._compare(start, chunk.data, held=True)
         for a, b in pieces:
             piece = chunk if (a, b) == (start, end) else Chunk(a, chunk.data[a - start : b - start], chunk.ts_ns,
                                                                chunk.frame, chunk.ack)
@@ -263,13 +306,16 @@ class HalfStream:
             end = start + len(chunk.data)
             if end <= self.next:
                 self.stats.retransmitted_bytes += len(chunk.data)
+                self._compare(start, chunk.data)
                 continue
             if start < self.next:
                 self.stats.retransmitted_bytes += self.next - start
+                self._compare(start, chunk.data[: self.next - start])
                 chunk = Chunk(self.next, chunk.data[self.next - start :], chunk.ts_ns, chunk.frame, chunk.ack)
             out.append(chunk)
             self.next = end
             self.stats.bytes_delivered += len(chunk.data)
+            self._recent.append((chunk.offset, chunk.data))
         if i == len(starts):
             starts.clear()
             i = 0

@@ -289,6 +289,8 @@ class _Rows:
     measured: np.ndarray  # queue_source is measured (the slow log timed the execution)
     culprit_ok: np.ndarray  # its execution could hold a worker for long: exec_s ≥ threshold from a source that says so
     executing_steps: tuple[np.ndarray, np.ndarray] | None = None  # _execution_steps', made once (pool and cap read it)
+    srv: np.ndarray | None = None  # the DB server endpoint's number: a thread pool is one server's (one DB capture
+    #                                point may see several servers: their statements never wait for each other)
 
 
 def _execution_steps(r: _Rows) -> tuple[np.ndarray, np.ndarray]:
@@ -348,7 +350,9 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
     # have queued itself
     culprit_ok = long_exec & (~upper_bound | ~victim)
     measured = of_pos(_equals(t["queue_source"], "measured"))
-    return _Rows(pos, d1, d4, xs, exec_known, q_end, q_min, server, conn, measured, culprit_ok), outliers, t0, t1
+    srv = of_pos(pd.factorize(t["server"].astype(object).to_numpy())[0].astype(np.int64))
+    return (_Rows(pos, d1, d4, xs, exec_known, q_end, q_min, server, conn, measured, culprit_ok, srv=srv), outliers,
+            t0, t1)
 
 
 def _ns_of(seconds: np.ndarray) -> np.ndarray:
@@ -490,7 +494,8 @@ def infer_thread_pool_size(r: _Rows, threshold_ns: int) -> dict:
     for chunk in np.array_split(vi, max(1, len(vi) // 500)):
         w0, w1 = r.d1[chunk][:, None], (r.d1 + r.q_min)[chunk][:, None]
         ov = np.minimum(w1, r.d4[ci][None, :]) - np.maximum(w0, r.xs[ci][None, :])
-        ok = (ov >= 0.5 * (w1 - w0)) & (r.conn[chunk][:, None] != r.conn[ci][None, :])
+        ok = ((ov >= 0.5 * (w1 - w0)) & (r.conn[chunk][:, None] != r.conn[ci][None, :])
+              & (r.srv[chunk][:, None] == r.srv[ci][None, :]))
         a, b = np.nonzero(ok)
         pv.append(chunk[a])
         pc.append(ci[b])
@@ -514,7 +519,7 @@ def infer_thread_pool_size(r: _Rows, threshold_ns: int) -> dict:
         lo = np.searchsorted(fd1, r.xs[c], side="right")
         hi = np.searchsorted(fd1, r.d4[c], side="left")
         us = fi[lo:min(hi, lo + per_blocker)]
-        us = us[r.conn[us] != r.conn[c]]
+        us = us[(r.conn[us] != r.conn[c]) & (r.srv[us] == r.srv[c])]
         fc.append(np.full(len(us), c))
         fu.append(us)
     fc = np.concatenate(fc) if fc else np.zeros(0, np.int64)
@@ -616,16 +621,19 @@ def find_stalls(r: _Rows, group: np.ndarray, threshold_ns: int) -> list[dict]:
     victim = (r.q_min >= threshold_ns) & (group >= 0)
     if not victim.any():
         return []
-    q = pd.DataFrame({"g": group[victim], "s": r.d1[victim], "e": r.q_end[victim], "i": np.flatnonzero(victim)})
+    # a thread group is one server's: with several servers at one point, (server, group) is the key
+    key = r.srv * (int(group.max()) + 1) + group if r.srv is not None else group
+    q = pd.DataFrame({"g": key[victim], "s": r.d1[victim], "e": r.q_end[victim], "i": np.flatnonzero(victim)})
     q = q.sort_values(["g", "s"], kind="stable")
     prev_end = q.groupby("g")["e"].cummax().groupby(q["g"]).shift()
     q["stretch"] = ((q["s"] > prev_end) | prev_end.isna() | (q["g"] != q["g"].shift())).cumsum()
     stalls = []
     busy = np.flatnonzero(r.culprit_ok & (group >= 0))
     for _, members in q.groupby("stretch"):
-        g = int(members["g"].iloc[0])
+        k = int(members["g"].iloc[0])
+        g = int(group[members["i"].iloc[0]])
         s, e = int(members["s"].min()), int(members["e"].max())
-        mine = busy[group[busy] == g]
+        mine = busy[key[busy] == k]
         overlap = np.minimum(e, r.d4[mine]) - np.maximum(s, r.xs[mine])
         hold = overlap >= CULPRIT_MIN_SHARE * (e - s)
         order = np.argsort(-overlap[hold], kind="stable")

@@ -28,8 +28,8 @@ SQL_CHARS = 80  # a statement quoted in a sentence is clipped to this many chara
 
 # The columns the queueing and split parts read. They take the sane rows of these alone: a row filter of the whole
 # table copies every column of it (≈ 450 MiB at 830k exchanges, three times over, the run's peak).
-SHARE_COLUMNS = ["seen", "total_s", "network_s", "server_s", "queue_s", "queue_source", "queue_min_s", "exec_s",
-                 "exec_source"]
+SHARE_COLUMNS = ["seen", "total_s", "network_s", "server_s", "pipelined_s", "queue_s", "queue_source", "queue_min_s",
+                 "exec_s", "exec_source"]
 # through a proxy the split tells network's parts apart (decompose.network_parts)
 PROXY_SHARE_COLUMNS = [c for c, _ in NETWORK_PARTS]
 
@@ -193,6 +193,10 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     certain = np.nan_to_num(qmin) >= STALL_MIN_QUEUE_S
     cap = (summary.get("pool") or {}).get("cap")
     stalls = (summary.get("groups") or {}).get("stalls") or []
+    slow_info = summary.get("slow_log") or {}
+    disagrees = int(slow_info.get("unverified_entries") or 0)
+    if disagrees:  # a log the wire cannot check may carry forged times: none of its claims names a culprit
+        stalls = [{**s, "culprits": [], "culprits_total": 0} for s in stalls]
     size = summary.get("thread_pool_size") or {}
     n_h, n_u = int(hidden.sum()), int(understated.sum())
 
@@ -213,8 +217,8 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     elif certain.any():
         told = any(s["culprits_total"] for s in stalls)
         findings.append("group_stall" if told else "queueing_unexplained")
-        sentence = _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, size,
-                                   bool(summary["slow_log"].get("used")))
+        sentence = _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server, total, size,
+                                   bool(slow_info.get("used")), disagrees)
     else:
         sentence = _quiet_sentence(summary, x, server, lqt)
         findings.append("idle" if sentence.startswith("No statement waited") else "undecided")
@@ -222,6 +226,17 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
         findings.append("understated")
     if n_h:
         findings.append("hidden_slow")
+    if disagrees:
+        findings.append("slow_log_disagrees")
+        bullets.append({"topic": "slow_log", "text": f"The slow log disagrees with the capture: {disagrees} "
+                        f"{plural(disagrees, 'entry', 'entries')} may begin inside a statement the capture shows cut "
+                        "(its text holds slow-log header lines), so the log may hold forged entries and no culprit "
+                        "is named from it."})
+    forged = int(slow_info.get("wire_sql_entries") or 0)
+    if forged:
+        bullets.append({"topic": "slow_log", "text": f"{forged} slow-log header {plural(forged, 'block lies', 'blocks lie')} "
+                        "inside the text of a statement the capture shows: read as that statement's SQL, not as "
+                        f"{plural(forged, 'an entry', 'entries')}."})
 
     told_by_cap = set(map(int, view.cap_members[1])) if cap else set()
     bullets += _stall_bullets([s for s, (victims, _) in zip(stalls, view.stall_members)
@@ -231,6 +246,9 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     if n_h:
         bullets.append(_hidden_bullet(x, hidden, lqt))
     bullets += _size_bullets(size)
+    piped = _pipelined_bullet(shares)
+    if piped:
+        bullets.append(piped)
     split = _split_bullet(shares)
     if split:
         bullets.append(split)
@@ -288,7 +306,9 @@ def _cap_bullets(cap: dict, x: pd.DataFrame, view: PoolView) -> list[dict]:
                                        f"{_source_words(cap['wait_source'])})."}]
 
 
-def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, size, logged: bool) -> str:
+def _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server, total, size, logged: bool,
+                    disagrees: int = 0) -> str:
+    """`certain`: the rows that certainly queued (at least one: the caller tells a stall only then)."""
     victims = hidden | understated
     told = [s for s in stalls if s["culprits_total"]]
     in_told = np.zeros(len(x), dtype=bool)
@@ -326,28 +346,37 @@ def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, 
         if size.get("warning"):
             text += f" — if thread_pool_size {size['value']} is right; the capture suggests otherwise"
         return text + "."
-    # queued, but no culprit named
+    # queued, but no culprit named (or queued behind one, with no statement the slow log misses or understates)
+    waited = victims if victims.any() else certain  # the victims; else the statements that certainly queued
     n_h, n_u = int(hidden.sum()), int(understated.sum())
-    n = int(victims.sum())
+    n = int(waited.sum())
     # a statement whose connection id is unknown (no greeting, no other source) has no known thread group: nothing is
     # claimed about a group that is not known
-    ungrouped = int((victims & x["thread_group"].isna().to_numpy()).sum()) if size.get("value") else 0
-    why = ("thread_pool_size is unknown and the capture does not show it, so no culprit can be named"
-           if not size.get("value") else
-           f"{plural(n, 'its', 'their')} connection {plural(n, 'id is', 'ids are')} unknown (the capture began after "
-           "the greeting; a processlist snapshot, --processlist, names them), so "
-           f"{plural(n, 'its', 'their')} thread group and culprit cannot be named" if ungrouped == n else
-           f"no statement of their thread group (thread_pool_size {size['value']}, {size.get('source')}) executed "
-           "long meanwhile (is thread_pool_size right, or was the whole pool busy?)"
-           + (f"; {ungrouped} of them {plural(ungrouped, 'has', 'have')} no known thread group (connection id "
-              "unknown)" if ungrouped else ""))
+    ungrouped = int((waited & x["thread_group"].isna().to_numpy()).sum()) if size.get("value") else 0
+    if disagrees:
+        why = "the slow log disagrees with the capture, so no culprit is named"
+    elif told:
+        why = f"they waited behind {_culprit_words(told)}"
+    elif not size.get("value"):
+        why = "thread_pool_size is unknown and the capture does not show it, so no culprit can be named"
+    elif ungrouped == n:
+        why = (f"{plural(n, 'its', 'their')} connection {plural(n, 'id is', 'ids are')} unknown (the capture began "
+               "after the greeting; a processlist snapshot, --processlist, names them), so "
+               f"{plural(n, 'its', 'their')} thread group and culprit cannot be named")
+    else:
+        why = (f"no statement of their thread group (thread_pool_size {size['value']}, {size.get('source')}) executed "
+               "long meanwhile (is thread_pool_size right, or was the whole pool busy?)"
+               + (f"; {ungrouped} of them {plural(ungrouped, 'has', 'have')} no known thread group (connection id "
+                  "unknown)" if ungrouped else ""))
     what = []
     if n_h:
         what.append(f"{n_h} slow on the wire but " + ("not in the slow log" if logged else "not flagged slow"))
     if n_u:
         what.append(f"{n_u} in the slow log, which understates them")
-    return (f"{n} {plural(n, 'statement', 'statements')} waited up to {seconds_rounded(np.nanmax(queue[victims]))} before "
-            f"executing ({', '.join(what)}); {why}.")
+    qmin = np.nan_to_num(x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan))
+    longest = np.where(waited, np.fmax(queue, qmin), np.nan)  # finite on every `certain` row
+    return (f"{n} {plural(n, 'statement', 'statements')} waited up to {seconds_rounded(np.nanmax(longest))} before "
+            f"executing" + (f" ({', '.join(what)})" if what else "") + f"; {why}.")
 
 
 def _quiet_sentence(summary: dict, x: pd.DataFrame, server: np.ndarray, lqt) -> str:
@@ -471,10 +500,26 @@ def _split_bullet(x: pd.DataFrame) -> dict | None:
     else:
         queue = f"queueing {pct(q_all)} ({pct(q_cert)} certain" + (", the rest estimated)" if q_est > 0 else ")")
     execution = f"execution {pct(e_all)}" + (f" ({pct(e_meas)} measured in the slow log)" if e_meas > 0 else "")
-    unsplit = float(both.loc[both["queue_s"].isna(), "server_s"].sum())
+    unknown = both["queue_s"].isna()
+    unsplit = float(both.loc[unknown, "server_s"].sum() - both.loc[unknown, "pipelined_s"].sum())
     rest = f", not split (execution unknown) {pct(unsplit)}" if unsplit >= 0.0005 * tot else ""
-    return {"topic": "split", "text": f"Of the {seconds_rounded(tot)} the clients waited: {net}, {queue}, "
+    piped = float(both["pipelined_s"].sum())
+    behind = (f", pipelined {pct(piped)} (requests sent before the answer to the one before them on their "
+              "connection: waiting there, not queueing)" if piped >= 0.0005 * tot else "")
+    return {"topic": "split", "text": f"Of the {seconds_rounded(tot)} the clients waited: {net}{behind}, {queue}, "
                                       f"{execution}{rest}."}
+
+
+def _pipelined_bullet(x: pd.DataFrame) -> dict | None:
+    wait = x["pipelined_s"].to_numpy(dtype="float64", na_value=np.nan)
+    waited = np.nan_to_num(wait) >= STALL_MIN_QUEUE_S
+    n = int(waited.sum())
+    if not n:
+        return None
+    return {"topic": "pipelined", "text": f"{n} {plural(n, 'request was', 'requests were')} pipelined (sent before the "
+                                          "answer to the one before on the same connection) and waited there up to "
+                                          f"{seconds_rounded(float(np.nanmax(wait[waited])))}: the connection's own "
+                                          "wait, not the thread pool's: not queueing, not a stall."}
 
 
 def _estimate_bullet(x: pd.DataFrame) -> dict | None:

@@ -19,7 +19,12 @@ Seeds are the bundled real recordings. Each round mutates one of them:
     whose slow log is mutated too; the run may only end normally or in a PcapdecompError, and what it wrote must
     be strict JSON and a report;
   - the slow-log parser (slowlog.read_slow_log) on real slow logs with lines dropped, repeated and swapped, and
-    numbers (Query_time, Time, SET timestamp, Id, rows) replaced by extreme, negative and malformed values.
+    numbers (Query_time, Time, SET timestamp, Id, rows) replaced by extreme, negative and malformed values;
+  - embedded headers: a real slow log where one statement holds copies of other entries' header blocks (a forged
+    entry), read with the wire's copy of it whole (exactly the log's own entries) or cut (any extra entry flagged);
+  - terminal: any text through console.terminal_text / say holds nothing a terminal acts on;
+  - output folders: a folder of a user's files (some by our names, a manifest listing some) written by
+    OutputFolder: unlisted files stay as they were, or the run refuses and changes nothing.
 
     python3 scripts/fuzz.py --seconds 60 [--seed N] [--only TARGET]
 
@@ -343,9 +348,141 @@ def fuzz_slow_log(texts: list[str], rng: random.Random, tmp: Path) -> None:
         frame[column].to_numpy()
 
 
+# --- slow logs with header blocks inside statements ---------------------------------------------------------------
+
+def _entry_blocks(text: str) -> list[str]:
+    """The entries of a real slow log as text blocks (each from its '# Time:' or '# User@Host:' line)."""
+    blocks, current = [], []
+    for line in text.splitlines(keepends=True):
+        if line.startswith(("# Time: ", "# User@Host: ")) and current and not current[-1].startswith("# Time: "):
+            blocks.append("".join(current))
+            current = []
+        current.append(line)
+    if current:
+        blocks.append("".join(current))
+    return [b for b in blocks if "# Query_time: " in b]
+
+
+def fuzz_embedded_headers(texts: list[str], rng: random.Random, tmp: Path) -> None:
+    """A statement whose text holds copies of other entries' header blocks, as a database user can send it: read
+    with the wire's copy of that statement (whole, or cut), the log has exactly its own entries, never more; the
+    forged blocks are counted as SQL, or the entry after them as unverified."""
+    from pcapdecomp.slowlog import WireStatements, parse_slow_log
+
+    blocks = _entry_blocks(rng.choice(texts))
+    if len(blocks) < 2:
+        return
+    host = rng.randrange(len(blocks))
+    head, sep, _ = blocks[host].rpartition("SET timestamp=")
+    if not sep:
+        return
+    prefix = head + blocks[host][len(head):].split("\n", 1)[0] + "\n"
+    forged = [rng.choice(blocks).rstrip("\n").removesuffix(";") for _ in range(rng.randint(1, 3))]
+    statement = rng.choice(["SELECT 'x;", "SELECT 1 /* ;", "INSERT INTO t VALUES ('a;"]) + "\n" + ";\n".join(forged)
+    statement += rng.choice(["", "'", "\n' OR 1", "*/"])
+    log = "".join(blocks[:host]) + prefix + statement + ";\n" + "".join(blocks[host + 1:])
+    expected, _ = parse_slow_log("".join(blocks))
+    if rng.random() < 0.5:
+        wire = WireStatements([statement])
+        entries, stats = parse_slow_log(log, wire=wire)
+        assert len(entries) == len(expected), (len(entries), len(expected))
+        assert stats.unverified_entries == 0
+        mine = [e for e in entries if e.sql == statement]
+        assert mine, "the statement holding the forged blocks lost its text"
+    else:
+        cut = rng.randrange(1, len(statement))
+        wire = WireStatements([], [(statement[:cut], len(statement.encode()))])
+        entries, stats = parse_slow_log(log, wire=wire)
+        forged_seen = len(entries) - len(expected)
+        assert forged_seen >= 0
+        assert forged_seen == 0 or stats.unverified_entries >= 1, "an entry inside a cut statement was not flagged"
+
+
+# --- terminal output ----------------------------------------------------------------------------------------------
+
+_TERMINAL_PIECES = ["\x1b]52;c;aGVsbG8=\x07", "\x1b]0;title\x1b\\", "\x1b]8;;http://x/\x07l\x1b]8;;\x07", "\x9b31m",
+                    "\x9d0;t\x07", "\x1b[2J", "\r", "\x08", "\x7f", "\u202e", "\u2066", "\udc9b", "[/quote]",
+                    "[link=http://x]y[/link]", "[bold]", "\n", "\t", "é", "漢", "\\x1b", "SELECT 1"]
+_ACTS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def fuzz_terminal(rng: random.Random, tmp: Path) -> None:
+    """Any text through console.terminal_text holds nothing a terminal acts on; one line stays one line; and
+    what is not a control character is kept as it was."""
+    import io
+    from contextlib import redirect_stdout
+
+    from pcapdecomp.console import say, terminal_text
+
+    text = "".join(rng.choice(_TERMINAL_PIECES) if rng.random() < 0.7 else chr(rng.randrange(0, 0x3000))
+                   for _ in range(rng.randint(0, 30)))
+    for lines in (False, True):
+        shown = terminal_text(text, lines)
+        assert not _ACTS.search(shown), repr(shown)
+        assert lines or "\n" not in shown
+        escapes = re.compile(r"\\x[0-9a-f]{2}|\\u[0-9a-f]{4}")
+        plain = text if lines else text.replace("\n", "")
+        assert escapes.sub("", shown) == escapes.sub("", _ACTS.sub("", plain)), "plain text was changed"
+    printed = io.StringIO()
+    with redirect_stdout(printed):
+        say(text)
+    assert not _ACTS.search(printed.getvalue()) and printed.getvalue().count("\n") == 1
+
+
+# --- output folders -----------------------------------------------------------------------------------------------
+
+_FOLDER_NAMES = ["exchanges.parquet", "summary.json", "report.html", "exchanges.csv", "db.pcapng", "app.pcapng",
+                 "evidence", "exchanges", "analyses", "notes.txt", "db.pcap", "slow.log", "internal-error.txt",
+                 "INCOMPLETE.txt", "comparison.html"]
+
+
+def fuzz_output_folder(rng: random.Random, tmp: Path) -> None:
+    """A folder holding a user's files (some by our names), maybe a manifest of ours listing some of them: a run
+    either writes its set and leaves every unlisted file as it was, or refuses (UsageError) and changes nothing."""
+    from pcapdecomp.errors import UsageError
+    from pcapdecomp.outputs import MANIFEST_NAME, OutputFolder, listed_outputs
+
+    out = tmp / "folder"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    for name in rng.sample(_FOLDER_NAMES, rng.randint(0, 6)):
+        if rng.random() < 0.3:
+            (out / name).mkdir()
+            (out / name / "inside").write_bytes(b"user " + name.encode())
+        else:
+            (out / name).write_bytes(b"user " + name.encode())
+    if rng.random() < 0.5:
+        listed = rng.sample(_FOLDER_NAMES + ["../escape", ".hidden", "/abs"], rng.randint(0, 5))
+        (out / MANIFEST_NAME).write_text(json.dumps({"files": listed}))
+    ours = listed_outputs(out)
+
+    def snapshot() -> dict[str, bytes]:
+        return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+    before = snapshot()
+    writes = rng.sample(_FOLDER_NAMES[:9], rng.randint(1, 4))
+    try:
+        with OutputFolder(out, writes[:rng.randint(0, len(writes))]) as folder:
+            for name in writes:
+                (folder.staging / name).write_bytes(b"ours")
+            folder.commit()
+    except UsageError:
+        assert snapshot() == before, "a refused run changed the folder"
+        return
+    after = snapshot()
+    for path, data in before.items():
+        top = path.split("/", 1)[0]
+        if top in ours or top == MANIFEST_NAME or top in writes:
+            continue
+        assert after.get(path) == data, f"{path} was not ours and changed"
+    for name in writes:
+        assert (out / name).read_bytes() == b"ours"
+
+
 # --- driver -------------------------------------------------------------------------------------------------------
 
-WEIGHTS = {"capture reader": 0.5, "tcp+mysql": 1.0, "fast lane": 1.5, "analyze": 1.5, "slow log": 0.5}
+WEIGHTS = {"capture reader": 0.5, "tcp+mysql": 1.0, "fast lane": 1.5, "analyze": 1.5, "slow log": 0.5,
+           "embedded headers": 0.3, "terminal": 0.1, "output folders": 0.2}
 
 
 def main() -> int:
@@ -384,6 +521,9 @@ def main() -> int:
         "fast lane": lambda rng, tmp: fuzz_lane(rng.choice(files), rng, tmp),
         "analyze": lambda rng, tmp: fuzz_analyze(sets, rng, tmp),
         "slow log": lambda rng, tmp: fuzz_slow_log(slow_texts, rng, tmp),
+        "embedded headers": lambda rng, tmp: fuzz_embedded_headers(slow_texts, rng, tmp),
+        "terminal": fuzz_terminal,
+        "output folders": fuzz_output_folder,
     }
     if not fastlane.NATIVE:
         del targets["fast lane"]

@@ -152,3 +152,21 @@ def packed_commands(path: Path, n: int) -> Path:
     conn.client_sends(len(packed).to_bytes(3, "little") + b"\x00" + len(inner).to_bytes(3, "little") + packed)
     conn.close()
     return cap.write(path)
+
+
+def stall(path: Path, culprit_sql: bytes, victims: list[int], victim_sql: bytes = b"SELECT 1",
+          seconds: float = 3.7) -> Path:
+    """A DB capture of one thread-group stall: connection 8 (10.0.0.8) runs `culprit_sql` for `seconds`; each
+    victim connection (10.0.0.9) sends `victim_sql` just after it and is answered just after it ends."""
+    cap = Capture()
+    culprit = Conversation(cap, client=("10.0.0.8", 40008)).open().login(8)
+    others = [Conversation(cap, client=("10.0.0.9", 41000 + v)).open().login(v) for v in victims]
+    start = T0 + 10**8
+    culprit.client_sends(pkt(0, b"\x03" + culprit_sql), ts=start)
+    for i, conn in enumerate(others):
+        conn.client_sends(pkt(0, b"\x03" + victim_sql), ts=start + (i + 1) * 10**6)
+    end = start + int(seconds * 10**9)
+    culprit.server_sends(pkt(1, OK), ts=end)
+    for i, conn in enumerate(others):
+        conn.server_sends(pkt(1, OK), ts=end + (i + 1) * 10**6)
+    return cap.write(path)

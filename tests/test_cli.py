@@ -282,3 +282,19 @@ def test_quiet_exchanges_to_parquet_makes_no_dataframe(tmp_path):
     as_written = x.exchanges.astype({c.name: c.file_dtype for c in EXCHANGE_COLUMNS})
     pd.testing.assert_frame_equal(pd.read_parquet(out), as_written)
     assert pd.read_parquet(conns)["conn_index"].tolist() == x.connections["conn_index"].tolist()
+
+
+def test_main_ends_the_process_early_only_for_its_own_command(tmp_path, monkeypatch):
+    """An in-process `exchanges` (it may end the process without tearing the interpreter down) must not make a
+    later main() in the same process end it: that ended a whole pytest run with exit 0 at test_compare's first
+    in-process command, after test_cli's in-process `exchanges`."""
+    from typer.testing import CliRunner
+
+    from pcapdecomp import cli
+
+    capture = str(GROUP_STALL / "db.pcap")
+    assert CliRunner().invoke(cli.app, ["exchanges", capture, "-q", "--out", str(tmp_path / "x.parquet")]).exit_code == 0
+    monkeypatch.setattr(sys, "argv", ["pcapdecomp", "columns", "pool"])
+    with pytest.raises(SystemExit) as ended:
+        cli.main()  # returns here through sys.exit, not os._exit
+    assert ended.value.code in (0, None)

@@ -323,7 +323,8 @@ def _old_table(folder: Path) -> None:
     ("old table", lambda a, t: [str(a), str(t / "oldtable")], "queue_min_s, understated missing"),
     ("bad --slow", lambda a, t: [str(a), str(a), "--slow", "0"], "--slow must be > 0"),
     ("--out is an input", lambda a, t: [str(a), str(t / "copy"), "--out", str(t / "copy")], "would replace the input"),
-    ("--out holds other files", lambda a, t: [str(a), str(a), "--out", str(t / "busy")], "holds other files"),
+    ("--out holds a file of the user's by an output's name", lambda a, t: [str(a), str(a), "--out", str(t / "busy")],
+     "which no pcapdecomp run wrote there"),
 ])
 def test_user_mistakes_are_one_line_and_exit_2(analyses, tmp_path, monkeypatch, capsys, case, make, message):
     a = analyses[SERIES[0]]
@@ -336,10 +337,12 @@ def test_user_mistakes_are_one_line_and_exit_2(analyses, tmp_path, monkeypatch, 
         spoil(tmp_path / name)
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.txt").write_text("mine")
+    (tmp_path / "busy" / "comparison.html").write_text("mine too")
     code, out, err = run_cli(monkeypatch, capsys, "compare", *make(a, tmp_path), "-q")
     assert code == 2, (case, out, err)
     assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"  # nothing of the user's replaced
+    assert (tmp_path / "busy" / "comparison.html").read_text() == "mine too"
 
 
 def test_cli_prints_the_headline_and_writes_the_set(analyses, tmp_path, monkeypatch, capsys):
@@ -350,7 +353,8 @@ def test_cli_prints_the_headline_and_writes_the_set(analyses, tmp_path, monkeypa
     assert lines[0].startswith("Against thread_handling=pool-of-threads, thread_pool_stall_limit=500: ")  # what changed
     assert lines[1].startswith("exchanges slower than 100 ms on the wire: ")
     assert lines[2].startswith("hidden slow: ") and " → 0 (−100.0 %) → 0 (−100.0 %)" in lines[2]
-    assert sorted(p.name for p in out.iterdir()) == ["comparison.html", "comparison.json", "comparison.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == [".pcapdecomp-outputs.json", "comparison.html", "comparison.json",
+                                                     "comparison.parquet"]
     assert [line for line in lines if line.startswith("wrote ")] == [
         f"wrote {out / n}" for n in ("comparison.parquet", "comparison.json", "comparison.html")]
     # run again into the same folder: replaced as a whole, nothing of the older run left beside

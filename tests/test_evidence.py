@@ -55,8 +55,8 @@ def test_default_evidence_holds_the_victims_and_their_culprit(group_stall, tmp_p
     assert res.how == "the hidden-slow exchanges with their culprits" and len(res.rows) == len(chosen) == 4
     assert sorted(res.rows["evidence_role"]) == ["culprit", "victim", "victim", "victim"]
     assert list(res.rows.loc[res.rows["evidence_role"] == "culprit", "conn_id"]) == [hog["conn_id"]]
-    assert sorted(p.name for p in (tmp_path / "ev").iterdir()) == ["app.pcapng", "db.pcapng", "exchanges.csv",
-                                                                   "summary.md"]
+    assert sorted(p.name for p in (tmp_path / "ev").iterdir()) == [".pcapdecomp-outputs.json", "app.pcapng",
+                                                                   "db.pcapng", "exchanges.csv", "summary.md"]
     for side, original in (("app", CAPTURES / "group-stall" / "app.pcap"), ("db", CAPTURES / "group-stall" / "db.pcap")):
         evidence = tmp_path / "ev" / f"{side}.pcapng"
         back = extract(evidence).exchanges
@@ -203,14 +203,20 @@ def test_two_app_captures_with_one_file_name_keep_all_their_frames(tmp_path):
 def test_the_folder_is_written_as_a_set(group_stall, tmp_path):
     out = tmp_path / "ev"
     export(group_stall, out_dir=out)
-    (out / "app-old.pcapng").write_bytes(b"left by an older run")
+    first = (out / "db.pcapng").read_bytes()
+    (out / "app-old.pcapng").write_bytes(b"a capture of the user's")  # no run of ours wrote it: it stays
     export(group_stall, top=1, out_dir=out)
-    assert sorted(p.name for p in out.iterdir()) == ["app.pcapng", "db.pcapng", "exchanges.csv", "summary.md"]
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".ev.")]  # no temporary folder left
+    assert sorted(p.name for p in out.iterdir()) == [".pcapdecomp-outputs.json", "app-old.pcapng", "app.pcapng",
+                                                     "db.pcapng", "exchanges.csv", "summary.md"]
+    assert (out / "app-old.pcapng").read_bytes() == b"a capture of the user's"
+    assert (out / "db.pcapng").read_bytes() != first  # ours, replaced by the top-1 selection
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(Exception, match="holds other files"):
-        export(group_stall, out_dir=out)
+    export(group_stall, out_dir=out)
     assert (out / "notes.txt").read_text() == "mine"
+    (out / ".pcapdecomp-outputs.json").unlink()  # nothing says these are ours any more: refused, untouched
+    with pytest.raises(Exception, match="which no pcapdecomp run wrote there"):
+        export(group_stall, out_dir=out)
+    assert (out / "notes.txt").read_text() == "mine" and (out / "db.pcapng").is_file()
 
 
 def test_summary_md_escapes_what_came_from_the_capture(group_stall, tmp_path):

@@ -118,17 +118,16 @@ def test_a_failed_run_leaves_the_previous_outputs_as_they_were(tmp_path, monkeyp
 def test_a_new_run_replaces_the_whole_previous_set_and_leaves_other_files_alone(tmp_path):
     out = tmp_path / "out"
     run(out, csv=True)
-    (out / "evidence").mkdir()  # an older run's evidence
-    (out / "evidence" / "db.pcapng").write_bytes(b"old")
-    (out / "internal-error.txt").write_text("an older failure")
+    assert cli("evidence", str(out), "-q").returncode == 0  # an older run's evidence, listed in the manifest
+    (out / "internal-error.txt").write_text("an older failure")  # not one of ours: its first line is not
     (out / "my-notes.txt").write_text("mine")
     (out / "db.pcap").write_bytes(b"a capture")  # and a manifest that claims it: no run deletes a capture
     manifest = json.loads((out / MANIFEST_NAME).read_text())
     (out / MANIFEST_NAME).write_text(json.dumps({"files": manifest["files"] + ["db.pcap", "../x", ".hidden"]}))
     run(out, set_dir=CAPTURES / "maxthreads")
     names = sorted(p.name for p in out.iterdir())
-    assert names == [MANIFEST_NAME, "db.pcap", "exchanges.parquet", "groups.parquet", "my-notes.txt",
-                     "pool.parquet", "report.html", "summary.json"]
+    assert names == [MANIFEST_NAME, "db.pcap", "exchanges.parquet", "groups.parquet", "internal-error.txt",
+                     "my-notes.txt", "pool.parquet", "report.html", "summary.json"]
     assert json.loads((out / "summary.json").read_text())["set"] == "maxthreads"
     assert len(pd.read_parquet(out / "exchanges.parquet")) == 40
     assert json.loads((out / MANIFEST_NAME).read_text())["files"] == [

@@ -18,7 +18,7 @@ from functools import partial
 from typing import NamedTuple
 
 from . import detect
-from .framing import CompressedDeframer, Packet, PacketFramer
+from .framing import MAX_COMMANDS_PER_COMPRESSED, CompressedDeframer, Packet, PacketFramer
 from .tls import Plain, Secrets, Sealed, TlsSession
 from .params import decode_execute
 from .walk import walk_rows
@@ -234,6 +234,7 @@ class MySQLConnection:
         self.max_sql_bytes = max_sql_bytes
         self._framers = [PacketFramer(max(max_sql_bytes, 1 << 16)), PacketFramer(response_keep)]
         self._deframers: list[CompressedDeframer | None] = [None, None]
+        self._conflict_next = False  # a conflict found between exchanges: the next one the client starts is marked
         self._pending: deque[_Pending] = deque()
         self._finished: list[Exchange] = []
         self._statements: dict[int, PreparedStatement] = {}
@@ -285,8 +286,17 @@ class MySQLConnection:
                 for cp in deframer.feed(data, ts, frame, offset):
                     framer = self._framers[direction]
                     inner = cp.inner
-                    packets += framer.feed(inner[:1], cp.first_ts, cp.first_frame, cp.first_offset)
-                    packets += framer.feed(inner[1:], cp.last_ts, cp.last_frame, cp.end_offset - len(inner) + 1)
+                    got = framer.feed(inner[:1], cp.first_ts, cp.first_frame, cp.first_offset)
+                    limit = MAX_COMMANDS_PER_COMPRESSED - len(got) if direction == CLIENT else 0
+                    rest, end = framer.feed_from(inner, 1, cp.last_ts, cp.last_frame, cp.end_offset - len(inner),
+                                                 False, limit)
+                    packets += got
+                    packets += rest
+                    if end < len(inner):  # over the budget: the rest of this compressed packet is not read
+                        framer.reset()
+                        self._violation(direction, f"budget: a compressed packet carries more than "
+                                                   f"{MAX_COMMANDS_PER_COMPRESSED} commands; its last "
+                                                   f"{len(inner) - end} bytes are not read")
             for packet in packets:
                 self.counters.parsed_bytes[direction] += packet.wire_bytes
                 self._packet(direction, packet)
@@ -359,6 +369,11 @@ class MySQLConnection:
         return out
 
     # ---- another reader --------------------------------------------------------------------------------------
+    @property
+    def between_exchanges(self) -> bool:
+        """Nothing pending and nothing half-read: the next bytes start a new exchange (or answer none)."""
+        return not self._pending and self._framers[CLIENT].idle and self._framers[SERVER].idle
+
     def handover(self) -> Handover | None:
         """The connection as a reader that continues it on its own needs it, when it stands between two exchanges
         with nothing half-read: in the command phase, nothing pending, both directions in sync, packet framing
@@ -548,6 +563,15 @@ class MySQLConnection:
             if self._deframers[direction] is None:
                 self._deframers[direction] = CompressedDeframer(algorithm)
 
+    def conflict(self, direction: int) -> None:
+        """Two copies of bytes of `direction` differed (TCP reassembly kept the first): the exchange in progress
+        there is marked 'retransmission-conflict'; with none, the next one the client starts."""
+        target = self._head() if direction == SERVER else (self._pending[-1] if self._pending else None)
+        if target is None:
+            self._conflict_next = True
+        elif "retransmission-conflict" not in target.problems:
+            target.problems.append("retransmission-conflict")
+
     def _violation(self, direction: int, note: str) -> None:
         c = self.counters
         c.violations += 1
@@ -680,6 +704,9 @@ class MySQLConnection:
         pending.bytes_req = packet.wire_bytes
         if problems:
             pending.problems += problems
+        if self._conflict_next:
+            self._conflict_next = False
+            pending.problems.append("retransmission-conflict")
         self._describe(pending, payload, packet)
         packet.payload = b""  # described: a request waiting for its answer keeps its text, not its bytes twice
         if problems:

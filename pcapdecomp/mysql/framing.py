@@ -71,9 +71,12 @@ class PacketFramer:
         return self.feed_from(data, 0, ts, frame, offset, False)[0]
 
     def feed_from(self, data: bytes, pos: int, ts: int, frame: int, offset: int,
-                  one: bool) -> tuple[list[Packet], int]:
+                  one: bool, limit: int = 0) -> tuple[list[Packet], int]:
         """Frame data[pos:] (`offset` is the stream offset of data[0]). With `one`, stop after the first complete
-        packet and return where it ended, so that the caller can look at the rest itself."""
+        packet and return where it ended, so that the caller can look at the rest itself; with `limit`, after that
+        many."""
+        if one:
+            limit = 1
         out: list[Packet] = []
         n = len(data)
         keep = self.keep
@@ -87,7 +90,7 @@ class PacketFramer:
                     out.append(Packet(seq, seq, length, data[pos + 4 : pos + 4 + min(length, keep)], ts, frame,
                                       offset + pos, ts, frame, offset + end, 4 + length))
                     pos = end
-                    if one:
+                    if len(out) == limit:
                         break
                     continue
             if self._phys_len < 0:
@@ -129,7 +132,7 @@ class PacketFramer:
                     self._pkt = None
                     self._parts = []
                     self._kept = 0
-                    if one:
+                    if len(out) == limit:
                         break
         return out, pos
 
@@ -139,6 +142,10 @@ COMPRESSED_HEADER = 7
 # capture would then expand into millions of protocol packets (each a request to track, or a row to read). A
 # compressed packet that claims more than this ratio is not inflated: a counted protocol violation.
 MAX_INFLATION = 1032
+# The budget of an input's cost (docs/security.md): the commands one compressed packet may carry. A client sends one
+# command a packet, or a pipelined batch of a few hundred; 24 KB of zlib can carry 3 million COM_PINGs, each an
+# exchange to track. The packets past it are not read: a counted violation ('budget').
+MAX_COMMANDS_PER_COMPRESSED = 4096
 ZSTD_MAX_WINDOW = 1 << 25  # a frame header may ask for a 2 GiB window; MySQL's packets are at most 16 MiB
 
 
