@@ -120,7 +120,8 @@ def _queueing(x: pd.DataFrame) -> dict:
     src = both["queue_source"]  # compared as it is (a categorical's codes), not as a string per row
     q = both["queue_s"]
     return {"measured_s": float(q[src == "measured"].sum()), "estimated_s": float(q[src == "estimated"].sum()),
-            "lower_bound_s": float(q[src == "lower_bound"].sum()), "certain_s": float(both["queue_min_s"].sum())}
+            "lower_bound_s": float(q[src == "lower_bound"].sum()), "likely_s": float(q[src == "likely"].sum()),
+            "certain_s": float(both["queue_min_s"].sum())}
 
 
 def _victims(x: pd.DataFrame, mask: np.ndarray, view: PoolView, refs: Refs) -> dict:
@@ -164,6 +165,8 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     qmin = np.where(sane, x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
     queue = np.where(sane, x["queue_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
     certain = np.nan_to_num(qmin) >= STALL_MIN_QUEUE_S
+    likely = ((x["queue_source"] == "likely").to_numpy(dtype=bool, na_value=False) & sane
+              & (np.nan_to_num(queue) >= STALL_MIN_QUEUE_S) & ~certain)
     cap = (summary.get("pool") or {}).get("cap")
     stalls = (summary.get("groups") or {}).get("stalls") or []
     size = summary.get("thread_pool_size") or {}
@@ -188,6 +191,9 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
         findings.append("group_stall" if told else "queueing_unexplained")
         sentence = _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, size,
                                    bool(summary["slow_log"].get("used")))
+    elif likely.any():
+        findings.append("likely_group_stall" if any(s["culprits_total"] for s in stalls) else "likely_queueing")
+        sentence = _likely_sentence(summary, x, stalls, view, likely, queue, lqt)
     else:
         sentence = _quiet_sentence(summary, x, server, lqt)
         findings.append("idle" if sentence.startswith("No statement waited") else "undecided")
@@ -204,6 +210,9 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     if n_h:
         bullets.append(_hidden_bullet(x, hidden, lqt))
     bullets += _size_bullets(size)
+    relief = (summary.get("groups") or {}).get("stall_limit")
+    if relief:
+        bullets.append(_stall_limit_bullet(relief))
     split = _split_bullet(shares)
     if split:
         bullets.append(split)
@@ -311,6 +320,58 @@ def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, 
             f"executing ({', '.join(what)}); {why}.")
 
 
+def _likely_sentence(summary: dict, x: pd.DataFrame, stalls: list[dict], view: PoolView, likely: np.ndarray,
+                     queue: np.ndarray, lqt) -> str:
+    """Statements the slow log cannot show waiting, but whose server time is far above their statement's typical
+    execution while a long statement executed on their thread group (on the server when the groups are unknown):
+    told as likely, with what would prove it."""
+    told = [(s, members) for s, (members, _) in zip(stalls, view.stall_members) if s["culprits_total"]]
+    in_told = np.zeros(len(x), dtype=bool)
+    for _, members in told:
+        in_told[members] = True
+    held = likely & in_told
+    idx = np.flatnonzero(held if held.any() else likely)
+    n = len(idx)
+    shape = _one_shape(x, idx)
+    texts = set(x["sql"].astype(object).iloc[idx])
+    who = (f"{n} {plural(n, 'statement', 'statements')}" if not shape else
+           f"{n} {plural(n, 'run', 'runs')} of `{clip(shape[0] if len(texts) == 1 else str(x['fingerprint'].iloc[idx[0]]), SQL_CHARS)}`")
+    text = f"{who} likely waited {_span(queue[idx])} in the thread pool"
+    if held.any():
+        groups = sorted({s["thread_group"] for s, _ in told})
+        where = (f"thread group {groups[0]}" if len(groups) == 1 else
+                 "thread groups " + ", ".join(map(str, groups[:-1])) + f" and {groups[-1]}")
+        text = f"{who} likely waited {_span(queue[idx])} in {where} behind {_culprit_words([s for s, _ in told])}"
+    else:
+        text += (" while a long statement executed on the server; thread_pool_size is unknown, so their thread group "
+                 "and its culprit cannot be told")
+    rest = int((likely & ~held).sum()) if held.any() else 0
+    if rest:
+        text += f"; {rest} more likely waited with no culprit found on their group"
+    logged = bool(summary["slow_log"].get("used"))
+    if lqt is not None and (logged or x["server_flag_slow"].notna().any()):
+        text += (f"; long_query_time = {seconds_rounded(lqt)} cannot prove it (their execution is below it) — set "
+                 "long_query_time = 0 for the capture window to prove it")
+    elif lqt is not None:
+        text += ("; without a slow log nothing proves it — capture the slow log with long_query_time = 0 to prove it")
+    else:
+        text += ("; long_query_time is unknown, so not even a bound proves it — capture the slow log with "
+                 "long_query_time = 0 to prove it")
+    return text + "."
+
+
+def _stall_limit_bullet(relief: dict) -> dict:
+    span = (seconds_rounded(relief["min_s"]) if relief["max_s"] - relief["min_s"] < 0.0005 else
+            f"{seconds_rounded(relief['min_s'])} to {seconds_rounded(relief['max_s'])}")
+    n = relief["relieved"]
+    return {"topic": "stall_limit", "text": f"{n} of {relief['of_stalls']} stalled "
+                                            f"{plural(relief['of_stalls'], 'group was', 'groups were')} relieved "
+                                            f"{span} after their long statement began, while it still ran (the pool "
+                                            f"woke another worker): thread_pool_stall_limit ≈ "
+                                            f"{seconds_rounded(relief['stall_limit_at_most_s'])} or a little less "
+                                            "(a group is found stalled one to two stall limits after it stopped)."}
+
+
 def _quiet_sentence(summary: dict, x: pd.DataFrame, server: np.ndarray, lqt) -> str:
     worst = float(np.nanmax(server))
     n = int((~np.isnan(server)).sum())
@@ -335,11 +396,15 @@ def _quiet_sentence(summary: dict, x: pd.DataFrame, server: np.ndarray, lqt) -> 
 def _stall_bullets(stalls: list[dict], x: pd.DataFrame) -> list[dict]:
     out = []
     for s in stalls[:STALLS_TOLD]:
-        text = (f"Thread group {s['thread_group']} stalled {seconds_rounded(s['duration_s'])} from {clock_ms(s['start'])}: "
-                f"{s['queued']} {plural(s['queued'], 'statement', 'statements')} queued up to "
-                f"{seconds_rounded(s['max_queue_s'])}")
+        n_likely = (s.get("queue_sources") or {}).get("likely", 0)
+        stalled = "likely stalled" if s["max_queue_certain_s"] < STALL_MIN_QUEUE_S else "stalled"
+        text = (f"Thread group {s['thread_group']} {stalled} {seconds_rounded(s['duration_s'])} from "
+                f"{clock_ms(s['start'])}: {s['queued']} {plural(s['queued'], 'statement', 'statements')} "
+                + ("likely " if n_likely == s["queued"] else "") + f"queued up to {seconds_rounded(s['max_queue_s'])}")
         if s["max_queue_certain_s"] < s["max_queue_s"] - 1e-6:
-            text += f" (at least {seconds_rounded(s['max_queue_certain_s'])} certain)"
+            text += (f" (at least {seconds_rounded(s['max_queue_certain_s'])} certain" if s["max_queue_certain_s"] > 0
+                     else " (none of it proven by the slow log")
+            text += f"; {n_likely} likely)" if 0 < n_likely < s["queued"] else ")"
         if s["culprits"]:
             first = s["culprits"][0]
             text += f" behind `{clip(first['sql'], SQL_CHARS)}` (connection {first['conn_id']}, {_exec_words(first)})"
@@ -416,30 +481,41 @@ def _split_bullet(x: pd.DataFrame) -> dict | None:
     q_all = float(both["queue_s"].sum())
     q_meas = float(both.loc[src == "measured", "queue_s"].sum())
     q_cert = float(both["queue_min_s"].sum())
+    is_likely = (src == "likely").to_numpy(dtype=bool, na_value=False)
+    q_likely = float((both["queue_s"] - both["queue_min_s"].fillna(0))[is_likely].sum())  # beyond the certain part
     q_est = float(both.loc[src == "estimated", "queue_s"].sum())
     e_all = float(both["exec_s"].sum())
     e_meas = float(both.loc[both["exec_source"] == "slow_log", "exec_s"].sum())
     if q_est < 0.0005 * tot:  # estimates too small to show beside the rest
         q_all -= q_est
         q_est = 0.0
+    likely_words = f", {pct(q_likely)} likely" if q_likely > 0 else ""
     if q_cert <= 0:
-        queue = (f"queueing none certain ({pct(q_all)} by estimates, which claim nothing)" if q_all > 0 else
-                 "queueing none")
+        queue = (f"queueing none certain ({pct(q_likely)} likely, not proven)" if q_likely > 0 and q_est <= 0 else
+                 f"queueing none certain ({pct(q_all)} by estimates, which claim nothing)" if q_all > 0 and q_likely <= 0
+                 else f"queueing none certain ({pct(q_likely)} likely, {pct(q_est)} by estimates, which claim nothing)"
+                 if q_all > 0 else "queueing none")
     elif abs(q_all - q_meas) < 1e-9:
         queue = f"queueing {pct(q_all)} (measured)"
     elif abs(q_all - q_cert) < 1e-9:
         queue = f"queueing {pct(q_all)} (certain: measured or bounded by the slow log)"
     else:
-        queue = f"queueing {pct(q_all)} ({pct(q_cert)} certain" + (", the rest estimated)" if q_est > 0 else ")")
+        queue = (f"queueing {pct(q_all)} ({pct(q_cert)} certain{likely_words}"
+                 + (", the rest estimated)" if q_est > 0 else ")"))
     execution = f"execution {pct(e_all)}" + (f" ({pct(e_meas)} measured in the slow log)" if e_meas > 0 else "")
     unsplit = float(both.loc[both["queue_s"].isna(), "server_s"].sum())
+    bounded = (both["exec_s"].isna() & both["queue_s"].notna()).to_numpy(dtype=bool)
+    unsplit_bounded = float((both["server_s"] - both["queue_s"])[bounded].sum())
     rest = f", not split (execution unknown) {pct(unsplit)}" if unsplit >= 0.0005 * tot else ""
+    if unsplit_bounded >= 0.0005 * tot:
+        rest += (f", execution or waiting, not told apart (execution below long_query_time, only bounded) "
+                 f"{pct(unsplit_bounded)}")
     return {"topic": "split", "text": f"Of the {seconds_rounded(tot)} the clients waited: {net}, {queue}, "
                                       f"{execution}{rest}."}
 
 
 def _estimate_bullet(x: pd.DataFrame) -> dict | None:
-    est = x["exec_source"] == "fingerprint_median"
+    est = (x["exec_source"] == "fingerprint_median") & (x["queue_source"] != "likely")
     n = int(est.sum())
     if not n:
         return None
@@ -465,10 +541,12 @@ def _culprit_words(told: list[dict]) -> str:
         how += "" if all(c["exec_source"] == "slow_log" for c in runs) else " (not all measured)"
     else:
         how = _exec_words(main)
-    others = {(c["sql"], c["conn_id"]) for s in told for c in s["culprits"]} - {(main["sql"], main["conn_id"])}
+    # the other long runs, each counted once however many stalls it held (a run is its exchange)
+    runs_all = {(c["capture"], c["conn_index"], c["seq"]): c for s in told for c in s["culprits"]}
+    others = [c for c in runs_all.values() if (c["sql"], c["conn_id"]) != (main["sql"], main["conn_id"])]
     text = f"`{clip(main['sql'], SQL_CHARS)}` (connection {main['conn_id']}, {how})"
     if others:
-        text += f" and {len(others)} other long {plural(len(others), 'statement', 'statements')}"
+        text += f" and {len(others)} other long {plural(len(others), 'run', 'runs')}"
     return text
 
 
