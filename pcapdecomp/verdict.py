@@ -279,7 +279,9 @@ def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, 
             in_told[members] = True
     h, u = hidden & in_told, understated & in_told
     n_h, n_u = int(h.sum()), int(u.sum())
-    rest = int((victims & ~in_told).sum())
+    no_id = x["conn_id"].isna().to_numpy()
+    rest = int((victims & ~in_told & ~no_id).sum())
+    rest_no_id = int((victims & ~in_told & no_id).sum())
     if told and (n_h or n_u):
         groups = sorted({s["thread_group"] for s in told})
         where = (f"thread group {groups[0]}" if len(groups) == 1 else
@@ -301,16 +303,25 @@ def _stall_sentence(x, stalls, view, hidden, understated, queue, server, total, 
                     f"log's Query_time leaves the wait out{saw}")
         if rest:
             text += f"; {rest} more waited with no culprit found on their group"
+        if rest_no_id:
+            text += f"; {rest_no_id} more waited {_no_id_words(rest_no_id)}"
         if size.get("warning"):
             text += f" — if thread_pool_size {size['value']} is right; the capture suggests otherwise"
         return text + "."
     # queued, but no culprit named
     n_h, n_u = int(hidden.sum()), int(understated.sum())
     n = int(victims.sum())
-    why = ("thread_pool_size is unknown and the capture does not show it, so no culprit can be named"
-           if not size.get("value") else
-           f"no statement of their thread group (thread_pool_size {size['value']}, {size.get('source')}) executed "
-           "long meanwhile (is thread_pool_size right, or was the whole pool busy?)")
+    unknown = int((victims & no_id).sum())
+    if unknown == n:
+        why = (f"{plural(n, 'its connection id is', 'their connection ids are')} unknown"
+               + _no_id_words(n).removeprefix("with no known connection id"))
+    elif not size.get("value"):
+        why = "thread_pool_size is unknown and the capture does not show it, so no culprit can be named"
+    else:
+        why = (f"no statement of their thread group (thread_pool_size {size['value']}, {size.get('source')}) "
+               "executed long meanwhile (is thread_pool_size right, or was the whole pool busy?)")
+        if unknown:
+            why = f"{n - unknown} of them: {why}; the other {unknown} " + _no_id_words(unknown).removeprefix("with ")
     what = []
     if n_h:
         what.append(f"{n_h} slow on the wire but " + ("not in the slow log" if logged else "not flagged slow"))
@@ -345,9 +356,13 @@ def _likely_sentence(summary: dict, x: pd.DataFrame, stalls: list[dict], view: P
     else:
         text += (" while a long statement executed on the server; thread_pool_size is unknown, so their thread group "
                  "and its culprit cannot be told")
-    rest = int((likely & ~held).sum()) if held.any() else 0
+    no_id = x["conn_id"].isna().to_numpy()
+    rest = int((likely & ~held & ~no_id).sum()) if held.any() else 0
     if rest:
         text += f"; {rest} more likely waited with no culprit found on their group"
+    rest_no_id = int((likely & ~held & no_id).sum()) if held.any() else 0
+    if rest_no_id:
+        text += f"; {rest_no_id} more likely waited {_no_id_words(rest_no_id)}"
     logged = bool(summary["slow_log"].get("used"))
     if lqt is not None and (logged or x["server_flag_slow"].notna().any()):
         text += (f"; long_query_time = {seconds_rounded(lqt)} cannot prove it (their execution is below it) — set "
@@ -358,6 +373,13 @@ def _likely_sentence(summary: dict, x: pd.DataFrame, stalls: list[dict], view: P
         text += ("; long_query_time is unknown, so not even a bound proves it — capture the slow log with "
                  "long_query_time = 0 to prove it")
     return text + "."
+
+
+def _no_id_words(n: int) -> str:
+    """What is told of statements whose connection id is unknown: nothing about their thread group."""
+    return (f"with no known connection id ({plural(n, 'its', 'their')} connection opened before the capture began: "
+            "no greeting), so nothing is said of " + plural(n, "its", "their") + " thread group or culprit — give "
+            "--processlist, or a slow log with Thread_id, to name the connections")
 
 
 def _stall_limit_bullet(relief: dict) -> dict:

@@ -197,3 +197,18 @@ def test_percentiles_are_latencies_that_occurred(tmp_path):
     for key in ("p50", "p99"):
         v = report.summary["latency_s"]["total"][key]
         assert v in set(report.exchanges["total_s"].dropna()), key
+
+
+def test_no_claim_about_a_thread_group_nobody_knows(tmp_path):
+    """midstream-join: the captures begin after the connections logged in, so no greeting gives a connection id;
+    the verdict once said 'no statement of their thread group … executed long meanwhile' of groups it did not
+    know."""
+    r = analyze(CAPTURES / "midstream-join", [], None, None, None, None, [], tmp_path / "out", quiet=True)
+    x = r.exchanges
+    truth = pd.read_json(CAPTURES / "midstream-join" / "truth.jsonl", lines=True)
+    waited = truth[(truth["client_s"] - truth["exec_s"].clip(upper=truth["client_s"])) >= 0.1]
+    assert len(waited) and x["conn_id"].isna().all()
+    sentence = r.summary["story"]["sentence"]
+    assert "no statement of their thread group" not in sentence and "executed long meanwhile" not in sentence
+    assert "nothing is said of their thread group" in sentence
+    assert not any("no culprit found" in b["text"] for b in r.summary["story"]["bullets"])
