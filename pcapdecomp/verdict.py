@@ -354,8 +354,12 @@ def _likely_sentence(summary: dict, x: pd.DataFrame, stalls: list[dict], view: P
                  "thread groups " + ", ".join(map(str, groups[:-1])) + f" and {groups[-1]}")
         text = f"{who} likely waited {_span(queue[idx])} in {where} behind {_culprit_words([s for s, _ in told])}"
     else:
-        text += (" while a long statement executed on the server; thread_pool_size is unknown, so their thread group "
-                 "and its culprit cannot be told")
+        long_ = _longest_meanwhile(x, idx)
+        text += f" while {long_} executed on the server; " if long_ else " while a long statement executed on the server; "
+        no_id = x["conn_id"].isna().to_numpy()[idx]
+        text += (f"{plural(n, 'its connection id is', 'their connection ids are')} unknown (no greeting in the "
+                 "capture), so their thread group cannot be told — give --processlist, or a slow log with Thread_id"
+                 if no_id.all() else "thread_pool_size is unknown, so their thread group cannot be told")
     no_id = x["conn_id"].isna().to_numpy()
     rest = int((likely & ~held & ~no_id).sum()) if held.any() else 0
     if rest:
@@ -373,6 +377,33 @@ def _likely_sentence(summary: dict, x: pd.DataFrame, stalls: list[dict], view: P
         text += ("; long_query_time is unknown, so not even a bound proves it — capture the slow log with "
                  "long_query_time = 0 to prove it")
     return text + "."
+
+
+def _longest_meanwhile(x: pd.DataFrame, rows: np.ndarray) -> str | None:
+    """`SQL` (connection N, executing …) of the statement that executed longest during the waits of `rows`: what
+    ran on the server while they waited, when their thread group is not known."""
+    d1, v1 = ts_ns(x["db_req_ts"])
+    d4, v4 = ts_ns(x["db_resp_ts"])
+    server = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)
+    bound = server - np.nan_to_num(x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan))
+    exec_s = x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)
+    likely = (x["queue_source"] == "likely").to_numpy(dtype=bool, na_value=False)
+    held = np.where(np.isnan(exec_s), np.where(x["exec_source"].astype(object).to_numpy() == "below_long_query_time",
+                                               bound, np.nan), exec_s)
+    long_ = np.flatnonzero(v1 & v4 & ~likely & (np.nan_to_num(held) >= STALL_MIN_QUEUE_S))
+    if not len(long_):
+        return None
+    queue = np.nan_to_num(x["queue_s"].to_numpy(dtype="float64", na_value=np.nan))
+    w0, w1 = d1[rows], d1[rows] + np.rint(queue[rows] * 1e9).astype(np.int64)
+    xs = d4[long_] - np.rint(held[long_] * 1e9).astype(np.int64)
+    overlap = np.clip(np.minimum(w1[:, None], d4[long_][None, :]) - np.maximum(w0[:, None], xs[None, :]), 0, None)
+    total = overlap.sum(axis=0)
+    if not total.max() > 0:
+        return None
+    best = int(long_[int(np.argmax(total))])
+    ref = Refs(x).ref(best)
+    who = f"connection {ref['conn_id']}" if ref.get("conn_id") is not None else "connection unknown"
+    return f"`{clip(ref['sql'] or ref['command'], SQL_CHARS)}` ({who}, {_exec_words(ref)})"
 
 
 def _no_id_words(n: int) -> str:
@@ -574,6 +605,8 @@ def _culprit_words(told: list[dict]) -> str:
 
 def _exec_words(c: dict) -> str:
     if c.get("exec_s") is None:
+        if c.get("exec_source") == "below_long_query_time" and c.get("server_s") is not None:
+            return f"executing up to {seconds_rounded(c['server_s'] - (c.get('queue_min_s') or 0.0))} (a bound)"
         return "execution unknown"
     word = {"slow_log": "executing", "flagged_slow": "executing up to", "fingerprint_median": "executing about",
             "below_long_query_time": "executing up to"}.get(c.get("exec_source"), "executing")

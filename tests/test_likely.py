@@ -212,3 +212,39 @@ def test_no_claim_about_a_thread_group_nobody_knows(tmp_path):
     assert "no statement of their thread group" not in sentence and "executed long meanwhile" not in sentence
     assert "nothing is said of their thread group" in sentence
     assert not any("no culprit found" in b["text"] for b in r.summary["story"]["bullets"])
+
+
+FIELD_RECORDINGS = ["field-default-stall", "field-default-stall-lqt-10"]  # recorded on branch fieldids (issue 31)
+
+
+@pytest.mark.parametrize("name", FIELD_RECORDINGS)
+def test_the_field_recordings_as_a_new_user_runs_them(tmp_path, name):
+    """`pcapdecomp analyze DIR` of the lab's field recordings (MariaDB's default stall limit, long_query_time 1 s or
+    10 s, thread_pool_size not in capture.toml): the waits, the groups, the culprit and the stall limit against
+    truth.jsonl and lab-settings.toml (the server's settings, which pcapdecomp does not read)."""
+    gs = CAPTURES / name
+    if not (gs / "truth.jsonl").exists():
+        pytest.skip(f"{name} is recorded on branch fieldids (issue 31), not merged here")
+    lab = tomllib.loads((gs / "lab-settings.toml").read_text())["server"]
+    assert "thread_pool_size" not in settings_of(name)
+    r = analyze(gs, [], None, None, None, None, [], tmp_path / "out", quiet=True)
+    m = truth_joined(r.exchanges, gs / "truth.jsonl")
+    rows = r.exchanges.loc[m["xi"].astype(int)].reset_index(drop=True)
+    server = rows["server_s"].to_numpy(dtype="float64", na_value=np.nan)
+    true_exec = np.minimum(m["exec_s"].to_numpy(dtype="float64"), server)
+    wait = server - true_exec
+    queue = rows["queue_s"].to_numpy(dtype="float64", na_value=np.nan)
+    waited, fast = wait >= 0.1, wait < 0.01
+    assert waited.sum() >= 10
+    assert (np.abs(queue - wait) <= np.maximum(0.03, 0.25 * wait))[waited].mean() >= 0.9
+    assert (np.nan_to_num(queue) < 0.05)[fast].mean() >= 0.99
+    assert r.summary["thread_pool_size"]["value"] == lab["thread_pool_size"]
+    groups = rows["thread_group"].to_numpy(dtype="float64", na_value=np.nan)
+    assert (groups == m["thread_group"].to_numpy(dtype="float64")).mean() >= 0.95
+    sentence = r.summary["story"]["sentence"]
+    named = {int(c) for c in re.findall(r"\(connection (\d+),", sentence)}
+    assert named and named <= set(m.loc[true_exec >= 0.1, "conn_id"].astype(int))
+    assert "likely waited" in sentence
+    relief = r.summary["groups"]["stall_limit"]
+    limit = lab["thread_pool_stall_limit"] / 1000
+    assert relief and limit <= relief["min_s"] + 0.05 and relief["max_s"] <= 2 * limit + 0.05
