@@ -22,7 +22,7 @@ import pandas as pd
 
 from . import __version__
 from .decompose import network_parts
-from .digest import bounded_part, nearest_rank, profile, queue_layers
+from .digest import bounded_part, nearest_rank, overhead_part, profile, queue_layers
 from .proxy import PAIRED_KINDS
 from .evidence import display_filter
 from .formats import cell, clip, clock, count, integer, seconds, share
@@ -201,7 +201,9 @@ class _Page:
         if total > 0:
             certain, likely, estimated = (part[both] for part in queue_layers(x))
             q_est = float(estimated.sum())
-            shares = [*network_parts(x, both), ("queueing", float(certain.sum())),
+            overhead = float(overhead_part(x)[both].sum())
+            shares = [*network_parts(x, both), ("queueing", float(certain.sum()) - overhead),
+                      ("server overhead (server time − Query_time under 1 ms: parsing, the network stack)", overhead),
                       ("queueing likely (not proven: above the statement's typical execution while a long statement "
                        "ran)", float(likely.sum())),
                       ("execution", float(np.nansum(_f(x, "exec_s")[both]))),

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .decompose import STALL_MIN_QUEUE_S, network_parts, ts_ns
-from .digest import bounded_part, queue_layers, queue_parts
+from .digest import bounded_part, overhead_part, queue_layers, queue_parts
 from .formats import clip, integer, seconds
 from .threadpool import core_range
 
@@ -42,7 +42,7 @@ OUTLIER_MIN_SLACK_NS = 3600 * NS
 MARGIN = dict(l=170, r=100, t=40, b=40)  # the same plot area on every time chart, so that their axes line up
 COLORS = {"network": "#6a9fd4", "request leg": "#6a9fd4", "response leg": "#9cc3ea", "queueing": "#d62728",
           "queueing (estimated)": "#f4a6a6", "queueing (likely)": "#f08080", "execution": "#2ca02c",
-          "execution or waiting (bounded)": "#c7c7c7", "client wait": "#9aa9bb",
+          "execution or waiting (bounded)": "#c7c7c7", "server overhead": "#bcbd22", "client wait": "#9aa9bb",
           "hidden slow": "#d62728", "understated": "#9467bd", "in the slow log": "#ff7f0e", "culprit": "#111111",
           "statement": "#7a8fa6", "plain": "#8888cc", "TLS": "#44aa99", "executing": "#2ca02c",
           "queued": "#d62728", "slow": "#1f77b4", "app ↔ proxy network": "#6a9fd4",
@@ -281,11 +281,13 @@ def _shares(x: pd.DataFrame) -> dict | None:
     if not total > 0:
         return None
     certain, likely, estimated = (part[both] for part in queue_layers(x))
-    parts = (*network_parts(x, both), ("queueing", float(certain.sum())), ("queueing (likely)", float(likely.sum())),
+    overhead = float(overhead_part(x)[both].sum())
+    parts = (*network_parts(x, both), ("queueing", float(certain.sum()) - overhead), ("server overhead", overhead),
+             ("queueing (likely)", float(likely.sum())),
              ("queueing (estimated)", float(estimated.sum())),
              ("execution", float(np.nansum(x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)[both]))),
              ("execution or waiting (bounded)", float(bounded_part(x)[both].sum())))
-    optional = ("queueing (likely)", "queueing (estimated)", "execution or waiting (bounded)")
+    optional = ("server overhead", "queueing (likely)", "queueing (estimated)", "execution or waiting (bounded)")
     data = [{"type": "bar", "orientation": "h", "y": ["client time"], "x": [v], "name": label,
              "marker": {"color": COLORS[label]}, "hoverinfo": "text",
              "hovertext": [f"{label}: {v:.3f} s ({100 * v / total:.1f} %)"]}

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .decompose import NETWORK_PARTS, STALL_MIN_QUEUE_S, network_parts, ts_ns
+from .decompose import NETWORK_PARTS, SERVER_OVERHEAD_S, STALL_MIN_QUEUE_S, network_parts, ts_ns
+from .digest import overhead_part
 from .formats import clip, clock_ms, plural, seconds_rounded
 from .proxy import PAIRED_KINDS
 from .proxy import sentence as proxy_sentence
@@ -539,16 +540,18 @@ def _split_bullet(x: pd.DataFrame) -> dict | None:
     q_est = float(both.loc[src == "estimated", "queue_s"].sum())
     e_all = float(both["exec_s"].sum())
     e_meas = float(both.loc[both["exec_source"] == "slow_log", "exec_s"].sum())
+    q_over = float(overhead_part(both).sum())  # measured, but the server's own overhead: not queueing
+    q_all, q_meas, q_cert = q_all - q_over, q_meas - q_over, q_cert - q_over
     if q_est < 0.0005 * tot:  # estimates too small to show beside the rest
         q_all -= q_est
         q_est = 0.0
     likely_words = f", {pct(q_likely)} likely" if q_likely > 0 else ""
-    if q_cert <= 0:
+    if q_cert <= 1e-12:
         queue = (f"queueing none certain ({pct(q_likely)} likely, not proven)" if q_likely > 0 and q_est <= 0 else
                  f"queueing none certain ({pct(q_all)} by estimates, which claim nothing)" if q_all > 0 and q_likely <= 0
                  else f"queueing none certain ({pct(q_likely)} likely, {pct(q_est)} by estimates, which claim nothing)"
                  if q_all > 0 else "queueing none")
-    elif abs(q_all - q_meas) < 1e-9:
+    elif abs(q_all - q_meas) < 1e-9 and q_meas > 0:
         queue = f"queueing {pct(q_all)} (measured)"
     elif abs(q_all - q_cert) < 1e-9:
         queue = f"queueing {pct(q_all)} (certain: measured or bounded by the slow log)"
@@ -560,6 +563,9 @@ def _split_bullet(x: pd.DataFrame) -> dict | None:
     bounded = (both["exec_s"].isna() & both["queue_s"].notna()).to_numpy(dtype=bool)
     unsplit_bounded = float((both["server_s"] - both["queue_s"])[bounded].sum())
     rest = f", not split (execution unknown) {pct(unsplit)}" if unsplit >= 0.0005 * tot else ""
+    if q_over >= 0.0005 * tot:
+        rest += (f", server overhead {pct(q_over)} (server time − Query_time under {seconds_rounded(SERVER_OVERHEAD_S)} "
+                 "a statement: parsing and the network stack, not queueing)")
     if unsplit_bounded >= 0.0005 * tot:
         rest += (f", execution or waiting, not told apart (execution below long_query_time, only bounded) "
                  f"{pct(unsplit_bounded)}")
