@@ -417,7 +417,9 @@ def infer_cap(r: _Rows, groups: np.ndarray | None, threshold_ns: int) -> dict | 
     if not victim.any():
         return None
     ex = r.exec_known  # every known execution (a victim's comes after its wait)
-    times, counts = _execution_steps(r)
+    # the waiting statements' own executions left out: below long_query_time only a bound on each is known, and
+    # it reaches back into its wait (where the thread limit held it), so the count there would pass the limit
+    times, counts = _count_steps(r.xs[ex & ~victim], r.d4[ex & ~victim])
     if len(counts) == 0:
         return None
     cap = int(counts.max())
@@ -742,7 +744,7 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
     return PoolView(
         pool=pool, groups=groups, thread_pool_size=size_info, pool_summary=pool_info,
         groups_summary={"bucket_s": float(bucket_s) if size and len(r.pos) else None, "stalls": stalls,
-                        "stall_limit": _stall_limit(stalls_raw, r)},
+                        "stall_limit": None if cap else _stall_limit(stalls_raw, r)},
         thread_group=thread_group.reset_index(drop=True),
         stall=pd.Series(stall, dtype="Int64").where(stall >= 0),
         stall_role=(pd.Series(role, dtype="object").astype("category") if stalls_raw else _no_roles(n)),
@@ -757,7 +759,8 @@ def _stall_limit(stalls: list[dict], r: _Rows) -> dict | None:
     timer finds a group stalled one to two stall limits after it stopped, so the shortest relief bounds it."""
     relief = []
     for st in stalls:
-        if not len(st["_culprits"]):
+        # a lower bound does not say when a wait ended: only measured and likely waits time the release
+        if not len(st["_culprits"]) or not (r.measured | r.likely)[st["_victims"]].all():
             continue
         c = st["_culprits"][0]
         ends = r.q_end[st["_victims"]]

@@ -245,6 +245,8 @@ def _cap_sentence(cap: dict, x: pd.DataFrame, view: PoolView, hidden, understate
     waits = (x["queue_s"].to_numpy(dtype="float64", na_value=np.nan))[waiting]
     wait_text = (f"{seconds_rounded(float(np.nanmax(waits)))} each" if np.nanmax(waits) - np.nanmin(waits) < 0.05 * np.nanmax(waits)
                  else f"up to {seconds_rounded(float(np.nanmax(waits)))}")
+    if cap.get("wait_source") == "lower_bound":  # execution only bounded by long_query_time: the wait is a bound
+        wait_text = "at least " + wait_text.removeprefix("up to ")
     who = (f"{len(waiting)} of the {shape[1]} `{clip(shape[0], SQL_CHARS)}`" if shape else
            f"{len(waiting)} more {plural(len(waiting), 'statement', 'statements')}")
     text = (f"The thread pool was at its thread limit: exactly {cap['threads']} statements executed at once for "

@@ -267,3 +267,28 @@ def test_server_overhead_is_not_queueing(tmp_path):
     assert shown <= truly + 2.0, (shown, truly)  # no more queueing than the truth's waits of 1 ms or more
     assert "server overhead" in split
     assert r.summary["story"]["sentence"].startswith("No statement waited")
+
+
+def test_the_thread_limit_is_told_as_the_limit_below_long_query_time(tmp_path):
+    """maxthreads-below-lqt: thread_pool_size 1, thread_pool_max_threads 4, six SELECT SLEEP(0.97) below
+    long_query_time 1 s (none in the slow log). The bounds on the waiting statements' execution reach back into
+    their wait, so the most statements ever seen executing was 6, not 4: the story was 'waited in thread group 0
+    behind … and 3 other long statements', the cap never named."""
+    name = "maxthreads-below-lqt"
+    cfg = settings_of(name)
+    r = analyze(CAPTURES / name, [], None, None, None, None, [], tmp_path / "out", quiet=True)
+    truth = pd.read_json(CAPTURES / name / "truth.jsonl", lines=True)
+    truth["wait"] = truth["client_s"] - truth["exec_s"].clip(upper=truth["client_s"])
+    waited = truth[truth["wait"] >= 0.1]
+    sleeps = truth[truth["sql"].str.startswith("SELECT SLEEP")]
+    assert len(waited) == len(sleeps) - cfg["thread_pool_max_threads"]
+    s = r.summary["story"]
+    assert s["findings"][0] == "max_threads"
+    cap = r.summary["pool"]["cap"]
+    assert cap["threads"] == cfg["thread_pool_max_threads"]
+    assert f"thread_pool_max_threads = {cfg['thread_pool_max_threads']}" in s["sentence"]
+    assert {w["conn_id"] for w in cap["waiting_refs"]} == set(waited["conn_id"])
+    # the wait is a bound here (execution below long_query_time): said as one, and never above the truth's
+    assert "waited at least" in s["sentence"] and cap["max_wait_s"] <= waited["wait"].max() + 0.005
+    assert not any(b["topic"] in ("stall", "stall_limit") for b in s["bullets"])
+    assert "behind" not in s["sentence"]

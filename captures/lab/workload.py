@@ -769,7 +769,7 @@ def two_servers(args, truth: Truth) -> None:
         c.close()
 
 
-SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
+SCENARIOS = {"maxthreads": maxthreads, "maxthreads-below-lqt": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
              "oltp-prepared": oltp_prepared,
              "connection-churn": connection_churn, "features": features, "bigpacket": bigpacket,
             "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms,
