@@ -377,8 +377,8 @@ def _likely_sentence(summary: dict, x: pd.DataFrame, stalls: list[dict], view: P
     elif lqt is not None:
         text += ("; without a slow log nothing proves it — capture the slow log with long_query_time = 0 to prove it")
     else:
-        text += ("; long_query_time is unknown, so not even a bound proves it — capture the slow log with "
-                 "long_query_time = 0 to prove it")
+        text += (f"; long_query_time is unknown{_lqt_bound_words(x)}, so nothing proves it — capture the slow log "
+                 "with long_query_time = 0 to prove it")
     return text + "."
 
 
@@ -416,6 +416,23 @@ def _no_id_words(n: int) -> str:
             "--processlist, or a slow log with Thread_id, to name the connections")
 
 
+def _lqt_bound_words(x: pd.DataFrame) -> str:
+    """What the slow log and the wire say of an unknown long_query_time: at most the shortest execution the slow log
+    holds, and at most the shortest server time the server flagged slow (SERVER_QUERY_WAS_SLOW: execution ≥
+    long_query_time); '' when neither says anything."""
+    bounds = []
+    logged = x["exec_s"].where(x["exec_source"] == "slow_log").dropna()
+    if len(logged):
+        bounds.append((float(logged.min()), "the shortest Query_time in the slow log"))
+    flagged = x["server_s"].where(x["server_flag_slow"].astype("boolean").fillna(False)).dropna()
+    if len(flagged):
+        bounds.append((float(flagged.min()), "the shortest statement the server flagged slow"))
+    if not bounds:
+        return ""
+    value, how = min(bounds)
+    return f" (at most {seconds_rounded(value)}: {how})"
+
+
 def _stall_limit_bullet(relief: dict) -> dict:
     span = (seconds_rounded(relief["min_s"]) if relief["max_s"] - relief["min_s"] < 0.0005 else
             f"{seconds_rounded(relief['min_s'])} to {seconds_rounded(relief['max_s'])}")
@@ -443,7 +460,7 @@ def _quiet_sentence(summary: dict, x: pd.DataFrame, server: np.ndarray, lqt) -> 
         return (f"No statement waited in the thread pool as far as the slow log and the wire show: none of the {n} "
                 f"exchanges was slow on the wire without being in it or waited {seconds_rounded(STALL_MIN_QUEUE_S)} or more "
                 f"before executing{slow}.")
-    why = ("long_query_time is unknown (give --long-query-time or capture.toml)" if lqt is None else
+    why = (f"long_query_time is unknown{_lqt_bound_words(x)} (give --long-query-time or capture.toml)" if lqt is None else
            "there is no slow log and the server does not flag slow statements on the wire (MySQL does not)")
     return (f"Queueing cannot be told from execution here: {why}; the slowest of the {n} exchanges took "
             f"{seconds_rounded(worst)} inside the server.")
