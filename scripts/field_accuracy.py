@@ -10,6 +10,7 @@ execution (capped by the server time: performance_schema's timer can outlast the
 
     python3 scripts/field_accuracy.py captures/stall-fix-1-pool --long-query-time 1 [--thread-pool-size N]
         [--slow-log-min 1.0] [--no-slow-log]
+    python3 scripts/field_accuracy.py DIR --as-set     # `analyze DIR` as a new user runs it (capture.toml, …)
 
 --slow-log-min S keeps only the slow-log entries with Query_time ≥ S (what a server at long_query_time S would have
 logged). The run's numbers are printed as one JSON line (and a few readable lines before it).
@@ -70,12 +71,15 @@ def truth_joined(x: pd.DataFrame, truth_path: Path) -> pd.DataFrame:
 
 
 def measure(set_dir: Path, long_query_time: float | None, thread_pool_size: int | None, slow_min: float | None,
-            no_slow_log: bool, out: Path) -> dict:
+            no_slow_log: bool, out: Path, as_set: bool = False) -> dict:
     slow = None if no_slow_log else set_dir / "slow.log"
     if slow is not None and slow_min is not None:
         slow = filtered_slow_log(slow, out / "slow-filtered.log", slow_min)
-    res = analyze(None, [set_dir / "app.pcap"], set_dir / "db.pcap", slow, long_query_time, thread_pool_size, [],
-                  out / "analysis", quiet=True)
+    if as_set:
+        res = analyze(set_dir, [], None, None, None, None, [], out / "analysis", quiet=True)
+    else:
+        res = analyze(None, [set_dir / "app.pcap"], set_dir / "db.pcap", slow, long_query_time, thread_pool_size, [],
+                      out / "analysis", quiet=True)
     x = res.exchanges
     m = truth_joined(x, set_dir / "truth.jsonl")
     rows = x.loc[m["xi"].astype(int)].reset_index(drop=True)
@@ -117,9 +121,11 @@ def main(argv=None) -> int:
     ap.add_argument("--thread-pool-size", type=int)
     ap.add_argument("--slow-log-min", type=float)
     ap.add_argument("--no-slow-log", action="store_true")
+    ap.add_argument("--as-set", action="store_true", help="analyze the folder as a capture set (capture.toml, …)")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        n = measure(a.set_dir, a.long_query_time, a.thread_pool_size, a.slow_log_min, a.no_slow_log, Path(tmp))
+        n = measure(a.set_dir, a.long_query_time, a.thread_pool_size, a.slow_log_min, a.no_slow_log, Path(tmp),
+                    a.as_set)
     print(f"{n['set']}: lqt={n['long_query_time']} size={n['thread_pool_size']} slow≥{n['slow_log_min']}"
           f"{' no slow log' if n['no_slow_log'] else ''}")
     print(f"  waited ≥ 100 ms: {n['waited_100ms']}, queue_s within max(30 ms, 25 %): {n['waited_100ms_close']}"
