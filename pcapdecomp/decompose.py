@@ -28,8 +28,6 @@ NS = 1_000_000_000
 FINGERPRINT_MIN_SAMPLES = 5  # fast executions of a (command, fingerprint) needed before their median stands for execution
 ESTIMATE_MAX_SPREAD = 2.0  # … and they must agree: p90 − p10 at most this many medians
 STALL_MIN_QUEUE_S = 0.1  # a request that queued this long counts toward a stalled stretch of its thread group
-SERVER_OVERHEAD_S = 0.001  # a measured server time − Query_time below this is the server's own overhead (parsing,
-# the network stack, the slow-log write), not a wait in the thread pool's queue
 LIKELY_MIN_WAIT_S = 0.01  # a likely wait is at least this far above its class's typical execution …
 LIKELY_SPREAD = 4.0  # … and this many times the class's usual spread above it (p90 − median of its clean runs)
 LIKELY_COVER = 0.5  # … and a long statement executed during at least this share of it

@@ -274,11 +274,13 @@ def queue_layers(x: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return certain, np.where(likely, rest, 0.0), np.where(likely, 0.0, rest)
 
 
-def overhead_part(x: pd.DataFrame) -> np.ndarray:
-    """Per row, the measured queue_s that is the server's own overhead (below decompose.SERVER_OVERHEAD_S: parsing,
-    the network stack), not queueing; 0 elsewhere. The shares tell it apart from queueing."""
-    from .decompose import SERVER_OVERHEAD_S
+SERVER_OVERHEAD_S = 0.001  # a measured server time − Query_time below this is the server's own overhead (parsing,
+# the network stack, the slow-log write), not a wait in the thread pool's queue
 
+
+def overhead_part(x: pd.DataFrame) -> np.ndarray:
+    """Per row, the measured queue_s that is the server's own overhead (below SERVER_OVERHEAD_S: parsing,
+    the network stack), not queueing; 0 elsewhere. The shares tell it apart from queueing."""
     queue = np.nan_to_num(x["queue_s"].to_numpy(dtype="float64", na_value=np.nan))
     measured = (x["queue_source"] == "measured").to_numpy(dtype=bool, na_value=False)
     return np.where(measured & (queue < SERVER_OVERHEAD_S), queue, 0.0)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .decompose import NETWORK_PARTS, SERVER_OVERHEAD_S, STALL_MIN_QUEUE_S, network_parts, ts_ns
-from .digest import overhead_part
+from .decompose import NETWORK_PARTS, STALL_MIN_QUEUE_S, network_parts, ts_ns
+from .digest import SERVER_OVERHEAD_S, overhead_part
 from .formats import clip, clock_ms, plural, seconds_rounded
 from .proxy import PAIRED_KINDS
 from .proxy import sentence as proxy_sentence
