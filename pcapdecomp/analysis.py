@@ -569,6 +569,8 @@ def _per_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, max_
     view = thread_pool_view(table, cs.thread_pool_size)
     for col in ("thread_group", "stall", "stall_role"):
         table[col] = getattr(view, col).array
+    if view.queue_source is not None:
+        table["queue_source"] = view.queue_source.array
     for w in view.warnings:
         note(w if len(cs.of("db")) <= 1 else f"{point}: {w}")
     return table, ServerPart(point, view, slow_info)

@@ -24,6 +24,7 @@ import pandas as pd
 
 from . import __version__
 from .errors import InputError, UsageError
+from .digest import group_nearest_rank, nearest_rank
 from .formats import pct_change, seconds_significant
 from .outputs import staged_folder, write_table
 from .schema import COMPARISON_COLUMNS
@@ -247,9 +248,11 @@ def exchange_stats(x: pd.DataFrame, keys: pd.Series, slow_s: float) -> pd.DataFr
     g = f.groupby("key", sort=True, dropna=True, observed=True)
     out = pd.DataFrame({"calls": g.size().astype("float64"), "slow_wire": g["slow"].sum(),
                         **{m: g[m].sum(min_count=1) for m, _ in FLAGS}, "sum_s": g["wire"].sum(min_count=1)})
-    quantiles = g["wire"].quantile([q for _, q in QUANTILES]).unstack()
-    for name, q in QUANTILES:
-        out[name] = quantiles[q] if q in quantiles else np.nan
+    codes, keys_seen = pd.factorize(f["key"], sort=True)
+    for name, q in QUANTILES:  # nearest-rank: a wire time that occurred
+        per_key = pd.Series(group_nearest_rank(codes[codes >= 0], wire[codes >= 0], len(keys_seen), q),
+                            index=keys_seen)
+        out[name] = per_key.reindex(out.index).to_numpy()
     out["max_s"] = g["wire"].max()
     out.index = out.index.astype(str)
     return out[list(EXCHANGE_METRICS)]
@@ -260,7 +263,7 @@ def component_stats(x: pd.DataFrame) -> pd.DataFrame:
     proxied = [(n, c) for n, c in PROXY_COMPONENTS if c in x.columns and x[c].notna().any()]
     for name, col in (*COMPONENTS, *proxied):
         v = x[col].dropna().to_numpy(dtype="float64")
-        q = np.quantile(v, [q for _, q in QUANTILES]) if len(v) else [np.nan] * len(QUANTILES)
+        q = nearest_rank(v, [q for _, q in QUANTILES]) if len(v) else [np.nan] * len(QUANTILES)
         rows[name] = [float(len(v)), float(v.sum()) if len(v) else np.nan, *q, float(v.max()) if len(v) else np.nan]
     return pd.DataFrame.from_dict(rows, orient="index", columns=list(COMPONENT_METRICS))
 

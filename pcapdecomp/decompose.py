@@ -13,6 +13,8 @@ All arithmetic is on int64 ns; seconds are made once, for the output columns.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -28,10 +30,14 @@ NS = 1_000_000_000
 FINGERPRINT_MIN_SAMPLES = 5  # fast executions of a (command, fingerprint) needed before their median stands for execution
 ESTIMATE_MAX_SPREAD = 2.0  # … and they must agree: p90 − p10 at most this many medians
 STALL_MIN_QUEUE_S = 0.1  # a request that queued this long counts toward a stalled stretch of its thread group
-# exec_source's values, and queue_source's (measured: from the slow log; estimated: from the fingerprint's median)
+LIKELY_MIN_WAIT_S = 0.01  # a likely wait is at least this far above its class's typical execution …
+LIKELY_SPREAD = 4.0  # … and this many times the class's usual spread above it (p90 − median of its clean runs)
+LIKELY_COVER = 0.5  # … and a long statement executed during at least this share of it
+# exec_source's values, and queue_source's (measured: from the slow log; estimated: from the fingerprint's median;
+# likely: far above the class's typical execution while a long statement executed, see likely_waits)
 EXEC_SOURCES = ["slow_log", "fingerprint_median", "flagged_slow", "below_long_query_time"]
 SLOW_LOG, FINGERPRINT_MEDIAN, FLAGGED_SLOW, BELOW_LONG_QUERY_TIME = range(len(EXEC_SOURCES))
-QUEUE_SOURCES = ["measured", "estimated", "lower_bound"]
+QUEUE_SOURCES = ["measured", "estimated", "lower_bound", "likely"]
 
 
 # --- the decomposed table --------------------------------------------------------------------------------------
@@ -294,26 +300,39 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     flagged_only = has_server & flagged & ~in_log
     exec_s[flagged_only] = server[flagged_only]
     source[flagged_only] = FLAGGED_SLOW
+    # Known faster than long_query_time and nothing better: execution is only bounded (≤ min(server, lqt)), so
+    # exec_s stays unknown (an upper bound is not an execution time) and queue_s is the certain lower bound.
+    bound = todo & ~by_fp & known_fast if lqt is not None else np.zeros(len(t), dtype=bool)
+    source[bound] = BELOW_LONG_QUERY_TIME
+    # What is certain whatever the estimates say: a measured queue, or the server time beyond the longest the
+    # execution can have taken (below long_query_time when the slow log or the flag says it was not slow).
+    certain = np.zeros(len(t))
+    certain[in_log] = np.maximum(server[in_log] - exec_s[in_log], 0.0)
     if lqt is not None:
-        bound = todo & ~by_fp & known_fast
-        exec_s[bound] = np.minimum(server[bound], lqt)
-        source[bound] = BELOW_LONG_QUERY_TIME
+        fast_bounded = has_server & ~in_log & known_fast
+        certain[fast_bounded] = np.maximum(server[fast_bounded] - lqt, 0.0)
+    certain = np.nan_to_num(certain)
+    likely = likely_waits(t, server, exec_s, in_log | flagged_only, ~in_log & ~flagged & has_server)
+    exec_s[likely.rows] = likely.exec_s[likely.rows]
+    source[likely.rows] = FINGERPRINT_MEDIAN
+    # One typical execution per class, the clean runs' median: a server time within the class's usual range (≤ the
+    # clean runs' p90) is all execution, one above it executed the median (estimate_execution's rule).
+    typical = ~np.isnan(likely.exec_s) & ~likely.rows & ((by_fp & (exec_s < server)) | (source == BELOW_LONG_QUERY_TIME))
+    exec_s[typical] = np.where(server[typical] <= likely.p90[typical], server[typical], likely.exec_s[typical])
+    source[typical] = FINGERPRINT_MEDIAN
+    bound &= source == BELOW_LONG_QUERY_TIME
     t = t.copy(deep=False)  # copy-on-write: the new columns do not touch the caller's table
     t["pipelined_s"] = np.where(np.isnan(server), np.nan, pipelined)
     t["exec_s"] = exec_s
     t["exec_source"] = labelled(source, EXEC_SOURCES)
     queue = np.where(np.isnan(exec_s) | ~has_server, np.nan, np.maximum(server - exec_s, 0.0))
+    queue[bound] = certain[bound]
+    queue[likely.rows] = np.maximum(queue[likely.rows], certain[likely.rows])
     t["queue_s"] = queue
     t["queue_source"] = labelled(np.select(
-        [np.isnan(queue), source == SLOW_LOG, source == FINGERPRINT_MEDIAN], [-1, 0, 1], 2), QUEUE_SOURCES)
-    # What is certain whatever the estimates say: a measured queue, or the server time beyond the longest the
-    # execution can have taken (below long_query_time when the slow log or the flag says it was not slow).
-    certain = np.zeros(len(t))
-    certain[in_log] = queue[in_log]
-    if lqt is not None:
-        fast_bounded = has_server & ~in_log & known_fast
-        certain[fast_bounded] = np.maximum(server[fast_bounded] - lqt, 0.0)
-    t["queue_min_s"] = np.where(has_server, np.nan_to_num(certain), np.nan)
+        [np.isnan(queue), source == SLOW_LOG, likely.rows, source == FINGERPRINT_MEDIAN], [-1, 0, 3, 1], 2),
+        QUEUE_SOURCES)
+    t["queue_min_s"] = np.where(has_server, certain, np.nan)
     t["in_slow_log"] = pd.array(in_log, dtype="boolean")
     t.loc[undecided, "in_slow_log"] = pd.NA
     if not join.used:
@@ -382,6 +401,108 @@ def pipelined_s(t: pd.DataFrame) -> np.ndarray:
     return out
 
 
+@dataclass
+class LikelyWaits:
+    """likely_waits' answer, one entry per row."""
+
+    rows: np.ndarray  # a likely wait: queue_s = server − exec_s, queue_source likely
+    exec_s: np.ndarray  # the class's typical execution (NaN where it has none)
+    p90: np.ndarray  # … and the p90 of its clean runs: the top of its usual range
+
+
+def likely_waits(t: pd.DataFrame, server: np.ndarray, exec_s: np.ndarray, measured: np.ndarray,
+                 open_: np.ndarray) -> LikelyWaits:
+    """Waits the slow log cannot prove but the wire makes likely (a statement below long_query_time, or no slow
+    log): a statement whose server time is far above its class's typical execution while a long statement
+    executed on the server (the thread group is checked later, when it is known: threadpool.py).
+
+    `measured`: rows whose execution the slow log or the wire flag gives; `open_`: rows whose execution is
+    unknown (not in the slow log, not flagged). A class is a (command, fingerprint) pair; its typical execution is
+    the median server time of its open runs that overlapped no long statement (≥ FINGERPRINT_MIN_SAMPLES of them).
+    Long statements: measured executions ≥ STALL_MIN_QUEUE_S, and open runs ≥ STALL_MIN_QUEUE_S of a class with
+    too few runs to have a typical execution or whose median is itself that long. A wait is likely when it is ≥
+    LIKELY_MIN_WAIT_S and ≥ LIKELY_SPREAD × (p90 − median) of the clean runs, and long statements executed during
+    ≥ LIKELY_COVER of it."""
+    n = len(t)
+    out = LikelyWaits(np.zeros(n, dtype=bool), np.full(n, np.nan), np.full(n, np.nan))
+    if n == 0 or "_d1_raw" not in t.columns:
+        return out
+    d1 = np.asarray(t["_d1_raw"], dtype=np.int64)
+    d4 = np.asarray(t["_d4_raw"], dtype=np.int64)
+    valid = np.asarray(t["_t_valid"], dtype=bool) & ~np.isnan(server) & (d4 >= d1)
+    codes, groups = class_codes(t["command"], t["fingerprint"])
+    runs = open_ & valid & (codes >= 0)
+    if not runs.any():
+        return out
+    sizes = np.bincount(codes[runs], minlength=groups)
+    (median_all,) = _group_quantiles(codes[runs], server[runs], groups, (0.5,))
+    row_size = np.where(codes >= 0, sizes[np.maximum(codes, 0)], 0)
+    row_median_all = np.where(codes >= 0, median_all[np.maximum(codes, 0)], np.nan)
+    long_open = runs & (server >= STALL_MIN_QUEUE_S) & ((row_size < FINGERPRINT_MIN_SAMPLES)
+                                                       | (np.nan_to_num(row_median_all) >= STALL_MIN_QUEUE_S))
+    long_measured = measured & valid & (np.nan_to_num(exec_s) >= STALL_MIN_QUEUE_S)
+    long_ = long_open | long_measured
+    x_start = np.where(long_measured, np.maximum(d4 - np.rint(np.nan_to_num(exec_s) * NS).astype(np.int64), d1), d1)
+    lo, hi = interval_union(x_start[long_], d4[long_])
+    clean = runs & ~long_ & (covered_ns(lo, hi, d1, d4) == 0)
+    if not clean.any():
+        return out
+    counts = np.bincount(codes[clean], minlength=groups)
+    median, p90 = _group_quantiles(codes[clean], server[clean], groups, (0.5, 0.9))
+    has = counts >= FINGERPRINT_MIN_SAMPLES
+    median[~has] = np.nan
+    c = np.maximum(codes, 0)
+    typical = np.where(codes >= 0, median[c], np.nan)
+    spread = np.where(codes >= 0, p90[c], np.nan) - typical
+    known = runs & ~long_open & ~np.isnan(typical)
+    wait = np.where(known, server - np.nan_to_num(typical), 0.0)
+    far = known & (wait >= np.maximum(LIKELY_MIN_WAIT_S, LIKELY_SPREAD * np.nan_to_num(spread)))
+    wait_ns = np.rint(wait * NS).astype(np.int64)
+    held = covered_ns(lo, hi, d1, d1 + wait_ns) >= LIKELY_COVER * wait_ns
+    out.rows = far & held
+    out.exec_s = np.where(known, typical, np.nan)
+    out.p90 = np.where(known, typical + spread, np.nan)
+    return out
+
+
+def interval_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint intervals, sorted, covering the union of [s_i, e_i)."""
+    if len(starts) == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    new = np.concatenate([[True], s[1:] > reach[:-1]])
+    idx = np.flatnonzero(new)
+    return s[idx], np.maximum.reduceat(e, idx)
+
+
+def covered_ns(lo: np.ndarray, hi: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """How much of each [s_k, e_k] the disjoint sorted intervals [lo, hi) cover, ns (int64)."""
+    if len(lo) == 0:
+        return np.zeros(len(s), dtype=np.int64)
+    before = np.concatenate([[0], np.cumsum(hi - lo)])  # covered before interval i starts
+
+    def up_to(points: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(lo, points, side="right") - 1
+        kk = np.maximum(k, 0)
+        return np.where(k >= 0, before[kk] + np.clip(np.minimum(points, hi[kk]) - lo[kk], 0, None), 0)
+
+    return np.maximum(up_to(e) - up_to(s), 0)
+
+
+def class_codes(command: pd.Series, fingerprint: pd.Series) -> tuple[np.ndarray, int]:
+    """Each row's class, a (command, fingerprint) text pair, as a code 0 … groups − 1 (NA as the text str() makes
+    of it): numbered pair by pair, not by joining the two texts of every row into a new string (≈ 200 MiB more at
+    830k exchanges)."""
+    command_codes = _text_codes(command)
+    fingerprint_codes = _text_codes(fingerprint)
+    if len(command_codes) == 0:
+        return command_codes, 0
+    codes, uniques = pd.factorize(command_codes * (int(fingerprint_codes.max()) + 1) + fingerprint_codes)
+    return codes, len(uniques)
+
+
 def _text_codes(column: pd.Series) -> np.ndarray:
     """pd.factorize(column's values as str) (nulls: -1), int64: for a categorical column, from its codes (one
     str() per category, not per row), with the same numbers (in order of first appearance)."""
@@ -412,15 +533,10 @@ def estimate_execution(command: pd.Series, fingerprint: pd.Series, server: np.nd
     out = np.full(n, np.nan)
     if n == 0:
         return out
-    # one group per (command, fingerprint) text pair, NA as the text str() makes of it; numbered pair by pair, not
-    # by joining the two texts of every row into a new string (≈ 200 MiB more at 830k exchanges)
-    command_codes = _text_codes(command)
-    fingerprint_codes = _text_codes(fingerprint)
-    codes, uniques = pd.factorize(command_codes * (int(fingerprint_codes.max()) + 1) + fingerprint_codes)
+    codes, groups = class_codes(command, fingerprint)
     sample = fast & (codes >= 0)
     if not sample.any():
         return out
-    groups = len(uniques)
     sizes = np.bincount(codes[sample], minlength=groups)  # the runs, a NaN server time included (as pandas counts)
     timed = sample & ~np.isnan(server)
     p10, median, p90 = _group_quantiles(codes[timed], server[timed], groups, (0.1, 0.5, 0.9))

@@ -148,6 +148,24 @@ def group_order(k: np.ndarray, largest: int) -> np.ndarray:
     return np.argsort(k.astype(width), kind="stable")
 
 
+def nearest_rank(values: np.ndarray, qs) -> np.ndarray:
+    """The nearest-rank percentiles `qs` (0 … 1) of `values` (no NaN, not empty): the smallest value with at least
+    q × n values at or below it — always a latency that occurred, never a value between two (a p95 of 2.903 s where
+    every client saw ≈ 2.0 or ≈ 4.0 s)."""
+    return np.quantile(values, qs, method="inverted_cdf")
+
+
+def group_nearest_rank(k: np.ndarray, v: np.ndarray, n: int, q: float) -> np.ndarray:
+    """Per group 0 … n − 1 of `k`, nearest_rank of its non-NaN values `v` at q; NaN for a group without any."""
+    ok = ~np.isnan(v)
+    vv, start, count = sorted_by_group(k[ok], v[ok], n)
+    out = np.full(n, np.nan)
+    has = count > 0
+    rank = np.maximum(np.ceil(q * count[has] - 1e-9).astype(np.int64), 1)
+    out[has] = vv[start[has] + rank - 1]
+    return out
+
+
 def sorted_by_group(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The values `v` (no NaN) grouped by `k` (0 … n − 1), in group order and sorted within each group; each
     group's start in that array and its count.
@@ -169,18 +187,15 @@ def sorted_by_group(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray, n
 
 
 def _group_min_max_p95(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per group: min, max and the 95th percentile (linear interpolation, as numpy and pandas) of non-NaN values."""
+    """Per group: min, max and the nearest-rank 95th percentile of non-NaN values."""
     ok = ~np.isnan(v)
     vv, start, count = sorted_by_group(k[ok], v[ok], n)
     out = np.full((3, n), np.nan)
     has = count > 0
-    pos = 0.95 * (count[has] - 1)
-    lo, frac = np.floor(pos).astype(np.int64), pos - np.floor(pos)
     base = start[has]
-    hi = np.minimum(lo + 1, count[has] - 1)
     out[0, has] = vv[base]
     out[1, has] = vv[base + count[has] - 1]
-    out[2, has] = vv[base + lo] + (vv[base + hi] - vv[base + lo]) * frac
+    out[2, has] = vv[base + np.maximum(np.ceil(0.95 * count[has] - 1e-9).astype(np.int64), 1) - 1]
     return out[0], out[1], out[2]
 
 
@@ -247,6 +262,37 @@ def _add_user_db(out: pd.DataFrame, x: pd.DataFrame, has: np.ndarray, k: np.ndar
         labels.append(f"{names_u[rest // (len(dbs) + 1)]}@{names_d[rest % (len(dbs) + 1)]}")
     out["user_db"] = labels
     out["user_db_more"] = distinct[out["code"].to_numpy()] - 1
+
+
+def queue_layers(x: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """queue_s split into (certain, likely, estimated) seconds per row: queue_parts' certain part; the rest is
+    likely where queue_source is likely (far above the statement's typical execution while a long statement ran),
+    else estimated."""
+    certain, rest = queue_parts(x)
+    likely = (x["queue_source"] == "likely").to_numpy(dtype=bool, na_value=False) if "queue_source" in x.columns \
+        else np.zeros(len(x), dtype=bool)
+    return certain, np.where(likely, rest, 0.0), np.where(likely, 0.0, rest)
+
+
+SERVER_OVERHEAD_S = 0.001  # a measured server time − Query_time below this is the server's own overhead (parsing,
+# the network stack, the slow-log write), not a wait in the thread pool's queue
+
+
+def overhead_part(x: pd.DataFrame) -> np.ndarray:
+    """Per row, the measured queue_s that is the server's own overhead (below SERVER_OVERHEAD_S: parsing,
+    the network stack), not queueing; 0 elsewhere. The shares tell it apart from queueing."""
+    queue = np.nan_to_num(x["queue_s"].to_numpy(dtype="float64", na_value=np.nan))
+    measured = (x["queue_source"] == "measured").to_numpy(dtype=bool, na_value=False)
+    return np.where(measured & (queue < SERVER_OVERHEAD_S), queue, 0.0)
+
+
+def bounded_part(x: pd.DataFrame) -> np.ndarray:
+    """Per row, the server time not split because execution is only bounded (exec_s null, queue_s its certain
+    lower bound): execution or waiting, not told apart; 0 elsewhere."""
+    exec_s = x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)
+    queue = x["queue_s"].to_numpy(dtype="float64", na_value=np.nan)
+    server = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)
+    return np.where(np.isnan(exec_s) & ~np.isnan(queue) & ~np.isnan(server), np.maximum(server - queue, 0.0), 0.0)
 
 
 def queue_parts(x: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

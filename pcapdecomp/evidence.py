@@ -366,9 +366,10 @@ def _components(r) -> str:
         if col == "queue_s" and not is_missing(r.get("queue_source")):
             qs = str(r["queue_source"])
             certain = r.get("queue_min_s")
-            if qs == "estimated":
-                text += (f" (estimate; at least {seconds_ms(certain)} certain)" if not is_missing(certain) and certain > 0
-                         else " (estimate)")
+            if qs in ("estimated", "likely"):
+                word = "estimate" if qs == "estimated" else "likely"
+                text += (f" ({word}; at least {seconds_ms(certain)} certain)" if not is_missing(certain) and certain > 0
+                         else f" ({word})")
             else:
                 text += {"measured": " (measured)", "lower_bound": " (at least)"}.get(qs, f" ({qs})")
         out.append(text)

@@ -109,7 +109,7 @@ def _row_cells(r) -> list[str]:
     return [str(int(r["rank"])), term(qid.removeprefix("0x")[:12] + "…" if len(qid) > 14 else qid or MISSING, 14),
             seconds(r["time_sum"]), share(r["time_share"]).replace(" %", "%"), count(r["calls"]),
             seconds(r["r_call"]), seconds(r["p99"]), seconds(r["exec_sum"]),
-            seconds(r["queue_certain_sum"] + r["queue_likely_sum"])]
+            seconds(r["queue_certain_sum"] + r["queue_likely_sum"] + r["queue_estimated_sum"])]
 
 
 def _profile_table(prof: pd.DataFrame) -> list[str]:
@@ -139,8 +139,9 @@ def _class_block(r, order_by: str) -> list[str]:
         ("execution", f"{seconds(r['exec_sum'])}, {share(r['exec_measured'])} of the calls measured in the slow log"
                       + (f", {count(r['exec_bounded'])} bounded only (< long_query_time)" if r["exec_bounded"]
                          else "")),
-        ("queueing", f"{seconds(r['queue_certain_sum'])} certain, {seconds(r['queue_likely_sum'])} likely "
-                     "(resting on an estimated execution)"),
+        ("queueing", f"{seconds(r['queue_certain_sum'])} certain, {seconds(r['queue_likely_sum'])} likely (far above "
+                     f"the class's typical execution while a long statement ran), {seconds(r['queue_estimated_sum'])} "
+                     "estimated (resting on an estimated execution, claims nothing)"),
         ("slow log", _slow_words(r)),
         ("hosts", (term(r["hosts"], 60) or MISSING) + (f" and {r['hosts_more']} more" if r["hosts_more"] else "")),
     ]
@@ -182,14 +183,14 @@ def markdown(summary: dict, prof: pd.DataFrame, order_by: str, playbook: list[di
                 f"{share(h['share_of_network'])} | {share(h['network_share_of_its_time'])} |" for h in hosts]
     out += ["", f"### Profile, ranked by {md_text(_ORDER_WORDS[order_by])}", "",
             "| Rank | Query ID | Time | Share | Calls | R/Call | p95 | p99 | Max | Exec | Queue certain | Queue likely "
-            "| Rows_examined | Lock_time | Hosts | Item |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+            "| Queue estimated | Rows_examined | Lock_time | Hosts | Item |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for _, r in prof.head(top).iterrows():
         rows = MISSING if is_missing(r["rows_examined_sum"]) else f"{int(r['rows_examined_sum']):,}"
         cells = [str(int(r["rank"])), md_code(MISSING if is_missing(r["query_id"]) else r["query_id"]), seconds(r["time_sum"]),
                  share(r["time_share"]), count(r["calls"]), seconds(r["r_call"]), seconds(r["p95"]),
                  seconds(r["p99"]), seconds(r["max"]), seconds(r["exec_sum"]), seconds(r["queue_certain_sum"]),
-                 seconds(r["queue_likely_sum"]), rows, seconds(r["lock_time_sum"]),
+                 seconds(r["queue_likely_sum"]), seconds(r["queue_estimated_sum"]), rows, seconds(r["lock_time_sum"]),
                  md_text(r["hosts"] or MISSING) + (f" +{r['hosts_more']}" if r["hosts_more"] else ""),
                  md_code(distill(r["fingerprint"]), 80)]
         out.append("| " + " | ".join(cells) + " |")

@@ -22,7 +22,7 @@ import pandas as pd
 
 from . import __version__
 from .decompose import network_parts
-from .digest import profile
+from .digest import bounded_part, nearest_rank, overhead_part, profile, queue_layers
 from .proxy import PAIRED_KINDS
 from .evidence import display_filter
 from .formats import cell, clip, clock, count, integer, seconds, share
@@ -111,7 +111,7 @@ def component_rows(x: pd.DataFrame) -> list[list[str]]:
         v = _f(x, col)
         v = v[~np.isnan(v)]
         if len(v):
-            q = np.quantile(v, [0.5, 0.95, 0.99])
+            q = nearest_rank(v, [0.5, 0.95, 0.99])
             rows.append([label, str(len(v)), *(seconds(s) for s in q), seconds(v.max()), f"{v.sum():.3f} s"])
     return rows
 
@@ -219,11 +219,18 @@ class _Page:
         parts = []
         total = float(np.nansum(_f(x, "total_s")[both]))
         if total > 0:
-            certain, estimated = (part[both] for part in queue_parts(x))
+            certain, likely, estimated = (part[both] for part in queue_layers(x))
             q_est = float(estimated.sum())
-            shares = [*network_parts(x, both), ("queueing", float(certain.sum())),
-                      ("execution", float(np.nansum(_f(x, "exec_s")[both])))]
-            text = " · ".join(f"{label} <b>{100 * v / total:.1f} %</b>" for label, v in shares)
+            overhead = float(overhead_part(x)[both].sum())
+            shares = [*network_parts(x, both), ("queueing", float(certain.sum()) - overhead),
+                      ("server overhead (server time − Query_time under 1 ms: parsing, the network stack)", overhead),
+                      ("queueing likely (not proven: above the statement's typical execution while a long statement "
+                       "ran)", float(likely.sum())),
+                      ("execution", float(np.nansum(_f(x, "exec_s")[both]))),
+                      ("execution or waiting, not told apart (execution only bounded)",
+                       float(bounded_part(x)[both].sum()))]
+            text = " · ".join(f"{label} <b>{100 * v / total:.1f} %</b>" for label, v in shares
+                              if v > 0 or label in ("queueing", "execution"))
             if q_est > 0:
                 text += (f" · queueing estimated from other runs of the same statement <b>{100 * q_est / total:.1f} "
                          "%</b> (apart: an estimate is never evidence of a queue)")
@@ -248,8 +255,9 @@ class _Page:
         text = ("Every statement from the app sending it (A1) to the app receiving the answer (A4), on its "
                 "connection's lane (D1 to D4 when only the DB capture saw it; connections that follow each other "
                 "share a lane); lanes are ordered by thread group. "
-                "Red: queueing before execution (pale: estimated from other runs of the statement); green: "
-                "execution; grey: the rest of the client's wait (network). Stalled stretches of a thread group are "
+                "Red: queueing before execution (lighter: likely, above the statement's typical execution while a "
+                "long statement ran; pale: estimated from other runs of the statement); green: execution; light "
+                "grey: execution or waiting where execution is only bounded (below long_query_time); grey: the rest of the client's wait (network). Stalled stretches of a thread group are "
                 "shaded over its lanes. Markers at the end of a statement: ◆ culprit of a stall, ▲ hidden slow, "
                 "■ understated by the slow log, ● in the slow log. Drag to zoom (every time chart follows), "
                 "double-click to zoom out; the stalls table has a zoom button per stall.")
@@ -639,7 +647,7 @@ class _Page:
                 v = conns[col].to_numpy(dtype=np.float64)
                 v = v[~np.isnan(v)]
                 if len(v):
-                    q = np.quantile(v, [0.5, 0.95, 0.99])
+                    q = nearest_rank(v, [0.5, 0.95, 0.99])
                     rows.append([label, str(len(v)), *(seconds(s) for s in q), seconds(v.max()), meaning])
             parts.append(_table(["set-up", "connections", "p50", "p95", "p99", "max", "what it covers"], rows,
                                 numeric=range(1, 6)) if rows else "<p>No connection set-up was captured.</p>")
@@ -647,7 +655,7 @@ class _Page:
             connect = self.x[self.x["command"] == "CONNECT"]
             v = connect["response_s"].dropna().to_numpy(dtype=float)
             if len(v):
-                q = np.quantile(v, [0.5, 0.95, 0.99])
+                q = nearest_rank(v, [0.5, 0.95, 0.99])
                 parts.append(f"<p>{len(connect)} logins in the capture; login packet → OK p50 {seconds(q[0])}, p95 "
                              f"{seconds(q[1])}, p99 {seconds(q[2])}, max {seconds(v.max())}.</p>")
             else:
@@ -748,8 +756,11 @@ def _method(command_line: str | None) -> str:
         "<li><b>execution</b>: the slow log's Query_time when the statement is in it; otherwise an estimate or a "
         "bound named in exec_source. <b>queueing</b> = server − execution (≥ 0): time before a worker ran it. "
         "Queueing is <i>measured</i> when execution comes from the slow log, a <i>lower bound</i> when execution is "
-        "known to be shorter than long_query_time, and <i>estimated</i> when execution is estimated from other "
-        "runs of the statement; an estimate is shown pale and never counts as evidence of a queue.</li>"
+        "known to be shorter than long_query_time, <i>likely</i> when the server time is far above the statement's "
+        "typical execution while a long statement executed on its thread group (told as likely, with what would "
+        "prove it), and <i>estimated</i> when execution is estimated from other "
+        "runs of the statement; an estimate is shown pale and never counts as evidence of a queue. A statement "
+        "known faster than long_query_time with nothing better known has no execution time, only its bound.</li>"
         "<li><b>hidden slow</b>: server time above long_query_time, yet not in the slow log and not flagged "
         "SERVER_QUERY_WAS_SLOW on the wire. <b>understated</b>: in the slow log, yet it waited ≥ 0.1 s before "
         "executing. <b>thread group</b> = connection id mod thread_pool_size.</li>"

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .decompose import STALL_MIN_QUEUE_S, network_parts, ts_ns
-from .digest import queue_parts
+from .digest import bounded_part, overhead_part, queue_layers, queue_parts
 from .formats import clip, integer, seconds
 from .threadpool import core_range
 
@@ -41,7 +41,8 @@ OUTLIER_SLACK = 100  # the core of the time range (threadpool.core_range) widene
 OUTLIER_MIN_SLACK_NS = 3600 * NS
 MARGIN = dict(l=170, r=100, t=40, b=40)  # the same plot area on every time chart, so that their axes line up
 COLORS = {"network": "#6a9fd4", "request leg": "#6a9fd4", "response leg": "#9cc3ea", "queueing": "#d62728",
-          "queueing (estimated)": "#f4a6a6", "execution": "#2ca02c", "client wait": "#9aa9bb",
+          "queueing (estimated)": "#f4a6a6", "queueing (likely)": "#f08080", "execution": "#2ca02c",
+          "execution or waiting (bounded)": "#c7c7c7", "server overhead": "#bcbd22", "client wait": "#9aa9bb",
           "hidden slow": "#d62728", "understated": "#9467bd", "in the slow log": "#ff7f0e", "culprit": "#111111",
           "statement": "#7a8fa6", "plain": "#8888cc", "TLS": "#44aa99", "executing": "#2ca02c",
           "queued": "#d62728", "slow": "#1f77b4", "app ↔ proxy network": "#6a9fd4",
@@ -279,13 +280,18 @@ def _shares(x: pd.DataFrame) -> dict | None:
     total = float(np.nansum(x["total_s"].to_numpy(dtype="float64", na_value=np.nan)[both]))
     if not total > 0:
         return None
-    certain, estimated = (part[both] for part in queue_parts(x))
-    parts = (*network_parts(x, both), ("queueing", float(certain.sum())), ("queueing (estimated)", float(estimated.sum())),
-             ("execution", float(np.nansum(x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)[both]))))
+    certain, likely, estimated = (part[both] for part in queue_layers(x))
+    overhead = float(overhead_part(x)[both].sum())
+    parts = (*network_parts(x, both), ("queueing", float(certain.sum()) - overhead), ("server overhead", overhead),
+             ("queueing (likely)", float(likely.sum())),
+             ("queueing (estimated)", float(estimated.sum())),
+             ("execution", float(np.nansum(x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)[both]))),
+             ("execution or waiting (bounded)", float(bounded_part(x)[both].sum())))
+    optional = ("server overhead", "queueing (likely)", "queueing (estimated)", "execution or waiting (bounded)")
     data = [{"type": "bar", "orientation": "h", "y": ["client time"], "x": [v], "name": label,
              "marker": {"color": COLORS[label]}, "hoverinfo": "text",
              "hovertext": [f"{label}: {v:.3f} s ({100 * v / total:.1f} %)"]}
-            for label, v in parts if v > 0 or label != "queueing (estimated)"]
+            for label, v in parts if v > 0 or label not in optional]
     return {"data": data, "layout": _layout(200, barmode="stack", margin=dict(l=80, r=20, t=40, b=40),
                                             xaxis={"title": {"text": "seconds, summed over exchanges seen at both points"}})}
 
@@ -324,17 +330,22 @@ def _timeline(summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None) -
     n_lanes = len(labels)
     y = lane.astype(np.float32)
     d1, d4, has_d1, has_d4 = t.d1[rows], t.d4[rows], t.has_d1[rows], t.has_d4[rows]
-    certain, estimated = (part[rows] for part in queue_parts(x))
+    certain, likely, estimated = (part[rows] for part in queue_layers(x))
+    estimated = likely + estimated  # the tooltip's "beyond the certain part"
     exec_s = x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)[rows]
-    q_mid = d1 + np.rint(certain * NS).astype(np.int64)  # certain queueing first, the estimated rest after it
+    is_likely = likely > 0
+    q_mid = d1 + np.rint(certain * NS).astype(np.int64)  # certain queueing first, the likely or estimated rest after it
     q_end = q_mid + np.rint(estimated * NS).astype(np.int64)
     x_start = np.maximum(d4 - np.rint(np.nan_to_num(exec_s) * NS).astype(np.int64), d1)
+    bounded = bounded_part(x)[rows] > 0
 
     data = [_segments("client wait", start, end, y, np.ones(len(rows), dtype=bool), 2)]
     data.append(_proxy_segments(sel, y))
     data.append(_segments("queueing", d1, q_mid, y, has_d1 & (certain > 0), 9))
-    data.append(_segments("queueing (estimated)", q_mid, q_end, y, has_d1 & (estimated > 0), 9))
+    data.append(_segments("queueing (likely)", q_mid, q_end, y, has_d1 & is_likely & (estimated > 0), 9))
+    data.append(_segments("queueing (estimated)", q_mid, q_end, y, has_d1 & ~is_likely & (estimated > 0), 9))
     data.append(_segments("execution", x_start, d4, y, has_d4 & ~np.isnan(exec_s), 9))
+    data.append(_segments("execution or waiting (bounded)", np.minimum(q_end, d4), d4, y, has_d1 & has_d4 & bounded, 9))
     data = [d for d in data if d is not None]
 
     k = klass[rows]
@@ -669,15 +680,16 @@ def _waterfall(x: pd.DataFrame) -> dict | None:
     labels = [plain(f"conn {integer(c)} · {clip(q if isinstance(q, str) else m, 50)}")
               for c, q, m in zip(rows["conn_id"], rows["sql"], rows["command"])]
     labels = [f"{i + 1}. {lab}" for i, lab in zip(range(len(labels) - 1, -1, -1), labels)]  # unique, ranked
-    certain, estimated = queue_parts(rows)
+    certain, likely, estimated = queue_layers(rows)
     request = rows["net_req_s"].to_numpy(dtype="float64", na_value=np.nan)
     # through a proxy with its capture the request leg holds the wait inside the proxy (P2 − P1): drawn apart
     wait = (rows["proxy_wait_s"].to_numpy(dtype="float64", na_value=np.nan) if "proxy_wait_s" in rows.columns
             else np.full(len(rows), np.nan))
     waited = ~np.isnan(wait) & ~np.isnan(request)
     parts = [("request leg", np.where(waited, request - np.where(waited, wait, 0.0), request)),
-             ("inside the proxy", np.where(waited, wait, np.nan)), ("queueing", certain), ("queueing (estimated)", estimated),
-             ("execution", rows["exec_s"].to_numpy(dtype="float64", na_value=np.nan)),
+             ("inside the proxy", np.where(waited, wait, np.nan)), ("queueing", certain), ("queueing (likely)", likely),
+             ("queueing (estimated)", estimated), ("execution", rows["exec_s"].to_numpy(dtype="float64", na_value=np.nan)),
+             ("execution or waiting (bounded)", bounded_part(rows)),
              ("response leg", rows["net_resp_s"].to_numpy(dtype="float64", na_value=np.nan))]
     data, base = [], np.zeros(len(rows))
     for label, v in parts:

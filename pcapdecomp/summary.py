@@ -18,6 +18,7 @@ from .captureset import CaptureSet
 from .clock import ClockModel
 from .connids import conn_id_sources
 from .match import ClockSamples
+from .digest import nearest_rank
 from .threadpool import PoolView, json_value
 from .verdict import tell, tell_proxy, tls_part
 
@@ -177,8 +178,7 @@ def latency_quantiles(x: pd.DataFrame) -> dict:
     for col in ("total_s", "server_s", "network_s", "net_req_s", "net_resp_s", "queue_s", "exec_s"):
         values = x[col].to_numpy(dtype="float64", na_value=np.nan)
         v = values[~np.isnan(values)]
-        # both quantiles from one partition of the values (what Series.quantile computes, one call per quantile)
-        p50, p99 = np.percentile(v, np.array([0.5, 0.99]) * 100) if len(v) else (None, None)
+        p50, p99 = nearest_rank(v, [0.5, 0.99]) if len(v) else (None, None)
         out[col.removesuffix("_s")] = None if not len(v) else {
             "count": int(len(v)), "sum": float(pd.Series(v).sum()), "p50": float(p50), "p99": float(p99),
             "max": float(v.max()),

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .decompose import NS, STALL_MIN_QUEUE_S, ts_ns
+from .decompose import LIKELY_COVER, NS, STALL_MIN_QUEUE_S, covered_ns, ts_ns
+from .decompose import interval_union as _union
 from .digest import group_order
 from .formats import clip
 from .schema import GROUP_COLUMNS, POOL_COLUMNS
@@ -40,6 +41,8 @@ INFER_MAX_CULPRITS = 5000  # long statements considered (the longest)
 INFER_MAX_ARRIVALS = 200_000  # arrivals checked for free passes, in all (at most 2,000 per long statement)
 EXPLAINED_SHARE = 0.9  # an N must explain this share of the queued statements …
 FREE_PASS_SHARE = 0.1  # … with at most this many free passes per explained statement
+RELEASE_MARGIN_NS = 20_000_000  # a group's waiting statements are let go within this long (the queue drains): an
+# arrival that close to the last release did not pass anyone
 CAP_SHARE = 0.9  # the pool is at its thread limit when the cap was reached during this share of the waiting time
 MAX_REFS = 20  # exchange references listed per list in summary.json
 
@@ -66,6 +69,7 @@ class PoolView:
     cap_members: tuple[np.ndarray, np.ndarray] | None = None  # (executing, waiting) row positions while at the cap
     outliers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # rows with wild DB-side times
     warnings: list[str] = field(default_factory=list)
+    queue_source: pd.Series | None = None  # per exchange row, when a likely wait was found not held on its group
 
 
 # --- buckets --------------------------------------------------------------------------------------------------
@@ -260,18 +264,6 @@ def _measure_at_least(times: np.ndarray, counts: np.ndarray, level: int, lo: np.
     return total
 
 
-def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint intervals covering the union of [s_i, e_i)."""
-    if len(starts) == 0:
-        return starts, ends
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    new = np.concatenate([[True], s[1:] > reach[:-1]])
-    idx = np.flatnonzero(new)
-    return s[idx], np.maximum.reduceat(e, idx)
-
-
 # --- the exchanges as intervals -----------------------------------------------------------------------------------
 
 
@@ -287,10 +279,16 @@ class _Rows:
     server: np.ndarray  # D4 − D1, ns
     conn: np.ndarray  # conn_id, -1 when unknown
     measured: np.ndarray  # queue_source is measured (the slow log timed the execution)
+    likely: np.ndarray  # queue_source is likely (decompose.likely_waits): a wait told as likely, not as certain
     culprit_ok: np.ndarray  # its execution could hold a worker for long: exec_s ≥ threshold from a source that says so
     executing_steps: tuple[np.ndarray, np.ndarray] | None = None  # _execution_steps', made once (pool and cap read it)
     srv: np.ndarray | None = None  # the DB server endpoint's number: a thread pool is one server's (one DB capture
     #                                point may see several servers: their statements never wait for each other)
+
+    @property
+    def q_told(self) -> np.ndarray:
+        """The wait a story may tell, ns: the likely one where queue_source is likely, else the certain one."""
+        return np.where(self.likely, self.q_end - self.d1, self.q_min)
 
 
 def _execution_steps(r: _Rows) -> tuple[np.ndarray, np.ndarray]:
@@ -329,8 +327,12 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
         return of_pos(t[name].to_numpy(dtype="float64", na_value=np.nan))
 
     exec_s, queue_s, qmin = col("exec_s"), col("queue_s"), col("queue_min_s")
-    exec_known = ~np.isnan(exec_s)
+    upper_bound = of_pos(_equals(t["exec_source"], "below_long_query_time"))
     server = d4 - d1
+    # a statement known faster than long_query_time executed at most server − queue_min_s: the interval a worker
+    # may have been held, not a measurement, and only a culprit when it is not known to have queued itself
+    exec_s = np.where(np.isnan(exec_s) & upper_bound, server / NS - np.nan_to_num(qmin), exec_s)
+    exec_known = ~np.isnan(exec_s)
     # np.where(exec_known, rint(exec_s × NS), server as float64) as int64, in place: fewer arrays of every row
     exec_ns = _ns_of(exec_s)
     np.copyto(exec_ns, server, where=~exec_known)
@@ -344,15 +346,15 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
     np.minimum(q_end, d4, out=q_end)
     q_min = _ns_of(qmin).astype(np.int64)
     conn = of_pos(t["conn_id"].astype("Int64").to_numpy(dtype="float64", na_value=-1)).astype(np.int64)
-    upper_bound = of_pos(_equals(t["exec_source"], "below_long_query_time"))
-    victim = q_min >= threshold_ns
+    likely = of_pos(_equals(t["queue_source"], "likely"))
+    victim = np.where(likely, q_end - d1, q_min) >= threshold_ns
     # an upper bound on execution (below long_query_time) can still be a culprit, unless the statement is known to
     # have queued itself
     culprit_ok = long_exec & (~upper_bound | ~victim)
     measured = of_pos(_equals(t["queue_source"], "measured"))
     srv = of_pos(pd.factorize(t["server"].astype(object).to_numpy())[0].astype(np.int64))
-    return (_Rows(pos, d1, d4, xs, exec_known, q_end, q_min, server, conn, measured, culprit_ok, srv=srv), outliers,
-            t0, t1)
+    return (_Rows(pos, d1, d4, xs, exec_known, q_end, q_min, server, conn, measured, likely, culprit_ok, srv=srv),
+            outliers, t0, t1)
 
 
 def _ns_of(seconds: np.ndarray) -> np.ndarray:
@@ -414,11 +416,13 @@ def infer_cap(r: _Rows, groups: np.ndarray | None, threshold_ns: int) -> dict | 
     statements ever executing at once (K ≥ 2) were executing, nobody arrived and passed the waiting ones, and —
     when the thread groups are known — the waiting ones' own group had K executing too (else one busy group, not
     the whole pool, held them: a group stall). Returns the cap's summary part, or None."""
-    victim = r.q_min >= threshold_ns
+    victim = r.q_told >= threshold_ns
     if not victim.any():
         return None
     ex = r.exec_known  # every known execution (a victim's comes after its wait)
-    times, counts = _execution_steps(r)
+    # the waiting statements' own executions left out: below long_query_time only a bound on each is known, and
+    # it reaches back into its wait (where the thread limit held it), so the count there would pass the limit
+    times, counts = _count_steps(r.xs[ex & ~victim], r.d4[ex & ~victim])
     if len(counts) == 0:
         return None
     cap = int(counts.max())
@@ -468,12 +472,13 @@ def infer_cap(r: _Rows, groups: np.ndarray | None, threshold_ns: int) -> dict | 
 def infer_thread_pool_size(r: _Rows, threshold_ns: int) -> dict:
     """The thread_pool_size that explains the queueing: see the module docstring. Returns summary.json's
     thread_pool_size.inferred."""
-    victim = (r.q_min >= threshold_ns) & (r.conn >= 0)
+    q_told = r.q_told
+    victim = (q_told >= threshold_ns) & (r.conn >= 0)
     culprit = r.culprit_ok & (r.conn >= 0)
     out = {"value": None, "confidence": "not enough evidence", "candidates": [], "victims": int(victim.sum()),
            "explained": 0, "contradicted": 0, "checked_up_to": 0, "note": ""}
     if not victim.any():
-        queued = int((r.q_min >= threshold_ns).sum())
+        queued = int((q_told >= threshold_ns).sum())
         out["note"] = (f"{queued} statements certainly queued, none with a known connection id (their greetings "
                        "were not captured)" if queued else "no statement certainly queued")
         return out
@@ -482,7 +487,7 @@ def infer_thread_pool_size(r: _Rows, threshold_ns: int) -> dict:
         vi = vi[np.linspace(0, len(vi) - 1, INFER_MAX_VICTIMS).astype(np.int64)]
         out["note"] = f"{INFER_MAX_VICTIMS} of {int(victim.sum())} queued statements considered; "
     # long statements executing during some certain wait (disjoint sorted union of the waits)
-    w_lo, w_hi = _union(r.d1[vi], (r.d1 + r.q_min)[vi])
+    w_lo, w_hi = _union(r.d1[vi], (r.d1 + q_told)[vi])
     ci = np.flatnonzero(culprit)
     k = np.searchsorted(w_hi, r.xs[ci], side="right")
     ci = ci[(k < len(w_lo)) & (w_lo[np.minimum(k, len(w_lo) - 1)] < r.d4[ci])]
@@ -492,7 +497,7 @@ def infer_thread_pool_size(r: _Rows, threshold_ns: int) -> dict:
     # (victim, culprit) pairs: the culprit executed during at least half of the victim's certain wait
     pv, pc = [], []
     for chunk in np.array_split(vi, max(1, len(vi) // 500)):
-        w0, w1 = r.d1[chunk][:, None], (r.d1 + r.q_min)[chunk][:, None]
+        w0, w1 = r.d1[chunk][:, None], (r.d1 + q_told)[chunk][:, None]
         ov = np.minimum(w1, r.d4[ci][None, :]) - np.maximum(w0, r.xs[ci][None, :])
         ok = ((ov >= 0.5 * (w1 - w0)) & (r.conn[chunk][:, None] != r.conn[ci][None, :])
               & (r.srv[chunk][:, None] == r.srv[ci][None, :]))
@@ -525,13 +530,20 @@ def infer_thread_pool_size(r: _Rows, threshold_ns: int) -> dict:
     fc = np.concatenate(fc) if fc else np.zeros(0, np.int64)
     fu = np.concatenate(fu) if fu else np.zeros(0, np.int64)
     fdiff = np.abs(r.conn[fu] - r.conn[fc])
+    # A free pass contradicts N only while the statements a blocker held on its group were still waiting: after
+    # thread_pool_stall_limit the pool declares the group stalled and wakes another worker, and later arrivals pass
+    # freely while the long statement still runs (MariaDB's default 500 ms).
+    slot = np.searchsorted(blockers, pc)
+    f_slot = np.searchsorted(blockers, fc)
+    wait_end = (r.d1 + q_told)[pv]
     n_victims = len(vi)
     scores = []
     for n in range(1, top + 1):
         ok = diff % n == 0
         explained = len(np.unique(pv[ok]))
-        blocking = np.unique(pc[ok])
-        f_ok = (fdiff % n == 0) & np.isin(fc, blocking)
+        held_until = np.full(len(blockers), np.iinfo(np.int64).min)
+        np.maximum.at(held_until, slot[ok], wait_end[ok])
+        f_ok = (fdiff % n == 0) & (r.d1[fu] < held_until[f_slot] - RELEASE_MARGIN_NS)
         free = len(np.unique(fu[f_ok]))
         scores.append((n, explained, free))
     consistent = [(n, e, f) for n, e, f in scores
@@ -539,8 +551,11 @@ def infer_thread_pool_size(r: _Rows, threshold_ns: int) -> dict:
     out["candidates"] = [n for n, _, _ in consistent][:10]
     if len(consistent) == 1:
         n, e, f = consistent[0]
+        # certain only on certain waits: waits told as likely make the size likely too
+        proven = vi[r.q_min[vi] >= threshold_ns]
         out.update(value=n, explained=e, contradicted=f,
-                   confidence="certain" if n_victims >= 3 and len({int(r.conn[v]) for v in vi}) >= 2 else "likely")
+                   confidence="certain" if len(proven) >= 3 and len({int(r.conn[v]) for v in proven}) >= 2
+                   else "likely")
         out["note"] += (f"{e} of {n_victims} queued statements had a long statement executing on conn_id % {n} "
                         f"meanwhile; {f} passed freely on those groups")
     elif consistent:
@@ -618,7 +633,7 @@ def find_stalls(r: _Rows, group: np.ndarray, threshold_ns: int) -> list[dict]:
     """Stalled stretches: per group, the union of the waits of statements that certainly queued ≥ threshold; the
     culprits are statements of the same group whose execution covered ≥ CULPRIT_MIN_SHARE of the stretch, longest
     overlap first. Each stall has `_victims` and `_culprits` (row positions in `r`, private to this module)."""
-    victim = (r.q_min >= threshold_ns) & (group >= 0)
+    victim = (r.q_told >= threshold_ns) & (group >= 0)
     if not victim.any():
         return []
     # a thread group is one server's: with several servers at one point, (server, group) is the key
@@ -682,6 +697,16 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
     elif cap and inferred["confidence"] != "certain":
         inferred["note"] = ("the waits are explained by the thread limit (thread_pool_max_threads), which hides the "
                             "groups; " + inferred["note"])
+    queue_source = None
+    unheld = _likely_not_held(r, group_r) if size else np.zeros(0, np.int64)
+    if len(unheld):  # no long statement on its own group: the likely wait is only an estimate after all
+        r.likely[unheld] = False
+        values = t["queue_source"].astype(object).to_numpy(copy=True)
+        values[r.pos[unheld]] = "estimated"
+        queue_source = pd.Series(pd.Categorical(values, categories=t["queue_source"].cat.categories)
+                                 if isinstance(t["queue_source"].dtype, pd.CategoricalDtype) else values)
+        t = t.copy(deep=False)
+        t["queue_source"] = queue_source.to_numpy()
     groups = group_table(r, group_r, edges, bucket_s) if size and len(r.pos) else _empty(GROUP_COLUMNS)
     stalls_raw = find_stalls(r, group_r, threshold_ns) if size else []
 
@@ -725,12 +750,50 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
                               "span_end": _iso(t1) if len(r.pos) else None}}
     return PoolView(
         pool=pool, groups=groups, thread_pool_size=size_info, pool_summary=pool_info,
-        groups_summary={"bucket_s": float(bucket_s) if size and len(r.pos) else None, "stalls": stalls},
+        groups_summary={"bucket_s": float(bucket_s) if size and len(r.pos) else None, "stalls": stalls,
+                        "stall_limit": None if cap else _stall_limit(stalls_raw, r)},
         thread_group=thread_group.reset_index(drop=True),
         stall=pd.Series(stall, dtype="Int64").where(stall >= 0),
         stall_role=(pd.Series(role, dtype="object").astype("category") if stalls_raw else _no_roles(n)),
         stall_members=members, cap_members=cap_members, outliers=outlier_rows, warnings=warnings,
+        queue_source=queue_source,
     )
+
+
+def _stall_limit(stalls: list[dict], r: _Rows) -> dict | None:
+    """What the capture shows of thread_pool_stall_limit: stalls whose waiting statements were all let go at once
+    while their main culprit still executed — the pool declared the group stalled and woke another worker. The
+    timer finds a group stalled one to two stall limits after it stopped, so the shortest relief bounds it."""
+    relief = []
+    for st in stalls:
+        # a lower bound does not say when a wait ended: only measured and likely waits time the release
+        if not len(st["_culprits"]) or not (r.measured | r.likely)[st["_victims"]].all():
+            continue
+        c = st["_culprits"][0]
+        ends = r.q_end[st["_victims"]]
+        if int(r.d4[c]) > int(ends.max()) + RELEASE_MARGIN_NS and int(ends.max() - ends.min()) <= RELEASE_MARGIN_NS:
+            relief.append(int(ends.max()) - int(r.xs[c]))
+    if not relief:
+        return None
+    return {"relieved": len(relief), "of_stalls": len(stalls), "min_s": min(relief) / NS, "max_s": max(relief) / NS,
+            "stall_limit_at_most_s": min(relief) / NS}
+
+
+def _likely_not_held(r: _Rows, group: np.ndarray) -> np.ndarray:
+    """Positions in `r` of likely waits on a known thread group during which no long statement of that group
+    executed (≥ LIKELY_COVER of the wait): decompose.likely_waits saw one on the server, not on the group."""
+    likely = np.flatnonzero(r.likely & (group >= 0))
+    if not len(likely):
+        return likely
+    held = np.zeros(len(likely), dtype=bool)
+    busy = np.flatnonzero(r.culprit_ok & (group >= 0))
+    for gid in np.unique(group[likely]):
+        mine = likely[group[likely] == gid]
+        culprits = busy[group[busy] == gid]
+        lo, hi = _union(r.xs[culprits], r.d4[culprits])
+        wait = r.q_end[mine] - r.d1[mine]
+        held[group[likely] == gid] = covered_ns(lo, hi, r.d1[mine], r.q_end[mine]) >= LIKELY_COVER * wait
+    return likely[~held]
 
 
 def _no_roles(n: int) -> pd.Series:
@@ -752,7 +815,7 @@ def _stall_summary(sid: int, st: dict, cols: "Refs", r: _Rows) -> dict:
         "id": sid, "thread_group": st["thread_group"], "start": _iso(st["s"]), "end": _iso(st["e"]),
         "duration_s": (st["e"] - st["s"]) / NS, "queued": int(len(vic)),
         "max_queue_s": float(np.nanmax(queue)), "max_queue_certain_s": float(np.nanmax(certain)),
-        "queue_sources": {k: int((sources == k).sum()) for k in ("measured", "estimated", "lower_bound")},
+        "queue_sources": {k: int((sources == k).sum()) for k in ("measured", "estimated", "lower_bound", "likely")},
         "hidden_slow": int(cols.array("hidden_slow")[vic].sum()), "understated": int(cols.array("understated")[vic].sum()),
         "culprits": culprits, "culprits_total": int(len(st["_culprits"])),
         "culprits_more": max(0, int(len(st["_culprits"])) - MAX_CULPRITS),

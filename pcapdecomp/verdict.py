@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .decompose import NETWORK_PARTS, STALL_MIN_QUEUE_S, network_parts, ts_ns
+from .digest import SERVER_OVERHEAD_S, overhead_part
 from .formats import clip, clock_ms, plural, seconds_rounded
 from .proxy import PAIRED_KINDS
 from .proxy import sentence as proxy_sentence
@@ -147,7 +148,8 @@ def _queueing(x: pd.DataFrame) -> dict:
     src = both["queue_source"]  # compared as it is (a categorical's codes), not as a string per row
     q = both["queue_s"]
     return {"measured_s": float(q[src == "measured"].sum()), "estimated_s": float(q[src == "estimated"].sum()),
-            "lower_bound_s": float(q[src == "lower_bound"].sum()), "certain_s": float(both["queue_min_s"].sum())}
+            "lower_bound_s": float(q[src == "lower_bound"].sum()), "likely_s": float(q[src == "likely"].sum()),
+            "certain_s": float(both["queue_min_s"].sum())}
 
 
 def _victims(x: pd.DataFrame, mask: np.ndarray, view: PoolView, refs: Refs) -> dict:
@@ -191,6 +193,8 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     qmin = np.where(sane, x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
     queue = np.where(sane, x["queue_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
     certain = np.nan_to_num(qmin) >= STALL_MIN_QUEUE_S
+    likely = ((x["queue_source"] == "likely").to_numpy(dtype=bool, na_value=False) & sane
+              & (np.nan_to_num(queue) >= STALL_MIN_QUEUE_S) & ~certain)
     cap = (summary.get("pool") or {}).get("cap")
     stalls = (summary.get("groups") or {}).get("stalls") or []
     slow_info = summary.get("slow_log") or {}
@@ -219,6 +223,9 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
         findings.append("group_stall" if told else "queueing_unexplained")
         sentence = _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server, total, size,
                                    bool(slow_info.get("used")), disagrees)
+    elif likely.any():
+        findings.append("likely_group_stall" if any(s["culprits_total"] for s in stalls) else "likely_queueing")
+        sentence = _likely_sentence(summary, x, stalls, view, likely, queue, lqt)
     else:
         sentence = _quiet_sentence(summary, x, server, lqt)
         findings.append("idle" if sentence.startswith("No statement waited") else "undecided")
@@ -249,6 +256,9 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     piped = _pipelined_bullet(shares)
     if piped:
         bullets.append(piped)
+    relief = (summary.get("groups") or {}).get("stall_limit")
+    if relief:
+        bullets.append(_stall_limit_bullet(relief))
     split = _split_bullet(shares)
     if split:
         bullets.append(split)
@@ -280,6 +290,8 @@ def _cap_sentence(cap: dict, x: pd.DataFrame, view: PoolView, hidden, understate
     waits = (x["queue_s"].to_numpy(dtype="float64", na_value=np.nan))[waiting]
     wait_text = (f"{seconds_rounded(float(np.nanmax(waits)))} each" if np.nanmax(waits) - np.nanmin(waits) < 0.05 * np.nanmax(waits)
                  else f"up to {seconds_rounded(float(np.nanmax(waits)))}")
+    if cap.get("wait_source") == "lower_bound":  # execution only bounded by long_query_time: the wait is a bound
+        wait_text = "at least " + wait_text.removeprefix("up to ")
     who = (f"{len(waiting)} of the {shape[1]} `{clip(shape[0], SQL_CHARS)}`" if shape else
            f"{len(waiting)} more {plural(len(waiting), 'statement', 'statements')}")
     text = (f"The thread pool was at its thread limit: exactly {cap['threads']} statements executed at once for "
@@ -317,7 +329,9 @@ def _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server
             in_told[members] = True
     h, u = hidden & in_told, understated & in_told
     n_h, n_u = int(h.sum()), int(u.sum())
-    rest = int((victims & ~in_told).sum())
+    no_id = x["conn_id"].isna().to_numpy()
+    rest = int((victims & ~in_told & ~no_id).sum())
+    rest_no_id = int((victims & ~in_told & no_id).sum())
     if told and (n_h or n_u):
         groups = sorted({s["thread_group"] for s in told})
         where = (f"thread group {groups[0]}" if len(groups) == 1 else
@@ -337,12 +351,10 @@ def _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server
             text = (f"{n_u} {plural(n_u, 'statement', 'statements')} in the slow log waited up to "
                     f"{seconds_rounded(np.nanmax(queue[u]))} in {where} behind {behind} before executing: the slow "
                     f"log's Query_time leaves the wait out{saw}")
-        unknown = int((victims & ~in_told & x["thread_group"].isna().to_numpy()).sum())
-        if rest - unknown:
-            text += f"; {rest - unknown} more waited with no culprit found on their group"
-        if unknown:
-            text += (f"; {unknown} more waited on {plural(unknown, 'a connection', 'connections')} of unknown id "
-                     "(no greeting captured), whose thread group is not known")
+        if rest:
+            text += f"; {rest} more waited with no culprit found on their group"
+        if rest_no_id:
+            text += f"; {rest_no_id} more waited {_no_id_words(rest_no_id)}"
         if size.get("warning"):
             text += f" — if thread_pool_size {size['value']} is right; the capture suggests otherwise"
         return text + "."
@@ -350,24 +362,21 @@ def _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server
     waited = victims if victims.any() else certain  # the victims; else the statements that certainly queued
     n_h, n_u = int(hidden.sum()), int(understated.sum())
     n = int(waited.sum())
-    # a statement whose connection id is unknown (no greeting, no other source) has no known thread group: nothing is
-    # claimed about a group that is not known
-    ungrouped = int((waited & x["thread_group"].isna().to_numpy()).sum()) if size.get("value") else 0
+    unknown = int((waited & no_id).sum())
     if disagrees:
         why = "the slow log disagrees with the capture, so no culprit is named"
     elif told:
         why = f"they waited behind {_culprit_words(told)}"
+    elif unknown == n:
+        why = (f"{plural(n, 'its connection id is', 'their connection ids are')} unknown"
+               + _no_id_words(n).removeprefix("with no known connection id"))
     elif not size.get("value"):
         why = "thread_pool_size is unknown and the capture does not show it, so no culprit can be named"
-    elif ungrouped == n:
-        why = (f"{plural(n, 'its', 'their')} connection {plural(n, 'id is', 'ids are')} unknown (the capture began "
-               "after the greeting; a processlist snapshot, --processlist, names them), so "
-               f"{plural(n, 'its', 'their')} thread group and culprit cannot be named")
     else:
-        why = (f"no statement of their thread group (thread_pool_size {size['value']}, {size.get('source')}) executed "
-               "long meanwhile (is thread_pool_size right, or was the whole pool busy?)"
-               + (f"; {ungrouped} of them {plural(ungrouped, 'has', 'have')} no known thread group (connection id "
-                  "unknown)" if ungrouped else ""))
+        why = (f"no statement of their thread group (thread_pool_size {size['value']}, {size.get('source')}) "
+               "executed long meanwhile (is thread_pool_size right, or was the whole pool busy?)")
+        if unknown:
+            why = f"{n - unknown} of them: {why}; the other {unknown} " + _no_id_words(unknown).removeprefix("with ")
     what = []
     if n_h:
         what.append(f"{n_h} slow on the wire but " + ("not in the slow log" if logged else "not flagged slow"))
@@ -377,6 +386,117 @@ def _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server
     longest = np.where(waited, np.fmax(queue, qmin), np.nan)  # finite on every `certain` row
     return (f"{n} {plural(n, 'statement', 'statements')} waited up to {seconds_rounded(np.nanmax(longest))} before "
             f"executing" + (f" ({', '.join(what)})" if what else "") + f"; {why}.")
+
+
+def _likely_sentence(summary: dict, x: pd.DataFrame, stalls: list[dict], view: PoolView, likely: np.ndarray,
+                     queue: np.ndarray, lqt) -> str:
+    """Statements the slow log cannot show waiting, but whose server time is far above their statement's typical
+    execution while a long statement executed on their thread group (on the server when the groups are unknown):
+    told as likely, with what would prove it."""
+    told = [(s, members) for s, (members, _) in zip(stalls, view.stall_members) if s["culprits_total"]]
+    in_told = np.zeros(len(x), dtype=bool)
+    for _, members in told:
+        in_told[members] = True
+    held = likely & in_told
+    idx = np.flatnonzero(held if held.any() else likely)
+    n = len(idx)
+    shape = _one_shape(x, idx)
+    texts = set(x["sql"].astype(object).iloc[idx])
+    who = (f"{n} {plural(n, 'statement', 'statements')}" if not shape else
+           f"{n} {plural(n, 'run', 'runs')} of `{clip(shape[0] if len(texts) == 1 else str(x['fingerprint'].iloc[idx[0]]), SQL_CHARS)}`")
+    text = f"{who} likely waited {_span(queue[idx])} in the thread pool"
+    if held.any():
+        groups = sorted({s["thread_group"] for s, _ in told})
+        where = (f"thread group {groups[0]}" if len(groups) == 1 else
+                 "thread groups " + ", ".join(map(str, groups[:-1])) + f" and {groups[-1]}")
+        text = f"{who} likely waited {_span(queue[idx])} in {where} behind {_culprit_words([s for s, _ in told])}"
+    else:
+        long_ = _longest_meanwhile(x, idx)
+        text += f" while {long_} executed on the server; " if long_ else " while a long statement executed on the server; "
+        no_id = x["conn_id"].isna().to_numpy()[idx]
+        text += (f"{plural(n, 'its connection id is', 'their connection ids are')} unknown (no greeting in the "
+                 "capture), so their thread group cannot be told — give --processlist, or a slow log with Thread_id"
+                 if no_id.all() else "thread_pool_size is unknown, so their thread group cannot be told")
+    no_id = x["conn_id"].isna().to_numpy()
+    rest = int((likely & ~held & ~no_id).sum()) if held.any() else 0
+    if rest:
+        text += f"; {rest} more likely waited with no culprit found on their group"
+    rest_no_id = int((likely & ~held & no_id).sum()) if held.any() else 0
+    if rest_no_id:
+        text += f"; {rest_no_id} more likely waited {_no_id_words(rest_no_id)}"
+    logged = bool(summary["slow_log"].get("used"))
+    if lqt is not None and (logged or x["server_flag_slow"].notna().any()):
+        text += (f"; long_query_time = {seconds_rounded(lqt)} cannot prove it (their execution is below it) — set "
+                 "long_query_time = 0 for the capture window to prove it")
+    elif lqt is not None:
+        text += ("; without a slow log nothing proves it — capture the slow log with long_query_time = 0 to prove it")
+    else:
+        text += (f"; long_query_time is unknown{_lqt_bound_words(x)}, so nothing proves it — capture the slow log "
+                 "with long_query_time = 0 to prove it")
+    return text + "."
+
+
+def _longest_meanwhile(x: pd.DataFrame, rows: np.ndarray) -> str | None:
+    """`SQL` (connection N, executing …) of the statement that executed longest during the waits of `rows`: what
+    ran on the server while they waited, when their thread group is not known."""
+    d1, v1 = ts_ns(x["db_req_ts"])
+    d4, v4 = ts_ns(x["db_resp_ts"])
+    server = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)
+    bound = server - np.nan_to_num(x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan))
+    exec_s = x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)
+    likely = (x["queue_source"] == "likely").to_numpy(dtype=bool, na_value=False)
+    held = np.where(np.isnan(exec_s), np.where(x["exec_source"].astype(object).to_numpy() == "below_long_query_time",
+                                               bound, np.nan), exec_s)
+    long_ = np.flatnonzero(v1 & v4 & ~likely & (np.nan_to_num(held) >= STALL_MIN_QUEUE_S))
+    if not len(long_):
+        return None
+    queue = np.nan_to_num(x["queue_s"].to_numpy(dtype="float64", na_value=np.nan))
+    w0, w1 = d1[rows], d1[rows] + np.rint(queue[rows] * 1e9).astype(np.int64)
+    xs = d4[long_] - np.rint(held[long_] * 1e9).astype(np.int64)
+    overlap = np.clip(np.minimum(w1[:, None], d4[long_][None, :]) - np.maximum(w0[:, None], xs[None, :]), 0, None)
+    total = overlap.sum(axis=0)
+    if not total.max() > 0:
+        return None
+    best = int(long_[int(np.argmax(total))])
+    ref = Refs(x).ref(best)
+    who = f"connection {ref['conn_id']}" if ref.get("conn_id") is not None else "connection unknown"
+    return f"`{clip(ref['sql'] or ref['command'], SQL_CHARS)}` ({who}, {_exec_words(ref)})"
+
+
+def _no_id_words(n: int) -> str:
+    """What is told of statements whose connection id is unknown: nothing about their thread group."""
+    return (f"with no known connection id ({plural(n, 'its', 'their')} connection opened before the capture began: "
+            "no greeting), so nothing is said of " + plural(n, "its", "their") + " thread group or culprit — give "
+            "--processlist, or a slow log with Thread_id, to name the connections")
+
+
+def _lqt_bound_words(x: pd.DataFrame) -> str:
+    """What the slow log and the wire say of an unknown long_query_time: at most the shortest execution the slow log
+    holds, and at most the shortest server time the server flagged slow (SERVER_QUERY_WAS_SLOW: execution ≥
+    long_query_time); '' when neither says anything."""
+    bounds = []
+    logged = x["exec_s"].where(x["exec_source"] == "slow_log").dropna()
+    if len(logged):
+        bounds.append((float(logged.min()), "the shortest Query_time in the slow log"))
+    flagged = x["server_s"].where(x["server_flag_slow"].astype("boolean").fillna(False)).dropna()
+    if len(flagged):
+        bounds.append((float(flagged.min()), "the shortest statement the server flagged slow"))
+    if not bounds:
+        return ""
+    value, how = min(bounds)
+    return f" (at most {seconds_rounded(value)}: {how})"
+
+
+def _stall_limit_bullet(relief: dict) -> dict:
+    span = (seconds_rounded(relief["min_s"]) if relief["max_s"] - relief["min_s"] < 0.0005 else
+            f"{seconds_rounded(relief['min_s'])} to {seconds_rounded(relief['max_s'])}")
+    n = relief["relieved"]
+    return {"topic": "stall_limit", "text": f"{n} of {relief['of_stalls']} stalled "
+                                            f"{plural(relief['of_stalls'], 'group was', 'groups were')} relieved "
+                                            f"{span} after their long statement began, while it still ran (the pool "
+                                            f"woke another worker): thread_pool_stall_limit ≈ "
+                                            f"{seconds_rounded(relief['stall_limit_at_most_s'])} or a little less "
+                                            "(a group is found stalled one to two stall limits after it stopped)."}
 
 
 def _quiet_sentence(summary: dict, x: pd.DataFrame, server: np.ndarray, lqt) -> str:
@@ -394,7 +514,7 @@ def _quiet_sentence(summary: dict, x: pd.DataFrame, server: np.ndarray, lqt) -> 
         return (f"No statement waited in the thread pool as far as the slow log and the wire show: none of the {n} "
                 f"exchanges was slow on the wire without being in it or waited {seconds_rounded(STALL_MIN_QUEUE_S)} or more "
                 f"before executing{slow}.")
-    why = ("long_query_time is unknown (give --long-query-time or capture.toml)" if lqt is None else
+    why = (f"long_query_time is unknown{_lqt_bound_words(x)} (give --long-query-time or capture.toml)" if lqt is None else
            "there is no slow log and the server does not flag slow statements on the wire (MySQL does not)")
     return (f"Queueing cannot be told from execution here: {why}; the slowest of the {n} exchanges took "
             f"{seconds_rounded(worst)} inside the server.")
@@ -403,11 +523,15 @@ def _quiet_sentence(summary: dict, x: pd.DataFrame, server: np.ndarray, lqt) -> 
 def _stall_bullets(stalls: list[dict], x: pd.DataFrame) -> list[dict]:
     out = []
     for s in stalls[:STALLS_TOLD]:
-        text = (f"Thread group {s['thread_group']} stalled {seconds_rounded(s['duration_s'])} from {clock_ms(s['start'])}: "
-                f"{s['queued']} {plural(s['queued'], 'statement', 'statements')} queued up to "
-                f"{seconds_rounded(s['max_queue_s'])}")
+        n_likely = (s.get("queue_sources") or {}).get("likely", 0)
+        stalled = "likely stalled" if s["max_queue_certain_s"] < STALL_MIN_QUEUE_S else "stalled"
+        text = (f"Thread group {s['thread_group']} {stalled} {seconds_rounded(s['duration_s'])} from "
+                f"{clock_ms(s['start'])}: {s['queued']} {plural(s['queued'], 'statement', 'statements')} "
+                + ("likely " if n_likely == s["queued"] else "") + f"queued up to {seconds_rounded(s['max_queue_s'])}")
         if s["max_queue_certain_s"] < s["max_queue_s"] - 1e-6:
-            text += f" (at least {seconds_rounded(s['max_queue_certain_s'])} certain)"
+            text += (f" (at least {seconds_rounded(s['max_queue_certain_s'])} certain" if s["max_queue_certain_s"] > 0
+                     else " (none of it proven by the slow log")
+            text += f"; {n_likely} likely)" if 0 < n_likely < s["queued"] else ")"
         if s["culprits"]:
             first = s["culprits"][0]
             text += f" behind `{clip(first['sql'], SQL_CHARS)}` (connection {first['conn_id']}, {_exec_words(first)})"
@@ -484,26 +608,43 @@ def _split_bullet(x: pd.DataFrame) -> dict | None:
     q_all = float(both["queue_s"].sum())
     q_meas = float(both.loc[src == "measured", "queue_s"].sum())
     q_cert = float(both["queue_min_s"].sum())
+    is_likely = (src == "likely").to_numpy(dtype=bool, na_value=False)
+    q_likely = float((both["queue_s"] - both["queue_min_s"].fillna(0))[is_likely].sum())  # beyond the certain part
     q_est = float(both.loc[src == "estimated", "queue_s"].sum())
     e_all = float(both["exec_s"].sum())
     e_meas = float(both.loc[both["exec_source"] == "slow_log", "exec_s"].sum())
+    q_over = float(overhead_part(both).sum())  # measured, but the server's own overhead: not queueing
+    q_all, q_meas, q_cert = q_all - q_over, q_meas - q_over, q_cert - q_over
     if q_est < 0.0005 * tot:  # estimates too small to show beside the rest
         q_all -= q_est
         q_est = 0.0
-    if q_cert <= 0:
-        queue = (f"queueing none certain ({pct(q_all)} by estimates, which claim nothing)" if q_all > 0 else
-                 "queueing none")
-    elif abs(q_all - q_meas) < 1e-9:
+    likely_words = f", {pct(q_likely)} likely" if q_likely > 0 else ""
+    if q_cert <= 1e-12:
+        queue = (f"queueing none certain ({pct(q_likely)} likely, not proven)" if q_likely > 0 and q_est <= 0 else
+                 f"queueing none certain ({pct(q_all)} by estimates, which claim nothing)" if q_all > 0 and q_likely <= 0
+                 else f"queueing none certain ({pct(q_likely)} likely, {pct(q_est)} by estimates, which claim nothing)"
+                 if q_all > 0 else "queueing none")
+    elif abs(q_all - q_meas) < 1e-9 and q_meas > 0:
         queue = f"queueing {pct(q_all)} (measured)"
     elif abs(q_all - q_cert) < 1e-9:
         queue = f"queueing {pct(q_all)} (certain: measured or bounded by the slow log)"
     else:
-        queue = f"queueing {pct(q_all)} ({pct(q_cert)} certain" + (", the rest estimated)" if q_est > 0 else ")")
+        queue = (f"queueing {pct(q_all)} ({pct(q_cert)} certain{likely_words}"
+                 + (", the rest estimated)" if q_est > 0 else ")"))
     execution = f"execution {pct(e_all)}" + (f" ({pct(e_meas)} measured in the slow log)" if e_meas > 0 else "")
     unknown = both["queue_s"].isna()
-    unsplit = float(both.loc[unknown, "server_s"].sum() - both.loc[unknown, "pipelined_s"].sum())
+    piped_rows = both["pipelined_s"].fillna(0.0)
+    unsplit = float(both.loc[unknown, "server_s"].sum() - piped_rows[unknown].sum())
+    bounded = (both["exec_s"].isna() & both["queue_s"].notna()).to_numpy(dtype=bool)
+    unsplit_bounded = float((both["server_s"] - piped_rows - both["queue_s"])[bounded].sum())
     rest = f", not split (execution unknown) {pct(unsplit)}" if unsplit >= 0.0005 * tot else ""
-    piped = float(both["pipelined_s"].sum())
+    if q_over >= 0.0005 * tot:
+        rest += (f", server overhead {pct(q_over)} (server time − Query_time under {seconds_rounded(SERVER_OVERHEAD_S)} "
+                 "a statement: parsing and the network stack, not queueing)")
+    if unsplit_bounded >= 0.0005 * tot:
+        rest += (f", execution or waiting, not told apart (execution below long_query_time, only bounded) "
+                 f"{pct(unsplit_bounded)}")
+    piped = float(piped_rows.sum())
     behind = (f", pipelined {pct(piped)} (requests sent before the answer to the one before them on their "
               "connection: waiting there, not queueing)" if piped >= 0.0005 * tot else "")
     return {"topic": "split", "text": f"Of the {seconds_rounded(tot)} the clients waited: {net}{behind}, {queue}, "
@@ -523,7 +664,7 @@ def _pipelined_bullet(x: pd.DataFrame) -> dict | None:
 
 
 def _estimate_bullet(x: pd.DataFrame) -> dict | None:
-    est = x["exec_source"] == "fingerprint_median"
+    est = (x["exec_source"] == "fingerprint_median") & (x["queue_source"] != "likely")
     n = int(est.sum())
     if not n:
         return None
@@ -549,15 +690,19 @@ def _culprit_words(told: list[dict]) -> str:
         how += "" if all(c["exec_source"] == "slow_log" for c in runs) else " (not all measured)"
     else:
         how = _exec_words(main)
-    others = {(c["sql"], c["conn_id"]) for s in told for c in s["culprits"]} - {(main["sql"], main["conn_id"])}
+    # the other long runs, each counted once however many stalls it held (a run is its exchange)
+    runs_all = {(c["capture"], c["conn_index"], c["seq"]): c for s in told for c in s["culprits"]}
+    others = [c for c in runs_all.values() if (c["sql"], c["conn_id"]) != (main["sql"], main["conn_id"])]
     text = f"`{clip(main['sql'], SQL_CHARS)}` (connection {main['conn_id']}, {how})"
     if others:
-        text += f" and {len(others)} other long {plural(len(others), 'statement', 'statements')}"
+        text += f" and {len(others)} other long {plural(len(others), 'run', 'runs')}"
     return text
 
 
 def _exec_words(c: dict) -> str:
     if c.get("exec_s") is None:
+        if c.get("exec_source") == "below_long_query_time" and c.get("server_s") is not None:
+            return f"executing up to {seconds_rounded(c['server_s'] - (c.get('queue_min_s') or 0.0))} (a bound)"
         return "execution unknown"
     word = {"slow_log": "executing", "flagged_slow": "executing up to", "fingerprint_median": "executing about",
             "below_long_query_time": "executing up to"}.get(c.get("exec_source"), "executing")

@@ -4,7 +4,7 @@ by the clients' time when an app capture is there, else by the server's (`order_
 pt-query-digest ranks what it can see: a slow log's Query_time (execution only), or with `--type tcpdump` the
 request to response time at the capture point. A class that executes in 100 µs and queues for 800 ms behind a
 stalled thread group is last by execution and first by what its clients waited; this profile shows both side by
-side (wire and execution), with the class's queueing split into certain and likely (queue_min_s against the rest),
+side (wire and execution), with the class's queueing split into certain, likely and estimated (digest.queue_layers),
 nearest-rank p95/p99 and max of the ranking time, a log-scale histogram in pt-query-digest's buckets, the slow log's
 Rows_examined and Lock_time for the calls it logged, and the client hosts."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .digest import _codes, _group_sum, queue_parts, sorted_by_group
+from .digest import _codes, _group_sum, queue_layers, sorted_by_group
 
 ORDERS = ("client", "server", "exec")  # --order-by
 BOUND_EXEC = ("below_long_query_time", "flagged_slow")  # exec_source values that bound execution, not measure it
@@ -27,7 +27,7 @@ HOSTS_LISTED = 3  # client hosts named per class (the rest counted)
 PROFILE_COLUMNS = ("rank", "query_id", "fingerprint", "calls", "time_sum", "time_share", "r_call", "p95", "p99",
                    "max", "wire_sum", "server_sum", "network_sum", "exec_sum", "exec_measured", "exec_bounded",
                    "queue_certain_sum",
-                   "queue_likely_sum", "histogram", "logged", "rows_examined_sum", "lock_time_sum", "hosts",
+                   "queue_likely_sum", "queue_estimated_sum", "histogram", "logged", "rows_examined_sum", "lock_time_sum", "hosts",
                    "hosts_more", "sample")
 
 
@@ -101,12 +101,13 @@ def profile(x: pd.DataFrame, order_by: str | None = None, slow: pd.DataFrame | N
     bounded = x["exec_source"].astype(object).isin(BOUND_EXEC).to_numpy(dtype=bool)[has]
     exec_s = _floats(x, "exec_s")[has]
     out["exec_sum"] = _group_sum(k, np.where(bounded, np.nan, exec_s), n)[0]
-    out["exec_bounded"] = np.bincount(k, weights=bounded & ~np.isnan(exec_s), minlength=n).astype(np.int64)
+    out["exec_bounded"] = np.bincount(k, weights=bounded, minlength=n).astype(np.int64)  # exec_s null or a bound
     measured = (x["exec_source"] == "slow_log").fillna(False).to_numpy(dtype=bool)[has]
     out["exec_measured"] = np.bincount(k, weights=measured, minlength=n) / np.maximum(calls, 1)
-    certain, likely = (part[has] for part in queue_parts(x))
+    certain, likely, estimated = (part[has] for part in queue_layers(x))
     out["queue_certain_sum"] = np.bincount(k, weights=certain, minlength=n)
     out["queue_likely_sum"] = np.bincount(k, weights=likely, minlength=n)
+    out["queue_estimated_sum"] = np.bincount(k, weights=estimated, minlength=n)
     _add_slow_log(out, x, has, k, n, slow)
     _add_hosts(out, x, has, k)
     order = np.lexsort((-calls, -np.nan_to_num(time_sum, nan=-1.0)))

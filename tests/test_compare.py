@@ -106,7 +106,7 @@ def test_overall_counts_equal_the_analyses(series, analyses):
         assert mine["calls"] == summary["exchanges"]["total"]
         wire = mine["wire"].to_numpy(zero_copy_only=False).astype(float)
         wire = wire[~np.isnan(wire)]
-        assert rows(series, "overall", "all", "p99_s")["value"].iloc[step] == pytest.approx(np.quantile(wire, 0.99))
+        assert rows(series, "overall", "all", "p99_s")["value"].iloc[step] == pytest.approx(np.quantile(wire, 0.99, method="inverted_cdf"))  # nearest-rank
         assert rows(series, "overall", "all", "sum_s")["value"].iloc[step] == pytest.approx(wire.sum())
     assert series.counts()["slow_wire"] == [independent_counts(analyses[n])["slow_wire"] for n in SERIES]
 
@@ -131,7 +131,8 @@ def test_per_query_id_thread_group_and_component_equal_the_analyses(series, anal
             got = mine[(mine["scope"] == "component") & (mine["key"] == key)].set_index("metric")["value"]
             v = x[col].dropna().to_numpy(float)
             assert got["calls"] == len(v) and got["sum_s"] == pytest.approx(v.sum())
-            assert got["p95_s"] == pytest.approx(np.quantile(v, 0.95))
+            assert got["p95_s"] == pytest.approx(np.quantile(v, 0.95, method="inverted_cdf"))  # nearest-rank
+            assert got["p95_s"] in set(v)  # a value that occurred
 
 
 def test_changes_rates_and_shares_follow_from_the_values(series):

@@ -129,8 +129,9 @@ def test_analyze_runs_and_its_outputs_agree(tmp_path, monkeypatch, mode, paths, 
         both = x[x["seen"] == "both"].dropna(subset=["total_s", "server_s"])
         assert (both["total_s"] - both["server_s"]).abs().max() < 1e-6 if len(both) else True
 
-    # groups exist only with a thread-pool size, and only for its groups
-    tps = summary["inputs"]["thread_pool_size"]
+    # groups exist only with a thread-pool size (given, or inferred from the capture), and only for its groups
+    tps = summary["thread_pool_size"]["value"]
+    assert summary["inputs"]["thread_pool_size"] in (None, tps)
     if tps is None:
         assert len(groups) == 0
     else:

@@ -55,6 +55,16 @@ SCENARIOS = {s.name: s for s in (
         {"clients": 8, "sleep_s": 2},
     ),
     Scenario(
+        "maxthreads-below-lqt",
+        "thread_pool_size=1, thread_pool_max_threads=4: 6 concurrent SELECT SLEEP(0.97), below long_query_time=1. "
+        "Four run at once and answer in ~0.97 s; two wait in the thread-pool queue for a free thread and answer in "
+        "~1.94 s. None executed as long as long_query_time: the slow log holds none of them, so the four that ran "
+        "have only a bound on their execution (the thread limit in the field, where long_query_time is above it).",
+        ServerSettings(thread_pool_size=1, thread_pool_max_threads=4, thread_pool_stall_limit_ms=500,
+                       thread_pool_oversubscribe=3, long_query_time_s=1.0),
+        {"clients": 6, "sleep_s": 0.97},
+    ),
+    Scenario(
         "group-stall",
         "thread_pool_size=2 with a huge thread_pool_stall_limit: one CPU-bound BENCHMARK (~3 s) holds its "
         "thread group. Probe queries (SELECT 1 every ~75 ms on several connections in both groups) on that group "

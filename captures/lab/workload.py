@@ -846,7 +846,7 @@ def two_servers(args, truth: Truth) -> None:
         c.close()
 
 
-SCENARIOS = {"maxthreads": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
+SCENARIOS = {"maxthreads": maxthreads, "maxthreads-below-lqt": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
              "oltp-prepared": oltp_prepared,
              "group-stall-tls13": group_stall, "group-stall-tls12": group_stall, "group-stall-cleartext": group_stall,
              "oltp-prepared-tls13": oltp_prepared,
