@@ -27,12 +27,8 @@ from .errors import InputError, UsageError
 from .digest import group_nearest_rank, nearest_rank
 from .formats import pct_change, seconds_significant
 from .outputs import staged_folder, write_table
+from .playbook import settings_beside
 from .schema import COMPARISON_COLUMNS
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 SLOW_WIRE_S = 0.1  # the four-point incident counted statements slower than 100 ms on the wire
 COUNTS = ("calls", "slow_wire", "hidden_slow", "in_slow_log", "understated")
@@ -209,20 +205,8 @@ def _span_s(summary: dict) -> float | None:
 
 def _settings(summary: dict) -> dict | None:
     """The server settings of capture.toml beside the analysed captures (the lab writes one), when it is there."""
-    inputs = summary.get("inputs") or {}
-    cwd = Path(inputs.get("cwd") or ".")
-    for capture in [inputs.get("db"), *(inputs.get("app") or [])]:
-        if not isinstance(capture, str):
-            continue
-        path = Path(capture) if Path(capture).is_absolute() else cwd / capture
-        toml = path.parent / "capture.toml"
-        if toml.is_file():
-            try:
-                server = tomllib.loads(toml.read_text(encoding="utf-8")).get("server")
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-                return None
-            return {k: server[k] for k in SETTINGS if k in server} if isinstance(server, dict) else None
-    return None
+    server = (settings_beside(summary) or {}).get("values")
+    return {k: server[k] for k in SETTINGS if k in server} if server else None
 
 
 # ------------------------------------------------------------------ the table

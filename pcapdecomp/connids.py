@@ -24,6 +24,7 @@ import pandas as pd
 
 from .errors import InputError
 from .flows import endpoint_text
+from .mysql.wire import WireError, read_lenenc_int
 
 GREETING, ANSWER, PROCESSLIST, SLOWLOG = "greeting", "connection_id_answer", "processlist", "slowlog"
 SOURCES = (GREETING, ANSWER, PROCESSLIST, SLOWLOG)  # the order of precedence when sources disagree
@@ -287,18 +288,6 @@ def _read_answers(point, spans: list) -> dict[tuple[str, int], int]:
     return out
 
 
-def _lenenc(data: bytes, pos: int) -> tuple[int | None, int]:
-    first = data[pos]
-    if first < 0xFB:
-        return first, pos + 1
-    if first == 0xFB:
-        return None, pos + 1
-    size = {0xFC: 2, 0xFD: 3, 0xFE: 8}.get(first)
-    if size is None or pos + 1 + size > len(data):
-        raise ValueError("bad length")
-    return int.from_bytes(data[pos + 1: pos + 1 + size], "little"), pos + 1 + size
-
-
 def _first_cell(data: bytes) -> int | None:
     """The first column of the first row of a text-protocol result set, as a whole number; None when the bytes do
     not hold one (a part was not captured, an error, a NULL)."""
@@ -308,7 +297,7 @@ def _first_cell(data: bytes) -> int | None:
             size = int.from_bytes(data[pos: pos + 3], "little")
             packets.append(data[pos + 4: pos + 4 + size])
             pos += 4 + size
-        columns, _ = _lenenc(packets[0], 0)
+        columns, _ = read_lenenc_int(packets[0], 0)
         if not columns:
             return None
         at = 1 + columns
@@ -317,12 +306,12 @@ def _first_cell(data: bytes) -> int | None:
         row = packets[at]
         if row[:1] in (b"\xfe", b"\xff"):
             return None
-        length, start = _lenenc(row, 0)
+        length, start = read_lenenc_int(row, 0)
         if length is None:
             return None
         text = row[start: start + length].decode("ascii")
         return int(text) if text.isdigit() else None
-    except (IndexError, ValueError, UnicodeDecodeError):
+    except (IndexError, ValueError, UnicodeDecodeError, WireError):
         return None
 
 

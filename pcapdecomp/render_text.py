@@ -139,9 +139,8 @@ def _class_block(r, order_by: str) -> list[str]:
         ("execution", f"{seconds(r['exec_sum'])}, {share(r['exec_measured'])} of the calls measured in the slow log"
                       + (f", {count(r['exec_bounded'])} bounded only (< long_query_time)" if r["exec_bounded"]
                          else "")),
-        ("queueing", f"{seconds(r['queue_certain_sum'])} certain, {seconds(r['queue_likely_sum'])} likely (far above "
-                     f"the class's typical execution while a long statement ran), {seconds(r['queue_estimated_sum'])} "
-                     "estimated (resting on an estimated execution, claims nothing)"),
+        ("queueing", f"{seconds(r['queue_certain_sum'])} certain, {seconds(r['queue_likely_sum'])} likely, "
+                     f"{seconds(r['queue_estimated_sum'])} estimated"),
         ("slow log", _slow_words(r)),
         ("hosts", (term(r["hosts"], 60) or MISSING) + (f" and {r['hosts_more']} more" if r["hosts_more"] else "")),
     ]
