@@ -145,13 +145,22 @@ def _stall_limit(summary: dict, x: pd.DataFrame, values: dict, where: str) -> di
     facts = (f"{len(stalls)} thread-group {'stall' if len(stalls) == 1 else 'stalls'} of {_range(durations)} held "
              f"{queued} statements up to {seconds_rounded(waited)}")
     limit = values.get("thread_pool_stall_limit")
+    shown = (summary.get("groups") or {}).get("stall_limit") or {}
+    if not isinstance(limit, (int, float)) and shown.get("stall_limit_at_most_s"):
+        # unknown, but the capture shows groups relieved while their long statement still ran: the timer fired
+        limit = round(float(shown["stall_limit_at_most_s"]) * 1000)
+        current = (f"(not known: the capture shows groups relieved ≈ {limit} ms after their long statement began, so "
+                   f"it is at most that, likely the default 500 ms; `{SQL_THREAD_POOL}` tells)")
+    else:
+        current = f"from {_ms(limit)}{where}" if isinstance(limit, (int, float)) else ""
     if not isinstance(limit, (int, float)):
         return {"finding": "stall_limit", "sql": SQL_THREAD_POOL,
                 "text": f"{facts}; thread_pool_stall_limit is unknown (default 500 ms): a group waits that long for "
                         "its stall timer before another worker takes its queue. Fetch it:"}
     limit_s = float(limit) / 1000
-    if max(durations) < 0.5 * limit_s:
-        return None  # the stalls ended on their own, before the timer could have helped
+    # stalls far shorter than the timer ended when their long statement did: the timer never fired, and a lower
+    # one would have let another worker take the queue sooner all the same
+    before_timer = max(durations) < 0.5 * limit_s
     usual = _usual_execution(x, stalls)
     if usual is None or 20 * usual > min(durations) or (summary.get("pool") or {}).get("cap"):
         return None  # the queued statements are long themselves, or threads ran out: not the stall timer's doing
@@ -160,10 +169,12 @@ def _stall_limit(summary: dict, x: pd.DataFrame, values: dict, where: str) -> di
     if target >= float(limit):
         return None
     return {"finding": "stall_limit", "sql": f"SET GLOBAL thread_pool_stall_limit = {target};",
-            "text": f"Lower thread_pool_stall_limit from {_ms(limit)}{where} to about {target} ms: {facts}. A "
+            "text": f"Lower thread_pool_stall_limit {current} to about {target} ms: {facts}. A "
                     "stalled group's queue waits for the stall timer before another worker takes it, and the "
                     f"statements that queued take {seconds_rounded(usual)} inside the server when they do not "
-                    f"queue (median): a limit of {target} ms stays far above that and far below the stalls."}
+                    f"queue (median): a limit of {target} ms stays far above that and far below the stalls."
+                    + (f" The stalls ended when their long statement finished, long before the {_ms(limit)} timer "
+                       "fired." if before_timer else "")}
 
 
 def _usual_execution(x: pd.DataFrame, stalls: list[dict]) -> float | None:

@@ -23,7 +23,7 @@ import pytest
 
 from pcapdecomp import cli
 from pcapdecomp.analysis import analyze
-from pcapdecomp.playbook import lines, read_server_vars
+from pcapdecomp.playbook import lines, read_server_vars, settings_beside
 from pcapdecomp.render_text import WIDTH
 from pcapdecomp.rerender import load
 from pcapdecomp.waitprofile import histogram, nearest_rank, profile
@@ -165,8 +165,30 @@ def test_server_vars_file_and_unknown_settings(analyses, tmp_path):
                               "version": "10.11.19-MariaDB"}
     line = next(line for line in lines(summary, x, read) if line["finding"] == "stall_limit")
     assert "from 300 ms" in line["text"]
+    # not given: the capture's relieved groups bound the limit (summary.json → groups.stall_limit), told as such,
+    # with the SQL that fetches the real value; the recording's own limit lies within that bound
     unknown = next(line for line in lines(summary, x, None) if line["finding"] == "stall_limit")
-    assert "unknown" in unknown["text"] and "thread_pool" in unknown["sql"]
+    shown_ms = round(summary["groups"]["stall_limit"]["stall_limit_at_most_s"] * 1000)
+    assert f"not known: the capture shows groups relieved ≈ {shown_ms} ms" in unknown["text"]
+    assert "SHOW GLOBAL VARIABLES LIKE 'thread_pool%'" in unknown["text"]
+    assert settings(SETS[0])["thread_pool_stall_limit"] <= shown_ms
+    assert unknown["sql"].startswith("SET GLOBAL thread_pool_stall_limit = ")
+    summary_without = {**summary, "groups": {**summary["groups"], "stall_limit": None}}
+    asked = next(line for line in lines(summary_without, x, None) if line["finding"] == "stall_limit")
+    assert "unknown" in asked["text"] and "thread_pool" in asked["sql"]  # nothing shown: only the SQL to fetch it
+
+
+def test_a_stall_far_shorter_than_the_limit_still_asks_to_lower_it(tmp_path):
+    """group-stall runs thread_pool_stall_limit = 60000: its 3.8 s stall ended when the BENCHMARK did, long before
+    the timer; a limit of some ms would have let another worker take the queue (stall-fix-3 shows it)."""
+    analyze(CAPTURES / "group-stall", [], None, None, None, None, [], tmp_path / "gs", quiet=True)
+    x, summary = load(tmp_path / "gs")
+    limit = settings("group-stall")["thread_pool_stall_limit"]
+    line = next(line for line in lines(summary, x, settings_beside(summary)) if line["finding"] == "stall_limit")
+    stall = max(s["duration_s"] for s in summary["groups"]["stalls"])
+    target = int(re.search(r"thread_pool_stall_limit = (\d+);", line["sql"])[1])
+    assert stall < 0.5 * limit / 1000 and target * 1e-3 < stall
+    assert f"from {limit} ms" in line["text"] and f"long before the {limit} ms timer" in line["text"]
 
 
 # ---- the renderings ---------------------------------------------------------------------------------------------
