@@ -123,13 +123,13 @@ def _pair_key(app: str, db: str) -> str:
 
 def _extract(points: list[CapturePoint], servers: list[str], quiet: bool, max_sql_bytes: int, jobs: int,
              runner, tls_secrets=None) -> list:
-    """Every point's Extraction: in this machine's worker processes (--jobs), or on Dask (--scheduler, which
-    reads TLS connections without the key log: timed only)."""
+    """Every point's Extraction: in this machine's worker processes (--jobs), or on Dask (--scheduler); both
+    decrypt the TLS connections `tls_secrets` has keys for."""
     from .parallel import extract_all
 
     endpoints = {parse_server(s) for s in servers} or None
     if runner is not None:
-        return runner.extract(points, endpoints, max_sql_bytes)
+        return runner.extract(points, endpoints, max_sql_bytes, tls_secrets)
     label = points[0].name if len(points) == 1 else f"{len(points)} captures"
     with progress_bar(quiet, label) as update:
         return extract_all(list(points), endpoints, max_sql_bytes, jobs, update, tls_secrets=tls_secrets)

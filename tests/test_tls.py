@@ -243,6 +243,21 @@ def test_server_time_is_the_same_with_and_without_keys(tmp_root, name):
     assert np.allclose(both["server_s"].astype(float), both["server_s_n"].astype(float), equal_nan=True, atol=1e-9)
 
 
+def test_a_dask_cluster_decrypts_as_one_process_does(tmp_root):
+    """`analyze --scheduler local`: the key log goes to the workers with the task, so the exchanges table is the
+    single-process one (decrypted: statement text, no ENCRYPTED flight), not the timed-only reading."""
+    pytest.importorskip("distributed")
+    one = run("group-stall-tls13", True, tmp_root)
+    dask = analyze(CAPTURES / "group-stall-tls13", [], None, None, None, None, [], tmp_root / "out-tls13-dask",
+                   quiet=True, jobs=2, scheduler="local")
+    assert dask.summary["inputs"]["scheduler"].startswith("local (2 worker processes")
+    assert not (dask.exchanges["command"] == "ENCRYPTED").any()
+    sent = {r["sql"] for r in truth("group-stall-tls13") if r.get("sql")}
+    assert sent and sent <= set(dask.exchanges["sql"].dropna())
+    pd.testing.assert_frame_equal(one.exchanges, dask.exchanges)
+    assert one.summary["tls"] == dask.summary["tls"]
+
+
 # ---- key logs from elsewhere, and mistakes -------------------------------------------------------------------
 
 @pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap is not installed")
