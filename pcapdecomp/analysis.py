@@ -230,7 +230,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         handed = [app_ex, db_ex, app_conns, db_conns, matching]  # repair_losses lets them go once replaced
         del app_ex, db_ex, app_conns, db_conns, matching
         repair = repair_losses(app_x, db_xs if len(db_xs) != 1 else db_xs[0], handed,
-                               {parse_server(s) for s in cs.servers} or None, max_sql_bytes, jobs)
+                               {parse_server(s) for s in cs.servers} or None, max_sql_bytes, jobs, tls_secrets)
         if repair is None:
             app_ex, db_ex, app_conns, db_conns, matching = handed
         del handed

@@ -258,6 +258,70 @@ def test_a_dask_cluster_decrypts_as_one_process_does(tmp_root):
     assert one.summary["tls"] == dask.summary["tls"]
 
 
+def _lossy_copy(name: str, where: str, seed: int, with_keys: bool, folder: Path) -> int:
+    """A copy of the set with 1 % of the frames of one point dropped (scripts/lose_frames.py); frames dropped."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from lose_frames import lose_frames
+
+    folder.mkdir(parents=True)
+    for f in ("capture.toml", "slow.log", *(["tls-keys.log"] if with_keys else [])):
+        shutil.copyfile(CAPTURES / name / f, folder / f)
+    for point in ("app", "db"):
+        if point != where:
+            shutil.copyfile(CAPTURES / name / f"{point}.pcap", folder / f"{point}.pcap")
+    return len(lose_frames(CAPTURES / name / f"{where}.pcap", folder / f"{where}.pcap", 0.01, seed)[1])
+
+
+POINTS = {"app_req_ts": "A1", "app_resp_ts": "A4", "db_req_ts": "D1", "db_resp_ts": "D4"}
+
+
+def test_capture_loss_in_a_tls_connection_is_repaired_with_the_key_log(tmp_root):
+    """1 % of the DB capture's frames lost (seed 1: 5 frames, inside 3 TLS connections): the other point's TLS
+    records fill the holes and the connections are decrypted again; every statement the client sent is measured
+    as without loss or bounded and marked, none wrong or unmarked (scripts/loss_acceptance.py's classes, against
+    truth.jsonl and the loss-free reading)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from loss_acceptance import classify, truth_statements
+
+    name = "group-stall-tls13"
+    assert _lossy_copy(name, "db", 1, True, tmp_root / "lossy-keys") > 0
+    lossy = analyze(tmp_root / "lossy-keys", [], None, None, None, None, [], tmp_root / "out-lossy-keys", quiet=True)
+    classes = Counter(classify(truth_statements(CAPTURES / name / "truth.jsonl"), lossy.exchanges,
+                               run(name, True, tmp_root).exchanges))
+    assert classes["wrong"] == classes["unmarked"] == classes["lost"] == 0, classes
+    assert classes["bounded"] >= 1 and classes["full"] > 100, classes
+    repair = lossy.summary["repair"]
+    assert repair["connections"] >= 1 and repair["bytes_unrepaired"] == 0 and repair["bounded_times"] >= 1
+    assert not (lossy.exchanges["command"] == "ENCRYPTED").any()
+
+
+def test_capture_loss_in_a_tls_connection_is_repaired_without_the_key_log(tmp_root):
+    """The same loss without the key log: each timed flight of the loss-free reading is there again (same
+    connection, same TCP sequence number) with the same times, or with the time that fell on a lost frame null
+    and named in `bounded` with its bounds; never another time."""
+    name = "group-stall-tls13"
+    assert _lossy_copy(name, "db", 1, False, tmp_root / "lossy-nokeys") > 0
+    lossy = analyze(tmp_root / "lossy-nokeys", [], None, None, None, None, [], tmp_root / "out-lossy-nokeys",
+                    quiet=True).exchanges
+    ref = run(name, False, tmp_root).exchanges
+    both = ref.merge(lossy, on=["conn_id", "req_tcp_seq"], how="left", suffixes=("", "_l"), indicator=True)
+    assert (both["_merge"] == "both").all() and len(lossy) == len(ref)
+    bounded = 0
+    for column, point in POINTS.items():
+        gone = both[column + "_l"].isna() & both[column].notna()
+        assert both.loc[gone, "bounded_l"].fillna("").str.contains(point).all(), column
+        depends = "total_s" if column.startswith("app") else "server_s"  # a duration that spans the point
+        assert both.loc[gone, depends + "_lo_l"].notna().all() and both.loc[gone, depends + "_l"].isna().all()
+        assert (both.loc[gone, depends + "_lo_l"] <= both.loc[gone, depends] + 5e-6).all()
+        assert (both.loc[gone, depends + "_hi_l"] >= both.loc[gone, depends] - 5e-6).all()
+        kept = both[column + "_l"].notna()
+        assert both.loc[kept, column].notna().all()
+        diff = (both.loc[kept, column + "_l"] - both.loc[kept, column]).abs()
+        assert (diff <= pd.Timedelta(0 if column.startswith("app") else 5_000, "ns")).all(), column
+        bounded += int(gone.sum())
+    assert bounded >= 1
+
+
 # ---- key logs from elsewhere, and mistakes -------------------------------------------------------------------
 
 @pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap is not installed")
