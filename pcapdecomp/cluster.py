@@ -194,7 +194,10 @@ class DaskRunner:
                 bar.update(task, completed=done)
                 if done == len(futures) or any(f.status == "error" for f in futures):
                     break
-                wait(futures, timeout=0.2, return_when="FIRST_COMPLETED")
+                try:
+                    wait(futures, timeout=0.2, return_when="FIRST_COMPLETED")
+                except TimeoutError:  # Dask's wait raises when none is done within the timeout: poll again
+                    pass
                 time.sleep(0.05)
         return self.client.gather(futures)
 

@@ -276,6 +276,18 @@ def test_a_dask_cluster_decrypts_as_one_process_does(tmp_root):
     assert one.summary["tls"] == dask.summary["tls"]
 
 
+def test_analyze_on_a_local_cluster_as_a_user_runs_it(tmp_path):
+    """The command line, not quiet (the progress loop that polls the workers runs): exit 0, the verdict opens with
+    the decrypted connections."""
+    pytest.importorskip("distributed")
+    done = subprocess.run([sys.executable, "-m", "pcapdecomp.cli", "analyze", str(CAPTURES / "group-stall-tls13"),
+                           "--scheduler", "local", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    n = len({t["conn_id"] for t in truth("group-stall-tls13")})
+    assert done.stdout.splitlines()[0].startswith(f"{n} of {n} connections are TLS: decrypted with the key log")
+
+
 def _lossy_copy(name: str, where: str, seed: int, with_keys: bool, folder: Path) -> int:
     """A copy of the set with 1 % of the frames of one point dropped (scripts/lose_frames.py); frames dropped."""
     sys.path.insert(0, str(REPO / "scripts"))
