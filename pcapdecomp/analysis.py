@@ -123,13 +123,13 @@ def _pair_key(app: str, db: str) -> str:
 
 def _extract(points: list[CapturePoint], servers: list[str], quiet: bool, max_sql_bytes: int, jobs: int,
              runner, tls_secrets=None) -> list:
-    """Every point's Extraction: in this machine's worker processes (--jobs), or on Dask (--scheduler, which
-    reads TLS connections without the key log: timed only)."""
+    """Every point's Extraction: in this machine's worker processes (--jobs), or on Dask (--scheduler); both
+    decrypt the TLS connections `tls_secrets` has keys for."""
     from .parallel import extract_all
 
     endpoints = {parse_server(s) for s in servers} or None
     if runner is not None:
-        return runner.extract(points, endpoints, max_sql_bytes)
+        return runner.extract(points, endpoints, max_sql_bytes, tls_secrets)
     label = points[0].name if len(points) == 1 else f"{len(points)} captures"
     with progress_bar(quiet, label) as update:
         return extract_all(list(points), endpoints, max_sql_bytes, jobs, update, tls_secrets=tls_secrets)
@@ -230,7 +230,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
         handed = [app_ex, db_ex, app_conns, db_conns, matching]  # repair_losses lets them go once replaced
         del app_ex, db_ex, app_conns, db_conns, matching
         repair = repair_losses(app_x, db_xs if len(db_xs) != 1 else db_xs[0], handed,
-                               {parse_server(s) for s in cs.servers} or None, max_sql_bytes, jobs)
+                               {parse_server(s) for s in cs.servers} or None, max_sql_bytes, jobs, tls_secrets)
         if repair is None:
             app_ex, db_ex, app_conns, db_conns, matching = handed
         del handed

@@ -67,12 +67,12 @@ def _unreadable(files: list[str]) -> list[str]:
     return out
 
 
-def _extract_part(point: CapturePoint, servers, max_sql_bytes: int, part):
-    """On a worker: one part of one capture point."""
+def _extract_part(point: CapturePoint, servers, max_sql_bytes: int, part, tls_secrets=None):
+    """On a worker: one part of one capture point (its TLS connections decrypted with `tls_secrets`, the key log)."""
     from .exchanges import extract
 
     register(point)
-    return extract(point, servers=servers, max_sql_bytes=max_sql_bytes, part=part)
+    return extract(point, servers=servers, max_sql_bytes=max_sql_bytes, part=part, tls_secrets=tls_secrets)
 
 
 class DaskRunner:
@@ -153,8 +153,9 @@ class DaskRunner:
         info = self.client.scheduler_info().get("workers", {})
         return max(1, sum(w.get("nthreads", 1) for w in info.values()))
 
-    def extract(self, points: list[CapturePoint], servers, max_sql_bytes: int) -> list:
-        """Every point's Extraction, read on the workers; parts of a point joined here."""
+    def extract(self, points: list[CapturePoint], servers, max_sql_bytes: int, tls_secrets=None) -> list:
+        """Every point's Extraction, read on the workers; parts of a point joined here. `tls_secrets` (the key log,
+        mysql.tls) goes to the workers once and decrypts there as it does in one process."""
         from .exchanges import merge_parts
         from .parallel import capture_bytes, lane_reads, plan
 
@@ -162,7 +163,9 @@ class DaskRunner:
         sizes = [capture_bytes(p) for p in absolute]
         parts = plan(sizes, self.workers, [not lane_reads(p) for p in absolute])
         tasks = [(i, (k, n) if n > 1 else None) for i, n in enumerate(parts) for k in range(n)]
-        futures = [self.client.submit(_extract_part, absolute[i], servers, max_sql_bytes, part, pure=False)
+        # scattered once (in a list: a scattered dict would be taken as one item per key), not sent with every task
+        secrets = self.client.scatter([tls_secrets], broadcast=True)[0] if tls_secrets else None
+        futures = [self.client.submit(_extract_part, absolute[i], servers, max_sql_bytes, part, secrets, pure=False)
                    for i, part in tasks]
         results = self._gather(futures, "reading captures on Dask")
         by_point: list[list] = [[] for _ in points]
@@ -191,7 +194,10 @@ class DaskRunner:
                 bar.update(task, completed=done)
                 if done == len(futures) or any(f.status == "error" for f in futures):
                     break
-                wait(futures, timeout=0.2, return_when="FIRST_COMPLETED")
+                try:
+                    wait(futures, timeout=0.2, return_when="FIRST_COMPLETED")
+                except TimeoutError:  # Dask's wait raises when none is done within the timeout: poll again
+                    pass
                 time.sleep(0.05)
         return self.client.gather(futures)
 

@@ -217,8 +217,6 @@ def plan(app_x: list[Extraction], db_x: Extraction, app_ex: pd.DataFrame, db_ex:
         wanted = [(mine, other) for mine, other in ((a, d), (d, a)) if mine in holes]
         if not wanted or a not in rows or d not in rows:
             continue
-        if any(rows[k].get("tls") is not None and not pd.isna(rows[k]["tls"]) and bool(rows[k]["tls"]) for k in (a, d)):
-            continue  # TLS: the re-read would go without the key log; the connection stays as its points read it
         moved = max(int(r["mysql_bytes"] + r["unparsed_bytes"] + r["tls_bytes"] + r["gap_bytes"])
                     for r in (rows[a], rows[d]))
         if moved >= WRAP_GUARD_BYTES:
@@ -769,13 +767,14 @@ def _give_and_keep(path: str, wants: list, jobs: list[Job]) -> dict[int, list[Pi
 
 
 def _reread_kept(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set | None,
-                 max_sql_bytes: int):
+                 max_sql_bytes: int, tls_secrets=None):
     """reread, in the worker that scanned the capture (_give_and_keep)."""
-    return reread(path, jobs, pieces, servers, max_sql_bytes, _KEPT.pop(path, None))
+    return reread(path, jobs, pieces, servers, max_sql_bytes, _KEPT.pop(path, None), tls_secrets)
 
 
 def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set, max_sql_bytes: int,
-                     info: list[list], conns: list[_Connection], scanned: list | None = None) -> Extraction | None:
+                     info: list[list], conns: list[_Connection], scanned: list | None = None,
+                     tls_secrets=None) -> Extraction | None:
     """reread's extraction through the lane (see above): the jobs' connections of the capture at `path` with the
     pieces put in, frames numbered as _reread_segments numbers them. None when the lane cannot read the capture,
     or in a case this does not make the same stream: several jobs on one address pair (a port reused), a job with
@@ -834,7 +833,7 @@ def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]],
     # run's peak with --jobs 1).
     plan = fastlane.ExcerptPlan(keys, frame[rows], insert_at, [e[3] for e in inserts])
     del columns, key, frame, ts, kept, ordinal, placements, placement, k, ends, inserts
-    x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, excerpt=plan)
+    x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, excerpt=plan, tls_secrets=tls_secrets)
     # the excerpt's frame numbers (from 1) -> the capture's, a piece's −(id + 1)
     n_frames = len(plan.frames)
     numbers = np.empty(n_frames + len(insert_at), dtype=np.int64)
@@ -859,9 +858,10 @@ TIME_COLUMNS = (("req_first", "req_first_ts", "req_first_frame"), ("req_last", "
 
 
 def reread(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set | None,
-           max_sql_bytes: int, scanned: list | None = None) -> tuple[Extraction, pd.DataFrame, int]:
+           max_sql_bytes: int, scanned: list | None = None, tls_secrets=None) -> tuple[Extraction, pd.DataFrame, int]:
     """Extract the jobs' connections from the lossy capture again, holes filled with the borrowed pieces.
-    `scanned`: prescan's answer for this capture, when there is one.
+    `scanned`: prescan's answer for this capture, when there is one. `tls_secrets`: the key log, so a TLS
+    connection is decrypted again as its first reading was (the borrowed bytes are the same TLS records).
 
     Returns the extraction (conn_index as in the first extraction), the bounds of the exchange times that fell on
     borrowed pieces (rows: row position in the extraction's exchanges, point, lo_ns, hi_ns; those times are null
@@ -869,11 +869,11 @@ def reread(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: 
     info: list[list] = []
     conns: list[_Connection] = []
     endpoints = {(job.flow[2], job.flow[3]) for job in jobs}
-    x = _reread_natively(path, jobs, pieces, servers or endpoints, max_sql_bytes, info, conns, scanned)
+    x = _reread_natively(path, jobs, pieces, servers or endpoints, max_sql_bytes, info, conns, scanned, tls_secrets)
     if x is None:  # the lane cannot read this capture (or an odd case): the segments in Python
         info.clear()
         conns.clear()
-        x = extract(path, servers=servers or endpoints, max_sql_bytes=max_sql_bytes,
+        x = extract(path, servers=servers or endpoints, max_sql_bytes=max_sql_bytes, tls_secrets=tls_secrets,
                     segments=_reread_segments(path, jobs, pieces, info, conns))
     by_first = {job.first_frame: job for job in jobs}
     put_in = {c.job.conn_index: c.put_in for c in conns}
@@ -966,7 +966,7 @@ def _take_bounds(ex: pd.DataFrame, info: list[list]) -> pd.DataFrame:
 # --- the stage ----------------------------------------------------------------------------------------------------
 
 
-def _borrow_and_reread(todo: list[Job], servers: set | None, max_sql_bytes: int, jobs: int
+def _borrow_and_reread(todo: list[Job], servers: set | None, max_sql_bytes: int, jobs: int, tls_secrets=None
                        ) -> tuple[list[Job], list[str], list]:
     """repair_losses' passes over the captures: 1. the other points' bytes for the jobs' holes (`borrow`, one pass
     per capture that has some to give), 2. the lossy points' connections again with them (`reread`, one pass per
@@ -1010,12 +1010,12 @@ def _borrow_and_reread(todo: list[Job], servers: set | None, max_sql_bytes: int,
         todo = [j for j in todo if pieces.get(j.job)]
         takers = sorted({j.capture for j in todo})
         calls = [(c, of(c, todo), {j.job: pieces[j.job] for j in of(c, todo)}, servers, max_sql_bytes,
-                  kept.pop(c, None)) for c in takers]  # a worker is sent the pieces of its own jobs only
+                  kept.pop(c, None), tls_secrets) for c in takers]  # a worker is sent the pieces of its own jobs only
         kept.clear()
         del pieces
         if there in takers:
             mine = next(call for call in calls if call[0] == there)
-            future = worker.submit(_reread_kept, *mine[:5])
+            future = worker.submit(_reread_kept, *mine[:5], tls_secrets)
             del mine
             done = {call[0]: reread(*call) for call in calls if call[0] != there}
             calls.clear()
@@ -1035,7 +1035,7 @@ def _borrow_and_reread(todo: list[Job], servers: set | None, max_sql_bytes: int,
 
 
 def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, servers: set | None, max_sql_bytes: int,
-                  jobs: int = 1) -> Repair | None:
+                  jobs: int = 1, tls_secrets=None) -> Repair | None:
     """Fill each matched connection's holes at one point with the other point's bytes, re-read those connections,
     replace their rows and pair their exchanges. None when there is nothing to repair. `handed`: [app_ex, db_ex,
     app_conns, db_conns, pairing (match.Pairing: the connection pairs, the exchange pairs not made yet)], the
@@ -1049,7 +1049,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
                                                RepairStats(skipped_wrap=skipped))
     pairing.release(tables=False)  # what it made of the rows, beside the passes below (made again if unrepaired)
     hole_bytes = sum(length for j in todo for side in j.holes for _, length, _ in side)
-    todo, takers, results = _borrow_and_reread(todo, servers, max_sql_bytes, jobs)
+    todo, takers, results = _borrow_and_reread(todo, servers, max_sql_bytes, jobs, tls_secrets)
     stats = RepairStats(skipped_wrap=skipped, connections=len(todo),
                         holes=sum(len(j.holes[0]) + len(j.holes[1]) for j in todo))
     if not todo:

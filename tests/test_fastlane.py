@@ -26,7 +26,7 @@ from pcaptools import records, to_pcapng
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 REAL = sorted(CAPTURES.glob("*/*.pcap"))
 # recordings whose every connection is TLS: the lane hands them all to the Python path (it reads no TLS)
-ALL_TLS = {"group-stall-tls13", "group-stall-tls12", "oltp-prepared-tls13"}
+ALL_TLS = {"group-stall-tls13", "group-stall-tls12", "oltp-prepared-tls13", "oltp-prepared-tls12"}
 
 
 needs_lane = pytest.mark.skipif(not fastlane.NATIVE, reason="the native lane is not built (no C compiler)")

@@ -107,6 +107,19 @@ SCENARIOS = {s.name: s for s in (
         hog_seconds=0.3,
     ),
     Scenario(
+        "oltp-prepared-tls12",
+        "The oltp-prepared workload over TLS 1.2 (ECDHE-RSA-AES256-GCM-SHA384): point selects over 2 pymysql "
+        "text-protocol connections and 2 mysql-connector prepared cursors, up to 200/s for 3 s, a CPU hog "
+        "(BENCHMARK ~0.3 s) every 1.2 s on thread_pool_size=2. Only PyMySQL's sessions are in the key log "
+        "(tls-keys.log): mysql-connector pinned to TLS 1.2 makes a context that writes none, so its connections "
+        "are TLS without keys, timed only, in the same capture.",
+        ServerSettings(**HELD_GROUPS, long_query_time_s=0.1, tls=True),
+        {"clients": 2, "rate": 200, "duration": 3.0, "rows": SBTEST_ROWS, "hog_first": 0.8, "hog_every": 1.2,
+         "tls": "1.2"},
+        tuple(_sbtest_sql(SBTEST_ROWS)),
+        hog_seconds=0.3,
+    ),
+    Scenario(
         "group-stall-cleartext",
         "The group-stall-tls13 workload without TLS (the server still offers it; the clients decline): the plaintext "
         "yardstick of benchmarks/tls.py. Recorded on demand, not committed.",

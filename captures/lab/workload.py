@@ -124,6 +124,11 @@ def connect(truth: Truth, label: str, args, kind: str = "pymysql", note: str = "
         # mysql-connector builds its own context (ssl.create_default_context, which honours SSLKEYLOGFILE: main
         # sets it) and negotiates TLS 1.3 with the lab's server
         options.update(ssl_disabled=False, ssl_verify_cert=False, ssl_verify_identity=False)
+    elif kind == "connector" and "ssl" not in options and getattr(args, "tls", None) == "1.2":
+        # pinned to TLS 1.2 mysql-connector builds a bare ssl.SSLContext, which writes no key log: these
+        # connections are TLS without keys (timed only) beside the PyMySQL ones the key log decrypts
+        options.update(ssl_disabled=False, ssl_verify_cert=False, ssl_verify_identity=False,
+                       tls_versions=["TLSv1.2"], tls_ciphersuites=["ECDHE-RSA-AES256-GCM-SHA384"])
     if kind != "raw" and "ssl" not in options:
         options.setdefault("ssl_disabled", True)  # both drivers prefer TLS when the server offers it (features does)
     if kind == "pymysql":
@@ -849,7 +854,7 @@ def two_servers(args, truth: Truth) -> None:
 SCENARIOS = {"maxthreads": maxthreads, "maxthreads-below-lqt": maxthreads, "group-stall": group_stall, "oltp-hogs": oltp_hogs,
              "oltp-prepared": oltp_prepared,
              "group-stall-tls13": group_stall, "group-stall-tls12": group_stall, "group-stall-cleartext": group_stall,
-             "oltp-prepared-tls13": oltp_prepared,
+             "oltp-prepared-tls13": oltp_prepared, "oltp-prepared-tls12": oltp_prepared,
              "connection-churn": connection_churn, "connection-storm": connection_storm, "features": features,
              "network-slow-client": network_slow_client, "bigpacket": bigpacket,
             "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms,
