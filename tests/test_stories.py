@@ -170,3 +170,59 @@ def test_a_slow_path_for_one_client_is_told_by_host(slow_path):
     assert slow_path["story"]["bullets"][0]["topic"] == "db"  # the pool's own sentence follows
     line = next(line for line in slow_path["playbook"] if line["finding"] == "network")
     assert slow_host in line["text"] and line["sql"] is None
+
+
+REFUSED = "connection-refused"
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+    out = tmp_path_factory.mktemp("refused") / REFUSED
+    return analyze(CAPTURES / REFUSED, [], None, None, None, None, [], out, quiet=True)
+
+
+def test_refusals_are_counted_once_each_and_not_taken_for_idle_closes(refused):
+    """The clients' own errors say how many logins max_connections refused (ERR 1040); the server closed those
+    connections at once, which is neither an idle close nor wait_timeout (no statement failed in the clients)."""
+    rows = truth(REFUSED)
+    connects = [r for r in rows if r["role"] == "connect"]
+    turned = [r for r in connects if r["error"] and "1040" in r["error"]]
+    assert turned and len(turned) < len(connects)
+    story = refused.summary["connections"]
+    assert story["refused"] == len(turned)
+    assert story["new"] == len(connects) - len(turned)  # handshakes that ended with login OK
+    assert story["connections"] == len(connects)
+    assert story["closes"]["server"] == len(turned) and story["closes"]["client_quit"] == len(connects) - len(turned)
+    assert not any(r["error"] for r in rows if r["role"] != "connect")
+    assert story["idle_closes"]["count"] == 0
+    limit = server(REFUSED)["max_connections"]
+    assert limit <= story["open_max"] <= len(connects)  # the limit was reached, and no more than tried at once
+    findings = refused.summary["story"]["findings"]
+    assert "refused" in findings and "idle_closes" not in findings
+    told = next(b["text"] for b in refused.summary["story"]["bullets"] if "1040" in b["text"])
+    assert told.startswith(f"{len(turned)} connection attempts were refused")
+
+
+def test_the_playbook_sets_max_connections_above_the_peak(refused):
+    """max_connections from capture.toml against the refusals and the most open at once; unknown, the SQL to fetch
+    it."""
+    limit = server(REFUSED)["max_connections"]
+    story = refused.summary["connections"]
+    line = next(line for line in refused.summary["playbook"] if line["finding"] == "max_connections")
+    assert f"from {limit} (capture.toml)" in line["text"]
+    assert f"{story['refused']} connection attempts were refused" in line["text"]
+    assert f"peak of {story['open_max']} connections" in line["text"]
+    target = int(line["sql"].removeprefix("SET GLOBAL max_connections = ").rstrip(";"))
+    assert target >= story["open_max"] and target >= limit + story["refused"]
+    from pcapdecomp.playbook import lines
+    unknown = next(line for line in lines(refused.summary, refused.exchanges, None)
+                   if line["finding"] == "max_connections")
+    assert unknown["sql"] == "SHOW GLOBAL VARIABLES LIKE 'max_connections';"
+    assert f"{story['refused']} connection attempts" in unknown["text"]
+    assert not [line for line in lines(summaries_without_refusals(refused.summary), refused.exchanges, None)
+                if line["finding"] == "max_connections"]
+
+
+def summaries_without_refusals(summary: dict) -> dict:
+    return {**summary, "connections": {**summary["connections"], "refused": 0}}
+
