@@ -7,6 +7,8 @@ connections, no closes by the server)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 try:
@@ -226,3 +228,62 @@ def test_the_playbook_sets_max_connections_above_the_peak(refused):
 def summaries_without_refusals(summary: dict) -> dict:
     return {**summary, "connections": {**summary["connections"], "refused": 0}}
 
+
+RETRANSMIT_DELAY_MS = 250.0
+
+
+@pytest.fixture(scope="module")
+def retransmitted(tmp_path_factory):
+    """group-stall with one request of a probe on the thread group the BENCHMARK did not hold lost once and
+    retransmitted RETRANSMIT_DELAY_MS later (scripts/retransmit.py): what the script changed is the truth."""
+    rows = truth("group-stall")
+    groups = server("group-stall")["thread_pool_size"]
+    hog = next(r for r in rows if r["sql"] and "BENCHMARK" in r["sql"])
+    conn_id = next(r["conn_id"] for r in rows if r["conn_id"] is not None and r["sql"] == "SELECT 1"
+                   and r["conn_id"] % groups != hog["conn_id"] % groups)
+    conns = extract(CAPTURES / "group-stall" / "app.pcap").connections
+    assert int(conns["retransmitted_bytes"].sum()) == 0  # the recording itself retransmitted nothing
+    port = int(conns.loc[conns["conn_id"] == conn_id, "client"].iloc[0].rpartition(":")[2])
+    root = tmp_path_factory.mktemp("retransmit")
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "retransmit.py"), str(CAPTURES / "group-stall"),
+                           str(root / "set"), "--client-port", str(port), "--nth", "40",
+                           "--delay-ms", str(RETRANSMIT_DELAY_MS)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    made = json.loads(proc.stdout)
+    res = analyze(root / "set", [], None, None, None, None, [], root / "out", quiet=True)
+    return made, conn_id, res
+
+
+def test_a_retransmitted_request_is_counted_and_named_as_a_likely_rto_stall(retransmitted):
+    made, conn_id, res = retransmitted
+    net = res.summary["network"]
+    assert net["retransmitted_bytes"] == made["bytes"] > 0
+    assert net["retransmitting_connections"] == 1
+    assert net["rto_stalls_likely"] == 1
+    stall = net["rto_stalls"][0]
+    assert stall["conn_id"] == conn_id and stall["client"] == made["client"]
+    assert pd.Timestamp(stall["sent"]).value == made["original_ns"]
+    assert stall["network_s"] >= made["delay_ns"] / 1e9
+    assert "retransmissions" in res.summary["story"]["findings"]
+    told = next(b["text"] for b in res.summary["story"]["bullets"] if b["text"].startswith("TCP retransmitted"))
+    assert f"{made['bytes']} bytes on 1 connection" in told and f"connection {conn_id} `" in told
+
+
+def test_the_thread_pool_is_not_blamed_for_a_retransmission(retransmitted):
+    """The delayed exchange's extra time is network: the server's time did not change, so it is no stall's victim,
+    not hidden slow, and queues nothing; no bullet but the network's names its connection."""
+    made, conn_id, res = retransmitted
+    x = res.exchanges
+    sent = x["app_req_ts"].map(lambda t: pd.Timestamp(t).value if pd.notna(t) else None)
+    row = x[(x["conn_id"] == conn_id) & (sent == made["original_ns"])].iloc[0]
+    assert row["network_s"] >= made["delay_ns"] / 1e9
+    assert row["server_s"] < 0.05 and row["total_s"] - row["network_s"] == pytest.approx(row["server_s"], abs=1e-6)
+    assert pd.isna(row["stall"]) and pd.isna(row["stall_role"]) and not bool(row["hidden_slow"])
+    assert (row["queue_s"] if pd.notna(row["queue_s"]) else 0.0) <= row["server_s"]
+    for bullet in res.summary["story"]["bullets"]:
+        if bullet["topic"] != "network":
+            assert f"connection {conn_id} " not in bullet["text"] and f"connection {conn_id})" not in bullet["text"]
+    assert res.summary["story"]["findings"][0] != "retransmissions"
+    hidden = res.summary["hidden_slow"]
+    victims = {v.get("conn_id") for s in hidden["by_stall"] for v in s.get("victims") or []}
+    assert hidden["count"] and victims and conn_id not in victims  # the stall's own victims are still told
