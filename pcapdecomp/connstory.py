@@ -237,6 +237,7 @@ def bullets(story: dict | None) -> tuple[list[dict], list[str]]:
             f"{closes['open']}; at most {story.get('open_max')} open at once.")})
     if story.get("refused"):
         findings.append("refused")
-        out.append({"topic": "connections", "text": f"{story['refused']} connection attempts were refused with ERR "
-                                                    "1040 (Too many connections): max_connections was reached."})
+        out.append({"topic": "connections", "text": (
+            f"{story['refused']} connection {plural(story['refused'], 'attempt was', 'attempts were')} refused with "
+            "ERR 1040 (Too many connections): max_connections was reached.")})
     return out, findings

@@ -294,7 +294,7 @@ def _max_connections(summary: dict, values: dict, where: str) -> dict | None:
         return None
     peak = int(conns.get("open_max") or 0)
     facts = (f"{refused} connection {'attempt was' if refused == 1 else 'attempts were'} refused with ERR 1040 "
-             f"(Too many connections) at a peak of {peak} connections open at once (the refused attempts included)")
+             f"(Too many connections) at a peak of {peak} {'connection' if peak == 1 else 'connections'} open at once (the refused attempts included)")
     limit = values.get("max_connections")
     if not isinstance(limit, (int, float)):
         return {"finding": "max_connections", "sql": "SHOW GLOBAL VARIABLES LIKE 'max_connections';",

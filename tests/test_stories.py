@@ -290,3 +290,26 @@ def test_the_thread_pool_is_not_blamed_for_a_retransmission(retransmitted):
     hidden = res.summary["hidden_slow"]
     victims = {v.get("conn_id") for s in hidden["by_stall"] for v in s.get("victims") or []}
     assert hidden["count"] and victims and conn_id not in victims  # the stall's own victims are still told
+
+
+def _refusals_in_the_corpus() -> list[tuple[str, int]]:
+    from corpus import CORPUS, captures
+    out = []
+    for row in captures():
+        codes = dict(part.split("=") for part in row["errors(code=count)"].split(",") if "=" in part)
+        if "1040" in codes and (CORPUS / row["path"]).exists():
+            out.append((row["path"], int(codes["1040"])))
+    return out
+
+
+@pytest.mark.parametrize("path,count", _refusals_in_the_corpus() or [pytest.param("", 0, marks=pytest.mark.skip(
+    reason="no corpus capture with ERR 1040"))])
+def test_a_real_servers_refusals_in_the_corpus(path, count, tmp_path):
+    """A real server's ERR 1040 packets (the MANIFEST counts them with tshark): counted as refusals, leading the
+    verdict, and the playbook asks for max_connections (no settings beside a bare capture)."""
+    from corpus import CORPUS
+    res = analyze(None, [], CORPUS / path, None, None, None, [], tmp_path / "out", quiet=True)
+    assert res.summary["connections"]["refused"] == count
+    assert res.summary["story"]["findings"][0] == "refused"
+    line = next(line for line in res.summary["playbook"] if line["finding"] == "max_connections")
+    assert line["sql"] == "SHOW GLOBAL VARIABLES LIKE 'max_connections';"
