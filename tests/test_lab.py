@@ -31,6 +31,7 @@ import record as lab_record  # noqa: E402
 FIELD = ("field-default-stall", "field-default-stall-lqt-10", "field-pool-before-capture")
 COMMITTED = ("maxthreads", "group-stall", "oltp-hogs", "features", "oltp-prepared", "stall-fix-1-pool",
              "stall-fix-2-thread-per-connection", "stall-fix-3-stall-limit-10", "group-stall-tls13", "group-stall-tls12", "oltp-prepared-tls13",
+             "connection-refused",
              *FIELD)
 
 

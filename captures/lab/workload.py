@@ -359,7 +359,7 @@ def connection_refused(args, truth: Truth) -> None:
                       client_recv_ns=time.time_ns(), rows=None, error=str(exc), note="refused")
             return
         recv_ns = time.time_ns()
-        conn = Connection(truth, label, "pymysql", handle, identify=False)
+        conn = Connection(truth, label, "pymysql", handle)  # its ids: the statements join performance_schema
         conn.record(send_ns, recv_ns, command="connect", sql=None, role="connect",
                     note="TCP handshake + greeting + login, until the driver returned")
         conn.timed_query(f"SELECT c FROM sbtest1 WHERE id = {i + 1}")
