@@ -101,10 +101,13 @@ def _open_series(first: np.ndarray, last: np.ndarray) -> dict:
 def _per_connection(x: pd.DataFrame) -> pd.DataFrame:
     """Per (capture, conn_index): did the client send COM_QUIT, and the end of its last answered exchange."""
     if not len(x):
-        return pd.DataFrame(columns=["quit", "last_answer_ns"])
+        return pd.DataFrame(columns=["quit", "login_error", "last_answer_ns"])
     end = _ns(x["resp_last_ts"]) if "resp_last_ts" in x.columns else np.full(len(x), np.nan)
     frame = pd.DataFrame({"capture": x["capture"].astype(object).to_numpy(), "conn_index": x["conn_index"].to_numpy(),
                           "quit": (x["command"].astype(object) == "COM_QUIT").fillna(False).to_numpy(dtype=bool),
+                          "login_error": ((x["command"].astype(object) == "CONNECT") & x["error_code"].notna()
+                                          ).fillna(False).to_numpy(dtype=bool) if "error_code" in x.columns
+                          else np.zeros(len(x), dtype=bool),
                           "end": end,
                           "start": _ns(x["req_first_ts"])})
     return frame
@@ -150,6 +153,8 @@ def _idle_closes(x: pd.DataFrame, c: pd.DataFrame) -> dict:
         rows = groups.get((cap, index))
         if rows is None or np.isnan(close) or rows["quit"].any():
             continue  # after a COM_QUIT the server closes first: the client's goodbye, not an idle close
+        if rows["login_error"].any():
+            continue  # a refused login (ERR 1040, 1045 …) is closed at once: a refusal, not an idle close
         before = rows["end"][rows["end"] <= close]
         if len(before):
             idle.append((close - float(before.max())) / 1e9)
@@ -167,11 +172,16 @@ def _idle_closes(x: pd.DataFrame, c: pd.DataFrame) -> dict:
 
 
 def _refused(x: pd.DataFrame, c: pd.DataFrame) -> int:
-    """Connections refused with ERR 1040 (Too many connections): in place of the greeting, or as an exchange."""
-    n = int((c["close_error"] == REFUSED).fillna(False).sum()) if "close_error" in c.columns else 0
+    """Connections refused with ERR 1040 (Too many connections): in place of the greeting, or as the login's answer
+    (MariaDB checks max_connections after authentication); each connection once."""
+    keys = set()
+    if "close_error" in c.columns:
+        hit = (c["close_error"] == REFUSED).fillna(False).to_numpy(dtype=bool)
+        keys |= set(zip(c["capture"].astype(object)[hit], c["conn_index"].astype("int64")[hit]))
     if "error_code" in x.columns:
-        n += int((x["error_code"] == REFUSED).fillna(False).sum())
-    return n
+        hit = (x["error_code"] == REFUSED).fillna(False).to_numpy(dtype=bool)
+        keys |= set(zip(x["capture"].astype(object)[hit], x["conn_index"].astype("int64")[hit]))
+    return len(keys)
 
 
 def churning(story: dict | None) -> bool:
@@ -227,6 +237,7 @@ def bullets(story: dict | None) -> tuple[list[dict], list[str]]:
             f"{closes['open']}; at most {story.get('open_max')} open at once.")})
     if story.get("refused"):
         findings.append("refused")
-        out.append({"topic": "connections", "text": f"{story['refused']} connection attempts were refused with ERR "
-                                                    "1040 (Too many connections): max_connections was reached."})
+        out.append({"topic": "connections", "text": (
+            f"{story['refused']} connection {plural(story['refused'], 'attempt was', 'attempts were')} refused with "
+            "ERR 1040 (Too many connections): max_connections was reached.")})
     return out, findings

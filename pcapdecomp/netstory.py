@@ -10,13 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .formats import plural, seconds_rounded, share
+from .formats import clip, plural, seconds_rounded, share
 from .waitprofile import hosts_of
 
 NETWORK_LEADS = 0.5  # network's share of the clients' time from which it leads the verdict
 ONE_HOST = 0.9  # one host's share of the network time from which it is named as where it was
 RTO_MIN_S = 0.2  # Linux's TCP_RTO_MIN
-LISTED = 10  # hosts and connections listed in summary.json
+LISTED = 10  # hosts, connections and likely RTO stalls listed in summary.json
+SQL_CHARS = 200  # a listed exchange's statement, cut
 
 
 def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
@@ -62,7 +63,8 @@ def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
 
 def _retransmissions(x: pd.DataFrame, conns: pd.DataFrame | None, both: np.ndarray, net: np.ndarray) -> dict:
     if conns is None or not len(conns) or "retransmitted_bytes" not in conns.columns:
-        return {"retransmitted_bytes": None, "retransmitting_connections": None, "rto_stalls_likely": None}
+        return {"retransmitted_bytes": None, "retransmitting_connections": None, "rto_stalls_likely": None,
+                "rto_stalls": []}
     captures = set(x["capture"].astype(object).dropna().unique().tolist())
     c = conns[conns["capture"].astype(object).isin(captures)]
     rb = c["retransmitted_bytes"].to_numpy(dtype="float64", na_value=0.0)
@@ -70,8 +72,17 @@ def _retransmissions(x: pd.DataFrame, conns: pd.DataFrame | None, both: np.ndarr
     on = pd.MultiIndex.from_arrays([x["capture"].astype(object), x["conn_index"].astype("int64")]).isin(list(keys)) \
         if keys else np.zeros(len(x), dtype=bool)
     stalls = on & both & (np.nan_to_num(net) >= RTO_MIN_S)
+    named = np.flatnonzero(stalls)
+    named = named[np.argsort(-net[named], kind="stable")][:LISTED]
+    sent = x["app_req_ts"] if "app_req_ts" in x.columns else x["req_first_ts"]
     return {"retransmitted_bytes": int(rb.sum()), "retransmitting_connections": int((rb > 0).sum()),
-            "rto_stalls_likely": int(stalls.sum())}
+            "rto_stalls_likely": int(stalls.sum()),
+            "rto_stalls": [{"capture": x["capture"].iloc[i], "conn_index": int(x["conn_index"].iloc[i]),
+                            "conn_id": None if pd.isna(x["conn_id"].iloc[i]) else int(x["conn_id"].iloc[i]),
+                            "client": None if pd.isna(x["client"].iloc[i]) else str(x["client"].iloc[i]),
+                            "sent": None if pd.isna(sent.iloc[i]) else pd.Timestamp(sent.iloc[i]).isoformat(),
+                            "sql": None if pd.isna(x["sql"].iloc[i]) else str(x["sql"].iloc[i])[:SQL_CHARS],
+                            "command": str(x["command"].iloc[i]), "network_s": float(net[i])} for i in named]}
 
 
 def bullets(story: dict | None) -> tuple[str | None, list[dict], list[str]]:
@@ -108,7 +119,21 @@ def bullets(story: dict | None) -> tuple[str | None, list[dict], list[str]]:
             f"TCP retransmitted {story['retransmitted_bytes']:,} bytes on {story['retransmitting_connections']} "
             f"{plural(story['retransmitting_connections'], 'connection', 'connections')}"
             + (f"; {stalls} {plural(stalls, 'exchange', 'exchanges')} there spent {seconds_rounded(RTO_MIN_S)} or more "
-               "on the network (likely retransmission timeouts)" if stalls else "") + ".")})
+               "on the network (likely retransmission timeouts, not MySQL)" + _named(story.get("rto_stalls") or [])
+               if stalls else "") + ".")})
         if stalls:
             findings.append("retransmissions")
     return lead, out, findings
+
+
+def _named(stalls: list[dict]) -> str:
+    """The likely RTO stalls by connection and statement, the longest first (three at most)."""
+    if not stalls:
+        return ""
+    parts = []
+    for r in stalls[:3]:
+        what = clip(r["sql"] if r.get("sql") else r.get("command"), 60)
+        when = pd.Timestamp(r["sent"]).strftime("%H:%M:%S.%f")[:-3] if r.get("sent") else "?"
+        conn = f"connection {r['conn_id']}" if r.get("conn_id") is not None else f"client {r.get('client')}"
+        parts.append(f"{conn} `{what}` sent {when}, {seconds_rounded(r['network_s'])} on the network")
+    return ": " + "; ".join(parts)

@@ -12,7 +12,8 @@ Every line cites the measured numbers it rests on; a finding without numbers giv
 - thread_pool_max_threads against the cap measured on the wire (exactly N statements at once while others waited).
 - the proxy's pool size against the waits inside the proxy.
 - thread_cache_size against the rate of new connections (connstory.churning), and wait_timeout against the idle time after which the
-  server closed connections (connection story: summary.json → connections)."""
+  server closed connections (connection story: summary.json → connections).
+- max_connections against refusals (ERR 1040) and the most connections open at once."""
 
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ def lines(summary: dict, x: pd.DataFrame, settings: dict | None) -> list[dict]:
     line = _proxy_pool(summary, x, proxy, where)
     if line:
         out.append(line)
-    for rule in (_thread_cache, _wait_timeout):
+    for rule in (_thread_cache, _wait_timeout, _max_connections):
         line = rule(summary, values, where)
         if line:
             out.append(line)
@@ -294,6 +295,26 @@ def _wait_timeout(summary: dict, values: dict, where: str) -> dict | None:
             "text": f"wait_timeout = {_number(timeout)} s{where}: {facts}. Set the app's pool to retire "
                     f"connections idle for less than {_number(timeout)} s (or validate them before use), or raise "
                     "wait_timeout above the pool's idle time."}
+
+
+def _max_connections(summary: dict, values: dict, where: str) -> dict | None:
+    """Refusals (ERR 1040) against max_connections and the most connections open at once."""
+    conns = summary.get("connections") or {}
+    refused = int(conns.get("refused") or 0)
+    if not refused:
+        return None
+    peak = int(conns.get("open_max") or 0)
+    facts = (f"{refused} connection {'attempt was' if refused == 1 else 'attempts were'} refused with ERR 1040 "
+             f"(Too many connections) at a peak of {peak} {'connection' if peak == 1 else 'connections'} open at once (the refused attempts included)")
+    limit = values.get("max_connections")
+    if not isinstance(limit, (int, float)):
+        return {"finding": "max_connections", "sql": "SHOW GLOBAL VARIABLES LIKE 'max_connections';",
+                "text": f"{facts}: max_connections was reached; raise it above what the app's pools open, or cap "
+                        "the pools below it. Fetch it:"}
+    target = max(2 * peak, int(limit) + refused)
+    return {"finding": "max_connections", "sql": f"SET GLOBAL max_connections = {target};",
+            "text": f"Raise max_connections from {int(limit)}{where} to at least {target} (twice the {peak} open at "
+                    f"once, or the limit plus the {refused} refused), or cap the app's pools below it: {facts}."}
 
 
 def _network(summary: dict) -> dict | None:

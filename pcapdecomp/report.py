@@ -667,6 +667,11 @@ class _Page:
                          "plain), and each connection's set-up latencies at its SYN (right axis). A connection storm "
                          "with a growing SYN → greeting is the thread cache or the pool's login queue.</p>"
                          "<div id='fig-connrate' class='fig short'></div>")
+        if self.figures.get("openconns"):
+            parts.append("<p class='caption'>Open connections over time (the capture point the exchanges come from: "
+                         "each connection from its first to its last frame; sampled, the most at once marked). Against "
+                         "max_connections and thread_cache_size: a plateau at max_connections is refusals (ERR 1040), "
+                         "a saw-tooth is churn.</p><div id='fig-openconns' class='fig short'></div>")
         x = self.x
         login_errors = int(((x["command"] == "CONNECT") & (x["result"] == "error")).fillna(False).sum())
         errors = x.loc[(x["result"] == "error").fillna(False).to_numpy(dtype=bool), ["error_code", "error_message",

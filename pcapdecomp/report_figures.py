@@ -255,8 +255,10 @@ def figure_specs(summary: dict, x: pd.DataFrame, groups: pd.DataFrame | None, t:
     specs["pool"] = _pool(summary, groups, pool, axis)
     specs["waterfall"] = _waterfall(x)
     specs["connrate"] = _connection_rate(conns, axis)
+    specs["openconns"] = _open_connections(summary, axis)
     specs["proxy"] = _proxy(x, axis)
-    specs["_time"] = [n for n in ("timeline", "heatmap", "pool", "connrate", "proxy") if specs[n] is not None]
+    specs["_time"] = [n for n in ("timeline", "heatmap", "pool", "connrate", "openconns", "proxy")
+                      if specs[n] is not None]
     return specs
 
 
@@ -747,6 +749,38 @@ def _connection_rate(conns: pd.DataFrame | None, axis: TimeAxis | None) -> dict 
                      yaxis2={"title": {"text": "set-up ms"}, "overlaying": "y", "side": "right", "rangemode": "tozero",
                              "fixedrange": True, "showgrid": False, "tickformat": ".3~g"})
     return {"data": data, "layout": layout}
+
+
+def _open_connections(summary: dict, axis: TimeAxis | None) -> dict | None:
+    """Open connections over time from summary.json (connections.open_series: samples of the sweep, at most
+    connstory.SERIES_POINTS) as a step line, with the peak (open_max at open_max_at) put in its place and marked,
+    so the line reaches the most open at once even between two samples; on the shared time axis."""
+    story = summary.get("connections") or {}
+    series = story.get("open_series") or []
+    if axis is None or not series:
+        return None
+    t = np.array([pd.Timestamp(p["t"]).value for p in series], dtype=np.int64)
+    level = np.array([p["open"] for p in series], dtype=np.float64)
+    peak_at = pd.Timestamp(story["open_max_at"]).value if story.get("open_max_at") and story.get("open_max") else None
+    if peak_at is not None:
+        at = int(np.searchsorted(t, peak_at, side="right"))
+        t = np.insert(t, at, peak_at)
+        level = np.insert(level, at, float(story["open_max"]))
+    keep = axis.inside(t)
+    if not keep.any():
+        return None
+    data = [{"type": "scatter", "mode": "lines", "name": "open connections", "x": _arr(_ms(t[keep])),
+             "y": _arr(level[keep]), "line": {"shape": "hv", "color": COLORS["statement"]},
+             "hovertemplate": "%{x}<br>%{y} open<extra></extra>"}]
+    if peak_at is not None and axis.inside(np.array([peak_at]))[0]:
+        data.append({"type": "scatter", "mode": "markers", "name": f"most at once: {int(story['open_max'])}",
+                     "x": _arr(_ms(np.array([peak_at], dtype=np.int64))),
+                     "y": _arr(np.array([float(story["open_max"])])),
+                     "marker": {"size": 9, "color": COLORS["queued"], "symbol": "diamond"},
+                     "hovertemplate": "%{x}<br>most open at once: %{y}<extra></extra>"})
+    return {"data": data, "layout": _layout(240, xaxis=_time_xaxis(axis),
+                                            yaxis={"title": {"text": "open connections"}, "rangemode": "tozero",
+                                                   "fixedrange": True})}
 
 
 def _round_duration(ns: int) -> str:

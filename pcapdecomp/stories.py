@@ -2,8 +2,8 @@
 (connstory), the network story (netstory) and the playbook (what to change, from the server's settings).
 
 The thread pool's verdict (verdict.tell) keeps its sentence unless one of these is bigger for the clients: network
-took half their time or more, or setting connections up cost them more than their statements did while the
-pool told no story of its own; then that leads and the pool's sentence follows as the first bullet (topic db)."""
+took half their time or more, or setting connections up cost them more than their statements did, or
+max_connections refused logins (ERR 1040), while the pool told no story of its own; then that leads and the pool's sentence follows as the first bullet (topic db)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,13 @@ def tell(summary: dict, x: pd.DataFrame, conns: pd.DataFrame | None, settings: d
         conn_bullets = conn_bullets[1:]
         findings.insert(0, "connection_churn")
         conn_findings = [f for f in conn_findings if f != "connection_churn"]
+    elif lead is None and "refused" in conn_findings and not pool_told:
+        # clients turned away at login matter more than statements that did not wait
+        refusal = next(b for b in conn_bullets if "ERR 1040" in b["text"])
+        lead = refusal["text"]
+        conn_bullets = [b for b in conn_bullets if b is not refusal]
+        findings.insert(0, "refused")
+        conn_findings = [f for f in conn_findings if f != "refused"]
     elif lead is not None:
         findings.insert(0, net_findings.pop(0))
     if lead is not None:

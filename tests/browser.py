@@ -74,13 +74,14 @@ _PROBE = r"""
 <script>
 (function(){
   function sum(a){ var s = 0; for (var i = 0; i < a.length; i++) { if (a[i] === a[i]) { s += Number(a[i]); } } return s; }
+  function max(a){ var m = null; for (var i = 0; i < a.length; i++) { if (a[i] === a[i] && (m === null || Number(a[i]) > m)) { m = Number(a[i]); } } return m; }
   function figure(el){
     var fl = el._fullLayout, ax = fl.xaxis, r = ax.range.map(ax.r2l);
     return {l: fl._size.l, w: fl._size.w, range: r, type: ax.type,
             px: [fl._size.l + ax.l2p(r[0] + (r[1] - r[0]) / 4), fl._size.l + ax.l2p(r[0] + 3 * (r[1] - r[0]) / 4)],
             traces: el._fullData.map(function(t){
               var y = t.y || [], x = t.x || [], z = t.z || [];
-              return {name: t.name, type: t.type, n: x.length || y.length, ysum: sum(y), xsum: sum(x),
+              return {name: t.name, type: t.type, n: x.length || y.length, ysum: sum(y), xsum: sum(x), ymax: max(y),
                       zsum: z.length ? z.reduce(function(s, row){ return s + sum(row); }, 0) : 0};
             }),
             ticktext: (fl.yaxis && fl.yaxis.ticktext) || null,

@@ -32,6 +32,7 @@ FIELD = ("field-default-stall", "field-default-stall-lqt-10", "field-pool-before
 COMMITTED = ("maxthreads", "group-stall", "oltp-hogs", "features", "oltp-prepared", "stall-fix-1-pool",
              "stall-fix-2-thread-per-connection", "stall-fix-3-stall-limit-10", "group-stall-tls13", "group-stall-tls12", "oltp-prepared-tls13",
              "oltp-prepared-tls12",
+             "connection-refused",
              *FIELD)
 
 

@@ -46,11 +46,12 @@ def _ns(col: pd.Series) -> np.ndarray:
 def test_every_figure_renders_and_the_time_charts_share_one_axis(group_stall, group_stall_page):
     found, dom, _ = group_stall_page
     assert not script_errors(dom) and not found["errors"], (script_errors(dom), found["errors"])
-    assert rendered(dom) == "6 figures"
+    assert rendered(dom) == "7 figures"
     figs = found["figures"]
-    assert set(figs) == {"fig-shares", "fig-timeline", "fig-heatmap", "fig-pool", "fig-waterfall", "fig-connrate"}
+    assert set(figs) == {"fig-shares", "fig-timeline", "fig-heatmap", "fig-pool", "fig-waterfall", "fig-connrate",
+                         "fig-openconns"}
     timed = {k: v for k, v in figs.items() if v["type"] == "date"}
-    assert set(timed) == {"fig-timeline", "fig-heatmap", "fig-pool", "fig-connrate"}
+    assert set(timed) == {"fig-timeline", "fig-heatmap", "fig-pool", "fig-connrate", "fig-openconns"}
     # one plot area, one range: the same instant is at the same pixel in every time chart
     for name, f in timed.items():
         assert (f["l"], f["w"]) == (figs["fig-timeline"]["l"], figs["fig-timeline"]["w"]), name
@@ -126,6 +127,22 @@ def test_aggregated_charts_sum_to_the_tables(group_stall, group_stall_page, tmp_
     both = group_stall.exchanges[group_stall.exchanges["seen"] == "both"]
     assert sum(shares.values()) == pytest.approx(float(both["total_s"].sum()), rel=1e-3)
     assert shares["execution"] == pytest.approx(float(both["exec_s"].sum()), rel=1e-9)
+
+
+def test_open_connections_figure_peaks_where_summary_says(group_stall, group_stall_page):
+    """The Connections section's open-connections line (on the shared time axis) reaches summary.json's open_max,
+    which is every connection the DB capture saw open at once (all of group-stall's are held to the end: tshark
+    counts their SYNs), and never more."""
+    found, dom, _ = group_stall_page
+    assert re.search("id=[\"']fig-openconns[\"']", section(dom, "connections"))
+    story = group_stall.summary["connections"]
+    traces = {t["name"]: t for t in found["figures"]["fig-openconns"]["traces"]}
+    assert traces["open connections"]["ymax"] == story["open_max"]
+    assert traces[f"most at once: {story['open_max']}"]["ymax"] == story["open_max"]
+    proc = subprocess.run(["tshark", "-r", str(CAPTURES / "group-stall" / "app.pcap"), "-Y",
+                           "tcp.flags.syn==1 && tcp.flags.ack==0", "-T", "fields", "-e", "frame.number"],
+                          capture_output=True, text=True, timeout=120)
+    assert story["open_max"] == len(proc.stdout.split()) == story["connections"]
 
 
 def test_profile_lists_every_fingerprint_with_its_calls(group_stall, group_stall_page):
@@ -372,7 +389,7 @@ def test_db_only_report_renders_in_chromium(tmp_path):
     assert not script_errors(dom) and not found["errors"]
     specs = _page_specs((res.out_dir / "report.html").read_text(encoding="utf-8"))
     drawn = sum(1 for k in specs if not k.startswith("_"))
-    assert rendered(dom) == f"{drawn} figures" and drawn == 5  # all but the shares: no exchange seen at both points
+    assert rendered(dom) == f"{drawn} figures" and drawn == 6  # all but the shares: no exchange seen at both points
     traces = {tr["name"]: tr for tr in found["figures"]["fig-timeline"]["traces"]}
     assert traces["hidden slow"]["n"] == 3  # spans from D1 to D4 when only the DB saw the exchange
 

@@ -100,7 +100,7 @@ def test_no_payload_runs_script_or_changes_the_page(hostile):
     assert not [line for line in console if not BENIGN_CONSOLE.search(line)], console
     assert not script_errors(dom) and not found["errors"]
     # every figure rendered, with its data
-    specs = [k for k in ("shares", "timeline", "heatmap", "pool", "waterfall", "connrate")]
+    specs = [k for k in ("shares", "timeline", "heatmap", "pool", "waterfall", "connrate", "openconns")]
     assert rendered(dom) == f"{len(specs)} figures"
     assert set(found["figures"]) == {f"fig-{k}" for k in specs}
     assert all(t["n"] > 0 for f in found["figures"].values() for t in f["traces"])

@@ -7,6 +7,8 @@ connections, no closes by the server)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 try:
@@ -170,3 +172,144 @@ def test_a_slow_path_for_one_client_is_told_by_host(slow_path):
     assert slow_path["story"]["bullets"][0]["topic"] == "db"  # the pool's own sentence follows
     line = next(line for line in slow_path["playbook"] if line["finding"] == "network")
     assert slow_host in line["text"] and line["sql"] is None
+
+
+REFUSED = "connection-refused"
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+    out = tmp_path_factory.mktemp("refused") / REFUSED
+    return analyze(CAPTURES / REFUSED, [], None, None, None, None, [], out, quiet=True)
+
+
+def test_refusals_are_counted_once_each_and_not_taken_for_idle_closes(refused):
+    """The clients' own errors say how many logins max_connections refused (ERR 1040); the server closed those
+    connections at once, which is neither an idle close nor wait_timeout (no statement failed in the clients)."""
+    rows = truth(REFUSED)
+    connects = [r for r in rows if r["role"] == "connect"]
+    turned = [r for r in connects if r["error"] and "1040" in r["error"]]
+    assert turned and len(turned) < len(connects)
+    story = refused.summary["connections"]
+    assert story["refused"] == len(turned)
+    assert story["new"] == len(connects) - len(turned)  # handshakes that ended with login OK
+    assert story["connections"] == len(connects)
+    assert story["closes"]["server"] == len(turned) and story["closes"]["client_quit"] == len(connects) - len(turned)
+    assert not any(r["error"] for r in rows if r["role"] != "connect")
+    assert story["idle_closes"]["count"] == 0
+    limit = server(REFUSED)["max_connections"]
+    assert limit <= story["open_max"] <= len(connects)  # the limit was reached, and no more than tried at once
+    findings = refused.summary["story"]["findings"]
+    assert "idle_closes" not in findings
+    # clients turned away lead when no statement waited in the pool: truth has no statement slower than 1 s
+    assert max(r["client_s"] for r in rows if r["role"] == "query") < 1.0
+    assert findings[0] == "refused"
+    assert refused.summary["story"]["sentence"].startswith(f"{len(turned)} connection attempts were refused")
+    assert refused.summary["story"]["bullets"][0]["text"].startswith("On the DB: No statement waited")
+
+
+def test_the_playbook_sets_max_connections_above_the_peak(refused):
+    """max_connections from capture.toml against the refusals and the most open at once; unknown, the SQL to fetch
+    it."""
+    limit = server(REFUSED)["max_connections"]
+    story = refused.summary["connections"]
+    line = next(line for line in refused.summary["playbook"] if line["finding"] == "max_connections")
+    assert f"from {limit} (capture.toml)" in line["text"]
+    assert f"{story['refused']} connection attempts were refused" in line["text"]
+    assert f"peak of {story['open_max']} connections" in line["text"]
+    target = int(line["sql"].removeprefix("SET GLOBAL max_connections = ").rstrip(";"))
+    assert target >= story["open_max"] and target >= limit + story["refused"]
+    from pcapdecomp.playbook import lines
+    unknown = next(line for line in lines(refused.summary, refused.exchanges, None)
+                   if line["finding"] == "max_connections")
+    assert unknown["sql"] == "SHOW GLOBAL VARIABLES LIKE 'max_connections';"
+    assert f"{story['refused']} connection attempts" in unknown["text"]
+    assert not [line for line in lines(summaries_without_refusals(refused.summary), refused.exchanges, None)
+                if line["finding"] == "max_connections"]
+
+
+def summaries_without_refusals(summary: dict) -> dict:
+    return {**summary, "connections": {**summary["connections"], "refused": 0}}
+
+
+RETRANSMIT_DELAY_MS = 250.0
+
+
+@pytest.fixture(scope="module")
+def retransmitted(tmp_path_factory):
+    """group-stall with one request of a probe on the thread group the BENCHMARK did not hold lost once and
+    retransmitted RETRANSMIT_DELAY_MS later (scripts/retransmit.py): what the script changed is the truth."""
+    rows = truth("group-stall")
+    groups = server("group-stall")["thread_pool_size"]
+    hog = next(r for r in rows if r["sql"] and "BENCHMARK" in r["sql"])
+    conn_id = next(r["conn_id"] for r in rows if r["conn_id"] is not None and r["sql"] == "SELECT 1"
+                   and r["conn_id"] % groups != hog["conn_id"] % groups)
+    conns = extract(CAPTURES / "group-stall" / "app.pcap").connections
+    assert int(conns["retransmitted_bytes"].sum()) == 0  # the recording itself retransmitted nothing
+    port = int(conns.loc[conns["conn_id"] == conn_id, "client"].iloc[0].rpartition(":")[2])
+    root = tmp_path_factory.mktemp("retransmit")
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "retransmit.py"), str(CAPTURES / "group-stall"),
+                           str(root / "set"), "--client-port", str(port), "--nth", "40",
+                           "--delay-ms", str(RETRANSMIT_DELAY_MS)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    made = json.loads(proc.stdout)
+    res = analyze(root / "set", [], None, None, None, None, [], root / "out", quiet=True)
+    return made, conn_id, res
+
+
+def test_a_retransmitted_request_is_counted_and_named_as_a_likely_rto_stall(retransmitted):
+    made, conn_id, res = retransmitted
+    net = res.summary["network"]
+    assert net["retransmitted_bytes"] == made["bytes"] > 0
+    assert net["retransmitting_connections"] == 1
+    assert net["rto_stalls_likely"] == 1
+    stall = net["rto_stalls"][0]
+    assert stall["conn_id"] == conn_id and stall["client"] == made["client"]
+    assert pd.Timestamp(stall["sent"]).value == made["original_ns"]
+    assert stall["network_s"] >= made["delay_ns"] / 1e9
+    assert "retransmissions" in res.summary["story"]["findings"]
+    told = next(b["text"] for b in res.summary["story"]["bullets"] if b["text"].startswith("TCP retransmitted"))
+    assert f"{made['bytes']} bytes on 1 connection" in told and f"connection {conn_id} `" in told
+
+
+def test_the_thread_pool_is_not_blamed_for_a_retransmission(retransmitted):
+    """The delayed exchange's extra time is network: the server's time did not change, so it is no stall's victim,
+    not hidden slow, and queues nothing; no bullet but the network's names its connection."""
+    made, conn_id, res = retransmitted
+    x = res.exchanges
+    sent = x["app_req_ts"].map(lambda t: pd.Timestamp(t).value if pd.notna(t) else None)
+    row = x[(x["conn_id"] == conn_id) & (sent == made["original_ns"])].iloc[0]
+    assert row["network_s"] >= made["delay_ns"] / 1e9
+    assert row["server_s"] < 0.05 and row["total_s"] - row["network_s"] == pytest.approx(row["server_s"], abs=1e-6)
+    assert pd.isna(row["stall"]) and pd.isna(row["stall_role"]) and not bool(row["hidden_slow"])
+    assert (row["queue_s"] if pd.notna(row["queue_s"]) else 0.0) <= row["server_s"]
+    for bullet in res.summary["story"]["bullets"]:
+        if bullet["topic"] != "network":
+            assert f"connection {conn_id} " not in bullet["text"] and f"connection {conn_id})" not in bullet["text"]
+    assert res.summary["story"]["findings"][0] != "retransmissions"
+    hidden = res.summary["hidden_slow"]
+    victims = {v.get("conn_id") for s in hidden["by_stall"] for v in s.get("victims") or []}
+    assert hidden["count"] and victims and conn_id not in victims  # the stall's own victims are still told
+
+
+def _refusals_in_the_corpus() -> list[tuple[str, int]]:
+    from corpus import CORPUS, captures
+    out = []
+    for row in captures():
+        codes = dict(part.split("=") for part in row["errors(code=count)"].split(",") if "=" in part)
+        if "1040" in codes and (CORPUS / row["path"]).exists():
+            out.append((row["path"], int(codes["1040"])))
+    return out
+
+
+@pytest.mark.parametrize("path,count", _refusals_in_the_corpus() or [pytest.param("", 0, marks=pytest.mark.skip(
+    reason="no corpus capture with ERR 1040"))])
+def test_a_real_servers_refusals_in_the_corpus(path, count, tmp_path):
+    """A real server's ERR 1040 packets (the MANIFEST counts them with tshark): counted as refusals, leading the
+    verdict, and the playbook asks for max_connections (no settings beside a bare capture)."""
+    from corpus import CORPUS
+    res = analyze(None, [], CORPUS / path, None, None, None, [], tmp_path / "out", quiet=True)
+    assert res.summary["connections"]["refused"] == count
+    assert res.summary["story"]["findings"][0] == "refused"
+    line = next(line for line in res.summary["playbook"] if line["finding"] == "max_connections")
+    assert line["sql"] == "SHOW GLOBAL VARIABLES LIKE 'max_connections';"

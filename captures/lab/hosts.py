@@ -278,6 +278,7 @@ class ServerSettings:
     statement_history_size: int = 20000
     thread_cache_size: int | None = None  # None: MariaDB's default
     wait_timeout_s: int | None = None  # None: MariaDB's default (8 hours)
+    max_connections: int = 2000  # the lab's default stays out of the way; a scenario lowers it to be refused
 
 
 class PrivateMariaDB:
@@ -300,7 +301,7 @@ class PrivateMariaDB:
             "--no-defaults", f"--datadir={self.datadir}", "--user=root", f"--socket={self.socket}",
             f"--port={MYSQL_PORT}", "--bind-address=*", "--skip-name-resolve", f"--pid-file={self.workdir}/pid",
             f"--log-error={self.error_log}", "--skip-log-bin", "--innodb-buffer-pool-size=64M",
-            "--innodb-flush-log-at-trx-commit=2", "--max-connections=2000",
+            "--innodb-flush-log-at-trx-commit=2", f"--max-connections={s.max_connections}",
             f"--thread-handling={s.thread_handling}", f"--thread-pool-size={s.thread_pool_size}",
             f"--thread-pool-max-threads={s.thread_pool_max_threads}",
             f"--thread-pool-stall-limit={s.thread_pool_stall_limit_ms}",

@@ -221,6 +221,7 @@ def _write_capture_toml(path: Path, scenario: Scenario, server: PrivateMariaDB, 
         f"max_allowed_packet = {s.max_allowed_packet}",
         *([f"thread_cache_size = {s.thread_cache_size}"] if s.thread_cache_size is not None else []),
         *([f"wait_timeout = {s.wait_timeout_s}"] if s.wait_timeout_s is not None else []),
+        f"max_connections = {s.max_connections}",
         f"tls = {_toml_value(s.tls)}",
         "",
         *([] if not proxy else [

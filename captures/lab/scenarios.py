@@ -173,6 +173,18 @@ SCENARIOS = {s.name: s for s in (
         _sbtest_sql(1000),
     ),
     Scenario(
+        "connection-refused",
+        "max_connections=10 (MariaDB's smallest): 14 clients connect 50 ms apart and each holds its connection "
+        "1.5 s (a lookup, the wait, a lookup, quit). They log in as a SELECT-only user (the lab's own user has "
+        "CONNECTION ADMIN, which max_connections does not hold back): the server accepts max_connections of them "
+        "and answers the others' login with ERR 1040 \"Too many connections\" (MariaDB checks the limit after "
+        "authentication), then closes them. truth.jsonl: a connect row per client (refused: its error), a row per "
+        "statement.",
+        ServerSettings(max_connections=10, long_query_time_s=1.0),
+        {"clients": 14, "stagger_s": 0.05, "hold_s": 1.5},
+        _sbtest_sql(1000),
+    ),
+    Scenario(
         "network-slow-client",
         "Two app clients run the same point lookups (one every 25 ms each, for 3 s) through an L4 relay between "
         "the app and DB hosts; the relay holds every chunk of one client's connection 20 ms (each leg of each "

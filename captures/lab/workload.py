@@ -345,6 +345,36 @@ def connection_storm(args, truth: Truth) -> None:
     run_threads([churner] * args.clients + [lambda i=i: pooled(i) for i in range(args.pooled)])
 
 
+def connection_refused(args, truth: Truth) -> None:
+    """args.clients connections opened args.stagger_s apart, each held args.hold_s between two lookups; the
+    attempts past max_connections are refused (ERR 1040): their connect row carries the driver's error."""
+    import pymysql
+
+    def client(i: int):
+        time.sleep(i * args.stagger_s)
+        label = f"held-{i}"
+        send_ns = time.time_ns()
+        try:
+            # the SELECT-only user: the lab's user has CONNECTION ADMIN, which max_connections does not hold back
+            handle = pymysql.connect(host=args.host, port=args.port, user="other", password="other-pass",
+                                     database="lab", ssl_disabled=True, autocommit=True)
+        except pymysql.err.OperationalError as exc:  # refused: an outcome to record, not a crash
+            truth.add(conn_label=label, conn_id=None, ps_thread_id=None, client_port=None, driver="pymysql",
+                      command="connect", sql=None, role="connect", ps_event=None, client_send_ns=send_ns,
+                      client_recv_ns=time.time_ns(), rows=None, error=str(exc), note="refused")
+            return
+        recv_ns = time.time_ns()
+        conn = Connection(truth, label, "pymysql", handle)  # its ids: the statements join performance_schema
+        conn.record(send_ns, recv_ns, command="connect", sql=None, role="connect",
+                    note="TCP handshake + greeting + login, until the driver returned")
+        conn.timed_query(f"SELECT c FROM sbtest1 WHERE id = {i + 1}")
+        time.sleep(args.hold_s)
+        conn.timed_query(f"SELECT c FROM sbtest1 WHERE id = {i + 2}")
+        conn.close()
+
+    run_threads([lambda i=i: client(i) for i in range(args.clients)])
+
+
 def network_slow_client(args, truth: Truth) -> None:
     """Two connections run the same point lookups at the same pace; one binds to args.slow_host, the address the
     relay delays."""
@@ -855,7 +885,8 @@ SCENARIOS = {"maxthreads": maxthreads, "maxthreads-below-lqt": maxthreads, "grou
              "oltp-prepared": oltp_prepared,
              "group-stall-tls13": group_stall, "group-stall-tls12": group_stall, "group-stall-cleartext": group_stall,
              "oltp-prepared-tls13": oltp_prepared, "oltp-prepared-tls12": oltp_prepared,
-             "connection-churn": connection_churn, "connection-storm": connection_storm, "features": features,
+             "connection-churn": connection_churn, "connection-storm": connection_storm,
+             "connection-refused": connection_refused, "features": features,
              "network-slow-client": network_slow_client, "bigpacket": bigpacket,
             "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms,
             "proxy-l4": group_stall, "proxy-pool": proxy_pool, "two-servers": two_servers,
