@@ -116,7 +116,8 @@ def test_the_stall_sentence_needs_no_victim_when_statements_certainly_queued():
 
     from pcapdecomp.verdict import _stall_sentence
 
-    x = pd.DataFrame({"queue_min_s": [0.0, 2.5, 0.0], "thread_group": pd.array([0, 1, 0], dtype="Int64")})
+    x = pd.DataFrame({"queue_min_s": [0.0, 2.5, 0.0], "thread_group": pd.array([0, 1, 0], dtype="Int64"),
+                      "conn_id": pd.array([8, 9, 10], dtype="Int64")})
     none = np.zeros(3, dtype=bool)
     certain = np.array([False, True, False])
     queue = np.array([0.0, np.nan, 0.0])  # the extent unknown: the certain part is what is told
