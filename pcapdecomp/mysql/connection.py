@@ -18,7 +18,8 @@ from functools import partial
 from typing import NamedTuple
 
 from . import detect
-from .framing import MAX_COMMANDS_PER_COMPRESSED, CompressedDeframer, Packet, PacketFramer
+from .framing import (MAX_COMMANDS_PER_COMPRESSED, SQL_BUDGET_PREFIX, CompressedDeframer, Packet, PacketFramer,
+                      SqlBudget)
 from .tls import Plain, Secrets, Sealed, TlsSession
 from .params import decode_execute
 from .walk import walk_rows
@@ -207,7 +208,7 @@ class MySQLConnection:
     its own in `problems` (gap, sql-cut, incomplete, unanswered, sequence, truncated, …)."""
 
     def __init__(self, *, midstream: bool = False, max_sql_bytes: int = 1 << 20, response_keep: int = 1 << 16,
-                 tls_secrets: Secrets | None = None):
+                 tls_secrets: Secrets | None = None, sql_budget: SqlBudget | None = None):
         self.phase = COMMAND if midstream else GREETING
         # TLS after an SSLRequest (or met mid-stream): the session, the key log it may decrypt with, the login
         # request that asked for it, and the client flight being timed when nothing decrypts
@@ -232,6 +233,7 @@ class MySQLConnection:
         # The client framer keeps at least 64 KiB so that logins and EXECUTE parameters stay whole with a small
         # max_sql_bytes; statement text is cut to max_sql_bytes in _describe.
         self.max_sql_bytes = max_sql_bytes
+        self.sql_budget = sql_budget  # the input's statement-text budget, shared by its connections (None: none)
         self._framers = [PacketFramer(max(max_sql_bytes, 1 << 16)), PacketFramer(response_keep)]
         self._deframers: list[CompressedDeframer | None] = [None, None]
         self._conflict_next = False  # a conflict found between exchanges: the next one the client starts is marked
@@ -572,11 +574,14 @@ class MySQLConnection:
         elif "retransmission-conflict" not in target.problems:
             target.problems.append("retransmission-conflict")
 
-    def _violation(self, direction: int, note: str) -> None:
+    def _count_violation(self, note: str) -> None:
         c = self.counters
         c.violations += 1
         if len(c.violation_notes) < 5:
             c.violation_notes.append(note)
+
+    def _violation(self, direction: int, note: str) -> None:
+        self._count_violation(note)
         target = self._head() if direction == SERVER else (self._pending[-1] if self._pending else None)
         if target is not None and "violation" not in target.problems:
             target.problems.append("violation")
@@ -734,6 +739,11 @@ class MySQLConnection:
                     body = body[pos:]  # best effort: values are not decoded
                 else:
                     body = body[pos:]
+            if self.sql_budget is not None and self.sql_budget.keep(body) is None:
+                body, cut = body[:SQL_BUDGET_PREFIX], True
+                # the stream stays in sync: only what is kept of this statement's text is cut
+                self._count_violation(f"budget: statement text past the input's {self.sql_budget.total} bytes; "
+                                      f"{SQL_BUDGET_PREFIX} bytes kept")
             pending.sql = body.decode("utf-8", "replace")
             pending.sql_cut = cut
         elif code in (0x02, 0x04):  # COM_INIT_DB, COM_FIELD_LIST
