@@ -4,19 +4,23 @@ in the connection's violation notes), never hours and gigabytes. Crafted capture
 from __future__ import annotations
 
 import gzip
+import os
 import struct
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import zstandard
 from craft import OK, Capture, Conversation, greeting, login, pkt
 from lanes import assert_same
 
+from pcapdecomp import fastlane
 from pcapdecomp.exchanges import extract
 from pcapdecomp.mysql.framing import MAX_COMMANDS_PER_COMPRESSED, MAX_INFLATION, SQL_BUDGET_PREFIX
 
 ROOT = Path(__file__).resolve().parent.parent
+needs_lane = pytest.mark.skipif(not fastlane.NATIVE, reason="the native lane is not built (no C compiler)")
 
 
 def pipelined_in_one_compressed_packet(path: Path, n: int) -> Path:
@@ -139,3 +143,44 @@ def test_the_budget_bounds_the_memory_of_distinct_long_statements(tmp_path):
     assert rows == n + 1  # the login and every statement
     assert cut == violations == n - budget // 1_000_010
     assert peak_kb < 600 * 1024  # 150 MB of text read whole would take over 1 GB
+
+
+def many_short_exchanges(path: Path, n: int) -> Path:
+    """n distinct short COM_QUERYs, each answered by an OK, on one connection: the native lane's common path."""
+    with gzip.open(path, "wb", compresslevel=1) as out:
+        conn = Conversation(_GzipCapture(out)).open().login()
+        pad = b"x" * 150
+        for i in range(n):
+            conn.query(b"SELECT %d /* %s */" % (i, pad))
+        conn.close()
+    return path
+
+
+_SHORT_OF_MEMORY = """
+import os, resource, sys
+from pcapdecomp import cli, exchanges, fastlane  # imported before the limit
+import pandas, pyarrow
+size = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize:")) * 1024
+limit = size + (int(sys.argv[1]) << 20)
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+sys.argv = ["pcapdecomp", "exchanges", sys.argv[2]]
+cli.main()
+"""
+
+
+@needs_lane
+def test_the_native_lane_stops_cleanly_when_memory_runs_out(tmp_path):
+    """An address-space limit a few tens of MB above what the imports take: the allocation that fails is the lane's
+    (its column buffers and texts) or another's; every run ends with one line and exit 70, never SystemError (an
+    exception set while the lane went on) or a traceback."""
+    path = many_short_exchanges(tmp_path / "db.pcap.gz", 50_000)
+    places = []
+    for margin in (16, 32, 40):
+        done = subprocess.run([sys.executable, "-c", _SHORT_OF_MEMORY, str(margin), str(path)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp_path)})
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 70 and len(lines) == 1, done.stderr[-2000:]
+        assert lines[0].startswith("pcapdecomp: internal error: MemoryError"), lines[0]
+        assert "SystemError" not in done.stderr and "Traceback" not in done.stderr
+        places.append(lines[0])
+    assert any(", in fastlane." in line for line in places), places  # the lane's own allocations failed
