@@ -163,7 +163,7 @@ def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Ca
         np.ascontiguousarray(excerpt.insert_at, dtype=np.int64), list(excerpt.blobs))
     lane = Lane(**_layout(source), batch=batch_rows, fingerprints=fingerprints, query=command_name(0x03),
                 execute=command_name(0x17), ok="ok", resultset="resultset", coded=kinds, excerpt=plan,
-                sql_left=tracker.sql_budget.left)
+                budget_left=tracker.budget.left)
     finishing = False
 
     def handle(record: Record) -> Flow | None:

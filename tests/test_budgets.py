@@ -8,6 +8,7 @@ import os
 import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ from lanes import assert_same
 
 from pcapdecomp import fastlane
 from pcapdecomp.exchanges import extract
-from pcapdecomp.mysql.framing import MAX_COMMANDS_PER_COMPRESSED, MAX_INFLATION, SQL_BUDGET_PREFIX
+from pcapdecomp.mysql.framing import (MAX_COMMANDS_PER_COMPRESSED, MAX_INFLATION, MIN_ROW_BUDGET, ROWS_PER_INPUT_BYTE,
+                                      SQL_BUDGET_PREFIX)
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_lane = pytest.mark.skipif(not fastlane.NATIVE, reason="the native lane is not built (no C compiler)")
@@ -184,3 +186,47 @@ def test_the_native_lane_stops_cleanly_when_memory_runs_out(tmp_path):
         assert "SystemError" not in done.stderr and "Traceback" not in done.stderr
         places.append(lines[0])
     assert any(", in fastlane." in line for line in places), places  # the lane's own allocations failed
+
+
+def test_exchanges_past_the_row_budget_are_cut_alike_in_both_lanes(tmp_path):
+    path = many_short_exchanges(tmp_path / "db.pcap.gz", 3000)
+    x = assert_same(path, row_budget=1000)  # the native lane and Python: the same rows, the same counts
+    assert len(x.exchanges) == 1000  # the login and the first 999 statements, in the order sent
+    q = x.exchanges[x.exchanges["command"] == "COM_QUERY"]
+    assert q["sql"].astype(str).str.startswith("SELECT ").all()
+    assert sorted(int(s.split()[1]) for s in q["sql"].astype(str)) == list(range(999))
+    c = x.connections.iloc[0]
+    assert c["violations"] == 3001 - 1000 and "budget: exchanges past the input's 1000" in c["violation_notes"]
+
+
+def compressed_pings(path: Path, packets: int) -> Path:
+    """zlib-compressed protocol; `packets` compressed packets of 4096 COM_PINGs each (within the budget of one
+    compressed packet, and within deflate's 1032:1), never answered: each one an exchange."""
+    cap = Capture()
+    conn = Conversation(cap).open()
+    conn.server_sends(pkt(0, greeting(caps=0xF7FE | (0x81BF << 16) | 0x20)))
+    conn.client_sends(pkt(1, login(caps=0x000FA685 | 0x20)))
+    conn.server_sends(pkt(2, b"\x00\x00\x00\x02\x00\x00\x00"))
+    inner = pkt(0, b"\x0e") * MAX_COMMANDS_PER_COMPRESSED
+    packed = zlib.compress(inner, 9)
+    assert len(inner) <= MAX_INFLATION * len(packed)
+    one = len(packed).to_bytes(3, "little") + b"\x00" + len(inner).to_bytes(3, "little") + packed
+    for _ in range(packets):
+        conn.client_sends(one)
+    conn.close()
+    return cap.write(path)
+
+
+def test_small_compressed_packets_cannot_give_more_exchanges_than_the_rows_per_byte_budget(tmp_path):
+    """Each compressed packet within its own budget, but together a few KB giving 80 thousand exchanges: the input's
+    row budget (ROWS_PER_INPUT_BYTE per byte, at least MIN_ROW_BUDGET) writes that many and counts the rest."""
+    path = compressed_pings(tmp_path / "db.pcap", 20)
+    size = path.stat().st_size
+    sent = 20 * MAX_COMMANDS_PER_COMPRESSED
+    budget = max(MIN_ROW_BUDGET, ROWS_PER_INPUT_BYTE * size)
+    assert sent > budget  # the crafted input claims more than its size allows
+    x = extract(path)
+    assert len(x.exchanges) == budget
+    assert (x.exchanges["command"] == "COM_PING").sum() == budget - 1  # after the login
+    c = x.connections.iloc[0]
+    assert c["violations"] == sent + 1 - budget and "budget: exchanges past the input's" in c["violation_notes"]

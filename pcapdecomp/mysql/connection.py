@@ -18,8 +18,8 @@ from functools import partial
 from typing import NamedTuple
 
 from . import detect
-from .framing import (MAX_COMMANDS_PER_COMPRESSED, SQL_BUDGET_PREFIX, CompressedDeframer, Packet, PacketFramer,
-                      SqlBudget)
+from .framing import (MAX_COMMANDS_PER_COMPRESSED, SQL_BUDGET_PREFIX, CompressedDeframer, InputBudget, Packet,
+                      PacketFramer)
 from .tls import Plain, Secrets, Sealed, TlsSession
 from .params import decode_execute
 from .walk import walk_rows
@@ -208,7 +208,7 @@ class MySQLConnection:
     its own in `problems` (gap, sql-cut, incomplete, unanswered, sequence, truncated, …)."""
 
     def __init__(self, *, midstream: bool = False, max_sql_bytes: int = 1 << 20, response_keep: int = 1 << 16,
-                 tls_secrets: Secrets | None = None, sql_budget: SqlBudget | None = None):
+                 tls_secrets: Secrets | None = None, budget: InputBudget | None = None):
         self.phase = COMMAND if midstream else GREETING
         # TLS after an SSLRequest (or met mid-stream): the session, the key log it may decrypt with, the login
         # request that asked for it, and the client flight being timed when nothing decrypts
@@ -233,7 +233,7 @@ class MySQLConnection:
         # The client framer keeps at least 64 KiB so that logins and EXECUTE parameters stay whole with a small
         # max_sql_bytes; statement text is cut to max_sql_bytes in _describe.
         self.max_sql_bytes = max_sql_bytes
-        self.sql_budget = sql_budget  # the input's statement-text budget, shared by its connections (None: none)
+        self.budget = budget  # the input's budgets (statement text, exchanges), shared by its connections
         self._framers = [PacketFramer(max(max_sql_bytes, 1 << 16)), PacketFramer(response_keep)]
         self._deframers: list[CompressedDeframer | None] = [None, None]
         self._conflict_next = False  # a conflict found between exchanges: the next one the client starts is marked
@@ -488,6 +488,8 @@ class MySQLConnection:
             rows=0, affected_rows=0, warnings=0, result_sets=0,
             bytes_req=flight.bytes_req + (login.bytes_req if login is not None else 0), bytes_resp=flight.bytes_resp,
             status_flags=None, problems=tuple(dict.fromkeys(problems))))
+        if not self._within_budget():
+            self._finished.pop()
         self._count += 1
 
     def _end_tls(self) -> None:
@@ -573,6 +575,13 @@ class MySQLConnection:
             self._conflict_next = True
         elif "retransmission-conflict" not in target.problems:
             target.problems.append("retransmission-conflict")
+
+    def _within_budget(self) -> bool:
+        """The exchange just finished may be written (an input's exchanges are budgeted); else the cut is counted."""
+        if self.budget is None or self.budget.row():
+            return True
+        self._count_violation(f"budget: exchanges past the input's {self.budget.rows_total}; not written")
+        return False
 
     def _count_violation(self, note: str) -> None:
         c = self.counters
@@ -739,10 +748,10 @@ class MySQLConnection:
                     body = body[pos:]  # best effort: values are not decoded
                 else:
                     body = body[pos:]
-            if self.sql_budget is not None and self.sql_budget.keep(body) is None:
+            if self.budget is not None and self.budget.keep(body) is None:
                 body, cut = body[:SQL_BUDGET_PREFIX], True
                 # the stream stays in sync: only what is kept of this statement's text is cut
-                self._count_violation(f"budget: statement text past the input's {self.sql_budget.total} bytes; "
+                self._count_violation(f"budget: statement text past the input's {self.budget.total} bytes; "
                                       f"{SQL_BUDGET_PREFIX} bytes kept")
             pending.sql = body.decode("utf-8", "replace")
             pending.sql_cut = cut
@@ -1069,5 +1078,7 @@ class MySQLConnection:
                 problems=tuple(dict.fromkeys(problems)),
             )
         )
+        if not self._within_budget():
+            self._finished.pop()
         self._count += 1
         self._last_finished = pending

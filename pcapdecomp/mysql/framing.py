@@ -153,18 +153,34 @@ MAX_COMMANDS_PER_COMPRESSED = 4096
 # SQL_BUDGET_PREFIX keeps that prefix, is marked sql-cut and counts as a violation ('budget: …').
 SQL_BUDGET = 256 << 20
 SQL_BUDGET_PREFIX = 256
+# The exchanges one input may give: ROWS_PER_INPUT_BYTE per byte of the input as stored (a gzip capture's
+# compressed bytes), and at least MIN_ROW_BUDGET. A captured exchange costs tens of bytes of frame and headers, and
+# a recorded capture gzips a few times at most; 24 KB of gzip or of compressed protocol can otherwise carry
+# millions of COM_PINGs. Past it, exchanges are not written: each one a violation ('budget: …').
+ROWS_PER_INPUT_BYTE = 1
+MIN_ROW_BUDGET = 1 << 16
 ZSTD_MAX_WINDOW = 1 << 25  # a frame header may ask for a 2 GiB window; MySQL's packets are at most 16 MiB
 
 
-class SqlBudget:
-    """What is left of an input's statement-text budget (SQL_BUDGET), shared by all its connections: `left[0]`
-    bytes. An array so that the native lane (_lane.c) spends from the same cell, in capture order as Python does."""
+class InputBudget:
+    """What is left of an input's budgets, shared by all its connections: `left[0]` bytes of statement text
+    (SQL_BUDGET), `left[1]` exchanges (rows). An array so that the native lane (_lane.c) spends from the same
+    cells, in capture order as Python does."""
 
-    __slots__ = ("total", "left")
+    __slots__ = ("total", "rows_total", "left")
 
-    def __init__(self, total: int = SQL_BUDGET):
+    def __init__(self, total: int = SQL_BUDGET, rows_total: int = 1 << 62):
         self.total = total
-        self.left = array("q", [total])
+        self.rows_total = rows_total
+        self.left = array("q", [total, rows_total])
+
+    def row(self) -> bool:
+        """An exchange spent from the budget; False when none is left (the caller counts the cut)."""
+        left = self.left
+        if left[1] <= 0:
+            return False
+        left[1] -= 1
+        return True
 
     def keep(self, text: bytes) -> bytes | None:
         """`text` spent from the budget when it fits (or is at most SQL_BUDGET_PREFIX bytes: kept, not spent); else
