@@ -68,8 +68,8 @@ struct Flow {
     int deprecate_eof, qa;
     int64_t max_sql, keep_client;
     /* the input's budgets (framing.InputBudget.left, shared with Python; NULL: none): [0] statement text, [1]
-     * exchanges; and the text the exchange in progress spent: given back when the exchange goes back to Python */
-    int64_t *budget, sql_spent;
+     * exchanges; and what the exchange in progress spent: given back when the exchange goes back to Python */
+    int64_t *budget, sql_spent, row_spent;
     uint32_t base[2];
     PyObject *statements, *row; /* row: the connection's columns of every row it writes (exchanges.py) */
     int64_t conn_index;
@@ -297,8 +297,8 @@ static void unlink_entry(Lane *L, Entry *target) {
 }
 
 static void clear_exchange(Flow *f) {
-    if (f->budget) f->budget[0] += f->sql_spent; /* not finished here: Python reads it again, and spends */
-    f->sql_spent = 0;
+    if (f->budget) { f->budget[0] += f->sql_spent; f->budget[1] += f->row_spent; } /* Python reads it again */
+    f->sql_spent = f->row_spent = 0;
     Py_CLEAR(f->sql);
     Py_CLEAR(f->stmt_id);
     Py_CLEAR(f->params);
@@ -1180,6 +1180,7 @@ static int client_request(Flow *f, const uint8_t *d, Py_ssize_t n) {
     if (len >= MAX_PACKET || 4 + len != n || d[3] != 0 || len > f->keep_client) return 0;
     const uint8_t *payload = d + 4;
     int code = payload[0];
+    if (f->budget && f->budget[1] <= 0) return 0; /* no exchange left in the budget: Python counts the cut */
     if (code == 0x03) {
         if (len > f->max_sql || f->qa == 1) return 0;
         const uint8_t *body = payload + 1;
@@ -1201,6 +1202,7 @@ static int client_request(Flow *f, const uint8_t *d, Py_ssize_t n) {
     } else {
         return 0;
     }
+    if (f->budget) { f->budget[1] -= 1; f->row_spent = 1; } /* a request started is a row (connection._start) */
     f->state = WAIT;
     f->bytes_req = n;
     f->has_rf = 0; f->bytes_resp = 0;
@@ -1449,10 +1451,8 @@ static int take_segment(Lane *L, Flow *f, int dir, Seg *s, int64_t ts, int64_t f
     w->bytes[dir] += s->plen;
     w->next[dir] += s->plen;
     if (f->state == WAIT && f->rstate == R_DONE) {
-        if (f->budget && f->budget[1] <= 0) return 0; /* no exchange left in the budget: Python counts the cut */
         if (emit(L, f) < 0) return -1;
-        if (f->budget) f->budget[1] -= 1;
-        f->sql_spent = 0; /* finished here: spent for good */
+        f->sql_spent = f->row_spent = 0; /* finished here: spent for good */
         clear_exchange(f);
         f->committed = *w;
     }
@@ -1718,8 +1718,8 @@ static PyObject *typed(PyTypeObject *type, const char *format, ...) {
 
 static void begin_bail(Lane *L, Flow *f) {
     f->work = f->committed;
-    if (f->budget) f->budget[0] += f->sql_spent; /* before Python reads the exchange again and spends */
-    f->sql_spent = 0;
+    if (f->budget) { f->budget[0] += f->sql_spent; f->budget[1] += f->row_spent; } /* before Python respends */
+    f->sql_spent = f->row_spent = 0;
     L->bailing = f;
     L->replay_i = -1; /* the header comes first */
 }

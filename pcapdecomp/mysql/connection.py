@@ -147,6 +147,7 @@ class _Pending:
     bytes_req: int = 0
     bytes_resp: int = 0
     problems: list[str] = field(default_factory=list)
+    row: bool = False  # its row was spent from the input's budget when it started
 
 
 @dataclass
@@ -713,9 +714,14 @@ class MySQLConnection:
         payload = packet.payload
         if not payload:
             raise WireError("empty command packet")
+        if self.budget is not None and not self.budget.row():
+            # every request started becomes a row: past the budget it is not read, nor held while it waits
+            self._count_violation(f"budget: exchanges past the input's {self.budget.rows_total}; not read")
+            return
         code = payload[0]
         pending = self._new_pending(code, command_name(code), packet, ResponseReader(expected_response(code), self.deprecate_eof))
         pending.bytes_req = packet.wire_bytes
+        pending.row = self.budget is not None
         if problems:
             pending.problems += problems
         if self._conflict_next:
@@ -1078,7 +1084,7 @@ class MySQLConnection:
                 problems=tuple(dict.fromkeys(problems)),
             )
         )
-        if not self._within_budget():
+        if not pending.row and not self._within_budget():
             self._finished.pop()
         self._count += 1
         self._last_finished = pending
