@@ -156,7 +156,8 @@ SQL_BUDGET_PREFIX = 256
 # The exchanges one input may give: ROWS_PER_INPUT_BYTE per byte of the input as stored (a gzip capture's
 # compressed bytes), and at least MIN_ROW_BUDGET. A captured exchange costs tens of bytes of frame and headers, and
 # a recorded capture gzips a few times at most; 24 KB of gzip or of compressed protocol can otherwise carry
-# millions of COM_PINGs. Past it, exchanges are not written: each one a violation ('budget: …').
+# millions of COM_PINGs. A request spends its row when it starts; past the budget, requests are not read: each one
+# a violation ('budget: …').
 ROWS_PER_INPUT_BYTE = 1
 MIN_ROW_BUDGET = 1 << 16
 ZSTD_MAX_WINDOW = 1 << 25  # a frame header may ask for a 2 GiB window; MySQL's packets are at most 16 MiB
