@@ -67,6 +67,9 @@ struct Flow {
     /* MySQL */
     int deprecate_eof, qa;
     int64_t max_sql, keep_client;
+    /* the input's budgets (framing.InputBudget.left, shared with Python; NULL: none): [0] statement text, [1]
+     * exchanges; and what the exchange in progress spent: given back when the exchange goes back to Python */
+    int64_t *budget, sql_spent, row_spent;
     uint32_t base[2];
     PyObject *statements, *row; /* row: the connection's columns of every row it writes (exchanges.py) */
     int64_t conn_index;
@@ -245,6 +248,7 @@ typedef struct {
     Py_ssize_t batch_text; /* characters of text the batch holds (distinct coded values, 's' columns): a batch is
                               also handed over when they reach BATCH_TEXT */
     Plan plan; /* on: read an excerpt plan's records instead of the capture's */
+    Py_buffer budget; /* framing.InputBudget.left: two int64 (buf NULL: no budget) */
     /* bail in progress */
     Flow *bailing;
     Py_ssize_t replay_i;
@@ -293,6 +297,8 @@ static void unlink_entry(Lane *L, Entry *target) {
 }
 
 static void clear_exchange(Flow *f) {
+    if (f->budget) { f->budget[0] += f->sql_spent; f->budget[1] += f->row_spent; } /* Python reads it again */
+    f->sql_spent = f->row_spent = 0;
     Py_CLEAR(f->sql);
     Py_CLEAR(f->stmt_id);
     Py_CLEAR(f->params);
@@ -1174,13 +1180,17 @@ static int client_request(Flow *f, const uint8_t *d, Py_ssize_t n) {
     if (len >= MAX_PACKET || 4 + len != n || d[3] != 0 || len > f->keep_client) return 0;
     const uint8_t *payload = d + 4;
     int code = payload[0];
+    if (f->budget && f->budget[1] <= 0) return 0; /* no exchange left in the budget: Python counts the cut */
     if (code == 0x03) {
         if (len > f->max_sql || f->qa == 1) return 0;
         const uint8_t *body = payload + 1;
         Py_ssize_t blen = len - 1;
         if (f->qa == 2 && blen > 2 && body[0] == 0 && body[1] == 1) return 0;
+        /* past the budget: Python keeps its prefix and counts the cut (connection._describe) */
+        if (f->budget && blen > f->budget[0]) return 0;
         f->sql = PyUnicode_DecodeUTF8((const char *)body, blen, "replace");
         if (!f->sql) return -1;
+        if (f->budget) { f->budget[0] -= blen; f->sql_spent = blen; }
         f->stmt_id = Py_NewRef(Py_None);
         f->params = Py_NewRef(Py_None);
         f->command = 0;
@@ -1192,6 +1202,7 @@ static int client_request(Flow *f, const uint8_t *d, Py_ssize_t n) {
     } else {
         return 0;
     }
+    if (f->budget) { f->budget[1] -= 1; f->row_spent = 1; } /* a request started is a row (connection._start) */
     f->state = WAIT;
     f->bytes_req = n;
     f->has_rf = 0; f->bytes_resp = 0;
@@ -1441,6 +1452,7 @@ static int take_segment(Lane *L, Flow *f, int dir, Seg *s, int64_t ts, int64_t f
     w->next[dir] += s->plen;
     if (f->state == WAIT && f->rstate == R_DONE) {
         if (emit(L, f) < 0) return -1;
+        f->sql_spent = f->row_spent = 0; /* finished here: spent for good */
         clear_exchange(f);
         f->committed = *w;
     }
@@ -1706,6 +1718,8 @@ static PyObject *typed(PyTypeObject *type, const char *format, ...) {
 
 static void begin_bail(Lane *L, Flow *f) {
     f->work = f->committed;
+    if (f->budget) { f->budget[0] += f->sql_spent; f->budget[1] += f->row_spent; } /* before Python respends */
+    f->sql_spent = f->row_spent = 0;
     L->bailing = f;
     L->replay_i = -1; /* the header comes first */
 }
@@ -1901,6 +1915,7 @@ static PyObject *Lane_promote_mysql(Lane *L, PyObject *args) {
     f->qa = qa;
     f->max_sql = max_sql;
     f->keep_client = keep_client;
+    f->budget = L->budget.buf;
     f->conn_index = PyLong_AsLongLong(PyTuple_GET_ITEM(row, COL_CONN_INDEX));
     if (f->conn_index == -1 && PyErr_Occurred()) { drop_flow(L, f); return NULL; }
     f->statements = Py_NewRef(statements);
@@ -2003,16 +2018,27 @@ static PyObject *Lane_take_columns(Lane *L, PyObject *Py_UNUSED(ignored)) {
  * coded="", excerpt=None); excerpt: an excerpt plan (keys, frames, insert_at, blobs), see Plan */
 static int Lane_init(Lane *L, PyObject *args, PyObject *kw) {
     static char *names[] = {"pcapng", "big_endian", "frac_to_ns", "linktype", "limit", "pos", "batch",
-                            "fingerprints", "query", "execute", "ok", "resultset", "coded", "excerpt", NULL};
+                            "fingerprints", "query", "execute", "ok", "resultset", "coded", "excerpt", "budget_left",
+                            NULL};
     int pcapng, big, linktype;
     long long frac, limit, pos;
     Py_ssize_t batch;
-    PyObject *fingerprints, *query, *execute, *ok, *resultset, *excerpt = Py_None;
+    PyObject *fingerprints, *query, *execute, *ok, *resultset, *excerpt = Py_None, *budget_left = Py_None;
     const char *coded = "";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ppLiLLnOUUUU|sO", names, &pcapng, &big, &frac, &linktype, &limit,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ppLiLLnOUUUU|sOO", names, &pcapng, &big, &frac, &linktype, &limit,
                                      &pos, &batch, &fingerprints, &query, &execute, &ok, &resultset, &coded,
-                                     &excerpt))
+                                     &excerpt, &budget_left))
         return -1;
+    if (budget_left != Py_None && !L->budget.buf) {
+        if (PyObject_GetBuffer(budget_left, &L->budget, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) return -1;
+        if (L->budget.len != 16 || L->budget.itemsize != 8 || !L->budget.format ||
+            strcmp(L->budget.format, "q") != 0) {
+            PyBuffer_Release(&L->budget);
+            L->budget.buf = NULL;
+            PyErr_SetString(PyExc_ValueError, "budget_left must be an array('q') of two items");
+            return -1;
+        }
+    }
     if (excerpt != Py_None && plan_setup(&L->plan, excerpt) < 0) return -1;
     for (int i = 0; i < NCOLS && coded[i]; i++)
         if (coded[i] == 'c' && ROW_KINDS[i] == 'o' && !L->cols[i].codes && !(L->cols[i].codes = PyDict_New()))
@@ -2039,6 +2065,7 @@ static int Lane_init(Lane *L, PyObject *args, PyObject *kw) {
 static void Lane_dealloc(Lane *L) {
     while (L->all) drop_flow(L, L->all);
     plan_free(&L->plan);
+    if (L->budget.buf) PyBuffer_Release(&L->budget);
     PyMem_Free(L->table);
     reader_free(&L->R);
     for (int i = 0; i < NCOLS; i++) {

@@ -15,6 +15,7 @@ from .fastlane import ExcerptPlan, read_capture
 from .fingerprint import digest_fingerprint, fingerprint, query_id
 from .flows import Endpoint, Flow, FlowTracker, endpoint_text
 from .mysql.connection import ENCRYPTED_COMMAND, Exchange
+from .mysql.framing import MIN_ROW_BUDGET, ROWS_PER_INPUT_BYTE, SQL_BUDGET, InputBudget
 from .mysql.tls import Secrets
 from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
 from .tables import (batch, call_function, columns_batch, frame_of_table, release_memory, row_function, row_type,
@@ -261,13 +262,20 @@ def extract(
     segments: Iterable[tuple] | None = None,
     excerpt: ExcerptPlan | None = None,
     tls_secrets: Secrets | None = None,
+    sql_budget: int | None = None,
+    row_budget: int | None = None,
 ) -> Extraction:
     """Read one capture into exchanges and connections. `progress(bytes_done, bytes_total, frames_done)` is called now and
     then.
     With `part=(i, n)` only the connections of part i of n are read (see FlowTracker); `merge_parts` joins them.
     With `segments` (TcpSegment field tuples in capture order) those are read instead of the file, which `path` then
     only names (the repair stage re-reads chosen connections this way). With `excerpt` the lane reads that plan's
-    records of the capture instead of all of them (fastlane.ExcerptPlan: the repair's native re-read)."""
+    records of the capture instead of all of them (fastlane.ExcerptPlan: the repair's native re-read).
+    `sql_budget`: the statement text (bytes) this input may keep in total (framing.InputBudget; a part its share);
+    by default SQL_BUDGET or the input's size, the larger: a capture whose bytes are not compressed holds its
+    statements, so only an input that inflates (gzip, the compressed protocol) can reach it. `row_budget`: the
+    exchanges it may give, by default ROWS_PER_INPUT_BYTE per byte of the input as stored, at least MIN_ROW_BUDGET
+    (a re-read of `segments`: no limit)."""
     name = os.fspath(path)
     ex_rows: list[tuple] = []
     ex_batches: list[pa.RecordBatch] = []
@@ -370,7 +378,8 @@ def extract(
                           commands, first_frames, native, holes, tracker.held_budget.forced_gaps)
 
     tracker = FlowTracker(emit, closed, servers=servers, max_sql_bytes=max_sql_bytes, part=part,
-                          tls_secrets=tls_secrets)
+                          tls_secrets=tls_secrets, sql_budget=SQL_BUDGET if sql_budget is None else sql_budget,
+                          **({} if row_budget is None else {"row_budget": row_budget}))
     if segments is not None:
         feed = tracker.segment_fields
         for fields in segments:
@@ -379,6 +388,10 @@ def extract(
         return finished(CaptureStats(name), 0)
     with open_capture(path) as reader:
         total = getattr(reader, "total_bytes", reader.stats.bytes_file)
+        share = part[1] if part else 1
+        tracker.budget = InputBudget(
+            (max(SQL_BUDGET, total) if sql_budget is None else sql_budget) // share,
+            (max(MIN_ROW_BUDGET, ROWS_PER_INPUT_BYTE * total) if row_budget is None else row_budget) // share)
         native = 0
         # a capture point of several files (sources.PointReader) hands out its files one by one, into this one
         # tracker: connections continue across them, frames are numbered through them

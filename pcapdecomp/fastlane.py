@@ -162,7 +162,8 @@ def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Ca
         _directed(excerpt.keys), np.ascontiguousarray(excerpt.frames, dtype=np.int64),
         np.ascontiguousarray(excerpt.insert_at, dtype=np.int64), list(excerpt.blobs))
     lane = Lane(**_layout(source), batch=batch_rows, fingerprints=fingerprints, query=command_name(0x03),
-                execute=command_name(0x17), ok="ok", resultset="resultset", coded=kinds, excerpt=plan)
+                execute=command_name(0x17), ok="ok", resultset="resultset", coded=kinds, excerpt=plan,
+                budget_left=tracker.budget.left)
     finishing = False
 
     def handle(record: Record) -> Flow | None:

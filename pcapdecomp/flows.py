@@ -15,6 +15,7 @@ from typing import NamedTuple
 from .capture import TcpSegment
 from .mysql import detect
 from .mysql.connection import CLIENT, SERVER, Exchange, MySQLConnection
+from .mysql.framing import SQL_BUDGET, InputBudget
 from .mysql.tls import Secrets
 from .tcp import HalfStream, HeldBudget
 
@@ -106,6 +107,8 @@ class FlowTracker:
         max_sql_bytes: int = 1 << 20,
         part: tuple[int, int] | None = None,
         tls_secrets: Secrets | None = None,
+        sql_budget: int = SQL_BUDGET,
+        row_budget: int = 1 << 62,
     ):
         self._part = part
         self.tls_secrets = tls_secrets  # a key log: the TLS connections it has secrets for are decrypted
@@ -118,6 +121,9 @@ class FlowTracker:
         self._count = 0
         self._ended: dict[tuple[Endpoint, Endpoint], str] = {}  # connections closed by FIN/RST -> their kind
         self.held_budget = HeldBudget()  # out-of-order bytes held by all connections together (tcp.py)
+        # statement text kept and exchanges written by all connections together; the parts of one capture share
+        # the input's budgets
+        self.budget = InputBudget(sql_budget // (part[1] if part else 1), row_budget // (part[1] if part else 1))
         self.other_tcp_frames = 0
         self.other_tcp_bytes = 0
         # added to the frame numbers fed in: a capture point of several files numbers its frames through them
@@ -340,7 +346,7 @@ class FlowTracker:
             and (detect.plausible_greeting(first_server) or detect.plausible_early_error(first_server))
         )
         flow.mysql = MySQLConnection(midstream=not greeting_first, max_sql_bytes=self.max_sql_bytes,
-                                     tls_secrets=self.tls_secrets)
+                                     tls_secrets=self.tls_secrets, budget=self.budget)
         flow.to_server = HalfStream(budget=self.held_budget)
         flow.to_client = HalfStream(budget=self.held_budget)
         flow.mysql.client_offset = flow.to_server.offset_of  # what a server segment's ACK number acknowledges

@@ -111,7 +111,8 @@ CONNECTION_COLUMNS: tuple[Column, ...] = (
     Column("tls_decrypted_bytes", "int64", "TLS bytes decrypted, with the handshake records of a decrypted connection"),
     Column("tls_timed_bytes", "int64", "TLS bytes read as timed records only, with the handshake records of such a "
            "connection"),
-    Column("violations", "int64", "protocol violations (packets that do not fit the state machine)"),
+    Column("violations", "int64", "protocol violations (packets that do not fit the state machine) and cuts of the "
+           "input's budgets (violation_notes: 'budget: …')"),
     Column("violation_notes", "string", "the first few violations, for the curious"),
     Column("close_error", "Int64", "code of an ERR the server sent unprompted before closing (1158: the client left "
            "without COM_QUIT; 4031: idle timeout; 1927: killed); not an exchange, not a violation"),
@@ -168,7 +169,8 @@ CAPTURE_QUALITY_KEYS: tuple[Column, ...] = (
     Column("tls_decrypted_bytes", "int", "of them, decrypted with the key log"),
     Column("tls_timed_bytes", "int", "of them, read as timed records without their content"),
     Column("tls_unreadable_bytes", "int", "of them, neither (tls_bytes − decrypted − timed)"),
-    Column("violations", "int", "protocol violations (packets that do not fit the state machine)"),
+    Column("violations", "int", "protocol violations (packets that do not fit the state machine) and cuts of the "
+           "input's budgets (violation_notes: 'budget: …')"),
     Column("out_of_range", "int", "exchanges with a number out of range (problems: out-of-range)"),
     Column("retransmission_conflicts", "int", "exchanges two of whose copies on the wire differed (problems: retransmission-conflict)"),
     Column("other_tcp_bytes", "int", "TCP payload bytes of connections that are not MySQL"),
@@ -188,7 +190,7 @@ CAPTURE_PROBLEM_WORDS: tuple[tuple[str, str], ...] = (
     ("gaps", "gaps in TCP streams"), ("gaps_forced", "of them declared by the out-of-order memory cap"),
     ("gap_bytes", "bytes never captured"),
     ("unparsed_bytes", "bytes skipped while resynchronising"), ("tls_unreadable_bytes", "encrypted (TLS) bytes neither decrypted nor timed"),
-    ("violations", "protocol violations"), ("out_of_range", "exchanges with a number out of range"),
+    ("violations", "protocol violations or budget cuts"), ("out_of_range", "exchanges with a number out of range"),
     ("retransmission_conflicts", "exchanges whose retransmitted copies differed (the first copy read)"),
 )
 CAPTURE_PROBLEM_KEYS = frozenset([k for k, _ in CAPTURE_PROBLEM_WORDS]

@@ -18,7 +18,8 @@ from functools import partial
 from typing import NamedTuple
 
 from . import detect
-from .framing import MAX_COMMANDS_PER_COMPRESSED, CompressedDeframer, Packet, PacketFramer
+from .framing import (MAX_COMMANDS_PER_COMPRESSED, SQL_BUDGET_PREFIX, CompressedDeframer, InputBudget, Packet,
+                      PacketFramer)
 from .tls import Plain, Secrets, Sealed, TlsSession
 from .params import decode_execute
 from .walk import walk_rows
@@ -146,6 +147,7 @@ class _Pending:
     bytes_req: int = 0
     bytes_resp: int = 0
     problems: list[str] = field(default_factory=list)
+    row: bool = False  # its row was spent from the input's budget when it started
 
 
 @dataclass
@@ -207,7 +209,7 @@ class MySQLConnection:
     its own in `problems` (gap, sql-cut, incomplete, unanswered, sequence, truncated, …)."""
 
     def __init__(self, *, midstream: bool = False, max_sql_bytes: int = 1 << 20, response_keep: int = 1 << 16,
-                 tls_secrets: Secrets | None = None):
+                 tls_secrets: Secrets | None = None, budget: InputBudget | None = None):
         self.phase = COMMAND if midstream else GREETING
         # TLS after an SSLRequest (or met mid-stream): the session, the key log it may decrypt with, the login
         # request that asked for it, and the client flight being timed when nothing decrypts
@@ -232,6 +234,7 @@ class MySQLConnection:
         # The client framer keeps at least 64 KiB so that logins and EXECUTE parameters stay whole with a small
         # max_sql_bytes; statement text is cut to max_sql_bytes in _describe.
         self.max_sql_bytes = max_sql_bytes
+        self.budget = budget  # the input's budgets (statement text, exchanges), shared by its connections
         self._framers = [PacketFramer(max(max_sql_bytes, 1 << 16)), PacketFramer(response_keep)]
         self._deframers: list[CompressedDeframer | None] = [None, None]
         self._conflict_next = False  # a conflict found between exchanges: the next one the client starts is marked
@@ -486,6 +489,8 @@ class MySQLConnection:
             rows=0, affected_rows=0, warnings=0, result_sets=0,
             bytes_req=flight.bytes_req + (login.bytes_req if login is not None else 0), bytes_resp=flight.bytes_resp,
             status_flags=None, problems=tuple(dict.fromkeys(problems))))
+        if not self._within_budget():
+            self._finished.pop()
         self._count += 1
 
     def _end_tls(self) -> None:
@@ -572,11 +577,21 @@ class MySQLConnection:
         elif "retransmission-conflict" not in target.problems:
             target.problems.append("retransmission-conflict")
 
-    def _violation(self, direction: int, note: str) -> None:
+    def _within_budget(self) -> bool:
+        """The exchange just finished may be written (an input's exchanges are budgeted); else the cut is counted."""
+        if self.budget is None or self.budget.row():
+            return True
+        self._count_violation(f"budget: exchanges past the input's {self.budget.rows_total}; not written")
+        return False
+
+    def _count_violation(self, note: str) -> None:
         c = self.counters
         c.violations += 1
         if len(c.violation_notes) < 5:
             c.violation_notes.append(note)
+
+    def _violation(self, direction: int, note: str) -> None:
+        self._count_violation(note)
         target = self._head() if direction == SERVER else (self._pending[-1] if self._pending else None)
         if target is not None and "violation" not in target.problems:
             target.problems.append("violation")
@@ -699,9 +714,14 @@ class MySQLConnection:
         payload = packet.payload
         if not payload:
             raise WireError("empty command packet")
+        if self.budget is not None and not self.budget.row():
+            # every request started becomes a row: past the budget it is not read, nor held while it waits
+            self._count_violation(f"budget: exchanges past the input's {self.budget.rows_total}; not read")
+            return
         code = payload[0]
         pending = self._new_pending(code, command_name(code), packet, ResponseReader(expected_response(code), self.deprecate_eof))
         pending.bytes_req = packet.wire_bytes
+        pending.row = self.budget is not None
         if problems:
             pending.problems += problems
         if self._conflict_next:
@@ -734,6 +754,11 @@ class MySQLConnection:
                     body = body[pos:]  # best effort: values are not decoded
                 else:
                     body = body[pos:]
+            if self.budget is not None and self.budget.keep(body) is None:
+                body, cut = body[:SQL_BUDGET_PREFIX], True
+                # the stream stays in sync: only what is kept of this statement's text is cut
+                self._count_violation(f"budget: statement text past the input's {self.budget.total} bytes; "
+                                      f"{SQL_BUDGET_PREFIX} bytes kept")
             pending.sql = body.decode("utf-8", "replace")
             pending.sql_cut = cut
         elif code in (0x02, 0x04):  # COM_INIT_DB, COM_FIELD_LIST
@@ -1059,5 +1084,7 @@ class MySQLConnection:
                 problems=tuple(dict.fromkeys(problems)),
             )
         )
+        if not pending.row and not self._within_budget():
+            self._finished.pop()
         self._count += 1
         self._last_finished = pending

@@ -12,6 +12,7 @@ with the timestamps of the compressed packets that carried it.
 from __future__ import annotations
 
 import zlib
+from array import array
 from dataclasses import dataclass
 
 from .wire import MAX_PACKET, WireError
@@ -146,7 +147,51 @@ MAX_INFLATION = 1032
 # command a packet, or a pipelined batch of a few hundred; 24 KB of zlib can carry 3 million COM_PINGs, each an
 # exchange to track. The packets past it are not read: a counted violation ('budget').
 MAX_COMMANDS_PER_COMPRESSED = 4096
+# The budget of statement text one input may cost in total (COM_QUERY and COM_STMT_PREPARE text kept, after
+# --max-sql-bytes): distinct long statements cost their text several times over (request, Python string, Arrow
+# column, fingerprint), and 300 of 1 MiB fit in a 580 KB gzip capture. Past it, a statement longer than
+# SQL_BUDGET_PREFIX keeps that prefix, is marked sql-cut and counts as a violation ('budget: …').
+SQL_BUDGET = 256 << 20
+SQL_BUDGET_PREFIX = 256
+# The exchanges one input may give: ROWS_PER_INPUT_BYTE per byte of the input as stored (a gzip capture's
+# compressed bytes), and at least MIN_ROW_BUDGET. A captured exchange costs tens of bytes of frame and headers, and
+# a recorded capture gzips a few times at most; 24 KB of gzip or of compressed protocol can otherwise carry
+# millions of COM_PINGs. A request spends its row when it starts; past the budget, requests are not read: each one
+# a violation ('budget: …').
+ROWS_PER_INPUT_BYTE = 1
+MIN_ROW_BUDGET = 1 << 16
 ZSTD_MAX_WINDOW = 1 << 25  # a frame header may ask for a 2 GiB window; MySQL's packets are at most 16 MiB
+
+
+class InputBudget:
+    """What is left of an input's budgets, shared by all its connections: `left[0]` bytes of statement text
+    (SQL_BUDGET), `left[1]` exchanges (rows). An array so that the native lane (_lane.c) spends from the same
+    cells, in capture order as Python does."""
+
+    __slots__ = ("total", "rows_total", "left")
+
+    def __init__(self, total: int = SQL_BUDGET, rows_total: int = 1 << 62):
+        self.total = total
+        self.rows_total = rows_total
+        self.left = array("q", [total, rows_total])
+
+    def row(self) -> bool:
+        """An exchange spent from the budget; False when none is left (the caller counts the cut)."""
+        left = self.left
+        if left[1] <= 0:
+            return False
+        left[1] -= 1
+        return True
+
+    def keep(self, text: bytes) -> bytes | None:
+        """`text` spent from the budget when it fits (or is at most SQL_BUDGET_PREFIX bytes: kept, not spent); else
+        None: the caller keeps text[:SQL_BUDGET_PREFIX] and counts the cut."""
+        n = len(text)
+        left = self.left
+        if n <= left[0]:
+            left[0] -= n
+            return text
+        return text if n <= SQL_BUDGET_PREFIX else None
 
 
 @dataclass(frozen=True, slots=True)
