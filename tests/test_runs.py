@@ -160,11 +160,19 @@ def test_a_run_stopped_while_moving_its_files_in_is_marked_and_evidence_refuses_
 
 # --- Ctrl-C and a second run ---------------------------------------------------------------------------------
 
+def _as_a_shell_starts_it() -> None:
+    """In the child before exec: Ctrl-C at its default, as an interactive shell starts a command. A test run started
+    in the background by a non-interactive shell (`pytest &`) has SIGINT ignored, and an ignored SIGINT is inherited
+    across exec: the analysis then never hears the Ctrl-C these tests send."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _start(out: Path) -> subprocess.Popen:
     """analyze of oltp-hogs in its own process group (as a shell runs it), returned once it is writing."""
     proc = subprocess.Popen([sys.executable, "-m", "pcapdecomp.cli", "analyze", str(HOGS), "--out", str(out), "-q"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_as_a_shell_starts_it)
     deadline = time.monotonic() + 60
     while not (out.exists() and any(p.name.startswith(STAGING_PREFIX) for p in out.iterdir())):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
