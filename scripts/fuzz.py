@@ -55,6 +55,7 @@ sys.path.insert(0, str(REPO))
 from pcapdecomp.capture import open_capture  # noqa: E402
 from pcapdecomp.errors import PcapdecompError  # noqa: E402
 from pcapdecomp.flows import FlowTracker  # noqa: E402
+from pcapdecomp.mysql.connection import ENCRYPTED_RESULT  # noqa: E402
 
 SETS = [REPO / "captures" / name for name in ("features", "group-stall", "maxthreads")]
 SEEDS = [folder / side for folder in SETS for side in ("app.pcap", "db.pcap")]
@@ -130,7 +131,7 @@ def fuzz_flows(segments: list, rng: random.Random) -> int:
     tracker.finish()
     for ex in exchanges:
         assert ex.command and ex.req_first_ts is not None, ex
-        assert ex.result in (None, "ok", "error", "resultset", "none"), ex
+        assert ex.result in (None, "ok", "error", "resultset", "none", ENCRYPTED_RESULT), ex  # schema: result
         assert ex.bytes_req >= 0 and ex.bytes_resp >= 0 and ex.rows >= 0, ex
     return len(exchanges)
 
