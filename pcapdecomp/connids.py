@@ -183,11 +183,7 @@ def fill_from_ids(ex: pd.DataFrame, conns: pd.DataFrame, ids: dict[tuple[str, in
         ex_key = pd.MultiIndex.from_arrays([ex["capture"].astype(str), ex["conn_index"].astype(np.int64)])
         found = pd.Series(list(by_key.values()), index=pd.MultiIndex.from_tuples(list(by_key.keys())), dtype="Int64")
         got = found.reindex(ex_key).to_numpy(dtype="float64", na_value=np.nan)
-        take = ~np.isnan(got) & ex["conn_id"].isna().to_numpy()
-        if take.any():
-            col = ex["conn_id"].astype("Int64").copy()
-            col[take] = got[take].astype(np.int64)
-            ex["conn_id"] = col
+        _fill_missing_ids(ex, got)
 
 
 def ids_from_processlist(conns: pd.DataFrame, snapshot: Processlist) -> dict[tuple[str, int], int]:
@@ -348,11 +344,8 @@ def fill_table(table: pd.DataFrame, ids: dict[str, int], source: str) -> int:
         return 0
     keys = pd.Series(client_keys(table))
     got = keys.map(ids).to_numpy(dtype="float64", na_value=np.nan)
-    take = ~np.isnan(got) & table["conn_id"].isna().to_numpy()
+    take = _fill_missing_ids(table, got)
     if take.any():
-        col = table["conn_id"].astype("Int64").copy()
-        col[take] = got[take].astype(np.int64)
-        table["conn_id"] = col
         src = table["conn_id_source"].astype(object).to_numpy().copy()
         src[take] = source
         table["conn_id_source"] = pd.Categorical(src, categories=list(SOURCES))
@@ -382,3 +375,14 @@ def conflict_warning(filled: Filled) -> str | None:
         return None
     return (f"connection ids: {len(filled.conflicts)} conflicting (the greeting's, or the first source's, is kept): "
             + "; ".join(filled.conflicts[:3]) + (" …" if len(filled.conflicts) > 3 else ""))
+
+
+def _fill_missing_ids(table: pd.DataFrame, got: np.ndarray) -> np.ndarray:
+    """table's null conn_id set from `got` (float, NaN where nothing names the row); ids already known are kept.
+    Returns the rows filled."""
+    take = ~np.isnan(got) & table["conn_id"].isna().to_numpy()
+    if take.any():
+        col = table["conn_id"].astype("Int64").copy()
+        col[take] = got[take].astype(np.int64)
+        table["conn_id"] = col
+    return take
