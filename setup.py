@@ -2,7 +2,7 @@
 compiler still installs pcapdecomp: the build of an extension may fail, and the pure-Python twins are used.
 
 The fast lane (pcapdecomp/_lane.c) writes exchange rows column by column. Their layout is declared once, in
-pcapdecomp/schema.py (EXCHANGE_COLUMNS); every build of the extensions (`pip install .`, `pip install -e .`,
+pcapdecomp/core/schema.py (EXCHANGE_COLUMNS); every build of the extensions (`pip install .`, `pip install -e .`,
 `python3 setup.py build_ext --inplace`) first writes it as the C header pcapdecomp/_lane_columns.h
 (schema.c_header), which is not committed."""
 
@@ -18,8 +18,8 @@ LANE_COLUMNS = HERE / "pcapdecomp" / "_lane_columns.h"
 
 
 def lane_columns_header() -> str:
-    """schema.c_header(), with schema.py loaded on its own: a build has setuptools, not pcapdecomp's dependencies."""
-    spec = importlib.util.spec_from_file_location("_pcapdecomp_schema", HERE / "pcapdecomp" / "schema.py")
+    """schema.c_header(), with core/schema.py loaded on its own: a build has setuptools, not pcapdecomp's dependencies."""
+    spec = importlib.util.spec_from_file_location("_pcapdecomp_schema", HERE / "pcapdecomp" / "core" / "core/schema.py")
     schema = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = schema  # dataclasses look their module up while the classes are made
     try:

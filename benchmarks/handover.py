@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A forked worker's big result reaching the parent (pcapdecomp/parallel.py, "Handing results back" in
+"""A forked worker's big result reaching the parent (pcapdecomp/core/workers.py, "Handing results back" in
 docs/scale.md): through the pool's pipe, and through a file in shared memory the parent maps. The worker returns an
 Extraction made before the fork (so the transfer alone is timed), the parent then reads every column once (what the
 stages after it do). Prints, per route and round: wall time from submit to result, the read's time, CPU time of the
@@ -18,8 +18,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout's package
 
-from pcapdecomp import parallel  # noqa: E402
-from pcapdecomp.exchanges import extract  # noqa: E402
+from pcapdecomp.core import workers  # noqa: E402
+from pcapdecomp.read.exchanges import extract  # noqa: E402
 
 EXTRACTION = None  # made before the workers are forked: they inherit it
 
@@ -47,14 +47,14 @@ def main() -> None:
     EXTRACTION = extract(args.capture)
     print(f"{len(EXTRACTION.exchanges):,} exchanges, {EXTRACTION.exchanges.memory_usage().sum() / 1e6:.0f} MB "
           f"(arrays; text columns are categoricals)")
-    shm = parallel.HANDOVER_DIR or "/dev/shm"
+    shm = workers.HANDOVER_DIR or "/dev/shm"
     for _ in range(args.rounds):
         for route, directory in (("pipe", ""), ("handover", shm)):
-            parallel.HANDOVER_DIR = directory
+            workers.HANDOVER_DIR = directory
             parent_before, worker_before = cpu_and_faults(resource.RUSAGE_SELF), cpu_and_faults(
                 resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
-            with parallel.Worker() as worker:
+            with workers.Worker() as worker:
                 got = worker.submit(give).result()
                 arrived = time.perf_counter()
             read_every_column(got)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Wall time of the L7 proxy matcher (pcapdecomp/proxy.py match_l7) on the bundled proxy-pool recording (Gaea, a
+"""Wall time of the L7 proxy matcher (pcapdecomp/pair/proxy.py match_l7) on the bundled proxy-pool recording (Gaea, a
 pool of 2 for 8 clients) repeated: copies one after the other (a longer capture) and copies 1 ms apart (a busier
 one, where the identical `SELECT 1` of many clients fit many server requests at once). The copies are made as in
 tests/test_proxy_scale.py, which checks that the matcher's work grows linearly; this prints the seconds.
@@ -19,8 +19,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]  # this checkout's package and i
 
 from test_proxy_scale import POOL, _span, copies  # noqa: E402
 
-from pcapdecomp.parallel import read_exchanges  # noqa: E402
-from pcapdecomp.proxy import Side, _subset, match_l7, split_sides  # noqa: E402
+from pcapdecomp.pair.proxy import Side, _subset, match_l7, split_sides  # noqa: E402
+from pcapdecomp.read.extract import read_exchanges  # noqa: E402
 
 
 def main() -> None:

@@ -24,8 +24,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pcapdecomp.slowjoin import join_slow_log  # noqa: E402
-from pcapdecomp.slowlog import read_slow_log  # noqa: E402
+from pcapdecomp.slowlog.join import join_slow_log  # noqa: E402
+from pcapdecomp.slowlog.reader import read_slow_log  # noqa: E402
 
 
 def statements(n: int, shape: str) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -1,4 +1,4 @@
-/* The fast lane: the common path of extraction in C (pcapdecomp/fastlane.py drives it; see its docstring).
+/* The fast lane: the common path of extraction in C (pcapdecomp/read/fastlane.py drives it; see its docstring).
  *
  * Classic pcap bytes are fed in chunks. Each record is decoded (link, IPv4/IPv6, TCP) and looked up among the
  * connections that Python has handed over ("promoted"). A record of a promoted connection that takes the common
@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "_lane_columns.h" /* the exchange row layout: COL_<NAME>, NCOLS (setup.py writes it from schema.py) */
+#include "_lane_columns.h" /* the exchange row layout: COL_<NAME>, NCOLS (setup.py writes it from core/schema.py) */
 
 #define MAX_PACKET 0xFFFFFF
 #define MORE_RESULTS 0x0008
@@ -71,7 +71,7 @@ struct Flow {
      * exchanges; and what the exchange in progress spent: given back when the exchange goes back to Python */
     int64_t *budget, sql_spent, row_spent;
     uint32_t base[2];
-    PyObject *statements, *row; /* row: the connection's columns of every row it writes (exchanges.py) */
+    PyObject *statements, *row; /* row: the connection's columns of every row it writes (read/exchanges.py) */
     int64_t conn_index;
     int state;
     /* the exchange in progress */
@@ -136,7 +136,7 @@ typedef struct {
     Py_ssize_t ends_cap;
 } Column;
 
-/* ---- the records of a capture file: classic pcap or pcapng, times checked (capture.py's readers + _timed) ---- */
+/* ---- the records of a capture file: classic pcap or pcapng, times checked (read/capture.py's readers + _timed) ---- */
 
 enum { FMT_PCAP, FMT_PCAPNG };
 enum { REC_WAIT, REC_END, REC_PACKET, REC_OTHER, REC_DAMAGE, REC_ERROR }; /* what one step of a reader found */
@@ -2112,7 +2112,7 @@ static PyTypeObject LaneType = {
     .tp_init = (initproc)Lane_init,
     .tp_dealloc = (destructor)Lane_dealloc,
     .tp_methods = Lane_methods,
-    .tp_doc = "The fast lane of extraction (see pcapdecomp/fastlane.py).",
+    .tp_doc = "The fast lane of extraction (see pcapdecomp/read/fastlane.py).",
 };
 
 
@@ -2272,7 +2272,7 @@ static PyTypeObject SegmentsType = {
     .tp_init = (initproc)Segments_init,
     .tp_dealloc = (destructor)Segments_dealloc,
     .tp_methods = Segments_methods,
-    .tp_doc = "The clock's segment keys of chosen connections (see pcapdecomp/fastlane.py).",
+    .tp_doc = "The clock's segment keys of chosen connections (see pcapdecomp/read/fastlane.py).",
 };
 
 static int add_repair_types(PyObject *m); /* the repair stage's passes, at the end of this file */
@@ -2300,7 +2300,7 @@ PyMODINIT_FUNC PyInit__lane(void) {
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    PyObject *columns = PyTuple_New(NCOLS); /* the layout it was built with: fastlane.py checks it is the schema's */
+    PyObject *columns = PyTuple_New(NCOLS); /* the layout it was built with: read/fastlane.py checks it is the schema's */
     for (int i = 0; columns && i < NCOLS; i++) {
         PyObject *name = PyUnicode_FromString(COLUMN_NAME[i]);
         if (!name) Py_CLEAR(columns);
@@ -2324,7 +2324,7 @@ PyMODINIT_FUNC PyInit__lane(void) {
 }
 
 
-/* ==== the repair stage's passes (repair.py through fastlane.excerpt_scan / excerpt_copy; its re-read is a Lane
+/* ==== the repair stage's passes (pair/repair.py through fastlane.excerpt_scan / excerpt_copy; its re-read is a Lane
  * with an excerpt plan, see Plan) ============================================================================
  *
  * The loss repair reads the TCP segments of a few chosen connections again (the giver's, to borrow bytes; the lossy
@@ -2528,7 +2528,7 @@ static PyTypeObject ExcerptType = {
     .tp_init = (initproc)Excerpt_init,
     .tp_dealloc = (destructor)Excerpt_dealloc,
     .tp_methods = Excerpt_methods,
-    .tp_doc = "The segments of chosen connections, scanned or copied (the repair stage; see pcapdecomp/fastlane.py).",
+    .tp_doc = "The segments of chosen connections, scanned or copied (the repair stage; see pcapdecomp/read/fastlane.py).",
 };
 
 static int add_repair_types(PyObject *m) {

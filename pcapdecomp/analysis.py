@@ -1,9 +1,9 @@
-"""`pcapdecomp analyze`, the orchestration: resolve the capture set (captureset.py), extract each capture point
-(parallel.py or cluster.py), pair the points (match.py, through a proxy proxy.py, capture loss repair.py), fit the
-clocks (match.read_segments_of, clock.py), join the slow log and decompose every exchange's latency per DB server
-(decompose.py), view the thread pool (threadpool.py), build summary.json and its verdict (summary.py, verdict.py)
-and write exchanges.parquet, groups.parquet, pool.parquet, summary.json and report.html as one set (outputs.py,
-report.py). The stage logic lives in those modules; this one passes tables from one to the next, releases memory
+"""`pcapdecomp analyze`, the orchestration: resolve the capture set (read/captureset.py), extract each capture point
+(read/extract.py or run/cluster.py), pair the points (pair/match.py, through a proxy pair/proxy.py, capture loss pair/repair.py), fit the
+clocks (match.read_segments_of, pair/clock.py), join the slow log and decompose every exchange's latency per DB server
+(explain/decompose.py), view the thread pool (explain/threadpool.py), build summary.json and its verdict (explain/summary.py, explain/verdict.py)
+and write exchanges.parquet, groups.parquet, pool.parquet, summary.json and report.html as one set (core/outputs.py,
+render/report.py). The stage logic lives in those modules; this one passes tables from one to the next, releases memory
 between them and collects the warnings."""
 
 from __future__ import annotations
@@ -15,29 +15,34 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import connids, sources
-from .captureset import CaptureSet, resolve_capture_set, time_zone
-from .clock import ClockModel, estimate_clock
-from .console import capture_problems, progress_bar, warn
-from .decompose import build_table, decompose
-from .errors import InputError, SlowLogError, UsageError, internal_errors_to
-from .match import Matching, Pairing, pair_segments, read_segments_of, split_endpoint
-from .outputs import OutputFolder, write_table, write_text
-from .parallel import Ahead, Forked, default_jobs, run_all
-from .proxy import NoProxy, Side, through_proxy
-from .proxy import empty_columns as proxy_empty
-from .proxy import finish as proxy_finish
-from .repair import apply_bounds, point_bounds, repair_losses
-from .report import render as render_report
-from .report import component_rows, unspanned_profile
-from .schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
-from .sources import CapturePoint, parse_server
-from .stories import tell as tell_stories
-from .summary import ServerPart, clock_entry, latency_quantiles
-from .summary import build as build_summary
-from .summary import to_json as summary_json
-from .tables import as_category, concat, map_big_blocks, release_memory, with_declared_dtypes
-from .threadpool import thread_pool_view
+from .core.console import capture_problems, progress_bar, warn
+from .core.endpoints import split_endpoint
+from .core.errors import InputError, SlowLogError, UsageError, internal_errors_to
+from .core.memory import map_big_blocks, release_memory
+from .core.outputs import OutputFolder, write_table, write_text
+from .core.schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
+from .core.tables import as_category, concat, with_declared_dtypes
+from .core.workers import Ahead, Forked, default_jobs, run_all
+from .explain.decompose import build_table, decompose
+from .explain.stories import tell as tell_stories
+from .explain.summary import ServerPart
+from .explain.summary import build as build_summary
+from .explain.summary import clock_entry, latency_quantiles
+from .explain.summary import to_json as summary_json
+from .explain.threadpool import thread_pool_view
+from .pair.clock import ClockModel, estimate_clock
+from .pair.match import Matching, Pairing, pair_segments, read_segments_of
+from .pair.proxy import NoProxy, Side
+from .pair.proxy import empty_columns as proxy_empty
+from .pair.proxy import finish as proxy_finish
+from .pair.proxy import through_proxy
+from .pair.repair import apply_bounds, point_bounds, repair_losses
+from .read import connids, sources
+from .read.captureset import CaptureSet, resolve_capture_set, time_zone
+from .read.sources import CapturePoint, parse_server
+from .render.report import component_rows
+from .render.report import render as render_report
+from .render.report import unspanned_profile
 
 
 @dataclass
@@ -72,17 +77,17 @@ def analyze(set_dir: Path | None, app: list, db, slow_log, long_query_time: floa
             tls_keylog: list | None = None, scheduler_tls: str | None = None) -> AnalysisResult:
     """Run every stage and write the outputs. Raises PcapdecompError subclasses for user mistakes.
     `app`, `db`: capture points (a file, a glob, a folder; `db` one or a list); `slow_log`: one or one per DB point.
-    `scheduler`: a Dask scheduler address or "local" (pcapdecomp/cluster.py) to extract on Dask workers,
+    `scheduler`: a Dask scheduler address or "local" (pcapdecomp/run/cluster.py) to extract on Dask workers,
     `scheduler_tls` "CA,CERT,KEY" for a tls:// one. `proxy`:
-    capture points on a proxy host between app and DB (pcapdecomp/proxy.py), `proxy_servers` its endpoints.
-    `processlist`: a processlist snapshot naming the connections the captures saw no greeting of (connids.py).
+    capture points on a proxy host between app and DB (pcapdecomp/pair/proxy.py), `proxy_servers` its endpoints.
+    `processlist`: a processlist snapshot naming the connections the captures saw no greeting of (read/connids.py).
     `server_settings`: the server's settings for the playbook (playbook.read_server_vars); None: capture.toml's.
-    `tls_keylog`: NSS key logs that decrypt TLS connections (tlskeys.py)."""
+    `tls_keylog`: NSS key logs that decrypt TLS connections (read/tlskeys.py)."""
     cs = resolve_capture_set(set_dir, app, db, slow_log, long_query_time, thread_pool_size, servers, proxy,
                              proxy_servers, processlist, tls_keylog)
     cs.server_settings = server_settings
     if server_settings is None and cs.server_vars is not None:  # the folder's variables.tsv: damaged, a warning
-        from .playbook import read_server_vars
+        from .explain.playbook import read_server_vars
 
         try:
             cs.server_settings = read_server_vars(cs.server_vars)
@@ -97,7 +102,7 @@ def analyze(set_dir: Path | None, app: list, db, slow_log, long_query_time: floa
         raise InputError(f"{out}: exists and is not a folder")
     runner = None
     if scheduler is not None:
-        from .cluster import DaskRunner
+        from .run.cluster import DaskRunner
 
         # a wrong address fails here, before any work
         runner = DaskRunner.connect(scheduler, cs.points, quiet, jobs, tls=scheduler_tls)
@@ -125,7 +130,7 @@ def _extract(points: list[CapturePoint], servers: list[str], quiet: bool, max_sq
              runner, tls_secrets=None) -> list:
     """Every point's Extraction: in this machine's worker processes (--jobs), or on Dask (--scheduler); both
     decrypt the TLS connections `tls_secrets` has keys for."""
-    from .parallel import extract_all
+    from .read.extract import extract_all
 
     endpoints = {parse_server(s) for s in servers} or None
     if runner is not None:
@@ -181,7 +186,7 @@ def _analyze(cs: CaptureSet, tz, jobs: int, out: Path, csv: bool, quiet: bool, c
     read = [*app_pts, *db_pts, *proxy_pts]
     # behind a proxy the app talks to the proxy's address, not the server's: read every capture with both
     readable = [*cs.servers, *cs.proxy_servers] if cs.servers else []
-    from .tlskeys import load_secrets
+    from .read.tlskeys import load_secrets
 
     tls_secrets = load_secrets(cs.tls_keylogs, read)
     extractions = _extract(read, readable, quiet, max_sql_bytes, jobs, runner, tls_secrets)
@@ -403,7 +408,7 @@ def _write_tables(out: Path, cs: CaptureSet, exchanges: pd.DataFrame, groups: pd
         write_table(exchanges, out / "exchanges.csv")
         names.append("exchanges.csv")
     if partitioned:
-        from .dataset import host_of, write_dataset
+        from .core.dataset import host_of, write_dataset
 
         hosts = {p.name: host_of(p.given if Path(p.given).is_dir() else p.name) for p in cs.points}
         names.append(write_dataset(exchanges, out / DATASET_NAME, hosts))
@@ -508,7 +513,7 @@ def _segments_ahead(ahead: Ahead, app_pts: list[CapturePoint], db_pts: list[Capt
     of them). {("a" or "d", capture): (flows, Future of its segments)}; for one app point and one DB point the
     worker also fits their clock (_clock_ahead), so only the model comes back: {("pair", app capture, DB capture):
     (app flows, DB flows, the DB capture's first time, Future of (model, clocks entry))}. Empty with one job or small captures (read as before)."""
-    from .parallel import SMALL_CAPTURE_BYTES, capture_bytes
+    from .read.extract import SMALL_CAPTURE_BYTES, capture_bytes
 
     if not app_x or not db_xs or sum(capture_bytes(p) for p in (*app_pts, *db_pts)) < SMALL_CAPTURE_BYTES:
         return {}
@@ -540,8 +545,8 @@ def _per_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, max_
     slow = None
     slow_info: dict = {"file": str(slow_path) if slow_path else None, "used": False}
     if slow_path is not None:
-        from .slowjoin import wire_statements
-        from .slowlog import read_slow_log
+        from .slowlog.join import wire_statements
+        from .slowlog.reader import read_slow_log
 
         try:
             slow, sstats = read_slow_log(slow_path, tz=tz, max_sql_bytes=max_sql_bytes, wire=wire_statements(table))
@@ -669,14 +674,14 @@ def _clock_keys(app_ex: pd.DataFrame, matching, row_point: np.ndarray, clocks: d
 
 
 def _empty_extraction_frames() -> tuple[pd.DataFrame, pd.DataFrame]:
-    from .schema import CONNECTION_COLUMNS
-    from .tables import frame
+    from .core.schema import CONNECTION_COLUMNS
+    from .core.tables import frame
 
     return frame([], EXCHANGE_COLUMNS), frame([], CONNECTION_COLUMNS)
 
 
 def _conn_table(ex: pd.DataFrame, conns: pd.DataFrame) -> pd.DataFrame:
-    from .match import connection_keys, first_rows
+    from .pair.match import connection_keys, first_rows
 
     key = connection_keys(ex).to_numpy()
     first = first_rows(key)  # each connection's first row (keys number them as they appear)

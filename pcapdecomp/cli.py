@@ -14,8 +14,8 @@ from typing import Optional
 import typer
 
 from . import __version__
-from .console import say, terminal_text
-from .errors import PcapdecompError
+from .core.console import say, terminal_text
+from .core.errors import PcapdecompError
 
 app = typer.Typer(
     add_completion=False,
@@ -102,11 +102,11 @@ def exchanges(
     ),
 ) -> None:
     """Parse CAPTURE into one row per MySQL request/response exchange and print a summary."""
-    from .console import capture_problems, warn
-    from .outputs import check_output, write_table
-    from .parallel import default_jobs, read_exchanges
-
-    from .tables import arrow_without_pandas
+    from .core.console import capture_problems, warn
+    from .core.outputs import check_output, write_table
+    from .core.tables import arrow_without_pandas
+    from .core.workers import default_jobs
+    from .read.extract import read_exchanges
 
     for path in (out, connections_out):
         if path is not None:
@@ -121,8 +121,8 @@ def exchanges(
     problem = capture_problems(quality)
     if problem:
         warn(problem)
-    from .schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
-    from .tables import file_schema
+    from .core.schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
+    from .core.tables import file_schema
 
     for name, path, columns in (("exchanges", out, EXCHANGE_COLUMNS),
                                 ("connections", connections_out, CONNECTION_COLUMNS)):
@@ -267,7 +267,7 @@ def analyze(
     set: a run that fails or is interrupted leaves the previous set as it was.
     """
     from .analysis import analyze as run_analysis
-    from .errors import UsageError
+    from .core.errors import UsageError
 
     folders = list(capture_set or [])
     if len(folders) > 1:
@@ -276,7 +276,7 @@ def analyze(
                          "not the shell")
     settings = None
     if server_vars is not None:
-        from .playbook import read_server_vars
+        from .explain.playbook import read_server_vars
 
         settings = read_server_vars(server_vars)  # read before any work: a wrong file costs a second
     result = run_analysis(
@@ -289,8 +289,8 @@ def analyze(
     )
     written = list(result.written)
     if evidence_too:
-        from .errors import internal_errors_to
-        from .evidence import export
+        from .core.errors import internal_errors_to
+        from .render.evidence import export
 
         with internal_errors_to(result.out_dir):
             written += export(result.out_dir).written
@@ -313,7 +313,7 @@ def evidence(
 ) -> None:
     """Write ticket evidence: per capture point a pcapng with just the selected exchanges' packets (commented),
     summary.md and exchanges.csv. Default selection: the hidden-slow exchanges, else the 10 slowest."""
-    from .evidence import export
+    from .render.evidence import export
 
     result = export(analysis, query_id, conn_id, top, out)
     if not quiet:
@@ -340,7 +340,7 @@ def report(
 ) -> None:
     """Render an analysis again: the verdict, what to change (a playbook line per finding, from the server's
     settings) and the query profile ranked by what the clients waited, like pt-query-digest's."""
-    from .rerender import report as run_report
+    from .render.rerender import report as run_report
 
     result = run_report(analysis, format, top, order_by, server_vars, out)
     if result.text is not None:
@@ -394,11 +394,11 @@ def columns(
     ),
 ) -> None:
     """Print a table's columns: name, dtype and meaning (as in the docs)."""
-    from .schema import TABLES, markdown_table
+    from .core.schema import TABLES, markdown_table
 
     chosen = TABLES.get(table)
     if chosen is None:
-        from .errors import UsageError
+        from .core.errors import UsageError
 
         raise UsageError(f"unknown table {table!r}: choose one of {', '.join(TABLES)}")
     print(markdown_table(chosen))
@@ -429,7 +429,7 @@ def lab_record(
 def main() -> None:
     """Exit codes: 0 done, 2 a user mistake (one line), 70 an internal error (one line, the traceback in a file),
     130 interrupted (Ctrl-C). No traceback reaches the terminal."""
-    from .errors import as_error
+    from .core.errors import as_error
 
     _Exit.fast = False  # this invocation's: a command run before in the same process (a test) does not count
     try:
@@ -552,7 +552,7 @@ def _returning_allocator() -> None:
     """tables.use_returning_allocator, without importing pyarrow for a command that does not use it: Arrow reads
     this variable when it makes its default memory pool."""
     if "pyarrow" in sys.modules:
-        from .tables import use_returning_allocator
+        from .core.memory import use_returning_allocator
 
         use_returning_allocator()
     else:
@@ -560,7 +560,7 @@ def _returning_allocator() -> None:
 
 
 def _exit(exc: PcapdecompError) -> None:
-    from .errors import InternalError
+    from .core.errors import InternalError
 
     kind = "internal error" if isinstance(exc, InternalError) else "error"
     say(f"pcapdecomp: {kind}: {exc}", err=True)

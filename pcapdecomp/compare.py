@@ -7,7 +7,7 @@ one-thread-per-connection, −78 %; → 63 with thread_pool_stall_limit=10, −9
 
 The comparison is a long table (schema.COMPARISON_COLUMNS: per analysis, scope, key and metric, with per-second
 and per-call rates and the change against the baseline), comparison.json (headline, notes, the analyses) and one
-self-contained HTML page (compare_page.py). Notes say honestly where the captures differ — length, load,
+self-contained HTML page (render/compare_page.py). Notes say honestly where the captures differ — length, load,
 statement mix, capture points, slow log, long_query_time, thread groups, servers, settings, capture quality — and
 when that makes them not comparable. The output folder is written as a set (a temporary folder renamed into
 place)."""
@@ -23,12 +23,12 @@ import numpy as np
 import pandas as pd
 
 from . import __version__
-from .errors import InputError, UsageError
-from .digest import group_nearest_rank, nearest_rank
-from .formats import pct_change, seconds_significant
-from .outputs import staged_folder, write_table
-from .playbook import settings_beside
-from .schema import COMPARISON_COLUMNS
+from .core.errors import InputError, UsageError
+from .core.formats import pct_change, seconds_significant
+from .core.groups import group_nearest_rank, nearest_rank
+from .core.outputs import staged_folder, write_table
+from .core.schema import COMPARISON_COLUMNS
+from .explain.playbook import settings_beside
 
 SLOW_WIRE_S = 0.1  # the four-point incident counted statements slower than 100 ms on the wire
 COUNTS = ("calls", "slow_wire", "hidden_slow", "in_slow_log", "understated")
@@ -37,7 +37,7 @@ EXCHANGE_METRICS = (*COUNTS, "sum_s", "p50_s", "p95_s", "p99_s", "max_s")
 COMPONENT_METRICS = ("calls", "sum_s", "p50_s", "p95_s", "p99_s", "max_s")
 COMPONENTS = (("network", "network_s"), ("queueing", "queue_s"), ("queueing_certain", "queue_min_s"),
               ("execution", "exec_s"))
-# through a proxy with its capture (pcapdecomp/proxy.py): compared when an analysis has them
+# through a proxy with its capture (pcapdecomp/pair/proxy.py): compared when an analysis has them
 PROXY_COMPONENTS = (("inside_the_proxy", "proxy_s"), ("proxy_wait", "proxy_wait_s"))
 FLAGS = (("hidden_slow", "hidden_slow"), ("in_slow_log", "in_slow_log"), ("understated", "understated"))
 # what this module reads of an analysis: a folder without these is from an incompatible version
@@ -146,7 +146,7 @@ def _kind_of(path: Path) -> str:
             raise InputError(f"{path}: {missing[0]} missing (an analysis folder holds exchanges.parquet and "
                              "summary.json): run `pcapdecomp analyze` again")
         return "analysis"
-    from .sources import is_capture_name
+    from .read.sources import is_capture_name
 
     # capture files (rotated ones too) or capture-point folders (app/, app-<host>/, db/, db-<name>/)
     captures = [p for p in path.iterdir() if p.name.startswith(("app", "db"))
@@ -162,7 +162,7 @@ def read_analysis(folder: Path, step: int, analysed_here: bool = False) -> Analy
     """Read what the comparison needs of an analysis folder; an unreadable or incompatible one is a user mistake."""
     import pyarrow.parquet as pq
 
-    from .readback import read_summary, read_table
+    from .core.readback import read_summary, read_table
 
     summary = read_summary(folder / "summary.json")
     version = summary.get("pcapdecomp") if isinstance(summary.get("pcapdecomp"), str) else None
@@ -387,7 +387,7 @@ def notes_for(analyses: list[Analysis]) -> list[Note]:
     if unknown:
         notes.append(Note("settings", "info", f"server settings unknown for {', '.join(unknown)} (no capture.toml "
                           "beside the captures): whether a setting changed cannot be told from the captures"))
-    from .console import capture_problems
+    from .core.console import capture_problems
 
     for a in analyses:
         caps = a.summary.get("captures") or {}
@@ -571,7 +571,7 @@ def compare(paths: list[Path], out_dir: Path | None = None, slow_s: float = SLOW
         c.headline = headline(c)
         label_steps(analyses)
         c.sentence = sentence(c)
-        from .compare_page import render
+        from .render.compare_page import render
 
         write_table(c.table, tmp / "comparison.parquet")
         names = ["comparison.parquet"]

@@ -2,7 +2,7 @@
 and after, the slow log for the window, a TLS key log, the disk it takes, and the `analyze` command that reads it.
 
 The plan's text lives here and only here (docs/capture-guide.md shows a run of it, checked by tests/test_docs.py).
-Its file names are the ones a capture-set folder uses (captureset.py): `app-<host>/` and `db/` subfolders for each
+Its file names are the ones a capture-set folder uses (read/captureset.py): `app-<host>/` and `db/` subfolders for each
 point's rotated files, `slow.log`, `capture.toml`; the SQL snapshots go to `variables.tsv` and `processlist.tsv`
 beside them, as `mysql -B` writes them (tab-separated, a header line).
 """
@@ -12,16 +12,18 @@ from __future__ import annotations
 import ipaddress
 import math
 import shlex
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import OutputError, UsageError
-from .sources import parse_server
-from .tlskeys import KEYLOG_NAME
+from .core.errors import OutputError, UsageError
+from .read.sources import parse_server
+from .read.tlskeys import KEYLOG_NAME
 
 PCAP_RECORD_HEADER_BYTES = 16  # each packet's record header in a pcap file, on top of the packet itself
 # The variables the analysis (or a later version) reads from variables.tsv, and those that decide whether the slow

@@ -12,7 +12,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from .errors import PcapdecompError, UsageError
+from .core.errors import PcapdecompError, UsageError
 
 LAB_DIR = Path(__file__).resolve().parents[1] / "captures" / "lab"
 

@@ -52,10 +52,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pcapdecomp.capture import open_capture  # noqa: E402
-from pcapdecomp.errors import PcapdecompError  # noqa: E402
-from pcapdecomp.flows import FlowTracker  # noqa: E402
+from pcapdecomp.core.errors import PcapdecompError  # noqa: E402
 from pcapdecomp.mysql.connection import ENCRYPTED_RESULT  # noqa: E402
+from pcapdecomp.read.capture import open_capture  # noqa: E402
+from pcapdecomp.read.flows import FlowTracker  # noqa: E402
 
 SETS = [REPO / "captures" / name for name in ("features", "group-stall", "maxthreads")]
 SEEDS = [folder / side for folder in SETS for side in ("app.pcap", "db.pcap")]
@@ -140,7 +140,7 @@ def _extraction(path: Path, lane: bool):
     """What extract gives, as comparable values, or the error it raised."""
     import dataclasses
 
-    from pcapdecomp.exchanges import extract
+    from pcapdecomp.read.exchanges import extract
 
     if lane:
         os.environ.pop("PCAPDECOMP_NO_LANE", None)
@@ -337,7 +337,7 @@ def mutate_slow_log(text: str, rng: random.Random) -> str:
 
 
 def fuzz_slow_log(texts: list[str], rng: random.Random, tmp: Path) -> None:
-    from pcapdecomp.slowlog import read_slow_log
+    from pcapdecomp.slowlog.reader import read_slow_log
 
     path = tmp / "slow.log"
     path.write_text(mutate_slow_log(rng.choice(texts), rng), encoding="utf-8", errors="surrogateescape")
@@ -368,7 +368,7 @@ def fuzz_embedded_headers(texts: list[str], rng: random.Random, tmp: Path) -> No
     """A statement whose text holds copies of other entries' header blocks, as a database user can send it: read
     with the wire's copy of that statement (whole, or cut), the log has exactly its own entries, never more; the
     forged blocks are counted as SQL, or the entry after them as unverified."""
-    from pcapdecomp.slowlog import WireStatements, parse_slow_log
+    from pcapdecomp.slowlog.reader import WireStatements, parse_slow_log
 
     blocks = _entry_blocks(rng.choice(texts))
     if len(blocks) < 2:
@@ -413,7 +413,7 @@ def fuzz_terminal(rng: random.Random, tmp: Path) -> None:
     import io
     from contextlib import redirect_stdout
 
-    from pcapdecomp.console import say, terminal_text
+    from pcapdecomp.core.console import say, terminal_text
 
     text = "".join(rng.choice(_TERMINAL_PIECES) if rng.random() < 0.7 else chr(rng.randrange(0, 0x3000))
                    for _ in range(rng.randint(0, 30)))
@@ -440,8 +440,8 @@ _FOLDER_NAMES = ["exchanges.parquet", "summary.json", "report.html", "exchanges.
 def fuzz_output_folder(rng: random.Random, tmp: Path) -> None:
     """A folder holding a user's files (some by our names), maybe a manifest of ours listing some of them: a run
     either writes its set and leaves every unlisted file as it was, or refuses (UsageError) and changes nothing."""
-    from pcapdecomp.errors import UsageError
-    from pcapdecomp.outputs import MANIFEST_NAME, OutputFolder, listed_outputs
+    from pcapdecomp.core.errors import UsageError
+    from pcapdecomp.core.outputs import MANIFEST_NAME, OutputFolder, listed_outputs
 
     out = tmp / "folder"
     shutil.rmtree(out, ignore_errors=True)
@@ -505,8 +505,8 @@ def main() -> int:
     for p in seeds:
         with open_capture(p) as reader:
             segment_lists.append(list(reader))
-    from pcapdecomp import fastlane
-    from pcapdecomp.captureset import tomllib
+    from pcapdecomp.read import fastlane
+    from pcapdecomp.read.captureset import tomllib
 
     sets = []
     for folder in SETS:

@@ -10,7 +10,7 @@ probability `--rate`, independently, from `random.Random(seed)`: the same seed d
 numbers (1-based, as in Wireshark) of the dropped frames, one per line. Prints one line: frames read, dropped.
 
 Used by tests/test_repair.py and for the loss figures in docs/analyze.md (capture loss repaired from the other
-point); the repair itself is in pcapdecomp/repair.py.
+point); the repair itself is in pcapdecomp/pair/repair.py.
 """
 
 from __future__ import annotations

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import csv
+import os
 from collections import Counter
 from pathlib import Path
-
-import os
 
 
 def _corpus() -> Path:

@@ -5,10 +5,10 @@ that a test then feeds hand-built bytes (`established(handshake())`, through a `
 
 from __future__ import annotations
 
-from pcapdecomp.mysql.connection import CLIENT, SERVER, MySQLConnection
-from pcapdecomp.tcp import Chunk, HalfStream
-
 from streams import FIN, SYN, recorded
+
+from pcapdecomp.mysql.connection import CLIENT, SERVER, MySQLConnection
+from pcapdecomp.read.tcp import Chunk, HalfStream
 
 
 # ---- real connections as in-order chunks ------------------------------------------------------------------------------------

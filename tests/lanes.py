@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pcapdecomp.exchanges import extract
+from pcapdecomp.read.exchanges import extract
 
 
 def extract_with(path: Path, lane: bool, **kw):

@@ -12,7 +12,7 @@ import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from pcapdecomp.capture import TcpSegment, open_capture
+from pcapdecomp.read.capture import TcpSegment, open_capture
 
 _MAGIC = {
     b"\xd4\xc3\xb2\xa1": ("<", 1_000), b"\xa1\xb2\xc3\xd4": (">", 1_000),

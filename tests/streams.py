@@ -15,9 +15,9 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from pcapdecomp.capture import TcpSegment, open_capture
-from pcapdecomp.flows import FlowTracker
-from pcapdecomp.tcp import SEQ_MOD
+from pcapdecomp.read.capture import TcpSegment, open_capture
+from pcapdecomp.read.flows import FlowTracker
+from pcapdecomp.read.tcp import SEQ_MOD
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"

@@ -15,14 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pcaptools as pt
 import pytest
 
 from pcapdecomp.analysis import analyze
-from pcapdecomp.captureset import resolve_capture_set
-from pcapdecomp.errors import PcapdecompError, UsageError
-from pcapdecomp.schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
-
-import pcaptools as pt
+from pcapdecomp.core.errors import PcapdecompError, UsageError
+from pcapdecomp.core.schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
+from pcapdecomp.read.captureset import resolve_capture_set
 
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 MS = 1e-3
@@ -248,7 +247,7 @@ def test_one_percent_of_one_capture_dropped(tmp_path, side):
     # No wrong pairs: a neighbour's request or response would be ms away on this busy link.
     assert both["net_req_s"].abs().max() < 1 * MS
     assert both["net_resp_s"].dropna().abs().max() < 1 * MS
-    # The other point had every byte this one lost: repaired from it (pcapdecomp/repair.py), nothing is seen at
+    # The other point had every byte this one lost: repaired from it (pcapdecomp/pair/repair.py), nothing is seen at
     # one point only, the repaired exchanges say so, and a time that fell on a lost frame is a marked bound.
     assert (x["seen"] == "both").all() and r.summary["repair"]["bytes_borrowed"] > 0
     repaired = x["match_notes"].astype("string").str.contains(f"repaired-at-{side}").fillna(False)
@@ -374,7 +373,7 @@ def test_clock_pass_started_ahead_gives_the_clock_of_one_process(tmp_path, monke
     else the points are read again for their matched connections. Either way the clock, and so every output, is
     that of --jobs 1."""
     import pcapdecomp.analysis as analysis
-    import pcapdecomp.parallel as parallel
+    from pcapdecomp.read import extract as extraction
 
     src = CAPTURES / "group-stall"
     shutil.copy(src / "app.pcap", tmp_path / "app.pcap")
@@ -388,7 +387,7 @@ def test_clock_pass_started_ahead_gives_the_clock_of_one_process(tmp_path, monke
     kw = dict(app=[tmp_path / "app.pcap"], db=tmp_path / "db.pcap", slow_log=src / "slow.log", long_query_time=1.0,
               thread_pool_size=2)
     one = run(None, tmp_path / "one", jobs=1, **kw)
-    monkeypatch.setattr(parallel, "SMALL_CAPTURE_BYTES", 0)  # these small captures read ahead as a big pair would
+    monkeypatch.setattr(extraction, "SMALL_CAPTURE_BYTES", 0)  # these small captures read ahead as a big pair would
     read_again = []
     run_all = analysis.run_all
     monkeypatch.setattr(analysis, "run_all", lambda f, calls, jobs: read_again.extend(calls) or run_all(f, calls, jobs))
@@ -404,14 +403,14 @@ def test_clock_passes_started_ahead_for_two_app_points(tmp_path, monkeypatch):
     """Two app points and a DB point: each point's segments are read ahead on the workers (three passes) and paired
     here, giving the clocks --jobs 1 gives."""
     import pcapdecomp.analysis as analysis
-    import pcapdecomp.parallel as parallel
+    from pcapdecomp.read import extract as extraction
 
     src = CAPTURES / "group-stall"
     _split_app_capture(src, tmp_path)
     kw = dict(app=[tmp_path / "app1.pcap", tmp_path / "app2.pcap"], db=src / "db.pcap", slow_log=src / "slow.log",
               long_query_time=1.0, thread_pool_size=2)
     one = run(None, tmp_path / "one", jobs=1, **kw)
-    monkeypatch.setattr(parallel, "SMALL_CAPTURE_BYTES", 0)
+    monkeypatch.setattr(extraction, "SMALL_CAPTURE_BYTES", 0)
     read_again = []
     run_all = analysis.run_all
     monkeypatch.setattr(analysis, "run_all", lambda f, calls, jobs: read_again.extend(calls) or run_all(f, calls, jobs))

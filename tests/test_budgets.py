@@ -16,10 +16,15 @@ import zstandard
 from craft import OK, Capture, Conversation, greeting, login, pkt
 from lanes import assert_same
 
-from pcapdecomp import fastlane
-from pcapdecomp.exchanges import extract
-from pcapdecomp.mysql.framing import (MAX_COMMANDS_PER_COMPRESSED, MAX_INFLATION, MIN_ROW_BUDGET, ROWS_PER_INPUT_BYTE,
-                                      SQL_BUDGET_PREFIX)
+from pcapdecomp.mysql.framing import (
+    MAX_COMMANDS_PER_COMPRESSED,
+    MAX_INFLATION,
+    MIN_ROW_BUDGET,
+    ROWS_PER_INPUT_BYTE,
+    SQL_BUDGET_PREFIX,
+)
+from pcapdecomp.read import fastlane
+from pcapdecomp.read.exchanges import extract
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_lane = pytest.mark.skipif(not fastlane.NATIVE, reason="the native lane is not built (no C compiler)")
@@ -124,7 +129,7 @@ def test_without_a_cut_the_budget_changes_nothing(tmp_path):
 
 _PEAK = """
 import resource, sys
-from pcapdecomp.exchanges import extract
+from pcapdecomp.read.exchanges import extract
 x = extract(sys.argv[1], sql_budget=int(sys.argv[2]))
 cut = int(x.exchanges["problems"].astype(str).str.contains("sql-cut").sum())
 print(len(x.exchanges), cut, int(x.connections["violations"].sum()), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)

@@ -2,7 +2,7 @@
 
 Crafted files are written by the small struct-based writers below (an implementation of the pcap/pcapng specs
 independent of the reader) around packets built by scapy, so the expected values come from scapy and the specs,
-not from pcapdecomp.capture itself.
+not from pcapdecomp.read.capture itself.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import subprocess
 import zlib
 
 import pytest
+from corpus import CORPUS  # noqa: E402
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pcaptools import ng_block, ng_epb, ng_idb, ng_isb, ng_pb, ng_shb, ng_spb  # noqa: E402
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import (
     IPv6,
@@ -31,15 +33,8 @@ from scapy.layers.inet6 import (
 from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
 from scapy.packet import Raw
 
-from pcapdecomp.capture import (
-    CaptureStats,
-    TcpSegment,
-    open_capture,
-)
-from pcapdecomp.errors import CaptureFormatError, InputError, PcapdecompError
-
-from corpus import CORPUS  # noqa: E402
-from pcaptools import ng_block, ng_epb, ng_idb, ng_isb, ng_pb, ng_shb, ng_spb  # noqa: E402
+from pcapdecomp.core.errors import CaptureFormatError, InputError, PcapdecompError
+from pcapdecomp.read.capture import CaptureStats, TcpSegment, open_capture
 
 TSHARK = shutil.which("tshark")
 
@@ -458,7 +453,7 @@ def test_ipv6_addresses_read_as_server_takes_them(tmp_path, server):
     """An IPv6 address is written as `--server` parses it (ipaddress, RFC 5952), however it was typed: glibc's
     inet_ntop, which the reader used, wrote ::1:0 as ::0.1.0.0 and ::ffff:a00:5 as ::ffff:10.0.0.5, so a server
     given so was never found in the capture (hypothesis found the first in the round trip below)."""
-    from pcapdecomp.sources import parse_server
+    from pcapdecomp.read.sources import parse_server
 
     ip, port = parse_server(server)
     frame = tcp_ip(ip, "fd00::1", port, 40000, payload=b"x")

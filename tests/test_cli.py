@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pcapdecomp.schema import EXCHANGE_COLUMNS
+from pcapdecomp.core.schema import EXCHANGE_COLUMNS
 
 REPO = Path(__file__).resolve().parents[1]
 GROUP_STALL = REPO / "captures" / "group-stall"
@@ -162,13 +162,13 @@ def test_columns_command_prints_the_schema():
 def test_docs_column_table_is_the_schema():
     """The docs print the declared columns; regenerate with `pcapdecomp columns` when the schema changes."""
     page = (REPO / "docs" / "exchanges-command.md").read_text()
-    from pcapdecomp.schema import markdown_table
+    from pcapdecomp.core.schema import markdown_table
 
     assert markdown_table(EXCHANGE_COLUMNS) in page
 
 
 def test_docs_print_the_analysis_and_group_columns():
-    from pcapdecomp.schema import ANALYSIS_COLUMNS, GROUP_COLUMNS, markdown_table
+    from pcapdecomp.core.schema import ANALYSIS_COLUMNS, GROUP_COLUMNS, markdown_table
 
     doc = (REPO / "docs" / "analyze.md").read_text()
     assert markdown_table(ANALYSIS_COLUMNS) in doc and markdown_table(GROUP_COLUMNS) in doc
@@ -248,19 +248,19 @@ def test_exchanges_with_jobs_writes_the_same_table_as_one_process(tmp_path):
     """Through the CLI, in-process so that the small-capture threshold can be lowered and the workers really run."""
     from typer.testing import CliRunner
 
-    from pcapdecomp import parallel
     from pcapdecomp.cli import app
+    from pcapdecomp.read import extract as extraction
 
     capture = str(GROUP_STALL / "db.pcap")
     one, two = tmp_path / "one.parquet", tmp_path / "two.parquet"
-    old = parallel.SMALL_CAPTURE_BYTES
-    parallel.SMALL_CAPTURE_BYTES = 0
+    old = extraction.SMALL_CAPTURE_BYTES
+    extraction.SMALL_CAPTURE_BYTES = 0
     try:
         runner = CliRunner()
         assert runner.invoke(app, ["exchanges", capture, "-q", "--jobs", "1", "--out", str(one)]).exit_code == 0
         assert runner.invoke(app, ["exchanges", capture, "-q", "--jobs", "3", "--out", str(two)]).exit_code == 0
     finally:
-        parallel.SMALL_CAPTURE_BYTES = old
+        extraction.SMALL_CAPTURE_BYTES = old
     a, b = pd.read_parquet(one), pd.read_parquet(two)
     assert len(a) == 352
     assert a.equals(b)
@@ -276,7 +276,7 @@ def test_quiet_exchanges_to_parquet_makes_no_dataframe(tmp_path):
                               ("pandas", "pydantic", "pyarrow.compute"))
     assert proc.returncode == 0, proc.stderr[-500:]
     assert "LOADED []" in proc.stderr, proc.stderr[-500:]
-    from pcapdecomp.exchanges import extract
+    from pcapdecomp.read.exchanges import extract
 
     x = extract(capture)
     as_written = x.exchanges.astype({c.name: c.file_dtype for c in EXCHANGE_COLUMNS})

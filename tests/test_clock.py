@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pcapdecomp.clock import ClockModel, _lower_hull, _solve, estimate_clock
-from pcapdecomp.errors import UsageError
+from pcapdecomp.core.errors import UsageError
+from pcapdecomp.pair.clock import ClockModel, _lower_hull, _solve, estimate_clock
 
 T0 = 1_700_000_000_000_000_000  # ~2023 in ns: absolute values this large must never go through float64 raw
 US = 1_000

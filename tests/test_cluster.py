@@ -11,10 +11,10 @@ import sys
 
 import pandas as pd
 import pytest
-
 from labsets import REPO, two_servers
+
 from pcapdecomp.analysis import analyze
-from pcapdecomp.errors import UsageError
+from pcapdecomp.core.errors import UsageError
 
 pytestmark = pytest.mark.lab
 distributed = pytest.importorskip("distributed")
@@ -66,7 +66,7 @@ def test_partitioned_dataset_reads_back_in_duckdb_and_pyarrow(runs):
 
 
 def test_a_worker_that_cannot_read_a_capture_is_named(runs, tmp_path):
-    from pcapdecomp.cluster import DaskRunner
+    from pcapdecomp.run.cluster import DaskRunner
 
     rotated, _, _ = runs
     gone = tmp_path / "db.pcap1"

@@ -19,6 +19,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 import numpy as np
 import pandas as pd
+import pcaptools as pt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -27,9 +28,7 @@ import pytest
 from pcapdecomp import cli
 from pcapdecomp.analysis import analyze
 from pcapdecomp.compare import compare
-from pcapdecomp.schema import COMPARISON_COLUMNS, COMPARISON_METRICS
-
-import pcaptools as pt
+from pcapdecomp.core.schema import COMPARISON_COLUMNS, COMPARISON_METRICS
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
@@ -85,7 +84,7 @@ def test_the_three_settings_ran_the_same_workload():
 
 
 def test_the_docs_print_the_declared_tables():
-    from pcapdecomp.schema import COMPARISON_KEYS, markdown_table
+    from pcapdecomp.core.schema import COMPARISON_KEYS, markdown_table
 
     page = (REPO / "docs" / "compare.md").read_text()
     for table in (COMPARISON_COLUMNS, COMPARISON_METRICS, COMPARISON_KEYS):

@@ -1,4 +1,4 @@
-"""Connection ids without a greeting (pcapdecomp/connids.py), held to the lab recordings' truth: a pool opened before
+"""Connection ids without a greeting (pcapdecomp/read/connids.py), held to the lab recordings' truth: a pool opened before
 the capture (captures/field-pool-before-capture: a processlist snapshot, SELECT CONNECTION_ID() on the wire, a slow
 log with Thread_id), captures/midstream-join (its slow log), and greeted recordings (the greeting wins)."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pcapdecomp import connids
 from pcapdecomp.analysis import analyze
-from pcapdecomp.exchanges import extract
+from pcapdecomp.read import connids
+from pcapdecomp.read.exchanges import extract
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
@@ -228,7 +228,7 @@ def test_capture_toml_may_name_the_snapshot(tmp_path):
     (folder / "processlist.tsv").rename(folder / "snapshot-0310.tab")
     toml = (folder / "capture.toml").read_text().replace('[captures]\n', '[captures]\nprocesslist = "snapshot-0310.tab"\n')
     (folder / "capture.toml").write_text(toml)
-    from pcapdecomp.captureset import resolve_capture_set
+    from pcapdecomp.read.captureset import resolve_capture_set
 
     cs = resolve_capture_set(folder, [], None, None, None, None, [])
     assert cs.processlist == folder / "snapshot-0310.tab"

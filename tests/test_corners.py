@@ -10,11 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from pcaptools import records, tcp_ports
 
 from pcapdecomp.analysis import analyze
-from pcapdecomp.exchanges import extract
-from pcapdecomp.console import capture_problems
-from pcaptools import records, tcp_ports
+from pcapdecomp.core.console import capture_problems
+from pcapdecomp.read.exchanges import extract
 
 REPO = Path(__file__).resolve().parents[1]
 FIELD = REPO / "tests" / "data" / "field"
@@ -152,8 +152,9 @@ def test_analyze_of_the_corners_warns_only_about_what_is_wrong(tmp_path):
 
 @pytest.mark.parametrize("path", sorted(FIELD.glob("*.pcap")), ids=lambda p: p.name)
 def test_the_native_lane_reads_the_corners_as_python_does(path):
-    from pcapdecomp import fastlane
     from lanes import assert_same
+
+    from pcapdecomp.read import fastlane
 
     if not fastlane.NATIVE:
         pytest.skip("the native lane is not built")

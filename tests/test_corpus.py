@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from corpus import CORPUS, KNOWN_DIFFERENCES, captures, expected_commands
-from pcapdecomp.exchanges import extract
+
+from pcapdecomp.read.exchanges import extract
 
 ROWS = captures()
 pytestmark = pytest.mark.skipif(not ROWS, reason=f"public corpus not found at {CORPUS}")

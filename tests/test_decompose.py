@@ -11,10 +11,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pcapdecomp.decompose import join_slow_log, ts_ns
-from pcapdecomp.threadpool import _occupancy, auto_bucket_s, thread_pool_view
-from pcapdecomp.exchanges import extract
-from pcapdecomp.slowlog import read_slow_log
+from pcapdecomp.core.times import ts_ns
+from pcapdecomp.explain.decompose import join_slow_log
+from pcapdecomp.explain.threadpool import _occupancy, auto_bucket_s, thread_pool_view
+from pcapdecomp.read.exchanges import extract
+from pcapdecomp.slowlog.reader import read_slow_log
 
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 

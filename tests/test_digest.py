@@ -1,4 +1,4 @@
-"""The query profile (pcapdecomp/digest.py) against pt-query-digest on the same slow log, and the samples with their
+"""The query profile (pcapdecomp/explain/digest.py) against pt-query-digest on the same slow log, and the samples with their
 parameter values against the statements' own fingerprints."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pcapdecomp.analysis import analyze
-from pcapdecomp.digest import placeholders, profile, sample_statement, split_params
-from pcapdecomp.fingerprint import fingerprint
-from pcapdecomp.mysql.params import _quote
+from pcapdecomp.core.fingerprint import fingerprint
+from pcapdecomp.explain.digest import placeholders, profile, sample_statement
+from pcapdecomp.mysql.params import _quote, split_params
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 
@@ -122,12 +122,12 @@ def test_per_group_statistics_equal_pandas(rows):
     import numpy as np
     import pandas as pd
 
-    from pcapdecomp.digest import _group_min_max_p95, _group_sum
+    from pcapdecomp.core.groups import group_min_max_p95, group_sum
 
     k = np.array([r[0] for r in rows], dtype=np.int64)
     v = np.array([r[1] for r in rows])
-    lo, hi, p95 = _group_min_max_p95(k, v, 5)
-    total, count = _group_sum(k, v, 5)
+    lo, hi, p95 = group_min_max_p95(k, v, 5)
+    total, count = group_sum(k, v, 5)
     for code in range(5):
         part = pd.Series(v[k == code]).dropna()
         if part.empty:

@@ -1,6 +1,6 @@
 """The docs never lie: every command the README and docs/ show on the bundled data is run here and what they show
 of its output is checked against what it prints; the generated pages (the CLI reference from `--help`, the tables
-from schema.py) are current; every column table printed anywhere is a declared one; the site builds with warnings
+from core/schema.py) are current; every column table printed anywhere is a declared one; the site builds with warnings
 as errors; the README stays a front door.
 
 How a page shows a command and its output (the rules this test reads):
@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from corpus import MANIFEST, captures
-from pcapdecomp.schema import TABLES, markdown_table
+
+from pcapdecomp.core.schema import TABLES, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -157,7 +157,7 @@ def test_generated_pages_are_current():
 
 
 def test_every_printed_column_table_is_a_declared_one():
-    """A column table anywhere in the docs is exactly a declaration of schema.py: a copy cannot go stale."""
+    """A column table anywhere in the docs is exactly a declaration of core/schema.py: a copy cannot go stale."""
     declared = {markdown_table(columns) for columns in TABLES.values()}
     for page in PAGES:
         lines = page.read_text(encoding="utf-8").splitlines()
@@ -165,7 +165,7 @@ def test_every_printed_column_table_is_a_declared_one():
             if line == "| column | dtype | meaning |":
                 end = next((j for j in range(i, len(lines)) if not lines[j].startswith("|")), len(lines))
                 table = "\n".join(lines[i:end])
-                assert table in declared, f"{page.name}:{i + 1}: a column table that schema.py does not declare"
+                assert table in declared, f"{page.name}:{i + 1}: a column table that core/schema.py does not declare"
 
 
 def test_the_site_builds_with_warnings_as_errors(tmp_path):

@@ -11,12 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-
 from pcapdecomp.analysis import analyze
-from pcapdecomp.capture import iter_records
-from pcapdecomp.evidence import export
-from pcapdecomp.exchanges import extract
-from pcapdecomp.formats import seconds_ms
+from pcapdecomp.core.formats import seconds_ms
+from pcapdecomp.read.capture import iter_records
+from pcapdecomp.read.exchanges import extract
+from pcapdecomp.render.evidence import export
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
@@ -249,7 +248,7 @@ def test_summary_md_escapes_what_came_from_the_capture(group_stall, tmp_path):
 def test_markdown_helpers_round_trip_as_text(text):
     from markdown_it import MarkdownIt
 
-    from pcapdecomp.evidence import md_code, md_text
+    from pcapdecomp.render.evidence import md_code, md_text
 
     md = MarkdownIt("commonmark", {"html": True})
     rendered = md.render(md_text(text, line_start=True))

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from pcapdecomp.analysis import analyze
-from pcapdecomp.evidence import export
+from pcapdecomp.render.evidence import export
 
 REPO = Path(__file__).resolve().parents[1]
 SET = REPO / "captures" / "stall-fix-1-pool"

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from corpus import CORPUS
+from corpus import captures as corpus_captures
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from corpus import CORPUS, captures as corpus_captures
-from pcapdecomp import fastlane
-from pcapdecomp.errors import PcapdecompError
 from lanes import assert_same, extract_with
 from pcaptools import records, to_pcapng
+
+from pcapdecomp.core.errors import PcapdecompError
+from pcapdecomp.read import fastlane
 
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 REAL = sorted(CAPTURES.glob("*/*.pcap"))
@@ -44,7 +45,7 @@ def test_the_lane_writes_the_row_layout_of_the_schema():
     """The lane is compiled with the column positions of schema.EXCHANGE_COLUMNS (setup.py writes them as a header
     at every build): a lane built before the schema changed would write its values into the wrong columns."""
     from pcapdecomp import _lane
-    from pcapdecomp.schema import EXCHANGE_COLUMNS, c_header
+    from pcapdecomp.core.schema import EXCHANGE_COLUMNS, c_header
 
     assert _lane.COLUMNS == tuple(c.name for c in EXCHANGE_COLUMNS)
     assert len(_lane.ROW_KINDS) == len(EXCHANGE_COLUMNS) and set(_lane.ROW_KINDS) <= set("oqdnbs")
@@ -56,7 +57,7 @@ def test_the_lane_writes_the_row_layout_of_the_schema():
 
 def test_only_fastlane_knows_the_lane_and_it_uses_public_names_only():
     """The lane's contract with the core is public (CaptureReader.hand_over, MySQLConnection.handover,
-    FlowTracker.take_back, ...): fastlane.py reads no private attribute of another object, no other module imports
+    FlowTracker.take_back, ...): read/fastlane.py reads no private attribute of another object, no other module imports
     the extension, and fastlane imports no stage that calls it (no import cycle)."""
     import ast
     import subprocess
@@ -68,23 +69,23 @@ def test_only_fastlane_knows_the_lane_and_it_uses_public_names_only():
         imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
         names = {alias.name for node in imports for alias in node.names} | {
             node.module or "" for node in imports if isinstance(node, ast.ImportFrom)}
-        if source.name != "fastlane.py":
+        if source.name != "read/fastlane.py":
             assert not any(name.split(".")[-1] == "_lane" for name in names), source
             continue
         private = sorted({node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
                           and node.attr.startswith("_") and not node.attr.startswith("__")})
         assert private == [], private
         assert not names & {"exchanges", "match", "parallel", "analysis", "pipeline"}, names
-    loaded = subprocess.run([sys.executable, "-c", "import sys, pcapdecomp.fastlane; "
+    loaded = subprocess.run([sys.executable, "-c", "import sys, pcapdecomp.read.fastlane; "
                              "print(sorted(m for m in sys.modules if m.startswith('pcapdecomp.')))"],
                             capture_output=True, text=True, check=True, cwd=package.parent).stdout
-    assert "pcapdecomp.exchanges" not in loaded and "pcapdecomp.fastlane" in loaded
+    assert "pcapdecomp.read.exchanges" not in loaded and "pcapdecomp.read.fastlane" in loaded
 
 
 @needs_lane
 def test_the_lane_answers_with_typed_records():
     from pcapdecomp import _lane
-    from pcapdecomp.flows import HandBack
+    from pcapdecomp.read.flows import HandBack
 
     for kind in (_lane.Record, _lane.GivenBack, _lane.Damage, _lane.RowsReady, _lane.Counts):
         assert kind.__match_args__ and kind.__doc__, kind  # named fields, said what it is
@@ -388,9 +389,9 @@ def assert_same_segments(path: Path) -> None:
     """read_segments_of with and without the lane: the same keys and times, for half of the connections."""
     import numpy as np
 
-    from pcapdecomp.capture import open_capture
-    from pcapdecomp.errors import PcapdecompError
-    from pcapdecomp.match import read_segments_of
+    from pcapdecomp.core.errors import PcapdecompError
+    from pcapdecomp.pair.match import read_segments_of
+    from pcapdecomp.read.capture import open_capture
 
     try:
         with open_capture(path) as reader:

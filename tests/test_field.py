@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from corpus import CORPUS
+from corpus import captures as corpus_captures
 
-from corpus import CORPUS, captures as corpus_captures
 from pcapdecomp.analysis import analyze
-from pcapdecomp.outputs import INCOMPLETE_NAME, STAGING_PREFIX
+from pcapdecomp.core.outputs import INCOMPLETE_NAME, STAGING_PREFIX
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
@@ -26,7 +27,7 @@ SELF_PAIRING_EXCEPTIONS = {
     f"percona-toolkit-tcpdump-text-converted/{name}":
         "one connection's handshake repeated an hour later on the same 4-tuple (same connection id and scramble): "
         "the two copies cannot be told apart by their keys at either point, so they are marked match-ambiguous "
-        "(seen = app / db) rather than paired by a guess (match.py)"
+        "(seen = app / db) rather than paired by a guess (pair/match.py)"
     for name in ("tcpdump035.pcap", "tcpdump036.pcap")
 }
 

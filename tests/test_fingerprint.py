@@ -1,4 +1,4 @@
-"""pcapdecomp.fingerprint against percona-toolkit itself.
+"""pcapdecomp.core.fingerprint against percona-toolkit itself.
 
 The oracle is the installed percona-toolkit: tests/data/fingerprint/pt_oracle.pl loads /usr/bin/pt-fingerprint
 (or /usr/bin/pt-query-digest) and streams queries through its own QueryRewriter::fingerprint, so hundreds of
@@ -16,14 +16,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from corpus import CORPUS  # noqa: E402
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from pcapdecomp.fingerprint import digest_fingerprint, fingerprint, query_id
-
 from ptoracle import PERL, PT_FINGERPRINT, PT_QUERY_DIGEST, PtOracle, query_bytes, query_text
 
-from corpus import CORPUS  # noqa: E402
+from pcapdecomp.core.fingerprint import digest_fingerprint, fingerprint, query_id
 
 CORPUS_REPORTS = CORPUS / "percona-toolkit-tcpdump-text" / "expected"
 

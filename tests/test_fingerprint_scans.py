@@ -1,6 +1,6 @@
-"""The linear scans that replace fingerprint.py's backtracking regexes give exactly what those regexes give.
+"""The linear scans that replace core/fingerprint.py's backtracking regexes give exactly what those regexes give.
 
-Each regex stays in fingerprint.py as the specification of its scan; here both run on generated text made of the
+Each regex stays in core/fingerprint.py as the specification of its scan; here both run on generated text made of the
 tokens that matter to it (openers, closers, quotes, keywords, every ASCII whitespace, repetitions that make the
 regex backtrack). The UNION step beyond _UNION_BY_REGEX characters is also checked against percona-toolkit itself
 (tests/test_fingerprint.py runs the whole port against it on shorter statements).
@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from pcapdecomp import fingerprint as fp
 from ptoracle import PERL, PT_FINGERPRINT, PtOracle
+
+from pcapdecomp.core import fingerprint as fp
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

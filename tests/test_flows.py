@@ -1,4 +1,4 @@
-"""Connection tracking and MySQL detection (pcapdecomp.flows.FlowTracker) on real captures.
+"""Connection tracking and MySQL detection (pcapdecomp.read.flows.FlowTracker) on real captures.
 
 The exchanges a capture yields must not depend on how TCP happened to segment, retransmit or reorder it; servers
 are found by content on any port, and nothing else is taken for MySQL.
@@ -12,14 +12,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from corpus import CORPUS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from corpus import CORPUS
-from pcapdecomp.capture import TcpSegment
-from pcapdecomp.exchanges import extract
-from pcapdecomp.flows import FlowTracker
 from streams import ACK, SYN, duplicate, lab_segments, merge_runs, reorder, resplit, segments, table, track
+
+from pcapdecomp.read.capture import TcpSegment
+from pcapdecomp.read.exchanges import extract
+from pcapdecomp.read.flows import FlowTracker
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from craft import T0, stall
 
-from pcapdecomp.slowlog import WireStatements, parse_slow_log
+from pcapdecomp.slowlog.reader import WireStatements, parse_slow_log
 
 S = 10**9
 VICTIM_SQL = "SELECT 1"
@@ -114,7 +114,7 @@ def test_the_stall_sentence_needs_no_victim_when_statements_certainly_queued():
     import numpy as np
     import pandas as pd
 
-    from pcapdecomp.verdict import _stall_sentence
+    from pcapdecomp.explain.verdict import _stall_sentence
 
     x = pd.DataFrame({"queue_min_s": [0.0, 2.5, 0.0], "thread_group": pd.array([0, 1, 0], dtype="Int64"),
                       "conn_id": pd.array([8, 9, 10], dtype="Int64")})

@@ -8,8 +8,8 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pcapdecomp.decompose import _group_quantiles
-from pcapdecomp.digest import sorted_by_group
+from pcapdecomp.core.groups import sorted_by_group
+from pcapdecomp.explain.decompose import _group_quantiles
 
 VALUES = st.sampled_from([0.0, -0.0, 1.0, 2.5, 1e-3, 7.0, 1e9]) | st.floats(-1e6, 1e6, allow_nan=False)
 
@@ -51,12 +51,12 @@ def test_group_quantiles_are_pandas_groupby_quantiles(case):
 @settings(max_examples=300, deadline=None)
 @given(grouped(), st.lists(st.booleans(), max_size=60))
 def test_group_sum_weighs_nan_rows_zero_as_leaving_them_out(case, holes):
-    from pcapdecomp.digest import _group_sum
+    from pcapdecomp.core.groups import group_sum
 
     k, v, n = case
     v = v.copy()
     v[np.flatnonzero(np.array(holes[:len(v)] + [False] * (len(v) - len(holes[:len(v)])), dtype=bool))] = np.nan
-    sums, count = _group_sum(k, v, n)
+    sums, count = group_sum(k, v, n)
     ok = ~np.isnan(v)
     expected_count = np.bincount(k[ok], minlength=n)
     expected = np.where(expected_count > 0, np.bincount(k[ok], weights=v[ok], minlength=n), np.nan)

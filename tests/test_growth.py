@@ -15,12 +15,12 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-
 from craft import ACK, Capture, Conversation, packed_commands
-from pcapdecomp import fingerprint as fp
-from pcapdecomp.exchanges import extract
-from pcapdecomp.tcp import HalfStream, HeldBudget
 from lanes import extract_with
+
+from pcapdecomp.core import fingerprint as fp
+from pcapdecomp.read.exchanges import extract
+from pcapdecomp.read.tcp import HalfStream, HeldBudget
 
 PACKAGE = str(Path(fp.__file__).resolve().parent)
 

@@ -10,18 +10,20 @@ import re
 import struct
 import subprocess
 import sys
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
+
 from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from pcapdecomp.captureset import resolve_capture_set
 from pcapdecomp.guide import PCAP_RECORD_HEADER_BYTES, GuideOptions, capture_toml, disk, plan
+from pcapdecomp.read.captureset import resolve_capture_set
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "pcapdecomp.cli"]

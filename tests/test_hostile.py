@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from pcapdecomp.exchanges import extract
-from pcapdecomp.mysql.connection import CLIENT, SERVER
-
-from pcaptools import rewrite
 from craft import pkt
 from feeding import established, handshake
+from pcaptools import rewrite
+
+from pcapdecomp.mysql.connection import CLIENT, SERVER
+from pcapdecomp.read.exchanges import extract
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
@@ -223,10 +222,11 @@ def test_garbage_around_a_real_slow_log_is_counted_and_the_entries_still_join(tm
 # --- issue 16: numbers out of range, broken timestamps, caps that bite --------------------------------------------
 
 from craft import Capture, Conversation, write_lenenc_int  # noqa: E402
-from pcapdecomp.capture import TS_MAX  # noqa: E402
-from pcapdecomp.mysql.wire import INT64_MAX  # noqa: E402
-from pcaptools import ng_epb, ng_idb, ng_shb  # noqa: E402
 from lanes import assert_same  # noqa: E402
+from pcaptools import ng_epb, ng_idb, ng_shb  # noqa: E402
+
+from pcapdecomp.mysql.wire import INT64_MAX  # noqa: E402
+from pcapdecomp.read.capture import TS_MAX  # noqa: E402
 
 
 def _affected(path: Path) -> Path:
@@ -359,7 +359,7 @@ def test_the_lane_looks_ahead_across_its_read_chunks(tmp_path):
 
 
 def test_repaired_times_stay_in_range():
-    from pcapdecomp.capture import repaired_time
+    from pcapdecomp.read.capture import repaired_time
 
     second = 1_000_000_000
     t = 1_790_000_000 * second
@@ -383,7 +383,6 @@ def test_a_compressed_packet_claiming_too_much_is_not_inflated(tmp_path):
     """Issue 16: a 2.3 KB capture with one zstd-compressed packet ran past 400 s and 800 MB. A compressed packet
     that claims more than 1032× its size (deflate's limit) is a counted violation, not 16 MiB of commands."""
     import zstandard
-
     from craft import packed_commands
 
     path = packed_commands(tmp_path / "db.pcap", 3_000_000)  # 15 MB of commands in 1.3 KB

@@ -12,10 +12,12 @@ import re
 import shutil
 import subprocess
 import sys
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
+
 from pathlib import Path
 
 import dpkt
@@ -223,7 +225,7 @@ def test_bigpacket_recording_parses_a_17_mib_row(tmp_path):
     """A real 17 MiB result row: the server splits it into a 16 MiB − 1 packet and its continuation. The parser
     must count one row, read the whole response, and keep memory small (only a prefix of each payload is kept)."""
     _require_lab()
-    from pcapdecomp.exchanges import extract
+    from pcapdecomp.read.exchanges import extract
 
     out = lab_record.record("bigpacket", tmp_path / "bigpacket", install=False)
     for side in ("app", "db"):

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from pcapdecomp.exchanges import extract
 from streams import lab_segments, track
+
+from pcapdecomp.read.exchanges import extract
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"

@@ -104,16 +104,52 @@ def layers(graph: dict[str, set[str]]) -> dict[str, int]:
     return floor
 
 
+# The pipeline's floors, one package per stage: a module imports only from its own package and the floors below
+# (the top level, the commands and the spine, may import any).
+FLOORS = {"core": 0, "mysql": 0, "slowlog": 1, "read": 2, "pair": 3, "explain": 4, "render": 5, "run": 6}
+TOP = max(FLOORS.values()) + 1
+
+
+def floor_of(module: str) -> int:
+    """The floor of a module's package; a top-level module (cli, analysis, compare, …) is above every package."""
+    package = module.split(".")[0]
+    return FLOORS[package] if package in FLOORS else TOP
+
+
 def test_the_modules_are_found():
     graph = imports()
-    assert {"analysis", "capture", "captureset", "formats", "outputs", "mysql.connection", "summary",
-            "verdict"} <= set(graph)
-    assert "formats" in graph["report"] and "outputs" in graph["analysis"] and "verdict" in graph["summary"]
+    assert {"analysis", "read.capture", "read.captureset", "core.formats", "core.outputs", "mysql.connection",
+            "explain.summary", "explain.verdict"} <= set(graph)
+    assert "core.formats" in graph["render.report"] and "core.outputs" in graph["analysis"]
+    assert "explain.verdict" in graph["explain.summary"]
 
 
 def test_no_import_cycles():
     found = [c for c in cycles(imports()) if c not in KNOWN_CYCLES]
     assert not found, f"import cycles: {[' ↔ '.join(sorted(c)) for c in found]}"
+
+
+def test_every_module_lives_in_a_stage_package_or_is_a_command():
+    """The tree is the pipeline: beside the packages only the spine, the commands and the package's version."""
+    top = {m for m in imports() if "." not in m and m and m not in FLOORS}
+    assert top <= {"analysis", "cli", "compare", "guide", "lab"}, top
+    assert {m.split(".")[0] for m in imports() if "." in m} <= set(FLOORS), "a package without a floor"
+
+
+def test_each_package_imports_only_its_own_and_the_floors_below():
+    graph = imports()
+    wrong = []
+    for m, targets in graph.items():
+        if m.split(".")[0] not in FLOORS:
+            continue
+        here = m.split(".")[0]
+        for t in targets:
+            there = t.split(".")[0] if "." in t else t
+            if there == here or not t:
+                continue
+            if floor_of(t) >= floor_of(m):
+                wrong.append(f"{m} → {t}")
+    assert wrong == []
 
 
 def test_the_bottom_layers_import_nothing_above_them():
@@ -122,18 +158,17 @@ def test_the_bottom_layers_import_nothing_above_them():
     for m in graph:
         if m.startswith("mysql."):
             assert all(t.startswith("mysql.") for t in graph[m]), (m, graph[m])
-    assert graph["tcp"] == set()
-    # the shared output helpers: nothing of the stages
-    assert graph["formats"] == set()
-    assert graph["console"] <= {"schema"}
-    assert graph["outputs"] <= {"errors"}
-    assert graph["schema"] == set()
+        if m.startswith("core."):  # the ground floor: shared tools, nothing of the stages
+            assert all(t.startswith("core.") for t in graph[m]), (m, graph[m])
+    assert graph["read.tcp"] == set()
+    assert graph["core.formats"] == set()
+    assert graph["core.schema"] == set()
     # the stage modules never reach up into the outputs or the command line
-    outputs = {"report", "report_figures", "compare", "compare_page", "evidence", "verdict", "summary", "cli",
-               "analysis"}
-    for m in ("capture", "tcp", "flows", "exchanges", "sources", "captureset", "match", "clock", "decompose",
-              "slowlog", "slowjoin", "threadpool", "proxy", "repair", "parallel"):
-        assert not graph[m] & outputs, (m, graph[m] & outputs)
+    outputs = {m for m in graph if m.startswith("render.")} | {"explain.verdict", "explain.summary", "cli",
+                                                                 "analysis", "compare"}
+    for m in graph:
+        if m.split(".")[0] in ("read", "pair", "slowlog"):
+            assert not graph[m] & outputs, (m, graph[m] & outputs)
 
 
 def test_tests_share_helpers_not_each_other():

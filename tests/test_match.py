@@ -10,13 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pcaptools as pt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import pcaptools as pt
-from pcapdecomp.exchanges import extract
-from pcapdecomp.match import Pairing, match_exchanges, pair_segments, read_segments_of, split_endpoint
+from pcapdecomp.core.endpoints import split_endpoint
+from pcapdecomp.pair.match import Pairing, match_exchanges, pair_segments, read_segments_of
+from pcapdecomp.read.exchanges import extract
 
 SET = Path(__file__).resolve().parent.parent / "captures" / "group-stall"
 
@@ -173,7 +174,7 @@ def test_counting_part_of_the_pairs_answers_as_the_whole_count_and_is_not_done_t
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_inside_rows_is_the_merge_of_the_keys(data):
-    from pcapdecomp.match import _inside_rows
+    from pcapdecomp.pair.match import _inside_rows
 
     big = data.draw(st.booleans())  # values too far apart for one int64 key: the merge itself answers
 
@@ -227,7 +228,7 @@ def test_one_connection_and_no_exchange(sides):
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_bounded_join_is_the_pandas_one(data):
-    from pcapdecomp.match import FANOUT, _bounded_join, _bounded_join_frames
+    from pcapdecomp.pair.match import FANOUT, _bounded_join, _bounded_join_frames
 
     def side(conn: str):
         n = data.draw(st.integers(0, 40))
@@ -247,7 +248,7 @@ def test_bounded_join_is_the_pandas_one(data):
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_inside_once_is_the_join_with_occurrences_or_declines(data):
-    from pcapdecomp.match import _inside_once, _inside_rows, _occurrence
+    from pcapdecomp.pair.match import _inside_once, _inside_rows, _occurrence
 
     def side():
         n = data.draw(st.integers(0, 30))
@@ -270,7 +271,7 @@ def test_inside_once_is_the_join_with_occurrences_or_declines(data):
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_sorting_helpers_are_the_numpy_ones(data):
-    from pcapdecomp.match import _counted_pairs, _key_then_group_order, _numbered, _positions
+    from pcapdecomp.pair.match import _counted_pairs, _key_then_group_order, _numbered, _positions
 
     n = data.draw(st.integers(0, 40))
     key = np.array(data.draw(st.lists(st.integers(-3, 1 << 40), min_size=n, max_size=n)), dtype=np.int64)
@@ -343,7 +344,7 @@ def _reference_pairs(a, d):
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_segment_pairing_is_the_join_of_keys_seen_once(data):
-    from pcapdecomp.match import _unique_sorted
+    from pcapdecomp.pair.match import _unique_sorted
 
     def side(n):
         k1 = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))  # few values: ties and repeats
@@ -430,7 +431,7 @@ def test_matching_work_grows_linearly_with_connections_that_share_every_key(tmp_
 @given(st.lists(st.one_of(st.none(), st.sampled_from("abcde")), max_size=12),
        st.lists(st.one_of(st.none(), st.sampled_from("cdefg")), max_size=12), st.booleans())
 def test_codes_of_two_columns_are_equal_when_their_values_are(left, right, categorical):
-    from pcapdecomp.match import _codes
+    from pcapdecomp.pair.match import _codes
 
     a = pd.Series(left, dtype="category" if categorical else object)
     b = pd.Series(right, dtype="category" if categorical else object)
@@ -444,7 +445,7 @@ def test_codes_of_two_columns_are_equal_when_their_values_are(left, right, categ
 def test_a_connection_whose_rows_were_all_replaced_pairs_as_before(sides):
     # The loss repair leaves a repaired connection's rows after the kept ones (repair.repair_losses): its
     # connection key is numbered last, its rows sorted apart from the others'.
-    from pcapdecomp.match import connection_keys
+    from pcapdecomp.pair.match import connection_keys
 
     app, db = sides
     d = db.exchanges

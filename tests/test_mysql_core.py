@@ -10,8 +10,11 @@ import zlib
 
 import pytest
 import zstandard
+from craft import pkt, write_lenenc_int
+from feeding import Feeder, by_label, chunks_of, chunks_of_cached, established, handshake, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from streams import recorded
 
 from pcapdecomp.mysql import detect
 from pcapdecomp.mysql.connection import CLIENT, SERVER, MySQLConnection
@@ -24,11 +27,7 @@ from pcapdecomp.mysql.wire import (
     read_lenenc_bytes,
     read_lenenc_int,
 )
-from pcapdecomp.tcp import Chunk
-
-from craft import pkt, write_lenenc_int
-from feeding import Feeder, by_label, chunks_of, chunks_of_cached, established, handshake, run
-from streams import recorded
+from pcapdecomp.read.tcp import Chunk
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

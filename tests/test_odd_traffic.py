@@ -119,7 +119,7 @@ def conflicting_retransmission(path: Path, second: bytes) -> Path:
 
 
 def test_two_copies_of_a_request_that_differ_are_a_counted_conflict(tmp_path):
-    from pcapdecomp.exchanges import extract
+    from pcapdecomp.read.exchanges import extract
 
     x = extract(conflicting_retransmission(tmp_path / "db.pcap", b"SELECT 2"))
     query = x.exchanges[x.exchanges["command"] == "COM_QUERY"].iloc[0]

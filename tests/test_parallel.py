@@ -7,15 +7,15 @@ import shutil
 from pathlib import Path
 
 import pytest
+from corpus import CORPUS, captures
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pcapdecomp import parallel
-from pcapdecomp.errors import InputError
-from pcapdecomp.exchanges import extract, merge_parts
+from pcapdecomp.core import workers
+from pcapdecomp.core.errors import InputError
 from pcapdecomp.mysql import walk
-
-from corpus import CORPUS, captures
+from pcapdecomp.read import extract as extraction
+from pcapdecomp.read.exchanges import extract, merge_parts
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = sorted(p for p in (REPO / "captures").glob("*/*.pcap*"))
@@ -66,12 +66,12 @@ def test_a_part_that_parses_nothing_still_counts_its_connections():
 def test_extract_all_in_worker_processes_equals_one_process(monkeypatch, lane):
     """With the native lane each capture is one task; without it (Python alone) captures are also split into
     parts by connection. Both give what one process gives."""
-    monkeypatch.setattr(parallel, "SMALL_CAPTURE_BYTES", 0)  # the bundled captures are small: force the pool
+    monkeypatch.setattr(extraction, "SMALL_CAPTURE_BYTES", 0)  # the bundled captures are small: force the pool
     if not lane:
         monkeypatch.setenv("PCAPDECOMP_NO_LANE", "1")
     paths = [REPO / "captures" / "oltp-hogs" / "app.pcap", REPO / "captures" / "oltp-hogs" / "db.pcap"]
     seen: list[tuple[int, int, int]] = []
-    forked = parallel.extract_all(paths, None, 1 << 20, jobs=3, progress=lambda d, t, f: seen.append((d, t, f)))
+    forked = extraction.extract_all(paths, None, 1 << 20, jobs=3, progress=lambda d, t, f: seen.append((d, t, f)))
     for path, x in zip(paths, forked):
         same(extract(path), x)
     total = sum(p.stat().st_size for p in paths)
@@ -83,12 +83,12 @@ def test_extract_all_in_worker_processes_equals_one_process(monkeypatch, lane):
 def test_a_worker_error_reaches_the_caller_as_itself(tmp_path, monkeypatch, bad_first):
     """The first capture is read by this process itself (a task per process), the second by a worker: an error in
     either reaches the caller as itself."""
-    monkeypatch.setattr(parallel, "SMALL_CAPTURE_BYTES", 0)
+    monkeypatch.setattr(extraction, "SMALL_CAPTURE_BYTES", 0)
     bad = tmp_path / "not-a-capture.pcap"
     bad.write_bytes(b"this is not a capture file at all" * 10)
     good = REPO / "captures" / "features" / "db.pcap"
     with pytest.raises(InputError, match="not-a-capture.pcap"):
-        parallel.extract_all([bad, good] if bad_first else [good, bad], None, 1 << 20, jobs=2)
+        extraction.extract_all([bad, good] if bad_first else [good, bad], None, 1 << 20, jobs=2)
 
 
 @pytest.mark.parametrize(
@@ -103,16 +103,16 @@ def test_a_worker_error_reaches_the_caller_as_itself(tmp_path, monkeypatch, bad_
     ],
 )
 def test_plan_shares_workers_by_size(sizes, jobs, parts):
-    assert parallel.plan(sizes, jobs) == parts
+    assert extraction.plan(sizes, jobs) == parts
 
 
 def test_plan_keeps_captures_the_native_lane_reads_whole():
-    assert parallel.plan([300 << 20, 100 << 20], 4, [False, True]) == [1, 1]
-    assert parallel.plan([300 << 20, 100 << 20], 4, [True, False]) == [3, 1]
+    assert extraction.plan([300 << 20, 100 << 20], 4, [False, True]) == [1, 1]
+    assert extraction.plan([300 << 20, 100 << 20], 4, [True, False]) == [3, 1]
 
 
 def test_run_all_keeps_the_order_of_calls():
-    assert parallel.run_all(pow, [(2, k) for k in range(6)], jobs=2) == [2**k for k in range(6)]
+    assert workers.run_all(pow, [(2, k) for k in range(6)], jobs=2) == [2**k for k in range(6)]
 
 
 # --- the native row walker and its Python twin --------------------------------------------------------------
@@ -156,16 +156,16 @@ def test_native_walker_is_built_where_a_compiler_is():
 
 def test_forked_call_sees_this_process_memory_and_returns_its_result():
     table = list(range(100_000))  # not pickled on the way in: the child sees it as it is
-    with parallel.Forked(sum, table) as child:
+    with workers.Forked(sum, table) as child:
         assert child.result() == sum(table)
 
 
 def test_forked_call_error_reaches_the_caller_as_itself(tmp_path):
-    from pcapdecomp.exchanges import extract
+    from pcapdecomp.read.exchanges import extract
 
     bad = tmp_path / "not-a-capture.pcap"
     bad.write_bytes(b"this is not a capture file at all" * 10)
-    with parallel.Forked(extract, bad) as child, pytest.raises(InputError, match="not-a-capture.pcap"):
+    with workers.Forked(extract, bad) as child, pytest.raises(InputError, match="not-a-capture.pcap"):
         child.result()
 
 
@@ -173,7 +173,7 @@ def test_leaving_a_forked_call_early_ends_the_child():
     import time
 
     with pytest.raises(ZeroDivisionError):
-        with parallel.Forked(time.sleep, 60) as child:
+        with workers.Forked(time.sleep, 60) as child:
             1 / 0
     assert not child._process.is_alive() and child._process.exitcode is not None
 
@@ -187,10 +187,10 @@ def test_ahead_ends_its_workers_when_told_not_at_the_end_of_its_context():
     import multiprocessing as mp
 
     before = set(mp.active_children())
-    with parallel.Ahead(2) as ahead:
+    with workers.Ahead(2) as ahead:
         futures = ahead.start_all(sum, [(range(1000),), (range(10),)])
         assert [f.result() for f in futures] == [sum(range(1000)), sum(range(10))]
         assert set(mp.active_children()) - before  # the worker is there until told
         ahead.end()
         assert not set(mp.active_children()) - before
-    assert parallel.Ahead(1).start_all(sum, [(range(3),)]) is None  # one job: nothing ahead, nothing to end
+    assert workers.Ahead(1).start_all(sum, [(range(3),)]) is None  # one job: nothing ahead, nothing to end

@@ -1,5 +1,5 @@
-"""Results of forked children (the pools, parallel.Worker, parallel.Forked) cross to the parent by the handover: a big
-one as a file in shared memory that the parent maps (parallel._pack / _unpack). What arrives equals what the pipe
+"""Results of forked children (the pools, workers.Worker, workers.Forked) cross to the parent by the handover: a big
+one as a file in shared memory that the parent maps (workers._pack / _unpack). What arrives equals what the pipe
 gives, the file is gone afterwards whatever happened, and without a writable directory the pipe carries it."""
 
 from __future__ import annotations
@@ -8,20 +8,20 @@ import mmap
 import os
 import pickle
 import resource
+import shutil
 import signal
+import sys
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-
-import shutil
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from pcapdecomp import parallel
 from pcapdecomp.analysis import analyze
-from pcapdecomp.exchanges import extract
+from pcapdecomp.core import workers
+from pcapdecomp.read import extract as extraction
+from pcapdecomp.read.exchanges import extract
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURE = REPO / "captures" / "oltp-hogs" / "db.pcap"
@@ -36,9 +36,9 @@ def handover_dir(tmp_path, monkeypatch):
     tables cross by a file (the children are forked after this, so they see it too)."""
     shm = tmp_path / "shm"
     shm.mkdir()
-    monkeypatch.setattr(parallel, "HANDOVER_DIR", str(shm))
-    monkeypatch.setattr(parallel, "HANDOVER_MIN_BYTES", 0)
-    monkeypatch.setattr(parallel, "_ARRAY_FILE_MIN_BYTES", 1)
+    monkeypatch.setattr(workers, "HANDOVER_DIR", str(shm))
+    monkeypatch.setattr(workers, "HANDOVER_MIN_BYTES", 0)
+    monkeypatch.setattr(workers, "_ARRAY_FILE_MIN_BYTES", 1)
     return shm
 
 
@@ -84,7 +84,7 @@ def same_extraction(a, b) -> None:
 
 def test_a_table_crosses_by_the_file_equal_to_the_pipe(handover_dir):
     expected = table(20_000)
-    big, small = parallel.run_all(table, [(20_000,), (3,)], 2)
+    big, small = workers.run_all(table, [(20_000,), (3,)], 2)
     pd.testing.assert_frame_equal(big, expected)
     pd.testing.assert_frame_equal(big, pickle.loads(pickle.dumps(expected)))  # what the pipe gives
     pd.testing.assert_frame_equal(small, table(3))
@@ -94,7 +94,7 @@ def test_a_table_crosses_by_the_file_equal_to_the_pipe(handover_dir):
 
 def test_a_mapped_table_takes_writes_in_place(handover_dir):
     """pandas writes into its arrays (loc, +=, fillna(inplace)): a copy-on-write map takes them, privately."""
-    with parallel.Forked(table, 20_000) as child:
+    with workers.Forked(table, 20_000) as child:
         got = child.result()
     assert any(mapped(a) for a in column_arrays(got))
     got.loc[5, "rows"] = -1
@@ -114,7 +114,7 @@ def test_a_mapped_table_takes_writes_in_place(handover_dir):
 
 def test_an_extraction_from_a_worker_equals_one_made_here(handover_dir):
     here = extract(CAPTURE)
-    with parallel.Worker() as worker:
+    with workers.Worker() as worker:
         there = worker.submit(extract, CAPTURE).result()
         there.exchanges  # noqa: B018 - made here, from the Arrow tables that came over
     same_extraction(there, here)
@@ -123,8 +123,8 @@ def test_an_extraction_from_a_worker_equals_one_made_here(handover_dir):
 
 def test_extract_all_with_two_jobs_equals_one_job(handover_dir):
     paths = [CAPTURE, REPO / "captures" / "oltp-hogs" / "app.pcap"]
-    one = parallel.extract_all(paths, None, 1 << 20, 1)
-    two = parallel.extract_all(paths, None, 1 << 20, 2)
+    one = extraction.extract_all(paths, None, 1 << 20, 1)
+    two = extraction.extract_all(paths, None, 1 << 20, 2)
     for a, b in zip(one, two):
         same_extraction(a, b)
     assert any(mapped(a) for a in column_arrays(two[1].exchanges))  # read by the worker (_work), the first here
@@ -136,10 +136,10 @@ def test_without_a_writable_directory_the_pipe_carries_it(tmp_path, monkeypatch,
     not_a_directory = tmp_path / where
     if where == "a file":
         not_a_directory.write_text("")
-    monkeypatch.setattr(parallel, "HANDOVER_DIR", str(not_a_directory))
-    monkeypatch.setattr(parallel, "HANDOVER_MIN_BYTES", 0)
-    got = parallel.run_all(table, [(20_000,), (5,)], 2)[0]
-    with parallel.Forked(table, 20_000) as child:
+    monkeypatch.setattr(workers, "HANDOVER_DIR", str(not_a_directory))
+    monkeypatch.setattr(workers, "HANDOVER_MIN_BYTES", 0)
+    got = workers.run_all(table, [(20_000,), (5,)], 2)[0]
+    with workers.Forked(table, 20_000) as child:
         forked = child.result()
     for df in (got, forked):
         pd.testing.assert_frame_equal(df, table(20_000))
@@ -147,9 +147,9 @@ def test_without_a_writable_directory_the_pipe_carries_it(tmp_path, monkeypatch,
 
 
 def test_switched_off_the_pipe_carries_it(monkeypatch):
-    monkeypatch.setattr(parallel, "HANDOVER_DIR", "")
-    monkeypatch.setattr(parallel, "HANDOVER_MIN_BYTES", 0)
-    got = parallel.run_all(table, [(20_000,), (5,)], 2)[0]
+    monkeypatch.setattr(workers, "HANDOVER_DIR", "")
+    monkeypatch.setattr(workers, "HANDOVER_MIN_BYTES", 0)
+    got = workers.run_all(table, [(20_000,), (5,)], 2)[0]
     pd.testing.assert_frame_equal(got, table(20_000))
     assert not any(mapped(a) for a in column_arrays(got))
 
@@ -164,30 +164,30 @@ def table_or_fail(rows: int):
 
 def test_no_file_is_left_after_a_workers_exception(handover_dir):
     with pytest.raises(ValueError, match="no 7 rows"):
-        parallel.run_all(table_or_fail, [(20_000,), (7,), (30_000,)], 2)
+        workers.run_all(table_or_fail, [(20_000,), (7,), (30_000,)], 2)
     assert list(handover_dir.iterdir()) == []
     with pytest.raises(ValueError, match="no 9 rows"):
-        with parallel.Forked(fail, 9) as child:
+        with workers.Forked(fail, 9) as child:
             child.result()
     assert list(handover_dir.iterdir()) == []
 
 
 def written_then_killed(prefix: str):
     """A child killed after it wrote its file and before it sent its name: the file is the parent's to remove."""
-    name = parallel._pack(table(20_000), prefix).path
+    name = workers._pack(table(20_000), prefix).path
     assert os.path.exists(name)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
 def test_no_file_is_left_after_a_worker_is_killed(handover_dir):
     with pytest.raises(BrokenProcessPool):
-        with parallel._workers(1) as pool:
+        with workers.worker_pool(1) as pool:
             pool.submit(written_then_killed, pool._prefix).result()
     assert list(handover_dir.iterdir()) == []
     # the prefixes number the pools and Forked children of this process: the next Forked takes the one after this
-    pid, number = parallel._handover_prefix().split("-")[1:3]
+    pid, number = workers._handover_prefix().split("-")[1:3]
     with pytest.raises(RuntimeError, match="ended without its result"):
-        with parallel.Forked(written_then_killed, f"pcapdecomp-{pid}-{int(number) + 1}-") as child:
+        with workers.Forked(written_then_killed, f"pcapdecomp-{pid}-{int(number) + 1}-") as child:
             child.result()
     assert list(handover_dir.iterdir()) == []
 
@@ -195,7 +195,7 @@ def test_no_file_is_left_after_a_worker_is_killed(handover_dir):
 def test_analyze_of_a_pair_lossy_at_both_points_on_mapped_tables_writes_what_jobs_one_writes(handover_dir, tmp_path,
                                                                                             monkeypatch):
     """Every array of every worker's result (the extraction's, the clock's, the repair's re-read in
-    parallel.Worker, the query profile) comes through a file, and the stages after them run on the maps."""
+    workers.Worker, the query profile) comes through a file, and the stages after them run on the maps."""
     lossy = REPO / "captures" / "oltp-prepared"
     pair = tmp_path / "pair"
     pair.mkdir()
@@ -205,12 +205,12 @@ def test_analyze_of_a_pair_lossy_at_both_points_on_mapped_tables_writes_what_job
     lose_frames(lossy / "db.pcap", pair / "db.pcap", 0.03, 1021)
     monkeypatch.chdir(tmp_path)  # summary.json names the working folder: the same for both runs
     handed: list[int] = []
-    pack = parallel._pack
-    monkeypatch.setattr(parallel, "_unpack", lambda value, unpack=parallel._unpack: (
-        handed.append(isinstance(value, parallel._Handover)), unpack(value))[1])
+    pack = workers._pack
+    monkeypatch.setattr(workers, "_unpack", lambda value, unpack=workers._unpack: (
+        handed.append(isinstance(value, workers._Handover)), unpack(value))[1])
     runs = {jobs: analyze(pair, [], None, None, None, None, [], tmp_path / f"jobs{jobs}", quiet=True, jobs=jobs,
                           command_line="pcapdecomp analyze (test)") for jobs in (1, 2)}
-    assert parallel._pack is pack
+    assert workers._pack is pack
     assert runs[1].summary["repair"]["bytes_borrowed"] > 0
     assert sum(handed) >= 3  # the extraction's worker, the repair's Worker, the query profile
     for name in ("exchanges.parquet", "groups.parquet", "pool.parquet", "summary.json", "report.html"):
@@ -228,7 +228,7 @@ def little_room() -> None:
 
 def packed_with_little_room(directory: str):
     little_room()
-    packed = parallel._pack(table(20_000), "pcapdecomp-little-room-")
+    packed = workers._pack(table(20_000), "pcapdecomp-little-room-")
     return isinstance(packed, pd.DataFrame), sorted(os.listdir(directory))
 
 
@@ -238,10 +238,10 @@ def table_with_little_room(rows: int) -> pd.DataFrame:
 
 
 def test_a_write_that_fails_midway_leaves_no_file_and_the_pipe_carries_it(handover_dir):
-    with parallel.Forked(packed_with_little_room, str(handover_dir)) as child:
+    with workers.Forked(packed_with_little_room, str(handover_dir)) as child:
         as_is, files_then = child.result()
     assert as_is and files_then == []  # the partial file was removed at once, not when the Forked context ended
-    with parallel.Forked(table_with_little_room, 20_000) as child:
+    with workers.Forked(table_with_little_room, 20_000) as child:
         got = child.result()
     pd.testing.assert_frame_equal(got, table(20_000))
     assert not any(mapped(a) for a in column_arrays(got))

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from corpus import CORPUS, captures
-from pcapdecomp import sources
-from pcapdecomp.capture import open_capture
-from pcapdecomp.exchanges import extract
+
+from pcapdecomp.read import sources
+from pcapdecomp.read.capture import open_capture
+from pcapdecomp.read.exchanges import extract
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = sorted((REPO / "captures").glob("*/*.pcap")) + sorted((REPO / "tests" / "data" / "field").glob("*.pcap"))

@@ -1,4 +1,4 @@
-"""Pairing through a proxy (pcapdecomp/proxy.py) on real recordings: HAProxy in TCP mode (captures/proxy-l4) and
+"""Pairing through a proxy (pcapdecomp/pair/proxy.py) on real recordings: HAProxy in TCP mode (captures/proxy-l4) and
 Gaea with a pool of 2 server connections for 8 clients (captures/proxy-pool), each captured at the app, on the
 proxy host (both sides) and at the DB, checked against the lab's ground truth (truth.jsonl) and against the
 captures themselves; every pair of the three capture points; degenerate inputs."""
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from pcapdecomp.analysis import analyze
-from pcapdecomp.proxy import canonical, split_params, with_params
-from pcapdecomp.schema import PROXY_COLUMNS
+from pcapdecomp.core.schema import PROXY_COLUMNS
+from pcapdecomp.mysql.params import split_params
+from pcapdecomp.pair.proxy import canonical, with_params
 
 ROOT = Path(__file__).resolve().parents[1]
 L4 = ROOT / "captures" / "proxy-l4"

@@ -1,4 +1,4 @@
-"""The L7 matcher's cost (pcapdecomp/proxy.py match_l7) grows linearly with the capture: the bundled proxy-pool
+"""The L7 matcher's cost (pcapdecomp/pair/proxy.py match_l7) grows linearly with the capture: the bundled proxy-pool
 recording (Gaea, a pool of 2 for 8 clients) made 4× longer, and 4× busier (its copies overlapping in time, so that
 the identical `SELECT 1` of many clients fit many server requests at once), counted in elementary steps
 (L7Pairs.work: rows, candidate pairs, rounds of forced pairs), not in wall time."""
@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pcapdecomp.parallel import read_exchanges
-from pcapdecomp.proxy import MAX_CANDIDATES, Side, _subset, match_l7, split_sides
+from pcapdecomp.pair.proxy import MAX_CANDIDATES, Side, _subset, match_l7, split_sides
+from pcapdecomp.read.extract import read_exchanges
 
 POOL = Path(__file__).resolve().parents[1] / "captures" / "proxy-pool"
 TAG = re.compile(r"^(SELECT |select )(\d+)( (?:AS|as) `?tag)")

@@ -1,4 +1,4 @@
-"""Analysis folders read back (evidence, compare) are checked against schema.py: a column or a summary key of the
+"""Analysis folders read back (evidence, compare) are checked against core/schema.py: a column or a summary key of the
 wrong type is one line naming it (exit 2), and a table claiming many rows in a small file is refused before any
 allocation. Crafted from a real analysis of the bundled group-stall set."""
 
@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pcapdecomp.readback import MIN_FILE_BYTES_PER_ROW
+from pcapdecomp.core.readback import MIN_FILE_BYTES_PER_ROW
 
 REPO = Path(__file__).resolve().parent.parent
 GROUP_STALL = REPO / "captures" / "group-stall"

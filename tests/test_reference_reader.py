@@ -2,7 +2,7 @@
 gives the same TCP segments per connection direction (frame numbers, integer-ns times, sequence numbers, flags and
 payload bytes).
 
-The package reads captures with its own code (capture.py says why: dpkt's timestamps are floats or Decimals and
+The package reads captures with its own code (read/capture.py says why: dpkt's timestamps are floats or Decimals and
 its pcapng reader applies the first interface's settings to every packet); dpkt stays as the second opinion. Its
 nanosecond pcap timestamps are Decimals, so they convert to integer ns exactly.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import dpkt
 import pytest
 
-from pcapdecomp.capture import open_capture
+from pcapdecomp.read.capture import open_capture
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = sorted(REPO.glob("captures/*/*.pcap"))

@@ -1,4 +1,4 @@
-"""Capture loss repaired from the other point (pcapdecomp/repair.py), on the real oltp-prepared recording (pymysql
+"""Capture loss repaired from the other point (pcapdecomp/pair/repair.py), on the real oltp-prepared recording (pymysql
 text queries and mysql-connector prepared cursors, thread pool of 2, CPU hogs) with frames dropped from copies by
 scripts/lose_frames.py. Every statement is checked against the client's own record (truth.jsonl) and against the
 analysis of the same recording without loss (scripts/loss_acceptance.py: full, bounded, lost, unmarked, wrong)."""
@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pcaptools as pt
 import pytest
 
-import pcaptools as pt
-from pcapdecomp import repair
 from pcapdecomp.analysis import analyze
+from pcapdecomp.pair import repair
 
 REPO = Path(__file__).resolve().parents[1]
 SET = REPO / "captures" / "oltp-prepared"
@@ -140,7 +140,8 @@ def test_bounds_left_null_by_build_table_are_what_apply_bounds_alone_nulls(tmp_p
 
     import pandas as pd
 
-    from pcapdecomp import analysis, decompose
+    from pcapdecomp import analysis
+    from pcapdecomp.explain import decompose
 
     tables = {}
     build, bound = decompose.build_table, repair.apply_bounds
@@ -294,7 +295,7 @@ def test_repair_with_workers_gives_the_same_table(tmp_path):
 
 def _counting_pairings(monkeypatch) -> dict[str, int]:
     """How many times analyze pairs connections, pairs exchanges inside them, and completes a Matching."""
-    from pcapdecomp.match import Pairing
+    from pcapdecomp.pair.match import Pairing
 
     made = {"connections": 0, "exchanges": 0, "matchings": 0}
     init, inside, complete = Pairing.__init__, Pairing._pairs_inside, Pairing.complete
@@ -509,9 +510,10 @@ def test_clock_margins_are_the_clock_s_answers_time_by_time(reference):
 
     import pandas as pd
 
-    from pcapdecomp.clock import ClockModel, estimate_clock
-    from pcapdecomp.match import pair_segments, read_segments_of, split_endpoint
-    from pcapdecomp.exchanges import extract
+    from pcapdecomp.core.endpoints import split_endpoint
+    from pcapdecomp.pair.clock import ClockModel, estimate_clock
+    from pcapdecomp.pair.match import pair_segments, read_segments_of
+    from pcapdecomp.read.exchanges import extract
 
     flows = set()
     for conns in (extract(SET / "app.pcap").connections,):
@@ -554,8 +556,8 @@ def test_clock_margins_are_the_clock_s_answers_time_by_time(reference):
 def test_one_scan_of_a_capture_that_gives_and_takes_serves_both_passes(tmp_path):
     """Both points lossy: each capture's one scan (_scan_giving) gives borrow the pieces its own scan gives, and
     reread the same extraction as its own scan (repair_losses uses it with several processes)."""
-    from pcapdecomp.exchanges import extract
-    from pcapdecomp.match import Pairing
+    from pcapdecomp.pair.match import Pairing
+    from pcapdecomp.read.exchanges import extract
 
     app, db = _lossy(tmp_path, 0.04, 32, "both")
     app_x, db_x = extract(app), extract(db)
@@ -614,7 +616,7 @@ def _same_extraction(a, b, capture: str, frames: bool = True) -> None:
 def test_an_excerpt_plan_is_extracted_as_the_file_excerpt_copy_writes(tmp_path, form):
     """extract(excerpt=ExcerptPlan) reads the capture's chosen segments, pieces put in, as the extraction of
     excerpt_copy's file of them reads that file: the same rows (frames numbered alike), holes and frame counts."""
-    from pcapdecomp.exchanges import extract
+    from pcapdecomp.read.exchanges import extract
 
     source = SET / "db.pcap"
     if form.startswith("pcapng"):

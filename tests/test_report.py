@@ -13,14 +13,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from browser import flat_text, page_text, probe, rendered, screenshot, script_errors, section
+
 from pcapdecomp.analysis import analyze
-from pcapdecomp.digest import queue_parts
-from pcapdecomp.formats import seconds
-from pcapdecomp.report import PROFILE_ROWS, render
-from pcapdecomp.report_figures import (TIME_BUCKETS, TIMELINE_LANES, TIMELINE_STATEMENTS, connection_times,
-                                       exchange_times, figure_specs, time_axis)
+from pcapdecomp.core.formats import seconds
+from pcapdecomp.explain.digest import queue_parts
+from pcapdecomp.render.figures import (
+    TIME_BUCKETS,
+    TIMELINE_LANES,
+    TIMELINE_STATEMENTS,
+    connection_times,
+    exchange_times,
+    figure_specs,
+    time_axis,
+)
+from pcapdecomp.render.report import PROFILE_ROWS, render
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
@@ -210,7 +217,7 @@ def test_verdict_connections_and_method_say_the_measured_numbers(group_stall, gr
 
 def test_connection_set_up_latencies_match_tshark(group_stall, tmp_path):
     """SYN → greeting and greeting → OK per connection, against tshark's frame times of the same packets."""
-    from pcapdecomp.parallel import read_exchanges
+    from pcapdecomp.read.extract import read_exchanges
 
     db = CAPTURES / "group-stall" / "db.pcap"
     conns = read_exchanges(db, [], True).connections
@@ -235,7 +242,7 @@ def test_connection_set_up_latencies_match_tshark(group_stall, tmp_path):
 def test_display_filter_selects_the_exchange_in_tshark(group_stall):
     """The filter printed for a hidden-slow exchange selects its frames, and tshark sees the same request."""
     row = group_stall.exchanges[group_stall.exchanges["hidden_slow"].fillna(False)].iloc[0]
-    from pcapdecomp.evidence import display_filter
+    from pcapdecomp.render.evidence import display_filter
 
     flt = display_filter(row["db_client"], row["server"], row["db_req_first_frame"], row["db_resp_last_frame"])
     proc = subprocess.run(["tshark", "-r", str(CAPTURES / "group-stall" / "db.pcap"), "-Y", f"({flt}) && mysql.query",
@@ -397,8 +404,8 @@ def test_db_only_report_renders_in_chromium(tmp_path):
 def test_connection_chart_counts_tls_and_survives_one_login_equal_times_or_none(tmp_path):
     """features holds a TLS connection (counted, stacked on plain in the chart); the chart also stands with one
     login, with every login at the same instant (the old chart divided by a zero span there) and with none."""
-    from pcapdecomp.parallel import read_exchanges
-    from pcapdecomp.report_figures import _connection_rate
+    from pcapdecomp.read.extract import read_exchanges
+    from pcapdecomp.render.figures import _connection_rate
 
     db = read_exchanges(CAPTURES / "features" / "db.pcap", [], True)
     conns = db.connections

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from labsets import _record, require_lab
+
 from pcapdecomp import cli
 from pcapdecomp.analysis import analyze
-from pcapdecomp.waitprofile import profile
+from pcapdecomp.explain.waitprofile import profile
 
 
 def _truth(folder: Path) -> list[dict]:

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from browser import flat_text, page_text, probe, rendered, script_errors, section
+
 from pcapdecomp.analysis import analyze
-from pcapdecomp.report_figures import TIME_BUCKETS
+from pcapdecomp.render.figures import TIME_BUCKETS
 
 sys.path.insert(0, str(Path(__file__).parent))
 from pcaptools import records, rewrite  # noqa: E402
@@ -143,7 +143,7 @@ def test_script_blocks_hold_no_raw_markup_or_line_separators(hostile):
 
 
 def test_script_json_escapes_everything_that_could_end_or_bend_a_script():
-    from pcapdecomp.report import _script_json
+    from pcapdecomp.render.report import _script_json
 
     nasty = {"a": "</script><!--<script>]]>&amp;\u2028\u2029\x00é💥", "</b>": ["<", ">", "&"]}
     text = _script_json(nasty)
@@ -155,7 +155,7 @@ def test_wild_timestamps_are_counted_and_said_not_plotted(tmp_path):
     """One frame stamped 1970 (time 0) in the DB capture made the figures allocate per-bucket arrays over 56 years
     (4.4 GB, a 675 MB report). The capture reader now repairs short runs of such frames (capture.WILD_RUN); a
     longer run reaches the analysis. The charts show the capture's real span and say what was left out."""
-    from pcapdecomp.capture import WILD_RUN
+    from pcapdecomp.read.capture import WILD_RUN
 
     folder = tmp_path / "wild"
     folder.mkdir()
@@ -186,8 +186,8 @@ def test_wild_timestamps_are_counted_and_said_not_plotted(tmp_path):
 def test_binary_bytes_in_text_are_shown_as_escapes_and_keep_the_page_utf8():
     """A statement's control characters and undecodable bytes (surrogate-escaped) become visible \\xNN escapes in
     HTML and in plotly labels, and never make the page invalid UTF-8."""
-    from pcapdecomp.report import esc
-    from pcapdecomp.report_figures import plain
+    from pcapdecomp.render.figures import plain
+    from pcapdecomp.render.report import esc
 
     raw = b"SELECT '\x00\x07\xff<'".decode("utf-8", "surrogateescape")
     assert esc(raw) == "SELECT &#x27;\\x00\\x07\\xff&lt;&#x27;"

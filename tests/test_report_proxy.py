@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from browser import page_text, probe, rendered, script_errors, section
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from browser import page_text, probe, rendered, script_errors, section
 from pcapdecomp.analysis import analyze
-from pcapdecomp.decompose import STALL_MIN_QUEUE_S, network_parts
-from pcapdecomp.proxy import PAIRED_KINDS
-from pcapdecomp.report_figures import TimeAxis, _most_at_once
+from pcapdecomp.explain.decompose import STALL_MIN_QUEUE_S, network_parts
+from pcapdecomp.pair.proxy import PAIRED_KINDS
+from pcapdecomp.render.figures import TimeAxis, _most_at_once
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
@@ -248,7 +248,7 @@ def test_evidence_through_a_proxy_holds_both_ends_and_reproduces(tmp_path_factor
     import subprocess
     import sys
 
-    from pcapdecomp.evidence import export
+    from pcapdecomp.render.evidence import export
 
     res = pool if name == "proxy-pool" else l4
     out = tmp_path_factory.mktemp("evidence") / name

@@ -20,15 +20,14 @@ except ModuleNotFoundError:  # Python 3.10
 import numpy as np
 import pandas as pd
 import pytest
+from ptoracle import PT_QUERY_DIGEST
 
 from pcapdecomp import cli
 from pcapdecomp.analysis import analyze
-from pcapdecomp.playbook import lines, read_server_vars, settings_beside
-from pcapdecomp.render_text import WIDTH
-from pcapdecomp.rerender import load
-from pcapdecomp.waitprofile import histogram, nearest_rank, profile
-
-from ptoracle import PT_QUERY_DIGEST
+from pcapdecomp.explain.playbook import lines, read_server_vars, settings_beside
+from pcapdecomp.explain.waitprofile import histogram, nearest_rank, profile
+from pcapdecomp.render.rerender import load
+from pcapdecomp.render.text import WIDTH
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
@@ -132,7 +131,7 @@ def test_the_stall_limit_line_cites_the_setting_and_stays_between_execution_and_
     limit = settings(SETS[0])["thread_pool_stall_limit"]
     rows = [r for r in truth(SETS[0]) if r["role"] == "query"]
     x, summary = load(analyses[SETS[0]])
-    from pcapdecomp.playbook import settings_beside
+    from pcapdecomp.explain.playbook import settings_beside
 
     book = {line["finding"]: line for line in lines(summary, x, settings_beside(summary))}
     line = book["stall_limit"]
@@ -147,7 +146,7 @@ def test_no_lowering_when_the_limit_is_already_low(analyses):
     """stall-fix-3 runs thread_pool_stall_limit = 10: nothing to lower."""
     assert settings(SETS[1])["thread_pool_stall_limit"] == 10
     x, summary = load(analyses[SETS[1]])
-    from pcapdecomp.playbook import settings_beside
+    from pcapdecomp.explain.playbook import settings_beside
 
     assert all(line["finding"] != "stall_limit" or "Lower" not in line["text"]
                for line in lines(summary, x, settings_beside(summary)))

@@ -21,8 +21,8 @@ import pandas as pd
 import pytest
 
 from pcapdecomp.analysis import analyze
-from pcapdecomp.errors import InternalError, OutputError
-from pcapdecomp.outputs import INCOMPLETE_NAME, MANIFEST_NAME, STAGING_PREFIX, neutralise_formulas, write_table
+from pcapdecomp.core.errors import InternalError, OutputError
+from pcapdecomp.core.outputs import INCOMPLETE_NAME, MANIFEST_NAME, STAGING_PREFIX, neutralise_formulas, write_table
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
@@ -85,9 +85,9 @@ def test_a_bug_is_one_line_exit_70_and_the_traceback_in_the_output_folder(tmp_pa
 
 
 def test_a_bug_outside_any_output_folder_goes_to_a_temporary_file(tmp_path):
-    code = ("import sys, pcapdecomp.exchanges as e\n"
+    code = ("import sys, pcapdecomp.read.exchanges as e\n"
             "def broken(*a, **k): raise KeyError('injected')\n"
-            "import pcapdecomp.parallel as p; p.extract = broken\n"
+            "import pcapdecomp.read.extract as p; p.extract = broken\n"
             "from pcapdecomp.cli import main\nsys.argv = ['pcapdecomp', *sys.argv[1:]]\nmain()\n")
     proc = subprocess.run([sys.executable, "-c", code, "exchanges", str(GROUP_STALL / "db.pcap"), "-q"],
                           capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, "TMPDIR": str(tmp_path)})
@@ -287,10 +287,10 @@ def _file(tmp: Path) -> Path:
 
 def main_in_process(args: list[str], monkeypatch, capsys) -> tuple[int, str]:
     """cli.main as `pcapdecomp ARGS` runs it, in this process: (exit code, stderr)."""
-    import pcapdecomp.tables
+    import pcapdecomp.core.tables
     from pcapdecomp.cli import main
 
-    monkeypatch.setattr(pcapdecomp.tables, "use_returning_allocator", lambda: None)  # leave pytest's allocator
+    monkeypatch.setattr(pcapdecomp.core.tables, "use_returning_allocator", lambda: None)  # leave pytest's allocator
     monkeypatch.setattr(sys, "argv", ["pcapdecomp", *args])
     with pytest.raises(SystemExit) as exit:
         main()

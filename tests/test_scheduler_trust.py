@@ -18,8 +18,8 @@ pytest.importorskip("cryptography")
 from distributed import Client, LocalCluster  # noqa: E402
 from distributed.security import Security  # noqa: E402
 
-from pcapdecomp.captureset import resolve_capture_set  # noqa: E402
-from pcapdecomp.cluster import DaskRunner  # noqa: E402
+from pcapdecomp.read.captureset import resolve_capture_set  # noqa: E402
+from pcapdecomp.run.cluster import DaskRunner  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 GROUP_STALL = REPO / "captures" / "group-stall"

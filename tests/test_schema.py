@@ -1,4 +1,4 @@
-"""Every table the tool writes, and summary.json, is declared once in pcapdecomp/schema.py, and what a run writes is
+"""Every table the tool writes, and summary.json, is declared once in pcapdecomp/core/schema.py, and what a run writes is
 exactly what is declared: the columns of each Parquet file (names, order, dtypes as read back), the capture-quality
 keys, the slow-log table and every key path of summary.json. The docs print each declaration, and `pcapdecomp
 columns NAME` prints the same table."""
@@ -14,10 +14,22 @@ import pandas as pd
 import pytest
 
 from pcapdecomp.analysis import analyze
-from pcapdecomp.schema import (ANALYSIS_COLUMNS, CAPTURE_PROBLEM_KEYS, CAPTURE_PROBLEM_WORDS, CAPTURE_QUALITY_KEYS,
-                               CONNECTION_COLUMNS, EXCHANGE_COLUMNS, GROUP_COLUMNS, POOL_COLUMNS, SLOWLOG_COLUMNS,
-                               SUMMARY_KEYS, TABLES, Column, markdown_table)
-from pcapdecomp.slowlog import read_slow_log
+from pcapdecomp.core.schema import (
+    ANALYSIS_COLUMNS,
+    CAPTURE_PROBLEM_KEYS,
+    CAPTURE_PROBLEM_WORDS,
+    CAPTURE_QUALITY_KEYS,
+    CONNECTION_COLUMNS,
+    EXCHANGE_COLUMNS,
+    GROUP_COLUMNS,
+    POOL_COLUMNS,
+    SLOWLOG_COLUMNS,
+    SUMMARY_KEYS,
+    TABLES,
+    Column,
+    markdown_table,
+)
+from pcapdecomp.slowlog.reader import read_slow_log
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"

@@ -1,4 +1,4 @@
-"""The slow-log join (pcapdecomp/slowjoin.py) on real recordings, checked against the lab's truth.
+"""The slow-log join (pcapdecomp/slowlog/join.py) on real recordings, checked against the lab's truth.
 
 Oracle: truth.jsonl names each connection by the client's TCP port (`client_port`) and gives performance_schema's
 execution time of every statement. An entry joined to an exchange is right when the entry's thread is the
@@ -16,13 +16,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from joininput import exchange_table
 
 from pcapdecomp.analysis import analyze
-from pcapdecomp.decompose import join_slow_log, rows_for_join
-from pcapdecomp.slowjoin import REASONS
-from pcapdecomp.slowlog import read_slow_log
-
-from joininput import exchange_table
+from pcapdecomp.explain.decompose import join_slow_log, rows_for_join
+from pcapdecomp.slowlog.join import REASONS
+from pcapdecomp.slowlog.reader import read_slow_log
 
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 MIDSTREAM = CAPTURES / "midstream-join"
@@ -82,7 +81,7 @@ def forms(tmp_path_factory):
 
 def test_midstream_recording_has_no_greeting_ids_and_shared_fingerprints(midstream):
     x = midstream.exchanges
-    # no greeting was captured: every id there is comes from the slow log's Thread_id (connids.py), and is right
+    # no greeting was captured: every id there is comes from the slow log's Thread_id (read/connids.py), and is right
     assert not (x["conn_id_source"] == "greeting").any()
     named = x[x["conn_id"].notna()]
     assert (named["conn_id_source"] == "slowlog").all()
@@ -298,7 +297,7 @@ def test_summary_json_lists_reasons_and_examples(midstream):
 
 def _count_fits(rows: pd.DataFrame, slow: pd.DataFrame) -> tuple[int, dict]:
     """Pair checks one join makes (exactly: a count, not a time), and its stats."""
-    from pcapdecomp import slowjoin
+    from pcapdecomp.slowlog.reader import join as slowjoin
 
     calls = [0]
     real_one, real_many = slowjoin._Search.fits_row, slowjoin._Search.fitting_rows

@@ -25,17 +25,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pcapdecomp.errors import InputError, SlowLogError
-from pcapdecomp.slowlog import (
-    SLOWLOG_COLUMNS,
-    SlowLogParser,
-    entries_to_frame,
-    parse_slow_log,
-    read_slow_log,
-)
+from pcapdecomp.core.errors import InputError, SlowLogError
+from pcapdecomp.slowlog.reader import SLOWLOG_COLUMNS, SlowLogParser, entries_to_frame, parse_slow_log, read_slow_log
 
 DATA = Path(__file__).parent / "data" / "slowlog"
 from corpus import CORPUS  # noqa: E402
+
 UTC = dt.timezone.utc
 S = 1_000_000_000
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pcapdecomp.slowlog import MAX_SQL_BYTES, SLOWLOG_COLUMNS, parse_slow_log, read_slow_log
+from pcapdecomp.slowlog.reader import MAX_SQL_BYTES, SLOWLOG_COLUMNS, parse_slow_log, read_slow_log
 
 ROOT = Path(__file__).resolve().parent.parent
 MARIADB = (ROOT / "captures" / "maxthreads" / "slow.log").read_text()

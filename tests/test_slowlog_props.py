@@ -19,14 +19,12 @@ import numpy as np
 import pandas as pd
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
-from pcapdecomp.errors import SlowLogError
-from pcapdecomp.slowjoin import REASONS, join_slow_log
-from pcapdecomp.slowlog import MAX_EPOCH_NS, MIN_EPOCH_NS, SLOWLOG_COLUMNS, parse_slow_log, read_slow_log
-from pcapdecomp.slowjoin import rows_for_join
-from pcapdecomp.sqltext import logged_form, statements
-
 from joininput import exchange_table
+
+from pcapdecomp.core.errors import SlowLogError
+from pcapdecomp.slowlog.join import REASONS, join_slow_log, rows_for_join
+from pcapdecomp.slowlog.reader import MAX_EPOCH_NS, MIN_EPOCH_NS, SLOWLOG_COLUMNS, parse_slow_log, read_slow_log
+from pcapdecomp.slowlog.sqltext import logged_form, statements
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted([*(ROOT / "tests" / "data" / "slowlog").glob("*.log"), *(ROOT / "captures").glob("*/slow.log")])

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from labsets import REPO, two_servers
-from pcapdecomp import sources
+
 from pcapdecomp.analysis import analyze
-from pcapdecomp.errors import InputError, UsageError
-from pcapdecomp.exchanges import extract
+from pcapdecomp.core.errors import InputError, UsageError
+from pcapdecomp.read import sources
+from pcapdecomp.read.exchanges import extract
 
 pytestmark = pytest.mark.lab
 NOT_COMPARED = ("capture", "db_point")  # names of the points, which differ between the two runs by design
@@ -229,7 +229,7 @@ def test_rotation_names():
 
 
 def test_docs_print_the_dataset_columns_and_the_help_names_the_options():
-    from pcapdecomp.schema import DATASET_COLUMNS, markdown_table
+    from pcapdecomp.core.schema import DATASET_COLUMNS, markdown_table
 
     assert markdown_table(DATASET_COLUMNS) in (REPO / "docs" / "scale.md").read_text()
     done = _cli("analyze", "--help", env={"COLUMNS": "200"})
@@ -243,7 +243,7 @@ def test_evidence_cuts_frames_from_each_points_files(runs, tmp_path):
     from its own server's capture."""
     import dpkt
 
-    from pcapdecomp.evidence import export
+    from pcapdecomp.render.evidence import export
 
     folder, _ = runs
     result = export(folder.out_dir, out_dir=tmp_path / "evidence")
@@ -263,8 +263,9 @@ def test_evidence_cuts_frames_from_each_points_files(runs, tmp_path):
 
 
 def _ip_pair(frame: bytes):
-    import dpkt
     import socket
+
+    import dpkt
 
     ip = dpkt.ethernet.Ethernet(frame).data
     if isinstance(ip, dpkt.ip.IP):

@@ -1,4 +1,4 @@
-"""Statement text as the server logs it (pcapdecomp.sqltext), checked against a real server: the
+"""Statement text as the server logs it (pcapdecomp.slowlog.sqltext), checked against a real server: the
 `slowlog-forms` recording logged every statement (long_query_time=0), so each exchange's text, in the form
 `logged_form` / `statements` / `template_matches` give it, must be exactly what MariaDB wrote for it.
 Plus the value rules on their own, and properties: the lexer never splits inside a quoted string or comment,
@@ -16,11 +16,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pcapdecomp.exchanges import extract
 from pcapdecomp.mysql.params import decode_execute
-from pcapdecomp.slowlog import read_slow_log
-from pcapdecomp.sqltext import (logged_form, parse_params, placeholders, read_literal, statements, template_matches,
-                                template_parts, values_equal)
+from pcapdecomp.read.exchanges import extract
+from pcapdecomp.slowlog.reader import read_slow_log
+from pcapdecomp.slowlog.sqltext import (
+    logged_form,
+    parse_params,
+    placeholders,
+    read_literal,
+    statements,
+    template_matches,
+    template_parts,
+    values_equal,
+)
 
 FORMS = Path(__file__).resolve().parent.parent / "captures" / "slowlog-forms"
 

@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pcapdecomp import connstory, netstory
 from pcapdecomp.analysis import analyze
-from pcapdecomp.exchanges import extract
+from pcapdecomp.explain import connstory, netstory
+from pcapdecomp.read.exchanges import extract
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
@@ -219,7 +219,7 @@ def test_the_playbook_sets_max_connections_above_the_peak(refused):
     assert f"peak of {story['open_max']} connections" in line["text"]
     target = int(line["sql"].removeprefix("SET GLOBAL max_connections = ").rstrip(";"))
     assert target >= story["open_max"] and target >= limit + story["refused"]
-    from pcapdecomp.playbook import lines
+    from pcapdecomp.explain.playbook import lines
     unknown = next(line for line in lines(refused.summary, refused.exchanges, None)
                    if line["finding"] == "max_connections")
     assert unknown["sql"] == "SHOW GLOBAL VARIABLES LIKE 'max_connections';"

@@ -11,21 +11,23 @@ from __future__ import annotations
 
 import json
 import re
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
+
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pcaptools as pt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import pcaptools as pt
 from pcapdecomp.analysis import analyze
-from pcapdecomp.threadpool import _count_steps, _step_extremes, _union, auto_bucket_s, robust_span
+from pcapdecomp.explain.threadpool import _count_steps, _step_extremes, _union, auto_bucket_s, robust_span
 
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 RECORDINGS = ["maxthreads", "group-stall", "oltp-hogs", "features"]
@@ -254,7 +256,7 @@ def test_hidden_slow_grouped_by_stall_with_their_culprit(story):
 
 
 def test_summary_keys_are_declared():
-    from pcapdecomp.schema import SUMMARY_KEYS
+    from pcapdecomp.core.schema import SUMMARY_KEYS
 
     declared = {c.name.split(".")[0] for c in SUMMARY_KEYS}
     assert {"verdict", "story", "thread_pool_size", "pool", "groups", "hidden_slow", "understated",
@@ -267,7 +269,7 @@ def test_summary_keys_are_declared():
 def test_wild_timestamps_bound_the_buckets_and_keep_the_story(story, tmp_path):
     """A run of frames with their time set to 0 (1970) in the middle of the DB capture, longer than the capture
     reader repairs (capture.WILD_RUN): the views stay small and the story stays the same."""
-    from pcapdecomp.capture import WILD_RUN
+    from pcapdecomp.read.capture import WILD_RUN
 
     gs = CAPTURES / "group-stall"
     stamps = [ts for ts, _, _ in pt.records(gs / "db.pcap")[3]]
@@ -402,7 +404,7 @@ def test_robust_span_bounds_the_buckets_whatever_the_outliers(times, wild):
 
 
 def test_docs_print_the_pool_columns_and_the_summary_keys():
-    from pcapdecomp.schema import POOL_COLUMNS, SUMMARY_KEYS, markdown_table
+    from pcapdecomp.core.schema import POOL_COLUMNS, SUMMARY_KEYS, markdown_table
 
     doc = (CAPTURES.parent / "docs" / "analyze.md").read_text()
     assert markdown_table(POOL_COLUMNS) in doc and markdown_table(SUMMARY_KEYS) in doc

@@ -9,16 +9,24 @@ import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
-from pandas.api.types import union_categoricals
 from hypothesis import strategies as st
+from pandas.api.types import union_categoricals
 
-from pcapdecomp import outputs
-from pcapdecomp.decompose import _merged_problems
-from pcapdecomp.exchanges import extract
-from pcapdecomp.match import _codes
-from pcapdecomp.schema import CATEGORY, CONNECTION_COLUMNS, EXCHANGE_COLUMNS, Column
-from pcapdecomp.tables import (as_category, batch, columns_batch, concat, file_schema, frame, row_function,
-                              sorted_columnwise)
+from pcapdecomp.core import outputs
+from pcapdecomp.core.schema import CATEGORY, CONNECTION_COLUMNS, EXCHANGE_COLUMNS, Column
+from pcapdecomp.core.tables import (
+    as_category,
+    batch,
+    columns_batch,
+    concat,
+    file_schema,
+    frame,
+    row_function,
+    sorted_columnwise,
+)
+from pcapdecomp.explain.decompose import _merged_problems
+from pcapdecomp.pair.match import _codes
+from pcapdecomp.read.exchanges import extract
 
 REPO = Path(__file__).resolve().parents[1]
 COLUMNS = (Column("t", CATEGORY, "text"), Column("n", "int64", "number"))
@@ -224,7 +232,7 @@ def test_quality_counts_the_same_from_arrow_and_from_pandas():
 @pytest.mark.parametrize("ns", [0, 1, 999, 1000, 123_456_789, 1_764_000_000_000_000_000, 1_764_000_000_123_000_000,
                                 1_764_000_000_000_001_000, -1, -1_000_000_001, 4_000_000_000_999_999_999])
 def test_iso_times_are_pandas_isoformat(ns):
-    from pcapdecomp.exchanges import _iso
+    from pcapdecomp.read.exchanges import _iso
 
     assert _iso(ns) == pd.Timestamp(ns, unit="ns", tz="UTC").isoformat()
 
@@ -233,14 +241,14 @@ def test_iso_times_are_pandas_isoformat(ns):
 @given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 3), st.integers(-2, 2)), max_size=60),
        st.integers(0, 2))
 def test_lexsort_of_nearly_sorted_rows_is_numpys(rows, keys_used):
-    from pcapdecomp.tables import lexsort_nearly_sorted
+    from pcapdecomp.core.tables import lexsort_nearly_sorted
 
     keys = [np.array([r[i] for r in rows], dtype=np.int64) for i in range(keys_used + 1)]
     assert lexsort_nearly_sorted(keys).tolist() == np.lexsort(keys[::-1]).tolist()
 
 
 def test_lexsort_of_a_real_capture_is_numpys():
-    from pcapdecomp.tables import lexsort_nearly_sorted
+    from pcapdecomp.core.tables import lexsort_nearly_sorted
 
     x = extract(REPO / "captures" / "oltp-hogs" / "db.pcap").exchanges.sample(frac=1, random_state=1)
     keys = [x["req_first_ts"].array.asi8 // 1_000_000, x["conn_index"].to_numpy(), x["seq"].to_numpy()]
@@ -252,7 +260,7 @@ def test_rows_are_sorted_with_null_keys_first_across_batches():
     several batches and from a slice's offset."""
     import pyarrow as pa
 
-    from pcapdecomp.tables import table_of
+    from pcapdecomp.core.tables import table_of
 
     columns = (Column("t", "datetime64[ns, UTC]", ""), Column("n", "int64", ""))
     rows = [(5, 0), (None, 1), (3, 2), (5, 3), (None, 4), (1, 5), (3, 6), (2, 7)]

@@ -1,4 +1,4 @@
-"""TCP reassembly (pcapdecomp.tcp.HalfStream) on real recorded streams, re-segmented, duplicated and reordered.
+"""TCP reassembly (pcapdecomp.read.tcp.HalfStream) on real recorded streams, re-segmented, duplicated and reordered.
 
 The reference is the same recording delivered as captured: every perturbation a capture point can produce
 (different segmentation by TSO/GRO, retransmissions, overlapping retransmissions, reordering) must give the same
@@ -13,11 +13,10 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from pcapdecomp.capture import TcpSegment
-from pcapdecomp.tcp import SEQ_MOD, Chunk, Gap, HalfStream
-
 from streams import ACK, FIN, SYN, duplicate, merge_runs, recorded, reorder, resplit
+
+from pcapdecomp.read.capture import TcpSegment
+from pcapdecomp.read.tcp import SEQ_MOD, Chunk, Gap, HalfStream
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -265,7 +264,7 @@ def test_first_copy_wins_among_held_and_in_order_segments():
 
 def test_holes_are_remembered_with_their_sequence_numbers_for_the_repair_stage():
     """Every gap, a snaplen cut and bytes before a FIN that never arrived are kept as (raw seq, length, ts): another
-    capture point may have those bytes (pcapdecomp/repair.py). The ACK number of each segment stays with its bytes."""
+    capture point may have those bytes (pcapdecomp/pair/repair.py). The ACK number of each segment stays with its bytes."""
     base = SEQ_MOD - 5  # the hole wraps the sequence space
     half = HalfStream()
     half.segment(base, b"a" * 10, 1, 1, ack=77)

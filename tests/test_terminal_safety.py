@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from craft import T0, stall
 
-from pcapdecomp.console import terminal_text
+from pcapdecomp.core.console import terminal_text
 
 ESC = "\x1b"
 MARKUP = "[/quote][link=http://evil.example]shown[/link][bold]"

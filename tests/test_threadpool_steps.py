@@ -8,7 +8,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pcapdecomp.threadpool import _bucket_max, _count_steps, _histogram, _Intervals, _occupancy, _step_extremes
+from pcapdecomp.explain.threadpool import _bucket_max, _count_steps, _histogram, _Intervals, _occupancy, _step_extremes
 
 BASES = st.sampled_from([0, 1_764_000_000 * 10**9, -(2**62), 2**62])
 
@@ -86,7 +86,7 @@ def test_bucket_max_is_groupby_max(pairs, nb):
 
 def core_by_sorting(points: np.ndarray) -> tuple[int, int]:
     """core_range's definition: the biggest run without a CLUSTER_GAP_NS silence, sorted, less 1 % at each end."""
-    from pcapdecomp.threadpool import CLUSTER_GAP_NS
+    from pcapdecomp.explain.threadpool import CLUSTER_GAP_NS
 
     p = np.sort(points)
     bounds = np.concatenate([[0], np.flatnonzero(np.diff(p) > CLUSTER_GAP_NS) + 1, [len(p)]])
@@ -100,7 +100,7 @@ def core_by_sorting(points: np.ndarray) -> tuple[int, int]:
 @given(st.lists(st.integers(0, 400), min_size=1, max_size=350), BASES,
        st.sampled_from([1, 10**6, 30 * 86400 * 10**9 // 400, 30 * 86400 * 10**9 // 400 + 1]))
 def test_core_range_by_order_statistics_is_the_sorted_one(offsets, base, scale):
-    from pcapdecomp.threadpool import core_range
+    from pcapdecomp.explain.threadpool import core_range
 
     points = np.array(offsets, dtype=np.int64) * scale + min(base, 2**62 - 400 * scale)
     assert core_range(points) == core_by_sorting(points)
@@ -109,7 +109,7 @@ def test_core_range_by_order_statistics_is_the_sorted_one(offsets, base, scale):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(-1, 70), max_size=80))
 def test_rows_by_group_are_each_groups_mask(groups):
-    from pcapdecomp.threadpool import _rows_by_group
+    from pcapdecomp.explain.threadpool import _rows_by_group
 
     group = np.array(groups, dtype=np.int64)
     got = _rows_by_group(group)
@@ -120,7 +120,8 @@ def test_rows_by_group_are_each_groups_mask(groups):
 
 def _rows_by_their_definitions(x: pd.DataFrame, threshold_ns: int) -> dict[str, np.ndarray]:
     """threadpool._rows' arrays as the formulas read, one numpy expression each (every row inside the span)."""
-    from pcapdecomp.decompose import NS, ts_ns
+    from pcapdecomp.core.times import ts_ns
+    from pcapdecomp.explain.decompose import NS
 
     d1, _ = ts_ns(x["db_req_ts"])
     d4, _ = ts_ns(x["db_resp_ts"])
@@ -141,7 +142,7 @@ def test_rows_times_are_their_definitions_on_a_real_recording(tmp_path):
     from pathlib import Path
 
     from pcapdecomp.analysis import analyze
-    from pcapdecomp.threadpool import _rows
+    from pcapdecomp.explain.threadpool import _rows
 
     for name in ("maxthreads", "group-stall"):
         x = analyze(Path(__file__).resolve().parents[1] / "captures" / name, [], None, None, None, None, [],

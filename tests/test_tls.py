@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 
 from pcapdecomp.analysis import analyze
-from pcapdecomp.exchanges import extract
 from pcapdecomp.mysql.tls import parse_keylog
-from pcapdecomp.tlskeys import pcapng_secrets
+from pcapdecomp.read.exchanges import extract
+from pcapdecomp.read.tlskeys import pcapng_secrets
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
@@ -381,8 +381,8 @@ def test_a_key_log_that_is_not_one_is_a_one_line_mistake(tmp_path):
 def test_a_gap_in_a_tls_stream_stops_that_direction_without_a_traceback():
     """A lost segment mid-connection: that direction cannot be framed (nor, in TLS 1.3, numbered) any more; its
     bytes after the loss are counted unreadable, and what came before stands."""
-    from pcapdecomp.capture import open_capture
-    from pcapdecomp.flows import FlowTracker
+    from pcapdecomp.read.capture import open_capture
+    from pcapdecomp.read.flows import FlowTracker
 
     found, unreadable = [], []
 
@@ -431,7 +431,7 @@ def test_public_tls_captures_analyse_and_say_what_they_are(tmp_path, name):
 def test_evidence_keeps_the_secrets_wireshark_needs(tmp_root):
     """The evidence pcapng of a decrypted analysis holds the sessions' secrets and their handshakes: tshark reads
     the statements in it with no key log given; a secret of a session the file does not hold is not in it."""
-    from pcapdecomp.evidence import export
+    from pcapdecomp.render.evidence import export
 
     r = run("group-stall-tls13", True, tmp_root)
     result = export(r.out_dir)
@@ -454,7 +454,7 @@ def test_a_capture_begun_after_the_handshakes_times_the_records_it_has(tmp_path)
     src = CAPTURES / "group-stall-tls13" / "db.pcap"
     frames = extract(src).quality()["frames"]
     rewrite(src, tmp_path / "cut.pcap", keep=lambda i, t: i >= int(frames * 0.4))
-    from pcapdecomp.sources import parse_server
+    from pcapdecomp.read.sources import parse_server
 
     # without a greeting or a plain command nothing says the encrypted connections are MySQL: --server does
     x = extract(tmp_path / "cut.pcap", servers={parse_server("10.213.77.2:3306")},
@@ -470,7 +470,7 @@ def test_a_capture_begun_after_the_handshakes_times_the_records_it_has(tmp_path)
 
 
 def test_a_key_log_missing_one_session_decrypts_the_others_and_times_that_one():
-    from pcapdecomp.verdict import tls_part
+    from pcapdecomp.explain.verdict import tls_part
 
     secrets = keys("group-stall-tls13")
     missing = sorted(secrets)[0]
@@ -493,8 +493,8 @@ def test_damaged_tls_bytes_never_raise(with_keys):
     import dataclasses
     import random
 
-    from pcapdecomp.capture import open_capture
-    from pcapdecomp.flows import FlowTracker
+    from pcapdecomp.read.capture import open_capture
+    from pcapdecomp.read.flows import FlowTracker
 
     with open_capture(CAPTURES / "group-stall-tls13" / "db.pcap") as reader:
         segments = list(reader)

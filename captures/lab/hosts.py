@@ -22,7 +22,7 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(_REPO_ROOT) not in sys.path:  # record.py runs as a script; the error base lives in the package
     sys.path.insert(0, str(_REPO_ROOT))
 
-from pcapdecomp.errors import PcapdecompError  # noqa: E402
+from pcapdecomp.core.errors import PcapdecompError  # noqa: E402
 
 MYSQL_PORT = 3306
 APP_IPV4, DB_IPV4 = "10.213.77.1", "10.213.77.2"  # a private /30 that exists only inside the two namespaces

@@ -18,28 +18,34 @@ from functools import partial
 from typing import NamedTuple
 
 from . import detect
-from .framing import (MAX_COMMANDS_PER_COMPRESSED, SQL_BUDGET_PREFIX, CompressedDeframer, InputBudget, Packet,
-                      PacketFramer)
-from .tls import Plain, Secrets, Sealed, TlsSession
+from .framing import (
+    MAX_COMMANDS_PER_COMPRESSED,
+    SQL_BUDGET_PREFIX,
+    CompressedDeframer,
+    InputBudget,
+    Packet,
+    PacketFramer,
+)
 from .params import decode_execute
-from .walk import walk_rows
 from .responses import NONE, RESULT, ResponseReader, column_definitions_sent, expected_response
+from .tls import Plain, Sealed, Secrets, TlsSession
+from .walk import walk_rows
 from .wire import (
-    INT64_MAX,
-    MAX_PACKET,
-    SERVER_MORE_RESULTS_EXISTS,
-    SERVER_STATUS_CURSOR_EXISTS,
     CLIENT_COMPRESS,
     CLIENT_DEPRECATE_EOF,
     CLIENT_QUERY_ATTRIBUTES,
     CLIENT_ZSTD_COMPRESSION,
+    INT64_MAX,
+    MAX_PACKET,
+    SERVER_MORE_RESULTS_EXISTS,
     SERVER_QUERY_WAS_SLOW,
+    SERVER_STATUS_CURSOR_EXISTS,
     Greeting,
     LoginRequest,
     WireError,
     command_name,
-    parse_err,
     parse_eof,
+    parse_err,
     parse_greeting,
     parse_login,
     parse_ok,
@@ -113,7 +119,7 @@ class PreparedStatement:
 
 class Handover(NamedTuple):
     """A connection between two exchanges, as a reader that continues it on its own needs it
-    (MySQLConnection.handover; the native fast lane, fastlane.py, takes it when it can read what comes next). The
+    (MySQLConnection.handover; the native fast lane, read/fastlane.py, takes it when it can read what comes next). The
     reader gives the connection back at an exchange boundary with `MySQLConnection.resume`."""
 
     count: int  # exchanges so far: the seq of the next one

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import zlib
 
-from .wire import MAX_PACKET, COMMON_COMMANDS
+from .wire import COMMON_COMMANDS, MAX_PACKET
 
 _PRINTABLE = frozenset(range(0x20, 0x7F)) | {0x09, 0x0A, 0x0D}
 

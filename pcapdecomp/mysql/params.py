@@ -117,3 +117,27 @@ def decode_execute(
         value, pos = decode_value(payload, pos, type_code)
         values.append(value)
     return ", ".join(values), types, flags
+
+
+def split_params(params: str) -> list[str] | None:
+    """The `params` column back into its SQL literals: "1, 'a, b', NULL" -> ["1", "'a, b'", "NULL"]. Literals are
+    joined by ", " (as decode_execute writes them); a string is single- or double-quoted, with backslash escapes or a doubled
+    quote inside. None when the text does not split cleanly (a quote left open: a value cut short)."""
+    values: list[str] = []
+    i, n = 0, len(params)
+    while n:
+        start = i
+        while i < n and not params.startswith(", ", i):
+            quote = params[i]
+            i += 1
+            if quote in "'\"":
+                while i < n and params[i] != quote:
+                    i += 2 if params[i] == "\\" else 1
+                if i >= n:
+                    return None
+                i += 1  # past the closing quote (a doubled quote opens again on the next turn)
+        values.append(params[start:i])
+        if i >= n:
+            return values
+        i += 2
+    return values

@@ -33,7 +33,6 @@ sys.path.insert(0, str(REPO / "captures" / "lab"))
 def client(mode: str) -> None:
     """Runs inside the app namespace."""
     import pymysql
-
     from hosts import DB_IPV4, MYSQL_PORT
 
     def login(**kw):

@@ -1,0 +1,422 @@
+"""Writing outputs so that a failed or interrupted run never leaves a file or a folder that looks complete: every
+file through one atomic writer (`write_atomically`: a temporary name beside it, renamed over it when whole), tables
+as Parquet or CSV (`write_table`), analyze's folder as a set (`OutputFolder`), and a folder replaced whole
+(`staged_folder`: evidence, compare)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import DETAILS_NAME, InputError, OutputError, UsageError, is_details_file
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+
+def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """`write(tmp)` writes the file's content to `tmp` (beside `path`, hidden); then it replaces `path` at once. A
+    failure leaves `path` as it was and no temporary file."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_text(path: Path, text: str) -> None:
+    """A UTF-8 text file, written atomically."""
+    write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def check_output(out: Path) -> None:
+    """Refuse a table output path before any work is done."""
+    if out.suffix.lower() not in (".parquet", ".csv"):
+        raise UsageError(f"--out must end in .parquet or .csv, got {out}")
+    if not out.parent.exists():
+        raise InputError(f"{out.parent}: output folder does not exist")
+    if out.is_dir():
+        raise InputError(f"{out}: is a directory, expected a file name")
+
+
+def write_table(df: pd.DataFrame | pa.Table, out: Path, schema: pa.Schema | None = None) -> None:
+    """Write .parquet or .csv atomically: a failed run leaves no partial file behind. `df` is a DataFrame, or (for
+    .parquet) an Arrow table with `schema`, the file schema a DataFrame of its columns would be written with
+    (tables.file_schema): it is written as that DataFrame would be, without importing pandas."""
+    check_output(out)
+    if schema is not None:
+        if out.suffix.lower() != ".parquet":
+            raise ValueError(f"{out}: an Arrow table is written to Parquet only")
+        write_atomically(out, lambda tmp: _write_arrow_parquet(df, schema, tmp))
+    elif out.suffix.lower() == ".parquet":
+        write_atomically(out, lambda tmp: _write_parquet(df, tmp))
+    else:
+        # CRLF rows (RFC 4180): the writer then quotes every cell holding a CR or LF; with LF rows a lone CR in a
+        # statement stayed unquoted and a reader split the row there
+        write_atomically(out, lambda tmp: neutralise_formulas(df).to_csv(tmp, index=False, lineterminator="\r\n"))
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralise_formulas(df: pd.DataFrame) -> pd.DataFrame:
+    """Text cells that a spreadsheet would run as a formula (starting with = + - @, tab or CR: statement text is
+    written by whoever can send a query) get a leading apostrophe, which spreadsheets show as plain text. Only
+    text columns are touched; numbers stay numbers. Returns `df` itself when no cell needs it."""
+    import pandas as pd
+
+    changed = {}
+    for name in df.columns:
+        col = df[name]
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            values = pd.Series(col.cat.categories)
+            if not (pd.api.types.is_object_dtype(values.dtype) or pd.api.types.is_string_dtype(values.dtype)):
+                continue
+            risky = values.astype(str).str.startswith(FORMULA_STARTS).to_numpy()
+            if risky.any():
+                safe = values.where(~risky, "'" + values.astype(str))
+                if safe.is_unique:
+                    changed[name] = col.cat.rename_categories(list(safe))
+                else:  # "'=x" and "=x" both present: fall back to plain text
+                    text = col.astype(object)
+                    changed[name] = text.where(~text.astype(str).str.startswith(FORMULA_STARTS) | text.isna(),
+                                               "'" + text.astype(str))
+        elif pd.api.types.is_object_dtype(col.dtype) or pd.api.types.is_string_dtype(col.dtype):
+            risky = col.map(lambda v: isinstance(v, str) and v.startswith(FORMULA_STARTS)).astype(bool)
+            if risky.any():
+                changed[name] = col.where(~risky, "'" + col.astype(str))
+    return df.assign(**changed) if changed else df
+
+
+PARQUET_ROWS_PER_GROUP = 1 << 17
+
+
+def _parquet_options(schema: pa.Schema) -> dict:
+    """How each column of a file of this (file) schema is encoded, for both writers: choices that change how many
+    bytes and how much time a file takes, never the values read back.
+    - Text: dictionary pages (for numbers and times, nearly all distinct, Parquet would build a dictionary per
+      column chunk and then give it up: half of the writing time, for a file no smaller), Snappy-compressed, and
+      no min/max statistics (about half of a text column's writing time: the minimum and maximum of its values).
+    - Whole numbers and times: DELTA_BINARY_PACKED, not compressed. Times, frame numbers and counters of rows in
+      time order are small differences: the 10 s sysbench capture's exchanges file 23.7 → 14 MB, and its numbers
+      written in 57 ms instead of 85 ms (plain + Snappy). Their statistics stay: a reader skips row groups by
+      time.
+    - Floating point: plain, not compressed (Snappy took time and saved nothing on durations)."""
+    import pyarrow as pa
+
+    def is_text(t: pa.DataType) -> bool:
+        return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+    text = [f.name for f in schema if is_text(f.type)]
+    numbers = [f.name for f in schema if pa.types.is_integer(f.type) or pa.types.is_timestamp(f.type)]
+    floats = [f.name for f in schema if pa.types.is_floating(f.type)]
+    return {"use_dictionary": text, "store_schema": False,
+            "column_encoding": dict.fromkeys(numbers, "DELTA_BINARY_PACKED"),
+            "compression": {f.name: "none" if f.name in numbers or f.name in floats else "snappy" for f in schema},
+            "write_statistics": [f.name for f in schema if not is_text(f.type)]}
+
+
+def _write_parquet(df: pd.DataFrame, path: Path) -> None:
+    """Row group by row group, categorical text written as plain text: whoever reads the file gets strings (as
+    declared: `file_dtype`). Only one row group is ever converted at a time.
+
+    Categorical text goes to Parquet as the Arrow dictionary it is (codes and the distinct values): Parquet stores
+    text as dictionary pages anyway, and decoding each column to one string per row first, for Parquet to encode it
+    back, took most of the writing time. The file's Arrow schema (ARROW:schema, and the pandas metadata) is the one
+    of plain text, written as pyarrow writes it: readers see exactly what they saw before."""
+    import base64
+
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    text = {c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)}
+    # the file's schema (and its pandas metadata) as if the text columns were plain strings
+    schema = pa.Schema.from_pandas(df.iloc[:0].astype({c: "string" for c in text}), preserve_index=False)
+    # what is written: the text columns as dictionaries of that text
+    written = pa.Table.from_pandas(df.iloc[:0], preserve_index=False).schema
+    written = pa.schema([pa.field(f.name, pa.dictionary(w.type.index_type, f.type) if f.name in text else f.type)
+                         for f, w in zip(schema, written)])
+
+    def group(start: int) -> pa.Table:
+        part = pa.Table.from_pandas(df.iloc[start:start + PARQUET_ROWS_PER_GROUP], preserve_index=False)
+        return pa.Table.from_arrays([col if col.type == field.type else col.cast(field.type)
+                                     for col, field in zip(part.columns, written)], schema=written)
+
+    with pq.ParquetWriter(path, written, **_parquet_options(schema)) as writer:
+        for start in range(0, max(len(df), 1), PARQUET_ROWS_PER_GROUP):
+            writer.write_table(group(start))
+        writer.add_key_value_metadata({b"ARROW:schema": base64.b64encode(schema.serialize().to_pybytes()),
+                                       **(schema.metadata or {})})
+
+
+def _write_arrow_parquet(table: pa.Table, schema: pa.Schema, path: Path) -> None:
+    """_write_parquet of an Arrow table (tables.table_of) whose file schema is `schema` (tables.file_schema: the
+    ARROW:schema and pandas metadata pandas writes): the same row groups, encodings and values. Categorical text
+    goes to Parquet as the Arrow dictionary it is, unified within each row group so that each column chunk has
+    one dictionary."""
+    import base64
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:  # as core/tables.py: without importing pyarrow.compute
+        from pyarrow._compute import CastOptions, call_function
+    except ImportError:
+        from pyarrow.compute import CastOptions, call_function
+
+    written = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type) if pa.types.is_dictionary(t) else f.type)
+                         for f, t in zip(schema, table.schema.types, strict=True)])
+
+    def group(start: int) -> pa.Table:
+        part = table.slice(start, PARQUET_ROWS_PER_GROUP).unify_dictionaries()
+        return pa.Table.from_arrays([col if col.type == field.type else
+                                     call_function("cast", [col], CastOptions.safe(field.type))
+                                     for col, field in zip(part.columns, written)], schema=written)
+
+    with pq.ParquetWriter(path, written, **_parquet_options(schema)) as writer:
+        for start in range(0, max(table.num_rows, 1), PARQUET_ROWS_PER_GROUP):
+            writer.write_table(group(start))
+        writer.add_key_value_metadata({b"ARROW:schema": base64.b64encode(schema.serialize().to_pybytes()),
+                                       **(schema.metadata or {})})
+
+
+# --- an output folder written as a set ------------------------------------------------------------------------
+#
+# `analyze` writes its files into a staging folder inside the output folder, then moves them in one after the other
+# under an INCOMPLETE.txt marker, which is removed last: a run that fails or is interrupted removes its staging folder
+# and leaves the previous run's files as they were; a crash in the millisecond of renaming leaves INCOMPLETE.txt
+# (and `evidence` refuses such a folder). The previous run's files (named in the manifest it left, plus the names
+# older versions wrote) are removed before the new ones move in, so a folder never mixes two runs; files of anyone
+# else are left alone. Staging inside the output folder (not next to it) works where only that folder is writable
+# and when it is a mount point. A lock (flock on the folder) refuses a second run on the same folder.
+
+INCOMPLETE_NAME = "INCOMPLETE.txt"
+_MARKER_START = b"pcapdecomp was replacing the outputs"
+MANIFEST_NAME = ".pcapdecomp-outputs.json"
+STAGING_PREFIX = ".pcapdecomp-partial-"
+# what a manifest may make a run remove: output kinds only (a manifest is only a file in a folder, and must not make
+# a run delete captures or logs), and the folders our runs write (each holding a manifest of its own)
+OUTPUT_SUFFIXES = (".parquet", ".csv", ".json", ".html", ".md", ".txt", ".pcapng")
+OWN_FOLDERS = ("evidence", "exchanges", "analyses")  # analyze --evidence, --partitioned; compare's analyses/
+
+
+def listed_outputs(out: Path) -> set[str]:
+    """The names the manifest of `out` lists as written by a run of ours, that a new run may replace or remove."""
+    try:
+        listed = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+    if not isinstance(listed, list):
+        return set()
+    return {n for n in listed if isinstance(n, str) and n and "/" not in n and "\\" not in n and not n.startswith(".")
+            and (n.endswith(OUTPUT_SUFFIXES) or n in OWN_FOLDERS) and n not in (INCOMPLETE_NAME, DETAILS_NAME)}
+
+
+def _not_ours(out: Path, names) -> list[str]:
+    """Of `names`, those present in `out` that no run of ours wrote there (its manifest does not list them)."""
+    if not out.is_dir():
+        return []
+    listed = listed_outputs(out)
+    return sorted(n for n in names if n not in listed and ((out / n).exists() or (out / n).is_symlink())
+                  and not (n == DETAILS_NAME and is_details_file(out / n))
+                  and not (n == INCOMPLETE_NAME and _is_marker(out / n)))
+
+
+def _is_marker(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return not path.is_symlink() and f.read(len(_MARKER_START)) == _MARKER_START
+    except OSError:
+        return False
+
+
+def _refuse(out: Path, clash: list[str]) -> None:
+    shown = ", ".join(clash[:5]) + (f" and {len(clash) - 5} more" if len(clash) > 5 else "")
+    raise UsageError(f"{out}: holds {shown}, which no pcapdecomp run wrote there (not in its {MANIFEST_NAME}); "
+                     "choose another --out or move them away")
+
+
+class OutputFolder:
+    """`with OutputFolder(out) as folder:` write into `folder.staging`, then `folder.commit()`. Leaving the block
+    without commit (an error, Ctrl-C) removes the staging folder, and the output folder too when this run made it.
+
+    The folder rule: a run replaces or removes only what the folder's manifest (MANIFEST_NAME, written by every
+    commit) lists; anything else in the folder is left alone, and a run whose outputs would replace such a file
+    refuses (UsageError: one line, exit 2), before its work when `names` (what it will write) are given, else at
+    commit, touching nothing."""
+
+    def __init__(self, out: Path, names=()):
+        self.out = out
+        self.names = tuple(names)
+        self.staging = out / f"{STAGING_PREFIX}{os.getpid()}"
+        self.committed: list[Path] = []
+        self._made = False
+        self._owner = False  # this run holds the folder's lock
+        self._lock_fd: int | None = None
+
+    def __enter__(self) -> "OutputFolder":
+        out = self.out
+        if out.exists() and not out.is_dir():
+            raise InputError(f"{out}: exists and is not a folder")
+        clash = _not_ours(out, self.names)
+        if clash:
+            _refuse(out, clash)
+        try:
+            self._made = not out.exists()
+            out.mkdir(parents=True, exist_ok=True)
+            self._lock()
+            for stale in out.glob(f"{STAGING_PREFIX}*"):  # of a run that was killed: no run holds the lock
+                _remove(stale)
+            self.staging.mkdir()
+        except OSError as err:
+            self._release(failed=True)
+            raise OutputError(f"{out}: cannot write the output folder: {err.strerror or err}") from None
+        except BaseException:
+            self._release(failed=True)
+            raise
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        _remove(self.staging)
+        self._release(failed=kind is not None)
+
+    def commit(self) -> list[Path]:
+        """Move every file of the staging folder into the output folder, replacing the previous run's files (those
+        its manifest lists); a file of the same name that no run of ours wrote makes the commit refuse."""
+        out = self.out
+        names = sorted(p.name for p in self.staging.iterdir())
+        clash = _not_ours(out, [*names, INCOMPLETE_NAME])
+        if clash:
+            _refuse(out, clash)
+        with _interrupts_deferred():
+            try:
+                marker = out / INCOMPLETE_NAME
+                marker.write_bytes(_MARKER_START + b" in this folder when it stopped: the files here may come from "
+                                   b"two runs. Run `pcapdecomp analyze` again.\n")
+                for name in sorted(self._previous() - {INCOMPLETE_NAME}):
+                    _remove(out / name)
+                for name in names:
+                    os.replace(self.staging / name, out / name)
+                write_text(out / MANIFEST_NAME, json.dumps({"files": names}) + "\n")
+                marker.unlink()
+            except OSError as err:
+                raise OutputError(f"{out}: cannot write the outputs: {err.strerror or err}") from None
+        _register(out)
+        self.committed = [out / name for name in names]
+        return self.committed
+
+    def _previous(self) -> set[str]:
+        """The previous run's files: what its manifest lists, and an internal-error.txt of ours."""
+        names = listed_outputs(self.out)
+        if is_details_file(self.out / DETAILS_NAME):
+            names.add(DETAILS_NAME)
+        return names
+
+    def _lock(self) -> None:
+        """flock on the output folder itself: released by the kernel when the process ends, however it ends."""
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no lock
+            self._owner = True
+            return
+        for _ in range(5):
+            fd = os.open(self.out, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise UsageError(f"{self.out}: another pcapdecomp run is writing this folder; wait for it to finish "
+                                 "or choose another --out") from None
+            except OSError:  # a file system without flock (some NFS mounts): no lock
+                os.close(fd)
+                self._owner = True
+                return
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.out))
+            except FileNotFoundError:
+                same = False
+            if same:  # not a folder that a failed run removed while we opened it
+                self._lock_fd = fd
+                self._owner = True
+                return
+            os.close(fd)
+            self.out.mkdir(parents=True, exist_ok=True)
+        raise OutputError(f"{self.out}: cannot lock the output folder")
+
+    def _release(self, failed: bool) -> None:
+        if self._made and failed and self._owner:  # nothing of this run stays (internal-error.txt may follow)
+            try:
+                self.out.rmdir()
+            except OSError:
+                pass
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C waits until the block is done (the renames of a commit take milliseconds), then interrupts."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and previous is signal.default_int_handler:
+            raise KeyboardInterrupt
+        if caught and callable(previous):
+            previous(signal.SIGINT, None)
+
+
+# --- a folder replaced whole ------------------------------------------------------------------------------------
+
+
+@contextmanager
+def staged_folder(out: Path, names=()) -> Iterator[Path]:
+    """`with staged_folder(out) as tmp:` write the folder's files into `tmp`; when the block ends normally they
+    replace the previous run's (OutputFolder's rule: only what the folder's manifest lists; other files stay, and a
+    file of ours that would replace one of them makes it refuse). Whatever happens, `tmp` is gone afterwards: a
+    failure leaves `out` as it was."""
+    with OutputFolder(out, names) as folder:
+        yield folder.staging
+        folder.commit()
+
+
+def _register(out: Path) -> None:
+    """A folder of ours written inside another folder of ours (evidence/ in an analysis) is listed in that one's
+    manifest too, so that the next run there replaces it, as every other of its outputs."""
+    parent = out.parent
+    if out.name not in OWN_FOLDERS or not (parent / MANIFEST_NAME).is_file():
+        return
+    try:
+        manifest = json.loads((parent / MANIFEST_NAME).read_text(encoding="utf-8"))
+        files = manifest["files"]
+        if isinstance(files, list) and out.name not in files:
+            write_text(parent / MANIFEST_NAME, json.dumps({**manifest, "files": [*files, out.name]}) + "\n")
+    except (OSError, ValueError, KeyError, TypeError):
+        pass

@@ -1,0 +1,489 @@
+"""Tables of declared columns (core/schema.py): rows -> Arrow record batches -> pandas, and the concatenation and sorting
+that keep the declared dtypes.
+
+Tables are built with one block per column (`copy=False`; pandas would otherwise consolidate columns of a dtype
+into one 2-D block, copying the whole table on the way and keeping a dropped column's memory alive).
+
+Repetitive text (capture, endpoints, command, statement text, fingerprints, results…) is declared `category`: it
+is dictionary-encoded as each batch is built, so a million exchanges of a few dozen distinct statements hold one
+small code per row instead of a string per row. pandas concatenates categoricals with different categories into
+plain strings, so every concatenation of these tables goes through `concat`, which unions the categories.
+
+pandas is imported by the functions that make or take DataFrames, not with this module: the `exchanges` command
+builds its table and writes it with Arrow alone (`table_of`, `file_schema`), and importing pandas was 40 % of a
+small capture's whole run."""
+
+from __future__ import annotations
+
+import functools
+from collections import namedtuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+try:  # Arrow's compute functions, called by name: importing pyarrow.compute wraps ~300 of them in Python
+    # functions with docstrings, ~0.04 s of every `exchanges` run, which calls five
+    from pyarrow._compute import TakeOptions, call_function
+except ImportError:  # a pyarrow that moved them
+    from pyarrow.compute import TakeOptions, call_function
+
+from .memory import release_memory
+from .schema import CATEGORY, TS, Column
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+ARROW_TYPES = {"string": pa.string(), CATEGORY: pa.string(), "int64": pa.int64(), "Int64": pa.int64(),
+               "float64": pa.float64(), "boolean": pa.bool_(), TS: pa.timestamp("ns", tz="UTC")}
+
+
+@functools.cache
+def _pandas_types() -> dict:
+    import pandas as pd
+
+    return {pa.string(): pd.StringDtype("pyarrow"), pa.bool_(): pd.BooleanDtype()}
+
+
+def arrow_type(column: Column) -> pa.DataType:
+    return pa.dictionary(pa.int32(), pa.string()) if column.dtype == CATEGORY else ARROW_TYPES[column.dtype]
+
+
+# How pandas describes each declared dtype in a Parquet file's metadata (pyarrow's pandas_compat, as a DataFrame
+# of that dtype is written by outputs.write_table: categorical text as text): (Arrow type, pandas_type,
+# numpy_type, metadata). Checked against pandas' own description by tests/test_outputs.py.
+_FILE_TYPES = {
+    "string": (pa.large_string(), "object", "string", None),
+    CATEGORY: (pa.large_string(), "object", "string", None),
+    "int64": (pa.int64(), "int64", "int64", None),
+    "Int64": (pa.int64(), "int64", "Int64", None),
+    "float64": (pa.float64(), "float64", "float64", None),
+    "boolean": (pa.bool_(), "bool", "boolean", None),
+    TS: (pa.timestamp("ns", tz="UTC"), "datetimetz", "datetime64[ns]", {"timezone": "UTC"}),
+}
+
+
+def file_schema(columns: tuple[Column, ...]) -> pa.Schema:
+    """The Arrow schema, with its pandas metadata, of a Parquet file of a table of these declared columns, as
+    outputs.write_table writes a DataFrame of them: what readers see. Made without importing pandas (the
+    `exchanges` command writes its table with Arrow alone); its version is the installed package's."""
+    import json
+
+    described = [{"name": c.name, "field_name": c.name, "pandas_type": _FILE_TYPES[c.dtype][1],
+                  "numpy_type": _FILE_TYPES[c.dtype][2], "metadata": _FILE_TYPES[c.dtype][3]} for c in columns]
+    pandas = {"index_columns": [], "column_indexes": [], "columns": described, "attributes": {},
+              "creator": {"library": "pyarrow", "version": pa.__version__},
+              "pandas_version": _installed_version("pandas")}
+    return pa.schema([(c.name, _FILE_TYPES[c.dtype][0]) for c in columns],
+                     metadata={b"pandas": json.dumps(pandas).encode()})
+
+
+@functools.cache
+def _installed_version(name: str) -> str:
+    """importlib.metadata.version(name), read from the name of the package's one .dist-info folder beside it when
+    there is one (importing importlib.metadata was ~12 ms of every `exchanges` run); else asked of
+    importlib.metadata."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec(name)  # finds, does not import
+    for place in (spec.submodule_search_locations or []) if spec is not None else []:
+        found = list(Path(place).parent.glob(f"{name}-*.dist-info"))
+        if len(found) == 1:
+            return found[0].name[len(name) + 1:-len(".dist-info")]
+    from importlib.metadata import version
+
+    return version(name)
+
+
+def row_type(name: str, columns: tuple[Column, ...]) -> type[tuple]:
+    """A named tuple of the declared columns, in their order: rows are written by column name (a name missing or
+    unknown is a TypeError) and are still the plain tuples `batch` takes."""
+    return namedtuple(name, [c.name for c in columns])
+
+
+def row_function(name: str, columns: tuple[Column, ...], parameters: str, sources: dict[str, str]
+                 ) -> Callable[..., tuple]:
+    """A function `name(parameters)` that returns a row of `columns` as a plain tuple in their order, the value of
+    each column being the Python expression `sources[column name]` over the parameters. For rows written once per
+    exchange: compiled once (as namedtuple and dataclasses compile their methods), so a row is written by name
+    and costs one tuple; a dict or 42 keyword arguments per row made the Python extraction ~9 % slower. A column
+    without a source, or a source without a column, is a ValueError."""
+    names = [c.name for c in columns]
+    if set(sources) != set(names):
+        raise ValueError(f"{name}: no source for {sorted(set(names) - set(sources))}, "
+                         f"no column for {sorted(set(sources) - set(names))}")
+    values = "".join(f"\n        {sources[n]},  # {n}" for n in names)
+    code = f"def {name}({parameters}):\n    return ({values}\n    )\n"
+    namespace: dict = {}
+    exec(compile(code, f"<row {name}>", "exec"), namespace)
+    return namespace[name]
+
+
+def batch(rows: list[tuple], columns: tuple[Column, ...]) -> pa.RecordBatch:
+    """Rows (tuples in column order, e.g. of `row_type`) -> one Arrow record batch of the declared types.
+    Timestamps go straight from Python ints to nanoseconds: no float detour that would round them to ~256 ns.
+    A row with more or fewer values than there are columns is a ValueError."""
+    values = list(zip(*rows, strict=True)) if rows else [() for _ in columns]
+    return columns_batch(values, "o" * len(columns), columns)
+
+
+def columns_batch(values: list, kinds: str, columns: tuple[Column, ...]) -> pa.RecordBatch:
+    """Columns (not rows) -> one Arrow record batch of the declared types. `kinds[i]` says how column i comes:
+    'o' a list of Python objects, 'q' / 'd' the bytes of int64 / float64 values without nulls, which become
+    Arrow arrays without a copy, 'c' (categorical text) the bytes of int32 codes (-1 for null) and the list of
+    the values they stand for, first seen first (the native fast lane writes its rows so); and, as the lane writes
+    them too, 'n' (whole numbers or null) the bytes of int64 values and a byte per row (1: a value, 0: null), 'b'
+    (booleans or null) a byte per row (0, 1, 2: null), 's' (text or null) the bytes of int32 offsets (where each
+    row starts, then where the last ends), of the UTF-8 text and a byte per row (1: text, 0: null). As many values
+    and kinds as columns, and as many values in each column, or a ValueError: nothing is cut to fit."""
+    arrays = []
+    for c, kind, v in zip(columns, kinds, values, strict=True):
+        if kind == "o":
+            array = pa.array(v, type=ARROW_TYPES[c.dtype])
+        elif kind == "n":
+            data, held = v
+            if len(data) != 8 * len(held):
+                raise ValueError(f"column {c.name}: {len(data)} bytes of values for {len(held)} rows")
+            array = pa.Array.from_buffers(ARROW_TYPES[c.dtype], len(held), [_validity(held, 1), pa.py_buffer(data)])
+        elif kind == "b":
+            codes = np.frombuffer(v, dtype=np.uint8)
+            values_bits = pa.py_buffer(np.packbits(codes == 1, bitorder="little"))
+            array = pa.Array.from_buffers(ARROW_TYPES[c.dtype], len(codes), [_validity(v, 2, null=True), values_bits])
+        elif kind == "s":
+            offsets, text, held = v
+            if len(offsets) != 4 * (len(held) + 1):
+                raise ValueError(f"column {c.name}: {len(offsets)} bytes of offsets for {len(held)} rows")
+            array = pa.Array.from_buffers(ARROW_TYPES[c.dtype], len(held),
+                                          [_validity(held, 1), pa.py_buffer(offsets), pa.py_buffer(text)])
+            array.validate(full=True)  # the offsets and the UTF-8 as Arrow needs them, or an error here
+        elif kind == "c":
+            codes = np.frombuffer(v[0], dtype=np.int32)
+            null = codes < 0
+            # from the buffers: pa.array of a numpy array imports pandas (to look for pandas types)
+            valid = pa.py_buffer(np.packbits(~null, bitorder="little")) if null.any() else None
+            indices = pa.Array.from_buffers(pa.int32(), len(codes), [valid, pa.py_buffer(v[0])])
+            arrays.append(pa.DictionaryArray.from_arrays(indices, pa.array(v[1], type=pa.string())))
+            continue
+        else:
+            if len(v) % 8:
+                raise ValueError(f"column {c.name}: {len(v)} bytes are not a whole number of 8-byte values")
+            array = pa.Array.from_buffers(ARROW_TYPES[c.dtype], len(v) // 8, [None, pa.py_buffer(v)])
+        arrays.append(call_function("dictionary_encode", [array]) if c.dtype == CATEGORY else array)
+    if any(len(a) != len(arrays[0]) for a in arrays):
+        lengths = {c.name: len(a) for c, a in zip(columns, arrays)}
+        raise ValueError(f"columns of different lengths: {lengths}")
+    return pa.RecordBatch.from_arrays(arrays, names=[c.name for c in columns])
+
+
+def _validity(marks: bytes, mark: int, null: bool = False) -> pa.Buffer | None:
+    """An Arrow validity bitmap of a byte per row: valid where the byte is `mark` (where it is not, when `null`);
+    None when every row is valid."""
+    bytes_ = np.frombuffer(marks, dtype=np.uint8)
+    valid = bytes_ != mark if null else bytes_ == mark
+    return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def frame_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by: list[str] | None = None
+             ) -> pd.DataFrame:
+    """Record batches -> a DataFrame with the declared pandas dtypes, its rows in the stable order of the int64
+    or timestamp columns `sort_by` (as sorted_columnwise orders them) when given. The list is emptied: each
+    column's Arrow memory is let go as soon as it is converted (and sorted), so the peak is the table plus one
+    column."""
+    holder = [table_of(batches, columns, sort_by)]
+    return frame_of_table(holder, columns)
+
+
+def table_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by: list[str] | None = None
+             ) -> pa.Table:
+    """Record batches -> one Arrow table of the declared Arrow types (`arrow_type`), its rows in the stable order
+    of the int64 or timestamp columns `sort_by` when given. The list is emptied, and each column is let go once
+    it is sorted: the peak is the table plus one column."""
+    schema = pa.schema([(c.name, arrow_type(c)) for c in columns])
+    table = pa.Table.from_batches(batches, schema=schema)
+    batches.clear()
+    order = _order(table, sort_by) if sort_by else None
+    if order is None:
+        return table
+    arrays = []
+    trim = _Trim()
+    for c in columns:
+        chunked = table.column(c.name)
+        table = table.drop_columns([c.name])
+        # a dictionary column: its codes only; the order is a permutation (no bounds to check)
+        arrays.append(call_function("take", [chunked, order], TakeOptions(boundscheck=False)))
+        nbytes = chunked.nbytes
+        del chunked
+        trim.freed(nbytes)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+class _Trim:
+    """`release_memory` after every ~16 MB let go while a table is rebuilt column by column. A column made of
+    record batches is many small heap blocks, below malloc's mmap threshold: freed, glibc keeps them for reuse,
+    while the new whole-column arrays are mmap'd apart, so without a trim the rebuild held the old table and the
+    new one (40 s sysbench DB capture: the extraction's peak 640 MB over its start, 370 MB with the trims)."""
+
+    STEP = 16 << 20
+
+    def __init__(self):
+        self.pending = 0
+
+    def freed(self, nbytes: int) -> None:
+        self.pending += nbytes
+        if self.pending >= self.STEP:
+            self.pending = 0
+            release_memory()
+
+
+def frame_of_table(holder: list[pa.Table], columns: tuple[Column, ...]) -> pd.DataFrame:
+    """The table of `table_of` in `holder` (a list of one) -> a DataFrame with the declared pandas dtypes. The
+    table is taken out of the list, and each column's Arrow memory is let go as soon as it is converted (a table
+    passed as an argument would stay alive in the caller until the whole DataFrame is made: twice the memory)."""
+    import pandas as pd
+
+    table = holder.pop()
+    data = {}
+    trim = _Trim()
+    for c in columns:
+        chunked = table.column(c.name)
+        table = table.drop_columns([c.name])
+        data[c.name] = _series(chunked, c)
+        nbytes = chunked.nbytes
+        del chunked
+        trim.freed(nbytes)
+    return pd.DataFrame(data, columns=[c.name for c in columns], copy=False)  # no consolidating copy
+
+
+def _order(table: pa.Table, keys: list[str]) -> pa.Array | None:
+    """The stable order of the table's rows by the key columns, or None when they are in that order already. Null
+    sorts first, as NaT's int64 does in sorted_columnwise."""
+    arrays = [_int64_key(table.column(k)) for k in keys]
+    order = lexsort_nearly_sorted(arrays)
+    if np.array_equal(order, np.arange(len(order))):
+        return None
+    # from the buffer: pa.array of a numpy array imports numpy.ma (~15 ms of an `exchanges` run)
+    order = np.ascontiguousarray(order, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(order), [None, pa.py_buffer(order)])
+
+
+def lexsort_nearly_sorted(keys: list[np.ndarray]) -> np.ndarray:
+    """np.lexsort(keys[::-1]) (the first key is the primary one; stable), for rows nearly in the order of the
+    first key, as exchanges are (written as they end, sorted by when they began). A stable sort by the first key
+    finds its runs (timsort: nearly linear), and only the rows whose first key ties with a neighbour's are sorted
+    by all the keys; np.lexsort sorted the whole table once per key (~3x the time on a 1 M-row table)."""
+    first = keys[0]
+    order = np.argsort(first, kind="stable")
+    if len(keys) == 1 or len(order) < 2:
+        return order
+    in_order = first[order]
+    same = in_order[1:] == in_order[:-1]
+    del in_order
+    tied = np.zeros(len(order), dtype=bool)
+    tied[1:] |= same
+    tied[:-1] |= same
+    places = np.flatnonzero(tied)
+    if len(places):
+        # the tied rows keep their places (sorted by the first key already); among each run of equal first keys
+        # the other keys decide, stably
+        rows = order[places]
+        order[places] = rows[np.lexsort([k[rows] for k in keys[::-1]])]
+    return order
+
+
+def _int64_key(chunked: pa.ChunkedArray) -> np.ndarray:
+    """An int64 or timestamp column as int64 values in a numpy array, null as the least int64 (first, as NaT's
+    int64 sorts in sorted_columnwise), read from its buffers (numpy conversions of Arrow arrays import pandas:
+    tables.arrow_without_pandas)."""
+    parts = []
+    for chunk in chunked.chunks:
+        if not len(chunk):
+            continue
+        validity, data = chunk.buffers()
+        values = np.frombuffer(data, dtype=np.int64, count=len(chunk), offset=chunk.offset * 8)
+        if chunk.null_count:
+            bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little",
+                                 count=chunk.offset + len(chunk))[chunk.offset:]
+            values = np.where(bits.astype(bool), values, np.iinfo(np.int64).min)
+        parts.append(values)
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def _series(chunked: pa.ChunkedArray, column: Column) -> pd.Series:
+    import pandas as pd
+
+    if column.dtype == CATEGORY:
+        # Each batch has its own dictionary: pandas unifies them. Categories are put in lexical order so that
+        # sorting by such a column sorts by its text, as it would for strings.
+        return _text_categories(chunked.to_pandas())
+    if column.dtype == "Int64":
+        return chunked.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+    return chunked.to_pandas(types_mapper=_pandas_types().get)
+
+
+def _text_categories(series: pd.Series) -> pd.Series:
+    """The same categorical with its categories as text (`str`, also when empty) in lexical order, so that
+    categoricals of different tables can be unioned and compared."""
+    import pandas as pd
+
+    categories = series.cat.categories
+    wanted = pd.Index(categories, dtype="str").sort_values()
+    if categories.dtype == wanted.dtype and categories.equals(wanted):
+        return series
+    return series.cat.set_categories(wanted)
+
+
+def frame(rows: list[tuple], columns: tuple[Column, ...]) -> pd.DataFrame:
+    return frame_of([batch(rows, columns)], columns)
+
+
+def concat_column(parts: list[pd.Series]) -> pd.Series:
+    """pd.concat that keeps a categorical a categorical when the parts' categories differ."""
+    import pandas as pd
+    from pandas.api.types import union_categoricals
+
+    if len(parts) > 1 and all(isinstance(p.dtype, pd.CategoricalDtype) for p in parts):
+        joined = union_categoricals([_text_categories(p) for p in parts], sort_categories=True, ignore_order=True)
+        return pd.Series(joined, name=parts[0].name)
+    return pd.concat(parts, ignore_index=True)
+
+
+def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """pd.concat(frames, ignore_index=True) of tables with the same columns, keeping categorical columns."""
+    import pandas as pd
+
+    if len(frames) == 1:
+        return frames[0].reset_index(drop=True)
+    names = list(frames[0].columns)
+    full = [f for f in frames if len(f)]
+    if len(full) == 1:  # the others are empty (the loss repair's kept rows when it re-read every connection)
+        only = full[0]
+        return pd.DataFrame({n: _concat_one(only[n], [f[n] for f in frames]) for n in names}, columns=names,
+                            copy=False)
+    return pd.DataFrame({n: concat_column([f[n] for f in frames]).reset_index(drop=True) for n in names},
+                        columns=names, copy=False)
+
+
+def _concat_one(only: pd.Series, parts: list[pd.Series]) -> pd.Series:
+    """concat_column(parts) when `only` is the one part with rows: that column itself (no copy of it) when every
+    part has its dtype, as concatenating would give; a categorical still gets the union of the parts'
+    categories."""
+    import pandas as pd
+
+    if isinstance(only.dtype, pd.CategoricalDtype) or any(p.dtype != only.dtype for p in parts):
+        return concat_column(parts).reset_index(drop=True)
+    return only.reset_index(drop=True)
+
+
+def as_category(values) -> pd.Series:
+    """Text values (array, list or Series; None/NA for null) as a categorical column."""
+    import pandas as pd
+
+    if isinstance(values, np.ndarray) and values.dtype == object:
+        # the values hashed once (pd.factorize), not made into a string array first and looked up among the
+        # categories: the same column
+        codes, uniques = pd.factorize(values)
+        if all(isinstance(u, str) for u in uniques):
+            return labelled(codes, list(uniques))
+    series = pd.Series(values, dtype="string") if not isinstance(values, pd.Series) else values.astype("string")
+    categories = pd.Index(sorted(series.dropna().unique()), dtype="str")
+    return pd.Series(pd.Categorical(series, categories=categories), index=series.index, name=series.name)
+
+
+def null_boolean(n: int) -> pd.arrays.BooleanArray:
+    """n nulls of dtype boolean (pd.array([pd.NA] * n, dtype="boolean") without a list of n objects)."""
+    import pandas as pd
+
+    return pd.arrays.BooleanArray(np.zeros(n, dtype=bool), np.ones(n, dtype=bool))
+
+
+def null_int64(n: int) -> pd.arrays.IntegerArray:
+    """n nulls of dtype Int64 (as pd.array([pd.NA] * n, dtype="Int64") makes them: 1 under the mask)."""
+    import pandas as pd
+
+    return pd.arrays.IntegerArray(np.ones(n, dtype=np.int64), np.ones(n, dtype=bool))
+
+
+def labelled(codes: np.ndarray, labels: list[str]) -> pd.Series:
+    """as_category(labels[codes]) (-1: null) from the codes: the labels that occur, sorted, as categories. Built
+    from the codes, not by encoding one string a row."""
+    import pandas as pd
+
+    codes = np.asarray(codes, dtype=np.int64)
+    present = np.bincount(codes[codes >= 0], minlength=len(labels)) > 0
+    used = sorted(label for label, there in zip(labels, present) if there)
+    rank = {label: i for i, label in enumerate(used)}
+    remap = np.full(len(labels) + 1, -1, dtype=np.int64)  # the last entry: -1 stays -1
+    for i, label in enumerate(labels):
+        if present[i]:
+            remap[i] = rank[label]
+    dtype = pd.CategoricalDtype(pd.Index(used, dtype="str"))
+    return pd.Series(pd.Categorical.from_codes(remap[codes], dtype=dtype))
+
+
+def with_declared_dtypes(df: pd.DataFrame, columns: tuple[Column, ...]) -> pd.DataFrame:
+    """`df`'s `columns`, in their order, each of the dtype the schema declares (converted only where it differs;
+    under copy-on-write the selection copies nothing)."""
+    out = df[[c.name for c in columns]]
+    for col in columns:
+        if str(out[col.name].dtype) != col.dtype:
+            out[col.name] = out[col.name].astype(col.dtype)
+    return out
+
+
+def _sort_key(column: pd.Series) -> np.ndarray:
+    """int64 view of a key column (nanoseconds for timestamps: to_numpy() would make Timestamp objects)."""
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.DatetimeTZDtype):
+        return column.array.asi8
+    return column.to_numpy(dtype=np.int64)
+
+
+def sorted_columnwise(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
+    """concat(frames).sort_values(keys, stable) built one column at a time, each input column dropped once used:
+    the peak is one table plus one column, not the two or three copies of concat-then-sort."""
+    import pandas as pd
+
+    if len(frames) == 1 and len(frames[0]) < 2:
+        return frames[0].reset_index(drop=True)
+    key_arrays = [np.concatenate([_sort_key(f[k]) for f in frames]) for k in keys]
+    order = np.lexsort(key_arrays[::-1])  # last key is the primary one for lexsort
+    del key_arrays
+    if np.array_equal(order, np.arange(len(order))):
+        order = None  # already in order (one part, one connection…): no copy at all
+    names = list(frames[0].columns)
+    data = {}
+    for name in names:
+        column = concat_column([f[name] for f in frames])
+        data[name] = (column if order is None else column.take(order)).reset_index(drop=True)
+        for f in frames:
+            del f[name]
+    return pd.DataFrame(data, columns=names, copy=False)
+
+
+def arrow_without_pandas() -> None:
+    """Arrow's conversion of Python values (pa.array of a list or of a numpy array) first imports pandas, to tell
+    pandas objects apart: ~0.25 s, as much as the rest of a small capture's whole `exchanges` run, which makes no
+    DataFrame. When pandas is not imported yet, this lets Arrow's one attempt to import it fail (it then converts
+    as without pandas: the same arrays). pandas stays importable: Arrow's conversions to and from pandas import it
+    again themselves. For the `exchanges` command, before it reads."""
+    import sys
+
+    if "pandas" in sys.modules:
+        return
+
+    class NoPandas:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name == "pandas":
+                raise ImportError("pandas is not imported while Arrow looks for it")
+
+    sys.meta_path.insert(0, NoPandas)
+    try:
+        pa.array([], type=pa.int64())  # Arrow's one attempt
+    finally:
+        sys.meta_path.remove(NoPandas)
+
+

@@ -1,0 +1,27 @@
+"""Time columns as integer nanoseconds, and back: every stage keeps its times as int64 ns since the epoch (UTC) and
+converts at its edges with these."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def ts_ns(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """A datetime column as (int64 ns, valid mask); null entries hold 0."""
+    if col.dtype in (np.dtype("M8[ns]"), pd.DatetimeTZDtype("ns", "UTC")):
+        values = col.array.asi8.copy()  # NaT is int64's minimum
+        valid = values != np.iinfo(np.int64).min
+        values[~valid] = 0
+        return values, valid
+    valid = col.notna().to_numpy().copy()
+    values = np.zeros(len(col), dtype=np.int64)
+    values[valid] = col[valid].to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    return values, valid
+
+
+def to_ts(ns: np.ndarray, valid: np.ndarray) -> pd.Series:
+    """int64 ns as a datetime64[ns, UTC] column, NaT where not `valid` (NaT is int64's minimum: a view, no
+    conversion)."""
+    ns = np.asarray(ns).astype(np.int64, copy=False)
+    return pd.Series(np.where(valid, ns, np.iinfo(np.int64).min).view("M8[ns]")).dt.tz_localize("UTC")

@@ -1,0 +1,139 @@
+"""The network story: "network or MySQL?", the four-point method's first question, answered per client host and
+connection. network_s (A4 − A1 − (D4 − D1)) is independent of the clocks' offset, so summing it by client host
+tells where the wire, not the server, took the clients' time (through a proxy: its two hops, not its own time). Retransmissions come from the TCP layer (bytes
+reassembly dropped as duplicates, per connection); an exchange whose network time is at least Linux's smallest
+retransmission timeout (RTO_MIN_S) on a connection that retransmitted is a likely RTO stall (likely: the capture
+shows the duplicate bytes, not which exchange they belonged to)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..core.formats import clip, plural, seconds_rounded, share
+from .waitprofile import hosts_of
+
+NETWORK_LEADS = 0.5  # network's share of the clients' time from which it leads the verdict
+ONE_HOST = 0.9  # one host's share of the network time from which it is named as where it was
+RTO_MIN_S = 0.2  # Linux's TCP_RTO_MIN
+LISTED = 10  # hosts, connections and likely RTO stalls listed in summary.json
+SQL_CHARS = 200  # a listed exchange's statement, cut
+
+
+def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
+    """summary.json → network (None without exchanges seen at both an app and a DB point)."""
+    if "network_s" not in x.columns or not len(x):
+        return None
+    net = x["network_s"].to_numpy(dtype="float64", na_value=np.nan)
+    if "proxy_s" in x.columns and x["proxy_s"].notna().any():
+        # through a proxy, total − server holds the proxy's own time too: the network is its two hops
+        hops = [x[c].to_numpy(dtype="float64", na_value=np.nan) for c in ("net_app_proxy_s", "net_proxy_db_s")
+                if c in x.columns]
+        net = hops[0] + hops[1] if len(hops) == 2 else np.full(len(x), np.nan)
+    total = x["total_s"].to_numpy(dtype="float64", na_value=np.nan)
+    both = ~np.isnan(net) & ~np.isnan(total)
+    if not both.any():
+        return None
+    host = hosts_of(x["client"])
+    frame = pd.DataFrame({"host": host[both], "capture": x["capture"].astype(object).to_numpy()[both],
+                          "conn_index": x["conn_index"].to_numpy()[both], "conn_id": x["conn_id"].to_numpy()[both],
+                          "network_s": np.maximum(net[both], 0.0), "total_s": total[both]})
+    net_sum, total_sum = float(frame["network_s"].sum()), float(frame["total_s"].sum())
+    by_host = (frame.groupby("host", dropna=False).agg(exchanges=("network_s", "size"), network_s=("network_s", "sum"),
+                                                       total_s=("total_s", "sum"))
+               .sort_values("network_s", ascending=False))
+    by_conn = (frame.groupby(["capture", "conn_index"]).agg(host=("host", "first"), conn_id=("conn_id", "first"),
+                                                             exchanges=("network_s", "size"),
+                                                             network_s=("network_s", "sum"), total_s=("total_s", "sum"))
+               .sort_values("network_s", ascending=False))
+    retrans = _retransmissions(x, conns, both, net)
+    return {
+        "network_s": net_sum, "clients_s": total_sum, "share": net_sum / total_sum if total_sum > 0 else None,
+        "hosts": [{"host": h, "exchanges": int(r.exchanges), "network_s": float(r.network_s),
+                   "share_of_network": float(r.network_s) / net_sum if net_sum > 0 else None,
+                   "network_share_of_its_time": float(r.network_s) / float(r.total_s) if r.total_s > 0 else None}
+                  for h, r in by_host.head(LISTED).iterrows()],
+        "hosts_total": int(len(by_host)),
+        "connections": [{"capture": k[0], "conn_index": int(k[1]), "conn_id": None if pd.isna(r.conn_id) else int(r.conn_id),
+                         "host": r.host, "exchanges": int(r.exchanges), "network_s": float(r.network_s)}
+                        for k, r in by_conn.head(LISTED).iterrows()],
+        **retrans,
+    }
+
+
+def _retransmissions(x: pd.DataFrame, conns: pd.DataFrame | None, both: np.ndarray, net: np.ndarray) -> dict:
+    if conns is None or not len(conns) or "retransmitted_bytes" not in conns.columns:
+        return {"retransmitted_bytes": None, "retransmitting_connections": None, "rto_stalls_likely": None,
+                "rto_stalls": []}
+    captures = set(x["capture"].astype(object).dropna().unique().tolist())
+    c = conns[conns["capture"].astype(object).isin(captures)]
+    rb = c["retransmitted_bytes"].to_numpy(dtype="float64", na_value=0.0)
+    keys = set(zip(c["capture"].astype(object)[rb > 0], c["conn_index"].astype("int64")[rb > 0]))
+    on = pd.MultiIndex.from_arrays([x["capture"].astype(object), x["conn_index"].astype("int64")]).isin(list(keys)) \
+        if keys else np.zeros(len(x), dtype=bool)
+    stalls = on & both & (np.nan_to_num(net) >= RTO_MIN_S)
+    named = np.flatnonzero(stalls)
+    named = named[np.argsort(-net[named], kind="stable")][:LISTED]
+    sent = x["app_req_ts"] if "app_req_ts" in x.columns else x["req_first_ts"]
+    return {"retransmitted_bytes": int(rb.sum()), "retransmitting_connections": int((rb > 0).sum()),
+            "rto_stalls_likely": int(stalls.sum()),
+            "rto_stalls": [{"capture": x["capture"].iloc[i], "conn_index": int(x["conn_index"].iloc[i]),
+                            "conn_id": None if pd.isna(x["conn_id"].iloc[i]) else int(x["conn_id"].iloc[i]),
+                            "client": None if pd.isna(x["client"].iloc[i]) else str(x["client"].iloc[i]),
+                            "sent": None if pd.isna(sent.iloc[i]) else pd.Timestamp(sent.iloc[i]).isoformat(),
+                            "sql": None if pd.isna(x["sql"].iloc[i]) else str(x["sql"].iloc[i])[:SQL_CHARS],
+                            "command": str(x["command"].iloc[i]), "network_s": float(net[i])} for i in named]}
+
+
+def bullets(story: dict | None) -> tuple[str | None, list[dict], list[str]]:
+    """(a lead sentence when network took NETWORK_LEADS of the clients' time or more, else None; the verdict's
+    network bullets; findings)."""
+    if not story or not story.get("network_s"):
+        return None, [], []
+    hosts = story["hosts"]
+    top = hosts[0] if hosts else None
+    where = ""
+    if top is not None and top.get("share_of_network") is not None:
+        if top["share_of_network"] >= ONE_HOST:
+            where = (f", {'all' if top['share_of_network'] > 0.995 else share(top['share_of_network'])} of it on "
+                     f"{top['host']}")
+        elif len(hosts) > 1:
+            where = f", the most on {top['host']} ({share(top['share_of_network'])} of it)"
+    out = []
+    lead = None
+    findings = []
+    if story.get("share") is not None and story["share"] >= NETWORK_LEADS:
+        lead = (f"{share(story['share'])} of the clients' time was network "
+                f"({seconds_rounded(story['network_s'])} of {seconds_rounded(story['clients_s'])}){where}: the wire "
+                "between the app and the DB host, not MySQL.")
+        findings.append("network")
+    if lead or (len(hosts) > 1 and (story.get("share") or 0) >= 0.1):
+        parts = [f"{h['host']} {seconds_rounded(h['network_s'])}"
+                 + (f" ({share(h['network_share_of_its_time'])} of its time)" if h.get("network_share_of_its_time")
+                    is not None else "") for h in hosts[:3]]
+        out.append({"topic": "network", "text": "Network time by client host: " + ", ".join(parts)
+                    + (f", {story['hosts_total'] - 3} more" if story["hosts_total"] > 3 else "") + "."})
+    if story.get("retransmitted_bytes"):
+        stalls = story.get("rto_stalls_likely") or 0
+        out.append({"topic": "network", "text": (
+            f"TCP retransmitted {story['retransmitted_bytes']:,} bytes on {story['retransmitting_connections']} "
+            f"{plural(story['retransmitting_connections'], 'connection', 'connections')}"
+            + (f"; {stalls} {plural(stalls, 'exchange', 'exchanges')} there spent {seconds_rounded(RTO_MIN_S)} or more "
+               "on the network (likely retransmission timeouts, not MySQL)" + _named(story.get("rto_stalls") or [])
+               if stalls else "") + ".")})
+        if stalls:
+            findings.append("retransmissions")
+    return lead, out, findings
+
+
+def _named(stalls: list[dict]) -> str:
+    """The likely RTO stalls by connection and statement, the longest first (three at most)."""
+    if not stalls:
+        return ""
+    parts = []
+    for r in stalls[:3]:
+        what = clip(r["sql"] if r.get("sql") else r.get("command"), 60)
+        when = pd.Timestamp(r["sent"]).strftime("%H:%M:%S.%f")[:-3] if r.get("sent") else "?"
+        conn = f"connection {r['conn_id']}" if r.get("conn_id") is not None else f"client {r.get('client')}"
+        parts.append(f"{conn} `{what}` sent {when}, {seconds_rounded(r['network_s'])} on the network")
+    return ": " + "; ".join(parts)

@@ -1,0 +1,817 @@
+"""Match stage: pair each exchange seen at an app host with the same exchange seen at the DB host, and collect
+the TCP segments seen at both points as clock samples.
+
+Why sequence numbers: the same TCP connection carries the same raw sequence numbers at both capture points, even
+when source NAT or a load balancer rewrites addresses and ports, and whatever the segmentation (TSO/GRO) at each
+host. So a request is keyed by the raw sequence number of its first byte. Sequence numbers are 32-bit and random
+per connection, so two different connections can collide; pairs are therefore decided per *connection* first:
+connections vote by how many of their requests share a sequence number with the same command and text, the server
+greeting's scramble (20 random bytes, identical at both points) outvotes everything, and a different scramble or
+connection id vetoes. Exchanges are then paired only inside paired connections, and only when command, text and
+the end of the response (resp_tcp_end) agree: a neighbour's request or response is never taken for this one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..core.groups import group_order
+from ..core.memory import release_memory
+from ..read.capture import open_capture
+from ..read.fastlane import segment_keys
+
+SCRAMBLE_VOTE = 1_000_000  # a shared greeting scramble outweighs any number of shared sequence numbers
+# A key (a request's sequence number and content, or a scramble) that more connections than this share at one point
+# does not vote on its own: it votes only together with the connection's endpoints, with the same limit. This keeps
+# matching linear in exchanges whatever the repeated values (5,000 connections opened with one ISN, a replayed
+# greeting); such keys are counted in MatchStats.ambiguous_keys.
+FANOUT = 4
+
+
+@dataclass(frozen=True, slots=True)
+class MatchStats:
+    app_exchanges: int
+    db_exchanges: int
+    matched: int  # exchanges paired (seen = both)
+    app_only: int
+    db_only: int
+    conflicts: int  # same connection and request bytes, but command/text/response end disagree: not paired
+    connections_matched: int
+    connections_by_scramble: int  # paired connections confirmed by the greeting scramble
+    connections_nat: int  # paired connections whose client endpoint differs between the points (NAT)
+    connections_vetoed: int  # candidate connection pairs refused: different scramble or connection id
+    connections_ambiguous: int = 0  # connections left unpaired: two partners at the other point scored the same
+    ambiguous_keys: int = 0  # keys shared by more than FANOUT connections at one point (they vote only with endpoints)
+    candidates: int = 0  # candidate rows the joins produced (the work done; linear in exchanges and connections)
+
+    def as_dict(self) -> dict:
+        return {f: getattr(self, f) for f in self.__slots__}
+
+
+@dataclass
+class Matching:
+    """Row pairs between two exchange tables (positional indexes); -1 where one side did not see the exchange."""
+
+    app_row: np.ndarray  # int64, positional row in the app table or -1
+    db_row: np.ndarray  # int64, positional row in the DB table or -1
+    notes: np.ndarray  # str per pair: comma-separated match notes ('' when none)
+    connections: pd.DataFrame  # app_conn, db_conn (conn keys), nat, by_scramble
+    stats: MatchStats
+
+    @property
+    def matched(self) -> int:
+        """Exchanges paired (as Pairing.matched)."""
+        return self.stats.matched
+
+    def matched_at_least(self, count: float) -> bool:
+        return self.stats.matched >= count
+
+
+def connection_keys(exchanges: pd.DataFrame) -> pd.Series:
+    """One integer per (capture, conn_index): several app captures share conn_index values."""
+    if len(exchanges) == 0:
+        return pd.Series([], dtype="int64")
+    # groupby(["capture", "conn_index"], sort=False).ngroup(): numbered in order of first appearance, as factorize
+    captures = pd.factorize(exchanges["capture"])[0].astype(np.int64)
+    conn = exchanges["conn_index"].to_numpy(dtype=np.int64)
+    width = int(conn.max()) + 1 if len(conn) else 1
+    if captures.min() < 0 or conn.min() < 0 or (int(captures.max()) + 1) * width >= 1 << 62:
+        return exchanges.groupby(["capture", "conn_index"], sort=False).ngroup().astype("int64")
+    return pd.Series(pd.factorize(captures * width + conn)[0].astype(np.int64), index=exchanges.index)
+
+
+def _codes(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes of two columns in one value space; null is -1 on both sides (two nulls are equal)."""
+    if isinstance(a.dtype, pd.CategoricalDtype) and isinstance(b.dtype, pd.CategoricalDtype):
+        # a's codes as they are, b's categories looked up among a's and its own others (only equality of codes
+        # matters to the joins): no recoding of a's rows
+        space = a.cat.categories.append(b.cat.categories.difference(a.cat.categories))
+        to_space = space.get_indexer(b.cat.categories)
+        if space.is_unique and not (to_space < 0).any():
+            to_space = np.append(to_space, -1).astype(np.int64)  # a null's code -1 picks the last: -1
+            return a.cat.codes.to_numpy(np.int64), to_space[b.cat.codes.to_numpy(np.int64)]
+        space = a.cat.categories.union(b.cat.categories)
+        return (a.cat.set_categories(space).cat.codes.to_numpy(np.int64),
+                b.cat.set_categories(space).cat.codes.to_numpy(np.int64))
+    codes, _ = pd.factorize(pd.concat([a.astype(object), b.astype(object)], ignore_index=True), use_na_sentinel=True)
+    return codes[:len(a)].astype(np.int64), codes[len(a):].astype(np.int64)
+
+
+def _radix_key(frames: list[pd.DataFrame], keys: list[str]) -> list[np.ndarray] | None:
+    """One int64 per row of each frame for its values of the integer columns `keys` (mixed radix over the columns'
+    ranges, in one space for all frames: equal numbers, equal values); None when the ranges need more than 62 bits."""
+    return _radix_arrays([[f[k].to_numpy(np.int64) for k in keys] for f in frames])
+
+
+def _radix_arrays(frames: list[list[np.ndarray]]) -> list[np.ndarray] | None:
+    """_radix_key of frames given as their key columns (integer arrays, in the same order for every frame)."""
+    columns = [[np.asarray(f[k], dtype=np.int64) for f in frames] for k in range(len(frames[0]))]
+    out = [np.zeros(len(f[0]), dtype=np.int64) for f in frames]
+    room = 1
+    for parts in columns:
+        present = [p for p in parts if len(p)]
+        if not present:
+            continue
+        low = min(int(p.min()) for p in present)
+        span = max(int(p.max()) for p in present) - low + 1
+        room *= span
+        if room >= 1 << 62:
+            return None
+        for o, p in zip(out, parts):  # o * span + (p - low), in place: no temporary of the table's length
+            o *= span
+            o += p
+            o -= low
+    return out
+
+
+def _bounded_join(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[str]) -> tuple[pd.DataFrame, int, int,
+                                                                                             set, set]:
+    """The (a_conn, d_conn) pairs that share a value of `on`, at most FANOUT × FANOUT per value: a value that more
+    connections share at one point is joined on `on` + `refine` instead (with the same limit), or not at all.
+    Returns (pairs with the number of shared values, values too widely shared to vote on their own, rows produced,
+    and the app and DB connections that hold those values).
+
+    Done on sorted integer arrays (what _bounded_join_frames does with pandas merges and groupbys, several times
+    faster): each point's rows sorted by (value of `on`, connection) give its distinct (value, connection) pairs
+    as runs (_distinct_pairs), the values are numbered in one space for both points (_numbered), and the
+    connections per value and the join are bincounts and searches in those sorted arrays.""" 
+    keys = _radix_key([a, d], on) if len(a) and len(d) else None
+    if keys is None:
+        return _bounded_join_frames(a, d, on, refine)
+    a_conn, d_conn = a["a_conn"].to_numpy(np.int64), d["d_conn"].to_numpy(np.int64)
+    if min(a_conn.min(), d_conn.min()) < 0 or max(a_conn.max(), d_conn.max(), len(a) + len(d)) >= 1 << 31:
+        return _bounded_join_frames(a, d, on, refine)
+    key_a, key_d = keys
+    del keys
+    va, ca, row_a = _distinct_pairs(key_a, a_conn)
+    vd, cd, row_d = _distinct_pairs(key_d, d_conn)
+    del key_a, key_d
+    if not (va[1:] == va[:-1]).any() and not (vd[1:] == vd[:-1]).any():
+        # every value at one connection of each point (the usual case: requests of different connections share
+        # no sequence number): all within FANOUT, none ambiguous, the join is one search of the sorted values
+        pa, pd_ = _join_values(ca, va, cd, vd)
+        pair, votes = _counted_pairs(pa, pd_)
+        counted = pd.DataFrame({"a_conn": pair >> 32, "d_conn": pair & 0xFFFFFFFF, "votes": votes.astype(np.int64)})
+        return counted, 0, len(va) + len(vd) + len(pa), set(), set()
+    va, vd = _numbered(va, vd)
+    work = 0
+    parts = []
+    ambiguous = 0
+    held: tuple[set, set] = (set(), set())
+    for step in (0, 1):
+        if not len(va) or not len(vd):
+            break
+        if step == 1:  # the values of `on` + `refine`, renumbered in one space
+            on_rows = [a[refine].iloc[row_a], d[refine].iloc[row_d]]  # the columns read, not whole rows
+            refined = _radix_key(on_rows, refine)
+            if refined is None:
+                refined = list(_codes_of(on_rows, refine))
+            del on_rows
+            both = np.unique(np.concatenate([va, vd]) * (int(max(refined[0].max(initial=0),
+                                                                  refined[1].max(initial=0))) + 1)
+                             + np.concatenate(refined), return_inverse=True)[1].reshape(-1)
+            va, vd = both[:len(va)], both[len(va):]
+        space = int(max(va.max(), vd.max())) + 1
+        count_a, count_d = np.bincount(va, minlength=space), np.bincount(vd, minlength=space)
+        a_ok, d_ok = count_a[va] <= FANOUT, count_d[vd] <= FANOUT
+        pa, pd_ = _join_values(*((ca, va) if a_ok.all() else (ca[a_ok], va[a_ok])),  # (all: no copies)
+                               *((cd, vd) if d_ok.all() else (cd[d_ok], vd[d_ok])))
+        work += len(va) + len(vd) + len(pa)
+        parts.append((pa, pd_))
+        # what remains ambiguous: values present at both points but too widely shared at one of them
+        big = (count_a > 0) & (count_d > 0) & ((count_a > FANOUT) | (count_d > FANOUT))
+        n_big = int(big.sum())
+        work += n_big
+        if step == 1:
+            break
+        ambiguous = n_big
+        if n_big:
+            held = (set(ca[big[va]].tolist()), set(cd[big[vd]].tolist()))
+        if not n_big or not refine:
+            break
+        keep_a, keep_d = big[va], big[vd]
+        va, ca, row_a = va[keep_a], ca[keep_a], row_a[keep_a]
+        vd, cd, row_d = vd[keep_d], cd[keep_d], row_d[keep_d]
+    pa = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    pd_ = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    pair, votes = _counted_pairs(pa, pd_)  # sorted by a_conn, then d_conn
+    counted = pd.DataFrame({"a_conn": pair >> 32, "d_conn": pair & 0xFFFFFFFF, "votes": votes.astype(np.int64)})
+    return counted, ambiguous, work, *held
+
+
+def _key_then_group_order(key: np.ndarray, group: np.ndarray, groups: int) -> np.ndarray:
+    """np.lexsort((group, key)): the rows in order of key, then group (0 … groups − 1), then row. Made as a stable
+    sort of the group numbers (numpy's radix sort: digest.group_order) and then a stable sort of the keys in that
+    order, which timsort runs through in a few merges when each group's keys already grow with its rows (a
+    connection's request sequence numbers do): 150 s sysbench pair, 3.3 M rows, ~3x faster than one sort."""
+    by_group = group_order(group, groups - 1)
+    return by_group[np.argsort(key[by_group], kind="stable")]
+
+
+def _distinct_pairs(key: np.ndarray, conn: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (key, connection) pairs of one point's rows in order of key, then connection, and the first
+    row of each (connections are numbered from 0)."""
+    order = _key_then_group_order(key, conn, int(conn.max()) + 1)
+    sorted_key, sorted_conn = key[order], conn[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (sorted_key[1:] != sorted_key[:-1]) | (sorted_conn[1:] != sorted_conn[:-1])
+    return sorted_key[first], sorted_conn[first], order[first]
+
+
+def _numbered(a: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two sorted arrays of values as numbers 0, 1, 2 … in order of value, in one space (equal values, equal
+    numbers): a stable sort of the two joined (timsort merges the two runs) and a count of the changes."""
+    both = np.concatenate([a, d])
+    order = np.argsort(both, kind="stable")
+    ordered = both[order]
+    del both
+    number = np.zeros(len(ordered), dtype=np.int64)
+    np.cumsum(ordered[1:] != ordered[:-1], out=number[1:])
+    del ordered
+    out = np.empty(len(number), dtype=np.int64)
+    out[order] = number
+    return out[:len(a)], out[len(a):]
+
+
+def _counted_pairs(a: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique((a << 32) | d, return_counts=True) for connection numbers a and d (0 … 2^31): by a bincount over
+    every (a, d) when there are not many more of them than pairs (connections are far fewer than their shared
+    values), else by the sort."""
+    if not len(a):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    width = int(d.max()) + 1
+    if (int(a.max()) + 1) * width > len(a) + (1 << 20):
+        return np.unique((a << 32) | d, return_counts=True)
+    counts = np.bincount(a * width + d)
+    present = np.flatnonzero(counts)
+    return ((present // width) << 32) | (present % width), counts[present]
+
+
+def _codes_of(frames: list[pd.DataFrame], keys: list[str]) -> tuple[np.ndarray, ...]:
+    """Per frame, one code per row of its values of `keys`, in one space (equal codes, equal values)."""
+    joined = pd.concat([f[keys] for f in frames], ignore_index=True)
+    codes = joined.groupby(keys, sort=False).ngroup().to_numpy(np.int64)
+    bounds = np.cumsum([0, *(len(f) for f in frames)])
+    return tuple(codes[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:]))
+
+
+def _join_values(a_conn: np.ndarray, va: np.ndarray, d_conn: np.ndarray, vd: np.ndarray) -> tuple[np.ndarray,
+                                                                                                   np.ndarray]:
+    """The inner join of (a_conn, value) rows with (d_conn, value) rows on the value: the a_conn and d_conn of
+    each joined row."""
+    if len(vd) and not (vd[1:] < vd[:-1]).any():  # sorted already (_bounded_join's are)
+        order, sorted_vd = None, vd
+    else:
+        order = np.argsort(vd, kind="stable")
+        sorted_vd = vd[order]
+    lo = np.searchsorted(sorted_vd, va, side="left")
+    if len(vd) and not (sorted_vd[1:] == sorted_vd[:-1]).any():  # each value once at the other point: one search
+        hit = np.flatnonzero(sorted_vd[np.minimum(lo, len(vd) - 1)] == va)
+        at = lo[hit]
+        return a_conn[hit], d_conn[at if order is None else order[at]]
+    if order is None:
+        order = np.arange(len(vd))
+    many = np.searchsorted(sorted_vd, va, side="right") - lo
+    rows_a = np.repeat(np.arange(len(va)), many)
+    step = np.arange(len(rows_a)) - np.repeat(np.cumsum(many) - many, many)
+    rows_d = order[np.repeat(lo, many) + step]
+    return a_conn[rows_a], d_conn[rows_d]
+
+
+def _bounded_join_frames(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[str]) -> tuple[pd.DataFrame,
+                                                                                                     int, int, set,
+                                                                                                     set]:
+    """The (a_conn, d_conn) pairs that share a value of `on`, at most FANOUT × FANOUT per value: a value that more
+    connections share at one point is joined on `on` + `refine` instead (with the same limit), or not at all.
+    Returns (pairs with the number of shared values, values too widely shared to vote on their own, rows produced,
+    and the app and DB connections that hold those values)."""
+    a = a.drop_duplicates(["a_conn", *on])
+    d = d.drop_duplicates(["d_conn", *on])
+    work = 0
+    parts = []
+    ambiguous = 0
+    held: tuple[set, set] = (set(), set())
+    for keys in (on, [*on, *refine]):
+        if not len(a) or not len(d):
+            break
+        na = a.groupby(keys, sort=False)["a_conn"].transform("size").to_numpy()
+        nd = d.groupby(keys, sort=False)["d_conn"].transform("size").to_numpy()
+        a_ok, d_ok = a[na <= FANOUT], d[nd <= FANOUT]
+        joined = a_ok[["a_conn", *keys]].merge(d_ok[["d_conn", *keys]], on=keys, how="inner")
+        work += len(a) + len(d) + len(joined)
+        parts.append(joined[["a_conn", "d_conn"]])
+        # what remains ambiguous: values present at both points but too widely shared at one of them
+        a_big = a[na > FANOUT].drop_duplicates(keys)[keys]
+        d_big = d[nd > FANOUT].drop_duplicates(keys)[keys]
+        a_any = a.drop_duplicates(keys)[keys]
+        d_any = d.drop_duplicates(keys)[keys]
+        big = pd.concat([a_big.merge(d_any, on=keys), d_big.merge(a_any, on=keys)]).drop_duplicates()
+        work += len(big)
+        if keys != on:
+            break
+        ambiguous = len(big)
+        if len(big):
+            held = (set(a.merge(big, on=keys)["a_conn"]), set(d.merge(big, on=keys)["d_conn"]))
+        if not len(big) or not refine:
+            break
+        a = a.merge(big[on].drop_duplicates(), on=on)
+        d = d.merge(big[on].drop_duplicates(), on=on)
+    pairs = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"a_conn": [], "d_conn": []})
+    counted = pairs.groupby(["a_conn", "d_conn"]).size().rename("votes").reset_index()
+    return counted, ambiguous, work, *held
+
+
+def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame, db_conns: pd.DataFrame) -> Matching:
+    """Pair rows of the app exchanges table (all app captures concatenated) with rows of the DB one.
+
+    app_conns/db_conns are the connections tables (capture, conn_index, conn_id, scramble, ...). The work is
+    linear in exchanges and connections whatever repeats in the keys (FANOUT). Both steps at once: see Pairing.
+    """
+    return Pairing(app, db, app_conns, db_conns).complete()
+
+
+class Pairing:
+    """match_exchanges in its two steps: the connection pairs (`connections`, made here) and the exchange pairs
+    inside them (`matched`, `complete()`), made when first wanted and then once.
+
+    Why two: the loss repair (pair/repair.py) needs only the connection pairs, and it replaces the exchange rows of the
+    connections it repairs, which are then paired once, after it; an exchange pairing made before it was thrown
+    away (40 s lossy sysbench pair: 1.0 s of 2.3 s). When nothing is repaired the exchanges are paired from these
+    same connection pairs. Holds the two exchange tables until `complete()` or `release()`."""
+
+    def __init__(self, app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame, db_conns: pd.DataFrame):
+        self._app, self._db = app, db
+        self._columns: tuple | None = None
+        self._inside: tuple | None = None
+        self._counted: list[tuple] = []  # matched_at_least's parts of _pairs_inside, and their connection pairs
+        self._counted_pairs = np.zeros(0, dtype=np.int64)
+        self._matching: Matching | None = None
+        conn_a, conn_d, seq_a, seq_d, cmd_a, cmd_d, sql_a, sql_d = self._keys()
+        a = pd.DataFrame({"a_conn": conn_a, "seq": seq_a, "cmd": cmd_a, "sql": sql_a}, copy=False)
+        d = pd.DataFrame({"d_conn": conn_d, "seq": seq_d, "cmd": cmd_d, "sql": sql_d}, copy=False)
+
+        # --- connections: votes from shared request bytes, the scramble decides, a contradiction vetoes
+        a_info = _conn_info(app, app_conns, "a", conn_a)
+        d_info = _conn_info(db, db_conns, "d", conn_d)
+        ends_a, ends_d = _endpoint_codes(a_info, d_info)
+        key_a = a.assign(ends=ends_a[conn_a] if len(a) else np.zeros(0, dtype=np.int64))
+        key_d = d.assign(ends=ends_d[conn_d] if len(d) else np.zeros(0, dtype=np.int64))
+        del a, d
+        votes, ambiguous_requests, work, amb_a, amb_d = _bounded_join(key_a, key_d, ["seq", "cmd", "sql"], ["ends"])
+        del key_a, key_d
+        scr_a = a_info.dropna(subset=["a_scramble"])
+        scr_d = d_info.dropna(subset=["d_scramble"])
+        codes_a, codes_d = _codes(scr_a["a_scramble"], scr_d["d_scramble"])
+        scr_a = scr_a.assign(scramble=codes_a, ends=ends_a[scr_a["a_conn"].to_numpy()])
+        scr_d = scr_d.assign(scramble=codes_d, ends=ends_d[scr_d["d_conn"].to_numpy()])
+        by_scramble, ambiguous_scrambles, work_s, amb_sa, amb_sd = _bounded_join(scr_a, scr_d, ["scramble"], ["ends"])
+        work += work_s
+        amb_a |= amb_sa
+        amb_d |= amb_sd
+        pairs = votes.merge(by_scramble[["a_conn", "d_conn"]].assign(scr=True), on=["a_conn", "d_conn"], how="outer")
+        pairs["votes"] = pairs["votes"].fillna(0).astype(np.int64)
+        pairs["scr"] = pairs["scr"].fillna(False).astype(bool)
+        pairs = pairs.merge(a_info, on="a_conn", how="left").merge(d_info, on="d_conn", how="left")
+        veto = (
+            (pairs["a_scramble"].notna() & pairs["d_scramble"].notna() & (pairs["a_scramble"] != pairs["d_scramble"]))
+            | (pairs["a_conn_id"].notna() & pairs["d_conn_id"].notna() & (pairs["a_conn_id"] != pairs["d_conn_id"]))
+        ).fillna(False).astype(bool)
+        self._vetoed = int(veto.sum())
+        pairs = pairs[~veto].copy()
+        pairs["score"] = pairs["votes"] + SCRAMBLE_VOTE * pairs["scr"]
+        pairs, tied_a, tied_d = _one_to_one(pairs)
+        amb_a |= tied_a
+        amb_d |= tied_d
+        pairs["nat"] = (pairs["a_client"] != pairs["d_client"]).fillna(False).astype(bool)
+        self.connections = pairs[["a_conn", "d_conn", "nat", "scr"]].rename(
+            columns={"a_conn": "app_conn", "d_conn": "db_conn", "scr": "by_scramble"}).reset_index(drop=True)
+        self._pair_a = pairs["a_conn"].to_numpy(np.int64)
+        self._pair_d = pairs["d_conn"].to_numpy(np.int64)
+        self._ambiguous = (amb_a - set(pairs["a_conn"]), amb_d - set(pairs["d_conn"]))
+        self._ambiguous_keys = ambiguous_requests + ambiguous_scrambles
+        self._work = work
+
+    def _keys(self) -> tuple:
+        """Per row of each table: its connection key, request sequence number, and codes of command and text (in one
+        space for both tables)."""
+        if self._columns is None:
+            app, db = self._app, self._db
+            cmd_a, cmd_d = _codes(app["command"], db["command"])
+            sql_a, sql_d = _codes(app["sql"], db["sql"])
+            self._columns = (connection_keys(app).to_numpy(), connection_keys(db).to_numpy(),
+                             app["req_tcp_seq"].to_numpy(), db["req_tcp_seq"].to_numpy(), cmd_a, cmd_d, sql_a, sql_d)
+        return self._columns
+
+    def row_connections(self, app: pd.DataFrame, db: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """connection_keys of the rows of `app` and `db`: the ones made for the pairing when these are its tables
+        (repair.plan asks; 150 s sysbench pair: 2 x 3.3 M rows factorized again otherwise)."""
+        if app is self._app and db is self._db and app is not None:
+            return self._keys()[:2]
+        return connection_keys(app).to_numpy(), connection_keys(db).to_numpy()
+
+    @property
+    def matched(self) -> int:
+        """Exchanges paired (MatchStats.matched), without the rest of the exchange pairing's answer."""
+        if self._matching is not None:
+            return self._matching.stats.matched
+        return int(self._pairs_inside()[4].sum())
+
+    def matched_at_least(self, count: float) -> bool:
+        """matched >= count, counted connection pair by pair, the biggest first, until the answer is known (the
+        sign of a proxy before the loss repair asks for half the exchanges: on a lossy pair the rest would be
+        paired before the repair replaces them for nothing). What is counted is kept for _pairs_inside."""
+        if self._matching is not None or self._inside is not None:
+            return self.matched >= count
+        conn_a, conn_d = self._keys()[:2]
+        n = len(self._pair_a)
+        at_a, at_d = _positions(self._pair_a, conn_a), _positions(self._pair_d, conn_d)
+        # a connection pair pairs at most as many exchanges as the smaller of its two connections holds
+        most = np.minimum(np.bincount(at_a[at_a >= 0], minlength=n), np.bincount(at_d[at_d >= 0], minlength=n))
+        del at_a, at_d
+        order = np.argsort(-most, kind="stable")
+        counted, start = 0, len(self._counted_pairs)
+        if start:  # asked before: go on from there
+            counted = sum(int(part[4].sum()) for part in self._counted)
+            order = np.concatenate([self._counted_pairs, np.setdiff1d(order, self._counted_pairs, assume_unique=True)])
+        while counted < count:
+            rest = most[order[start:]]
+            if start == n or counted + int(rest.sum()) < count:
+                return False
+            stop = start + min(int(np.searchsorted(np.cumsum(rest), count - counted)) + 1, len(rest))
+            part = self._inside_of(order[start:stop])
+            self._counted.append(part)
+            self._counted_pairs = order[:stop]
+            counted += int(part[4].sum())
+            start = stop
+        return True
+
+    def _pairs_inside(self) -> tuple:
+        """The exchanges inside paired connections: the k-th exchange with a sequence number on one side with the
+        k-th on the other (a number repeats inside one connection only after 4 GiB, or in a forged capture), when
+        command, text and response end agree. (app rows, DB rows, app's response end, DB's, agree) per candidate,
+        in app row order."""
+        if self._inside is not None:
+            return self._inside
+        if not self._counted:
+            *inside, work = self._inside_of(None)
+        else:  # the connection pairs matched_at_least did not count, and the parts it did, in app row order
+            rest = np.setdiff1d(np.arange(len(self._pair_a)), self._counted_pairs, assume_unique=True)
+            parts = [*self._counted, self._inside_of(rest)]
+            self._counted, self._counted_pairs = [], np.zeros(0, dtype=np.int64)
+            order = np.argsort(np.concatenate([part[0] for part in parts]), kind="stable")
+            inside = [np.concatenate([part[i] for part in parts])[order] for i in range(5)]
+            work = sum(part[5] for part in parts)
+            del parts, order
+        self._inside_work = work  # (assigned: made again after release, counted once)
+        self._inside = tuple(inside)
+        return self._inside
+
+    def _inside_of(self, which: np.ndarray | None) -> tuple:
+        """_pairs_inside for the connection pairs at positions `which` (None: all), and the work (candidates)."""
+        conn_a, conn_d, seq_a, seq_d, cmd_a, cmd_d, sql_a, sql_d = self._keys()
+        pair_a = self._pair_a if which is None else self._pair_a[which]
+        pair_d = self._pair_d if which is None else self._pair_d[which]
+        at_a = _positions(pair_a, conn_a)
+        rows_a = np.flatnonzero(at_a >= 0)
+        rows_d = np.flatnonzero(_positions(pair_d, conn_d) >= 0)
+        partner = pair_d[at_a[rows_a]]  # the DB connection each app row's connection is paired with
+        del at_a
+        found = _inside_once(partner, seq_a[rows_a], conn_d[rows_d], seq_d[rows_d])
+        if found is None:  # a sequence number repeats inside a connection: (rows are in app / DB row order: the
+            # k-th in row order)
+            k_a = _occurrence(conn_a[rows_a], seq_a[rows_a])
+            k_d = _occurrence(conn_d[rows_d], seq_d[rows_d])
+            found = _inside_rows([partner, seq_a[rows_a], k_a], [conn_d[rows_d], seq_d[rows_d], k_d])
+            del k_a, k_d
+        in_a, in_d = found
+        work = len(rows_a) + len(rows_d) + len(in_a)
+        ai, di = rows_a[in_a], rows_d[in_d]
+        del rows_a, rows_d, in_a, in_d, partner, found
+        a_end = self._app["resp_tcp_end"].to_numpy(dtype="float64", na_value=np.nan)[ai]
+        d_end = self._db["resp_tcp_end"].to_numpy(dtype="float64", na_value=np.nan)[di]
+        both_done = self._app["result"].notna().to_numpy()[ai] & self._db["result"].notna().to_numpy()[di]
+        # a response not fully seen at one point ends early there: its end says nothing
+        ends_agree = np.isnan(a_end) | np.isnan(d_end) | ~both_done | (a_end == d_end)
+        # a statement's text unknown at one point only (its PREPARE lost there, or sent before that capture began:
+        # an EXECUTE whose text only the other point knows) is the same request all the same, on the same bytes of
+        # the same connection; taken as a conflict, a lost PREPARE on every prepared connection left too few pairs
+        # and the captures were taken for the two sides of an L7 proxy
+        sa, sd = sql_a[ai], sql_d[di]
+        content = (cmd_a[ai] == cmd_d[di]) & ((sa == sd) | (sa < 0) | (sd < 0))
+        return ai, di, a_end, d_end, content & ends_agree, work
+
+    def release(self, tables: bool = True) -> None:
+        """Let what was made of the tables' rows go, and the tables unless `tables` is false (then `complete()` makes
+        it again); `connections` stays. The repair replaces the tables: what the exchange pairing made of them
+        would only add to its peak."""
+        self._columns = self._inside = None
+        self._counted, self._counted_pairs = [], np.zeros(0, dtype=np.int64)
+        if tables:
+            self._app = self._db = None
+
+    def complete(self) -> Matching:
+        """The whole Matching: exchange rows paired inside the paired connections, and the notes of the others."""
+        if self._matching is not None:
+            return self._matching
+        if self._app is None:
+            raise RuntimeError("Pairing.complete after release")
+        app, db = self._app, self._db
+        ai, di, a_end, d_end, ok = self._pairs_inside()
+        conn_a, conn_d = self._keys()[:2]
+        good_ai, good_di = ai[ok], di[ok]
+        conflict_a = set(_rows_not_in(ai[~ok], good_ai, len(app)).tolist())
+        conflict_d = set(_rows_not_in(di[~ok], good_di, len(db)).tolist())
+        a_end_na, d_end_na = np.isnan(a_end[ok]), np.isnan(d_end[ok])
+        a_done = app["result"].notna().to_numpy()[good_ai]
+        d_done = db["result"].notna().to_numpy()[good_di]
+        a_cut = ~a_done & d_done & ~a_end_na
+        d_cut = ~d_done & a_done & ~d_end_na
+        # the notes as codes first, then their texts (one object per row, as np.select on the texts made them)
+        good_notes = np.array(["", "response-unseen-at-app", "response-unseen-at-db", "response-incomplete-at-app",
+                               "response-incomplete-at-db"], dtype=object)[
+            np.select([a_end_na & ~d_end_na, d_end_na & ~a_end_na, a_cut, d_cut], [1, 2, 3, 4], 0)]
+        app_only = _rows_not_in(np.arange(len(app), dtype=np.int64), good_ai, len(app))
+        db_only = _rows_not_in(np.arange(len(db), dtype=np.int64), good_di, len(db))
+        app_row = np.concatenate([good_ai, app_only, np.full(len(db_only), -1, dtype=np.int64)])
+        db_row = np.concatenate([good_di, np.full(len(app_only), -1, dtype=np.int64), db_only])
+        amb_a, amb_d = self._ambiguous
+        notes = np.concatenate([
+            good_notes,
+            _only_notes(app_only, conflict_a, conn_a, good_ai, app["seq"].to_numpy(), self._pair_a, "db", amb_a),
+            _only_notes(db_only, conflict_d, conn_d, good_di, db["seq"].to_numpy(), self._pair_d, "app", amb_d),
+        ])
+        conn_pairs = self.connections
+        stats = MatchStats(
+            app_exchanges=len(app), db_exchanges=len(db), matched=len(good_ai), app_only=len(app_only),
+            db_only=len(db_only), conflicts=len(conflict_a) + len(conflict_d),
+            connections_matched=len(conn_pairs), connections_by_scramble=int(conn_pairs["by_scramble"].sum()),
+            connections_nat=int(conn_pairs["nat"].sum()), connections_vetoed=self._vetoed,
+            connections_ambiguous=len(amb_a) + len(amb_d), ambiguous_keys=self._ambiguous_keys,
+            candidates=self._work + self._inside_work,
+        )
+        self._matching = Matching(app_row, db_row, notes, conn_pairs, stats)
+        self.release()
+        return self._matching
+
+
+def _positions(pairs: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """pd.Index(pairs).get_indexer(keys) for distinct connection keys `pairs`: the position of each key in `pairs`,
+    -1 where absent. Connection keys number connections from 0 (connection_keys), so this is one lookup array."""
+    if not len(pairs) or not len(keys):
+        return np.full(len(keys), -1, dtype=np.int64)
+    if min(pairs.min(), keys.min()) < 0 or max(pairs.max(), keys.max()) > 4 * (len(pairs) + len(keys)):
+        return pd.Index(pairs).get_indexer(keys)
+    at = np.full(int(max(pairs.max(), keys.max())) + 1, -1, dtype=np.int64)
+    at[pairs] = np.arange(len(pairs), dtype=np.int64)
+    return at[keys]
+
+
+def _inside_once(conn_a: np.ndarray, seq_a: np.ndarray, conn_d: np.ndarray, seq_d: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray] | None:
+    """_inside_rows on the keys (DB connection, seq, k) when no sequence number repeats inside a connection at
+    either point (the usual case: then k is 0 on every row): the (connection, seq) pairs of both points sorted
+    (_key_then_group_order: the sequence numbers of a connection already grow with its rows), one search of the
+    app's among the DB's (both sorted: the search walks memory in order), the matches put back in app row order.
+    None when one repeats (or a number is out of range): _inside_rows decides."""
+    if not len(conn_a) or not len(conn_d):
+        return None
+    top = int(max(conn_a.max(), conn_d.max()))
+    if min(conn_a.min(), conn_d.min(), seq_a.min(), seq_d.min()) < 0 or top >= 1 << 31 \
+            or max(seq_a.max(), seq_d.max()) >= 1 << 32:
+        return None
+    sorted_keys = []
+    for conn, seq in ((conn_a, seq_a), (conn_d, seq_d)):
+        key = (conn.astype(np.int64) << 32) | seq.astype(np.int64)
+        order = _key_then_group_order(key, conn, top + 1)
+        key = key[order]
+        if (key[1:] == key[:-1]).any():
+            return None
+        sorted_keys.append((key, order))
+    (key_a, order_a), (key_d, order_d) = sorted_keys
+    del sorted_keys
+    found_a, found_d = _join_values(order_a, key_a, order_d, key_d)  # the app's and DB's rows of each key at both
+    partner_row = np.full(len(key_a), -1, dtype=np.int64)
+    partner_row[found_a] = found_d
+    rows = np.flatnonzero(partner_row >= 0)
+    return rows, partner_row[rows]
+
+
+def _inside_rows(a_keys: list[np.ndarray], d_keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The inner join of two sets of rows on their keys (d_conn, seq, k), as row positions (app, DB) in app row
+    order, as a merge gives them. The key is unique on each side (k numbers a sequence number's repeats inside a
+    connection, and connections pair one to one), so this is a lookup of each app row's key among the sorted DB
+    keys; a merge decides when it is not."""
+    keys = _radix_arrays([a_keys, d_keys]) if len(a_keys[0]) and len(d_keys[0]) else None
+    if keys is not None:
+        key_a, key_d = keys
+        order = np.argsort(key_d, kind="stable")
+        sorted_d = key_d[order]
+        if not (sorted_d[1:] == sorted_d[:-1]).any():
+            at = np.minimum(np.searchsorted(sorted_d, key_a), len(sorted_d) - 1)
+            hit = sorted_d[at] == key_a
+            return np.flatnonzero(hit), order[at[hit]]
+    on = ["d_conn", "seq", "k"]
+    a = pd.DataFrame(dict(zip(on, a_keys)) | {"row_a": np.arange(len(a_keys[0]), dtype=np.int64)})
+    d = pd.DataFrame(dict(zip(on, d_keys)) | {"row_d": np.arange(len(d_keys[0]), dtype=np.int64)})
+    joined = a.merge(d, on=on, how="inner")
+    return joined["row_a"].to_numpy(np.int64), joined["row_d"].to_numpy(np.int64)
+
+
+def first_rows(keys: np.ndarray) -> np.ndarray:
+    """np.unique(keys, return_index=True)[1] for keys numbered 0, 1, 2 … in order of first appearance (as
+    connection_keys numbers them): the rows where a key exceeds every one before it, found without a sort."""
+    if not len(keys):
+        return np.zeros(0, dtype=np.int64)
+    before = np.empty(len(keys), dtype=np.int64)
+    before[0] = -1
+    np.maximum.accumulate(keys[:-1], out=before[1:])
+    first = np.flatnonzero(keys > before)
+    if len(first) != int(keys.max()) + 1 or keys.min() < 0:  # not numbered so: sort
+        return np.unique(keys, return_index=True)[1]
+    return first
+
+
+def _occurrence(*keys: np.ndarray) -> np.ndarray:
+    """For each row, how many earlier rows have the same keys (groupby(keys).cumcount(), by a stable sort)."""
+    n = len(keys[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort(keys[::-1])  # stable: rows with equal keys keep their order
+    start = np.ones(n, dtype=bool)
+    for key in keys:
+        ordered = key[order]
+        start[1:] &= ordered[1:] == ordered[:-1]
+    start[1:] = ~start[1:]  # a row whose keys differ from the row before it begins a group
+    position = np.arange(n, dtype=np.int64)
+    rank = position - np.maximum.accumulate(np.where(start, position, 0))
+    out = np.empty(n, dtype=np.int64)
+    out[order] = rank
+    return out
+
+
+def _rows_not_in(rows: np.ndarray, taken: np.ndarray, n: int) -> np.ndarray:
+    """The distinct values of `rows` (row positions below n) that are not in `taken`, sorted (np.setdiff1d by a
+    mask: linear, where setdiff1d sorts or hashes both)."""
+    seen = np.zeros(n, dtype=bool)
+    seen[rows] = True
+    seen[taken] = False
+    return np.flatnonzero(seen).astype(np.int64)
+
+
+def _endpoint_codes(a_info: pd.DataFrame, d_info: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per connection key, a code of its (client, server) endpoints in one space for both points (negative:
+    unknown)."""
+    def text(info: pd.DataFrame, side: str) -> pd.Series:
+        return (info[f"{side}_client"].astype("string") + " " + info[f"{side}_server"].astype("string")).astype(object)
+
+    codes_a, codes_d = _codes(text(a_info, "a"), text(d_info, "d"))
+    out_a = np.full(int(a_info["a_conn"].max()) + 1 if len(a_info) else 0, -1, dtype=np.int64)
+    out_d = np.full(int(d_info["d_conn"].max()) + 1 if len(d_info) else 0, -1, dtype=np.int64)
+    out_a[a_info["a_conn"].to_numpy()] = codes_a
+    out_d[d_info["d_conn"].to_numpy()] = np.where(codes_d < 0, -2, codes_d)  # unknown never equals unknown
+    return out_a, out_d
+
+
+def _one_to_one(pairs: pd.DataFrame) -> tuple[pd.DataFrame, set, set]:
+    """Greedy one-to-one, best score first (a connection is at one place at each point). A connection whose best
+    two candidates score the same is left unpaired (which one is its twin cannot be told): returned, app and DB."""
+    pairs = pairs.sort_values(["score", "a_conn", "d_conn"], ascending=[False, True, True], kind="stable")
+    drop = np.zeros(len(pairs), dtype=bool)
+    tied = []
+    for conn in ("a_conn", "d_conn"):
+        rank = pairs.groupby(conn, sort=False).cumcount().to_numpy()  # 0: the connection's best candidate
+        score = pairs["score"].to_numpy()
+        best = pd.Series(score[rank == 0], index=pairs[conn].to_numpy()[rank == 0])
+        second = pd.Series(score[rank == 1], index=pairs[conn].to_numpy()[rank == 1])
+        ties = second.index[second.to_numpy() == best.loc[second.index].to_numpy()]
+        tied.append(set(ties))
+        drop |= pairs[conn].isin(ties).to_numpy()
+    pairs = pairs[~drop]
+    return pairs.drop_duplicates("a_conn").drop_duplicates("d_conn"), *tied
+
+
+def _only_notes(only: np.ndarray, conflicts: set, conn: np.ndarray, paired: np.ndarray, ordinal: np.ndarray,
+                paired_conns: np.ndarray, other: str, ambiguous: set) -> np.ndarray:
+    """Notes for exchanges seen at one point only: 'match-conflict', 'match-ambiguous' (the connection's twin at the
+    other point could not be told from others that look the same), or 'lost-at-<other>' when the other point
+    saw exchanges of the same connection before and after this one (so it was there, and missed these bytes)."""
+    notes = np.full(len(only), "", dtype=object)
+    if len(only) == 0:
+        return notes
+    if ambiguous:
+        notes[np.isin(conn[only], np.fromiter(ambiguous, dtype=np.int64, count=len(ambiguous)))] = "match-ambiguous"
+    seen = pd.DataFrame({"conn": conn[paired], "ord": ordinal[paired]}).groupby("conn")["ord"].agg(["min", "max"])
+    span = pd.DataFrame({"conn": conn[only], "ord": ordinal[only]}).join(seen, on="conn")
+    inside = (span["conn"].isin(paired_conns) & (span["ord"] > span["min"]) & (span["ord"] < span["max"])).to_numpy()
+    notes[inside] = f"lost-at-{other}"
+    if conflicts:
+        notes[np.isin(only, np.fromiter(conflicts, dtype=np.int64, count=len(conflicts)))] = "match-conflict"
+    return notes
+
+
+def _conn_info(exchanges: pd.DataFrame, conns: pd.DataFrame, side: str, conn: np.ndarray | None = None) -> pd.DataFrame:
+    """conn key -> scramble, conn_id, client, server of each connection that has exchanges (`conn`: the rows'
+    connection_keys, when known)."""
+    conn = connection_keys(exchanges).to_numpy() if conn is None else conn
+    first = first_rows(conn)  # each key's first row: keys number connections as they appear
+    keys = pd.DataFrame({
+        f"{side}_conn": conn[first],
+        "capture": exchanges["capture"].iloc[first].to_numpy(), "conn_index": exchanges["conn_index"].to_numpy()[first],
+    })
+    columns = ["scramble", "conn_id", "client", "server"]
+    info = keys.merge(conns[["capture", "conn_index", *columns]], on=["capture", "conn_index"], how="left")
+    info = info.astype({"scramble": "string", "conn_id": "Int64", "client": "string", "server": "string"})
+    return info.drop(columns=["capture", "conn_index"]).rename(columns={c: f"{side}_{c}" for c in columns})
+
+
+# --- clock samples -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Segments:
+    """Segments of chosen connections at one capture point: the keys seen exactly once there (a retransmission or
+    a duplicate ACK has no one time), sorted by key, as three compact arrays."""
+
+    k1: np.ndarray  # uint64: seq << 32 | ack
+    k2: np.ndarray  # uint64: payload length << 9 | flags << 1 | direction (0 client→server, 1 server→client)
+    ts: np.ndarray  # int64 ns
+    read: int = 0  # segments read
+    repeated: int = 0  # segments dropped because their key was seen more than once
+
+
+def _unique_sorted(columns: list) -> _Segments:
+    """k1, k2, ts (given as arrays, consumed: each is freed as soon as its sorted copy exists, which keeps the peak
+    at about twice the segments' size) sorted by key, with the keys seen more than once dropped."""
+    k1 = np.frombuffer(columns[0], dtype=np.uint64)
+    k2 = np.frombuffer(columns[1], dtype=np.uint64)
+    order = np.lexsort((k2, k1))
+    del k1, k2
+    k1, k2, ts = (np.frombuffer(columns.pop(0), dtype=dtype)[order] for dtype in (np.uint64, np.uint64, np.int64))
+    del order
+    repeat = (k1[1:] == k1[:-1]) & (k2[1:] == k2[:-1])
+    once = np.ones(len(k1), dtype=bool)
+    once[1:] &= ~repeat
+    once[:-1] &= ~repeat
+    kept = int(once.sum())
+    if kept == len(once):
+        return _Segments(k1, k2, ts, read=len(once), repeated=0)
+    return _Segments(k1[once], k2[once], ts[once], read=len(once), repeated=len(once) - kept)
+
+
+def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, int]]) -> _Segments:
+    """Keys and times of the segments of the given connections ((client ip, port, server ip, port) tuples),
+    reduced to the keys seen once (in the worker process, with --jobs: only those travel back). The native fast
+    lane reads them where it reads the capture (fastlane.segment_keys)."""
+    with open_capture(path) as reader:
+        columns = segment_keys(reader, flows)
+    segments = _unique_sorted(columns)
+    release_memory()  # the per-packet garbage of the pass, before the next capture's pass or the pairing
+    return segments
+
+
+@dataclass(frozen=True)
+class ClockSamples:
+    fwd_app: np.ndarray  # app→DB: app timestamp a
+    fwd_db: np.ndarray  # app→DB: DB timestamp b
+    rev_db: np.ndarray  # DB→app: DB timestamp c
+    rev_app: np.ndarray  # DB→app: app timestamp e
+    app_segments: int  # segments of matched connections read at the app point
+    db_segments: int
+    duplicates_dropped: int  # keys seen more than once at one point (retransmissions, duplicate ACKs)
+
+
+def pair_segments(app: _Segments, db: _Segments) -> ClockSamples:
+    """The segments seen at both points (same key), as clock samples. Both sides are sorted by (k1, k2) with unique
+    keys, so this is a merge join on sorted arrays: no hash table, a few index arrays of memory."""
+    lo = np.searchsorted(db.k1, app.k1, side="left")
+    hi = np.searchsorted(db.k1, app.k1, side="right")
+    # Several DB segments may share a seq/ack (a pure ACK, then data; or, in a forged capture, thousands): inside
+    # each run k2 is sorted, so every app key bisects its run, all keys at once: log2(longest run) passes.
+    ia = np.flatnonzero(hi > lo)
+    left, right, end = lo[ia], hi[ia], hi[ia]
+    del lo, hi
+    want = app.k2[ia]
+    while True:
+        open_ = left < right
+        if not open_.any():
+            break
+        mid = (left + right) // 2
+        below = db.k2[np.where(open_, mid, 0)] < want
+        left = np.where(open_ & below, mid + 1, left)
+        right = np.where(open_ & ~below, mid, right)
+    hit = left < end
+    hit[hit] = db.k2[left[hit]] == want[hit]
+    ia, id_ = ia[hit], left[hit]
+    del left, right, end, want
+    fwd = (app.k2[ia] & np.uint64(1)) == 0
+    ts_a, ts_d = app.ts[ia], db.ts[id_]
+    order_f = np.lexsort((ts_d[fwd], ts_a[fwd]))  # by app time; equal app times by DB time
+    order_r = np.lexsort((ts_d[~fwd], ts_a[~fwd]))
+    return ClockSamples(
+        ts_a[fwd][order_f], ts_d[fwd][order_f], ts_d[~fwd][order_r], ts_a[~fwd][order_r],
+        app_segments=app.read, db_segments=db.read, duplicates_dropped=app.repeated + db.repeated,
+    )

@@ -1,0 +1,142 @@
+"""Several cores for the extraction stage (`--jobs`). The work splits by capture file and, inside a capture, by TCP
+connection: each worker process reads the whole file but parses only its part of the connections (FlowTracker's
+`part`), and `merge_parts` joins the parts into exactly what one process gives (tests compare them).
+
+Workers are forked before the progress bar starts its thread; they report bytes read through shared memory."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, wait
+from pathlib import Path
+
+from ..core.console import progress_bar
+from ..core.workers import worker_pool
+from . import fastlane
+from .exchanges import Extraction, extract, merge_parts
+from .flows import Endpoint
+from .sources import check_input, parse_server
+
+SMALL_CAPTURE_BYTES = 16 << 20  # below this, starting processes costs more than it saves
+
+
+def plan(sizes: list[int], jobs: int, splittable: list[bool] | None = None) -> list[int]:
+    """How many parts to split each capture into, given their sizes in bytes and the number of workers: every
+    capture gets a share of the workers in proportion to its size, at least one part; small work stays serial.
+    A capture that is not `splittable` stays one part: the native fast lane reads it faster alone than several
+    workers that each read the whole file for their part of the connections (benchmarks/bench.py)."""
+    if jobs <= 1 or sum(sizes) < SMALL_CAPTURE_BYTES or not sizes:
+        return [1] * len(sizes)
+    if len(sizes) >= jobs:
+        return [1] * len(sizes)
+    total = sum(sizes) or 1
+    parts = [max(1, round(jobs * s / total)) for s in sizes]
+    while sum(parts) > jobs and max(parts) > 1:
+        parts[parts.index(max(parts))] -= 1
+    if splittable is not None:
+        parts = [n if split else 1 for n, split in zip(parts, splittable)]
+    return parts
+
+
+_PROGRESS = None  # shared array: bytes and frames read, two slots per task, inherited by forked workers
+
+
+def _work(slot: int, path: str, servers: set[Endpoint] | None, max_sql_bytes: int, part: tuple[int, int] | None,
+          tls_secrets=None):
+    def progress(done: int, total: int, frames: int) -> None:
+        _PROGRESS[2 * slot] = done
+        _PROGRESS[2 * slot + 1] = frames
+
+    x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, part=part, progress=progress,
+                tls_secrets=tls_secrets)
+    # The parent wants DataFrames (analyze's stages, merge_parts): made here, in the worker, the Arrow tables
+    # go column by column as they become the DataFrame that is sent; sending the Arrow tables made the parent
+    # hold both while it converted (10 s sysbench pair: parent 380 -> 450 MiB, worker 274 -> 350 MiB)
+    x.exchanges, x.connections  # noqa: B018
+    return x
+
+
+def capture_bytes(path) -> int:
+    """Size of a capture file, or of all the files of a capture point (sources.CapturePoint)."""
+    files = getattr(path, "files", None)
+    return sum(os.stat(f).st_size for f in files) if files is not None else os.stat(path).st_size
+
+
+def lane_reads(path) -> bool:
+    """The fast lane reads this capture (every file of a capture point)."""
+    files = getattr(path, "files", None)
+    return all(fastlane.reads(f) for f in files) if files is not None else fastlane.reads(path)
+
+
+def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes: int, jobs: int,
+                progress: Callable[[int, int, int], None] | None = None, tls_secrets=None) -> list[Extraction]:
+    """Extract every capture (a file or a sources.CapturePoint), using up to `jobs` processes; results in the order
+    of `paths`. `tls_secrets`: a key log (mysql.tls) that decrypts the TLS connections it has secrets for."""
+    sizes = [capture_bytes(p) for p in paths]
+    parts = plan(sizes, jobs, [not lane_reads(p) for p in paths])
+    if sum(parts) == len(paths) and (jobs <= 1 or len(paths) == 1):
+        out: list[Extraction] = []
+        for path, before in zip(paths, [sum(sizes[:i]) for i in range(len(sizes))]):
+            frames_before = sum(x.stats.frames for x in out)
+            step = None if progress is None else (
+                lambda d, t, f, b=before, fb=frames_before: progress(b + d, sum(sizes), fb + f))
+            out.append(extract(path, servers=servers, max_sql_bytes=max_sql_bytes, progress=step,
+                               tls_secrets=tls_secrets))
+        return out
+    tasks = [(i, path, (k, n) if n > 1 else None) for i, (path, n) in enumerate(zip(paths, parts)) for k in range(n)]
+    # When every task has a process of its own, this one reads the first task itself instead of waiting: its
+    # tables are not pickled in a worker and unpickled here (10 s sysbench pair: ~0.1 s of 0.9), and one fork less.
+    here = len(tasks) <= jobs
+    total = sum(sizes)
+    global _PROGRESS
+    _PROGRESS = mp.get_context("fork").Array("q", 2 * len(tasks), lock=False)
+
+    def show() -> None:
+        if progress is not None:
+            # each part reads the whole file: a capture is as far as its parts are on average
+            done = sum(_PROGRESS[2 * s] / parts[tasks[s][0]] for s in range(len(tasks)))
+            frames = sum(_PROGRESS[2 * s + 1] / parts[tasks[s][0]] for s in range(len(tasks)))
+            progress(int(done), total, int(frames))
+
+    def own_progress(done: int, _total: int, frames: int) -> None:
+        _PROGRESS[0], _PROGRESS[1] = done, frames
+        show()
+
+    try:
+        with worker_pool(min(jobs - here, len(tasks) - here)) as pool:
+            futures = [pool.submit(_work, slot, path if hasattr(path, "files") else os.fspath(path), servers,
+                                   max_sql_bytes, part, tls_secrets)
+                       for slot, (_, path, part) in enumerate(tasks) if slot >= here]
+            own = [extract(tasks[0][1], servers=servers, max_sql_bytes=max_sql_bytes, part=tasks[0][2],
+                           progress=own_progress, tls_secrets=tls_secrets)] if here else []
+            for x in own:  # its DataFrames now, while the workers still make and send theirs (as _work does)
+                x.exchanges, x.connections  # noqa: B018
+            while True:
+                finished, pending = wait(futures, timeout=0.2, return_when=FIRST_EXCEPTION)
+                show()
+                if not pending or any(f.exception() is not None for f in finished):
+                    break
+            results = own + [f.result() for f in futures]  # re-raises a worker's error here
+    finally:
+        _PROGRESS = None
+    by_capture: list[list[Extraction]] = [[] for _ in paths]
+    for (i, _, _), result in zip(tasks, results):
+        by_capture[i].append(result)
+    return [merge_parts(group) for group in by_capture]
+
+
+
+def read_exchanges(capture: Path, servers: list[str], quiet: bool, max_sql_bytes: int = 1 << 20,
+                   jobs: int = 1, tls_keylog: list | None = None) -> Extraction:
+    """One capture file's exchanges (the `exchanges` command): checked, with up to `jobs` processes, a progress bar
+    on the terminal unless `quiet`. `servers`: the user's --server texts (HOST:PORT); `tls_keylog`: key log files
+    (with the capture's own Decryption Secrets Blocks, they decrypt TLS connections)."""
+    check_input(capture)
+    endpoints = {parse_server(s) for s in servers}
+    from .tlskeys import load_secrets
+
+    secrets = load_secrets(list(tls_keylog or []), [capture])
+    with progress_bar(quiet, capture.name) as update:
+        return extract_all([capture], endpoints or None, max_sql_bytes, jobs, update, tls_secrets=secrets)[0]

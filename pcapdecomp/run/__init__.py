@@ -1,0 +1,1 @@
+"""Running the stages: on Dask workers (cluster)."""

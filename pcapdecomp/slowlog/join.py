@@ -1,0 +1,1098 @@
+"""The slow-log join: which exchange each slow-log entry describes, only where the log and the wire say so.
+
+An entry joins an exchange when
+
+1. **the text is the same**: the entry's statement equals the exchange's statement in the form the server logs it
+   (`sqltext.logged_form`; one entry per statement of a multi-statement packet; a COM_STMT_EXECUTE's prepared
+   text with its parameters, value by value; an administrator command by its command); a statement cut on the
+   wire (problem `sql-cut`) or in the log (`cut`) matches by prefix;
+2. **the timing fits the wire**: the execution the entry describes, [start, start + Query_time], lies inside
+   [D1, D4] of the exchange, where the log pins `start` to its own resolution: MySQL 8's `Start:`/`End:` and
+   MySQL/Percona's ISO `# Time:` (the end) to the microsecond, `SET timestamp` and MariaDB's `# Time:` (the
+   start) to the second. D4 may be passed by `LOG_WRITE_SLACK_NS` (the server computes Query_time after it sent
+   the answer); times of exchanges seen only on an app clock get `APP_CLOCK_TOLERANCE_NS` either side;
+3. **no other exchange or entry could be the partner**: on a connection whose id the wire shows (the greeting) the
+   entries of that thread and the exchanges of that connection are both in execution order, so an entry joins
+   when every order-keeping assignment gives it the same exchange (earliest and latest assignment agree).
+   Without an id (the capture began mid-connection) an entry joins only when it fits exactly one exchange and
+   that exchange fits no other entry. A thread with at least MIN_ANCHORS entries that fit exchanges of one
+   mid-stream connection only (and no entry of another thread pinned there) is on that connection, after which
+   order decides there too.
+
+Anything else stays unjoined with a reason per entry (`REASONS`), and the exchanges that could have been the
+partner of an unjoined entry are marked `undecided`: whether they are in the slow log is unknown (the analysis
+then leaves in_slow_log / hidden_slow null for them instead of guessing). So are the exchanges of commands the
+server does not log (`LOGGED_COMMANDS`).
+
+Cost: per entry, searches in time-sorted indexes bounded by `SCAN_LIMIT` steps (an entry that hits it is
+unjoined, reason `search-limit`); no pair of entry × exchange is ever materialised.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..core import formats
+from .reader import WireStatements, holds_header_lines
+from .sqltext import (
+    WILDCARD,
+    logged_form,
+    parse_params,
+    placeholders,
+    read_literal,
+    statements,
+    template_parts,
+    template_values,
+)
+
+NS = 1_000_000_000
+LOG_WRITE_SLACK_NS = 50_000_000  # the server may stamp the end (and Query_time) after the answer left; in the 85
+#                                  joined entries of the bundled recordings Query_time stayed ≥ 18 µs under D4 − D1,
+#                                  and a loaded host delays such stamps by tens of ms (method notes): a margin
+DB_CLOCK_TOLERANCE_NS = 1_000_000  # DB capture on the DB host: the log and the capture share one clock
+APP_CLOCK_TOLERANCE_NS = NS  # exchanges seen only at the app: its clock against the server's (NTP-sized offsets)
+SCAN_LIMIT = 10_000  # index steps per search before an entry is given up ('search-limit')
+MARK_LIMIT = 1_000  # exchanges marked undecided per unjoined entry (more: counted in undecided_search_cut)
+MARK_STEPS = 256  # exchanges examined while marking undecided ones, per exchange and entry of the input
+MIN_ANCHORS = 2  # entries of one thread that fit only one mid-stream connection, needed to identify it
+MIN_PREFIX_CHARS = 24  # a statement cut shorter than this (a tiny --max-sql-bytes, the tail of a cut multi-statement
+#                        packet) says too little to be matched by its prefix: it is not matched
+CANDIDATE_LIMIT = 32  # fitting exchanges listed per entry without a connection (more: it pins no connection)
+MAX_EXAMPLES = 20
+BIG = np.iinfo(np.int64).max // 4
+
+REASONS = {
+    "socket": "the client connected over a local socket (no address): no network capture sees it",
+    "no-time": "the entry has no usable time (no '# Time:', SET timestamp, Start or End, or only damaged ones)",
+    "no-query-time": "Query_time is damaged (out of range or unreadable)",
+    "outside-capture": "the execution falls outside the captures' time span",
+    "command-without-response": "an administrator command the server does not answer (Quit, Close stmt, Long Data): "
+                                "no response on the wire to time it",
+    "no-text-match": "no exchange in the capture has this statement text (or command); e.g. a prepared statement "
+                     "whose PREPARE was not captured, an SQL-level EXECUTE (logged as the executed text), TLS",
+    "no-time-fit": "exchanges with this text exist, but none whose [D1, D4] (on this connection) holds the execution",
+    "ambiguous": "several exchanges fit (same text, fitting times) and nothing tells them apart",
+    "order-conflict": "the thread's entries do not fit its connection's exchanges in order",
+    "search-limit": f"more than {SCAN_LIMIT} same-text exchanges to examine around its time",
+}
+
+# The server's command names (`command_name[]` in sql_parse.cc) for '# administrator command: X;' entries.
+ADMIN_COMMANDS = {
+    "quit": "COM_QUIT", "init db": "COM_INIT_DB", "field list": "COM_FIELD_LIST", "create db": "COM_CREATE_DB",
+    "drop db": "COM_DROP_DB", "refresh": "COM_REFRESH", "shutdown": "COM_SHUTDOWN", "statistics": "COM_STATISTICS",
+    "processlist": "COM_PROCESS_INFO", "kill": "COM_PROCESS_KILL", "debug": "COM_DEBUG", "ping": "COM_PING",
+    "time": "COM_TIME", "change user": "COM_CHANGE_USER", "binlog dump": "COM_BINLOG_DUMP",
+    "table dump": "COM_TABLE_DUMP", "register slave": "COM_REGISTER_SLAVE", "prepare": "COM_STMT_PREPARE",
+    "long data": "COM_STMT_SEND_LONG_DATA", "close stmt": "COM_STMT_CLOSE", "reset stmt": "COM_STMT_RESET",
+    "set option": "COM_SET_OPTION", "fetch": "COM_STMT_FETCH", "daemon": "COM_DAEMON",
+    "binlog dump gtid": "COM_BINLOG_DUMP_GTID", "reset connection": "COM_RESET_CONNECTION",
+}
+ADMIN_NAMES = {command: name for name, command in ADMIN_COMMANDS.items()}
+NO_RESPONSE = {"COM_QUIT", "COM_STMT_CLOSE", "COM_STMT_SEND_LONG_DATA"}
+LOGGED_COMMANDS = {"COM_QUERY", "COM_STMT_EXECUTE", "COM_STMT_BULK_EXECUTE"}  # what every server writes to the log
+NOT_ON_THE_WIRE = {"socket", "no-time", "outside-capture", "command-without-response"}  # nothing there to mark
+
+
+@dataclass
+class SlowLogJoin:
+    entry: np.ndarray  # per exchange row: the first (in log order) joined entry's position, -1 when none
+    used: bool  # False: no slow log, or one that joined nothing (then in_slow_log stays null)
+    stats: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    query_time_ns: np.ndarray | None = None  # per row: Σ Query_time of its joined entries (one per statement)
+    undecided: np.ndarray | None = None  # per row: may be the exchange of an unjoined entry (in the log? unknown)
+    reasons: np.ndarray | None = None  # per entry: '' when joined, else a key of REASONS
+    entry_row: np.ndarray | None = None  # per entry: the joined row, -1 when none
+
+
+def _empty(n: int, entries: int = 0) -> SlowLogJoin:
+    return SlowLogJoin(np.full(n, -1, dtype=np.int64), False, {"entries": entries}, [],
+                       np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool),
+                       np.full(entries, "", dtype=object), np.full(entries, -1, dtype=np.int64))
+
+
+# --- inputs -------------------------------------------------------------------------------------------------------
+
+
+def _ip_of(endpoint) -> str | None:
+    if not isinstance(endpoint, str) or not endpoint:
+        return None
+    host = endpoint[1:endpoint.index("]")] if endpoint.startswith("[") and "]" in endpoint else endpoint.rsplit(":", 1)[0]
+    return _norm_ip(host)
+
+
+def _norm_ip(ip) -> str | None:
+    if not isinstance(ip, str) or not ip:
+        return None
+    ip = ip.lower()
+    return ip[7:] if ip.startswith("::ffff:") and "." in ip else ip
+
+
+def _column(frame: pd.DataFrame, name: str, default) -> list:
+    if name not in frame.columns:
+        return [default] * len(frame)
+    return [None if v is pd.NA or (isinstance(v, float) and np.isnan(v)) else v for v in frame[name].astype(object)]
+
+
+class _Rows:
+    """The exchanges, as plain arrays; times on the DB clock where the DB saw them."""
+
+    def __init__(self, rows: pd.DataFrame):
+        n = self.n = len(rows)
+        start = rows["start_ns"].astype("Int64")
+        end = rows["end_ns"].astype("Int64")
+        self.timed = (start.notna() & end.notna()).to_numpy()
+        self.d1 = start.fillna(0).to_numpy(dtype=np.int64)
+        self.d4 = end.fillna(0).to_numpy(dtype=np.int64)
+        db_clock = np.asarray(_column(rows, "db_clock", True), dtype=object)
+        self.tol = np.where(db_clock == False, APP_CLOCK_TOLERANCE_NS, DB_CLOCK_TOLERANCE_NS).astype(np.int64)  # noqa: E712
+        conn = rows["conn_id"].astype("Int64")
+        self.conn_id = conn.fillna(-1).to_numpy(dtype=np.int64)
+        keys = _column(rows, "conn_key", None)
+        # the connection an exchange belongs to: its id when the greeting was seen, else its endpoints
+        self.conn: list[tuple] = [("id", int(c)) if c >= 0 else ("key", k if k is not None else ("row", i))
+                                  for i, (c, k) in enumerate(zip(self.conn_id, keys))]
+        self.command = _column(rows, "command", "COM_QUERY")
+        self.sql = _column(rows, "sql", None)
+        self.params = _column(rows, "params", None)
+        self.sql_cut = [bool(v) for v in _column(rows, "sql_cut", False)]
+        self.ip = [_norm_ip(v) for v in _column(rows, "client_ip", None)]
+        if n and self.timed.any():
+            self.span = (int((self.d1 - self.tol)[self.timed].min()),
+                         int((self.d4 + self.tol + LOG_WRITE_SLACK_NS)[self.timed].max()))
+        else:
+            self.span = (0, -1)
+
+
+class _Entries:
+    """The slow-log entries: keys (filled in by _entry_keys), the window of their execution start, thread, address."""
+
+    def __init__(self, slow: pd.DataFrame):
+        n = self.n = len(slow)
+        qt = slow["query_time_ns"].astype("Int64")
+        self.qt_known = qt.notna().to_numpy()
+        self.qt = qt.fillna(0).to_numpy(dtype=np.int64)
+        self.line = slow["line"].to_numpy(dtype=np.int64)
+        thread = slow["thread_id"].astype("Int64")
+        self.thread = thread.fillna(-1).to_numpy(dtype=np.int64)
+        self.sql = _column(slow, "sql", "")
+        self.admin = _column(slow, "admin_command", None)
+        self.cut = [bool(v) for v in _column(slow, "cut", False)]
+        ips = _column(slow, "ip", None)
+        hosts = _column(slow, "host", None)
+        self.ip = [_norm_ip(v) for v in ips]
+        self.socket = np.array([ip is None and (h is None or str(h).lower() == "localhost")
+                                for ip, h in zip(self.ip, hosts)], dtype=bool)
+        self.lo, self.hi = _start_windows(slow, self.qt)
+        self.timed = self.lo <= self.hi
+        self.keys: list[list[tuple]] = [[] for _ in range(n)]
+
+
+def _ns(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    values = pd.to_datetime(col, utc=True).astype("datetime64[ns, UTC]")
+    valid = values.notna().to_numpy()
+    out = np.zeros(len(col), dtype=np.int64)
+    out[valid] = values[valid].to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    return out, valid
+
+
+def _start_windows(slow: pd.DataFrame, qt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[lo, hi]: where the execution can have started, by every time field the entry has (each to its own
+    resolution). lo > hi: no usable time, or fields that contradict each other."""
+    n = len(slow)
+    lo = np.full(n, -BIG, dtype=np.int64)
+    hi = np.full(n, BIG, dtype=np.int64)
+    any_time = np.zeros(n, dtype=bool)
+
+    def clip(mask: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+        np.maximum(lo, np.where(mask, a, -BIG), out=lo)
+        np.minimum(hi, np.where(mask, b, BIG), out=hi)
+        any_time[:] |= mask
+
+    us = 1_000
+    start, has = _ns(slow["start"])
+    clip(has, start, start + us)
+    end, has = _ns(slow["end"])
+    clip(has, end - qt, end + us - qt)
+    ts, has = _ns(slow["timestamp"])
+    clip(has, ts, ts + NS - 1)
+    time, has = _ns(slow["time"])
+    precision = slow["time_precision_ns"].astype("Int64").fillna(NS).to_numpy(dtype=np.int64) \
+        if "time_precision_ns" in slow.columns else np.full(n, NS, dtype=np.int64)
+    meaning = np.asarray(_column(slow, "time_meaning", None), dtype=object)
+    is_start, is_end = has & (meaning == "start"), has & (meaning == "end")
+    either = has & ~is_start & ~is_end  # flavour unknown: the start or the end
+    clip(is_start, time, time + precision - 1)
+    clip(is_end, time - qt, time + precision - 1 - qt)
+    clip(either, time - qt, time + precision - 1)
+    lo[~any_time] = 1
+    hi[~any_time] = 0
+    return lo, hi
+
+
+# --- slots: the statements of the exchanges -------------------------------------------------------------------------
+
+
+class _Slots:
+    """One slot per statement an exchange carries (several for a multi-statement COM_QUERY), with its text keys.
+    Keys: ('t', text) exact logged form; ('c', command) administrator commands; ('x', template, values) a
+    COM_STMT_EXECUTE with its decoded values; ('w', template) one whose values are unknown; ('p', prefix) a text
+    cut on the wire; ('q', prefix) an exchange whose text starts with a cut entry's text."""
+
+    def __init__(self, rows: _Rows):
+        self.row: list[int] = []
+        self.k: list[int] = []
+        self.keys: list[list[tuple]] = []
+        self.by_key: dict[tuple, list[int]] = defaultdict(list)
+        self.templates: dict[str, int] = {}  # prepared text -> template id
+        self.template_parts: list[list[str]] = []
+        self.cut_prefixes: set[str] = set()  # texts of statements cut on the wire
+        self.text_of: list[str | None] = []  # per slot: its statement text (for cut entries' prefix keys)
+        for r in range(rows.n):
+            if not rows.timed[r]:
+                continue
+            command, sql = rows.command[r], rows.sql[r]
+            if command == ENCRYPTED:  # a TLS flight read without its content: any entry's text may be it
+                self._add(r, 0, [ANY_TEXT], None)
+                continue
+            if command in ADMIN_NAMES:  # MySQL/Percona log these as '# administrator command: <name>;'
+                self._add(r, 0, [("c", ADMIN_NAMES[command])], None)
+                continue
+            if sql is None:
+                continue
+            if command in ("COM_STMT_EXECUTE", "COM_STMT_BULK_EXECUTE"):
+                if rows.sql_cut[r]:
+                    continue  # a cut prepared text is no template: the exchange stays unmatchable (marked)
+                tid = self.templates.setdefault(sql, len(self.templates))
+                if tid == len(self.template_parts):
+                    self.template_parts.append(template_parts(sql))
+                values = parse_params(rows.params[r])
+                if values is None or WILDCARD in values:
+                    self._add(r, 0, [("w", tid)], None)
+                else:
+                    self._add(r, 0, [("x", tid, _values_key(values))], None)
+                continue
+            if rows.sql_cut[r]:
+                text = _LEFT(sql).rstrip("\ufffd")  # a cut inside a multi-byte character decodes to U+FFFD
+                parts = statements(text)
+                for k, part in enumerate(parts[:-1]):
+                    self._add(r, k, [("t", part)], part)
+                prefix = parts[-1] if len(parts) > 1 else text
+                if len(prefix) >= MIN_PREFIX_CHARS:
+                    self.cut_prefixes.add(prefix)
+                    self._add(r, len(parts) - 1, [("p", prefix)], prefix)
+                continue
+            text = logged_form(sql)
+            parts = statements(text)
+            if len(parts) == 1:
+                self._add(r, 0, [("t", text)], text)
+            else:
+                for k, part in enumerate(parts):
+                    # the whole text too: a compound statement (BEGIN … END) has ';' inside and is logged whole
+                    self._add(r, k, [("t", part)] + ([("t", text)] if k == 0 else []), part)
+
+    def _add(self, r: int, k: int, keys: list[tuple], text: str | None) -> None:
+        s = len(self.row)
+        self.row.append(r)
+        self.k.append(k)
+        self.keys.append(keys)
+        self.text_of.append(text)
+        for key in keys:
+            self.by_key[key].append(s)
+
+    def add_key(self, s: int, key: tuple) -> None:
+        self.keys[s].append(key)
+        self.by_key[key].append(s)
+
+
+# The key of an exchange whose text is unknown (mysql.connection.ENCRYPTED_COMMAND: a TLS flight without a key
+# log), which every entry also carries: such an exchange joins an entry by its connection (thread id), its time and
+# the order of both, as the module's rules say, and never by text.
+ENCRYPTED = "ENCRYPTED"
+ANY_TEXT = ("e",)
+
+
+def _LEFT(sql: str) -> str:
+    """A cut text's logged form: only its start is known, so only the start is trimmed."""
+    text = sql.lstrip(" \t\n\r\v\f")
+    return "\n".join(line.rstrip("\r") for line in text.split("\n")) if "\r" in text else text
+
+
+def _values_key(values: list[tuple]) -> tuple:
+    """Values as a hashable key: numbers by value (15 significant digits: servers print floats with fewer or more
+    digits than repr()), text exactly."""
+    out = []
+    for v in values:
+        if v[0] == "num":
+            out.append(("num", _num_key(v[1])))
+        elif v[0] == "text":
+            number = _text_number(v[1])
+            out.append(("num", number) if number is not None else v)
+        else:
+            out.append(v)
+    return tuple(out)
+
+
+def _num_key(d) -> str:
+    try:
+        if d == d.to_integral_value():
+            return str(int(d))
+        return format(float(d), ".15g")
+    except (OverflowError, ValueError, ArithmeticError):
+        return str(d)
+
+
+def _text_number(text: str) -> str | None:
+    """A text that is a plain decimal number (a DECIMAL parameter goes on the wire as a string, the log writes it
+    bare) as a number key; None otherwise."""
+    got = read_literal(text, 0) if text[:1] in "+-.0123456789" else None
+    if got is not None and got[1] == len(text) and got[0][0] == "num":
+        return _num_key(got[0][1])
+    return None
+
+
+# --- entry keys ---------------------------------------------------------------------------------------------------
+
+
+def _entry_keys(entries: _Entries, slots: _Slots) -> None:
+    """Give each entry the keys of the slots it can meet: its exact text, its command, a template reading, and
+    the prefixes where one side was cut."""
+    prefix_index = sorted({len(p[0]) for p in slots.template_parts}) if slots.template_parts else []
+    by_first: dict[str, list[int]] = defaultdict(list)
+    for tid, parts in enumerate(slots.template_parts):
+        by_first[parts[0]].append(tid)
+    texts: list[tuple[str, int]] = []  # (text, entry) of every entry with a statement, for prefix searches
+    encrypted = ANY_TEXT in slots.by_key
+    for e in range(entries.n):
+        if encrypted:  # on a TLS connection read without a key log, time and order alone decide
+            entries.keys[e].append(ANY_TEXT)
+        admin = entries.admin[e]
+        if isinstance(admin, str) and admin:
+            entries.keys[e].append(("c", admin.strip().lower()))
+            continue
+        sql = entries.sql[e] or ""
+        if not sql.strip():
+            continue
+        if entries.cut[e]:
+            text = _LEFT(sql)
+            if len(text) >= MIN_PREFIX_CHARS:
+                entries.keys[e].append(("q", text))
+            texts.append((text, e))
+            continue
+        text = logged_form(sql)
+        entries.keys[e].append(("t", text))
+        texts.append((text, e))
+        for length in prefix_index:  # COM_STMT_EXECUTE: the prepared text with the values in place of '?'
+            for tid in by_first.get(text[:length], ()):
+                parts = slots.template_parts[tid]
+                if len(parts) == 1:
+                    continue
+                values = template_values(text, parts)
+                if values is not None:
+                    entries.keys[e].append(("x", tid, _values_key(values)))
+                    if ("w", tid) in slots.by_key:
+                        entries.keys[e].append(("w", tid))
+    texts.sort()
+    sorted_texts = [t for t, _ in texts]
+    for prefix in slots.cut_prefixes:  # exchanges cut on the wire: the entries whose text starts so
+        for text, e in _starting_with(texts, sorted_texts, prefix):
+            entries.keys[e].append(("p", prefix))
+    cut = sorted({key[1] for keys in entries.keys for key in keys if key[0] == "q"})
+    if cut:  # entries cut in the log: the exchanges whose statement starts so
+        slot_texts = sorted((t, s) for s, t in enumerate(slots.text_of) if t is not None)
+        sorted_slot_texts = [t for t, _ in slot_texts]
+        for prefix in cut:
+            for _, s in _starting_with(slot_texts, sorted_slot_texts, prefix):
+                slots.add_key(s, ("q", prefix))
+
+
+def _starting_with(items: list[tuple[str, int]], keys: list[str], prefix: str):
+    """The items (sorted by text; `keys` their texts) whose text starts with `prefix`, at most SCAN_LIMIT."""
+    i = bisect.bisect_left(keys, prefix)
+    end = min(len(items), i + SCAN_LIMIT)
+    while i < end and keys[i].startswith(prefix):
+        yield items[i]
+        i += 1
+
+
+# --- the search ---------------------------------------------------------------------------------------------------
+
+
+class _TimeIndex:
+    """Items with an interval [start, start + width], for "which items may overlap [b, a]": start ≤ a and
+    start + width ≥ b. Items are kept in classes of similar width (powers of 4 of a millisecond), each sorted by
+    start, so one long item does not widen the search among short ones."""
+
+    def __init__(self, ids: np.ndarray, start: np.ndarray, width: np.ndarray, reach: int = 0):
+        self.reach = reach  # the largest clock tolerance among the items: how far beyond a query they may fit
+        width = np.maximum(width, 0)
+        cls = np.zeros(len(ids), dtype=np.int64)
+        big = width > 1_000_000
+        cls[big] = (np.log2(width[big] / 1_000_000) / 2).astype(np.int64) + 1
+        self.classes = []
+        for c in np.unique(cls):
+            sel = np.flatnonzero(cls == c)
+            order = sel[np.argsort(start[sel], kind="stable")]
+            self.classes.append((ids[order].tolist(), start[order].tolist(), int(width[order].max()), ids[order]))
+
+    def query(self, a: int, b: int):
+        """Items that may have start ≤ a and start + width ≥ b, latest start first within each class."""
+        for ids, start, widest, _ in self.classes:
+            hi = bisect.bisect_right(start, a)
+            lo = bisect.bisect_left(start, b - widest)
+            for i in range(hi - 1, lo - 1, -1):
+                yield ids[i]
+
+    def slices(self, a: int, b: int):
+        """The same items as query, as one array per class."""
+        for _, start, widest, ids in self.classes:
+            hi = bisect.bisect_right(start, a)
+            lo = bisect.bisect_left(start, b - widest)
+            if hi > lo:
+                yield ids[lo:hi]
+
+
+class _Search:
+    """Feasibility of (entry, exchange) and the indexes the searches use."""
+
+    def __init__(self, rows: _Rows, entries: _Entries, slots: _Slots):
+        self.rows, self.entries, self.slots = rows, entries, slots
+        self.slot_row = np.asarray(slots.row, dtype=np.int64)
+        # plain lists for the per-pair checks (numpy scalars cost several times more in a Python loop)
+        self._d1, self._d4, self._tol = rows.d1.tolist(), rows.d4.tolist(), rows.tol.tolist()
+        self._lo, self._hi, self._qt = entries.lo.tolist(), entries.hi.tolist(), entries.qt.tolist()
+        ips = {ip: i for i, ip in enumerate(sorted({*rows.ip, *entries.ip} - {None}))}
+        self.row_ip = np.array([ips.get(ip, -1) for ip in rows.ip], dtype=np.int64)
+        self.entry_ip = [ips.get(ip, -1) for ip in entries.ip]
+        self._indexes: dict[object, _TimeIndex] = {}
+
+    def fits(self, e: int, s: int) -> bool:
+        return self.fits_row(e, self.slots.row[s])
+
+    def fits_row(self, e: int, r: int) -> bool:
+        """The entry's execution can lie inside the exchange's [D1, D4] (and the client address agrees)."""
+        tol = self._tol[r]
+        a = self._d1[r] - tol
+        lo = self._lo[e]
+        if lo > a:
+            a = lo
+        b = self._d4[r] + LOG_WRITE_SLACK_NS + tol - self._qt[e]
+        hi = self._hi[e]
+        if hi < b:
+            b = hi
+        if a > b:
+            return False
+        ip_e = self.entry_ip[e]
+        return ip_e < 0 or self.row_ip[r] < 0 or ip_e == self.row_ip[r]
+
+    def fitting_rows(self, e: int, rows: np.ndarray) -> np.ndarray:
+        """fits_row for many rows at once."""
+        R = self.rows
+        tol = R.tol[rows]
+        a = np.maximum(self._lo[e], R.d1[rows] - tol)
+        b = np.minimum(self._hi[e], R.d4[rows] + LOG_WRITE_SLACK_NS + tol - self._qt[e])
+        ok = a <= b
+        ip_e = self.entry_ip[e]
+        if ip_e >= 0:
+            ip_r = self.row_ip[rows]
+            ok &= (ip_r < 0) | (ip_r == ip_e)
+        return rows[ok]
+
+    def slot_index(self, key: tuple) -> _TimeIndex:
+        index = self._indexes.get(("slots", key))
+        if index is None:
+            ids = np.asarray(self.slots.by_key[key], dtype=np.int64)
+            r = self.slot_row[ids]
+            index = self._indexes[("slots", key)] = _TimeIndex(ids, self.rows.d1[r], self.rows.d4[r] - self.rows.d1[r],
+                                                                int(self.rows.tol[r].max()))
+        return index
+
+    def row_index(self, name, rows) -> _TimeIndex:
+        """The index of the exchanges `rows()` lists, built once under `name`."""
+        index = self._indexes.get(("rows", name))
+        if index is None:
+            ids = rows()
+            index = self._indexes[("rows", name)] = _TimeIndex(
+                ids, self.rows.d1[ids], self.rows.d4[ids] - self.rows.d1[ids],
+                int(self.rows.tol[ids].max()) if len(ids) else 0)
+        return index
+
+    def bounds(self, e: int, reach: int = APP_CLOCK_TOLERANCE_NS) -> tuple[int, int]:
+        """(a, b) for _TimeIndex.query over exchanges: D1 ≤ latest start + tolerance, D4 ≥ earliest end − slack."""
+        return self._hi[e] + reach, self._lo[e] + self._qt[e] - LOG_WRITE_SLACK_NS - reach
+
+    def find(self, e: int, index: _TimeIndex, allowed, enough, found: list[int]) -> bool:
+        """Add to `found` the slots of `index` that fit entry e and pass `allowed`, until `enough(found)`;
+        True when SCAN_LIMIT stopped the search first."""
+        fits_row, slot_row = self.fits_row, self.slots.row
+        for steps, s in enumerate(index.query(*self.bounds(e, index.reach))):
+            if steps >= SCAN_LIMIT:
+                return True
+            if s not in found and fits_row(e, slot_row[s]) and allowed(s):
+                found.append(s)
+                if enough(found):
+                    break
+        return False
+
+
+# --- the join -----------------------------------------------------------------------------------------------------
+
+
+def rows_for_join(t: pd.DataFrame) -> pd.DataFrame:
+    """The join's view of decompose.build_table's output: D1/D4 on the DB clock where the DB saw the exchange
+    (else the app's A1/A4), the statement, and the connection (id, or endpoints as the DB saw them).
+    Text made of the endpoints is made once per distinct value (per connection), not once per exchange."""
+    valid = t["_t_valid"].to_numpy()
+    seen = t["seen"].astype(object).to_numpy()
+    ends = t[["db_client", "server", "capture", "client"]]
+    conn, first = _distinct_rows(ends)
+    one = ends.iloc[first]
+    db_client = one["db_client"].astype(object).to_numpy()
+    client = one["client"].astype(object).to_numpy().astype(str)
+    server = one["server"].astype(object).to_numpy().astype(str)
+    capture = one["capture"].astype(object).to_numpy().astype(str)
+    has_db = pd.notna(db_client)
+    conn_key = np.where(has_db, "db|" + db_client.astype(str) + "|" + server,
+                        "app|" + capture + "|" + client + "|" + server)
+    client_ip = np.array([_ip_of(c) for c in db_client] + [None], dtype=object)[:-1]
+    problem_codes, problem_texts = pd.factorize(t["problems"].astype(object).fillna("").astype(str))
+    sql_cut = np.array(["sql-cut" in text for text in problem_texts] + [False], dtype=bool)[:-1]
+    return pd.DataFrame({
+        "conn_id": t["conn_id"].astype("Int64"),
+        "conn_key": conn_key[conn],
+        "command": t["command"].astype(object),
+        "sql": t["sql"].astype(object),
+        "params": t["params"].astype(object),
+        "sql_cut": sql_cut[problem_codes] if len(problem_codes) else np.zeros(0, dtype=bool),
+        "client_ip": client_ip[conn].tolist(),
+        "db_clock": seen != "app",
+        "start_ns": pd.Series(t["_d1_raw"].to_numpy(), dtype="Int64").where(valid),
+        "end_ns": pd.Series(t["_d4_raw"].to_numpy(), dtype="Int64").where(valid),
+    })
+
+
+def wire_statements(t: pd.DataFrame) -> WireStatements:
+    """The statements of the exchanges (build_table's columns command, sql, problems, bytes_req) a slow log's
+    header lines could hide in, for the slow-log reader (slowlog.WireStatements): the whole ones that hold
+    header-like lines, in their logged form; those cut on the wire (--max-sql-bytes), by their known start and
+    their size from the request's length; prepared ones holding header-like lines up to their first parameter."""
+    if not len(t):
+        return WireStatements()
+    codes, texts_seen = _distinct(t["sql"])  # each distinct text looked at once
+    holds = np.array([isinstance(v, str) and holds_header_lines(v) for v in texts_seen] + [False], dtype=bool)
+    problem_codes, problem_texts = _distinct(t["problems"])
+    cut_kinds = np.array([isinstance(v, str) and "sql-cut" in v for v in problem_texts] + [False], dtype=bool)
+    was_cut = cut_kinds[problem_codes]
+    maybe = holds[codes] | was_cut
+    if not maybe.any():
+        return WireStatements()
+    rows = np.flatnonzero(maybe)
+    texts = np.asarray(texts_seen, dtype=object)[codes[rows]]
+    commands = t["command"].astype(object).to_numpy()[rows]
+    sizes = (t["bytes_req"].to_numpy(dtype=np.int64)[rows] if "bytes_req" in t.columns
+             else np.full(len(rows), -1, dtype=np.int64))
+    whole: list[str] = []
+    cut: list[tuple[str, int | None]] = []
+    for text, command, cut_here, size in zip(texts, commands, was_cut[rows], sizes):
+        if not isinstance(text, str):
+            continue
+        if command in ("COM_STMT_EXECUTE", "COM_STMT_BULK_EXECUTE"):
+            marks = placeholders(text)
+            if marks and not cut_here:
+                cut.append((_LEFT(text[: marks[0]]), None))
+                continue
+        if command != "COM_QUERY" and not cut_here:
+            whole.append(logged_form(text))
+            continue
+        parts = statements(text) if command == "COM_QUERY" else [logged_form(text)]
+        if cut_here:
+            whole += [p for p in parts[:-1] if holds_header_lines(p)]
+            # a packet's bytes less its header and command byte (and 4 per further packet of a long one)
+            payload = int(size) - 5 - 4 * (int(size) // (0xFFFFFF + 4)) if size > 0 else -1
+            cut.append((_LEFT(text) if len(parts) == 1 else parts[-1], payload if payload > 0 else None))
+        else:
+            whole += [p for p in parts if holds_header_lines(p)]
+    return WireStatements(whole, cut)
+
+
+def _distinct(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values) of a column, -1 for null: a categorical's own codes and categories (no pass over
+    the rows' values), else pd.factorize."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy(dtype=np.int64), column.cat.categories.to_numpy(dtype=object)
+    codes, values = pd.factorize(column.astype(object))
+    return codes, np.asarray(values, dtype=object)
+
+
+def _distinct_rows(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the number of its distinct combination of values (null equals null), and the first row of each."""
+    if not len(frame):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    codes = pd.DataFrame({name: pd.factorize(frame[name], use_na_sentinel=True)[0] for name in frame.columns})
+    number = codes.groupby(list(codes.columns), sort=False, dropna=False).ngroup().to_numpy()
+    _, first = np.unique(number, return_index=True)
+    return number, first
+
+
+def join_slow_log(rows: pd.DataFrame, slow: pd.DataFrame | None, name: str = "slow log") -> SlowLogJoin:
+    """Join slow-log entries (read_slow_log's table) to exchange rows (`rows_for_join`): see the module doc."""
+    n = len(rows)
+    if slow is None or len(slow) == 0:
+        return _empty(n, 0 if slow is None else len(slow))
+    R = _Rows(rows)
+    E = _Entries(slow)
+    S = _Slots(R)
+    _entry_keys(E, S)
+    state = _State(R, E, S, _Search(R, E, S))
+    state.run()
+    return state.result(name)
+
+
+class _State:
+    """The decisions, entry by entry: joined (to a slot, and how) or a reason; exchanges marked undecided."""
+
+    def __init__(self, rows: _Rows, entries: _Entries, slots: _Slots, search: _Search):
+        self.R, self.E, self.S, self.search = rows, entries, slots, search
+        self.reason = np.full(entries.n, "", dtype=object)
+        self.joined = np.full(entries.n, -1, dtype=np.int64)  # slot
+        self.how = np.full(entries.n, "", dtype=object)  # order | unique | inferred
+        self.slot_taken: dict[int, int] = {}
+        self.undecided = np.zeros(rows.n, dtype=bool)
+        self.marks_cut = 0
+        self.mark_budget = MARK_STEPS * (rows.n + entries.n)
+        self.identified: dict[int, tuple] = {}  # thread -> mid-stream connection, named by its entries
+        self.owner: dict[tuple, int] = {}  # the inverse
+        self.cands: dict[int, list[int] | None] = {}
+        self.slot_conn = [rows.conn[r] for r in slots.row]
+        self.slot_k = np.asarray(slots.k, dtype=np.int64)
+        self.conn_slots: dict[tuple, list[int]] = defaultdict(list)
+        for s, c in enumerate(self.slot_conn):
+            self.conn_slots[c].append(s)
+        self._chains: dict[tuple, tuple] = {}
+        self._rows_of: dict[tuple, list[int]] | None = None
+        self._joined_by_thread: dict[int, list] | None = None
+        known = self.known = {c for c in rows.conn_id.tolist() if c >= 0}
+        self.todo: list[int] = []
+        for e in range(entries.n):
+            why = self._pre_reason(e)
+            if why:
+                self.reason[e] = why
+            else:
+                self.todo.append(e)
+        self.on_known = {e for e in self.todo if entries.thread[e] in known}
+
+    def _pre_reason(self, e: int) -> str:
+        E, R, S = self.E, self.R, self.S
+        if E.socket[e]:
+            return "socket"
+        if not E.qt_known[e]:
+            return "no-query-time"
+        if not E.timed[e]:
+            return "no-time"
+        lo, hi = R.span
+        if E.hi[e] < lo or E.lo[e] + E.qt[e] > hi:
+            return "outside-capture"
+        keys = E.keys[e]
+        if keys and keys[0][0] == "c" and ADMIN_COMMANDS.get(keys[0][1]) in NO_RESPONSE:
+            return "command-without-response"
+        if not any(key in S.by_key for key in keys):
+            return "no-text-match"
+        return ""
+
+    def run(self) -> None:
+        by_thread: dict[int, list[int]] = defaultdict(list)
+        for e in self.on_known:
+            by_thread[int(self.E.thread[e])].append(e)
+        for thread, es in by_thread.items():
+            self._chain(("id", thread), sorted(es, key=lambda e: self.E.line[e]), how="order")
+        free = [e for e in self.todo if e not in self.on_known]
+        for _ in range(64):  # name mid-stream connections by their entries; order decides on them too
+            self._free(free)
+            new = self._identify(free)
+            if not new:
+                break
+            for thread, conn in new.items():
+                es = [e for e in free if self.E.thread[e] == thread]
+                for e in es:
+                    self._unjoin(e)
+                    self.reason[e] = ""
+                self._chain(conn, sorted(es, key=lambda e: self.E.line[e]), how="inferred")
+            free = [e for e in free if self.E.thread[e] not in self.identified]
+        for e in range(self.E.n):  # what an unjoined entry may describe is undecided
+            if self.joined[e] < 0 and self.reason[e] not in NOT_ON_THE_WIRE:
+                self._mark(e)
+
+    # -- a thread on a known connection: order ---------------------------------------------------------------
+
+    def _chain_slots(self, conn: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+        """A connection's slots in execution order, their D1 and D4, and per key the positions of its slots."""
+        got = self._chains.get(conn)
+        if got is None:
+            ids = np.asarray(self.conn_slots.get(conn, []), dtype=np.int64)
+            rows = self.search.slot_row[ids]
+            order = np.lexsort((self.slot_k[ids], self.R.d1[rows])) if len(ids) else ids
+            ids, rows = ids[order], rows[order]
+            per_key: dict[tuple, list[int]] = defaultdict(list)
+            for pos, s in enumerate(ids.tolist()):
+                for key in self.S.keys[s]:
+                    per_key[key].append(pos)
+            got = self._chains[conn] = (ids, self.R.d1[rows], self.R.d4[rows], per_key)
+        return got
+
+    def _positions(self, e: int, per_key: dict) -> list[int]:
+        keys = self.E.keys[e]
+        if len(keys) == 1:
+            return per_key.get(keys[0], [])
+        return sorted({p for key in keys for p in per_key.get(key, ())})
+
+    def _first(self, e: int, chain, positions: list[int], after: int) -> int | None:
+        """The first position > after whose slot fits e; None when none can (positions are in time order)."""
+        ids, d1, _, _ = chain
+        upper = self.search.bounds(e)[0]
+        i = bisect.bisect_right(positions, after)
+        for steps in range(SCAN_LIMIT):
+            if i >= len(positions) or d1[positions[i]] > upper:
+                return None
+            if self.search.fits(e, int(ids[positions[i]])):
+                return positions[i]
+            i += 1
+        raise _ScanLimit
+
+    def _last(self, e: int, chain, positions: list[int], before: int) -> int | None:
+        """The last position < before whose slot fits e; None when none can."""
+        ids, _, d4, _ = chain
+        lower = self.search.bounds(e)[1]
+        i = bisect.bisect_left(positions, before) - 1
+        for steps in range(SCAN_LIMIT):
+            if i < 0 or d4[positions[i]] < lower:
+                return None
+            if self.search.fits(e, int(ids[positions[i]])):
+                return positions[i]
+            i -= 1
+        raise _ScanLimit
+
+    def _chain(self, conn: tuple, es: list[int], how: str) -> None:
+        """A thread's entries (log order) against its connection's statements (execution order): an entry joins
+        when the earliest and the latest order-keeping assignment give it the same statement."""
+        chain = self._chain_slots(conn)
+        ids, _, _, per_key = chain
+        early: dict[int, int] = {}
+        live: list[int] = []
+        prev = -1
+        for e in es:
+            positions = self._positions(e, per_key)
+            try:
+                p = self._first(e, chain, positions, prev)
+                if p is None:
+                    if self._first(e, chain, positions, -1) is None:
+                        self.reason[e] = "no-time-fit" if positions else "no-text-match"
+                        continue
+                    self._unique_within(es, chain)  # the log's order contradicts the wire's
+                    return
+            except _ScanLimit:
+                self.reason[e] = "search-limit"
+                continue
+            early[e] = p
+            live.append(e)
+            prev = p
+        nxt = len(ids)
+        late: dict[int, int] = {}
+        for e in reversed(live):
+            try:
+                p = self._last(e, chain, self._positions(e, per_key), nxt)
+            except _ScanLimit:
+                p = None
+            late[e] = early[e] if p is None else p  # None cannot follow a successful forward pass
+            nxt = late[e]
+        for e in live:
+            if early[e] == late[e]:
+                self._join(e, int(ids[early[e]]), how)
+            else:
+                self.reason[e] = "ambiguous"
+
+    def _unique_within(self, es: list[int], chain) -> None:
+        """Order contradicted: join only entries with one fitting statement that fits no other of the entries."""
+        ids, _, _, per_key = chain
+        fits: dict[int, list[int]] = {}
+        users: dict[int, int] = defaultdict(int)
+        for e in es:
+            if self.reason[e] in ("no-time-fit", "no-text-match", "search-limit"):
+                continue
+            cands = []
+            for p in self._positions(e, per_key)[:SCAN_LIMIT]:
+                if self.search.fits(e, int(ids[p])):
+                    cands.append(int(ids[p]))
+                    if len(cands) > 2:
+                        break
+            fits[e] = cands
+            for s in cands:
+                users[s] += 1
+        for e, cands in fits.items():
+            if len(cands) == 1 and users[cands[0]] == 1:
+                self._join(e, cands[0], "order")
+            else:
+                self.reason[e] = "order-conflict" if cands else "no-time-fit"
+
+    # -- entries without a known connection: uniqueness ---------------------------------------------------------
+
+    def _allowed(self, e: int, s: int) -> bool:
+        """May entry e (whose thread the wire does not name) be on slot s's connection? Not on one with an id when
+        the entry has a thread id (that thread's own connection would carry it), not on another thread's."""
+        conn = self.slot_conn[s]
+        thread = int(self.E.thread[e])
+        if thread >= 0 and conn[0] == "id":
+            return False
+        owner = self.owner.get(conn)
+        return owner is None or owner == thread
+
+    def _free(self, free: list[int]) -> None:
+        """Join an entry when exactly one statement fits it and no other entry fits that statement. Each entry's
+        fitting statements (up to CANDIDATE_LIMIT) are kept for _identify."""
+        single: dict[int, int] = {}
+        for e in free:
+            if self.joined[e] >= 0:
+                self._unjoin(e)
+            found: list[int] = []
+            limited = False
+            for key in self.E.keys[e]:
+                if key in self.S.by_key:
+                    limited |= self.search.find(e, self.search.slot_index(key), lambda s, e=e: self._allowed(e, s),
+                                                self._enough, found)
+                if self._enough(found):
+                    break
+            self.cands[e] = None if limited or len(found) > CANDIDATE_LIMIT else found
+            if len(found) >= 2:
+                self.reason[e] = "ambiguous"
+            elif limited:
+                self.reason[e] = "search-limit"
+            elif not found:
+                self.reason[e] = "no-time-fit"
+            else:
+                single[e] = found[0]
+        index = self._entry_index(free)
+        for e, s in single.items():
+            if self._entries_fitting(s, index, limit=2) == 1:
+                self._join(e, s, "unique")
+            else:
+                self.reason[e] = "ambiguous"
+
+    def _enough(self, found: list[int]) -> bool:
+        """Stop listing an entry's candidates once it can be neither joined alone (two found) nor pin a connection
+        (two connections among them), or past CANDIDATE_LIMIT."""
+        if len(found) < 2:
+            return False
+        first = self.slot_conn[found[0]]
+        return self.slot_conn[found[-1]] != first or len(found) > CANDIDATE_LIMIT
+
+    def _entry_index(self, free: list[int]) -> dict[tuple, _TimeIndex]:
+        by_key: dict[tuple, list[int]] = defaultdict(list)
+        for e in free:
+            for key in self.E.keys[e]:
+                by_key[key].append(e)
+        E = self.E
+        out = {}
+        for key, es in by_key.items():
+            ids = np.asarray(es, dtype=np.int64)
+            out[key] = _TimeIndex(ids, E.lo[ids], E.hi[ids] - E.lo[ids])
+        return out
+
+    def _entries_fitting(self, s: int, index: dict[tuple, _TimeIndex], limit: int) -> int:
+        """How many entries (up to `limit`) of `index` fit slot s and may be on its connection."""
+        r = self.S.row[s]
+        a = int(self.R.d4[r]) + LOG_WRITE_SLACK_NS + int(self.R.tol[r])
+        b = int(self.R.d1[r]) - int(self.R.tol[r])
+        seen: set[int] = set()
+        for key in self.S.keys[s]:
+            if key not in index:
+                continue
+            for steps, e in enumerate(index[key].query(a, b)):
+                if steps >= SCAN_LIMIT:
+                    return limit  # too many to tell: count it as shared
+                if e not in seen and self.search.fits(e, s) and self._allowed(e, s):
+                    seen.add(e)
+                    if len(seen) >= limit:
+                        return limit
+        return len(seen)
+
+    def _identify(self, free: list[int]) -> dict[int, tuple]:
+        """Mid-stream connections named by the entries: thread t is on connection C when at least MIN_ANCHORS of
+        its entries fit statements of C and of no other connection, no other of its entries is pinned to another
+        connection, and no entry of another thread is pinned to C. (Each such entry is on C unless its own
+        exchange escaped every capture; two agreeing ones make that coincidence no explanation.)"""
+        pinned: dict[int, list[tuple]] = defaultdict(list)
+        pinned_by: dict[tuple, set[int]] = defaultdict(set)
+        for e in free:
+            thread = int(self.E.thread[e])
+            cands = self.cands.get(e)
+            if thread < 0 or not cands:
+                continue
+            conns = {self.slot_conn[s] for s in cands}
+            if len(conns) == 1:
+                conn = conns.pop()
+                pinned[thread].append(conn)
+                pinned_by[conn].add(thread)
+        new = {}
+        for thread, conns in pinned.items():
+            conn = conns[0]
+            if (thread not in self.identified and len(conns) >= MIN_ANCHORS and len(set(conns)) == 1
+                    and conn[0] == "key" and pinned_by[conn] == {thread} and conn not in self.owner):
+                new[thread] = conn
+        self.identified.update(new)
+        self.owner = {c: t for t, c in self.identified.items()}
+        return new
+
+    # -- bookkeeping ----------------------------------------------------------------------------------------------
+
+    def _join(self, e: int, s: int, how: str) -> None:
+        other = self.slot_taken.get(s)
+        if other is not None and other != e:  # two decisions claim one statement: neither is sure
+            self._unjoin(other)
+            self.reason[other] = self.reason[e] = "ambiguous"
+            return
+        self.joined[e] = s
+        self.how[e] = how
+        self.reason[e] = ""
+        self.slot_taken[s] = e
+
+    def _unjoin(self, e: int) -> None:
+        s = int(self.joined[e])
+        if s >= 0 and self.slot_taken.get(s) == e:
+            del self.slot_taken[s]
+        self.joined[e] = -1
+        self.how[e] = ""
+
+    def _mark(self, e: int) -> None:
+        """The exchanges that could be this unjoined entry's, whatever their text (it may be written differently):
+        on its thread's connection when known, between the exchanges of the thread's joined entries before and
+        after it (the order); else on any connection without an id. Whether they are in the log is unknown."""
+        thread = int(self.E.thread[e])
+        conn = ("id", thread) if thread in self.known else self.identified.get(thread)
+        R = self.R
+        after, before = -BIG, BIG
+        if conn is not None:
+            name, rows = conn, lambda: self._conn_rows(conn)
+            after, before = self._neighbours(e, thread)
+        elif thread >= 0:
+            name, rows = "free", lambda: np.flatnonzero(R.timed & (R.conn_id < 0))
+        else:
+            name, rows = "all", lambda: np.flatnonzero(R.timed)
+        index = self.search.row_index(name, rows)
+        marked = 0
+        for chunk in index.slices(*self.search.bounds(e, index.reach)):
+            if self.mark_budget <= 0 or marked >= MARK_LIMIT:
+                self.marks_cut += 1
+                return
+            self.mark_budget -= len(chunk)
+            fit = self.search.fitting_rows(e, chunk)
+            if conn is not None:
+                d1 = R.d1[fit]
+                fit = fit[(d1 >= after) & (d1 <= before)]
+            if marked + len(fit) > MARK_LIMIT:
+                fit = fit[: MARK_LIMIT - marked]
+                self.marks_cut += 1
+            self.undecided[fit] = True
+            marked += len(fit)
+
+    def _conn_rows(self, conn: tuple) -> np.ndarray:
+        if self._rows_of is None:
+            self._rows_of = defaultdict(list)
+            for r in np.flatnonzero(self.R.timed).tolist():
+                self._rows_of[self.R.conn[r]].append(r)
+        return np.asarray(self._rows_of.get(conn, []), dtype=np.int64)
+
+    def _neighbours(self, e: int, thread: int) -> tuple[int, int]:
+        """D1 of the exchanges joined to the thread's entries just before and just after e in the log."""
+        if self._joined_by_thread is None:
+            self._joined_by_thread = defaultdict(list)
+            for x in np.flatnonzero(self.joined >= 0).tolist():
+                self._joined_by_thread[int(self.E.thread[x])].append((int(self.E.line[x]), x))
+            for items in self._joined_by_thread.values():
+                items.sort()
+        items = self._joined_by_thread.get(thread, [])
+        i = bisect.bisect_left(items, (int(self.E.line[e]), -1))
+        d1 = lambda x: int(self.R.d1[self.S.row[int(self.joined[x])]])  # noqa: E731
+        return (d1(items[i - 1][1]) if i > 0 else -BIG), (d1(items[i][1]) if i < len(items) else BIG)
+
+    # -- result ---------------------------------------------------------------------------------------------------
+
+    def result(self, name: str) -> SlowLogJoin:
+        R, E, S = self.R, self.E, self.S
+        entry = np.full(R.n, -1, dtype=np.int64)
+        qt = np.zeros(R.n, dtype=np.int64)
+        entry_row = np.full(E.n, -1, dtype=np.int64)
+        per_row: dict[int, int] = defaultdict(int)
+        kinds: dict[str, int] = defaultdict(int)
+        for e in np.argsort(E.line, kind="stable").tolist():
+            s = int(self.joined[e])
+            if s < 0:
+                continue
+            r = S.row[s]
+            entry_row[e] = r
+            if entry[r] < 0:
+                entry[r] = e
+            qt[r] += int(E.qt[e])
+            per_row[r] += 1
+            common = {key[0] for key in S.keys[s]} & {key[0] for key in E.keys[e]}
+            kinds["prefix" if common & {"p", "q"} else "params" if "x" in common else
+                  "template" if "w" in common else "command" if "c" in common else
+                  "time" if common == {"e"} else "text"] += 1
+        joined = entry_row >= 0
+        # Commands the server does not write to its slow log (MariaDB: COM_PING, COM_INIT_DB, binary prepares,
+        # logins...; MySQL/Percona only with log_slow_admin_statements, which shows as administrator-command
+        # entries): their absence from the log says nothing about their execution.
+        logs_commands = any(isinstance(a, str) and a for a in E.admin)
+        # A TLS flight without a key log (ENCRYPTED) is taken as a statement the server logs: an administrator
+        # command that runs past long_query_time is not met in practice.
+        unlogged = np.array([c not in LOGGED_COMMANDS and c != ENCRYPTED and (not logs_commands or c == "CONNECT")
+                             for c in R.command], dtype=bool) if R.n else np.zeros(0, dtype=bool)
+        self.undecided &= entry < 0
+        doubtful = int(self.undecided.sum())  # exchanges an unjoined entry may describe
+        unlogged &= (entry < 0) & ~self.undecided
+        self.undecided |= unlogged
+        matched = int(joined.sum())
+        lo, hi = R.span
+        window = E.timed & (E.hi >= lo) & (E.lo + E.qt <= hi) if R.n else np.zeros(E.n, dtype=bool)
+        reasons = pd.Series(self.reason[~joined], dtype=object).value_counts()
+        how = pd.Series(self.how[joined], dtype=object).value_counts()
+        stats = {
+            "entries": E.n,
+            "entries_in_capture_window": int(window.sum()),
+            "matched": matched,
+            "unmatched_in_capture_window": int((window & ~joined).sum()),
+            "joined_by": {k: int(how.get(k, 0)) for k in ("order", "unique", "inferred")},
+            "joined_on": {k: int(kinds.get(k, 0)) for k in ("text", "params", "template", "prefix", "command", "time")},
+            "unjoined": {k: int(reasons[k]) for k in REASONS if k in reasons},
+            "connections_identified": len(self.identified),
+            "exchanges_with_several_entries": sum(1 for c in per_row.values() if c > 1),
+            "exchanges_undecided": doubtful,
+            "exchanges_of_unlogged_commands": int(unlogged.sum()),  # the other ones of unknown place in the log
+            "undecided_search_cut": int(self.marks_cut),
+            "unjoined_examples": [
+                {"line": int(E.line[e]), "reason": str(self.reason[e]),
+                 "thread_id": None if E.thread[e] < 0 else int(E.thread[e]),
+                 "query_time_s": float(E.qt[e]) / NS if E.qt_known[e] else None,
+                 "sql": formats.clip(E.sql[e] or (f"administrator command: {E.admin[e]}" if E.admin[e] else ""),
+                                     200, flat=False)}
+                for e in np.flatnonzero(~joined & window)[:MAX_EXAMPLES].tolist()],
+        }
+        warnings = []
+        if matched == 0:
+            why = "none of its entries falls within the captures' time" if not window.any() else \
+                "no entry matched an exchange"
+            warnings.append(f"{name}: {why}; analysed without the slow log")
+        else:
+            unclear = {k: v for k, v in stats["unjoined"].items() if k in ("ambiguous", "order-conflict", "search-limit")}
+            if unclear:
+                parts = ", ".join(f"{v} {k}" for k, v in unclear.items())
+                warnings.append(f"{name}: {sum(unclear.values())} entries not joined ({parts}); "
+                                f"{stats['exchanges_undecided']} exchanges may or may not be in the slow log")
+        return SlowLogJoin(entry, matched > 0, stats, warnings, qt, self.undecided, self.reason.copy(), entry_row)
+
+
+class _ScanLimit(Exception):
+    pass
