@@ -266,7 +266,9 @@ def analyze(
     Writes exchanges.parquet, groups.parquet, pool.parquet, summary.json and report.html to the output folder, as one
     set: a run that fails or is interrupted leaves the previous set as it was.
     """
+    from .analysis import Options
     from .analysis import analyze as run_analysis
+    from .analysis import capture_set as capture_set_of
     from .core.errors import UsageError
 
     folders = list(capture_set or [])
@@ -276,17 +278,17 @@ def analyze(
                          "not the shell")
     settings = None
     if server_vars is not None:
-        from .explain.playbook import read_server_vars
+        from .read.servervars import read_server_vars
 
         settings = read_server_vars(server_vars)  # read before any work: a wrong file costs a second
-    result = run_analysis(
-        folders[0] if folders else None, list(app_captures), list(db_capture), list(slow_log), long_query_time,
-        thread_pool_size, list(server), out,
-        csv=csv, quiet=quiet, slow_log_tz=slow_log_tz, command_line=" ".join(["pcapdecomp", *sys.argv[1:]]),
-        max_sql_bytes=max_sql_bytes, jobs=jobs, proxy=list(proxy_captures), proxy_servers=list(proxy_server),
-        scheduler=scheduler, partitioned=partitioned, processlist=processlist, server_settings=settings,
-        tls_keylog=list(tls_keylog), scheduler_tls=scheduler_tls,
-    )
+    cs = capture_set_of(folders[0] if folders else None, app=app_captures, db=db_capture, slow_log=slow_log,
+                        long_query_time=long_query_time, thread_pool_size=thread_pool_size, servers=server,
+                        proxy=proxy_captures, proxy_servers=proxy_server, processlist=processlist,
+                        tls_keylog=tls_keylog, server_settings=settings)
+    options = Options(jobs=jobs, quiet=quiet, csv=csv, partitioned=partitioned, slow_log_tz=slow_log_tz,
+                      max_sql_bytes=max_sql_bytes, scheduler=scheduler, scheduler_tls=scheduler_tls,
+                      command_line=" ".join(["pcapdecomp", *sys.argv[1:]]))
+    result = run_analysis(cs, options, out)
     written = list(result.written)
     if evidence_too:
         from .core.errors import internal_errors_to
@@ -549,7 +551,7 @@ def _plain_values_without_pydantic() -> None:
 
 
 def _returning_allocator() -> None:
-    """tables.use_returning_allocator, without importing pyarrow for a command that does not use it: Arrow reads
+    """core.memory.use_returning_allocator, without importing pyarrow for a command that does not use it: Arrow reads
     this variable when it makes its default memory pool."""
     if "pyarrow" in sys.modules:
         from .core.memory import use_returning_allocator

@@ -558,11 +558,12 @@ def compare(paths: list[Path], out_dir: Path | None = None, slow_s: float = SLOW
             if kind == "analysis":
                 analyses.append(read_analysis(path, step))
                 continue
-            from .analysis import analyze
+            from .analysis import analyze, Options
 
             sub = Path("analyses") / f"{step}-{_safe_name(path.resolve().name)}"
-            analyze(path, [], None, None, None, None, [], tmp / sub, quiet=quiet, jobs=jobs,
-                    command_line=f"pcapdecomp analyze {path} (by pcapdecomp compare)")
+            analyze(path,
+                    Options(quiet=quiet, jobs=jobs, command_line=f"pcapdecomp analyze {path} (by pcapdecomp compare)"),
+                    tmp / sub)
             a = read_analysis(tmp / sub, step, analysed_here=True)
             a.folder = out / sub
             analyses.append(a)

@@ -84,16 +84,16 @@ def tables_page() -> str:
 
 
 def floors_table() -> str:
-    """The package's import floors as `python3 tests/test_layout.py` prints them."""
+    """The packages' floors and their modules, as `python3 tests/test_layout.py` prints them."""
     import subprocess
 
     done = subprocess.run([sys.executable, str(REPO / "tests" / "test_layout.py")], capture_output=True, text=True,
                           check=True, cwd=REPO)
-    lines = ["| floor | modules |", "|---|---|"]
+    lines = ["| floor | package | modules |", "|---|---|---|"]
     for line in done.stdout.splitlines():
-        floor, *names = line.split()
-        names = [n for n in names if n != "(package)"]
-        lines.append(f"| {floor} | " + ", ".join(f"`{n.replace('.', '/')}`" for n in names) + " |")
+        floor, package, *names = line.split()
+        where = "`pcapdecomp/`" if package == "(top)" else f"`{package}/`"
+        lines.append(f"| {floor} | {where} | " + ", ".join(f"`{n}`" for n in names) + " |")
     return "\n".join(lines)
 
 

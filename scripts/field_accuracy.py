@@ -30,7 +30,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pcapdecomp.analysis import analyze  # noqa: E402
+from pcapdecomp.analysis import Options, analyze, capture_set  # noqa: E402
 
 MATCH_WINDOW_NS = 20_000_000  # an exchange's A1 lies this close to the client's send time
 
@@ -76,10 +76,11 @@ def measure(set_dir: Path, long_query_time: float | None, thread_pool_size: int 
     if slow is not None and slow_min is not None:
         slow = filtered_slow_log(slow, out / "slow-filtered.log", slow_min)
     if as_set:
-        res = analyze(set_dir, [], None, None, None, None, [], out / "analysis", quiet=True)
+        res = analyze(set_dir, Options(quiet=True), out / "analysis")
     else:
-        res = analyze(None, [set_dir / "app.pcap"], set_dir / "db.pcap", slow, long_query_time, thread_pool_size, [],
-                      out / "analysis", quiet=True)
+        res = analyze(capture_set(app=[set_dir / "app.pcap"], db=set_dir / "db.pcap", slow_log=slow,
+                                  long_query_time=long_query_time, thread_pool_size=thread_pool_size),
+                      Options(quiet=True), out / "analysis")
     x = res.exchanges
     m = truth_joined(x, set_dir / "truth.jsonl")
     rows = x.loc[m["xi"].astype(int)].reset_index(drop=True)

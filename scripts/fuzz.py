@@ -270,7 +270,7 @@ def mutate_capture_fields(data: bytes, rng: random.Random) -> bytes:
 
 
 def fuzz_analyze(sets: list[dict], rng: random.Random, tmp: Path) -> None:
-    from pcapdecomp.analysis import analyze
+    from pcapdecomp.analysis import Options, analyze, capture_set
 
     seed = rng.choice(sets)
     work = tmp / "set"
@@ -288,8 +288,9 @@ def fuzz_analyze(sets: list[dict], rng: random.Random, tmp: Path) -> None:
     out = tmp / "out"
     shutil.rmtree(out, ignore_errors=True)
     try:
-        analyze(None, [work / "app.pcap"], work / "db.pcap", slow, seed["long_query_time"], seed["thread_pool_size"],
-                [], out, quiet=True, jobs=1)
+        analyze(capture_set(app=[work / "app.pcap"], db=work / "db.pcap", slow_log=slow,
+                            long_query_time=seed["long_query_time"], thread_pool_size=seed["thread_pool_size"]),
+                Options(quiet=True, jobs=1), out)
     except PcapdecompError:
         return
 

@@ -154,7 +154,7 @@ def run_pattern(capture_set: Path, where: str, rate: float, seed: int, work: Pat
     """Copy the set into `work` with frames lost as the pattern says, analyse it, classify the statements."""
     import shutil
 
-    from pcapdecomp.analysis import analyze
+    from pcapdecomp.analysis import Options, analyze
 
     work.mkdir(parents=True, exist_ok=True)
     for name in ("capture.toml", "slow.log"):
@@ -166,7 +166,7 @@ def run_pattern(capture_set: Path, where: str, rate: float, seed: int, work: Pat
             lost[point] = lose_frames(capture_set / f"{point}.pcap", work / f"{point}.pcap", rate, point_seed)[1]
         else:
             shutil.copyfile(capture_set / f"{point}.pcap", work / f"{point}.pcap")
-    result = analyze(work, [], None, None, None, None, [], work / "out", quiet=True, jobs=1)
+    result = analyze(work, Options(quiet=True, jobs=1), work / "out")
     truth = truth_statements(capture_set / "truth.jsonl")
     return classify(truth, result.exchanges, reference), {"frames_lost": {k: len(v) for k, v in lost.items()},
                                                          "summary": result.summary, "exchanges": result.exchanges}

@@ -14,20 +14,20 @@ _TABLES: dict[Path, pd.DataFrame] = {}
 def exchange_table(set_dir: Path) -> pd.DataFrame:
     if set_dir not in _TABLES:
         from pcapdecomp import analysis
+        from pcapdecomp.explain import servers
 
         captured = {}
-        real = analysis.decompose
+        real = servers.decompose
 
         def keep(table, *a, **k):
             captured["table"] = table.copy()
             return real(table, *a, **k)
 
-        analysis.decompose = keep
+        servers.decompose = keep
         try:
             with tempfile.TemporaryDirectory() as out:
-                analysis.analyze(set_dir, app=[], db=None, slow_log=None, long_query_time=None, thread_pool_size=None,
-                                 servers=[], out_dir=Path(out), quiet=True)
+                analysis.analyze(set_dir, analysis.Options(quiet=True), Path(out))
         finally:
-            analysis.decompose = real
+            servers.decompose = real
         _TABLES[set_dir] = captured["table"]
     return _TABLES[set_dir]

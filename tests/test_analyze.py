@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import pcaptools as pt
 import pytest
+from analysing import analyse
 
-from pcapdecomp.analysis import analyze
 from pcapdecomp.core.errors import PcapdecompError, UsageError
 from pcapdecomp.core.schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 from pcapdecomp.read.captureset import resolve_capture_set
@@ -27,11 +27,9 @@ CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 MS = 1e-3
 
 
-def run(set_dir: Path, out: Path, **kw):
-    args = dict(app=[], db=None, slow_log=None, long_query_time=None, thread_pool_size=None, servers=[],
-                out_dir=out, quiet=True)
-    args.update(kw)
-    return analyze(set_dir, **args)
+
+def run(set_dir: Path | None, out: Path, **kw):
+    return analyse(set_dir, out, **kw)
 
 
 def truth_join(x: pd.DataFrame, truth_path: Path, by_conn: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -319,11 +317,9 @@ def test_explicit_options_win_over_the_folder(tmp_path):
     {"set_dir": CAPTURES / "group-stall", "thread_pool_size": 0},
 ])
 def test_user_mistakes_raise_pcapdecomp_errors(tmp_path, kwargs):
-    args = dict(set_dir=None, app=[], db=None, slow_log=None, long_query_time=None, thread_pool_size=None,
-                servers=[], out_dir=tmp_path / "o", quiet=True)
-    args.update(kwargs)
+    args = dict(kwargs)
     with pytest.raises(PcapdecompError):
-        analyze(**args)
+        run(args.pop("set_dir"), tmp_path / "o", **args)
 
 
 def test_no_capture_is_a_usage_error(tmp_path):
@@ -369,10 +365,10 @@ def test_two_app_hosts_with_their_own_clocks(tmp_path):
 @pytest.mark.parametrize("drop_one_at_db", [False, True])
 def test_clock_pass_started_ahead_gives_the_clock_of_one_process(tmp_path, monkeypatch, drop_one_at_db):
     """With --jobs 2 the segments of each point are read for all its connections, and the clock fitted, on a worker
-    while the captures are paired (analysis._segments_ahead): when every connection matched that clock is used,
+    while the captures are paired (pair.clocks.start_segment_passes): when every connection matched that clock is used,
     else the points are read again for their matched connections. Either way the clock, and so every output, is
     that of --jobs 1."""
-    import pcapdecomp.analysis as analysis
+    from pcapdecomp.pair import clocks
     from pcapdecomp.read import extract as extraction
 
     src = CAPTURES / "group-stall"
@@ -389,8 +385,8 @@ def test_clock_pass_started_ahead_gives_the_clock_of_one_process(tmp_path, monke
     one = run(None, tmp_path / "one", jobs=1, **kw)
     monkeypatch.setattr(extraction, "SMALL_CAPTURE_BYTES", 0)  # these small captures read ahead as a big pair would
     read_again = []
-    run_all = analysis.run_all
-    monkeypatch.setattr(analysis, "run_all", lambda f, calls, jobs: read_again.extend(calls) or run_all(f, calls, jobs))
+    run_all = clocks.run_all
+    monkeypatch.setattr(clocks, "run_all", lambda f, calls, jobs: read_again.extend(calls) or run_all(f, calls, jobs))
     two = run(None, tmp_path / "two", jobs=2, **kw)
     assert [str(pt_.name) for pt_, _ in read_again] == ([str(tmp_path / "db.pcap"), str(tmp_path / "app.pcap")]
                                                         if drop_one_at_db else [])
@@ -402,7 +398,7 @@ def test_clock_pass_started_ahead_gives_the_clock_of_one_process(tmp_path, monke
 def test_clock_passes_started_ahead_for_two_app_points(tmp_path, monkeypatch):
     """Two app points and a DB point: each point's segments are read ahead on the workers (three passes) and paired
     here, giving the clocks --jobs 1 gives."""
-    import pcapdecomp.analysis as analysis
+    from pcapdecomp.pair import clocks
     from pcapdecomp.read import extract as extraction
 
     src = CAPTURES / "group-stall"
@@ -412,8 +408,8 @@ def test_clock_passes_started_ahead_for_two_app_points(tmp_path, monkeypatch):
     one = run(None, tmp_path / "one", jobs=1, **kw)
     monkeypatch.setattr(extraction, "SMALL_CAPTURE_BYTES", 0)
     read_again = []
-    run_all = analysis.run_all
-    monkeypatch.setattr(analysis, "run_all", lambda f, calls, jobs: read_again.extend(calls) or run_all(f, calls, jobs))
+    run_all = clocks.run_all
+    monkeypatch.setattr(clocks, "run_all", lambda f, calls, jobs: read_again.extend(calls) or run_all(f, calls, jobs))
     two = run(None, tmp_path / "two", jobs=2, **kw)
     assert read_again == [] and len(two.summary["clocks"]) == 2
     assert two.summary["clocks"] == one.summary["clocks"]

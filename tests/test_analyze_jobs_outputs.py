@@ -1,20 +1,19 @@
 """--jobs 2 writes the tables in a forked child from the moment they are whole and makes the report's query
-profile in another (analysis._analyze): the files must be those --jobs 1 writes, one after the other, byte for
+profile in another (run.session.Run.finish): the files must be those --jobs 1 writes, one after the other, byte for
 byte (report.html included: its profile made elsewhere, its QPS set from the time axis here)."""
 
 from pathlib import Path
 
 import pytest
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze, capture_set
 
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 FILES = ("exchanges.parquet", "groups.parquet", "pool.parquet", "summary.json", "report.html")
 
 
 def run(set_dir: Path, out: Path, jobs: int):
-    return analyze(set_dir, app=[], db=None, slow_log=None, long_query_time=None, thread_pool_size=None, servers=[],
-                   out_dir=out, quiet=True, jobs=jobs, command_line="pcapdecomp analyze (test)")
+    return analyze(set_dir, Options(quiet=True, jobs=jobs, command_line="pcapdecomp analyze (test)"), out)
 
 
 @pytest.mark.parametrize("name", ["group-stall", "maxthreads"])
@@ -40,14 +39,13 @@ FIELD = Path(__file__).resolve().parent / "data" / "field"
 ], ids=["one exchange at the DB", "one exchange at the app", "one connection at both, a slow log", "no exchange"])
 def test_jobs_two_writes_what_jobs_one_writes_in_degenerate_cases(app, db, slow_log, tmp_path, monkeypatch):
     """With --jobs 2 and one DB point, the query profile, summary.json → latency_s and the report's components are
-    made in a child forked before the thread-pool view (analysis._beside_the_view): the same files as --jobs 1 on
+    made in a child forked before the thread-pool view (run.session._beside_the_view): the same files as --jobs 1 on
     the smallest inputs too."""
     monkeypatch.chdir(tmp_path)
     written = []
     for jobs in (1, 2):
-        result = analyze(None, app=app, db=db, slow_log=slow_log, long_query_time=1.0 if slow_log else None,
-                         thread_pool_size=None, servers=[], out_dir=tmp_path / str(jobs), quiet=True, jobs=jobs,
-                         command_line="pcapdecomp analyze (test)")
+        result = analyze(capture_set(app=app, db=db, slow_log=slow_log, long_query_time=1.0 if slow_log else None),
+                         Options(quiet=True, jobs=jobs, command_line="pcapdecomp analyze (test)"), tmp_path / str(jobs))
         written.append(result)
     one, two = written
     assert two.summary == one.summary

@@ -165,7 +165,8 @@ def many_short_exchanges(path: Path, n: int) -> Path:
 
 _SHORT_OF_MEMORY = """
 import os, resource, sys
-from pcapdecomp import cli, exchanges, fastlane  # imported before the limit
+from pcapdecomp import cli
+from pcapdecomp.read import exchanges, fastlane  # imported before the limit
 import pandas, pyarrow
 size = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize:")) * 1024
 limit = size + (int(sys.argv[1]) << 20)
@@ -190,7 +191,7 @@ def test_the_native_lane_stops_cleanly_when_memory_runs_out(tmp_path):
         assert lines[0].startswith("pcapdecomp: internal error: MemoryError"), lines[0]
         assert "SystemError" not in done.stderr and "Traceback" not in done.stderr
         places.append(lines[0])
-    assert any(", in fastlane." in line for line in places), places  # the lane's own allocations failed
+    assert any(", in read.fastlane." in line for line in places), places  # the lane's own allocations failed
 
 
 def test_exchanges_past_the_row_budget_are_cut_alike_in_both_lanes(tmp_path):

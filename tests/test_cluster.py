@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from labsets import REPO, two_servers
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze
 from pcapdecomp.core.errors import UsageError
 
 pytestmark = pytest.mark.lab
@@ -24,9 +24,8 @@ distributed = pytest.importorskip("distributed")
 def runs(tmp_path_factory):
     rotated = two_servers()
     tmp = tmp_path_factory.mktemp("cluster")
-    one = analyze(rotated, [], None, None, None, None, [], tmp / "one", quiet=True, jobs=1)
-    dask = analyze(rotated, [], None, None, None, None, [], tmp / "dask", quiet=True, jobs=2, scheduler="local",
-                   partitioned=True)
+    one = analyze(rotated, Options(quiet=True, jobs=1), tmp / "one")
+    dask = analyze(rotated, Options(quiet=True, jobs=2, scheduler="local", partitioned=True), tmp / "dask")
     return rotated, one, dask
 
 

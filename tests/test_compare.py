@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pcapdecomp import cli
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze, capture_set
 from pcapdecomp.compare import compare
 from pcapdecomp.core.schema import COMPARISON_COLUMNS, COMPARISON_METRICS
 
@@ -40,7 +40,7 @@ def analyses(tmp_path_factory) -> dict[str, Path]:
     """The three bundled recordings analysed once, as a user would: `analyze captures/<set>`."""
     root = tmp_path_factory.mktemp("analyses")
     for name in SERIES:
-        analyze(CAPTURES / name, [], None, None, None, None, [], root / name, quiet=True)
+        analyze(CAPTURES / name, Options(quiet=True), root / name)
     return {name: root / name for name in SERIES}
 
 
@@ -240,7 +240,8 @@ def test_capture_sets_are_analysed_by_the_analyze_pipeline(analyses, tmp_path):
 
 def test_different_capture_points_and_no_slow_log_are_not_comparable(analyses, tmp_path):
     src = CAPTURES / SERIES[0]
-    db_only = analyze(None, [], src / "db.pcap", None, 0.1, 2, [], tmp_path / "db-only", quiet=True).out_dir
+    db_only = analyze(capture_set(db=src / "db.pcap", long_query_time=0.1, thread_pool_size=2), Options(quiet=True),
+                      tmp_path / "db-only").out_dir
     c = compare([analyses[SERIES[0]], db_only], tmp_path / "cmp", quiet=True)
     kinds = {n.kind: n.severity for n in c.notes}
     assert kinds["points"] == "not comparable" and kinds["slow_log"] == "not comparable" and not c.comparable
@@ -258,7 +259,7 @@ def test_degenerate_analyses(analyses, tmp_path, packets):
     for side in ("app", "db"):
         pt.rewrite(CAPTURES / SERIES[2] / f"{side}.pcap", d / f"{side}.pcap", keep=lambda i, t: i < packets)
     shutil.copy(CAPTURES / SERIES[2] / "capture.toml", d)
-    cut = analyze(d, [], None, None, None, None, [], tmp_path / "cut-analysis", quiet=True).out_dir
+    cut = analyze(d, Options(quiet=True), tmp_path / "cut-analysis").out_dir
     n = independent_counts(cut)["calls"]
     assert (n == 0) == (packets == 3)
     c = compare([analyses[SERIES[2]], cut], tmp_path / "cmp", quiet=True)

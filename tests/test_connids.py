@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from analysing import analyse
 
-from pcapdecomp.analysis import analyze
 from pcapdecomp.read import connids
 from pcapdecomp.read.exchanges import extract
 
@@ -25,10 +25,7 @@ MIDSTREAM = CAPTURES / "midstream-join"
 
 
 def run(set_dir: Path, out: Path, **kw):
-    args = dict(app=[], db=None, slow_log=None, long_query_time=None, thread_pool_size=None, servers=[],
-                out_dir=out, quiet=True)
-    args.update(kw)
-    return analyze(set_dir, **args)
+    return analyse(set_dir, out, **kw)
 
 
 def truth_of(set_dir: Path) -> list[dict]:

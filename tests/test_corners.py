@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pcaptools import records, tcp_ports
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze, capture_set
 from pcapdecomp.core.console import capture_problems
 from pcapdecomp.read.exchanges import extract
 
@@ -141,9 +141,9 @@ def pd_na(value) -> bool:
 
 
 def test_analyze_of_the_corners_warns_only_about_what_is_wrong(tmp_path):
-    r = analyze(None, [], FIELD / "unprompted-err.pcap", None, None, None, [], tmp_path / "a", quiet=True, jobs=1)
+    r = analyze(capture_set(db=FIELD / "unprompted-err.pcap"), Options(quiet=True, jobs=1), tmp_path / "a")
     assert not any("violation" in w for w in r.warnings), r.warnings
-    r = analyze(None, [], FIELD / "corners.pcap", None, None, None, [], tmp_path / "b", quiet=True, jobs=1)
+    r = analyze(capture_set(db=FIELD / "corners.pcap"), Options(quiet=True, jobs=1), tmp_path / "b")
     problems = next(w for w in r.warnings if "corners.pcap" in w)
     # the TLS connection is timed by its records: its bytes are read, not a problem
     assert "1 protocol violations" in problems and "encrypted (TLS) bytes" not in problems

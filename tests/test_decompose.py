@@ -110,9 +110,9 @@ def test_auto_bucket():
 
 
 def test_group_view_on_maxthreads(tmp_path):
-    from pcapdecomp.analysis import analyze
+    from pcapdecomp.analysis import Options, analyze
 
-    r = analyze(CAPTURES / "maxthreads", [], None, None, None, None, [], tmp_path, quiet=True)
+    r = analyze(CAPTURES / "maxthreads", Options(quiet=True), tmp_path)
     view = thread_pool_view(r.exchanges, 1, bucket_s=0.5)
     groups, stalls = view.groups, view.groups_summary["stalls"]
     assert set(groups["thread_group"]) == {0} and (groups["bucket_s"] == 0.5).all()
@@ -130,9 +130,9 @@ def test_group_view_on_maxthreads(tmp_path):
 
 
 def test_exec_estimates_say_how_they_were_made(tmp_path):
-    from pcapdecomp.analysis import analyze
+    from pcapdecomp.analysis import Options, analyze
 
-    x = analyze(CAPTURES / "group-stall", [], None, None, None, None, [], tmp_path, quiet=True).exchanges
+    x = analyze(CAPTURES / "group-stall", Options(quiet=True), tmp_path).exchanges
     probes = x[x["sql"] == "SELECT 1"]
     assert (probes["exec_source"] == "fingerprint_median").all()
     assert probes["exec_s"].max() < 0.001  # a SELECT 1 executes in microseconds, however long it waited

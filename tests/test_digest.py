@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze
 from pcapdecomp.core.fingerprint import fingerprint
 from pcapdecomp.explain.digest import placeholders, profile, sample_statement
 from pcapdecomp.mysql.params import _quote, split_params
@@ -23,7 +23,7 @@ CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 def analysed(tmp_path_factory):
     out = {}
     for name in ("group-stall", "maxthreads", "oltp-hogs", "features"):
-        out[name] = analyze(CAPTURES / name, [], None, None, None, None, [], tmp_path_factory.mktemp(name), quiet=True)
+        out[name] = analyze(CAPTURES / name, Options(quiet=True), tmp_path_factory.mktemp(name))
     return out
 
 

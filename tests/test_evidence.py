@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze, capture_set
 from pcapdecomp.core.formats import seconds_ms
 from pcapdecomp.read.capture import iter_records
 from pcapdecomp.read.exchanges import extract
@@ -24,14 +24,14 @@ CAPTURES = REPO / "captures"
 @pytest.fixture(scope="module")
 def group_stall(tmp_path_factory):
     out = tmp_path_factory.mktemp("evidence") / "gs"
-    analyze(CAPTURES / "group-stall", [], None, None, None, None, [], out, quiet=True)
+    analyze(CAPTURES / "group-stall", Options(quiet=True), out)
     return out
 
 
 @pytest.fixture(scope="module")
 def hogs(tmp_path_factory):
     out = tmp_path_factory.mktemp("evidence") / "hogs"
-    analyze(CAPTURES / "oltp-hogs", [], None, None, None, None, [], out, quiet=True)
+    analyze(CAPTURES / "oltp-hogs", Options(quiet=True), out)
     return out
 
 
@@ -143,14 +143,15 @@ def test_default_on_oltp_hogs_has_every_victim_and_the_three_hog_runs(hogs, tmp_
 
 def test_db_only_analysis_gives_only_a_db_pcapng(tmp_path):
     gs = CAPTURES / "group-stall"
-    analyze(None, [], gs / "db.pcap", gs / "slow.log", 1.0, 2, [], tmp_path / "a", quiet=True)
+    analyze(capture_set(db=gs / "db.pcap", slow_log=gs / "slow.log", long_query_time=1.0, thread_pool_size=2),
+            Options(quiet=True), tmp_path / "a")
     res = export(tmp_path / "a")
     assert [p.name for p in res.files.values()] == ["db.pcapng"] and len(res.rows) == 4
     assert len(extract(res.files[str(gs / "db.pcap")]).exchanges) == 4
 
 
 def test_maxthreads_evidence_has_the_waiting_and_the_threads_holders(tmp_path):
-    analyze(CAPTURES / "maxthreads", [], None, None, None, None, [], tmp_path / "m", quiet=True)
+    analyze(CAPTURES / "maxthreads", Options(quiet=True), tmp_path / "m")
     res = export(tmp_path / "m")
     truth = pd.read_json(CAPTURES / "maxthreads" / "truth.jsonl", lines=True)
     sleeps = truth[truth["sql"] == "SELECT SLEEP(2)"]
@@ -161,7 +162,7 @@ def test_maxthreads_evidence_has_the_waiting_and_the_threads_holders(tmp_path):
 
 
 def test_nothing_slow_takes_the_slowest(tmp_path):
-    analyze(CAPTURES / "features", [], None, None, None, None, [], tmp_path / "f", quiet=True)
+    analyze(CAPTURES / "features", Options(quiet=True), tmp_path / "f")
     res = export(tmp_path / "f")
     assert res.how.startswith("no hidden-slow or understated exchange") and len(res.rows) == 10
     assert set(res.rows["evidence_role"]) == {"selected"}
@@ -176,8 +177,9 @@ def test_two_app_captures_with_one_file_name_keep_all_their_frames(tmp_path):
         (tmp_path / host).mkdir()
         rewrite(gs / "app.pcap", tmp_path / host / "app.pcap",
                 keep_packet=lambda pkt, parity=parity: (max(tcp_ports(pkt) or (0, 0)) // 2) % 2 == parity)
-    r = analyze(None, [tmp_path / "hostA" / "app.pcap", tmp_path / "hostB" / "app.pcap"], gs / "db.pcap",
-                gs / "slow.log", 1.0, 2, [], tmp_path / "a", quiet=True)
+    r = analyze(capture_set(app=[tmp_path / "hostA" / "app.pcap", tmp_path / "hostB" / "app.pcap"], db=gs / "db.pcap",
+                            slow_log=gs / "slow.log", long_query_time=1.0, thread_pool_size=2),
+                Options(quiet=True), tmp_path / "a")
     assert r.summary["exchanges"]["seen_both"] == r.summary["exchanges"]["total"]
     per_host = r.exchanges.groupby("capture", observed=True)["conn_id"].min()
     assert len(per_host) == 2

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze
 from pcapdecomp.render.evidence import export
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,7 +22,7 @@ SET = REPO / "captures" / "stall-fix-1-pool"
 @pytest.fixture(scope="module")
 def evidence(tmp_path_factory):
     root = tmp_path_factory.mktemp("evidence")
-    analyze(SET, [], None, None, None, None, [], root / "analysis", quiet=True)
+    analyze(SET, Options(quiet=True), root / "analysis")
     return export(root / "analysis", out_dir=root / "evidence")
 
 

@@ -15,7 +15,7 @@ import pytest
 from corpus import CORPUS
 from corpus import captures as corpus_captures
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze, capture_set
 from pcapdecomp.core.outputs import INCOMPLETE_NAME, STAGING_PREFIX
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,18 +70,16 @@ def _page_text(page: str) -> str:
 def test_analyze_runs_and_its_outputs_agree(tmp_path, monkeypatch, mode, paths, name, render):
     out = tmp_path / "out"
     if not render:
-        import pcapdecomp.analysis
+        import pcapdecomp.run.session
 
-        monkeypatch.setattr(pcapdecomp.analysis, "render_report", lambda *a, **k: "<!doctype html><html></html>")
-    args = dict(set_dir=None, app=[], db=None, slow_log=None, long_query_time=None, thread_pool_size=None,
-                servers=[], out_dir=out, quiet=True, jobs=1)
+        monkeypatch.setattr(pcapdecomp.run.session, "render_report", lambda *a, **k: "<!doctype html><html></html>")
     if mode == "set":
-        args["set_dir"] = paths[0]
+        cs = capture_set(paths[0])
     elif mode == "pair":
-        args.update(app=[paths[0]], db=paths[1])
+        cs = capture_set(app=[paths[0]], db=paths[1])
     else:
-        args.update(app=paths if mode in ("app", "both") else [], db=paths[0] if mode in ("db", "both") else None)
-    result = analyze(**args)
+        cs = capture_set(app=paths if mode in ("app", "both") else [], db=paths[0] if mode in ("db", "both") else None)
+    result = analyze(cs, Options(quiet=True, jobs=1), out)
 
     names = {p.name for p in out.iterdir()}
     assert {"report.html", "exchanges.parquet", "groups.parquet", "summary.json"} <= names

@@ -1,5 +1,5 @@
 """The per-group sorts and quantiles behind the execution estimate (decompose.estimate_execution) and the query
-profile (digest.profile): digest.sorted_by_group and decompose._group_quantiles against what they replaced, a
+profile (digest.profile): core.groups.sorted_by_group and decompose._group_quantiles against what they replaced, a
 stable argsort of the values then of the groups, and pandas' groupby quantile: the same numbers, ties, −0.0 and
 groups without values included."""
 

@@ -120,7 +120,8 @@ def test_the_modules_are_found():
     graph = imports()
     assert {"analysis", "read.capture", "read.captureset", "core.formats", "core.outputs", "mysql.connection",
             "explain.summary", "explain.verdict"} <= set(graph)
-    assert "core.formats" in graph["render.report"] and "core.outputs" in graph["analysis"]
+    assert "core.formats" in graph["render.report"] and "core.outputs" in graph["run.session"]
+    assert {"read.extract", "pair.pairing", "explain.servers", "run.session"} == graph["analysis"] - {"read.captureset"}
     assert "explain.verdict" in graph["explain.summary"]
 
 
@@ -186,8 +187,10 @@ def test_tests_share_helpers_not_each_other():
 
 if __name__ == "__main__":
     graph = imports()
-    floors = layers(graph)
-    for level in sorted(set(floors.values())):
-        print(level, " ".join(sorted(m or "(package)" for m, f in floors.items() if f == level)))
+    packages = sorted({m.split(".")[0] for m in graph if "." in m}, key=lambda p: (FLOORS.get(p, TOP), p))
+    for package in packages:
+        names = sorted(m.split(".", 1)[1] for m in graph if m.startswith(package + "."))
+        print(FLOORS.get(package, TOP), package, " ".join(names))
+    print(TOP, "(top)", " ".join(sorted(m for m in graph if m and "." not in m and m not in FLOORS)))
     for c in cycles(graph):
         print("cycle:", " ↔ ".join(sorted(c)))

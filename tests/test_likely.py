@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze, capture_set
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = ROOT / "captures"
@@ -50,7 +50,9 @@ def field(tmp_path_factory):
             log = gs / slow if slow else None
             if log is not None and slow_min is not None:
                 log = filtered_slow_log(log, tmp / "slow.log", slow_min)
-            r = analyze(None, [gs / "app.pcap"], gs / "db.pcap", log, lqt, size, [], tmp / "out", quiet=True)
+            r = analyze(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap", slow_log=log, long_query_time=lqt,
+                                    thread_pool_size=size),
+                        Options(quiet=True), tmp / "out")
             m = truth_joined(r.exchanges, gs / "truth.jsonl")
             rows = r.exchanges.loc[m["xi"].astype(int)].reset_index(drop=True)
             server = rows["server_s"].to_numpy(dtype="float64", na_value=np.nan)
@@ -196,7 +198,7 @@ def test_percentiles_are_latencies_that_occurred(tmp_path):
     assert len(overall) == 3 and res is not None
     for v in overall["value"]:
         assert np.min(np.abs(client - v)) < 0.01, v  # within 10 ms of a latency a client saw
-    report = analyze(CAPTURES / "maxthreads", [], None, None, None, None, [], tmp_path / "rep", quiet=True)
+    report = analyze(CAPTURES / "maxthreads", Options(quiet=True), tmp_path / "rep")
     for key in ("p50", "p99"):
         v = report.summary["latency_s"]["total"][key]
         assert v in set(report.exchanges["total_s"].dropna()), key
@@ -209,8 +211,9 @@ def test_no_claim_about_a_thread_group_nobody_knows(tmp_path):
     gs = CAPTURES / "midstream-join"
     cfg = settings_of("midstream-join")
     # without the slow log, whose Thread_id could name the connections: nothing on the wire gives an id
-    r = analyze(None, [gs / "app.pcap"], gs / "db.pcap", None, cfg["long_query_time"], cfg["thread_pool_size"], [],
-                tmp_path / "out", quiet=True)
+    r = analyze(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap", long_query_time=cfg["long_query_time"],
+                            thread_pool_size=cfg["thread_pool_size"]),
+                Options(quiet=True), tmp_path / "out")
     x = r.exchanges
     truth = pd.read_json(CAPTURES / "midstream-join" / "truth.jsonl", lines=True)
     waited = truth[(truth["client_s"] - truth["exec_s"].clip(upper=truth["client_s"])) >= 0.1]
@@ -234,7 +237,7 @@ def test_the_field_recordings_as_a_new_user_runs_them(tmp_path, name):
         pytest.skip(f"{name} is recorded on branch fieldids (issue 31), not merged here")
     lab = tomllib.loads((gs / "lab-settings.toml").read_text())["server"]
     assert "thread_pool_size" not in settings_of(name)
-    r = analyze(gs, [], None, None, None, None, [], tmp_path / "out", quiet=True)
+    r = analyze(gs, Options(quiet=True), tmp_path / "out")
     m = truth_joined(r.exchanges, gs / "truth.jsonl")
     rows = r.exchanges.loc[m["xi"].astype(int)].reset_index(drop=True)
     server = rows["server_s"].to_numpy(dtype="float64", na_value=np.nan)
@@ -261,7 +264,7 @@ def test_server_overhead_is_not_queueing(tmp_path):
     """slowlog-forms (long_query_time 0: every statement in the slow log): server time − Query_time is tens of µs of
     parsing and network stack per statement; the verdict once said 'no statement waited' and 'queueing 17.4 %
     (measured)' in one breath."""
-    r = analyze(CAPTURES / "slowlog-forms", [], None, None, None, None, [], tmp_path / "out", quiet=True)
+    r = analyze(CAPTURES / "slowlog-forms", Options(quiet=True), tmp_path / "out")
     m = truth_joined(r.exchanges, CAPTURES / "slowlog-forms" / "truth.jsonl")
     rows = r.exchanges.loc[m["xi"].astype(int)].reset_index(drop=True)
     server = rows["server_s"].to_numpy(dtype="float64", na_value=np.nan)
@@ -283,7 +286,7 @@ def test_the_thread_limit_is_told_as_the_limit_below_long_query_time(tmp_path):
     behind … and 3 other long statements', the cap never named."""
     name = "maxthreads-below-lqt"
     cfg = settings_of(name)
-    r = analyze(CAPTURES / name, [], None, None, None, None, [], tmp_path / "out", quiet=True)
+    r = analyze(CAPTURES / name, Options(quiet=True), tmp_path / "out")
     truth = pd.read_json(CAPTURES / name / "truth.jsonl", lines=True)
     truth["wait"] = truth["client_s"] - truth["exec_s"].clip(upper=truth["client_s"])
     waited = truth[truth["wait"] >= 0.1]

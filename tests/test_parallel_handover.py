@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze
 from pcapdecomp.core import workers
 from pcapdecomp.read import extract as extraction
 from pcapdecomp.read.exchanges import extract
@@ -208,8 +208,8 @@ def test_analyze_of_a_pair_lossy_at_both_points_on_mapped_tables_writes_what_job
     pack = workers._pack
     monkeypatch.setattr(workers, "_unpack", lambda value, unpack=workers._unpack: (
         handed.append(isinstance(value, workers._Handover)), unpack(value))[1])
-    runs = {jobs: analyze(pair, [], None, None, None, None, [], tmp_path / f"jobs{jobs}", quiet=True, jobs=jobs,
-                          command_line="pcapdecomp analyze (test)") for jobs in (1, 2)}
+    runs = {jobs: analyze(pair, Options(quiet=True, jobs=jobs, command_line="pcapdecomp analyze (test)"),
+                          tmp_path / f"jobs{jobs}") for jobs in (1, 2)}
     assert workers._pack is pack
     assert runs[1].summary["repair"]["bytes_borrowed"] > 0
     assert sum(handed) >= 3  # the extraction's worker, the repair's Worker, the query profile

@@ -15,7 +15,7 @@ import numpy as np
 import pcaptools as pt
 import pytest
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze
 from pcapdecomp.pair import repair
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ TRUTH = acc.truth_statements(SET / "truth.jsonl")
 def reference(tmp_path_factory):
     """The analysis without loss: every statement fully decomposed (what the lossy runs are compared with)."""
     out = tmp_path_factory.mktemp("reference")
-    result = analyze(SET, [], None, None, None, None, [], out, quiet=True, jobs=1)
+    result = analyze(SET, Options(quiet=True, jobs=1), out)
     classes = acc.classify(TRUTH, result.exchanges)
     assert (classes == "full").all(), classes.value_counts()
     assert result.summary["repair"] is None  # nothing was lost: nothing to repair
@@ -46,7 +46,7 @@ def run(tmp_path: Path, app: Path = SET / "app.pcap", db: Path = SET / "db.pcap"
         shutil.copyfile(app, tmp_path / "app.pcap")
     if db != tmp_path / "db.pcap":
         shutil.copyfile(db, tmp_path / "db.pcap")
-    return analyze(tmp_path, [], None, None, None, None, [], tmp_path / "out", quiet=True, jobs=1)
+    return analyze(tmp_path, Options(quiet=True, jobs=1), tmp_path / "out")
 
 
 # --- the loss tool ----------------------------------------------------------------------------------------------
@@ -140,11 +140,10 @@ def test_bounds_left_null_by_build_table_are_what_apply_bounds_alone_nulls(tmp_p
 
     import pandas as pd
 
-    from pcapdecomp import analysis
-    from pcapdecomp.explain import decompose
+    from pcapdecomp.explain import bounds, decompose, servers
 
     tables = {}
-    build, bound = decompose.build_table, repair.apply_bounds
+    build, bound = decompose.build_table, bounds.apply_bounds
 
     def both_ways(app, db, matching, clocks, primary, clock_keys=None, bounds=None):
         assert bounds is not None and len(bounds.rows)
@@ -159,8 +158,8 @@ def test_bounds_left_null_by_build_table_are_what_apply_bounds_alone_nulls(tmp_p
         tables["given"] = given.copy()  # as it is now: the later stages add columns to it
         return given
 
-    monkeypatch.setattr(analysis, "build_table", both_ways)
-    monkeypatch.setattr(analysis, "apply_bounds", kept)
+    monkeypatch.setattr(servers, "build_table", both_ways)
+    monkeypatch.setattr(servers, "apply_bounds", kept)
     run(tmp_path, *_lossy(tmp_path, 0.04, 32, "both"))
     given = tables["given"]
     labels = given["bounded"].dropna().astype(str)
@@ -287,7 +286,7 @@ def test_repair_with_workers_gives_the_same_table(tmp_path):
     """--jobs: the other point's bytes and the re-read run in worker processes; the table is the same."""
     app, db = _lossy(tmp_path, 0.03, 21, "both")
     one = run(tmp_path, app, db)
-    two = analyze(tmp_path, [], None, None, None, None, [], tmp_path / "out2", quiet=True, jobs=2)
+    two = analyze(tmp_path, Options(quiet=True, jobs=2), tmp_path / "out2")
     assert one.summary["repair"]["bytes_borrowed"] > 0
     assert one.summary["repair"] == two.summary["repair"]
     assert one.exchanges.equals(two.exchanges)
@@ -398,7 +397,7 @@ def _native_and_python(tmp_path: Path, monkeypatch, app: Path, db: Path):
     assert natively and all(natively)  # the lane re-read each lossy capture
     with monkeypatch.context() as m:
         m.setattr(repair.fastlane, "excerpt_scan", lambda *args: None)  # the lane "cannot read" the captures
-        python = analyze(tmp_path, [], None, None, None, None, [], tmp_path / "out-python", quiet=True, jobs=1)
+        python = analyze(tmp_path, Options(quiet=True, jobs=1), tmp_path / "out-python")
     return native, python
 
 
@@ -511,6 +510,7 @@ def test_clock_margins_are_the_clock_s_answers_time_by_time(reference):
     import pandas as pd
 
     from pcapdecomp.core.endpoints import split_endpoint
+    from pcapdecomp.explain import bounds
     from pcapdecomp.pair.clock import ClockModel, estimate_clock
     from pcapdecomp.pair.match import pair_segments, read_segments_of
     from pcapdecomp.read.exchanges import extract
@@ -547,7 +547,7 @@ def test_clock_margins_are_the_clock_s_answers_time_by_time(reference):
         want_lo, want_hi = lo.copy(), hi.copy()
         want = _margins_one_by_one(captures, value, want_lo, want_hi, named, clocks, primary, clock_keys)
         got_lo, got_hi = lo.copy(), hi.copy()
-        got = repair._clock_margins(table, np.arange(n), value, got_lo, got_hi, named, clocks, primary, clock_keys)
+        got = bounds._clock_margins(table, np.arange(n), value, got_lo, got_hi, named, clocks, primary, clock_keys)
         assert np.isfinite(want[0]).any() and np.isinf(want[0]).any()
         for w, g in ((want_lo, got_lo), (want_hi, got_hi), *zip(want, got)):
             assert np.array_equal(w, g, equal_nan=True)

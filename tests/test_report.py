@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from browser import flat_text, page_text, probe, rendered, screenshot, script_errors, section
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze, capture_set
 from pcapdecomp.core.formats import seconds
 from pcapdecomp.explain.digest import queue_parts
 from pcapdecomp.render.figures import (
@@ -37,8 +37,8 @@ ARTIFACTS = Path(os.environ.get("PCAPDECOMP_ARTIFACTS", REPO / "tests" / "artifa
 @pytest.fixture(scope="module")
 def group_stall(tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "group-stall"
-    return analyze(CAPTURES / "group-stall", [], None, None, None, None, [], out, quiet=True,
-                   command_line="pcapdecomp analyze captures/group-stall")
+    return analyze(CAPTURES / "group-stall",
+                   Options(quiet=True, command_line="pcapdecomp analyze captures/group-stall"), out)
 
 
 @pytest.fixture(scope="module")
@@ -268,7 +268,7 @@ def test_report_is_self_contained(group_stall):
 def test_every_bundled_report_fills_its_tables(name, tmp_path):
     """No empty cells where numbers belong (the profile's calls were empty in every report), spans on the time
     axis for every answered exchange, a readable time in the hidden-slow table."""
-    res = analyze(CAPTURES / name, [], None, None, None, None, [], tmp_path / name, quiet=True)
+    res = analyze(CAPTURES / name, Options(quiet=True), tmp_path / name)
     page = (res.out_dir / "report.html").read_text(encoding="utf-8")
     x = res.exchanges
     prof = section(page, "profile")
@@ -291,7 +291,7 @@ def test_report_of_100k_exchanges_stays_bounded(tmp_path, capsys):
     """oltp-hogs repeated 40 times, each copy shifted by a tenth of the recording's span (so that some 90
     connections overlap): the timeline keeps every notable statement, samples the rest down to TIMELINE_STATEMENTS
     on at most TIMELINE_LANES lanes, the aggregated charts stay at TIME_BUCKETS buckets, the page stays small."""
-    res = analyze(CAPTURES / "oltp-hogs", [], None, None, None, None, [], tmp_path / "hogs", quiet=True)
+    res = analyze(CAPTURES / "oltp-hogs", Options(quiet=True), tmp_path / "hogs")
     x = res.exchanges
     span = (x["app_resp_ts"].max() - x["app_req_ts"].min()) / 10
     copies, groups = [], []
@@ -348,8 +348,7 @@ def _values(v) -> np.ndarray:
 @pytest.mark.parametrize("case", ["db-only", "app-only", "no-slow-log", "no-thread-pool-size", "no-exchanges"])
 def test_report_says_what_is_missing(tmp_path, case):
     gs = CAPTURES / "group-stall"
-    kwargs = dict(set_dir=None, app=[], db=None, slow_log=None, long_query_time=1.0, thread_pool_size=2,
-                  servers=[], out_dir=tmp_path / case, quiet=True)
+    kwargs = dict(long_query_time=1.0, thread_pool_size=2)
     if case == "db-only":
         kwargs.update(db=gs / "db.pcap", slow_log=gs / "slow.log")
     elif case == "app-only":
@@ -360,7 +359,7 @@ def test_report_says_what_is_missing(tmp_path, case):
         kwargs.update(app=[gs / "app.pcap"], db=gs / "db.pcap", slow_log=gs / "slow.log", thread_pool_size=None)
     else:
         kwargs.update(db=gs / "db.pcap", servers=["10.213.77.2:9999"])  # a server that is not in the capture
-    res = analyze(**kwargs)
+    res = analyze(capture_set(**kwargs), Options(quiet=True), tmp_path / case)
     page = (res.out_dir / "report.html").read_text(encoding="utf-8")
     text = page_text(page)
     sentence = " ".join(res.summary["story"]["sentence"].split())
@@ -391,7 +390,8 @@ def test_report_says_what_is_missing(tmp_path, case):
 
 def test_db_only_report_renders_in_chromium(tmp_path):
     gs = CAPTURES / "group-stall"
-    res = analyze(None, [], gs / "db.pcap", gs / "slow.log", 1.0, 2, [], tmp_path / "db-only", quiet=True)
+    res = analyze(capture_set(db=gs / "db.pcap", slow_log=gs / "slow.log", long_query_time=1.0, thread_pool_size=2),
+                  Options(quiet=True), tmp_path / "db-only")
     found, dom, _ = probe(res.out_dir / "report.html", tmp_path / "profile")
     assert not script_errors(dom) and not found["errors"]
     specs = _page_specs((res.out_dir / "report.html").read_text(encoding="utf-8"))

@@ -16,7 +16,7 @@ import pytest
 from labsets import _record, require_lab
 
 from pcapdecomp import cli
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze
 from pcapdecomp.explain.waitprofile import profile
 
 
@@ -39,7 +39,7 @@ def test_a_fresh_stall_recording(tmp_path, monkeypatch, capsys):
     rows = _truth(folder)
     lookups = [r for r in rows if r["role"] == "query"]
     waited = [r["client_s"] for r in lookups if r["client_s"] > 0.1]
-    analyze(folder, [], None, None, None, None, [], tmp_path / "a", quiet=True)
+    analyze(folder, Options(quiet=True), tmp_path / "a")
     text = _report(monkeypatch, capsys, tmp_path / "a")
     first = re.search(r"^\s+1 \S+\s+([0-9.]+ (?:s|ms))\s.*SELECT sbtest", text, re.M)
     by_class: dict[str, float] = {}
@@ -72,7 +72,7 @@ def test_a_fresh_connection_storm(tmp_path):
     folder = _record("connection-storm")
     rows = _truth(folder)
     failed = {r["conn_label"] for r in rows if r["error"]}
-    analyze(folder, [], None, None, None, None, [], tmp_path / "a", quiet=True)
+    analyze(folder, Options(quiet=True), tmp_path / "a")
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     findings = summary["story"]["findings"]
     assert "connection_churn" in findings

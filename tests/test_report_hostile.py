@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from browser import flat_text, page_text, probe, rendered, script_errors, section
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze
 from pcapdecomp.render.figures import TIME_BUCKETS
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -73,7 +73,7 @@ def hostile_set(dst: Path) -> Path:
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
     folder = hostile_set(tmp_path_factory.mktemp("hostile"))
-    res = analyze(folder, [], None, None, None, None, [], folder.parent / "out", quiet=True)
+    res = analyze(folder, Options(quiet=True), folder.parent / "out")
     found, dom, console = probe(res.out_dir / "report.html", tmp_path_factory.mktemp("chromium") / "profile")
     return res, found, dom, console
 
@@ -164,7 +164,7 @@ def test_wild_timestamps_are_counted_and_said_not_plotted(tmp_path):
     stamps = [ts for ts, _, _ in records(GS / "db.pcap")[3]]
     wild = set(stamps[501:501 + WILD_RUN + 2])  # requests and answers of probes in the middle of the capture
     rewrite(GS / "db.pcap", folder / "db.pcap", time=lambda ts: 0 if ts in wild else ts)
-    res = analyze(folder, [], None, None, None, None, [], tmp_path / "out", quiet=True)
+    res = analyze(folder, Options(quiet=True), tmp_path / "out")
     x = res.exchanges
     assert min(x["db_req_ts"].min(), x["db_resp_ts"].min()).year < 1971  # the damage is in the table
     page_path = res.out_dir / "report.html"

@@ -15,7 +15,7 @@ from browser import page_text, probe, rendered, script_errors, section
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze, capture_set
 from pcapdecomp.explain.decompose import STALL_MIN_QUEUE_S, network_parts
 from pcapdecomp.pair.proxy import PAIRED_KINDS
 from pcapdecomp.render.figures import TimeAxis, _most_at_once
@@ -26,8 +26,8 @@ CAPTURES = REPO / "captures"
 
 def run(tmp_path_factory, name, **kw):
     out = tmp_path_factory.mktemp("proxyreport") / name
-    kw = {"set_dir": CAPTURES / name, "app": [], "db": None, **kw}
-    return analyze(kw.pop("set_dir"), kw.pop("app"), kw.pop("db"), None, None, None, [], out, quiet=True, **kw)
+    kw = {"set_dir": CAPTURES / name, **kw}
+    return analyze(capture_set(kw.pop("set_dir"), **kw), Options(quiet=True), out)
 
 
 def truth(name: str) -> list[dict]:

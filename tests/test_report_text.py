@@ -23,9 +23,10 @@ import pytest
 from ptoracle import PT_QUERY_DIGEST
 
 from pcapdecomp import cli
-from pcapdecomp.analysis import analyze
-from pcapdecomp.explain.playbook import lines, read_server_vars, settings_beside
+from pcapdecomp.analysis import Options, analyze, capture_set
+from pcapdecomp.explain.playbook import lines, settings_beside
 from pcapdecomp.explain.waitprofile import histogram, nearest_rank, profile
+from pcapdecomp.read.servervars import read_server_vars
 from pcapdecomp.render.rerender import load
 from pcapdecomp.render.text import WIDTH
 
@@ -38,8 +39,8 @@ SETS = ["stall-fix-1-pool", "stall-fix-3-stall-limit-10"]
 def analyses(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("analyses")
     for name in SETS:
-        analyze(CAPTURES / name, [], None, None, None, None, [], root / name, quiet=True)
-    analyze(None, [], [str(CAPTURES / SETS[0] / "db.pcap")], [], None, None, [], root / "db-only", quiet=True)
+        analyze(CAPTURES / name, Options(quiet=True), root / name)
+    analyze(capture_set(db=[str(CAPTURES / SETS[0] / "db.pcap")]), Options(quiet=True), root / "db-only")
     return {**{name: root / name for name in SETS}, "db-only": root / "db-only"}
 
 
@@ -180,7 +181,7 @@ def test_server_vars_file_and_unknown_settings(analyses, tmp_path):
 def test_a_stall_far_shorter_than_the_limit_still_asks_to_lower_it(tmp_path):
     """group-stall runs thread_pool_stall_limit = 60000: its 3.8 s stall ended when the BENCHMARK did, long before
     the timer; a limit of some ms would have let another worker take the queue (stall-fix-3 shows it)."""
-    analyze(CAPTURES / "group-stall", [], None, None, None, None, [], tmp_path / "gs", quiet=True)
+    analyze(CAPTURES / "group-stall", Options(quiet=True), tmp_path / "gs")
     x, summary = load(tmp_path / "gs")
     limit = settings("group-stall")["thread_pool_stall_limit"]
     line = next(line for line in lines(summary, x, settings_beside(summary)) if line["finding"] == "stall_limit")

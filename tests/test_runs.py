@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from analysing import analyse
 
-from pcapdecomp.analysis import analyze
 from pcapdecomp.core.errors import InternalError, OutputError
 from pcapdecomp.core.outputs import INCOMPLETE_NAME, MANIFEST_NAME, STAGING_PREFIX, neutralise_formulas, write_table
 
@@ -36,10 +36,7 @@ def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def run(out: Path, set_dir: Path = GROUP_STALL, **kw):
-    args = dict(app=[], db=None, slow_log=None, long_query_time=None, thread_pool_size=None, servers=[],
-                out_dir=out, quiet=True, jobs=1)
-    args.update(kw)
-    return analyze(set_dir, **args)
+    return analyse(set_dir, out, **{"jobs": 1, **kw})
 
 
 def fingerprint(folder: Path) -> dict[str, str]:
@@ -55,28 +52,30 @@ def one_line(stderr: str) -> str:
 # --- a bug in a stage ------------------------------------------------------------------------------------------
 
 INJECT = """
-import sys
-import pcapdecomp.analysis as analysis
+import importlib, sys
 def broken(*args, **kwargs):
     raise ZeroDivisionError("injected into the {stage} stage")
-setattr(analysis, {name!r}, broken)
+setattr(importlib.import_module({module!r}), {name!r}, broken)
 from pcapdecomp.cli import main
 sys.argv = ["pcapdecomp", *sys.argv[1:]]
 main()
 """
 
 
-@pytest.mark.parametrize("stage,name", [("report", "render_report"), ("matching", "Pairing")])
-def test_a_bug_is_one_line_exit_70_and_the_traceback_in_the_output_folder(tmp_path, stage, name):
+@pytest.mark.parametrize("stage,module,name,where", [
+    ("report", "pcapdecomp.run.session", "render_report", "run.session.finish"),
+    ("matching", "pcapdecomp.pair.pairing", "Pairing", "pair.pairing.pair_points")])
+def test_a_bug_is_one_line_exit_70_and_the_traceback_in_the_output_folder(tmp_path, stage, module, name, where):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-c", INJECT.format(stage=stage, name=name), "analyze", str(GROUP_STALL),
+    proc = subprocess.run([sys.executable, "-c", INJECT.format(stage=stage, module=module, name=name), "analyze",
+                           str(GROUP_STALL),
                            "--out", str(out), "-q"], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 70, proc.stderr
     line = one_line(proc.stderr)
     m = re.fullmatch(r"pcapdecomp: internal error: ZeroDivisionError: injected into the (\w+) stage, in "
-                     r"analysis\._analyze \(details: (.+)\)", line)
-    assert m and m[1] == stage, line
-    details = Path(m[2])
+                     r"([\w.]+) \(details: (.+)\)", line)
+    assert m and m[1] == stage and m[2] == where, line
+    details = Path(m[3])
     assert details == out / "internal-error.txt"
     text = details.read_text()
     assert "Traceback" in text and "ZeroDivisionError: injected" in text and "analyze" in text
@@ -102,12 +101,12 @@ def test_a_failed_run_leaves_the_previous_outputs_as_they_were(tmp_path, monkeyp
     out = tmp_path / "out"
     run(out, csv=True)
     before = fingerprint(out)
-    import pcapdecomp.analysis as analysis
+    import pcapdecomp.run.session as session
 
     def broken(*args, **kwargs):
         raise RuntimeError("report failed")
 
-    monkeypatch.setattr(analysis, "render_report", broken)
+    monkeypatch.setattr(session, "render_report", broken)
     with pytest.raises(InternalError, match="RuntimeError: report failed"):
         run(out, set_dir=CAPTURES / "maxthreads")  # another set, without --csv
     after = fingerprint(out)
@@ -287,10 +286,10 @@ def _file(tmp: Path) -> Path:
 
 def main_in_process(args: list[str], monkeypatch, capsys) -> tuple[int, str]:
     """cli.main as `pcapdecomp ARGS` runs it, in this process: (exit code, stderr)."""
-    import pcapdecomp.core.tables
+    import pcapdecomp.core.memory
     from pcapdecomp.cli import main
 
-    monkeypatch.setattr(pcapdecomp.core.tables, "use_returning_allocator", lambda: None)  # leave pytest's allocator
+    monkeypatch.setattr(pcapdecomp.core.memory, "use_returning_allocator", lambda: None)  # leave pytest's allocator
     monkeypatch.setattr(sys, "argv", ["pcapdecomp", *args])
     with pytest.raises(SystemExit) as exit:
         main()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze
 from pcapdecomp.core.schema import (
     ANALYSIS_COLUMNS,
     CAPTURE_PROBLEM_KEYS,
@@ -41,7 +41,7 @@ SETS = ("proxy-l4", "group-stall")
 def runs(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("schema")
     for name in SETS:
-        analyze(CAPTURES / name, [], None, None, None, None, [], out / name, quiet=True)
+        analyze(CAPTURES / name, Options(quiet=True), out / name)
     return {name: out / name for name in SETS}
 
 

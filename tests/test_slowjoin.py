@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from analysing import analyse
 from joininput import exchange_table
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze, capture_set
 from pcapdecomp.explain.decompose import join_slow_log, rows_for_join
 from pcapdecomp.slowlog.join import REASONS
 from pcapdecomp.slowlog.reader import read_slow_log
@@ -29,10 +30,7 @@ FORMS = CAPTURES / "slowlog-forms"
 
 
 def run(set_dir: Path, out: Path, **kw):
-    args = dict(app=[], db=None, slow_log=None, long_query_time=None, thread_pool_size=None, servers=[],
-                out_dir=out, quiet=True)
-    args.update(kw)
-    return analyze(set_dir, **args)
+    return analyse(set_dir, out, **kw)
 
 
 def truth_of(set_dir: Path) -> pd.DataFrame:
@@ -105,8 +103,8 @@ def test_midstream_zero_wrong_joins(midstream):
 def test_midstream_one_capture_point_alone(tmp_path, midstream, side):
     # The app capture alone (its clock: a wider tolerance) or the DB capture alone: the same joins, none wrong.
     kw = dict(app=[MIDSTREAM / "app.pcap"], db=None) if side == "app" else dict(app=[], db=MIDSTREAM / "db.pcap")
-    r = analyze(None, slow_log=MIDSTREAM / "slow.log", long_query_time=0.5, thread_pool_size=2, servers=[],
-                out_dir=tmp_path / "out", quiet=True, **kw)
+    r = analyze(capture_set(slow_log=MIDSTREAM / "slow.log", long_query_time=0.5, thread_pool_size=2, **kw),
+                Options(quiet=True), tmp_path / "out")
     assert wrong_joins(r, MIDSTREAM) == []
     both = midstream.summary["slow_log"]
     assert r.summary["slow_log"]["matched"] == both["matched"] and r.summary["slow_log"]["unjoined"] == both["unjoined"]
@@ -297,7 +295,7 @@ def test_summary_json_lists_reasons_and_examples(midstream):
 
 def _count_fits(rows: pd.DataFrame, slow: pd.DataFrame) -> tuple[int, dict]:
     """Pair checks one join makes (exactly: a count, not a time), and its stats."""
-    from pcapdecomp.slowlog.reader import join as slowjoin
+    from pcapdecomp.slowlog import join as slowjoin
 
     calls = [0]
     real_one, real_many = slowjoin._Search.fits_row, slowjoin._Search.fitting_rows

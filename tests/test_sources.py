@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from labsets import REPO, two_servers
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze, capture_set
 from pcapdecomp.core.errors import InputError, UsageError
 from pcapdecomp.read import sources
 from pcapdecomp.read.exchanges import extract
@@ -37,15 +37,16 @@ def rotated():
 def runs(rotated, tmp_path_factory):
     """The folder analysed as it is, and each point's files merged by mergecap and given as files."""
     tmp = tmp_path_factory.mktemp("runs")
-    folder = analyze(rotated, [], None, None, None, None, [], tmp / "folder", quiet=True, jobs=1)
+    folder = analyze(rotated, Options(quiet=True, jobs=1), tmp / "folder")
     merged = {}
     for point, pattern in (("app", "app/app.pcap*"), ("db", "db/db.pcap*"), ("db2", "db-replica/db2.pcap*")):
         files = sorted(rotated.glob(pattern))
         merged[point] = tmp / f"{point}.pcap"
         subprocess.run(["mergecap", "-F", "nsecpcap", "-w", str(merged[point]), *map(str, files)], check=True)
-    one = analyze(None, [merged["app"]], [merged["db"], merged["db2"]],
-                  [rotated / "db" / "slow.log", rotated / "db-replica" / "slow.log"], 0.1, 2,
-                  ["10.213.77.2:3306", "10.213.78.2:3306"], tmp / "merged", quiet=True, jobs=2)
+    one = analyze(capture_set(app=[merged["app"]], db=[merged["db"], merged["db2"]],
+                              slow_log=[rotated / "db" / "slow.log", rotated / "db-replica" / "slow.log"],
+                              long_query_time=0.1, thread_pool_size=2, servers=["10.213.77.2:3306", "10.213.78.2:3306"]),
+                  Options(quiet=True, jobs=2), tmp / "merged")
     return folder, one
 
 
@@ -174,8 +175,9 @@ def test_a_missing_file_is_reported(rotated, tmp_path):
         if f.name != "app.pcap1":
             shutil.copy(f, work / f.name)
     (work / "app.pcap9").write_bytes(b"")  # created, never written: skipped
-    r = analyze(None, [work], [rotated / "db", rotated / "db-replica"], None, 0.1, 2, [], tmp_path / "out",
-                quiet=True, jobs=1)
+    r = analyze(capture_set(app=[work], db=[rotated / "db", rotated / "db-replica"], long_query_time=0.1,
+                            thread_pool_size=2),
+                Options(quiet=True, jobs=1), tmp_path / "out")
     entry = next(p for p in r.summary["points"] if p["kind"] == "app")
     assert 1 in entry["missing_numbers"] and entry["gaps"] == 1
     assert any("gap(s) between its files" in w for w in r.warnings)
@@ -186,13 +188,13 @@ def test_a_missing_file_is_reported(rotated, tmp_path):
 
 def test_two_points_files_mixed_in_one_is_a_mistake(rotated, tmp_path):
     with pytest.raises(UsageError, match="two points"):
-        analyze(None, [str(rotated / "*" / "*.pcap")], [], None, None, None, [], tmp_path / "o", quiet=True, jobs=1)
+        analyze(capture_set(app=[str(rotated / "*" / "*.pcap")]), Options(quiet=True, jobs=1), tmp_path / "o")
     with pytest.raises(UsageError, match="two capture points"):  # one of the app point's files as the DB point
-        analyze(None, [str(rotated / "db")], [str(rotated / "db" / "db.pcap")], None, None, None, [],
-                tmp_path / "o", quiet=True)
+        analyze(capture_set(app=[str(rotated / "db")], db=[str(rotated / "db" / "db.pcap")]), Options(quiet=True),
+                tmp_path / "o")
     # the same files whole as both points: one capture read from both sides (tests/test_field.py's "both" runs)
-    both = analyze(None, [str(rotated / "db")], [str(rotated / "db" / "db.pcap*")], None, None, None, [],
-                   tmp_path / "both", quiet=True, jobs=1)
+    both = analyze(capture_set(app=[str(rotated / "db")], db=[str(rotated / "db" / "db.pcap*")]),
+                   Options(quiet=True, jobs=1), tmp_path / "both")
     assert both.summary["match"]["matched"] > 0
 
 
@@ -278,8 +280,8 @@ def _ip_pair(frame: bytes):
 
 
 def test_server_names_name_the_servers_in_the_verdict(rotated, tmp_path):
-    r = analyze(rotated, [], None, None, None, None, ["primary=10.213.77.2:3306", "replica=10.213.78.2:3306"],
-                tmp_path / "named", quiet=True)
+    r = analyze(capture_set(rotated, servers=["primary=10.213.77.2:3306", "replica=10.213.78.2:3306"]),
+                Options(quiet=True), tmp_path / "named")
     assert [s["name"] for s in r.summary["servers"]] == ["primary", "replica"]
     assert "\n- Server replica: " in r.summary["verdict"]
     assert r.summary["inputs"]["servers"] == ["10.213.77.2:3306", "10.213.78.2:3306"]

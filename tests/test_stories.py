@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze, capture_set
 from pcapdecomp.explain import connstory, netstory
 from pcapdecomp.read.exchanges import extract
 
@@ -34,7 +34,7 @@ def summaries(tmp_path_factory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("stories")
     out = {}
     for name in (STORM, POOL):
-        analyze(CAPTURES / name, [], None, None, None, None, [], root / name, quiet=True)
+        analyze(CAPTURES / name, Options(quiet=True), root / name)
         out[name] = json.loads((root / name / "summary.json").read_text())
     return out
 
@@ -147,7 +147,7 @@ SLOW = "network-slow-client"
 @pytest.fixture(scope="module")
 def slow_path(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("network")
-    analyze(CAPTURES / SLOW, [], None, None, None, None, [], root / SLOW, quiet=True)
+    analyze(CAPTURES / SLOW, Options(quiet=True), root / SLOW)
     return json.loads((root / SLOW / "summary.json").read_text())
 
 
@@ -180,7 +180,7 @@ REFUSED = "connection-refused"
 @pytest.fixture(scope="module")
 def refused(tmp_path_factory):
     out = tmp_path_factory.mktemp("refused") / REFUSED
-    return analyze(CAPTURES / REFUSED, [], None, None, None, None, [], out, quiet=True)
+    return analyze(CAPTURES / REFUSED, Options(quiet=True), out)
 
 
 def test_refusals_are_counted_once_each_and_not_taken_for_idle_closes(refused):
@@ -253,7 +253,7 @@ def retransmitted(tmp_path_factory):
                            "--delay-ms", str(RETRANSMIT_DELAY_MS)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     made = json.loads(proc.stdout)
-    res = analyze(root / "set", [], None, None, None, None, [], root / "out", quiet=True)
+    res = analyze(root / "set", Options(quiet=True), root / "out")
     return made, conn_id, res
 
 
@@ -308,7 +308,7 @@ def test_a_real_servers_refusals_in_the_corpus(path, count, tmp_path):
     """A real server's ERR 1040 packets (the MANIFEST counts them with tshark): counted as refusals, leading the
     verdict, and the playbook asks for max_connections (no settings beside a bare capture)."""
     from corpus import CORPUS
-    res = analyze(None, [], CORPUS / path, None, None, None, [], tmp_path / "out", quiet=True)
+    res = analyze(capture_set(db=CORPUS / path), Options(quiet=True), tmp_path / "out")
     assert res.summary["connections"]["refused"] == count
     assert res.summary["story"]["findings"][0] == "refused"
     line = next(line for line in res.summary["playbook"] if line["finding"] == "max_connections")

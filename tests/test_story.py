@@ -26,7 +26,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze, capture_set
 from pcapdecomp.explain.threadpool import _count_steps, _step_extremes, _union, auto_bucket_s, robust_span
 
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"
@@ -79,10 +79,12 @@ def story(tmp_path_factory):
             if kw:
                 gs = CAPTURES / name
                 cfg = settings_of(name)
-                cache[key] = analyze(None, [gs / "app.pcap"], gs / "db.pcap", gs / "slow.log",
-                                     cfg["long_query_time"], kw.get("thread_pool_size"), [], out, quiet=True)
+                cache[key] = analyze(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap", slow_log=gs / "slow.log",
+                                                 long_query_time=cfg["long_query_time"],
+                                                 thread_pool_size=kw.get("thread_pool_size")),
+                                     Options(quiet=True), out)
             else:
-                cache[key] = analyze(CAPTURES / name, [], None, None, None, None, [], out, quiet=True)
+                cache[key] = analyze(CAPTURES / name, Options(quiet=True), out)
         return cache[key]
 
     return get
@@ -275,8 +277,9 @@ def test_wild_timestamps_bound_the_buckets_and_keep_the_story(story, tmp_path):
     stamps = [ts for ts, _, _ in pt.records(gs / "db.pcap")[3]]
     targets = set(stamps[501:501 + WILD_RUN + 2])  # requests and answers of probes in the middle of the capture
     pt.rewrite(gs / "db.pcap", tmp_path / "db.pcap", time=lambda t: 0 if t in targets else t)
-    r = analyze(None, [gs / "app.pcap"], tmp_path / "db.pcap", gs / "slow.log", 1.0, 2, [], tmp_path / "out",
-                quiet=True)
+    r = analyze(capture_set(app=[gs / "app.pcap"], db=tmp_path / "db.pcap", slow_log=gs / "slow.log",
+                            long_query_time=1.0, thread_pool_size=2),
+                Options(quiet=True), tmp_path / "out")
     x = r.exchanges
     wild = ((x["db_req_ts"].dt.year < 1971) | (x["db_resp_ts"].dt.year < 1971)).fillna(False)
     assert wild.sum() >= 1 and r.summary["captures"]["db"]["frames_bad_ts"] == 0  # left to the views
@@ -312,7 +315,8 @@ def _one_connection(tmp: Path, frames: slice) -> Path:
 @pytest.mark.parametrize("frames", [slice(8, None), slice(8, 12)], ids=["one-connection", "one-exchange"])
 def test_one_connection_and_one_exchange(tmp_path, frames):
     db = _one_connection(tmp_path, frames)
-    r = analyze(None, [], db, CAPTURES / "group-stall" / "slow.log", 1.0, None, [], tmp_path / "out", quiet=True)
+    r = analyze(capture_set(db=db, slow_log=CAPTURES / "group-stall" / "slow.log", long_query_time=1.0),
+                Options(quiet=True), tmp_path / "out")
     # no greeting captured: the id, when known, is the answer to the identify query (SELECT CONNECTION_ID(), …) the
     # lab's connection sent first, and is a probe's
     x = r.exchanges
@@ -331,7 +335,7 @@ def test_nothing_at_all(tmp_path):
         return p[:14 + 20 + 20] if len(p) > 54 else p  # TCP without payload: no MySQL
 
     pt.rewrite(CAPTURES / "maxthreads" / "db.pcap", tmp_path / "empty.pcap", packet=not_mysql)
-    r = analyze(None, [], tmp_path / "empty.pcap", None, None, None, [], tmp_path / "out", quiet=True)
+    r = analyze(capture_set(db=tmp_path / "empty.pcap"), Options(quiet=True), tmp_path / "out")
     assert r.summary["story"]["findings"] == ["no_exchanges"]
     assert r.summary["hidden_slow"]["count"] == 0 and r.summary["pool"]["cap"] is None
     assert len(pd.read_parquet(tmp_path / "out" / "pool.parquet")) == 0
@@ -339,7 +343,8 @@ def test_nothing_at_all(tmp_path):
 
 def test_app_side_only(tmp_path):
     gs = CAPTURES / "group-stall"
-    r = analyze(None, [gs / "app.pcap"], None, None, 1.0, 2, [], tmp_path / "out", quiet=True)
+    r = analyze(capture_set(app=[gs / "app.pcap"], long_query_time=1.0, thread_pool_size=2), Options(quiet=True),
+                tmp_path / "out")
     assert r.summary["story"]["findings"] == ["no_server_view"]
     assert "without the DB capture" in r.summary["story"]["sentence"]
 
@@ -347,7 +352,8 @@ def test_app_side_only(tmp_path):
 def test_no_slow_log_uses_the_wire_flag(tmp_path):
     """MariaDB flags slow statements on the wire: without the slow log the hidden-slow story still holds."""
     gs = CAPTURES / "group-stall"
-    r = analyze(None, [gs / "app.pcap"], gs / "db.pcap", None, 1.0, 2, [], tmp_path / "out", quiet=True)
+    r = analyze(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap", long_query_time=1.0, thread_pool_size=2),
+                Options(quiet=True), tmp_path / "out")
     s = r.summary["story"]
     assert s["findings"][0] == "group_stall" and s["sentence"].startswith("3 statements were slow only because")
     assert "(flagged slow on the wire)" in s["sentence"] or "executing up to" in s["sentence"]
@@ -356,7 +362,7 @@ def test_no_slow_log_uses_the_wire_flag(tmp_path):
 def test_without_long_query_time_nothing_is_certain(tmp_path):
     """Nothing bounds execution without long_query_time: nothing is certain (the likely story: test_likely.py)."""
     gs = CAPTURES / "group-stall"
-    r = analyze(None, [gs / "app.pcap"], gs / "db.pcap", None, None, None, [], tmp_path / "out", quiet=True)
+    r = analyze(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap"), Options(quiet=True), tmp_path / "out")
     s = r.summary["story"]
     assert s["findings"][0] in ("undecided", "likely_group_stall") and "long_query_time is unknown" in s["sentence"]
     assert (r.exchanges["queue_min_s"].fillna(0) == 0).all()

@@ -141,12 +141,12 @@ def test_rows_times_are_their_definitions_on_a_real_recording(tmp_path):
     executions unknown."""
     from pathlib import Path
 
-    from pcapdecomp.analysis import analyze
+    from pcapdecomp.analysis import Options, analyze
     from pcapdecomp.explain.threadpool import _rows
 
     for name in ("maxthreads", "group-stall"):
-        x = analyze(Path(__file__).resolve().parents[1] / "captures" / name, [], None, None, None, None, [],
-                    tmp_path / name, quiet=True, jobs=1).exchanges
+        x = analyze(Path(__file__).resolve().parents[1] / "captures" / name, Options(quiet=True, jobs=1),
+                    tmp_path / name).exchanges
         x = x[x["db_req_ts"].notna() & x["db_resp_ts"].notna()].reset_index(drop=True)
         half = x.assign(exec_s=x["exec_s"].where(np.arange(len(x)) % 2 == 0))
         for table in (x, half):

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pcapdecomp.analysis import analyze
+from pcapdecomp.analysis import Options, analyze
 from pcapdecomp.mysql.tls import parse_keylog
 from pcapdecomp.read.exchanges import extract
 from pcapdecomp.read.tlskeys import pcapng_secrets
@@ -65,7 +65,7 @@ def run(name: str, with_keys: bool, tmp_root: Path):
             folder = tmp_root / f"{name}-nokeys"
             shutil.copytree(CAPTURES / name, folder)
             (folder / "tls-keys.log").unlink()
-        _RUNS[key] = analyze(folder, [], None, None, None, None, [], tmp_root / f"out-{name}-{with_keys}", quiet=True)
+        _RUNS[key] = analyze(folder, Options(quiet=True), tmp_root / f"out-{name}-{with_keys}")
     return _RUNS[key]
 
 
@@ -266,8 +266,8 @@ def test_a_dask_cluster_decrypts_as_one_process_does(tmp_root):
     single-process one (decrypted: statement text, no ENCRYPTED flight), not the timed-only reading."""
     pytest.importorskip("distributed")
     one = run("group-stall-tls13", True, tmp_root)
-    dask = analyze(CAPTURES / "group-stall-tls13", [], None, None, None, None, [], tmp_root / "out-tls13-dask",
-                   quiet=True, jobs=2, scheduler="local")
+    dask = analyze(CAPTURES / "group-stall-tls13", Options(quiet=True, jobs=2, scheduler="local"),
+                   tmp_root / "out-tls13-dask")
     assert dask.summary["inputs"]["scheduler"].startswith("local (2 worker processes")
     assert not (dask.exchanges["command"] == "ENCRYPTED").any()
     sent = {r["sql"] for r in truth("group-stall-tls13") if r.get("sql")}
@@ -315,7 +315,7 @@ def test_capture_loss_in_a_tls_connection_is_repaired_with_the_key_log(tmp_root)
 
     name = "group-stall-tls13"
     assert _lossy_copy(name, "db", 1, True, tmp_root / "lossy-keys") > 0
-    lossy = analyze(tmp_root / "lossy-keys", [], None, None, None, None, [], tmp_root / "out-lossy-keys", quiet=True)
+    lossy = analyze(tmp_root / "lossy-keys", Options(quiet=True), tmp_root / "out-lossy-keys")
     classes = Counter(classify(truth_statements(CAPTURES / name / "truth.jsonl"), lossy.exchanges,
                                run(name, True, tmp_root).exchanges))
     assert classes["wrong"] == classes["unmarked"] == classes["lost"] == 0, classes
@@ -331,8 +331,7 @@ def test_capture_loss_in_a_tls_connection_is_repaired_without_the_key_log(tmp_ro
     and named in `bounded` with its bounds; never another time."""
     name = "group-stall-tls13"
     assert _lossy_copy(name, "db", 1, False, tmp_root / "lossy-nokeys") > 0
-    lossy = analyze(tmp_root / "lossy-nokeys", [], None, None, None, None, [], tmp_root / "out-lossy-nokeys",
-                    quiet=True).exchanges
+    lossy = analyze(tmp_root / "lossy-nokeys", Options(quiet=True), tmp_root / "out-lossy-nokeys").exchanges
     ref = run(name, False, tmp_root).exchanges
     both = ref.merge(lossy, on=["conn_id", "req_tcp_seq"], how="left", suffixes=("", "_l"), indicator=True)
     assert (both["_merge"] == "both").all() and len(lossy) == len(ref)

@@ -88,17 +88,17 @@ def is_details_file(path: Path) -> bool:
 
 
 def _what(exc: BaseException) -> str:
-    """'ValueError: first line of the message, in report_figures._connection_rate': the innermost pcapdecomp
-    function on the traceback says which stage failed."""
+    """'ValueError: first line of the message, in render.figures._connection_rate': the innermost pcapdecomp
+    function on the traceback (its package, module and name) says which stage failed."""
     message = (str(exc).strip().splitlines() or [""])[0]
     if len(message) > 160:
         message = message[:159] + "…"
     where = None
     for frame in traceback.extract_tb(exc.__traceback__):
-        parts = Path(frame.filename).parts
+        parts = Path(frame.filename).with_suffix("").parts
         if "pcapdecomp" in parts[:-1]:
-            module = Path(frame.filename).stem
-            where = f"{module}.{frame.name}"
+            inside = parts[len(parts) - 1 - parts[::-1].index("pcapdecomp") + 1:]
+            where = ".".join([*inside, frame.name])
     text = type(exc).__name__ + (f": {message}" if message else "")
     return text + (f", in {where}" if where else "")
 

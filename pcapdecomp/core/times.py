@@ -8,7 +8,10 @@ import pandas as pd
 
 
 def ts_ns(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """A datetime column as (int64 ns, valid mask); null entries hold 0."""
+    """A datetime column as (int64 ns, valid mask); null entries hold 0. A column of another unit or zone, or of
+    objects, is read as UTC first (naive times are UTC)."""
+    if col.dtype not in (np.dtype("M8[ns]"), pd.DatetimeTZDtype("ns", "UTC")) and len(col):
+        col = pd.to_datetime(col, utc=True).astype("datetime64[ns, UTC]")
     if col.dtype in (np.dtype("M8[ns]"), pd.DatetimeTZDtype("ns", "UTC")):
         values = col.array.asi8.copy()  # NaT is int64's minimum
         valid = values != np.iinfo(np.int64).min
@@ -25,3 +28,23 @@ def to_ts(ns: np.ndarray, valid: np.ndarray) -> pd.Series:
     conversion)."""
     ns = np.asarray(ns).astype(np.int64, copy=False)
     return pd.Series(np.where(valid, ns, np.iinfo(np.int64).min).view("M8[ns]")).dt.tz_localize("UTC")
+
+
+def ts_ns_or(col: pd.Series, missing: int) -> np.ndarray:
+    """A datetime column as int64 ns, `missing` where null (a time that sorts after or before every other)."""
+    values, valid = ts_ns(col)
+    values[~valid] = missing
+    return values
+
+
+def ts_ns_float(col: pd.Series) -> np.ndarray:
+    """A datetime column as float64 ns, NaN where null (for arithmetic that carries the unknown along)."""
+    values, valid = ts_ns(col)
+    out = values.astype("float64")
+    out[~valid] = np.nan
+    return out
+
+
+def timestamp_ns(value) -> int:
+    """One time (a Timestamp, a datetime, an ISO text) as int64 ns since the epoch."""
+    return int(pd.Timestamp(value).value)

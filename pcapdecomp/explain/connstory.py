@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.formats import plural, seconds_rounded, share
+from ..core.times import ts_ns_float
 
 IDLE_SPREAD = 0.1  # idle-before-close times within ±10 % of their median (or 100 ms) are one timer
 SERIES_POINTS = 200  # open connections over time: at most this many samples in summary.json
@@ -30,8 +31,8 @@ def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
     c = conns[conns["capture"].astype(object).isin(captures)] if captures else conns
     if not len(c):
         return None
-    first = _ns(c["first_ts"])
-    last = _ns(c["last_ts"])
+    first = ts_ns_float(c["first_ts"])
+    last = ts_ns_float(c["last_ts"])
     span = (np.nanmax(last) - np.nanmin(first)) / 1e9 if len(c) else 0.0
     span = max(float(span), 1e-9)
     setup = c["handshake_s"].to_numpy(dtype="float64", na_value=np.nan)
@@ -54,14 +55,6 @@ def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
     out["closes"] = _closes(x, c)
     out["idle_closes"] = _idle_closes(x, c)
     out["refused"] = _refused(x, c)
-    return out
-
-
-def _ns(col: pd.Series) -> np.ndarray:
-    """A timestamp column as float ns (NaN where unknown)."""
-    values = pd.DatetimeIndex(pd.to_datetime(col, utc=True))
-    out = values.asi8.astype("float64")
-    out[values.isna()] = np.nan
     return out
 
 
@@ -102,14 +95,14 @@ def _per_connection(x: pd.DataFrame) -> pd.DataFrame:
     """Per (capture, conn_index): did the client send COM_QUIT, and the end of its last answered exchange."""
     if not len(x):
         return pd.DataFrame(columns=["quit", "login_error", "last_answer_ns"])
-    end = _ns(x["resp_last_ts"]) if "resp_last_ts" in x.columns else np.full(len(x), np.nan)
+    end = ts_ns_float(x["resp_last_ts"]) if "resp_last_ts" in x.columns else np.full(len(x), np.nan)
     frame = pd.DataFrame({"capture": x["capture"].astype(object).to_numpy(), "conn_index": x["conn_index"].to_numpy(),
                           "quit": (x["command"].astype(object) == "COM_QUIT").fillna(False).to_numpy(dtype=bool),
                           "login_error": ((x["command"].astype(object) == "CONNECT") & x["error_code"].notna()
                                           ).fillna(False).to_numpy(dtype=bool) if "error_code" in x.columns
                           else np.zeros(len(x), dtype=bool),
                           "end": end,
-                          "start": _ns(x["req_first_ts"])})
+                          "start": ts_ns_float(x["req_first_ts"])})
     return frame
 
 
@@ -149,7 +142,7 @@ def _idle_closes(x: pd.DataFrame, c: pd.DataFrame) -> dict:
     rsts = server["close_rst"].fillna(False).to_numpy(dtype=bool) if "close_rst" in server.columns else np.zeros(
         len(server), dtype=bool)
     for cap, index, close, rst in zip(server["capture"].astype(object), server["conn_index"].astype("int64"),
-                                      _ns(server["close_ts"]), rsts):
+                                      ts_ns_float(server["close_ts"]), rsts):
         rows = groups.get((cap, index))
         if rows is None or np.isnan(close) or rows["quit"].any():
             continue  # after a COM_QUIT the server closes first: the client's goodbye, not an idle close

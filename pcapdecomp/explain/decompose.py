@@ -143,7 +143,7 @@ def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks:
     """One row per exchange: the foundation's columns (from the app side when seen there, else the DB side),
     conn_id / server flag / status from whichever side has them, and the four points on the app clock.
     The app table's columns are consumed (moved into the result): pass a table that is not needed afterwards.
-    `bounds`: repair.point_bounds' PointBounds, whose points repair.apply_bounds leaves null (a bound is not a
+    `bounds`: bounds.point_bounds' PointBounds, whose points bounds.apply_bounds leaves null (a bound is not a
     measurement) with what depends on them: left null here already, as the columns are made, not by a copy of
     each column afterwards (150 s sysbench pair: nine columns of 3.3 M rows); the four points' times at its rows
     as they were before go to `bounds.measured_ns` for apply_bounds."""

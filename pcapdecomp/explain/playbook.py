@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.errors import InputError
 from ..core.formats import seconds_rounded
 from .connstory import churning
 
@@ -31,44 +30,6 @@ MIN_STALL_LIMIT_MS = 10  # MariaDB's smallest thread_pool_stall_limit
 SQL_THREAD_POOL = "SHOW GLOBAL VARIABLES LIKE 'thread_pool%';"
 SQL_CONNECTIONS = ("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('thread_handling', 'thread_cache_size', "
                    "'wait_timeout', 'max_connections'); SHOW GLOBAL STATUS LIKE 'Threads_created';")
-MAX_VARS_BYTES = 4 << 20  # SHOW GLOBAL VARIABLES prints ~60 KiB
-
-
-def read_server_vars(path: Path) -> dict:
-    """{"source": path, "values": {name: value}} from `mysql -B -e "SHOW GLOBAL VARIABLES"` output: a header line
-    Variable_name<TAB>Value, then one variable a line (numbers as numbers). Anything else: one line, exit 2."""
-    try:
-        if path.stat().st_size > MAX_VARS_BYTES:
-            raise InputError(f"{path}: {path.stat().st_size:,} bytes: not SHOW GLOBAL VARIABLES output")
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
-    values: dict = {}
-    lines = [line for line in text.splitlines() if line.strip()]
-    if lines and lines[0].split("\t")[0].strip().lower() == "variable_name":
-        lines = lines[1:]
-    for number, line in enumerate(lines, 1):
-        name, tab, value = line.partition("\t")
-        if not tab or not name.strip() or " " in name.strip():
-            raise InputError(f"{path}: line {number}: not 'Variable_name<TAB>Value' (give what `mysql -B -e "
-                             "\"SHOW GLOBAL VARIABLES\"` prints)")
-        values[name.strip().lower()] = _value(value.strip())
-    if not values:
-        raise InputError(f"{path}: no variables (give what `mysql -B -e \"SHOW GLOBAL VARIABLES\"` prints)")
-    return {"source": str(path), "values": values}
-
-
-def _value(text: str):
-    try:
-        return int(text)
-    except ValueError:
-        try:
-            number = float(text)
-            return number if math.isfinite(number) else text
-        except ValueError:
-            return text
 
 
 def settings_beside(summary: dict) -> dict | None:

@@ -15,8 +15,6 @@ import pandas as pd
 
 from .. import __version__
 from ..core.groups import nearest_rank
-from ..pair.clock import ClockModel
-from ..pair.match import ClockSamples
 from ..read.captureset import CaptureSet
 from ..read.connids import conn_id_sources
 from .threadpool import PoolView, json_value
@@ -37,7 +35,7 @@ def build(cs: CaptureSet, *, names: dict[str, list[str]], points: list[dict], qu
           exchanges: pd.DataFrame, warnings: list[str], scheduler: str | None, through_proxy: bool,
           latency: dict | None = None) -> dict:
     """summary.json's content. `names` and `qualities`: the app, DB and proxy points' names and capture-quality
-    dicts ("app", "dbs", "proxy"), as the stages used them; `clocks`: per app/DB pair, `clock_entry`; `servers`: one
+    dicts ("app", "dbs", "proxy"), as the stages used them; `clocks`: per app/DB pair, `pair.clocks.clock_entry`; `servers`: one
     per DB point, in order; `through_proxy`: the decomposition ran through a proxy (its sentence joins the
     verdict). `warnings` is kept as given: notes added to it later are in the file too. `latency`: summary.json →
     latency_s as `latency_quantiles(exchanges)` gives it, made elsewhere (analysis.py); None: made here."""
@@ -134,16 +132,6 @@ def _point_summary(summary: dict, x: pd.DataFrame, done: ServerPart, clock_info:
                  "groups": done.view.groups_summary,
                  "clock": next((c for c in clock_info.values() if c.get("db") == done.point), None)})
     return part
-
-
-def clock_entry(model: ClockModel, samples: ClockSamples, db_first_ns: int | None) -> dict:
-    """summary.json → clocks entry of one app point and DB point: the model's summary at the DB capture's first
-    packet and what it was fitted on."""
-    info = model.summary(int(db_first_ns)) if db_first_ns is not None else {}
-    info["samples"] = {"forward": len(samples.fwd_app), "reverse": len(samples.rev_app)}
-    info["duplicates_dropped"] = samples.duplicates_dropped
-    info["segments_read"] = {"app": samples.app_segments, "db": samples.db_segments}
-    return info
 
 
 def _counts(x: pd.DataFrame) -> dict:

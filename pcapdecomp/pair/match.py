@@ -205,7 +205,7 @@ def _bounded_join(a: pd.DataFrame, d: pd.DataFrame, on: list[str], refine: list[
 
 def _key_then_group_order(key: np.ndarray, group: np.ndarray, groups: int) -> np.ndarray:
     """np.lexsort((group, key)): the rows in order of key, then group (0 … groups − 1), then row. Made as a stable
-    sort of the group numbers (numpy's radix sort: digest.group_order) and then a stable sort of the keys in that
+    sort of the group numbers (numpy's radix sort: core.groups.group_order) and then a stable sort of the keys in that
     order, which timsort runs through in a few merges when each group's keys already grow with its rows (a
     connection's request sequence numbers do): 150 s sysbench pair, 3.3 M rows, ~3x faster than one sort."""
     by_group = group_order(group, groups - 1)

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.tables import null_int64
-from ..core.times import to_ts
+from ..core.times import to_ts, ts_ns_or
 from ..mysql.params import split_params
 from ..read.tcp import SEQ_MOD
 from .clock import ClockModel, ClockSegment
@@ -236,13 +236,6 @@ class L7Pairs:
     work: int = 0  # elementary steps taken (rows, candidate edges, rounds): what tests/test_proxy.py scales
 
 
-def _ns(series: pd.Series) -> np.ndarray:
-    values = series.to_numpy(dtype="datetime64[ns]")
-    out = values.astype(np.int64)
-    out[np.isnat(values)] = np.iinfo(np.int64).max
-    return out
-
-
 def match_l7(front: pd.DataFrame, back: pd.DataFrame, offset_ns: float = 0.0, tol_ns: float = SAME_HOST_TOL_NS) -> L7Pairs:
     """Pair front requests with back requests of the same canonical text that fit inside them in time.
 
@@ -250,10 +243,10 @@ def match_l7(front: pd.DataFrame, back: pd.DataFrame, offset_ns: float = 0.0, to
     fk, fhow = request_keys(front)
     bk, _ = request_keys(back)
     f_cmd = front["command"].astype(object).to_numpy() if len(front) else np.zeros(0, dtype=object)
-    f_req, f_resp = _ns(front["req_first_ts"]), _ns(front["resp_last_ts"])
+    f_req, f_resp = ts_ns_or(front["req_first_ts"], BIG), ts_ns_or(front["resp_last_ts"], BIG)
     shift = np.int64(round(offset_ns))
-    b_req = _ns(back["req_first_ts"]) - shift
-    b_resp_raw = _ns(back["resp_last_ts"])
+    b_req = ts_ns_or(back["req_first_ts"], BIG) - shift
+    b_resp_raw = ts_ns_or(back["resp_last_ts"], BIG)
     b_resp = np.where(b_resp_raw == np.iinfo(np.int64).max, b_resp_raw, b_resp_raw - shift)
     tol = np.int64(round(tol_ns))
     front_status = np.where(np.isin(f_cmd, list(PROXY_HANDLED)), "proxy-handled", "unkeyed").astype(object)
@@ -418,10 +411,10 @@ def pair_bounds(front_row: np.ndarray, back_row: np.ndarray, front: pd.DataFrame
                 back: pd.DataFrame) -> tuple[float, float] | None:
     if len(front_row) == 0:
         return None
-    f_req = _ns(front["req_first_ts"])[front_row]
-    f_resp = _ns(front["resp_last_ts"])[front_row]
-    b_req = _ns(back["req_first_ts"])[back_row]
-    b_resp = _ns(back["resp_last_ts"])[back_row]
+    f_req = ts_ns_or(front["req_first_ts"], BIG)[front_row]
+    f_resp = ts_ns_or(front["resp_last_ts"], BIG)[front_row]
+    b_req = ts_ns_or(back["req_first_ts"], BIG)[back_row]
+    b_resp = ts_ns_or(back["resp_last_ts"], BIG)[back_row]
     big = np.iinfo(np.int64).max
     ok = (f_resp != big) & (b_resp != big)
     upper = float(np.min(b_req - f_req))
@@ -453,7 +446,7 @@ def match_l7_across_hosts(front: pd.DataFrame, back: pd.DataFrame) -> tuple[L7Pa
     bounds2 = order_bounds(second, front, back) or bounds
     lower, upper = (bounds2 if np.isfinite(bounds2[0]) and bounds2[0] <= bounds2[1] else bounds)
     middle = (lower + upper) / 2
-    at = int(_ns(front["req_first_ts"]).min()) if len(front) else 0
+    at = int(ts_ns_or(front["req_first_ts"], BIG).min()) if len(front) else 0
     model = constant_clock(middle, lower, upper, at, len(second.front_row))
     info = {"offset_s": middle / 1e9, "offset_bounds_s": [lower / 1e9, upper / 1e9], "quality": "statement-order",
             "pairs": int(len(second.front_row))}
@@ -645,10 +638,10 @@ def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_serv
         cand_c = _take(cand_f, c_f, 0)
         how_c[(c_f < 0)] = "unseen-at-proxy" if client is not front else None
         # proxy-side times per client row, proxy clock
-        p1 = _take(_ns(front.ex["req_first_ts"]), c_f, BIG)
-        p4 = _take(_ns(front.ex["resp_last_ts"]), c_f, BIG)
-        p2 = _take(_ns(back.ex["req_first_ts"]), c_b, BIG)
-        p3 = _take(_ns(back.ex["resp_last_ts"]), c_b, BIG)
+        p1 = _take(ts_ns_or(front.ex["req_first_ts"], BIG), c_f, BIG)
+        p4 = _take(ts_ns_or(front.ex["resp_last_ts"], BIG), c_f, BIG)
+        p2 = _take(ts_ns_or(back.ex["req_first_ts"], BIG), c_b, BIG)
+        p3 = _take(ts_ns_or(back.ex["resp_last_ts"], BIG), c_b, BIG)
         front_conn_id = _take(front.ex["conn_id"].to_numpy(dtype="float64", na_value=np.nan), c_f, np.nan)
         s_status = np.full(len(server), None, dtype=object)
         if server is back:
@@ -662,7 +655,7 @@ def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_serv
         single_proxy_db = next(iter(db_to_proxy.values()), None)
         single_proxy_app = proxy_to_app
         server_ex = server.ex
-        server_raw = (_ns(server.ex["req_first_ts"]), _ns(server.ex["resp_last_ts"]))
+        server_raw = (ts_ns_or(server.ex["req_first_ts"], BIG), ts_ns_or(server.ex["resp_last_ts"], BIG))
         if server is not back and single_proxy_db is not None:
             if client is front:
                 for cap in set(front.ex["capture"].astype(str)):
@@ -670,7 +663,7 @@ def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_serv
             else:  # DB -> proxy here, proxy -> app in build_table
                 server_ex = server.ex.copy()
                 for col in ("req_first_ts", "resp_last_ts"):
-                    raw = _ns(server.ex[col])
+                    raw = ts_ns_or(server.ex[col], BIG)
                     ok = raw != BIG
                     conv = raw.copy()
                     conv[ok] = np.asarray(single_proxy_db.db_to_app(raw[ok]))
@@ -683,7 +676,7 @@ def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_serv
                     ok = arr != BIG
                     arr[ok] = np.asarray(model.db_to_app(arr[ok]))
         summary["clocks"] = {
-            "app_proxy": {k: v.summary(int(_ns(front.ex["req_first_ts"]).min())) for k, v in proxy_to_app.items()}
+            "app_proxy": {k: v.summary(int(ts_ns_or(front.ex["req_first_ts"], BIG).min())) for k, v in proxy_to_app.items()}
             if client is not front else None,
             "proxy_db": {k: v.summary(int(server_raw[0][server_raw[0] != BIG].min())) for k, v in db_to_proxy.items()}
             if server is not back and len(server) else None,
@@ -699,7 +692,7 @@ def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_serv
             return None
         m4, l4_pairs = match_l4(app.ex, app.conns, db.ex, db.conns)
         client, server = app, db
-        server_raw = (_ns(db.ex["req_first_ts"]), _ns(db.ex["resp_last_ts"]))
+        server_raw = (ts_ns_or(db.ex["req_first_ts"], BIG), ts_ns_or(db.ex["resp_last_ts"], BIG))
         if l4_pairs and m4.stats.matched > direct.matched:
             kind = "l4"
             c_s = _rows_map(m4, len(app))
@@ -722,7 +715,7 @@ def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_serv
             if model is not None:
                 clocks = {cap: model for cap in set(app.ex["capture"].astype(str))}
         if bounds is not None and np.isfinite(bounds[0]) and bounds[0] <= bounds[1]:
-            at = int(_ns(app.ex["req_first_ts"]).min())
+            at = int(ts_ns_or(app.ex["req_first_ts"], BIG).min())
             model = constant_clock((bounds[0] + bounds[1]) / 2, bounds[0], bounds[1], at, int((c_s >= 0).sum()))
             clocks = {cap: model for cap in set(app.ex["capture"].astype(str))}
             clock_info = {"offset_s": (bounds[0] + bounds[1]) / 2e9, "offset_bounds_s": [bounds[0] / 1e9, bounds[1] / 1e9],
@@ -799,8 +792,8 @@ def finish(table: pd.DataFrame, result: ProxyResult) -> pd.DataFrame:
     table["_d4_raw"] = np.where(ok, d4, table["_d4_raw"].to_numpy())
     cols = result.columns
     p1, p2, p3, p4 = (cols[k] for k in ("_p1", "_p2", "_p3", "_p4"))
-    a1, a4 = (_ns(table[c]) for c in ("app_req_ts", "app_resp_ts"))
-    q1, q4 = (_ns(table[c]) for c in ("db_req_ts", "db_resp_ts"))
+    a1, a4 = (ts_ns_or(table[c], BIG) for c in ("app_req_ts", "app_resp_ts"))
+    q1, q4 = (ts_ns_or(table[c], BIG) for c in ("db_req_ts", "db_resp_ts"))
 
     def seconds(x: np.ndarray, valid: np.ndarray) -> pd.Series:
         return pd.Series(np.where(valid, x / 1e9, np.nan), dtype="float64")

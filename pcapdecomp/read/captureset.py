@@ -340,3 +340,25 @@ def _number(table: dict, key: str, where: str):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"{where} {key} must be a number, got {value!r}")
     return value
+
+
+def capture_set(folder: Path | None = None, *, app: list | tuple = (), db=None, slow_log=None,
+                long_query_time: float | None = None, thread_pool_size: int | None = None,
+                servers: list[str] | tuple = (), proxy: list | tuple = (), proxy_servers: list[str] | tuple = (),
+                processlist: Path | None = None, tls_keylog: list | tuple = (),
+                server_settings: dict | None = None) -> CaptureSet:
+    """What `analyze` reads, from a capture-set folder and/or named files (resolve_capture_set: explicit ones win).
+    `server_settings`: the server's settings for the playbook (read.servervars.read_server_vars of --server-vars);
+    None: the folder's variables.tsv (a damaged one is a warning), else capture.toml's."""
+    cs = resolve_capture_set(folder, _as_list(app), db, slow_log, long_query_time, thread_pool_size,
+                             _as_list(servers), _as_list(proxy), _as_list(proxy_servers), processlist,
+                             _as_list(tls_keylog))
+    cs.server_settings = server_settings
+    if server_settings is None and cs.server_vars is not None:
+        from .servervars import read_server_vars
+
+        try:
+            cs.server_settings = read_server_vars(cs.server_vars)
+        except InputError as err:
+            cs.warnings.append(f"{err}; what to change is told from capture.toml's settings")
+    return cs

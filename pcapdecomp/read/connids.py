@@ -36,7 +36,7 @@ _HOST_NAMES = ("host",)
 
 @dataclass
 class Processlist:
-    """A processlist snapshot: connection id by client endpoint ("ip:port" as flows.endpoint_text writes it), and by
+    """A processlist snapshot: connection id by client endpoint ("ip:port" as core.endpoints.endpoint_text writes it), and by
     client port alone for rows whose HOST names a host instead of an address (skip_name_resolve off)."""
 
     path: str
@@ -386,3 +386,36 @@ def _fill_missing_ids(table: pd.DataFrame, got: np.ndarray) -> np.ndarray:
         col[take] = got[take].astype(np.int64)
         table["conn_id"] = col
     return take
+
+
+def name_connections(processlist: Path | None, captures: set[str], app_ex: pd.DataFrame, app_conns: pd.DataFrame,
+                     db_ex: pd.DataFrame, db_conns: pd.DataFrame, note) -> dict[str, str]:
+    """Fill conn_id (exchanges and connections tables, in place) where no greeting gave it: from SELECT
+    CONNECTION_ID() answers on the wire, then the processlist snapshot. Returns {client endpoint: source} of the
+    connections named so (the joined table's conn_id_source). `processlist`: the capture set's snapshot;
+    `captures`: the names of its capture points (the answers are looked for in those)."""
+    ex, conns = (db_ex, db_conns) if len(db_conns) else (app_ex, app_conns)
+    for c in (app_conns, db_conns):
+        if "conn_id_source" not in c:
+            add_greeting_source(c)
+    if not len(conns) or (processlist is None and not conns["conn_id"].isna().any()):
+        return {}
+    filled = Filled()
+    for capture in conns.loc[conns["conn_id"].isna(), "capture"].astype(str).unique():
+        if capture in captures:
+            mine = ex["capture"].astype(str) == capture
+            fill_from_ids(ex, conns, ids_from_answers(capture, ex[mine], conns), ANSWER,
+                                  filled)
+    if processlist is not None:
+        snapshot = read_processlist(processlist)
+        for w in snapshot.warnings:
+            note(w)
+        named = ids_from_processlist(conns, snapshot)
+        fill_from_ids(ex, conns, named, PROCESSLIST, filled)
+        if snapshot.rows and not named:
+            note(f"{processlist}: none of its {snapshot.rows} rows names a connection of the capture (HOST ip:port "
+                 "is matched to the client's endpoint at the DB point)")
+    if (w := conflict_warning(filled)) is not None:
+        note(w)
+    named_conns = conns[conns["conn_id_source"].isin([ANSWER, PROCESSLIST])]
+    return dict(zip(named_conns["client"].astype(str), named_conns["conn_id_source"].astype(str)))

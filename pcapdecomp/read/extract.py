@@ -10,14 +10,19 @@ import multiprocessing as mp
 import os
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, wait
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..core.console import progress_bar
+from ..core.console import capture_problems, progress_bar
 from ..core.workers import worker_pool
 from . import fastlane
 from .exchanges import Extraction, extract, merge_parts
 from .flows import Endpoint
-from .sources import check_input, parse_server
+from .sources import CapturePoint, check_input, file_report, parse_server, single_file_entry
+
+if TYPE_CHECKING:
+    from .captureset import CaptureSet
 
 SMALL_CAPTURE_BYTES = 16 << 20  # below this, starting processes costs more than it saves
 
@@ -140,3 +145,73 @@ def read_exchanges(capture: Path, servers: list[str], quiet: bool, max_sql_bytes
     secrets = load_secrets(list(tls_keylog or []), [capture])
     with progress_bar(quiet, capture.name) as update:
         return extract_all([capture], endpoints or None, max_sql_bytes, jobs, update, tls_secrets=secrets)[0]
+
+
+# --- the stage's face: every capture point of a capture set --------------------------------------------------------
+
+
+@dataclass
+class Extracted:
+    """Stage 1's result: the extraction of every capture point of a capture set, by kind (each list in the order of
+    its points), what summary.json says of the points, and the TLS secrets the later passes over the captures use."""
+
+    app_points: list[CapturePoint]
+    db_points: list[CapturePoint]
+    proxy_points: list[CapturePoint]
+    app: list[Extraction]
+    db: list[Extraction]
+    proxy: list[Extraction]
+    points: list[dict]  # summary.json → points: each point's files, their gaps and overlaps, a DB point's servers
+    qualities: dict[str, list[dict]]  # {"app", "dbs", "proxy"}: each extraction's quality(), in the same order
+    tls_secrets: object = None  # mysql.tls key material for the connections later passes decrypt again
+
+    @property
+    def all(self) -> list[Extraction]:
+        return [*self.app, *self.db, *self.proxy]
+
+
+def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, note: Callable[[str], None],
+                   runner=None) -> Extracted:
+    """Every capture point of `cs`, read with up to `jobs` processes, or on Dask workers (`runner`, a
+    run.cluster.DaskRunner); the capture problems and file warnings go to `note`. Behind a proxy the app talks to
+    the proxy's address, not the server's: every capture is read for both."""
+    app_pts, db_pts, proxy_pts = cs.of("app"), cs.of("db"), cs.of("proxy")
+    read = [*app_pts, *db_pts, *proxy_pts]
+    readable = [*cs.servers, *cs.proxy_servers] if cs.servers else []
+    from .tlskeys import load_secrets
+
+    tls_secrets = load_secrets(cs.tls_keylogs, read)
+    endpoints = {parse_server(s) for s in readable} or None
+    if runner is not None:
+        extractions = runner.extract(read, endpoints, max_sql_bytes, tls_secrets)
+    else:
+        label = read[0].name if len(read) == 1 else f"{len(read)} captures"
+        with progress_bar(quiet, label) as update:
+            extractions = extract_all(list(read), endpoints, max_sql_bytes, jobs, update, tls_secrets=tls_secrets)
+    qualities = [x.quality() for x in extractions]
+    points = _points_info(read, extractions, qualities, note)
+    n_app, n_db = len(app_pts), len(db_pts)
+    return Extracted(app_pts, db_pts, proxy_pts, extractions[:n_app], extractions[n_app:n_app + n_db],
+                     extractions[n_app + n_db:], points,
+                     {"app": qualities[:n_app], "dbs": qualities[n_app:n_app + n_db],
+                      "proxy": qualities[n_app + n_db:]}, tls_secrets)
+
+
+def _points_info(points: list[CapturePoint], extractions: list[Extraction], qualities: list[dict],
+                 note: Callable[[str], None]) -> list[dict]:
+    """summary.json → points: each point's files (and their gaps and overlaps) and the servers a DB point saw; the
+    capture problems and file warnings go to `note`."""
+    out = []
+    for pt, x, quality in zip(points, extractions, qualities):
+        problem = capture_problems(quality)
+        if problem:
+            note(problem)
+        if pt.multi:
+            entry, file_warnings = file_report(pt, x.files)
+            for w in file_warnings:
+                note(w)
+        else:
+            entry = single_file_entry(pt, x.stats)
+        entry["servers"] = sorted(set(x.connections["server"].dropna().astype(str))) if pt.kind == "db" else []
+        out.append(entry)
+    return out

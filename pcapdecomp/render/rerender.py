@@ -28,7 +28,8 @@ class Rendered:
 def report(analysis_dir: Path, fmt: str = "text", top: int = 10, order_by: str | None = None,
            server_vars: Path | None = None, out: Path | None = None) -> Rendered:
     from ..explain.playbook import lines as playbook_lines
-    from ..explain.playbook import read_server_vars, settings_beside
+    from ..read.servervars import read_server_vars
+    from ..explain.playbook import settings_beside
     from ..explain.waitprofile import ORDERS, profile, slow_entries
 
     if fmt not in FORMATS:

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..core import formats
+from ..core.times import ts_ns
 from .reader import WireStatements, holds_header_lines
 from .sqltext import (
     WILDCARD,
@@ -193,14 +194,6 @@ class _Entries:
         self.keys: list[list[tuple]] = [[] for _ in range(n)]
 
 
-def _ns(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    values = pd.to_datetime(col, utc=True).astype("datetime64[ns, UTC]")
-    valid = values.notna().to_numpy()
-    out = np.zeros(len(col), dtype=np.int64)
-    out[valid] = values[valid].to_numpy(dtype="datetime64[ns]").astype(np.int64)
-    return out, valid
-
-
 def _start_windows(slow: pd.DataFrame, qt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """[lo, hi]: where the execution can have started, by every time field the entry has (each to its own
     resolution). lo > hi: no usable time, or fields that contradict each other."""
@@ -215,13 +208,13 @@ def _start_windows(slow: pd.DataFrame, qt: np.ndarray) -> tuple[np.ndarray, np.n
         any_time[:] |= mask
 
     us = 1_000
-    start, has = _ns(slow["start"])
+    start, has = ts_ns(slow["start"])
     clip(has, start, start + us)
-    end, has = _ns(slow["end"])
+    end, has = ts_ns(slow["end"])
     clip(has, end - qt, end + us - qt)
-    ts, has = _ns(slow["timestamp"])
+    ts, has = ts_ns(slow["timestamp"])
     clip(has, ts, ts + NS - 1)
-    time, has = _ns(slow["time"])
+    time, has = ts_ns(slow["time"])
     precision = slow["time_precision_ns"].astype("Int64").fillna(NS).to_numpy(dtype=np.int64) \
         if "time_precision_ns" in slow.columns else np.full(n, NS, dtype=np.int64)
     meaning = np.asarray(_column(slow, "time_meaning", None), dtype=object)

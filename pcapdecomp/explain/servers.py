@@ -1,0 +1,154 @@
+"""Stage 3's face: Paired → Explained, the joined table of every exchange with its network, queueing and execution
+(the slow log joined, the decomposition and the thread-pool view per DB server: each server's slow log, thread pool
+and verdict are its own), the thread-pool tables, and what the summary reads of each server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..core.errors import SlowLogError
+from ..core.memory import release_memory
+from ..core.schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
+from ..core.tables import as_category, concat, with_declared_dtypes
+from ..pair.pairing import Paired
+from ..pair.proxy import empty_columns as proxy_empty
+from ..pair.proxy import finish as proxy_finish
+from ..read import connids
+from ..read.captureset import CaptureSet
+from .bounds import apply_bounds, point_bounds
+from .decompose import build_table, decompose
+from .summary import ServerPart
+from .threadpool import thread_pool_view
+
+
+@dataclass
+class Explained:
+    """Stage 3's result: what exchanges.parquet, groups.parquet and pool.parquet hold, and what the summary reads of
+    each DB server."""
+
+    exchanges: pd.DataFrame  # EXCHANGE_COLUMNS + ANALYSIS_COLUMNS, in their declared dtypes
+    groups: pd.DataFrame  # per DB point, thread group and time bucket
+    pool: pd.DataFrame  # per DB point and time bucket
+    servers: list[ServerPart]  # one per DB point, in their order (one, of point None, without a DB capture)
+
+
+def explain_servers(paired: Paired, cs: CaptureSet, db_captures: list[str], tz, max_sql_bytes: int,
+                    note: Callable[[str], None], decomposed: Callable[[pd.DataFrame], None] | None = None
+                    ) -> Explained:
+    """The joined table of `paired` (its exchange tables are handed over: build_table moves the app side's columns
+    into the table one by one, so memory holds about one table, not three), then per DB point (`db_captures`, the
+    names of their captures) the slow-log join, the decomposition and the thread-pool view. `decomposed(table)`:
+    with one DB point, called once the table has the decomposition's columns (run.session starts the query
+    profile's child there)."""
+    table = joined_table(paired)
+    if cs.long_query_time is None:
+        note("long_query_time unknown (no capture.toml, no --long-query-time): hidden_slow not decided")
+    several = len(db_captures) > 1
+    names_of = list(db_captures) or [None]
+    row_point = paired.row_point
+    if several:
+        positions = np.arange(len(table))
+        which = row_point.copy()
+        which[pd.isna(which)] = names_of[0]  # exchanges no DB point saw, of an unknown server: with the first
+        parts = [(name, positions[which == name]) for name in names_of]
+    else:
+        parts = [(names_of[0], None)]
+    servers: list[ServerPart] = []
+    tables = []
+    for name, rows in parts:
+        sub = table if rows is None else table.iloc[rows].reset_index(drop=True)
+        part_table, part = explain_server(sub, cs, name, tz, max_sql_bytes, note, decomposed if not several else None)
+        tables.append(part_table)
+        servers.append(part)
+        del sub, part_table
+        release_memory()
+    del table
+    if several:
+        order = np.argsort(np.concatenate([rows for _, rows in parts]), kind="stable")
+        table = concat(tables).take(order).reset_index(drop=True)
+    else:
+        table = tables[0]
+    del tables
+    exchanges = with_declared_dtypes(table, (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS))
+    del table
+    groups = concat([d.view.groups.assign(db_point=as_category([d.point] * len(d.view.groups))) for d in servers])
+    pool = concat([d.view.pool.assign(db_point=as_category([d.point] * len(d.view.pool))) for d in servers])
+    return Explained(exchanges, groups, pool, servers)
+
+
+def joined_table(paired: Paired) -> pd.DataFrame:
+    """One row per exchange (the matching's rows): both points' times on the primary app point's clock, what capture
+    loss left bounded, the proxy's columns, where each connection id came from and the DB point. Takes `paired`'s
+    exchange tables (set to None)."""
+    bounds = point_bounds(paired.app_ex, paired.db_ex, paired.matching, paired.repair)
+    table = apply_bounds(build_table(paired.app_ex, paired.db_ex, paired.matching, paired.clocks, paired.primary,
+                                     paired.row_clock, bounds),
+                         bounds, paired.clocks, paired.primary, paired.row_clock)
+    table = proxy_finish(table, paired.proxied) if paired.proxied is not None else proxy_empty(table)
+    table["conn_id_source"] = conn_id_sources_of(table, paired.id_sources)
+    paired.app_ex = paired.db_ex = None
+    release_memory()
+    table["db_point"] = as_category(paired.row_point)
+    return table
+
+
+def explain_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, max_sql_bytes: int,
+                   note, decomposed=None) -> tuple[pd.DataFrame, ServerPart]:
+    """The slow-log join, the decomposition and the thread-pool view of one DB point's exchanges: the table with
+    their columns, and what the summary reads of them. `decomposed(table)`: called with the table once it has
+    the decomposition's columns, before the thread-pool view (which adds the columns of its own)."""
+    slow_path = cs.slow_logs.get(point if point is not None else "")
+    slow = None
+    slow_info: dict = {"file": str(slow_path) if slow_path else None, "used": False}
+    if slow_path is not None:
+        from ..slowlog.join import wire_statements
+        from ..slowlog.reader import read_slow_log
+
+        try:
+            slow, sstats = read_slow_log(slow_path, tz=tz, max_sql_bytes=max_sql_bytes, wire=wire_statements(table))
+            slow_info.update({"flavor": sstats.flavor, "unparsed_lines": sstats.unparsed_lines,
+                              "cut_entries": sstats.cut_entries, "damaged_values": sstats.damaged_values,
+                              "capped_statements": sstats.capped_statements,
+                              "wire_sql_entries": sstats.wire_sql_entries,
+                              "unverified_entries": sstats.unverified_entries})
+            for w in sstats.warnings[:5]:
+                note(w)
+        except SlowLogError as err:
+            note(f"{err}; analysed without the slow log")
+    table, join = decompose(table, slow, cs.long_query_time, cs.thread_pool_size, str(slow_path))
+    release_memory()
+    if join.used and table["conn_id"].isna().any():  # the Thread_id of the slow-log entries joined to a connection
+        named = connids.ids_from_slow_log(table, slow, join.entry)
+        if connids.fill_table(table, named, connids.SLOWLOG) and cs.thread_pool_size:
+            table["thread_group"] = (table["conn_id"].astype("Int64") % int(cs.thread_pool_size)).astype("Int64")
+    for w in join.warnings:
+        note(w)
+    slow_info.update(join.stats)
+    slow_info["used"] = join.used
+    if decomposed is not None:
+        decomposed(table)
+    view = thread_pool_view(table, cs.thread_pool_size)
+    for col in ("thread_group", "stall", "stall_role"):
+        table[col] = getattr(view, col).array
+    if view.queue_source is not None:
+        table["queue_source"] = view.queue_source.array
+    for w in view.warnings:
+        note(w if len(cs.of("db")) <= 1 else f"{point}: {w}")
+    return table, ServerPart(point, view, slow_info)
+
+
+def conn_id_sources_of(table: pd.DataFrame, filled: dict[str, str]) -> pd.Categorical:
+    """Each row's conn_id_source: greeting where the id came with the connection, else the source that named its
+    client endpoint (at the DB point, else at the app)."""
+    known = table["conn_id"].notna().to_numpy()
+    codes = np.where(known, connids.SOURCES.index(connids.GREETING), -1).astype(np.int8)
+    if filled:
+        other = pd.Series(connids.client_keys(table)).map(
+            {client: connids.SOURCES.index(source) for client, source in filled.items()})
+        take = other.notna().to_numpy() & known
+        codes[take] = other.to_numpy(dtype="float64", na_value=np.nan)[take].astype(np.int8)
+    return pd.Categorical.from_codes(codes, categories=list(connids.SOURCES))

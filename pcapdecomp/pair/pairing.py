@@ -1,0 +1,165 @@
+"""Stage 2's face: the capture points of one capture set → Paired, the app and DB sides with their exchanges
+matched, through a proxy when there is one in the traffic, capture loss repaired from the other point, the
+clocks fitted and the connections without a greeting named."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..core.memory import map_big_blocks, release_memory
+from ..core.schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
+from ..core.tables import concat, frame
+from ..core.workers import Ahead
+from ..read import connids
+from ..read.captureset import CaptureSet
+from ..read.extract import Extracted
+from ..read.sources import parse_server
+from .clock import ClockModel
+from .clocks import clock_keys, fit_clocks, start_segment_passes
+from .match import Matching, Pairing
+from .proxy import NoProxy, ProxyResult, Side, through_proxy
+from .repair import Repair, repair_losses
+
+
+@dataclass
+class Paired:
+    """Stage 2's result: the two ends of the decomposition (the app side and the DB side; through a proxy, the ends
+    of its chain), their exchanges matched, and what the summary says of the pairing."""
+
+    app_ex: pd.DataFrame  # the app side's exchanges (EXCHANGE_COLUMNS)
+    db_ex: pd.DataFrame
+    app_conns: pd.DataFrame  # and connections (CONNECTION_COLUMNS)
+    db_conns: pd.DataFrame
+    matching: Matching  # which app row and DB row are one exchange (the joined table's rows, in its order)
+    clocks: dict[str, ClockModel]  # by app point (one DB point) or clocks.pair_key (several)
+    clock_info: dict[str, dict]  # summary.json → clocks
+    primary: str | None  # the app capture whose clock the joined table's times are on
+    row_point: np.ndarray  # per joined row: the DB point that saw it (db_points)
+    row_clock: np.ndarray | None  # per joined row, with several DB points: the clock of its DB times (clock_keys)
+    id_sources: dict[str, str]  # {client endpoint: conn_id source} of the connections named without a greeting
+    proxied: ProxyResult | None  # the chain through a proxy, when the traffic went through one
+    proxy_summary: dict | None  # summary.json → proxy
+    repair: Repair | None  # the loss repair, when one ran
+    app_kind: str = "app"  # whose capture points are the app side: "proxy" when a proxy capture without a proxy in
+    # its traffic stood in for the missing app captures
+
+    @property
+    def through_proxy(self) -> bool:
+        return self.proxied is not None
+
+
+def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, note: Callable[[str], None],
+                runner=None, ahead: Ahead | None = None, lean: bool = False) -> Paired:
+    """Pair the extracted capture points of `cs`: the connections, then (after the loss repair, which replaces the
+    rows of the connections it repairs) the exchanges inside them; fit the clocks and name the connections. The
+    extractions hand their exchanges over (`x.app[i].exchanges` is emptied). `ahead`: workers for the clock's pass
+    over the captures, started here at once; `lean` (--jobs 1): freed big blocks went back to the OS until now
+    (core.memory.map_big_blocks), which ends with the repair."""
+    app_x, db_xs, proxy_x = x.app, x.db, x.proxy
+    read_ahead = start_segment_passes(ahead, x.app_points, x.db_points, app_x, db_xs) \
+        if ahead is not None and not proxy_x else {}
+    app_ex = concat([e.exchanges for e in app_x]) if app_x else frame([], EXCHANGE_COLUMNS)
+    app_conns = concat([e.connections for e in app_x]) if app_x else frame([], CONNECTION_COLUMNS)
+    db_ex = concat([e.exchanges for e in db_xs]) if db_xs else frame([], EXCHANGE_COLUMNS)
+    db_conns = concat([e.connections for e in db_xs]) if db_xs else frame([], CONNECTION_COLUMNS)
+    matching = Pairing(app_ex, db_ex, app_conns, db_conns)
+    proxied = through_proxy(Side(app_ex, app_conns) if app_x else None, Side(db_ex, db_conns) if db_xs else None,
+                            Side(concat([e.exchanges for e in proxy_x]), concat([e.connections for e in proxy_x]))
+                            if proxy_x else None, set(cs.servers), set(cs.proxy_servers), direct=matching)
+    proxy_summary = proxied.summary if proxied is not None else None
+    app_points, app_kind = x.app_points, "app"
+    if isinstance(proxied, NoProxy):  # a proxy capture without a proxy in its traffic stays out of the way
+        note(f"{', '.join(str(p) for p in cs.proxy)}: {proxied.warning}")
+        proxied = None
+        if not app_x:  # it is the client side's view
+            app_x, app_points, app_kind = proxy_x, x.proxy_points, "proxy"
+            app_ex, app_conns = concat([e.exchanges for e in app_x]), concat([e.connections for e in app_x])
+            matching = Pairing(app_ex, db_ex, app_conns, db_conns)
+            proxied = through_proxy(Side(app_ex, app_conns), Side(db_ex, db_conns) if db_xs else None, None,
+                                    set(cs.servers), set(cs.proxy_servers), direct=matching)
+            proxy_summary = proxied.summary if proxied is not None else proxy_summary
+    if proxied is not None:  # the two sides of the decomposition are the ends of the chain through the proxy
+        app_ex, app_conns, db_ex, db_conns = (proxied.client.ex, proxied.client.conns, proxied.server.ex,
+                                              proxied.server.conns)
+        matching = proxied.matching
+        for w in proxied.warnings:
+            note(w)
+    # app_ex and db_ex hold the extractions' exchanges now: the extractions let theirs go, so that a table the
+    # repair replaces is not kept alive through the stages after it
+    for e in x.all:
+        e.exchanges = e.exchanges.iloc[:0].copy()  # a copy: an empty view would keep the whole table alive
+    release_memory()
+    # capture loss is repaired between two captures of one TCP connection: not through a proxy
+    repair = None
+    if app_x and db_xs and proxied is None:
+        handed = [app_ex, db_ex, app_conns, db_conns, matching]  # repair_losses lets them go once replaced
+        del app_ex, db_ex, app_conns, db_conns, matching
+        repair = repair_losses(app_x, db_xs if len(db_xs) != 1 else db_xs[0], handed,
+                               {parse_server(s) for s in cs.servers} or None, max_sql_bytes, jobs, x.tls_secrets)
+        if repair is None:
+            app_ex, db_ex, app_conns, db_conns, matching = handed
+        del handed
+    if repair is not None:
+        app_ex, db_ex, app_conns, db_conns, matching = (repair.app_ex, repair.db_ex, repair.app_conns,
+                                                        repair.db_conns, repair.matching)
+        repair.app_ex = repair.db_ex = None  # held here only, so that the DB table can go when its stage is done
+        release_memory()
+        for message in repair.stats.warnings():
+            note(message)
+    elif not isinstance(matching, Matching):  # nothing to repair: the exchanges paired from the same connection pairs
+        matching = matching.complete()
+    if lean:
+        map_big_blocks(None)  # the extractions and the repair are done: see core.memory.map_big_blocks
+    if app_x and db_xs and matching.stats.matched == 0 and len(app_ex) and len(db_ex):
+        note("no exchange was seen at both points: are these captures of the same traffic and time?")
+
+    # the clocks: one model per app point and DB point, from segments of their matched connections
+    several = len(db_xs) > 1
+    clocks: dict[str, ClockModel] = {}
+    clock_info: dict[str, dict] = {}
+    if app_x and db_xs and len(matching.connections) and proxied is None:  # through a proxy: its own clocks, per hop
+        clocks, clock_info = fit_clocks(app_points, x.db_points, app_x, db_xs, app_ex, db_ex, app_conns, db_conns,
+                                        matching, runner, jobs, note, read_ahead)
+    if ahead is not None:
+        ahead.end()  # its passes are taken (or unused): see Ahead.end
+    primary = app_x[0].capture if app_x else None
+    if proxied is not None:
+        clocks = dict(proxied.clocks)
+        clock_info = {}  # the proxy's clocks are in summary.json → proxy.clocks
+        primary = str(app_ex["capture"].iloc[0]) if len(app_ex) else primary
+
+    # connection ids without a greeting (a pool opened before the capture): named at the DB point, where the
+    # processlist's HOST is the client's endpoint; at the app point when there is none
+    id_sources = connids.name_connections(cs.processlist, {p.name for p in cs.points}, app_ex, app_conns, db_ex, db_conns, note)
+
+    row_point = db_points(app_ex, db_ex, matching)
+    row_clock = clock_keys(app_ex, matching, row_point, clocks, primary) if several else None
+    return Paired(app_ex, db_ex, app_conns, db_conns, matching, clocks, clock_info, primary, row_point, row_clock,
+                  id_sources, proxied, proxy_summary, repair, app_kind)
+
+
+def db_points(app_ex: pd.DataFrame, db_ex: pd.DataFrame, matching) -> np.ndarray:
+    """Per row of the joined table (matching's order): the DB point that saw the exchange; for one only the app
+    saw, the DB point its server endpoint (as the app saw it) leads to, when exactly one does; else None."""
+    ar, dr = matching.app_row, matching.db_row
+    out = np.full(len(ar), None, dtype=object)
+    if not len(db_ex):
+        return out
+    d_cap = db_ex["capture"].astype(object).to_numpy()
+    seen_d = dr >= 0
+    out[seen_d] = d_cap[dr[seen_d]]
+    only_a = ~seen_d & (ar >= 0)
+    if only_a.any() and len(app_ex):
+        a_server = app_ex["server"].astype(object).to_numpy()
+        both = seen_d & (ar >= 0)
+        leads = pd.DataFrame({"server": np.concatenate([a_server[ar[both]], db_ex["server"].astype(object).to_numpy()]),
+                              "point": np.concatenate([out[both], d_cap])}).drop_duplicates()
+        counted = leads.groupby("server")["point"].agg(["first", "size"])
+        unique = counted.loc[counted["size"] == 1, "first"]
+        rows = np.flatnonzero(only_a)
+        out[rows] = pd.Series(a_server[ar[rows]]).map(unique).astype(object).where(lambda v: v.notna(), None).to_numpy()
+    return out

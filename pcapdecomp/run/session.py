@@ -1,0 +1,224 @@
+"""One run of `analyze` as processes and files: the output folder written as one set (core.outputs.OutputFolder;
+a bug becomes one line, its traceback a file in it), the Dask runner of --scheduler, the workers that start the
+clock's pass ahead, the warnings, the memory between stages, and the last step: summary.json, report.html and the
+tables, written beside each other by forked children with --jobs N, one after the other with --jobs 1."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ..core.console import warn
+from ..core.errors import InputError, UsageError, internal_errors_to
+from ..core.memory import map_big_blocks, release_memory
+from ..core.outputs import OutputFolder, write_table, write_text
+from ..core.schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
+from ..core.tables import concat, with_declared_dtypes
+from ..core.workers import Ahead, Forked, default_jobs
+from ..explain.servers import Explained
+from ..explain.stories import tell as tell_stories
+from ..explain.summary import build as build_summary
+from ..explain.summary import latency_quantiles
+from ..explain.summary import to_json as summary_json
+from ..pair.pairing import Paired
+from ..read import sources
+from ..read.captureset import CaptureSet, time_zone
+from ..read.extract import Extracted
+from ..render.report import component_rows
+from ..render.report import render as render_report
+from ..render.report import unspanned_profile
+
+ANALYSIS_NAMES = ("exchanges.parquet", "groups.parquet", "pool.parquet", "summary.json", "report.html")  # always
+DATASET_NAME = "exchanges"  # --partitioned: the hive-style dataset folder in the output folder
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to run `analyze` (the capture set says what to analyse)."""
+
+    jobs: int | None = None  # worker processes; None: the cores available, at most 8
+    quiet: bool = False  # no progress, no warnings on the terminal
+    csv: bool = False  # exchanges.csv beside exchanges.parquet
+    partitioned: bool = False  # exchanges/ as a hive-style dataset too
+    slow_log_tz: str | None = None  # the slow log's time zone (an IANA name); None: UTC
+    max_sql_bytes: int = 1 << 20  # SQL text kept per statement
+    scheduler: str | None = None  # a Dask scheduler's address, or "local"
+    scheduler_tls: str | None = None  # "CA,CERT,KEY" for a tls:// scheduler
+    command_line: str | None = None  # as the report shows it
+
+
+@dataclass
+class AnalysisResult:
+    out_dir: Path
+    exchanges: pd.DataFrame  # EXCHANGE_COLUMNS + ANALYSIS_COLUMNS
+    groups: pd.DataFrame  # per thread group and time bucket
+    summary: dict  # what summary.json holds
+    written: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+class Run:
+    """A context around the stages of one analysis. Checks the options and the output folder and connects to the
+    Dask scheduler (a wrong address fails here, before any work); inside, `note` collects the warnings, `ahead` has
+    the workers for the clock's pass, `finish` writes the outputs and commits the folder."""
+
+    def __init__(self, cs: CaptureSet, options: Options, out: Path | None):
+        self.cs = cs
+        self.options = options
+        self.tz = time_zone(options.slow_log_tz)
+        self.jobs = default_jobs() if options.jobs is None else options.jobs
+        if self.jobs < 1:
+            raise UsageError(f"--jobs must be ≥ 1, got {self.jobs}")
+        self.out = out if out is not None else Path("reports") / cs.name
+        if self.out.exists() and not self.out.is_dir():
+            raise InputError(f"{self.out}: exists and is not a folder")
+        self.warnings: list[str] = []
+        self.runner = None
+        # --jobs 1 puts memory before time: until the loss repair is done, a freed array of 1 MiB or more goes back
+        # to the OS at once, as the extraction's arrays and the repair's scan come and go beside the tables
+        self.lean = self.jobs == 1 and options.scheduler is None
+        self._beside: list[Forked] = []  # the child that makes what the report reads of the decomposition alone
+
+    def __enter__(self) -> Run:
+        if self.options.scheduler is not None:
+            from .cluster import DaskRunner
+
+            self.runner = DaskRunner.connect(self.options.scheduler, self.cs.points, self.options.quiet, self.jobs,
+                                             tls=self.options.scheduler_tls)
+        self._stack = ExitStack()
+        try:
+            if self.runner is not None:
+                self._stack.callback(self.runner.close)
+            self._stack.enter_context(internal_errors_to(self.out))
+            self.folder = self._stack.enter_context(OutputFolder(self.out, ANALYSIS_NAMES))
+            self.ahead = self._stack.enter_context(Ahead(self.jobs if self.runner is None else 1))
+            self.children = self._stack.enter_context(ExitStack())  # forked children; they end before the commit
+        except BaseException:
+            self._stack.close()
+            raise
+        for message in self.cs.warnings:
+            self.note(message)
+        for pt in self.cs.points:
+            sources.register(pt)  # later passes (repair, clock) open the point by its name
+        if self.lean:
+            map_big_blocks(1 << 20)  # until the repair is done (pair.pairing.pair_points ends it)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return self._stack.__exit__(*exc)
+
+    def note(self, message: str) -> None:
+        """A warning: into summary.json, and on the terminal unless --quiet."""
+        self.warnings.append(message)
+        if not self.options.quiet:
+            warn(message)
+
+    def beside_the_view(self) -> Callable[[pd.DataFrame], None] | None:
+        """With --jobs N: a hook that forks a child making what the summary and the report read of the
+        decomposition alone (_beside_the_view), while this process makes the thread-pool view."""
+        if self.jobs <= 1:
+            return None
+
+        def start(decomposed: pd.DataFrame) -> None:
+            self._beside.append(self.children.enter_context(Forked(_beside_the_view, decomposed)))
+        return start
+
+    def finish(self, x: Extracted, paired: Paired, explained: Explained) -> AnalysisResult:
+        """summary.json with its verdict, report.html and the tables, into the output folder, committed as one set."""
+        cs, options, out = self.cs, self.options, self.folder.staging
+        exchanges, groups, pool = explained.exchanges, explained.groups, explained.pool
+        first = explained.servers[0]
+        app_points, app_kind = (x.proxy_points, "proxy") if paired.app_kind == "proxy" else (x.app_points, "app")
+        conns = {"app": paired.app_conns, "db": paired.db_conns}
+
+        def summarised(latency: dict | None = None) -> dict:
+            summary = build_summary(
+                cs, names={"app": [p.name for p in app_points], "dbs": [p.name for p in x.db_points],
+                           "proxy": [p.name for p in x.proxy_points]},
+                points=x.points, qualities={**x.qualities, "app": x.qualities[app_kind]},
+                matching=paired.matching.stats.as_dict(), proxy=paired.proxy_summary,
+                repair=paired.repair.stats.as_dict() if paired.repair is not None else None, clocks=paired.clock_info,
+                servers=explained.servers, exchanges=exchanges, warnings=self.warnings,
+                scheduler=self.runner.address if self.runner is not None else None,
+                through_proxy=paired.through_proxy, latency=latency)
+            tell_stories(summary, exchanges, concat([paired.app_conns, paired.db_conns]), cs.server_settings)
+            return summary
+
+        # With --jobs N the tables are written by a forked child as soon as they are whole, while the summary is
+        # built and the report renders here: it shares the tables as they are (nothing pickled), and converting them
+        # to Arrow holds the GIL, so a thread here would not run beside them. The query profile (the report's most
+        # costly part) comes from a second child: the one started beside the thread-pool view (beside_the_view), or
+        # one started now. --jobs 1: one after the other.
+        if self.jobs > 1:
+            early = self._beside
+            with (Forked(_write_tables, out, cs, exchanges, groups, pool, options.csv, options.partitioned) as writing,
+                  nullcontext() if early else Forked(unspanned_profile, exchanges) as profiling):
+                beside = early[0].result() if early else {}
+                summary = summarised(beside.get("latency"))
+                page = render_report(summary, exchanges, first.view.groups, options.command_line, conns,
+                                     first.view.pool,
+                                     (lambda: beside["profile"]) if early else profiling.result,
+                                     (lambda: beside["components"]) if early else None)
+                del beside
+                names = writing.result()
+            names.append(_write_summary(out, summary))
+        else:
+            summary = summarised()
+            names = _write_outputs(out, cs, exchanges, groups, pool, summary, options.csv, options.partitioned)
+            page = render_report(summary, exchanges, first.view.groups, options.command_line, conns, first.view.pool)
+        names.append("report.html")
+        write_text(out / "report.html", page)
+        self.children.close()
+        self.folder.commit()
+        return AnalysisResult(self.out, exchanges, groups, summary, [self.out / name for name in names],
+                              self.warnings)
+
+
+def _beside_the_view(decomposed: pd.DataFrame) -> dict:
+    """What the summary and the report read of the decomposition's columns alone, from the table as the
+    decomposition left it (one DB point): the query profile (unspanned_profile), summary.json → latency_s
+    (latency_quantiles) and the report's table of components (component_rows). None of them reads the thread-pool
+    view's columns, so a child forked then makes them beside the view, on the core that is otherwise idle (later the
+    table's writer, the summary and the report share the cores), from the columns in their declared dtypes, as
+    exchanges.parquet has them."""
+    declared = tuple(c for c in (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS) if c.name in decomposed.columns)
+    x = with_declared_dtypes(decomposed, declared)
+    return {"profile": unspanned_profile(x), "latency": latency_quantiles(x), "components": component_rows(x)}
+
+
+def _write_outputs(out: Path, cs: CaptureSet, exchanges: pd.DataFrame, groups: pd.DataFrame, pool: pd.DataFrame,
+                   summary: dict, csv: bool, partitioned: bool) -> list[str]:
+    """The tables and summary.json into `out`; returns their names (report.html follows them)."""
+    names = _write_tables(out, cs, exchanges, groups, pool, csv, partitioned)
+    names.append(_write_summary(out, summary))
+    return names
+
+
+def _write_tables(out: Path, cs: CaptureSet, exchanges: pd.DataFrame, groups: pd.DataFrame, pool: pd.DataFrame,
+                  csv: bool, partitioned: bool) -> list[str]:
+    """The tables into `out` (Parquet, --csv, --partitioned); returns their names."""
+    names = []
+    for name, df in (("exchanges.parquet", exchanges), ("groups.parquet", groups), ("pool.parquet", pool)):
+        write_table(df, out / name)
+        names.append(name)
+        release_memory()
+    if csv:
+        write_table(exchanges, out / "exchanges.csv")
+        names.append("exchanges.csv")
+    if partitioned:
+        from ..core.dataset import host_of, write_dataset
+
+        hosts = {p.name: host_of(p.given if Path(p.given).is_dir() else p.name) for p in cs.points}
+        names.append(write_dataset(exchanges, out / DATASET_NAME, hosts))
+    return names
+
+
+def _write_summary(out: Path, summary: dict) -> str:
+    """summary.json into `out`; returns its name."""
+    write_text(out / "summary.json", summary_json(summary))
+    return "summary.json"
+
