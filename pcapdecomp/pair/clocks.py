@@ -33,9 +33,9 @@ def pair_key(app: str, db: str) -> str:
 
 
 def fit_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: list, db_xs: list,
-                app_ex: pd.DataFrame, db_ex: pd.DataFrame, app_conns: pd.DataFrame, db_conns: pd.DataFrame, matching,
-                runner, jobs: int, note, read_ahead: dict | None = None
-                ) -> tuple[dict[str, ClockModel], dict[str, dict]]:
+               app_ex: pd.DataFrame, db_ex: pd.DataFrame, app_conns: pd.DataFrame, db_conns: pd.DataFrame, matching,
+               runner, jobs: int, note, read_ahead: dict | None = None
+               ) -> tuple[dict[str, ClockModel], dict[str, dict]]:
     """One clock model per app point and DB point with matched connections, keyed by the app point (one DB point)
     or `pair_key` (several), and its summary.json → clocks entry. `read_ahead`: start_segment_passes's passes, used
     for a point whose matched connections are the ones it read."""

@@ -134,7 +134,8 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
 
     # connection ids without a greeting (a pool opened before the capture): named at the DB point, where the
     # processlist's HOST is the client's endpoint; at the app point when there is none
-    id_sources = connids.name_connections(cs.processlist, {p.name for p in cs.points}, app_ex, app_conns, db_ex, db_conns, note)
+    id_sources = connids.name_connections(cs.processlist, {p.name for p in cs.points}, app_ex, app_conns, db_ex,
+                                          db_conns, note)
 
     row_point = db_points(app_ex, db_ex, matching)
     row_clock = clock_keys(app_ex, matching, row_point, clocks, primary) if several else None
