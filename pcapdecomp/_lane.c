@@ -2116,7 +2116,7 @@ static PyTypeObject LaneType = {
 };
 
 
-/* ---- the clock's segments: match.read_segments_of in C ------------------------------------------------------
+/* ---- the clock's segments: clocks.read_segments_of in C ------------------------------------------------------
  *
  * The keys and times of every TCP segment of chosen connections, read from the same records as the lane (times
  * checked alike): seq << 32 | ack, wire payload length << 9 | flags << 1 | direction, and the time. */

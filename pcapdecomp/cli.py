@@ -1,4 +1,4 @@
-"""Command line: thin commands over the stages (analysis.analyze, parallel.read_exchanges, compare, evidence). The only place that turns errors into messages and exit codes.
+"""Command line: thin commands over the stages (analysis.analyze, read.extract.read_exchanges, compare, render.evidence). The only place that turns errors into messages and exit codes.
 
 Start-up is part of every command's time: this module imports only typer and what every command needs; pandas,
 pyarrow and the stages are imported by the command that uses them, when it runs (`--help` imports neither:
@@ -463,7 +463,7 @@ def main() -> None:
         os._exit(0)
     if code == 130:
         print("pcapdecomp: interrupted", file=sys.stderr)
-        # now, not after joining the threads of a process pool whose workers were ended (parallel._workers); the
+        # now, not after joining the threads of a process pool whose workers were ended (core.workers.worker_pool); the
         # outputs were already put back by the stages' own clean-up while the interrupt unwound
         sys.stdout.flush()
         sys.stderr.flush()

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from pcapdecomp.analysis import Options, analyze
 from pcapdecomp.core.fingerprint import fingerprint
-from pcapdecomp.explain.digest import placeholders, profile, sample_statement
+from pcapdecomp.explain.digest import profile, sample_statement
 from pcapdecomp.mysql.params import _quote, split_params
+from pcapdecomp.slowlog.sqltext import placeholders
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 

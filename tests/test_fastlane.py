@@ -383,14 +383,14 @@ def test_pcapng_times_beyond_int64_are_repaired_alike(tmp_path):
     assert native.stats.frames_bad_ts >= 4  # frame 5 stays: the next frame is of the other interface
 
 
-# --- the clock's segments: match.read_segments_of through the lane (fastlane.segment_keys) ---------------------
+# --- the clock's segments: clocks.read_segments_of through the lane (fastlane.segment_keys) ---------------------
 
 def assert_same_segments(path: Path) -> None:
     """read_segments_of with and without the lane: the same keys and times, for half of the connections."""
     import numpy as np
 
     from pcapdecomp.core.errors import PcapdecompError
-    from pcapdecomp.pair.match import read_segments_of
+    from pcapdecomp.pair.clocks import read_segments_of
     from pcapdecomp.read.capture import open_capture
 
     try:

@@ -238,7 +238,7 @@ def _affected(path: Path) -> Path:
     conn.query(b"UPDATE t SET a = 2", b"\x00" + write_lenenc_int(2**64 - 1) + b"\x00\x02\x00\x00\x00")
     conn.query(b"SELECT 2")
     conn.close()
-    # a second connection: the report's connection-rate figure fails on a single login (report_figures, not here)
+    # a second connection: the report's connection-rate figure fails on a single login (render.figures, not here)
     Conversation(cap, client=("10.0.0.1", 40001)).open().login()
     return cap.write(path)
 
@@ -408,7 +408,7 @@ def test_the_out_of_order_caps_are_counted_and_warned(tmp_path):
     conn.cseq = start + len(data)
     conn.query(b"SELECT 2")
     conn.close()
-    # a second connection: the report's connection-rate figure fails on a single login (report_figures, not here)
+    # a second connection: the report's connection-rate figure fails on a single login (render.figures, not here)
     Conversation(cap, client=("10.0.0.1", 40001)).open().login()
     path = cap.write(tmp_path / "db.pcap")
     q = extract(path).quality()

@@ -512,7 +512,7 @@ def test_clock_margins_are_the_clock_s_answers_time_by_time(reference):
     from pcapdecomp.core.endpoints import split_endpoint
     from pcapdecomp.explain import bounds
     from pcapdecomp.pair.clock import ClockModel, estimate_clock
-    from pcapdecomp.pair.match import pair_segments, read_segments_of
+    from pcapdecomp.pair.clocks import pair_segments, read_segments_of
     from pcapdecomp.read.exchanges import extract
 
     flows = set()

@@ -24,8 +24,9 @@ from ptoracle import PT_QUERY_DIGEST
 
 from pcapdecomp import cli
 from pcapdecomp.analysis import Options, analyze, capture_set
+from pcapdecomp.core.groups import nearest_rank
 from pcapdecomp.explain.playbook import lines, settings_beside
-from pcapdecomp.explain.waitprofile import histogram, nearest_rank, profile
+from pcapdecomp.explain.waitprofile import histogram, profile
 from pcapdecomp.read.servervars import read_server_vars
 from pcapdecomp.render.rerender import load
 from pcapdecomp.render.text import WIDTH
@@ -85,7 +86,7 @@ def test_the_lookups_class_is_first_by_the_clients_time(analyses):
     assert first["max"] <= max(r["client_s"] for r in lookups)
     assert first["max"] >= 0.9 * max(r["client_s"] for r in lookups)
     waits = np.sort([r["client_s"] for r in lookups])
-    assert abs(first["p99"] - nearest_rank(waits, 0.99)) < 0.05
+    assert abs(first["p99"] - nearest_rank(waits, [0.99])[0]) < 0.05
     # its histogram holds every call and both modes: sub-millisecond lookups and the ones that queued
     assert sum(first["histogram"]) == len(lookups)
     slow = sum(1 for r in lookups if r["client_s"] >= 0.1)
@@ -119,8 +120,8 @@ def test_server_order_ranks_as_pt_query_digest_tcpdump(analyses, tmp_path):
 def test_histogram_and_nearest_rank():
     assert histogram(np.array([5e-7, 5e-6, 5e-5, 5e-4, 5e-3, 5e-2, 0.5, 5.0, 10.0, 50.0, np.nan])) == [2, 1, 1, 1, 1, 1, 1, 2]
     v = np.arange(1, 101, dtype=float)
-    assert nearest_rank(v, 0.95) == 95 and nearest_rank(v, 0.99) == 99 and nearest_rank(v[:1], 0.99) == 1
-    assert nearest_rank(np.array([1.0, 2.0, 3.0]), 0.5) == 2
+    assert list(nearest_rank(v, [0.95, 0.99])) == [95, 99] and nearest_rank(v[:1], [0.99])[0] == 1
+    assert nearest_rank(np.array([1.0, 2.0, 3.0]), [0.5])[0] == 2
 
 
 # ---- the playbook -----------------------------------------------------------------------------------------------

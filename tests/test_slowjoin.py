@@ -295,7 +295,7 @@ def test_summary_json_lists_reasons_and_examples(midstream):
 
 def _count_fits(rows: pd.DataFrame, slow: pd.DataFrame) -> tuple[int, dict]:
     """Pair checks one join makes (exactly: a count, not a time), and its stats."""
-    from pcapdecomp.slowlog import join as slowjoin
+    from pcapdecomp.slowlog.reader import join as slowjoin
 
     calls = [0]
     real_one, real_many = slowjoin._Search.fits_row, slowjoin._Search.fitting_rows

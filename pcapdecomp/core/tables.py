@@ -52,7 +52,7 @@ def arrow_type(column: Column) -> pa.DataType:
 
 # How pandas describes each declared dtype in a Parquet file's metadata (pyarrow's pandas_compat, as a DataFrame
 # of that dtype is written by outputs.write_table: categorical text as text): (Arrow type, pandas_type,
-# numpy_type, metadata). Checked against pandas' own description by tests/test_outputs.py.
+# numpy_type, metadata). Checked against pandas' own description by tests/test_tables.py.
 _FILE_TYPES = {
     "string": (pa.large_string(), "object", "string", None),
     CATEGORY: (pa.large_string(), "object", "string", None),

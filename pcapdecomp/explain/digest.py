@@ -15,6 +15,7 @@ import pandas as pd
 from ..core.groups import codes as group_codes
 from ..core.groups import group_max, group_min_max_p95, group_sum
 from ..mysql.params import split_params
+from ..slowlog.sqltext import placeholders
 
 MEASURED_EXEC = ("slow_log",)  # exec_source values that are measurements, not estimates or bounds
 
@@ -229,30 +230,6 @@ def _first_finite(*arrays: np.ndarray) -> np.ndarray:
     out = arrays[0].copy()
     for a in arrays[1:]:
         out = np.where(np.isnan(out), a, out)
-    return out
-
-
-def placeholders(sql: str) -> list[int]:
-    """Positions of the `?` placeholders of a prepared statement, skipping quoted text and comments."""
-    out = []
-    i, n = 0, len(sql)
-    while i < n:
-        c = sql[i]
-        if c in "'\"`":
-            j = i + 1
-            while j < n and sql[j] != c:
-                j += 2 if sql[j] == "\\" and c != "`" else 1
-            i = j + 1
-        elif sql.startswith("/*", i):
-            j = sql.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-        elif c == "#" or (sql.startswith("--", i) and (i + 2 >= n or sql[i + 2] in " \t\r\n")):
-            j = sql.find("\n", i)
-            i = n if j < 0 else j + 1
-        else:
-            if c == "?":
-                out.append(i)
-            i += 1
     return out
 
 

@@ -19,9 +19,12 @@ from ..pair.proxy import empty_columns as proxy_empty
 from ..pair.proxy import finish as proxy_finish
 from ..read import connids
 from ..read.captureset import CaptureSet
+from ..read.extract import Extracted
 from .bounds import apply_bounds, point_bounds
 from .decompose import build_table, decompose
+from .stories import tell as tell_stories
 from .summary import ServerPart
+from .summary import build as build_summary
 from .threadpool import thread_pool_view
 
 
@@ -78,6 +81,25 @@ def explain_servers(paired: Paired, cs: CaptureSet, db_captures: list[str], tz, 
     groups = concat([d.view.groups.assign(db_point=as_category([d.point] * len(d.view.groups))) for d in servers])
     pool = concat([d.view.pool.assign(db_point=as_category([d.point] * len(d.view.pool))) for d in servers])
     return Explained(exchanges, groups, pool, servers)
+
+
+def summary_of(cs: CaptureSet, x: Extracted, paired: Paired, explained: Explained, warnings: list[str],
+               scheduler: str | None = None, latency: dict | None = None) -> dict:
+    """summary.json's content, its verdict and stories told: the points and their quality, the pairing, the
+    proxy, the repair, the clocks, each DB server's slow-log join and thread-pool view, the exchanges' counts and
+    latency. `warnings` is kept as given (notes added later are in the file too); `latency`: summary.json →
+    latency_s when it was made beside (run.session), else made here."""
+    app_points, app_kind = (x.proxy_points, "proxy") if paired.app_kind == "proxy" else (x.app_points, "app")
+    summary = build_summary(
+        cs, names={"app": [p.name for p in app_points], "dbs": [p.name for p in x.db_points],
+                   "proxy": [p.name for p in x.proxy_points]},
+        points=x.points, qualities={**x.qualities, "app": x.qualities[app_kind]},
+        matching=paired.matching.stats.as_dict(), proxy=paired.proxy_summary,
+        repair=paired.repair.stats.as_dict() if paired.repair is not None else None, clocks=paired.clock_info,
+        servers=explained.servers, exchanges=explained.exchanges, warnings=warnings, scheduler=scheduler,
+        through_proxy=paired.through_proxy, latency=latency)
+    tell_stories(summary, explained.exchanges, concat([paired.app_conns, paired.db_conns]), cs.server_settings)
+    return summary
 
 
 def joined_table(paired: Paired) -> pd.DataFrame:

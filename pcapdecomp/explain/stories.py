@@ -16,10 +16,10 @@ from .playbook import settings_beside
 POOL_STORIES = ("proxy_queue", "max_threads", "group_stall", "queueing_unexplained")
 
 
-def tell(summary: dict, x: pd.DataFrame, conns: pd.DataFrame | None, settings: dict | None = None) -> None:
+def tell(summary: dict, x: pd.DataFrame, conns: pd.DataFrame | None, settings: dict | None = None) -> dict:
     """Adds connections, network and playbook to `summary` and their bullets to its story and verdict. conns: the
     connections tables of the capture points (app and DB), concatenated; settings: the server's (--server-vars),
-    else capture.toml's beside the captures."""
+    else capture.toml's beside the captures. Returns `summary`."""
     connections = connstory.tell(x, conns)
     network = netstory.tell(x, conns)
     summary["connections"] = connections

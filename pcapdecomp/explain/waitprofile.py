@@ -10,14 +10,14 @@ Rows_examined and Lock_time for the calls it logged, and the client hosts."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..core.endpoints import address_of
 from ..core.groups import codes as group_codes
-from ..core.groups import group_sum, sorted_by_group
+from ..core.groups import group_sum, nearest_rank, sorted_by_group
 from .digest import queue_layers
 
 ORDERS = ("client", "server", "exec")  # --order-by
@@ -50,12 +50,6 @@ def ranking_time(x: pd.DataFrame, order_by: str) -> np.ndarray:
     if order_by == "exec":  # a bound is not a time to rank by
         out = np.where(x["exec_source"].astype(object).isin(BOUND_EXEC).to_numpy(dtype=bool), np.nan, out)
     return out
-
-
-def nearest_rank(sorted_values: np.ndarray, p: float) -> float:
-    """The nearest-rank percentile of sorted values (the ⌈p·n⌉-th smallest): always one of the values."""
-    n = len(sorted_values)
-    return float(sorted_values[max(math.ceil(p * n), 1) - 1]) if n else math.nan
 
 
 def histogram(values: np.ndarray) -> list[int]:
@@ -92,7 +86,7 @@ def profile(x: pd.DataFrame, order_by: str | None = None, slow: pd.DataFrame | N
     hist = [[0] * len(HISTOGRAM_LABELS) for _ in range(n)]
     for g in np.flatnonzero(count).tolist():
         part = vv[start[g]:start[g] + count[g]]
-        stats[:, g] = nearest_rank(part, 0.95), nearest_rank(part, 0.99), part[-1]
+        stats[:, g] = (*nearest_rank(part, [0.95, 0.99]), part[-1])
         hist[g] = histogram(part)
     out["p95"], out["p99"], out["max"] = stats
     out["histogram"] = hist
@@ -172,19 +166,10 @@ def _add_hosts(out: pd.DataFrame, x: pd.DataFrame, has: np.ndarray, k: np.ndarra
 
 
 def hosts_of(clients: pd.Series) -> np.ndarray:
-    """host_of for a column of endpoints, once per distinct endpoint."""
+    """address_of for a column of endpoints, once per distinct endpoint."""
     codes, uniques = pd.factorize(clients.astype(object).to_numpy())
-    table = np.array([host_of(u) for u in uniques] + [None], dtype=object)
+    table = np.array([address_of(u) for u in uniques] + [None], dtype=object)
     return table[codes]  # code −1 (missing) takes the last entry, None
-
-
-def host_of(endpoint) -> str | None:
-    """The address of an ip:port endpoint ([v6]:port too); None when unknown."""
-    if not isinstance(endpoint, str) or not endpoint:
-        return None
-    if endpoint.startswith("["):
-        return endpoint[1:endpoint.find("]")] if "]" in endpoint else endpoint
-    return endpoint.rpartition(":")[0] or endpoint
 
 
 def slow_entries(summary: dict) -> pd.DataFrame | None:

@@ -1,5 +1,5 @@
-"""Match stage: pair each exchange seen at an app host with the same exchange seen at the DB host, and collect
-the TCP segments seen at both points as clock samples.
+"""Match stage: pair each exchange seen at an app host with the same exchange seen at the DB host (the TCP segments
+both points saw, the clock's samples, are pair/clocks.py's).
 
 Why sequence numbers: the same TCP connection carries the same raw sequence numbers at both capture points, even
 when source NAT or a load balancer rewrites addresses and ports, and whatever the segmentation (TSO/GRO) at each
@@ -13,16 +13,12 @@ the end of the response (resp_tcp_end) agree: a neighbour's request or response 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from ..core.groups import group_order
-from ..core.memory import release_memory
-from ..read.capture import open_capture
-from ..read.fastlane import segment_keys
 
 SCRAMBLE_VOTE = 1_000_000  # a shared greeting scramble outweighs any number of shared sequence numbers
 # A key (a request's sequence number and content, or a scramble) that more connections than this share at one point
@@ -731,87 +727,3 @@ def _conn_info(exchanges: pd.DataFrame, conns: pd.DataFrame, side: str, conn: np
 # --- clock samples -------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Segments:
-    """Segments of chosen connections at one capture point: the keys seen exactly once there (a retransmission or
-    a duplicate ACK has no one time), sorted by key, as three compact arrays."""
-
-    k1: np.ndarray  # uint64: seq << 32 | ack
-    k2: np.ndarray  # uint64: payload length << 9 | flags << 1 | direction (0 client→server, 1 server→client)
-    ts: np.ndarray  # int64 ns
-    read: int = 0  # segments read
-    repeated: int = 0  # segments dropped because their key was seen more than once
-
-
-def _unique_sorted(columns: list) -> _Segments:
-    """k1, k2, ts (given as arrays, consumed: each is freed as soon as its sorted copy exists, which keeps the peak
-    at about twice the segments' size) sorted by key, with the keys seen more than once dropped."""
-    k1 = np.frombuffer(columns[0], dtype=np.uint64)
-    k2 = np.frombuffer(columns[1], dtype=np.uint64)
-    order = np.lexsort((k2, k1))
-    del k1, k2
-    k1, k2, ts = (np.frombuffer(columns.pop(0), dtype=dtype)[order] for dtype in (np.uint64, np.uint64, np.int64))
-    del order
-    repeat = (k1[1:] == k1[:-1]) & (k2[1:] == k2[:-1])
-    once = np.ones(len(k1), dtype=bool)
-    once[1:] &= ~repeat
-    once[:-1] &= ~repeat
-    kept = int(once.sum())
-    if kept == len(once):
-        return _Segments(k1, k2, ts, read=len(once), repeated=0)
-    return _Segments(k1[once], k2[once], ts[once], read=len(once), repeated=len(once) - kept)
-
-
-def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, int]]) -> _Segments:
-    """Keys and times of the segments of the given connections ((client ip, port, server ip, port) tuples),
-    reduced to the keys seen once (in the worker process, with --jobs: only those travel back). The native fast
-    lane reads them where it reads the capture (fastlane.segment_keys)."""
-    with open_capture(path) as reader:
-        columns = segment_keys(reader, flows)
-    segments = _unique_sorted(columns)
-    release_memory()  # the per-packet garbage of the pass, before the next capture's pass or the pairing
-    return segments
-
-
-@dataclass(frozen=True)
-class ClockSamples:
-    fwd_app: np.ndarray  # app→DB: app timestamp a
-    fwd_db: np.ndarray  # app→DB: DB timestamp b
-    rev_db: np.ndarray  # DB→app: DB timestamp c
-    rev_app: np.ndarray  # DB→app: app timestamp e
-    app_segments: int  # segments of matched connections read at the app point
-    db_segments: int
-    duplicates_dropped: int  # keys seen more than once at one point (retransmissions, duplicate ACKs)
-
-
-def pair_segments(app: _Segments, db: _Segments) -> ClockSamples:
-    """The segments seen at both points (same key), as clock samples. Both sides are sorted by (k1, k2) with unique
-    keys, so this is a merge join on sorted arrays: no hash table, a few index arrays of memory."""
-    lo = np.searchsorted(db.k1, app.k1, side="left")
-    hi = np.searchsorted(db.k1, app.k1, side="right")
-    # Several DB segments may share a seq/ack (a pure ACK, then data; or, in a forged capture, thousands): inside
-    # each run k2 is sorted, so every app key bisects its run, all keys at once: log2(longest run) passes.
-    ia = np.flatnonzero(hi > lo)
-    left, right, end = lo[ia], hi[ia], hi[ia]
-    del lo, hi
-    want = app.k2[ia]
-    while True:
-        open_ = left < right
-        if not open_.any():
-            break
-        mid = (left + right) // 2
-        below = db.k2[np.where(open_, mid, 0)] < want
-        left = np.where(open_ & below, mid + 1, left)
-        right = np.where(open_ & ~below, mid, right)
-    hit = left < end
-    hit[hit] = db.k2[left[hit]] == want[hit]
-    ia, id_ = ia[hit], left[hit]
-    del left, right, end, want
-    fwd = (app.k2[ia] & np.uint64(1)) == 0
-    ts_a, ts_d = app.ts[ia], db.ts[id_]
-    order_f = np.lexsort((ts_d[fwd], ts_a[fwd]))  # by app time; equal app times by DB time
-    order_r = np.lexsort((ts_d[~fwd], ts_a[~fwd]))
-    return ClockSamples(
-        ts_a[fwd][order_f], ts_d[fwd][order_f], ts_d[~fwd][order_r], ts_a[~fwd][order_r],
-        app_segments=app.read, db_segments=db.read, duplicates_dropped=app.repeated + db.repeated,
-    )

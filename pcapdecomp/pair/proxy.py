@@ -541,7 +541,7 @@ def _hops(app: Side | None, front: Side, back: Side, db: Side | None) -> tuple[t
     matching's counts, and far clock − near clock per near capture from the TCP segments seen at both points. Each
     capture is read once for the segments of both hops (the proxy capture holds both)."""
     from .clock import estimate_clock
-    from .match import pair_segments, read_segments_of
+    from .clocks import pair_segments, read_segments_of
 
     hops = [(app, front), (back, db)]
     matched = [match_exchanges(near.ex, far.ex, near.conns, far.conns) if near is not None and far is not None

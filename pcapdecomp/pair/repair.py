@@ -759,7 +759,7 @@ _KEPT: dict[str, list | None] = {}  # in a worker: the scan _give_and_keep made,
 
 
 def _give_and_keep(path: str, wants: list, jobs: list[Job]) -> dict[int, list[Piece]]:
-    """_give_and_scan in a worker that keeps the scan for the reread it is given next (parallel.Worker)."""
+    """_give_and_scan in a worker that keeps the scan for the reread it is given next (core.workers.Worker)."""
     found, _KEPT[path] = _give_and_scan(path, wants, jobs)
     return found
 

@@ -37,7 +37,7 @@ class CaptureSet:
     server_names: dict[str, str] = field(default_factory=dict)  # --server NAME=HOST:PORT: endpoint -> name
     proxy_servers: list[str] = field(default_factory=list)  # the proxy's listening endpoints, when known
     processlist: Path | None = None  # a processlist snapshot: connection ids by client endpoint (read/connids.py)
-    server_settings: dict | None = None  # --server-vars (playbook.read_server_vars); None: capture.toml's
+    server_settings: dict | None = None  # --server-vars (read.servervars.read_server_vars); None: capture.toml's
     server_vars: Path | None = None  # the folder's variables.tsv (SERVER_VARS_NAME), as `pcapdecomp guide` writes it
     tls_keylogs: list[Path] = field(default_factory=list)  # NSS key logs (--tls-keylog, the folder's tls-keys.log)
 

@@ -1,4 +1,5 @@
-"""Several cores for the extraction stage (`--jobs`). The work splits by capture file and, inside a capture, by TCP
+"""Stage 1's face: `extract_points` reads every capture point of a capture set → `Extracted`. Below it, the
+extraction on several cores (`--jobs`, `extract_all`): the work splits by capture file and, inside a capture, by TCP
 connection: each worker process reads the whole file but parses only its part of the connections (FlowTracker's
 `part`), and `merge_parts` joins the parts into exactly what one process gives (tests compare them).
 

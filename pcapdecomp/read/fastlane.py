@@ -280,7 +280,7 @@ def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Ca
 
 
 def segment_keys(reader: CaptureReader, flows: set[tuple[str, int, str, int]]) -> list:
-    """match.read_segments_of's pass: the keys and times of every TCP segment of the given connections ((client
+    """clocks.read_segments_of's pass: the keys and times of every TCP segment of the given connections ((client
     ip, port, server ip, port), either direction). Returns [k1, k2, ts], each the buffer of a uint64, uint64 and
     int64 array: k1 = seq << 32 | ack, k2 = wire payload length << 9 | flags << 1 | direction (1: server to
     client). Read by the lane when it can, from the same records as extraction (times checked alike; a damaged

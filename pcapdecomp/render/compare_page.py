@@ -3,7 +3,7 @@
 Sections: the headline and the notes on comparability, the analyses compared, the overall counts and percentiles,
 the components (network, queueing, execution), the thread groups, the Query IDs, method and columns. Every text
 that comes from a capture, a log or a folder name is escaped for where it lands (render/report.py's helpers for HTML,
-report_figures' for plotly labels, and JSON inside <script> with <, > and & as \\u escapes)."""
+render.figures' for plotly labels, and JSON inside <script> with <, > and & as \\u escapes)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ in one (or a stall's "zoom" button) moves them all.
 Every text from a capture, a log or a file name is attacker-controlled. Here it is escaped for where it lands:
 `esc` for HTML text and attribute values (always quoted), `Html` marks the few strings this module built itself
 from escaped parts, `_script_json` for the figures' JSON inside <script> (`<`, `>`, `&` and every non-ASCII
-character, U+2028/2029 included, as \\u escapes), and report_figures.plain for plotly labels."""
+character, U+2028/2029 included, as \\u escapes), and render.figures.plain for plotly labels."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ What runs on the workers, one task each:
 - the extraction of every capture point, split into parts by TCP connection when there are more workers than
   points (`exchanges.extract(point, part=(i, n))`, as `--jobs` splits it on one machine; the parts are joined
   with `exchanges.merge_parts`, which gives exactly what one process gives);
-- the clock's second pass over each point (`match.read_segments_of`: the segments of its matched connections).
+- the clock's second pass over each point (`clocks.read_segments_of`: the segments of its matched connections).
 
 A point's files are read by one task in their order (read/sources.py): a TCP connection, its exchange in progress and
 its prepared statements carry from one file into the next, so cutting the work at file boundaries would cut

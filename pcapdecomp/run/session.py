@@ -17,11 +17,9 @@ from ..core.errors import InputError, UsageError, internal_errors_to
 from ..core.memory import map_big_blocks, release_memory
 from ..core.outputs import OutputFolder, write_table, write_text
 from ..core.schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
-from ..core.tables import concat, with_declared_dtypes
+from ..core.tables import with_declared_dtypes
 from ..core.workers import Ahead, Forked, default_jobs
-from ..explain.servers import Explained
-from ..explain.stories import tell as tell_stories
-from ..explain.summary import build as build_summary
+from ..explain.servers import Explained, summary_of
 from ..explain.summary import latency_quantiles
 from ..explain.summary import to_json as summary_json
 from ..pair.pairing import Paired
@@ -128,25 +126,16 @@ class Run:
         return start
 
     def finish(self, x: Extracted, paired: Paired, explained: Explained) -> AnalysisResult:
-        """summary.json with its verdict, report.html and the tables, into the output folder, committed as one set."""
+        """The last step: summary.json with its verdict (explain.servers.summary_of), report.html (render.report.render)
+        and the tables, into the output folder, committed as one set."""
         cs, options, out = self.cs, self.options, self.folder.staging
         exchanges, groups, pool = explained.exchanges, explained.groups, explained.pool
         first = explained.servers[0]
-        app_points, app_kind = (x.proxy_points, "proxy") if paired.app_kind == "proxy" else (x.app_points, "app")
         conns = {"app": paired.app_conns, "db": paired.db_conns}
+        scheduler = self.runner.address if self.runner is not None else None
 
         def summarised(latency: dict | None = None) -> dict:
-            summary = build_summary(
-                cs, names={"app": [p.name for p in app_points], "dbs": [p.name for p in x.db_points],
-                           "proxy": [p.name for p in x.proxy_points]},
-                points=x.points, qualities={**x.qualities, "app": x.qualities[app_kind]},
-                matching=paired.matching.stats.as_dict(), proxy=paired.proxy_summary,
-                repair=paired.repair.stats.as_dict() if paired.repair is not None else None, clocks=paired.clock_info,
-                servers=explained.servers, exchanges=exchanges, warnings=self.warnings,
-                scheduler=self.runner.address if self.runner is not None else None,
-                through_proxy=paired.through_proxy, latency=latency)
-            tell_stories(summary, exchanges, concat([paired.app_conns, paired.db_conns]), cs.server_settings)
-            return summary
+            return summary_of(cs, x, paired, explained, self.warnings, scheduler, latency)
 
         # With --jobs N the tables are written by a forked child as soon as they are whole, while the summary is
         # built and the report renders here: it shares the tables as they are (nothing pickled), and converting them

@@ -571,7 +571,7 @@ def rows_for_join(t: pd.DataFrame) -> pd.DataFrame:
 
 def wire_statements(t: pd.DataFrame) -> WireStatements:
     """The statements of the exchanges (build_table's columns command, sql, problems, bytes_req) a slow log's
-    header lines could hide in, for the slow-log reader (slowlog.WireStatements): the whole ones that hold
+    header lines could hide in, for the slow-log reader (slowlog.reader.WireStatements): the whole ones that hold
     header-like lines, in their logged form; those cut on the wire (--max-sql-bytes), by their known start and
     their size from the request's length; prepared ones holding header-like lines up to their first parameter."""
     if not len(t):
