@@ -19,7 +19,7 @@ LANE_COLUMNS = HERE / "pcapdecomp" / "_lane_columns.h"
 
 def lane_columns_header() -> str:
     """schema.c_header(), with core/schema.py loaded on its own: a build has setuptools, not pcapdecomp's dependencies."""
-    spec = importlib.util.spec_from_file_location("_pcapdecomp_schema", HERE / "pcapdecomp" / "core" / "core/schema.py")
+    spec = importlib.util.spec_from_file_location("_pcapdecomp_schema", HERE / "pcapdecomp" / "core" / "schema.py")
     schema = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = schema  # dataclasses look their module up while the classes are made
     try:
