@@ -722,7 +722,7 @@ def _reread_keys(jobs: list[Job]) -> list[Flow4] | None:
     return keys if len(set(keys)) == len(keys) else None
 
 
-def prescan(path: str, jobs: list[Job]) -> list | None:
+def prescan(path: str | os.PathLike, jobs: list[Job]) -> list | None:
     """[keys, columns]: fastlane.excerpt_scan of the jobs' connections in the capture at `path`, made before their
     pieces are known (while another process borrows them, repair_losses) for reread to take. None when the lane
     cannot read the capture or two jobs share an address pair."""
@@ -733,7 +733,7 @@ def prescan(path: str, jobs: list[Job]) -> list | None:
     return None if columns is None else [keys, columns]
 
 
-def _scan_giving(path: str, wants: list, jobs: list[Job]) -> tuple[list | None, list | None]:
+def _scan_giving(path: str | os.PathLike, wants: list, jobs: list[Job]) -> tuple[list | None, list | None]:
     """A capture that is lossy and gives to the other point (both points lossy): one excerpt_scan for both passes
     over it, (for borrow of `wants`, for reread of `jobs` as prescan makes it), where each pass scanned it
     (150 s lossy sysbench pair: 1.3 s per capture). (None, None) when the lane cannot read it; the second None
@@ -753,28 +753,28 @@ def _scan_giving(path: str, wants: list, jobs: list[Job]) -> tuple[list | None, 
     return [keys, columns], [taking, [c[mine] for c in columns]]
 
 
-def _give_and_scan(path: str, wants: list, jobs: list[Job]) -> tuple[dict[int, list[Piece]], list | None]:
+def _give_and_scan(path: str | os.PathLike, wants: list, jobs: list[Job]) -> tuple[dict[int, list[Piece]], list | None]:
     """borrow from the capture at `path`, and the scan for its own reread (_scan_giving)."""
     giving, taking = _scan_giving(path, wants, jobs)
     return borrow(path, wants, scanned=giving), taking
 
 
-_KEPT: dict[str, list | None] = {}  # in a worker: the scan _give_and_keep made, for its _reread_kept
+_KEPT: dict[str | os.PathLike, list | None] = {}  # in a worker: the scan _give_and_keep made, for its _reread_kept
 
 
-def _give_and_keep(path: str, wants: list, jobs: list[Job]) -> dict[int, list[Piece]]:
+def _give_and_keep(path: str | os.PathLike, wants: list, jobs: list[Job]) -> dict[int, list[Piece]]:
     """_give_and_scan in a worker that keeps the scan for the reread it is given next (parallel.Worker)."""
     found, _KEPT[path] = _give_and_scan(path, wants, jobs)
     return found
 
 
-def _reread_kept(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set | None,
+def _reread_kept(path: str | os.PathLike, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set | None,
                  max_sql_bytes: int, tls_secrets=None):
     """reread, in the worker that scanned the capture (_give_and_keep)."""
     return reread(path, jobs, pieces, servers, max_sql_bytes, _KEPT.pop(path, None), tls_secrets)
 
 
-def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set, max_sql_bytes: int,
+def _reread_natively(path: str | os.PathLike, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set, max_sql_bytes: int,
                      info: list[list], conns: list[_Connection], scanned: list | None = None,
                      tls_secrets=None) -> Extraction | None:
     """reread's extraction through the lane (see above): the jobs' connections of the capture at `path` with the
@@ -859,7 +859,7 @@ TIME_COLUMNS = (("req_first", "req_first_ts", "req_first_frame"), ("req_last", "
                 ("resp_first", "resp_first_ts", "resp_first_frame"), ("resp_last", "resp_last_ts", "resp_last_frame"))
 
 
-def reread(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set | None,
+def reread(path: str | os.PathLike, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set | None,
            max_sql_bytes: int, scanned: list | None = None, tls_secrets=None) -> tuple[Extraction, pd.DataFrame, int]:
     """Extract the jobs' connections from the lossy capture again, holes filled with the borrowed pieces.
     `scanned`: prescan's answer for this capture, when there is one. `tls_secrets`: the key log, so a TLS
@@ -968,11 +968,12 @@ def _take_bounds(ex: pd.DataFrame, info: list[list]) -> pd.DataFrame:
 # --- the stage ----------------------------------------------------------------------------------------------------
 
 
-def _borrow_and_reread(todo: list[Job], servers: set | None, max_sql_bytes: int, jobs: int, tls_secrets=None
-                       ) -> tuple[list[Job], list[str], list]:
+def _borrow_and_reread(todo: list[Job], where: dict, servers: set | None, max_sql_bytes: int, jobs: int,
+                       tls_secrets=None) -> tuple[list[Job], list[str], list]:
     """repair_losses' passes over the captures: 1. the other points' bytes for the jobs' holes (`borrow`, one pass
     per capture that has some to give), 2. the lossy points' connections again with them (`reread`, one pass per
-    lossy capture). Returns the jobs that got bytes, the captures re-read and reread's results for them."""
+    lossy capture). `where`: capture name -> what reads it (Extraction.source: a capture point of several files is
+    read as one stream). Returns the jobs that got bytes, the captures re-read and reread's results for them."""
     from ..core.workers import Worker, run_all, run_beside
 
     givers = sorted({j.other_capture for j in todo})
@@ -989,18 +990,19 @@ def _borrow_and_reread(todo: list[Job], servers: set | None, max_sql_bytes: int,
         if len(lossy) == 1 and jobs > 1:
             # the one lossy capture's connections are scanned here while workers borrow (two passes over two files
             # overlap; its reread runs in this process then, below)
-            kept[lossy[0]], found_all = run_beside(borrow, list(wants.items()), jobs, lambda: prescan(lossy[0], todo))
+            kept[lossy[0]], found_all = run_beside(borrow, [(where[c], w) for c, w in wants.items()], jobs,
+                                                   lambda: prescan(where[lossy[0]], todo))
         elif len(lossy) == 2 and lossy == givers and jobs > 1:
             # both points lossy, each a giver too: each capture is scanned once for what it gives and its own
             # reread, one here and one in a worker that keeps its scan until it rereads (150 s lossy sysbench pair)
             here, there = lossy
             worker = stack.enter_context(Worker())
-            future = worker.submit(_give_and_keep, there, wants[there], of(there, todo))
-            found_here, kept[here] = _give_and_scan(here, wants[here], of(here, todo))
+            future = worker.submit(_give_and_keep, where[there], wants[there], of(there, todo))
+            found_here, kept[here] = _give_and_scan(where[here], wants[here], of(here, todo))
             found_all = [found_here, future.result()]
             del found_here
         else:
-            found_all = run_all(borrow, list(wants.items()), jobs)
+            found_all = run_all(borrow, [(where[c], w) for c, w in wants.items()], jobs)
         pieces: dict[int, list[Piece]] = {}
         for found in found_all:
             pieces.update(found)
@@ -1011,18 +1013,18 @@ def _borrow_and_reread(todo: list[Job], servers: set | None, max_sql_bytes: int,
         # of both captures read again at Python's speed.)
         todo = [j for j in todo if pieces.get(j.job)]
         takers = sorted({j.capture for j in todo})
-        calls = [(c, of(c, todo), {j.job: pieces[j.job] for j in of(c, todo)}, servers, max_sql_bytes,
+        calls = [(where[c], of(c, todo), {j.job: pieces[j.job] for j in of(c, todo)}, servers, max_sql_bytes,
                   kept.pop(c, None), tls_secrets) for c in takers]  # a worker is sent the pieces of its own jobs only
         kept.clear()
         del pieces
         if there in takers:
-            mine = next(call for call in calls if call[0] == there)
+            mine = next(call for call in calls if call[0] == where[there])
             future = worker.submit(_reread_kept, *mine[:5], tls_secrets)
             del mine
-            done = {call[0]: reread(*call) for call in calls if call[0] != there}
+            done = {call[0]: reread(*call) for call in calls if call[0] != where[there]}
             calls.clear()
-            done[there] = future.result()
-            results = [done.pop(c) for c in takers]
+            done[where[there]] = future.result()
+            results = [done.pop(where[c]) for c in takers]
         elif len(calls) > 1 and jobs > 1:
             # several lossy points (each re-read is a whole extraction): the first here while workers take the
             # others, so one result less is pickled across
@@ -1051,7 +1053,8 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
                                                RepairStats(skipped_wrap=skipped))
     pairing.release(tables=False)  # what it made of the rows, beside the passes below (made again if unrepaired)
     hole_bytes = sum(length for j in todo for side in j.holes for _, length, _ in side)
-    todo, takers, results = _borrow_and_reread(todo, servers, max_sql_bytes, jobs, tls_secrets)
+    where = {x.capture: x.source for x in [*app_x, *(db_x if isinstance(db_x, list) else [db_x])]}
+    todo, takers, results = _borrow_and_reread(todo, where, servers, max_sql_bytes, jobs, tls_secrets)
     stats = RepairStats(skipped_wrap=skipped, connections=len(todo),
                         holes=sum(len(j.holes[0]) + len(j.holes[1]) for j in todo))
     if not todo:

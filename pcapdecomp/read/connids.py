@@ -211,7 +211,8 @@ CONNECTION_ID_SQL = re.compile(r"\s*select\s+connection_id\s*\(\s*\)\s*(?:as\s+\
 def ids_from_answers(point, ex: pd.DataFrame, conns: pd.DataFrame) -> dict[tuple[str, int], int]:
     """(capture, conn_index) -> id answered to a `SELECT CONNECTION_ID()` (its first column) on a connection without
     an id: the answer is read back from the frames of the response (one pass over the capture's frames between the
-    first and the last such response)."""
+    first and the last such response). `point`: the capture's file, or its sources.CapturePoint (a point of several
+    files is read as one stream, its frames numbered through it)."""
     if not len(ex) or "sql" not in ex:
         return {}
     unnamed = conns.loc[conns["conn_id"].isna() & ~conns["tls"].fillna(False).astype(bool)
