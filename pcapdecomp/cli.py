@@ -111,8 +111,8 @@ def exchanges(
     for path in (out, connections_out):
         if path is not None:
             check_output(path)
-    # numpy's OpenBLAS starts a thread per core that spins for a while after its import: ~0.1 s of CPU taken from
-    # the lane on a 2-core machine, for a command that does no linear algebra (an explicit setting wins)
+    # numpy's OpenBLAS starts a thread per core that spins for a while after its import, CPU taken from the lane
+    # for a command that does no linear algebra (an explicit setting wins)
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     arrow_without_pandas()
@@ -140,7 +140,7 @@ def exchanges(
 
 class _Exit:
     """`fast`: the command has written everything, and main may end the process without tearing the interpreter
-    down (freeing the tables and every module's objects one by one: ~0.05 s of a 10 s capture's `exchanges` run).
+    down (freeing the tables and every module's objects one by one, work whose result nobody sees).
     Set by commands whose outputs are closed files (nothing left in a buffer but stdout's and stderr's)."""
 
     fast = False

@@ -472,7 +472,7 @@ DATASET_COLUMNS: tuple[Column, ...] = (
 
 # comparison.parquet (`pcapdecomp compare`, pcapdecomp/compare.py): one row per analysis (step) and per scope, key
 # and metric, in long form so that any number of analyses fits one declaration. Changes are against step 0, the first
-# analysis named (the "before"), as the four-point incident reported its fix (3,788 → 818, −78 %; → 63, −98.3 %).
+# analysis named (the "before"), as an incident's fix is reported: each step against the state before any change.
 COMPARISON_COLUMNS: tuple[Column, ...] = (
     Column("scope", CATEGORY, "overall (every exchange of the analysis) | component (the exchanges where that component is known) | thread_group | query_id"),
     Column("key", "string", "all (overall) | network, queueing, queueing_certain, execution, and through a proxy with its capture inside_the_proxy (proxy_s) and proxy_wait (proxy_wait_s) (component) | the thread group number (thread_group) | the Query ID (query_id)"),

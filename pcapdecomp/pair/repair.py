@@ -28,14 +28,13 @@ row, its frame is 0, and `apply_bounds` turns the bounds — tightened by the ot
 the decomposition's *_lo/*_hi columns, with `bounded` naming the points. Bytes lost at both points stay holes:
 those exchanges keep their `gap` problems.
 
-Cost (issue 19): still whole connections, not windows around the holes. A window would need the core's state at
+Cost: whole connections are re-read, not windows around the holes. A window would need the core's state at
 its start (phase, prepared statements and their parameter types from earlier executes, EOF convention, exchange
 ordinal, the connection's counters), which neither the lane nor the core can hand over or restore. With several
 processes the lossy capture is scanned (`prescan`) while a worker borrows from the other one; with both points
 lossy and giving to each other, each capture is scanned once for both its passes (`_scan_giving`), one here and
-one in a worker that keeps its scan for its re-read (`_borrow_and_reread`). On the 40 s lossy
-sysbench pair repair_losses takes 6.7 s of CPU instead of 7.4 s with --jobs 1 (mean of 3 back-to-back runs each on
-its saved inputs, 2026-11-25, shared machine), wall 5.2-7.3 s instead of 7.2 s with --jobs 2.
+one in a worker that keeps its scan for its re-read (`_borrow_and_reread`): a capture is not scanned twice, and
+two scans of two files overlap.
 
 Limits: a connection that moved 2 GiB or more in either capture is not repaired (its sequence numbers may wrap,
 and a byte range would then be ambiguous); at most tcp.HalfStream.MAX_HOLES holes per direction are remembered;
@@ -531,15 +530,14 @@ def _upper_bounds(conn: _Connection, direction: int, acked: int, ts: int, info: 
 #    reaches it, an RST), so _reread_segments' steps are replayed at just those segments, and the causality bounds
 #    are looked up in the keys;
 # 3. extract reads those segments, pieces put in, with the lane (fastlane.ExcerptPlan: the records excerpt_copy
-#    would write, read from the capture itself, so no temporary file of them: at 40 s that was 0.5 GB written and
-#    read again, at 150 s 1.8 GB per capture); its frame numbers are mapped back (a piece's to −(id + 1), as
+#    would write, read from the capture itself, so no temporary file of them, written and read again at the size
+#    of the connections re-read); its frame numbers are mapped back (a piece's to −(id + 1), as
 #    _reread_segments numbers them).
 # The one difference in order: the pieces nothing acknowledged or followed go in right after their connection's
 # last segment, not after the capture's last (the connections are independent, and so their times stay in order).
-# Sharing step 3 with the idle second process of --jobs 2, by connection (each half an excerpt plan of its own, the
-# halves' tables joined as exchanges.merge_parts joins parts), does not pay on the 40 s lossy sysbench pair: each
-# half took 1.0 s of CPU instead of 1.6 s for the whole (both read the whole capture), but joining them took
-# 0.6-0.7 s and sending one half's 0.5 M rows back 0.2-0.4 s (2026-11-26, loaded machine).
+# Step 3 is not shared with the idle second process of --jobs 2 by connection (each half an excerpt plan of its
+# own, the halves' tables joined as exchanges.merge_parts joins parts): both halves read the whole capture, and
+# joining the halves and sending one back cost more than the half saved (docs/speed.md).
 
 
 class _Keys:
@@ -736,7 +734,7 @@ def prescan(path: str | os.PathLike, jobs: list[Job]) -> list | None:
 def _scan_giving(path: str | os.PathLike, wants: list, jobs: list[Job]) -> tuple[list | None, list | None]:
     """A capture that is lossy and gives to the other point (both points lossy): one excerpt_scan for both passes
     over it, (for borrow of `wants`, for reread of `jobs` as prescan makes it), where each pass scanned it
-    (150 s lossy sysbench pair: 1.3 s per capture). (None, None) when the lane cannot read it; the second None
+    (a scan reads the whole capture). (None, None) when the lane cannot read it; the second None
     when two jobs share an address pair."""
     taking = _reread_keys(jobs)
     keys = list(taking or [])
@@ -831,8 +829,7 @@ def _reread_natively(path: str | os.PathLike, jobs: list[Job], pieces: dict[int,
     insert_at = np.fromiter((e[0] for e in inserts), dtype=np.int64, count=len(inserts))
     pieces_ids = np.fromiter((e[2] for e in inserts), dtype=np.int64, count=len(inserts))
     # The scan's columns and the placements' copies of them are done with: let them go before the excerpt is
-    # extracted (on the 40 s lossy sysbench pair they were ~0.3 GB under that extraction's own peak, which is the
-    # run's peak with --jobs 1).
+    # extracted (kept, they would lie under that extraction's own peak, which is the run's peak with --jobs 1).
     plan = fastlane.ExcerptPlan(keys, frame[rows], insert_at, [e[3] for e in inserts])
     del columns, key, frame, ts, kept, ordinal, placements, placement, k, ends, inserts
     x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, excerpt=plan, tls_secrets=tls_secrets)
@@ -994,7 +991,7 @@ def _borrow_and_reread(todo: list[Job], where: dict, servers: set | None, max_sq
                                                    lambda: prescan(where[lossy[0]], todo))
         elif len(lossy) == 2 and lossy == givers and jobs > 1:
             # both points lossy, each a giver too: each capture is scanned once for what it gives and its own
-            # reread, one here and one in a worker that keeps its scan until it rereads (150 s lossy sysbench pair)
+            # reread, one here and one in a worker that keeps its scan until it rereads
             here, there = lossy
             worker = stack.enter_context(Worker())
             future = worker.submit(_give_and_keep, where[there], wants[there], of(there, todo))
@@ -1009,8 +1006,8 @@ def _borrow_and_reread(todo: list[Job], where: dict, servers: set | None, max_sq
         del found_all
         # A connection the other point has none of the missing bytes of (lost at both points) would be read again,
         # in Python and whole, into the rows it already has: only connections with pieces are read again. (When a
-        # busy server's tcpdumps drop packets at both points, that was every connection at both points: the whole
-        # of both captures read again at Python's speed.)
+        # busy server's tcpdumps drop packets at both points, that would be every connection at both points: the
+        # whole of both captures read again at Python's speed.)
         todo = [j for j in todo if pieces.get(j.job)]
         takers = sorted({j.capture for j in todo})
         calls = [(where[c], of(c, todo), {j.job: pieces[j.job] for j in of(c, todo)}, servers, max_sql_bytes,
@@ -1044,7 +1041,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
     replace their rows and pair their exchanges. None when there is nothing to repair. `handed`: [app_ex, db_ex,
     app_conns, db_conns, pairing (match.Pairing: the connection pairs, the exchange pairs not made yet)], the
     caller's only reference to them; emptied when they are replaced, so the replaced tables are let go before the
-    exchanges are paired (40 s lossy sysbench pair: its peak ~0.23 GB lower). The exchanges are paired once: after
+    exchanges are paired (not held under the pairing's peak). The exchanges are paired once: after
     the repair, or from `pairing` when nothing was repaired."""
     app_ex, db_ex, app_conns, db_conns, pairing = handed
     todo, skipped = plan(app_x, db_x, app_ex, db_ex, app_conns, db_conns, pairing)
@@ -1097,7 +1094,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
     bound_rows = pd.concat(bounds, ignore_index=True) if bounds else _no_bounds()
     stats.bounded_times = len(bound_rows)
     # The re-read's tables, their copies and the kept rows are in the new tables now: let them go before the match
-    # builds its own (on the 40 s lossy sysbench pair they were ~0.4 GB of the peak).
+    # builds its own (else they are part of the run's peak).
     del results, mine, sides
     handed.clear()
     gc.collect()  # the re-read's frames sit in reference cycles: counting alone does not free them
@@ -1269,7 +1266,7 @@ def _clock_margins(table: pd.DataFrame, rows: np.ndarray, value: np.ndarray, lo:
                    named: np.ndarray, clocks: dict, primary_app: str | None,
                    clock_keys: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """apply_bounds' clock step for the bounded rows, by clock model and segment (a DB bound's app time, one call per
-    model, not per time: 32k bounded times on the 40 s lossy sysbench pair took 0.37 s one by one). Turns the
+    model, not per time: a call per bounded time costs Python's overhead tens of thousands of times). Turns the
     named, known D bounds of `lo` and `hi` (columns 2, 3) into app-clock times in place, and returns (u, v): the
     true app time of a DB time lies in [estimate − u, estimate + v] at the row's first known time (infinite
     without a clock)."""

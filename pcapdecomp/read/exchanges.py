@@ -252,7 +252,7 @@ connection_part = row_function("connection_part", EXCHANGE_COLUMNS, "capture, fl
 ROWS_PER_BATCH = 1 << 13  # rows are held as Python tuples only until a batch of this many is columnar
 # The fast lane holds its rows in C buffers and the distinct texts of a batch (no Python object per row): its
 # batches are bigger (and end sooner when they hold 16 MiB of text), so fewer of them are made into Arrow and
-# fewer dictionaries unified when the table is sorted: on the 10 s sysbench capture 36 batches -> 5, ~30 ms
+# fewer dictionaries unified when the table is sorted
 LANE_ROWS_PER_BATCH = 1 << 16
 
 
