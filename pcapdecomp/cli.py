@@ -111,8 +111,8 @@ def exchanges(
     for path in (out, connections_out):
         if path is not None:
             check_output(path)
-    # numpy's OpenBLAS starts a thread per core that spins for a while after its import: ~0.1 s of CPU taken from
-    # the lane on a 2-core machine, for a command that does no linear algebra (an explicit setting wins)
+    # numpy's OpenBLAS starts a thread per core that spins for a while after its import, CPU taken from the lane
+    # for a command that does no linear algebra (an explicit setting wins)
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     arrow_without_pandas()
@@ -140,7 +140,7 @@ def exchanges(
 
 class _Exit:
     """`fast`: the command has written everything, and main may end the process without tearing the interpreter
-    down (freeing the tables and every module's objects one by one: ~0.05 s of a 10 s capture's `exchanges` run).
+    down (freeing the tables and every module's objects one by one, work whose result nobody sees).
     Set by commands whose outputs are closed files (nothing left in a buffer but stdout's and stderr's)."""
 
     fast = False
@@ -454,10 +454,9 @@ def main() -> None:
             say(shown.getvalue().rstrip("\n"), err=True, lines=True)
             sys.exit(usage_code)
         _exit(as_error(exc))
-    if _Exit.fast and code in (0, None) and _threading_idle():
-        import atexit
-
-        getattr(atexit, "_run_exitfuncs", lambda: None)()  # what a normal end runs first (logging's flush, …)
+    run_exit_functions = _exit_functions() if _Exit.fast and code in (0, None) and _threading_idle() else None
+    if run_exit_functions is not None:
+        run_exit_functions()  # what a normal end runs first (logging's flush, …)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
@@ -471,6 +470,16 @@ def main() -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
+def _exit_functions():
+    """CPython's atexit._run_exitfuncs (not public API): the registered handlers a normal end runs, for an end by
+    os._exit that skips the interpreter's teardown (the command's tables and modules freed one by one, work
+    nobody sees: its cost is in docs/speed.md). None where it is missing: the process then ends normally."""
+    import atexit
+
+    run = getattr(atexit, "_run_exitfuncs", None)
+    return run if callable(run) else None
+
+
 def _threading_idle() -> bool:
     """No thread but the main one runs (one that does is joined by the interpreter's normal end)."""
     threading = sys.modules.get("threading")
@@ -478,12 +487,17 @@ def _threading_idle() -> bool:
 
 
 def _plain_values_without_pydantic() -> None:
-    """typer (0.29 and later) converts every option's value with a pydantic TypeAdapter, built on first use: importing
-    pydantic and building them was ~0.07 s of every command, `--help` included (typer converts the absent --help
-    of the group too). The values this CLI takes are plain (a flag, a path, a whole number, text, lists of them):
+    """typer (0.29 and later) converts every option's value with a pydantic TypeAdapter, built on first use:
+    importing pydantic and building them is a large part of a small command's start-up (its cost is in
+    docs/speed.md). The values this CLI takes are plain (a flag, a path, a whole number, text, lists of them):
     those are converted here as pydantic converts them, and anything else (a number out of range or not a number,
-    an empty path…) goes to typer's own conversion, which also words the error. Nothing changes with a typer
-    without this layer."""
+    an empty path…) goes to typer's own conversion, which also words the error.
+
+    This reaches into typer's private modules (typer._coercion, typer._param_types, typer.core._TyperParameter's
+    get_runtime_param, its type_descriptor): a typer that moves or changes them must not break the CLI, only make
+    it slower. So: a name missing, the layer is not put in; a call of it that fails on typer's side (TypeError,
+    AttributeError: a signature or an attribute changed), typer's own conversion takes the value
+    (tests/test_cli.py runs the CLI with the layer unable to apply)."""
     try:
         from typer import core
         from typer._coercion import PassThroughRuntimeParam, build_runtime_param
@@ -492,7 +506,7 @@ def _plain_values_without_pydantic() -> None:
         return
     parameter = getattr(core, "_TyperParameter", None)
     original = getattr(parameter, "get_runtime_param", None)
-    if original is None or getattr(original, "plain", False):
+    if original is None or getattr(original, "plain", False) or not hasattr(PassThroughRuntimeParam, "_coerce_value"):
         return
     import dataclasses
     import re
@@ -534,16 +548,22 @@ def _plain_values_without_pydantic() -> None:
     @dataclasses.dataclass(frozen=True)
     class Plain(PassThroughRuntimeParam):
         def _coerce_value(self, value, param, ctx):
-            made = plain(self.annotation, value, self.parameter_info, param, ctx)
+            try:
+                made = plain(self.annotation, value, self.parameter_info, param, ctx)
+            except (TypeError, AttributeError):  # typer's side changed: its own conversion
+                made = unsure
             if made is unsure:
                 return build_runtime_param(param.type_descriptor)._coerce_value(value, param=param, ctx=ctx)
             return made
 
     def get_runtime_param(self):
-        if self._runtime_param is None and self.type_descriptor.file_annotation is None and (
-                self.type_descriptor.parameter_info.parser is None):
-            self._runtime_param = Plain(parameter_info=self.type_descriptor.parameter_info,
-                                        annotation=self.type_descriptor.annotation)
+        try:
+            if self._runtime_param is None and self.type_descriptor.file_annotation is None and (
+                    self.type_descriptor.parameter_info.parser is None):
+                self._runtime_param = Plain(parameter_info=self.type_descriptor.parameter_info,
+                                            annotation=self.type_descriptor.annotation)
+        except (TypeError, AttributeError):  # typer's parameters changed: its own conversion
+            pass
         return original(self)
 
     get_runtime_param.plain = True

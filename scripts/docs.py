@@ -35,6 +35,8 @@ TABLE_TITLES = {
     "comparison-metrics": "comparison.parquet's metrics",
     "comparison-json": "comparison.json keys",
     "dataset": "the columns `analyze --partitioned` adds",
+    "capture-toml": "capture.toml: what a capture-set folder says about itself (`pcapdecomp guide` writes it, "
+                    "`analyze` reads it)",
 }
 
 

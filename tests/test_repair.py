@@ -693,5 +693,5 @@ def test_the_reread_without_a_file_gives_what_the_python_reread_gives(tmp_path, 
     assert calls and natively[0] is not None  # the lane re-read the capture, with no file of its own
     for path, (x, bounds, touched, counts), (y, bounds_py, touched_py, counts_py) in calls:
         assert counts[0] > 0 and len(bounds) and len(x.exchanges) > 100
-        _same_extraction(x, y, path, frames=False)  # (Python's re-read reads segments, not frames: counts none)
+        _same_extraction(x, y, str(path), frames=False)  # (Python's re-read reads segments, not frames: counts none)
         assert bounds.equals(bounds_py) and np.array_equal(touched, touched_py) and counts == counts_py

@@ -21,8 +21,8 @@ def use_returning_allocator() -> None:
 @functools.cache
 def _malloc_trim():
     """glibc's malloc_trim, looked up on first use: in the symbols the process has loaded already (libc's among
-    them), else in the libc that ctypes.util finds. That search runs ldconfig in a child process, ~15 ms of every
-    `exchanges` run when it was the first way."""
+    them), else in the libc that ctypes.util finds. That search runs ldconfig in a child process: the last way, not
+    the first, so that a run does not pay for it."""
     trim = getattr(_libc(), "malloc_trim", None)
     if trim is not None:
         return trim
@@ -36,10 +36,9 @@ def map_big_blocks(size: int | None) -> None:
     its threshold to the largest block freed so far: after the first columns, every array of a million-row table
     comes from the heap, and a freed one stays there, under what was allocated after it, until `release_memory`
     (which gives back only the top of the heap and whole free pages). The extraction and the loss repair free
-    and make such arrays by the hundred (batches, the repair's scan of a capture, its re-read): with 1 MiB up to
-    the end of the repair, `analyze` of the 40 s lossy sysbench pair (--jobs 1) peaks at 1,054 MiB RSS instead of
-    1,147. A fresh mapping per array costs page faults: up to the repair ~1 s more system time of that run's
-    ~19 s of CPU (0.3 s of the 10 s pair's 4 s), and 1 MiB throughout the run 2 s. Not glibc: nothing."""
+    and make such arrays by the hundred (batches, the repair's scan of a capture, its re-read), so analyze sets
+    1 MiB up to the end of the repair, which lowers its peak. A fresh mapping per array costs page faults, so not
+    for the whole run (the numbers: docs/speed.md). Not glibc: nothing."""
     mallopt = getattr(_libc(), "mallopt", None)
     if mallopt is not None:
         mallopt(-3, size or 32 << 20)  # M_MMAP_THRESHOLD (setting it also ends glibc's adjusting of it)

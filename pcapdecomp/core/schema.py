@@ -123,7 +123,11 @@ CONNECTION_COLUMNS: tuple[Column, ...] = (
 )
 
 
-def markdown_table(columns: tuple[Column, ...]) -> str:
+def markdown_table(columns: tuple[Column, ...] | tuple[InputKey, ...]) -> str:
+    if columns and isinstance(columns[0], InputKey):
+        lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+        lines += [f"| `{k.name}` | {k.dtype} | {k.default} | {k.meaning} |" for k in columns]
+        return "\n".join(lines)
     lines = ["| column | dtype | meaning |", "|---|---|---|"]
     lines += [f"| `{c.name}` | {c.dtype} | {c.meaning} |" for c in columns]
     return "\n".join(lines)
@@ -468,7 +472,7 @@ DATASET_COLUMNS: tuple[Column, ...] = (
 
 # comparison.parquet (`pcapdecomp compare`, pcapdecomp/compare.py): one row per analysis (step) and per scope, key
 # and metric, in long form so that any number of analyses fits one declaration. Changes are against step 0, the first
-# analysis named (the "before"), as the four-point incident reported its fix (3,788 → 818, −78 %; → 63, −98.3 %).
+# analysis named (the "before"), as an incident's fix is reported: each step against the state before any change.
 COMPARISON_COLUMNS: tuple[Column, ...] = (
     Column("scope", CATEGORY, "overall (every exchange of the analysis) | component (the exchanges where that component is known) | thread_group | query_id"),
     Column("key", "string", "all (overall) | network, queueing, queueing_certain, execution, and through a proxy with its capture inside_the_proxy (proxy_s) and proxy_wait (proxy_wait_s) (component) | the thread group number (thread_group) | the Query ID (query_id)"),
@@ -513,12 +517,88 @@ COMPARISON_KEYS: tuple[Column, ...] = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class InputKey:
+    """A key of a file the user may write: `name` is "section.key" ("key" at the top, "section" for the table
+    itself; a `<point>` part stands for any capture point's name), `dtype` its TOML type (INPUT_TYPES), `default`
+    what holds when the key is absent."""
+
+    name: str
+    dtype: str
+    meaning: str
+    default: str = "—"
+
+
+# The TOML types of input keys, as their readers check them (read/captureset.py).
+INPUT_TYPES = ("table", "table of any keys", "string", "strings", "number", "boolean", "file name", "file names",
+               "IP:PORT", "IP:PORTs")
+
+# capture.toml: what a capture-set folder says about itself (`pcapdecomp guide` writes one, the lab another). analyze
+# reads it (read/captureset.py: explicit options win; a value of the wrong type is a user mistake, a key not
+# declared here a warning), and the report's playbook and `compare` read its [server] and [proxy] values.
+# "strings", "file names", "IP:PORTs": one or a list of them.
+CAPTURE_TOML_KEYS: tuple[InputKey, ...] = (
+    InputKey("scenario", "string", "the lab scenario that recorded the set (captures/lab); not read"),
+    InputKey("description", "string", "what the set holds, in words; not read"),
+    InputKey("recorded_at", "string", "when the lab recorded it (ISO 8601, UTC); not read"),
+    InputKey("server", "table", "the DB server: its endpoints and the settings it ran with (the guide's plan has "
+             "the DB host add the server's own values)"),
+    InputKey("server.address", "IP:PORT", "the DB server's endpoint (as --server)",
+             "the server side of the MySQL connections in the captures"),
+    InputKey("server.address_ipv6", "IP:PORT", "the same server's IPv6 endpoint, [IP]:PORT"),
+    InputKey("server.more_addresses", "IP:PORTs", "the other DB servers' endpoints (several DB capture points)"),
+    InputKey("server.product", "string", "MariaDB, MySQL or Percona Server; not read"),
+    InputKey("server.version", "string", "the server's version; not read"),
+    InputKey("server.long_query_time", "number", "the slow log's threshold in seconds (as --long-query-time)",
+             "unknown: hidden slow is not decided"),
+    InputKey("server.thread_handling", "string", "one-thread-per-connection or pool-of-threads (the playbook)"),
+    InputKey("server.thread_pool_size", "number", "thread groups of the pool, a whole number ≥ 1 (as "
+             "--thread-pool-size)", "inferred from the statements that queued, when they tell it"),
+    InputKey("server.thread_pool_max_threads", "number", "the pool's thread_pool_max_threads (the playbook)"),
+    InputKey("server.thread_pool_stall_limit", "number", "the pool's thread_pool_stall_limit, ms (the playbook, "
+             "compare's labels)"),
+    InputKey("server.thread_pool_oversubscribe", "number", "the pool's thread_pool_oversubscribe (the playbook)"),
+    InputKey("server.max_allowed_packet", "number", "the server's max_allowed_packet, bytes; not read"),
+    InputKey("server.thread_cache_size", "number", "the server's thread_cache_size (the playbook)"),
+    InputKey("server.wait_timeout", "number", "the server's wait_timeout, s (the playbook)"),
+    InputKey("server.max_connections", "number", "the server's max_connections (the playbook)"),
+    InputKey("server.tls", "boolean", "the server offered TLS; not read"),
+    InputKey("proxy", "table", "a proxy between the app and the DB server"),
+    InputKey("proxy.address", "IP:PORT", "the proxy's endpoint the app connects to (as --proxy-server)",
+             "found in the proxy capture's traffic"),
+    InputKey("proxy.product", "string", "the proxy's name; not read"),
+    InputKey("proxy.version", "string", "the proxy's version; not read"),
+    InputKey("proxy.kind", "string", "l4 (forwards connections) or l7 (reads statements); not read"),
+    InputKey("proxy.pool_size", "number", "the proxy's pool of server connections (the playbook)"),
+    InputKey("app", "table", "the app hosts"),
+    InputKey("app.address", "string", "the app host's address; not read"),
+    InputKey("app.addresses", "strings", "the app hosts' addresses (the guide); not read"),
+    InputKey("captures", "table", "the set's files, named inside its folder (a file outside it is refused)"),
+    InputKey("captures.app", "file names", "the app capture points (as --app)",
+             "the folder's app*.pcap[ng][.gz] files and app-<host>/ folders"),
+    InputKey("captures.db", "file names", "the DB capture points (as --db)",
+             "the folder's db*.pcap[ng][.gz] files and db[-<name>]/ folders"),
+    InputKey("captures.proxy", "file names", "the proxy capture points (as --proxy)",
+             "the folder's proxy*.pcap[ng][.gz] files"),
+    InputKey("captures.slow_log", "file names", "the slow logs, one per DB point in their order (as --slow-log)",
+             "the folder's slow*.log, or a DB point's folder's own"),
+    InputKey("captures.processlist", "file name", "a processlist snapshot (as --processlist)",
+             "the folder's processlist*.tsv|txt"),
+    InputKey("captures.truth", "file name", "the lab's truth.jsonl (what the tests compare with); not read"),
+    InputKey("captures.timestamp_precision", "string", "the time resolution tcpdump was asked for; not read"),
+    InputKey("captures.rotate_mb", "number", "the size tcpdump rotated its files at (-C), MB; not read"),
+    InputKey("captures.<point>_packets", "number", "packets tcpdump wrote at that capture point; not read"),
+    InputKey("captures.dropped_by_kernel", "number", "packets the kernel dropped, as tcpdump counted them; not read"),
+    InputKey("workload", "table of any keys", "the lab workload's parameters; not read"),
+)
+
+
 # Every declaration by the name `pcapdecomp columns NAME` prints it under (the docs print the same tables:
 # tests/test_schema.py). What writes each: exchanges.parquet (exchanges + analysis, proxy among them),
 # `pcapdecomp exchanges --out/--connections` (exchanges, connections), groups.parquet, pool.parquet, summary.json
 # (summary; its captures: quality), the slow log as read (slowlog), `compare` (comparison, comparison-metrics,
-# comparison-json), `analyze --partitioned` (dataset).
-TABLES: dict[str, tuple[Column, ...]] = {
+# comparison-json), `analyze --partitioned` (dataset), `pcapdecomp guide` (capture-toml; analyze reads it).
+TABLES: dict[str, tuple[Column, ...] | tuple[InputKey, ...]] = {
     "exchanges": EXCHANGE_COLUMNS,
     "analysis": ANALYSIS_COLUMNS,
     "proxy": PROXY_COLUMNS,
@@ -532,4 +612,5 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "comparison-metrics": COMPARISON_METRICS,
     "comparison-json": COMPARISON_KEYS,
     "dataset": DATASET_COLUMNS,
+    "capture-toml": CAPTURE_TOML_KEYS,
 }

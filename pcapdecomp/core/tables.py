@@ -10,8 +10,8 @@ small code per row instead of a string per row. pandas concatenates categoricals
 plain strings, so every concatenation of these tables goes through `concat`, which unions the categories.
 
 pandas is imported by the functions that make or take DataFrames, not with this module: the `exchanges` command
-builds its table and writes it with Arrow alone (`table_of`, `file_schema`), and importing pandas was 40 % of a
-small capture's whole run."""
+builds its table and writes it with Arrow alone (`table_of`, `file_schema`): importing pandas is a large part of
+a small capture's whole run."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 try:  # Arrow's compute functions, called by name: importing pyarrow.compute wraps ~300 of them in Python
-    # functions with docstrings, ~0.04 s of every `exchanges` run, which calls five
+    # functions with docstrings, at every `exchanges` run, which calls five
     from pyarrow._compute import TakeOptions, call_function
 except ImportError:  # a pyarrow that moved them
     from pyarrow.compute import TakeOptions, call_function
@@ -82,7 +82,7 @@ def file_schema(columns: tuple[Column, ...]) -> pa.Schema:
 @functools.cache
 def _installed_version(name: str) -> str:
     """importlib.metadata.version(name), read from the name of the package's one .dist-info folder beside it when
-    there is one (importing importlib.metadata was ~12 ms of every `exchanges` run); else asked of
+    there is one (importing importlib.metadata would be paid by every `exchanges` run); else asked of
     importlib.metadata."""
     import importlib.util
     from pathlib import Path
@@ -222,8 +222,8 @@ def table_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by
 class _Trim:
     """`release_memory` after every ~16 MB let go while a table is rebuilt column by column. A column made of
     record batches is many small heap blocks, below malloc's mmap threshold: freed, glibc keeps them for reuse,
-    while the new whole-column arrays are mmap'd apart, so without a trim the rebuild held the old table and the
-    new one (40 s sysbench DB capture: the extraction's peak 640 MB over its start, 370 MB with the trims)."""
+    while the new whole-column arrays are mmap'd apart, so without a trim the rebuild holds the old table and the
+    new one."""
 
     STEP = 16 << 20
 
@@ -263,7 +263,7 @@ def _order(table: pa.Table, keys: list[str]) -> pa.Array | None:
     order = lexsort_nearly_sorted(arrays)
     if np.array_equal(order, np.arange(len(order))):
         return None
-    # from the buffer: pa.array of a numpy array imports numpy.ma (~15 ms of an `exchanges` run)
+    # from the buffer: pa.array of a numpy array imports numpy.ma, which nothing else needs
     order = np.ascontiguousarray(order, dtype=np.int64)
     return pa.Array.from_buffers(pa.int64(), len(order), [None, pa.py_buffer(order)])
 
@@ -465,7 +465,7 @@ def sorted_columnwise(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFra
 
 def arrow_without_pandas() -> None:
     """Arrow's conversion of Python values (pa.array of a list or of a numpy array) first imports pandas, to tell
-    pandas objects apart: ~0.25 s, as much as the rest of a small capture's whole `exchanges` run, which makes no
+    pandas objects apart, as costly as the rest of a small capture's whole `exchanges` run, which makes no
     DataFrame. When pandas is not imported yet, this lets Arrow's one attempt to import it fail (it then converts
     as without pandas: the same arrays). pandas stays importable: Arrow's conversions to and from pandas import it
     again themselves. For the `exchanges` command, before it reads."""

@@ -19,8 +19,8 @@ from contextlib import contextmanager
 
 # The handover of big results from a forked child to the parent. Through the pool's pipe a result is pickled to one
 # bytes object in the child, read 64 KiB at a time into a buffer in the parent and unpickled from there: each array
-# copied three times, into pages that are new each time (150 s lossy sysbench pair: the re-read's 800 MB table took
-# 4.7 s from the worker's return to the parent's `result()`). Pickled with protocol 5 instead, the arrays stay out of
+# copied three times, into pages that are new each time (seconds for a table of hundreds of MB, docs/speed.md).
+# Pickled with protocol 5 instead, the arrays stay out of
 # the pickle (`buffer_callback`): the child writes them into one file in HANDOVER_DIR (shared memory) and sends only
 # the file's name and where each array is in it; the parent maps each array's pages of the file (copy-on-write: what
 # pandas writes in place stays the parent's own and never raises "read-only"), removes the file at once (the pages live

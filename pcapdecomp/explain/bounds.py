@@ -154,7 +154,7 @@ def _clock_margins(table: pd.DataFrame, rows: np.ndarray, value: np.ndarray, lo:
                    named: np.ndarray, clocks: dict, primary_app: str | None,
                    clock_keys: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """apply_bounds' clock step for the bounded rows, by clock model and segment (a DB bound's app time, one call per
-    model, not per time: 32k bounded times on the 40 s lossy sysbench pair took 0.37 s one by one). Turns the
+    model, not per time: a call per bounded time costs Python's overhead tens of thousands of times). Turns the
     named, known D bounds of `lo` and `hi` (columns 2, 3) into app-clock times in place, and returns (u, v): the
     true app time of a DB time lies in [estimate − u, estimate + v] at the row's first known time (infinite
     without a clock)."""

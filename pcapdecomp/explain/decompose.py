@@ -145,7 +145,7 @@ def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks:
     The app table's columns are consumed (moved into the result): pass a table that is not needed afterwards.
     `bounds`: bounds.point_bounds' PointBounds, whose points bounds.apply_bounds leaves null (a bound is not a
     measurement) with what depends on them: left null here already, as the columns are made, not by a copy of
-    each column afterwards (150 s sysbench pair: nine columns of 3.3 M rows); the four points' times at its rows
+    each column afterwards (nine columns of every row); the four points' times at its rows
     as they were before go to `bounds.measured_ns` for apply_bounds."""
     ar, dr = matching.app_row, matching.db_row
     has_a, has_d = ar >= 0, dr >= 0
@@ -474,8 +474,8 @@ def covered_ns(lo: np.ndarray, hi: np.ndarray, s: np.ndarray, e: np.ndarray) -> 
 
 def class_codes(command: pd.Series, fingerprint: pd.Series) -> tuple[np.ndarray, int]:
     """Each row's class, a (command, fingerprint) text pair, as a code 0 … groups − 1 (NA as the text str() makes
-    of it): numbered pair by pair, not by joining the two texts of every row into a new string (≈ 200 MiB more at
-    830k exchanges)."""
+    of it): numbered pair by pair, not by joining the two texts of every row into a new string (a string per row
+    held at once)."""
     command_codes = _text_codes(command)
     fingerprint_codes = _text_codes(fingerprint)
     if len(command_codes) == 0:

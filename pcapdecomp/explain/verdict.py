@@ -29,7 +29,7 @@ SQL_CHARS = 80  # a statement quoted in a sentence is clipped to this many chara
 
 
 # The columns the queueing and split parts read. They take the sane rows of these alone: a row filter of the whole
-# table copies every column of it (≈ 450 MiB at 830k exchanges, three times over, the run's peak).
+# table copies every column of it, three times over: the run's peak.
 SHARE_COLUMNS = ["seen", "total_s", "network_s", "server_s", "pipelined_s", "queue_s", "queue_source", "queue_min_s",
                  "exec_s", "exec_source"]
 # through a proxy the split tells network's parts apart (decompose.network_parts)

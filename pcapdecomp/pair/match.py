@@ -203,7 +203,7 @@ def _key_then_group_order(key: np.ndarray, group: np.ndarray, groups: int) -> np
     """np.lexsort((group, key)): the rows in order of key, then group (0 … groups − 1), then row. Made as a stable
     sort of the group numbers (numpy's radix sort: core.groups.group_order) and then a stable sort of the keys in that
     order, which timsort runs through in a few merges when each group's keys already grow with its rows (a
-    connection's request sequence numbers do): 150 s sysbench pair, 3.3 M rows, ~3x faster than one sort."""
+    connection's request sequence numbers do), which is cheaper than one sort of both keys."""
     by_group = group_order(group, groups - 1)
     return by_group[np.argsort(key[by_group], kind="stable")]
 
@@ -335,8 +335,8 @@ class Pairing:
     inside them (`matched`, `complete()`), made when first wanted and then once.
 
     Why two: the loss repair (pair/repair.py) needs only the connection pairs, and it replaces the exchange rows of the
-    connections it repairs, which are then paired once, after it; an exchange pairing made before it was thrown
-    away (40 s lossy sysbench pair: 1.0 s of 2.3 s). When nothing is repaired the exchanges are paired from these
+    connections it repairs, which are then paired once, after it: an exchange pairing made before it would be
+    thrown away. When nothing is repaired the exchanges are paired from these
     same connection pairs. Holds the two exchange tables until `complete()` or `release()`."""
 
     def __init__(self, app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame, db_conns: pd.DataFrame):
@@ -404,7 +404,7 @@ class Pairing:
 
     def row_connections(self, app: pd.DataFrame, db: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """connection_keys of the rows of `app` and `db`: the ones made for the pairing when these are its tables
-        (repair.plan asks; 150 s sysbench pair: 2 x 3.3 M rows factorized again otherwise)."""
+        (repair.plan asks; else both tables' rows would be factorized again)."""
         if app is self._app and db is self._db and app is not None:
             return self._keys()[:2]
         return connection_keys(app).to_numpy(), connection_keys(db).to_numpy()

@@ -67,9 +67,11 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
     db_ex = concat([e.exchanges for e in db_xs]) if db_xs else frame([], EXCHANGE_COLUMNS)
     db_conns = concat([e.connections for e in db_xs]) if db_xs else frame([], CONNECTION_COLUMNS)
     matching = Pairing(app_ex, db_ex, app_conns, db_conns)
+    points = {p.name: p for p in cs.points}  # the passes that read a capture again are given its point
     proxied = through_proxy(Side(app_ex, app_conns) if app_x else None, Side(db_ex, db_conns) if db_xs else None,
                             Side(concat([e.exchanges for e in proxy_x]), concat([e.connections for e in proxy_x]))
-                            if proxy_x else None, set(cs.servers), set(cs.proxy_servers), direct=matching)
+                            if proxy_x else None, set(cs.servers), set(cs.proxy_servers), direct=matching,
+                            points=points)
     proxy_summary = proxied.summary if proxied is not None else None
     app_points, app_kind = x.app_points, "app"
     if isinstance(proxied, NoProxy):  # a proxy capture without a proxy in its traffic stays out of the way
@@ -80,7 +82,7 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
             app_ex, app_conns = concat([e.exchanges for e in app_x]), concat([e.connections for e in app_x])
             matching = Pairing(app_ex, db_ex, app_conns, db_conns)
             proxied = through_proxy(Side(app_ex, app_conns), Side(db_ex, db_conns) if db_xs else None, None,
-                                    set(cs.servers), set(cs.proxy_servers), direct=matching)
+                                    set(cs.servers), set(cs.proxy_servers), direct=matching, points=points)
             proxy_summary = proxied.summary if proxied is not None else proxy_summary
     if proxied is not None:  # the two sides of the decomposition are the ends of the chain through the proxy
         app_ex, app_conns, db_ex, db_conns = (proxied.client.ex, proxied.client.conns, proxied.server.ex,
@@ -134,7 +136,7 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
 
     # connection ids without a greeting (a pool opened before the capture): named at the DB point, where the
     # processlist's HOST is the client's endpoint; at the app point when there is none
-    id_sources = connids.name_connections(cs.processlist, {p.name for p in cs.points}, app_ex, app_conns, db_ex,
+    id_sources = connids.name_connections(cs.processlist, points, app_ex, app_conns, db_ex,
                                           db_conns, note)
 
     row_point = db_points(app_ex, db_ex, matching)

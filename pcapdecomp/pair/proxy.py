@@ -535,11 +535,11 @@ def _flows_of(side: Side, keys: np.ndarray) -> dict[str, set]:
     return out
 
 
-def _hops(app: Side | None, front: Side, back: Side, db: Side | None) -> tuple[tuple, tuple]:
+def _hops(app: Side | None, front: Side, back: Side, db: Side | None, points: dict) -> tuple[tuple, tuple]:
     """The two hops that are one TCP connection seen at two points: app ↔ the proxy's client side, the proxy's
     server side ↔ DB (a hop without its outer capture is the identity). Per hop: near rows -> far rows, the
     matching's counts, and far clock − near clock per near capture from the TCP segments seen at both points. Each
-    capture is read once for the segments of both hops (the proxy capture holds both)."""
+    capture is read once for the segments of both hops (the proxy capture holds both); `points`: through_proxy's."""
     from .clock import estimate_clock
     from .clocks import pair_segments, read_segments_of
 
@@ -553,7 +553,7 @@ def _hops(app: Side | None, front: Side, back: Side, db: Side | None) -> tuple[t
         for side, col in ((near, "app_conn"), (far, "db_conn")):
             for cap, f in _flows_of(side, m.connections[col].to_numpy()).items():
                 flows.setdefault(cap, set()).update(f)
-    segments = {cap: read_segments_of(cap, f) for cap, f in flows.items()}
+    segments = {cap: read_segments_of(points.get(cap, cap), f) for cap, f in flows.items()}
     out = []
     for (near, far), m in zip(hops, matched):
         if m is None:
@@ -602,12 +602,15 @@ def _l7_arrays(pairs: L7Pairs, n_front: int) -> tuple[np.ndarray, np.ndarray, np
 
 
 def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_servers: set[str],
-                  proxy_servers: set[str], direct: Matching | Pairing | None = None) -> ProxyResult | NoProxy | None:
+                  proxy_servers: set[str], direct: Matching | Pairing | None = None, points: dict | None = None
+                  ) -> ProxyResult | NoProxy | None:
     """Pair app and DB exchanges through a proxy. With a proxy capture whenever its traffic shows a proxy (a client
     side and a server side, statements or connections that continue from one to the other), else NoProxy;
     without one (app + DB) only when the direct pairing found little and the captures show a proxy: an L4 one by
     shared scrambles, an L7 one by statements that pair by text. None: no proxy found (the direct pairing
-    stands). `direct`: that pairing of app and DB, when made already (its number of exchanges paired is asked)."""
+    stands). `direct`: that pairing of app and DB, when made already (its number of exchanges paired is asked).
+    `points`: capture name -> its sources.CapturePoint, for the points of several files (read again as one stream
+    for the clocks; a name not there is a file)."""
     warnings: list[str] = []
     summary: dict = {}
     clocks: dict[str, ClockModel] = {}
@@ -630,7 +633,7 @@ def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_serv
         client, server = (app if app is not None and len(app) else front), (db if db is not None and len(db) else back)
         # client -> front and back -> server: the same TCP connections seen at two points
         (cf, summary["app_proxy"], proxy_to_app), (bs, summary["proxy_db"], db_to_proxy) = _hops(
-            app if client is not front else None, front, back, db if server is not back else None)
+            app if client is not front else None, front, back, db if server is not back else None, points or {})
         c_f = cf
         c_b = _take(fb, c_f, NONE)
         c_s = _take(bs, c_b, NONE)

@@ -28,14 +28,13 @@ row, its frame is 0, and explain/bounds.py's `apply_bounds` turns the bounds —
 the decomposition's *_lo/*_hi columns, with `bounded` naming the points. Bytes lost at both points stay holes:
 those exchanges keep their `gap` problems.
 
-Cost (issue 19): still whole connections, not windows around the holes. A window would need the core's state at
+Cost: whole connections are re-read, not windows around the holes. A window would need the core's state at
 its start (phase, prepared statements and their parameter types from earlier executes, EOF convention, exchange
 ordinal, the connection's counters), which neither the lane nor the core can hand over or restore. With several
 processes the lossy capture is scanned (`prescan`) while a worker borrows from the other one; with both points
 lossy and giving to each other, each capture is scanned once for both its passes (`_scan_giving`), one here and
-one in a worker that keeps its scan for its re-read (`_borrow_and_reread`). On the 40 s lossy
-sysbench pair repair_losses takes 6.7 s of CPU instead of 7.4 s with --jobs 1 (mean of 3 back-to-back runs each on
-its saved inputs, 2026-11-25, shared machine), wall 5.2-7.3 s instead of 7.2 s with --jobs 2.
+one in a worker that keeps its scan for its re-read (`_borrow_and_reread`): a capture is not scanned twice, and
+two scans of two files overlap.
 
 Limits: a connection that moved 2 GiB or more in either capture is not repaired (its sequence numbers may wrap,
 and a byte range would then be ambiguous); at most tcp.HalfStream.MAX_HOLES holes per direction are remembered;
@@ -527,15 +526,14 @@ def _upper_bounds(conn: _Connection, direction: int, acked: int, ts: int, info: 
 #    reaches it, an RST), so _reread_segments' steps are replayed at just those segments, and the causality bounds
 #    are looked up in the keys;
 # 3. extract reads those segments, pieces put in, with the lane (fastlane.ExcerptPlan: the records excerpt_copy
-#    would write, read from the capture itself, so no temporary file of them: at 40 s that was 0.5 GB written and
-#    read again, at 150 s 1.8 GB per capture); its frame numbers are mapped back (a piece's to −(id + 1), as
+#    would write, read from the capture itself, so no temporary file of them, written and read again at the size
+#    of the connections re-read); its frame numbers are mapped back (a piece's to −(id + 1), as
 #    _reread_segments numbers them).
 # The one difference in order: the pieces nothing acknowledged or followed go in right after their connection's
 # last segment, not after the capture's last (the connections are independent, and so their times stay in order).
-# Sharing step 3 with the idle second process of --jobs 2, by connection (each half an excerpt plan of its own, the
-# halves' tables joined as exchanges.merge_parts joins parts), does not pay on the 40 s lossy sysbench pair: each
-# half took 1.0 s of CPU instead of 1.6 s for the whole (both read the whole capture), but joining them took
-# 0.6-0.7 s and sending one half's 0.5 M rows back 0.2-0.4 s (2026-11-26, loaded machine).
+# Step 3 is not shared with the idle second process of --jobs 2 by connection (each half an excerpt plan of its
+# own, the halves' tables joined as exchanges.merge_parts joins parts): both halves read the whole capture, and
+# joining the halves and sending one back cost more than the half saved (docs/speed.md).
 
 
 class _Keys:
@@ -718,7 +716,7 @@ def _reread_keys(jobs: list[Job]) -> list[Flow4] | None:
     return keys if len(set(keys)) == len(keys) else None
 
 
-def prescan(path: str, jobs: list[Job]) -> list | None:
+def prescan(path: str | os.PathLike, jobs: list[Job]) -> list | None:
     """[keys, columns]: fastlane.excerpt_scan of the jobs' connections in the capture at `path`, made before their
     pieces are known (while another process borrows them, repair_losses) for reread to take. None when the lane
     cannot read the capture or two jobs share an address pair."""
@@ -729,10 +727,10 @@ def prescan(path: str, jobs: list[Job]) -> list | None:
     return None if columns is None else [keys, columns]
 
 
-def _scan_giving(path: str, wants: list, jobs: list[Job]) -> tuple[list | None, list | None]:
+def _scan_giving(path: str | os.PathLike, wants: list, jobs: list[Job]) -> tuple[list | None, list | None]:
     """A capture that is lossy and gives to the other point (both points lossy): one excerpt_scan for both passes
     over it, (for borrow of `wants`, for reread of `jobs` as prescan makes it), where each pass scanned it
-    (150 s lossy sysbench pair: 1.3 s per capture). (None, None) when the lane cannot read it; the second None
+    (a scan reads the whole capture). (None, None) when the lane cannot read it; the second None
     when two jobs share an address pair."""
     taking = _reread_keys(jobs)
     keys = list(taking or [])
@@ -749,28 +747,28 @@ def _scan_giving(path: str, wants: list, jobs: list[Job]) -> tuple[list | None, 
     return [keys, columns], [taking, [c[mine] for c in columns]]
 
 
-def _give_and_scan(path: str, wants: list, jobs: list[Job]) -> tuple[dict[int, list[Piece]], list | None]:
+def _give_and_scan(path: str | os.PathLike, wants: list, jobs: list[Job]) -> tuple[dict[int, list[Piece]], list | None]:
     """borrow from the capture at `path`, and the scan for its own reread (_scan_giving)."""
     giving, taking = _scan_giving(path, wants, jobs)
     return borrow(path, wants, scanned=giving), taking
 
 
-_KEPT: dict[str, list | None] = {}  # in a worker: the scan _give_and_keep made, for its _reread_kept
+_KEPT: dict[str | os.PathLike, list | None] = {}  # in a worker: the scan _give_and_keep made, for its _reread_kept
 
 
-def _give_and_keep(path: str, wants: list, jobs: list[Job]) -> dict[int, list[Piece]]:
+def _give_and_keep(path: str | os.PathLike, wants: list, jobs: list[Job]) -> dict[int, list[Piece]]:
     """_give_and_scan in a worker that keeps the scan for the reread it is given next (core.workers.Worker)."""
     found, _KEPT[path] = _give_and_scan(path, wants, jobs)
     return found
 
 
-def _reread_kept(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set | None,
+def _reread_kept(path: str | os.PathLike, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set | None,
                  max_sql_bytes: int, tls_secrets=None):
     """reread, in the worker that scanned the capture (_give_and_keep)."""
     return reread(path, jobs, pieces, servers, max_sql_bytes, _KEPT.pop(path, None), tls_secrets)
 
 
-def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set, max_sql_bytes: int,
+def _reread_natively(path: str | os.PathLike, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set, max_sql_bytes: int,
                      info: list[list], conns: list[_Connection], scanned: list | None = None,
                      tls_secrets=None) -> Extraction | None:
     """reread's extraction through the lane (see above): the jobs' connections of the capture at `path` with the
@@ -827,8 +825,7 @@ def _reread_natively(path: str, jobs: list[Job], pieces: dict[int, list[Piece]],
     insert_at = np.fromiter((e[0] for e in inserts), dtype=np.int64, count=len(inserts))
     pieces_ids = np.fromiter((e[2] for e in inserts), dtype=np.int64, count=len(inserts))
     # The scan's columns and the placements' copies of them are done with: let them go before the excerpt is
-    # extracted (on the 40 s lossy sysbench pair they were ~0.3 GB under that extraction's own peak, which is the
-    # run's peak with --jobs 1).
+    # extracted (kept, they would lie under that extraction's own peak, which is the run's peak with --jobs 1).
     plan = fastlane.ExcerptPlan(keys, frame[rows], insert_at, [e[3] for e in inserts])
     del columns, key, frame, ts, kept, ordinal, placements, placement, k, ends, inserts
     x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, excerpt=plan, tls_secrets=tls_secrets)
@@ -855,7 +852,7 @@ TIME_COLUMNS = (("req_first", "req_first_ts", "req_first_frame"), ("req_last", "
                 ("resp_first", "resp_first_ts", "resp_first_frame"), ("resp_last", "resp_last_ts", "resp_last_frame"))
 
 
-def reread(path: str, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set | None,
+def reread(path: str | os.PathLike, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set | None,
            max_sql_bytes: int, scanned: list | None = None, tls_secrets=None) -> tuple[Extraction, pd.DataFrame, int]:
     """Extract the jobs' connections from the lossy capture again, holes filled with the borrowed pieces.
     `scanned`: prescan's answer for this capture, when there is one. `tls_secrets`: the key log, so a TLS
@@ -964,11 +961,12 @@ def _take_bounds(ex: pd.DataFrame, info: list[list]) -> pd.DataFrame:
 # --- the stage ----------------------------------------------------------------------------------------------------
 
 
-def _borrow_and_reread(todo: list[Job], servers: set | None, max_sql_bytes: int, jobs: int, tls_secrets=None
-                       ) -> tuple[list[Job], list[str], list]:
+def _borrow_and_reread(todo: list[Job], where: dict, servers: set | None, max_sql_bytes: int, jobs: int,
+                       tls_secrets=None) -> tuple[list[Job], list[str], list]:
     """repair_losses' passes over the captures: 1. the other points' bytes for the jobs' holes (`borrow`, one pass
     per capture that has some to give), 2. the lossy points' connections again with them (`reread`, one pass per
-    lossy capture). Returns the jobs that got bytes, the captures re-read and reread's results for them."""
+    lossy capture). `where`: capture name -> what reads it (Extraction.source: a capture point of several files is
+    read as one stream). Returns the jobs that got bytes, the captures re-read and reread's results for them."""
     from ..core.workers import Worker, run_all, run_beside
 
     givers = sorted({j.other_capture for j in todo})
@@ -985,40 +983,41 @@ def _borrow_and_reread(todo: list[Job], servers: set | None, max_sql_bytes: int,
         if len(lossy) == 1 and jobs > 1:
             # the one lossy capture's connections are scanned here while workers borrow (two passes over two files
             # overlap; its reread runs in this process then, below)
-            kept[lossy[0]], found_all = run_beside(borrow, list(wants.items()), jobs, lambda: prescan(lossy[0], todo))
+            kept[lossy[0]], found_all = run_beside(borrow, [(where[c], w) for c, w in wants.items()], jobs,
+                                                   lambda: prescan(where[lossy[0]], todo))
         elif len(lossy) == 2 and lossy == givers and jobs > 1:
             # both points lossy, each a giver too: each capture is scanned once for what it gives and its own
-            # reread, one here and one in a worker that keeps its scan until it rereads (150 s lossy sysbench pair)
+            # reread, one here and one in a worker that keeps its scan until it rereads
             here, there = lossy
             worker = stack.enter_context(Worker())
-            future = worker.submit(_give_and_keep, there, wants[there], of(there, todo))
-            found_here, kept[here] = _give_and_scan(here, wants[here], of(here, todo))
+            future = worker.submit(_give_and_keep, where[there], wants[there], of(there, todo))
+            found_here, kept[here] = _give_and_scan(where[here], wants[here], of(here, todo))
             found_all = [found_here, future.result()]
             del found_here
         else:
-            found_all = run_all(borrow, list(wants.items()), jobs)
+            found_all = run_all(borrow, [(where[c], w) for c, w in wants.items()], jobs)
         pieces: dict[int, list[Piece]] = {}
         for found in found_all:
             pieces.update(found)
         del found_all
         # A connection the other point has none of the missing bytes of (lost at both points) would be read again,
         # in Python and whole, into the rows it already has: only connections with pieces are read again. (When a
-        # busy server's tcpdumps drop packets at both points, that was every connection at both points: the whole
-        # of both captures read again at Python's speed.)
+        # busy server's tcpdumps drop packets at both points, that would be every connection at both points: the
+        # whole of both captures read again at Python's speed.)
         todo = [j for j in todo if pieces.get(j.job)]
         takers = sorted({j.capture for j in todo})
-        calls = [(c, of(c, todo), {j.job: pieces[j.job] for j in of(c, todo)}, servers, max_sql_bytes,
+        calls = [(where[c], of(c, todo), {j.job: pieces[j.job] for j in of(c, todo)}, servers, max_sql_bytes,
                   kept.pop(c, None), tls_secrets) for c in takers]  # a worker is sent the pieces of its own jobs only
         kept.clear()
         del pieces
         if there in takers:
-            mine = next(call for call in calls if call[0] == there)
+            mine = next(call for call in calls if call[0] == where[there])
             future = worker.submit(_reread_kept, *mine[:5], tls_secrets)
             del mine
-            done = {call[0]: reread(*call) for call in calls if call[0] != there}
+            done = {call[0]: reread(*call) for call in calls if call[0] != where[there]}
             calls.clear()
-            done[there] = future.result()
-            results = [done.pop(c) for c in takers]
+            done[where[there]] = future.result()
+            results = [done.pop(where[c]) for c in takers]
         elif len(calls) > 1 and jobs > 1:
             # several lossy points (each re-read is a whole extraction): the first here while workers take the
             # others, so one result less is pickled across
@@ -1038,7 +1037,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
     replace their rows and pair their exchanges. None when there is nothing to repair. `handed`: [app_ex, db_ex,
     app_conns, db_conns, pairing (match.Pairing: the connection pairs, the exchange pairs not made yet)], the
     caller's only reference to them; emptied when they are replaced, so the replaced tables are let go before the
-    exchanges are paired (40 s lossy sysbench pair: its peak ~0.23 GB lower). The exchanges are paired once: after
+    exchanges are paired (not held under the pairing's peak). The exchanges are paired once: after
     the repair, or from `pairing` when nothing was repaired."""
     app_ex, db_ex, app_conns, db_conns, pairing = handed
     todo, skipped = plan(app_x, db_x, app_ex, db_ex, app_conns, db_conns, pairing)
@@ -1047,7 +1046,8 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
                                                RepairStats(skipped_wrap=skipped))
     pairing.release(tables=False)  # what it made of the rows, beside the passes below (made again if unrepaired)
     hole_bytes = sum(length for j in todo for side in j.holes for _, length, _ in side)
-    todo, takers, results = _borrow_and_reread(todo, servers, max_sql_bytes, jobs, tls_secrets)
+    where = {x.capture: x.source for x in [*app_x, *(db_x if isinstance(db_x, list) else [db_x])]}
+    todo, takers, results = _borrow_and_reread(todo, where, servers, max_sql_bytes, jobs, tls_secrets)
     stats = RepairStats(skipped_wrap=skipped, connections=len(todo),
                         holes=sum(len(j.holes[0]) + len(j.holes[1]) for j in todo))
     if not todo:
@@ -1090,7 +1090,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
     bound_rows = pd.concat(bounds, ignore_index=True) if bounds else _no_bounds()
     stats.bounded_times = len(bound_rows)
     # The re-read's tables, their copies and the kept rows are in the new tables now: let them go before the match
-    # builds its own (on the 40 s lossy sysbench pair they were ~0.4 GB of the peak).
+    # builds its own (else they are part of the run's peak).
     del results, mine, sides
     handed.clear()
     gc.collect()  # the re-read's frames sit in reference cycles: counting alone does not free them

@@ -876,19 +876,11 @@ class CaptureReader:
         self.close()
 
 
-# Capture points made of several files (rotation), by name -> an opener of a reader that reads them as one stream
-# (sources.register; sources.PointReader has CaptureReader's interface).
-POINT_READERS: dict = {}
-
-
 def open_capture(path: str | os.PathLike, stats: CaptureStats | None = None) -> CaptureReader:
     """Open a pcap/pcapng capture (gzip-compressed or not). Raises InputError / CaptureFormatError.
     `stats`, if given, is the CaptureStats object to fill in (else a new one: reader.stats).
-    The name of a registered capture point of several files opens all of them as one capture."""
-    if POINT_READERS:
-        opener = POINT_READERS.get(os.fspath(path))
-        if opener is not None:
-            return opener(stats)
+    `path`: a file, or a capture point (sources.CapturePoint), which opens its own files as one capture; a point of
+    several files is passed as the point itself wherever it is read again, never by its name."""
     opener = getattr(path, "open_reader", None)  # a sources.CapturePoint opens its own files
     if opener is not None:
         return opener(stats)

@@ -5,6 +5,7 @@ checked before any work so that a mistake costs a second, not a whole extraction
 from __future__ import annotations
 
 import math
+import re
 
 try:
     import tomllib
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from ..core.endpoints import endpoint_text
 from ..core.errors import InputError, UsageError
+from ..core.schema import CAPTURE_TOML_KEYS, InputKey
 from . import sources
 from .sources import CapturePoint, parse_server
 from .tlskeys import KEYLOG_NAME
@@ -148,12 +150,13 @@ def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_quer
                 toml = tomllib.loads(cfg.read_text(encoding="utf-8"))
             except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
                 raise InputError(f"{cfg}: not valid TOML: {err}") from None
-        named = _table(toml, "captures", cfg)
+            _check_toml(toml, cfg, missing)
+        named = toml.get("captures", {})
         for kind, given in (("app", app_specs), ("db", db_specs), ("proxy", proxy_specs)):
             if given:
                 continue
             if kind in named:
-                found += [sources.point(kind, p) for n in _names(named[kind], cfg, f"[captures] {kind}")
+                found += [sources.point(kind, p) for n in _names(named[kind])
                           if (p := _named_file(set_dir, cfg, kind, n, missing)) is not None]
             else:
                 found += _folder_points(set_dir, kind)
@@ -166,7 +169,7 @@ def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_quer
                 missing.append(f"{set_dir}: {len(snapshots)} processlist snapshots; {snapshots[0].name} is used (name "
                                "one with --processlist or capture.toml's [captures] processlist)")
         if not slow_specs and "slow_log" in named:
-            found_slow = [p for n in _names(named["slow_log"], cfg, "[captures] slow_log")
+            found_slow = [p for n in _names(named["slow_log"])
                           if (p := _named_file(set_dir, cfg, "slow_log", n, missing)) is not None]
         elif not slow_specs:
             slows = _slow_logs_in(set_dir)
@@ -174,10 +177,10 @@ def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_quer
             for pt in found:  # a DB point's own folder may hold its slow log
                 if pt.kind == "db" and Path(pt.given).is_dir() and (mine := _slow_logs_in(Path(pt.given))):
                     folder_slow[pt.name] = _inside(set_dir, mine[0], f"{Path(pt.given).name}/{mine[0].name}")
-    server_cfg = _table(toml, "server", cfg)
+    server_cfg = toml.get("server", {})
     where = f"{cfg}: [server]" if cfg is not None else ""
-    lqt = long_query_time if long_query_time is not None else _number(server_cfg, "long_query_time", where)
-    tps = thread_pool_size if thread_pool_size is not None else _number(server_cfg, "thread_pool_size", where)
+    lqt = long_query_time if long_query_time is not None else server_cfg.get("long_query_time")
+    tps = thread_pool_size if thread_pool_size is not None else server_cfg.get("thread_pool_size")
     servers = list(servers)
     server_names: dict[str, str] = {}
     if servers:
@@ -193,24 +196,14 @@ def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_quer
         servers = plain
     else:
         for key in ("address", "address_ipv6", "more_addresses"):  # more_addresses: other DB servers (a list)
-            for value in _as_list(server_cfg.get(key)):
-                try:
-                    parse_server(value if isinstance(value, str) else "")
-                except UsageError:
-                    raise InputError(f"{where} {key} must be \"IP:PORT\"{' or a list of them' * (key == 'more_addresses')}"
-                                     f", got {value!r}") from None
-                servers.append(value)
+            servers += _as_list(server_cfg.get(key))
     proxy_servers = list(proxy_servers or [])
     if proxy_servers:
         for s in proxy_servers:
             parse_server(s)
     else:
-        value = _table(toml, "proxy", cfg).get("address")
+        value = toml.get("proxy", {}).get("address")
         if value is not None:
-            try:
-                parse_server(value if isinstance(value, str) else "")
-            except UsageError:
-                raise InputError(f"{cfg}: [proxy] address must be \"IP:PORT\", got {value!r}") from None
             proxy_servers.append(value)
     if lqt is not None and not (isinstance(lqt, (int, float)) and math.isfinite(lqt) and lqt >= 0):
         raise UsageError(f"{'--long-query-time' if long_query_time is not None else where + ' long_query_time'} "
@@ -277,19 +270,82 @@ def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_quer
     return result
 
 
-def _table(toml: dict, key: str, cfg: Path | None) -> dict:
-    value = toml.get(key, {})
-    if not isinstance(value, dict):
-        raise InputError(f"{cfg}: {key} must be a table ([{key}]), got {value!r}")
-    return value
+# --- capture.toml, checked against its declaration (schema.CAPTURE_TOML_KEYS) --------------------------------------
+
+_DECLARED = {k.name: k for k in CAPTURE_TOML_KEYS}
+_DECLARED_PATTERNS = [(re.compile(re.escape(k.name).replace("<point>", "[^.]+")), k) for k in CAPTURE_TOML_KEYS
+                      if "<point>" in k.name]
 
 
-def _names(value, cfg: Path, what: str) -> list[str]:
-    """[captures] app = "app.pcap" or ["app1.pcap", "app2.pcap"] (one per app host)."""
-    names = [value] if isinstance(value, str) else value
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise InputError(f"{cfg}: {what} must be a file name or a list of file names, got {value!r}")
-    return names
+def _is_endpoint(value) -> bool:
+    try:
+        parse_server(value if isinstance(value, str) else "")
+    except UsageError:
+        return False
+    return True
+
+
+def _one_or_list(value, each) -> bool:
+    values = value if isinstance(value, list) else [value]
+    return bool(values) and all(each(v) for v in values)
+
+
+# per declared type: (the check a value passes, the words a wrong value's message says it must be)
+_TYPES = {
+    "table": (lambda v: isinstance(v, dict), "a table"),
+    "table of any keys": (lambda v: isinstance(v, dict), "a table"),
+    "string": (lambda v: isinstance(v, str), "text"),
+    "strings": (lambda v: _one_or_list(v, lambda x: isinstance(x, str)), "text or a list of texts"),
+    "number": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    "boolean": (lambda v: isinstance(v, bool), "true or false"),
+    "file name": (lambda v: isinstance(v, str) and bool(v), "a file name"),
+    "file names": (lambda v: _one_or_list(v, lambda x: isinstance(x, str)), "a file name or a list of file names"),
+    "IP:PORT": (_is_endpoint, '"IP:PORT"'),
+    "IP:PORTs": (lambda v: _one_or_list(v, _is_endpoint), '"IP:PORT" or a list of them'),
+}
+
+
+def _declaration(name: str) -> InputKey | None:
+    key = _DECLARED.get(name)
+    if key is None:
+        key = next((k for pattern, k in _DECLARED_PATTERNS if pattern.fullmatch(name)), None)
+    return key
+
+
+def _check_toml(toml: dict, cfg: Path, warnings: list[str]) -> None:
+    """capture.toml against its declaration: a value of the wrong type is a user mistake (one line); the keys not
+    declared are named in one warning (a misspelt key would else be ignored without a word)."""
+    unknown = []
+    for section, value in toml.items():
+        key = _declaration(section)
+        if key is None:
+            unknown.append(section)
+            continue
+        _check_value(key, value, cfg, "", section)
+        if key.dtype != "table":
+            continue
+        for name, inner in value.items():
+            key = _declaration(f"{section}.{name}")
+            if key is None:
+                unknown.append(f"[{section}] {name}")
+            else:
+                _check_value(key, inner, cfg, section, name)
+    if unknown:
+        warnings.append(f"{cfg}: {', '.join(unknown)}: not {'a key' if len(unknown) == 1 else 'keys'} of "
+                        "capture.toml, not read (`pcapdecomp columns capture-toml` lists its keys)")
+
+
+def _check_value(key: InputKey, value, cfg: Path, section: str, name: str) -> None:
+    ok, words = _TYPES[key.dtype]
+    if not ok(value):
+        if not section:  # a table: [name]
+            raise InputError(f"{cfg}: {name} must be {words} ([{name}]), got {value!r}")
+        raise InputError(f"{cfg}: [{section}] {name} must be {words}, got {value!r}")
+
+
+def _names(value) -> list[str]:
+    """[captures] app = "app.pcap" or ["app1.pcap", "app2.pcap"] (one per app host; its type checked already)."""
+    return [value] if isinstance(value, str) else value
 
 
 def _named_file(set_dir: Path, cfg: Path, key: str, name, missing: list[str]) -> Path | None:
@@ -331,15 +387,6 @@ def time_zone(name: str | None):
     except (ZoneInfoNotFoundError, ValueError):
         raise UsageError(f"--slow-log-tz: unknown time zone {name!r} (use e.g. Europe/Berlin or +02:00)") from None
 
-
-def _number(table: dict, key: str, where: str):
-    """A number of capture.toml's [server]; absent is None, anything else (text, a boolean) a mistake."""
-    value = table.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"{where} {key} must be a number, got {value!r}")
-    return value
 
 
 def capture_set(folder: Path | None = None, *, app: list | tuple = (), db=None, slow_log=None,

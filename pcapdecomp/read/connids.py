@@ -211,7 +211,8 @@ CONNECTION_ID_SQL = re.compile(r"\s*select\s+connection_id\s*\(\s*\)\s*(?:as\s+\
 def ids_from_answers(point, ex: pd.DataFrame, conns: pd.DataFrame) -> dict[tuple[str, int], int]:
     """(capture, conn_index) -> id answered to a `SELECT CONNECTION_ID()` (its first column) on a connection without
     an id: the answer is read back from the frames of the response (one pass over the capture's frames between the
-    first and the last such response)."""
+    first and the last such response). `point`: the capture's file, or its sources.CapturePoint (a point of several
+    files is read as one stream, its frames numbered through it)."""
     if not len(ex) or "sql" not in ex:
         return {}
     unnamed = conns.loc[conns["conn_id"].isna() & ~conns["tls"].fillna(False).astype(bool)
@@ -388,12 +389,12 @@ def _fill_missing_ids(table: pd.DataFrame, got: np.ndarray) -> np.ndarray:
     return take
 
 
-def name_connections(processlist: Path | None, captures: set[str], app_ex: pd.DataFrame, app_conns: pd.DataFrame,
+def name_connections(processlist: Path | None, points: dict, app_ex: pd.DataFrame, app_conns: pd.DataFrame,
                      db_ex: pd.DataFrame, db_conns: pd.DataFrame, note) -> dict[str, str]:
     """Fill conn_id (exchanges and connections tables, in place) where no greeting gave it: from SELECT
     CONNECTION_ID() answers on the wire, then the processlist snapshot. Returns {client endpoint: source} of the
     connections named so (the joined table's conn_id_source). `processlist`: the capture set's snapshot;
-    `captures`: the names of its capture points (the answers are looked for in those)."""
+    `points`: its capture points by name (sources.CapturePoint; the answers are read back from their frames)."""
     ex, conns = (db_ex, db_conns) if len(db_conns) else (app_ex, app_conns)
     for c in (app_conns, db_conns):
         if "conn_id_source" not in c:
@@ -402,10 +403,9 @@ def name_connections(processlist: Path | None, captures: set[str], app_ex: pd.Da
         return {}
     filled = Filled()
     for capture in conns.loc[conns["conn_id"].isna(), "capture"].astype(str).unique():
-        if capture in captures:
+        if capture in points:
             mine = ex["capture"].astype(str) == capture
-            fill_from_ids(ex, conns, ids_from_answers(capture, ex[mine], conns), ANSWER,
-                                  filled)
+            fill_from_ids(ex, conns, ids_from_answers(points[capture], ex[mine], conns), ANSWER, filled)
     if processlist is not None:
         snapshot = read_processlist(processlist)
         for w in snapshot.warnings:

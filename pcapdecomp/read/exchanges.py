@@ -64,8 +64,10 @@ class Extraction:
                  stats: CaptureStats, other_tcp_frames: int = 0, other_tcp_bytes: int = 0,
                  commands: Counter | None = None, flow_first_frames: dict[int, int] | None = None,
                  native_frames: int = 0, holes: dict[int, tuple[list, list]] | None = None, gaps_forced: int = 0,
-                 files: list | None = None):
+                 files: list | None = None, source: str | os.PathLike | None = None):
         self.capture = capture
+        # what reads this capture again (the repair's passes): the file, or the sources.CapturePoint of its files
+        self.source = capture if source is None else source
         self._tables = {"exchanges": exchanges, "connections": connections}
         self.stats = stats
         self.other_tcp_frames = other_tcp_frames
@@ -250,7 +252,7 @@ connection_part = row_function("connection_part", EXCHANGE_COLUMNS, "capture, fl
 ROWS_PER_BATCH = 1 << 13  # rows are held as Python tuples only until a batch of this many is columnar
 # The fast lane holds its rows in C buffers and the distinct texts of a batch (no Python object per row): its
 # batches are bigger (and end sooner when they hold 16 MiB of text), so fewer of them are made into Arrow and
-# fewer dictionaries unified when the table is sorted: on the 10 s sysbench capture 36 batches -> 5, ~30 ms
+# fewer dictionaries unified when the table is sorted
 LANE_ROWS_PER_BATCH = 1 << 16
 
 
@@ -376,7 +378,7 @@ def extract(
         connections = table_of([batch(conn_rows, CONNECTION_COLUMNS)], CONNECTION_COLUMNS, sort_by=["conn_index"])
         release_memory()
         return Extraction(name, exchanges, connections, stats, tracker.other_tcp_frames, tracker.other_tcp_bytes,
-                          commands, first_frames, native, holes, tracker.held_budget.forced_gaps)
+                          commands, first_frames, native, holes, tracker.held_budget.forced_gaps, source=path)
 
     tracker = FlowTracker(emit, closed, servers=servers, max_sql_bytes=max_sql_bytes, part=part,
                           tls_secrets=tls_secrets, sql_budget=SQL_BUDGET if sql_budget is None else sql_budget,
@@ -448,4 +450,4 @@ def merge_parts(parts: list[Extraction]) -> Extraction:
                       {ranks[(i, index)]: frame for i, p in enumerate(parts) for index, frame in p.flow_first_frames.items()},
                       sum(p.native_frames for p in parts),
                       {ranks[(i, index)]: h for i, p in enumerate(parts) for index, h in p.holes.items()},
-                      sum(p.gaps_forced for p in parts), first.files)
+                      sum(p.gaps_forced for p in parts), first.files, first.source)

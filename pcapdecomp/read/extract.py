@@ -58,8 +58,8 @@ def _work(slot: int, path: str, servers: set[Endpoint] | None, max_sql_bytes: in
     x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, part=part, progress=progress,
                 tls_secrets=tls_secrets)
     # The parent wants DataFrames (analyze's stages, merge_parts): made here, in the worker, the Arrow tables
-    # go column by column as they become the DataFrame that is sent; sending the Arrow tables made the parent
-    # hold both while it converted (10 s sysbench pair: parent 380 -> 450 MiB, worker 274 -> 350 MiB)
+    # go column by column as they become the DataFrame that is sent; sent as Arrow tables, the parent would hold
+    # both while it converts
     x.exchanges, x.connections  # noqa: B018
     return x
 
@@ -93,7 +93,7 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
         return out
     tasks = [(i, path, (k, n) if n > 1 else None) for i, (path, n) in enumerate(zip(paths, parts)) for k in range(n)]
     # When every task has a process of its own, this one reads the first task itself instead of waiting: its
-    # tables are not pickled in a worker and unpickled here (10 s sysbench pair: ~0.1 s of 0.9), and one fork less.
+    # tables are not pickled in a worker and unpickled here, and one fork less.
     here = len(tasks) <= jobs
     total = sum(sizes)
     global _PROGRESS

@@ -50,8 +50,8 @@ _DUMPCAP_INDEX = re.compile(r"^(?P<stem>.*)_(?P<n>\d{5})_\d{14}(?P<ext>\.(?:pcap
 @dataclass(frozen=True)
 class CapturePoint:
     """One capture point: its kind (app, db, …), its name in the tables (`exchanges.capture`) and its files in
-    reading order. Used where a capture path was: os.fspath() gives the name, and `open_capture(name)` reads the
-    files as one stream once the point is `register`ed."""
+    reading order. Used where a capture path was: os.fspath() gives the name, and `open_capture(point)` reads the
+    files as one stream (every pass that reads a point again is given the point, not its name)."""
 
     kind: str
     name: str
@@ -76,14 +76,6 @@ class CapturePoint:
     def open_reader(self, stats: CaptureStats | None = None) -> CaptureReader | PointReader:
         """A reader of the point's files as one capture (what `capture.open_capture(point)` returns)."""
         return PointReader(self, stats) if len(self.files) != 1 else CaptureReader(self.files[0], stats)
-
-
-def register(point: CapturePoint) -> CapturePoint:
-    """Make `capture.open_capture(point.name)` read the point's files as one stream (in this process and the
-    workers it forks; a Dask worker registers the points its task reads)."""
-    if point.multi:
-        capture.POINT_READERS[point.name] = lambda stats=None, p=point: PointReader(p, stats)
-    return point
 
 
 # --- naming and resolving ---------------------------------------------------------------------------------------

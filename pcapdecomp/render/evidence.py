@@ -221,13 +221,13 @@ def export(analysis_dir: Path, query_ids: list[str] | None = None, conn_ids: lis
         src = Path(path) if Path(path).is_absolute() else cwd / path
         files = [f["file"] for f in points.get(path, {}).get("files", []) if not f.get("skipped")]
         if len(files) > 1:  # a capture point of several files: read as one stream, frames numbered through it
-            from ..read.sources import CapturePoint, register
+            from ..read.sources import CapturePoint
 
             files = [str(Path(f) if Path(f).is_absolute() else cwd / f) for f in files]
             lost = next((f for f in files if not Path(f).is_file()), None)
             if lost is not None:
                 raise InputError(f"{lost}: capture file named in {analysis_dir / 'summary.json'} not found")
-            src = Path(register(CapturePoint(points[path]["kind"], str(src), tuple(files))).name)
+            src = CapturePoint(points[path]["kind"], str(src), tuple(files))
         elif not src.is_file():
             raise InputError(f"{src}: capture named in {analysis_dir / 'summary.json'} not found")
         sources[path] = src
@@ -301,7 +301,7 @@ def display_paths(paths: list[str]) -> dict[str, str]:
             depth[p] += 1
 
 
-def _copy_frames(source: Path, sp: list[Span], rows: pd.DataFrame, f, secrets=None) -> int:
+def _copy_frames(source, sp: list[Span], rows: pd.DataFrame, f, secrets=None) -> int:
     """One pass over the source capture: every frame of a selected connection inside a selected frame range. With
     TLS `secrets` (mysql.tls: client random -> secrets), those of the sessions whose ClientHello is among the
     frames go into a Decryption Secrets Block first, so that Wireshark opens the file decrypted."""

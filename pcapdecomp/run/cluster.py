@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..core.errors import UsageError
-from ..read.sources import CapturePoint, register
+from ..read.sources import CapturePoint
 
 CONNECT_TIMEOUT_S = float(os.environ.get("PCAPDECOMP_DASK_TIMEOUT", "10"))  # seconds to wait for the scheduler
 
@@ -71,7 +71,6 @@ def _extract_part(point: CapturePoint, servers, max_sql_bytes: int, part, tls_se
     """On a worker: one part of one capture point (its TLS connections decrypted with `tls_secrets`, the key log)."""
     from ..read.exchanges import extract
 
-    register(point)
     return extract(point, servers=servers, max_sql_bytes=max_sql_bytes, part=part, tls_secrets=tls_secrets)
 
 

@@ -23,7 +23,6 @@ from ..explain.servers import Explained, summary_of
 from ..explain.summary import latency_quantiles
 from ..explain.summary import to_json as summary_json
 from ..pair.pairing import Paired
-from ..read import sources
 from ..read.captureset import CaptureSet, time_zone
 from ..read.extract import Extracted
 from ..render.report import component_rows
@@ -100,8 +99,6 @@ class Run:
             raise
         for message in self.cs.warnings:
             self.note(message)
-        for pt in self.cs.points:
-            sources.register(pt)  # later passes (repair, clock) open the point by its name
         if self.lean:
             map_big_blocks(1 << 20)  # until the repair is done (pair.pairing.pair_points ends it)
         return self

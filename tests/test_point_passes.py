@@ -1,0 +1,94 @@
+"""A capture point of several files (a rotation) is read again as one stream by every pass after extraction: the
+loss repair's borrow and re-read, the clock's segment pass, the connection ids read back from answers. Each pass is
+given the point itself (an Extraction's `source`), never its name: no registry maps a name to a point's files.
+
+Real captures: a bundled recording's DB capture, split by editcap into files named as dumpcap's ring buffer names
+them, against the same capture as one file."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pcapdecomp.analysis import Options, analyze, capture_set
+from pcapdecomp.core.errors import InputError
+from pcapdecomp.pair.clocks import read_segments_of
+from pcapdecomp.read import connids, sources
+from pcapdecomp.read.exchanges import extract
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from lose_frames import lose_frames  # noqa: E402
+
+LOSSY_SET = REPO / "captures" / "oltp-prepared"
+POOLED_SET = REPO / "captures" / "field-pool-before-capture"  # connections opened before the capture began
+NAMES = ("capture", "db_point")  # the point's name (its folder) differs from the file's by design
+
+pytestmark = pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap (Wireshark) splits the captures")
+
+
+def _rotated(source: Path, folder: Path, frames_per_file: int) -> sources.CapturePoint:
+    """`source` split into files of `frames_per_file` frames in `folder` (db_00000_<time>.pcap, …), as one point."""
+    folder.mkdir()
+    subprocess.run(["editcap", "-F", "nsecpcap", "-c", str(frames_per_file), str(source), str(folder / "db.pcap")],
+                   check=True, capture_output=True)
+    point = sources.point("db", folder)
+    assert len(point.files) >= 2
+    return point
+
+
+def test_the_loss_repair_rereads_a_rotated_point_as_one_stream(tmp_path):
+    """Frames lost at the DB: the repair borrows and re-reads the DB point of two files as it does the one file;
+    the repaired exchanges and the repair's counts are the same."""
+    lossy = tmp_path / "db.pcap"
+    lose_frames(LOSSY_SET / "db.pcap", lossy, 0.05, 1041)
+    point = _rotated(lossy, tmp_path / "db", 900)
+    whole = analyze(capture_set(app=[LOSSY_SET / "app.pcap"], db=[lossy], slow_log=LOSSY_SET / "slow.log",
+                                long_query_time=0.1, thread_pool_size=2),
+                    Options(quiet=True, jobs=1), tmp_path / "whole")
+    split = analyze(capture_set(app=[LOSSY_SET / "app.pcap"], db=[point.given], slow_log=LOSSY_SET / "slow.log",
+                                long_query_time=0.1, thread_pool_size=2),
+                    Options(quiet=True, jobs=1), tmp_path / "split")
+    assert whole.summary["repair"]["exchanges_repaired"] > 0
+    assert split.summary["repair"] == whole.summary["repair"]
+    a, b = whole.exchanges, split.exchanges
+    cols = [c for c in a.columns if c not in NAMES]
+    pd.testing.assert_frame_equal(a[cols].reset_index(drop=True), b[cols].reset_index(drop=True))
+    assert set(b["db_point"].dropna().astype(str)) == {point.name}
+
+
+def test_the_clock_pass_reads_a_rotated_point_as_one_stream(tmp_path):
+    """The clock's pass over a point of three files gives the segments of the one file."""
+    db = LOSSY_SET / "db.pcap"
+    point = _rotated(db, tmp_path / "db", 700)
+    conns = extract(db).connections
+    flows = set()
+    for client, server in zip(conns["client"].astype(str), conns["server"].astype(str)):
+        (ci, cp), (si, sp) = sources.parse_server(client), sources.parse_server(server)
+        flows.add((ci, cp, si, sp))
+    assert len(flows) >= 4
+    whole, split = read_segments_of(db, flows), read_segments_of(point, flows)
+    assert len(whole.ts) > 1000 and whole.read == split.read
+    for column in ("k1", "k2", "ts"):
+        assert (getattr(whole, column) == getattr(split, column)).all(), column
+    # the point's name (its folder) is only a name: nothing maps it to the point's files
+    with pytest.raises(InputError):
+        read_segments_of(point.name, flows)
+
+
+def test_connection_ids_are_read_back_from_a_rotated_point(tmp_path):
+    """Connections seen without their greeting: the ids answered to SELECT CONNECTION_ID() are read back from the
+    frames of the point's files, numbered through the point."""
+    db = POOLED_SET / "db.pcap"
+    point = _rotated(db, tmp_path / "db", 300)
+    got = {}
+    for source in (db, point):
+        x = extract(source)
+        ids = connids.ids_from_answers(source, x.exchanges, x.connections)
+        got[source is point] = {index: conn_id for (_, index), conn_id in ids.items()}
+    assert got[False] and got[True] == got[False]
