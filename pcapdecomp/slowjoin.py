@@ -31,6 +31,7 @@ unjoined, reason `search-limit`); no pair of entry × exchange is ever materiali
 from __future__ import annotations
 
 import bisect
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -126,9 +127,12 @@ def _norm_ip(ip) -> str | None:
 
 
 def _column(frame: pd.DataFrame, name: str, default) -> list:
+    """A column as a list of Python values, None for null (NA, NaN)."""
     if name not in frame.columns:
         return [default] * len(frame)
-    return [None if v is pd.NA or (isinstance(v, float) and np.isnan(v)) else v for v in frame[name].astype(object)]
+    values = frame[name].astype(object).to_numpy(copy=True)
+    values[pd.isna(values)] = None
+    return values.tolist()
 
 
 class _Rows:
@@ -151,14 +155,21 @@ class _Rows:
                                   for i, (c, k) in enumerate(zip(self.conn_id, keys))]
         self.command = _column(rows, "command", "COM_QUERY")
         self.sql = _column(rows, "sql", None)
-        self.params = _column(rows, "params", None)
+        # read per exchange only where a slow-log entry can use the parameters (_Slots): most never are
+        self._params = rows["params"].to_numpy(dtype=object) if "params" in rows.columns else None
         self.sql_cut = [bool(v) for v in _column(rows, "sql_cut", False)]
-        self.ip = [_norm_ip(v) for v in _column(rows, "client_ip", None)]
+        ips: dict = {}  # one address per connection: normalised once per distinct value
+        self.ip = [ips[v] if v in ips else ips.setdefault(v, _norm_ip(v)) for v in _column(rows, "client_ip", None)]
         if n and self.timed.any():
             self.span = (int((self.d1 - self.tol)[self.timed].min()),
                          int((self.d4 + self.tol + LOG_WRITE_SLACK_NS)[self.timed].max()))
         else:
             self.span = (0, -1)
+
+    def params(self, r: int) -> str | None:
+        """The exchange's `params` column (None when null)."""
+        v = None if self._params is None else self._params[r]
+        return None if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else v
 
 
 class _Entries:
@@ -230,21 +241,87 @@ def _start_windows(slow: pd.DataFrame, qt: np.ndarray) -> tuple[np.ndarray, np.n
 # --- slots: the statements of the exchanges -------------------------------------------------------------------------
 
 
+EXECUTES = ("COM_STMT_EXECUTE", "COM_STMT_BULK_EXECUTE")
+
+
+class _Templates:
+    """The prepared texts of the exchanges' COM_STMT_EXECUTEs (template ids in order of first use), split at their
+    markers, and which entries read as which template with which values."""
+
+    def __init__(self, rows: _Rows):
+        self.ids: dict[str, int] = {}  # prepared text -> template id
+        self.parts: list[list[str]] = []
+        for r in range(rows.n):
+            sql = rows.sql[r]
+            if sql is not None and rows.timed[r] and not rows.sql_cut[r] and rows.command[r] in EXECUTES:
+                if self.ids.setdefault(sql, len(self.ids)) == len(self.parts):
+                    self.parts.append(template_parts(sql))
+
+    def reads(self, entries: _Entries) -> list[list[tuple[int, tuple]]]:
+        """Per entry: (template id, values key) of every template its text reads as (the prepared text with the
+        values in place of its markers), in the order the keys are given."""
+        out: list[list[tuple[int, tuple]]] = [[] for _ in range(entries.n)]
+        if not self.parts:
+            return out
+        prefix_index = sorted({len(p[0]) for p in self.parts})
+        by_first: dict[str, list[int]] = defaultdict(list)
+        for tid, parts in enumerate(self.parts):
+            by_first[parts[0]].append(tid)
+        for e in range(entries.n):
+            admin, sql = entries.admin[e], entries.sql[e] or ""
+            if (isinstance(admin, str) and admin) or not sql.strip() or entries.cut[e]:
+                continue
+            text = logged_form(sql)
+            for length in prefix_index:
+                for tid in by_first.get(text[:length], ()):
+                    parts = self.parts[tid]
+                    if len(parts) == 1:
+                        continue
+                    values = template_values(text, parts)
+                    if values is not None:
+                        out[e].append((tid, _values_key(values)))
+        return out
+
+
+class _Wanted:
+    """Which COM_STMT_EXECUTEs need their parameters decoded: those of a template some entry reads as, on the
+    connection of the entry's thread when the wire names that connection (an entry of a known thread is only ever
+    searched among its own connection's statements), on every connection otherwise. The others carry a key no
+    entry has: no slot is made for them, which changes no decision (a slot without a key an entry has is never
+    looked at) and spares decoding the parameters of every execute to join a few entries."""
+
+    def __init__(self, rows: _Rows, entries: _Entries, reads: list[list[tuple[int, tuple]]]):
+        known = {c for c in rows.conn_id.tolist() if c >= 0}
+        self.anywhere: set[int] = set()
+        self.on_conn: set[tuple[int, int]] = set()
+        for e, got in enumerate(reads):
+            thread = int(entries.thread[e])
+            for tid, _ in got:
+                if thread in known:
+                    self.on_conn.add((thread, tid))
+                else:
+                    self.anywhere.add(tid)
+
+    def __call__(self, conn_id: int, tid: int) -> bool:
+        return tid in self.anywhere or (conn_id, tid) in self.on_conn
+
+
 class _Slots:
     """One slot per statement an exchange carries (several for a multi-statement COM_QUERY), with its text keys.
     Keys: ('t', text) exact logged form; ('c', command) administrator commands; ('x', template, values) a
     COM_STMT_EXECUTE with its decoded values; ('w', template) one whose values are unknown; ('p', prefix) a text
-    cut on the wire; ('q', prefix) an exchange whose text starts with a cut entry's text."""
+    cut on the wire; ('q', prefix) an exchange whose text starts with a cut entry's text. A COM_STMT_EXECUTE that
+    no entry can be (`_Wanted`) gets no slot."""
 
-    def __init__(self, rows: _Rows):
+    def __init__(self, rows: _Rows, templates: _Templates, wanted: _Wanted):
         self.row: list[int] = []
         self.k: list[int] = []
         self.keys: list[list[tuple]] = []
         self.by_key: dict[tuple, list[int]] = defaultdict(list)
-        self.templates: dict[str, int] = {}  # prepared text -> template id
-        self.template_parts: list[list[str]] = []
+        self.template_parts = templates.parts
         self.cut_prefixes: set[str] = set()  # texts of statements cut on the wire
         self.text_of: list[str | None] = []  # per slot: its statement text (for cut entries' prefix keys)
+        conn_id = rows.conn_id.tolist()
         for r in range(rows.n):
             if not rows.timed[r]:
                 continue
@@ -257,17 +334,14 @@ class _Slots:
                 continue
             if sql is None:
                 continue
-            if command in ("COM_STMT_EXECUTE", "COM_STMT_BULK_EXECUTE"):
+            if command in EXECUTES:
                 if rows.sql_cut[r]:
                     continue  # a cut prepared text is no template: the exchange stays unmatchable (marked)
-                tid = self.templates.setdefault(sql, len(self.templates))
-                if tid == len(self.template_parts):
-                    self.template_parts.append(template_parts(sql))
-                values = parse_params(rows.params[r])
-                if values is None or WILDCARD in values:
-                    self._add(r, 0, [("w", tid)], None)
-                else:
-                    self._add(r, 0, [("x", tid, _values_key(values))], None)
+                tid = templates.ids[sql]
+                if not wanted(conn_id[r], tid):
+                    continue
+                key = _params_key(rows.params(r))
+                self._add(r, 0, [("w", tid) if key is None else ("x", tid, key)], None)
                 continue
             if rows.sql_cut[r]:
                 text = _LEFT(sql).rstrip("\ufffd")  # a cut inside a multi-byte character decodes to U+FFFD
@@ -315,6 +389,19 @@ def _LEFT(sql: str) -> str:
     return "\n".join(line.rstrip("\r") for line in text.split("\n")) if "\r" in text else text
 
 
+_INTEGERS = re.compile(r"-?[0-9]+(?:, -?[0-9]+)*")
+
+
+def _params_key(params: str | None) -> tuple | None:
+    """An execute's `params` column as the key of its values (`_values_key`), None when they are not all known
+    (unreadable, or long data). Integers only, the common case, are keyed without the literal reader: the same
+    key, `_num_key` of an integer being its decimal digits without leading zeros."""
+    if params is not None and _INTEGERS.fullmatch(params):
+        return tuple(("num", str(int(v))) for v in params.split(", "))
+    values = parse_params(params)
+    return None if values is None or WILDCARD in values else _values_key(values)
+
+
 def _values_key(values: list[tuple]) -> tuple:
     """Values as a hashable key: numbers by value (15 significant digits: servers print floats with fewer or more
     digits than repr()), text exactly."""
@@ -351,13 +438,9 @@ def _text_number(text: str) -> str | None:
 # --- entry keys ---------------------------------------------------------------------------------------------------
 
 
-def _entry_keys(entries: _Entries, slots: _Slots) -> None:
-    """Give each entry the keys of the slots it can meet: its exact text, its command, a template reading, and
-    the prefixes where one side was cut."""
-    prefix_index = sorted({len(p[0]) for p in slots.template_parts}) if slots.template_parts else []
-    by_first: dict[str, list[int]] = defaultdict(list)
-    for tid, parts in enumerate(slots.template_parts):
-        by_first[parts[0]].append(tid)
+def _entry_keys(entries: _Entries, slots: _Slots, reads: list[list[tuple[int, tuple]]]) -> None:
+    """Give each entry the keys of the slots it can meet: its exact text, its command, a template reading
+    (`_Templates.reads`), and the prefixes where one side was cut."""
     texts: list[tuple[str, int]] = []  # (text, entry) of every entry with a statement, for prefix searches
     encrypted = ANY_TEXT in slots.by_key
     for e in range(entries.n):
@@ -379,16 +462,10 @@ def _entry_keys(entries: _Entries, slots: _Slots) -> None:
         text = logged_form(sql)
         entries.keys[e].append(("t", text))
         texts.append((text, e))
-        for length in prefix_index:  # COM_STMT_EXECUTE: the prepared text with the values in place of '?'
-            for tid in by_first.get(text[:length], ()):
-                parts = slots.template_parts[tid]
-                if len(parts) == 1:
-                    continue
-                values = template_values(text, parts)
-                if values is not None:
-                    entries.keys[e].append(("x", tid, _values_key(values)))
-                    if ("w", tid) in slots.by_key:
-                        entries.keys[e].append(("w", tid))
+        for tid, values in reads[e]:  # COM_STMT_EXECUTE: the prepared text with the values in place of '?'
+            entries.keys[e].append(("x", tid, values))
+            if ("w", tid) in slots.by_key:
+                entries.keys[e].append(("w", tid))
     texts.sort()
     sorted_texts = [t for t, _ in texts]
     for prefix in slots.cut_prefixes:  # exchanges cut on the wire: the entries whose text starts so
@@ -638,8 +715,10 @@ def join_slow_log(rows: pd.DataFrame, slow: pd.DataFrame | None, name: str = "sl
         return _empty(n, 0 if slow is None else len(slow))
     R = _Rows(rows)
     E = _Entries(slow)
-    S = _Slots(R)
-    _entry_keys(E, S)
+    T = _Templates(R)
+    reads = T.reads(E)
+    S = _Slots(R, T, _Wanted(R, E, reads))
+    _entry_keys(E, S, reads)
     state = _State(R, E, S, _Search(R, E, S))
     state.run()
     return state.result(name)
