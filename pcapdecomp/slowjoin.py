@@ -249,13 +249,16 @@ class _Templates:
     markers, and which entries read as which template with which values."""
 
     def __init__(self, rows: _Rows):
-        self.ids: dict[str, int] = {}  # prepared text -> template id
-        self.parts: list[list[str]] = []
-        for r in range(rows.n):
-            sql = rows.sql[r]
-            if sql is not None and rows.timed[r] and not rows.sql_cut[r] and rows.command[r] in EXECUTES:
-                if self.ids.setdefault(sql, len(self.ids)) == len(self.parts):
-                    self.parts.append(template_parts(sql))
+        command = np.asarray(rows.command, dtype=object)
+        sql = np.asarray(rows.sql, dtype=object)
+        execute = np.zeros(rows.n, dtype=bool)
+        for name in EXECUTES:
+            execute |= command == name
+        # the timed executes of a whole prepared text, and their template ids (first use first: pd.factorize's order)
+        self.rows = np.flatnonzero(execute & rows.timed & ~np.asarray(rows.sql_cut, dtype=bool) & pd.notna(sql))
+        codes, texts = pd.factorize(sql[self.rows])
+        self.tid = codes.astype(np.int64)
+        self.parts: list[list[str]] = [template_parts(text) for text in texts]
 
     def reads(self, entries: _Entries) -> list[list[tuple[int, tuple]]]:
         """Per entry: (template id, values key) of every template its text reads as (the prepared text with the
@@ -302,8 +305,16 @@ class _Wanted:
                 else:
                     self.anywhere.add(tid)
 
-    def __call__(self, conn_id: int, tid: int) -> bool:
-        return tid in self.anywhere or (conn_id, tid) in self.on_conn
+    def select(self, conn_id: np.ndarray, tid: np.ndarray) -> np.ndarray:
+        """Per execute (its connection id, -1 when unknown, and template id): does it need its parameters?"""
+        wanted = np.isin(tid, np.fromiter(self.anywhere, dtype=np.int64, count=len(self.anywhere)))
+        if self.on_conn:  # (thread, template) pairs as numbers: the thread's place among them, times the templates
+            threads = np.array(sorted({c for c, _ in self.on_conn}), dtype=np.int64)
+            width = int(max(tid.max(initial=0), max(t for _, t in self.on_conn))) + 1
+            place = np.minimum(np.searchsorted(threads, conn_id), len(threads) - 1)
+            pairs = np.array([int(np.searchsorted(threads, c)) * width + t for c, t in self.on_conn], dtype=np.int64)
+            wanted |= (threads[place] == conn_id) & np.isin(place * width + tid, pairs)
+        return wanted
 
 
 class _Slots:
@@ -321,10 +332,11 @@ class _Slots:
         self.template_parts = templates.parts
         self.cut_prefixes: set[str] = set()  # texts of statements cut on the wire
         self.text_of: list[str | None] = []  # per slot: its statement text (for cut entries' prefix keys)
-        conn_id = rows.conn_id.tolist()
-        for r in range(rows.n):
-            if not rows.timed[r]:
-                continue
+        executes = templates.rows[wanted.select(rows.conn_id[templates.rows], templates.tid)]
+        keys = _execute_keys(rows, executes, templates)
+        others = np.ones(rows.n, dtype=bool)
+        others[templates.rows] = False
+        for r in np.union1d(np.flatnonzero(rows.timed & others), executes).tolist():
             command, sql = rows.command[r], rows.sql[r]
             if command == ENCRYPTED:  # a TLS flight read without its content: any entry's text may be it
                 self._add(r, 0, [ANY_TEXT], None)
@@ -335,13 +347,8 @@ class _Slots:
             if sql is None:
                 continue
             if command in EXECUTES:
-                if rows.sql_cut[r]:
-                    continue  # a cut prepared text is no template: the exchange stays unmatchable (marked)
-                tid = templates.ids[sql]
-                if not wanted(conn_id[r], tid):
-                    continue
-                key = _params_key(rows.params(r))
-                self._add(r, 0, [("w", tid) if key is None else ("x", tid, key)], None)
+                if r in keys:  # else cut (a cut prepared text is no template: the exchange stays unmatchable,
+                    self._add(r, 0, [keys[r]], None)  # marked), or one no entry can be
                 continue
             if rows.sql_cut[r]:
                 text = _LEFT(sql).rstrip("\ufffd")  # a cut inside a multi-byte character decodes to U+FFFD
@@ -387,6 +394,20 @@ def _LEFT(sql: str) -> str:
     """A cut text's logged form: only its start is known, so only the start is trimmed."""
     text = sql.lstrip(" \t\n\r\v\f")
     return "\n".join(line.rstrip("\r") for line in text.split("\n")) if "\r" in text else text
+
+
+def _execute_keys(rows: _Rows, executes: np.ndarray, templates: _Templates) -> dict[int, tuple]:
+    """The key of each of these executes (row -> key): ('x', template, values) or ('w', template); the parameters
+    of each distinct text decoded once."""
+    tid_of = dict(zip(templates.rows.tolist(), templates.tid.tolist()))
+    decoded: dict = {}
+    out = {}
+    for r in executes.tolist():
+        params = rows.params(r)
+        key = decoded[params] if params in decoded else decoded.setdefault(params, _params_key(params))
+        tid = tid_of[r]
+        out[r] = ("w", tid) if key is None else ("x", tid, key)
+    return out
 
 
 _INTEGERS = re.compile(r"-?[0-9]+(?:, -?[0-9]+)*")

@@ -359,12 +359,12 @@ def _join_everything(rows: pd.DataFrame, slow: pd.DataFrame):
     """The join with a slot (and decoded parameters) for every COM_STMT_EXECUTE, as before _Wanted."""
     from pcapdecomp import slowjoin
 
-    real = slowjoin._Wanted.__call__
-    slowjoin._Wanted.__call__ = lambda self, conn_id, tid: True
+    real = slowjoin._Wanted.select
+    slowjoin._Wanted.select = lambda self, conn_id, tid: np.ones(len(tid), dtype=bool)
     try:
         return slowjoin.join_slow_log(rows, slow)
     finally:
-        slowjoin._Wanted.__call__ = real
+        slowjoin._Wanted.select = real
 
 
 def _threads_moved(slow: pd.DataFrame) -> pd.DataFrame:
