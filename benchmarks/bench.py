@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -255,10 +256,22 @@ SHAPE_COLUMNS = (
     "analyze --jobs 1 s", "× tshark", "PSS MiB", "analyze s", "× tshark", "PSS MiB", "load before → after")
 
 
-def _median_runs(runs: int, measure) -> tuple[float, float, object]:
-    """Median wall seconds and the peak memory and result of the median run, of `runs` runs of measure()."""
-    got = sorted((measure() for _ in range(runs)), key=lambda r: r[0])
-    return got[len(got) // 2]
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process's finished children (and theirs, the workers they waited for)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _median_runs(runs: int, measure) -> tuple:
+    """Of `runs` runs of measure() (wall s, peak MiB, …): the median run's values, then the median CPU seconds of
+    the child processes (on a loaded machine CPU time moves less than wall time)."""
+    got, cpu = [], []
+    for _ in range(runs):
+        before = _cpu_seconds()
+        got.append(measure())
+        cpu.append(_cpu_seconds() - before)
+    got.sort(key=lambda r: r[0])
+    return (*got[len(got) // 2], statistics.median(cpu))
 
 
 def shape_rows(seconds: int, work: Path, runs: int, trees: list[Path]) -> list[str]:
@@ -269,7 +282,9 @@ def shape_rows(seconds: int, work: Path, runs: int, trees: list[Path]) -> list[s
         app, db = record(seconds, work, scenario)
         slow = db.parent / "slow.log"
         n = packets(db)
+        before = _cpu_seconds()
         t_wall, _, t_count = tshark_commands(db)
+        t_cpu = _cpu_seconds() - before
         for tree in trees:
             before = load()
             x1 = _median_runs(runs, lambda: pcapdecomp_exchanges(db, work, 1, cwd=tree))
@@ -282,9 +297,12 @@ def shape_rows(seconds: int, work: Path, runs: int, trees: list[Path]) -> list[s
                 print(f"bench: WARNING: {scenario}: pcapdecomp counts {x1[2]:,} exchanges, tshark {t_count:,} "
                       f"commands", file=sys.stderr)
             cells = [f"{scenario} ({what})", tree.name, f"{seconds}", f"{n:,}", f"{db.stat().st_size / 2**20:.0f}",
-                     f"{x1[2]:,}", f"{entries.get('entries', 0)} ({entries.get('matched', 0)})", f"{t_wall:.1f}"]
-            for (wall, rss, *_), with_memory in ((x1, False), (xd, False), (a0, False), (a1, True), (ad, True)):
-                cells += [f"{wall:.2f}", f"{t_wall / wall:.1f}"] + ([f"{rss:.0f}"] if with_memory else [])
+                     f"{x1[2]:,}", f"{entries.get('entries', 0)} ({entries.get('matched', 0)})",
+                     f"{t_wall:.1f} ({t_cpu:.1f})"]
+            for run, with_memory in ((x1, False), (xd, False), (a0, False), (a1, True), (ad, True)):
+                wall, rss, cpu = run[0], run[1], run[-1]
+                cells += [f"{wall:.2f} ({cpu:.2f})", f"{t_wall / wall:.1f} ({t_cpu / cpu:.1f})"] + \
+                    ([f"{rss:.0f}"] if with_memory else [])
             cells.append(f"{before} → {load()}")
             out.append("| " + " | ".join(cells) + " |")
             print(out[-1], flush=True)
@@ -508,7 +526,8 @@ def main() -> int:
         print("|" + "---|" * len(SHAPE_COLUMNS), flush=True)
         shape_rows(args.shapes, args.work, args.runs, [REPO, *args.against])
         print(f"\nTimes of the DB capture for tshark (one run) and `exchanges`, of the pair for `analyze`, each the "
-              f"median of {args.runs} run(s); × tshark = tshark's time / pcapdecomp's. `analyze` is given the "
+              f"median of {args.runs} run(s), wall (CPU: user + system of the process and its workers); × tshark = "
+              "tshark's time / pcapdecomp's, wall (CPU). `analyze` is given the "
               "recording's slow log (--slow-log) except in the 'no slow log' column; the read-only shape's log has no "
               "entries (long_query_time 1 s). PSS: peak of the process and its workers. Tree: the checkout whose "
               "pcapdecomp ran (--against adds rows of another one on the same recordings).")
