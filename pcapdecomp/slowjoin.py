@@ -166,10 +166,13 @@ class _Rows:
         else:
             self.span = (0, -1)
 
-    def params(self, r: int) -> str | None:
-        """The exchange's `params` column (None when null)."""
-        v = None if self._params is None else self._params[r]
-        return None if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else v
+    def params_of(self, rows: np.ndarray) -> np.ndarray:
+        """These exchanges' `params` column (None when null), as objects."""
+        if self._params is None:
+            return np.full(len(rows), None, dtype=object)
+        values = self._params[rows]
+        values[pd.isna(values)] = None
+        return values
 
 
 class _Entries:
@@ -332,11 +335,9 @@ class _Slots:
         self.template_parts = templates.parts
         self.cut_prefixes: set[str] = set()  # texts of statements cut on the wire
         self.text_of: list[str | None] = []  # per slot: its statement text (for cut entries' prefix keys)
-        executes = templates.rows[wanted.select(rows.conn_id[templates.rows], templates.tid)]
-        keys = _execute_keys(rows, executes, templates)
         others = np.ones(rows.n, dtype=bool)
-        others[templates.rows] = False
-        for r in np.union1d(np.flatnonzero(rows.timed & others), executes).tolist():
+        others[templates.rows] = False  # the executes of whole prepared texts: after the loop, as columns
+        for r in np.flatnonzero(rows.timed & others).tolist():
             command, sql = rows.command[r], rows.sql[r]
             if command == ENCRYPTED:  # a TLS flight read without its content: any entry's text may be it
                 self._add(r, 0, [ANY_TEXT], None)
@@ -346,10 +347,8 @@ class _Slots:
                 continue
             if sql is None:
                 continue
-            if command in EXECUTES:
-                if r in keys:  # else cut (a cut prepared text is no template: the exchange stays unmatchable,
-                    self._add(r, 0, [keys[r]], None)  # marked), or one no entry can be
-                continue
+            if command in EXECUTES:  # cut: a cut prepared text is no template, the exchange stays unmatchable
+                continue  # (marked)
             if rows.sql_cut[r]:
                 text = _LEFT(sql).rstrip("\ufffd")  # a cut inside a multi-byte character decodes to U+FFFD
                 parts = statements(text)
@@ -368,6 +367,33 @@ class _Slots:
                 for k, part in enumerate(parts):
                     # the whole text too: a compound statement (BEGIN … END) has ';' inside and is logged whole
                     self._add(r, k, [("t", part)] + ([("t", text)] if k == 0 else []), part)
+        chosen = wanted.select(rows.conn_id[templates.rows], templates.tid)
+        self._add_executes(templates.rows[chosen], *_execute_keys(rows, templates.rows[chosen],
+                                                                   templates.tid[chosen]))
+
+    def _add_executes(self, executes: np.ndarray, keys: list[tuple], code: np.ndarray) -> None:
+        """A slot for each of these executes (rows in order; one statement each, its key keys[code]) among the
+        slots made so far, in the order of their rows, as _add would have made them."""
+        if not len(executes):
+            return
+        made = len(self.row)
+        row = np.concatenate([np.asarray(self.row, dtype=np.int64), executes])
+        k = np.concatenate([np.asarray(self.k, dtype=np.int64), np.zeros(len(executes), dtype=np.int64)])
+        order = np.lexsort((k, row))
+        slot = np.empty(len(order), dtype=np.int64)
+        slot[order] = np.arange(len(order))
+        all_keys = self.keys + [[keys[c]] for c in code.tolist()]
+        all_texts = self.text_of + [None] * len(executes)
+        at = order.tolist()
+        self.row, self.k = row[order].tolist(), k[order].tolist()
+        self.keys, self.text_of = [all_keys[i] for i in at], [all_texts[i] for i in at]
+        renumbered = slot[:made].tolist()  # the slots made so far keep their order among themselves
+        for slots in self.by_key.values():
+            slots[:] = [renumbered[s] for s in slots]
+        mine = slot[made:]
+        by_code = np.argsort(code, kind="stable")
+        for group in np.split(by_code, np.flatnonzero(np.diff(code[by_code])) + 1):
+            self.by_key[keys[int(code[group[0]])]] = mine[group].tolist()  # executes' keys: ('x' | 'w', …) only
 
     def _add(self, r: int, k: int, keys: list[tuple], text: str | None) -> None:
         s = len(self.row)
@@ -396,18 +422,20 @@ def _LEFT(sql: str) -> str:
     return "\n".join(line.rstrip("\r") for line in text.split("\n")) if "\r" in text else text
 
 
-def _execute_keys(rows: _Rows, executes: np.ndarray, templates: _Templates) -> dict[int, tuple]:
-    """The key of each of these executes (row -> key): ('x', template, values) or ('w', template); the parameters
-    of each distinct text decoded once."""
-    tid_of = dict(zip(templates.rows.tolist(), templates.tid.tolist()))
-    decoded: dict = {}
-    out = {}
-    for r in executes.tolist():
-        params = rows.params(r)
-        key = decoded[params] if params in decoded else decoded.setdefault(params, _params_key(params))
-        tid = tid_of[r]
-        out[r] = ("w", tid) if key is None else ("x", tid, key)
-    return out
+def _execute_keys(rows: _Rows, executes: np.ndarray, tids: np.ndarray) -> tuple[list[tuple], np.ndarray]:
+    """The distinct keys of these executes (of templates `tids`): ('x', template, values) or ('w', template), and
+    per execute the number of its key. The parameters of each distinct text are decoded once."""
+    codes, texts = pd.factorize(rows.params_of(executes))  # -1: no parameters column value
+    width = len(texts) + 1
+    pairs, which = np.unique(tids * width + (codes + 1), return_inverse=True)
+    numbers: dict[tuple, int] = {}  # two texts may read as the same values ('5', '05'): one key
+    per_pair = []
+    for pair in pairs.tolist():
+        tid, text = pair // width, pair % width - 1
+        values = _params_key(texts[text] if text >= 0 else None)
+        key = ("w", tid) if values is None else ("x", tid, values)
+        per_pair.append(numbers.setdefault(key, len(numbers)))
+    return list(numbers), np.asarray(per_pair, dtype=np.int64)[which.reshape(-1)]
 
 
 _INTEGERS = re.compile(r"-?[0-9]+(?:, -?[0-9]+)*")
