@@ -11,6 +11,11 @@
     python3 benchmarks/bench.py --sizes 10,40,150 --record docs/speed-runs/
                                                         # also writes the run, dated, with the machine and the
                                                         # commit, as docs/speed-runs/<date>-<commit>.md
+    python3 benchmarks/bench.py --shapes 10 --runs 3 --against /work/ref36
+                                                        # both shapes, each with its slow log: sysbench
+                                                        # oltp_read_only and oltp_read_write (16 threads, prepared
+                                                        # statements, long_query_time 0.01: entries exist);
+                                                        # medians of 3 runs, and the same runs of another tree
 
 Prints markdown tables: tool, wall seconds, packets/s, peak memory, exchange/command count and the agreement of
 pcapdecomp's count with tshark's MySQL dissector (must be within 0.5 %), and beside them the physical limit: the
@@ -27,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -71,13 +77,13 @@ def _tree_memory_kib(root: int) -> int:
     return sum(_memory_kib(pid) for pid in tree)
 
 
-def child_rss(argv: list[str]) -> tuple[float, float, str]:
+def child_rss(argv: list[str], cwd: Path | None = None) -> tuple[float, float, str]:
     """Wall seconds, peak memory (MiB, PSS: see _memory_kib) of the child and its worker processes together
-    (sampled every 50 ms), stdout."""
+    (sampled every 50 ms), stdout. `cwd`: where `python3 -m pcapdecomp.cli` finds the tree it runs."""
     out = tempfile.TemporaryFile(mode="w+")
     err = tempfile.TemporaryFile(mode="w+")
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True)
+    proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, cwd=cwd)
     peak = 0
     while proc.poll() is None:
         peak = max(peak, _tree_memory_kib(proc.pid))
@@ -180,24 +186,27 @@ def tshark_commands(path: Path) -> tuple[float, float, int]:
     return wall, rss, sum(len(line.split("\t", 1)[1].split(",")) for line in out.splitlines() if "\t" in line)
 
 
-def pcapdecomp_exchanges(path: Path, work: Path, jobs: int | None = None) -> tuple[float, float, int]:
+def pcapdecomp_exchanges(path: Path, work: Path, jobs: int | None = None,
+                         cwd: Path | None = None) -> tuple[float, float, int]:
     out = work / f"{path.stem}.parquet"
     argv = [sys.executable, "-m", "pcapdecomp.cli", "exchanges", str(path), "-q", "--out", str(out)]
     argv += ["--jobs", str(jobs)] if jobs else []
-    wall, rss, _ = child_rss(argv)
+    wall, rss, _ = child_rss(argv, cwd)
     import pandas as pd
 
     x = pd.read_parquet(out, columns=["command"])
     return wall, rss, int((x["command"] != "CONNECT").sum())  # tshark counts commands; CONNECT is a handshake
 
 
-def pcapdecomp_analyze(app: Path, db: Path, work: Path, jobs: int | None = None) -> tuple[float, float, int, str]:
+def pcapdecomp_analyze(app: Path, db: Path, work: Path, jobs: int | None = None, slow_log: Path | None = None,
+                       cwd: Path | None = None) -> tuple[float, float, int, str]:
     """Wall s, peak PSS MiB, exchange rows, and what the loss repair did (a lossy pair is read again in part)."""
     out = work / "analysis"
     argv = [sys.executable, "-m", "pcapdecomp.cli", "analyze", "--app", str(app), "--db", str(db), "-q",
             "--out", str(out)]
     argv += ["--jobs", str(jobs)] if jobs else []
-    wall, rss, _ = child_rss(argv)
+    argv += ["--slow-log", str(slow_log)] if slow_log else []
+    wall, rss, _ = child_rss(argv, cwd)
     import pandas as pd
 
     repair = json.loads((out / "summary.json").read_text()).get("repair")
@@ -230,12 +239,74 @@ def pt_query_digest(path: Path, work: Path) -> tuple[float, float, float, int]:
     return convert, wall, rss, queries
 
 
-def record(seconds: int, work: Path) -> tuple[Path, Path]:
-    folder = work / f"sysbench-{seconds}s"
+def record(seconds: int, work: Path, scenario: str = "sysbench") -> tuple[Path, Path]:
+    """The lab's recording of `scenario` (sysbench: oltp_read_only; sysbench-rw: oltp_read_write with a slow log
+    at long_query_time 0.01) for `seconds`, made once in the work folder (never committed)."""
+    folder = work / f"{scenario}-{seconds}s"
     if not (folder / "db.pcap").exists():
-        subprocess.run([sys.executable, str(REPO / "captures" / "lab" / "record.py"), "sysbench", "--out", str(folder),
+        subprocess.run([sys.executable, str(REPO / "captures" / "lab" / "record.py"), scenario, "--out", str(folder),
                         "--duration", str(seconds)], check=True)
     return folder / "app.pcap", folder / "db.pcap"
+
+
+SHAPES = {"sysbench": "oltp_read_only, 8 threads", "sysbench-rw": "oltp_read_write, 16 threads"}
+SHAPE_COLUMNS = (
+    "shape", "tree", "s", "packets (db)", "MiB (db)", "exchanges", "slow-log entries (joined)", "tshark s",
+    "exchanges --jobs 1 s", "× tshark", "exchanges s", "× tshark", "analyze --jobs 1, no slow log s", "× tshark",
+    "analyze --jobs 1 s", "× tshark", "PSS MiB", "analyze s", "× tshark", "PSS MiB", "load before → after")
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process's finished children (and theirs, the workers they waited for)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _median_runs(runs: int, measure) -> tuple:
+    """Of `runs` runs of measure() (wall s, peak MiB, …): the median run's values, then the median CPU seconds of
+    the child processes (on a loaded machine CPU time moves less than wall time)."""
+    got, cpu = [], []
+    for _ in range(runs):
+        before = _cpu_seconds()
+        got.append(measure())
+        cpu.append(_cpu_seconds() - before)
+    got.sort(key=lambda r: r[0])
+    return (*got[len(got) // 2], statistics.median(cpu))
+
+
+def shape_rows(seconds: int, work: Path, runs: int, trees: list[Path]) -> list[str]:
+    """Both shapes of the benchmark recorded for `seconds`, each analysed with its slow log (and, with --jobs 1,
+    without it): per tree, the medians of `runs` runs against one tshark run on the DB capture."""
+    out = []
+    for scenario, what in SHAPES.items():
+        app, db = record(seconds, work, scenario)
+        slow = db.parent / "slow.log"
+        n = packets(db)
+        before = _cpu_seconds()
+        t_wall, _, t_count = tshark_commands(db)
+        t_cpu = _cpu_seconds() - before
+        for tree in trees:
+            before = load()
+            x1 = _median_runs(runs, lambda: pcapdecomp_exchanges(db, work, 1, cwd=tree))
+            xd = _median_runs(runs, lambda: pcapdecomp_exchanges(db, work, cwd=tree))
+            a0 = _median_runs(runs, lambda: pcapdecomp_analyze(app, db, work, 1, cwd=tree))
+            a1 = _median_runs(runs, lambda: pcapdecomp_analyze(app, db, work, 1, slow, cwd=tree))
+            ad = _median_runs(runs, lambda: pcapdecomp_analyze(app, db, work, None, slow, cwd=tree))
+            entries = json.loads((work / "analysis" / "summary.json").read_text()).get("slow_log") or {}
+            if t_count and abs(100 * (x1[2] - t_count) / t_count) > 0.5:
+                print(f"bench: WARNING: {scenario}: pcapdecomp counts {x1[2]:,} exchanges, tshark {t_count:,} "
+                      f"commands", file=sys.stderr)
+            cells = [f"{scenario} ({what})", tree.name, f"{seconds}", f"{n:,}", f"{db.stat().st_size / 2**20:.0f}",
+                     f"{x1[2]:,}", f"{entries.get('entries', 0)} ({entries.get('matched', 0)})",
+                     f"{t_wall:.1f} ({t_cpu:.1f})"]
+            for run, with_memory in ((x1, False), (xd, False), (a0, False), (a1, True), (ad, True)):
+                wall, rss, cpu = run[0], run[1], run[-1]
+                cells += [f"{wall:.2f} ({cpu:.2f})", f"{t_wall / wall:.1f} ({t_cpu / cpu:.1f})"] + \
+                    ([f"{rss:.0f}"] if with_memory else [])
+            cells.append(f"{before} → {load()}")
+            out.append("| " + " | ".join(cells) + " |")
+            print(out[-1], flush=True)
+    return out
 
 
 def record_rotated(seconds: int, files: int, work: Path, rate_mb_s: float) -> tuple[Path, Path]:
@@ -430,6 +501,13 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=6.5,
                     help="MB/s one point's tcpdump writes under the lab's sysbench (to size -C for --rotated; "
                          "6.5 measured on 2 cores)")
+    ap.add_argument("--shapes", type=int, metavar="SECONDS",
+                    help="record both shapes (sysbench oltp_read_only; oltp_read_write with a slow log) for SECONDS "
+                         "and print their rows: exchanges and analyze (with and without the slow log) against tshark")
+    ap.add_argument("--runs", type=int, default=1, help="--shapes: runs of each pcapdecomp command (the median is shown)")
+    ap.add_argument("--against", type=Path, action="append", default=[], metavar="TREE",
+                    help="--shapes: also run the pcapdecomp of this built tree (an A/B pair: the same recordings, "
+                         "one after the other)")
     ap.add_argument("--record", type=Path, metavar="FOLDER",
                     help="also write everything printed to FOLDER/<date>-<commit>.md, headed by the date, the "
                          "command, the commit and the machine")
@@ -443,6 +521,17 @@ def main() -> int:
     print(f"machine: {machine()}; load average (1/5/15 min) {load()}; {time.strftime('%Y-%m-%d %H:%M')}"
           f"{'; bytecode compiled first (PYTHONDONTWRITEBYTECODE is set)' if compiled else ''}")
     print_startup()
+    if args.shapes:
+        print("\n| " + " | ".join(SHAPE_COLUMNS) + " |")
+        print("|" + "---|" * len(SHAPE_COLUMNS), flush=True)
+        shape_rows(args.shapes, args.work, args.runs, [REPO, *args.against])
+        print(f"\nTimes of the DB capture for tshark (one run) and `exchanges`, of the pair for `analyze`, each the "
+              f"median of {args.runs} run(s), wall (CPU: user + system of the process and its workers); × tshark = "
+              "tshark's time / pcapdecomp's, wall (CPU). `analyze` is given the "
+              "recording's slow log (--slow-log) except in the 'no slow log' column; the read-only shape's log has no "
+              "entries (long_query_time 1 s). PSS: peak of the process and its workers. Tree: the checkout whose "
+              "pcapdecomp ran (--against adds rows of another one on the same recordings).")
+        return 0
     if args.rotated:
         app, db = (args.app, args.db) if args.app and args.db else record_rotated(args.seconds, args.rotated, args.work,
                                                                                   args.rate)

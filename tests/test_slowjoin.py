@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from analysing import analyse
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from joininput import exchange_table
 
 from pcapdecomp.analysis import Options, analyze, capture_set
@@ -295,7 +297,7 @@ def test_summary_json_lists_reasons_and_examples(midstream):
 
 def _count_fits(rows: pd.DataFrame, slow: pd.DataFrame) -> tuple[int, dict]:
     """Pair checks one join makes (exactly: a count, not a time), and its stats."""
-    from pcapdecomp.slowlog.reader import join as slowjoin
+    from pcapdecomp.slowlog import join as slowjoin
 
     calls = [0]
     real_one, real_many = slowjoin._Search.fits_row, slowjoin._Search.fitting_rows
@@ -345,3 +347,94 @@ def test_cost_grows_linearly_with_identical_statements(ids):
     assert big < 5 * small, (small, big)
     assert s4["matched"] == (4000 if ids else 0)
     assert s4["unjoined"] == ({} if ids else {"ambiguous": 4000})
+
+
+# --- executes no entry can be ------------------------------------------------------------------------------------
+
+
+def _join_everything(rows: pd.DataFrame, slow: pd.DataFrame):
+    """The join with a slot (and decoded parameters) for every COM_STMT_EXECUTE, as before _Wanted."""
+    from pcapdecomp.slowlog import join as slowjoin
+
+    real = slowjoin._Wanted.select
+    slowjoin._Wanted.select = lambda self, conn_id, tid: np.ones(len(tid), dtype=bool)
+    try:
+        return slowjoin.join_slow_log(rows, slow)
+    finally:
+        slowjoin._Wanted.select = real
+
+
+def _threads_moved(slow: pd.DataFrame) -> pd.DataFrame:
+    """The log with each entry given the thread of the next entry of another thread: entries of known threads whose
+    statements are on other connections (searched there only), the case where an execute elsewhere has no slot."""
+    bent = slow.copy()
+    threads = bent["thread_id"].dropna().unique().tolist()
+    if len(threads) > 1:
+        bent["thread_id"] = bent["thread_id"].map(dict(zip(threads, threads[1:] + threads[:1]))).astype("Int64")
+    return bent
+
+
+@pytest.mark.parametrize("name", ["slowlog-forms", "oltp-prepared", "oltp-hogs", "midstream-join", "features"])
+@pytest.mark.parametrize("variant", ["as recorded", "threads moved", "without ids"])
+def test_executes_without_a_slot_change_no_decision(name, variant):
+    # Only the executes some entry can be (its template, on its thread's connection when the wire names it) get a
+    # slot and their parameters decoded; every decision must be the one made with all of them.
+    from pcapdecomp.slowlog import join as slowjoin
+
+    table = exchange_table(CAPTURES / name)
+    slow, _ = read_slow_log(CAPTURES / name / "slow.log")
+    if variant == "threads moved":
+        slow = _threads_moved(slow)
+    if variant == "without ids":
+        table = table.copy()
+        table["conn_id"] = pd.array([pd.NA] * len(table), dtype="Int64")
+    rows = rows_for_join(table)
+    lean, full = slowjoin.join_slow_log(rows, slow), _join_everything(rows, slow)
+    assert lean.stats == full.stats
+    for field in ("entry", "query_time_ns", "undecided", "reasons", "entry_row"):
+        assert (getattr(lean, field) == getattr(full, field)).all(), field
+    assert lean.used == full.used and lean.warnings == full.warnings
+
+
+def test_executes_of_templates_no_entry_reads_get_no_slot():
+    # oltp-prepared: its slow log holds the hogs only (text queries), so no execute is decoded at all.
+    from pcapdecomp.slowlog import join as slowjoin
+
+    table = exchange_table(CAPTURES / "oltp-prepared")
+    slow, _ = read_slow_log(CAPTURES / "oltp-prepared" / "slow.log")
+    rows = slowjoin._Rows(rows_for_join(table))
+    templates = slowjoin._Templates(rows)
+    entries = slowjoin._Entries(slow)
+    reads = templates.reads(entries)
+    executes = sum(1 for r in range(rows.n) if rows.command[r] == "COM_STMT_EXECUTE" and rows.timed[r])
+    assert executes > 100 and not any(reads)
+    slots = slowjoin._Slots(rows, templates, slowjoin._Wanted(rows, entries, reads))
+    assert not any(rows.command[r] == "COM_STMT_EXECUTE" for r in slots.row)
+
+
+@pytest.mark.parametrize("name", ["slowlog-forms", "oltp-prepared", "oltp-hogs", "features"])
+def test_params_key_of_recorded_executes(name):
+    # the integer-only shortcut gives the key the literal reader gives, on every execute's parameters recorded
+    from pcapdecomp.slowlog import join as slowjoin
+    from pcapdecomp.slowlog.sqltext import WILDCARD, parse_params
+
+    table = exchange_table(CAPTURES / name)
+    params = table.loc[table["command"] == "COM_STMT_EXECUTE", "params"].dropna().astype(str).unique()
+    assert len(params) > 0
+    for text in params:
+        values = parse_params(text)
+        expected = None if values is None or WILDCARD in values else slowjoin._values_key(values)
+        assert slowjoin._params_key(text) == expected, text
+
+
+@given(st.lists(st.integers(min_value=-2**70, max_value=2**70), max_size=6),
+       st.lists(st.integers(min_value=0, max_value=3), max_size=6))
+@settings(max_examples=300, deadline=None)
+def test_params_key_of_integers_is_the_literal_readers(values, zeros):
+    from pcapdecomp.slowlog import join as slowjoin
+    from pcapdecomp.slowlog.sqltext import parse_params
+
+    texts = [("-" if v < 0 else "") + "0" * (zeros[i] if i < len(zeros) else 0) + str(abs(v))
+             for i, v in enumerate(values)]
+    text = ", ".join(texts)
+    assert slowjoin._params_key(text) == slowjoin._values_key(parse_params(text))

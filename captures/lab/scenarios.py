@@ -20,6 +20,16 @@ def _sbtest_sql(rows: int) -> list[str]:
             f"INSERT INTO lab.sbtest1 VALUES {values}"]
 
 
+def _sysbench_table_sql(rows: int) -> list[str]:
+    """sysbench's own sbtest1 (c CHAR(120), pad CHAR(60)), which oltp_read_write's UPDATEs and INSERTs need; the
+    texts are fixed, not random, so two recordings hold the same table."""
+    values = ",".join(f"({i},{(i * 7919) % rows},'{i:011d}-{i * 31 % 99991:011d}-{'x' * 95}','{i:011d}-{'y' * 47}')"
+                      for i in range(1, rows + 1))
+    return ["CREATE TABLE lab.sbtest1 (id INT NOT NULL AUTO_INCREMENT PRIMARY KEY, k INT NOT NULL DEFAULT 0, "
+            "c CHAR(120) NOT NULL DEFAULT '', pad CHAR(60) NOT NULL DEFAULT '', KEY k_1 (k))",
+            f"INSERT INTO lab.sbtest1 VALUES {values}"]
+
+
 # the OLTP scenarios: two thread groups, a stall limit long enough that a hog keeps its group, long_query_time 0.1
 OLTP_SETTINGS = ServerSettings(**HELD_GROUPS, long_query_time_s=0.1)
 
@@ -247,6 +257,18 @@ SCENARIOS = {s.name: s for s in (
         ServerSettings(thread_pool_size=2, long_query_time_s=1.0),
         {"clients": 8, "duration": 10.0, "rows": SBTEST_ROWS},
         tuple(_sbtest_sql(SBTEST_ROWS)),
+        committed=False,
+    ),
+    Scenario(
+        "sysbench-rw",
+        "sysbench oltp_read_write (prepared statements: point selects, range selects of 100 rows, sums, ORDER BY, "
+        "DISTINCT, index and non-index UPDATEs, DELETE and INSERT in transactions) on 16 threads at full speed "
+        "against sysbench's own 10k-row table, long_query_time=0.01 so that the slow log has entries (a statement "
+        "takes ~1 ms here): the benchmark's second shape (benchmarks/bench.py --shape rw). Recorded on demand "
+        "(large), not committed; no per-query truth.",
+        ServerSettings(thread_pool_size=2, long_query_time_s=0.01),
+        {"clients": 16, "duration": 10.0, "rows": SBTEST_ROWS, "test": "oltp_read_write"},
+        tuple(_sysbench_table_sql(SBTEST_ROWS)),
         committed=False,
     ),
     Scenario(

@@ -746,12 +746,13 @@ def bigpacket(args, truth: Truth) -> None:
 
 
 def sysbench(args, truth: Truth) -> None:
-    """sysbench oltp_read_only (server-side prepared statements) at full speed: a large capture for benchmarks.
-    No per-query truth: sysbench reports only totals, printed to the lab's log."""
+    """sysbench oltp_read_only, or the scenario's `test` (oltp_read_write), with server-side prepared statements at
+    full speed: a large capture for benchmarks. No per-query truth: sysbench reports only totals, printed to the
+    lab's log."""
     import subprocess
 
     done = subprocess.run(
-        ["sysbench", "oltp_read_only", f"--mysql-host={args.host}", f"--mysql-port={args.port}",
+        ["sysbench", getattr(args, "test", "oltp_read_only"), f"--mysql-host={args.host}", f"--mysql-port={args.port}",
          f"--mysql-user={USER}", f"--mysql-password={PASSWORD}", "--mysql-db=lab", "--tables=1",
          f"--table-size={args.rows}", f"--threads={args.clients}", f"--time={int(args.duration)}",
          "--db-ps-mode=auto", "--mysql-ssl=off", "--report-interval=0", "run"],
@@ -888,7 +889,7 @@ SCENARIOS = {"maxthreads": maxthreads, "maxthreads-below-lqt": maxthreads, "grou
              "connection-churn": connection_churn, "connection-storm": connection_storm,
              "connection-refused": connection_refused, "features": features,
              "network-slow-client": network_slow_client, "bigpacket": bigpacket,
-            "sysbench": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms,
+            "sysbench": sysbench, "sysbench-rw": sysbench, "midstream-join": midstream_join, "slowlog-forms": slowlog_forms,
             "proxy-l4": group_stall, "proxy-pool": proxy_pool, "two-servers": two_servers,
              # one workload, three server settings (captures/lab/scenarios.py SERIES "stall-fix")
              "stall-fix-1-pool": stall_fix, "stall-fix-2-thread-per-connection": stall_fix,

@@ -31,6 +31,7 @@ unjoined, reason `search-limit`); no pair of entry × exchange is ever materiali
 from __future__ import annotations
 
 import bisect
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -135,9 +136,12 @@ def _norm_ip(ip) -> str | None:
 
 
 def _column(frame: pd.DataFrame, name: str, default) -> list:
+    """A column as a list of Python values, None for null (NA, NaN)."""
     if name not in frame.columns:
         return [default] * len(frame)
-    return [None if v is pd.NA or (isinstance(v, float) and np.isnan(v)) else v for v in frame[name].astype(object)]
+    values = frame[name].astype(object).to_numpy(copy=True)
+    values[pd.isna(values)] = None
+    return values.tolist()
 
 
 class _Rows:
@@ -160,14 +164,24 @@ class _Rows:
                                   for i, (c, k) in enumerate(zip(self.conn_id, keys))]
         self.command = _column(rows, "command", "COM_QUERY")
         self.sql = _column(rows, "sql", None)
-        self.params = _column(rows, "params", None)
+        # read per exchange only where a slow-log entry can use the parameters (_Slots): most never are
+        self._params = rows["params"].to_numpy(dtype=object) if "params" in rows.columns else None
         self.sql_cut = [bool(v) for v in _column(rows, "sql_cut", False)]
-        self.ip = [_norm_ip(v) for v in _column(rows, "client_ip", None)]
+        ips: dict = {}  # one address per connection: normalised once per distinct value
+        self.ip = [ips[v] if v in ips else ips.setdefault(v, _norm_ip(v)) for v in _column(rows, "client_ip", None)]
         if n and self.timed.any():
             self.span = (int((self.d1 - self.tol)[self.timed].min()),
                          int((self.d4 + self.tol + LOG_WRITE_SLACK_NS)[self.timed].max()))
         else:
             self.span = (0, -1)
+
+    def params_of(self, rows: np.ndarray) -> np.ndarray:
+        """These exchanges' `params` column (None when null), as objects."""
+        if self._params is None:
+            return np.full(len(rows), None, dtype=object)
+        values = self._params[rows]
+        values[pd.isna(values)] = None
+        return values
 
 
 class _Entries:
@@ -231,24 +245,100 @@ def _start_windows(slow: pd.DataFrame, qt: np.ndarray) -> tuple[np.ndarray, np.n
 # --- slots: the statements of the exchanges -------------------------------------------------------------------------
 
 
+EXECUTES = ("COM_STMT_EXECUTE", "COM_STMT_BULK_EXECUTE")
+
+
+class _Templates:
+    """The prepared texts of the exchanges' COM_STMT_EXECUTEs (template ids in order of first use), split at their
+    markers, and which entries read as which template with which values."""
+
+    def __init__(self, rows: _Rows):
+        command = np.asarray(rows.command, dtype=object)
+        sql = np.asarray(rows.sql, dtype=object)
+        execute = np.zeros(rows.n, dtype=bool)
+        for name in EXECUTES:
+            execute |= command == name
+        # the timed executes of a whole prepared text, and their template ids (first use first: pd.factorize's order)
+        self.rows = np.flatnonzero(execute & rows.timed & ~np.asarray(rows.sql_cut, dtype=bool) & pd.notna(sql))
+        codes, texts = pd.factorize(sql[self.rows])
+        self.tid = codes.astype(np.int64)
+        self.parts: list[list[str]] = [template_parts(text) for text in texts]
+
+    def reads(self, entries: _Entries) -> list[list[tuple[int, tuple]]]:
+        """Per entry: (template id, values key) of every template its text reads as (the prepared text with the
+        values in place of its markers), in the order the keys are given."""
+        out: list[list[tuple[int, tuple]]] = [[] for _ in range(entries.n)]
+        if not self.parts:
+            return out
+        prefix_index = sorted({len(p[0]) for p in self.parts})
+        by_first: dict[str, list[int]] = defaultdict(list)
+        for tid, parts in enumerate(self.parts):
+            by_first[parts[0]].append(tid)
+        for e in range(entries.n):
+            admin, sql = entries.admin[e], entries.sql[e] or ""
+            if (isinstance(admin, str) and admin) or not sql.strip() or entries.cut[e]:
+                continue
+            text = logged_form(sql)
+            for length in prefix_index:
+                for tid in by_first.get(text[:length], ()):
+                    parts = self.parts[tid]
+                    if len(parts) == 1:
+                        continue
+                    values = template_values(text, parts)
+                    if values is not None:
+                        out[e].append((tid, _values_key(values)))
+        return out
+
+
+class _Wanted:
+    """Which COM_STMT_EXECUTEs need their parameters decoded: those of a template some entry reads as, on the
+    connection of the entry's thread when the wire names that connection (an entry of a known thread is only ever
+    searched among its own connection's statements), on every connection otherwise. The others carry a key no
+    entry has: no slot is made for them, which changes no decision (a slot without a key an entry has is never
+    looked at) and spares decoding the parameters of every execute to join a few entries."""
+
+    def __init__(self, rows: _Rows, entries: _Entries, reads: list[list[tuple[int, tuple]]]):
+        known = {c for c in rows.conn_id.tolist() if c >= 0}
+        self.anywhere: set[int] = set()
+        self.on_conn: set[tuple[int, int]] = set()
+        for e, got in enumerate(reads):
+            thread = int(entries.thread[e])
+            for tid, _ in got:
+                if thread in known:
+                    self.on_conn.add((thread, tid))
+                else:
+                    self.anywhere.add(tid)
+
+    def select(self, conn_id: np.ndarray, tid: np.ndarray) -> np.ndarray:
+        """Per execute (its connection id, -1 when unknown, and template id): does it need its parameters?"""
+        wanted = np.isin(tid, np.fromiter(self.anywhere, dtype=np.int64, count=len(self.anywhere)))
+        if self.on_conn:  # (thread, template) pairs as numbers: the thread's place among them, times the templates
+            threads = np.array(sorted({c for c, _ in self.on_conn}), dtype=np.int64)
+            width = int(max(tid.max(initial=0), max(t for _, t in self.on_conn))) + 1
+            place = np.minimum(np.searchsorted(threads, conn_id), len(threads) - 1)
+            pairs = np.array([int(np.searchsorted(threads, c)) * width + t for c, t in self.on_conn], dtype=np.int64)
+            wanted |= (threads[place] == conn_id) & np.isin(place * width + tid, pairs)
+        return wanted
+
+
 class _Slots:
     """One slot per statement an exchange carries (several for a multi-statement COM_QUERY), with its text keys.
     Keys: ('t', text) exact logged form; ('c', command) administrator commands; ('x', template, values) a
     COM_STMT_EXECUTE with its decoded values; ('w', template) one whose values are unknown; ('p', prefix) a text
-    cut on the wire; ('q', prefix) an exchange whose text starts with a cut entry's text."""
+    cut on the wire; ('q', prefix) an exchange whose text starts with a cut entry's text. A COM_STMT_EXECUTE that
+    no entry can be (`_Wanted`) gets no slot."""
 
-    def __init__(self, rows: _Rows):
+    def __init__(self, rows: _Rows, templates: _Templates, wanted: _Wanted):
         self.row: list[int] = []
         self.k: list[int] = []
         self.keys: list[list[tuple]] = []
         self.by_key: dict[tuple, list[int]] = defaultdict(list)
-        self.templates: dict[str, int] = {}  # prepared text -> template id
-        self.template_parts: list[list[str]] = []
+        self.template_parts = templates.parts
         self.cut_prefixes: set[str] = set()  # texts of statements cut on the wire
         self.text_of: list[str | None] = []  # per slot: its statement text (for cut entries' prefix keys)
-        for r in range(rows.n):
-            if not rows.timed[r]:
-                continue
+        others = np.ones(rows.n, dtype=bool)
+        others[templates.rows] = False  # the executes of whole prepared texts: after the loop, as columns
+        for r in np.flatnonzero(rows.timed & others).tolist():
             command, sql = rows.command[r], rows.sql[r]
             if command == ENCRYPTED:  # a TLS flight read without its content: any entry's text may be it
                 self._add(r, 0, [ANY_TEXT], None)
@@ -258,18 +348,8 @@ class _Slots:
                 continue
             if sql is None:
                 continue
-            if command in ("COM_STMT_EXECUTE", "COM_STMT_BULK_EXECUTE"):
-                if rows.sql_cut[r]:
-                    continue  # a cut prepared text is no template: the exchange stays unmatchable (marked)
-                tid = self.templates.setdefault(sql, len(self.templates))
-                if tid == len(self.template_parts):
-                    self.template_parts.append(template_parts(sql))
-                values = parse_params(rows.params[r])
-                if values is None or WILDCARD in values:
-                    self._add(r, 0, [("w", tid)], None)
-                else:
-                    self._add(r, 0, [("x", tid, _values_key(values))], None)
-                continue
+            if command in EXECUTES:  # cut: a cut prepared text is no template, the exchange stays unmatchable
+                continue  # (marked)
             if rows.sql_cut[r]:
                 text = _LEFT(sql).rstrip("\ufffd")  # a cut inside a multi-byte character decodes to U+FFFD
                 parts = statements(text)
@@ -288,6 +368,33 @@ class _Slots:
                 for k, part in enumerate(parts):
                     # the whole text too: a compound statement (BEGIN … END) has ';' inside and is logged whole
                     self._add(r, k, [("t", part)] + ([("t", text)] if k == 0 else []), part)
+        chosen = wanted.select(rows.conn_id[templates.rows], templates.tid)
+        self._add_executes(templates.rows[chosen], *_execute_keys(rows, templates.rows[chosen],
+                                                                   templates.tid[chosen]))
+
+    def _add_executes(self, executes: np.ndarray, keys: list[tuple], code: np.ndarray) -> None:
+        """A slot for each of these executes (rows in order; one statement each, its key keys[code]) among the
+        slots made so far, in the order of their rows, as _add would have made them."""
+        if not len(executes):
+            return
+        made = len(self.row)
+        row = np.concatenate([np.asarray(self.row, dtype=np.int64), executes])
+        k = np.concatenate([np.asarray(self.k, dtype=np.int64), np.zeros(len(executes), dtype=np.int64)])
+        order = np.lexsort((k, row))
+        slot = np.empty(len(order), dtype=np.int64)
+        slot[order] = np.arange(len(order))
+        all_keys = self.keys + [[keys[c]] for c in code.tolist()]
+        all_texts = self.text_of + [None] * len(executes)
+        at = order.tolist()
+        self.row, self.k = row[order].tolist(), k[order].tolist()
+        self.keys, self.text_of = [all_keys[i] for i in at], [all_texts[i] for i in at]
+        renumbered = slot[:made].tolist()  # the slots made so far keep their order among themselves
+        for slots in self.by_key.values():
+            slots[:] = [renumbered[s] for s in slots]
+        mine = slot[made:]
+        by_code = np.argsort(code, kind="stable")
+        for group in np.split(by_code, np.flatnonzero(np.diff(code[by_code])) + 1):
+            self.by_key[keys[int(code[group[0]])]] = mine[group].tolist()  # executes' keys: ('x' | 'w', …) only
 
     def _add(self, r: int, k: int, keys: list[tuple], text: str | None) -> None:
         s = len(self.row)
@@ -314,6 +421,35 @@ def _LEFT(sql: str) -> str:
     """A cut text's logged form: only its start is known, so only the start is trimmed."""
     text = sql.lstrip(" \t\n\r\v\f")
     return "\n".join(line.rstrip("\r") for line in text.split("\n")) if "\r" in text else text
+
+
+def _execute_keys(rows: _Rows, executes: np.ndarray, tids: np.ndarray) -> tuple[list[tuple], np.ndarray]:
+    """The distinct keys of these executes (of templates `tids`): ('x', template, values) or ('w', template), and
+    per execute the number of its key. The parameters of each distinct text are decoded once."""
+    codes, texts = pd.factorize(rows.params_of(executes))  # -1: no parameters column value
+    width = len(texts) + 1
+    pairs, which = np.unique(tids * width + (codes + 1), return_inverse=True)
+    numbers: dict[tuple, int] = {}  # two texts may read as the same values ('5', '05'): one key
+    per_pair = []
+    for pair in pairs.tolist():
+        tid, text = pair // width, pair % width - 1
+        values = _params_key(texts[text] if text >= 0 else None)
+        key = ("w", tid) if values is None else ("x", tid, values)
+        per_pair.append(numbers.setdefault(key, len(numbers)))
+    return list(numbers), np.asarray(per_pair, dtype=np.int64)[which.reshape(-1)]
+
+
+_INTEGERS = re.compile(r"-?[0-9]+(?:, -?[0-9]+)*")
+
+
+def _params_key(params: str | None) -> tuple | None:
+    """An execute's `params` column as the key of its values (`_values_key`), None when they are not all known
+    (unreadable, or long data). Integers only, the common case, are keyed without the literal reader: the same
+    key, `_num_key` of an integer being its decimal digits without leading zeros."""
+    if params is not None and _INTEGERS.fullmatch(params):
+        return tuple(("num", str(int(v))) for v in params.split(", "))
+    values = parse_params(params)
+    return None if values is None or WILDCARD in values else _values_key(values)
 
 
 def _values_key(values: list[tuple]) -> tuple:
@@ -352,13 +488,9 @@ def _text_number(text: str) -> str | None:
 # --- entry keys ---------------------------------------------------------------------------------------------------
 
 
-def _entry_keys(entries: _Entries, slots: _Slots) -> None:
-    """Give each entry the keys of the slots it can meet: its exact text, its command, a template reading, and
-    the prefixes where one side was cut."""
-    prefix_index = sorted({len(p[0]) for p in slots.template_parts}) if slots.template_parts else []
-    by_first: dict[str, list[int]] = defaultdict(list)
-    for tid, parts in enumerate(slots.template_parts):
-        by_first[parts[0]].append(tid)
+def _entry_keys(entries: _Entries, slots: _Slots, reads: list[list[tuple[int, tuple]]]) -> None:
+    """Give each entry the keys of the slots it can meet: its exact text, its command, a template reading
+    (`_Templates.reads`), and the prefixes where one side was cut."""
     texts: list[tuple[str, int]] = []  # (text, entry) of every entry with a statement, for prefix searches
     encrypted = ANY_TEXT in slots.by_key
     for e in range(entries.n):
@@ -380,16 +512,10 @@ def _entry_keys(entries: _Entries, slots: _Slots) -> None:
         text = logged_form(sql)
         entries.keys[e].append(("t", text))
         texts.append((text, e))
-        for length in prefix_index:  # COM_STMT_EXECUTE: the prepared text with the values in place of '?'
-            for tid in by_first.get(text[:length], ()):
-                parts = slots.template_parts[tid]
-                if len(parts) == 1:
-                    continue
-                values = template_values(text, parts)
-                if values is not None:
-                    entries.keys[e].append(("x", tid, _values_key(values)))
-                    if ("w", tid) in slots.by_key:
-                        entries.keys[e].append(("w", tid))
+        for tid, values in reads[e]:  # COM_STMT_EXECUTE: the prepared text with the values in place of '?'
+            entries.keys[e].append(("x", tid, values))
+            if ("w", tid) in slots.by_key:
+                entries.keys[e].append(("w", tid))
     texts.sort()
     sorted_texts = [t for t, _ in texts]
     for prefix in slots.cut_prefixes:  # exchanges cut on the wire: the entries whose text starts so
@@ -639,8 +765,10 @@ def join_slow_log(rows: pd.DataFrame, slow: pd.DataFrame | None, name: str = "sl
         return _empty(n, 0 if slow is None else len(slow))
     R = _Rows(rows)
     E = _Entries(slow)
-    S = _Slots(R)
-    _entry_keys(E, S)
+    T = _Templates(R)
+    reads = T.reads(E)
+    S = _Slots(R, T, _Wanted(R, E, reads))
+    _entry_keys(E, S, reads)
     state = _State(R, E, S, _Search(R, E, S))
     state.run()
     return state.result(name)
