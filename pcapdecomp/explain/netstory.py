@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..core.formats import clip, plural, seconds_rounded, share
+from ..core.formats import plural, seconds_rounded, share
 from .waitprofile import hosts_of
+from .wording import connection, quoted
 
 NETWORK_LEADS = 0.5  # network's share of the clients' time from which it leads the verdict
 ONE_HOST = 0.9  # one host's share of the network time from which it is named as where it was
@@ -132,8 +133,8 @@ def _named(stalls: list[dict]) -> str:
         return ""
     parts = []
     for r in stalls[:3]:
-        what = clip(r["sql"] if r.get("sql") else r.get("command"), 60)
+        what = quoted(r["sql"] if r.get("sql") else r.get("command"), 60)
         when = pd.Timestamp(r["sent"]).strftime("%H:%M:%S.%f")[:-3] if r.get("sent") else "?"
-        conn = f"connection {r['conn_id']}" if r.get("conn_id") is not None else f"client {r.get('client')}"
-        parts.append(f"{conn} `{what}` sent {when}, {seconds_rounded(r['network_s'])} on the network")
+        conn = connection(r["conn_id"]) if r.get("conn_id") is not None else f"client {r.get('client')}"
+        parts.append(f"{conn} {what} sent {when}, {seconds_rounded(r['network_s'])} on the network")
     return ": " + "; ".join(parts)

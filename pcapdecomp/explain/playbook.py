@@ -25,6 +25,7 @@ import pandas as pd
 
 from ..core.formats import seconds_rounded
 from .connstory import churning
+from .wording import span, up_to
 
 MIN_STALL_LIMIT_MS = 10  # MariaDB's smallest thread_pool_stall_limit
 SQL_THREAD_POOL = "SHOW GLOBAL VARIABLES LIKE 'thread_pool%';"
@@ -93,8 +94,7 @@ def _stalls(summary: dict) -> list[dict]:
 
 
 def _range(values: list[float]) -> str:
-    lo, hi = min(values), max(values)
-    return seconds_rounded(lo) if math.isclose(lo, hi, rel_tol=0.005) else f"{seconds_rounded(lo)}–{seconds_rounded(hi)}"
+    return span(min(values), max(values), "–", rel_tol=0.005, alike_as_lo=True)
 
 
 def _stall_limit(summary: dict, x: pd.DataFrame, values: dict, where: str) -> dict | None:
@@ -105,7 +105,7 @@ def _stall_limit(summary: dict, x: pd.DataFrame, values: dict, where: str) -> di
     queued = sum(int(s.get("queued") or 0) for s in stalls)
     waited = max(float(s.get("max_queue_s") or 0) for s in stalls)
     facts = (f"{len(stalls)} thread-group {'stall' if len(stalls) == 1 else 'stalls'} of {_range(durations)} held "
-             f"{queued} statements up to {seconds_rounded(waited)}")
+             f"{queued} statements {up_to(waited)}")
     limit = values.get("thread_pool_stall_limit")
     shown = (summary.get("groups") or {}).get("stall_limit") or {}
     if not isinstance(limit, (int, float)) and shown.get("stall_limit_at_most_s"):
@@ -178,7 +178,7 @@ def _max_threads(summary: dict, x: pd.DataFrame, values: dict, where: str) -> di
     if not cap:
         return None
     facts = (f"exactly {cap['threads']} statements executed at once for {seconds_rounded(cap['duration_s'])} while "
-             f"{cap.get('waiting', '?')} waited up to {seconds_rounded(cap.get('max_wait_s'))} for a thread")
+             f"{cap.get('waiting', '?')} waited {up_to(cap.get('max_wait_s'))} for a thread")
     limit = values.get("thread_pool_max_threads")
     if not isinstance(limit, (int, float)):
         return {"finding": "max_threads", "sql": SQL_THREAD_POOL,
@@ -203,8 +203,8 @@ def _proxy_pool(summary: dict, x: pd.DataFrame, proxy: dict, where: str) -> dict
     long = waits[waits >= 0.1]
     if not len(long):
         return None
-    facts = (f"{len(long)} statements waited 100 ms or more inside the proxy before it sent them on (up to "
-             f"{seconds_rounded(float(long.max()))}, {seconds_rounded(float(np.nansum(waits)))} in all)")
+    facts = (f"{len(long)} statements waited 100 ms or more inside the proxy before it sent them on ("
+             f"{up_to(float(long.max()))}, {seconds_rounded(float(np.nansum(waits)))} in all)")
     size = proxy.get("pool_size")
     if isinstance(size, int):
         return {"finding": "proxy_pool", "sql": None,

@@ -15,17 +15,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..core.formats import clip, clock_ms, plural, seconds_rounded
+from ..core.formats import clock_ms, plural, seconds_rounded
 from ..core.times import ts_ns
 from ..pair.proxy import PAIRED_KINDS
 from ..pair.proxy import sentence as proxy_sentence
 from .decompose import NETWORK_PARTS, STALL_MIN_QUEUE_S, network_parts
 from .digest import SERVER_OVERHEAD_S, overhead_part
 from .threadpool import MAX_CULPRITS, PoolView, Refs, json_value, robust_span
+from .wording import (at_least, connection, execution, queue_source, quoted, span, span_of, statements,
+                      thread_groups, up_to)
 
 VICTIMS_LISTED = 50  # hidden-slow / understated statements listed in summary.json (the rest counted)
 STALLS_TOLD = 5  # stall bullets (the rest counted)
-SQL_CHARS = 80  # a statement quoted in a sentence is clipped to this many characters
 
 
 # The columns the queueing and split parts read. They take the sane rows of these alone: a row filter of the whole
@@ -125,7 +126,7 @@ def _proxy_lead(summary: dict, x: pd.DataFrame) -> str | None:
             f"{plural(backs, 'connection', 'connections')}" if backs < fronts else "")
     return (f"The time went inside the {kind} proxy, not the DB: {int(waited.sum())} of the {int(paired.sum())} "
             f"statements paired through it waited {seconds_rounded(STALL_MIN_QUEUE_S)} or more there before it sent them on "
-            f"(up to {seconds_rounded(np.nanmax(wait[waited]))}, {seconds_rounded(wait[waited].sum())} in all{share}){pool}.")
+            f"({up_to(np.nanmax(wait[waited]))}, {seconds_rounded(wait[waited].sum())} in all{share}){pool}.")
 
 
 def _sane(x: pd.DataFrame, view: PoolView) -> np.ndarray:
@@ -210,7 +211,7 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
         sentence = "No MySQL exchange was found in the captures, so there is nothing to tell about the thread pool."
     elif np.isnan(server).all():
         findings.append("no_server_view")
-        sentence = (f"Only the app side was captured: clients waited up to {seconds_rounded(np.nanmax(total))} on "
+        sentence = (f"Only the app side was captured: clients waited {up_to(np.nanmax(total))} on "
                     f"{c['total']} exchanges, but without the DB capture queueing and execution cannot be told apart."
                     if (~np.isnan(total)).any() else
                     f"{c['total']} {plural(c['total'], 'exchange was', 'exchanges were')} read, but no response "
@@ -289,11 +290,13 @@ def _cap_sentence(cap: dict, x: pd.DataFrame, view: PoolView, hidden, understate
     executing, waiting = view.cap_members
     shape = _one_shape(x, np.concatenate([executing, waiting]))
     waits = (x["queue_s"].to_numpy(dtype="float64", na_value=np.nan))[waiting]
-    wait_text = (f"{seconds_rounded(float(np.nanmax(waits)))} each" if np.nanmax(waits) - np.nanmin(waits) < 0.05 * np.nanmax(waits)
-                 else f"up to {seconds_rounded(float(np.nanmax(waits)))}")
+    longest = float(np.nanmax(waits))
+    each = np.nanmax(waits) - np.nanmin(waits) < 0.05 * np.nanmax(waits)
     if cap.get("wait_source") == "lower_bound":  # execution only bounded by long_query_time: the wait is a bound
-        wait_text = "at least " + wait_text.removeprefix("up to ")
-    who = (f"{len(waiting)} of the {shape[1]} `{clip(shape[0], SQL_CHARS)}`" if shape else
+        wait_text = at_least(longest) + (" each" if each else "")
+    else:
+        wait_text = f"{seconds_rounded(longest)} each" if each else up_to(longest)
+    who = (f"{len(waiting)} of the {shape[1]} {quoted(shape[0])}" if shape else
            f"{len(waiting)} more {plural(len(waiting), 'statement', 'statements')}")
     text = (f"The thread pool was at its thread limit: exactly {cap['threads']} statements executed at once for "
             f"{seconds_rounded(cap['duration_s'])} while {who} waited {wait_text} for a thread "
@@ -316,7 +319,7 @@ def _cap_bullets(cap: dict, x: pd.DataFrame, view: PoolView) -> list[dict]:
     return [{"topic": "cap", "text": f"At the limit from {clock_ms(cap['start'])} to {clock_ms(cap['end'])}: executing "
                                      + _who(x, executing) + "; waiting " + _who(x, waiting)
                                      + f" ({seconds_rounded(cap['total_wait_s'])} of waiting in all, "
-                                       f"{_source_words(cap['wait_source'])})."}]
+                                       f"{queue_source(cap['wait_source'])})."}]
 
 
 def _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server, total, size, logged: bool,
@@ -334,23 +337,21 @@ def _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server
     rest = int((victims & ~in_told & ~no_id).sum())
     rest_no_id = int((victims & ~in_told & no_id).sum())
     if told and (n_h or n_u):
-        groups = sorted({s["thread_group"] for s in told})
-        where = (f"thread group {groups[0]}" if len(groups) == 1 else
-                 "thread groups " + ", ".join(map(str, groups[:-1])) + f" and {groups[-1]}")
+        where = thread_groups(sorted({s["thread_group"] for s in told}))
         behind = _culprit_words(told)
         if n_h:
             text = (f"{n_h} {plural(n_h, 'statement was', 'statements were')} slow only because "
-                    f"{plural(n_h, 'it', 'they')} waited in {where} behind {behind}: up to "
-                    f"{seconds_rounded(np.nanmax(server[h]))} inside the server, and "
+                    f"{plural(n_h, 'it', 'they')} waited in {where} behind {behind}: "
+                    f"{up_to(np.nanmax(server[h]))} inside the server, and "
                     + (f"the slow log does not show {plural(n_h, 'it', 'them')}" if logged else
                        f"the server did not flag {plural(n_h, 'it', 'them')} slow (no slow log given)"))
             if n_u:
-                text += (f"; {n_u} more in the slow log waited up to {seconds_rounded(np.nanmax(queue[u]))}, which its "
+                text += (f"; {n_u} more in the slow log waited {up_to(np.nanmax(queue[u]))}, which its "
                          "Query_time leaves out")
         else:
-            saw = f" (clients saw up to {seconds_rounded(np.nanmax(total[u]))})" if (~np.isnan(total[u])).any() else ""
-            text = (f"{n_u} {plural(n_u, 'statement', 'statements')} in the slow log waited up to "
-                    f"{seconds_rounded(np.nanmax(queue[u]))} in {where} behind {behind} before executing: the slow "
+            saw = f" (clients saw {up_to(np.nanmax(total[u]))})" if (~np.isnan(total[u])).any() else ""
+            text = (f"{statements(n_u)} in the slow log waited "
+                    f"{up_to(np.nanmax(queue[u]))} in {where} behind {behind} before executing: the slow "
                     f"log's Query_time leaves the wait out{saw}")
         if rest:
             text += f"; {rest} more waited with no culprit found on their group"
@@ -385,7 +386,7 @@ def _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server
         what.append(f"{n_u} in the slow log, which understates them")
     qmin = np.nan_to_num(x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan))
     longest = np.where(waited, np.fmax(queue, qmin), np.nan)  # finite on every `certain` row
-    return (f"{n} {plural(n, 'statement', 'statements')} waited up to {seconds_rounded(np.nanmax(longest))} before "
+    return (f"{statements(n)} waited {up_to(np.nanmax(longest))} before "
             f"executing" + (f" ({', '.join(what)})" if what else "") + f"; {why}.")
 
 
@@ -403,14 +404,13 @@ def _likely_sentence(summary: dict, x: pd.DataFrame, stalls: list[dict], view: P
     n = len(idx)
     shape = _one_shape(x, idx)
     texts = set(x["sql"].astype(object).iloc[idx])
-    who = (f"{n} {plural(n, 'statement', 'statements')}" if not shape else
-           f"{n} {plural(n, 'run', 'runs')} of `{clip(shape[0] if len(texts) == 1 else str(x['fingerprint'].iloc[idx[0]]), SQL_CHARS)}`")
-    text = f"{who} likely waited {_span(queue[idx])} in the thread pool"
+    who = (statements(n) if not shape else
+           f"{n} {plural(n, 'run', 'runs')} of "
+           + quoted(shape[0] if len(texts) == 1 else str(x['fingerprint'].iloc[idx[0]])))
+    text = f"{who} likely waited {span_of(queue[idx])} in the thread pool"
     if held.any():
-        groups = sorted({s["thread_group"] for s, _ in told})
-        where = (f"thread group {groups[0]}" if len(groups) == 1 else
-                 "thread groups " + ", ".join(map(str, groups[:-1])) + f" and {groups[-1]}")
-        text = f"{who} likely waited {_span(queue[idx])} in {where} behind {_culprit_words([s for s, _ in told])}"
+        where = thread_groups(sorted({s["thread_group"] for s, _ in told}))
+        text = f"{who} likely waited {span_of(queue[idx])} in {where} behind {_culprit_words([s for s, _ in told])}"
     else:
         long_ = _longest_meanwhile(x, idx)
         text += f" while {long_} executed on the server; " if long_ else " while a long statement executed on the server; "
@@ -460,8 +460,7 @@ def _longest_meanwhile(x: pd.DataFrame, rows: np.ndarray) -> str | None:
         return None
     best = int(long_[int(np.argmax(total))])
     ref = Refs(x).ref(best)
-    who = f"connection {ref['conn_id']}" if ref.get("conn_id") is not None else "connection unknown"
-    return f"`{clip(ref['sql'] or ref['command'], SQL_CHARS)}` ({who}, {_exec_words(ref)})"
+    return f"{quoted(ref['sql'] or ref['command'])} ({connection(ref.get('conn_id'))}, {execution(ref)})"
 
 
 def _no_id_words(n: int) -> str:
@@ -489,12 +488,11 @@ def _lqt_bound_words(x: pd.DataFrame) -> str:
 
 
 def _stall_limit_bullet(relief: dict) -> dict:
-    span = (seconds_rounded(relief["min_s"]) if relief["max_s"] - relief["min_s"] < 0.0005 else
-            f"{seconds_rounded(relief['min_s'])} to {seconds_rounded(relief['max_s'])}")
+    after = span(relief["min_s"], relief["max_s"], alike_as_lo=True)
     n = relief["relieved"]
     return {"topic": "stall_limit", "text": f"{n} of {relief['of_stalls']} stalled "
                                             f"{plural(relief['of_stalls'], 'group was', 'groups were')} relieved "
-                                            f"{span} after their long statement began, while it still ran (the pool "
+                                            f"{after} after their long statement began, while it still ran (the pool "
                                             f"woke another worker): thread_pool_stall_limit ≈ "
                                             f"{seconds_rounded(relief['stall_limit_at_most_s'])} or a little less "
                                             "(a group is found stalled one to two stall limits after it stopped)."}
@@ -509,8 +507,8 @@ def _quiet_sentence(summary: dict, x: pd.DataFrame, server: np.ndarray, lqt) -> 
                 f"{seconds_rounded(worst)} inside the server.")
     evidence = lqt is not None and (summary["slow_log"].get("used") or x["server_flag_slow"].notna().any())
     if evidence:
-        slow = (f"; {slow_logged} {plural(slow_logged, 'was', 'were')} slow executing (in the slow log, up to "
-                f"{seconds_rounded(float(np.nanmax(x['exec_s'].where(x['exec_source'] == 'slow_log'))))})"
+        slow = (f"; {slow_logged} {plural(slow_logged, 'was', 'were')} slow executing (in the slow log, "
+                f"{up_to(float(np.nanmax(x['exec_s'].where(x['exec_source'] == 'slow_log'))))})"
                 if slow_logged else "")
         return (f"No statement waited in the thread pool as far as the slow log and the wire show: none of the {n} "
                 f"exchanges was slow on the wire without being in it or waited {seconds_rounded(STALL_MIN_QUEUE_S)} or more "
@@ -527,15 +525,15 @@ def _stall_bullets(stalls: list[dict], x: pd.DataFrame) -> list[dict]:
         n_likely = (s.get("queue_sources") or {}).get("likely", 0)
         stalled = "likely stalled" if s["max_queue_certain_s"] < STALL_MIN_QUEUE_S else "stalled"
         text = (f"Thread group {s['thread_group']} {stalled} {seconds_rounded(s['duration_s'])} from "
-                f"{clock_ms(s['start'])}: {s['queued']} {plural(s['queued'], 'statement', 'statements')} "
-                + ("likely " if n_likely == s["queued"] else "") + f"queued up to {seconds_rounded(s['max_queue_s'])}")
+                f"{clock_ms(s['start'])}: {statements(s['queued'])} "
+                + ("likely " if n_likely == s["queued"] else "") + f"queued {up_to(s['max_queue_s'])}")
         if s["max_queue_certain_s"] < s["max_queue_s"] - 1e-6:
-            text += (f" (at least {seconds_rounded(s['max_queue_certain_s'])} certain" if s["max_queue_certain_s"] > 0
+            text += (f" ({at_least(s['max_queue_certain_s'])} certain" if s["max_queue_certain_s"] > 0
                      else " (none of it proven by the slow log")
             text += f"; {n_likely} likely)" if 0 < n_likely < s["queued"] else ")"
         if s["culprits"]:
             first = s["culprits"][0]
-            text += f" behind `{clip(first['sql'], SQL_CHARS)}` (connection {first['conn_id']}, {_exec_words(first)})"
+            text += f" behind {quoted(first['sql'])} (connection {first['conn_id']}, {execution(first)})"
             others = s["culprits_total"] - 1
             if others:
                 text += f" and {others} other long {plural(others, 'statement', 'statements')}"
@@ -554,8 +552,8 @@ def _understated_bullet(x: pd.DataFrame, mask: np.ndarray) -> dict:
     lines = x["slow_log_line"].to_numpy(dtype="float64", na_value=np.nan)[mask]
     listed = ", ".join(str(int(v)) for v in sorted(lines[~np.isnan(lines)])[:10])
     n = int(mask.sum())
-    return {"topic": "understated", "text": f"{n} {plural(n, 'statement', 'statements')} in the slow log waited "
-                                            f"{_span(q)} before executing (measured: server time − Query_time), "
+    return {"topic": "understated", "text": f"{statements(n)} in the slow log waited "
+                                            f"{span_of(q)} before executing (measured: server time − Query_time), "
                                             "which the slow log does not show"
                                             + (f"; slow-log lines {listed}" + (" …" if n > 10 else "") if listed else "")
                                             + "."}
@@ -567,9 +565,9 @@ def _hidden_bullet(x: pd.DataFrame, mask: np.ndarray, lqt) -> dict:
     n = int(mask.sum())
     return {"topic": "hidden_slow", "text": f"{n} hidden-slow {plural(n, 'statement', 'statements')} (slower than "
                                             f"long_query_time = {seconds_rounded(lqt)} inside the server, yet not in the slow "
-                                            f"log and not flagged slow): server time {_span(server)}; as "
+                                            f"log and not flagged slow): server time {span_of(server)}; as "
                                             f"{plural(n, 'it', 'they')} executed in under {seconds_rounded(lqt)}, at least "
-                                            f"{_span(qmin)} of it was waiting."}
+                                            f"{span_of(qmin)} of it was waiting."}
 
 
 def _size_bullets(size: dict) -> list[dict]:
@@ -659,8 +657,8 @@ def _pipelined_bullet(x: pd.DataFrame) -> dict | None:
     if not n:
         return None
     return {"topic": "pipelined", "text": f"{n} {plural(n, 'request was', 'requests were')} pipelined (sent before the "
-                                          "answer to the one before on the same connection) and waited there up to "
-                                          f"{seconds_rounded(float(np.nanmax(wait[waited])))}: the connection's own "
+                                          "answer to the one before on the same connection) and waited there "
+                                          f"{up_to(float(np.nanmax(wait[waited])))}: the connection's own "
                                           "wait, not the thread pool's: not queueing, not a stall."}
 
 
@@ -670,7 +668,7 @@ def _estimate_bullet(x: pd.DataFrame) -> dict | None:
     if not n:
         return None
     q = float(x.loc[est, "queue_s"].sum())
-    return {"topic": "estimates", "text": f"Execution of {n} {plural(n, 'statement', 'statements')} is estimated "
+    return {"topic": "estimates", "text": f"Execution of {statements(n)} is estimated "
                                           "from other runs of the same command and statement (exec_source "
                                           f"fingerprint_median); the queueing it implies, {seconds_rounded(q)} in all, is "
                                           "labelled as an estimate and claims nothing."}
@@ -687,29 +685,17 @@ def _culprit_words(told: list[dict]) -> str:
     if len(runs) > 1:
         lo = min(c["exec_s"] or 0 for c in runs)
         hi = max(c["exec_s"] or 0 for c in runs)
-        how = f"{len(runs)} runs of {seconds_rounded(lo)}–{seconds_rounded(hi)}" if hi - lo > 0.0005 else f"{len(runs)} runs of {seconds_rounded(hi)}"
+        how = f"{len(runs)} runs of {span(lo, hi, '–')}"
         how += "" if all(c["exec_source"] == "slow_log" for c in runs) else " (not all measured)"
     else:
-        how = _exec_words(main)
+        how = execution(main)
     # the other long runs, each counted once however many stalls it held (a run is its exchange)
     runs_all = {(c["capture"], c["conn_index"], c["seq"]): c for s in told for c in s["culprits"]}
     others = [c for c in runs_all.values() if (c["sql"], c["conn_id"]) != (main["sql"], main["conn_id"])]
-    text = f"`{clip(main['sql'], SQL_CHARS)}` (connection {main['conn_id']}, {how})"
+    text = f"{quoted(main['sql'])} (connection {main['conn_id']}, {how})"
     if others:
         text += f" and {len(others)} other long {plural(len(others), 'run', 'runs')}"
     return text
-
-
-def _exec_words(c: dict) -> str:
-    if c.get("exec_s") is None:
-        if c.get("exec_source") == "below_long_query_time" and c.get("server_s") is not None:
-            return f"executing up to {seconds_rounded(c['server_s'] - (c.get('queue_min_s') or 0.0))} (a bound)"
-        return "execution unknown"
-    word = {"slow_log": "executing", "flagged_slow": "executing up to", "fingerprint_median": "executing about",
-            "below_long_query_time": "executing up to"}.get(c.get("exec_source"), "executing")
-    tail = {"slow_log": "", "flagged_slow": " (flagged slow on the wire)", "fingerprint_median": " (estimate)",
-            "below_long_query_time": " (a bound)"}.get(c.get("exec_source"), "")
-    return f"{word} {seconds_rounded(c['exec_s'])}{tail}"
 
 
 def _who(x: pd.DataFrame, rows: np.ndarray) -> str:
@@ -719,7 +705,7 @@ def _who(x: pd.DataFrame, rows: np.ndarray) -> str:
     for sql, g in part.groupby(part["sql"].astype(object).fillna(part["command"].astype(object)), sort=False):
         conns = ", ".join(str(int(c)) for c in sorted(g["conn_id"].dropna().astype(int))[:12])
         more = " …" if g["conn_id"].notna().sum() > 12 else ""
-        texts.append(f"`{clip(sql, SQL_CHARS)}` ×{len(g)} (connection{'s' if len(g) > 1 else ''} {conns}{more})")
+        texts.append(f"{quoted(sql)} ×{len(g)} (connection{'s' if len(g) > 1 else ''} {conns}{more})")
     return "; ".join(texts[:5]) + (f" and {len(texts) - 5} other statements" if len(texts) > 5 else "")
 
 
@@ -731,16 +717,3 @@ def _one_shape(x: pd.DataFrame, rows: np.ndarray) -> tuple[str, int] | None:
     fp = fps.pop()
     sql = x["sql"].astype(object).iloc[rows[0]]
     return (sql if isinstance(sql, str) else str(fp)), int((x["fingerprint"].astype(object) == fp).sum())
-
-
-def _source_words(source: str) -> str:
-    return {"measured": "measured: server time − Query_time", "lower_bound": "at least: not in the slow log"}.get(
-        source, source)
-
-
-def _span(v: np.ndarray) -> str:
-    v = v[~np.isnan(v)]
-    if not len(v):
-        return "unknown"
-    lo, hi = float(v.min()), float(v.max())
-    return seconds_rounded(hi) if hi - lo < 0.0005 else f"{seconds_rounded(lo)} to {seconds_rounded(hi)}"
