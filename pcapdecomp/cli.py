@@ -420,8 +420,9 @@ def lab_record(
     Scenarios (captures/lab/README.md): maxthreads, group-stall, group-stall-tls13, group-stall-tls12,
     oltp-prepared-tls13, oltp-prepared-tls12 (over TLS, with the clients' key log), oltp-hogs, oltp-prepared,
     connection-churn, connection-storm, connection-refused, network-slow-client, features, midstream-join,
-    slowlog-forms, sysbench, sysbench-rw (oltp_read_write, prepared, a slow log), bigpacket, proxy-l4, proxy-pool, stall-fix (a series of three), field-default-stall,
-    field-default-stall-lqt-10, field-pool-before-capture (the field: no pool settings at hand).
+    slowlog-forms, sysbench, sysbench-rw (oltp_read_write, prepared, a slow log), bigpacket, proxy-l4, proxy-pool,
+    stall-fix (a series of three), field-default-stall, field-default-stall-lqt-10, field-pool-before-capture (the
+    field: no pool settings at hand).
     """
     from .lab import run_lab
 
