@@ -49,8 +49,7 @@ def explain_servers(paired: Paired, cs: CaptureSet, db_captures: list[str], tz, 
     profile's child there)."""
     table = joined_table(paired)
     if cs.long_query_time is None:
-        note("long_query_time unknown (neither capture.toml's [server] long_query_time nor --long-query-time): "
-             "hidden_slow not decided")
+        note("long_query_time unknown (no capture.toml, no --long-query-time): hidden_slow not decided")
     several = len(db_captures) > 1
     names_of = list(db_captures) or [None]
     row_point = paired.row_point
