@@ -22,7 +22,7 @@ from pcapdecomp.core import fingerprint as fp
 from pcapdecomp.read.exchanges import extract
 from pcapdecomp.read.tcp import HalfStream, HeldBudget
 
-PACKAGE = str(Path(fp.__file__).resolve().parent)
+PACKAGE = str(Path(fp.__file__).resolve().parents[1])  # the whole package, every stage of it
 
 
 def lines_run(fn) -> int:

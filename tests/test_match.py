@@ -345,7 +345,7 @@ def _reference_pairs(a, d):
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_segment_pairing_is_the_join_of_keys_seen_once(data):
-    from pcapdecomp.pair.match import _unique_sorted
+    from pcapdecomp.pair.clocks import _unique_sorted
 
     def side(n):
         k1 = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))  # few values: ties and repeats
