@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pcapdecomp.analysis import analyze
 from pcapdecomp.digest import placeholders, profile, sample_statement, split_params
 from pcapdecomp.fingerprint import fingerprint
 from pcapdecomp.mysql.params import _quote
@@ -20,11 +19,8 @@ CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 
 
 @pytest.fixture(scope="module")
-def analysed(tmp_path_factory):
-    out = {}
-    for name in ("group-stall", "maxthreads", "oltp-hogs", "features"):
-        out[name] = analyze(CAPTURES / name, [], None, None, None, None, [], tmp_path_factory.mktemp(name), quiet=True)
-    return out
+def analysed(bundled_analysis):
+    return {name: bundled_analysis(name) for name in ("group-stall", "maxthreads", "oltp-hogs", "features")}
 
 
 def pt_query_digest(slow_log: Path) -> dict:

@@ -13,7 +13,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pcapdecomp.analysis import analyze
 from pcapdecomp.schema import (ANALYSIS_COLUMNS, CAPTURE_PROBLEM_KEYS, CAPTURE_PROBLEM_WORDS, CAPTURE_QUALITY_KEYS,
                                CONNECTION_COLUMNS, EXCHANGE_COLUMNS, GROUP_COLUMNS, POOL_COLUMNS, SLOWLOG_COLUMNS,
                                SUMMARY_KEYS, TABLES, Column, markdown_table)
@@ -26,11 +25,8 @@ SETS = ("proxy-l4", "group-stall")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("schema")
-    for name in SETS:
-        analyze(CAPTURES / name, [], None, None, None, None, [], out / name, quiet=True)
-    return {name: out / name for name in SETS}
+def runs(bundled_analysis) -> dict[str, Path]:
+    return {name: bundled_analysis(name).out_dir for name in SETS}
 
 
 def _declared(columns: tuple[Column, ...]) -> list[tuple[str, str]]:

@@ -67,7 +67,7 @@ def expected_story(name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def story(tmp_path_factory):
+def story(tmp_path_factory, bundled_analysis):
     cache = {}
 
     def get(name: str, **kw):
@@ -80,7 +80,7 @@ def story(tmp_path_factory):
                 cache[key] = analyze(None, [gs / "app.pcap"], gs / "db.pcap", gs / "slow.log",
                                      cfg["long_query_time"], kw.get("thread_pool_size"), [], out, quiet=True)
             else:
-                cache[key] = analyze(CAPTURES / name, [], None, None, None, None, [], out, quiet=True)
+                cache[key] = bundled_analysis(name)
         return cache[key]
 
     return get
