@@ -86,16 +86,17 @@ def bundled_analysis(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def read_capture():
-    """`extract` of one capture file with the default options (the native lane where built), once per run:
-    `read_capture(path)` is the ExtractResult, shared; callers only read it (its frames are not to be changed)."""
-    from pcapdecomp.exchanges import extract
+    """`extract` of one capture file with the default options and the native lane where it is built, once per run
+(the corpus and the bundled captures are swept by several files): `read_capture(path)` is the extraction, shared;
+callers only read it."""
+    from lanes import extract_with
 
     done: dict[str, object] = {}
 
     def get(path) -> object:
         key = str(Path(path).resolve())
         if key not in done:
-            done[key] = extract(path)
+            done[key] = extract_with(Path(path), True)
         return done[key]
 
     return get
