@@ -32,13 +32,13 @@ LAB_FILES = {"test_sources.py", "test_cluster.py", "test_report_acceptance.py"}
 CORPUS_FILES = {"test_capture.py", "test_corners.py", "test_corpus.py", "test_docs.py", "test_fastlane.py",
                 "test_field.py", "test_fingerprint.py", "test_flows.py", "test_parallel.py", "test_points.py",
                 "test_stories.py", "test_tls.py"}
-# Files whose tests call one stage (or a few in-process analyses of bundled sets) and read no corpus.
-QUICK_FILES = {"test_clock.py", "test_connids.py", "test_decompose.py", "test_digest.py", "test_group_stats.py",
-               "test_layout.py", "test_match.py", "test_mysql_core.py", "test_proxy_scale.py", "test_schema.py",
+# Files whose tests call one stage on real data, or read a few shared analyses of bundled sets, and read no corpus.
+QUICK_FILES = {"test_clock.py", "test_connids.py", "test_decompose.py", "test_digest.py", "test_fingerprint_scans.py",
+               "test_group_stats.py", "test_layout.py", "test_mysql_core.py", "test_proxy_scale.py", "test_schema.py",
                "test_slowjoin.py", "test_slowlog.py", "test_slowlog_damage.py", "test_sqltext.py", "test_tables.py",
-               "test_tcp.py", "test_threadpool_steps.py", "test_fingerprint_scans.py",
-               "test_readback.py", "test_report_text.py", "test_likely.py", "test_story.py",
-               "test_analyze_jobs_outputs.py"}
+               "test_tcp.py", "test_threadpool_steps.py"}
+# Tests of a quick file that run `pcapdecomp analyze` in a subprocess.
+NOT_QUICK = {"test_connids.py::test_a_missing_snapshot_is_one_line_and_exit_2"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -48,7 +48,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.lab)
         if name in CORPUS_FILES:
             item.add_marker(pytest.mark.corpus)
-        if name in QUICK_FILES and name not in CORPUS_FILES and item.get_closest_marker("lab") is None:
+        if (name in QUICK_FILES and name not in CORPUS_FILES and item.get_closest_marker("lab") is None
+                and f"{name}::{item.originalname}" not in NOT_QUICK):
             item.add_marker(pytest.mark.quick)
 
 
