@@ -52,15 +52,8 @@ def truth_join(x: pd.DataFrame, truth_path: Path, by_conn: bool = True) -> tuple
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    cache = {}
-
-    def get(name: str):
-        if name not in cache:
-            cache[name] = run(CAPTURES / name, tmp_path_factory.mktemp(name))
-        return cache[name]
-
-    return get
+def lab(bundled_analysis):
+    return bundled_analysis
 
 
 def readable_truth(name: str) -> pd.DataFrame:

@@ -36,12 +36,9 @@ SERIES = ["stall-fix-1-pool", "stall-fix-2-thread-per-connection", "stall-fix-3-
 
 
 @pytest.fixture(scope="module")
-def analyses(tmp_path_factory) -> dict[str, Path]:
+def analyses(bundled_analysis) -> dict[str, Path]:
     """The three bundled recordings analysed once, as a user would: `analyze captures/<set>`."""
-    root = tmp_path_factory.mktemp("analyses")
-    for name in SERIES:
-        analyze(CAPTURES / name, Options(quiet=True), root / name)
-    return {name: root / name for name in SERIES}
+    return {name: bundled_analysis(name).out_dir for name in SERIES}
 
 
 @pytest.fixture(scope="module")

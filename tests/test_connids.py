@@ -105,8 +105,8 @@ def test_without_a_snapshot_the_wire_and_the_slow_log_name_what_they_can(tmp_pat
                                      "slowlog": len(logged), "unknown": 27 - len(asked | logged)}
 
 
-def test_the_slow_logs_thread_id_names_midstream_connections_only_when_unambiguous(tmp_path):
-    r = run(MIDSTREAM, tmp_path / "out")
+def test_the_slow_logs_thread_id_names_midstream_connections_only_when_unambiguous(bundled_analysis):
+    r = bundled_analysis(MIDSTREAM.name)
     x = r.exchanges
     named = assert_ids_true(x, MIDSTREAM)
     assert (named["conn_id_source"] == "slowlog").all() and named["client"].nunique() >= 5

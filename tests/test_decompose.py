@@ -109,10 +109,8 @@ def test_auto_bucket():
     assert span / (auto_bucket_s(span) * 10**9) <= 1000
 
 
-def test_group_view_on_maxthreads(tmp_path):
-    from pcapdecomp.analysis import Options, analyze
-
-    r = analyze(CAPTURES / "maxthreads", Options(quiet=True), tmp_path)
+def test_group_view_on_maxthreads(bundled_analysis):
+    r = bundled_analysis("maxthreads")
     view = thread_pool_view(r.exchanges, 1, bucket_s=0.5)
     groups, stalls = view.groups, view.groups_summary["stalls"]
     assert set(groups["thread_group"]) == {0} and (groups["bucket_s"] == 0.5).all()
@@ -129,10 +127,8 @@ def test_group_view_on_maxthreads(tmp_path):
     assert (view.stall_role == "culprit").sum() == 6 and (view.stall_role == "victim").sum() == 2
 
 
-def test_exec_estimates_say_how_they_were_made(tmp_path):
-    from pcapdecomp.analysis import Options, analyze
-
-    x = analyze(CAPTURES / "group-stall", Options(quiet=True), tmp_path).exchanges
+def test_exec_estimates_say_how_they_were_made(bundled_analysis):
+    x = bundled_analysis("group-stall").exchanges
     probes = x[x["sql"] == "SELECT 1"]
     assert (probes["exec_source"] == "fingerprint_median").all()
     assert probes["exec_s"].max() < 0.001  # a SELECT 1 executes in microseconds, however long it waited

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pcapdecomp.analysis import Options, analyze
 from pcapdecomp.core.fingerprint import fingerprint
 from pcapdecomp.explain.digest import profile, sample_statement
 from pcapdecomp.mysql.params import _quote, split_params
@@ -21,11 +20,8 @@ CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 
 
 @pytest.fixture(scope="module")
-def analysed(tmp_path_factory):
-    out = {}
-    for name in ("group-stall", "maxthreads", "oltp-hogs", "features"):
-        out[name] = analyze(CAPTURES / name, Options(quiet=True), tmp_path_factory.mktemp(name))
-    return out
+def analysed(bundled_analysis):
+    return {name: bundled_analysis(name) for name in ("group-stall", "maxthreads", "oltp-hogs", "features")}
 
 
 def pt_query_digest(slow_log: Path) -> dict:

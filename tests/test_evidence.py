@@ -22,17 +22,13 @@ CAPTURES = REPO / "captures"
 
 
 @pytest.fixture(scope="module")
-def group_stall(tmp_path_factory):
-    out = tmp_path_factory.mktemp("evidence") / "gs"
-    analyze(CAPTURES / "group-stall", Options(quiet=True), out)
-    return out
+def group_stall(bundled_analysis):
+    return bundled_analysis("group-stall").out_dir
 
 
 @pytest.fixture(scope="module")
-def hogs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("evidence") / "hogs"
-    analyze(CAPTURES / "oltp-hogs", Options(quiet=True), out)
-    return out
+def hogs(bundled_analysis):
+    return bundled_analysis("oltp-hogs").out_dir
 
 
 def tshark(path: Path, *fields: str, flt: str | None = None) -> list[list[str]]:

@@ -12,7 +12,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pcapdecomp.analysis import Options, analyze
 from pcapdecomp.render.evidence import export
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,10 +19,8 @@ SET = REPO / "captures" / "stall-fix-1-pool"
 
 
 @pytest.fixture(scope="module")
-def evidence(tmp_path_factory):
-    root = tmp_path_factory.mktemp("evidence")
-    analyze(SET, Options(quiet=True), root / "analysis")
-    return export(root / "analysis", out_dir=root / "evidence")
+def evidence(tmp_path_factory, bundled_analysis):
+    return export(bundled_analysis(SET.name).out_dir, out_dir=tmp_path_factory.mktemp("evidence") / "evidence")
 
 
 def _frames(capture: Path, display_filter: str) -> set[int]:
@@ -33,11 +30,11 @@ def _frames(capture: Path, display_filter: str) -> set[int]:
 
 
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
-def test_one_filter_per_stall_selects_its_exchanges_in_tshark(evidence):
+def test_one_filter_per_stall_selects_its_exchanges_in_tshark(evidence, bundled_analysis):
     text = (evidence.out_dir / "summary.md").read_text()
     combined = re.findall(r"Stall (\d+), its victims and culprit at once \((\d+) exchanges\):\n\n```\n"
                           r"tshark -r (\S+) -Y '([^']+)'\n```", text)
-    stalls = pd.read_parquet(evidence.out_dir.parent / "analysis" / "exchanges.parquet")["stall"].dropna().unique()
+    stalls = pd.read_parquet(bundled_analysis(SET.name).out_dir / "exchanges.parquet")["stall"].dropna().unique()
     assert {int(s) for s, _, _, _ in combined} == {int(s) for s in stalls}
     rows = evidence.rows
     for stall, count, capture, flt in combined:

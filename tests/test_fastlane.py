@@ -96,8 +96,8 @@ def test_the_lane_answers_with_typed_records():
 
 @needs_lane
 @pytest.mark.parametrize("path", REAL, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_real_captures_come_out_identical(path):
-    native = assert_same(path)
+def test_real_captures_come_out_identical(path, read_capture):
+    native = assert_same(path, native=read_capture(path))
     assert len(native.exchanges) > 0
 
 
@@ -120,8 +120,8 @@ def test_the_lane_reads_the_common_path_itself():
 @needs_lane
 @pytest.mark.parametrize("row", [r for r in corpus_captures() if (CORPUS / r["path"]).exists()],
                          ids=lambda r: r["path"])
-def test_public_corpus_captures_come_out_identical(row):
-    assert_same(CORPUS / row["path"])
+def test_public_corpus_captures_come_out_identical(row, read_capture):
+    assert_same(CORPUS / row["path"], native=read_capture(CORPUS / row["path"]))
 
 
 # --- real captures, bent ---------------------------------------------------------------------------------

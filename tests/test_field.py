@@ -67,19 +67,22 @@ def _page_text(page: str) -> str:
 
 
 @pytest.mark.parametrize("mode,paths,name,render", _cases())
-def test_analyze_runs_and_its_outputs_agree(tmp_path, monkeypatch, mode, paths, name, render):
+def test_analyze_runs_and_its_outputs_agree(tmp_path, monkeypatch, bundled_analysis, mode, paths, name, render):
     out = tmp_path / "out"
     if not render:
         import pcapdecomp.run.session
 
         monkeypatch.setattr(pcapdecomp.run.session, "render_report", lambda *a, **k: "<!doctype html><html></html>")
-    if mode == "set":
-        cs = capture_set(paths[0])
-    elif mode == "pair":
-        cs = capture_set(app=[paths[0]], db=paths[1])
+    if mode == "set":  # a bundled set as it is: the run's shared analysis (tests/conftest.py), only read here
+        result = bundled_analysis(name)
+        out = result.out_dir
     else:
-        cs = capture_set(app=paths if mode in ("app", "both") else [], db=paths[0] if mode in ("db", "both") else None)
-    result = analyze(cs, Options(quiet=True, jobs=1), out)
+        if mode == "pair":
+            cs = capture_set(app=[paths[0]], db=paths[1])
+        else:
+            cs = capture_set(app=paths if mode in ("app", "both") else [],
+                             db=paths[0] if mode in ("db", "both") else None)
+        result = analyze(cs, Options(quiet=True, jobs=1), out)
 
     names = {p.name for p in out.iterdir()}
     assert {"report.html", "exchanges.parquet", "groups.parquet", "summary.json"} <= names

@@ -184,7 +184,7 @@ def test_long_query_time_unknown_still_tells_the_likely_story(field):
     assert {int(c) for c in re.findall(r"\(connection (\d+),", sentence)} <= hogs
 
 
-def test_percentiles_are_latencies_that_occurred(tmp_path):
+def test_percentiles_are_latencies_that_occurred(tmp_path, bundled_analysis):
     """maxthreads: every client saw ≈ 2.0 s or ≈ 4.0 s (or a fast statement); an interpolated p95 once said 2.903 s.
     compare's and the report's percentiles are nearest-rank: each is a wire time some statement had."""
     from pcapdecomp.compare import compare
@@ -198,7 +198,7 @@ def test_percentiles_are_latencies_that_occurred(tmp_path):
     assert len(overall) == 3 and res is not None
     for v in overall["value"]:
         assert np.min(np.abs(client - v)) < 0.01, v  # within 10 ms of a latency a client saw
-    report = analyze(CAPTURES / "maxthreads", Options(quiet=True), tmp_path / "rep")
+    report = bundled_analysis("maxthreads")
     for key in ("p50", "p99"):
         v = report.summary["latency_s"]["total"][key]
         assert v in set(report.exchanges["total_s"].dropna()), key
@@ -228,7 +228,7 @@ FIELD_RECORDINGS = ["field-default-stall", "field-default-stall-lqt-10"]  # reco
 
 
 @pytest.mark.parametrize("name", FIELD_RECORDINGS)
-def test_the_field_recordings_as_a_new_user_runs_them(tmp_path, name):
+def test_the_field_recordings_as_a_new_user_runs_them(bundled_analysis, name):
     """`pcapdecomp analyze DIR` of the lab's field recordings (MariaDB's default stall limit, long_query_time 1 s or
     10 s, thread_pool_size not in capture.toml): the waits, the groups, the culprit and the stall limit against
     truth.jsonl and lab-settings.toml (the server's settings, which pcapdecomp does not read)."""
@@ -237,7 +237,7 @@ def test_the_field_recordings_as_a_new_user_runs_them(tmp_path, name):
         pytest.skip(f"{name} is recorded on branch fieldids (issue 31), not merged here")
     lab = tomllib.loads((gs / "lab-settings.toml").read_text())["server"]
     assert "thread_pool_size" not in settings_of(name)
-    r = analyze(gs, Options(quiet=True), tmp_path / "out")
+    r = bundled_analysis(name)
     m = truth_joined(r.exchanges, gs / "truth.jsonl")
     rows = r.exchanges.loc[m["xi"].astype(int)].reset_index(drop=True)
     server = rows["server_s"].to_numpy(dtype="float64", na_value=np.nan)
@@ -260,11 +260,11 @@ def test_the_field_recordings_as_a_new_user_runs_them(tmp_path, name):
     assert relief and limit <= relief["min_s"] + 0.05 and relief["max_s"] <= 2 * limit + 0.05
 
 
-def test_server_overhead_is_not_queueing(tmp_path):
+def test_server_overhead_is_not_queueing(bundled_analysis):
     """slowlog-forms (long_query_time 0: every statement in the slow log): server time − Query_time is tens of µs of
     parsing and network stack per statement; the verdict once said 'no statement waited' and 'queueing 17.4 %
     (measured)' in one breath."""
-    r = analyze(CAPTURES / "slowlog-forms", Options(quiet=True), tmp_path / "out")
+    r = bundled_analysis("slowlog-forms")
     m = truth_joined(r.exchanges, CAPTURES / "slowlog-forms" / "truth.jsonl")
     rows = r.exchanges.loc[m["xi"].astype(int)].reset_index(drop=True)
     server = rows["server_s"].to_numpy(dtype="float64", na_value=np.nan)
@@ -279,14 +279,14 @@ def test_server_overhead_is_not_queueing(tmp_path):
     assert r.summary["story"]["sentence"].startswith("No statement waited")
 
 
-def test_the_thread_limit_is_told_as_the_limit_below_long_query_time(tmp_path):
+def test_the_thread_limit_is_told_as_the_limit_below_long_query_time(bundled_analysis):
     """maxthreads-below-lqt: thread_pool_size 1, thread_pool_max_threads 4, six SELECT SLEEP(0.97) below
     long_query_time 1 s (none in the slow log). The bounds on the waiting statements' execution reach back into
     their wait, so the most statements ever seen executing was 6, not 4: the story was 'waited in thread group 0
     behind … and 3 other long statements', the cap never named."""
     name = "maxthreads-below-lqt"
     cfg = settings_of(name)
-    r = analyze(CAPTURES / name, Options(quiet=True), tmp_path / "out")
+    r = bundled_analysis(name)
     truth = pd.read_json(CAPTURES / name / "truth.jsonl", lines=True)
     truth["wait"] = truth["client_s"] - truth["exec_s"].clip(upper=truth["client_s"])
     waited = truth[truth["wait"] >= 0.1]

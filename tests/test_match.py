@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pcapdecomp.core.endpoints import split_endpoint
-from pcapdecomp.pair.match import Pairing, match_exchanges
 from pcapdecomp.pair.clocks import pair_segments, read_segments_of
+from pcapdecomp.pair.match import Pairing, match_exchanges
 from pcapdecomp.read.exchanges import extract
 
 SET = Path(__file__).resolve().parent.parent / "captures" / "group-stall"

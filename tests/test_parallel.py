@@ -31,14 +31,14 @@ def same(a, b) -> None:
 
 @pytest.mark.parametrize("path", BUNDLED, ids=lambda p: f"{p.parent.name}/{p.name}")
 @pytest.mark.parametrize("n", [2, 3])
-def test_parts_of_a_bundled_capture_merge_into_the_serial_result(path, n):
-    serial = extract(path)
+def test_parts_of_a_bundled_capture_merge_into_the_serial_result(path, n, read_capture):
+    serial = read_capture(path)
     parts = [extract(path, part=(i, n)) for i in range(n)]
     assert sum(len(p.exchanges) for p in parts) == len(serial.exchanges)
     same(serial, merge_parts(parts))
 
 
-def test_parts_of_every_corpus_capture_merge_into_the_serial_result():
+def test_parts_of_every_corpus_capture_merge_into_the_serial_result(read_capture):
     """Mid-stream starts, port reuse, learned servers, other TCP, damaged files: 125 captures written by others."""
     rows = captures()
     if not rows:
@@ -46,7 +46,7 @@ def test_parts_of_every_corpus_capture_merge_into_the_serial_result():
     checked = 0
     for row in rows:
         path = CORPUS / row["path"]
-        serial = extract(path)
+        serial = read_capture(path)
         same(serial, merge_parts([extract(path, part=(i, 2)) for i in range(2)]))
         checked += 1
     assert checked == len(rows)

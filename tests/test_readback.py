@@ -26,10 +26,8 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def analysis(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("readback") / "a"
-    assert cli("analyze", str(GROUP_STALL), "--out", str(out), "-q").returncode == 0
-    return out
+def analysis(bundled_analysis) -> Path:
+    return bundled_analysis(GROUP_STALL.name).out_dir
 
 
 def spoiled(analysis: Path, tmp_path: Path, name: str) -> Path:

@@ -265,10 +265,10 @@ def test_report_is_self_contained(group_stall):
 
 
 @pytest.mark.parametrize("name", ["group-stall", "maxthreads", "oltp-hogs", "features"])
-def test_every_bundled_report_fills_its_tables(name, tmp_path):
+def test_every_bundled_report_fills_its_tables(name, bundled_analysis):
     """No empty cells where numbers belong (the profile's calls were empty in every report), spans on the time
     axis for every answered exchange, a readable time in the hidden-slow table."""
-    res = analyze(CAPTURES / name, Options(quiet=True), tmp_path / name)
+    res = bundled_analysis(name)
     page = (res.out_dir / "report.html").read_text(encoding="utf-8")
     x = res.exchanges
     prof = section(page, "profile")
@@ -287,11 +287,11 @@ def test_every_bundled_report_fills_its_tables(name, tmp_path):
         assert int(x["in_slow_log"].fillna(False).sum()) == 8
 
 
-def test_report_of_100k_exchanges_stays_bounded(tmp_path, capsys):
+def test_report_of_100k_exchanges_stays_bounded(tmp_path, capsys, bundled_analysis):
     """oltp-hogs repeated 40 times, each copy shifted by a tenth of the recording's span (so that some 90
     connections overlap): the timeline keeps every notable statement, samples the rest down to TIMELINE_STATEMENTS
     on at most TIMELINE_LANES lanes, the aggregated charts stay at TIME_BUCKETS buckets, the page stays small."""
-    res = analyze(CAPTURES / "oltp-hogs", Options(quiet=True), tmp_path / "hogs")
+    res = bundled_analysis("oltp-hogs")
     x = res.exchanges
     span = (x["app_resp_ts"].max() - x["app_req_ts"].min()) / 10
     copies, groups = [], []

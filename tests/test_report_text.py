@@ -37,12 +37,10 @@ SETS = ["stall-fix-1-pool", "stall-fix-3-stall-limit-10"]
 
 
 @pytest.fixture(scope="module")
-def analyses(tmp_path_factory) -> dict[str, Path]:
+def analyses(tmp_path_factory, bundled_analysis) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("analyses")
-    for name in SETS:
-        analyze(CAPTURES / name, Options(quiet=True), root / name)
     analyze(capture_set(db=[str(CAPTURES / SETS[0] / "db.pcap")]), Options(quiet=True), root / "db-only")
-    return {**{name: root / name for name in SETS}, "db-only": root / "db-only"}
+    return {**{name: bundled_analysis(name).out_dir for name in SETS}, "db-only": root / "db-only"}
 
 
 def truth(name: str) -> list[dict]:

@@ -13,7 +13,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pcapdecomp.analysis import Options, analyze
 from pcapdecomp.core.schema import (
     ANALYSIS_COLUMNS,
     CAPTURE_PROBLEM_KEYS,
@@ -38,11 +37,8 @@ SETS = ("proxy-l4", "group-stall")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("schema")
-    for name in SETS:
-        analyze(CAPTURES / name, Options(quiet=True), out / name)
-    return {name: out / name for name in SETS}
+def runs(bundled_analysis) -> dict[str, Path]:
+    return {name: bundled_analysis(name).out_dir for name in SETS}
 
 
 def _declared(columns: tuple[Column, ...]) -> list[tuple[str, str]]:

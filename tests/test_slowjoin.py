@@ -67,13 +67,13 @@ def wrong_joins(r, set_dir: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def midstream(tmp_path_factory):
-    return run(MIDSTREAM, tmp_path_factory.mktemp("midstream"))
+def midstream(bundled_analysis):
+    return bundled_analysis(MIDSTREAM.name)
 
 
 @pytest.fixture(scope="module")
-def forms(tmp_path_factory):
-    return run(FORMS, tmp_path_factory.mktemp("forms"))
+def forms(bundled_analysis):
+    return bundled_analysis(FORMS.name)
 
 
 # --- acceptance: a capture that began after every login ------------------------------------------------------

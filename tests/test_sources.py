@@ -120,7 +120,9 @@ def test_each_exchange_goes_to_the_server_truth_names(rotated, runs):
 
 def test_each_server_has_its_own_thread_pool_view(rotated, runs):
     """Connection ids repeat across servers (both count from the same start): groups, stalls and hidden-slow
-    statements are per server, and match what each server's clients measured."""
+    statements are per server, and match what each server's clients measured. Whether the primary's selects
+    queued behind its hog is the recording's own truth (a loaded machine can run the hog before or after them):
+    a stall is required where truth.jsonl shows the waits, and any stall found has only the hog as culprit."""
     folder, _ = runs
     truth = _truth(rotated)
     x = folder.exchanges
@@ -128,7 +130,7 @@ def test_each_server_has_its_own_thread_pool_view(rotated, runs):
     assert len(servers) == 2
     primary = servers[str(rotated / "db")]
     stalls = primary["groups"]["stalls"]
-    assert stalls and all("BENCHMARK" in c["sql"] for s in stalls for c in s["culprits"])
+    assert all("BENCHMARK" in c["sql"] for s in stalls for c in s["culprits"])
     replica = servers[str(rotated / "db-replica")]
     assert not any("BENCHMARK" in c["sql"] for s in replica["groups"]["stalls"] for c in s["culprits"])
     # hidden slow = what the clients saw waiting outside execution, at its own server (margins for rounding)
@@ -140,7 +142,11 @@ def test_each_server_has_its_own_thread_pool_view(rotated, runs):
     sure = {(point_of[s], port) for s, port in zip(queries["server"][waited >= 0.12], queries["client_port"][waited >= 0.12])}
     maybe = {(point_of[s], port) for s, port in zip(queries["server"][waited >= 0.08], queries["client_port"][waited >= 0.08])}
     assert sure <= got <= maybe
-    assert any(p == str(rotated / "db") for p, _ in got)
+    # a select unlogged (below long_query_time 0.1 s) is certain to have queued its wait minus 0.1 s; a stall needs
+    # 0.1 s certain (STALL_MIN_QUEUE_S): truth's waits of 0.25 s at the primary must make one (margin for rounding)
+    stalled = queries[(waited >= 0.25) & (queries["server"] == "db")]
+    if len(stalled):
+        assert stalls and any(p == str(rotated / "db") for p, _ in got)
     assert primary["name"] == "db" and replica["name"] == "db-replica"
     assert f"Server db-replica: {replica['story']['sentence']}" in folder.summary["verdict"]
 

@@ -30,13 +30,8 @@ STORM, POOL = "connection-storm", "stall-fix-1-pool"
 
 
 @pytest.fixture(scope="module")
-def summaries(tmp_path_factory) -> dict[str, dict]:
-    root = tmp_path_factory.mktemp("stories")
-    out = {}
-    for name in (STORM, POOL):
-        analyze(CAPTURES / name, Options(quiet=True), root / name)
-        out[name] = json.loads((root / name / "summary.json").read_text())
-    return out
+def summaries(bundled_analysis) -> dict[str, dict]:
+    return {name: json.loads((bundled_analysis(name).out_dir / "summary.json").read_text()) for name in (STORM, POOL)}
 
 
 def truth(name: str) -> list[dict]:
@@ -145,10 +140,8 @@ SLOW = "network-slow-client"
 
 
 @pytest.fixture(scope="module")
-def slow_path(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("network")
-    analyze(CAPTURES / SLOW, Options(quiet=True), root / SLOW)
-    return json.loads((root / SLOW / "summary.json").read_text())
+def slow_path(bundled_analysis) -> dict:
+    return json.loads((bundled_analysis(SLOW).out_dir / "summary.json").read_text())
 
 
 def test_a_slow_path_for_one_client_is_told_by_host(slow_path):

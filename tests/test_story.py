@@ -69,7 +69,7 @@ def expected_story(name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def story(tmp_path_factory):
+def story(tmp_path_factory, bundled_analysis):
     cache = {}
 
     def get(name: str, **kw):
@@ -84,7 +84,7 @@ def story(tmp_path_factory):
                                                  thread_pool_size=kw.get("thread_pool_size")),
                                      Options(quiet=True), out)
             else:
-                cache[key] = analyze(CAPTURES / name, Options(quiet=True), out)
+                cache[key] = bundled_analysis(name)
         return cache[key]
 
     return get

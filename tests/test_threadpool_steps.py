@@ -135,18 +135,14 @@ def _rows_by_their_definitions(x: pd.DataFrame, threshold_ns: int) -> dict[str, 
             "culprit_ok": ~np.isnan(exec_s) & (exec_ns >= threshold_ns) & (~upper | (q_min < threshold_ns))}
 
 
-def test_rows_times_are_their_definitions_on_a_real_recording(tmp_path):
+def test_rows_times_are_their_definitions_on_a_real_recording(bundled_analysis):
     """_rows makes its arrays in place (fewer temporaries of every row): the same values as the formulas written
     plainly, on two recordings' decomposed exchanges (a thread limit, a group stall), and with half of the
     executions unknown."""
-    from pathlib import Path
-
-    from pcapdecomp.analysis import Options, analyze
     from pcapdecomp.explain.threadpool import _rows
 
     for name in ("maxthreads", "group-stall"):
-        x = analyze(Path(__file__).resolve().parents[1] / "captures" / name, Options(quiet=True, jobs=1),
-                    tmp_path / name).exchanges
+        x = bundled_analysis(name).exchanges
         x = x[x["db_req_ts"].notna() & x["db_resp_ts"].notna()].reset_index(drop=True)
         half = x.assign(exec_s=x["exec_s"].where(np.arange(len(x)) % 2 == 0))
         for table in (x, half):

@@ -1,0 +1,103 @@
+"""What the test files share within one run: each bundled capture set analysed once, each capture read once, the
+markers by cost, and the hypothesis settings.
+
+Markers (declared in pyproject.toml), given here by file so that a new test in a file gets its file's:
+- `lab`: records live traffic in the lab (root, `ip netns`); `pytest -m "not lab"` leaves these out;
+- `corpus`: reads the public corpus (../shared/corpus); `pytest -m "not corpus"` runs without it;
+- `quick`: no sweep over capture files, no `analyze` in a subprocess, no lab: `pytest -m quick` is the edit loop.
+A file not named in QUICK_FILES is not quick; a file that reads the corpus or records in the lab is never quick.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+REPO = Path(__file__).resolve().parents[1]
+CAPTURES = REPO / "captures"
+
+# A loaded CI machine makes an example slow, not wrong: no per-example deadline, no "too slow" health check. The
+# example counts are each test's own (@settings); a test without them gets hypothesis's 100.
+settings.register_profile("pcapdecomp", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pcapdecomp"))
+
+# Every test of these files records in the lab; others mark the single tests that do (@pytest.mark.lab).
+LAB_FILES = {"test_sources.py", "test_cluster.py", "test_report_acceptance.py"}
+# Files with tests that read ../shared/corpus (tests/corpus.py).
+CORPUS_FILES = {"test_capture.py", "test_corners.py", "test_corpus.py", "test_docs.py", "test_fastlane.py",
+                "test_field.py", "test_fingerprint.py", "test_flows.py", "test_parallel.py", "test_points.py",
+                "test_stories.py", "test_tls.py"}
+# Files whose tests call one stage on real data, or read a few shared analyses of bundled sets, and read no corpus.
+QUICK_FILES = {"test_clock.py", "test_connids.py", "test_decompose.py", "test_digest.py", "test_fingerprint_scans.py",
+               "test_group_stats.py", "test_layout.py", "test_mysql_core.py", "test_proxy_scale.py", "test_schema.py",
+               "test_slowjoin.py", "test_slowlog.py", "test_slowlog_damage.py", "test_sqltext.py", "test_tables.py",
+               "test_tcp.py", "test_threadpool_steps.py"}
+# Tests of a quick file that run `pcapdecomp analyze` in a subprocess.
+NOT_QUICK = {"test_connids.py::test_a_missing_snapshot_is_one_line_and_exit_2"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.path.name
+        if name in LAB_FILES:
+            item.add_marker(pytest.mark.lab)
+        if name in CORPUS_FILES:
+            item.add_marker(pytest.mark.corpus)
+        if (name in QUICK_FILES and name not in CORPUS_FILES and item.get_closest_marker("lab") is None
+                and f"{name}::{item.originalname}" not in NOT_QUICK):
+            item.add_marker(pytest.mark.quick)
+
+
+def _listing(folder: Path) -> list[tuple[str, int, int]]:
+    return sorted((str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*"))
+
+
+@pytest.fixture(scope="session")
+def bundled_analysis(tmp_path_factory):
+    """`analyze` of a bundled capture set (captures/NAME, with its capture.toml's options, nothing else given),
+    once per run: `bundled_analysis(NAME)` is an AnalysisResult whose tables and summary are the caller's own
+    copies; its `out_dir` (report.html, the tables, summary.json) is shared and only read: a test that writes
+    there, or needs other options, runs its own `analyze`. At the end of the run every shared folder must be as
+    `analyze` left it."""
+    from pcapdecomp.analysis import Options, analyze
+
+    root = tmp_path_factory.mktemp("bundled")
+    done: dict[str, object] = {}
+    listings: dict[str, list] = {}
+
+    def get(name: str):
+        if name not in done:
+            out = root / name
+            done[name] = analyze(CAPTURES / name, Options(quiet=True), out)
+            listings[name] = _listing(out)
+        r = done[name]
+        return dataclasses.replace(r, exchanges=r.exchanges.copy(), groups=r.groups.copy(),
+                                   summary=copy.deepcopy(r.summary), written=list(r.written),
+                                   warnings=list(r.warnings))
+
+    yield get
+    for name, listing in listings.items():
+        assert _listing(root / name) == listing, f"a test wrote into the shared analysis of {name}"
+
+
+@pytest.fixture(scope="session")
+def read_capture():
+    """`extract` of one capture file with the default options and the native lane where it is built, once per run
+(the corpus and the bundled captures are swept by several files): `read_capture(path)` is the extraction, shared;
+callers only read it."""
+    from lanes import extract_with
+
+    done: dict[str, object] = {}
+
+    def get(path) -> object:
+        key = str(Path(path).resolve())
+        if key not in done:
+            done[key] = extract_with(Path(path), True)
+        return done[key]
+
+    return get
