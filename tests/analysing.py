@@ -3,12 +3,13 @@ folder, from one set of keywords."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 from pcapdecomp.analysis import AnalysisResult, Options, analyze, capture_set
 
-CAPTURE_SET_KEYS = {"app", "db", "slow_log", "long_query_time", "thread_pool_size", "servers", "proxy",
-                    "proxy_servers", "processlist", "tls_keylog", "server_settings"}
+# capture_set's keywords (the folder is the first argument): the rest of a call's keywords are Options'
+CAPTURE_SET_KEYS = set(inspect.signature(capture_set).parameters) - {"folder"}
 
 
 def analyse(set_dir: Path | None, out: Path, **kw) -> AnalysisResult:

@@ -900,3 +900,18 @@ def iter_records(path: str | os.PathLike) -> Iterator[tuple[int, int, int, bytes
                 yield record[:5]
 
     return records()
+
+
+def tcp_records_between(path: str | os.PathLike, first: int, last: int) -> Iterator[tuple]:
+    """(frame number, ts_ns, link type, captured bytes, original length, TCP fields) of the TCP frames numbered
+    `first` … `last`; the capture is not read past `last`. The TCP fields are _decode's: ((source ip, destination
+    ip), source port, destination port, seq, ack, flags, payload, bytes missing). One pass over chosen frames of
+    chosen connections: the answers that name a connection (connids), the frames evidence copies."""
+    for frame, ts_ns, linktype, data, orig_len in iter_records(path):
+        if frame < first:
+            continue
+        if frame > last:
+            break
+        decoded = _decode(linktype, data, orig_len)
+        if decoded.__class__ is tuple:
+            yield frame, ts_ns, linktype, data, orig_len, decoded

@@ -249,7 +249,7 @@ def _asks_connection_id(sql: pd.Series) -> np.ndarray:
 
 
 def _read_answers(point, spans: list) -> dict[tuple[str, int], int]:
-    from .capture import _decode, iter_records
+    from .capture import tcp_records_between
     from .sources import parse_server
 
     if not spans:
@@ -261,14 +261,7 @@ def _read_answers(point, spans: list) -> dict[tuple[str, int], int]:
         server, client = parse_server(s[6]), parse_server(s[5])
         by_flow.setdefault((server, client), []).append(s)
         buffers[s[0]] = bytearray(s[4])
-    for frame, _ts, linktype, data, orig_len in iter_records(point):
-        if frame < lo:
-            continue
-        if frame > hi:
-            break
-        decoded = _decode(linktype, data, orig_len)
-        if decoded.__class__ is not tuple:
-            continue
+    for frame, _ts, _linktype, _data, _orig_len, decoded in tcp_records_between(point, lo, hi):
         (src, dst), sport, dport, seq, _ack, _flags, payload, _missing = decoded
         for k, first, last, start, length, _c, _s in by_flow.get(((src, sport), (dst, dport)), ()):
             if not first <= frame <= last or not payload:

@@ -305,7 +305,7 @@ def _copy_frames(source, sp: list[Span], rows: pd.DataFrame, f, secrets=None) ->
     """One pass over the source capture: every frame of a selected connection inside a selected frame range. With
     TLS `secrets` (mysql.tls: client random -> secrets), those of the sessions whose ClientHello is among the
     frames go into a Decryption Secrets Block first, so that Wireshark opens the file decrypted."""
-    from ..read.capture import _decode, iter_records
+    from ..read.capture import tcp_records_between
 
     lo, hi = min(s.first for s in sp), max(s.last for s in sp)
     by_flow: dict[frozenset, list[Span]] = {}
@@ -313,14 +313,7 @@ def _copy_frames(source, sp: list[Span], rows: pd.DataFrame, f, secrets=None) ->
         by_flow.setdefault(s.flow, []).append(s)
     comments = _comments(sp, rows)
     chosen = []
-    for frame, ts_ns, linktype, data, orig_len in iter_records(source):
-        if frame < lo:
-            continue
-        if frame > hi:
-            break
-        decoded = _decode(linktype, data, orig_len)
-        if decoded.__class__ is not tuple:
-            continue
+    for frame, ts_ns, linktype, data, orig_len, decoded in tcp_records_between(source, lo, hi):
         (src, dst), sport, dport = decoded[0], decoded[1], decoded[2]
         flow = frozenset(((src, sport), (dst, dport)))
         if any(s.first <= frame <= s.last for s in by_flow.get(flow, ())):
