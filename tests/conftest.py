@@ -30,7 +30,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pcapdecomp"))
 LAB_FILES = {"test_sources.py", "test_cluster.py", "test_report_acceptance.py"}
 # Files with tests that read ../shared/corpus (tests/corpus.py).
 CORPUS_FILES = {"test_capture.py", "test_corners.py", "test_corpus.py", "test_docs.py", "test_fastlane.py",
-                "test_field.py", "test_fingerprint.py", "test_flows.py", "test_parallel.py", "test_points.py",
+                "test_field.py", "test_field_corpus_app.py", "test_field_corpus_both.py",
+                "test_field_corpus_db.py", "test_fingerprint.py", "test_flows.py", "test_parallel.py", "test_points.py",
                 "test_stories.py", "test_tls.py"}
 # Files whose tests call one stage on real data, or read a few shared analyses of bundled sets, and read no corpus.
 QUICK_FILES = {"test_clock.py", "test_connids.py", "test_decompose.py", "test_digest.py", "test_fingerprint_scans.py",

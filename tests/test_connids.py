@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from analysing import analyse
+from analysing import explain
 
 from pcapdecomp.read import connids
 from pcapdecomp.read.exchanges import extract
@@ -25,7 +25,8 @@ MIDSTREAM = CAPTURES / "midstream-join"
 
 
 def run(set_dir: Path, out: Path, **kw):
-    return analyse(set_dir, out, **kw)
+    """The stages of the set (nothing is written to `out`: the tests read the tables and the summary)."""
+    return explain(set_dir, **kw)
 
 
 def truth_of(set_dir: Path) -> list[dict]:

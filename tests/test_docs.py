@@ -184,7 +184,8 @@ def test_the_readme_is_a_front_door():
 
 def test_counts_the_docs_quote_are_the_tests_counts():
     """Numbers about the test suite that the docs quote, counted here rather than typed."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "tests/test_field.py"],
+    sweep = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_field*.py"))
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", *sweep],
                           capture_output=True, text=True, cwd=REPO, env=ENV)
     runs = sum(1 for line in done.stdout.splitlines() if "test_analyze_runs_and_its_outputs_agree[" in line)
     bundled = len(list((REPO / "captures").glob("*/*.pcap")))
@@ -192,7 +193,7 @@ def test_counts_the_docs_quote_are_the_tests_counts():
     assert runs > 0
     development = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
     analysis = _flat((REPO / "docs" / "analyze.md").read_text(encoding="utf-8"))
-    assert f"tests/test_field.py, {runs} runs" in _flat(development)
+    assert f"the field sweep, tests/field_sweep.py, {runs} runs" in _flat(development)
     assert f"{runs} runs" in analysis and f"the {bundled} bundled pcaps" in analysis
     assert f"the {sets} capture-set folders" in analysis
     assert f"all {bundled} bundled captures" in _flat(development)

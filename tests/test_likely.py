@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from analysing import explain
 
-from pcapdecomp.analysis import Options, analyze, capture_set
+from pcapdecomp.analysis import capture_set
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = ROOT / "captures"
@@ -38,7 +39,7 @@ def settings_of(name: str) -> dict:
 
 @pytest.fixture(scope="module")
 def field(tmp_path_factory):
-    """analyze() of a recording as the field has it: (result, truth joined to its exchanges)."""
+    """The stages of a recording as the field has it: (result, truth joined to its exchanges)."""
     cache = {}
 
     def get(name: str, lqt: float | None, slow: str | None = "slow.log", size: int | None = None,
@@ -50,9 +51,8 @@ def field(tmp_path_factory):
             log = gs / slow if slow else None
             if log is not None and slow_min is not None:
                 log = filtered_slow_log(log, tmp / "slow.log", slow_min)
-            r = analyze(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap", slow_log=log, long_query_time=lqt,
-                                    thread_pool_size=size),
-                        Options(quiet=True), tmp / "out")
+            r = explain(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap", slow_log=log, long_query_time=lqt,
+                                    thread_pool_size=size))
             m = truth_joined(r.exchanges, gs / "truth.jsonl")
             rows = r.exchanges.loc[m["xi"].astype(int)].reset_index(drop=True)
             server = rows["server_s"].to_numpy(dtype="float64", na_value=np.nan)
@@ -211,9 +211,8 @@ def test_no_claim_about_a_thread_group_nobody_knows(tmp_path):
     gs = CAPTURES / "midstream-join"
     cfg = settings_of("midstream-join")
     # without the slow log, whose Thread_id could name the connections: nothing on the wire gives an id
-    r = analyze(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap", long_query_time=cfg["long_query_time"],
-                            thread_pool_size=cfg["thread_pool_size"]),
-                Options(quiet=True), tmp_path / "out")
+    r = explain(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap", long_query_time=cfg["long_query_time"],
+                            thread_pool_size=cfg["thread_pool_size"]))
     x = r.exchanges
     truth = pd.read_json(CAPTURES / "midstream-join" / "truth.jsonl", lines=True)
     waited = truth[(truth["client_s"] - truth["exec_s"].clip(upper=truth["client_s"])) >= 0.1]

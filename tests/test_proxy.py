@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from analysing import explain
 
-from pcapdecomp.analysis import Options, analyze, capture_set
+from pcapdecomp.analysis import capture_set
 from pcapdecomp.core.schema import PROXY_COLUMNS
 from pcapdecomp.mysql.params import split_params
 from pcapdecomp.pair.proxy import canonical, with_params
@@ -25,10 +26,8 @@ _cache: dict = {}
 def run(tmp_path_factory, set_dir=None, app=(), db=None, proxy=(), **kw):
     key = (set_dir, tuple(app), db, tuple(proxy))
     if key not in _cache:
-        out = tmp_path_factory.mktemp("proxy")
-        _cache[key] = analyze(capture_set(set_dir, app=list(app), db=db, long_query_time=kw.get("lqt"),
-                                          proxy=list(proxy)),
-                              Options(quiet=True, jobs=1), out)
+        _cache[key] = explain(capture_set(set_dir, app=list(app), db=db, long_query_time=kw.get("lqt"),
+                                          proxy=list(proxy)), jobs=1)
     return _cache[key]
 
 
@@ -210,7 +209,7 @@ def test_proxy_capture_of_one_side_only(tmp_path_factory, tmp_path):
         for ts, buf in reader:
             if b"\x0a\xd5\x4e\x06" not in buf[:40]:  # frames without the DB's address 10.213.78.6
                 writer.writepkt(buf, ts)
-    r = analyze(capture_set(proxy=[out]), Options(quiet=True, jobs=1), tmp_path / "out")
+    r = explain(capture_set(proxy=[out]), jobs=1)
     x = r.exchanges
     assert len(x) and not x["proxy_match"].isin(["l7-text", "l7-rewritten", "l7-params", "l4"]).any()
     assert x["server_s"].isna().all()

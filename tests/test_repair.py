@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pcaptools as pt
 import pytest
+from analysing import explain
 
 from pcapdecomp.analysis import Options, analyze
 from pcapdecomp.pair import repair
@@ -29,10 +30,9 @@ TRUTH = acc.truth_statements(SET / "truth.jsonl")
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference():
     """The analysis without loss: every statement fully decomposed (what the lossy runs are compared with)."""
-    out = tmp_path_factory.mktemp("reference")
-    result = analyze(SET, Options(quiet=True, jobs=1), out)
+    result = explain(SET, jobs=1)
     classes = acc.classify(TRUTH, result.exchanges)
     assert (classes == "full").all(), classes.value_counts()
     assert result.summary["repair"] is None  # nothing was lost: nothing to repair
@@ -40,13 +40,14 @@ def reference(tmp_path_factory):
 
 
 def run(tmp_path: Path, app: Path = SET / "app.pcap", db: Path = SET / "db.pcap"):
+    """The stages of the recording's set with `app` and `db` in place of its captures (nothing written)."""
     for name in ("capture.toml", "slow.log"):
         shutil.copyfile(SET / name, tmp_path / name)
     if app != tmp_path / "app.pcap":
         shutil.copyfile(app, tmp_path / "app.pcap")
     if db != tmp_path / "db.pcap":
         shutil.copyfile(db, tmp_path / "db.pcap")
-    return analyze(tmp_path, Options(quiet=True, jobs=1), tmp_path / "out")
+    return explain(tmp_path, jobs=1)
 
 
 # --- the loss tool ----------------------------------------------------------------------------------------------
@@ -397,7 +398,7 @@ def _native_and_python(tmp_path: Path, monkeypatch, app: Path, db: Path):
     assert natively and all(natively)  # the lane re-read each lossy capture
     with monkeypatch.context() as m:
         m.setattr(repair.fastlane, "excerpt_scan", lambda *args: None)  # the lane "cannot read" the captures
-        python = analyze(tmp_path, Options(quiet=True, jobs=1), tmp_path / "out-python")
+        python = explain(tmp_path, jobs=1)
     return native, python
 
 

@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from analysing import analyse
+from analysing import explain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from joininput import exchange_table
 
-from pcapdecomp.analysis import Options, analyze, capture_set
+from pcapdecomp.analysis import capture_set
 from pcapdecomp.explain.decompose import join_slow_log, rows_for_join
 from pcapdecomp.slowlog.join import REASONS
 from pcapdecomp.slowlog.reader import read_slow_log
@@ -32,7 +32,8 @@ FORMS = CAPTURES / "slowlog-forms"
 
 
 def run(set_dir: Path, out: Path, **kw):
-    return analyse(set_dir, out, **kw)
+    """The stages of the set (nothing is written to `out`: the tests read the tables and the summary)."""
+    return explain(set_dir, **kw)
 
 
 def truth_of(set_dir: Path) -> pd.DataFrame:
@@ -105,8 +106,7 @@ def test_midstream_zero_wrong_joins(midstream):
 def test_midstream_one_capture_point_alone(tmp_path, midstream, side):
     # The app capture alone (its clock: a wider tolerance) or the DB capture alone: the same joins, none wrong.
     kw = dict(app=[MIDSTREAM / "app.pcap"], db=None) if side == "app" else dict(app=[], db=MIDSTREAM / "db.pcap")
-    r = analyze(capture_set(slow_log=MIDSTREAM / "slow.log", long_query_time=0.5, thread_pool_size=2, **kw),
-                Options(quiet=True), tmp_path / "out")
+    r = explain(capture_set(slow_log=MIDSTREAM / "slow.log", long_query_time=0.5, thread_pool_size=2, **kw))
     assert wrong_joins(r, MIDSTREAM) == []
     both = midstream.summary["slow_log"]
     assert r.summary["slow_log"]["matched"] == both["matched"] and r.summary["slow_log"]["unjoined"] == both["unjoined"]

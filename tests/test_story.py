@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import pcaptools as pt
 import pytest
+from analysing import explain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,20 +70,18 @@ def expected_story(name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def story(tmp_path_factory, bundled_analysis):
+def story(bundled_analysis):
     cache = {}
 
     def get(name: str, **kw):
         key = (name, tuple(sorted(kw.items())))
         if key not in cache:
-            out = tmp_path_factory.mktemp("story") / name
-            if kw:
+            if kw:  # the stages only: these tests read the summary and the tables
                 gs = CAPTURES / name
                 cfg = settings_of(name)
-                cache[key] = analyze(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap", slow_log=gs / "slow.log",
+                cache[key] = explain(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap", slow_log=gs / "slow.log",
                                                  long_query_time=cfg["long_query_time"],
-                                                 thread_pool_size=kw.get("thread_pool_size")),
-                                     Options(quiet=True), out)
+                                                 thread_pool_size=kw.get("thread_pool_size")))
             else:
                 cache[key] = bundled_analysis(name)
         return cache[key]
@@ -315,8 +314,7 @@ def _one_connection(tmp: Path, frames: slice) -> Path:
 @pytest.mark.parametrize("frames", [slice(8, None), slice(8, 12)], ids=["one-connection", "one-exchange"])
 def test_one_connection_and_one_exchange(tmp_path, frames):
     db = _one_connection(tmp_path, frames)
-    r = analyze(capture_set(db=db, slow_log=CAPTURES / "group-stall" / "slow.log", long_query_time=1.0),
-                Options(quiet=True), tmp_path / "out")
+    r = explain(capture_set(db=db, slow_log=CAPTURES / "group-stall" / "slow.log", long_query_time=1.0))
     # no greeting captured: the id, when known, is the answer to the identify query (SELECT CONNECTION_ID(), …) the
     # lab's connection sent first, and is a probe's
     x = r.exchanges
@@ -343,8 +341,7 @@ def test_nothing_at_all(tmp_path):
 
 def test_app_side_only(tmp_path):
     gs = CAPTURES / "group-stall"
-    r = analyze(capture_set(app=[gs / "app.pcap"], long_query_time=1.0, thread_pool_size=2), Options(quiet=True),
-                tmp_path / "out")
+    r = explain(capture_set(app=[gs / "app.pcap"], long_query_time=1.0, thread_pool_size=2))
     assert r.summary["story"]["findings"] == ["no_server_view"]
     assert "without the DB capture" in r.summary["story"]["sentence"]
 
@@ -352,8 +349,7 @@ def test_app_side_only(tmp_path):
 def test_no_slow_log_uses_the_wire_flag(tmp_path):
     """MariaDB flags slow statements on the wire: without the slow log the hidden-slow story still holds."""
     gs = CAPTURES / "group-stall"
-    r = analyze(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap", long_query_time=1.0, thread_pool_size=2),
-                Options(quiet=True), tmp_path / "out")
+    r = explain(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap", long_query_time=1.0, thread_pool_size=2))
     s = r.summary["story"]
     assert s["findings"][0] == "group_stall" and s["sentence"].startswith("3 statements were slow only because")
     assert "(flagged slow on the wire)" in s["sentence"] or "executing up to" in s["sentence"]
@@ -362,7 +358,7 @@ def test_no_slow_log_uses_the_wire_flag(tmp_path):
 def test_without_long_query_time_nothing_is_certain(tmp_path):
     """Nothing bounds execution without long_query_time: nothing is certain (the likely story: test_likely.py)."""
     gs = CAPTURES / "group-stall"
-    r = analyze(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap"), Options(quiet=True), tmp_path / "out")
+    r = explain(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap"))
     s = r.summary["story"]
     assert s["findings"][0] in ("undecided", "likely_group_stall") and "long_query_time is unknown" in s["sentence"]
     assert (r.exchanges["queue_min_s"].fillna(0) == 0).all()
