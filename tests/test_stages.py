@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from analysing import explain
 
 from pcapdecomp.analysis import Options, analyze, capture_set
 from pcapdecomp.explain.servers import Explained, explain_servers
+from pcapdecomp.explain.summary import to_json as summary_json
 from pcapdecomp.pair.pairing import Paired, pair_points
 from pcapdecomp.read.captureset import time_zone
 from pcapdecomp.read.extract import Extracted, extract_points
@@ -76,3 +78,14 @@ def test_the_three_faces_give_the_tables_analyze_writes(stages, tmp_path):
     result = analyze(capture_set(GROUP_STALL), Options(jobs=1, quiet=True), tmp_path / "out")
     pd.testing.assert_frame_equal(explained.exchanges, result.exchanges)
     pd.testing.assert_frame_equal(explained.groups, result.groups)
+
+
+@pytest.mark.parametrize("name", ["group-stall", "features"])
+def test_the_tests_stages_are_what_analyze_writes(bundled_analysis, name):
+    """tests/analysing.explain (the faces and the summary, nothing written), which the stage tests use in place of
+    analyze: the same tables and the same summary.json as the spine's run of the set."""
+    stages = explain(GROUP_STALL.parent / name)
+    written = bundled_analysis(name)
+    pd.testing.assert_frame_equal(stages.exchanges, written.exchanges)
+    pd.testing.assert_frame_equal(stages.groups, written.groups)
+    assert summary_json(stages.summary) == (written.out_dir / "summary.json").read_text(encoding="utf-8")
