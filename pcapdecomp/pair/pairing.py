@@ -22,7 +22,7 @@ from .clock import ClockModel
 from .clocks import clock_keys, fit_clocks, start_segment_passes
 from .match import Matching, Pairing
 from .proxy import NoProxy, ProxyResult, Side, through_proxy
-from .repair import Repair, repair_losses
+from .repair import PairTables, Repair, repair_losses
 
 
 @dataclass
@@ -98,12 +98,12 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
     # capture loss is repaired between two captures of one TCP connection: not through a proxy
     repair = None
     if app_x and db_xs and proxied is None:
-        handed = [app_ex, db_ex, app_conns, db_conns, matching]  # repair_losses lets them go once replaced
+        handed = PairTables(app_ex, db_ex, app_conns, db_conns, matching)  # their only holder now
         del app_ex, db_ex, app_conns, db_conns, matching
         repair = repair_losses(app_x, db_xs if len(db_xs) != 1 else db_xs[0], handed,
                                {parse_server(s) for s in cs.servers} or None, max_sql_bytes, jobs, x.tls_secrets)
         if repair is None:
-            app_ex, db_ex, app_conns, db_conns, matching = handed
+            app_ex, db_ex, app_conns, db_conns, matching = handed.take()
         del handed
     if repair is not None:
         app_ex, db_ex, app_conns, db_conns, matching = (repair.app_ex, repair.db_ex, repair.app_conns,

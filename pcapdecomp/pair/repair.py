@@ -135,6 +135,25 @@ class RepairStats:
 
 
 @dataclass
+class PairTables:
+    """The two points' tables and their pairing, handed to `repair_losses` by their only holder: it takes them out
+    (`take`) and lets them go once it has replaced them, so that they are not held under the pairing's peak."""
+
+    app_ex: pd.DataFrame | None
+    db_ex: pd.DataFrame | None
+    app_conns: pd.DataFrame | None
+    db_conns: pd.DataFrame | None
+    pairing: Pairing | Matching | None  # the connection pairs, the exchange pairs not made yet
+
+    def take(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame, Pairing]:
+        """The tables and the pairing, still held here until `let_go`."""
+        return self.app_ex, self.db_ex, self.app_conns, self.db_conns, self.pairing
+
+    def let_go(self) -> None:
+        self.app_ex = self.db_ex = self.app_conns = self.db_conns = self.pairing = None
+
+
+@dataclass
 class Repair:
     """What `repair_losses` changed. Positions are rows of the returned app / DB exchange tables."""
 
@@ -1031,15 +1050,14 @@ def _borrow_and_reread(todo: list[Job], where: dict, servers: set | None, max_sq
     return todo, takers, results
 
 
-def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, servers: set | None, max_sql_bytes: int,
-                  jobs: int = 1, tls_secrets=None) -> Repair | None:
+def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: PairTables, servers: set | None,
+                  max_sql_bytes: int, jobs: int = 1, tls_secrets=None) -> Repair | None:
     """Fill each matched connection's holes at one point with the other point's bytes, re-read those connections,
-    replace their rows and pair their exchanges. None when there is nothing to repair. `handed`: [app_ex, db_ex,
-    app_conns, db_conns, pairing (match.Pairing: the connection pairs, the exchange pairs not made yet)], the
-    caller's only reference to them; emptied when they are replaced, so the replaced tables are let go before the
-    exchanges are paired (not held under the pairing's peak). The exchanges are paired once: after
-    the repair, or from `pairing` when nothing was repaired."""
-    app_ex, db_ex, app_conns, db_conns, pairing = handed
+    replace their rows and pair their exchanges. None when there is nothing to repair. `handed`: the tables and
+    their pairing (PairTables), emptied when they are replaced, so the replaced tables are let go before the
+    exchanges are paired. The exchanges are paired once: after the repair, or from the pairing when nothing was
+    repaired."""
+    app_ex, db_ex, app_conns, db_conns, pairing = handed.take()
     todo, skipped = plan(app_x, db_x, app_ex, db_ex, app_conns, db_conns, pairing)
     if not todo:
         return None if not skipped else Repair(app_ex, db_ex, app_conns, db_conns, pairing.complete(),
@@ -1092,7 +1110,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: list, serve
     # The re-read's tables, their copies and the kept rows are in the new tables now: let them go before the match
     # builds its own (else they are part of the run's peak).
     del results, mine, sides
-    handed.clear()
+    handed.let_go()
     gc.collect()  # the re-read's frames sit in reference cycles: counting alone does not free them
     release_memory()
     matching = match_exchanges(app_ex, db_ex, app_conns, db_conns)
