@@ -248,7 +248,8 @@ def analyze(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no warnings, no verdict on the terminal."),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
-        help="Worker processes (default: the cores available, at most 8): the captures are read side by side, and one "
+        help="Worker processes (default: the cores available, at most 8; one for capture files under 16 MiB in all, "
+             "where starting processes costs more than it saves): the captures are read side by side, and one "
              "the native fast lane does not read (no compiler, PCAPDECOMP_NO_LANE=1) is split by connection when workers are left.",
     ),
     scheduler: Optional[str] = typer.Option(
