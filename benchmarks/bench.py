@@ -350,15 +350,17 @@ def bench_rotated(app: Path, db: Path, work: Path) -> None:
         print("bench: WARNING: the three runs gave different tables")
 
 
-def compile_bytecode() -> bool:
-    """pcapdecomp's modules compiled to bytecode (__pycache__, git-ignored) when PYTHONDONTWRITEBYTECODE is set in
-    this environment: Python then never writes the bytecode it makes, and every timed run would compile the
-    package's modules from source again (~0.04 s of each run here), which no installed copy does (pip compiles them
-    when it installs; a checkout keeps what its first run wrote). True when it compiled."""
+def compile_bytecode(trees: list[Path]) -> bool:
+    """The pcapdecomp modules of every tree that runs (this one and --against's) compiled to bytecode (__pycache__,
+    git-ignored) when PYTHONDONTWRITEBYTECODE is set in this environment: Python then never writes the bytecode it
+    makes, and every timed run would compile the package's modules from source again (~0.5 s of each run here),
+    which no installed copy does (pip compiles them when it installs; a checkout keeps what its first run wrote).
+    Every tree alike, or an A/B pair would weigh that against the tree left uncompiled. True when it compiled."""
     if not os.environ.get("PYTHONDONTWRITEBYTECODE"):
         return False
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "pcapdecomp")], check=True,
-                   env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+    for tree in trees:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "pcapdecomp")], check=True,
+                       env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
     return True
 
 
@@ -517,7 +519,7 @@ def main() -> int:
         path = record_file(args.record)
         sys.stdout = _Tee(sys.stdout, path)
         print(f"bench: recording this run in {path}", file=sys.stderr)
-    compiled = compile_bytecode()
+    compiled = compile_bytecode([REPO, *args.against])
     print(f"machine: {machine()}; load average (1/5/15 min) {load()}; {time.strftime('%Y-%m-%d %H:%M')}"
           f"{'; bytecode compiled first (PYTHONDONTWRITEBYTECODE is set)' if compiled else ''}")
     print_startup()

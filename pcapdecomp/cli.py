@@ -248,7 +248,8 @@ def analyze(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no warnings, no verdict on the terminal."),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
-        help="Worker processes (default: the cores available, at most 8): the captures are read side by side, and one "
+        help="Worker processes (default: the cores available, at most 8; one for capture files under 16 MiB in all, "
+             "where starting processes costs more than it saves): the captures are read side by side, and one "
              "the native fast lane does not read (no compiler, PCAPDECOMP_NO_LANE=1) is split by connection when workers are left.",
     ),
     scheduler: Optional[str] = typer.Option(
@@ -266,11 +267,17 @@ def analyze(
     Writes exchanges.parquet, groups.parquet, pool.parquet, summary.json and report.html to the output folder, as one
     set: a run that fails or is interrupted leaves the previous set as it was.
     """
+    import gc
+
     from .analysis import Options
     from .analysis import analyze as run_analysis
     from .analysis import capture_set as capture_set_of
     from .core.errors import UsageError
 
+    # what the imports made (pandas, pyarrow, the stages: hundreds of thousands of objects) lives as long as the
+    # process: out of the collector's full passes, which the analysis's many small objects set off; forked workers
+    # then also leave those objects' pages shared
+    gc.freeze()
     folders = list(capture_set or [])
     if len(folders) > 1:
         raise UsageError(f"one capture-set folder expected, got {len(folders)} arguments ({folders[0]}, {folders[1]}, "

@@ -52,3 +52,19 @@ def test_jobs_two_writes_what_jobs_one_writes_in_degenerate_cases(app, db, slow_
     assert (one.summary["slow_log"]["file"] is not None) == (slow_log is not None)
     for f in FILES:
         assert (tmp_path / "1" / f).read_bytes() == (tmp_path / "2" / f).read_bytes(), f
+
+
+def test_default_jobs_run_a_small_set_in_one_process(monkeypatch):
+    """Without --jobs, a capture set under extract.SMALL_CAPTURE_BYTES is analysed in this process (forking the
+    workers and children costs more than it saves there); a given --jobs is kept, and a bigger set gets the cores."""
+    from pcapdecomp.core.workers import default_jobs
+    from pcapdecomp.read import extract
+    from pcapdecomp.run.session import Run
+
+    cs = capture_set(CAPTURES / "group-stall")
+    size = sum(extract.capture_bytes(p) for p in cs.points)
+    assert 0 < size < extract.SMALL_CAPTURE_BYTES
+    assert Run(cs, Options(), None).jobs == 1
+    assert Run(cs, Options(jobs=2), None).jobs == 2
+    monkeypatch.setattr(extract, "SMALL_CAPTURE_BYTES", size)  # the same files, now as big as the bound
+    assert Run(cs, Options(), None).jobs == default_jobs()

@@ -108,8 +108,8 @@ def _per_connection(x: pd.DataFrame) -> pd.DataFrame:
 
 def _closes(x: pd.DataFrame, c: pd.DataFrame) -> dict:
     """Who closed each connection: client COM_QUIT, client FIN/RST (no COM_QUIT), server, open at the end."""
-    ex = _per_connection(x)
-    quits = set(map(tuple, ex.loc[ex["quit"], ["capture", "conn_index"]].to_numpy().tolist())) if len(ex) else set()
+    quit = (x["command"] == "COM_QUIT").fillna(False).to_numpy(dtype=bool) if len(x) else np.zeros(0, dtype=bool)
+    quits = set(zip(x["capture"].astype(object).to_numpy()[quit].tolist(), x["conn_index"].to_numpy()[quit].tolist()))
     keys = list(zip(c["capture"].astype(object), c["conn_index"].astype("int64")))
     by = (c["closed_by"].astype(object).where(c["closed_by"].notna(), None).to_numpy() if "closed_by" in c.columns
           else np.full(len(c), None))

@@ -304,6 +304,10 @@ def _run_through(reader: CaptureReader, source: RecordSource, machine, write: Ca
     """Feed the whole of `source` (the records `reader` handed over) to a lane pass (Segments, Excerpt) chunk by
     chunk, running it after each; what a run returns goes to `write` when given."""
     read = source.read
+    if source.readinto is not None:  # one buffer for every chunk (a pass copies what it is fed)
+        buffer = bytearray(CHUNK)
+        view, readinto = memoryview(buffer), source.readinto
+        read = lambda n: view[:readinto(buffer)]  # noqa: E731
     try:
         while True:
             chunk = read(CHUNK)

@@ -23,6 +23,7 @@ from ..explain.servers import Explained, summary_of
 from ..explain.summary import latency_quantiles
 from ..explain.summary import to_json as summary_json
 from ..pair.pairing import Paired
+from ..read import extract
 from ..read.captureset import CaptureSet, time_zone
 from ..read.extract import Extracted
 from ..render.report import component_rows
@@ -37,7 +38,7 @@ DATASET_NAME = "exchanges"  # --partitioned: the hive-style dataset folder in th
 class Options:
     """How to run `analyze` (the capture set says what to analyse)."""
 
-    jobs: int | None = None  # worker processes; None: the cores available, at most 8
+    jobs: int | None = None  # worker processes; None: the cores available, at most 8 (one for a small set: _small)
     quiet: bool = False  # no progress, no warnings on the terminal
     csv: bool = False  # exchanges.csv beside exchanges.parquet
     partitioned: bool = False  # exchanges/ as a hive-style dataset too
@@ -67,7 +68,8 @@ class Run:
         self.cs = cs
         self.options = options
         self.tz = time_zone(options.slow_log_tz)
-        self.jobs = default_jobs() if options.jobs is None else options.jobs
+        self.jobs = options.jobs if options.jobs is not None else 1 if options.scheduler is None and _small(cs) \
+            else default_jobs()
         if self.jobs < 1:
             raise UsageError(f"--jobs must be ≥ 1, got {self.jobs}")
         self.out = out if out is not None else Path("reports") / cs.name
@@ -162,6 +164,16 @@ class Run:
         self.folder.commit()
         return AnalysisResult(self.out, exchanges, groups, summary, [self.out / name for name in names],
                               self.warnings)
+
+
+def _small(cs: CaptureSet) -> bool:
+    """The capture set's files hold less than extract.SMALL_CAPTURE_BYTES: forking workers and children (the
+    extraction's, the clock pass's, the writer's) costs more there than running their work here, one after the
+    other. Not small when a file cannot be read (the extraction says why)."""
+    try:
+        return sum(extract.capture_bytes(p) for p in cs.points) < extract.SMALL_CAPTURE_BYTES
+    except OSError:
+        return False
 
 
 def _beside_the_view(decomposed: pd.DataFrame) -> dict:

@@ -158,22 +158,36 @@ class _Rows:
         self.tol = np.where(db_clock == False, APP_CLOCK_TOLERANCE_NS, DB_CLOCK_TOLERANCE_NS).astype(np.int64)  # noqa: E712
         conn = rows["conn_id"].astype("Int64")
         self.conn_id = conn.fillna(-1).to_numpy(dtype=np.int64)
-        keys = _column(rows, "conn_key", None)
-        # the connection an exchange belongs to: its id when the greeting was seen, else its endpoints
-        self.conn: list[tuple] = [("id", int(c)) if c >= 0 else ("key", k if k is not None else ("row", i))
-                                  for i, (c, k) in enumerate(zip(self.conn_id, keys))]
+        # the connection an exchange belongs to: its id when the greeting was seen, else its endpoints (else the row
+        # alone), as a number per row and a name per number: ("id", conn_id), ("key", conn_key), ("key", ("row", i))
+        self.conn_code, self.conn_names = _connections(self.conn_id, rows["conn_key"] if "conn_key" in rows.columns
+                                                       else None)
         self.command = _column(rows, "command", "COM_QUERY")
         self.sql = _column(rows, "sql", None)
         # read per exchange only where a slow-log entry can use the parameters (_Slots): most never are
         self._params = rows["params"].to_numpy(dtype=object) if "params" in rows.columns else None
-        self.sql_cut = [bool(v) for v in _column(rows, "sql_cut", False)]
-        ips: dict = {}  # one address per connection: normalised once per distinct value
-        self.ip = [ips[v] if v in ips else ips.setdefault(v, _norm_ip(v)) for v in _column(rows, "client_ip", None)]
+        self.sql_cut = _flags(rows, "sql_cut")
+        # the client's address: per row the number of its distinct value (-1: none), each value normalised once
+        self.ip_code, ips = _codes(rows, "client_ip")
+        self.ip_values = [_norm_ip(v) for v in ips]
         if n and self.timed.any():
             self.span = (int((self.d1 - self.tol)[self.timed].min()),
                          int((self.d4 + self.tol + LOG_WRITE_SLACK_NS)[self.timed].max()))
         else:
             self.span = (0, -1)
+
+    def conn_of(self, rows: list[int]) -> list[tuple]:
+        """The connection (its name) of each of these exchanges."""
+        names = self.conn_names
+        return [names[c] for c in self.conn_code[np.asarray(rows, dtype=np.int64)].tolist()]
+
+    def rows_by_conn(self, rows: np.ndarray) -> dict[tuple, np.ndarray]:
+        """These exchanges (ascending) by connection name, each connection's in their order."""
+        codes = self.conn_code[rows]
+        order = np.argsort(codes, kind="stable")
+        rows, codes = rows[order], codes[order]
+        starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if len(codes) else np.zeros(0, dtype=np.int64)
+        return {self.conn_names[c]: part for c, part in zip(codes[starts].tolist(), np.split(rows, starts[1:]))}
 
     def params_of(self, rows: np.ndarray) -> np.ndarray:
         """These exchanges' `params` column (None when null), as objects."""
@@ -182,6 +196,45 @@ class _Rows:
         values = self._params[rows]
         values[pd.isna(values)] = None
         return values
+
+
+def _flags(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """A column's truth per row (False for null, and for every row when there is no such column)."""
+    if name not in frame.columns:
+        return np.zeros(len(frame), dtype=bool)
+    values = frame[name].to_numpy(dtype=object, copy=True)
+    values[pd.isna(values)] = False
+    return values.astype(bool)
+
+
+def _codes(frame: pd.DataFrame, name: str) -> tuple[np.ndarray, list]:
+    """Per row the number of its column's distinct value (-1: null, or no such column), and the values."""
+    if name not in frame.columns or not len(frame):
+        return np.full(len(frame), -1, dtype=np.int64), []
+    codes, values = pd.factorize(frame[name].to_numpy(dtype=object))
+    return codes.astype(np.int64), list(values)
+
+
+def _connections(conn_id: np.ndarray, conn_key: pd.Series | None) -> tuple[np.ndarray, list[tuple]]:
+    """Per row the number of its connection, and per number the connection's name: ("id", conn_id) where the id is
+    known (≥ 0), else ("key", conn_key), else ("key", ("row", i)) (a connection of its own)."""
+    n = len(conn_id)
+    code = np.empty(n, dtype=np.int64)
+    has_id = conn_id >= 0
+    ids, id_code = np.unique(conn_id[has_id], return_inverse=True)
+    code[has_id] = id_code.reshape(-1)
+    names: list[tuple] = [("id", c) for c in ids.tolist()]
+    if conn_key is not None:
+        key_code, key_values = pd.factorize(conn_key.to_numpy(dtype=object) if n else np.zeros(0, dtype=object))
+    else:
+        key_code, key_values = np.full(n, -1, dtype=np.int64), []
+    by_key = ~has_id & (key_code >= 0)
+    code[by_key] = len(names) + key_code[by_key]
+    names += [("key", k) for k in list(key_values)]
+    alone = np.flatnonzero(~has_id & (key_code < 0))
+    code[alone] = len(names) + np.arange(len(alone), dtype=np.int64)
+    names += [("key", ("row", i)) for i in alone.tolist()]
+    return code, names
 
 
 class _Entries:
@@ -585,8 +638,9 @@ class _Search:
         # plain lists for the per-pair checks (numpy scalars cost several times more in a Python loop)
         self._d1, self._d4, self._tol = rows.d1.tolist(), rows.d4.tolist(), rows.tol.tolist()
         self._lo, self._hi, self._qt = entries.lo.tolist(), entries.hi.tolist(), entries.qt.tolist()
-        ips = {ip: i for i, ip in enumerate(sorted({*rows.ip, *entries.ip} - {None}))}
-        self.row_ip = np.array([ips.get(ip, -1) for ip in rows.ip], dtype=np.int64)
+        ips = {ip: i for i, ip in enumerate(sorted({*rows.ip_values, *entries.ip} - {None}))}
+        # per distinct address of the rows, then per row (a row without one: the -1 appended last)
+        self.row_ip = np.array([ips.get(ip, -1) for ip in rows.ip_values] + [-1], dtype=np.int64)[rows.ip_code]
         self.entry_ip = [ips.get(ip, -1) for ip in entries.ip]
         self._indexes: dict[object, _TimeIndex] = {}
 
@@ -679,16 +733,17 @@ def rows_for_join(t: pd.DataFrame) -> pd.DataFrame:
     conn_key = np.where(has_db, "db|" + db_client.astype(str) + "|" + server,
                         "app|" + capture + "|" + client + "|" + server)
     client_ip = np.array([_ip_of(c) for c in db_client] + [None], dtype=object)[:-1]
-    problem_codes, problem_texts = pd.factorize(t["problems"].astype(object).fillna("").astype(str))
-    sql_cut = np.array(["sql-cut" in text for text in problem_texts] + [False], dtype=bool)[:-1]
+    problem_codes, problem_texts = _distinct(t["problems"])  # each distinct text looked at once
+    cut_kinds = np.array([isinstance(v, str) and "sql-cut" in v for v in problem_texts] + [False], dtype=bool)
+    # the texts as Python objects, as the join reads them (not made into a string column and back)
     return pd.DataFrame({
         "conn_id": t["conn_id"].astype("Int64"),
-        "conn_key": conn_key[conn],
+        "conn_key": pd.Series(conn_key[conn], dtype=object, index=t.index),
         "command": t["command"].astype(object),
         "sql": t["sql"].astype(object),
         "params": t["params"].astype(object),
-        "sql_cut": sql_cut[problem_codes] if len(problem_codes) else np.zeros(0, dtype=bool),
-        "client_ip": client_ip[conn].tolist(),
+        "sql_cut": cut_kinds[problem_codes],
+        "client_ip": pd.Series(client_ip[conn], dtype=object, index=t.index),
         "db_clock": seen != "app",
         "start_ns": pd.Series(t["_d1_raw"].to_numpy(), dtype="Int64").where(valid),
         "end_ns": pd.Series(t["_d4_raw"].to_numpy(), dtype="Int64").where(valid),
@@ -774,6 +829,28 @@ def join_slow_log(rows: pd.DataFrame, slow: pd.DataFrame | None, name: str = "sl
     return state.result(name)
 
 
+class _ChainPositions:
+    """Per key, the positions (ascending) in a connection's chain of its slots with that key, a position once per
+    time the slot has the key (a dict's `get`, made when a key is first asked for: only the keys of the entries of
+    the connection's thread are)."""
+
+    def __init__(self, ids: np.ndarray, slots: int, by_key: dict[tuple, list[int]]):
+        self._position = np.full(slots, -1, dtype=np.int64)
+        self._position[ids] = np.arange(len(ids), dtype=np.int64)
+        self._by_key = by_key
+        self._made: dict[tuple, list[int]] = {}
+
+    def get(self, key: tuple, default=None):
+        got = self._made.get(key)
+        if got is None:
+            slots = self._by_key.get(key)
+            if not slots:
+                return default
+            positions = self._position[np.asarray(slots, dtype=np.int64)]
+            got = self._made[key] = np.sort(positions[positions >= 0]).tolist()
+        return got if got else default
+
+
 class _State:
     """The decisions, entry by entry: joined (to a slot, and how) or a reason; exchanges marked undecided."""
 
@@ -789,13 +866,13 @@ class _State:
         self.identified: dict[int, tuple] = {}  # thread -> mid-stream connection, named by its entries
         self.owner: dict[tuple, int] = {}  # the inverse
         self.cands: dict[int, list[int] | None] = {}
-        self.slot_conn = [rows.conn[r] for r in slots.row]
+        self.slot_conn = rows.conn_of(slots.row)
         self.slot_k = np.asarray(slots.k, dtype=np.int64)
         self.conn_slots: dict[tuple, list[int]] = defaultdict(list)
         for s, c in enumerate(self.slot_conn):
             self.conn_slots[c].append(s)
         self._chains: dict[tuple, tuple] = {}
-        self._rows_of: dict[tuple, list[int]] | None = None
+        self._rows_of: dict[tuple, np.ndarray] | None = None
         self._joined_by_thread: dict[int, list] | None = None
         known = self.known = {c for c in rows.conn_id.tolist() if c >= 0}
         self.todo: list[int] = []
@@ -858,11 +935,8 @@ class _State:
             rows = self.search.slot_row[ids]
             order = np.lexsort((self.slot_k[ids], self.R.d1[rows])) if len(ids) else ids
             ids, rows = ids[order], rows[order]
-            per_key: dict[tuple, list[int]] = defaultdict(list)
-            for pos, s in enumerate(ids.tolist()):
-                for key in self.S.keys[s]:
-                    per_key[key].append(pos)
-            got = self._chains[conn] = (ids, self.R.d1[rows], self.R.d4[rows], per_key)
+            got = self._chains[conn] = (ids, self.R.d1[rows], self.R.d4[rows],
+                                        _ChainPositions(ids, len(self.S.row), self.S.by_key))
         return got
 
     def _positions(self, e: int, per_key: dict) -> list[int]:
@@ -1121,10 +1195,8 @@ class _State:
 
     def _conn_rows(self, conn: tuple) -> np.ndarray:
         if self._rows_of is None:
-            self._rows_of = defaultdict(list)
-            for r in np.flatnonzero(self.R.timed).tolist():
-                self._rows_of[self.R.conn[r]].append(r)
-        return np.asarray(self._rows_of.get(conn, []), dtype=np.int64)
+            self._rows_of = self.R.rows_by_conn(np.flatnonzero(self.R.timed))
+        return self._rows_of.get(conn, np.zeros(0, dtype=np.int64))
 
     def _neighbours(self, e: int, thread: int) -> tuple[int, int]:
         """D1 of the exchanges joined to the thread's entries just before and just after e in the log."""
@@ -1169,8 +1241,9 @@ class _State:
         logs_commands = any(isinstance(a, str) and a for a in E.admin)
         # A TLS flight without a key log (ENCRYPTED) is taken as a statement the server logs: an administrator
         # command that runs past long_query_time is not met in practice.
+        codes, commands = pd.factorize(np.asarray(R.command, dtype=object)) if R.n else (np.zeros(0, np.int64), [])
         unlogged = np.array([c not in LOGGED_COMMANDS and c != ENCRYPTED and (not logs_commands or c == "CONNECT")
-                             for c in R.command], dtype=bool) if R.n else np.zeros(0, dtype=bool)
+                             for c in [*commands, None]], dtype=bool)[codes]  # per command, then per row
         self.undecided &= entry < 0
         doubtful = int(self.undecided.sum())  # exchanges an unjoined entry may describe
         unlogged &= (entry < 0) & ~self.undecided
