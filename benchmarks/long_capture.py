@@ -214,35 +214,36 @@ def index_capture(path: Path, server_ports: set[int]) -> tuple[Source, set[int],
     plen[i6] = _u16be(a, l3[i6] + 4)
     has_ports = (tcp >= 0) & (tcp + 4 <= stop)
     t = np.flatnonzero(has_ports)
-    sport, dport = _u16be(a, tcp[t]), _u16be(a, tcp[t] + 2)
-    has_flags = tcp[t] + 14 <= stop[t]
+    tt, st = tcp[t], stop[t]  # the TCP header and the record end of these records
+    sport, dport = _u16be(a, tt), _u16be(a, tt + 2)
+    has_flags = tt + 14 <= st
     flags = np.zeros(len(t), np.int64)
-    flags[has_flags] = a[tcp[t][has_flags] + 13]
+    flags[has_flags] = a[tt[has_flags] + 13]
     seen_servers = set(np.unique(dport[(flags & 0x12) == 0x02]).tolist()) | \
         set(np.unique(sport[(flags & 0x12) == 0x12]).tolist())
     servers = seen_servers | server_ports
     s_srv, d_srv = np.isin(sport, list(servers)), np.isin(dport, list(servers))
     # the client: the side that is not a server; when both or neither are, the higher port (the ephemeral one)
     client_is_src = np.where(d_srv & ~s_srv, True, np.where(s_srv & ~d_srv, False, sport >= dport))
-    port_off = np.where(client_is_src, tcp[t], tcp[t] + 2)
+    port_off = np.where(client_is_src, tt, tt + 2)
     port = np.where(client_is_src, sport, dport)
-    ck_off = np.where(tcp[t] + 18 <= stop[t], tcp[t] + 16, -1)
+    ck_off = np.where(tt + 18 <= st, tt + 16, -1)
     caddr = np.where(client_is_src, src_a[t], dst_a[t])
     is4 = ver[t] == 4
     addr_byte = np.where(is4, caddr + 1, caddr + 8)
     addr_even = np.where(is4, False, True)  # IPv4 byte 1: low byte of the word; IPv6 byte 8: high byte
     ipck = np.where(is4, ip_ck[t], -1)
-    seq_off = np.where(tcp[t] + 12 <= stop[t], tcp[t] + 4, -1)
+    seq_off = np.where(tt + 12 <= st, tt + 4, -1)
     ack_set = (flags & 0x10) != 0
     # SACK option blocks (after a loss): found by a cheap pass over the option bytes, read in Python
     sacks = []
-    opt_len = np.where(has_flags, np.minimum(doff_of(a, tcp[t], has_flags), stop[t] - tcp[t]) - 20, 0)
+    opt_len = np.where(has_flags, np.minimum(doff_of(a, tt, has_flags), st - tt) - 20, 0)
     maybe = np.zeros(len(t), bool)
     for q in range(40):
         inside = q < opt_len
-        maybe[inside] |= a[tcp[t][inside] + 20 + q] == 5
+        maybe[inside] |= a[tt[inside] + 20 + q] == 5
     for j in np.flatnonzero(maybe).tolist():
-        r, base = int(t[j]), int(tcp[t][j])
+        r, base = int(t[j]), int(tt[j])
         edges, q, end_ = [], base + 20, base + 20 + int(opt_len[j])
         while q < end_:
             kind = mm[q]
@@ -261,9 +262,9 @@ def index_capture(path: Path, server_ports: set[int]) -> tuple[Source, set[int],
     # greetings: per connection, the server's first payload segment (and its retransmissions: the same seq)
     greetings, greeting_ids = [], []
     doff = np.zeros(len(t), np.int64)
-    doff[has_flags] = (a[tcp[t][has_flags] + 12] >> 4).astype(np.int64) * 4
-    payload = tcp[t] + doff
-    pay_len = np.minimum(plen[t], stop[t] - tcp[t]) - doff
+    doff[has_flags] = (a[tt[has_flags] + 12] >> 4).astype(np.int64) * 4
+    payload = tt + doff
+    pay_len = np.minimum(plen[t], st - tt) - doff
     from_server = ~client_is_src & has_flags & (pay_len >= 10)
     cand = np.flatnonzero(from_server)
     cand = cand[(a[payload[cand] + 3] == 0) & (a[payload[cand] + 4] == 10)]  # MySQL seq 0, protocol 10
