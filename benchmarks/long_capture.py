@@ -490,6 +490,8 @@ _ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d+)?(Z|[+-]\d{2}:?
 _SHORT = re.compile(r"^(\d{6})( +)(\d{1,2}):(\d{2}):(\d{2})(\.\d+)?$")
 _SET_TS = re.compile(r"^(SET (?:[a-z_]+=[^,;\s]+,)*timestamp=)(\d+)(;.*)$")
 _THREAD_ID = re.compile(r"((?:^|\s)(?:Thread_id|Id):\s*)(\d+)")
+# the lines the server writes when it (re)starts its log: an entry may start after them
+_SERVER_HEADER = re.compile(r"^(?:\S.*, Version: .+ started with:|Tcp port: \d+\s+Unix socket: .*|Time\s+Id\s+Command\s+Argument)$")
 _START_END = re.compile(r"((?:Start|End): )(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})")
 
 
@@ -510,19 +512,20 @@ def _shift_time_value(value: str, seconds: int) -> str:
     return value
 
 
-def shift_slow_log_line(line: str, seconds: int, ids: int, in_prefix: bool) -> str:
-    """One line of a slow log moved by `seconds` and its thread ids by `ids`: the header lines ('# Time:',
-    'Thread_id:'/'Id:', MySQL 8's 'Start:'/'End:') and, right after a header (`in_prefix`), 'SET timestamp=N;'."""
-    if line.startswith("# "):
+def shift_slow_log_line(line: str, seconds: int, ids: int, role: str) -> str:
+    """One line of a slow log moved by `seconds` and its thread ids by `ids`. `role`: 'header' (a '#' line where an
+    entry may start: '# Time:', 'Thread_id:'/'Id:', MySQL 8's 'Start:'/'End:' move), 'prefix' (the server's
+    'use db;' and 'SET timestamp=N;' lines after a header: N moves) or 'sql' (the statement: left as it is)."""
+    if role == "header":
         m = _TIME_LINE.match(line.rstrip("\n"))
         if m:
             return f"{m[1]}{_shift_time_value(m[2], seconds)}{_THREAD_ID.sub(lambda x: x[1] + str(int(x[2]) + ids), m[3])}\n"
-        if line.startswith(("# User@Host:", "# Thread_id:")):
+        if "Id:" in line or "Thread_id:" in line:  # User@Host's Id, MariaDB's Thread_id line, MySQL 8's extra
             line = _THREAD_ID.sub(lambda x: x[1] + str(int(x[2]) + ids), line)
         if "Start: " in line or "End: " in line:
             line = _START_END.sub(lambda x: x[1] + _shift_iso(x[2], seconds), line)
         return line
-    if in_prefix:
+    if role == "prefix":
         m = _SET_TS.match(line.rstrip("\n"))
         if m:
             return f"{m[1]}{int(m[2]) + seconds}{m[3]}\n"
@@ -531,21 +534,27 @@ def shift_slow_log_line(line: str, seconds: int, ids: int, in_prefix: bool) -> s
 
 def write_slow_log(src: Path, out: Path, copies: int, shift_s: int, id_step: int) -> int:
     """The slow log repeated like the captures, streaming (each copy reads the source again); the server's header
-    lines before the first entry are written once. Returns the entries' lines written."""
+    lines before the first entry are written once. A '#' line is a header only where the server can start an entry:
+    right after a line that ends in ';' (or another header line), as the slow-log reader decides; a statement's own
+    lines that look like headers stay as they are. Returns the lines written."""
     tmp = out.with_name(out.name + ".tmp")
     lines = 0
     with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
         for k in range(copies):
-            started, in_prefix = False, False
+            started, role, may_start = False, "sql", True
             with open(src, encoding="utf-8", errors="surrogateescape", newline="") as s:
                 for line in s:
-                    if line.startswith("# "):
-                        started, in_prefix = True, True
-                    elif in_prefix and not (line.startswith("use ") or line.startswith("SET ")):
-                        in_prefix = False
+                    if line.startswith("#") and (may_start or role == "header"):
+                        role, started = "header", True
+                    elif role in ("header", "prefix") and line.startswith(("use ", "SET ")):
+                        role = "prefix"
+                    else:
+                        role = "sql"
+                    bare = line.rstrip("\r\n")
+                    may_start = bare.endswith(";") or not started or bool(_SERVER_HEADER.match(bare))
                     if not started and k:
                         continue
-                    f.write(shift_slow_log_line(line, k * shift_s, k * id_step, in_prefix) if k else line)
+                    f.write(shift_slow_log_line(line, k * shift_s, k * id_step, role) if k else line)
                     lines += 1
     os.replace(tmp, out)
     return lines
