@@ -619,27 +619,60 @@ def make_long_capture(source: Path, out: Path, copies: int | None = None, gb: fl
 
 # --- --run: the benchmark row -------------------------------------------------------------------------------------
 
-def _run_row(pair: Path, cap_gb: float, jobs: int, nice: int) -> list[str]:
+def _bench():
     sys.path.insert(0, str(REPO / "benchmarks"))
-    import bench  # noqa: E402  (the benchmark's child_rss: wall, peak PSS of the process tree)
+    import bench  # the benchmark's helpers: child_rss (wall, peak PSS of the process tree), tshark, records
 
-    cells = []
-    prefix = ["nice", "-n", str(nice), "prlimit", f"--as={int(cap_gb * 2**30)}", "--"]
-    for label, argv in (
-        ("exchanges", [sys.executable, "-m", "pcapdecomp.cli", "exchanges", str(pair / "db.pcap"), "-q", "--out",
-                       str(pair / "x.parquet")]),
-        (f"analyze --jobs {jobs}", [sys.executable, "-m", "pcapdecomp.cli", "analyze", "--app", str(pair / "app.pcap"),
-                                    "--db", str(pair / "db.pcap"), "--jobs", str(jobs), "-q", "--out",
-                                    str(pair / "analysis")]
-         + (["--slow-log", str(pair / "slow.log")] if (pair / "slow.log").exists() else []))):
+    return bench
+
+
+def _timed(argv: list[str], cap_gb: float, nice: int) -> tuple[float | None, float, float | None, str]:
+    """(wall s or None when it failed, CPU s of the child and its workers, peak PSS MiB or None, what happened) of
+    `argv` run under an address-space cap of `cap_gb` (prlimit --as) at `nice`."""
+    bench = _bench()
+    before = bench._cpu_seconds()
+    try:
+        wall, peak, _ = bench.child_rss(["nice", "-n", str(nice), "prlimit", f"--as={int(cap_gb * 2**30)}", "--",
+                                         *argv], cwd=REPO)
+        return wall, bench._cpu_seconds() - before, peak, "ok"
+    except SystemExit as exc:  # child_rss exits when the child fails: the cap was hit (MemoryError), or another error
+        return None, bench._cpu_seconds() - before, None, f"failed: {str(exc)[-200:]}"
+
+
+def run_row(pair: Path, cap_gb: float, jobs: int, nice: int, with_tshark: bool) -> dict:
+    """`exchanges` of the DB capture, `analyze --jobs JOBS` of the pair with its slow log (and tshark's MySQL
+    dissector on the DB capture when asked): time, CPU, peak memory; the analysis's counts."""
+    import json
+
+    row: dict = {}
+    if with_tshark:
+        bench = _bench()
         before = bench._cpu_seconds()
-        try:
-            wall, peak, _ = bench.child_rss(prefix + argv, cwd=REPO)
-            cells += [f"{wall:.1f}", f"{bench._cpu_seconds() - before:.1f}", f"{peak:.0f}", "ok"]
-        except SystemExit as exc:  # child_rss exits on a failed child: the cap was hit (or another failure)
-            cells += ["", f"{bench._cpu_seconds() - before:.1f}", "", f"failed: {str(exc)[-160:]}"]
-        print(f"  {label}: {cells[-4:]}", file=sys.stderr, flush=True)
-    return cells
+        wall, peak, commands = bench.tshark_commands(pair / "db.pcap")
+        row["tshark"] = (wall, bench._cpu_seconds() - before, peak, f"{commands:,} commands")
+    row["exchanges"] = _timed([sys.executable, "-m", "pcapdecomp.cli", "exchanges", str(pair / "db.pcap"), "-q",
+                               "--out", str(pair / "x.parquet")], cap_gb, nice)
+    (pair / "x.parquet").unlink(missing_ok=True)
+    out = pair / "analysis"
+    row["analyze"] = _timed([sys.executable, "-m", "pcapdecomp.cli", "analyze", str(pair), "--jobs", str(jobs), "-q",
+                             "--out", str(out)], cap_gb, nice)
+    if (out / "summary.json").exists():
+        s = json.loads((out / "summary.json").read_text())
+        row["counts"] = (s["exchanges"]["total"], (s.get("slow_log") or {}).get("matched"),
+                         s["hidden_slow"]["count"], len(s["warnings"]))
+    return row
+
+
+ROW_COLUMNS = ("GB per point (copies)", "build s (MB/s)", "tshark s (CPU s)", "exchanges s (CPU s)", "PSS MiB",
+               "× tshark", "analyze --jobs 1 s (CPU s)", "PSS MiB", "× tshark", "exchanges, slow-log joined, hidden-slow, "
+               "warnings", "load before → after")
+
+
+def _cell(measured, tshark_s: float | None) -> list[str]:
+    wall, cpu, peak, what = measured
+    if wall is None:
+        return [f"— ({cpu:.0f}; {what})", "", ""]
+    return [f"{wall:.1f} ({cpu:.1f})", f"{peak:,.0f}", f"{tshark_s / wall:.1f}×" if tshark_s else ""]
 
 
 def main() -> int:
@@ -655,9 +688,13 @@ def main() -> int:
     ap.add_argument("--run", action="store_true",
                     help="per size: build the pair, run exchanges and analyze on it under --cap-gb, print the row, "
                          "delete the pair")
-    ap.add_argument("--cap-gb", type=float, default=12.0, help="--run: address-space cap of each run (prlimit --as)")
+    ap.add_argument("--cap-gb", type=float, default=14.0, help="--run: address-space cap of each run (prlimit --as)")
     ap.add_argument("--jobs", type=int, default=1, help="--run: analyze --jobs")
+    ap.add_argument("--tshark-up-to", type=float, default=1.5,
+                    help="--run: run tshark on the DB capture of the sizes up to this many GB per point")
     ap.add_argument("--nice", type=int, default=10)
+    ap.add_argument("--record", type=Path, metavar="FOLDER",
+                    help="--run: also write the run to FOLDER/<date>-<commit>.md (as bench.py --record)")
     args = ap.parse_args()
     ports = tuple(args.server_port) or (3306,)
     if not args.run:
@@ -667,26 +704,44 @@ def main() -> int:
               made.bytes_per_point.items()) + f" in {made.seconds:.1f} s "
               f"({sum(made.bytes_per_point.values()) / made.seconds / 1e6:.0f} MB/s)")
         return 0
+    bench = _bench()
+    if args.record:
+        path = bench.record_file(args.record)
+        sys.stdout = bench._Tee(sys.stdout, path)
     sizes = [float(x) for x in (args.gb or "").split(",") if x] or [None]
-    print(f"source {args.source}; cap {args.cap_gb} GB of address space per run (prlimit --as); nice {args.nice}; "
-          f"{time.strftime('%Y-%m-%d %H:%M')}\n")
-    print("| GB per point (copies) | build s (MB/s) | exchanges s | CPU s | PSS MiB | | analyze s | CPU s | PSS MiB | "
-          "| load before → after |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    print(f"machine: {bench.machine()}; source {args.source}; each run capped at {args.cap_gb:g} GiB of address space "
+          f"(prlimit --as), nice {args.nice}; {time.strftime('%Y-%m-%d %H:%M')}\n")
+    print("| " + " | ".join(ROW_COLUMNS) + " |")
+    print("|" + "---|" * len(ROW_COLUMNS), flush=True)
+    tshark_s = None
     for gb in sizes:
         pair = args.out / f"long-{gb or args.copies}"
-        before = "/".join(f"{x:.1f}" for x in os.getloadavg())
+        before = bench.load()
         made = make_long_capture(args.source, pair, copies=args.copies if gb is None else None, gb=gb,
                                  gap_s=args.gap, server_ports=ports)
         per_point = made.bytes_per_point.get("db", 0) / 1e9
+        row = run_row(pair, args.cap_gb, args.jobs, args.nice, with_tshark=per_point <= args.tshark_up_to)
         cells = [f"{per_point:.2f} ({made.copies})",
                  f"{made.seconds:.0f} ({sum(made.bytes_per_point.values()) / made.seconds / 1e6:.0f})"]
-        cells += _run_row(pair, args.cap_gb, args.jobs, args.nice)
-        cells.append(f"{before} → {'/'.join(f'{x:.1f}' for x in os.getloadavg())}")
+        if "tshark" in row:
+            tshark_s = row["tshark"][0] / made.copies  # per copy: tshark's time grows with the packets
+            cells.append(f"{row['tshark'][0]:.1f} ({row['tshark'][1]:.1f})")
+        else:
+            cells.append(f"≈ {tshark_s * made.copies:.0f} (extrapolated)" if tshark_s else "")
+        scale = tshark_s * made.copies if tshark_s else None
+        cells += _cell(row["exchanges"], scale)[:3] + _cell(row["analyze"], scale)
+        counts = row.get("counts")
+        cells.append(", ".join(f"{c:,}" if isinstance(c, int) else str(c) for c in counts) if counts else "")
+        cells.append(f"{before} → {bench.load()}")
         print("| " + " | ".join(cells) + " |", flush=True)
         subprocess.run(["rm", "-rf", str(pair)], check=True)
+    print(f"\nEach size: `{Path(__file__).name}` builds the pair (K copies of the source; build: both points, MB/s "
+          "written), then `exchanges DB` and `analyze PAIR --jobs 1` (with the slow log and capture.toml) run one "
+          "after the other under the cap; wall s (CPU s: user + system of the process and its workers); PSS: peak of "
+          "the process and its workers, sampled every 50 ms; × tshark: tshark's time on the DB capture (measured, or "
+          "extrapolated from the last measured size by the copies: tshark's work grows with the packets) / "
+          "pcapdecomp's. The pair is deleted after its row.")
     return 0
-
 
 if __name__ == "__main__":
     try:
