@@ -297,20 +297,15 @@ def port_step(clients: set[int], servers: set[int], copies: int) -> tuple[int, i
     low = PORT_LOW if min(clients, default=PORT_LOW) >= PORT_LOW else 1
     span = 65536 - low
     rel = np.asarray(sorted(clients), dtype=np.int64) - low
-    taken = np.zeros(span, bool)
-    taken[((rel[:, None] - rel[None, :]) % span).ravel()] = True  # d·m must avoid these (0 included)
-    server_rel = np.zeros(span, bool)
-    for s in servers:
-        if low <= s < 65536:
-            server_rel[s - low] = True
+    taken = np.zeros(span, bool)  # steps m·d must avoid: copy m's ports would meet copy 0's or a server's
+    taken[((rel[:, None] - rel[None, :]) % span).ravel()] = True  # 0 included
+    server = np.asarray([s - low for s in servers if low <= s < 65536], dtype=np.int64)
+    taken[((server[:, None] - rel[None, :]) % span).ravel()] = True
     d = np.arange(1, span, dtype=np.int64)
     best = (1, 1)
     alive = np.ones(len(d), bool)
     for m in range(1, copies):
-        step = (d * m) % span
-        alive &= ~taken[step]
-        if server_rel.any():
-            alive &= ~server_rel[(rel[None, :] + step[:, None]) % span].any(axis=1) if len(rel) * len(d) < 5e7 else alive
+        alive &= ~taken[(d * m) % span]
         if not alive.any():
             break
         # prefer the step that spreads the copies evenly over the range

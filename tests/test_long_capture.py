@@ -93,3 +93,19 @@ def test_the_slow_log_moves_with_the_capture(log, tmp_path):
                 t0 = getattr(e, when)
                 assert getattr(c, when) == (None if t0 is None else t0 + k * shift * 10**9)
             assert c.query_time_ns == e.query_time_ns
+
+
+@pytest.mark.parametrize("clients", [set(range(60822, 60960, 2)), {1025, 5000, 33000, 60999, 65535},
+                                     set(range(32768, 61000, 97))])
+def test_copies_ports_never_meet(clients):
+    """Within a block, copy k's client ports are the recording's moved by k·d: no two copies share a port and none
+    lands on the server's; blocks past the first are told apart by the client address."""
+    servers, copies = {3306, 33060}, 40
+    d, block, low, span = long_capture.port_step(clients, servers, copies)
+    assert block >= 2
+    seen: set[int] = set()
+    for k in range(min(block, copies)):
+        moved = {low + (p - low + k * d) % span for p in clients}
+        assert len(moved) == len(clients) and not moved & seen and not moved & servers
+        assert all(1 <= p <= 65535 for p in moved)
+        seen |= moved
