@@ -507,11 +507,31 @@ def _shift_time_value(value: str, seconds: int) -> str:
     return value
 
 
-def shift_slow_log_line(line: str, seconds: int, ids: int, role: str) -> str:
+def moved_address(text: str, block: int) -> str:
+    """A client address as block `block` of the copies has it (IPv4: second byte + block; IPv6: ninth byte +
+    block, mod 256); anything that is not an address stays."""
+    import ipaddress
+
+    try:
+        packed = bytearray(ipaddress.ip_address(text).packed)
+    except ValueError:
+        return text
+    at = 1 if len(packed) == 4 else 8
+    packed[at] = (packed[at] + block) % 256
+    return str(ipaddress.ip_address(bytes(packed)))
+
+
+_USER_HOST_IP = re.compile(r"^(# User@Host: [^\[]*\[[^\]]*\] @ [^\[]*?\s*\[)([^\]]*)(\])")
+
+
+def shift_slow_log_line(line: str, seconds: int, ids: int, role: str, block: int = 0) -> str:
     """One line of a slow log moved by `seconds` and its thread ids by `ids`. `role`: 'header' (a '#' line where an
-    entry may start: '# Time:', 'Thread_id:'/'Id:', MySQL 8's 'Start:'/'End:' move), 'prefix' (the server's
-    'use db;' and 'SET timestamp=N;' lines after a header: N moves) or 'sql' (the statement: left as it is)."""
+    entry may start: '# Time:', 'Thread_id:'/'Id:', MySQL 8's 'Start:'/'End:' move; the client address of
+    'User@Host:' moves to its `block`'s), 'prefix' (the server's 'use db;' and 'SET timestamp=N;' lines after a
+    header: N moves) or 'sql' (the statement: left as it is)."""
     if role == "header":
+        if block and line.startswith("# User@Host:"):
+            line = _USER_HOST_IP.sub(lambda x: x[1] + moved_address(x[2], block) + x[3], line)
         m = _TIME_LINE.match(line.rstrip("\n"))
         if m:
             return f"{m[1]}{_shift_time_value(m[2], seconds)}{_THREAD_ID.sub(lambda x: x[1] + str(int(x[2]) + ids), m[3])}\n"
@@ -527,11 +547,12 @@ def shift_slow_log_line(line: str, seconds: int, ids: int, role: str) -> str:
     return line
 
 
-def write_slow_log(src: Path, out: Path, copies: int, shift_s: int, id_step: int) -> int:
+def write_slow_log(src: Path, out: Path, copies: int, shift_s: int, id_step: int, block: int | None = None) -> int:
     """The slow log repeated like the captures, streaming (each copy reads the source again); the server's header
     lines before the first entry are written once. A '#' line is a header only where the server can start an entry:
     right after a line that ends in ';' (or another header line), as the slow-log reader decides; a statement's own
-    lines that look like headers stay as they are. Returns the lines written."""
+    lines that look like headers stay as they are. `block`: copies per client address (as the captures').
+    Returns the lines written."""
     tmp = out.with_name(out.name + ".tmp")
     lines = 0
     with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
@@ -549,7 +570,8 @@ def write_slow_log(src: Path, out: Path, copies: int, shift_s: int, id_step: int
                     may_start = bare.endswith(";") or not started or bool(_SERVER_HEADER.match(bare))
                     if not started and k:
                         continue
-                    f.write(shift_slow_log_line(line, k * shift_s, k * id_step, role) if k else line)
+                    f.write(shift_slow_log_line(line, k * shift_s, k * id_step, role, k // (block or copies))
+                            if k else line)
                     lines += 1
     os.replace(tmp, out)
     return lines
@@ -570,9 +592,11 @@ def _write_toml(src: Path, out: Path, copies: int) -> None:
 
 
 def make_long_capture(source: Path, out: Path, copies: int | None = None, gb: float | None = None,
-                      gap_s: float = 2.0, server_ports: tuple[int, ...] = (3306,)) -> LongCapture:
+                      gap_s: float = 2.0, server_ports: tuple[int, ...] = (3306,),
+                      max_block: int | None = None) -> LongCapture:
     """The capture set `source` (app.pcap, db.pcap, slow.log and capture.toml when there) repeated `copies` times,
-    or as many times as makes each point at least `gb` GB (10^9 bytes), into the folder `out`."""
+    or as many times as makes each point at least `gb` GB (10^9 bytes), into the folder `out`. `max_block`: at
+    most that many copies per client address (the tests' way to the address change)."""
     start = time.perf_counter()
     points = {name: source / f"{name}.pcap" for name in ("app", "db") if (source / f"{name}.pcap").exists()}
     if not points:
@@ -592,6 +616,7 @@ def make_long_capture(source: Path, out: Path, copies: int | None = None, gb: fl
     tps = _thread_pool_size(source / "capture.toml")
     id_step = ID_STEP_BASE * (tps // math.gcd(tps, ID_STEP_BASE) if tps else 1)
     d, block, low, span = port_step(clients, servers, copies)
+    block = min(block, max_block or block)
     if copies > block * 255:
         raise LongCaptureError(f"{copies} copies: client ports and addresses do not give that many distinct copies")
     out.mkdir(parents=True, exist_ok=True)
@@ -601,7 +626,7 @@ def make_long_capture(source: Path, out: Path, copies: int | None = None, gb: fl
         src._mm.close()  # type: ignore[attr-defined]
     slow = source / "slow.log"
     if slow.exists():
-        write_slow_log(slow, out / "slow.log", copies, shift_s, id_step)
+        write_slow_log(slow, out / "slow.log", copies, shift_s, id_step, block)
     if (source / "capture.toml").exists():
         _write_toml(source / "capture.toml", out / "capture.toml", copies)
     (out / "README.md").write_text(
