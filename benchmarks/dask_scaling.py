@@ -41,8 +41,18 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def split_set(src: Path, work: Path, files: int) -> Path:
-    """`src`'s app.pcap and db.pcap cut into about `files` files each (app/ and db/), its slow.log beside them."""
+    """`src`'s app.pcap and db.pcap cut into about `files` files each (app/ and db/), its slow.log beside them; with
+    `files` 1, links to its own files."""
     out = work / f"{src.name}-split{files}"
+    if files <= 1:
+        for point in ("app", "db"):
+            (out / point).mkdir(parents=True, exist_ok=True)
+            link = out / point / f"{point}.pcap"
+            if not link.exists():
+                link.symlink_to((src / f"{point}.pcap").resolve())
+        if (src / "slow.log").exists() and not (out / "slow.log").exists():
+            (out / "slow.log").symlink_to((src / "slow.log").resolve())
+        return out
     if (out / "db").is_dir():
         return out
     tmp = work / f"{src.name}-split{files}.tmp"
