@@ -74,9 +74,8 @@ def test_tshark_sees_k_times_the_mysql_packets(name, tmp_path):
         assert _mysql_packets(tmp_path / "set" / f"{point}.pcap") == K * _mysql_packets(CAPTURES / name / f"{point}.pcap")
 
 
-@pytest.mark.parametrize("log", [CAPTURES / "slowlog-forms" / "slow.log", DATA / "slowlog" / "mysql-5.6.log",
-                                 DATA / "slowlog" / "mysql-5.7.log", DATA / "slowlog" / "mysql-8.0-extra.log",
-                                 DATA / "slowlog" / "percona-5.7.log", DATA / "slowlog" / "mariadb-10.11-verbose.log"])
+@pytest.mark.parametrize("log", [CAPTURES / "slowlog-forms" / "slow.log", *sorted((DATA / "slowlog").glob("*.log"))],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_the_slow_log_moves_with_the_capture(log, tmp_path):
     """Every entry of copy k is the recording's, k × shift later (each of its times) and k × step on in thread id,
     as the slow-log reader reads them."""
