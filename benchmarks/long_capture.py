@@ -67,6 +67,7 @@ class Source:
     """One capture file, indexed: where each record and each field a copy changes lies."""
 
     path: Path
+    mm: mmap.mmap  # the file, mapped (kept open while the copies are written)
     header: bytes
     order: str  # '<' or '>': byte order of the record headers
     rec_off: np.ndarray  # byte offset of every record header
@@ -261,8 +262,7 @@ def index_capture(path: Path, server_ports: set[int]) -> tuple[Source, set[int],
             sacks.append((r, int(ck_off[j]), edges, base))
     # greetings: per connection, the server's first payload segment (and its retransmissions: the same seq)
     greetings, greeting_ids = [], []
-    doff = np.zeros(len(t), np.int64)
-    doff[has_flags] = (a[tt[has_flags] + 12] >> 4).astype(np.int64) * 4
+    doff = doff_of(a, tt, has_flags)
     payload = tt + doff
     pay_len = np.minimum(plen[t], st - tt) - doff
     from_server = ~client_is_src & has_flags & (pay_len >= 10)
@@ -282,13 +282,11 @@ def index_capture(path: Path, server_ports: set[int]) -> tuple[Source, set[int],
             continue
         greetings.append((r, nul + 1, int(tcp[r]), int(ck_off[j])))
         greeting_ids.append(struct.unpack_from("<I", mm, nul + 1)[0])
-    src = Source(path=path, header=bytes(mm[:24]), order=order, rec_off=off,
-                 first_ns=int(ts.min()) if len(ts) else 0, last_ns=int(ts.max()) if len(ts) else 0,
-                 port_off=port_off, port=port, tcp_ck_off=ck_off, addr_byte_off=addr_byte, addr_word_even=addr_even,
-                 ip_ck_off=ipck, port_rec=t, seq_off=seq_off, ack_set=ack_set, sacks=sacks, greetings=greetings,
-                 greeting_ids=greeting_ids)
-    src._mm = mm  # type: ignore[attr-defined]  # kept open while copies are written
-    return src, seen_servers, set(np.unique(port).tolist())
+    return Source(path=path, mm=mm, header=bytes(mm[:24]), order=order, rec_off=off,
+                  first_ns=int(ts.min()) if len(ts) else 0, last_ns=int(ts.max()) if len(ts) else 0,
+                  port_off=port_off, port=port, tcp_ck_off=ck_off, addr_byte_off=addr_byte, addr_word_even=addr_even,
+                  ip_ck_off=ipck, port_rec=t, seq_off=seq_off, ack_set=ack_set, sacks=sacks, greetings=greetings,
+                  greeting_ids=greeting_ids), seen_servers, set(np.unique(port).tolist())
 
 
 def port_step(clients: set[int], servers: set[int], copies: int) -> tuple[int, int, int, int]:
@@ -378,7 +376,7 @@ def _scramble(old: bytes, k: int) -> bytes:
 def write_copies(src: Source, out: Path, copies: int, shift_s: int, id_step: int, d: int, block: int, low: int,
                  span: int) -> int:
     """Write `copies` patched copies of `src` to `out` (through a temporary name); returns the bytes written."""
-    mm = src._mm  # type: ignore[attr-defined]
+    mm = src.mm
     a = np.frombuffer(mm, dtype=np.uint8)
     sec_dt = np.dtype(src.order + "u4")
     n_rec = len(src.rec_off)
@@ -623,7 +621,7 @@ def make_long_capture(source: Path, out: Path, copies: int | None = None, gb: fl
     sizes = {}
     for name, src in indexed.items():
         sizes[name] = write_copies(src, out / f"{name}.pcap", copies, shift_s, id_step, d, block, low, span)
-        src._mm.close()  # type: ignore[attr-defined]
+        src.mm.close()
     slow = source / "slow.log"
     if slow.exists():
         write_slow_log(slow, out / "slow.log", copies, shift_s, id_step, block)
