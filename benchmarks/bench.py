@@ -482,7 +482,7 @@ def record_file(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{time.strftime('%Y-%m-%d-%H%M')}-{commit()}.md"
     path.write_text(f"# Benchmark run of {time.strftime('%Y-%m-%d %H:%M %Z')}\n\n"
-                    f"`python3 benchmarks/bench.py {' '.join(sys.argv[1:])}` on commit {commit()}; "
+                    f"`python3 benchmarks/{Path(sys.argv[0]).name} {' '.join(sys.argv[1:])}` on commit {commit()}; "
                     f"{machine()}; load average (1/5/15 min) at the start {load()}.\n\n", encoding="utf-8")
     return path
 
