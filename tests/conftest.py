@@ -42,6 +42,16 @@ QUICK_FILES = {"test_clock.py", "test_connids.py", "test_decompose.py", "test_di
 NOT_QUICK = {"test_connids.py::test_a_missing_snapshot_is_one_line_and_exit_2"}
 
 
+def pytest_configure(config):
+    """The package's bytecode, compiled once before the workers start: where PYTHONDONTWRITEBYTECODE is set (as on
+    the development machine) every `python3 -m pcapdecomp.cli` the tests start compiled the package from source
+    again, a quarter of a second of CPU each. Python reads bytecode that exists whatever that variable says."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        import compileall
+
+        compileall.compile_dir(REPO / "pcapdecomp", quiet=2)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         name = item.path.name
