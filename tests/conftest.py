@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import os
 from pathlib import Path
 
@@ -52,6 +53,12 @@ def pytest_configure(config):
         compileall.compile_dir(REPO / "pcapdecomp", quiet=2)
 
 
+def pytest_collection_finish(session):
+    """The test modules and what they imported (pandas, pyarrow, the package) are kept for the run: out of the
+    collector's view (kept_for_the_run), as `pcapdecomp analyze` does with its imports."""
+    kept_for_the_run()
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         name = item.path.name
@@ -66,6 +73,15 @@ def pytest_collection_modifyitems(config, items):
 
 def _listing(folder: Path) -> list[tuple[str, int, int]]:
     return sorted((str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*"))
+
+
+def kept_for_the_run() -> None:
+    """What the run keeps (the shared analyses and extractions: millions of objects by the end) taken out of the
+    garbage collector's view: each full collection walked all of it again, in every analysis a test ran after it
+    and in every gc.collect() of the measuring tests (tests/test_growth.py's took 24 s instead of 3). The garbage
+    of the moment is collected first, so that none is kept."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")
@@ -86,6 +102,7 @@ def bundled_analysis(tmp_path_factory):
             out = root / name
             done[name] = analyze(CAPTURES / name, Options(quiet=True), out)
             listings[name] = _listing(out)
+            kept_for_the_run()
         r = done[name]
         return dataclasses.replace(r, exchanges=r.exchanges.copy(), groups=r.groups.copy(),
                                    summary=copy.deepcopy(r.summary), written=list(r.written),
@@ -109,6 +126,7 @@ callers only read it."""
         key = str(Path(path).resolve())
         if key not in done:
             done[key] = extract_with(Path(path), True)
+            kept_for_the_run()
         return done[key]
 
     return get
