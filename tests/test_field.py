@@ -21,5 +21,5 @@ def test_the_sweep_covers_every_kind_of_capture():
         assert f"set:{folder}" in ids and f"db:captures/{folder}/db.pcap" in ids
     for shape in ("one-exchange", "one-connection-db", "no-exchange", "one-microsecond", "one-frame", "no-mysql"):
         assert f"both:tests/data/field/{shape}.pcap" in ids
-    if corpus_captures():
-        assert sum(i.startswith("db:") for i in ids) >= len(corpus_captures())
+    for r in corpus_captures():  # each corpus capture as both points, and as one point alone
+        assert f"both:{r['path']}" in ids and (f"db:{r['path']}" in ids) != (f"app:{r['path']}" in ids)
