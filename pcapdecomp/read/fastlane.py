@@ -228,11 +228,7 @@ def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Ca
             else:
                 raise TypeError(f"the lane handed over {item!r}")
 
-    read = source.read
-    if source.readinto is not None:  # one buffer for every chunk (the lane copies what it is fed)
-        buffer = bytearray(CHUNK)
-        view, readinto = memoryview(buffer), source.readinto
-        read = lambda n: view[:readinto(buffer)]  # noqa: E731
+    read = _chunks(source)
     total = stats.bytes_file
     damage = None
     try:
@@ -299,15 +295,21 @@ def segment_keys(reader: CaptureReader, flows: set[tuple[str, int, str, int]]) -
     return scan.take()
 
 
+def _chunks(source: RecordSource) -> Callable[[int], bytes | memoryview]:
+    """How the lane and its passes read `source`, CHUNK bytes at a time: into one buffer for every chunk where the
+    source reads into a buffer (the lane copies what it is fed), else a fresh bytes per chunk."""
+    if source.readinto is None:
+        return source.read
+    buffer = bytearray(CHUNK)
+    view, readinto = memoryview(buffer), source.readinto
+    return lambda n: view[:readinto(buffer)]
+
+
 def _run_through(reader: CaptureReader, source: RecordSource, machine, write: Callable[[bytes], None] | None = None
                  ) -> None:
     """Feed the whole of `source` (the records `reader` handed over) to a lane pass (Segments, Excerpt) chunk by
     chunk, running it after each; what a run returns goes to `write` when given."""
-    read = source.read
-    if source.readinto is not None:  # one buffer for every chunk (a pass copies what it is fed)
-        buffer = bytearray(CHUNK)
-        view, readinto = memoryview(buffer), source.readinto
-        read = lambda n: view[:readinto(buffer)]  # noqa: E731
+    read = _chunks(source)
     try:
         while True:
             chunk = read(CHUNK)
