@@ -24,11 +24,6 @@ GREETED = CAPTURES / "field-default-stall"
 MIDSTREAM = CAPTURES / "midstream-join"
 
 
-def run(set_dir: Path, out: Path, **kw):
-    """The stages of the set (nothing is written to `out`: the tests read the tables and the summary)."""
-    return explain(set_dir, **kw)
-
-
 def truth_of(set_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (set_dir / "truth.jsonl").read_text().splitlines()]
 
@@ -62,9 +57,9 @@ def assert_ids_true(x: pd.DataFrame, set_dir: Path) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def pooled(tmp_path_factory):
+def pooled():
     # the pool's size is not in the set (the field's capture.toml): given, as a DBA who looked it up would
-    return run(POOLED, tmp_path_factory.mktemp("pooled"), thread_pool_size=3)
+    return explain(POOLED, thread_pool_size=3)
 
 
 def test_a_processlist_snapshot_names_every_pooled_connection(pooled):
@@ -90,7 +85,7 @@ def test_without_a_snapshot_the_wire_and_the_slow_log_name_what_they_can(tmp_pat
     """A foreign file given as the snapshot (the slow log) is a warning, not a stop; the answers on the wire and the
     slow log's Thread_id name their connections, each right, and nothing else is guessed."""
     folder = copy_set(POOLED, tmp_path / "set", without=("processlist.tsv",))
-    r = run(folder, tmp_path / "out", thread_pool_size=3, processlist=folder / "slow.log")
+    r = explain(folder, thread_pool_size=3, processlist=folder / "slow.log")
     assert any("not a processlist snapshot" in w and "lines ignored" in w for w in r.warnings)
     x = r.exchanges
     named = assert_ids_true(x, POOLED)
@@ -125,7 +120,7 @@ def test_a_conflicting_snapshot_is_warned_and_the_greeting_wins(tmp_path):
         wrong = t["conn_id"] + 100 if i == 0 else t["conn_id"]
         lines.append(f"{wrong}\tapp\t10.213.77.1:{port}\tlab\tSleep\t0\t\tNULL\t0.000")
     (folder / "processlist.txt").write_text("\n".join(lines) + "\n")
-    r = run(folder, tmp_path / "out")
+    r = explain(folder)
     assert any("1 conflicting" in w and "greeting id" in w for w in r.warnings), r.warnings
     x = r.exchanges
     assert (x["conn_id_source"] == "greeting").all()
@@ -205,7 +200,7 @@ def test_the_verdict_claims_nothing_about_groups_it_does_not_know(tmp_path):
     folder = copy_set(MIDSTREAM, tmp_path / "set", without=("slow.log",))
     toml = (folder / "capture.toml").read_text()
     (folder / "capture.toml").write_text("\n".join(l for l in toml.splitlines() if not l.startswith("slow_log")))
-    r = run(folder, tmp_path / "out")
+    r = explain(folder)
     x = r.exchanges
     assert x["conn_id"].isna().all() and x["thread_group"].isna().all()
     verdict = r.summary["verdict"]

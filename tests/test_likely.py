@@ -204,7 +204,7 @@ def test_percentiles_are_latencies_that_occurred(tmp_path, bundled_analysis):
         assert v in set(report.exchanges["total_s"].dropna()), key
 
 
-def test_no_claim_about_a_thread_group_nobody_knows(tmp_path):
+def test_no_claim_about_a_thread_group_nobody_knows():
     """midstream-join: the captures begin after the connections logged in, so no greeting gives a connection id;
     the verdict once said 'no statement of their thread group … executed long meanwhile' of groups it did not
     know."""

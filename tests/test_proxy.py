@@ -23,7 +23,7 @@ POOL = ROOT / "captures" / "proxy-pool"
 _cache: dict = {}
 
 
-def run(tmp_path_factory, set_dir=None, app=(), db=None, proxy=(), **kw):
+def run(set_dir=None, app=(), db=None, proxy=(), **kw):
     key = (set_dir, tuple(app), db, tuple(proxy))
     if key not in _cache:
         _cache[key] = explain(capture_set(set_dir, app=list(app), db=db, long_query_time=kw.get("lqt"),
@@ -56,8 +56,8 @@ def test_prepared_text_with_its_values():
 # --- L4: HAProxy -----------------------------------------------------------------------------------------------
 
 
-def test_l4_three_points_pair_every_exchange_and_split_the_time(tmp_path_factory):
-    r = run(tmp_path_factory, L4)
+def test_l4_three_points_pair_every_exchange_and_split_the_time():
+    r = run(L4)
     x, p = r.exchanges, r.summary["proxy"]
     assert p["kind"] == "l4" and p["sides"]["decided_by"] == "proxy address"
     assert (x["proxy_match"] == "l4").all() and (x["seen"] == "both").all()
@@ -73,8 +73,8 @@ def test_l4_three_points_pair_every_exchange_and_split_the_time(tmp_path_factory
     assert (x["proxy_s"].dropna() >= -5e-6).all() and (x["proxy_wait_s"].dropna() >= -5e-6).all()
 
 
-def test_l4_group_stall_found_through_haproxy_against_truth(tmp_path_factory):
-    r = run(tmp_path_factory, L4)
+def test_l4_group_stall_found_through_haproxy_against_truth():
+    r = run(L4)
     rows = truth(L4)
     hog = next(t for t in rows if t["sql"] and "BENCHMARK" in t["sql"])
     stalled = [t for t in rows if t["sql"] == "SELECT 1" and t["conn_id"] % 2 == hog["conn_id"] % 2
@@ -93,13 +93,13 @@ def test_l4_group_stall_found_through_haproxy_against_truth(tmp_path_factory):
 
 
 @pytest.mark.parametrize("points", ["app+db", "proxy", "app+proxy", "proxy+db"])
-def test_l4_any_two_points(tmp_path_factory, points):
+def test_l4_any_two_points(points):
     files = {"app": [L4 / "app.pcap"], "db": L4 / "db.pcap", "proxy": [L4 / "proxy.pcap"]}
     given = points.split("+")
-    r = run(tmp_path_factory, None, app=files["app"] if "app" in given else (),
+    r = run(None, app=files["app"] if "app" in given else (),
             db=files["db"] if "db" in given else None, proxy=files["proxy"] if "proxy" in given else ())
     x = r.exchanges
-    full = run(tmp_path_factory, L4).exchanges
+    full = run(L4).exchanges
     assert (x["proxy_match"] == "l4").all() and len(x) == len(full)
     # the DB's view is the same whichever points were given: server time per statement
     a = full.sort_values(["conn_id", "seq"])["server_s"].to_numpy()
@@ -115,8 +115,8 @@ def test_l4_any_two_points(tmp_path_factory, points):
 # --- L7: Gaea with a pool smaller than the clients -----------------------------------------------------------------
 
 
-def test_l7_pool_bottleneck_against_truth(tmp_path_factory):
-    r = run(tmp_path_factory, POOL)
+def test_l7_pool_bottleneck_against_truth():
+    r = run(POOL)
     x = r.exchanges
     p = r.summary["proxy"]
     assert p["kind"] == "l7"
@@ -147,8 +147,8 @@ def test_l7_pool_bottleneck_against_truth(tmp_path_factory):
     assert "inside the proxy" in p["sentence"] and p["sentence"] in r.summary["verdict"]
 
 
-def test_l7_identical_statements_are_marked_never_guessed(tmp_path_factory):
-    x = run(tmp_path_factory, POOL).exchanges
+def test_l7_identical_statements_are_marked_never_guessed():
+    x = run(POOL).exchanges
     ones = x[(x["sql"] == "SELECT 1") & x["capture"].astype(str).str.endswith("app.pcap")]
     amb = ones[ones["proxy_match"] == "ambiguous"]
     assert len(amb) > 0 and (amb["proxy_candidates"] > 1).all()
@@ -159,8 +159,8 @@ def test_l7_identical_statements_are_marked_never_guessed(tmp_path_factory):
     assert (paired["db_resp_ts"] <= paired["app_resp_ts"]).all()
 
 
-def test_l7_proxy_own_and_proxy_handled_statements(tmp_path_factory):
-    x = run(tmp_path_factory, POOL).exchanges
+def test_l7_proxy_own_and_proxy_handled_statements():
+    x = run(POOL).exchanges
     own = x[x["proxy_match"] == "proxy-own"]
     # Gaea's own statements on its pooled connections: never a client's
     assert len(own) and own["sql"].astype(str).str.startswith("SET NAMES 'utf8mb4' COLLATE").all()
@@ -170,10 +170,10 @@ def test_l7_proxy_own_and_proxy_handled_statements(tmp_path_factory):
 
 
 @pytest.mark.parametrize("points", ["app+db", "proxy", "app+proxy", "proxy+db"])
-def test_l7_any_two_points(tmp_path_factory, points):
+def test_l7_any_two_points(points):
     files = {"app": [POOL / "app.pcap"], "db": POOL / "db.pcap", "proxy": [POOL / "proxy.pcap"]}
     given = points.split("+")
-    r = run(tmp_path_factory, None, app=files["app"] if "app" in given else (),
+    r = run(None, app=files["app"] if "app" in given else (),
             db=files["db"] if "db" in given else None, proxy=files["proxy"] if "proxy" in given else ())
     x = r.exchanges
     tagged = x[x["sql"].astype(str).str.contains("AS tag", regex=False) & x["proxy_match"].isin(["l7-rewritten", "l7-params"])]
@@ -190,15 +190,15 @@ def test_l7_any_two_points(tmp_path_factory, points):
 # --- without a proxy and degenerate inputs ----------------------------------------------------------------------
 
 
-def test_no_proxy_leaves_the_columns_null(tmp_path_factory):
-    r = run(tmp_path_factory, ROOT / "captures" / "maxthreads")
+def test_no_proxy_leaves_the_columns_null():
+    r = run(ROOT / "captures" / "maxthreads")
     assert r.summary["proxy"] is None
     for c in PROXY_COLUMNS:
         assert r.exchanges[c.name].isna().all()
         assert str(r.exchanges[c.name].dtype) == c.dtype
 
 
-def test_proxy_capture_of_one_side_only(tmp_path_factory, tmp_path):
+def test_proxy_capture_of_one_side_only(tmp_path):
     """A proxy capture that holds only the client side: nothing to pair across, nothing invented."""
     import dpkt
 

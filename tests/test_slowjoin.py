@@ -31,11 +31,6 @@ MIDSTREAM = CAPTURES / "midstream-join"
 FORMS = CAPTURES / "slowlog-forms"
 
 
-def run(set_dir: Path, out: Path, **kw):
-    """The stages of the set (nothing is written to `out`: the tests read the tables and the summary)."""
-    return explain(set_dir, **kw)
-
-
 def truth_of(set_dir: Path) -> pd.DataFrame:
     return pd.read_json(set_dir / "truth.jsonl", lines=True)
 
@@ -103,7 +98,7 @@ def test_midstream_zero_wrong_joins(midstream):
 
 
 @pytest.mark.parametrize("side", ["app", "db"])
-def test_midstream_one_capture_point_alone(tmp_path, midstream, side):
+def test_midstream_one_capture_point_alone(midstream, side):
     # The app capture alone (its clock: a wider tolerance) or the DB capture alone: the same joins, none wrong.
     kw = dict(app=[MIDSTREAM / "app.pcap"], db=None) if side == "app" else dict(app=[], db=MIDSTREAM / "db.pcap")
     r = explain(capture_set(slow_log=MIDSTREAM / "slow.log", long_query_time=0.5, thread_pool_size=2, **kw))
@@ -206,10 +201,10 @@ def test_forms_multi_statement_packet_is_the_sum_of_its_entries(forms):
 
 
 @pytest.mark.parametrize("cap", [100, 300])
-def test_forms_cut_statements_join_by_prefix(tmp_path, cap):
+def test_forms_cut_statements_join_by_prefix(cap):
     # --max-sql-bytes cuts the statements on the wire (sql-cut) and in the log (capped, cut): they still join,
     # by the part both kept, and nothing joins wrongly.
-    r = run(FORMS, tmp_path / "out", max_sql_bytes=cap)
+    r = explain(FORMS, max_sql_bytes=cap)
     s = r.summary["slow_log"]
     assert wrong_joins(r, FORMS) == []
     assert s["capped_statements"] > 0 and s["joined_on"]["prefix"] >= 1

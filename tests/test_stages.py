@@ -1,7 +1,7 @@
-"""The stages' faces on a real recording, one call each, as the spine makes them: read.extract.extract_points →
-Extracted, pair.pairing.pair_points → Paired, explain.servers.explain_servers → Explained. Each result holds what
-the recording's truth (truth.jsonl: the client's own timings and performance_schema) says the stage found, and the
-three calls give the tables `analyze` writes."""
+"""The stages' faces on a real recording, one call each, as the spine makes them (tests/analysing.explain):
+read.extract.extract_points → Extracted, pair.pairing.pair_points → Paired, explain.servers.explain_servers →
+Explained. Each result holds what the recording's truth (truth.jsonl: the client's own timings and
+performance_schema) says the stage found, and the three calls give the tables `analyze` writes."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ import pytest
 from analysing import explain
 
 from pcapdecomp.analysis import Options, analyze, capture_set
-from pcapdecomp.explain.servers import Explained, explain_servers
+from pcapdecomp.explain.servers import Explained
 from pcapdecomp.explain.summary import to_json as summary_json
-from pcapdecomp.pair.pairing import Paired, pair_points
-from pcapdecomp.read.captureset import time_zone
-from pcapdecomp.read.extract import Extracted, extract_points
+from pcapdecomp.pair.pairing import Paired
+from pcapdecomp.read.extract import Extracted
 
 GROUP_STALL = Path(__file__).resolve().parent.parent / "captures" / "group-stall"
 
@@ -28,15 +27,12 @@ def truth() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def stages():
-    """The three faces called in order on group-stall, with one job, and the notes they made."""
-    cs = capture_set(GROUP_STALL)
-    notes: list[str] = []
-    extracted = extract_points(cs, 1, True, 1 << 20, notes.append)
-    counts = {kind: sum(len(x.exchanges) for x in xs) for kind, xs in (("app", extracted.app), ("db", extracted.db))}
-    paired = pair_points(extracted, cs, 1, 1 << 20, notes.append)
-    matched = paired.matching.stats.matched
-    explained = explain_servers(paired, cs, [x.capture for x in extracted.db], time_zone(None), 1 << 20, notes.append)
-    return cs, extracted, counts, paired, matched, explained, notes
+    """The three faces called in order on group-stall, with one job (tests/analysing.explain), and how many
+    exchanges each point's extraction read (the pairing takes them over)."""
+    done = explain(GROUP_STALL, jobs=1)
+    counts = {kind: done.summary["match"][f"{kind}_exchanges"] for kind in ("app", "db")}
+    return done.cs, done.extracted, counts, done.paired, done.paired.matching.stats.matched, done.explained, \
+        done.warnings
 
 
 def test_extract_points_reads_every_statement_the_clients_sent(stages):

@@ -339,14 +339,14 @@ def test_nothing_at_all(tmp_path):
     assert len(pd.read_parquet(tmp_path / "out" / "pool.parquet")) == 0
 
 
-def test_app_side_only(tmp_path):
+def test_app_side_only():
     gs = CAPTURES / "group-stall"
     r = explain(capture_set(app=[gs / "app.pcap"], long_query_time=1.0, thread_pool_size=2))
     assert r.summary["story"]["findings"] == ["no_server_view"]
     assert "without the DB capture" in r.summary["story"]["sentence"]
 
 
-def test_no_slow_log_uses_the_wire_flag(tmp_path):
+def test_no_slow_log_uses_the_wire_flag():
     """MariaDB flags slow statements on the wire: without the slow log the hidden-slow story still holds."""
     gs = CAPTURES / "group-stall"
     r = explain(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap", long_query_time=1.0, thread_pool_size=2))
@@ -355,7 +355,7 @@ def test_no_slow_log_uses_the_wire_flag(tmp_path):
     assert "(flagged slow on the wire)" in s["sentence"] or "executing up to" in s["sentence"]
 
 
-def test_without_long_query_time_nothing_is_certain(tmp_path):
+def test_without_long_query_time_nothing_is_certain():
     """Nothing bounds execution without long_query_time: nothing is certain (the likely story: test_likely.py)."""
     gs = CAPTURES / "group-stall"
     r = explain(capture_set(app=[gs / "app.pcap"], db=gs / "db.pcap"))
