@@ -58,23 +58,28 @@ def _memory_kib(pid: int) -> int:
     return 0
 
 
-def _tree_memory_kib(root: int) -> int:
-    """Memory of a process and all its descendants (worker processes of --jobs count too), from /proc."""
+def process_tree(root: int) -> set[int]:
+    """A process and all its descendants (worker processes of --jobs, a Dask worker's), from /proc."""
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError):
             continue
-        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
     tree, grew = {root}, True
     while grew:
         more = {pid for pid, ppid in parents.items() if ppid in tree} - tree
         grew = bool(more)
         tree |= more
-    return sum(_memory_kib(pid) for pid in tree)
+    return tree
+
+
+def _tree_memory_kib(root: int) -> int:
+    """Memory of a process and all its descendants (worker processes of --jobs count too)."""
+    return sum(_memory_kib(pid) for pid in process_tree(root))
 
 
 def child_rss(argv: list[str], cwd: Path | None = None) -> tuple[float, float, str]:

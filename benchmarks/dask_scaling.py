@@ -68,22 +68,6 @@ def split_set(src: Path, work: Path, files: int) -> Path:
     return out
 
 
-def _tree(root: int) -> set[int]:
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError):
-                continue
-    tree, grew = {root}, True
-    while grew:
-        more = {pid for pid, ppid in parents.items() if ppid in tree} - tree
-        grew = bool(more)
-        tree |= more
-    return tree
-
-
 def _cpu_of(pids: set[int]) -> float:
     """User + system seconds the processes have used so far (their waited-for children too)."""
     total = 0
@@ -99,7 +83,7 @@ def _cpu_of(pids: set[int]) -> float:
 def measure(argv: list[str], workers_root: int | None) -> dict:
     """Run `argv` (the client); sample the PSS of its process tree and of the worker tree every 50 ms."""
     out, err = tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")
-    w_pids = _tree(workers_root) if workers_root else set()
+    w_pids = bench.process_tree(workers_root) if workers_root else set()
     w_cpu0 = _cpu_of(w_pids)
     c_cpu0 = bench._cpu_seconds()
     start = time.perf_counter()
@@ -109,7 +93,7 @@ def measure(argv: list[str], workers_root: int | None) -> dict:
     while proc.poll() is None:
         client_peak = max(client_peak, bench._tree_memory_kib(proc.pid))
         if workers_root:
-            sizes = {pid: bench._memory_kib(pid) for pid in _tree(workers_root)}
+            sizes = {pid: bench._memory_kib(pid) for pid in bench.process_tree(workers_root)}
             workers_peak = max(workers_peak, sum(sizes.values()))
             for pid, kib in sizes.items():
                 per_worker[pid] = max(per_worker.get(pid, 0), kib)
@@ -120,7 +104,7 @@ def measure(argv: list[str], workers_root: int | None) -> dict:
         sys.exit(f"dask_scaling: {' '.join(argv[:6])} … failed (exit {proc.returncode}): {err.read().strip()[-400:]}")
     return {"wall": wall, "client_cpu": bench._cpu_seconds() - c_cpu0, "client_mib": client_peak / 1024,
             "workers_mib": workers_peak / 1024, "worker_max_mib": max(per_worker.values(), default=0) / 1024,
-            "workers_cpu": _cpu_of(_tree(workers_root)) - w_cpu0 if workers_root else 0.0}
+            "workers_cpu": _cpu_of(bench.process_tree(workers_root)) - w_cpu0 if workers_root else 0.0}
 
 
 def _free_port() -> int:
