@@ -41,6 +41,9 @@ from .figures import (
     visible,
 )
 
+_STATEMENT_COLUMNS = ("seen", "client", "req_first_frame", "resp_last_frame", "db_client", "db_req_first_frame",
+                      "db_resp_last_frame", "server", "sql", "command", "conn_id", "thread_group", "total_s",
+                      "server_s", "queue_s", "queue_min_s", "exec_s", "exec_source")  # what _statement_row reads
 HIDDEN_ROWS = 200  # hidden-slow (and understated) rows listed in the page; the rest are counted
 PROFILE_ROWS = 20
 STALL_ROWS = 100
@@ -421,13 +424,17 @@ class _Page:
         order = np.lexsort((self.t.start[flagged], stall))  # by stall (none last), then by time
         rows_at = flagged[order][:HIDDEN_ROWS]
         culprits = culprit_mask(x, self.summary, self.t)
+        # the listed rows taken once, in the columns a row shows (a row at a time from the whole table took all
+        # of its columns each time)
+        listed = x.iloc[rows_at, x.columns.get_indexer([c for c in _STATEMENT_COLUMNS if c in x.columns])]
+        estimated = queue_parts(listed)[1]
         table_rows, current = [], None
-        for pos in rows_at:
+        for pos, r, est in zip(rows_at, listed.to_dict("records"), estimated):
             sid = stall[np.searchsorted(flagged, pos)]
             if sid != current:
                 current = sid
                 table_rows.append(_Row([self._stall_header(sid)], span=10, cls="stallhead"))
-            table_rows.append(self._statement_row(pos, sid, culprits))
+            table_rows.append(self._statement_row(pos, r, est, sid, culprits))
         more = len(flagged) - len(rows_at)
         intro = (f"{len(flagged)} statements took longer than long_query_time between D1 and D4 but are not in the "
                  "slow log: the time went before execution." if kind == "hidden" else
@@ -488,8 +495,9 @@ class _Page:
         return (pd.Timestamp(st["start"]) <= pd.Timestamp(cap["end"])
                 and pd.Timestamp(st["end"]) >= pd.Timestamp(cap["start"]))
 
-    def _statement_row(self, pos: int, stall: int, culprits: np.ndarray) -> "_Row":
-        r = self.x.iloc[pos]
+    def _statement_row(self, pos: int, r: dict, estimated: float, stall: int, culprits: np.ndarray) -> "_Row":
+        """Row `pos` of the table, `r` its values (_STATEMENT_COLUMNS), `estimated` the estimated part of its
+        queue (queue_parts)."""
         frames = []
         if str(r["seen"]) in ("both", "app") and pd.notna(r["resp_last_frame"]):
             frames.append(("app", r["client"], r["req_first_frame"], r["resp_last_frame"]))
@@ -510,7 +518,6 @@ class _Page:
             held = Html(f"<a href='#stall-{self.stall_id(stall)}'>{esc(label)}</a>")
         else:
             held = "–"
-        estimated = queue_parts(self.x.iloc[[pos]])[1][0]
         queue = seconds(r["queue_s"]) + (f" ({seconds(estimated)} estimated)" if estimated > 0 else "")
         sql = r["sql"] if isinstance(r["sql"], str) else r["command"]
         return _Row([self.when(self.t.start[pos]), integer(r["conn_id"]), integer(r["thread_group"]),
