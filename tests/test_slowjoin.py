@@ -347,16 +347,28 @@ def test_cost_grows_linearly_with_identical_statements(ids):
 # --- executes no entry can be ------------------------------------------------------------------------------------
 
 
+class _Everything:
+    def __contains__(self, key) -> bool:
+        return True
+
+
 def _join_everything(rows: pd.DataFrame, slow: pd.DataFrame):
     """The join with a slot (and decoded parameters) for every COM_STMT_EXECUTE, as before _Wanted."""
     from pcapdecomp.slowlog import join as slowjoin
 
-    real = slowjoin._Wanted.select
+    real = slowjoin._Wanted.__init__, slowjoin._Wanted.select, slowjoin._Wanted.could_be
+
+    def every_key(self, *args):
+        real[0](self, *args)
+        self.keys = _Everything()
+
+    slowjoin._Wanted.__init__ = every_key
     slowjoin._Wanted.select = lambda self, conn_id, tid: np.ones(len(tid), dtype=bool)
+    slowjoin._Wanted.could_be = lambda self, tid, params: True
     try:
         return slowjoin.join_slow_log(rows, slow)
     finally:
-        slowjoin._Wanted.select = real
+        slowjoin._Wanted.__init__, slowjoin._Wanted.select, slowjoin._Wanted.could_be = real
 
 
 def _threads_moved(slow: pd.DataFrame) -> pd.DataFrame:
@@ -420,6 +432,29 @@ def test_params_key_of_recorded_executes(name):
         values = parse_params(text)
         expected = None if values is None or WILDCARD in values else slowjoin._values_key(values)
         assert slowjoin._params_key(text) == expected, text
+
+
+_BODY = st.one_of(st.text(alphabet="0123456789:-. +eExX'\\,ab", max_size=24),
+                  st.builds(lambda d, f: f"2026-11-27 10:{d:02d}:00" + f, st.integers(0, 59),
+                            st.sampled_from(["", ".", ".0", ".000000", ".120", ".5000"])))
+
+
+@given(st.lists(st.one_of(st.integers(min_value=-10**20, max_value=10**20).map(str),
+                          _BODY.map(lambda b: "'" + b + "'")), min_size=1, max_size=5))
+@settings(max_examples=400, deadline=None)
+def test_an_execute_passed_over_has_no_key_of_a_reading(values):
+    # _Wanted.could_be passes over an execute (its parameters not decoded) only when no reading with a text value
+    # can have its key: every parameters text whose key has a text is let through by a reading of that key
+    from pcapdecomp.slowlog import join as slowjoin
+
+    params = ", ".join(values)
+    key = slowjoin._params_key(params)
+    if key is None or not any(v[0] == "text" for v in key):
+        return
+    wanted = slowjoin._Wanted.__new__(slowjoin._Wanted)
+    wanted._texts = slowjoin._reading_texts({("x", 3, key), ("x", 3, (("text", "zz"),))})
+    assert 3 in wanted._texts
+    assert wanted.could_be(3, params)
 
 
 @given(st.lists(st.integers(min_value=-2**70, max_value=2**70), max_size=6),

@@ -346,21 +346,35 @@ class _Templates:
 class _Wanted:
     """Which COM_STMT_EXECUTEs need their parameters decoded: those of a template some entry reads as, on the
     connection of the entry's thread when the wire names that connection (an entry of a known thread is only ever
-    searched among its own connection's statements), on every connection otherwise. The others carry a key no
-    entry has: no slot is made for them, which changes no decision (a slot without a key an entry has is never
-    looked at) and spares decoding the parameters of every execute to join a few entries."""
+    searched among its own connection's statements), on every connection otherwise; and of those, which get a
+    slot: the ones whose key an entry has (`keys`). The others carry a key no entry has: no slot is made for
+    them, which changes no decision (a slot without a key an entry has is never looked at, and a connection's
+    chain keeps the order of the slots it has) and spares decoding the parameters of every execute, and a slot
+    for each, to join a few entries. Where every entry reading of a template has a text value, an execute whose
+    parameters are plain (`_PLAIN`) and hold none of those texts after a quote cannot have such a key: its
+    parameters are not decoded (`could_be`)."""
 
     def __init__(self, rows: _Rows, entries: _Entries, reads: list[list[tuple[int, tuple]]]):
         known = {c for c in rows.conn_id.tolist() if c >= 0}
         self.anywhere: set[int] = set()
         self.on_conn: set[tuple[int, int]] = set()
+        # the executes' keys the entries can have (_entry_keys: ('x', …) from a reading, ('w', template) with it)
+        self.keys: set[tuple] = set()
         for e, got in enumerate(reads):
             thread = int(entries.thread[e])
-            for tid, _ in got:
+            for tid, values in got:
+                self.keys.update((("x", tid, values), ("w", tid)))
                 if thread in known:
                     self.on_conn.add((thread, tid))
                 else:
                     self.anywhere.add(tid)
+        self._texts = _reading_texts(self.keys)
+
+    def could_be(self, tid: int, params: str) -> bool:
+        """May an execute of template `tid` with this `params` text have a key an entry has?"""
+        texts = self._texts.get(tid)
+        return texts is None or not _PLAIN.fullmatch(params) or \
+            any(body.startswith(texts) for body in _QUOTED.findall(params))
 
     def select(self, conn_id: np.ndarray, tid: np.ndarray) -> np.ndarray:
         """Per execute (its connection id, -1 when unknown, and template id): does it need its parameters?"""
@@ -374,12 +388,25 @@ class _Wanted:
         return wanted
 
 
+def _reading_texts(keys: set[tuple]) -> dict[int, tuple[str, ...]]:
+    """Per template, a text value of each of the entries' readings of it (`keys`), for `_Wanted.could_be`: a plain
+    parameters text has its texts as the bodies of its quoted values (a time's body may go on: the reader trims the
+    zeros of its fraction), so one with no body starting with one of them has no reading's key. A template with a
+    reading without a text value is not listed: every execute of it may have that reading's key."""
+    texts_of: dict[int, set[str] | None] = {}
+    for key in keys:
+        if key[0] == "x" and texts_of.get(key[1], ()) is not None:
+            texts = [v[1] for v in key[2] if v[0] == "text"]
+            texts_of[key[1]] = texts_of.get(key[1], set()) | {max(texts, key=len)} if texts else None
+    return {tid: tuple(sorted(got)) for tid, got in texts_of.items() if got is not None}
+
+
 class _Slots:
     """One slot per statement an exchange carries (several for a multi-statement COM_QUERY), with its text keys.
     Keys: ('t', text) exact logged form; ('c', command) administrator commands; ('x', template, values) a
     COM_STMT_EXECUTE with its decoded values; ('w', template) one whose values are unknown; ('p', prefix) a text
     cut on the wire; ('q', prefix) an exchange whose text starts with a cut entry's text. A COM_STMT_EXECUTE that
-    no entry can be (`_Wanted`) gets no slot."""
+    no entry can be, or whose key no entry has (`_Wanted`), gets no slot."""
 
     def __init__(self, rows: _Rows, templates: _Templates, wanted: _Wanted):
         self.row: list[int] = []
@@ -421,9 +448,10 @@ class _Slots:
                 for k, part in enumerate(parts):
                     # the whole text too: a compound statement (BEGIN … END) has ';' inside and is logged whole
                     self._add(r, k, [("t", part)] + ([("t", text)] if k == 0 else []), part)
-        chosen = wanted.select(rows.conn_id[templates.rows], templates.tid)
-        self._add_executes(templates.rows[chosen], *_execute_keys(rows, templates.rows[chosen],
-                                                                   templates.tid[chosen]))
+        chosen = np.flatnonzero(wanted.select(rows.conn_id[templates.rows], templates.tid))
+        keys, code = _execute_keys(rows, templates.rows[chosen], templates.tid[chosen], wanted.could_be)
+        asked = np.array([key in wanted.keys for key in keys] + [False], dtype=bool)[code]  # -1: it cannot be
+        self._add_executes(templates.rows[chosen[asked]], keys, code[asked])
 
     def _add_executes(self, executes: np.ndarray, keys: list[tuple], code: np.ndarray) -> None:
         """A slot for each of these executes (rows in order; one statement each, its key keys[code]) among the
@@ -476,23 +504,34 @@ def _LEFT(sql: str) -> str:
     return "\n".join(line.rstrip("\r") for line in text.split("\n")) if "\r" in text else text
 
 
-def _execute_keys(rows: _Rows, executes: np.ndarray, tids: np.ndarray) -> tuple[list[tuple], np.ndarray]:
+def _execute_keys(rows: _Rows, executes: np.ndarray, tids: np.ndarray,
+                  could_be=lambda tid, params: True) -> tuple[list[tuple], np.ndarray]:
     """The distinct keys of these executes (of templates `tids`): ('x', template, values) or ('w', template), and
-    per execute the number of its key. The parameters of each distinct text are decoded once."""
+    per execute the number of its key, -1 for one whose key `could_be(template, params)` says no entry has. The
+    parameters of each distinct text are decoded once."""
     codes, texts = pd.factorize(rows.params_of(executes))  # -1: no parameters column value
     width = len(texts) + 1
     pairs, which = np.unique(tids * width + (codes + 1), return_inverse=True)
     numbers: dict[tuple, int] = {}  # two texts may read as the same values ('5', '05'): one key
     per_pair = []
+    values_of: dict[int, tuple | None] = {}  # a text of executes of several templates is read once
     for pair in pairs.tolist():
         tid, text = pair // width, pair % width - 1
-        values = _params_key(texts[text] if text >= 0 else None)
+        if text >= 0 and not could_be(tid, texts[text]):
+            per_pair.append(-1)
+            continue
+        if text not in values_of:
+            values_of[text] = _params_key(texts[text] if text >= 0 else None)
+        values = values_of[text]
         key = ("w", tid) if values is None else ("x", tid, values)
         per_pair.append(numbers.setdefault(key, len(numbers)))
     return list(numbers), np.asarray(per_pair, dtype=np.int64)[which.reshape(-1)]
 
 
 _INTEGERS = re.compile(r"-?[0-9]+(?:, -?[0-9]+)*")
+# integers and quoted strings without a quote or backslash inside: each string's text is its body as written
+_PLAIN = re.compile(r"(?:-?[0-9]+|'[^'\\]*')(?:, (?:-?[0-9]+|'[^'\\]*'))*")
+_QUOTED = re.compile(r"'([^']*)'")
 
 
 def _params_key(params: str | None) -> tuple | None:
