@@ -15,7 +15,8 @@
                                                         # both shapes, each with its slow log: sysbench
                                                         # oltp_read_only and oltp_read_write (16 threads, prepared
                                                         # statements, long_query_time 0.01: entries exist);
-                                                        # medians of 3 runs, and the same runs of another tree
+                                                        # medians of 3 runs, and the same runs of another tree;
+                                                        # analyze of the pair and of the DB capture alone
 
 Prints markdown tables: tool, wall seconds, packets/s, peak memory, exchange/command count and the agreement of
 pcapdecomp's count with tshark's MySQL dissector (must be within 0.5 %), and beside them the physical limit: the
@@ -203,14 +204,17 @@ def pcapdecomp_exchanges(path: Path, work: Path, jobs: int | None = None,
     return wall, rss, int((x["command"] != "CONNECT").sum())  # tshark counts commands; CONNECT is a handshake
 
 
-def pcapdecomp_analyze(app: Path, db: Path, work: Path, jobs: int | None = None, slow_log: Path | None = None,
+def pcapdecomp_analyze(app: Path | None, db: Path, work: Path, jobs: int | None = None, slow_log: Path | None = None,
                        cwd: Path | None = None) -> tuple[float, float, int, str]:
-    """Wall s, peak PSS MiB, exchange rows, and what the loss repair did (a lossy pair is read again in part)."""
+    """Wall s, peak PSS MiB, exchange rows, and what the loss repair did (a lossy pair is read again in part).
+    Without `app`: the DB capture alone (one file, as tshark reads it), with the server's settings of the
+    recording's capture.toml (`server_options`)."""
     out = work / "analysis"
-    argv = [sys.executable, "-m", "pcapdecomp.cli", "analyze", "--app", str(app), "--db", str(db), "-q",
-            "--out", str(out)]
+    argv = [sys.executable, "-m", "pcapdecomp.cli", "analyze", *(["--app", str(app)] if app else []), "--db", str(db),
+            "-q", "--out", str(out)]
     argv += ["--jobs", str(jobs)] if jobs else []
     argv += ["--slow-log", str(slow_log)] if slow_log else []
+    argv += [] if app else server_options(db)
     wall, rss, _ = child_rss(argv, cwd)
     import pandas as pd
 
@@ -218,6 +222,19 @@ def pcapdecomp_analyze(app: Path, db: Path, work: Path, jobs: int | None = None,
     repaired = (f"{repair['connections']} conns re-read, {repair['bytes_borrowed']:,} B borrowed, "
                 f"{repair['bytes_unrepaired']:,} B lost at both" if repair else "none")
     return wall, rss, len(pd.read_parquet(out / "exchanges.parquet", columns=["seen"])), repaired
+
+
+def server_options(db: Path) -> list[str]:
+    """--long-query-time and --thread-pool-size from the recording's capture.toml beside `db` (given --app/--db
+    files, analyze reads no capture.toml): what a user analysing this server's capture would give."""
+    toml = db.parent / "capture.toml"
+    if not toml.exists():
+        return []
+    import tomllib
+
+    server = tomllib.loads(toml.read_text()).get("server", {})
+    return [*(["--long-query-time", str(server["long_query_time"])] if "long_query_time" in server else []),
+            *(["--thread-pool-size", str(server["thread_pool_size"])] if "thread_pool_size" in server else [])]
 
 
 def dropped(app: Path) -> str:
@@ -258,7 +275,9 @@ SHAPES = {"sysbench": "oltp_read_only, 8 threads", "sysbench-rw": "oltp_read_wri
 SHAPE_COLUMNS = (
     "shape", "tree", "s", "packets (db)", "MiB (db)", "exchanges", "slow-log entries (joined)", "tshark s",
     "exchanges --jobs 1 s", "× tshark", "exchanges s", "× tshark", "analyze --jobs 1, no slow log s", "× tshark",
-    "analyze --jobs 1 s", "× tshark", "PSS MiB", "analyze s", "× tshark", "PSS MiB", "load before → after")
+    "analyze --jobs 1 s", "× tshark", "PSS MiB", "analyze s", "× tshark", "PSS MiB",
+    "analyze --db alone --jobs 1 s", "× tshark", "PSS MiB", "analyze --db alone s", "× tshark", "PSS MiB",
+    "load before → after")
 
 
 def _cpu_seconds() -> float:
@@ -298,13 +317,16 @@ def shape_rows(seconds: int, work: Path, runs: int, trees: list[Path]) -> list[s
             a1 = _median_runs(runs, lambda: pcapdecomp_analyze(app, db, work, 1, slow, cwd=tree))
             ad = _median_runs(runs, lambda: pcapdecomp_analyze(app, db, work, None, slow, cwd=tree))
             entries = json.loads((work / "analysis" / "summary.json").read_text()).get("slow_log") or {}
+            b1 = _median_runs(runs, lambda: pcapdecomp_analyze(None, db, work, 1, slow, cwd=tree))
+            bd = _median_runs(runs, lambda: pcapdecomp_analyze(None, db, work, None, slow, cwd=tree))
             if t_count and abs(100 * (x1[2] - t_count) / t_count) > 0.5:
                 print(f"bench: WARNING: {scenario}: pcapdecomp counts {x1[2]:,} exchanges, tshark {t_count:,} "
                       f"commands", file=sys.stderr)
             cells = [f"{scenario} ({what})", tree.name, f"{seconds}", f"{n:,}", f"{db.stat().st_size / 2**20:.0f}",
                      f"{x1[2]:,}", f"{entries.get('entries', 0)} ({entries.get('matched', 0)})",
                      f"{t_wall:.1f} ({t_cpu:.1f})"]
-            for run, with_memory in ((x1, False), (xd, False), (a0, False), (a1, True), (ad, True)):
+            for run, with_memory in ((x1, False), (xd, False), (a0, False), (a1, True), (ad, True), (b1, True),
+                                     (bd, True)):
                 wall, rss, cpu = run[0], run[1], run[-1]
                 cells += [f"{wall:.2f} ({cpu:.2f})", f"{t_wall / wall:.1f} ({t_cpu / cpu:.1f})"] + \
                     ([f"{rss:.0f}"] if with_memory else [])
@@ -403,6 +425,10 @@ def bench_pair(app: Path, db: Path, work: Path, with_pt: bool, with_pcapng: bool
     a_wall, a_rss, a_count, repaired = pcapdecomp_analyze(app, db, work)
     print(f"| pcapdecomp analyze (app + db; loss repair: {repaired}) | {a_wall:.1f} | {2 * n / a_wall:,.0f} | "
           f"{a_rss:.0f} | {a_count:,} | {t_wall / a_wall:.1f}× tshark's time for one capture | |")
+    slow = db.parent / "slow.log"
+    b_wall, b_rss, b_count, _ = pcapdecomp_analyze(None, db, work, slow_log=slow if slow.exists() else None)
+    print(f"| pcapdecomp analyze --db alone (its slow log, capture.toml's server settings) | {b_wall:.1f} | "
+          f"{n / b_wall:,.0f} | {b_rss:.0f} | {b_count:,} | {t_wall / b_wall:.1f}× tshark on the same file | |")
     if with_pcapng:
         ng, gz = as_pcapng(db)
         ng_cat = cat_seconds(ng)
@@ -425,7 +451,7 @@ def bench_pair(app: Path, db: Path, work: Path, with_pt: bool, with_pcapng: bool
 GROWTH_COLUMNS = (
     "sysbench s", "packets (db)", "MiB (pair)", "exchanges", "cat db s (warm)", "tshark s", "tshark PSS MiB",
     "exchanges s", "PSS MiB", "× tshark", "× cat", "analyze (app + db) s", "PSS MiB", "× tshark",
-    "analyze --jobs 1 s", "PSS MiB", "tshark pcapng s", "exchanges pcapng s", "× tshark", "exchanges pcapng.gz s",
+    "analyze --jobs 1 s", "PSS MiB", "analyze --db alone s", "PSS MiB", "× tshark", "tshark pcapng s", "exchanges pcapng s", "× tshark", "exchanges pcapng.gz s",
     "× tshark pcapng", "dropped by tcpdump", "loss repair", "load 1/5/15 before", "load after")
 
 
@@ -442,6 +468,8 @@ def growth_row(seconds: int, work: Path, with_pcapng: bool) -> str:
               file=sys.stderr)
     a_wall, a_rss, _, repaired = pcapdecomp_analyze(app, db, work)
     s_wall, s_rss, _, _ = pcapdecomp_analyze(app, db, work, jobs=1)
+    slow = db.parent / "slow.log"
+    b_wall, b_rss, _, _ = pcapdecomp_analyze(None, db, work, slow_log=slow if slow.exists() else None)
     ng_cells = ["", "", "", "", ""]
     if with_pcapng:
         ng, gz = as_pcapng(db)
@@ -456,7 +484,8 @@ def growth_row(seconds: int, work: Path, with_pcapng: bool) -> str:
     pair_mib = (app.stat().st_size + db.stat().st_size) / 2**20
     cells = [f"{seconds}", f"{n:,}", f"{pair_mib:.0f}", f"{p_count:,}", f"{cat:.2f}", f"{t_wall:.1f}", f"{t_rss:.0f}",
              f"{p_wall:.2f}", f"{p_rss:.0f}", f"{t_wall / p_wall:.1f}", f"{p_wall / cat:.0f}", f"{a_wall:.1f}",
-             f"{a_rss:.0f}", f"{t_wall / a_wall:.1f}", f"{s_wall:.1f}", f"{s_rss:.0f}", *ng_cells, dropped(app), repaired,
+             f"{a_rss:.0f}", f"{t_wall / a_wall:.1f}", f"{s_wall:.1f}", f"{s_rss:.0f}", f"{b_wall:.1f}", f"{b_rss:.0f}",
+             f"{t_wall / b_wall:.1f}", *ng_cells, dropped(app), repaired,
              before, load()]
     return "| " + " | ".join(cells) + " |"
 
@@ -532,11 +561,14 @@ def main() -> int:
         print("\n| " + " | ".join(SHAPE_COLUMNS) + " |")
         print("|" + "---|" * len(SHAPE_COLUMNS), flush=True)
         shape_rows(args.shapes, args.work, args.runs, [REPO, *args.against])
-        print(f"\nTimes of the DB capture for tshark (one run) and `exchanges`, of the pair for `analyze`, each the "
-              f"median of {args.runs} run(s), wall (CPU: user + system of the process and its workers); × tshark = "
-              "tshark's time / pcapdecomp's, wall (CPU). `analyze` is given the "
+        print(f"\nTimes of the DB capture for tshark (one run) and `exchanges`, of the pair (app + db) for "
+              f"`analyze` and of the DB capture alone for `analyze --db alone` (one file for each tool: the "
+              f"like-for-like row), each the median of {args.runs} run(s), wall (CPU: user + system of the process "
+              "and its workers); × tshark = tshark's time / pcapdecomp's, wall (CPU). `analyze` is given the "
               "recording's slow log (--slow-log) except in the 'no slow log' column; the read-only shape's log has no "
-              "entries (long_query_time 1 s). PSS: peak of the process and its workers. Tree: the checkout whose "
+              "entries (long_query_time 1 s). `analyze --db alone` is also given the server's long_query_time and "
+              "thread_pool_size from the recording's capture.toml (the pair columns are not: given files, analyze "
+              "reads no capture.toml). PSS: peak of the process and its workers. Tree: the checkout whose "
               "pcapdecomp ran (--against adds rows of another one on the same recordings).")
         return 0
     if args.rotated:
@@ -549,7 +581,9 @@ def main() -> int:
         print("|" + "---|" * len(GROWTH_COLUMNS), flush=True)
         for seconds in (int(s) for s in args.sizes.split(",")):
             print(growth_row(seconds, args.work, not args.no_pcapng), flush=True)
-        print("\nTimes of the DB capture for cat, tshark and `exchanges` (default --jobs), of the pair for `analyze`; "
+        print("\nTimes of the DB capture for cat, tshark and `exchanges` (default --jobs), of the pair for `analyze`, "
+              "of the DB capture alone (with its slow log and the server's settings of capture.toml) for `analyze "
+              "--db alone`; "
               "× tshark = tshark's time / pcapdecomp's, × cat = `exchanges` time / cat's (the distance to the limit). "
               "pcapng: the DB capture converted with editcap -F pcapng, and that gzip -1 compressed; tshark read the "
               "uncompressed pcapng. Dropped: packets the lab's two tcpdumps said the kernel dropped; a lossy pair makes "
