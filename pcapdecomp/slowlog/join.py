@@ -154,8 +154,11 @@ class _Rows:
         self.timed = (start.notna() & end.notna()).to_numpy()
         self.d1 = start.fillna(0).to_numpy(dtype=np.int64)
         self.d4 = end.fillna(0).to_numpy(dtype=np.int64)
-        db_clock = np.asarray(_column(rows, "db_clock", True), dtype=object)
-        self.tol = np.where(db_clock == False, APP_CLOCK_TOLERANCE_NS, DB_CLOCK_TOLERANCE_NS).astype(np.int64)  # noqa: E712
+        if "db_clock" in rows.columns and rows["db_clock"].dtype == bool:  # rows_for_join's: no null to look for
+            app_clock = ~rows["db_clock"].to_numpy()
+        else:
+            app_clock = np.asarray(_column(rows, "db_clock", True), dtype=object) == False  # noqa: E712
+        self.tol = np.where(app_clock, APP_CLOCK_TOLERANCE_NS, DB_CLOCK_TOLERANCE_NS).astype(np.int64)
         conn = rows["conn_id"].astype("Int64")
         self.conn_id = conn.fillna(-1).to_numpy(dtype=np.int64)
         # the connection an exchange belongs to: its id when the greeting was seen, else its endpoints (else the row
@@ -165,7 +168,7 @@ class _Rows:
         self.command = _column(rows, "command", "COM_QUERY")
         self.sql = _column(rows, "sql", None)
         # read per exchange only where a slow-log entry can use the parameters (_Slots): most never are
-        self._params = rows["params"].to_numpy(dtype=object) if "params" in rows.columns else None
+        self._params = rows["params"].array if "params" in rows.columns else None
         self.sql_cut = _flags(rows, "sql_cut")
         # the client's address: per row the number of its distinct value (-1: none), each value normalised once
         self.ip_code, ips = _codes(rows, "client_ip")
@@ -193,7 +196,7 @@ class _Rows:
         """These exchanges' `params` column (None when null), as objects."""
         if self._params is None:
             return np.full(len(rows), None, dtype=object)
-        values = self._params[rows]
+        values = self._params.take(rows).to_numpy(dtype=object)
         values[pd.isna(values)] = None
         return values
 
@@ -202,6 +205,8 @@ def _flags(frame: pd.DataFrame, name: str) -> np.ndarray:
     """A column's truth per row (False for null, and for every row when there is no such column)."""
     if name not in frame.columns:
         return np.zeros(len(frame), dtype=bool)
+    if frame[name].dtype == bool:
+        return frame[name].to_numpy(copy=True)
     values = frame[name].to_numpy(dtype=object, copy=True)
     values[pd.isna(values)] = False
     return values.astype(bool)
@@ -211,6 +216,9 @@ def _codes(frame: pd.DataFrame, name: str) -> tuple[np.ndarray, list]:
     """Per row the number of its column's distinct value (-1: null, or no such column), and the values."""
     if name not in frame.columns or not len(frame):
         return np.full(len(frame), -1, dtype=np.int64), []
+    if isinstance(frame[name].dtype, pd.CategoricalDtype):  # by its codes, in the same order
+        codes, values = pd.factorize(frame[name])
+        return codes.astype(np.int64), list(values.astype(object))
     codes, values = pd.factorize(frame[name].to_numpy(dtype=object))
     return codes.astype(np.int64), list(values)
 
@@ -224,7 +232,10 @@ def _connections(conn_id: np.ndarray, conn_key: pd.Series | None) -> tuple[np.nd
     ids, id_code = np.unique(conn_id[has_id], return_inverse=True)
     code[has_id] = id_code.reshape(-1)
     names: list[tuple] = [("id", c) for c in ids.tolist()]
-    if conn_key is not None:
+    if conn_key is not None and isinstance(conn_key.dtype, pd.CategoricalDtype):  # by its codes, in the same order
+        key_code, key_values = pd.factorize(conn_key)
+        key_values = key_values.astype(object)
+    elif conn_key is not None:
         key_code, key_values = pd.factorize(conn_key.to_numpy(dtype=object) if n else np.zeros(0, dtype=object))
     else:
         key_code, key_values = np.full(n, -1, dtype=np.int64), []
@@ -760,7 +771,6 @@ def rows_for_join(t: pd.DataFrame) -> pd.DataFrame:
     (else the app's A1/A4), the statement, and the connection (id, or endpoints as the DB saw them).
     Text made of the endpoints is made once per distinct value (per connection), not once per exchange."""
     valid = t["_t_valid"].to_numpy()
-    seen = t["seen"].astype(object).to_numpy()
     ends = t[["db_client", "server", "capture", "client"]]
     conn, first = _distinct_rows(ends)
     one = ends.iloc[first]
@@ -771,19 +781,20 @@ def rows_for_join(t: pd.DataFrame) -> pd.DataFrame:
     has_db = pd.notna(db_client)
     conn_key = np.where(has_db, "db|" + db_client.astype(str) + "|" + server,
                         "app|" + capture + "|" + client + "|" + server)
-    client_ip = np.array([_ip_of(c) for c in db_client] + [None], dtype=object)[:-1]
+    key_code, keys = pd.factorize(conn_key)  # two endpoint rows may name one connection (the DB's view of it)
+    ip_code, ips = pd.factorize(np.array([_ip_of(c) for c in db_client] + [None], dtype=object)[:-1])
     problem_codes, problem_texts = _distinct(t["problems"])  # each distinct text looked at once
     cut_kinds = np.array([isinstance(v, str) and "sql-cut" in v for v in problem_texts] + [False], dtype=bool)
     # the texts as Python objects, as the join reads them (not made into a string column and back)
     return pd.DataFrame({
         "conn_id": t["conn_id"].astype("Int64"),
-        "conn_key": pd.Series(conn_key[conn], dtype=object, index=t.index),
+        "conn_key": pd.Series(pd.Categorical.from_codes(key_code[conn], keys), index=t.index),
         "command": t["command"].astype(object),
         "sql": t["sql"].astype(object),
-        "params": t["params"].astype(object),
+        "params": t["params"],  # read only for the executes an entry can be (_Rows.params_of)
         "sql_cut": cut_kinds[problem_codes],
-        "client_ip": pd.Series(client_ip[conn], dtype=object, index=t.index),
-        "db_clock": seen != "app",
+        "client_ip": pd.Series(pd.Categorical.from_codes(ip_code[conn], ips), index=t.index),
+        "db_clock": (t["seen"] != "app").to_numpy(),
         "start_ns": pd.Series(t["_d1_raw"].to_numpy(), dtype="Int64").where(valid),
         "end_ns": pd.Series(t["_d4_raw"].to_numpy(), dtype="Int64").where(valid),
     })
@@ -846,8 +857,10 @@ def _distinct_rows(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the number of its distinct combination of values (null equals null), and the first row of each."""
     if not len(frame):
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    codes = pd.DataFrame({name: pd.factorize(frame[name], use_na_sentinel=True)[0] for name in frame.columns})
-    number = codes.groupby(list(codes.columns), sort=False, dropna=False).ngroup().to_numpy()
+    number = np.zeros(len(frame), dtype=np.int64)
+    for name in frame.columns:  # the combinations so far, then with this column: numbered in order of first row
+        codes, values = pd.factorize(frame[name], use_na_sentinel=True)
+        number = pd.factorize(number * (len(values) + 1) + (codes + 1))[0].astype(np.int64)
     _, first = np.unique(number, return_index=True)
     return number, first
 
