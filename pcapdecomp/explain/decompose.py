@@ -74,11 +74,17 @@ def _rows_of(app: pd.DataFrame, db: pd.DataFrame, ar: np.ndarray, dr: np.ndarray
     names = list(app.columns)
     data = {}
     in_order = all_app and len(a_rows) == len(app) and bool((a_rows == np.arange(len(a_rows))).all())
+    # no app row (a DB capture alone): the DB rows in their order, taken as they are (concatenated to the empty
+    # app column still, for the dtype and categories the two give)
+    db_alone = not all_app and not len(a_rows) and len(d_rows) == len(db) and \
+        bool((d_rows == np.arange(len(d_rows))).all())
     for c in names:
         if in_order:  # every app row, in its order (every exchange matched): the column as it is
             data[c] = app[c].reset_index(drop=True)
         elif all_app:
             data[c] = app[c].take(a_rows).reset_index(drop=True)
+        elif db_alone:
+            data[c] = concat_column([app[c].take(a_rows), db[c]]).reset_index(drop=True)
         else:
             data[c] = concat_column([app[c].take(a_rows), db[c].take(d_rows)]).take(position).reset_index(drop=True)
         del app[c]
