@@ -451,7 +451,8 @@ def bench_pair(app: Path, db: Path, work: Path, with_pt: bool, with_pcapng: bool
 GROWTH_COLUMNS = (
     "sysbench s", "packets (db)", "MiB (pair)", "exchanges", "cat db s (warm)", "tshark s", "tshark PSS MiB",
     "exchanges s", "PSS MiB", "× tshark", "× cat", "analyze (app + db) s", "PSS MiB", "× tshark",
-    "analyze --jobs 1 s", "PSS MiB", "analyze --db alone s", "PSS MiB", "× tshark", "tshark pcapng s", "exchanges pcapng s", "× tshark", "exchanges pcapng.gz s",
+    "analyze --jobs 1 s", "PSS MiB", "analyze --db alone s", "PSS MiB", "× tshark", "tshark pcapng s",
+    "exchanges pcapng s", "× tshark", "exchanges pcapng.gz s",
     "× tshark pcapng", "dropped by tcpdump", "loss repair", "load 1/5/15 before", "load after")
 
 
