@@ -25,7 +25,7 @@ import pandas as pd
 
 from .. import __version__
 from ..core.formats import cell, clip, clock, count, integer, seconds, share
-from ..core.groups import nearest_rank
+from ..core.groups import aggregated, nearest_rank
 from ..core.outputs import write_atomically, write_text
 from ..core.schema import ANALYSIS_COLUMNS, CAPTURE_PROBLEM_KEYS, EXCHANGE_COLUMNS, GROUP_COLUMNS, Column
 from ..explain.decompose import network_parts
@@ -742,8 +742,8 @@ class _Page:
         errors = x.loc[(x["result"] == "error").fillna(False).to_numpy(dtype=bool), ["error_code", "error_message",
                                                                                     "command"]]
         if len(errors):
-            g = errors.groupby(errors["error_code"].astype("Int64"), dropna=False).agg(
-                count=("command", "size"), message=("error_message", "first"))
+            g = aggregated(errors.groupby(errors["error_code"].astype("Int64"), dropna=False),
+                           count=("command", "size"), message=("error_message", "first"))
             rows = [[integer(code), str(row["count"]), clip(row["message"], 200)] for code, row in g.iterrows()]
             parts.append(f"<h3>Errors</h3><p>{login_errors} of them at login.</p>"
                          + _table(["error code", "count", "first message"], rows, numeric=(1,)))
