@@ -481,8 +481,9 @@ def with_declared_dtypes(df: pd.DataFrame, columns: tuple[Column, ...]) -> pd.Da
     """`df`'s `columns`, in their order, each of the dtype the schema declares (converted only where it differs;
     under copy-on-write the selection copies nothing)."""
     out = df[[c.name for c in columns]]
+    dtypes = dict(zip(out.columns, out.dtypes))  # the dtypes at once, not a column taken out per column
     for col in columns:
-        if str(out[col.name].dtype) != col.dtype:
+        if str(dtypes[col.name]) != col.dtype:
             out[col.name] = out[col.name].astype(col.dtype)
     return out
 

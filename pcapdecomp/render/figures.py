@@ -447,7 +447,7 @@ def _lanes(sel: pd.DataFrame, klass: np.ndarray, dur: np.ndarray, start: np.ndar
                        i=("i", "first"), cap=("cap", "first"), s=("s", "min"), e=("e", "max"))
     conns = conns.sort_values(["g", "s", "c"], na_position="last")
     # greedy interval packing per group: a connection takes the lane that fell free first, if it is free
-    slot = pd.Series(0, index=conns.index)
+    slot = np.zeros(len(conns), dtype=np.int64)  # per connection code (conns' index: 0 … connections − 1)
     slots: list[dict] = []
     free: dict = {}
     for code_, r in zip(conns.index, conns.itertuples(index=False)):
@@ -481,9 +481,10 @@ def _lanes(sel: pd.DataFrame, klass: np.ndarray, dur: np.ndarray, start: np.ndar
     if table["other"].any():
         hidden = sum(len(w) for w in table.loc[table["other"], "who"])
         labels.append(f"{hidden} other connections")
-    lane = position[slot.sort_index().to_numpy()[code]]  # ngroup codes are 0 … connections − 1
-    spans = {int(g): (int(p.min()), int(p.max())) for g, p in
-             pd.Series(np.arange(len(shown))).groupby(shown["g"].to_numpy()) if not np.isnan(g)}
+    lane = position[slot[code]]  # ngroup codes are 0 … connections − 1
+    shown_g = shown["g"].to_numpy(dtype=np.float64)
+    spans = {int(g): (int(np.flatnonzero(shown_g == g).min()), int(np.flatnonzero(shown_g == g).max()))
+             for g in np.unique(shown_g[~np.isnan(shown_g)])}
     return lane, labels, spans
 
 
