@@ -401,6 +401,16 @@ def concat_column(parts: list[pd.Series]) -> pd.Series:
     if len(parts) > 1 and all(isinstance(p.dtype, pd.CategoricalDtype) for p in parts):
         joined = union_categoricals([_text_categories(p) for p in parts], sort_categories=True, ignore_order=True)
         return pd.Series(joined, name=parts[0].name)
+    dtype = parts[0].dtype
+    if len(parts) > 1 and all(p.dtype == dtype for p in parts):
+        # parts of one dtype that numpy holds (or times of one zone, as their int64 values): their values joined,
+        # what pd.concat gives at a fraction of its cost on small parts
+        name = parts[0].name if all(p.name == parts[0].name for p in parts) else None
+        if isinstance(dtype, np.dtype) and dtype.kind in "biufM":
+            return pd.Series(np.concatenate([p.to_numpy() for p in parts]), name=name)
+        if isinstance(dtype, pd.DatetimeTZDtype):
+            values = np.concatenate([p.array.asi8 for p in parts]).view(f"M8[{dtype.unit}]")
+            return pd.Series(pd.array(values, dtype=dtype), name=name)
     return pd.concat(parts, ignore_index=True)
 
 
@@ -414,10 +424,10 @@ def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     full = [f for f in frames if len(f)]
     if len(full) == 1:  # the others are empty (the loss repair's kept rows when it re-read every connection)
         only = full[0]
-        return pd.DataFrame({n: _concat_one(only[n], [f[n] for f in frames]) for n in names}, columns=names,
+        return pd.DataFrame({n: _concat_one(only[n], [f[n] for f in frames]).array for n in names}, columns=names,
                             copy=False)
-    return pd.DataFrame({n: concat_column([f[n] for f in frames]).reset_index(drop=True) for n in names},
-                        columns=names, copy=False)
+    # of the columns' arrays: a frame of Series would align their indexes
+    return pd.DataFrame({n: concat_column([f[n] for f in frames]).array for n in names}, columns=names, copy=False)
 
 
 def _concat_one(only: pd.Series, parts: list[pd.Series]) -> pd.Series:
