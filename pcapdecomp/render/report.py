@@ -65,7 +65,7 @@ def esc(text) -> Html:
 
 @dataclass(frozen=True)
 class Page:
-    """A rendered report.html as the text before and after plotly.js, which is 4.8 MB of a small capture's 4.9:
+    """A rendered report.html as the text before and after plotly.js, which is most of a small capture's page:
     written (`write_page`) as the UTF-8 of the three parts in turn, it is the file of the whole page as one string,
     without copying plotly.js into that string and encoding it back each time."""
 
