@@ -78,7 +78,18 @@ class Page:
 
 @functools.cache
 def plotly_js() -> bytes:
-    """plotly.js (the installed plotly's, as plotly.offline gives it) in UTF-8, read once per process."""
+    """plotly.js in UTF-8, read once per process: the file plotly.offline.get_plotlyjs() reads (the package's
+    package_data/plotly.min.js), read without importing plotly and decoded only to check it is UTF-8; where it is
+    not there, get_plotlyjs()'s text."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("plotly")  # finds, does not import
+    for place in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(place) / "package_data" / "plotly.min.js"
+        if path.is_file():
+            js = path.read_bytes()
+            js.decode("utf-8")  # as get_plotlyjs() decodes it: not UTF-8 is an error there too
+            return js
     import plotly.offline
 
     return plotly.offline.get_plotlyjs().encode("utf-8")
