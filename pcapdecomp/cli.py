@@ -269,15 +269,10 @@ def analyze(
     """
     import gc
 
-    from .analysis import Options
-    from .analysis import analyze as run_analysis
-    from .analysis import capture_set as capture_set_of
     from .core.errors import UsageError
+    from .read.captureset import capture_set as capture_set_of
 
-    # what the imports made (pandas, pyarrow, the stages: hundreds of thousands of objects) lives as long as the
-    # process: out of the collector's full passes, which the analysis's many small objects set off; forked workers
-    # then also leave those objects' pages shared
-    gc.freeze()
+    # the capture set is made (and a mistake in it refused) before the stages, pandas and pyarrow are imported
     folders = list(capture_set or [])
     if len(folders) > 1:
         raise UsageError(f"one capture-set folder expected, got {len(folders)} arguments ({folders[0]}, {folders[1]}, "
@@ -292,6 +287,13 @@ def analyze(
                         long_query_time=long_query_time, thread_pool_size=thread_pool_size, servers=server,
                         proxy=proxy_captures, proxy_servers=proxy_server, processlist=processlist,
                         tls_keylog=tls_keylog, server_settings=settings)
+    from .analysis import Options
+    from .analysis import analyze as run_analysis
+
+    # what the imports made (pandas, pyarrow, the stages: hundreds of thousands of objects) lives as long as the
+    # process: out of the collector's full passes, which the analysis's many small objects set off; forked workers
+    # then also leave those objects' pages shared
+    gc.freeze()
     options = Options(jobs=jobs, quiet=quiet, csv=csv, partitioned=partitioned, slow_log_tz=slow_log_tz,
                       max_sql_bytes=max_sql_bytes, scheduler=scheduler, scheduler_tls=scheduler_tls,
                       command_line=" ".join(["pcapdecomp", *sys.argv[1:]]))

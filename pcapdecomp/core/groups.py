@@ -97,3 +97,24 @@ def group_min_max_p95(k: np.ndarray, v: np.ndarray, n: int) -> tuple[np.ndarray,
     out[1, has] = vv[base + count[has] - 1]
     out[2, has] = vv[base + np.maximum(np.ceil(0.95 * count[has] - 1e-9).astype(np.int64), 1) - 1]
     return out[0], out[1], out[2]
+
+
+AGGREGATIONS = ("size", "sum", "min", "max", "first", "mean")
+
+
+def aggregated(grouped, **named: tuple[str, str]) -> pd.DataFrame:
+    """grouped.agg(name=(column, function), …) of a groupby with its keys as the index, for the functions of
+    AGGREGATIONS: each function called once over all of its columns, the same group kernels as .agg's, which
+    dispatches column by column at several times the cost on a small table. The columns in the order named."""
+    if grouped.ngroups == 0:
+        return grouped.agg(**named)  # no group: the dtypes .agg gives an empty result
+    columns: dict[str, list[str]] = {}
+    for column, function in named.values():
+        if function not in AGGREGATIONS:
+            raise ValueError(f"aggregated: {function!r} is not one of {AGGREGATIONS}")
+        if function != "size" and column not in columns.setdefault(function, []):
+            columns[function].append(column)
+    done = {function: getattr(grouped[cols], function)() for function, cols in columns.items()}
+    size = grouped.size() if any(f == "size" for _, f in named.values()) else None
+    return pd.DataFrame({name: size if function == "size" else done[function][column]
+                         for name, (column, function) in named.items()})

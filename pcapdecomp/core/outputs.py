@@ -135,28 +135,68 @@ def _write_parquet(df: pd.DataFrame, path: Path) -> None:
     of plain text, written as pyarrow writes it: readers see exactly what they saw before."""
     import base64
 
-    import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    text = {c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)}
-    # the file's schema (and its pandas metadata) as if the text columns were plain strings
-    schema = pa.Schema.from_pandas(df.iloc[:0].astype({c: "string" for c in text}), preserve_index=False)
-    # what is written: the text columns as dictionaries of that text
-    written = pa.Table.from_pandas(df.iloc[:0], preserve_index=False).schema
-    written = pa.schema([pa.field(f.name, pa.dictionary(w.type.index_type, f.type) if f.name in text else f.type)
-                         for f, w in zip(schema, written)])
+    schema, written, options = _parquet_schemas(df)
 
     def group(start: int) -> pa.Table:
         part = pa.Table.from_pandas(df.iloc[start:start + PARQUET_ROWS_PER_GROUP], preserve_index=False)
         return pa.Table.from_arrays([col if col.type == field.type else col.cast(field.type)
                                      for col, field in zip(part.columns, written)], schema=written)
 
-    with pq.ParquetWriter(path, written, **_parquet_options(schema)) as writer:
+    with pq.ParquetWriter(path, written, **options) as writer:
         for start in range(0, max(len(df), 1), PARQUET_ROWS_PER_GROUP):
             writer.write_table(group(start))
         writer.add_key_value_metadata({b"ARROW:schema": base64.b64encode(schema.serialize().to_pybytes()),
                                        **(schema.metadata or {})})
+
+
+_SCHEMAS: dict = {}
+
+
+def _parquet_schemas(df: pd.DataFrame) -> tuple[pa.Schema, pa.Schema, dict]:
+    """For _write_parquet: the file's schema (with its pandas metadata) as if the categorical text columns were
+    plain strings, the schema written (those columns as dictionaries of that text) and the writer's options.
+
+    They depend on nothing but the frame's column labels and dtypes (and a categorical's code width), so they are
+    made once per such signature: pandas' description of a frame (three conversions of it to Arrow) cost more than
+    writing a small table. A frame with `attrs` (which pandas' metadata records) is described each time."""
+    import pandas as pd
+
+    dtypes = df.dtypes
+    text = [c for c, t in dtypes.items() if isinstance(t, pd.CategoricalDtype)]
+    key = None
+    if not df.attrs:
+        # a categorical by what its description takes of it (not its categories, which differ from run to run)
+        described = {c: ("category", df[c].array.codes.dtype, dtypes[c].categories.dtype, dtypes[c].ordered)
+                     for c in text}
+        key = (type(df.columns), df.columns.dtype, df.columns.name, tuple(df.columns),
+               tuple(described.get(c, t) for c, t in dtypes.items()))
+        try:
+            return _SCHEMAS[key]
+        except KeyError:
+            pass
+        except TypeError:  # a label or dtype that cannot be hashed
+            key = None
+    made = _described(df, set(text))
+    if key is not None:
+        if len(_SCHEMAS) >= 64:  # code widths vary with the number of categories: keep the memo small
+            _SCHEMAS.clear()
+        _SCHEMAS[key] = made
+    return made
+
+
+def _described(df: pd.DataFrame, text: set) -> tuple[pa.Schema, pa.Schema, dict]:
+    import pyarrow as pa
+
+    # the file's schema (and its pandas metadata) as if the text columns were plain strings
+    schema = pa.Schema.from_pandas(df.iloc[:0].astype({c: "string" for c in text}), preserve_index=False)
+    # what is written: the text columns as dictionaries of that text
+    written = pa.Table.from_pandas(df.iloc[:0], preserve_index=False).schema
+    written = pa.schema([pa.field(f.name, pa.dictionary(w.type.index_type, f.type) if f.name in text else f.type)
+                         for f, w in zip(schema, written)])
+    return schema, written, _parquet_options(schema)
 
 
 def _write_arrow_parquet(table: pa.Table, schema: pa.Schema, path: Path) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.formats import plural, seconds_rounded, share
+from ..core.groups import aggregated
 from .waitprofile import hosts_of
 from .wording import connection, quoted
 
@@ -40,12 +41,12 @@ def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
                           "conn_index": x["conn_index"].to_numpy()[both], "conn_id": x["conn_id"].to_numpy()[both],
                           "network_s": np.maximum(net[both], 0.0), "total_s": total[both]})
     net_sum, total_sum = float(frame["network_s"].sum()), float(frame["total_s"].sum())
-    by_host = (frame.groupby("host", dropna=False).agg(exchanges=("network_s", "size"), network_s=("network_s", "sum"),
-                                                       total_s=("total_s", "sum"))
+    by_host = (aggregated(frame.groupby("host", dropna=False), exchanges=("network_s", "size"),
+                          network_s=("network_s", "sum"), total_s=("total_s", "sum"))
                .sort_values("network_s", ascending=False))
-    by_conn = (frame.groupby(["capture", "conn_index"]).agg(host=("host", "first"), conn_id=("conn_id", "first"),
-                                                             exchanges=("network_s", "size"),
-                                                             network_s=("network_s", "sum"), total_s=("total_s", "sum"))
+    by_conn = (aggregated(frame.groupby(["capture", "conn_index"]), host=("host", "first"),
+                          conn_id=("conn_id", "first"), exchanges=("network_s", "size"),
+                          network_s=("network_s", "sum"), total_s=("total_s", "sum"))
                .sort_values("network_s", ascending=False))
     retrans = _retransmissions(x, conns, both, net)
     return {

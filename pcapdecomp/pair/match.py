@@ -719,9 +719,27 @@ def _conn_info(exchanges: pd.DataFrame, conns: pd.DataFrame, side: str, conn: np
         "capture": exchanges["capture"].iloc[first].to_numpy(), "conn_index": exchanges["conn_index"].to_numpy()[first],
     })
     columns = ["scramble", "conn_id", "client", "server"]
-    info = keys.merge(conns[["capture", "conn_index", *columns]], on=["capture", "conn_index"], how="left")
-    info = info.astype({"scramble": "string", "conn_id": "Int64", "client": "string", "server": "string"})
-    return info.drop(columns=["capture", "conn_index"]).rename(columns={c: f"{side}_{c}" for c in columns})
+    dtypes = {"scramble": "string", "conn_id": "Int64", "client": "string", "server": "string"}
+    table = conns[["capture", "conn_index", *columns]]
+    rows = _rows_of_keys(keys, table)
+    if rows is None:  # a connection listed twice: the merge's rows
+        info = keys.merge(table, on=["capture", "conn_index"], how="left").astype(dtypes)
+        return info.drop(columns=["capture", "conn_index"]).rename(columns={c: f"{side}_{c}" for c in columns})
+    # the left merge's result, made by looking each connection up: its row of `conns`, else null
+    return pd.DataFrame({f"{side}_conn": keys[f"{side}_conn"].to_numpy(),
+                         **{f"{side}_{c}": pd.Series(table[c].array.take(rows, allow_fill=True)).astype(dtypes[c])
+                            for c in columns}})
+
+
+def _rows_of_keys(keys: pd.DataFrame, conns: pd.DataFrame) -> np.ndarray | None:
+    """Per row of `keys`, the row of `conns` with its (capture, conn_index), −1 where none; None when a (capture,
+    conn_index) is in `conns` more than once."""
+    where = {}
+    for i, key in enumerate(zip(conns["capture"].astype(object).tolist(), conns["conn_index"].tolist())):
+        if where.setdefault(key, i) != i:
+            return None
+    wanted = zip(keys["capture"].astype(object).tolist(), keys["conn_index"].tolist())
+    return np.fromiter((where.get(key, -1) for key in wanted), dtype=np.int64, count=len(keys))
 
 
 # --- clock samples -------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.formats import clip, integer, seconds
+from ..core.groups import aggregated
 from ..core.times import ts_ns
 from ..explain.decompose import STALL_MIN_QUEUE_S, network_parts
 from ..explain.digest import bounded_part, overhead_part, queue_layers, queue_parts
@@ -442,11 +443,11 @@ def _lanes(sel: pd.DataFrame, klass: np.ndarray, dur: np.ndarray, start: np.ndar
     group = sel["thread_group"].to_numpy(dtype="float64", na_value=np.nan)
     per = pd.DataFrame({"code": code, "k": klass, "d": dur, "g": group, "c": key["c"], "i": key["i"],
                         "cap": sel["capture"].astype(object).to_numpy(), "s": start, "e": end})
-    conns = per.groupby("code").agg(k=("k", "max"), d=("d", "sum"), g=("g", "first"), c=("c", "first"),
-                                    i=("i", "first"), cap=("cap", "first"), s=("s", "min"), e=("e", "max"))
+    conns = aggregated(per.groupby("code"), k=("k", "max"), d=("d", "sum"), g=("g", "first"), c=("c", "first"),
+                       i=("i", "first"), cap=("cap", "first"), s=("s", "min"), e=("e", "max"))
     conns = conns.sort_values(["g", "s", "c"], na_position="last")
     # greedy interval packing per group: a connection takes the lane that fell free first, if it is free
-    slot = pd.Series(0, index=conns.index)
+    slot = np.zeros(len(conns), dtype=np.int64)  # per connection code (conns' index: 0 … connections − 1)
     slots: list[dict] = []
     free: dict = {}
     for code_, r in zip(conns.index, conns.itertuples(index=False)):
@@ -480,9 +481,10 @@ def _lanes(sel: pd.DataFrame, klass: np.ndarray, dur: np.ndarray, start: np.ndar
     if table["other"].any():
         hidden = sum(len(w) for w in table.loc[table["other"], "who"])
         labels.append(f"{hidden} other connections")
-    lane = position[slot.sort_index().to_numpy()[code]]  # ngroup codes are 0 … connections − 1
-    spans = {int(g): (int(p.min()), int(p.max())) for g, p in
-             pd.Series(np.arange(len(shown))).groupby(shown["g"].to_numpy()) if not np.isnan(g)}
+    lane = position[slot[code]]  # ngroup codes are 0 … connections − 1
+    shown_g = shown["g"].to_numpy(dtype=np.float64)
+    spans = {int(g): (int(np.flatnonzero(shown_g == g).min()), int(np.flatnonzero(shown_g == g).max()))
+             for g in np.unique(shown_g[~np.isnan(shown_g)])}
     return lane, labels, spans
 
 
@@ -552,8 +554,8 @@ def _bucketed(frame: pd.DataFrame, axis: TimeAxis | None, means: list[str], maxe
     first = int(starts[keep].min())
     part["b"] = index
     keys = [by, "b"] if by else ["b"]
-    merged = part.groupby(keys, sort=True).agg({**{c: "mean" for c in means}, **{c: "max" for c in maxes},
-                                                **{c: "sum" for c in sums}}).reset_index()
+    functions = {**{c: "mean" for c in means}, **{c: "max" for c in maxes}, **{c: "sum" for c in sums}}
+    merged = aggregated(part.groupby(keys, sort=True), **{c: (c, f) for c, f in functions.items()}).reset_index()
     merged["start_ns"] = first + merged["b"].to_numpy(dtype=np.int64) * new_ns
     merged["bucket_ns"] = new_ns
     return merged
@@ -583,8 +585,8 @@ def _pool(summary: dict, groups: pd.DataFrame | None, pool: pd.DataFrame | None,
                                                                   if c in pool.columns])
     else:
         g = _bucketed(groups, axis, ["executing", "queued"], by="thread_group")
-        p = None if g is None else g.groupby("start_ns", as_index=False).agg(
-            executing=("executing", "sum"), queued=("queued", "sum"), bucket_ns=("bucket_ns", "first"))
+        p = None if g is None else aggregated(g.groupby("start_ns"), executing=("executing", "sum"),
+                                              queued=("queued", "sum"), bucket_ns=("bucket_ns", "first")).reset_index()
     if p is None:
         return None
     xs = _ms(np.append(p["start_ns"].to_numpy(dtype=np.int64), int(p["start_ns"].iloc[-1]) + int(p["bucket_ns"].iloc[0])))

@@ -13,16 +13,20 @@ character, U+2028/2029 included, as \\u escapes), and render.figures.plain for p
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from .. import __version__
 from ..core.formats import cell, clip, clock, count, integer, seconds, share
-from ..core.groups import nearest_rank
+from ..core.groups import aggregated, nearest_rank
+from ..core.outputs import write_atomically, write_text
 from ..core.schema import ANALYSIS_COLUMNS, CAPTURE_PROBLEM_KEYS, EXCHANGE_COLUMNS, GROUP_COLUMNS, Column
 from ..explain.decompose import network_parts
 from ..explain.digest import bounded_part, overhead_part, profile, queue_layers
@@ -59,17 +63,70 @@ def esc(text) -> Html:
     return Html(html.escape("" if text is None else visible(text), quote=True))
 
 
+@dataclass(frozen=True)
+class Page:
+    """A rendered report.html as the text before and after plotly.js, which is most of a small capture's page:
+    written (`write_page`) as the UTF-8 of the three parts in turn, it is the file of the whole page as one string,
+    without copying plotly.js into that string and encoding it back each time."""
+
+    head: str
+    tail: str
+
+    def text(self) -> str:
+        return self.head + plotly_js().decode("utf-8") + self.tail
+
+
+@functools.cache
+def plotly_js() -> bytes:
+    """plotly.js in UTF-8, read once per process: the file plotly.offline.get_plotlyjs() reads (the package's
+    package_data/plotly.min.js), read without importing plotly and decoded only to check it is UTF-8; where it is
+    not there, get_plotlyjs()'s text."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("plotly")  # finds, does not import
+    for place in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(place) / "package_data" / "plotly.min.js"
+        if path.is_file():
+            js = path.read_bytes()
+            js.decode("utf-8")  # as get_plotlyjs() decodes it: not UTF-8 is an error there too
+            return js
+    import plotly.offline
+
+    return plotly.offline.get_plotlyjs().encode("utf-8")
+
+
+def write_page(path: Path, page: Page | str) -> None:
+    """report.html written atomically (core.outputs.write_atomically): a Page, or the page as one string."""
+    if isinstance(page, str):
+        write_text(path, page)
+        return
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            f.write(page.head.encode("utf-8"))
+            f.write(plotly_js())
+            f.write(page.tail.encode("utf-8"))
+
+    write_atomically(path, write)
+
+
 def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command_line: str | None = None,
            connections: dict | None = None, pool: pd.DataFrame | None = None,
            profiled: Callable[[], pd.DataFrame] | None = None,
            components: Callable[[], list[list[str]]] | None = None) -> str:
-    """The whole page as one string. connections: {"app": table, "db": table} of CONNECTION_COLUMNS (the
-    extraction's), for connection set-up latencies; pool: pool.parquet's table when the analysis wrote one;
+    """The whole page as one string (render_page's Page as text)."""
+    return render_page(summary, exchanges, groups, command_line, connections, pool, profiled, components).text()
+
+
+def render_page(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command_line: str | None = None,
+                connections: dict | None = None, pool: pd.DataFrame | None = None,
+                profiled: Callable[[], pd.DataFrame] | None = None,
+                components: Callable[[], list[list[str]]] | None = None) -> Page:
+    """The whole page, as the parts around plotly.js. connections: {"app": table, "db": table} of CONNECTION_COLUMNS
+    (the extraction's), for connection set-up latencies; pool: pool.parquet's table when the analysis wrote one;
     profiled: returns `unspanned_profile(exchanges)` when the page reaches the query profile (made beside the
     rendering, in another process: analysis.py), else it is made here; components: likewise, returns
     `component_rows(exchanges)`."""
-    import plotly.offline
-
     x = exchanges
     t = exchange_times(x)
     conns = connection_times(connections, summary)
@@ -92,10 +149,11 @@ def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command
     ]
     specs = {name: spec for name, spec in figures.items() if spec is not None}
     title = f"pcapdecomp — {summary['set']}"
-    return (
+    return Page(
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<meta name='viewport' content='width=device-width'><title>{esc(title)}</title><style>{_STYLE}</style>"
-        f"<script>{_ERRORS}</script><script>{plotly.offline.get_plotlyjs()}</script></head>"
+        f"<script>{_ERRORS}</script><script>",
+        "</script></head>"
         f"<body data-rendered='no'><header><h1>{esc(title)}</h1><nav>{_nav(bool(summary.get('proxy')))}</nav></header>"
         + "".join(sections) + f"<script>{_BOOT.replace('__SPECS__', _script_json(specs))}</script></body></html>\n"
     )
@@ -695,8 +753,8 @@ class _Page:
         errors = x.loc[(x["result"] == "error").fillna(False).to_numpy(dtype=bool), ["error_code", "error_message",
                                                                                     "command"]]
         if len(errors):
-            g = errors.groupby(errors["error_code"].astype("Int64"), dropna=False).agg(
-                count=("command", "size"), message=("error_message", "first"))
+            g = aggregated(errors.groupby(errors["error_code"].astype("Int64"), dropna=False),
+                           count=("command", "size"), message=("error_message", "first"))
             rows = [[integer(code), str(row["count"]), clip(row["message"], 200)] for code, row in g.iterrows()]
             parts.append(f"<h3>Errors</h3><p>{login_errors} of them at login.</p>"
                          + _table(["error code", "count", "first message"], rows, numeric=(1,)))

@@ -74,8 +74,7 @@ def load(analysis_dir: Path) -> tuple[pd.DataFrame, dict]:
 def _html(analysis_dir: Path, x: pd.DataFrame, summary: dict, out: Path | None) -> Path:
     """report.html again from the folder's tables (the connections' set-up times, which only the captures hold,
     are left out)."""
-    from ..core.outputs import write_text
-    from .report import render
+    from .report import render_page, write_page
 
     groups = _table(analysis_dir / "groups.parquet")
     pool = _table(analysis_dir / "pool.parquet")
@@ -85,8 +84,8 @@ def _html(analysis_dir: Path, x: pd.DataFrame, summary: dict, out: Path | None) 
     if pool is not None and "db_point" in pool.columns and first is not None:
         pool = pool[pool["db_point"].astype(object) == first].drop(columns="db_point")
     target = out if out is not None else analysis_dir / "report.html"
-    page = render(summary, x, groups if groups is not None else pd.DataFrame(), None, None, pool)
-    write_text(target, page)
+    page = render_page(summary, x, groups if groups is not None else pd.DataFrame(), None, None, pool)
+    write_page(target, page)
     return target
 
 

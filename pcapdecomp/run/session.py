@@ -27,8 +27,8 @@ from ..read import extract
 from ..read.captureset import CaptureSet, time_zone
 from ..read.extract import Extracted
 from ..render.report import component_rows
-from ..render.report import render as render_report
-from ..render.report import unspanned_profile
+from ..render.report import render_page as render_report
+from ..render.report import unspanned_profile, write_page
 
 ANALYSIS_NAMES = ("exchanges.parquet", "groups.parquet", "pool.parquet", "summary.json", "report.html")  # always
 DATASET_NAME = "exchanges"  # --partitioned: the hive-style dataset folder in the output folder
@@ -125,7 +125,7 @@ class Run:
         return start
 
     def finish(self, x: Extracted, paired: Paired, explained: Explained) -> AnalysisResult:
-        """The last step: summary.json with its verdict (explain.servers.summary_of), report.html (render.report.render)
+        """The last step: summary.json with its verdict (explain.servers.summary_of), report.html (render.report.render_page)
         and the tables, into the output folder, committed as one set."""
         cs, options, out = self.cs, self.options, self.folder.staging
         exchanges, groups, pool = explained.exchanges, explained.groups, explained.pool
@@ -159,7 +159,7 @@ class Run:
             names = _write_outputs(out, cs, exchanges, groups, pool, summary, options.csv, options.partitioned)
             page = render_report(summary, exchanges, first.view.groups, options.command_line, conns, first.view.pool)
         names.append("report.html")
-        write_text(out / "report.html", page)
+        write_page(out / "report.html", page)
         self.children.close()
         self.folder.commit()
         return AnalysisResult(self.out, exchanges, groups, summary, [self.out / name for name in names],

@@ -1,0 +1,156 @@
+"""The fixed cost of a run (docs/speed.md, "The fixed cost of a run"): the shortcuts that make a small analysis
+cheaper give what pandas' and pyarrow's own general paths give, on the tables of real captures. Each test builds
+the reference with the library's own conversion, aggregation or description and compares value for value and dtype
+for dtype."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pandas.api.types import union_categoricals
+
+from pcapdecomp.core import outputs
+from pcapdecomp.core.groups import aggregated
+from pcapdecomp.core.schema import CATEGORY, CONNECTION_COLUMNS, EXCHANGE_COLUMNS
+from pcapdecomp.core.tables import concat, frame_of_table
+from pcapdecomp.read.exchanges import extract
+
+REPO = Path(__file__).resolve().parents[1]
+CAPTURES = REPO / "captures"
+# small and varied: prepared statements, TLS, a proxy, many short connections, a stall, refusals
+POINTS = [CAPTURES / s / f for s in ("oltp-prepared", "group-stall-tls13", "proxy-pool", "connection-storm",
+                                     "maxthreads", "connection-refused") for f in ("app.pcap", "db.pcap")]
+
+
+@pytest.fixture(scope="module")
+def extractions():
+    return {p: extract(p) for p in POINTS if p.exists()}
+
+
+def _arrow_own_frame(table: pa.Table, columns) -> pd.DataFrame:
+    """The table as pyarrow converts it to pandas, with each column in its declared dtype (categorical text with
+    its categories in lexical order, as the project declares them)."""
+    data = {}
+    for c in columns:
+        chunked = table.column(c.name)
+        if c.dtype == CATEGORY:
+            s = chunked.to_pandas()
+            data[c.name] = s.cat.set_categories(pd.Index(s.cat.categories, dtype="str").sort_values())
+        elif c.dtype == "Int64":
+            data[c.name] = chunked.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+        else:
+            data[c.name] = chunked.to_pandas(types_mapper={pa.string(): pd.StringDtype("pyarrow"),
+                                                           pa.bool_(): pd.BooleanDtype()}.get)
+    return pd.DataFrame(data, columns=[c.name for c in columns])
+
+
+def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert [str(t) for t in a.dtypes] == [str(t) for t in b.dtypes]
+    for name in a.columns:
+        if isinstance(a[name].dtype, pd.CategoricalDtype):
+            assert a[name].cat.codes.dtype == b[name].cat.codes.dtype, name
+
+
+def test_a_table_becomes_the_frame_pyarrows_own_conversion_gives(extractions):
+    assert len(extractions) >= 10
+    for path, e in extractions.items():
+        for name, columns in (("exchanges", EXCHANGE_COLUMNS), ("connections", CONNECTION_COLUMNS)):
+            table = e.arrow(name)
+            assert table is not None and table.num_rows > 0, (path, name)
+            reference = _arrow_own_frame(table, columns)
+            _same(frame_of_table([table], columns), reference)
+
+
+def test_a_sliced_table_of_two_batches_becomes_the_same_frame(extractions):
+    """Several record batches (each with its own dictionaries) and offsets into them, as the lane's batches and a
+    sorted table hold them."""
+    e = extractions[CAPTURES / "connection-storm" / "db.pcap"]
+    table = e.arrow("exchanges")
+    half = table.num_rows // 2
+    two = pa.Table.from_batches([*table.slice(1, half).to_batches(), *table.slice(half + 1).to_batches()])
+    assert two.column("sql").num_chunks >= 2
+    _same(frame_of_table([two], EXCHANGE_COLUMNS), _arrow_own_frame(two, EXCHANGE_COLUMNS))
+
+
+def _pandas_concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Column by column, pd.concat, or union_categoricals for categorical text (lexical categories)."""
+    data = {}
+    for name in frames[0].columns:
+        parts = [f[name] for f in frames]
+        if all(isinstance(p.dtype, pd.CategoricalDtype) for p in parts):
+            parts = [p.cat.set_categories(pd.Index(p.cat.categories, dtype="str").sort_values()) for p in parts]
+            data[name] = pd.Series(union_categoricals(parts, sort_categories=True, ignore_order=True))
+        else:
+            data[name] = pd.concat(parts, ignore_index=True)
+    return pd.DataFrame(data)
+
+
+def test_concatenated_tables_are_what_pandas_concatenation_gives(extractions):
+    points = list(extractions.values())
+    for name in ("exchanges", "connections"):
+        for i, e in enumerate(points):
+            parts = [getattr(e, name), getattr(points[(i + 1) % len(points)], name)]
+            _same(concat(parts), _pandas_concat(parts))
+            _same(concat([parts[0], parts[1].iloc[:0]]), _pandas_concat([parts[0], parts[1].iloc[:0]]))
+
+
+def test_aggregated_is_pandas_named_aggregation(extractions):
+    for e in extractions.values():
+        x = e.exchanges.assign(client_text=e.exchanges["client"].astype(object))
+        for keys, dropna in ((["capture", "conn_index"], True), ("client_text", False), ("conn_id", False)):
+            named = {"n": ("seq", "size"), "bytes": ("bytes_resp", "sum"), "first_seq": ("seq", "min"),
+                     "last_seq": ("seq", "max"), "response_s": ("response_s", "mean"),
+                     "slowest_s": ("response_s", "max"), "sql": ("sql", "first"), "conn_id": ("conn_id", "first")}
+            grouped = x.groupby(keys, dropna=dropna, observed=True)
+            _same(aggregated(grouped, **named), grouped.agg(**named))
+
+
+def test_a_file_is_written_as_pyarrow_describes_each_frame_whatever_was_written_before(tmp_path, extractions):
+    """The Parquet writer keeps the schemas it made per frame signature: each file still holds the schema and
+    pandas metadata pyarrow gives the frame (text as plain strings), and reads back as the frame, also when a frame
+    of the same columns but wider category codes (more than 127 distinct texts) comes after."""
+    x = extractions[CAPTURES / "oltp-prepared" / "db.pcap"].exchanges
+    narrow = x.assign(sql=pd.Series(["SELECT 1"] * len(x), dtype="category"))
+    wide = x.assign(sql=pd.Series([f"SELECT {i}" for i in range(len(x))], dtype="category"))
+    assert len(wide["sql"].cat.categories) > 127 and wide["sql"].cat.codes.dtype != narrow["sql"].cat.codes.dtype
+    for i, df in enumerate([narrow, wide, narrow, wide]):
+        path = tmp_path / f"t{i}.parquet"
+        outputs.write_table(df, path)
+        text = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
+        described = pa.Schema.from_pandas(df.iloc[:0].astype({c: "string" for c in text}), preserve_index=False)
+        assert pq.read_schema(path).equals(described, check_metadata=True)
+        back = pd.read_parquet(path)
+        pd.testing.assert_frame_equal(back, df.astype({c: "str" for c in text}), check_exact=True, check_dtype=False)
+    assert (tmp_path / "t0.parquet").read_bytes() == (tmp_path / "t2.parquet").read_bytes()
+    assert (tmp_path / "t1.parquet").read_bytes() == (tmp_path / "t3.parquet").read_bytes()
+
+
+def test_the_page_written_in_parts_is_the_page_as_one_string(tmp_path):
+    import plotly.offline
+
+    from pcapdecomp.render.report import Page, write_page
+
+    page = Page("<!doctype html><title>ü — x</title><script>", "</script><p>\u2028 ✓</p>\n")
+    write_page(tmp_path / "a.html", page)
+    write_page(tmp_path / "b.html", page.text())
+    whole = "<!doctype html><title>ü — x</title><script>" + plotly.offline.get_plotlyjs() + "</script><p>\u2028 ✓</p>\n"
+    assert page.text() == whole
+    assert (tmp_path / "a.html").read_bytes() == (tmp_path / "b.html").read_bytes() == whole.encode("utf-8")
+
+
+def test_a_mistake_in_the_capture_set_is_refused_before_pandas_is_imported(tmp_path):
+    code = ("import sys\nfrom pcapdecomp.cli import main\nsys.argv = ['pcapdecomp', *sys.argv[1:]]\n"
+            "try:\n    main()\nfinally:\n    print('pandas' in sys.modules, 'pyarrow' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code, "analyze", str(tmp_path / "missing")], capture_output=True,
+                          text=True, cwd=REPO, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"pcapdecomp: error: {tmp_path / 'missing'}: no such folder"
+    assert proc.stdout.split() == ["False", "False"]
