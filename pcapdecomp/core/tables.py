@@ -316,8 +316,10 @@ def _int64_key(chunked: pa.ChunkedArray) -> np.ndarray:
 
 def _values(chunked: pa.ChunkedArray, column: Column):
     """A column of a table_of table as the array of a DataFrame column of its declared dtype. Made directly where
-    that is quicker than Arrow's conversion to pandas (text, nullable whole numbers and booleans: pandas' own
-    conversion of Arrow arrays; times: from their int64 values), the same values and dtype."""
+    that is quicker than Arrow's conversion to pandas (text, nullable whole numbers and booleans: the dtype's own
+    conversion of Arrow arrays, `__from_arrow__`, which Arrow's calls too; times: from their int64 values), the same
+    values and dtype. (`pd.array(chunked, dtype=…)` gives the same values but converts Int64 and boolean value by
+    value: 100 ms a column of 90,000 rows against 1 ms.)"""
     import pandas as pd
 
     if column.dtype == CATEGORY:
@@ -327,7 +329,7 @@ def _values(chunked: pa.ChunkedArray, column: Column):
     if column.dtype == TS and chunked.type == ARROW_TYPES[TS]:
         return pd.array(_int64_key(chunked).view("M8[ns]"), dtype=pd.DatetimeTZDtype("ns", "UTC"))  # null: NaT
     if column.dtype in ("string", "Int64", "boolean") and chunked.type == ARROW_TYPES[column.dtype]:
-        return pd.array(chunked, dtype=_pandas_dtype(column.dtype))
+        return _pandas_dtype(column.dtype).__from_arrow__(chunked)
     return chunked.to_pandas(types_mapper=_pandas_types().get).array
 
 
