@@ -53,6 +53,22 @@ def pytest_configure(config):
         compileall.compile_dir(REPO / "pcapdecomp", quiet=2)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    """The test modules with their assertions rewritten by pytest, cached in tests/__pycache__ while they are
+    collected, PYTHONDONTWRITEBYTECODE or not: pytest reads a cached rewrite whatever that variable says, but writes
+    none where it is set, so every worker of every run parsed and rewrote all the test modules again (7 of the 10
+    seconds of CPU a collection took). Only the collection writes bytecode; the tests run as the environment says."""
+    import sys
+
+    was = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = was
+
+
 def pytest_collection_finish(session):
     """The test modules and what they imported (pandas, pyarrow, the package) are kept for the run: out of the
     collector's view (kept_for_the_run), as `pcapdecomp analyze` does with its imports."""
