@@ -57,8 +57,8 @@ def pytest_configure(config):
 def pytest_collection(session):
     """The test modules with their assertions rewritten by pytest, cached in tests/__pycache__ while they are
     collected, PYTHONDONTWRITEBYTECODE or not: pytest reads a cached rewrite whatever that variable says, but writes
-    none where it is set, so every worker of every run parsed and rewrote all the test modules again (7 of the 10
-    seconds of CPU a collection took). Only the collection writes bytecode; the tests run as the environment says."""
+    none where it is set, so every worker of every run parsed and rewrote all the test modules again, most of what
+    a collection costs. Only the collection writes bytecode; the tests run as the environment says."""
     import sys
 
     was = sys.dont_write_bytecode

@@ -46,8 +46,8 @@ def capture_files() -> list[str]:
 def tshark_frames(fields: tuple[str, ...]) -> dict[str, list[list[str]]] | None:
     """`tshark -n -T fields -E occurrence=f -e FIELD …` of every corpus capture: {capture: one list of field values
     per frame, in the capture's order}, `frame.number` counted within the capture. One tshark process reads them
-    all (mergecap concatenates the captures, each keeping interfaces of its own, `-I none`), once per run: its
-    start, half a second of CPU, was most of what a capture's own tshark run cost. The concatenation is cut back
+    all (mergecap concatenates the captures, each keeping interfaces of its own, `-I none`), once per run: a
+    tshark process's start is most of what reading one small capture costs it. The concatenation is cut back
     into captures by the frame count of each (capinfos, Wireshark's reader); each capture's frames must carry
     interface ids that no other capture's frames carry, so a frame that landed in the wrong capture fails here.
     None where tshark, mergecap or capinfos is not installed."""

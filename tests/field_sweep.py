@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from browser import without_blocks
 from corpus import CORPUS
 from corpus import captures as corpus_captures
 
@@ -70,30 +71,8 @@ def _strict_json(text: str) -> dict:
     return json.loads(text, parse_constant=refuse)
 
 
-def _without_scripts_and_styles(page: str) -> str:
-    """The page with each <script…</script> and <style…</style> block, the first closing tag ending it, replaced
-    by a space: what re.sub(r"<script.*?</script>|<style.*?</style>", " ", page, flags=re.S) gives, found with
-    str.find (the regular expression stepped through the page's megabytes of inlined script a character at a
-    time)."""
-    kept, copied, look = [], 0, 0
-    while True:
-        opens = [at for at in (page.find("<script", look), page.find("<style", look)) if at >= 0]
-        if not opens:
-            break
-        at = min(opens)
-        tag = "script" if page.startswith("<script", at) else "style"
-        end = page.find(f"</{tag}>", at + len(tag) + 1)
-        if end < 0:  # never closed: no block starts here
-            look = at + 1
-            continue
-        kept += [page[copied:at], " "]
-        copied = look = end + len(tag) + 3
-    kept.append(page[copied:])
-    return "".join(kept)
-
-
 def _page_text(page: str) -> str:
-    page = _without_scripts_and_styles(page)
+    page = without_blocks(page, ("script", "style"))
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
 
 
