@@ -54,6 +54,18 @@ def pytest_configure(config):
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): a worker per core, as pytest-xdist counts them, and one more. Much of the
+    suite waits rather than computes (the lab's server and tcpdump, the browser, a Dask cluster starting, the
+    subprocesses of the command-line tests), and a worker that waits leaves its core idle: a third worker on two
+    cores keeps them busy (docs/development.md). PYTEST_XDIST_AUTO_NUM_WORKERS, where set, is taken as it is."""
+    workers = yield
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return workers
+    return workers + 1
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_collection(session):
     """The test modules with their assertions rewritten by pytest, cached in tests/__pycache__ while they are
     collected, PYTHONDONTWRITEBYTECODE or not: pytest reads a cached rewrite whatever that variable says, but writes
