@@ -97,6 +97,22 @@ def pytest_collection_modifyitems(config, items):
         if (name in QUICK_FILES and name not in CORPUS_FILES and item.get_closest_marker("lab") is None
                 and f"{name}::{item.originalname}" not in NOT_QUICK):
             item.add_marker(pytest.mark.quick)
+    items[:] = in_the_order_files_start(items)
+
+
+def in_the_order_files_start(items: list) -> list:
+    """The files with lab tests first, then the others with the most tests first (pytest-xdist's own order, which
+    pyproject's --no-loadscope-reorder turns off so that this one holds); each file's tests as collected. A lab test
+    mostly waits on its server, so a worker that starts on it leaves its core to the others; at the end of the
+    run, where xdist's order put these few-test files, they kept the run waiting on them."""
+    tests_in: dict = {}
+    has_lab: set = set()
+    for item in items:
+        tests_in[item.path] = tests_in.get(item.path, 0) + 1
+        if item.get_closest_marker("lab") is not None:
+            has_lab.add(item.path)
+    first = {path: i for i, path in enumerate(tests_in)}
+    return sorted(items, key=lambda item: (item.path not in has_lab, -tests_in[item.path], first[item.path]))
 
 
 def _listing(folder: Path) -> list[tuple[str, int, int]]:
