@@ -54,14 +54,35 @@ def rendered(dom: str) -> str | None:
     return m.group(1) if m else None
 
 
+def without_blocks(page: str, tags: tuple[str, ...]) -> str:
+    """The page with each <TAG…</TAG> block of these tags, the first closing tag ending it, replaced by a space:
+    what re.sub(r"<script.*?</script>|<style.*?</style>", " ", page, flags=re.S) gives for ("script", "style"),
+    found with str.find: the expression's lazy `.*?` steps through a report's megabytes of inlined script one
+    character at a time."""
+    kept, copied, look = [], 0, 0
+    while True:
+        opens = [(at, tag) for tag in tags if (at := page.find(f"<{tag}", look)) >= 0]
+        if not opens:
+            break
+        at, tag = min(opens)
+        end = page.find(f"</{tag}>", at + len(tag) + 1)
+        if end < 0:  # never closed: no block starts here
+            look = at + 1
+            continue
+        kept += [page[copied:at], " "]
+        copied = look = end + len(tag) + 3
+    kept.append(page[copied:])
+    return "".join(kept)
+
+
 def page_text(dom: str) -> str:
-    text = re.sub(r"<script.*?</script>", " ", dom, flags=re.S)
+    text = without_blocks(dom, ("script",))
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", text)).split())
 
 
 def flat_text(dom: str) -> str:
     """Text as a reader sees it: tags removed without adding space (inline markup does not split words)."""
-    text = re.sub(r"<script.*?</script>", " ", dom, flags=re.S)
+    text = without_blocks(dom, ("script",))
     return " ".join(html.unescape(re.sub(r"<[^>]+>", "", text)).split())
 
 

@@ -53,6 +53,34 @@ def pytest_configure(config):
         compileall.compile_dir(REPO / "pcapdecomp", quiet=2)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): a worker per core, as pytest-xdist counts them, and one more. Much of the
+    suite waits rather than computes (the lab's server and tcpdump, the browser, a Dask cluster starting, the
+    subprocesses of the command-line tests), and a worker that waits leaves its core idle: a third worker on two
+    cores keeps them busy (docs/development.md). PYTEST_XDIST_AUTO_NUM_WORKERS, where set, is taken as it is."""
+    workers = yield
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return workers
+    return workers + 1
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    """The test modules with their assertions rewritten by pytest, cached in tests/__pycache__ while they are
+    collected, PYTHONDONTWRITEBYTECODE or not: pytest reads a cached rewrite whatever that variable says, but writes
+    none where it is set, so every worker of every run parsed and rewrote all the test modules again, most of what
+    a collection costs. Only the collection writes bytecode; the tests run as the environment says."""
+    import sys
+
+    was = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = was
+
+
 def pytest_collection_finish(session):
     """The test modules and what they imported (pandas, pyarrow, the package) are kept for the run: out of the
     collector's view (kept_for_the_run), as `pcapdecomp analyze` does with its imports."""
@@ -69,6 +97,22 @@ def pytest_collection_modifyitems(config, items):
         if (name in QUICK_FILES and name not in CORPUS_FILES and item.get_closest_marker("lab") is None
                 and f"{name}::{item.originalname}" not in NOT_QUICK):
             item.add_marker(pytest.mark.quick)
+    items[:] = in_the_order_files_start(items)
+
+
+def in_the_order_files_start(items: list) -> list:
+    """The files with lab tests first, then the others with the most tests first (pytest-xdist's own order, which
+    pyproject's --no-loadscope-reorder turns off so that this one holds); each file's tests as collected. A lab test
+    mostly waits on its server, so a worker that starts on it leaves its core to the others; at the end of the
+    run, where xdist's order put these few-test files, they kept the run waiting on them."""
+    tests_in: dict = {}
+    has_lab: set = set()
+    for item in items:
+        tests_in[item.path] = tests_in.get(item.path, 0) + 1
+        if item.get_closest_marker("lab") is not None:
+            has_lab.add(item.path)
+    first = {path: i for i, path in enumerate(tests_in)}
+    return sorted(items, key=lambda item: (item.path not in has_lab, -tests_in[item.path], first[item.path]))
 
 
 def _listing(folder: Path) -> list[tuple[str, int, int]]:

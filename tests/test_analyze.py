@@ -385,7 +385,7 @@ def test_clock_pass_started_ahead_gives_the_clock_of_one_process(tmp_path, monke
                                                         if drop_one_at_db else [])
     assert two.summary["clocks"] == one.summary["clocks"] and two.summary["clock"] == one.summary["clock"]
     assert one.summary["clock"]["quality"] == "two-sided"
-    pd.testing.assert_frame_equal(two.exchanges, one.exchanges)
+    pd.testing.assert_frame_equal(two.exchanges, one.exchanges, check_exact=True)
 
 
 def test_clock_passes_started_ahead_for_two_app_points(tmp_path, monkeypatch):
@@ -406,4 +406,4 @@ def test_clock_passes_started_ahead_for_two_app_points(tmp_path, monkeypatch):
     two = run(None, tmp_path / "two", jobs=2, **kw)
     assert read_again == [] and len(two.summary["clocks"]) == 2
     assert two.summary["clocks"] == one.summary["clocks"]
-    pd.testing.assert_frame_equal(two.exchanges, one.exchanges)
+    pd.testing.assert_frame_equal(two.exchanges, one.exchanges, check_exact=True)

@@ -12,13 +12,11 @@ import dataclasses
 import gzip
 import itertools
 import os
-import shutil
 import struct
-import subprocess
 import zlib
 
 import pytest
-from corpus import CORPUS  # noqa: E402
+from corpus import CORPUS, capture_files, tshark_frames  # noqa: E402
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pcaptools import ng_block, ng_epb, ng_idb, ng_isb, ng_pb, ng_shb, ng_spb  # noqa: E402
@@ -35,9 +33,6 @@ from scapy.packet import Raw
 
 from pcapdecomp.core.errors import CaptureFormatError, InputError, PcapdecompError
 from pcapdecomp.read.capture import CaptureStats, TcpSegment, open_capture
-
-TSHARK = shutil.which("tshark")
-
 
 # --- writers (the specs, written out independently of the reader) ------------------------------------------
 
@@ -98,10 +93,14 @@ def assert_accounted(stats: CaptureStats) -> None:
 # --- the public corpus, against tshark and the MANIFEST ----------------------------------------------------
 
 
+TSHARK_FIELDS = ("frame.number", "frame.time_epoch", "tcp.srcport", "tcp.dstport", "tcp.seq_raw", "tcp.ack_raw",
+                 "tcp.flags", "tcp.len")
+
+
 def _corpus_files():
     if not CORPUS.is_dir():
         return [pytest.param(None, marks=pytest.mark.skip(reason=f"corpus folder absent: {CORPUS}"))]
-    return sorted(str(p.relative_to(CORPUS)) for p in CORPUS.glob("*/*.pcap*"))
+    return capture_files()
 
 
 def _manifest() -> dict[str, dict[str, str]]:
@@ -122,20 +121,16 @@ def test_corpus_capture_matches_manifest_and_tshark(rel):
     assert stats.damaged is None
     assert stats.frames == int(_manifest()[rel]["packets"])
     assert stats.frames_tcp == len(segs)
-    if TSHARK is None:
+    # tshark's reading of every frame (one tshark pass over the corpus, tests/corpus.py), with the TCP fields empty
+    # where tshark saw no TCP. tcp.len is the payload length on the wire (from the IP length), which is our captured
+    # payload plus what the snaplen cut.
+    by_capture = tshark_frames(TSHARK_FIELDS)
+    if by_capture is None:
         return
-    # One tshark pass: every frame, with the TCP fields empty where tshark saw no TCP. tcp.len is the payload
-    # length on the wire (from the IP length), which is our captured payload plus what the snaplen cut.
-    fields = ["frame.number", "frame.time_epoch", "tcp.srcport", "tcp.dstport", "tcp.seq_raw", "tcp.ack_raw",
-              "tcp.flags", "tcp.len"]  # fmt: skip
-    cmd = [TSHARK, "-n", "-r", str(path), "-T", "fields", "-E", "occurrence=f"]
-    for name in fields:
-        cmd += ["-e", name]
-    lines = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
+    lines = by_capture[rel]
     assert stats.frames == len(lines)
     expected = {}
-    for line in lines:
-        number, epoch, sport, dport, seq, ack, flags, length = line.split("\t")
+    for number, epoch, sport, dport, seq, ack, flags, length in lines:
         if sport:
             expected[int(number)] = (_epoch_ns(epoch), int(sport), int(dport), int(seq), int(ack),
                                      int(flags, 16) & 0xFF, int(length))  # fmt: skip

@@ -280,7 +280,7 @@ def test_quiet_exchanges_to_parquet_makes_no_dataframe(tmp_path):
 
     x = extract(capture)
     as_written = x.exchanges.astype({c.name: c.file_dtype for c in EXCHANGE_COLUMNS})
-    pd.testing.assert_frame_equal(pd.read_parquet(out), as_written)
+    pd.testing.assert_frame_equal(pd.read_parquet(out), as_written, check_exact=True)
     assert pd.read_parquet(conns)["conn_index"].tolist() == x.connections["conn_index"].tolist()
 
 

@@ -71,7 +71,7 @@ def test_exchanges_gives_the_same_outputs_whether_the_shortcuts_apply_or_not(nam
     # typer's own conversion (pydantic) took the values exactly where the layer could not apply
     assert ("pydantic True" in got.stderr) == name.startswith("typer"), got.stderr[-300:]
     assert got.stdout == want.stdout and len(got.stdout.splitlines()) > 3
-    pd.testing.assert_frame_equal(pd.read_parquet(out), pd.read_parquet(want_file))
+    pd.testing.assert_frame_equal(pd.read_parquet(out), pd.read_parquet(want_file), check_exact=True)
 
 
 MISTAKES = [  # (arguments, what the one line says): typer's own conversion words these

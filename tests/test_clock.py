@@ -129,13 +129,18 @@ def test_linear_program_beats_a_dense_grid(fwd, rev):
                  ry[_lower_hull(rx, -ry)], omega_max)
     gap_at = lambda w: (fy - w * fx).min() - (ry - w * rx).max()  # noqa: E731 - brute force over all points
     grid = np.linspace(-omega_max, omega_max, 4001)
-    assert max(gap_at(w) for w in grid) <= fit.gap + 1e-6
+    # the same brute force at every grid slope at once (a row per slope)
+    lowest_fwd = (fy[None, :] - grid[:, None] * fx[None, :]).min(axis=1)
+    highest_rev = (ry[None, :] - grid[:, None] * rx[None, :]).max(axis=1)
+    grid_gaps = lowest_fwd - highest_rev
+    assert grid_gaps.max() <= fit.gap + 1e-6
     assert gap_at(fit.omega) == pytest.approx(fit.gap, abs=1e-6)
     if fit.gap >= 0:
         # every grid slope with a non-negative gap lies in the reported slope range, and its offsets in the bounds
-        for w in grid[[gap_at(w) >= 1e-9 for w in grid]]:
-            assert fit.omega_lower - 1e-9 <= w <= fit.omega_upper + 1e-9
-            assert fit.lower - 1e-6 <= (ry - w * rx).max() and (fy - w * fx).min() <= fit.upper + 1e-6
+        for w, rev_max, fwd_min in zip(grid, highest_rev, lowest_fwd):
+            if fwd_min - rev_max >= 1e-9:
+                assert fit.omega_lower - 1e-9 <= w <= fit.omega_upper + 1e-9
+                assert fit.lower - 1e-6 <= rev_max and fwd_min <= fit.upper + 1e-6
 
 
 # -- accuracy on realistic captures ---------------------------------------------------------------------------

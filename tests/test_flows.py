@@ -89,23 +89,21 @@ def test_every_lab_frame_belongs_to_a_mysql_connection(name):
     syns = sum(1 for s in lab_segments(name) if s.flags & SYN and not s.flags & ACK)
     assert q["frames_tcp_other"] == 0 and q["frames_tcp_mysql"] == q["frames_tcp"] == len(lab_segments(name))
     assert list(result.connections["conn_index"]) == list(range(syns))
-    assert int(result.connections["frames"].sum()) + sum(
-        1 for s in lab_segments(name) if _after_close(s, lab_segments(name))
-    ) == len(lab_segments(name))
+    assert int(result.connections["frames"].sum()) + _after_close(lab_segments(name)) == len(lab_segments(name))
 
 
-def _after_close(seg: TcpSegment, segs: list[TcpSegment]) -> bool:
-    """Is this the final ACK after the second FIN of its connection (counted as MySQL, not as a connection frame)?"""
-    key = frozenset({(seg.src_ip, seg.src_port), (seg.dst_ip, seg.dst_port)})
-    fins = set()
+def _after_close(segs: list[TcpSegment]) -> int:
+    """How many segments are the final ACK after the second FIN of their connection (counted as MySQL, not as a
+    connection frame): those that come after a FIN from each end of their connection, in capture order."""
+    fins: dict[frozenset, set] = {}
+    after = 0
     for s in segs:
-        if frozenset({(s.src_ip, s.src_port), (s.dst_ip, s.dst_port)}) != key:
-            continue
-        if s is seg:
-            return len(fins) == 2
+        seen = fins.setdefault(frozenset({(s.src_ip, s.src_port), (s.dst_ip, s.dst_port)}), set())
+        if len(seen) == 2:
+            after += 1
         if s.flags & 0x01:
-            fins.add((s.src_ip, s.src_port))
-    return False
+            seen.add((s.src_ip, s.src_port))
+    return after
 
 
 # ---- detection by content ------------------------------------------------------------------------------------------------

@@ -85,9 +85,9 @@ def same_extraction(a, b) -> None:
 def test_a_table_crosses_by_the_file_equal_to_the_pipe(handover_dir):
     expected = table(20_000)
     big, small = workers.run_all(table, [(20_000,), (3,)], 2)
-    pd.testing.assert_frame_equal(big, expected)
-    pd.testing.assert_frame_equal(big, pickle.loads(pickle.dumps(expected)))  # what the pipe gives
-    pd.testing.assert_frame_equal(small, table(3))
+    pd.testing.assert_frame_equal(big, expected, check_exact=True)
+    pd.testing.assert_frame_equal(big, pickle.loads(pickle.dumps(expected)), check_exact=True)  # what the pipe gives
+    pd.testing.assert_frame_equal(small, table(3), check_exact=True)
     assert any(mapped(a) for a in column_arrays(big))
     assert list(handover_dir.iterdir()) == []
 
@@ -108,7 +108,7 @@ def test_a_mapped_table_takes_writes_in_place(handover_dir):
     expected["frame"] += 10
     expected["command"] = expected["command"].cat.add_categories("COM_QUIT")
     expected.loc[0, "command"] = "COM_QUIT"
-    pd.testing.assert_frame_equal(got, expected)
+    pd.testing.assert_frame_equal(got, expected, check_exact=True)
     assert list(handover_dir.iterdir()) == []
 
 
@@ -142,7 +142,7 @@ def test_without_a_writable_directory_the_pipe_carries_it(tmp_path, monkeypatch,
     with workers.Forked(table, 20_000) as child:
         forked = child.result()
     for df in (got, forked):
-        pd.testing.assert_frame_equal(df, table(20_000))
+        pd.testing.assert_frame_equal(df, table(20_000), check_exact=True)
         assert not any(mapped(a) for a in column_arrays(df))
 
 
@@ -150,7 +150,7 @@ def test_switched_off_the_pipe_carries_it(monkeypatch):
     monkeypatch.setattr(workers, "HANDOVER_DIR", "")
     monkeypatch.setattr(workers, "HANDOVER_MIN_BYTES", 0)
     got = workers.run_all(table, [(20_000,), (5,)], 2)[0]
-    pd.testing.assert_frame_equal(got, table(20_000))
+    pd.testing.assert_frame_equal(got, table(20_000), check_exact=True)
     assert not any(mapped(a) for a in column_arrays(got))
 
 
@@ -243,6 +243,6 @@ def test_a_write_that_fails_midway_leaves_no_file_and_the_pipe_carries_it(handov
     assert as_is and files_then == []  # the partial file was removed at once, not when the Forked context ended
     with workers.Forked(table_with_little_room, 20_000) as child:
         got = child.result()
-    pd.testing.assert_frame_equal(got, table(20_000))
+    pd.testing.assert_frame_equal(got, table(20_000), check_exact=True)
     assert not any(mapped(a) for a in column_arrays(got))
     assert list(handover_dir.iterdir()) == []

@@ -58,7 +58,7 @@ def test_the_loss_repair_rereads_a_rotated_point_as_one_stream(tmp_path):
     assert split.summary["repair"] == whole.summary["repair"]
     a, b = whole.exchanges, split.exchanges
     cols = [c for c in a.columns if c not in NAMES]
-    pd.testing.assert_frame_equal(a[cols].reset_index(drop=True), b[cols].reset_index(drop=True))
+    pd.testing.assert_frame_equal(a[cols].reset_index(drop=True), b[cols].reset_index(drop=True), check_exact=True)
     assert set(b["db_point"].dropna().astype(str)) == {point.name}
 
 

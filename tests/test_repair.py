@@ -165,7 +165,7 @@ def test_bounds_left_null_by_build_table_are_what_apply_bounds_alone_nulls(tmp_p
     given = tables["given"]
     labels = given["bounded"].dropna().astype(str)
     assert len(labels) > 10 and labels.str.contains("A").any() and labels.str.contains("D").any()
-    pd.testing.assert_frame_equal(tables["alone"], given)
+    pd.testing.assert_frame_equal(tables["alone"], given, check_exact=True)
 
 
 def _lossy(tmp_path: Path, rate: float, seed: int, where: str) -> tuple[Path, Path]:
@@ -598,7 +598,7 @@ def _same_extraction(a, b, capture: str, frames: bool = True) -> None:
         left, right = getattr(a, name), getattr(b, name).copy()
         right["capture"] = right["capture"].astype(object).where(right["capture"].isna(), capture)
         right["capture"] = right["capture"].astype(left["capture"].dtype)
-        pd.testing.assert_frame_equal(left, right)
+        pd.testing.assert_frame_equal(left, right, check_exact=True)
     assert a.holes == b.holes and a.flow_first_frames == b.flow_first_frames and a.commands == b.commands
     assert (a.other_tcp_frames, a.other_tcp_bytes, a.gaps_forced) == (b.other_tcp_frames, b.other_tcp_bytes,
                                                                        b.gaps_forced)

@@ -72,8 +72,8 @@ def test_explain_servers_finds_the_waits_the_clients_saw(stages):
 def test_the_three_faces_give_the_tables_analyze_writes(stages, tmp_path):
     *_, explained, _ = stages
     result = analyze(capture_set(GROUP_STALL), Options(jobs=1, quiet=True), tmp_path / "out")
-    pd.testing.assert_frame_equal(explained.exchanges, result.exchanges)
-    pd.testing.assert_frame_equal(explained.groups, result.groups)
+    pd.testing.assert_frame_equal(explained.exchanges, result.exchanges, check_exact=True)
+    pd.testing.assert_frame_equal(explained.groups, result.groups, check_exact=True)
 
 
 @pytest.mark.parametrize("name", ["group-stall", "features"])
@@ -82,6 +82,6 @@ def test_the_tests_stages_are_what_analyze_writes(bundled_analysis, name):
     analyze: the same tables and the same summary.json as the spine's run of the set."""
     stages = explain(GROUP_STALL.parent / name)
     written = bundled_analysis(name)
-    pd.testing.assert_frame_equal(stages.exchanges, written.exchanges)
-    pd.testing.assert_frame_equal(stages.groups, written.groups)
+    pd.testing.assert_frame_equal(stages.exchanges, written.exchanges, check_exact=True)
+    pd.testing.assert_frame_equal(stages.groups, written.groups, check_exact=True)
     assert summary_json(stages.summary) == (written.out_dir / "summary.json").read_text(encoding="utf-8")

@@ -272,7 +272,7 @@ def test_a_dask_cluster_decrypts_as_one_process_does(tmp_root):
     assert not (dask.exchanges["command"] == "ENCRYPTED").any()
     sent = {r["sql"] for r in truth("group-stall-tls13") if r.get("sql")}
     assert sent and sent <= set(dask.exchanges["sql"].dropna())
-    pd.testing.assert_frame_equal(one.exchanges, dask.exchanges)
+    pd.testing.assert_frame_equal(one.exchanges, dask.exchanges, check_exact=True)
     assert one.summary["tls"] == dask.summary["tls"]
 
 
