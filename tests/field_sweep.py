@@ -112,6 +112,8 @@ def check(tmp_path, monkeypatch, bundled_analysis, mode, paths, name, render):
     assert counts["hidden_slow"] == int(x["hidden_slow"].fillna(False).sum())
     assert counts["in_slow_log"] == int(x["in_slow_log"].fillna(False).sum())
     assert counts["server_flag_slow"] == int(x["server_flag_slow"].fillna(False).sum())
+    # how a wait is known is said exactly where there is a wait (core/schema.py: queue_source is null when queue_s is)
+    assert (x["queue_source"].isna() == x["queue_s"].isna()).all()
     for col, key in (("total_s", "total"), ("server_s", "server"), ("queue_s", "queue"), ("exec_s", "exec")):
         stat = summary["latency_s"][key]
         assert (stat["count"] if stat else 0) == int(x[col].notna().sum()), col

@@ -703,7 +703,10 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
         r.likely[unheld] = False
         values = t["queue_source"].astype(object).to_numpy(copy=True)
         values[r.pos[unheld]] = "estimated"
-        queue_source = pd.Series(pd.Categorical(values, categories=t["queue_source"].cat.categories)
+        # the categories those of the column and "estimated", sorted as tables.labelled makes them: the column's
+        # are the labels that occur, and a value outside them would become null
+        queue_source = pd.Series(pd.Categorical(values, categories=sorted({*t["queue_source"].cat.categories,
+                                                                            "estimated"}))
                                  if isinstance(t["queue_source"].dtype, pd.CategoricalDtype) else values)
         t = t.copy(deep=False)
         t["queue_source"] = queue_source.to_numpy()
