@@ -16,7 +16,6 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-import numpy as np
 import pandas as pd
 import pytest
 

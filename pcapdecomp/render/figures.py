@@ -26,7 +26,7 @@ from ..core.formats import clip, integer, seconds
 from ..core.groups import aggregated
 from ..core.times import ts_ns
 from ..explain.decompose import STALL_MIN_QUEUE_S, network_parts
-from ..explain.digest import bounded_part, overhead_part, queue_layers, queue_parts
+from ..explain.digest import bounded_part, overhead_part, queue_layers
 from ..explain.threadpool import core_range
 
 NS = 1_000_000_000
