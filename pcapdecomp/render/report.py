@@ -29,7 +29,7 @@ from ..core.groups import aggregated, nearest_rank
 from ..core.outputs import write_atomically, write_text
 from ..core.schema import ANALYSIS_COLUMNS, CAPTURE_PROBLEM_KEYS, EXCHANGE_COLUMNS, GROUP_COLUMNS, Column
 from ..explain.decompose import network_parts
-from ..explain.digest import bounded_part, overhead_part, profile, queue_layers
+from ..explain.digest import bounded_part, overhead_part, profile, queue_layers, queue_parts
 from ..pair.proxy import PAIRED_KINDS
 from .evidence import display_filter
 from .figures import (
@@ -40,7 +40,6 @@ from .figures import (
     culprit_mask,
     exchange_times,
     figure_specs,
-    queue_parts,
     time_axis,
     visible,
 )
