@@ -481,8 +481,8 @@ class _Page:
         order = np.lexsort((self.t.start[flagged], stall))  # by stall (none last), then by time
         rows_at = flagged[order][:HIDDEN_ROWS]
         culprits = culprit_mask(x, self.summary, self.t)
-        # the listed rows taken once, in the columns a row shows (a row at a time from the whole table took all
-        # of its columns each time)
+        # the listed rows taken once, in the columns a row shows: a row taken at a time from the whole table
+        # would copy all of its columns for each row
         listed = x.iloc[rows_at, x.columns.get_indexer([c for c in _STATEMENT_COLUMNS if c in x.columns])]
         estimated = queue_parts(listed)[1]
         table_rows, current = [], None
