@@ -304,12 +304,9 @@ def _int64_key(chunked: pa.ChunkedArray) -> np.ndarray:
     for chunk in chunked.chunks:
         if not len(chunk):
             continue
-        validity, data = chunk.buffers()
-        values = np.frombuffer(data, dtype=np.int64, count=len(chunk), offset=chunk.offset * 8)
+        values = np.frombuffer(chunk.buffers()[1], dtype=np.int64, count=len(chunk), offset=chunk.offset * 8)
         if chunk.null_count:
-            bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little",
-                                 count=chunk.offset + len(chunk))[chunk.offset:]
-            values = np.where(bits.astype(bool), values, np.iinfo(np.int64).min)
+            values = np.where(_valid(chunk), values, np.iinfo(np.int64).min)
         parts.append(values)
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
@@ -370,13 +367,17 @@ def _int32_codes(indices: pa.Array) -> np.ndarray:
     """An int32 Arrow array as int64 values, −1 where null, read from its buffers."""
     if not len(indices):
         return np.empty(0, dtype=np.int64)
-    validity, data = indices.buffers()
-    codes = np.frombuffer(data, dtype=np.int32, count=len(indices), offset=indices.offset * 4).astype(np.int64)
+    codes = np.frombuffer(indices.buffers()[1], dtype=np.int32, count=len(indices),
+                          offset=indices.offset * 4).astype(np.int64)
     if indices.null_count:
-        held = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little",
-                             count=indices.offset + len(indices))[indices.offset:].astype(bool)
-        codes[~held] = -1
+        codes[~_valid(indices)] = -1
     return codes
+
+
+def _valid(array: pa.Array) -> np.ndarray:
+    """Per value of an Arrow array with nulls, whether it is not null: its validity bitmap, unpacked."""
+    return np.unpackbits(np.frombuffer(array.buffers()[0], dtype=np.uint8), bitorder="little",
+                         count=array.offset + len(array))[array.offset:].astype(bool)
 
 
 def _text_categories(series: pd.Series) -> pd.Series:
