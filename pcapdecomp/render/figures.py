@@ -483,8 +483,10 @@ def _lanes(sel: pd.DataFrame, klass: np.ndarray, dur: np.ndarray, start: np.ndar
         labels.append(f"{hidden} other connections")
     lane = position[slot[code]]  # ngroup codes are 0 … connections − 1
     shown_g = shown["g"].to_numpy(dtype=np.float64)
-    spans = {int(g): (int(np.flatnonzero(shown_g == g).min()), int(np.flatnonzero(shown_g == g).max()))
-             for g in np.unique(shown_g[~np.isnan(shown_g)])}
+    spans = {}
+    for g in np.unique(shown_g[~np.isnan(shown_g)]):
+        at = np.flatnonzero(shown_g == g)  # ascending: the group's first and last lane
+        spans[int(g)] = (int(at[0]), int(at[-1]))
     return lane, labels, spans
 
 
