@@ -82,7 +82,7 @@ def check(tmp_path, monkeypatch, bundled_analysis, mode, paths, name, render):
     if not render:
         import pcapdecomp.run.session
 
-        monkeypatch.setattr(pcapdecomp.run.session, "render_report", lambda *a, **k: "<!doctype html><html></html>")
+        monkeypatch.setattr(pcapdecomp.run.session, "render_page", lambda *a, **k: "<!doctype html><html></html>")
     if mode == "set":  # a bundled set as it is: the run's shared analysis (tests/conftest.py), only read here
         result = bundled_analysis(name)
         out = result.out_dir

@@ -63,7 +63,7 @@ main()
 
 
 @pytest.mark.parametrize("stage,module,name,where", [
-    ("report", "pcapdecomp.run.session", "render_report", "run.session.finish"),
+    ("report", "pcapdecomp.run.session", "render_page", "run.session.finish"),
     ("matching", "pcapdecomp.pair.pairing", "Pairing", "pair.pairing.pair_points")])
 def test_a_bug_is_one_line_exit_70_and_the_traceback_in_the_output_folder(tmp_path, stage, module, name, where):
     out = tmp_path / "out"
@@ -106,7 +106,7 @@ def test_a_failed_run_leaves_the_previous_outputs_as_they_were(tmp_path, monkeyp
     def broken(*args, **kwargs):
         raise RuntimeError("report failed")
 
-    monkeypatch.setattr(session, "render_report", broken)
+    monkeypatch.setattr(session, "render_page", broken)
     with pytest.raises(InternalError, match="RuntimeError: report failed"):
         run(out, set_dir=CAPTURES / "maxthreads")  # another set, without --csv
     after = fingerprint(out)

@@ -27,7 +27,7 @@ from ..read import extract
 from ..read.captureset import CaptureSet, time_zone
 from ..read.extract import Extracted
 from ..render.report import component_rows
-from ..render.report import render_page as render_report
+from ..render.report import render_page
 from ..render.report import unspanned_profile, write_page
 
 ANALYSIS_NAMES = ("exchanges.parquet", "groups.parquet", "pool.parquet", "summary.json", "report.html")  # always
@@ -147,17 +147,17 @@ class Run:
                   nullcontext() if early else Forked(unspanned_profile, exchanges) as profiling):
                 beside = early[0].result() if early else {}
                 summary = summarised(beside.get("latency"))
-                page = render_report(summary, exchanges, first.view.groups, options.command_line, conns,
-                                     first.view.pool,
-                                     (lambda: beside["profile"]) if early else profiling.result,
-                                     (lambda: beside["components"]) if early else None)
+                page = render_page(summary, exchanges, first.view.groups, options.command_line, conns,
+                                   first.view.pool,
+                                   (lambda: beside["profile"]) if early else profiling.result,
+                                   (lambda: beside["components"]) if early else None)
                 del beside
                 names = writing.result()
             names.append(_write_summary(out, summary))
         else:
             summary = summarised()
             names = _write_outputs(out, cs, exchanges, groups, pool, summary, options.csv, options.partitioned)
-            page = render_report(summary, exchanges, first.view.groups, options.command_line, conns, first.view.pool)
+            page = render_page(summary, exchanges, first.view.groups, options.command_line, conns, first.view.pool)
         names.append("report.html")
         write_page(out / "report.html", page)
         self.children.close()
