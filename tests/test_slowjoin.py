@@ -174,8 +174,8 @@ def test_the_fingerprint_join_before_was_wrong_here():
 def test_forms_every_entry_joined_to_its_statement(forms):
     s = forms.summary["slow_log"]
     assert wrong_joins(forms, FORMS) == []
-    assert s["matched"] == 42 and s["joined_by"]["order"] == 42
-    assert s["joined_on"] == {"text": 37, "params": 4, "template": 1, "prefix": 0, "command": 0, "time": 0}
+    assert s["matched"] == 44 and s["joined_by"]["order"] == 44
+    assert s["joined_on"] == {"text": 37, "params": 6, "template": 1, "prefix": 0, "command": 0, "time": 0}
     # not joined: the lab's own socket connection, and the SQL-level EXECUTE (logged as what it executed)
     assert s["unjoined"] == {"socket": 1, "no-text-match": 1}
     x = forms.exchanges
@@ -188,6 +188,22 @@ def test_forms_every_entry_joined_to_its_statement(forms):
                                        "COM_RESET_CONNECTION", "COM_QUIT"}
     assert len(unknown) == 1 + s["exchanges_of_unlogged_commands"]
     assert not x["hidden_slow"].fillna(False).any()  # long_query_time=0 and everything logged: nothing hidden
+
+
+def test_forms_prepared_text_without_a_marker_joins_its_entries(forms):
+    # a prepared COMMIT executed without parameters (as sysbench and JDBC's server-side prepared statements send
+    # BEGIN and COMMIT) is logged as its text: each of its two entries joins its own execute, in order
+    x = forms.exchanges
+    truth = truth_of(FORMS)
+    executed = truth[truth["note"] == "prepared without parameters"]
+    bare = x[(x["command"] == "COM_STMT_EXECUTE") & (x["sql"] == "COMMIT")].sort_values("seq")
+    assert len(bare) == len(executed) == 2
+    slow, _ = read_slow_log(FORMS / "slow.log")
+    entries = slow[slow["sql"].str.strip().str.rstrip(";") == "COMMIT"].sort_values("line")
+    assert len(entries) == 2
+    assert bare["in_slow_log"].tolist() == [True, True]
+    assert bare["slow_log_line"].tolist() == entries["line"].tolist()
+    assert bare["exec_source"].tolist() == ["slow_log", "slow_log"]
 
 
 def test_forms_multi_statement_packet_is_the_sum_of_its_entries(forms):

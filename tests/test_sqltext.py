@@ -72,7 +72,7 @@ def test_every_logged_statement_is_its_exchanges_text_in_order(forms):
             else:
                 assert template_matches(logged_form(entry), *want), entry
             checked[kind] += 1
-    assert checked == {"text": 37, "params": 4, "template": 1}  # + the EXECUTE and the lab's own socket entry: 44
+    assert checked == {"text": 37, "params": 6, "template": 1}  # + the EXECUTE and the lab's own socket entry: 46
 
 
 def test_measured_forms(forms):

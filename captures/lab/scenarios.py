@@ -243,8 +243,8 @@ SCENARIOS = {s.name: s for s in (
         "and backslashes, unicode, a NUL byte, a 5 kB statement, a three-statement COM_QUERY, USE, SET, "
         "SQL-level PREPARE/EXECUTE, binary-protocol executes with parameters of every type (integers signed and "
         "unsigned, float, double, decimal, date, time, datetime, strings with quotes/backslashes/newlines, a "
-        "binary blob, NULL, long data), mysql-connector's prepared cursor, pymysql's client-side "
-        "interpolation, and COM_PING / COM_INIT_DB / COM_STATISTICS / COM_RESET_CONNECTION.",
+        "binary blob, NULL, long data), a prepared COMMIT without parameters, mysql-connector's prepared cursor, "
+        "pymysql's client-side interpolation, and COM_PING / COM_INIT_DB / COM_STATISTICS / COM_RESET_CONNECTION.",
         ServerSettings(thread_pool_size=2, long_query_time_s=0.0),
         {},
         tuple(_sbtest_sql(100)),

@@ -698,8 +698,21 @@ def slowlog_forms(args, truth: Truth) -> None:
     answer = client.execute(long_id, [(raw.MYSQL_TYPE_BLOB, b""), (raw.MYSQL_TYPE_VAR_STRING, raw.encode_string("ld"))])
     c.record(send_ns, time.time_ns(), command="COM_STMT_EXECUTE", sql=long_sql, role="query",
              ps_event="statement/com/Execute", rows=answer.rows, note="parameter 0 sent as long data")
+    # a prepared text without a marker, executed without parameters, as sysbench and JDBC's server-side prepared
+    # statements send BEGIN and COMMIT: logged as the text itself
+    bare_sql = "COMMIT"
+    send_ns = time.time_ns()
+    bare_id, _, _ = client.prepare(bare_sql)
+    c.record(send_ns, time.time_ns(), command="COM_STMT_PREPARE", sql=bare_sql, role="prepare",
+             ps_event="statement/com/Prepare")
+    for _ in range(2):
+        send_ns = time.time_ns()
+        answer = client.execute(bare_id, [])
+        c.record(send_ns, time.time_ns(), command="COM_STMT_EXECUTE", sql=bare_sql, role="query",
+                 ps_event="statement/com/Execute", error=answer.error or None, note="prepared without parameters")
     client.close_statement(statement_id)
     client.close_statement(long_id)
+    client.close_statement(bare_id)
     c.close()
 
     c = connect(truth, "connector-prepared", args, kind="connector", note="mysql-connector prepared cursor")

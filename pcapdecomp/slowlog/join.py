@@ -345,10 +345,7 @@ class _Templates:
             text = logged_form(sql)
             for length in prefix_index:
                 for tid in by_first.get(text[:length], ()):
-                    parts = self.parts[tid]
-                    if len(parts) == 1:
-                        continue
-                    values = template_values(text, parts)
+                    values = template_values(text, self.parts[tid])  # no marker: the text itself, no values
                     if values is not None:
                         out[e].append((tid, _values_key(values)))
         return out
