@@ -7,6 +7,7 @@ them, against the same capture as one file."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -79,6 +80,15 @@ def test_the_clock_pass_reads_a_rotated_point_as_one_stream(tmp_path):
     # the point's name (its folder) is only a name: nothing maps it to the point's files
     with pytest.raises(InputError):
         read_segments_of(point.name, flows)
+    # each file by the native lane, as the extraction reads them, and by the Python reader: the same segments
+    os.environ["PCAPDECOMP_NO_LANE"] = "1"
+    try:
+        python = read_segments_of(point, flows)
+    finally:
+        os.environ.pop("PCAPDECOMP_NO_LANE", None)
+    assert (python.read, python.repeated) == (split.read, split.repeated)
+    for column in ("k1", "k2", "ts"):
+        assert (getattr(python, column) == getattr(split, column)).all(), column
 
 
 def test_connection_ids_are_read_back_from_a_rotated_point(tmp_path):

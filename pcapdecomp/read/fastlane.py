@@ -280,7 +280,12 @@ def segment_keys(reader: CaptureReader, flows: set[tuple[str, int, str, int]]) -
     ip, port, server ip, port), either direction). Returns [k1, k2, ts], each the buffer of a uint64, uint64 and
     int64 array: k1 = seq << 32 | ack, k2 = wire payload length << 9 | flags << 1 | direction (1: server to
     client). Read by the lane when it can, from the same records as extraction (times checked alike; a damaged
-    file up to the damage), else in Python."""
+    file up to the damage), else in Python. A capture point of several files (sources.PointReader) is read file by
+    file, as the extraction reads it: each by the lane where it can."""
+    if hasattr(reader, "files"):
+        parts = [segment_keys(part, flows) for part, _ in reader.files()]
+        return [np.concatenate([np.frombuffer(part[i], dtype=dtype) for part in parts]) if parts
+                else np.zeros(0, dtype=dtype) for i, dtype in enumerate((np.uint64, np.uint64, np.int64))]
     if not _usable(reader):
         return _segment_keys_in_python(reader, flows)
     wanted = []
