@@ -2512,7 +2512,11 @@ static void Excerpt_dealloc(Excerpt *X) {
     Py_TYPE(X)->tp_free((PyObject *)X);
 }
 
+/* frames() -> the records (frames) read so far: a scan that reached the end, the file's frames up to damage */
+static PyObject *Excerpt_frames(Excerpt *X, PyObject *Py_UNUSED(ignored)) { return PyLong_FromLongLong(X->R.frame); }
+
 static PyMethodDef Excerpt_methods[] = {
+    {"frames", (PyCFunction)Excerpt_frames, METH_NOARGS, "The frames read so far."},
     {"feed", (PyCFunction)Excerpt_feed, METH_O, "Append capture bytes."},
     {"eof", (PyCFunction)Excerpt_eof, METH_NOARGS, "The whole file was fed."},
     {"run", (PyCFunction)Excerpt_run, METH_NOARGS, "Read the records fed so far (a copy: the records written)."},

@@ -43,18 +43,30 @@ def _rotated(source: Path, folder: Path, frames_per_file: int) -> sources.Captur
     return point
 
 
-def test_the_loss_repair_rereads_a_rotated_point_as_one_stream(tmp_path):
-    """Frames lost at the DB: the repair borrows and re-reads the DB point of two files as it does the one file;
-    the repaired exchanges and the repair's counts are the same."""
+@pytest.mark.parametrize("frames_per_file", [900, 250])
+def test_the_loss_repair_rereads_a_rotated_point_as_one_stream(tmp_path, monkeypatch, frames_per_file):
+    """Frames lost at the DB: the repair borrows and re-reads the DB point of two (or eight) files as it does the
+    one file, each file read by the native lane; the repaired exchanges and the repair's counts are the same."""
+    from pcapdecomp.pair import repair
+
     lossy = tmp_path / "db.pcap"
     lose_frames(LOSSY_SET / "db.pcap", lossy, 0.05, 1041)
-    point = _rotated(lossy, tmp_path / "db", 900)
+    point = _rotated(lossy, tmp_path / "db", frames_per_file)
     whole = analyze(capture_set(app=[LOSSY_SET / "app.pcap"], db=[lossy], slow_log=LOSSY_SET / "slow.log",
                                 long_query_time=0.1, thread_pool_size=2),
                     Options(quiet=True, jobs=1), tmp_path / "whole")
+    reread_natively, natively = repair._reread_natively, []
+
+    def spy(*args):
+        x = reread_natively(*args)
+        natively.append(x is not None)
+        return x
+
+    monkeypatch.setattr(repair, "_reread_natively", spy)
     split = analyze(capture_set(app=[LOSSY_SET / "app.pcap"], db=[point.given], slow_log=LOSSY_SET / "slow.log",
                                 long_query_time=0.1, thread_pool_size=2),
                     Options(quiet=True, jobs=1), tmp_path / "split")
+    assert natively == [True]  # the lane re-read the point's files, none in Python
     assert whole.summary["repair"]["exchanges_repaired"] > 0
     assert split.summary["repair"] == whole.summary["repair"]
     a, b = whole.exchanges, split.exchanges
@@ -102,3 +114,37 @@ def test_connection_ids_are_read_back_from_a_rotated_point(tmp_path):
         ids = connids.ids_from_answers(source, x.exchanges, x.connections)
         got[source is point] = {index: conn_id for (_, index), conn_id in ids.items()}
     assert got[False] and got[True] == got[False]
+
+
+def test_the_repairs_lane_passes_read_a_rotated_point_as_one_stream(tmp_path):
+    """fastlane.excerpt_scan over a point of eight files finds the segments of the one file, frames numbered
+    through the files, and excerpt_copy writes the same records, pieces put in: one before a file's first chosen
+    frame, one inside a file, one after the last frame."""
+    import numpy as np
+
+    from pcapdecomp.pair.repair import PSH
+    from pcapdecomp.read import fastlane
+
+    db = LOSSY_SET / "db.pcap"
+    point = _rotated(db, tmp_path / "db", 250)
+    assert len(point.files) >= 6
+    conns = extract(db).connections
+    keys = []
+    for client, server in zip(conns["client"].astype(str), conns["server"].astype(str)):
+        (ci, cp), (si, sp) = sources.parse_server(client), sources.parse_server(server)
+        keys += [(ci, cp, si, sp), (si, sp, ci, cp)]
+    whole, split = fastlane.excerpt_scan(db, keys), fastlane.excerpt_scan(point, keys)
+    assert len(whole[0]) > 1000
+    for a, b in zip(whole, split, strict=True):
+        assert (a == b).all()
+    assert fastlane.file_frames(point) == [250] * (len(point.files) - 1) + [fastlane.file_frames(db)[0] % 250 or 250]
+    frames = whole[1][::3]
+    boundary = int(np.searchsorted(frames, 2 * 250, side="right"))  # the first chosen frame of the third file
+    insert_at = np.array([boundary, boundary + 5, len(frames)], dtype=np.int64)
+    blobs = [fastlane.excerpt_record(keys[0], int(whole[2][0]), 7 + i, 9, PSH, b"piece %d" % i) for i in range(3)]
+    copies = []
+    for source in (db, point):
+        out = bytearray()
+        assert fastlane.excerpt_copy(source, keys, frames, insert_at, blobs, out.extend) == len(frames)
+        copies.append(bytes(out))
+    assert copies[0] == copies[1] and all(blob in copies[0] for blob in blobs)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from ..core.endpoints import Endpoint, endpoint_text
@@ -19,7 +20,7 @@ from ..mysql.connection import ENCRYPTED_COMMAND, Exchange
 from ..mysql.framing import MIN_ROW_BUDGET, ROWS_PER_INPUT_BYTE, SQL_BUDGET, InputBudget
 from ..mysql.tls import Secrets
 from .capture import CaptureStats, open_capture
-from .fastlane import ExcerptPlan, read_capture
+from .fastlane import ExcerptPlan, file_frames, per_file, read_capture
 from .flows import Flow, FlowTracker
 
 if TYPE_CHECKING:
@@ -397,9 +398,14 @@ def extract(
             (max(MIN_ROW_BUDGET, ROWS_PER_INPUT_BYTE * total) if row_budget is None else row_budget) // share)
         native = 0
         # a capture point of several files (sources.PointReader) hands out its files one by one, into this one
-        # tracker: connections continue across them, frames are numbered through them
-        for part, before in (reader.files() if hasattr(reader, "files") else ((reader, 0),)):
+        # tracker: connections continue across them, frames are numbered through them (with an excerpt plan, its
+        # records: each file reads its own part of the plan)
+        several = hasattr(reader, "files")
+        plans = _plans_by_file(path, excerpt) if several and excerpt is not None else None
+        for i, (part, before) in enumerate(reader.files() if several else ((reader, 0),)):
             tracker.frame_base = before
+            if plans is not None:
+                excerpt = plans[i]
             step = progress
             if progress is not None and part is not reader:
                 done = reader.bytes_read
@@ -416,6 +422,17 @@ def extract(
     result = finished(stats, native)
     result.files = files
     return result
+
+
+def _plans_by_file(path, excerpt: ExcerptPlan) -> list[ExcerptPlan]:
+    """An excerpt plan of a capture point of several files, as one plan per file (fastlane.per_file), an empty one
+    for a file with no part of it."""
+    counts = file_frames(path)
+    if counts is None:
+        raise ValueError(f"the lane cannot read an excerpt plan of {os.fspath(path)}")
+    empty = np.zeros(0, dtype=np.int64)
+    return [ExcerptPlan(excerpt.keys, empty, empty, []) if part is None else ExcerptPlan(excerpt.keys, *part)
+            for part in per_file(excerpt.frames, excerpt.insert_at, excerpt.blobs, counts)]
 
 
 def merge_parts(parts: list[Extraction]) -> Extraction:

@@ -365,33 +365,84 @@ def _directed(keys: list[tuple[str, int, str, int]]) -> list[tuple[bytes, int, b
     return wanted
 
 
-def _excerpt(path: str | os.PathLike, keys: list[tuple[str, int, str, int]], **copy):
-    """Run _lane.Excerpt over the capture at `path` (see excerpt_scan, excerpt_copy): the Excerpt, or None when the
-    lane cannot read it (not built, switched off, a capture point of several files, a format it does not read)."""
+def _excerpts(path: str | os.PathLike, keys: list[tuple[str, int, str, int]], copies: list[dict] | None = None,
+              write: Callable[[bytes], object] | None = None) -> list | None:
+    """Run _lane.Excerpt over the capture at `path` (see excerpt_scan, excerpt_copy), one per file: a file, or each
+    file of a capture point of several (sources.PointReader.files(), in order), with `copies[i]` (frames, insert_at,
+    blobs) for the i-th file when given (None there: the file is not read). Returns the Excerpts, or None when the
+    lane cannot read one of the files (not built, switched off, a format it does not read)."""
     try:
         from .._lane import Excerpt
     except ImportError:
         return None
     wanted = _directed(keys)
+    done = []
     with open_capture(path) as reader:
-        if type(reader) is not CaptureReader or not _usable(reader):
-            return None
-        write = copy.pop("write", None)
-        source = reader.hand_over()
-        excerpt = Excerpt(**_layout(source), keys=wanted, **copy)
-        _run_through(reader, source, excerpt, write)
-        return excerpt
+        parts = reader.files() if hasattr(reader, "files") else iter(((reader, 0),))
+        for i, (part, _) in enumerate(parts):
+            if type(part) is not CaptureReader or not _usable(part):
+                return None
+            copy = {} if copies is None else copies[i]
+            if copy is None:
+                done.append(None)
+                continue
+            source = part.hand_over()
+            excerpt = Excerpt(**_layout(source), keys=wanted, **copy)
+            _run_through(part, source, excerpt, write)
+            done.append(excerpt)
+    return done
+
+
+def file_frames(path: str | os.PathLike) -> list[int] | None:
+    """The frames of each file of the capture at `path` (one file, or a capture point's files in the order and
+    with the skips of PointReader.files()), up to damage, as the extraction numbers them; None when the lane cannot
+    read one of them."""
+    done = _excerpts(path, [])
+    return None if done is None else [excerpt.frames() for excerpt in done]
+
+
+def per_file(frames: np.ndarray, insert_at: np.ndarray, blobs: list, counts: list[int]) -> list[tuple | None]:
+    """An excerpt's `frames` (sorted frame numbers through a capture point's files), `insert_at` and `blobs`, cut
+    by file (`counts`: file_frames): per file, its frames numbered within it and the blobs that go before one of them
+    (with their ordinal among them; the blobs after the last frame: in its file, after it, and all of them in the
+    first file when there is no frame), or None for a file with neither."""
+    ends = np.cumsum(np.asarray(counts, dtype=np.int64))
+    starts = ends - np.asarray(counts, dtype=np.int64)
+    first = np.searchsorted(frames, starts, side="right")  # each file's first ordinal (its frames are > start)
+    last = np.searchsorted(frames, ends, side="right")
+    if len(frames):
+        file_of = np.searchsorted(ends, frames[np.minimum(insert_at, len(frames) - 1)], side="left")
+    else:
+        file_of = np.zeros(len(insert_at), dtype=np.int64)
+    out: list[tuple | None] = []
+    for i in range(len(counts)):
+        mine = np.flatnonzero(file_of == i)
+        if first[i] == last[i] and not len(mine):
+            out.append(None)
+            continue
+        out.append((np.ascontiguousarray(frames[first[i]:last[i]] - starts[i], dtype=np.int64),
+                    np.ascontiguousarray(insert_at[mine] - first[i], dtype=np.int64), [blobs[j] for j in mine]))
+    return out
 
 
 def excerpt_scan(path: str | os.PathLike, keys: list[tuple[str, int, str, int]]) -> list[np.ndarray] | None:
     """Every TCP segment of the capture at `path` whose (source ip, port, destination ip, port) is one of `keys`,
     read by the lane (the records extraction reads, times checked alike, up to damage): int64 columns [key index
     (the first of equal keys), frame, ts_ns, seq, ack, flags, captured payload length, payload bytes the snaplen cut
-    (capture._decode's `missing`)]. None when the lane cannot read this capture (the caller reads it in Python)."""
-    done = _excerpt(path, keys)
+    (capture._decode's `missing`)]. A capture point of several files is read file by file, its frames numbered
+    through them. None when the lane cannot read this capture (the caller reads it in Python)."""
+    done = _excerpts(path, keys)
     if done is None:
         return None
-    return [np.frombuffer(column, dtype=np.int64) for column in done.take()]
+    if len(done) == 1:
+        return [np.frombuffer(column, dtype=np.int64) for column in done[0].take()]
+    parts, before = [], 0
+    for excerpt in done:
+        columns = [np.frombuffer(column, dtype=np.int64) for column in excerpt.take()]
+        columns[1] = columns[1] + before
+        before += excerpt.frames()
+        parts.append(columns)
+    return [np.concatenate([columns[i] for columns in parts]) for i in range(len(parts[0]))]
 
 
 # the header of the classic pcap file excerpt_copy writes: nanosecond times, link type RAW (an IP header first)
@@ -435,6 +486,15 @@ def excerpt_copy(path: str | os.PathLike, keys: list[tuple[str, int, str, int]],
     header that capture._decode and the lane decode into the segment's fields), given to `write` chunk by chunk;
     `blobs[i]` (records made alike) goes in before the copy of frames[insert_at[i]] (after the last when
     insert_at[i] is len(frames)). Returns how many frames were copied, None when the lane cannot read the capture."""
-    done = _excerpt(path, keys, frames=np.ascontiguousarray(frames, dtype=np.int64),
-                    insert_at=np.ascontiguousarray(insert_at, dtype=np.int64), blobs=blobs, write=write)
-    return None if done is None else done.take()
+    frames = np.ascontiguousarray(frames, dtype=np.int64)
+    insert_at = np.ascontiguousarray(insert_at, dtype=np.int64)
+    if len(getattr(path, "files", ())) > 1:  # a capture point of several files: each file its own part
+        counts = file_frames(path)
+        if counts is None:
+            return None
+        copies = [None if part is None else dict(zip(("frames", "insert_at", "blobs"), part))
+                  for part in per_file(frames, insert_at, blobs, counts)]
+    else:
+        copies = [{"frames": frames, "insert_at": insert_at, "blobs": blobs}]
+    done = _excerpts(path, keys, copies, write)
+    return None if done is None else sum(excerpt.take() for excerpt in done if excerpt is not None)
