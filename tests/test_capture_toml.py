@@ -106,3 +106,14 @@ def test_a_wrong_type_is_one_line_and_exit_2_before_any_capture_is_read(tmp_path
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "[server] tls must be true or false, got 'no'" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_captures_it_names_that_are_not_there_are_named_when_nothing_is_left(tmp_path):
+    # the recording's capture.toml copied beside a rotated file of another name: its [captures] names app.pcap and
+    # db.pcap, so the folder's own files are not looked for, and the one line says which names were not found
+    from pcapdecomp.core.errors import UsageError
+
+    folder = _set_with(tmp_path, lambda text: text)
+    (folder / "db.pcap").rename(folder / "db_00000_20261127100003.pcap")
+    with pytest.raises(UsageError, match=re.escape("[captures] names app = 'app.pcap', db = 'db.pcap', which are not there")):
+        _resolved(folder)

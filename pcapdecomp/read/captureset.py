@@ -152,12 +152,17 @@ def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_quer
                 raise InputError(f"{cfg}: not valid TOML: {err}") from None
             _check_toml(toml, cfg, missing)
         named = toml.get("captures", {})
+        absent: list[str] = []  # captures capture.toml names that are not in the folder
         for kind, given in (("app", app_specs), ("db", db_specs), ("proxy", proxy_specs)):
             if given:
                 continue
             if kind in named:
-                found += [sources.point(kind, p) for n in _names(named[kind])
-                          if (p := _named_file(set_dir, cfg, kind, n, missing)) is not None]
+                for n in _names(named[kind]):
+                    p = _named_file(set_dir, cfg, kind, n, missing)
+                    if p is not None:
+                        found.append(sources.point(kind, p))
+                    else:
+                        absent.append(f"{kind} = {n!r}")
             else:
                 found += _folder_points(set_dir, kind)
         if processlist is None and "processlist" in named:
@@ -266,6 +271,10 @@ def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_quer
                          " (the processlist snapshot)")
     if not points:
         where = f" in {set_dir}" if set_dir is not None else ""
+        if set_dir is not None and absent:  # where capture.toml names the captures, the folder's files are not looked at
+            raise UsageError(f"no capture to analyse{where}: its capture.toml's [captures] names {', '.join(absent)}, "
+                             "which are not there; name the files that are, or give them with --app, --db and/or "
+                             "--proxy")
         raise UsageError(f"no capture to analyse{where}: give a capture-set folder, --app, --db and/or --proxy")
     return result
 
