@@ -889,6 +889,7 @@ def join_slow_log(rows: pd.DataFrame, slow: pd.DataFrame | None, name: str = "sl
     if slow is None or len(slow) == 0:
         return _empty(n, 0 if slow is None else len(slow))
     R = _Rows(rows)
+    del rows  # _Rows has what the join reads of it: a view handed over (decompose's) goes now
     E = _Entries(slow)
     T = _Templates(R)
     reads = T.reads(E)
