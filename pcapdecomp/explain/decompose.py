@@ -251,11 +251,9 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
               thread_pool_size: int | None, slow_name: str = "slow log") -> tuple[pd.DataFrame, SlowLogJoin]:
     """Add exec_s / exec_source / queue_s / in_slow_log / hidden_slow / thread_group to build_table's output."""
     t = table
-    # The join's view holds every statement's text as Python strings (≈ 600 B an exchange at its peak): made only
-    # when there is a slow log to join; without one the join reads nothing but the number of rows.
-    rows = rows_for_join(t) if slow is not None and len(slow) else t.iloc[:, :0]
-    join = join_slow_log(rows, slow, slow_name)
-    del rows
+    # The join's view: made only when there is a slow log to join (without one the join reads nothing but the
+    # number of rows), and handed over (no name here holds it), so that the join lets it go once it has read it.
+    join = join_slow_log(rows_for_join(t) if slow is not None and len(slow) else t.iloc[:, :0], slow, slow_name)
     in_log = join.entry >= 0
     undecided = join.undecided  # may be the exchange of an entry that could not be joined: in the log or not
     pipelined = pipelined_s(t)

@@ -134,14 +134,18 @@ def _area(points: np.ndarray, edges: np.ndarray) -> np.ndarray:
     float64, still from the first edge (a step of microseconds). Differences of areas are exact in int64 only: the
     callers subtract and difference them before converting to float64."""
     origin = int(edges[0]) if len(edges) else 0
-    rel_points = points.astype(np.int64, copy=False) - origin
+    points = points.astype(np.int64, copy=False)
     rel_edges = edges.astype(np.int64, copy=False) - origin
     k = np.searchsorted(points, edges, side="left")
-    reach = max(abs(int(rel_points[0])), abs(int(rel_points[-1]))) if len(points) else 0
+    reach = max(abs(int(points[0] - origin)), abs(int(points[-1] - origin))) if len(points) else 0
     reach = max(reach, abs(int(rel_edges[-1])) if len(edges) else 0)
     if (len(points) + 1) * (reach + 1) < 1 << 62:
-        csum = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(rel_points)])
+        csum = np.empty(len(points) + 1, dtype=np.int64)  # [0, cumsum(points − origin)], made in place
+        csum[0] = 0
+        np.subtract(points, origin, out=csum[1:])
+        np.cumsum(csum[1:], out=csum[1:])
         return k * rel_edges - csum[k]  # int64: a float64 of it would round (it reaches n × span, beyond 2^53)
+    rel_points = points - origin
     csum = np.concatenate([[0.0], np.cumsum(rel_points, dtype=np.float64)])
     return k * rel_edges.astype(np.float64) - csum[k]
 
@@ -331,7 +335,11 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
     server = d4 - d1
     # a statement known faster than long_query_time executed at most server − queue_min_s: the interval a worker
     # may have been held, not a measurement, and only a culprit when it is not known to have queued itself
-    exec_s = np.where(np.isnan(exec_s) & upper_bound, server / NS - np.nan_to_num(qmin), exec_s)
+    fill = np.isnan(exec_s) & upper_bound
+    if fill.any():  # on those rows only (three temporaries of every row otherwise); exec_s may be the table's own
+        exec_s = exec_s.copy()
+        exec_s[fill] = server[fill] / NS - np.nan_to_num(qmin[fill])
+    del fill
     exec_known = ~np.isnan(exec_s)
     # np.where(exec_known, rint(exec_s × NS), server as float64) as int64, in place: fewer arrays of every row
     exec_ns = _ns_of(exec_s)
@@ -345,9 +353,12 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
     q_end += d1
     np.minimum(q_end, d4, out=q_end)
     q_min = _ns_of(qmin).astype(np.int64)
-    conn = of_pos(t["conn_id"].astype("Int64").to_numpy(dtype="float64", na_value=-1)).astype(np.int64)
+    conn = of_pos(t["conn_id"].astype("Int64").to_numpy(dtype="int64", na_value=-1))
     likely = of_pos(_equals(t["queue_source"], "likely"))
-    victim = np.where(likely, q_end - d1, q_min) >= threshold_ns
+    told = q_end - d1  # q_told, made in place
+    np.copyto(told, q_min, where=~likely)
+    victim = told >= threshold_ns
+    del told
     # an upper bound on execution (below long_query_time) can still be a culprit, unless the statement is known to
     # have queued itself
     culprit_ok = long_exec & (~upper_bound | ~victim)
@@ -369,14 +380,14 @@ def _ns_of(seconds: np.ndarray) -> np.ndarray:
 
 def pool_table(r: _Rows, edges: np.ndarray, bucket_s: float, threshold_ns: int) -> pd.DataFrame:
     bns = int(round(bucket_s * NS))
-    ends = _interval_ends(r, None, edges)
-    x_times, x_counts = _execution_steps(r)
-    q_times, q_counts = _count_steps(r.d1, r.q_end)
+    # each step function reduced to its buckets' extremes as soon as it is made (the queued ones are read nowhere
+    # else: two arrays of twice the rows each, not held beside the next), then the sorted ends
+    x_lo, x_hi = _step_extremes(*_execution_steps(r), edges)
+    _, q_hi = _step_extremes(*_count_steps(r.d1, r.q_end), edges)
     victim = r.q_min >= threshold_ns
-    c_times, c_counts = _count_steps(r.d1[victim], (r.d1 + r.q_min)[victim])
-    x_lo, x_hi = _step_extremes(x_times, x_counts, edges)
-    _, q_hi = _step_extremes(q_times, q_counts, edges)
-    _, c_hi = _step_extremes(c_times, c_counts, edges)
+    _, c_hi = _step_extremes(*_count_steps(r.d1[victim], (r.d1 + r.q_min)[victim]), edges)
+    del victim
+    ends = _interval_ends(r, None, edges)
     return pd.DataFrame({
         "bucket_start": pd.to_datetime(edges[:-1], unit="ns", utc=True),
         "bucket_s": float(bucket_s),

@@ -30,6 +30,7 @@ unjoined, reason `search-limit`); no pair of entry × exchange is ever materiali
 
 from __future__ import annotations
 
+import array
 import bisect
 import re
 from collections import defaultdict
@@ -417,9 +418,9 @@ class _Slots:
     no entry can be, or whose key no entry has (`_Wanted`), gets no slot."""
 
     def __init__(self, rows: _Rows, templates: _Templates, wanted: _Wanted):
-        self.row: list[int] = []
+        self.row = array.array("q")  # per slot: its exchange (machine integers: 8 bytes a slot)
         self.k: list[int] = []
-        self.keys: list[list[tuple]] = []
+        self.keys: list[tuple[tuple, ...]] = []  # per slot: its keys (one tuple shared by the executes of a key)
         self.by_key: dict[tuple, list[int]] = defaultdict(list)
         self.template_parts = templates.parts
         self.cut_prefixes: set[str] = set()  # texts of statements cut on the wire
@@ -472,10 +473,11 @@ class _Slots:
         order = np.lexsort((k, row))
         slot = np.empty(len(order), dtype=np.int64)
         slot[order] = np.arange(len(order))
-        all_keys = self.keys + [[keys[c]] for c in code.tolist()]
+        one = [(key,) for key in keys]
+        all_keys = self.keys + [one[c] for c in code.tolist()]
         all_texts = self.text_of + [None] * len(executes)
         at = order.tolist()
-        self.row, self.k = row[order].tolist(), k[order].tolist()
+        self.row, self.k = _int64s(row[order]), k[order].tolist()
         self.keys, self.text_of = [all_keys[i] for i in at], [all_texts[i] for i in at]
         renumbered = slot[:made].tolist()  # the slots made so far keep their order among themselves
         for slots in self.by_key.values():
@@ -489,13 +491,13 @@ class _Slots:
         s = len(self.row)
         self.row.append(r)
         self.k.append(k)
-        self.keys.append(keys)
+        self.keys.append(tuple(keys))
         self.text_of.append(text)
         for key in keys:
             self.by_key[key].append(s)
 
     def add_key(self, s: int, key: tuple) -> None:
-        self.keys[s].append(key)
+        self.keys[s] = (*self.keys[s], key)
         self.by_key[key].append(s)
 
 
@@ -642,6 +644,13 @@ def _starting_with(items: list[tuple[str, int]], keys: list[str], prefix: str):
 # --- the search ---------------------------------------------------------------------------------------------------
 
 
+def _int64s(values: np.ndarray) -> array.array:
+    """An int64 array's values as an array.array: a sequence that bisect, indexing and loops read as Python ints."""
+    out = array.array("q")
+    out.frombytes(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+    return out
+
+
 class _TimeIndex:
     """Items with an interval [start, start + width], for "which items may overlap [b, a]": start ≤ a and
     start + width ≥ b. Items are kept in classes of similar width (powers of 4 of a millisecond), each sorted by
@@ -653,11 +662,16 @@ class _TimeIndex:
         cls = np.zeros(len(ids), dtype=np.int64)
         big = width > 1_000_000
         cls[big] = (np.log2(width[big] / 1_000_000) / 2).astype(np.int64) + 1
+        # ids and starts as machine integers (8 bytes an item, not a Python int's 36 and more: an index of the
+        # exchanges of every connection is one of each exchange), which bisect and the loops read as sequences;
+        # each class's ids also as an array over the same bytes, for slices
         self.classes = []
         for c in np.unique(cls):
             sel = np.flatnonzero(cls == c)
             order = sel[np.argsort(start[sel], kind="stable")]
-            self.classes.append((ids[order].tolist(), start[order].tolist(), int(width[order].max()), ids[order]))
+            class_ids = _int64s(ids[order])
+            self.classes.append((class_ids, _int64s(start[order]), int(width[order].max()),
+                                 np.frombuffer(class_ids, dtype=np.int64)))
 
     def query(self, a: int, b: int):
         """Items that may have start ≤ a and start + width ≥ b, latest start first within each class."""
@@ -682,8 +696,12 @@ class _Search:
     def __init__(self, rows: _Rows, entries: _Entries, slots: _Slots):
         self.rows, self.entries, self.slots = rows, entries, slots
         self.slot_row = np.asarray(slots.row, dtype=np.int64)
-        # plain lists for the per-pair checks (numpy scalars cost several times more in a Python loop)
-        self._d1, self._d4, self._tol = rows.d1.tolist(), rows.d4.tolist(), rows.tol.tolist()
+        # sequences of Python ints for the per-pair checks (numpy scalars cost several times more in a Python
+        # loop): the times of every exchange as machine integers (8 bytes each, a list's ints 40), the tolerance as
+        # a list of its two values (one object each)
+        self._d1, self._d4 = _int64s(rows.d1), _int64s(rows.d4)
+        self._tol = np.array([DB_CLOCK_TOLERANCE_NS, APP_CLOCK_TOLERANCE_NS], dtype=object)[
+            (rows.tol == APP_CLOCK_TOLERANCE_NS).astype(np.intp)].tolist()
         self._lo, self._hi, self._qt = entries.lo.tolist(), entries.hi.tolist(), entries.qt.tolist()
         ips = {ip: i for i, ip in enumerate(sorted({*rows.ip_values, *entries.ip} - {None}))}
         # per distinct address of the rows, then per row (a row without one: the -1 appended last)
@@ -868,6 +886,7 @@ def join_slow_log(rows: pd.DataFrame, slow: pd.DataFrame | None, name: str = "sl
     if slow is None or len(slow) == 0:
         return _empty(n, 0 if slow is None else len(slow))
     R = _Rows(rows)
+    del rows  # _Rows has what the join reads of it: a view handed over (decompose's) goes now
     E = _Entries(slow)
     T = _Templates(R)
     reads = T.reads(E)
@@ -883,9 +902,11 @@ class _ChainPositions:
     time the slot has the key (a dict's `get`, made when a key is first asked for: only the keys of the entries of
     the connection's thread are)."""
 
-    def __init__(self, ids: np.ndarray, slots: int, by_key: dict[tuple, list[int]]):
-        self._position = np.full(slots, -1, dtype=np.int64)
-        self._position[ids] = np.arange(len(ids), dtype=np.int64)
+    def __init__(self, ids: np.ndarray, by_key: dict[tuple, list[int]]):
+        # the chain's slots sorted, and each one's position: a slot's position found by a search, not read from an
+        # array over every slot (one such array per connection grows as connections × slots)
+        self._order = np.argsort(ids, kind="stable")
+        self._sorted = ids[self._order]
         self._by_key = by_key
         self._made: dict[tuple, list[int]] = {}
 
@@ -895,9 +916,21 @@ class _ChainPositions:
             slots = self._by_key.get(key)
             if not slots:
                 return default
-            positions = self._position[np.asarray(slots, dtype=np.int64)]
-            got = self._made[key] = np.sort(positions[positions >= 0]).tolist()
+            slots = np.asarray(slots, dtype=np.int64)
+            at = np.minimum(np.searchsorted(self._sorted, slots), max(len(self._sorted) - 1, 0))
+            mine = self._sorted[at] == slots if len(self._sorted) else np.zeros(len(slots), dtype=bool)
+            got = self._made[key] = np.sort(self._order[at[mine]]).tolist()
         return got if got else default
+
+
+def _slots_by_connection(rows: _Rows, slot_row: np.ndarray) -> dict[tuple, np.ndarray]:
+    """Per connection name, its slots (ascending)."""
+    if not len(slot_row):
+        return {}
+    codes = rows.conn_code[slot_row]
+    order = np.argsort(codes, kind="stable")
+    starts = np.flatnonzero(np.r_[True, codes[order][1:] != codes[order][:-1]])
+    return {rows.conn_names[c]: part for c, part in zip(codes[order][starts].tolist(), np.split(order, starts[1:]))}
 
 
 class _State:
@@ -917,9 +950,7 @@ class _State:
         self.cands: dict[int, list[int] | None] = {}
         self.slot_conn = rows.conn_of(slots.row)
         self.slot_k = np.asarray(slots.k, dtype=np.int64)
-        self.conn_slots: dict[tuple, list[int]] = defaultdict(list)
-        for s, c in enumerate(self.slot_conn):
-            self.conn_slots[c].append(s)
+        self.conn_slots = _slots_by_connection(rows, search.slot_row)
         self._chains: dict[tuple, tuple] = {}
         self._rows_of: dict[tuple, np.ndarray] | None = None
         self._joined_by_thread: dict[int, list] | None = None
@@ -985,7 +1016,7 @@ class _State:
             order = np.lexsort((self.slot_k[ids], self.R.d1[rows])) if len(ids) else ids
             ids, rows = ids[order], rows[order]
             got = self._chains[conn] = (ids, self.R.d1[rows], self.R.d4[rows],
-                                        _ChainPositions(ids, len(self.S.row), self.S.by_key))
+                                        _ChainPositions(ids, self.S.by_key))
         return got
 
     def _positions(self, e: int, per_key: dict) -> list[int]:
