@@ -205,12 +205,13 @@ def test_counts_the_docs_quote_are_the_tests_counts():
 
 
 def test_the_readme_install_gives_a_working_command(tmp_path):
-    """The README's two install commands, in a fresh virtual environment (the dependencies from this Python's own
-    site-packages; pip fetches only the build backend, as `pip install .` does): the installed copy, not the
-    checkout, answers; and `lab record`, a development command, says so in one line outside a checkout and finds
-    the lab from a checkout's root."""
+    """The README's two install commands, in a fresh virtual environment (the dependencies, and pip itself, from
+    this Python's own site-packages: a copy of pip installed into the environment would be most of the test's
+    work; pip fetches only the build backend, as `pip install .` does): the installed copy, not the checkout,
+    answers; and `lab record`, a development command, says so in one line outside a checkout and finds the lab
+    from a checkout's root."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
                            "--disable-pip-version-check", str(REPO)],
