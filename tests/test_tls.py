@@ -261,28 +261,38 @@ def test_server_time_is_the_same_with_and_without_keys(tmp_root, name):
     assert np.allclose(both["server_s"].astype(float), both["server_s_n"].astype(float), equal_nan=True, atol=1e-9)
 
 
-def test_a_dask_cluster_decrypts_as_one_process_does(tmp_root):
+@pytest.fixture(scope="module")
+def on_a_local_cluster(tmp_root) -> tuple[subprocess.CompletedProcess, Path]:
+    """`pcapdecomp analyze group-stall-tls13 --scheduler local --jobs 2` as a user runs it (not quiet: the progress
+    loop that polls the workers runs): the process and its output folder, read by the two tests below (a Dask
+    cluster started once)."""
+    pytest.importorskip("distributed")
+    out = tmp_root / "out-tls13-dask"
+    done = subprocess.run([sys.executable, "-m", "pcapdecomp.cli", "analyze", str(CAPTURES / "group-stall-tls13"),
+                           "--scheduler", "local", "--jobs", "2", "--out", str(out)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    return done, out
+
+
+def test_a_dask_cluster_decrypts_as_one_process_does(tmp_root, on_a_local_cluster):
     """`analyze --scheduler local`: the key log goes to the workers with the task, so the exchanges table is the
     single-process one (decrypted: statement text, no ENCRYPTED flight), not the timed-only reading."""
-    pytest.importorskip("distributed")
+    done, out = on_a_local_cluster
+    assert done.returncode == 0, done.stderr[-2000:]
     one = run("group-stall-tls13", True, tmp_root)
-    dask = analyze(CAPTURES / "group-stall-tls13", Options(quiet=True, jobs=2, scheduler="local"),
-                   tmp_root / "out-tls13-dask")
-    assert dask.summary["inputs"]["scheduler"].startswith("local (2 worker processes")
-    assert not (dask.exchanges["command"] == "ENCRYPTED").any()
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    exchanges = pd.read_parquet(out / "exchanges.parquet")
+    assert summary["inputs"]["scheduler"].startswith("local (2 worker processes")
+    assert not (exchanges["command"] == "ENCRYPTED").any()
     sent = {r["sql"] for r in truth("group-stall-tls13") if r.get("sql")}
-    assert sent and sent <= set(dask.exchanges["sql"].dropna())
-    pd.testing.assert_frame_equal(one.exchanges, dask.exchanges, check_exact=True)
-    assert one.summary["tls"] == dask.summary["tls"]
+    assert sent and sent <= set(exchanges["sql"].dropna())
+    pd.testing.assert_frame_equal(pd.read_parquet(one.out_dir / "exchanges.parquet"), exchanges, check_exact=True)
+    assert one.summary["tls"] == summary["tls"]
 
 
-def test_analyze_on_a_local_cluster_as_a_user_runs_it(tmp_path):
-    """The command line, not quiet (the progress loop that polls the workers runs): exit 0, the verdict opens with
-    the decrypted connections."""
-    pytest.importorskip("distributed")
-    done = subprocess.run([sys.executable, "-m", "pcapdecomp.cli", "analyze", str(CAPTURES / "group-stall-tls13"),
-                           "--scheduler", "local", "--out", str(tmp_path / "o")],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+def test_analyze_on_a_local_cluster_as_a_user_runs_it(on_a_local_cluster):
+    """The command line: exit 0, the verdict opens with the decrypted connections."""
+    done, _ = on_a_local_cluster
     assert done.returncode == 0, done.stderr[-2000:]
     n = len({t["conn_id"] for t in truth("group-stall-tls13")})
     assert done.stdout.splitlines()[0].startswith(f"{n} of {n} connections are TLS: decrypted with the key log")
