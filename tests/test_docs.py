@@ -139,14 +139,14 @@ def test_documented_commands_print_what_the_docs_show(runner):
             assert_shown_in(output, printed, f"{page}:{line}")
 
 
-def test_the_verdict_table_is_what_analyze_says(runner):
-    """docs/concepts.md's table of first sentences: each is the story analyze tells on that recording."""
+def test_the_verdict_table_is_what_analyze_says(bundled_analysis):
+    """docs/concepts.md's table of first sentences: each is the story analyze tells on that recording (the run's
+    shared `analyze captures/NAME`, tests/conftest.py; its summary.json as written)."""
     text = (REPO / "docs" / "concepts.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `([a-z-]+)` \| (.+) \|$", text, re.M)
     assert len(rows) >= 4
     for name, sentence in rows:
-        runner.output(f"pcapdecomp analyze captures/{name}")
-        summary = json.loads((runner.folder / "reports" / name / "summary.json").read_text())
+        summary = json.loads((bundled_analysis(name).out_dir / "summary.json").read_text(encoding="utf-8"))
         assert summary["story"]["sentence"] == sentence, name
 
 
