@@ -128,24 +128,42 @@ def kept_for_the_run() -> None:
     gc.freeze()
 
 
+def _shared_by_the_run(tmp_path_factory) -> Path:
+    """A folder that every process of this run sees: the run's base temporary folder (pytest-xdist gives each worker
+    a folder inside it), or this process's own without workers."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def bundled_analysis(tmp_path_factory):
     """`analyze` of a bundled capture set (captures/NAME, with its capture.toml's options, nothing else given),
     once per run: `bundled_analysis(NAME)` is an AnalysisResult whose tables and summary are the caller's own
     copies; its `out_dir` (report.html, the tables, summary.json) is shared and only read: a test that writes
-    there, or needs other options, runs its own `analyze`. At the end of the run every shared folder must be as
-    `analyze` left it."""
+    there, or needs other options, runs its own `analyze`. The first worker to ask for a set makes it, under a lock,
+    and leaves the result pickled beside its folder; the other workers read that (the same tables: a pickle keeps
+    every dtype). At the end of the run every shared folder must be as `analyze` left it."""
+    import fcntl
+    import pickle
+
     from pcapdecomp.analysis import Options, analyze
 
-    root = tmp_path_factory.mktemp("bundled")
+    root = _shared_by_the_run(tmp_path_factory) / "bundled"
+    root.mkdir(exist_ok=True)
     done: dict[str, object] = {}
     listings: dict[str, list] = {}
 
     def get(name: str):
         if name not in done:
-            out = root / name
-            done[name] = analyze(CAPTURES / name, Options(quiet=True), out)
-            listings[name] = _listing(out)
+            out, kept = root / name, root / f"{name}.pickle"
+            with open(root / f"{name}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+                if not kept.exists():
+                    result = analyze(CAPTURES / name, Options(quiet=True), out)
+                    staged = root / f"{name}.pickle.{os.getpid()}"
+                    staged.write_bytes(pickle.dumps((result, _listing(out)), protocol=pickle.HIGHEST_PROTOCOL))
+                    staged.replace(kept)
+                done[name], listings[name] = pickle.loads(kept.read_bytes())
             kept_for_the_run()
         r = done[name]
         return dataclasses.replace(r, exchanges=r.exchanges.copy(), groups=r.groups.copy(),

@@ -139,14 +139,14 @@ def test_documented_commands_print_what_the_docs_show(runner):
             assert_shown_in(output, printed, f"{page}:{line}")
 
 
-def test_the_verdict_table_is_what_analyze_says(runner):
-    """docs/concepts.md's table of first sentences: each is the story analyze tells on that recording."""
+def test_the_verdict_table_is_what_analyze_says(bundled_analysis):
+    """docs/concepts.md's table of first sentences: each is the story analyze tells on that recording (the run's
+    shared `analyze captures/NAME`, tests/conftest.py; its summary.json as written)."""
     text = (REPO / "docs" / "concepts.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `([a-z-]+)` \| (.+) \|$", text, re.M)
     assert len(rows) >= 4
     for name, sentence in rows:
-        runner.output(f"pcapdecomp analyze captures/{name}")
-        summary = json.loads((runner.folder / "reports" / name / "summary.json").read_text())
+        summary = json.loads((bundled_analysis(name).out_dir / "summary.json").read_text(encoding="utf-8"))
         assert summary["story"]["sentence"] == sentence, name
 
 
@@ -185,8 +185,10 @@ def test_the_readme_is_a_front_door():
 def test_counts_the_docs_quote_are_the_tests_counts():
     """Numbers about the test suite that the docs quote, counted here rather than typed."""
     sweep = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_field*.py"))
+    # the caller's PYTEST_ADDOPTS (a -k, a plugin of theirs) is not this count's
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", *sweep],
-                          capture_output=True, text=True, cwd=REPO, env=ENV)
+                          capture_output=True, text=True, cwd=REPO,
+                          env={k: v for k, v in ENV.items() if k != "PYTEST_ADDOPTS"})
     runs = sum(1 for line in done.stdout.splitlines() if "test_analyze_runs_and_its_outputs_agree[" in line)
     bundled = len(list((REPO / "captures").glob("*/*.pcap")))
     sets = len(list((REPO / "captures").glob("*/capture.toml")))
@@ -205,12 +207,13 @@ def test_counts_the_docs_quote_are_the_tests_counts():
 
 
 def test_the_readme_install_gives_a_working_command(tmp_path):
-    """The README's two install commands, in a fresh virtual environment (the dependencies from this Python's own
-    site-packages; pip fetches only the build backend, as `pip install .` does): the installed copy, not the
-    checkout, answers; and `lab record`, a development command, says so in one line outside a checkout and finds
-    the lab from a checkout's root."""
+    """The README's two install commands, in a fresh virtual environment (the dependencies, and pip itself, from
+    this Python's own site-packages: a copy of pip installed into the environment would be most of the test's
+    work; pip fetches only the build backend, as `pip install .` does): the installed copy, not the checkout,
+    answers; and `lab record`, a development command, says so in one line outside a checkout and finds the lab
+    from a checkout's root."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
                            "--disable-pip-version-check", str(REPO)],

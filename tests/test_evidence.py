@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -146,8 +147,8 @@ def test_db_only_analysis_gives_only_a_db_pcapng(tmp_path):
     assert len(extract(res.files[str(gs / "db.pcap")]).exchanges) == 4
 
 
-def test_maxthreads_evidence_has_the_waiting_and_the_threads_holders(tmp_path):
-    analyze(CAPTURES / "maxthreads", Options(quiet=True), tmp_path / "m")
+def test_maxthreads_evidence_has_the_waiting_and_the_threads_holders(tmp_path, bundled_analysis):
+    shutil.copytree(bundled_analysis("maxthreads").out_dir, tmp_path / "m")  # the run's shared analysis, copied
     res = export(tmp_path / "m")
     truth = pd.read_json(CAPTURES / "maxthreads" / "truth.jsonl", lines=True)
     sleeps = truth[truth["sql"] == "SELECT SLEEP(2)"]
@@ -157,8 +158,8 @@ def test_maxthreads_evidence_has_the_waiting_and_the_threads_holders(tmp_path):
     assert set(res.rows.loc[res.rows["evidence_role"] == "culprit", "conn_id"]) == set(sleeps["conn_id"]) - waited
 
 
-def test_nothing_slow_takes_the_slowest(tmp_path):
-    analyze(CAPTURES / "features", Options(quiet=True), tmp_path / "f")
+def test_nothing_slow_takes_the_slowest(tmp_path, bundled_analysis):
+    shutil.copytree(bundled_analysis("features").out_dir, tmp_path / "f")  # the run's shared analysis, copied
     res = export(tmp_path / "f")
     assert res.how.startswith("no hidden-slow or understated exchange") and len(res.rows) == 10
     assert set(res.rows["evidence_role"]) == {"selected"}

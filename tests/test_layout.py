@@ -27,9 +27,20 @@ def modules() -> dict[str, Path]:
     return out
 
 
+_GRAPHS: dict[tuple, dict[str, set[str]]] = {}
+
+
 def imports() -> dict[str, set[str]]:
-    """Every module's imports of other package modules, at the top and inside functions alike."""
+    """Every module's imports of other package modules, at the top and inside functions alike: read once per state
+    of the files (the tests here each ask for it), and the caller's own copy."""
     mods = modules()
+    state = tuple((name, path.stat().st_mtime_ns, path.stat().st_size) for name, path in mods.items())
+    if state not in _GRAPHS:
+        _GRAPHS[state] = _imports_of(mods)
+    return {m: set(targets) for m, targets in _GRAPHS[state].items()}
+
+
+def _imports_of(mods: dict[str, Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for name, path in mods.items():
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]

@@ -1,10 +1,13 @@
 """One rule for output folders (outputs.OutputFolder): a run replaces or removes only what a manifest of ours
 lists; a file or folder no run of ours wrote is left alone, and a run whose outputs would replace one refuses with
 one line (exit 2) and touches nothing. For analyze --out, evidence --out and compare --out, on folders full of a
-user's files (real bundled captures)."""
+user's files (real bundled captures). An analysis a test only starts from is a copy of the run's shared one
+(tests/conftest.py: `analyze` of the bundled set, as the command makes it); the runs a test is about are the
+command's own."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +31,12 @@ def users_folder(root: Path, files: dict[str, bytes]) -> Path:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(data)
     return root
+
+
+def analysed(bundled_analysis, folder: Path, to: Path) -> Path:
+    """A copy of the shared analysis of the bundled set `folder` (what `pcapdecomp analyze FOLDER --out TO` writes)."""
+    shutil.copytree(bundled_analysis(folder.name).out_dir, to)
+    return to
 
 
 def refused(proc: subprocess.CompletedProcess, name: str) -> None:
@@ -56,9 +65,8 @@ def test_analyze_refuses_a_folder_whose_files_it_would_replace(tmp_path):
     assert snapshot(out) == before
 
 
-def test_evidence_never_replaces_a_customers_captures(tmp_path):
-    analysis = tmp_path / "analysis"
-    assert cli("analyze", str(GROUP_STALL), "--out", str(analysis), "-q").returncode == 0
+def test_evidence_never_replaces_a_customers_captures(tmp_path, bundled_analysis):
+    analysis = analysed(bundled_analysis, GROUP_STALL, tmp_path / "analysis")
     theirs = users_folder(tmp_path / "captures", {"db.pcapng": b"customer db capture", "app.pcapng": b"customer app",
                                                   "other.pcapng": b"another"})
     before = snapshot(theirs)
@@ -74,19 +82,17 @@ def test_evidence_never_replaces_a_customers_captures(tmp_path):
     assert snapshot(theirs)["other.pcapng"] == b"another"
 
 
-def test_an_evidence_folder_of_ours_is_replaced_by_the_next_analyze(tmp_path):
-    analysis = tmp_path / "analysis"
-    assert cli("analyze", str(GROUP_STALL), "--out", str(analysis), "-q").returncode == 0
+def test_an_evidence_folder_of_ours_is_replaced_by_the_next_analyze(tmp_path, bundled_analysis):
+    analysis = analysed(bundled_analysis, GROUP_STALL, tmp_path / "analysis")
     assert cli("evidence", str(analysis), "-q").returncode == 0
     assert (analysis / "evidence" / "summary.md").is_file()
     assert cli("analyze", str(MAXTHREADS), "--out", str(analysis), "-q").returncode == 0
     assert not (analysis / "evidence").exists()  # the older run's evidence, listed in its manifest
 
 
-def test_compare_leaves_a_users_analyses_folder_alone(tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    assert cli("analyze", str(GROUP_STALL), "--out", str(a), "-q").returncode == 0
-    assert cli("analyze", str(MAXTHREADS), "--out", str(b), "-q").returncode == 0
+def test_compare_leaves_a_users_analyses_folder_alone(tmp_path, bundled_analysis):
+    a = analysed(bundled_analysis, GROUP_STALL, tmp_path / "a")
+    b = analysed(bundled_analysis, MAXTHREADS, tmp_path / "b")
     out = users_folder(tmp_path / "cmp", {"analyses/mine.txt": b"my analyses", "readme.md": b"mine"})
     before = snapshot(out)
     assert cli("compare", str(a), str(b), "--out", str(out), "-q").returncode == 0

@@ -35,8 +35,9 @@ def truth(name: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def pool(tmp_path_factory):
-    return run(tmp_path_factory, "proxy-pool")
+def pool(bundled_analysis):
+    """`analyze captures/proxy-pool`: the run's shared analysis (tests/conftest.py), only read here."""
+    return bundled_analysis("proxy-pool")
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +46,9 @@ def pool_page(pool, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def l4(tmp_path_factory):
-    return run(tmp_path_factory, "proxy-l4")
+def l4(bundled_analysis):
+    """`analyze captures/proxy-l4`: the run's shared analysis (tests/conftest.py), only read here."""
+    return bundled_analysis("proxy-l4")
 
 
 def paired(x: pd.DataFrame) -> np.ndarray:
@@ -186,8 +188,8 @@ def test_pool_timeline_puts_each_client_on_its_lane_with_the_wait_in_pink(pool, 
     assert "Pink: inside the proxy" in page_text(section(dom, "timeline"))
 
 
-def test_pages_without_a_proxy_have_no_proxy_section(tmp_path_factory):
-    res = run(tmp_path_factory, "group-stall")
+def test_pages_without_a_proxy_have_no_proxy_section(bundled_analysis):
+    res = bundled_analysis("group-stall")
     html = (res.out_dir / "report.html").read_text()
     assert "id='proxy'" not in html and "href='#proxy'" not in html and "Pink: inside the proxy" not in html
     assert '"name":"inside the proxy"' not in html and res.summary["proxy"] is None

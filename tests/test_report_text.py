@@ -177,11 +177,10 @@ def test_server_vars_file_and_unknown_settings(analyses, tmp_path):
     assert "unknown" in asked["text"] and "thread_pool" in asked["sql"]  # nothing shown: only the SQL to fetch it
 
 
-def test_a_stall_far_shorter_than_the_limit_still_asks_to_lower_it(tmp_path):
+def test_a_stall_far_shorter_than_the_limit_still_asks_to_lower_it(bundled_analysis):
     """group-stall runs thread_pool_stall_limit = 60000: its 3.8 s stall ended when the BENCHMARK did, long before
     the timer; a limit of some ms would have let another worker take the queue (stall-fix-3 shows it)."""
-    analyze(CAPTURES / "group-stall", Options(quiet=True), tmp_path / "gs")
-    x, summary = load(tmp_path / "gs")
+    x, summary = load(bundled_analysis("group-stall").out_dir)  # the run's shared analysis, only read
     limit = settings("group-stall")["thread_pool_stall_limit"]
     line = next(line for line in lines(summary, x, settings_beside(summary)) if line["finding"] == "stall_limit")
     stall = max(s["duration_s"] for s in summary["groups"]["stalls"])

@@ -156,8 +156,15 @@ def test_a_changed_value_changes_only_its_entry(case):
 # --- the join on mutated logs ---------------------------------------------------------------------------------
 
 _JOIN_SETS = ["maxthreads", "group-stall", "midstream-join"]
+_ROWS: dict[str, pd.DataFrame] = {}
+
+
 def _rows(name: str) -> pd.DataFrame:
-    return rows_for_join(exchange_table(ROOT / "captures" / name))
+    """The join's rows of the set's exchanges, made once per set (every example joins a mutated log to them); each
+    example has its own copy."""
+    if name not in _ROWS:
+        _ROWS[name] = rows_for_join(exchange_table(ROOT / "captures" / name))
+    return _ROWS[name].copy()
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

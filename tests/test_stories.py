@@ -170,9 +170,9 @@ REFUSED = "connection-refused"
 
 
 @pytest.fixture(scope="module")
-def refused(tmp_path_factory):
-    out = tmp_path_factory.mktemp("refused") / REFUSED
-    return analyze(CAPTURES / REFUSED, Options(quiet=True), out)
+def refused(bundled_analysis):
+    """`analyze captures/connection-refused`: the run's shared analysis (tests/conftest.py), only read here."""
+    return bundled_analysis(REFUSED)
 
 
 def test_refusals_are_counted_once_each_and_not_taken_for_idle_closes(refused):

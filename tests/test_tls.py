@@ -53,25 +53,29 @@ def lqt(name: str) -> float:
     return tomllib.loads((CAPTURES / name / "capture.toml").read_text())["server"]["long_query_time"]
 
 
-_RUNS: dict = {}
-
-
-def run(name: str, with_keys: bool, tmp_root: Path):
-    """analyze of the set, with its key log (the folder's tls-keys.log) or from a copy without it."""
-    key = (name, with_keys)
-    if key not in _RUNS:
-        folder = CAPTURES / name
-        if not with_keys:
-            folder = tmp_root / f"{name}-nokeys"
-            shutil.copytree(CAPTURES / name, folder)
-            (folder / "tls-keys.log").unlink()
-        _RUNS[key] = analyze(folder, Options(quiet=True), tmp_root / f"out-{name}-{with_keys}")
-    return _RUNS[key]
+_WITHOUT_KEYS: dict = {}
 
 
 @pytest.fixture(scope="module")
 def tmp_root(tmp_path_factory):
     return tmp_path_factory.mktemp("tls")
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_root, bundled_analysis):
+    """`analysed(NAME, with_keys)`: analyze of the set with its key log (the folder's tls-keys.log: the run's shared
+    analysis, tests/conftest.py, only read) or of a copy without it (made once here)."""
+    def get(name: str, with_keys: bool):
+        if with_keys:
+            return bundled_analysis(name)
+        if name not in _WITHOUT_KEYS:
+            folder = tmp_root / f"{name}-nokeys"
+            shutil.copytree(CAPTURES / name, folder)
+            (folder / "tls-keys.log").unlink()
+            _WITHOUT_KEYS[name] = analyze(folder, Options(quiet=True), tmp_root / f"out-{name}-nokeys")
+        return _WITHOUT_KEYS[name]
+
+    return get
 
 
 # ---- reading ---------------------------------------------------------------------------------------------------
@@ -211,8 +215,8 @@ def _truth_row_of(x: pd.DataFrame, rows: list[dict]) -> dict:
 
 @pytest.mark.parametrize("with_keys", [True, False], ids=["keys", "no-keys"])
 @pytest.mark.parametrize("name", [*SETS, OLTP, OLTP12])
-def test_the_stall_its_culprit_and_its_hidden_victims_are_found(tmp_root, name, with_keys):
-    r = run(name, with_keys, tmp_root)
+def test_the_stall_its_culprit_and_its_hidden_victims_are_found(tmp_root, name, with_keys, analysed):
+    r = analysed(name, with_keys)
     x = r.exchanges.reset_index(drop=True)
     s = r.summary
     hog, victims, fast = _expected(name)
@@ -253,36 +257,46 @@ def test_the_stall_its_culprit_and_its_hidden_victims_are_found(tmp_root, name, 
 
 
 @pytest.mark.parametrize("name", SETS)
-def test_server_time_is_the_same_with_and_without_keys(tmp_root, name):
-    a = run(name, True, tmp_root).exchanges
-    b = run(name, False, tmp_root).exchanges
+def test_server_time_is_the_same_with_and_without_keys(tmp_root, name, analysed):
+    a = analysed(name, True).exchanges
+    b = analysed(name, False).exchanges
     both = a.merge(b, on=["conn_index", "seq"], suffixes=("", "_n"))
     assert len(both) == len(a) == len(b)
     assert np.allclose(both["server_s"].astype(float), both["server_s_n"].astype(float), equal_nan=True, atol=1e-9)
 
 
-def test_a_dask_cluster_decrypts_as_one_process_does(tmp_root):
+@pytest.fixture(scope="module")
+def on_a_local_cluster(tmp_root) -> tuple[subprocess.CompletedProcess, Path]:
+    """`pcapdecomp analyze group-stall-tls13 --scheduler local --jobs 2` as a user runs it (not quiet: the progress
+    loop that polls the workers runs): the process and its output folder, read by the two tests below (a Dask
+    cluster started once)."""
+    pytest.importorskip("distributed")
+    out = tmp_root / "out-tls13-dask"
+    done = subprocess.run([sys.executable, "-m", "pcapdecomp.cli", "analyze", str(CAPTURES / "group-stall-tls13"),
+                           "--scheduler", "local", "--jobs", "2", "--out", str(out)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    return done, out
+
+
+def test_a_dask_cluster_decrypts_as_one_process_does(tmp_root, on_a_local_cluster, analysed):
     """`analyze --scheduler local`: the key log goes to the workers with the task, so the exchanges table is the
     single-process one (decrypted: statement text, no ENCRYPTED flight), not the timed-only reading."""
-    pytest.importorskip("distributed")
-    one = run("group-stall-tls13", True, tmp_root)
-    dask = analyze(CAPTURES / "group-stall-tls13", Options(quiet=True, jobs=2, scheduler="local"),
-                   tmp_root / "out-tls13-dask")
-    assert dask.summary["inputs"]["scheduler"].startswith("local (2 worker processes")
-    assert not (dask.exchanges["command"] == "ENCRYPTED").any()
+    done, out = on_a_local_cluster
+    assert done.returncode == 0, done.stderr[-2000:]
+    one = analysed("group-stall-tls13", True)
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    exchanges = pd.read_parquet(out / "exchanges.parquet")
+    assert summary["inputs"]["scheduler"].startswith("local (2 worker processes")
+    assert not (exchanges["command"] == "ENCRYPTED").any()
     sent = {r["sql"] for r in truth("group-stall-tls13") if r.get("sql")}
-    assert sent and sent <= set(dask.exchanges["sql"].dropna())
-    pd.testing.assert_frame_equal(one.exchanges, dask.exchanges, check_exact=True)
-    assert one.summary["tls"] == dask.summary["tls"]
+    assert sent and sent <= set(exchanges["sql"].dropna())
+    pd.testing.assert_frame_equal(pd.read_parquet(one.out_dir / "exchanges.parquet"), exchanges, check_exact=True)
+    assert one.summary["tls"] == summary["tls"]
 
 
-def test_analyze_on_a_local_cluster_as_a_user_runs_it(tmp_path):
-    """The command line, not quiet (the progress loop that polls the workers runs): exit 0, the verdict opens with
-    the decrypted connections."""
-    pytest.importorskip("distributed")
-    done = subprocess.run([sys.executable, "-m", "pcapdecomp.cli", "analyze", str(CAPTURES / "group-stall-tls13"),
-                           "--scheduler", "local", "--out", str(tmp_path / "o")],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+def test_analyze_on_a_local_cluster_as_a_user_runs_it(on_a_local_cluster):
+    """The command line: exit 0, the verdict opens with the decrypted connections."""
+    done, _ = on_a_local_cluster
     assert done.returncode == 0, done.stderr[-2000:]
     n = len({t["conn_id"] for t in truth("group-stall-tls13")})
     assert done.stdout.splitlines()[0].startswith(f"{n} of {n} connections are TLS: decrypted with the key log")
@@ -305,7 +319,7 @@ def _lossy_copy(name: str, where: str, seed: int, with_keys: bool, folder: Path)
 POINTS = {"app_req_ts": "A1", "app_resp_ts": "A4", "db_req_ts": "D1", "db_resp_ts": "D4"}
 
 
-def test_capture_loss_in_a_tls_connection_is_repaired_with_the_key_log(tmp_root):
+def test_capture_loss_in_a_tls_connection_is_repaired_with_the_key_log(tmp_root, analysed):
     """1 % of the DB capture's frames lost (seed 1: 5 frames, inside 3 TLS connections): the other point's TLS
     records fill the holes and the connections are decrypted again; every statement the client sent is measured
     as without loss or bounded and marked, none wrong or unmarked (scripts/loss_acceptance.py's classes, against
@@ -317,7 +331,7 @@ def test_capture_loss_in_a_tls_connection_is_repaired_with_the_key_log(tmp_root)
     assert _lossy_copy(name, "db", 1, True, tmp_root / "lossy-keys") > 0
     lossy = analyze(tmp_root / "lossy-keys", Options(quiet=True), tmp_root / "out-lossy-keys")
     classes = Counter(classify(truth_statements(CAPTURES / name / "truth.jsonl"), lossy.exchanges,
-                               run(name, True, tmp_root).exchanges))
+                               analysed(name, True).exchanges))
     assert classes["wrong"] == classes["unmarked"] == classes["lost"] == 0, classes
     assert classes["bounded"] >= 1 and classes["full"] > 100, classes
     repair = lossy.summary["repair"]
@@ -325,14 +339,14 @@ def test_capture_loss_in_a_tls_connection_is_repaired_with_the_key_log(tmp_root)
     assert not (lossy.exchanges["command"] == "ENCRYPTED").any()
 
 
-def test_capture_loss_in_a_tls_connection_is_repaired_without_the_key_log(tmp_root):
+def test_capture_loss_in_a_tls_connection_is_repaired_without_the_key_log(tmp_root, analysed):
     """The same loss without the key log: each timed flight of the loss-free reading is there again (same
     connection, same TCP sequence number) with the same times, or with the time that fell on a lost frame null
     and named in `bounded` with its bounds; never another time."""
     name = "group-stall-tls13"
     assert _lossy_copy(name, "db", 1, False, tmp_root / "lossy-nokeys") > 0
     lossy = analyze(tmp_root / "lossy-nokeys", Options(quiet=True), tmp_root / "out-lossy-nokeys").exchanges
-    ref = run(name, False, tmp_root).exchanges
+    ref = analysed(name, False).exchanges
     both = ref.merge(lossy, on=["conn_id", "req_tcp_seq"], how="left", suffixes=("", "_l"), indicator=True)
     assert (both["_merge"] == "both").all() and len(lossy) == len(ref)
     bounded = 0
@@ -427,13 +441,14 @@ def test_public_tls_captures_analyse_and_say_what_they_are(tmp_path, name):
 
 
 @pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")
-def test_evidence_keeps_the_secrets_wireshark_needs(tmp_root):
+def test_evidence_keeps_the_secrets_wireshark_needs(tmp_root, analysed):
     """The evidence pcapng of a decrypted analysis holds the sessions' secrets and their handshakes: tshark reads
     the statements in it with no key log given; a secret of a session the file does not hold is not in it."""
     from pcapdecomp.render.evidence import export
 
-    r = run("group-stall-tls13", True, tmp_root)
-    result = export(r.out_dir)
+    folder = tmp_root / "evidence-of-tls13"  # evidence is written into the analysis: a copy of the shared one
+    shutil.copytree(analysed("group-stall-tls13", True).out_dir, folder)
+    result = export(folder)
     db = next(p for p in result.files.values() if "db" in p.name)
     proc = subprocess.run([TSHARK, "-r", str(db), "-Y", "mysql.query", "-T", "fields", "-e", "mysql.query"],
                           capture_output=True, text=True, timeout=120)
