@@ -154,3 +154,28 @@ def test_a_mistake_in_the_capture_set_is_refused_before_pandas_is_imported(tmp_p
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"pcapdecomp: error: {tmp_path / 'missing'}: no such folder"
     assert proc.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("alone", ["db", "app"])
+def test_the_matching_of_one_point_alone_is_the_pairing_of_an_empty_other_point(extractions, alone):
+    """A capture at one point only is not paired (match.one_point_matching): its Matching is what the whole
+    pairing gives against an empty table at the other point, array for array, note for note, count for count."""
+    from pcapdecomp.core.schema import CONNECTION_COLUMNS as CONNS
+    from pcapdecomp.core.tables import frame
+    from pcapdecomp.pair.match import Pairing, one_point_matching
+
+    empty, empty_conns = frame([], EXCHANGE_COLUMNS), frame([], CONNS)
+    checked = 0
+    for x in extractions.values():
+        ex, conns = x.exchanges, x.connections
+        app, db, app_conns, db_conns = (empty, ex, empty_conns, conns) if alone == "db" else (ex, empty, conns, empty_conns)
+        want, got = Pairing(app, db, app_conns, db_conns).complete(), one_point_matching(app, db)
+        for name in ("app_row", "db_row", "notes"):
+            a, b = getattr(got, name), getattr(want, name)
+            assert a.dtype == b.dtype and a.tolist() == b.tolist(), name
+        pd.testing.assert_frame_equal(got.connections, want.connections, check_exact=True)
+        assert got.stats == want.stats
+        checked += len(ex)
+    assert checked > 1000
+    with pytest.raises(ValueError):
+        one_point_matching(ex, ex)
