@@ -100,6 +100,13 @@ def test_concatenated_tables_are_what_pandas_concatenation_gives(extractions):
             parts = [getattr(e, name), getattr(points[(i + 1) % len(points)], name)]
             _same(concat(parts), _pandas_concat(parts))
             _same(concat([parts[0], parts[1].iloc[:0]]), _pandas_concat([parts[0], parts[1].iloc[:0]]))
+    # beside a table of no rows (and no categories: a point without a capture), either side of it
+    for columns, name in ((EXCHANGE_COLUMNS, "exchanges"), (CONNECTION_COLUMNS, "connections")):
+        from pcapdecomp.core.tables import frame
+
+        for e in points:
+            for parts in ([frame([], columns), getattr(e, name)], [getattr(e, name), frame([], columns)]):
+                _same(concat(parts), _pandas_concat(parts))
 
 
 def test_aggregated_is_pandas_named_aggregation(extractions):
