@@ -333,9 +333,11 @@ def _values(chunked: pa.ChunkedArray, column: Column):
 @functools.cache
 def _pandas_dtype(dtype: str):
     """The pandas dtype of a declared dtype of a nullable column: text as Arrow holds it (pd.StringDtype("pyarrow"),
-    as Arrow's conversion makes it), Int64, boolean."""
+    as Arrow's conversion makes it), Int64, boolean; and "str", the dtype of categories of text."""
     import pandas as pd
 
+    if dtype == "str":  # text as pd.Index(..., dtype="str") holds it
+        return pd.Index([], dtype="str").dtype
     return pd.StringDtype("pyarrow") if dtype == "string" else pd.api.types.pandas_dtype(dtype)
 
 
@@ -406,6 +408,8 @@ def _text_categories(series: pd.Series) -> pd.Series:
     import pandas as pd
 
     categories = series.cat.categories
+    if categories.dtype == _pandas_dtype("str") and categories.is_monotonic_increasing:
+        return series  # text in lexical order already (categories are distinct): what sorting would give
     wanted = pd.Index(categories, dtype="str").sort_values()
     if categories.dtype == wanted.dtype and categories.equals(wanted):
         return series
