@@ -186,3 +186,34 @@ def test_the_matching_of_one_point_alone_is_the_pairing_of_an_empty_other_point(
     assert checked > 1000
     with pytest.raises(ValueError):
         one_point_matching(ex, ex)
+
+
+def test_a_list_of_text_becomes_the_categorical_pandas_makes_of_it(extractions):
+    """as_category of a list of texts and nulls (taken as an array of objects, hashed once) is the categorical
+    pandas makes of those values as text, with their distinct values sorted as its categories."""
+    from pcapdecomp.core.tables import as_category
+
+    def pandas_own(values):
+        text = pd.Series(values, dtype="string")
+        return pd.Series(pd.Categorical(text, categories=pd.Index(sorted(text.dropna().unique()), dtype="str")))
+
+    lists = [[], [None], ["db.pcap"] * 3, ["b", None, "a", "é", "", "b"]]
+    lists += [e.exchanges["sql"].astype(object).where(e.exchanges["sql"].notna(), None).tolist()
+              for e in extractions.values()]
+    for values in lists:
+        got, want = as_category(values), pandas_own(values)
+        pd.testing.assert_series_equal(got, want, check_exact=True)
+        assert got.cat.codes.dtype == want.cat.codes.dtype
+
+
+def test_tables_of_no_rows_are_each_their_own(extractions):
+    """frame([], columns) is made once per declaration: what one caller does to its table is not in the next."""
+    from pcapdecomp.core.tables import batch, frame, frame_of
+
+    made = frame_of([batch([], EXCHANGE_COLUMNS)], EXCHANGE_COLUMNS)
+    first = frame([], EXCHANGE_COLUMNS)
+    _same(first, made)
+    first["seq"] = first["seq"] + 1
+    del first["sql"]
+    first["added"] = []
+    _same(frame([], EXCHANGE_COLUMNS), made)

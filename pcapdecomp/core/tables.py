@@ -417,7 +417,16 @@ def _text_categories(series: pd.Series) -> pd.Series:
 
 
 def frame(rows: list[tuple], columns: tuple[Column, ...]) -> pd.DataFrame:
+    if not rows:
+        # a table of no rows (a point without a capture) is made once per declaration: each caller gets its own
+        # shallow copy, which copy-on-write keeps apart from the others however it is changed
+        return _empty_frame(columns).copy(deep=False)
     return frame_of([batch(rows, columns)], columns)
+
+
+@functools.lru_cache(maxsize=16)
+def _empty_frame(columns: tuple[Column, ...]) -> pd.DataFrame:
+    return frame_of([batch([], columns)], columns)
 
 
 def concat_column(parts: list[pd.Series]) -> pd.Series:
@@ -478,6 +487,10 @@ def as_category(values) -> pd.Series:
     """Text values (array, list or Series; None/NA for null) as a categorical column."""
     import pandas as pd
 
+    if isinstance(values, list) and all(type(v) is str or v is None for v in values):
+        text = np.empty(len(values), dtype=object)
+        text[:] = values
+        values = text
     if isinstance(values, np.ndarray) and values.dtype == object:
         # the values hashed once (pd.factorize), not made into a string array first and looked up among the
         # categories: the same column
