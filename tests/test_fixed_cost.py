@@ -217,3 +217,19 @@ def test_tables_of_no_rows_are_each_their_own(extractions):
     del first["sql"]
     first["added"] = []
     _same(frame([], EXCHANGE_COLUMNS), made)
+
+
+def test_a_short_table_is_written_as_pyarrows_conversion_of_the_frame_writes_it(tmp_path, extractions, monkeypatch):
+    """A row group of few rows per column is converted column by column (pa.array, as pa.Table.from_pandas calls
+    it, without the description it makes): the file is byte for byte the one written through from_pandas."""
+    written = 0
+    for i, e in enumerate(extractions.values()):
+        for name, table in (("x", e.exchanges), ("c", e.connections)):
+            short, whole = tmp_path / f"{name}{i}-short.parquet", tmp_path / f"{name}{i}-whole.parquet"
+            monkeypatch.setattr(outputs, "THREADED_ROWS_PER_COLUMN", 10 ** 9)
+            outputs.write_table(table, short)
+            monkeypatch.setattr(outputs, "THREADED_ROWS_PER_COLUMN", 0)
+            outputs.write_table(table, whole)
+            assert short.read_bytes() == whole.read_bytes(), short.name
+            written += len(table)
+    assert written > 1000

@@ -99,6 +99,7 @@ def neutralise_formulas(df: pd.DataFrame) -> pd.DataFrame:
 
 
 PARQUET_ROWS_PER_GROUP = 1 << 17
+THREADED_ROWS_PER_COLUMN = 100  # pa.Table.from_pandas converts a table of more rows per column on several threads
 
 
 def _parquet_options(schema: pa.Schema) -> dict:
@@ -141,9 +142,13 @@ def _write_parquet(df: pd.DataFrame, path: Path) -> None:
     schema, written, options = _parquet_schemas(df)
 
     def group(start: int) -> pa.Table:
-        part = pa.Table.from_pandas(df.iloc[start:start + PARQUET_ROWS_PER_GROUP], preserve_index=False)
+        rows = df.iloc[start:start + PARQUET_ROWS_PER_GROUP]
+        if len(rows) > THREADED_ROWS_PER_COLUMN * len(df.columns):  # pyarrow converts these on its threads
+            columns = pa.Table.from_pandas(rows, preserve_index=False).columns
+        else:  # each column as from_pandas converts it (pa.array), without the description it makes and we drop
+            columns = [pa.array(column, from_pandas=True) for _, column in rows.items()]
         return pa.Table.from_arrays([col if col.type == field.type else col.cast(field.type)
-                                     for col, field in zip(part.columns, written)], schema=written)
+                                     for col, field in zip(columns, written)], schema=written)
 
     with pq.ParquetWriter(path, written, **options) as writer:
         for start in range(0, max(len(df), 1), PARQUET_ROWS_PER_GROUP):
