@@ -700,7 +700,7 @@ def _one_to_one(pairs: pd.DataFrame) -> tuple[pd.DataFrame, set, set]:
     drop = np.zeros(len(pairs), dtype=bool)
     tied = []
     for conn in ("a_conn", "d_conn"):
-        rank = pairs.groupby(conn, sort=False).cumcount().to_numpy()  # 0: the connection's best candidate
+        rank = _occurrence(pairs[conn].to_numpy())  # 0: the connection's best candidate (its groupby cumcount)
         score = pairs["score"].to_numpy()
         best = pd.Series(score[rank == 0], index=pairs[conn].to_numpy()[rank == 0])
         second = pd.Series(score[rank == 1], index=pairs[conn].to_numpy()[rank == 1])
