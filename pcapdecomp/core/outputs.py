@@ -197,10 +197,10 @@ def _described(df: pd.DataFrame, text: set) -> tuple[pa.Schema, pa.Schema, dict]
 
     # the file's schema (and its pandas metadata) as if the text columns were plain strings
     schema = pa.Schema.from_pandas(df.iloc[:0].astype({c: "string" for c in text}), preserve_index=False)
-    # what is written: the text columns as dictionaries of that text
-    written = pa.Table.from_pandas(df.iloc[:0], preserve_index=False).schema
-    written = pa.schema([pa.field(f.name, pa.dictionary(w.type.index_type, f.type) if f.name in text else f.type)
-                         for f, w in zip(schema, written)])
+    # what is written: the text columns as dictionaries of that text, indexed by the categorical's codes as they
+    # are (pyarrow converts a categorical's codes to its dictionary's indices of the same width)
+    written = pa.schema([pa.field(f.name, pa.dictionary(pa.from_numpy_dtype(df[f.name].array.codes.dtype), f.type)
+                                  if f.name in text else f.type) for f in schema])
     return schema, written, _parquet_options(schema)
 
 
