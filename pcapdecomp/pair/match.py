@@ -334,8 +334,7 @@ def one_point_matching(app: pd.DataFrame, db: pd.DataFrame) -> Matching:
     """Pairing(app, db, app_conns, db_conns).complete() where one of the two tables has no rows (a capture at one
     point only), made directly: nothing pairs, so every row is its own point's alone, in row order, with no note (a
     note needs a paired connection, a conflict or an ambiguous twin at the other point), and no candidate was
-    joined. The votes, the scramble join and the exchange pairing of an empty side were most of a small capture's
-    pairing stage."""
+    joined: made without the votes, the scramble join and the exchange pairing, which find nothing there."""
     if len(app) and len(db):
         raise ValueError("one_point_matching: both tables have rows")
     app_row = np.arange(len(app), dtype=np.int64)
