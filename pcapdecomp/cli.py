@@ -499,7 +499,7 @@ def _threading_idle() -> bool:
 def _plain_values_without_pydantic() -> None:
     """typer (0.29 and later) converts every option's value with a pydantic TypeAdapter, built on first use:
     importing pydantic and building them is a large part of a small command's start-up (its cost is in
-    docs/speed.md). The values this CLI takes are plain (a flag, a path, a whole number, text, lists of them):
+    docs/speed.md). The values this CLI takes are plain (a flag, a path, a whole number, a decimal number, text, lists of them):
     those are converted here as pydantic converts them, and anything else (a number out of range or not a number,
     an empty path…) goes to typer's own conversion, which also words the error.
 
@@ -525,6 +525,7 @@ def _plain_values_without_pydantic() -> None:
 
     unsure = object()
     whole = re.compile(r"[0-9]{1,18}\Z")
+    decimal = re.compile(r"-?[0-9]{1,18}(\.[0-9]{1,18})?\Z")  # float() of it is what pydantic makes: both round correctly
 
     def plain(annotation, value, info, param, ctx):
         """`value` as typer makes it of `annotation`, or `unsure`."""
@@ -549,6 +550,12 @@ def _plain_values_without_pydantic() -> None:
             return coerce_cli_path(value, info, path_type=Path, param=param, ctx=ctx)
         if annotation is int and info.parser is None:
             number = value if type(value) is int else int(value) if type(value) is str and whole.match(value) else None
+            if number is None or (info.min is not None and number < info.min) or (
+                    info.max is not None and number > info.max) or info.clamp:
+                return unsure
+            return number
+        if annotation is float and info.parser is None:
+            number = float(value) if type(value) is str and decimal.match(value) else None
             if number is None or (info.min is not None and number < info.min) or (
                     info.max is not None and number > info.max) or info.clamp:
                 return unsure

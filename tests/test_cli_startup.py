@@ -78,6 +78,7 @@ MISTAKES = [  # (arguments, what the one line says): typer's own conversion word
     (["exchanges", str(CAPTURE), "--jobs", "0"], "--jobs"),
     (["exchanges", str(CAPTURE), "--max-sql-bytes", "ten"], "--max-sql-bytes"),
     (["exchanges", str(REPO / "no-such.pcap")], "no-such.pcap"),
+    (["analyze", "--db", str(CAPTURE), "--long-query-time", "soon"], "--long-query-time"),
 ]
 
 
@@ -96,3 +97,23 @@ def test_a_mistaken_value_is_worded_the_same_whether_the_layer_applies_or_not(na
         assert words in got.stderr and message == [line for line in want.stderr.splitlines()
                                                    if not line.startswith("HANDLER RAN")], args
         assert "Traceback" not in got.stderr
+
+
+@pytest.mark.parametrize("value", ["0.25", "1", "007.500"])
+def test_a_decimal_number_is_taken_as_typers_own_conversion_takes_it(value, tmp_path):
+    """--long-query-time (a float) converted by the layer, without pydantic, is the number typer's own conversion
+    makes of the same text: the same summary.json."""
+    import json
+
+    summaries = {}
+    for name in ("as shipped", "typer without the names the layer takes"):
+        out = tmp_path / name.replace(" ", "-")
+        got = _run(PRELUDES[name], ["analyze", "--db", str(CAPTURE), "--long-query-time", value, "-q", "-o", str(out)])
+        assert got.returncode == 0, got.stderr[-500:]
+        assert ("pydantic True" in got.stderr) == (name != "as shipped"), got.stderr[-300:]
+        summary = json.loads((out / "summary.json").read_text())
+        summary["inputs"].pop("cwd", None)
+        summaries[name] = summary
+    shipped, typers = summaries.values()
+    assert shipped["inputs"]["long_query_time"] == float(value) and type(shipped["inputs"]["long_query_time"]) is float
+    assert shipped == typers

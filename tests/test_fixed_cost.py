@@ -100,6 +100,13 @@ def test_concatenated_tables_are_what_pandas_concatenation_gives(extractions):
             parts = [getattr(e, name), getattr(points[(i + 1) % len(points)], name)]
             _same(concat(parts), _pandas_concat(parts))
             _same(concat([parts[0], parts[1].iloc[:0]]), _pandas_concat([parts[0], parts[1].iloc[:0]]))
+    # beside a table of no rows (and no categories: a point without a capture), either side of it
+    for columns, name in ((EXCHANGE_COLUMNS, "exchanges"), (CONNECTION_COLUMNS, "connections")):
+        from pcapdecomp.core.tables import frame
+
+        for e in points:
+            for parts in ([frame([], columns), getattr(e, name)], [getattr(e, name), frame([], columns)]):
+                _same(concat(parts), _pandas_concat(parts))
 
 
 def test_aggregated_is_pandas_named_aggregation(extractions):
@@ -154,3 +161,75 @@ def test_a_mistake_in_the_capture_set_is_refused_before_pandas_is_imported(tmp_p
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"pcapdecomp: error: {tmp_path / 'missing'}: no such folder"
     assert proc.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("alone", ["db", "app"])
+def test_the_matching_of_one_point_alone_is_the_pairing_of_an_empty_other_point(extractions, alone):
+    """A capture at one point only is not paired (match.one_point_matching): its Matching is what the whole
+    pairing gives against an empty table at the other point, array for array, note for note, count for count."""
+    from pcapdecomp.core.schema import CONNECTION_COLUMNS as CONNS
+    from pcapdecomp.core.tables import frame
+    from pcapdecomp.pair.match import Pairing, one_point_matching
+
+    empty, empty_conns = frame([], EXCHANGE_COLUMNS), frame([], CONNS)
+    checked = 0
+    for x in extractions.values():
+        ex, conns = x.exchanges, x.connections
+        app, db, app_conns, db_conns = (empty, ex, empty_conns, conns) if alone == "db" else (ex, empty, conns, empty_conns)
+        want, got = Pairing(app, db, app_conns, db_conns).complete(), one_point_matching(app, db)
+        for name in ("app_row", "db_row", "notes"):
+            a, b = getattr(got, name), getattr(want, name)
+            assert a.dtype == b.dtype and a.tolist() == b.tolist(), name
+        pd.testing.assert_frame_equal(got.connections, want.connections, check_exact=True)
+        assert got.stats == want.stats
+        checked += len(ex)
+    assert checked > 1000
+    with pytest.raises(ValueError):
+        one_point_matching(ex, ex)
+
+
+def test_a_list_of_text_becomes_the_categorical_pandas_makes_of_it(extractions):
+    """as_category of a list of texts and nulls (taken as an array of objects, hashed once) is the categorical
+    pandas makes of those values as text, with their distinct values sorted as its categories."""
+    from pcapdecomp.core.tables import as_category
+
+    def pandas_own(values):
+        text = pd.Series(values, dtype="string")
+        return pd.Series(pd.Categorical(text, categories=pd.Index(sorted(text.dropna().unique()), dtype="str")))
+
+    lists = [[], [None], ["db.pcap"] * 3, ["b", None, "a", "é", "", "b"]]
+    lists += [e.exchanges["sql"].astype(object).where(e.exchanges["sql"].notna(), None).tolist()
+              for e in extractions.values()]
+    for values in lists:
+        got, want = as_category(values), pandas_own(values)
+        pd.testing.assert_series_equal(got, want, check_exact=True)
+        assert got.cat.codes.dtype == want.cat.codes.dtype
+
+
+def test_tables_of_no_rows_are_each_their_own(extractions):
+    """frame([], columns) is made once per declaration: what one caller does to its table is not in the next."""
+    from pcapdecomp.core.tables import batch, frame, frame_of
+
+    made = frame_of([batch([], EXCHANGE_COLUMNS)], EXCHANGE_COLUMNS)
+    first = frame([], EXCHANGE_COLUMNS)
+    _same(first, made)
+    first["seq"] = first["seq"] + 1
+    del first["sql"]
+    first["added"] = []
+    _same(frame([], EXCHANGE_COLUMNS), made)
+
+
+def test_a_short_table_is_written_as_pyarrows_conversion_of_the_frame_writes_it(tmp_path, extractions, monkeypatch):
+    """A row group of few rows per column is converted column by column (pa.array, as pa.Table.from_pandas calls
+    it, without the description it makes): the file is byte for byte the one written through from_pandas."""
+    written = 0
+    for i, e in enumerate(extractions.values()):
+        for name, table in (("x", e.exchanges), ("c", e.connections)):
+            short, whole = tmp_path / f"{name}{i}-short.parquet", tmp_path / f"{name}{i}-whole.parquet"
+            monkeypatch.setattr(outputs, "THREADED_ROWS_PER_COLUMN", 10 ** 9)
+            outputs.write_table(table, short)
+            monkeypatch.setattr(outputs, "THREADED_ROWS_PER_COLUMN", 0)
+            outputs.write_table(table, whole)
+            assert short.read_bytes() == whole.read_bytes(), short.name
+            written += len(table)
+    assert written > 1000

@@ -99,6 +99,7 @@ def neutralise_formulas(df: pd.DataFrame) -> pd.DataFrame:
 
 
 PARQUET_ROWS_PER_GROUP = 1 << 17
+THREADED_ROWS_PER_COLUMN = 100  # pa.Table.from_pandas converts a table of more rows per column on several threads
 
 
 def _parquet_options(schema: pa.Schema) -> dict:
@@ -141,9 +142,13 @@ def _write_parquet(df: pd.DataFrame, path: Path) -> None:
     schema, written, options = _parquet_schemas(df)
 
     def group(start: int) -> pa.Table:
-        part = pa.Table.from_pandas(df.iloc[start:start + PARQUET_ROWS_PER_GROUP], preserve_index=False)
+        rows = df.iloc[start:start + PARQUET_ROWS_PER_GROUP]
+        if len(rows) > THREADED_ROWS_PER_COLUMN * len(df.columns):  # pyarrow converts these on its threads
+            columns = pa.Table.from_pandas(rows, preserve_index=False).columns
+        else:  # each column as from_pandas converts it (pa.array), without the description it makes and we drop
+            columns = [pa.array(column, from_pandas=True) for _, column in rows.items()]
         return pa.Table.from_arrays([col if col.type == field.type else col.cast(field.type)
-                                     for col, field in zip(part.columns, written)], schema=written)
+                                     for col, field in zip(columns, written)], schema=written)
 
     with pq.ParquetWriter(path, written, **options) as writer:
         for start in range(0, max(len(df), 1), PARQUET_ROWS_PER_GROUP):
@@ -192,10 +197,10 @@ def _described(df: pd.DataFrame, text: set) -> tuple[pa.Schema, pa.Schema, dict]
 
     # the file's schema (and its pandas metadata) as if the text columns were plain strings
     schema = pa.Schema.from_pandas(df.iloc[:0].astype({c: "string" for c in text}), preserve_index=False)
-    # what is written: the text columns as dictionaries of that text
-    written = pa.Table.from_pandas(df.iloc[:0], preserve_index=False).schema
-    written = pa.schema([pa.field(f.name, pa.dictionary(w.type.index_type, f.type) if f.name in text else f.type)
-                         for f, w in zip(schema, written)])
+    # what is written: the text columns as dictionaries of that text, indexed by the categorical's codes as they
+    # are (pyarrow converts a categorical's codes to its dictionary's indices of the same width)
+    written = pa.schema([pa.field(f.name, pa.dictionary(pa.from_numpy_dtype(df[f.name].array.codes.dtype), f.type)
+                                  if f.name in text else f.type) for f in schema])
     return schema, written, _parquet_options(schema)
 
 

@@ -333,9 +333,11 @@ def _values(chunked: pa.ChunkedArray, column: Column):
 @functools.cache
 def _pandas_dtype(dtype: str):
     """The pandas dtype of a declared dtype of a nullable column: text as Arrow holds it (pd.StringDtype("pyarrow"),
-    as Arrow's conversion makes it), Int64, boolean."""
+    as Arrow's conversion makes it), Int64, boolean; and "str", the dtype of categories of text."""
     import pandas as pd
 
+    if dtype == "str":  # text as pd.Index(..., dtype="str") holds it
+        return pd.Index([], dtype="str").dtype
     return pd.StringDtype("pyarrow") if dtype == "string" else pd.api.types.pandas_dtype(dtype)
 
 
@@ -358,9 +360,29 @@ def _categorical(chunked: pa.ChunkedArray) -> pd.Series:
     rank[order] = np.arange(len(values))
     rank[-1] = -1  # null stays null
     codes = [rank[_int32_codes(chunk.indices)] for chunk in chunked.chunks]
-    dtype = pd.CategoricalDtype(pd.Index([values[i] for i in order], dtype="str"))
+    dtype = text_dtype(tuple(values[i] for i in order))
     return pd.Series(pd.Categorical.from_codes(np.concatenate(codes) if codes else np.empty(0, dtype=np.int64),
                                                dtype=dtype))
+
+
+_TEXT_DTYPES: dict = {}
+TEXT_DTYPE_KEPT = 64  # categories of at most this many values are kept (a table's columns of few distinct texts)
+
+
+def text_dtype(categories: tuple[str, ...]) -> pd.CategoricalDtype:
+    """pd.CategoricalDtype(pd.Index(categories, dtype="str")) of distinct texts in lexical order. Made once per
+    such tuple of few texts: building the Index and checking that its values are distinct cost more than the rest
+    of a small table's column. A dtype is immutable, so the columns that have the same categories share one."""
+    import pandas as pd
+
+    dtype = _TEXT_DTYPES.get(categories)
+    if dtype is None:
+        dtype = pd.CategoricalDtype(pd.Index(list(categories), dtype="str"))
+        if len(categories) <= TEXT_DTYPE_KEPT:
+            if len(_TEXT_DTYPES) >= 4096:
+                _TEXT_DTYPES.clear()
+            _TEXT_DTYPES[categories] = dtype
+    return dtype
 
 
 def _int32_codes(indices: pa.Array) -> np.ndarray:
@@ -386,6 +408,8 @@ def _text_categories(series: pd.Series) -> pd.Series:
     import pandas as pd
 
     categories = series.cat.categories
+    if categories.dtype == _pandas_dtype("str") and categories.is_monotonic_increasing:
+        return series  # text in lexical order already (categories are distinct): what sorting would give
     wanted = pd.Index(categories, dtype="str").sort_values()
     if categories.dtype == wanted.dtype and categories.equals(wanted):
         return series
@@ -393,7 +417,16 @@ def _text_categories(series: pd.Series) -> pd.Series:
 
 
 def frame(rows: list[tuple], columns: tuple[Column, ...]) -> pd.DataFrame:
+    if not rows:
+        # a table of no rows (a point without a capture) is made once per declaration: each caller gets its own
+        # shallow copy, which copy-on-write keeps apart from the others however it is changed
+        return _empty_frame(columns).copy(deep=False)
     return frame_of([batch(rows, columns)], columns)
+
+
+@functools.lru_cache(maxsize=16)
+def _empty_frame(columns: tuple[Column, ...]) -> pd.DataFrame:
+    return frame_of([batch([], columns)], columns)
 
 
 def concat_column(parts: list[pd.Series]) -> pd.Series:
@@ -401,6 +434,12 @@ def concat_column(parts: list[pd.Series]) -> pd.Series:
     import pandas as pd
     from pandas.api.types import union_categoricals
 
+    full = [p for p in parts if len(p)]
+    if len(parts) > 1 and len(full) == 1:  # the others are empty (an app side of no rows, a DB capture alone)
+        one = _concat_one(full[0], parts)
+        if one is not None:  # named as the union or the concatenation names it
+            same = isinstance(one.dtype, pd.CategoricalDtype) or all(p.name == parts[0].name for p in parts)
+            return one.rename(parts[0].name if same else None)
     if len(parts) > 1 and all(isinstance(p.dtype, pd.CategoricalDtype) for p in parts):
         joined = union_categoricals([_text_categories(p) for p in parts], sort_categories=True, ignore_order=True)
         return pd.Series(joined, name=parts[0].name)
@@ -424,23 +463,23 @@ def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     if len(frames) == 1:
         return frames[0].reset_index(drop=True)
     names = list(frames[0].columns)
-    full = [f for f in frames if len(f)]
-    if len(full) == 1:  # the others are empty (the loss repair's kept rows when it re-read every connection)
-        only = full[0]
-        return pd.DataFrame({n: _concat_one(only[n], [f[n] for f in frames]).array for n in names}, columns=names,
-                            copy=False)
     # of the columns' arrays: a frame of Series would align their indexes
     return pd.DataFrame({n: concat_column([f[n] for f in frames]).array for n in names}, columns=names, copy=False)
 
 
-def _concat_one(only: pd.Series, parts: list[pd.Series]) -> pd.Series:
-    """concat_column(parts) when `only` is the one part with rows: that column itself (no copy of it) when every
-    part has its dtype, as concatenating would give; a categorical still gets the union of the parts'
-    categories."""
+def _concat_one(only: pd.Series, parts: list[pd.Series]) -> pd.Series | None:
+    """concat_column(parts) when `only` is the one part with rows (the others: the loss repair's kept rows when it
+    re-read every connection, an app side of no rows beside a DB capture alone), where that is the column itself,
+    no copy of it: every part has its dtype, as concatenating would give; a categorical whose empty parts have no
+    categories, with its categories as text in lexical order, as their union gives. None otherwise."""
     import pandas as pd
 
-    if isinstance(only.dtype, pd.CategoricalDtype) or any(p.dtype != only.dtype for p in parts):
-        return concat_column(parts).reset_index(drop=True)
+    if isinstance(only.dtype, pd.CategoricalDtype):
+        if all(p is only or (isinstance(p.dtype, pd.CategoricalDtype) and not len(p.dtype.categories)) for p in parts):
+            return _text_categories(only).reset_index(drop=True)
+        return None
+    if any(p.dtype != only.dtype for p in parts):
+        return None
     return only.reset_index(drop=True)
 
 
@@ -448,6 +487,10 @@ def as_category(values) -> pd.Series:
     """Text values (array, list or Series; None/NA for null) as a categorical column."""
     import pandas as pd
 
+    if isinstance(values, list) and all(type(v) is str or v is None for v in values):
+        text = np.empty(len(values), dtype=object)
+        text[:] = values
+        values = text
     if isinstance(values, np.ndarray) and values.dtype == object:
         # the values hashed once (pd.factorize), not made into a string array first and looked up among the
         # categories: the same column
@@ -486,8 +529,7 @@ def labelled(codes: np.ndarray, labels: list[str]) -> pd.Series:
     for i, label in enumerate(labels):
         if present[i]:
             remap[i] = rank[label]
-    dtype = pd.CategoricalDtype(pd.Index(used, dtype="str"))
-    return pd.Series(pd.Categorical.from_codes(remap[codes], dtype=dtype))
+    return pd.Series(pd.Categorical.from_codes(remap[codes], dtype=text_dtype(tuple(used))))
 
 
 def with_declared_dtypes(df: pd.DataFrame, columns: tuple[Column, ...]) -> pd.DataFrame:

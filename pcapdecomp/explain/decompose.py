@@ -87,7 +87,8 @@ def _rows_of(app: pd.DataFrame, db: pd.DataFrame, ar: np.ndarray, dr: np.ndarray
             data[c] = concat_column([app[c].take(a_rows), db[c]]).reset_index(drop=True)
         else:
             data[c] = concat_column([app[c].take(a_rows), db[c].take(d_rows)]).take(position).reset_index(drop=True)
-        del app[c]
+        if len(app) >= 1 << 16:  # (a deletion costs the frame's width, more than a shorter column holds; a short
+            del app[c]  # table is let go whole by the caller)
     return pd.DataFrame(data, columns=names, copy=False)
 
 

@@ -46,17 +46,21 @@ def profile(x: pd.DataFrame, span_s: float | None, top: int | None = None) -> pd
     measured = x["exec_source"].isin(MEASURED_EXEC).to_numpy(dtype=bool)[has] & ~np.isnan(exec_s)
     calls = np.bincount(k, minlength=n)
     exec_sum, exec_n = group_sum(k, exec_s, n)
-    out = pd.DataFrame({"fingerprint": uniques, "code": np.arange(n), "calls": calls, "exec_sum": exec_sum})
-    out["exec_avg"] = np.where(exec_n > 0, exec_sum / np.maximum(exec_n, 1), np.nan)
+    # the columns as arrays, made into a table once (a column added to a small table at a time cost more than
+    # computing it)
+    # (the fingerprints' dtype as a table of all of them infers it, kept by the rows taken: also none)
+    out = {"fingerprint": pd.Series(uniques).array, "code": np.arange(n), "calls": calls, "exec_sum": exec_sum}
+    exec_avg = np.where(exec_n > 0, exec_sum / np.maximum(exec_n, 1), np.nan)
+    out["exec_avg"] = exec_avg
     out["exec_min"], out["exec_max"], out["exec_p95"] = group_min_max_p95(k, exec_s, n)
     squares, _ = group_sum(k, exec_s * exec_s, n)
-    var = np.maximum(np.where(exec_n > 0, squares / np.maximum(exec_n, 1), np.nan) - out["exec_avg"] ** 2, 0.0)
-    out["exec_vm"] = np.where(out["exec_avg"] > 0, var / out["exec_avg"], np.nan)
+    var = np.maximum(np.where(exec_n > 0, squares / np.maximum(exec_n, 1), np.nan) - exec_avg ** 2, 0.0)
+    out["exec_vm"] = np.where(exec_avg > 0, var / exec_avg, np.nan)
     out["exec_measured"] = np.where(exec_n > 0, np.bincount(k, weights=measured, minlength=n) / np.maximum(exec_n, 1),
                                     np.nan)
     exec_total = float(np.nansum(exec_sum))
-    out["exec_share"] = exec_sum / exec_total if exec_total > 0 else np.nan
-    out["qps"] = calls / span_s if span_s else np.nan
+    out["exec_share"] = exec_sum / exec_total if exec_total > 0 else np.full(n, np.nan)
+    out["qps"] = calls / span_s if span_s else np.full(n, np.nan)
     for name, values in (("client_sum", client), ("network_sum", _floats(x, "network_s")[has]),
                          ("rows_sum", _floats(x, "rows")[has]), ("bytes_sum", _floats(x, "bytes_resp")[has])):
         out[name] = group_sum(k, values, n)[0]
@@ -69,10 +73,10 @@ def profile(x: pd.DataFrame, span_s: float | None, top: int | None = None) -> pd
     t_sum = group_sum(k, time_key, n)[0]
     # ranked by execution time; a fingerprint without any execution time by its client/server time after those
     order = np.lexsort((-np.nan_to_num(t_sum, nan=-1.0), -np.nan_to_num(exec_sum, nan=-1.0)))
-    out = out.iloc[order].reset_index(drop=True)
-    out["rank"] = np.arange(1, len(out) + 1)
     if top is not None:
-        out = out.head(top).copy()
+        order = order[:top]  # as head(top)
+    out = {name: values[order] for name, values in out.items()}
+    out["rank"] = np.arange(1, len(order) + 1)
     rows = np.flatnonzero(has)  # positions in x of the rows with a fingerprint
     command, commands = group_codes(x["command"])
     command = command[has]
@@ -82,13 +86,13 @@ def profile(x: pd.DataFrame, span_s: float | None, top: int | None = None) -> pd
     if "params" in x.columns:
         execute = command == (np.flatnonzero(commands.astype(str) == "COM_STMT_EXECUTE")[:1].tolist() or [-2])[0]
         without |= execute & x["params"].isna().to_numpy(dtype=bool)[has]
-    worst = _worst_call(k, time_key, server, ~without, n)[out["code"].to_numpy()]
-    first = _first_call(k, n)[out["code"].to_numpy()]
+    worst = _worst_call(k, time_key, server, ~without, n)[out["code"]]
+    first = _first_call(k, n)[out["code"]]
     _add_samples(out, x, rows[worst])
     _add_user_db(out, x, has, k, n)
     out["query_id"] = _values_at(x["query_id"], rows[first])
-    out["command"], out["commands"] = _command_mix(k, command, commands, out["code"].to_numpy())
-    return out[list(PROFILE_COLUMNS)]
+    out["command"], out["commands"] = _command_mix(k, command, commands, out["code"])
+    return pd.DataFrame({name: out[name] for name in PROFILE_COLUMNS}, columns=list(PROFILE_COLUMNS))
 
 
 _WITHOUT_VALUES = ("COM_STMT_PREPARE", "COM_STMT_CLOSE", "COM_STMT_RESET", "COM_STMT_SEND_LONG_DATA")
@@ -142,7 +146,7 @@ def _values_at(col: pd.Series, rows: np.ndarray) -> list:
     return [None if v is None or (not isinstance(v, str) and pd.isna(v)) else v for v in values]
 
 
-def _add_samples(out: pd.DataFrame, x: pd.DataFrame, rows: np.ndarray) -> None:
+def _add_samples(out: dict, x: pd.DataFrame, rows: np.ndarray) -> None:
     """pt-query-digest's sample: the worst call, shown with its parameter values."""
     sql = _values_at(x["sql"], rows)
     params = _values_at(x["params"], rows) if "params" in x.columns else [None] * len(rows)
@@ -153,7 +157,7 @@ def _add_samples(out: pd.DataFrame, x: pd.DataFrame, rows: np.ndarray) -> None:
     out["sample_row"] = rows
 
 
-def _add_user_db(out: pd.DataFrame, x: pd.DataFrame, has: np.ndarray, k: np.ndarray, n: int) -> None:
+def _add_user_db(out: dict, x: pd.DataFrame, has: np.ndarray, k: np.ndarray, n: int) -> None:
     """The most frequent user@db of each fingerprint, and how many other combinations there were."""
     user, users = group_codes(x["user"])
     db, dbs = group_codes(x["db"])
@@ -169,12 +173,12 @@ def _add_user_db(out: pd.DataFrame, x: pd.DataFrame, has: np.ndarray, k: np.ndar
     names_u = np.concatenate([["?"], users.astype(str)])
     names_d = np.concatenate([["?"], dbs.astype(str)])
     labels = []
-    for code in out["code"].to_numpy():
+    for code in out["code"]:
         v = int(best[code])
         rest = v % ((len(users) + 1) * (len(dbs) + 1))
         labels.append(f"{names_u[rest // (len(dbs) + 1)]}@{names_d[rest % (len(dbs) + 1)]}")
     out["user_db"] = labels
-    out["user_db_more"] = distinct[out["code"].to_numpy()] - 1
+    out["user_db_more"] = distinct[out["code"]] - 1
 
 
 def queue_layers(x: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -330,6 +330,26 @@ def match_exchanges(app: pd.DataFrame, db: pd.DataFrame, app_conns: pd.DataFrame
     return Pairing(app, db, app_conns, db_conns).complete()
 
 
+def one_point_matching(app: pd.DataFrame, db: pd.DataFrame) -> Matching:
+    """Pairing(app, db, app_conns, db_conns).complete() where one of the two tables has no rows (a capture at one
+    point only), made directly: nothing pairs, so every row is its own point's alone, in row order, with no note (a
+    note needs a paired connection, a conflict or an ambiguous twin at the other point), and no candidate was
+    joined: made without the votes, the scramble join and the exchange pairing, which find nothing there."""
+    if len(app) and len(db):
+        raise ValueError("one_point_matching: both tables have rows")
+    app_row = np.arange(len(app), dtype=np.int64)
+    db_row = np.arange(len(db), dtype=np.int64)
+    notes = np.full(len(app) + len(db), "", dtype=object)
+    # the columns as the vote tables' empty join makes them
+    connections = pd.DataFrame({"app_conn": np.zeros(0, dtype=np.float64), "db_conn": np.zeros(0, dtype=np.float64),
+                                "nat": np.zeros(0, dtype=bool), "by_scramble": np.zeros(0, dtype=bool)})
+    stats = MatchStats(app_exchanges=len(app), db_exchanges=len(db), matched=0, app_only=len(app), db_only=len(db),
+                       conflicts=0, connections_matched=0, connections_by_scramble=0, connections_nat=0,
+                       connections_vetoed=0)
+    return Matching(np.concatenate([app_row, np.full(len(db), -1, dtype=np.int64)]),
+                    np.concatenate([np.full(len(app), -1, dtype=np.int64), db_row]), notes, connections, stats)
+
+
 class Pairing:
     """match_exchanges in its two steps: the connection pairs (`connections`, made here) and the exchange pairs
     inside them (`matched`, `complete()`), made when first wanted and then once.
@@ -679,7 +699,7 @@ def _one_to_one(pairs: pd.DataFrame) -> tuple[pd.DataFrame, set, set]:
     drop = np.zeros(len(pairs), dtype=bool)
     tied = []
     for conn in ("a_conn", "d_conn"):
-        rank = pairs.groupby(conn, sort=False).cumcount().to_numpy()  # 0: the connection's best candidate
+        rank = _occurrence(pairs[conn].to_numpy())  # 0: the connection's best candidate (its groupby cumcount)
         score = pairs["score"].to_numpy()
         best = pd.Series(score[rank == 0], index=pairs[conn].to_numpy()[rank == 0])
         second = pd.Series(score[rank == 1], index=pairs[conn].to_numpy()[rank == 1])

@@ -20,7 +20,7 @@ from ..read.extract import Extracted
 from ..read.sources import parse_server
 from .clock import ClockModel
 from .clocks import clock_keys, fit_clocks, start_segment_passes
-from .match import Matching, Pairing
+from .match import Matching, Pairing, one_point_matching
 from .proxy import NoProxy, ProxyResult, Side, through_proxy
 from .repair import PairTables, Repair, repair_losses
 
@@ -66,7 +66,8 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
     app_conns = concat([e.connections for e in app_x]) if app_x else frame([], CONNECTION_COLUMNS)
     db_ex = concat([e.exchanges for e in db_xs]) if db_xs else frame([], EXCHANGE_COLUMNS)
     db_conns = concat([e.connections for e in db_xs]) if db_xs else frame([], CONNECTION_COLUMNS)
-    matching = Pairing(app_ex, db_ex, app_conns, db_conns)
+    # one point only: nothing to pair (the repair and the clocks need both points)
+    matching = Pairing(app_ex, db_ex, app_conns, db_conns) if app_x and db_xs else one_point_matching(app_ex, db_ex)
     points = {p.name: p for p in cs.points}  # the passes that read a capture again are given its point
     proxied = through_proxy(Side(app_ex, app_conns) if app_x else None, Side(db_ex, db_conns) if db_xs else None,
                             Side(concat([e.exchanges for e in proxy_x]), concat([e.connections for e in proxy_x]))
