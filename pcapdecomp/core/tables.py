@@ -552,9 +552,16 @@ def _sort_key(column: pd.Series) -> np.ndarray:
     return column.to_numpy(dtype=np.int64)
 
 
+# From this many rows up, a table consumed column by column has each column deleted once taken, so that memory
+# holds one table plus one column; below it the table is let go whole by the caller: a deletion costs the frame's
+# width (pandas rebuilds its block map), more than a shorter column holds.
+LET_GO_COLUMNS_FROM_ROWS = 1 << 16
+
+
 def sorted_columnwise(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
-    """concat(frames).sort_values(keys, stable) built one column at a time, each input column dropped once used:
-    the peak is one table plus one column, not the two or three copies of concat-then-sort."""
+    """concat(frames).sort_values(keys, stable) built one column at a time, each input column of a long frame
+    dropped once used (LET_GO_COLUMNS_FROM_ROWS): the peak is one table plus one column, not the two or three copies
+    of concat-then-sort."""
     import pandas as pd
 
     if len(frames) == 1 and len(frames[0]) < 2:
@@ -570,7 +577,8 @@ def sorted_columnwise(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFra
         column = concat_column([f[name] for f in frames])
         data[name] = (column if order is None else column.take(order)).reset_index(drop=True)
         for f in frames:
-            del f[name]
+            if len(f) >= LET_GO_COLUMNS_FROM_ROWS:
+                del f[name]
     return pd.DataFrame(data, columns=names, copy=False)
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..core.fingerprint import digest_fingerprint, fingerprint, query_id
 from ..core.groups import sorted_by_group
-from ..core.tables import as_category, concat_column, labelled, null_boolean, null_int64
+from ..core.tables import LET_GO_COLUMNS_FROM_ROWS, as_category, concat_column, labelled, null_boolean, null_int64
 from ..core.times import to_ts, ts_ns
 from ..mysql.connection import ENCRYPTED_COMMAND
 from ..pair.clock import ClockModel
@@ -87,8 +87,8 @@ def _rows_of(app: pd.DataFrame, db: pd.DataFrame, ar: np.ndarray, dr: np.ndarray
             data[c] = concat_column([app[c].take(a_rows), db[c]]).reset_index(drop=True)
         else:
             data[c] = concat_column([app[c].take(a_rows), db[c].take(d_rows)]).take(position).reset_index(drop=True)
-        if len(app) >= 1 << 16:  # (a deletion costs the frame's width, more than a shorter column holds; a short
-            del app[c]  # table is let go whole by the caller)
+        if len(app) >= LET_GO_COLUMNS_FROM_ROWS:
+            del app[c]
     return pd.DataFrame(data, columns=names, copy=False)
 
 
