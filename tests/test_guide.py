@@ -257,16 +257,19 @@ def test_guide_followed_in_the_lab_gives_the_right_verdict(tmp_path):
     probes = [r for r in truth if r["sql"] == "SELECT 1" and r["exec_s"] is not None]
     surely = Counter(r["conn_id"] for r in probes if r["client_s"] - r["exec_s"] >= 0.2)
     maybe = Counter(r["conn_id"] for r in probes if r["client_s"] - r["exec_s"] >= 0.05)
-    assert surely and all(c % pool_size == hog["conn_id"] % pool_size for c in maybe)
+    hog_group = hog["conn_id"] % pool_size
+    assert any(c % pool_size == hog_group for c in surely)  # the recording stalled the hog's thread group
     # thread_pool_size as the server said it (capture.toml), and the wire agrees
     assert summary["thread_pool_size"]["value"] == pool_size and summary["thread_pool_size"]["source"] == "given"
     assert summary["thread_pool_size"]["inferred"]["value"] == pool_size
     assert summary["thread_pool_size"]["warning"] is None
     stalls = summary["groups"]["stalls"]
-    assert [s["thread_group"] for s in stalls] == [hog["conn_id"] % pool_size]
-    assert hog["conn_id"] in {c["conn_id"] for c in stalls[0]["culprits"]}
+    named = [s["thread_group"] for s in stalls]
+    # the hog's group, and another only where the truth has waits there too (a loaded machine slows every group)
+    assert hog_group in named and set(named) <= {c % pool_size for c in maybe}, (named, maybe)
+    assert hog["conn_id"] in {c["conn_id"] for c in stalls[named.index(hog_group)]["culprits"]}
     waited = Counter(exchanges.loc[exchanges["understated"].fillna(False).astype(bool), "conn_id"].astype(int))
     assert surely <= waited <= maybe, (surely, waited, maybe)  # every wait the slow log hides, and only those
-    assert f"thread group {hog['conn_id'] % pool_size}" in summary["story"]["sentence"]
+    assert f"thread group {hog_group}" in summary["story"]["sentence"]
     assert f"connection {hog['conn_id']}" in summary["story"]["sentence"]
     assert summary["exchanges"]["seen_app"] == summary["exchanges"]["seen_db"] == 0

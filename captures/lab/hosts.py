@@ -288,6 +288,9 @@ class PrivateMariaDB:
         self.host, self.app, self.workdir, self.settings = host, app, workdir, settings
         self.datadir = workdir / "data"
         self.socket = workdir / "mysqld.sock"
+        # its own temporary folder: a server starting removes every #sql* file in its tmpdir, so two lab servers
+        # (two recordings at once) sharing /tmp removed each other's temporary tables while one was being installed
+        self.tmpdir = workdir / "tmp"
         self.slow_log = workdir / "slow.log"
         self.error_log = workdir / "error.log"
         self.version = ""
@@ -295,11 +298,12 @@ class PrivateMariaDB:
 
     def __enter__(self) -> PrivateMariaDB:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.tmpdir.mkdir(exist_ok=True)
         self._install_datadir()
         s = self.settings
         options = [
-            "--no-defaults", f"--datadir={self.datadir}", "--user=root", f"--socket={self.socket}",
-            f"--port={MYSQL_PORT}", "--bind-address=*", "--skip-name-resolve", f"--pid-file={self.workdir}/pid",
+            "--no-defaults", f"--datadir={self.datadir}", f"--tmpdir={self.tmpdir}", "--user=root",
+            f"--socket={self.socket}", f"--port={MYSQL_PORT}", "--bind-address=*", "--skip-name-resolve", f"--pid-file={self.workdir}/pid",
             f"--log-error={self.error_log}", "--skip-log-bin", "--innodb-buffer-pool-size=64M",
             "--innodb-flush-log-at-trx-commit=2", f"--max-connections={s.max_connections}",
             f"--thread-handling={s.thread_handling}", f"--thread-pool-size={s.thread_pool_size}",
@@ -333,7 +337,7 @@ class PrivateMariaDB:
     def _install_datadir(self) -> None:
         # its own process group: the script starts `mariadbd --bootstrap`, which would outlive a killed script
         installer = subprocess.Popen(["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}",
-                                      "--user=root", "--auth-root-authentication-method=socket", "--skip-test-db"],
+                                      f"--tmpdir={self.tmpdir}", "--user=root", "--auth-root-authentication-method=socket", "--skip-test-db"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
         try:
