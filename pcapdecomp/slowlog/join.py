@@ -217,10 +217,16 @@ def _codes(frame: pd.DataFrame, name: str) -> tuple[np.ndarray, list]:
     """Per row the number of its column's distinct value (-1: null, or no such column), and the values."""
     if name not in frame.columns or not len(frame):
         return np.full(len(frame), -1, dtype=np.int64), []
-    if isinstance(frame[name].dtype, pd.CategoricalDtype):  # by its codes, in the same order
-        codes, values = pd.factorize(frame[name])
+    return _factorized(frame[name])
+
+
+def _factorized(column: pd.Series) -> tuple[np.ndarray, list]:
+    """pd.factorize of the column's values as objects: per row the number of its value in order of first appearance
+    (-1: null), and the values. A categorical by its codes, which numbers its values in the same order."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes, values = pd.factorize(column)
         return codes.astype(np.int64), list(values.astype(object))
-    codes, values = pd.factorize(frame[name].to_numpy(dtype=object))
+    codes, values = pd.factorize(column.to_numpy(dtype=object))
     return codes.astype(np.int64), list(values)
 
 
@@ -233,16 +239,13 @@ def _connections(conn_id: np.ndarray, conn_key: pd.Series | None) -> tuple[np.nd
     ids, id_code = np.unique(conn_id[has_id], return_inverse=True)
     code[has_id] = id_code.reshape(-1)
     names: list[tuple] = [("id", c) for c in ids.tolist()]
-    if conn_key is not None and isinstance(conn_key.dtype, pd.CategoricalDtype):  # by its codes, in the same order
-        key_code, key_values = pd.factorize(conn_key)
-        key_values = key_values.astype(object)
-    elif conn_key is not None:
-        key_code, key_values = pd.factorize(conn_key.to_numpy(dtype=object) if n else np.zeros(0, dtype=object))
+    if conn_key is not None:
+        key_code, key_values = _factorized(conn_key)
     else:
         key_code, key_values = np.full(n, -1, dtype=np.int64), []
     by_key = ~has_id & (key_code >= 0)
     code[by_key] = len(names) + key_code[by_key]
-    names += [("key", k) for k in list(key_values)]
+    names += [("key", k) for k in key_values]
     alone = np.flatnonzero(~has_id & (key_code < 0))
     code[alone] = len(names) + np.arange(len(alone), dtype=np.int64)
     names += [("key", ("row", i)) for i in alone.tolist()]
