@@ -550,17 +550,14 @@ def _plain_values_without_pydantic() -> None:
             return coerce_cli_path(value, info, path_type=Path, param=param, ctx=ctx)
         if annotation is int and info.parser is None:
             number = value if type(value) is int else int(value) if type(value) is str and whole.match(value) else None
-            if number is None or (info.min is not None and number < info.min) or (
-                    info.max is not None and number > info.max) or info.clamp:
-                return unsure
-            return number
-        if annotation is float and info.parser is None:
+        elif annotation is float and info.parser is None:
             number = float(value) if type(value) is str and decimal.match(value) else None
-            if number is None or (info.min is not None and number < info.min) or (
-                    info.max is not None and number > info.max) or info.clamp:
-                return unsure
-            return number
-        return unsure
+        else:
+            return unsure
+        if number is None or (info.min is not None and number < info.min) or (
+                info.max is not None and number > info.max) or info.clamp:
+            return unsure  # typer's conversion words what is wrong with it
+        return number
 
     @dataclasses.dataclass(frozen=True)
     class Plain(PassThroughRuntimeParam):
