@@ -363,7 +363,8 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
     # have queued itself
     culprit_ok = long_exec & (~upper_bound | ~victim)
     measured = of_pos(_equals(t["queue_source"], "measured"))
-    srv = of_pos(pd.factorize(t["server"].astype(object).to_numpy())[0].astype(np.int64))
+    # numbered in order of first appearance, a categorical by its codes (not a text object per row)
+    srv = of_pos(pd.factorize(t["server"])[0].astype(np.int64))
     return (_Rows(pos, d1, d4, xs, exec_known, q_end, q_min, server, conn, measured, likely, culprit_ok, srv=srv),
             outliers, t0, t1)
 
@@ -847,21 +848,26 @@ def _cap_summary(cap: dict, members: tuple[np.ndarray, np.ndarray], cols: "Refs"
 
 class Refs:
     """References to exchanges for summary.json: each its key (capture, conn_index, seq) and what a reader needs.
-    The columns are converted once, not once per reference."""
+    A column asked for whole (`array`) is converted once, not once per reference; a reference alone reads its
+    values one by one (a few dozen references each converting a few dozen columns of every row cost more than the
+    rest of the summary)."""
 
     EXTRA = ("stall", "stall_role", "slow_log_line")
+    _NAT = np.iinfo(np.int64).min
 
     def __init__(self, t: pd.DataFrame):
         self.t = t
         self._arrays: dict[str, np.ndarray] = {}
-        self._times = {c for c in t.columns if str(t[c].dtype).startswith("datetime64")}
+        self._columns: dict[str, pd.Series] = {}
+        self._dtypes = {c: d for c, d in t.dtypes.items()}
+        self._times = {c for c, d in self._dtypes.items() if str(d).startswith("datetime64")}
 
     def array(self, col: str) -> np.ndarray:
         if col not in self._arrays:
             c = self.t[col]
             if str(c.dtype).startswith("datetime64"):
                 ns, valid = ts_ns(c)  # Timestamps made per reference: converting a million of them costs seconds
-                self._arrays[col] = np.where(valid, ns, np.iinfo(np.int64).min)
+                self._arrays[col] = np.where(valid, ns, self._NAT)
             elif str(c.dtype) == "boolean":
                 self._arrays[col] = c.to_numpy(dtype=bool, na_value=False)
             elif str(c.dtype) in ("float64", "Float64"):
@@ -870,16 +876,35 @@ class Refs:
                 self._arrays[col] = c.astype(object).to_numpy()
         return self._arrays[col]
 
-    def value(self, col: str, pos: int):
-        v = self.array(col)[pos]
+    def _element(self, col: str, pos: int):
+        """array(col)[pos], read from the column's own array without converting the column."""
+        if col in self._arrays:
+            return self._arrays[col][pos]
+        dtype = self._dtypes[col]
+        if col in self._times and dtype not in (np.dtype("M8[ns]"), pd.DatetimeTZDtype("ns", "UTC")):
+            return self.array(col)[pos]  # another unit or zone: converted as ts_ns converts it
+        if col not in self._columns:
+            self._columns[col] = self.t[col]
+        values = self._columns[col].array
         if col in self._times:
-            return None if v == np.iinfo(np.int64).min else _iso(int(v))
+            return values.asi8[pos]  # NaT is int64's minimum, as array() marks it
+        v = values[pos]
+        if str(dtype) == "boolean":
+            return np.False_ if v is pd.NA else v
+        if str(dtype) in ("float64", "Float64"):
+            return np.nan if v is pd.NA else v
+        return v
+
+    def value(self, col: str, pos: int):
+        v = self._element(col, pos)
+        if col in self._times:
+            return None if v == self._NAT else _iso(int(v))
         return json_value(v)
 
     def ref(self, pos: int) -> dict:
-        out = {c: self.value(c, pos) if c in self.t.columns else None for c in REF_COLUMNS}
+        out = {c: self.value(c, pos) if c in self._dtypes else None for c in REF_COLUMNS}
         for c in self.EXTRA:
-            if c in self.t.columns:
+            if c in self._dtypes:
                 out[c] = self.value(c, pos)
         if isinstance(out.get("sql"), str):
             out["sql"] = clip(out["sql"], 200, flat=False)
