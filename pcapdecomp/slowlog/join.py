@@ -162,12 +162,19 @@ class _Rows:
         self.tol = np.where(app_clock, APP_CLOCK_TOLERANCE_NS, DB_CLOCK_TOLERANCE_NS).astype(np.int64)
         conn = rows["conn_id"].astype("Int64")
         self.conn_id = conn.fillna(-1).to_numpy(dtype=np.int64)
+        self.known_ids = set(np.unique(self.conn_id[self.conn_id >= 0]).tolist())  # the connection ids the wire names
         # the connection an exchange belongs to: its id when the greeting was seen, else its endpoints (else the row
         # alone), as a number per row and a name per number: ("id", conn_id), ("key", conn_key), ("key", ("row", i))
         self.conn_code, self.conn_names = _connections(self.conn_id, rows["conn_key"] if "conn_key" in rows.columns
                                                        else None)
-        self.command = _column(rows, "command", "COM_QUERY")
-        self.sql = _column(rows, "sql", None)
+        # the statements: per row the number of its command and of its text (-1: null) among the distinct ones (a
+        # categorical by its codes: no object per row to compare or hash), and per row the value (None: null)
+        if "command" in rows.columns:
+            self.command_code, self.commands = _codes(rows, "command")
+        else:
+            self.command_code, self.commands = np.zeros(n, dtype=np.int64), ["COM_QUERY"]
+        self.sql_code, self.sqls = _codes(rows, "sql")
+        self.command, self.sql = _per_row(self.command_code, self.commands), _per_row(self.sql_code, self.sqls)
         # read per exchange only where a slow-log entry can use the parameters (_Slots): most never are
         self._params = rows["params"].array if "params" in rows.columns else None
         self.sql_cut = _flags(rows, "sql_cut")
@@ -193,13 +200,14 @@ class _Rows:
         starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if len(codes) else np.zeros(0, dtype=np.int64)
         return {self.conn_names[c]: part for c, part in zip(codes[starts].tolist(), np.split(rows, starts[1:]))}
 
-    def params_of(self, rows: np.ndarray) -> np.ndarray:
-        """These exchanges' `params` column (None when null), as objects."""
+    def params_of(self, rows: np.ndarray) -> tuple[np.ndarray, list]:
+        """These exchanges' `params` column as pd.factorize gives it: per row the number of its text in order of
+        first appearance (-1: null) and the texts. Factorized as the column's own array (an Arrow string array
+        hashes its texts without making an object of each)."""
         if self._params is None:
-            return np.full(len(rows), None, dtype=object)
-        values = self._params.take(rows).to_numpy(dtype=object)
-        values[pd.isna(values)] = None
-        return values
+            return np.full(len(rows), -1, dtype=np.int64), []
+        codes, texts = pd.factorize(self._params.take(rows))
+        return codes.astype(np.int64), np.asarray(texts, dtype=object).tolist()
 
 
 def _flags(frame: pd.DataFrame, name: str) -> np.ndarray:
@@ -211,6 +219,14 @@ def _flags(frame: pd.DataFrame, name: str) -> np.ndarray:
     values = frame[name].to_numpy(dtype=object, copy=True)
     values[pd.isna(values)] = False
     return values.astype(bool)
+
+
+def _per_row(codes: np.ndarray, values: list) -> list:
+    """The value of each row (codes as _codes gives them), None where null."""
+    table = np.empty(len(values) + 1, dtype=object)  # the last one: null's (-1)
+    for i, v in enumerate(values):
+        table[i] = v
+    return table[codes].tolist()
 
 
 def _codes(frame: pd.DataFrame, name: str) -> tuple[np.ndarray, list]:
@@ -321,14 +337,13 @@ class _Templates:
     markers, and which entries read as which template with which values."""
 
     def __init__(self, rows: _Rows):
-        command = np.asarray(rows.command, dtype=object)
-        sql = np.asarray(rows.sql, dtype=object)
-        execute = np.zeros(rows.n, dtype=bool)
-        for name in EXECUTES:
-            execute |= command == name
-        # the timed executes of a whole prepared text, and their template ids (first use first: pd.factorize's order)
-        self.rows = np.flatnonzero(execute & rows.timed & ~np.asarray(rows.sql_cut, dtype=bool) & pd.notna(sql))
-        codes, texts = pd.factorize(sql[self.rows])
+        executes = [i for i, command in enumerate(rows.commands) if command in EXECUTES]
+        execute = np.isin(rows.command_code, np.asarray(executes, dtype=np.int64))
+        # the timed executes of a whole prepared text, and their template ids (first use first: pd.factorize's order,
+        # of the texts' numbers as of the texts)
+        self.rows = np.flatnonzero(execute & rows.timed & ~np.asarray(rows.sql_cut, dtype=bool) & (rows.sql_code >= 0))
+        codes, firsts = pd.factorize(rows.sql_code[self.rows])
+        texts = [rows.sqls[c] for c in firsts.tolist()]
         self.tid = codes.astype(np.int64)
         self.parts: list[list[str]] = [template_parts(text) for text in texts]
 
@@ -367,7 +382,7 @@ class _Wanted:
     parameters are not decoded (`could_be`)."""
 
     def __init__(self, rows: _Rows, entries: _Entries, reads: list[list[tuple[int, tuple]]]):
-        known = {c for c in rows.conn_id.tolist() if c >= 0}
+        known = rows.known_ids
         self.anywhere: set[int] = set()
         self.on_conn: set[tuple[int, int]] = set()
         # the executes' keys the entries can have (_entry_keys: ('x', …) from a reading, ('w', template) with it)
@@ -522,7 +537,7 @@ def _execute_keys(rows: _Rows, executes: np.ndarray, tids: np.ndarray,
     """The distinct keys of these executes (of templates `tids`): ('x', template, values) or ('w', template), and
     per execute the number of its key, -1 for one whose key `could_be(template, params)` says no entry has. The
     parameters of each distinct text are decoded once."""
-    codes, texts = pd.factorize(rows.params_of(executes))  # -1: no parameters column value
+    codes, texts = rows.params_of(executes)  # -1: no parameters column value
     width = len(texts) + 1
     pairs, which = np.unique(tids * width + (codes + 1), return_inverse=True)
     numbers: dict[tuple, int] = {}  # two texts may read as the same values ('5', '05'): one key
@@ -803,12 +818,12 @@ def rows_for_join(t: pd.DataFrame) -> pd.DataFrame:
     ip_code, ips = pd.factorize(np.array([_ip_of(c) for c in db_client] + [None], dtype=object)[:-1])
     problem_codes, problem_texts = _distinct(t["problems"])  # each distinct text looked at once
     cut_kinds = np.array([isinstance(v, str) and "sql-cut" in v for v in problem_texts] + [False], dtype=bool)
-    # the texts as Python objects, as the join reads them (not made into a string column and back)
+    # the texts as the table has them: the join numbers them (_codes), a categorical by its codes
     return pd.DataFrame({
         "conn_id": t["conn_id"].astype("Int64"),
         "conn_key": pd.Series(pd.Categorical.from_codes(key_code[conn], keys), index=t.index),
-        "command": t["command"].astype(object),
-        "sql": t["sql"].astype(object),
+        "command": t["command"],
+        "sql": t["sql"],
         "params": t["params"],  # read only for the executes an entry can be (_Rows.params_of)
         "sql_cut": cut_kinds[problem_codes],
         "client_ip": pd.Series(pd.Categorical.from_codes(ip_code[conn], ips), index=t.index),
@@ -957,7 +972,7 @@ class _State:
         self._chains: dict[tuple, tuple] = {}
         self._rows_of: dict[tuple, np.ndarray] | None = None
         self._joined_by_thread: dict[int, list] | None = None
-        known = self.known = {c for c in rows.conn_id.tolist() if c >= 0}
+        known = self.known = rows.known_ids
         self.todo: list[int] = []
         for e in range(entries.n):
             why = self._pre_reason(e)
@@ -1324,7 +1339,7 @@ class _State:
         logs_commands = any(isinstance(a, str) and a for a in E.admin)
         # A TLS flight without a key log (ENCRYPTED) is taken as a statement the server logs: an administrator
         # command that runs past long_query_time is not met in practice.
-        codes, commands = pd.factorize(np.asarray(R.command, dtype=object)) if R.n else (np.zeros(0, np.int64), [])
+        codes, commands = R.command_code, R.commands
         unlogged = np.array([c not in LOGGED_COMMANDS and c != ENCRYPTED and (not logs_commands or c == "CONNECT")
                              for c in [*commands, None]], dtype=bool)[codes]  # per command, then per row
         self.undecided &= entry < 0
