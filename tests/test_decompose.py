@@ -154,3 +154,20 @@ def test_occupancy_is_exact_at_epoch_nanoseconds(intervals, width, copies):
             for lo, hi in zip(edges.tolist(), edges[1:].tolist())]
     assert np.array_equal(got, np.array(want, dtype=np.float64))
     assert (got >= 0).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(-(1 << 63), (1 << 63) - 1)), max_size=40),
+       st.sampled_from([1, 1000, 1 << 40, 1 << 63]))
+def test_latest_before_is_the_groups_running_maximum_of_the_rows_before(rows, spread):
+    """pipelined_s's running maximum per connection, in one pass over every row, is what a groupby's cummax then
+    shift gives: the largest time of the earlier rows of the same group, int64's minimum for a group's first row
+    (times of a narrow spread, and of the whole int64 range, where the lift would not fit)."""
+    from pcapdecomp.explain.decompose import _latest_before
+
+    rows = sorted(rows, key=lambda r: r[0])
+    k = np.array([g for g, _ in rows], dtype=np.int64)
+    b = np.array([v % spread if spread < 1 << 63 else v for _, v in rows], dtype=np.int64)
+    none = np.iinfo(np.int64).min
+    expected = [max([v for g2, v in zip(k[:i], b[:i]) if g2 == g], default=none) for i, g in enumerate(k)]
+    assert _latest_before(k, b).tolist() == expected

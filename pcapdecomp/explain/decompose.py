@@ -372,18 +372,40 @@ def pipelined_s(t: pd.DataFrame) -> np.ndarray:
     if n == 0 or not ok.any():
         return out
     rows = np.flatnonzero(ok)
-    client = pd.factorize(t["db_client"].astype(object).to_numpy()[rows])[0].astype(np.int64)
-    server = pd.factorize(t["server"].astype(object).to_numpy()[rows])[0].astype(np.int64)
+    # numbered in order of first appearance (a categorical by its codes: not a text object per row to hash)
+    client = pd.factorize(t["db_client"].take(rows))[0].astype(np.int64)
+    server = pd.factorize(t["server"].take(rows))[0].astype(np.int64)
     key = client * (int(server.max()) + 1) + server
     d1 = np.asarray(t["_d1_raw"], dtype=np.int64)[rows]
     d4 = np.asarray(t["_d4_raw"], dtype=np.int64)[rows]
     order = np.lexsort((d4, d1, key))
     k, a, b = key[order], d1[order], d4[order]
-    none = np.iinfo(np.int64).min
-    before = pd.Series(b).groupby(k).cummax().groupby(k).shift(1, fill_value=none).to_numpy(dtype=np.int64)
+    before = _latest_before(k, b)
     before = np.maximum(before, a)  # no earlier request, or answered before this one came: no wait
     wait = (np.minimum(before, b) - a) / NS  # int64 ns until here: no rounding of the times
     out[rows[order]] = wait
+    return out
+
+
+def _latest_before(k: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per row of rows sorted by `k` (its groups one run each): the largest `b` (int64) of the rows before it in its
+    group, int64's minimum for a group's first row. One running maximum over every row, each group's values lifted
+    above those of the groups before it (b less the least b, plus the group's number times the range of b), in
+    int64 while that fits, else by a pandas groupby."""
+    none = np.iinfo(np.int64).min
+    if not len(k):
+        return np.zeros(0, dtype=np.int64)
+    first = np.concatenate([[True], k[1:] != k[:-1]])
+    group = np.cumsum(first) - 1
+    least = int(b.min())
+    width = int(b.max()) - least + 1
+    if (int(group[-1]) + 1) * width >= 1 << 62:
+        return pd.Series(b).groupby(k).cummax().groupby(k).shift(1, fill_value=none).to_numpy(dtype=np.int64)
+    lift = group * width
+    latest = np.maximum.accumulate((b - least) + lift) - lift + least
+    out = np.empty(len(b), dtype=np.int64)
+    out[1:] = latest[:-1]
+    out[first] = none
     return out
 
 
