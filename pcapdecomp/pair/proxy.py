@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..core.tables import null_int64
+from ..core.tables import null_column
 from ..core.times import to_ts, ts_ns_or
 from ..mysql.params import split_params
 from ..read.tcp import SEQ_MOD
@@ -829,10 +829,10 @@ def empty_columns(table: pd.DataFrame) -> pd.DataFrame:
     # (as pd.Categorical([None] * n) and pd.array([pd.NA] * n, dtype="Int64") make them, without n objects)
     table["proxy_match"] = pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8),
                                                      dtype=pd.CategoricalDtype(pd.Index([], dtype="float64")))
-    for col in ("proxy_candidates", "front_conn_id"):
-        table[col] = null_int64(n)
+    for col in ("proxy_candidates", "front_conn_id"):  # null in every row: no bytes per row (tables.null_column)
+        table[col] = null_column(n, "Int64")
     for col in ("net_app_proxy_s", "proxy_s", "proxy_wait_s", "net_proxy_db_s"):
-        table[col] = pd.Series(np.full(n, np.nan), dtype="float64")
+        table[col] = null_column(n, "float64")
     for col in PROXY_TIME_COLUMNS:
         table[col] = to_ts(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool))
     return table
