@@ -245,15 +245,37 @@ class ClockSamples:
 
 def pair_segments(app: _Segments, db: _Segments) -> ClockSamples:
     """The segments seen at both points (same key), as clock samples. Both sides are sorted by (k1, k2) with unique
-    keys, so this is a merge join on sorted arrays: no hash table, a few index arrays of memory."""
-    lo = np.searchsorted(db.k1, app.k1, side="left")
-    hi = np.searchsorted(db.k1, app.k1, side="right")
+    keys, so this is a merge join on sorted arrays: no hash table, a few index arrays of memory (of JOIN_CHUNK app
+    segments at a time: each app segment's search is its own)."""
+    found = [_matched(app.k1[at:at + JOIN_CHUNK], app.k2[at:at + JOIN_CHUNK], db, at)
+             for at in range(0, len(app.k1), JOIN_CHUNK)]
+    ia = np.concatenate([f[0] for f in found]) if found else np.zeros(0, dtype=np.int64)
+    id_ = np.concatenate([f[1] for f in found]) if found else np.zeros(0, dtype=np.int64)
+    del found
+    fwd = (app.k2[ia] & np.uint64(1)) == 0
+    ts_a, ts_d = app.ts[ia], db.ts[id_]
+    del ia, id_
+    order_f = np.lexsort((ts_d[fwd], ts_a[fwd]))  # by app time; equal app times by DB time
+    order_r = np.lexsort((ts_d[~fwd], ts_a[~fwd]))
+    return ClockSamples(
+        ts_a[fwd][order_f], ts_d[fwd][order_f], ts_d[~fwd][order_r], ts_a[~fwd][order_r],
+        app_segments=app.read, db_segments=db.read, duplicates_dropped=app.repeated + db.repeated,
+    )
+
+
+JOIN_CHUNK = 1 << 16  # app segments searched at once by pair_segments
+
+
+def _matched(k1: np.ndarray, k2: np.ndarray, db: _Segments, offset: int) -> tuple[np.ndarray, np.ndarray]:
+    """(positions in the app segments, offset added; positions in `db`) of the app keys (k1, k2) that `db` has."""
+    lo = np.searchsorted(db.k1, k1, side="left")
+    hi = np.searchsorted(db.k1, k1, side="right")
     # Several DB segments may share a seq/ack (a pure ACK, then data; or, in a forged capture, thousands): inside
     # each run k2 is sorted, so every app key bisects its run, all keys at once: log2(longest run) passes.
     ia = np.flatnonzero(hi > lo)
     left, right, end = lo[ia], hi[ia], hi[ia]
     del lo, hi
-    want = app.k2[ia]
+    want = k2[ia]
     while True:
         open_ = left < right
         if not open_.any():
@@ -264,13 +286,4 @@ def pair_segments(app: _Segments, db: _Segments) -> ClockSamples:
         right = np.where(open_ & ~below, mid, right)
     hit = left < end
     hit[hit] = db.k2[left[hit]] == want[hit]
-    ia, id_ = ia[hit], left[hit]
-    del left, right, end, want
-    fwd = (app.k2[ia] & np.uint64(1)) == 0
-    ts_a, ts_d = app.ts[ia], db.ts[id_]
-    order_f = np.lexsort((ts_d[fwd], ts_a[fwd]))  # by app time; equal app times by DB time
-    order_r = np.lexsort((ts_d[~fwd], ts_a[~fwd]))
-    return ClockSamples(
-        ts_a[fwd][order_f], ts_d[fwd][order_f], ts_d[~fwd][order_r], ts_a[~fwd][order_r],
-        app_segments=app.read, db_segments=db.read, duplicates_dropped=app.repeated + db.repeated,
-    )
+    return ia[hit] + offset, left[hit]
