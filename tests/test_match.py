@@ -363,6 +363,51 @@ def test_segment_pairing_is_the_join_of_keys_seen_once(data):
     assert samples.app_segments == len(a[0]) and samples.db_segments == len(d[0])
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_segment_pairing_in_chunks_is_the_same_join(data):
+    """pair_segments searches JOIN_CHUNK app segments at a time: whatever the chunk, the join of the keys seen
+    once, the samples in the same order."""
+    from unittest import mock
+
+    from pcapdecomp.pair import clocks
+
+    def side(n):
+        k1 = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+        k2 = data.draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))
+        ts = data.draw(st.lists(st.integers(0, 10**6), min_size=n, max_size=n))
+        return (np.array(k1, dtype=np.uint64), np.array(k2, dtype=np.uint64), np.array(ts, dtype=np.int64))
+
+    a = side(data.draw(st.integers(0, 25)))
+    d = side(data.draw(st.integers(0, 25)))
+    with mock.patch.object(clocks, "JOIN_CHUNK", data.draw(st.integers(1, 8))):
+        samples = pair_segments(clocks._unique_sorted(list(a)), clocks._unique_sorted(list(d)))
+    got = [(int(x), int(y), True) for x, y in zip(samples.fwd_app, samples.fwd_db)]
+    got += [(int(x), int(y), False) for x, y in zip(samples.rev_app, samples.rev_db)]
+    assert sorted(got) == _reference_pairs(a, d)
+    assert list(samples.fwd_app) == sorted(samples.fwd_app) and list(samples.rev_app) == sorted(samples.rev_app)
+
+
+def test_clock_samples_of_a_real_capture_alike_in_chunks(sides):
+    """The lab's group-stall capture against itself, searched 7 app segments at a time: the samples of one search."""
+    from unittest import mock
+
+    from pcapdecomp.pair import clocks
+
+    app, db = sides
+    a = read_segments_of(SET / "app.pcap", flows(app.connections))
+    d = read_segments_of(SET / "db.pcap", flows(db.connections))
+    whole = pair_segments(a, d)
+    with mock.patch.object(clocks, "JOIN_CHUNK", 7):
+        chunked = pair_segments(a, d)
+    assert len(whole.fwd_app) + len(whole.rev_app) > 100  # the capture's segments seen at both points
+    for name in ("fwd_app", "fwd_db", "rev_db", "rev_app"):
+        assert np.array_equal(getattr(whole, name), getattr(chunked, name))
+    assert sorted([(int(x), int(y), True) for x, y in zip(chunked.fwd_app, chunked.fwd_db)]
+                  + [(int(x), int(y), False) for x, y in zip(chunked.rev_app, chunked.rev_db)]) \
+        == _reference_pairs((a.k1, a.k2, a.ts), (d.k1, d.k2, d.ts))
+
+
 # --- repeated keys: matching stays linear ---------------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from pcapdecomp.core.tables import (
     concat,
     file_schema,
     frame,
+    null_column,
     row_function,
     sorted_columnwise,
 )
@@ -281,3 +282,28 @@ def test_as_category_of_an_object_array_is_the_string_columns_categorical(values
     expected = pd.Series(pd.Categorical(text, categories=pd.Index(sorted(text.dropna().unique()), dtype="str")),
                          index=text.index)
     pd.testing.assert_series_equal(as_category(array), expected)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "Int64"])
+def test_null_column_holds_no_bytes_per_row_and_reads_and_writes_as_nulls(dtype, tmp_path):
+    import tracemalloc
+
+    n = 300_000
+    tracemalloc.start()
+    try:
+        col = null_column(n, dtype)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held < 10_000  # one value, not n
+    assert str(col.dtype) == dtype and len(col) == n and col.isna().all()
+    assert np.isnan(col.to_numpy(dtype="float64", na_value=np.nan)).all()
+    plain = pd.Series(np.full(n, np.nan)) if dtype == "float64" else pd.Series(pd.array([pd.NA] * n, dtype="Int64"))
+    table = pd.DataFrame({"k": np.arange(n)})
+    table["v"] = col
+    other = pd.DataFrame({"k": np.arange(n)})
+    other["v"] = plain
+    outputs.write_table(table, tmp_path / "null.parquet")
+    outputs.write_table(other, tmp_path / "plain.parquet")
+    assert (tmp_path / "null.parquet").read_bytes() == (tmp_path / "plain.parquet").read_bytes()
+    assert table.iloc[::7].equals(other.iloc[::7])  # a copy of its rows is a column of nulls like any other

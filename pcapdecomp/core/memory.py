@@ -38,7 +38,9 @@ def map_big_blocks(size: int | None) -> None:
     (which gives back only the top of the heap and whole free pages). The extraction and the loss repair free
     and make such arrays by the hundred (batches, the repair's scan of a capture, its re-read), so analyze sets
     1 MiB up to the end of the repair, which lowers its peak. A fresh mapping per array costs page faults, so not
-    for the whole run (the numbers: docs/speed.md). Not glibc: nothing."""
+    for the whole run: after the repair 4 MiB (pair.pairing.AFTER_THE_REPAIR_BYTES), where the columns of a long
+    capture, which the later stages make and free beside the table, would otherwise stay in the heap (the numbers:
+    docs/speed.md). Not glibc: nothing."""
     mallopt = getattr(_libc(), "mallopt", None)
     if mallopt is not None:
         mallopt(-3, size or 32 << 20)  # M_MMAP_THRESHOLD (setting it also ends glibc's adjusting of it)

@@ -516,6 +516,20 @@ def null_int64(n: int) -> pd.arrays.IntegerArray:
     return pd.arrays.IntegerArray(np.ones(n, dtype=np.int64), np.ones(n, dtype=bool))
 
 
+def null_column(n: int, dtype: str) -> pd.Series:
+    """n nulls of dtype float64 or Int64 that hold no bytes per row: one value read n times (a read-only array of
+    stride 0). For a column null in every row that nothing writes into (a write in place raises): readers see the
+    nulls, a copy or a file holds them as any column of nulls."""
+    import pandas as pd
+
+    if dtype == "float64":
+        return pd.Series(np.broadcast_to(np.float64(np.nan), (n,)), copy=False)
+    if dtype == "Int64":
+        return pd.Series(pd.arrays.IntegerArray(np.broadcast_to(np.int64(1), (n,)), np.broadcast_to(True, (n,))),
+                         copy=False)
+    raise ValueError(f"null_column: no {dtype!r} column")
+
+
 def labelled(codes: np.ndarray, labels: list[str]) -> pd.Series:
     """as_category(labels[codes]) (-1: null) from the codes: the labels that occur, sorted, as categories. Built
     from the codes, not by encoding one string a row."""

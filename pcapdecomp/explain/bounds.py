@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..core.tables import labelled
+from ..core.tables import labelled, null_column
 from ..core.times import ts_ns
 from ..pair.match import Matching
 from ..pair.repair import Repair
@@ -83,7 +83,7 @@ def apply_bounds(table: pd.DataFrame, bounds: PointBounds, clocks: dict, primary
     n = len(table)
     label_codes = np.full(n, -1, dtype=np.int64)  # of `labels`, -1: not bounded
     labels: list[str] = []
-    columns = {c: np.full(n, np.nan) for c in BOUND_COLUMNS}
+    columns: dict[str, np.ndarray] = {}  # made for the bounds there are; the others null_column
     if len(bounds.rows):
         rows = bounds.rows
         point_cols = ("app_req_ts", "app_resp_ts", "db_req_ts", "db_resp_ts")
@@ -116,8 +116,9 @@ def apply_bounds(table: pd.DataFrame, bounds: PointBounds, clocks: dict, primary
         server_b = named[:, 2] | named[:, 3]
         for name, (b_lo, b_hi), which in (("total_s", total, total_b), ("server_s", server, server_b),
                                            ("network_s", network, total_b | server_b)):
-            columns[f"{name}_lo"][rows[which]] = _finite_s(b_lo[which])
-            columns[f"{name}_hi"][rows[which]] = _finite_s(b_hi[which])
+            if which.any():
+                columns.setdefault(f"{name}_lo", np.full(n, np.nan))[rows[which]] = _finite_s(b_lo[which])
+                columns.setdefault(f"{name}_hi", np.full(n, np.nan))[rows[which]] = _finite_s(b_hi[which])
         texts, which_text = np.unique([",".join(p for p, on in zip(POINTS, row) if on) for row in named],
                                       return_inverse=True)
         label_codes[rows] = which_text
@@ -145,8 +146,8 @@ def apply_bounds(table: pd.DataFrame, bounds: PointBounds, clocks: dict, primary
         table = table.copy(deep=False)
     # as_category(label) of the labels at `rows` (None elsewhere), from codes: not an object per row
     table["bounded"] = labelled(label_codes, labels)
-    for c in BOUND_COLUMNS:
-        table[c] = columns[c]
+    for c in BOUND_COLUMNS:  # (a bound column no row has is null in every row: no bytes per row)
+        table[c] = columns[c] if c in columns else null_column(n, "float64")
     return table
 
 

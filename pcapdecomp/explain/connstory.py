@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.formats import plural, seconds_rounded, share
+from ..core.groups import codes
 from ..core.times import ts_ns_float
 
 IDLE_SPREAD = 0.1  # idle-before-close times within ±10 % of their median (or 100 ms) are one timer
@@ -27,7 +28,7 @@ def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
     """summary.json → connections (None without a connections table with handshakes or closes to tell)."""
     if conns is None or not len(conns):
         return None
-    captures = set(x["capture"].astype(object).dropna().unique().tolist()) if len(x) else set()
+    captures = set(codes(x["capture"])[1].tolist()) if len(x) else set()
     c = conns[conns["capture"].astype(object).isin(captures)] if captures else conns
     if not len(c):
         return None
@@ -62,13 +63,13 @@ NOT_STATEMENTS = ("COM_QUIT", "CONNECT")  # the goodbye, and the login (its time
 
 
 def _statements(x: pd.DataFrame) -> int:
-    return int((~x["command"].astype(object).isin(NOT_STATEMENTS)).sum())
+    return int((~x["command"].isin(NOT_STATEMENTS)).sum())
 
 
 def _statements_time(x: pd.DataFrame) -> float:
     wire = x["total_s"].fillna(x["server_s"]) if "server_s" in x.columns else x["total_s"]
     wire = wire.fillna(x["response_s"]).to_numpy(dtype="float64", na_value=np.nan)
-    return float(np.nansum(wire[~x["command"].astype(object).isin(NOT_STATEMENTS).to_numpy(dtype=bool)]))
+    return float(np.nansum(wire[~x["command"].isin(NOT_STATEMENTS).to_numpy(dtype=bool)]))
 
 
 def _open_series(first: np.ndarray, last: np.ndarray) -> dict:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.formats import plural, seconds_rounded, share
-from ..core.groups import aggregated
+from ..core.groups import aggregated, codes
 from .waitprofile import hosts_of
 from .wording import connection, quoted
 
@@ -37,9 +37,12 @@ def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
     if not both.any():
         return None
     host = hosts_of(x["client"])
+    # the arrays as they are (copy=False: no consolidated copy of them), conn_id in its own dtype (not an object
+    # per row)
     frame = pd.DataFrame({"host": host[both], "capture": x["capture"].astype(object).to_numpy()[both],
-                          "conn_index": x["conn_index"].to_numpy()[both], "conn_id": x["conn_id"].to_numpy()[both],
-                          "network_s": np.maximum(net[both], 0.0), "total_s": total[both]})
+                          "conn_index": x["conn_index"].to_numpy()[both], "conn_id": x["conn_id"].array[both],
+                          "network_s": np.maximum(net[both], 0.0), "total_s": total[both]}, copy=False)
+    del host
     net_sum, total_sum = float(frame["network_s"].sum()), float(frame["total_s"].sum())
     by_host = (aggregated(frame.groupby("host", dropna=False), exchanges=("network_s", "size"),
                           network_s=("network_s", "sum"), total_s=("total_s", "sum"))
@@ -67,12 +70,18 @@ def _retransmissions(x: pd.DataFrame, conns: pd.DataFrame | None, both: np.ndarr
     if conns is None or not len(conns) or "retransmitted_bytes" not in conns.columns:
         return {"retransmitted_bytes": None, "retransmitting_connections": None, "rto_stalls_likely": None,
                 "rto_stalls": []}
-    captures = set(x["capture"].astype(object).dropna().unique().tolist())
+    captures = set(codes(x["capture"])[1].tolist())
     c = conns[conns["capture"].astype(object).isin(captures)]
     rb = c["retransmitted_bytes"].to_numpy(dtype="float64", na_value=0.0)
     keys = set(zip(c["capture"].astype(object)[rb > 0], c["conn_index"].astype("int64")[rb > 0]))
-    on = pd.MultiIndex.from_arrays([x["capture"].astype(object), x["conn_index"].astype("int64")]).isin(list(keys)) \
-        if keys else np.zeros(len(x), dtype=bool)
+    on = np.zeros(len(x), dtype=bool)
+    if keys:  # the rows of those connections, by the capture's code and conn_index (not a tuple per row)
+        code, names = codes(x["capture"])
+        index = x["conn_index"].to_numpy(dtype=np.int64)
+        for k, name in enumerate(names):
+            wanted = [i for cap, i in keys if cap == name]
+            if wanted:
+                on |= (code == k) & np.isin(index, wanted)
     stalls = on & both & (np.nan_to_num(net) >= RTO_MIN_S)
     named = np.flatnonzero(stalls)
     named = named[np.argsort(-net[named], kind="stable")][:LISTED]

@@ -5,7 +5,7 @@ and verdict are its own), the thread-pool tables, and what the summary reads of 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -52,14 +52,14 @@ def explain_servers(paired: Paired, cs: CaptureSet, db_captures: list[str], tz, 
         note("long_query_time unknown (no capture.toml, no --long-query-time): hidden_slow not decided")
     several = len(db_captures) > 1
     names_of = list(db_captures) or [None]
-    row_point = paired.row_point
     if several:
         positions = np.arange(len(table))
-        which = row_point.copy()
+        which = paired.row_point.copy()
         which[pd.isna(which)] = names_of[0]  # exchanges no DB point saw, of an unknown server: with the first
         parts = [(name, positions[which == name]) for name in names_of]
     else:
         parts = [(names_of[0], None)]
+    paired.row_point = None  # read: the table's db_point and `parts` say it now
     servers: list[ServerPart] = []
     tables = []
     for name, rows in parts:
@@ -105,7 +105,7 @@ def summary_of(cs: CaptureSet, x: Extracted, paired: Paired, explained: Explaine
 def joined_table(paired: Paired) -> pd.DataFrame:
     """One row per exchange (the matching's rows): both points' times on the primary app point's clock, what capture
     loss left bounded, the proxy's columns, where each connection id came from and the DB point. Takes `paired`'s
-    exchange tables (set to None)."""
+    exchange tables (set to None) and its matching's rows (summary.json reads the matching's stats alone)."""
     bounds = point_bounds(paired.app_ex, paired.db_ex, paired.matching, paired.repair)
     table = apply_bounds(build_table(paired.app_ex, paired.db_ex, paired.matching, paired.clocks, paired.primary,
                                      paired.row_clock, bounds),
@@ -113,6 +113,7 @@ def joined_table(paired: Paired) -> pd.DataFrame:
     table = proxy_finish(table, paired.proxied) if paired.proxied is not None else proxy_empty(table)
     table["conn_id_source"] = conn_id_sources_of(table, paired.id_sources)
     paired.app_ex = paired.db_ex = None
+    paired.matching = replace(paired.matching, app_row=None, db_row=None, notes=None)
     release_memory()
     table["db_point"] = as_category(paired.row_point)
     return table

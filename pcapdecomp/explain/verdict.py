@@ -19,7 +19,7 @@ from ..core.formats import clock_ms, plural, seconds_rounded
 from ..core.times import ts_ns
 from ..pair.proxy import PAIRED_KINDS
 from ..pair.proxy import sentence as proxy_sentence
-from .decompose import NETWORK_PARTS, STALL_MIN_QUEUE_S, network_parts
+from .decompose import STALL_MIN_QUEUE_S, network_parts
 from .digest import SERVER_OVERHEAD_S, overhead_part
 from .threadpool import MAX_CULPRITS, PoolView, Refs, json_value, robust_span
 from .wording import (at_least, connection, execution, queue_source, quoted, span, span_of, statements,
@@ -29,14 +29,6 @@ VICTIMS_LISTED = 50  # hidden-slow / understated statements listed in summary.js
 STALLS_TOLD = 5  # stall bullets (the rest counted)
 
 
-# The columns the queueing and split parts read. They take the sane rows of these alone: a row filter of the whole
-# table copies every column of it, three times over: the run's peak.
-SHARE_COLUMNS = ["seen", "total_s", "network_s", "server_s", "pipelined_s", "queue_s", "queue_source", "queue_min_s",
-                 "exec_s", "exec_source"]
-# through a proxy the split tells network's parts apart (decompose.network_parts)
-PROXY_SHARE_COLUMNS = [c for c, _ in NETWORK_PARTS]
-
-
 def tell(summary: dict, x: pd.DataFrame, view: PoolView) -> dict:
     """summary.json's verdict, story, hidden_slow, understated and queueing, from the other summary parts (inputs,
     exchanges, clock, groups, pool, thread_pool_size) and the exchanges table (with thread_group, stall and
@@ -44,19 +36,12 @@ def tell(summary: dict, x: pd.DataFrame, view: PoolView) -> dict:
     sane = _sane(x, view)
     hidden = x["hidden_slow"].to_numpy(dtype=bool, na_value=False) & sane
     understated = x["understated"].to_numpy(dtype=bool, na_value=False) & sane
-    refs = Refs(x)
-    # the sane rows of the columns the queueing and the split read, taken once for both (no copy when every row
-    # is sane: the frame of those columns is then a view until written)
-    columns = x[SHARE_COLUMNS + [c for c in PROXY_SHARE_COLUMNS if c in x.columns]]
-    shares = columns if sane.all() else columns[sane]
-    del columns
     parts = {
-        "queueing": _queueing(shares),
-        "hidden_slow": _victims(x, hidden, view, refs),
-        "understated": {**_victims(x, understated, view, refs), "threshold_s": STALL_MIN_QUEUE_S},
+        "queueing": _queueing(x, sane),
+        "hidden_slow": _victims(x, hidden, view),
+        "understated": {**_victims(x, understated, view), "threshold_s": STALL_MIN_QUEUE_S},
     }
-    story = _story(summary, x, view, hidden, understated, sane, shares)
-    del shares
+    story = _story(summary, x, view, hidden, understated, sane)
     parts["story"] = story
     parts["verdict"] = "\n".join([story["sentence"], *(f"- {b['text']}" for b in story["bullets"])])
     return parts
@@ -145,55 +130,88 @@ def _sane(x: pd.DataFrame, view: PoolView) -> np.ndarray:
 # --- summary.json parts -------------------------------------------------------------------------------------------
 
 
-def _queueing(x: pd.DataFrame) -> dict:
-    both = x[x["seen"] == "both"]
-    src = both["queue_source"]  # compared as it is (a categorical's codes), not as a string per row
-    q = both["queue_s"]
-    return {"measured_s": float(q[src == "measured"].sum()), "estimated_s": float(q[src == "estimated"].sum()),
-            "lower_bound_s": float(q[src == "lower_bound"].sum()), "likely_s": float(q[src == "likely"].sum()),
-            "certain_s": float(both["queue_min_s"].sum())}
+def _queueing(x: pd.DataFrame, rows: np.ndarray) -> dict:
+    """summary.json → queueing: queue_s of `rows` seen at both points, summed per queue_source."""
+    both = rows & _is(x, "seen", "both")
+    queue = _values(x, "queue_s")
+    by = {source: _sum(queue[both & _is(x, "queue_source", source)])
+          for source in ("measured", "estimated", "lower_bound", "likely")}
+    return {"measured_s": by["measured"], "estimated_s": by["estimated"], "lower_bound_s": by["lower_bound"],
+            "likely_s": by["likely"], "certain_s": _sum(_values(x, "queue_min_s")[both])}
 
 
-def _victims(x: pd.DataFrame, mask: np.ndarray, view: PoolView, refs: Refs) -> dict:
+def _victims(x: pd.DataFrame, mask: np.ndarray, view: PoolView) -> dict:
     """Statements of `mask`, the slowest VICTIMS_LISTED of them grouped by the stall they queued in."""
     idx = np.flatnonzero(mask)
-    server = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)
-    listed = idx[np.argsort(-np.nan_to_num(server[idx], nan=-1.0), kind="stable")][:VICTIMS_LISTED]
-    stall = x["stall"].to_numpy(dtype="float64", na_value=np.nan)
-    role = x["stall_role"].iloc[listed].astype(object).to_numpy()  # of the listed rows alone
+    server = x["server_s"].iloc[idx].to_numpy(dtype="float64", na_value=np.nan)
+    listed = idx[np.argsort(-np.nan_to_num(server, nan=-1.0), kind="stable")][:VICTIMS_LISTED]
+    stall = x["stall"].iloc[listed].to_numpy(dtype="float64", na_value=np.nan)  # of the listed rows alone
+    role = x["stall_role"].iloc[listed].astype(object).to_numpy()
     groups: dict = {}
-    for i, role_i in zip(listed, role):
-        sid = int(stall[i]) if role_i == "victim" and not np.isnan(stall[i]) else None
+    for i, stall_i, role_i in zip(listed, stall, role):
+        sid = int(stall_i) if role_i == "victim" and not np.isnan(stall_i) else None
         groups.setdefault(sid, []).append(int(i))
+    culprits_of = {sid: [int(c) for c in view.stall_members[sid][1][:MAX_CULPRITS]] for sid in groups
+                   if sid is not None and sid < len(view.stall_members)}
+    refs = _refs(x, [*listed, *(c for cs in culprits_of.values() for c in cs)])
     by_stall = []
     for sid in sorted(groups, key=lambda s: (s is None, s if s is not None else 0)):
         culprits = []
         group = None
-        if sid is not None and sid < len(view.stall_members):
-            culprits = [refs.ref(int(c)) for c in view.stall_members[sid][1][:MAX_CULPRITS]]
+        if sid in culprits_of:
+            culprits = [refs[c] for c in culprits_of[sid]]
             group = json_value(x["thread_group"].iloc[groups[sid][0]])
-        elif groups[sid]:
-            group = None
         by_stall.append({"stall": sid, "thread_group": group, "culprits": culprits,
-                         "victims": [refs.ref(i) for i in groups[sid]]})
+                         "victims": [refs[i] for i in groups[sid]]})
     return {"count": int(len(idx)), "listed": int(len(listed)), "more": int(len(idx) - len(listed)),
             "by_stall": by_stall}
+
+
+def _refs(x: pd.DataFrame, positions) -> dict[int, dict]:
+    """summary.json's references (threadpool.Refs) to the exchanges at `positions`, read from those rows alone: Refs
+    over the whole table converts every row of the columns it reads."""
+    rows = np.unique(np.asarray(list(positions), dtype=np.int64))
+    refs = Refs(x.iloc[rows])
+    return {int(p): refs.ref(i) for i, p in enumerate(rows)}
+
+
+# The parts read a few columns over some rows each: boolean masks over the whole table and one column's values at a
+# time, never a row filter of the table (it copies every column of it: the run's peak).
+
+
+def _values(x: pd.DataFrame, col: str, only: np.ndarray | None = None) -> np.ndarray:
+    """A float column's values, null as NaN (also outside `only`, a row mask, when given): an array of its own."""
+    values = x[col].to_numpy(dtype="float64", na_value=np.nan, copy=only is not None)
+    if only is not None:
+        values[~only] = np.nan
+    return values
+
+
+def _is(x: pd.DataFrame, col: str, value: str) -> np.ndarray:
+    """The rows whose `col` is `value` (a categorical's codes compared, not a string per row); null is not."""
+    return (x[col] == value).to_numpy(dtype=bool, na_value=False)
+
+
+def _filled(values: np.ndarray) -> np.ndarray:
+    """NaN as 0 (as a column's fillna(0))."""
+    return np.where(np.isnan(values), 0.0, values)
+
+
+def _sum(values: np.ndarray) -> float:
+    """The sum as a column's sum() takes it: NaN as 0, then one numpy sum of the values in their order."""
+    return float(_filled(values).sum())
 
 
 # --- the story ----------------------------------------------------------------------------------------------------
 
 
 def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, understated: np.ndarray,
-           sane: np.ndarray, shares: pd.DataFrame) -> dict:
-    """`shares`: the sane rows of SHARE_COLUMNS (and the proxy's of PROXY_SHARE_COLUMNS)."""
+           sane: np.ndarray) -> dict:
     bullets: list[dict] = []
     findings: list[str] = []
     c = summary["exchanges"]
     lqt = summary["inputs"]["long_query_time"]
-    server = np.where(sane, x["server_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
-    total = np.where(sane, x["total_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
-    qmin = np.where(sane, x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
-    queue = np.where(sane, x["queue_s"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
+    server, total, qmin, queue = (_values(x, col, only=sane) for col in ("server_s", "total_s", "queue_min_s", "queue_s"))
     certain = np.nan_to_num(qmin) >= STALL_MIN_QUEUE_S
     likely = ((x["queue_source"] == "likely").to_numpy(dtype=bool, na_value=False) & sane
               & (np.nan_to_num(queue) >= STALL_MIN_QUEUE_S) & ~certain)
@@ -255,16 +273,16 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     if n_h:
         bullets.append(_hidden_bullet(x, hidden, lqt))
     bullets += _size_bullets(size)
-    piped = _pipelined_bullet(shares)
+    piped = _pipelined_bullet(x, sane)
     if piped:
         bullets.append(piped)
     relief = (summary.get("groups") or {}).get("stall_limit")
     if relief:
         bullets.append(_stall_limit_bullet(relief))
-    split = _split_bullet(shares)
+    split = _split_bullet(x, sane)
     if split:
         bullets.append(split)
-    est = _estimate_bullet(shares)
+    est = _estimate_bullet(x, sane)
     if est:
         bullets.append(est)
     if c["total"]:
@@ -459,7 +477,7 @@ def _longest_meanwhile(x: pd.DataFrame, rows: np.ndarray) -> str | None:
     if not total.max() > 0:
         return None
     best = int(long_[int(np.argmax(total))])
-    ref = Refs(x).ref(best)
+    ref = _refs(x, [best])[best]
     return f"{quoted(ref['sql'] or ref['command'])} ({connection(ref.get('conn_id'))}, {execution(ref)})"
 
 
@@ -594,25 +612,38 @@ def _size_bullets(size: dict) -> list[dict]:
     return out
 
 
-def _split_bullet(x: pd.DataFrame) -> dict | None:
+def _split_bullet(x: pd.DataFrame, rows: np.ndarray) -> dict | None:
+    """Where the clients' time went, over `rows`."""
+    total = _values(x, "total_s")
     # only exchanges whose client time is measured: one with a bounded end point (capture loss, pair/repair.py) has a
     # server split but no total, and would push the shares past 100 %
-    both = x[(x["seen"] == "both") & x["total_s"].notna()]
-    tot = float(both["total_s"].sum())
-    if not len(both) or tot <= 0:
+    both = rows & _is(x, "seen", "both") & ~np.isnan(total)
+    tot = _sum(total[both])
+    del total
+    if not both.any() or tot <= 0:
         return None
-    src = both["queue_source"]
     pct = lambda v: f"{100 * v / tot:.1f} %"  # noqa: E731
-    net = ", ".join(f"{label} {pct(v)}" for label, v in network_parts(both, np.ones(len(both), dtype=bool)))
-    q_all = float(both["queue_s"].sum())
-    q_meas = float(both.loc[src == "measured", "queue_s"].sum())
-    q_cert = float(both["queue_min_s"].sum())
-    is_likely = (src == "likely").to_numpy(dtype=bool, na_value=False)
-    q_likely = float((both["queue_s"] - both["queue_min_s"].fillna(0))[is_likely].sum())  # beyond the certain part
-    q_est = float(both.loc[src == "estimated", "queue_s"].sum())
-    e_all = float(both["exec_s"].sum())
-    e_meas = float(both.loc[both["exec_source"] == "slow_log", "exec_s"].sum())
-    q_over = float(overhead_part(both).sum())  # measured, but the server's own overhead: not queueing
+    net = ", ".join(f"{label} {pct(v)}" for label, v in network_parts(x, both))
+    queue_s, qmin = _values(x, "queue_s"), _values(x, "queue_min_s")
+    q_all = _sum(queue_s[both])
+    q_meas = _sum(queue_s[both & _is(x, "queue_source", "measured")])
+    q_cert = _sum(qmin[both])
+    is_likely = both & _is(x, "queue_source", "likely")
+    q_likely = _sum(queue_s[is_likely] - _filled(qmin[is_likely]))  # beyond the certain part
+    q_est = _sum(queue_s[both & _is(x, "queue_source", "estimated")])
+    del qmin, is_likely
+    exec_s = _values(x, "exec_s")
+    e_all = _sum(exec_s[both])
+    e_meas = _sum(exec_s[both & _is(x, "exec_source", "slow_log")])
+    q_over = float(overhead_part(x)[both].sum())  # measured, but the server's own overhead: not queueing
+    unknown = both & np.isnan(queue_s)
+    piped_rows = _filled(_values(x, "pipelined_s"))
+    server = _values(x, "server_s")
+    unsplit = _sum(server[unknown]) - _sum(piped_rows[unknown])
+    bounded = both & np.isnan(exec_s) & ~np.isnan(queue_s)
+    unsplit_bounded = _sum(server[bounded] - piped_rows[bounded] - queue_s[bounded])
+    piped = _sum(piped_rows[both])
+    del queue_s, exec_s, server, piped_rows, unknown, bounded
     q_all, q_meas, q_cert = q_all - q_over, q_meas - q_over, q_cert - q_over
     if q_est < 0.0005 * tot:  # estimates too small to show beside the rest
         q_all -= q_est
@@ -631,11 +662,6 @@ def _split_bullet(x: pd.DataFrame) -> dict | None:
         queue = (f"queueing {pct(q_all)} ({pct(q_cert)} certain{likely_words}"
                  + (", the rest estimated)" if q_est > 0 else ")"))
     execution = f"execution {pct(e_all)}" + (f" ({pct(e_meas)} measured in the slow log)" if e_meas > 0 else "")
-    unknown = both["queue_s"].isna()
-    piped_rows = both["pipelined_s"].fillna(0.0)
-    unsplit = float(both.loc[unknown, "server_s"].sum() - piped_rows[unknown].sum())
-    bounded = (both["exec_s"].isna() & both["queue_s"].notna()).to_numpy(dtype=bool)
-    unsplit_bounded = float((both["server_s"] - piped_rows - both["queue_s"])[bounded].sum())
     rest = f", not split (execution unknown) {pct(unsplit)}" if unsplit >= 0.0005 * tot else ""
     if q_over >= 0.0005 * tot:
         rest += (f", server overhead {pct(q_over)} (server time − Query_time under {seconds_rounded(SERVER_OVERHEAD_S)} "
@@ -643,15 +669,14 @@ def _split_bullet(x: pd.DataFrame) -> dict | None:
     if unsplit_bounded >= 0.0005 * tot:
         rest += (f", execution or waiting, not told apart (execution below long_query_time, only bounded) "
                  f"{pct(unsplit_bounded)}")
-    piped = float(piped_rows.sum())
     behind = (f", pipelined {pct(piped)} (requests sent before the answer to the one before them on their "
               "connection: waiting there, not queueing)" if piped >= 0.0005 * tot else "")
     return {"topic": "split", "text": f"Of the {seconds_rounded(tot)} the clients waited: {net}{behind}, {queue}, "
                                       f"{execution}{rest}."}
 
 
-def _pipelined_bullet(x: pd.DataFrame) -> dict | None:
-    wait = x["pipelined_s"].to_numpy(dtype="float64", na_value=np.nan)
+def _pipelined_bullet(x: pd.DataFrame, rows: np.ndarray) -> dict | None:
+    wait = _values(x, "pipelined_s")[rows]
     waited = np.nan_to_num(wait) >= STALL_MIN_QUEUE_S
     n = int(waited.sum())
     if not n:
@@ -662,12 +687,12 @@ def _pipelined_bullet(x: pd.DataFrame) -> dict | None:
                                           "wait, not the thread pool's: not queueing, not a stall."}
 
 
-def _estimate_bullet(x: pd.DataFrame) -> dict | None:
-    est = (x["exec_source"] == "fingerprint_median") & (x["queue_source"] != "likely")
+def _estimate_bullet(x: pd.DataFrame, rows: np.ndarray) -> dict | None:
+    est = ((x["exec_source"] == "fingerprint_median") & (x["queue_source"] != "likely")).to_numpy(dtype=bool) & rows
     n = int(est.sum())
     if not n:
         return None
-    q = float(x.loc[est, "queue_s"].sum())
+    q = _sum(_values(x, "queue_s")[est])
     return {"topic": "estimates", "text": f"Execution of {statements(n)} is estimated "
                                           "from other runs of the same command and statement (exec_source "
                                           f"fingerprint_median); the queueing it implies, {seconds_rounded(q)} in all, is "

@@ -167,9 +167,9 @@ def _add_hosts(out: pd.DataFrame, x: pd.DataFrame, has: np.ndarray, k: np.ndarra
 
 def hosts_of(clients: pd.Series) -> np.ndarray:
     """address_of for a column of endpoints, once per distinct endpoint."""
-    codes, uniques = pd.factorize(clients.astype(object).to_numpy())
+    code, uniques = group_codes(clients)
     table = np.array([address_of(u) for u in uniques] + [None], dtype=object)
-    return table[codes]  # code −1 (missing) takes the last entry, None
+    return table[code]  # code −1 (missing) takes the last entry, None
 
 
 def slow_entries(summary: dict) -> pd.DataFrame | None:

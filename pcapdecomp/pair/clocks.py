@@ -7,6 +7,7 @@ ones; else the points are read again for their matched connections."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,9 +87,13 @@ def fit_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: l
     segments.update(zip([owner for _, owner in todo], segment_sets))
     del segment_sets, ready
     release_memory()  # with --jobs 1 the reading ran here: its per-packet garbage goes before pairing
+    # the last pair that reads a point's segments takes them: they go once its samples are made
+    uses = Counter(owner for a_cap, d_cap in pair_list if (a_cap, d_cap) not in fitted
+                   for owner in (("a", a_cap), ("d", d_cap)))
     for a_cap, d_cap in pair_list:
         db_x = next(x for x in db_xs if x.capture == d_cap)
-        model, entry = fitted.get((a_cap, d_cap)) or _fitted_clock(segments[("a", a_cap)], segments[("d", d_cap)],
+        model, entry = fitted.get((a_cap, d_cap)) or _fitted_clock(_taken(segments, uses, ("a", a_cap)),
+                                                                    _taken(segments, uses, ("d", d_cap)),
                                                                     db_x.stats.first_ts_ns)
         key = pair_key(a_cap, d_cap) if several else a_cap
         clocks[key] = model
@@ -99,6 +104,12 @@ def fit_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: l
     del segments
     release_memory()
     return clocks, clock_info
+
+
+def _taken(segments: dict, uses: Counter, owner: tuple[str, str]) -> _Segments:
+    """`segments[owner]`, popped when this is the last of its `uses`."""
+    uses[owner] -= 1
+    return segments.pop(owner) if uses[owner] == 0 else segments[owner]
 
 
 def _fitted_clock(app, db, db_first_ns: int | None) -> tuple[ClockModel, dict]:
@@ -245,15 +256,52 @@ class ClockSamples:
 
 def pair_segments(app: _Segments, db: _Segments) -> ClockSamples:
     """The segments seen at both points (same key), as clock samples. Both sides are sorted by (k1, k2) with unique
-    keys, so this is a merge join on sorted arrays: no hash table, a few index arrays of memory."""
-    lo = np.searchsorted(db.k1, app.k1, side="left")
-    hi = np.searchsorted(db.k1, app.k1, side="right")
+    keys, so this is a merge join on sorted arrays: no hash table, a few index arrays of memory (of JOIN_CHUNK app
+    segments at a time: each app segment's search is its own)."""
+    parts: tuple[list, list, list, list] = ([], [], [], [])  # per chunk: forward app, DB times; reverse DB, app
+    for at in range(0, len(app.k1), JOIN_CHUNK):
+        ia, id_ = _matched(app.k1[at:at + JOIN_CHUNK], app.k2[at:at + JOIN_CHUNK], db, at)
+        fwd = (app.k2[ia] & np.uint64(1)) == 0
+        ts_a, ts_d = app.ts[ia], db.ts[id_]
+        for part, values in zip(parts, (ts_a[fwd], ts_d[fwd], ts_d[~fwd], ts_a[~fwd])):
+            part.append(values)
+    fwd_app, fwd_db, rev_db, rev_app = (_joined(part) for part in parts)
+    del parts
+    order = np.lexsort((fwd_db, fwd_app))  # by app time; equal app times by DB time
+    fwd_app, fwd_db = fwd_app[order], fwd_db[order]
+    order = np.lexsort((rev_db, rev_app))
+    rev_app, rev_db = rev_app[order], rev_db[order]
+    del order
+    return ClockSamples(
+        fwd_app, fwd_db, rev_db, rev_app,
+        app_segments=app.read, db_segments=db.read, duplicates_dropped=app.repeated + db.repeated,
+    )
+
+
+JOIN_CHUNK = 1 << 16  # app segments searched at once by pair_segments
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The parts (int64 times) one after the other, each let go as soon as it is copied: a list of them is emptied."""
+    out = np.empty(sum(len(p) for p in parts), dtype=np.int64)
+    at = 0
+    while parts:
+        part = parts.pop(0)
+        out[at:at + len(part)] = part
+        at += len(part)
+    return out
+
+
+def _matched(k1: np.ndarray, k2: np.ndarray, db: _Segments, offset: int) -> tuple[np.ndarray, np.ndarray]:
+    """(positions in the app segments, offset added; positions in `db`) of the app keys (k1, k2) that `db` has."""
+    lo = np.searchsorted(db.k1, k1, side="left")
+    hi = np.searchsorted(db.k1, k1, side="right")
     # Several DB segments may share a seq/ack (a pure ACK, then data; or, in a forged capture, thousands): inside
     # each run k2 is sorted, so every app key bisects its run, all keys at once: log2(longest run) passes.
     ia = np.flatnonzero(hi > lo)
     left, right, end = lo[ia], hi[ia], hi[ia]
     del lo, hi
-    want = app.k2[ia]
+    want = k2[ia]
     while True:
         open_ = left < right
         if not open_.any():
@@ -264,13 +312,4 @@ def pair_segments(app: _Segments, db: _Segments) -> ClockSamples:
         right = np.where(open_ & ~below, mid, right)
     hit = left < end
     hit[hit] = db.k2[left[hit]] == want[hit]
-    ia, id_ = ia[hit], left[hit]
-    del left, right, end, want
-    fwd = (app.k2[ia] & np.uint64(1)) == 0
-    ts_a, ts_d = app.ts[ia], db.ts[id_]
-    order_f = np.lexsort((ts_d[fwd], ts_a[fwd]))  # by app time; equal app times by DB time
-    order_r = np.lexsort((ts_d[~fwd], ts_a[~fwd]))
-    return ClockSamples(
-        ts_a[fwd][order_f], ts_d[fwd][order_f], ts_d[~fwd][order_r], ts_a[~fwd][order_r],
-        app_segments=app.read, db_segments=db.read, duplicates_dropped=app.repeated + db.repeated,
-    )
+    return ia[hit] + offset, left[hit]

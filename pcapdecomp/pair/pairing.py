@@ -52,6 +52,11 @@ class Paired:
         return self.proxied is not None
 
 
+# --jobs 1's mmap threshold from the end of the repair: a column of half a million rows and more (int64) gets a
+# mapping of its own, given back when freed; a shorter one comes from the heap (core.memory.map_big_blocks)
+AFTER_THE_REPAIR_BYTES = 4 << 20
+
+
 def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, note: Callable[[str], None],
                 runner=None, ahead: Ahead | None = None, lean: bool = False) -> Paired:
     """Pair the extracted capture points of `cs`: the connections, then (after the loss repair, which replaces the
@@ -115,8 +120,8 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
             note(message)
     elif not isinstance(matching, Matching):  # nothing to repair: the exchanges paired from the same connection pairs
         matching = matching.complete()
-    if lean:
-        map_big_blocks(None)  # the extractions and the repair are done: see core.memory.map_big_blocks
+    if lean:  # the extractions and the repair are done: see core.memory.map_big_blocks
+        map_big_blocks(AFTER_THE_REPAIR_BYTES)
     if app_x and db_xs and matching.stats.matched == 0 and len(app_ex) and len(db_ex):
         note("no exchange was seen at both points: are these captures of the same traffic and time?")
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..core.tables import null_int64
+from ..core.tables import null_column
 from ..core.times import to_ts, ts_ns_or
 from ..mysql.params import split_params
 from ..read.tcp import SEQ_MOD
@@ -824,26 +824,18 @@ def finish(table: pd.DataFrame, result: ProxyResult) -> pd.DataFrame:
 
 
 def empty_columns(table: pd.DataFrame) -> pd.DataFrame:
-    """`table` and the proxy columns after it, all null, for an analysis without a proxy. Joined to the table as
-    one frame of them (each column inserted into a wide table on its own cost more than making it); the columns of
-    one kind share their values (copy-on-write keeps them apart)."""
+    """The proxy columns, all null, for an analysis without a proxy."""
     n = len(table)
     # (as pd.Categorical([None] * n) and pd.array([pd.NA] * n, dtype="Int64") make them, without n objects)
-    data = {"proxy_match": pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8),
-                                                     dtype=pd.CategoricalDtype(pd.Index([], dtype="float64")))}
-    for col in ("proxy_candidates", "front_conn_id"):
-        data[col] = null_int64(n)
-    nan = np.full(n, np.nan)
+    table["proxy_match"] = pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8),
+                                                     dtype=pd.CategoricalDtype(pd.Index([], dtype="float64")))
+    for col in ("proxy_candidates", "front_conn_id"):  # null in every row: no bytes per row (tables.null_column)
+        table[col] = null_column(n, "Int64")
     for col in ("net_app_proxy_s", "proxy_s", "proxy_wait_s", "net_proxy_db_s"):
-        data[col] = nan
-    nat = to_ts(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)).array
+        table[col] = null_column(n, "float64")
     for col in PROXY_TIME_COLUMNS:
-        data[col] = nat
-    if any(col in table.columns for col in data):  # set in place, where they are
-        for col, values in data.items():
-            table[col] = values
-        return table
-    return pd.concat([table, pd.DataFrame(data, index=table.index, copy=False)], axis=1)
+        table[col] = to_ts(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool))
+    return table
 
 
 def sentence(table: pd.DataFrame, summary: dict) -> str:

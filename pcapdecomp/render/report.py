@@ -127,6 +127,9 @@ def render_page(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, co
     rendering, in another process: analysis.py), else it is made here; components: likewise, returns
     `component_rows(exchanges)`."""
     x = exchanges
+    if profiled is None:  # made first, before the page's per-exchange times: its arrays and theirs never at once
+        unspanned = unspanned_profile(x)
+        profiled = lambda: unspanned  # noqa: E731
     t = exchange_times(x)
     conns = connection_times(connections, summary)
     axis = time_axis(t, [conns["t_ns"].to_numpy(dtype=np.int64)] if conns is not None else [])
