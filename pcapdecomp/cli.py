@@ -251,7 +251,7 @@ def analyze(
         help="The memory the analysis may take, e.g. 8G, 800M, 1.5GiB (default: capture.toml's memory, else 80 % "
              "of what this machine, or its cgroup's limit, has available at the start). A capture that would need "
              "more is refused early (exit 2, nothing written), saying how much it needs: give more, or analyse a time "
-             "window of it (docs/speed.md, Memory)."),
+             "window of it (docs/scale.md, Memory)."),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
         help="Worker processes (default: the cores available, at most 8; one for capture files under 16 MiB in all, "

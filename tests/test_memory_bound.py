@@ -110,7 +110,7 @@ def test_the_counts_check_names_the_exchanges_the_capture_set_holds(tmp_path):
     with pytest.raises(MemoryBoundError) as refused:
         extract_points(cs, 1, True, 1 << 20, lambda _: None, memory=bound(-1))
     text = str(refused.value)
-    assert f"for {counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB points" in text
+    assert f"for {counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB, " in text
     assert "(the test's bound)" in text and "nothing written" in text
     enough = bound(0)
     extract_points(cs, 1, True, 1 << 20, lambda _: None, memory=enough)
@@ -127,7 +127,7 @@ def test_the_check_during_the_extraction_stops_it_and_its_workers(monkeypatch):
     before = set(mp.active_children())
     with pytest.raises(MemoryBoundError) as refused:
         extract_all([HOGS / "app.pcap", HOGS / "db.pcap"], None, 1 << 20, 2, bound.watching(None))
-    assert "stopped early" in str(refused.value) and "(likely: the " in str(refused.value)
+    assert "stopped early" in str(refused.value) and "(estimated from the " in str(refused.value)
     assert set(mp.active_children()) == before
 
 

@@ -72,22 +72,22 @@ def release_memory() -> None:
 
 # --- the stated bound of `analyze --memory` ------------------------------------------------------------------------
 #
-# analyze holds every exchange in memory (about 1 KB each: docs/speed.md, "Memory"). Before a capture too big for
-# the machine runs for an hour and is then killed, it predicts its peak from what it has read and stops while the
-# prediction is above the bound: during the extraction from the memory the process tree holds so far, as the
-# capture is read (`MemoryBound.watching`), and once the counts are known from the per-unit costs below
-# (`MemoryBound.check`). The costs were measured on main's code (benchmarks/memory_bound.py prints the
-# measurements beside the predictions, so that they can be measured again): a bound stays a bound when later work
-# lowers the peaks.
+# analyze holds every exchange in memory (about 1 KB each: docs/scale.md, "Memory: the stated bound"). Before a
+# capture too big for the machine runs for an hour and is then killed, it predicts its peak from what it has read
+# and stops while the prediction is above the bound: during the extraction from the memory the process tree holds
+# so far, as the capture is read (`MemoryBound.watching`), and once the counts are known from the per-unit costs
+# below (`MemoryBound.check`). The costs were measured on main's code; benchmarks/memory_bound.py prints the peaks
+# beside the predictions so that they can be measured again: a bound stays a bound when later work lowers the peaks.
 
 DEFAULT_SHARE = 0.8  # of the memory available at the start (MemAvailable, or what the cgroup's limit leaves)
 
 # the peak above the process's memory at the start (its imports), per unit of what the extraction found. Fitted
-# with a margin over the sysbench recordings' peaks (pair and DB alone, 10 s and 40 s, two shapes), so that the
-# prediction is above each and within 1.6x of it:
+# with a margin over the sysbench recordings' peaks (pair and DB alone, 10 s to 150 s, two shapes, --jobs 1 and 2):
+# the peak per exchange grows with the capture (the 150 s pair's is a quarter above the 40 s pair's), so the costs
+# follow the largest and the small recordings get the margin (about 1.2x at 150 s, 1.4-1.6x at 10 s and 40 s):
 COST_FIXED = 64 << 20  # the report's and the verdict's fixed parts, the slow log, a forked child's start
-COST_PER_DB_EXCHANGE = 1_000  # an exchange at a DB point: its row through the join, the decomposition, the report
-COST_PER_OTHER_EXCHANGE = 200  # an exchange at an app or proxy point: its row until it is matched, the clock's pass
+COST_PER_DB_EXCHANGE = 1_150  # an exchange at a DB point: its row through the join, the decomposition, the report
+COST_PER_OTHER_EXCHANGE = 250  # an exchange at an app or proxy point: its row until it is matched, the clock's pass
 COST_PER_CONNECTION = 16 << 10  # a connection's state: its row, its timelines, the matching's per-connection parts
 # with --jobs N, the children beside this process (the extraction's workers, the writer and the report's profile
 # at the end) add their own: this share of the growth per process beyond the first, for at most MORE_PROCESSES
@@ -99,7 +99,7 @@ MORE_PROCESSES = 3
 PEAK_OVER_EXTRACTION = 1.4
 # the first share of a capture may not stand for all of it: its extrapolation to the whole capture refuses a run
 # only past this share, and above the bound by EXTRAPOLATION_MARGIN (what is held so far refuses at any share)
-EXTRAPOLATE_AFTER = 1 / 16
+EXTRAPOLATE_AFTER = 1 / 8
 EXTRAPOLATION_MARGIN = 1.25
 EXTRACTION_PER_EXCHANGE = 350  # bytes the extraction holds per exchange read (the count a refusal estimates)
 WATCH_EVERY_S = 0.5  # seconds between two looks at the process tree's memory during the extraction
@@ -121,11 +121,11 @@ def parse_size(text, what: str = "--memory") -> int:
 
 
 def size_text(size: float) -> str:
-    """A size in words: 3.4 GiB, 812 MiB."""
+    """A size in words: 3.41 GiB, 812 MiB."""
     for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if size >= 1 << shift:
             value = size / (1 << shift)
-            return f"{value:.1f} {unit}" if value < 10 else f"{value:,.0f} {unit}"
+            return f"{value:.2f} {unit}" if value < 10 and unit in ("TiB", "GiB") else f"{value:,.0f} {unit}"
     return f"{size:.0f} B"
 
 
@@ -310,9 +310,8 @@ class MemoryBound:
         share = (self.limit - self.start - COST_FIXED) / max(self.predicted - self.start - COST_FIXED, 1)
         if span_ns and share > 0:
             window = _duration_text(span_ns * share / 1e9)
-        self._refuse(f"this analysis would need about {size_text(self.predicted)} of memory for "
-                     f"{counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB "
-                     f"point{'s' if counts.points > 1 else ''}, {counts.connections:,} connections, "
+        self._refuse(f"this analysis would need up to about {size_text(self.predicted)} of memory for "
+                     f"{counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB, {counts.connections:,} connections, "
                      f"--jobs {self.jobs})", self.predicted, window)
 
     def watching(self, progress: Callable[[int, int, int], None] | None) -> Callable[[int, int, int], None]:
@@ -339,10 +338,10 @@ class MemoryBound:
             if now > limit or (share >= EXTRAPOLATE_AFTER and whole > limit * EXTRAPOLATION_MARGIN):
                 need = int(max(now, whole))
                 fits = (limit - self.start - COST_FIXED) / max(need - self.start - COST_FIXED, 1)
-                self._refuse(f"this analysis would need more than {size_text(need)} of memory (likely: the "
-                             f"{share:.0%} of the captures read so far hold {size_text(grown)}, about "
-                             f"{int(grown / EXTRACTION_PER_EXCHANGE):,} exchanges, estimated"
-                             f"{', extrapolated to the whole' if need > now else ''})",
+                self._refuse(f"this analysis would need up to about {size_text(need)} of memory for about "
+                             f"{int(grown / EXTRACTION_PER_EXCHANGE / (share if need > now else 1)):,} exchanges "
+                             f"(estimated from the {share:.0%} of the captures read so far, which hold "
+                             f"{size_text(grown)}{'; extrapolated to the whole' if need > now else ''})",
                              need, f"{fits:.0%} of the capture's time" if fits > 0 else None, stopped_early=True)
             next_look = clock() + WATCH_EVERY_S
         return step
@@ -358,11 +357,9 @@ class MemoryBound:
 
 
 def _round_up_text(need: int) -> str:
-    """A --memory value above `need`, in whole GiB, or MiB by 64."""
-    target = need
-    if target >= 1 << 30:
-        return f"{-(-target // (1 << 30))}G"
-    return f"{-(-target // (64 << 20)) * 64}M"
+    """A --memory value above `need`: whole GiB from 1 GiB on, else MiB by 64."""
+    mib = -(-need // (64 << 20)) * 64
+    return f"{-(-mib // 1024)}G" if mib >= 1024 else f"{mib}M"
 
 
 def _duration_text(seconds: float) -> str:
