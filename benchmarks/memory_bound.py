@@ -12,8 +12,9 @@ is wrapped to write down its counts and prediction. Measured: the child's own ma
 process: exact) and, sampled every 20 ms, the process tree's summed Pss (shared pages split between the processes
 that share them: what the tree takes from the machine) and summed RSS (shared pages counted in each). The ratio is
 the prediction over the larger of the child's maximum RSS and the tree's Pss peak: ≥ 1 is a bound. The last columns
-are the measured peak above the process's memory at the start, per exchange: what core.memory's per-unit costs are
-fitted to (docs/speed.md, Memory). Linux only; nothing is committed."""
+are the measured peak above the process's memory at the start, per exchange at the DB point(s) (with a pair, its
+app twin's cost in it): what core.memory's per-unit costs are fitted to (docs/scale.md, "Memory: the stated
+bound"), and the run's wall time. Linux only; nothing is committed."""
 
 from __future__ import annotations
 
@@ -118,7 +119,7 @@ def main() -> int:
     folders = a.recordings or [BENCH / r for r in RECORDINGS if (BENCH / r / "db.pcap").exists()]
     mib = 1 << 20
     print("| recording | shape | --jobs | exchanges (DB) | connections | start MiB | predicted MiB | max RSS MiB | "
-          "tree Pss MiB | tree RSS MiB | predicted / peak | peak above start, B per exchange | s |")
+          "tree Pss MiB | tree RSS MiB | predicted / peak | peak above start, B per DB exchange | s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for folder in folders:
         for shape in a.shapes.split(","):
@@ -135,7 +136,7 @@ def main() -> int:
                       f"{counts.get('connections', 0):,} | {m.get('start', 0) / mib:,.0f} | "
                       f"{predicted / mib if predicted else 0:,.0f} | {m['maxrss'] / mib:,.0f} | {m['pss'] / mib:,.0f} | "
                       f"{m['rss'] / mib:,.0f} | {predicted / peak if predicted else 0:.2f} | "
-                      f"{(peak - m.get('start', 0)) / max(exchanges, 1):,.0f} | {m['s']:.1f} |"
+                      f"{(peak - m.get('start', 0)) / max(counts.get('db_exchanges', 0), 1):,.0f} | {m['s']:.1f} |"
                       + (f" exit {m['code']}" if m["code"] else ""), flush=True)
     return 0
 

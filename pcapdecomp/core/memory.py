@@ -102,7 +102,8 @@ PEAK_OVER_EXTRACTION = 1.4
 EXTRAPOLATE_AFTER = 1 / 8
 EXTRAPOLATION_MARGIN = 1.25
 EXTRACTION_PER_EXCHANGE = 350  # bytes the extraction holds per exchange read (the count a refusal estimates)
-WATCH_EVERY_S = 0.5  # seconds between two looks at the process tree's memory during the extraction
+WATCH_EVERY_S = 0.5  # seconds between two looks at the process tree's memory during the extraction, at least
+WATCH_SHARE = 0.02  # and no more of the extraction's time than this share in looking
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE = re.compile(r"\s*([0-9]{1,12}(?:\.[0-9]{1,9})?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
@@ -331,7 +332,9 @@ class MemoryBound:
                 progress(done, total, frames)
             if clock() < next_look:
                 return
+            looked = clock()
             grown = max(tree_memory() - start, 0)
+            took = clock() - looked
             share = done / total if total else 0.0
             now = self.start + COST_FIXED + grown * PEAK_OVER_EXTRACTION
             whole = self.start + COST_FIXED + grown / share * PEAK_OVER_EXTRACTION if share else now
@@ -343,7 +346,8 @@ class MemoryBound:
                              f"(estimated from the {share:.0%} of the captures read so far, which hold "
                              f"{size_text(grown)}{'; extrapolated to the whole' if need > now else ''})",
                              need, f"{fits:.0%} of the capture's time" if fits > 0 else None, stopped_early=True)
-            next_look = clock() + WATCH_EVERY_S
+            # a look reads every page table of the tree (milliseconds per GiB): at most WATCH_SHARE of the time
+            next_look = clock() + max(WATCH_EVERY_S, took / WATCH_SHARE)
         return step
 
     def _refuse(self, need: str, need_bytes: int, window: str | None, stopped_early: bool = False) -> None:
