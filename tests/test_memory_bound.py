@@ -153,3 +153,21 @@ def test_the_default_bound_is_a_share_of_what_the_machine_has():
     assert abs((bound.limit - bound.start) - memory.DEFAULT_SHARE * min(
         available, (memory.cgroup_headroom() or (available,))[0])) < available / 4
     assert "at the start" in bound.source and "80%" in bound.source
+
+
+def test_a_point_that_lost_bytes_counts_its_exchanges_for_the_repair(tmp_path):
+    """The loss repair reads a lossy point's connections again: its exchanges count once more in the prediction;
+    a clean set's count none."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from lose_frames import lose_frames
+
+    lossy = _set_copy(tmp_path)
+    lose_frames(HOGS / "db.pcap", lossy / "db.pcap", 0.05, seed=11)
+    clean = counts_of(extract_points(capture_set(HOGS), 1, True, 1 << 20, lambda _: None))
+    counts = counts_of(extract_points(capture_set(lossy), 1, True, 1 << 20, lambda _: None))
+    assert clean.repaired_exchanges == 0
+    assert counts.repaired_exchanges == counts.db_exchanges > 0
+    start = 100 << 20
+    assert memory.predicted_peak(counts, 1, start) - memory.predicted_peak(
+        memory.Counts(counts.db_exchanges, counts.other_exchanges, counts.connections, counts.points), 1, start) \
+        == memory.COST_PER_REPAIRED_EXCHANGE * counts.db_exchanges

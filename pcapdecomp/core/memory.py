@@ -89,6 +89,9 @@ COST_FIXED = 64 << 20  # the report's and the verdict's fixed parts, the slow lo
 COST_PER_DB_EXCHANGE = 1_150  # an exchange at a DB point: its row through the join, the decomposition, the report
 COST_PER_OTHER_EXCHANGE = 250  # an exchange at an app or proxy point: its row until it is matched, the clock's pass
 COST_PER_CONNECTION = 16 << 10  # a connection's state: its row, its timelines, the matching's per-connection parts
+# an exchange at a point that lost bytes (gaps): the loss repair reads its connections again beside the tables (the
+# extraction's own cost per exchange, once more)
+COST_PER_REPAIRED_EXCHANGE = 400
 # with --jobs N, the children beside this process (the extraction's workers, the writer and the report's profile
 # at the end) add their own: this share of the growth per process beyond the first, for at most MORE_PROCESSES
 COST_PER_JOB = 0.15
@@ -102,8 +105,8 @@ PEAK_OVER_EXTRACTION = 1.4
 EXTRAPOLATE_AFTER = 1 / 8
 EXTRAPOLATION_MARGIN = 1.25
 EXTRACTION_PER_EXCHANGE = 350  # bytes the extraction holds per exchange read (the count a refusal estimates)
-WATCH_EVERY_S = 0.5  # seconds between two looks at the process tree's memory during the extraction, at least
-WATCH_SHARE = 0.02  # and no more of the extraction's time than this share in looking
+WATCH_EVERY_S = 1.0  # seconds between two looks at the process tree's memory during the extraction, at least
+WATCH_SHARE = 0.01  # and no more of the extraction's time than this share in looking
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE = re.compile(r"\s*([0-9]{1,12}(?:\.[0-9]{1,9})?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
@@ -249,6 +252,7 @@ class Counts:
     other_exchanges: int  # at app and proxy points
     connections: int  # MySQL connections, at every point
     points: int
+    repaired_exchanges: int = 0  # at points with gaps, whose connections the loss repair reads again
 
     @property
     def exchanges(self) -> int:
@@ -260,7 +264,8 @@ def predicted_peak(counts: Counts, jobs: int, start: int) -> int:
     start (`start`: its imports) and the per-unit costs measured on the recordings: a bound, not an estimate
     (benchmarks/memory_bound.py checks it against measured peaks)."""
     grown = (COST_FIXED + COST_PER_DB_EXCHANGE * counts.db_exchanges
-             + COST_PER_OTHER_EXCHANGE * counts.other_exchanges + COST_PER_CONNECTION * counts.connections)
+             + COST_PER_OTHER_EXCHANGE * counts.other_exchanges + COST_PER_CONNECTION * counts.connections
+             + COST_PER_REPAIRED_EXCHANGE * counts.repaired_exchanges)
     return int(start + grown * (1 + COST_PER_JOB * min(max(jobs, 1) - 1, MORE_PROCESSES)))
 
 

@@ -209,7 +209,8 @@ def counts_of(x: Extracted) -> Counts:
     every = [*x.qualities["app"], *x.qualities["dbs"], *x.qualities["proxy"]]
     db = sum(q["exchanges"] for q in x.qualities["dbs"])
     return Counts(db_exchanges=db, other_exchanges=sum(q["exchanges"] for q in every) - db,
-                  connections=sum(q["mysql_connections"] for q in every), points=len(every))
+                  connections=sum(q["mysql_connections"] for q in every), points=len(every),
+                  repaired_exchanges=sum(q["exchanges"] for q in every if q["gaps"]))
 
 
 def _span_ns(extractions: list[Extraction]) -> int | None:
