@@ -132,9 +132,11 @@ def main() -> int:
                 counts = m.get("counts") or {}
                 exchanges = counts.get("db_exchanges", 0) + counts.get("other_exchanges", 0)
                 predicted = m.get("predicted")
-                print(f"| {folder.name} | {shape} | {m.get('jobs', jobs)} | {exchanges:,} ({counts.get('db_exchanges', 0):,}) | "
+                print(f"| {folder.name} | {shape} | {m.get('jobs', jobs)} | {exchanges:,} "
+                      f"({counts.get('db_exchanges', 0):,}) | "
                       f"{counts.get('connections', 0):,} | {m.get('start', 0) / mib:,.0f} | "
-                      f"{predicted / mib if predicted else 0:,.0f} | {m['maxrss'] / mib:,.0f} | {m['pss'] / mib:,.0f} | "
+                      f"{predicted / mib if predicted else 0:,.0f} | {m['maxrss'] / mib:,.0f} | "
+                      f"{m['pss'] / mib:,.0f} | "
                       f"{m['rss'] / mib:,.0f} | {predicted / peak if predicted else 0:.2f} | "
                       f"{(peak - m.get('start', 0)) / max(counts.get('db_exchanges', 0), 1):,.0f} | {m['s']:.1f} |"
                       + (f" exit {m['code']}" if m["code"] else ""), flush=True)

@@ -49,8 +49,8 @@ def test_a_size_that_is_not_one_is_refused_in_one_line(value, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("text,size", [("8G", 8 << 30), ("800M", 800 << 20), ("1.5GiB", 3 << 29), ("512 MiB", 512 << 20),
-                                       ("2048", 2048), ("1t", 1 << 40), ("64KB", 64 << 10)])
+@pytest.mark.parametrize("text,size", [("8G", 8 << 30), ("800M", 800 << 20), ("1.5GiB", 3 << 29),
+                                       ("512 MiB", 512 << 20), ("2048", 2048), ("1t", 1 << 40), ("64KB", 64 << 10)])
 def test_sizes_as_users_write_them(text, size):
     assert memory.parse_size(text) == size
 
@@ -85,7 +85,8 @@ def test_capture_toml_states_the_bound_and_the_option_wins(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "b" / "report.html").exists()
     bad = _set_copy(tmp_path / "bad", 'memory = "lots"')
-    assert "capture.toml: memory = 'lots'" in _one_line_exit_2(run("analyze", str(bad), "-q", "-o", str(tmp_path / "c")))
+    line = _one_line_exit_2(run("analyze", str(bad), "-q", "-o", str(tmp_path / "c")))
+    assert "capture.toml: memory = 'lots'" in line
 
 
 def test_enough_memory_runs(tmp_path):

@@ -317,8 +317,8 @@ class MemoryBound:
         if span_ns and share > 0:
             window = _duration_text(span_ns * share / 1e9)
         self._refuse(f"this analysis would need up to about {size_text(self.predicted)} of memory for "
-                     f"{counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB, {counts.connections:,} connections, "
-                     f"--jobs {self.jobs})", self.predicted, window)
+                     f"{counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB, "
+                     f"{counts.connections:,} connections, --jobs {self.jobs})", self.predicted, window)
 
     def watching(self, progress: Callable[[int, int, int], None] | None) -> Callable[[int, int, int], None]:
         """The extraction's progress callback (`progress`, None when quiet) with the check of the memory the
@@ -346,7 +346,7 @@ class MemoryBound:
             if now > limit or (share >= EXTRAPOLATE_AFTER and whole > limit * EXTRAPOLATION_MARGIN):
                 need = int(max(now, whole))
                 fits = (limit - self.start - COST_FIXED) / max(need - self.start - COST_FIXED, 1)
-                self._refuse(f"this analysis would need up to about {size_text(need)} of memory for about "
+                self._refuse(f"this analysis would need at least about {size_text(need)} of memory for about "
                              f"{int(grown / EXTRACTION_PER_EXCHANGE / (share if need > now else 1)):,} exchanges "
                              f"(estimated from the {share:.0%} of the captures read so far, which hold "
                              f"{size_text(grown)}{'; extrapolated to the whole' if need > now else ''})",
@@ -357,10 +357,11 @@ class MemoryBound:
 
     def _refuse(self, need: str, need_bytes: int, window: str | None, stopped_early: bool = False) -> None:
         cut = 'editcap -A "YYYY-MM-DD HH:MM:SS" -B "YYYY-MM-DD HH:MM:SS" in.pcap out.pcap'
+        more = (f"at least --memory {_round_up_text(need_bytes)}: the bound is checked again once the capture is read"
+                if stopped_early else f"e.g. --memory {_round_up_text(need_bytes)}")
         raise MemoryBoundError(
             f"{need}, more than the bound of {size_text(self.limit)} ({self.source}); "
-            f"{'stopped early, ' if stopped_early else ''}nothing written. Give it more with --memory "
-            f"(e.g. --memory {_round_up_text(need_bytes)}), or "
+            f"{'stopped early, ' if stopped_early else ''}nothing written. Give it more with --memory ({more}), or "
             f"analyse a time window{f' of at most {window}' if window else ''}: cut each capture point with "
             f"{cut} (the slow log needs no cut) and analyse the cut files")
 

@@ -47,7 +47,7 @@ class Options:
     scheduler: str | None = None  # a Dask scheduler's address, or "local"
     scheduler_tls: str | None = None  # "CA,CERT,KEY" for a tls:// scheduler
     command_line: str | None = None  # as the report shows it
-    memory: str | None = None  # the bound of the process tree's memory (8G, 800M…); None: capture.toml's, else the default
+    memory: str | None = None  # the process tree's memory bound (8G, 800M…); None: capture.toml's, else the default
 
 
 @dataclass
