@@ -81,10 +81,9 @@ def release_memory() -> None:
 
 DEFAULT_SHARE = 0.8  # of the memory available at the start (MemAvailable, or what the cgroup's limit leaves)
 
-# the peak above the process's memory at the start (its imports), per unit of what the extraction found. Fitted
-# with a margin over the sysbench recordings' peaks (pair and DB alone, 10 s to 150 s, two shapes, --jobs 1 and 2):
-# the peak per exchange grows with the capture (the 150 s pair's is a quarter above the 40 s pair's), so the costs
-# follow the largest and the small recordings get the margin (about 1.2x at 150 s, 1.4-1.6x at 10 s and 40 s):
+# the peak above the process's memory at the start (its imports), per unit of what the extraction found, fitted
+# with a margin over the recordings' peaks (docs/scale.md, "Memory: the stated bound"). The peak per exchange grows
+# with the capture, so the costs follow the largest recording and the small ones get the wider margin:
 COST_FIXED = 64 << 20  # the report's and the verdict's fixed parts, the slow log, a forked child's start
 COST_PER_DB_EXCHANGE = 1_150  # an exchange at a DB point: its row through the join, the decomposition, the report
 COST_PER_OTHER_EXCHANGE = 250  # an exchange at an app or proxy point: its row until it is matched, the clock's pass
@@ -98,7 +97,7 @@ COST_PER_JOB = 0.15
 MORE_PROCESSES = 3
 # during the extraction: the run's peak above the start is at least this many times what the extraction's processes
 # hold (the lowest ratio of the recordings, a pair's: the DB point's rows grow again in the joined table and the
-# report), so the check refuses only a run that would not fit, and the extraction itself stays under the bound
+# report): a need the counts' prediction would rarely put lower, and the extraction itself stays under the bound
 PEAK_OVER_EXTRACTION = 1.4
 # the first share of a capture may not stand for all of it: its extrapolation to the whole capture refuses a run
 # only past this share, and above the bound by EXTRAPOLATION_MARGIN (what is held so far refuses at any share)
