@@ -24,7 +24,7 @@ def analyze(cs: CaptureSet | Path, options: Options = Options(), out: Path | Non
         cs = capture_set(Path(cs))
     with Run(cs, options, out) as run:
         o = run.options
-        extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note, run.runner)
+        extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note, run.runner, run.memory)
         paired = pair_points(extracted, cs, run.jobs, o.max_sql_bytes, run.note, run.runner, run.ahead, run.lean)
         explained = explain_servers(paired, cs, [x.capture for x in extracted.db], run.tz, o.max_sql_bytes,
                                     run.note, run.beside_the_view())

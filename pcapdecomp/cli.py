@@ -246,6 +246,12 @@ def analyze(
                                  "TLS connections it has secrets for are decrypted (docs/tls.md). A capture-set folder's tls-keys.log is used without it, and secrets a pcapng "
                                  "capture embeds (Decryption Secrets Block) are used too."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no warnings, no verdict on the terminal."),
+    memory: Optional[str] = typer.Option(
+        None, "--memory", metavar="SIZE",
+        help="The memory the analysis may take, e.g. 8G, 800M, 1.5GiB (default: capture.toml's memory, else 80 % "
+             "of what this machine, or its cgroup's limit, has available at the start). A capture that would need "
+             "more is refused early (exit 2, nothing written), saying how much it needs: give more, or analyse a time "
+             "window of it (docs/scale.md, Memory)."),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
         help="Worker processes (default: the cores available, at most 8; one for capture files under 16 MiB in all, "
@@ -270,6 +276,7 @@ def analyze(
     import gc
 
     from .core.errors import UsageError
+    from .core.memory import parse_size
     from .read.captureset import capture_set as capture_set_of
 
     # the capture set is made (and a mistake in it refused) before the stages, pandas and pyarrow are imported
@@ -278,6 +285,8 @@ def analyze(
         raise UsageError(f"one capture-set folder expected, got {len(folders)} arguments ({folders[0]}, {folders[1]}, "
                          "…): quote a glob given to --app or --db (--db 'db.pcap*') so that pcapdecomp expands it, "
                          "not the shell")
+    if memory is not None:
+        parse_size(memory, "--memory")  # a mistake costs a second, not an extraction
     settings = None
     if server_vars is not None:
         from .read.servervars import read_server_vars
@@ -296,7 +305,7 @@ def analyze(
     gc.freeze()
     options = Options(jobs=jobs, quiet=quiet, csv=csv, partitioned=partitioned, slow_log_tz=slow_log_tz,
                       max_sql_bytes=max_sql_bytes, scheduler=scheduler, scheduler_tls=scheduler_tls,
-                      command_line=" ".join(["pcapdecomp", *sys.argv[1:]]))
+                      command_line=" ".join(["pcapdecomp", *sys.argv[1:]]), memory=memory)
     result = run_analysis(cs, options, out)
     written = list(result.written)
     if evidence_too:

@@ -35,6 +35,11 @@ class UsageError(PcapdecompError):
     """Options that contradict each other or are out of range."""
 
 
+class MemoryBoundError(UsageError):
+    """The analysis would take more memory than its bound (--memory, or what the machine has available): refused
+    before it does, nothing written."""
+
+
 class OutputError(PcapdecompError):
     """The output folder or file cannot be written (permissions, a full disk, a file in the way)."""
 

@@ -1,13 +1,20 @@
-"""The process's memory between stages: freed heap given back to the OS (glibc's malloc_trim), big blocks in their
-own mappings, and Arrow's allocator. Nothing of this changes a result; on a libc other than glibc it does nothing."""
+"""The process's memory: between stages, freed heap given back to the OS (glibc's malloc_trim), big blocks in their
+own mappings, and Arrow's allocator (nothing of this changes a result; on a libc other than glibc it does nothing);
+and the stated bound of `analyze --memory` (MemoryBound): the peak predicted from what the extraction read, and the
+refusal when it is above the bound."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import functools
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
-import pyarrow as pa
+from .errors import MemoryBoundError, UsageError
 
 
 def use_returning_allocator() -> None:
@@ -15,6 +22,8 @@ def use_returning_allocator() -> None:
     string arrays (one per batch, before dictionary encoding) it held ~0.4 KB per exchange that nothing used. The
     system allocator gives them back (with `release_memory`). Called by the CLI, not on import: a library should
     not change its host's allocator."""
+    import pyarrow as pa
+
     pa.set_memory_pool(pa.system_memory_pool())
 
 
@@ -61,3 +70,312 @@ def release_memory() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+# --- the stated bound of `analyze --memory` ------------------------------------------------------------------------
+#
+# analyze holds every exchange in memory (about 1 KB each: docs/scale.md, "Memory: the stated bound"). Before a
+# capture too big for the machine runs for an hour and is then killed, it predicts its peak from what it has read
+# and stops while the prediction is above the bound: during the extraction from the memory the process tree holds
+# so far, as the capture is read (`MemoryBound.watching`), and once the counts are known from the per-unit costs
+# below (`MemoryBound.check`). The costs were measured on main's code; benchmarks/memory_bound.py prints the peaks
+# beside the predictions so that they can be measured again: a bound stays a bound when later work lowers the peaks.
+
+DEFAULT_SHARE = 0.8  # of the memory available at the start (MemAvailable, or what the cgroup's limit leaves)
+
+# the peak above the process's memory at the start (its imports), per unit of what the extraction found, fitted
+# with a margin over the recordings' peaks (docs/scale.md, "Memory: the stated bound"). The peak per exchange grows
+# with the capture, so the costs follow the largest recording and the small ones get the wider margin:
+COST_FIXED = 64 << 20  # the report's and the verdict's fixed parts, the slow log, a forked child's start
+COST_PER_DB_EXCHANGE = 1_150  # an exchange at a DB point: its row through the join, the decomposition, the report
+COST_PER_OTHER_EXCHANGE = 250  # an exchange at an app or proxy point: its row until it is matched, the clock's pass
+COST_PER_CONNECTION = 16 << 10  # a connection's state: its row, its timelines, the matching's per-connection parts
+# an exchange at a point that lost bytes (gaps): the loss repair reads its connections again beside the tables (the
+# extraction's own cost per exchange, once more)
+COST_PER_REPAIRED_EXCHANGE = 400
+# with --jobs N, the children beside this process (the extraction's workers, the writer and the report's profile
+# at the end) add their own: this share of the growth per process beyond the first, for at most MORE_PROCESSES
+COST_PER_JOB = 0.15
+MORE_PROCESSES = 3
+# during the extraction: the run's peak above the start is at least this many times what the extraction's processes
+# hold (the lowest ratio of the recordings, a pair's: the DB point's rows grow again in the joined table and the
+# report): a need the counts' prediction would rarely put lower, and the extraction itself stays under the bound
+PEAK_OVER_EXTRACTION = 1.4
+# the first share of a capture may not stand for all of it: its extrapolation to the whole capture refuses a run
+# only past this share, and above the bound by EXTRAPOLATION_MARGIN (what is held so far refuses at any share)
+EXTRAPOLATE_AFTER = 1 / 8
+EXTRAPOLATION_MARGIN = 1.25
+EXTRACTION_PER_EXCHANGE = 350  # bytes the extraction holds per exchange read (the count a refusal estimates)
+WATCH_EVERY_S = 1.0  # seconds between two looks at the process tree's memory during the extraction, at least
+WATCH_SHARE = 0.01  # and no more of the extraction's time than this share in looking
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE = re.compile(r"\s*([0-9]{1,12}(?:\.[0-9]{1,9})?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
+
+
+def parse_size(text, what: str = "--memory") -> int:
+    """Bytes of a size as a user writes it: 8G, 800M, 1.5GiB, 512MiB, 2048 (K, M, G, T and KiB… or KB…: powers of
+    1024, as free(1) and ulimit count). A value that is not one, or not above 0, is a user mistake (one line)."""
+    m = _SIZE.fullmatch(text) if isinstance(text, str) else None
+    if m is None:
+        raise UsageError(f"{what} {text!r}: not a size; give one like 8G, 800M or 1.5GiB (K, M, G, T: powers of 1024)")
+    size = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if size <= 0:
+        raise UsageError(f"{what} {text!r}: must be more than 0 (a size like 8G, 800M or 1.5GiB)")
+    return size
+
+
+def size_text(size: float) -> str:
+    """A size in words: 3.41 GiB, 812 MiB."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift:
+            value = size / (1 << shift)
+            return f"{value:.2f} {unit}" if value < 10 and unit in ("TiB", "GiB") else f"{value:,.0f} {unit}"
+    return f"{size:.0f} B"
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _inactive_file(stat_path: str, key: str) -> int:
+    """A cgroup's reclaimable page cache (memory.stat's inactive_file, total_inactive_file in v1): its usage counts
+    the captures' pages the kernel gives back at need."""
+    try:
+        with open(stat_path) as f:
+            for line in f:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def cgroup_headroom() -> tuple[int, str] | None:
+    """What this process's memory cgroup (v2 or v1) and its parents' limits leave: (bytes, its file), the least of
+    them; None without a limit. Usage counts without the inactive page cache, which the kernel reclaims."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    found = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2
+            root, limit_name, usage_name, stat_key = "/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file"
+        elif "memory" in controllers.split(","):
+            root, limit_name, usage_name = "/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"
+            stat_key = "total_inactive_file"
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        # the cgroup's own folder and its parents' (a container sees its own cgroup as the mount's root)
+        for depth in range(len(parts), -1, -1):
+            folder = "/".join([root, *parts[:depth]])
+            limit, usage = _read_int(f"{folder}/{limit_name}"), _read_int(f"{folder}/{usage_name}")
+            if limit is None or usage is None or limit >= 1 << 60:
+                continue
+            usage -= _inactive_file(f"{folder}/memory.stat", stat_key)
+            found.append((max(0, limit - usage), f"{folder}/{limit_name}"))
+    return min(found) if found else None
+
+
+def mem_available() -> int | None:
+    """/proc/meminfo's MemAvailable (bytes): what the machine can give without swapping; None where there is none."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def own_rss() -> int:
+    """This process's resident memory now (bytes; 0 where /proc is not)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def tree_memory(pid: int | None = None) -> int:
+    """The proportional set size (Pss: shared pages split between the processes that share them) of a process and
+    its descendants, bytes: what the process tree takes from the machine. A process that ends while it is read
+    counts 0."""
+    pid = os.getpid() if pid is None else pid
+    total = 0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) << 10
+                        break
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants (the kernel's children lists of every thread)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+            except (OSError, ValueError):
+                pass
+    return out
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What the extraction found, that the run's peak grows with."""
+
+    db_exchanges: int
+    other_exchanges: int  # at app and proxy points
+    connections: int  # MySQL connections, at every point
+    points: int
+    repaired_exchanges: int = 0  # at points with gaps, whose connections the loss repair reads again
+
+    @property
+    def exchanges(self) -> int:
+        return self.db_exchanges + self.other_exchanges
+
+
+def predicted_peak(counts: Counts, jobs: int, start: int) -> int:
+    """The peak memory (bytes) of an analysis of `counts` with `jobs` processes, from the process's memory at the
+    start (`start`: its imports) and the per-unit costs measured on the recordings: a bound, not an estimate
+    (benchmarks/memory_bound.py checks it against measured peaks)."""
+    grown = (COST_FIXED + COST_PER_DB_EXCHANGE * counts.db_exchanges
+             + COST_PER_OTHER_EXCHANGE * counts.other_exchanges + COST_PER_CONNECTION * counts.connections
+             + COST_PER_REPAIRED_EXCHANGE * counts.repaired_exchanges)
+    return int(start + grown * (1 + COST_PER_JOB * min(max(jobs, 1) - 1, MORE_PROCESSES)))
+
+
+def default_bound() -> tuple[int, str] | None:
+    """The bound without --memory: DEFAULT_SHARE of what this machine had available at the start (MemAvailable),
+    or of what its cgroup's limit leaves, the less; (bytes the run may add, where it came from). None where
+    neither is known (not Linux): no bound."""
+    available = mem_available()
+    cgroup = cgroup_headroom()
+    share = f"{DEFAULT_SHARE:.0%}"
+    if cgroup is not None and (available is None or cgroup[0] < available):
+        return int(cgroup[0] * DEFAULT_SHARE), f"{share} of the {size_text(cgroup[0])} the cgroup's {cgroup[1]} left"
+    if available is not None:
+        return int(available * DEFAULT_SHARE), f"{share} of the {size_text(available)} this machine had available"
+    return None
+
+
+class MemoryBound:
+    """The stated bound of one analysis: the memory its process tree may take (`limit`, bytes; the process's own at
+    the start included) and where the number came from (`source`, in words). `check` refuses counts whose
+    predicted peak is above it; `watching` wraps the extraction's progress with the check of what it holds so far.
+    A refusal is MemoryBoundError: one line, exit 2, nothing written."""
+
+    def __init__(self, size: int | None, source: str | None, jobs: int):
+        self.start = own_rss()
+        self.jobs = jobs
+        if size is None:
+            default = default_bound()
+            size, source = (None, None) if default is None else (self.start + default[0], default[1] + " at the start")
+        self.limit = size
+        self.source = source
+        self.predicted: int | None = None  # the last prediction from counts (benchmarks read it)
+
+    def check_start(self) -> None:
+        """Refuse at once a bound below what any analysis takes (the imports and the fixed part)."""
+        if self.limit is not None and self.start + COST_FIXED > self.limit:
+            self._refuse(f"an analysis takes at least {size_text(self.start + COST_FIXED)} of memory here (its "
+                         f"programs {size_text(self.start)}, its fixed part {size_text(COST_FIXED)})",
+                         self.start + COST_FIXED, None)
+
+    def check(self, counts: Counts, span_ns: int | None = None) -> None:
+        """Refuse `counts` when their predicted peak is above the bound. `span_ns`: the captures' time span, for
+        the window the message suggests."""
+        self.predicted = predicted_peak(counts, self.jobs, self.start)
+        if self.limit is None or self.predicted <= self.limit:
+            return
+        window = None
+        share = (self.limit - self.start - COST_FIXED) / max(self.predicted - self.start - COST_FIXED, 1)
+        if span_ns and share > 0:
+            window = _duration_text(span_ns * share / 1e9)
+        self._refuse(f"this analysis would need up to about {size_text(self.predicted)} of memory for "
+                     f"{counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB, "
+                     f"{counts.connections:,} connections, --jobs {self.jobs})", self.predicted, window)
+
+    def watching(self, progress: Callable[[int, int, int], None] | None) -> Callable[[int, int, int], None]:
+        """The extraction's progress callback (`progress`, None when quiet) with the check of the memory the
+        extraction's processes hold so far: now and then (WATCH_EVERY_S) their growth since the start (Pss of the
+        process tree), times PEAK_OVER_EXTRACTION, as the least peak it leads to; refused when that is above the
+        bound, or when its extrapolation to the whole capture is (beyond EXTRAPOLATE_AFTER of it, with
+        EXTRAPOLATION_MARGIN). So the extraction stops before it passes the bound itself."""
+        if self.limit is None:
+            return progress
+        limit, start, clock = self.limit, tree_memory(), time.monotonic
+        next_look = clock() + WATCH_EVERY_S
+
+        def step(done: int, total: int, frames: int) -> None:
+            nonlocal next_look
+            if progress is not None:
+                progress(done, total, frames)
+            if clock() < next_look:
+                return
+            looked = clock()
+            grown = max(tree_memory() - start, 0)
+            took = clock() - looked
+            share = done / total if total else 0.0
+            now = self.start + COST_FIXED + grown * PEAK_OVER_EXTRACTION
+            whole = self.start + COST_FIXED + grown / share * PEAK_OVER_EXTRACTION if share else now
+            if now > limit or (share >= EXTRAPOLATE_AFTER and whole > limit * EXTRAPOLATION_MARGIN):
+                need = int(max(now, whole))
+                fits = (limit - self.start - COST_FIXED) / max(need - self.start - COST_FIXED, 1)
+                self._refuse(f"this analysis would need at least about {size_text(need)} of memory for about "
+                             f"{int(grown / EXTRACTION_PER_EXCHANGE / (share if need > now else 1)):,} exchanges "
+                             f"(estimated from the {share:.0%} of the captures read so far, which hold "
+                             f"{size_text(grown)}{'; extrapolated to the whole' if need > now else ''})",
+                             need, f"{fits:.0%} of the capture's time" if fits > 0 else None, stopped_early=True)
+            # a look reads every page table of the tree (milliseconds per GiB): at most WATCH_SHARE of the time
+            next_look = clock() + max(WATCH_EVERY_S, took / WATCH_SHARE)
+        return step
+
+    def _refuse(self, need: str, need_bytes: int, window: str | None, stopped_early: bool = False) -> None:
+        cut = 'editcap -A "YYYY-MM-DD HH:MM:SS" -B "YYYY-MM-DD HH:MM:SS" in.pcap out.pcap'
+        more = (f"at least --memory {_round_up_text(need_bytes)}: the bound is checked again once the capture is read"
+                if stopped_early else f"e.g. --memory {_round_up_text(need_bytes)}")
+        raise MemoryBoundError(
+            f"{need}, more than the bound of {size_text(self.limit)} ({self.source}); "
+            f"{'stopped early, ' if stopped_early else ''}nothing written. Give it more with --memory ({more}), or "
+            f"analyse a time window{f' of at most {window}' if window else ''}: cut each capture point with "
+            f"{cut} (the slow log needs no cut) and analyse the cut files")
+
+
+def _round_up_text(need: int) -> str:
+    """A --memory value above `need`: whole GiB from 1 GiB on, else MiB by 64."""
+    mib = -(-need // (64 << 20)) * 64
+    return f"{-(-mib // 1024)}G" if mib >= 1024 else f"{mib}M"
+
+
+def _duration_text(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"

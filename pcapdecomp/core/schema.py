@@ -541,6 +541,8 @@ CAPTURE_TOML_KEYS: tuple[InputKey, ...] = (
     InputKey("scenario", "string", "the lab scenario that recorded the set (captures/lab); not read"),
     InputKey("description", "string", "what the set holds, in words; not read"),
     InputKey("recorded_at", "string", "when the lab recorded it (ISO 8601, UTC); not read"),
+    InputKey("memory", "string", "the memory the analysis may take, a size like \"8G\" or \"800M\" (as --memory)",
+             "80 % of what the machine (or its cgroup's limit) has available at the start"),
     InputKey("server", "table", "the DB server: its endpoints and the settings it ran with (the guide's plan has "
              "the DB host add the server's own values)"),
     InputKey("server.address", "IP:PORT", "the DB server's endpoint (as --server)",

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 
+from .errors import MemoryBoundError
+
 # The handover of big results from a forked child to the parent. Through the pool's pipe a result is pickled to one
 # bytes object in the child, read 64 KiB at a time into a buffer in the parent and unpickled from there: each array
 # copied three times, into pages that are new each time (seconds for a table of hundreds of MB, docs/speed.md).
@@ -253,14 +255,14 @@ def worker_pool(count: int) -> Iterator[ProcessPoolExecutor]:
     """A pool of `count` forked workers. Ctrl-C is the parent's to handle: the terminal sends SIGINT to the whole
     process group, and a worker that took it would die mid-task with its own traceback (the parent then sees a
     broken pool, not an interrupt). When the parent stops early (Ctrl-C, a worker's error) the workers are ended
-    at once instead of finishing their captures."""
+    at once instead of finishing their captures (also when the memory bound stops the run)."""
     before = set(mp.active_children())
     pool = ProcessPoolExecutor(max_workers=count, mp_context=mp.get_context("fork"), initializer=_ignore_interrupts,
                                initargs=(os.getpid(),))
     prefix = _handover_prefix()
     try:
         yield _BlockingInterruptsWhileForking(pool, prefix)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, MemoryBoundError):  # the memory bound: a worker left to finish would pass it
         # A worker ended mid-result can leave the pool's manager thread waiting on a half-sent message for ever,
         # and interpreter exit joins that thread: after an interrupt the CLI leaves with os._exit (cli.main).
         pool.shutdown(wait=False, cancel_futures=True)

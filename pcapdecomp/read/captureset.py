@@ -42,6 +42,7 @@ class CaptureSet:
     server_settings: dict | None = None  # --server-vars (read.servervars.read_server_vars); None: capture.toml's
     server_vars: Path | None = None  # the folder's variables.tsv (SERVER_VARS_NAME), as `pcapdecomp guide` writes it
     tls_keylogs: list[Path] = field(default_factory=list)  # NSS key logs (--tls-keylog, the folder's tls-keys.log)
+    memory: str | None = None  # capture.toml's memory: the analysis's memory bound, as 8G or 800M (--memory wins)
 
     def of(self, kind: str) -> list[CapturePoint]:
         return [p for p in self.points if p.kind == kind]
@@ -250,6 +251,7 @@ def resolve_capture_set(set_dir: Path | None, app: list, db, slow_log, long_quer
         servers=list(servers), warnings=missing, server_names=server_names, proxy_servers=proxy_servers,
         processlist=Path(processlist) if processlist is not None else None,
         tls_keylogs=[Path(k) for k in _as_list(tls_keylog)],
+        memory=toml.get("memory"),
     )
     if set_dir is not None and (set_dir / SERVER_VARS_NAME).is_file():
         result.server_vars = _inside(set_dir, set_dir / SERVER_VARS_NAME, SERVER_VARS_NAME)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.console import capture_problems, progress_bar
+from ..core.memory import Counts, MemoryBound
 from ..core.workers import worker_pool
 from . import fastlane
 from .exchanges import Extraction, extract, merge_parts
@@ -172,10 +173,11 @@ class Extracted:
 
 
 def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, note: Callable[[str], None],
-                   runner=None) -> Extracted:
+                   runner=None, memory: MemoryBound | None = None) -> Extracted:
     """Every capture point of `cs`, read with up to `jobs` processes, or on Dask workers (`runner`, a
     run.cluster.DaskRunner); the capture problems and file warnings go to `note`. Behind a proxy the app talks to
-    the proxy's address, not the server's: every capture is read for both."""
+    the proxy's address, not the server's: every capture is read for both. `memory`: the run's bound, checked as
+    the captures are read (on this machine) and on the counts at the end (MemoryBoundError)."""
     app_pts, db_pts, proxy_pts = cs.of("app"), cs.of("db"), cs.of("proxy")
     read = [*app_pts, *db_pts, *proxy_pts]
     readable = [*cs.servers, *cs.proxy_servers] if cs.servers else []
@@ -188,14 +190,34 @@ def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, n
     else:
         label = read[0].name if len(read) == 1 else f"{len(read)} captures"
         with progress_bar(quiet, label) as update:
-            extractions = extract_all(list(read), endpoints, max_sql_bytes, jobs, update, tls_secrets=tls_secrets)
+            step = update if memory is None else memory.watching(update)
+            extractions = extract_all(list(read), endpoints, max_sql_bytes, jobs, step, tls_secrets=tls_secrets)
     qualities = [x.quality() for x in extractions]
     points = _points_info(read, extractions, qualities, note)
     n_app, n_db = len(app_pts), len(db_pts)
-    return Extracted(app_pts, db_pts, proxy_pts, extractions[:n_app], extractions[n_app:n_app + n_db],
-                     extractions[n_app + n_db:], points,
-                     {"app": qualities[:n_app], "dbs": qualities[n_app:n_app + n_db],
-                      "proxy": qualities[n_app + n_db:]}, tls_secrets)
+    extracted = Extracted(app_pts, db_pts, proxy_pts, extractions[:n_app], extractions[n_app:n_app + n_db],
+                          extractions[n_app + n_db:], points,
+                          {"app": qualities[:n_app], "dbs": qualities[n_app:n_app + n_db],
+                           "proxy": qualities[n_app + n_db:]}, tls_secrets)
+    if memory is not None:  # before the stages that hold the memory
+        memory.check(counts_of(extracted), _span_ns(extractions))
+    return extracted
+
+
+def counts_of(x: Extracted) -> Counts:
+    """What the run's memory grows with (core.memory.Counts), from the points' quality counts."""
+    every = [*x.qualities["app"], *x.qualities["dbs"], *x.qualities["proxy"]]
+    db = sum(q["exchanges"] for q in x.qualities["dbs"])
+    return Counts(db_exchanges=db, other_exchanges=sum(q["exchanges"] for q in every) - db,
+                  connections=sum(q["mysql_connections"] for q in every), points=len(every),
+                  repaired_exchanges=sum(q["exchanges"] for q in every if q["gaps"]))
+
+
+def _span_ns(extractions: list[Extraction]) -> int | None:
+    """The captures' time span, first frame to last (None when no frame had a time)."""
+    firsts = [x.stats.first_ts_ns for x in extractions if x.stats.first_ts_ns is not None]
+    lasts = [x.stats.last_ts_ns for x in extractions if x.stats.last_ts_ns is not None]
+    return max(lasts) - min(firsts) if firsts and lasts else None
 
 
 def _points_info(points: list[CapturePoint], extractions: list[Extraction], qualities: list[dict],

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..core.console import warn
 from ..core.errors import InputError, UsageError, internal_errors_to
-from ..core.memory import map_big_blocks, release_memory
+from ..core.memory import MemoryBound, map_big_blocks, parse_size, release_memory
 from ..core.outputs import OutputFolder, write_table, write_text
 from ..core.schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 from ..core.tables import with_declared_dtypes
@@ -47,6 +47,7 @@ class Options:
     scheduler: str | None = None  # a Dask scheduler's address, or "local"
     scheduler_tls: str | None = None  # "CA,CERT,KEY" for a tls:// scheduler
     command_line: str | None = None  # as the report shows it
+    memory: str | None = None  # the process tree's memory bound (8G, 800M…); None: capture.toml's, else the default
 
 
 @dataclass
@@ -72,6 +73,12 @@ class Run:
             else default_jobs()
         if self.jobs < 1:
             raise UsageError(f"--jobs must be ≥ 1, got {self.jobs}")
+        # the bound is stated before any work, and a bound no analysis fits in is refused here
+        given, where = ((options.memory, "--memory") if options.memory is not None else
+                        (cs.memory, "capture.toml: memory =") if cs.memory is not None else (None, None))
+        self.memory = MemoryBound(None if given is None else parse_size(given, where),
+                                  None if given is None else f"{where} {given}", self.jobs)
+        self.memory.check_start()
         self.out = out if out is not None else Path("reports") / cs.name
         if self.out.exists() and not self.out.is_dir():
             raise InputError(f"{self.out}: exists and is not a folder")

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""The memory bound of `analyze` (--memory) against the peaks it bounds: for each recording, the pair and the DB
+capture alone, with --jobs 1 and the default --jobs, the exchanges, the peak `analyze` predicted from its counts
+(core.memory.predicted_peak, as its check computed it), the measured peaks, and their ratio.
+
+    python3 benchmarks/memory_bound.py                                   # the recordings of /tmp/pcapdecomp-bench
+    python3 benchmarks/memory_bound.py /tmp/pcapdecomp-bench/sysbench-rw-10s --jobs 1
+    python3 benchmarks/memory_bound.py --tree /work/main …               # another checkout's code
+
+Each run is `python3 -m pcapdecomp.cli analyze … -q -o TMP` of the tree in a child process whose MemoryBound.check
+is wrapped to write down its counts and prediction. Measured: the child's own maximum RSS (getrusage of the ended
+process: exact) and, sampled every 20 ms, the process tree's summed Pss (shared pages split between the processes
+that share them: what the tree takes from the machine) and summed RSS (shared pages counted in each). The ratio is
+the prediction over the larger of the child's maximum RSS and the tree's Pss peak: ≥ 1 is a bound. The last columns
+are the measured peak above the process's memory at the start, per exchange at the DB point(s) (with a pair, its
+app twin's cost in it): what core.memory's per-unit costs are fitted to (docs/scale.md, "Memory: the stated
+bound"), and the run's wall time. Linux only; nothing is committed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = Path("/tmp/pcapdecomp-bench")
+RECORDINGS = ["sysbench-10s", "sysbench-rw-10s", "sysbench-rw-40s", "sysbench-rw-150s"]
+
+_CHILD = """
+import json, sys
+from pcapdecomp.core import memory
+seen, path = {}, sys.argv[1]
+check = memory.MemoryBound.check
+def wrapped(self, counts, span_ns=None):
+    try:
+        return check(self, counts, span_ns)
+    finally:
+        seen.update(predicted=self.predicted, start=self.start, jobs=self.jobs, limit=self.limit,
+                    counts=vars(counts))
+        with open(path, "w") as f:  # now: a run that succeeds ends with os._exit (cli.main)
+            f.write(json.dumps(seen))
+memory.MemoryBound.check = wrapped
+sys.argv = ["pcapdecomp", *sys.argv[2:]]
+from pcapdecomp.cli import main
+main()
+"""
+
+
+def _tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def _sample(pid: int, peaks: dict, done: threading.Event) -> None:
+    """The tree's summed Pss and RSS every 20 ms: their maxima into `peaks`."""
+    while not done.is_set():
+        pss = rss = 0
+        for p in _tree(pid):
+            try:
+                with open(f"/proc/{p}/smaps_rollup") as f:
+                    for line in f:
+                        if line.startswith("Rss:"):
+                            rss += int(line.split()[1]) << 10
+                        elif line.startswith("Pss:"):
+                            pss += int(line.split()[1]) << 10
+                            break
+            except (OSError, ValueError, IndexError):
+                pass
+        peaks["pss"] = max(peaks.get("pss", 0), pss)
+        peaks["rss"] = max(peaks.get("rss", 0), rss)
+        time.sleep(0.02)
+
+
+def measure(tree: Path, args: list[str]) -> dict:
+    """One `analyze` run of `tree`'s code with `args`: its prediction and measured peaks."""
+    with tempfile.TemporaryDirectory(prefix="memory-bound-") as tmp:
+        seen = Path(tmp) / "seen.json"
+        env = dict(os.environ, PYTHONPATH=str(tree.resolve()))
+        child = subprocess.Popen([sys.executable, "-c", _CHILD, str(seen), "analyze", *args, "-q", "-o",
+                                  str(Path(tmp) / "out")], cwd=tree, env=env)
+        peaks: dict = {}
+        done = threading.Event()
+        sampler = threading.Thread(target=_sample, args=(child.pid, peaks, done), daemon=True)
+        sampler.start()
+        started = time.monotonic()
+        _, status, usage = os.wait4(child.pid, 0)
+        elapsed = time.monotonic() - started
+        child.returncode = os.waitstatus_to_exitcode(status)
+        done.set()
+        sampler.join()
+        result = json.loads(seen.read_text()) if seen.exists() and seen.stat().st_size else {}
+    return {**result, "code": child.returncode, "maxrss": usage.ru_maxrss << 10, "pss": peaks.get("pss", 0),
+            "rss": peaks.get("rss", 0), "s": elapsed}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("recordings", nargs="*", type=Path, help="capture-set folders (default: those of "
+                                                            f"{BENCH} that exist: {', '.join(RECORDINGS)})")
+    p.add_argument("--tree", type=Path, default=REPO, help="the checkout whose code runs (default: this one)")
+    p.add_argument("--jobs", default="1,default", help="--jobs values, comma-separated; 'default': none given")
+    p.add_argument("--shapes", default="pair,db", help="pair (the folder), db (the DB capture alone)")
+    a = p.parse_args()
+    folders = a.recordings or [BENCH / r for r in RECORDINGS if (BENCH / r / "db.pcap").exists()]
+    mib = 1 << 20
+    print("| recording | shape | --jobs | exchanges (DB) | connections | start MiB | predicted MiB | max RSS MiB | "
+          "tree Pss MiB | tree RSS MiB | predicted / peak | peak above start, B per DB exchange | s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for folder in folders:
+        for shape in a.shapes.split(","):
+            args = [str(folder)] if shape == "pair" else [
+                "--db", str(folder / "db.pcap"), "--slow-log", str(folder / "slow.log"), "--long-query-time", "0.01",
+                "--thread-pool-size", "2"]
+            for jobs in a.jobs.split(","):
+                m = measure(a.tree, args + ([] if jobs == "default" else ["--jobs", jobs]))
+                peak = max(m["maxrss"], m["pss"])
+                counts = m.get("counts") or {}
+                exchanges = counts.get("db_exchanges", 0) + counts.get("other_exchanges", 0)
+                predicted = m.get("predicted")
+                print(f"| {folder.name} | {shape} | {m.get('jobs', jobs)} | {exchanges:,} "
+                      f"({counts.get('db_exchanges', 0):,}) | "
+                      f"{counts.get('connections', 0):,} | {m.get('start', 0) / mib:,.0f} | "
+                      f"{predicted / mib if predicted else 0:,.0f} | {m['maxrss'] / mib:,.0f} | "
+                      f"{m['pss'] / mib:,.0f} | "
+                      f"{m['rss'] / mib:,.0f} | {predicted / peak if predicted else 0:.2f} | "
+                      f"{(peak - m.get('start', 0)) / max(counts.get('db_exchanges', 0), 1):,.0f} | {m['s']:.1f} |"
+                      + (f" exit {m['code']}" if m["code"] else ""), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

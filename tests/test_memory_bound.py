@@ -1,0 +1,174 @@
+"""analyze's stated memory bound (--memory, capture.toml's memory, the default): a bound a capture set does not fit
+in is refused in one line, exit 2, the output folder as it was; one it fits in runs; the peak the bound checks
+(core.memory.predicted_peak) is at least the peak a real run of a bundled capture set measures; the check during
+the extraction stops it, workers and all. Real captures, real processes."""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pcapdecomp.core import memory
+from pcapdecomp.core.errors import MemoryBoundError, UsageError
+from pcapdecomp.read.captureset import capture_set
+from pcapdecomp.read.extract import counts_of, extract_all, extract_points
+
+REPO = Path(__file__).resolve().parents[1]
+HOGS = REPO / "captures" / "oltp-hogs"
+
+_spec = importlib.util.spec_from_file_location("memory_bound", REPO / "benchmarks" / "memory_bound.py")
+memory_bound = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(memory_bound)
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pcapdecomp.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "COLUMNS": "200"}, timeout=300)
+
+
+def _one_line_exit_2(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("pcapdecomp: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("value", ["0", "lots", "-1G", "8X", "0.0M", ""])
+def test_a_size_that_is_not_one_is_refused_in_one_line(value, tmp_path):
+    line = _one_line_exit_2(run("analyze", str(HOGS), "--memory", value, "-q", "-o", str(tmp_path / "out")))
+    assert "--memory" in line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text,size", [("8G", 8 << 30), ("800M", 800 << 20), ("1.5GiB", 3 << 29),
+                                       ("512 MiB", 512 << 20), ("2048", 2048), ("1t", 1 << 40), ("64KB", 64 << 10)])
+def test_sizes_as_users_write_them(text, size):
+    assert memory.parse_size(text) == size
+
+
+def _set_copy(tmp_path: Path, toml_line: str | None = None) -> Path:
+    folder = tmp_path / "set"
+    shutil.copytree(HOGS, folder)
+    if toml_line is not None:
+        toml = folder / "capture.toml"
+        toml.write_text(toml_line + "\n" + toml.read_text())
+    return folder
+
+
+def test_a_bound_far_below_the_need_refuses_and_leaves_the_output_folder_as_it_was(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    line = _one_line_exit_2(run("analyze", str(HOGS), "--memory", "20M", "-q", "-o", str(out)))
+    assert "more than the bound of 20 MiB (--memory 20M)" in line
+    assert "--memory" in line and "editcap -A" in line and "nothing written" in line
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    assert (out / "notes.txt").read_text() == "mine"
+    _one_line_exit_2(run("analyze", str(HOGS), "--memory", "20M", "-q", "-o", str(tmp_path / "fresh")))
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_capture_toml_states_the_bound_and_the_option_wins(tmp_path):
+    folder = _set_copy(tmp_path, 'memory = "20M"')
+    line = _one_line_exit_2(run("analyze", str(folder), "-q", "-o", str(tmp_path / "a")))
+    assert "(capture.toml: memory = 20M)" in line
+    proc = run("analyze", str(folder), "--memory", "8G", "-q", "-o", str(tmp_path / "b"))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "b" / "report.html").exists()
+    bad = _set_copy(tmp_path / "bad", 'memory = "lots"')
+    line = _one_line_exit_2(run("analyze", str(bad), "-q", "-o", str(tmp_path / "c")))
+    assert "capture.toml: memory = 'lots'" in line
+
+
+def test_enough_memory_runs(tmp_path):
+    proc = run("analyze", str(HOGS), "--memory", "4G", "-q", "-o", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert {"exchanges.parquet", "summary.json", "report.html"} <= {p.name for p in (tmp_path / "out").iterdir()}
+
+
+def test_the_counts_check_names_the_exchanges_the_capture_set_holds(tmp_path):
+    """A bound above what any analysis takes but below this set's predicted peak: refused once the counts are known,
+    naming them as the extraction counted them (summary.json's per-point counts, here from the same extraction)."""
+    cs = capture_set(HOGS)
+    counts = counts_of(extract_points(cs, 1, True, 1 << 20, lambda _: None))
+    assert counts.db_exchanges > 1000 and counts.other_exchanges > 1000 and counts.points == 2
+
+    def bound(above_need: int) -> memory.MemoryBound:
+        """A bound `above_need` bytes above this set's predicted peak from the process's memory as it starts."""
+        made = memory.MemoryBound(1, "the test's bound", 1)
+        made.limit = memory.predicted_peak(counts, 1, made.start) + above_need
+        return made
+
+    with pytest.raises(MemoryBoundError) as refused:
+        extract_points(cs, 1, True, 1 << 20, lambda _: None, memory=bound(-1))
+    text = str(refused.value)
+    assert f"for {counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB, " in text
+    assert "(the test's bound)" in text and "nothing written" in text
+    enough = bound(0)
+    extract_points(cs, 1, True, 1 << 20, lambda _: None, memory=enough)
+    assert enough.predicted == enough.limit
+
+
+def test_the_check_during_the_extraction_stops_it_and_its_workers(monkeypatch):
+    """The two captures of a set read side by side (--jobs 2: one here, one in a worker): a bound the extraction's
+    memory passes at its first look stops the extraction with the refusal, and the worker is ended, not left to
+    finish its capture."""
+    monkeypatch.setattr(memory, "WATCH_EVERY_S", 0.0)
+    bound = memory.MemoryBound(None, "test", 2)
+    bound = memory.MemoryBound(bound.start + memory.COST_FIXED - 1, "the test's bound", 2)
+    before = set(mp.active_children())
+    with pytest.raises(MemoryBoundError) as refused:
+        extract_all([HOGS / "app.pcap", HOGS / "db.pcap"], None, 1 << 20, 2, bound.watching(None))
+    assert "stopped early" in str(refused.value) and "(estimated from the " in str(refused.value)
+    assert set(mp.active_children()) == before
+
+
+def test_the_prediction_bounds_the_measured_peak_of_a_run():
+    """analyze of a bundled pair in a child process (benchmarks/memory_bound.py's measurement): the peak its check
+    predicted is at least the child's maximum RSS and its process tree's Pss, with --jobs 1 and 2, and not
+    absurdly above (a bound of 3× the peak would refuse captures that fit)."""
+    for jobs in ("1", "2"):
+        m = memory_bound.measure(REPO, [str(HOGS), "--jobs", jobs])
+        assert m["code"] == 0
+        peak = max(m["maxrss"], m["pss"])
+        assert m["counts"]["db_exchanges"] > 1000
+        assert peak <= m["predicted"] <= 3 * peak, (jobs, m)
+
+
+def test_the_default_bound_is_a_share_of_what_the_machine_has():
+    bound = memory.MemoryBound(None, None, 1)
+    available = memory.mem_available()
+    if available is None:
+        pytest.skip("no /proc/meminfo")
+    assert bound.limit is not None and bound.limit > bound.start
+    # what is available moves between the two reads: within a quarter of it
+    assert abs((bound.limit - bound.start) - memory.DEFAULT_SHARE * min(
+        available, (memory.cgroup_headroom() or (available,))[0])) < available / 4
+    assert "at the start" in bound.source and "80%" in bound.source
+
+
+def test_a_point_that_lost_bytes_counts_its_exchanges_for_the_repair(tmp_path):
+    """The loss repair reads a lossy point's connections again: its exchanges count once more in the prediction;
+    a clean set's count none."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from lose_frames import lose_frames
+
+    lossy = _set_copy(tmp_path)
+    lose_frames(HOGS / "db.pcap", lossy / "db.pcap", 0.05, seed=11)
+    clean = counts_of(extract_points(capture_set(HOGS), 1, True, 1 << 20, lambda _: None))
+    counts = counts_of(extract_points(capture_set(lossy), 1, True, 1 << 20, lambda _: None))
+    assert clean.repaired_exchanges == 0
+    assert counts.repaired_exchanges == counts.db_exchanges > 0
+    start = 100 << 20
+    assert memory.predicted_peak(counts, 1, start) - memory.predicted_peak(
+        memory.Counts(counts.db_exchanges, counts.other_exchanges, counts.connections, counts.points), 1, start) \
+        == memory.COST_PER_REPAIRED_EXCHANGE * counts.db_exchanges
