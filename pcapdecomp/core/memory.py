@@ -305,7 +305,7 @@ class MemoryBound:
         if self.limit is not None and self.start + COST_FIXED > self.limit:
             self._refuse(f"an analysis takes at least {size_text(self.start + COST_FIXED)} of memory here (its "
                          f"programs {size_text(self.start)}, its fixed part {size_text(COST_FIXED)})",
-                         self.start + COST_FIXED, None)
+                         self.start + COST_FIXED, None, window_helps=False)
 
     def check(self, counts: Counts, span_ns: int | None = None) -> None:
         """Refuse `counts` when their predicted peak is above the bound. `span_ns`: the captures' time span, for
@@ -356,15 +356,20 @@ class MemoryBound:
             next_look = clock() + max(WATCH_EVERY_S, took / WATCH_SHARE)
         return step
 
-    def _refuse(self, need: str, need_bytes: int, window: str | None, stopped_early: bool = False) -> None:
+    def _refuse(self, need: str, need_bytes: int, window: str | None, stopped_early: bool = False,
+                window_helps: bool = True) -> None:
+        """Stop the run: one line, what it needs, the bound and where it came from, and what to do (`window_helps`:
+        a shorter capture would fit; not so for a bound below what any analysis takes)."""
         cut = 'editcap -A "YYYY-MM-DD HH:MM:SS" -B "YYYY-MM-DD HH:MM:SS" in.pcap out.pcap'
         more = (f"at least --memory {_round_up_text(need_bytes)}: the bound is checked again once the capture is read"
                 if stopped_early else f"e.g. --memory {_round_up_text(need_bytes)}")
+        window_text = (f", or analyse a time window{f' of at most {window}' if window else ''}: cut each capture "
+                       f"point with {cut} (the slow log needs no cut) and analyse the cut files"
+                       if window_helps else "")
         raise MemoryBoundError(
             f"{need}, more than the bound of {size_text(self.limit)} ({self.source}); "
-            f"{'stopped early, ' if stopped_early else ''}nothing written. Give it more with --memory ({more}), or "
-            f"analyse a time window{f' of at most {window}' if window else ''}: cut each capture point with "
-            f"{cut} (the slow log needs no cut) and analyse the cut files")
+            f"{'stopped early, ' if stopped_early else ''}nothing written. Give it more with --memory ({more})"
+            f"{window_text}")
 
 
 def _round_up_text(need: int) -> str:
