@@ -293,6 +293,8 @@ def test_unrelated_slow_log_warns(tmp_path):
     r = run(d, tmp_path / "out")
     assert r.summary["slow_log"]["used"] is False
     assert any("analysed without the slow log" in w for w in r.warnings)
+    hidden = next(b["text"] for b in r.summary["story"]["bullets"] if b["topic"] == "hidden_slow")
+    assert "not in the slow log" not in hidden and "no slow log was joined" in hidden  # the flag's evidence only
 
 
 def test_explicit_options_win_over_the_folder(tmp_path):

@@ -353,6 +353,9 @@ def test_no_slow_log_uses_the_wire_flag():
     s = r.summary["story"]
     assert s["findings"][0] == "group_stall" and s["sentence"].startswith("3 statements were slow only because")
     assert "(flagged slow on the wire)" in s["sentence"] or "executing up to" in s["sentence"]
+    hidden = next(b["text"] for b in s["bullets"] if b["topic"] == "hidden_slow")
+    # the evidence is the flag alone: no claim about a slow log nothing was compared with
+    assert "not flagged slow by the server" in hidden and "not in the slow log" not in hidden
 
 
 def test_without_long_query_time_nothing_is_certain():

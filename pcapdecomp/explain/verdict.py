@@ -271,7 +271,7 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     if n_u:
         bullets.append(_understated_bullet(x, understated))
     if n_h:
-        bullets.append(_hidden_bullet(x, hidden, lqt))
+        bullets.append(_hidden_bullet(x, hidden, lqt, bool(slow_info.get("used"))))
     bullets += _size_bullets(size)
     piped = _pipelined_bullet(x, sane)
     if piped:
@@ -577,13 +577,17 @@ def _understated_bullet(x: pd.DataFrame, mask: np.ndarray) -> dict:
                                             + "."}
 
 
-def _hidden_bullet(x: pd.DataFrame, mask: np.ndarray, lqt) -> dict:
+def _hidden_bullet(x: pd.DataFrame, mask: np.ndarray, lqt, logged: bool) -> dict:
+    """`logged`: the slow log was joined. Without it the evidence is the server's SERVER_QUERY_WAS_SLOW flag alone,
+    and the bullet says so rather than that the statements are not in a slow log nothing was compared with."""
     server = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)[mask]
     qmin = x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan)[mask]
     n = int(mask.sum())
+    evidence = ("yet not in the slow log and not flagged slow" if logged else
+                "yet not flagged slow by the server; no slow log was joined to compare")
     return {"topic": "hidden_slow", "text": f"{n} hidden-slow {plural(n, 'statement', 'statements')} (slower than "
-                                            f"long_query_time = {seconds_rounded(lqt)} inside the server, yet not in the slow "
-                                            f"log and not flagged slow): server time {span_of(server)}; as "
+                                            f"long_query_time = {seconds_rounded(lqt)} inside the server, {evidence}): "
+                                            f"server time {span_of(server)}; as "
                                             f"{plural(n, 'it', 'they')} executed in under {seconds_rounded(lqt)}, at least "
                                             f"{span_of(qmin)} of it was waiting."}
 
