@@ -290,7 +290,8 @@ SHAPE_COLUMNS = (
 SHAPE_RUNS = (("exchanges --jobs 1", False), ("exchanges", False), ("analyze --jobs 1, no slow log", False),
               ("analyze --jobs 1", True), ("analyze", True), ("analyze --db alone --jobs 1", True),
               ("analyze --db alone", True))
-PAIR_RUNS = ("analyze --jobs 1, no slow log", "analyze --jobs 1", "analyze")
+# --lean: the commands a loaded 2-core machine can time (one process each, the slow log given)
+LEAN_RUNS = ("exchanges --jobs 1", "analyze --jobs 1", "analyze --db alone --jobs 1")
 
 
 def _cpu_seconds() -> float:
@@ -312,11 +313,12 @@ def _median_runs(runs: int, measure) -> tuple:
 
 
 def shape_rows(durations: list[int], work: Path, runs: int, pair_runs: list[int], trees: list[Path],
-               db_alone_only: bool = False) -> list[dict]:
+               db_alone_only: bool = False, lean: bool = False) -> list[dict]:
     """Both shapes of the benchmark recorded for each of `durations` (a recording made once, kept in `work`), each
     analysed with its slow log (and, with --jobs 1, without it): per tree, the medians of `runs` runs (`pair_runs`,
     one per duration, of the pair's `analyze`) against one tshark run on the DB capture. Prints a row as it is
-    measured; returns the rows' numbers for the growth table. `db_alone_only`: tshark and the DB capture alone."""
+    measured; returns the rows' numbers for the growth table. `db_alone_only`: tshark and the DB capture alone;
+    `lean`: only LEAN_RUNS."""
     out = []
     for seconds, pair_n in zip(durations, pair_runs):
         for scenario, what in SHAPES.items():
@@ -340,10 +342,10 @@ def shape_rows(durations: list[int], work: Path, runs: int, pair_runs: list[int]
                 }
                 got, entries = {}, {}
                 for key, (times, measure) in measures.items():
-                    if db_alone_only and not key.startswith("analyze --db alone"):
+                    if (db_alone_only and not key.startswith("analyze --db alone")) or (lean and key not in LEAN_RUNS):
                         continue
                     got[key] = _median_runs(times, measure)
-                    if key in ("analyze", "analyze --db alone") and not entries:
+                    if key.startswith("analyze") and key != "analyze --jobs 1, no slow log" and not entries:
                         # the pair's, else the DB capture alone's: how many of the log's entries were joined
                         entries = json.loads((work / "analysis" / "summary.json").read_text()).get("slow_log") or {}
                 count = got.get("exchanges --jobs 1", got.get("analyze --db alone --jobs 1"))[2]
@@ -364,19 +366,22 @@ def shape_cells(row: dict) -> str:
     command did not run."""
     t_wall, _, t_cpu = row["tshark"]
     entries = row["entries"]
+    repaired = ""
     cells = [f"{row['shape']} ({row['what']})", row["tree"], f"{row['seconds']}", f"{row['packets']:,}",
              f"{row['mib']:.0f}", f"{row['exchanges']:,}", f"{entries.get('entries', 0)} ({entries.get('matched', 0)})",
              row["dropped"], f"{t_wall:.1f} ({t_cpu:.1f})"]
     for key, with_memory in SHAPE_RUNS:
         run = row["runs"].get(key)
         if run is None:
-            cells += ["", ""] + ([""] if with_memory else []) + (["" ] if key == "analyze" else [])
+            cells += ["", ""] + ([""] if with_memory else []) + ([repaired] if key == "analyze" else [])
             continue
         wall, rss, cpu = run[0], run[1], run[-1]
         cells += [f"{wall:.2f} ({cpu:.2f})", f"{t_wall / wall:.1f} ({t_cpu / cpu:.1f})"] + \
             ([f"{rss:.0f}"] if with_memory else [])
+        if key == "analyze --jobs 1":
+            repaired = run[3]  # what the loss repair did on the pair
         if key == "analyze":
-            cells.append(run[3])  # what the loss repair did on the pair
+            cells.append(repaired)
     cells.append(row["load"])
     return "| " + " | ".join(cells) + " |"
 
@@ -626,6 +631,9 @@ def main() -> int:
                          "(default: --runs)")
     ap.add_argument("--db-alone-only", action="store_true",
                     help="--shapes: run only tshark and `analyze --db alone` (the like-for-like columns)")
+    ap.add_argument("--lean", action="store_true",
+                    help="--shapes: run only `exchanges`, the pair's `analyze` and `analyze --db alone`, each with "
+                         "--jobs 1 and the slow log (the other columns are left blank)")
     ap.add_argument("--tree", type=Path, default=REPO,
                     help="--shapes: the built tree whose pcapdecomp runs (default: this checkout)")
     ap.add_argument("--against", type=Path, action="append", default=[], metavar="TREE",
@@ -657,7 +665,7 @@ def main() -> int:
     if args.shapes:
         print("\n| " + " | ".join(SHAPE_COLUMNS) + " |")
         print("|" + "---|" * len(SHAPE_COLUMNS), flush=True)
-        rows = shape_rows(durations, args.work, args.runs, pair_runs, trees, args.db_alone_only)
+        rows = shape_rows(durations, args.work, args.runs, pair_runs, trees, args.db_alone_only, args.lean)
         print(f"\nTimes of the DB capture for tshark (one run) and `exchanges`, of the pair (app + db) for "
               f"`analyze` and of the DB capture alone for `analyze --db alone` (one file for each tool: the "
               f"like-for-like row), each the median of {args.runs} run(s) (the pair's `analyze` columns: "
