@@ -17,6 +17,12 @@
                                                         # statements, long_query_time 0.01: entries exist);
                                                         # medians of 3 runs, and the same runs of another tree;
                                                         # analyze of the pair and of the DB capture alone
+    python3 benchmarks/bench.py --shapes 10,40,150 --runs 3 --pair-runs 3,3,1 --tree /work/ref37
+                                                        # both shapes at each duration (recordings kept in --work
+                                                        # are used again), one table, then each row's growth
+                                                        # against the 10 s row of its shape; the pcapdecomp of
+                                                        # --tree runs (default: this checkout); --db-alone-only
+                                                        # runs only tshark and analyze of the DB capture alone
 
 Prints markdown tables: tool, wall seconds, packets/s, peak memory, exchange/command count and the agreement of
 pcapdecomp's count with tshark's MySQL dissector (must be within 0.5 %), and beside them the physical limit: the
@@ -137,21 +143,22 @@ def as_pcapng(pcap: Path) -> tuple[Path, Path]:
 HEAVY_MODULES = ("pandas", "pyarrow", "numpy", "plotly")
 
 
-def startup(runs: int = 5) -> list[tuple[str, float]]:
-    """Median wall seconds of `python3 -m pcapdecomp.cli ARGS`: --help of the tool and of its main commands."""
+def startup(tree: Path, runs: int = 5) -> list[tuple[str, float]]:
+    """Median wall seconds of `python3 -m pcapdecomp.cli ARGS` of `tree`: --help of the tool and of its main
+    commands."""
     out = []
     for args in (["--help"], ["exchanges", "--help"], ["analyze", "--help"]):
         times = []
         for _ in range(runs):
             start = time.perf_counter()
             subprocess.run([sys.executable, "-m", "pcapdecomp.cli", *args], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, check=True, cwd=REPO)
+                           stderr=subprocess.DEVNULL, check=True, cwd=tree)
             times.append(time.perf_counter() - start)
         out.append((" ".join(args), statistics.median(times)))
     return out
 
 
-def smallest_run(runs: int = 5) -> float:
+def smallest_run(tree: Path, runs: int = 5) -> float:
     """Median wall seconds of a whole `exchanges` run on a small bundled capture written to Parquet: the fixed cost
     of a command (start-up and the imports the table needs) that no capture size hides."""
     times = []
@@ -159,7 +166,7 @@ def smallest_run(runs: int = 5) -> float:
         for _ in range(runs):
             start = time.perf_counter()
             subprocess.run([sys.executable, "-m", "pcapdecomp.cli", "exchanges", str(SMALL_CAPTURE), "-q", "--out",
-                            str(Path(tmp) / "x.parquet")], check=True, cwd=REPO)
+                            str(Path(tmp) / "x.parquet")], check=True, cwd=tree)
             times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -167,22 +174,23 @@ def smallest_run(runs: int = 5) -> float:
 SMALL_CAPTURE = REPO / "captures" / "group-stall" / "db.pcap"
 
 
-def heavy_imports_of_help() -> list[str]:
+def heavy_imports_of_help(tree: Path) -> list[str]:
     """The heavy modules `--help` imports, from `python3 -X importtime` (each import is one line on stderr)."""
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "pcapdecomp.cli", "--help"], capture_output=True,
-                          text=True, cwd=REPO)
+                          text=True, cwd=tree)
     names = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in proc.stderr.splitlines()
              if line.startswith("import time:") and "|" in line}
     return sorted(names & set(HEAVY_MODULES))
 
 
-def print_startup() -> None:
-    parts = ", ".join(f"`{args}` {seconds:.2f} s" for args, seconds in startup())
-    heavy = heavy_imports_of_help()
-    print(f"start-up (python3 -m pcapdecomp.cli …, median of 5): {parts}; heavy modules imported by `--help` "
+def print_startup(tree: Path) -> None:
+    """The start-up of the pcapdecomp of `tree` (the first tree that runs)."""
+    parts = ", ".join(f"`{args}` {seconds:.2f} s" for args, seconds in startup(tree))
+    heavy = heavy_imports_of_help(tree)
+    print(f"start-up of {tree} (python3 -m pcapdecomp.cli …, median of 5): {parts}; heavy modules imported by `--help` "
           f"(-X importtime): {', '.join(heavy) if heavy else 'none'}; `exchanges` of "
           f"{SMALL_CAPTURE.relative_to(REPO)} ({SMALL_CAPTURE.stat().st_size // 1024} KiB) to Parquet, whole: "
-          f"{smallest_run():.2f} s", flush=True)
+          f"{smallest_run(tree):.2f} s", flush=True)
 
 
 def tshark_commands(path: Path) -> tuple[float, float, int]:
@@ -273,11 +281,17 @@ def record(seconds: int, work: Path, scenario: str = "sysbench") -> tuple[Path, 
 
 SHAPES = {"sysbench": "oltp_read_only, 8 threads", "sysbench-rw": "oltp_read_write, 16 threads"}
 SHAPE_COLUMNS = (
-    "shape", "tree", "s", "packets (db)", "MiB (db)", "exchanges", "slow-log entries (joined)", "tshark s",
-    "exchanges --jobs 1 s", "× tshark", "exchanges s", "× tshark", "analyze --jobs 1, no slow log s", "× tshark",
-    "analyze --jobs 1 s", "× tshark", "PSS MiB", "analyze s", "× tshark", "PSS MiB",
+    "shape", "tree", "s", "packets (db)", "MiB (db)", "exchanges", "slow-log entries (joined)", "dropped by tcpdump",
+    "tshark s", "exchanges --jobs 1 s", "× tshark", "exchanges s", "× tshark", "analyze --jobs 1, no slow log s",
+    "× tshark", "analyze --jobs 1 s", "× tshark", "PSS MiB", "analyze s", "× tshark", "PSS MiB", "loss repair",
     "analyze --db alone --jobs 1 s", "× tshark", "PSS MiB", "analyze --db alone s", "× tshark", "PSS MiB",
     "load before → after")
+# the timed commands of a shape row, in the order of SHAPE_COLUMNS: key, and whether its peak memory is shown
+SHAPE_RUNS = (("exchanges --jobs 1", False), ("exchanges", False), ("analyze --jobs 1, no slow log", False),
+              ("analyze --jobs 1", True), ("analyze", True), ("analyze --db alone --jobs 1", True),
+              ("analyze --db alone", True))
+# --lean: the commands a loaded 2-core machine can time (one process each, the slow log given)
+LEAN_RUNS = ("exchanges --jobs 1", "analyze --jobs 1", "analyze --db alone --jobs 1")
 
 
 def _cpu_seconds() -> float:
@@ -298,42 +312,109 @@ def _median_runs(runs: int, measure) -> tuple:
     return (*got[len(got) // 2], statistics.median(cpu))
 
 
-def shape_rows(seconds: int, work: Path, runs: int, trees: list[Path]) -> list[str]:
-    """Both shapes of the benchmark recorded for `seconds`, each analysed with its slow log (and, with --jobs 1,
-    without it): per tree, the medians of `runs` runs against one tshark run on the DB capture."""
+def shape_rows(durations: list[int], work: Path, runs: int, pair_runs: list[int], trees: list[Path],
+               db_alone_only: bool = False, lean: bool = False) -> list[dict]:
+    """Both shapes of the benchmark recorded for each of `durations` (a recording made once, kept in `work`), each
+    analysed with its slow log (and, with --jobs 1, without it): per tree, the medians of `runs` runs (`pair_runs`,
+    one per duration, of the pair's `analyze`) against one tshark run on the DB capture. Prints a row as it is
+    measured; returns the rows' numbers for the growth table. `db_alone_only`: tshark and the DB capture alone;
+    `lean`: only LEAN_RUNS."""
     out = []
-    for scenario, what in SHAPES.items():
-        app, db = record(seconds, work, scenario)
-        slow = db.parent / "slow.log"
-        n = packets(db)
-        before = _cpu_seconds()
-        t_wall, _, t_count = tshark_commands(db)
-        t_cpu = _cpu_seconds() - before
-        for tree in trees:
-            before = load()
-            x1 = _median_runs(runs, lambda: pcapdecomp_exchanges(db, work, 1, cwd=tree))
-            xd = _median_runs(runs, lambda: pcapdecomp_exchanges(db, work, cwd=tree))
-            a0 = _median_runs(runs, lambda: pcapdecomp_analyze(app, db, work, 1, cwd=tree))
-            a1 = _median_runs(runs, lambda: pcapdecomp_analyze(app, db, work, 1, slow, cwd=tree))
-            ad = _median_runs(runs, lambda: pcapdecomp_analyze(app, db, work, None, slow, cwd=tree))
-            entries = json.loads((work / "analysis" / "summary.json").read_text()).get("slow_log") or {}
-            b1 = _median_runs(runs, lambda: pcapdecomp_analyze(None, db, work, 1, slow, cwd=tree))
-            bd = _median_runs(runs, lambda: pcapdecomp_analyze(None, db, work, None, slow, cwd=tree))
-            if t_count and abs(100 * (x1[2] - t_count) / t_count) > 0.5:
-                print(f"bench: WARNING: {scenario}: pcapdecomp counts {x1[2]:,} exchanges, tshark {t_count:,} "
-                      f"commands", file=sys.stderr)
-            cells = [f"{scenario} ({what})", tree.name, f"{seconds}", f"{n:,}", f"{db.stat().st_size / 2**20:.0f}",
-                     f"{x1[2]:,}", f"{entries.get('entries', 0)} ({entries.get('matched', 0)})",
-                     f"{t_wall:.1f} ({t_cpu:.1f})"]
-            for run, with_memory in ((x1, False), (xd, False), (a0, False), (a1, True), (ad, True), (b1, True),
-                                     (bd, True)):
-                wall, rss, cpu = run[0], run[1], run[-1]
-                cells += [f"{wall:.2f} ({cpu:.2f})", f"{t_wall / wall:.1f} ({t_cpu / cpu:.1f})"] + \
-                    ([f"{rss:.0f}"] if with_memory else [])
-            cells.append(f"{before} → {load()}")
-            out.append("| " + " | ".join(cells) + " |")
-            print(out[-1], flush=True)
+    for seconds, pair_n in zip(durations, pair_runs):
+        for scenario, what in SHAPES.items():
+            app, db = record(seconds, work, scenario)
+            slow = db.parent / "slow.log"
+            n = packets(db)
+            before = _cpu_seconds()
+            t_wall, t_rss, t_count = tshark_commands(db)
+            t_cpu = _cpu_seconds() - before
+            for tree in trees:
+                before = load()
+                measures = {
+                    "exchanges --jobs 1": (runs, lambda: pcapdecomp_exchanges(db, work, 1, cwd=tree)),
+                    "exchanges": (runs, lambda: pcapdecomp_exchanges(db, work, cwd=tree)),
+                    "analyze --jobs 1, no slow log": (pair_n, lambda: pcapdecomp_analyze(app, db, work, 1, cwd=tree)),
+                    "analyze --jobs 1": (pair_n, lambda: pcapdecomp_analyze(app, db, work, 1, slow, cwd=tree)),
+                    "analyze": (pair_n, lambda: pcapdecomp_analyze(app, db, work, None, slow, cwd=tree)),
+                    "analyze --db alone --jobs 1": (runs, lambda: pcapdecomp_analyze(None, db, work, 1, slow,
+                                                                                     cwd=tree)),
+                    "analyze --db alone": (runs, lambda: pcapdecomp_analyze(None, db, work, None, slow, cwd=tree)),
+                }
+                got, entries = {}, {}
+                for key, (times, measure) in measures.items():
+                    if (db_alone_only and not key.startswith("analyze --db alone")) or (lean and key not in LEAN_RUNS):
+                        continue
+                    got[key] = _median_runs(times, measure)
+                    if key.startswith("analyze") and key != "analyze --jobs 1, no slow log" and not entries:
+                        # the pair's, else the DB capture alone's: how many of the log's entries were joined
+                        entries = json.loads((work / "analysis" / "summary.json").read_text()).get("slow_log") or {}
+                count = got.get("exchanges --jobs 1", got.get("analyze --db alone --jobs 1"))[2]
+                if "exchanges --jobs 1" in got and t_count and abs(100 * (count - t_count) / t_count) > 0.5:
+                    print(f"bench: WARNING: {scenario} {seconds} s: pcapdecomp counts {count:,} exchanges, tshark "
+                          f"{t_count:,} commands", file=sys.stderr)
+                row = {"shape": scenario, "what": what, "tree": tree.name, "seconds": seconds, "packets": n,
+                       "mib": db.stat().st_size / 2**20, "exchanges": count, "entries": entries,
+                       "dropped": dropped(app), "tshark": (t_wall, t_rss, t_cpu), "runs": got,
+                       "load": f"{before} → {load()}"}
+                out.append(row)
+                print(shape_cells(row), flush=True)
     return out
+
+
+def shape_cells(row: dict) -> str:
+    """A row of the shapes table: wall s (CPU s) of each command and × tshark by wall (by CPU); blank where a
+    command did not run."""
+    t_wall, _, t_cpu = row["tshark"]
+    entries = row["entries"]
+    repaired = ""
+    cells = [f"{row['shape']} ({row['what']})", row["tree"], f"{row['seconds']}", f"{row['packets']:,}",
+             f"{row['mib']:.0f}", f"{row['exchanges']:,}", f"{entries.get('entries', 0)} ({entries.get('matched', 0)})",
+             row["dropped"], f"{t_wall:.1f} ({t_cpu:.1f})"]
+    for key, with_memory in SHAPE_RUNS:
+        run = row["runs"].get(key)
+        if run is None:
+            cells += ["", ""] + ([""] if with_memory else []) + ([repaired] if key == "analyze" else [])
+            continue
+        wall, rss, cpu = run[0], run[1], run[-1]
+        cells += [f"{wall:.2f} ({cpu:.2f})", f"{t_wall / wall:.1f} ({t_cpu / cpu:.1f})"] + \
+            ([f"{rss:.0f}"] if with_memory else [])
+        if key == "analyze --jobs 1":
+            repaired = run[3]  # what the loss repair did on the pair
+        if key == "analyze":
+            cells.append(repaired)
+    cells.append(row["load"])
+    return "| " + " | ".join(cells) + " |"
+
+
+GROWTH_OF_SHAPES_COLUMNS = (
+    "shape", "tree", "s", "× MiB (db)", "× exchanges", "× tshark CPU", "× exchanges --jobs 1 CPU",
+    "× analyze --jobs 1 CPU", "× its PSS", "× analyze --db alone --jobs 1 CPU", "× its PSS",
+    "analyze --db alone --jobs 1 × tshark, CPU")
+
+
+def shape_growth(rows: list[dict]) -> None:
+    """Each row against the shortest recording of its shape and tree (the 10 s one): how the capture, tshark's CPU
+    and pcapdecomp's CPU and peak memory grew; and the like-for-like ratio beside it."""
+    print("\n| " + " | ".join(GROWTH_OF_SHAPES_COLUMNS) + " |")
+    print("|" + "---|" * len(GROWTH_OF_SHAPES_COLUMNS))
+    for row in rows:
+        base = min((r for r in rows if r["shape"] == row["shape"] and r["tree"] == row["tree"]),
+                   key=lambda r: r["seconds"])
+
+        def grew(key: str, memory: bool = False) -> str:
+            if key not in row["runs"] or key not in base["runs"]:
+                return ""
+            at, of = (row["runs"][key][1], base["runs"][key][1]) if memory else (row["runs"][key][-1],
+                                                                                  base["runs"][key][-1])
+            return f"{at / of:.2f}"
+
+        alone = row["runs"].get("analyze --db alone --jobs 1")
+        cells = [row["shape"], row["tree"], f"{row['seconds']} (against {base['seconds']})",
+                 f"{row['mib'] / base['mib']:.2f}", f"{row['exchanges'] / base['exchanges']:.2f}",
+                 f"{row['tshark'][2] / base['tshark'][2]:.2f}", grew("exchanges --jobs 1"), grew("analyze --jobs 1"),
+                 grew("analyze --jobs 1", True), grew("analyze --db alone --jobs 1"),
+                 grew("analyze --db alone --jobs 1", True), f"{row['tshark'][2] / alone[-1]:.1f}" if alone else ""]
+        print("| " + " | ".join(cells) + " |", flush=True)
 
 
 def record_rotated(seconds: int, files: int, work: Path, rate_mb_s: float) -> tuple[Path, Path]:
@@ -506,19 +587,20 @@ class _Tee:
         self.stream.flush()
 
 
-def commit() -> str:
-    done = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True)
+def commit(tree: Path = REPO) -> str:
+    done = subprocess.run(["git", "-C", str(tree), "describe", "--always", "--dirty"], capture_output=True, text=True)
     return done.stdout.strip() or "unknown"
 
 
-def record_file(folder: Path) -> Path:
-    """The record of this run in `folder`: its date and the commit measured name it; its first lines say what ran
-    where (the page docs/speed.md links to these files)."""
+def record_file(folder: Path, trees: list[Path]) -> Path:
+    """The record of this run in `folder`: its date and the commit measured (the first tree's) name it; its first
+    lines say what ran where (the page docs/speed.md links to these files)."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{time.strftime('%Y-%m-%d-%H%M')}-{commit()}.md"
+    path = folder / f"{time.strftime('%Y-%m-%d-%H%M')}-{commit(trees[0])}.md"
+    ran = "; ".join(f"the pcapdecomp of {tree} at commit {commit(tree)}" for tree in trees)
     path.write_text(f"# Benchmark run of {time.strftime('%Y-%m-%d %H:%M %Z')}\n\n"
-                    f"`python3 benchmarks/{Path(sys.argv[0]).name} {' '.join(sys.argv[1:])}` on commit {commit()}; "
-                    f"{machine()}; load average (1/5/15 min) at the start {load()}.\n\n", encoding="utf-8")
+                    f"`python3 benchmarks/{Path(sys.argv[0]).name} {' '.join(sys.argv[1:])}` from commit {commit()}; "
+                    f"{ran}; {machine()}; load average (1/5/15 min) at the start {load()}.\n\n", encoding="utf-8")
     return path
 
 
@@ -538,10 +620,22 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=6.5,
                     help="MB/s one point's tcpdump writes under the lab's sysbench (to size -C for --rotated; "
                          "6.5 measured on 2 cores)")
-    ap.add_argument("--shapes", type=int, metavar="SECONDS",
-                    help="record both shapes (sysbench oltp_read_only; oltp_read_write with a slow log) for SECONDS "
-                         "and print their rows: exchanges and analyze (with and without the slow log) against tshark")
+    ap.add_argument("--shapes", metavar="SECONDS[,SECONDS…]",
+                    help="record both shapes (sysbench oltp_read_only; oltp_read_write with a slow log) for each of "
+                         "these durations (a recording kept in --work is used again) and print one table of their "
+                         "rows: exchanges and analyze (with and without the slow log) against tshark; then each row's "
+                         "growth against the shortest recording of its shape")
     ap.add_argument("--runs", type=int, default=1, help="--shapes: runs of each pcapdecomp command (the median is shown)")
+    ap.add_argument("--pair-runs", metavar="N[,N…]",
+                    help="--shapes: runs of the pair's `analyze` (app + db) columns, one number or one per duration "
+                         "(default: --runs)")
+    ap.add_argument("--db-alone-only", action="store_true",
+                    help="--shapes: run only tshark and `analyze --db alone` (the like-for-like columns)")
+    ap.add_argument("--lean", action="store_true",
+                    help="--shapes: run only `exchanges`, the pair's `analyze` and `analyze --db alone`, each with "
+                         "--jobs 1 and the slow log (the other columns are left blank)")
+    ap.add_argument("--tree", type=Path, default=REPO,
+                    help="--shapes: the built tree whose pcapdecomp runs (default: this checkout)")
     ap.add_argument("--against", type=Path, action="append", default=[], metavar="TREE",
                     help="--shapes: also run the pcapdecomp of this built tree (an A/B pair: the same recordings, "
                          "one after the other)")
@@ -549,28 +643,45 @@ def main() -> int:
                     help="also write everything printed to FOLDER/<date>-<commit>.md, headed by the date, the "
                          "command, the commit and the machine")
     args = ap.parse_args()
+    trees = [args.tree.resolve(), *args.against]
+    try:
+        durations = [int(s) for s in args.shapes.split(",")] if args.shapes else []
+        pair_runs = [int(s) for s in args.pair_runs.split(",")] if args.pair_runs else [args.runs]
+    except ValueError:
+        ap.error("--shapes and --pair-runs: whole numbers separated by commas")
+    if len(pair_runs) == 1:
+        pair_runs *= len(durations)
+    if args.shapes and len(pair_runs) != len(durations):
+        ap.error("--pair-runs: one number, or one per --shapes duration")
     args.work.mkdir(parents=True, exist_ok=True)
     if args.record:
-        path = record_file(args.record)
+        path = record_file(args.record, trees)
         sys.stdout = _Tee(sys.stdout, path)
         print(f"bench: recording this run in {path}", file=sys.stderr)
-    compiled = compile_bytecode([REPO, *args.against])
+    compiled = compile_bytecode(trees)
     print(f"machine: {machine()}; load average (1/5/15 min) {load()}; {time.strftime('%Y-%m-%d %H:%M')}"
           f"{'; bytecode compiled first (PYTHONDONTWRITEBYTECODE is set)' if compiled else ''}")
-    print_startup()
+    print_startup(trees[0])
     if args.shapes:
         print("\n| " + " | ".join(SHAPE_COLUMNS) + " |")
         print("|" + "---|" * len(SHAPE_COLUMNS), flush=True)
-        shape_rows(args.shapes, args.work, args.runs, [REPO, *args.against])
+        rows = shape_rows(durations, args.work, args.runs, pair_runs, trees, args.db_alone_only, args.lean)
         print(f"\nTimes of the DB capture for tshark (one run) and `exchanges`, of the pair (app + db) for "
               f"`analyze` and of the DB capture alone for `analyze --db alone` (one file for each tool: the "
-              f"like-for-like row), each the median of {args.runs} run(s), wall (CPU: user + system of the process "
-              "and its workers); × tshark = tshark's time / pcapdecomp's, wall (CPU). `analyze` is given the "
+              f"like-for-like row), each the median of {args.runs} run(s) (the pair's `analyze` columns: "
+              f"{', '.join(f'{n} at {s} s' for n, s in zip(pair_runs, durations))}), wall (CPU: user + system of the "
+              "process and its workers); × tshark = tshark's time / pcapdecomp's, wall (CPU). `analyze` is given the "
               "recording's slow log (--slow-log) except in the 'no slow log' column; the read-only shape's log has no "
               "entries (long_query_time 1 s). `analyze --db alone` is also given the server's long_query_time and "
               "thread_pool_size from the recording's capture.toml (the pair columns are not: given files, analyze "
               "reads no capture.toml). PSS: peak of the process and its workers. Tree: the checkout whose "
-              "pcapdecomp ran (--against adds rows of another one on the same recordings).")
+              "pcapdecomp ran (--against adds rows of another one on the same recordings). Dropped: packets the "
+              "lab's two tcpdumps said the kernel dropped; loss repair: what `analyze` of the pair did about them "
+              "(the connections with holes read again and filled from the other point).")
+        shape_growth(rows)
+        print("\nEach row against the shortest recording of its shape and tree: × = this row's value / that row's "
+              "(CPU seconds; PSS: peak memory), and the like-for-like ratio, tshark's CPU / `analyze --db alone "
+              "--jobs 1`'s, beside it.")
         return 0
     if args.rotated:
         app, db = (args.app, args.db) if args.app and args.db else record_rotated(args.seconds, args.rotated, args.work,
