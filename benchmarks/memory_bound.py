@@ -8,8 +8,8 @@ capture alone, with --jobs 1 and the default --jobs, the exchanges, the peak `an
     python3 benchmarks/memory_bound.py --tree /work/main …               # another checkout's code
 
 Each run is `python3 -m pcapdecomp.cli analyze … -q -o TMP` of the tree in a child process whose MemoryBound.check
-is wrapped to write down its counts and prediction. Measured: the child's own maximum RSS (getrusage of the ended
-process: exact) and, sampled every 20 ms, the process tree's summed Pss (shared pages split between the processes
+is wrapped to write down its counts and prediction. Measured: the child's own maximum RSS (its VmHWM as it exits:
+exact) and, sampled every 20 ms, the process tree's summed Pss (shared pages split between the processes
 that share them: what the tree takes from the machine) and summed RSS (shared pages counted in each). The ratio is
 the prediction over the larger of the child's maximum RSS and the tree's Pss peak: ≥ 1 is a bound. The last columns
 are the measured peak above the process's memory at the start, per exchange at the DB point(s) (with a pair, its
@@ -33,7 +33,7 @@ BENCH = Path("/tmp/pcapdecomp-bench")
 RECORDINGS = ["sysbench-10s", "sysbench-rw-10s", "sysbench-rw-40s", "sysbench-rw-150s"]
 
 _CHILD = """
-import json, sys
+import json, os, sys
 from pcapdecomp.core import memory
 seen, path = {}, sys.argv[1]
 check = memory.MemoryBound.check
@@ -46,9 +46,24 @@ def wrapped(self, counts, span_ns=None):
         with open(path, "w") as f:  # now: a run that succeeds ends with os._exit (cli.main)
             f.write(json.dumps(seen))
 memory.MemoryBound.check = wrapped
+def high_water_mark():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM:"))
+def write_hwm():
+    seen["hwm"] = high_water_mark()
+    with open(path, "w") as f:
+        f.write(json.dumps(seen))
+exit_now = os._exit
+def exiting(code):  # a run that succeeds ends with os._exit (cli.main): atexit would not run
+    write_hwm()
+    exit_now(code)
+os._exit = exiting
 sys.argv = ["pcapdecomp", *sys.argv[2:]]
 from pcapdecomp.cli import main
-main()
+try:
+    main()
+finally:
+    write_hwm()
 """
 
 
@@ -104,7 +119,12 @@ def measure(tree: Path, args: list[str]) -> dict:
         done.set()
         sampler.join()
         result = json.loads(seen.read_text()) if seen.exists() and seen.stat().st_size else {}
-    return {**result, "code": child.returncode, "maxrss": usage.ru_maxrss << 10, "pss": peaks.get("pss", 0),
+    # the child's own high-water mark (VmHWM, read as it exits), not getrusage's ru_maxrss: Linux hands a child the
+    # RSS its parent had when it forked (the mm that exec replaces is the parent's copy), so under a fat parent (a
+    # test process) ru_maxrss is the parent's size
+    maxrss = result.pop("hwm", None)
+    return {**result, "code": child.returncode, "maxrss": maxrss if maxrss is not None else usage.ru_maxrss << 10,
+            "pss": peaks.get("pss", 0),
             "rss": peaks.get("rss", 0), "s": elapsed}
 
 
