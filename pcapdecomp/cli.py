@@ -279,30 +279,37 @@ def analyze(
     from .core.memory import parse_size
     from .read.captureset import capture_set as capture_set_of
 
-    # the capture set is made (and a mistake in it refused) before the stages, pandas and pyarrow are imported
-    folders = list(capture_set or [])
-    if len(folders) > 1:
-        raise UsageError(f"one capture-set folder expected, got {len(folders)} arguments ({folders[0]}, {folders[1]}, "
-                         "…): quote a glob given to --app or --db (--db 'db.pcap*') so that pcapdecomp expands it, "
-                         "not the shell")
-    if memory is not None:
-        parse_size(memory, "--memory")  # a mistake costs a second, not an extraction
-    settings = None
-    if server_vars is not None:
-        from .read.servervars import read_server_vars
+    # until the imports are made (pandas, pyarrow, the stages: hundreds of thousands of objects that live as long
+    # as the process) the collector is off: its passes over them while they are made find no garbage
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        # the capture set is made (and a mistake in it refused) before the stages, pandas and pyarrow are imported
+        folders = list(capture_set or [])
+        if len(folders) > 1:
+            raise UsageError(f"one capture-set folder expected, got {len(folders)} arguments ({folders[0]}, "
+                             f"{folders[1]}, …): quote a glob given to --app or --db (--db 'db.pcap*') so that "
+                             "pcapdecomp expands it, not the shell")
+        if memory is not None:
+            parse_size(memory, "--memory")  # a mistake costs a second, not an extraction
+        settings = None
+        if server_vars is not None:
+            from .read.servervars import read_server_vars
 
-        settings = read_server_vars(server_vars)  # read before any work: a wrong file costs a second
-    cs = capture_set_of(folders[0] if folders else None, app=app_captures, db=db_capture, slow_log=slow_log,
-                        long_query_time=long_query_time, thread_pool_size=thread_pool_size, servers=server,
-                        proxy=proxy_captures, proxy_servers=proxy_server, processlist=processlist,
-                        tls_keylog=tls_keylog, server_settings=settings)
-    from .analysis import Options
-    from .analysis import analyze as run_analysis
+            settings = read_server_vars(server_vars)  # read before any work: a wrong file costs a second
+        cs = capture_set_of(folders[0] if folders else None, app=app_captures, db=db_capture, slow_log=slow_log,
+                            long_query_time=long_query_time, thread_pool_size=thread_pool_size, servers=server,
+                            proxy=proxy_captures, proxy_servers=proxy_server, processlist=processlist,
+                            tls_keylog=tls_keylog, server_settings=settings)
+        from .analysis import Options
+        from .analysis import analyze as run_analysis
 
-    # what the imports made (pandas, pyarrow, the stages: hundreds of thousands of objects) lives as long as the
-    # process: out of the collector's full passes, which the analysis's many small objects set off; forked workers
-    # then also leave those objects' pages shared
-    gc.freeze()
+        # what the imports made lives as long as the process: out of the collector's full passes, which the
+        # analysis's many small objects set off; forked workers then also leave those objects' pages shared
+        gc.freeze()
+    finally:
+        if collecting:
+            gc.enable()
     options = Options(jobs=jobs, quiet=quiet, csv=csv, partitioned=partitioned, slow_log_tz=slow_log_tz,
                       max_sql_bytes=max_sql_bytes, scheduler=scheduler, scheduler_tls=scheduler_tls,
                       command_line=" ".join(["pcapdecomp", *sys.argv[1:]]), memory=memory)

@@ -180,13 +180,59 @@ ALL_DTYPES = (Column("c", CATEGORY, ""), Column("s", "string", ""), Column("i", 
                                                                                               "connections"])
 def test_file_schema_is_the_one_pandas_writes(tmp_path, columns):
     """tables.file_schema describes the file without pandas; pandas' own description of a DataFrame of the
-    declared dtypes (what outputs.write_table of a DataFrame writes) must be the same, metadata included."""
+    declared dtypes (categorical text as text) must be the same, metadata included, and so must the file
+    outputs.write_table writes of it."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    df = frame([], columns)
     out = tmp_path / "p.parquet"
-    outputs.write_table(frame([], columns), out)
-    written = pq.ParquetFile(out).schema_arrow
-    assert written.equals(file_schema(columns), check_metadata=True)
+    outputs.write_table(df, out)
+    by_pandas = pa.Schema.from_pandas(_text_as_strings(df), preserve_index=False)
+    assert by_pandas.equals(file_schema(columns), check_metadata=True)
+    assert pq.ParquetFile(out).schema_arrow.equals(by_pandas, check_metadata=True)
+
+
+def _text_as_strings(df: pd.DataFrame) -> pd.DataFrame:
+    return df.astype({c: "string" for c, t in df.dtypes.items() if isinstance(t, pd.CategoricalDtype)})
+
+
+@pytest.mark.parametrize("change", ["none", "int32", "float32", "numpy bool", "int categories", "attrs", "int label",
+                                    "same label twice", "naive times", "python strings"])
+def test_written_schema_is_pandas_description_whatever_the_dtypes(tmp_path, change):
+    """write_table describes a frame of declared dtypes from the declarations, any other as pandas does: the file's
+    schema is pandas' description of the frame (categorical text as text) in every case, metadata included."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    df = frame([("b", "x", 1, 2, 0.5, True, pd.Timestamp(1, tz="UTC").value), (None, None, 3, None, None, None, None)],
+               ALL_DTYPES)
+    df["t"] = pd.to_datetime(df["t"], utc=True)
+    if change == "int32":
+        df["i"] = df["i"].astype("int32")
+    elif change == "float32":
+        df["f"] = df["f"].astype("float32")
+    elif change == "numpy bool":
+        df["b"] = df["b"].fillna(False).astype(bool)
+    elif change == "int categories":
+        df["c"] = pd.Categorical([5, 7])
+    elif change == "attrs":
+        df.attrs["source"] = "test"
+    elif change == "int label":
+        df = df.rename(columns={"i": 3})
+    elif change == "same label twice":  # pandas refuses to describe it: so does write_table
+        df.columns = ["c", "s", "i", "i", "f", "b", "t"]
+        with pytest.raises(ValueError, match="Duplicate column names"):
+            outputs.write_table(df, tmp_path / "p.parquet")
+        return
+    elif change == "naive times":
+        df["t"] = df["t"].dt.tz_localize(None)
+    elif change == "python strings":
+        df["s"] = df["s"].astype(pd.StringDtype("python"))
+    out = tmp_path / "p.parquet"
+    outputs.write_table(df, out)
+    by_pandas = pa.Schema.from_pandas(_text_as_strings(df), preserve_index=False)
+    assert pq.ParquetFile(out).schema_arrow.equals(by_pandas, check_metadata=True)
 
 
 def _same_file(a: Path, b: Path) -> None:

@@ -79,6 +79,22 @@ def file_schema(columns: tuple[Column, ...]) -> pa.Schema:
                      metadata={b"pandas": json.dumps(pandas).encode()})
 
 
+def declared_dtype(dtype) -> str | None:
+    """The declared dtype (schema.Column.dtype) whose file description (`file_schema`) is pandas' description of a
+    DataFrame column of this pandas dtype as outputs.write_table writes it: categorical (of any categories, written
+    as text) CATEGORY; a dtype `frame` gives its declared one; None for any other."""
+    import pandas as pd
+
+    if isinstance(dtype, pd.CategoricalDtype):
+        return CATEGORY
+    return _declared_dtypes().get(dtype)
+
+
+@functools.cache
+def _declared_dtypes() -> dict:
+    return {_pandas_dtype(d): d for d in _FILE_TYPES if d != CATEGORY}
+
+
 @functools.cache
 def _installed_version(name: str) -> str:
     """importlib.metadata.version(name), read from the name of the package's one .dist-info folder beside it when
