@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from pcapdecomp.core.memory import process_tree  # noqa: E402  (this checkout's, whatever --tree runs)
 BENCH = Path("/tmp/pcapdecomp-bench")
 RECORDINGS = ["sysbench-10s", "sysbench-rw-10s", "sysbench-rw-40s", "sysbench-rw-150s"]
 
@@ -67,25 +69,11 @@ finally:
 """
 
 
-def _tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for t in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{t}/children") as f:
-                    todo.extend(int(c) for c in f.read().split())
-        except (OSError, ValueError):
-            pass
-    return out
-
-
 def _sample(pid: int, peaks: dict, done: threading.Event) -> None:
     """The tree's summed Pss and RSS every 20 ms: their maxima into `peaks`."""
     while not done.is_set():
         pss = rss = 0
-        for p in _tree(pid):
+        for p in process_tree(pid):
             try:
                 with open(f"/proc/{p}/smaps_rollup") as f:
                     for line in f:

@@ -214,7 +214,7 @@ def tree_memory(pid: int | None = None) -> int:
     counts 0."""
     pid = os.getpid() if pid is None else pid
     total = 0
-    for p in _tree(pid):
+    for p in process_tree(pid):
         try:
             with open(f"/proc/{p}/smaps_rollup") as f:
                 for line in f:
@@ -226,7 +226,7 @@ def tree_memory(pid: int | None = None) -> int:
     return total
 
 
-def _tree(pid: int) -> list[int]:
+def process_tree(pid: int) -> list[int]:
     """`pid` and its descendants (the kernel's children lists of every thread)."""
     out, todo = [], [pid]
     while todo:
