@@ -30,7 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from pcapdecomp.core.memory import process_tree  # noqa: E402  (this checkout's, whatever --tree runs)
+from pcapdecomp.core.memory import tree_rollup  # noqa: E402  (this checkout's, whatever --tree runs)
 BENCH = Path("/tmp/pcapdecomp-bench")
 RECORDINGS = ["sysbench-10s", "sysbench-rw-10s", "sysbench-rw-40s", "sysbench-rw-150s"]
 
@@ -72,18 +72,7 @@ finally:
 def _sample(pid: int, peaks: dict, done: threading.Event) -> None:
     """The tree's summed Pss and RSS every 20 ms: their maxima into `peaks`."""
     while not done.is_set():
-        pss = rss = 0
-        for p in process_tree(pid):
-            try:
-                with open(f"/proc/{p}/smaps_rollup") as f:
-                    for line in f:
-                        if line.startswith("Rss:"):
-                            rss += int(line.split()[1]) << 10
-                        elif line.startswith("Pss:"):
-                            pss += int(line.split()[1]) << 10
-                            break
-            except (OSError, ValueError, IndexError):
-                pass
+        pss, rss = tree_rollup(pid)
         peaks["pss"] = max(peaks.get("pss", 0), pss)
         peaks["rss"] = max(peaks.get("rss", 0), rss)
         time.sleep(0.02)

@@ -7,6 +7,11 @@ import numpy as np
 import pandas as pd
 
 
+def equals(column: pd.Series, value: str) -> np.ndarray:
+    """column == value as a bool array, False where null (on a categorical's codes, not a string per row)."""
+    return (column == value).to_numpy(dtype=bool, na_value=False)
+
+
 def codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """(code per row, −1 where null; the distinct values): a categorical's own codes, else factorized."""
     if isinstance(col.dtype, pd.CategoricalDtype):

@@ -212,18 +212,26 @@ def tree_memory(pid: int | None = None) -> int:
     """The proportional set size (Pss: shared pages split between the processes that share them) of a process and
     its descendants, bytes: what the process tree takes from the machine. A process that ends while it is read
     counts 0."""
+    return tree_rollup(pid)[0]
+
+
+def tree_rollup(pid: int | None = None) -> tuple[int, int]:
+    """(Pss, Rss) of a process and its descendants, bytes, summed (Rss counts a shared page in each process that
+    maps it; Pss splits it between them)."""
     pid = os.getpid() if pid is None else pid
-    total = 0
+    pss = rss = 0
     for p in process_tree(pid):
         try:
             with open(f"/proc/{p}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) << 10
+                for line in f:  # Rss comes before Pss
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1]) << 10
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1]) << 10
                         break
         except (OSError, ValueError, IndexError):
             pass
-    return total
+    return pss, rss
 
 
 def process_tree(pid: int) -> list[int]:

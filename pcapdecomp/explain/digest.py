@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.groups import codes as group_codes
-from ..core.groups import group_max, group_min_max_p95, group_sum
+from ..core.groups import equals, group_max, group_min_max_p95, group_sum
 from ..mysql.params import split_params
 from ..slowlog.sqltext import placeholders
 
@@ -186,7 +186,7 @@ def queue_layers(x: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     likely where queue_source is likely (far above the statement's typical execution while a long statement ran),
     else estimated."""
     certain, rest = queue_parts(x)
-    likely = (x["queue_source"] == "likely").to_numpy(dtype=bool, na_value=False) if "queue_source" in x.columns \
+    likely = equals(x["queue_source"], "likely") if "queue_source" in x.columns \
         else np.zeros(len(x), dtype=bool)
     return certain, np.where(likely, rest, 0.0), np.where(likely, 0.0, rest)
 
@@ -199,7 +199,7 @@ def overhead_part(x: pd.DataFrame) -> np.ndarray:
     """Per row, the measured queue_s that is the server's own overhead (below SERVER_OVERHEAD_S: parsing,
     the network stack), not queueing; 0 elsewhere. The shares tell it apart from queueing."""
     queue = np.nan_to_num(x["queue_s"].to_numpy(dtype="float64", na_value=np.nan))
-    measured = (x["queue_source"] == "measured").to_numpy(dtype=bool, na_value=False)
+    measured = equals(x["queue_source"], "measured")
     return np.where(measured & (queue < SERVER_OVERHEAD_S), queue, 0.0)
 
 

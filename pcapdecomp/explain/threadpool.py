@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.formats import clip
-from ..core.groups import group_order
+from ..core.groups import equals, group_order
 from ..core.schema import GROUP_COLUMNS, POOL_COLUMNS
 from ..core.times import ts_ns
 from .decompose import LIKELY_COVER, NS, STALL_MIN_QUEUE_S, covered_ns
@@ -303,11 +303,6 @@ def _execution_steps(r: _Rows) -> tuple[np.ndarray, np.ndarray]:
     return r.executing_steps
 
 
-def _equals(column: pd.Series, value: str) -> np.ndarray:
-    """column == value as a bool array, False where null (on a categorical's codes, not a string per row)."""
-    return (column == value).to_numpy(dtype=bool, na_value=False)
-
-
 def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, int]:
     """The exchanges with DB-side times inside the robust span, as int64 ns arrays; (rows, outlier row positions,
     t0, t1)."""
@@ -331,7 +326,7 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
         return of_pos(t[name].to_numpy(dtype="float64", na_value=np.nan))
 
     exec_s, queue_s, qmin = col("exec_s"), col("queue_s"), col("queue_min_s")
-    upper_bound = of_pos(_equals(t["exec_source"], "below_long_query_time"))
+    upper_bound = of_pos(equals(t["exec_source"], "below_long_query_time"))
     server = d4 - d1
     # a statement known faster than long_query_time executed at most server − queue_min_s: the interval a worker
     # may have been held, not a measurement, and only a culprit when it is not known to have queued itself
@@ -354,7 +349,7 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
     np.minimum(q_end, d4, out=q_end)
     q_min = _ns_of(qmin).astype(np.int64)
     conn = of_pos(t["conn_id"].astype("Int64").to_numpy(dtype="int64", na_value=-1))
-    likely = of_pos(_equals(t["queue_source"], "likely"))
+    likely = of_pos(equals(t["queue_source"], "likely"))
     told = q_end - d1  # q_told, made in place
     np.copyto(told, q_min, where=~likely)
     victim = told >= threshold_ns
@@ -362,7 +357,7 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
     # an upper bound on execution (below long_query_time) can still be a culprit, unless the statement is known to
     # have queued itself
     culprit_ok = long_exec & (~upper_bound | ~victim)
-    measured = of_pos(_equals(t["queue_source"], "measured"))
+    measured = of_pos(equals(t["queue_source"], "measured"))
     # numbered in order of first appearance, a categorical by its codes (not a text object per row)
     srv = of_pos(pd.factorize(t["server"])[0].astype(np.int64))
     return (_Rows(pos, d1, d4, xs, exec_known, q_end, q_min, server, conn, measured, likely, culprit_ok, srv=srv),

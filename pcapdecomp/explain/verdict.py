@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.formats import clock_ms, plural, seconds_rounded
+from ..core.groups import equals
 from ..core.times import ts_ns
 from ..pair.proxy import PAIRED_KINDS
 from ..pair.proxy import sentence as proxy_sentence
@@ -95,17 +96,17 @@ def tell_proxy(summary: dict, x: pd.DataFrame) -> dict:
 
 def _proxy_lead(summary: dict, x: pd.DataFrame) -> str | None:
     paired = x["proxy_match"].isin(PAIRED_KINDS).to_numpy(dtype=bool, na_value=False)
-    wait = x["proxy_wait_s"].to_numpy(dtype="float64", na_value=np.nan)
+    wait = _values(x, "proxy_wait_s")
     waited = paired & (np.nan_to_num(wait) >= STALL_MIN_QUEUE_S)
-    db_queue = float(np.nansum(x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan)))
+    db_queue = float(np.nansum(_values(x, "queue_min_s")))
     if not waited.any() or float(wait[waited].sum()) <= db_queue:
         return None
     kind = str((summary["proxy"] or {}).get("kind") or "").upper()
     client = x["app_req_ts"].notna().to_numpy()
     fronts = x.loc[client, "client"].nunique()
     backs = x.loc[paired, "db_client"].nunique()
-    total = float(np.nansum(x["total_s"].to_numpy(dtype="float64", na_value=np.nan)[paired]))
-    inside = float(np.nansum(x["proxy_s"].to_numpy(dtype="float64", na_value=np.nan)[paired]))
+    total = float(np.nansum(_values(x, "total_s")[paired]))
+    inside = float(np.nansum(_values(x, "proxy_s")[paired]))
     share = f", {100 * inside / total:.1f} % of the time clients waited on the paired statements" if total > 0 else ""
     pool = (f"; its {fronts} client {plural(fronts, 'connection', 'connections')} shared {backs} server "
             f"{plural(backs, 'connection', 'connections')}" if backs < fronts else "")
@@ -132,9 +133,9 @@ def _sane(x: pd.DataFrame, view: PoolView) -> np.ndarray:
 
 def _queueing(x: pd.DataFrame, rows: np.ndarray) -> dict:
     """summary.json → queueing: queue_s of `rows` seen at both points, summed per queue_source."""
-    both = rows & _is(x, "seen", "both")
+    both = rows & equals(x["seen"], "both")
     queue = _values(x, "queue_s")
-    by = {source: _sum(queue[both & _is(x, "queue_source", source)])
+    by = {source: _sum(queue[both & equals(x["queue_source"], source)])
           for source in ("measured", "estimated", "lower_bound", "likely")}
     return {"measured_s": by["measured"], "estimated_s": by["estimated"], "lower_bound_s": by["lower_bound"],
             "likely_s": by["likely"], "certain_s": _sum(_values(x, "queue_min_s")[both])}
@@ -180,16 +181,12 @@ def _refs(x: pd.DataFrame, positions) -> dict[int, dict]:
 
 
 def _values(x: pd.DataFrame, col: str, only: np.ndarray | None = None) -> np.ndarray:
-    """A float column's values, null as NaN (also outside `only`, a row mask, when given): an array of its own."""
+    """A float column's values, null as NaN (also outside `only`, a row mask, when given: then an array of its
+    own; without it, possibly the column's own, to be read only)."""
     values = x[col].to_numpy(dtype="float64", na_value=np.nan, copy=only is not None)
     if only is not None:
         values[~only] = np.nan
     return values
-
-
-def _is(x: pd.DataFrame, col: str, value: str) -> np.ndarray:
-    """The rows whose `col` is `value` (a categorical's codes compared, not a string per row); null is not."""
-    return (x[col] == value).to_numpy(dtype=bool, na_value=False)
 
 
 def _filled(values: np.ndarray) -> np.ndarray:
@@ -213,7 +210,7 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     lqt = summary["inputs"]["long_query_time"]
     server, total, qmin, queue = (_values(x, col, only=sane) for col in ("server_s", "total_s", "queue_min_s", "queue_s"))
     certain = np.nan_to_num(qmin) >= STALL_MIN_QUEUE_S
-    likely = ((x["queue_source"] == "likely").to_numpy(dtype=bool, na_value=False) & sane
+    likely = (equals(x["queue_source"], "likely") & sane
               & (np.nan_to_num(queue) >= STALL_MIN_QUEUE_S) & ~certain)
     cap = (summary.get("pool") or {}).get("cap")
     stalls = (summary.get("groups") or {}).get("stalls") or []
@@ -307,7 +304,7 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
 def _cap_sentence(cap: dict, x: pd.DataFrame, view: PoolView, hidden, understated) -> str:
     executing, waiting = view.cap_members
     shape = _one_shape(x, np.concatenate([executing, waiting]))
-    waits = (x["queue_s"].to_numpy(dtype="float64", na_value=np.nan))[waiting]
+    waits = _values(x, "queue_s")[waiting]
     longest = float(np.nanmax(waits))
     each = np.nanmax(waits) - np.nanmin(waits) < 0.05 * np.nanmax(waits)
     if cap.get("wait_source") == "lower_bound":  # execution only bounded by long_query_time: the wait is a bound
@@ -320,8 +317,8 @@ def _cap_sentence(cap: dict, x: pd.DataFrame, view: PoolView, hidden, understate
             f"{seconds_rounded(cap['duration_s'])} while {who} waited {wait_text} for a thread "
             f"(thread_pool_max_threads = {cap['threads']}, inferred from the wire)")
     u, h = understated[waiting].sum(), hidden[waiting].sum()
-    total = x["total_s"].to_numpy(dtype="float64", na_value=np.nan)[waiting]
-    exec_s = x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)[waiting]
+    total = _values(x, "total_s")[waiting]
+    exec_s = _values(x, "exec_s")[waiting]
     saw = f" (clients saw {seconds_rounded(float(np.nanmax(total)))})" if (~np.isnan(total)).any() else ""
     if u == len(waiting):
         text += f"; the slow log shows their {seconds_rounded(float(np.nanmax(exec_s)))} of execution, not the wait{saw}"
@@ -402,7 +399,7 @@ def _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server
         what.append(f"{n_h} slow on the wire but " + ("not in the slow log" if logged else "not flagged slow"))
     if n_u:
         what.append(f"{n_u} in the slow log, which understates them")
-    qmin = np.nan_to_num(x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan))
+    qmin = np.nan_to_num(_values(x, "queue_min_s"))
     longest = np.where(waited, np.fmax(queue, qmin), np.nan)  # finite on every `certain` row
     return (f"{statements(n)} waited {up_to(np.nanmax(longest))} before "
             f"executing" + (f" ({', '.join(what)})" if what else "") + f"; {why}.")
@@ -460,16 +457,16 @@ def _longest_meanwhile(x: pd.DataFrame, rows: np.ndarray) -> str | None:
     ran on the server while they waited, when their thread group is not known."""
     d1, v1 = ts_ns(x["db_req_ts"])
     d4, v4 = ts_ns(x["db_resp_ts"])
-    server = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)
-    bound = server - np.nan_to_num(x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan))
-    exec_s = x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)
-    likely = (x["queue_source"] == "likely").to_numpy(dtype=bool, na_value=False)
+    server = _values(x, "server_s")
+    bound = server - np.nan_to_num(_values(x, "queue_min_s"))
+    exec_s = _values(x, "exec_s")
+    likely = equals(x["queue_source"], "likely")
     held = np.where(np.isnan(exec_s), np.where(x["exec_source"].astype(object).to_numpy() == "below_long_query_time",
                                                bound, np.nan), exec_s)
     long_ = np.flatnonzero(v1 & v4 & ~likely & (np.nan_to_num(held) >= STALL_MIN_QUEUE_S))
     if not len(long_):
         return None
-    queue = np.nan_to_num(x["queue_s"].to_numpy(dtype="float64", na_value=np.nan))
+    queue = np.nan_to_num(_values(x, "queue_s"))
     w0, w1 = d1[rows], d1[rows] + np.rint(queue[rows] * 1e9).astype(np.int64)
     xs = d4[long_] - np.rint(held[long_] * 1e9).astype(np.int64)
     overlap = np.clip(np.minimum(w1[:, None], d4[long_][None, :]) - np.maximum(w0[:, None], xs[None, :]), 0, None)
@@ -566,8 +563,8 @@ def _stall_bullets(stalls: list[dict], x: pd.DataFrame) -> list[dict]:
 
 
 def _understated_bullet(x: pd.DataFrame, mask: np.ndarray) -> dict:
-    q = x["queue_s"].to_numpy(dtype="float64", na_value=np.nan)[mask]
-    lines = x["slow_log_line"].to_numpy(dtype="float64", na_value=np.nan)[mask]
+    q = _values(x, "queue_s")[mask]
+    lines = _values(x, "slow_log_line")[mask]
     listed = ", ".join(str(int(v)) for v in sorted(lines[~np.isnan(lines)])[:10])
     n = int(mask.sum())
     return {"topic": "understated", "text": f"{statements(n)} in the slow log waited "
@@ -580,8 +577,8 @@ def _understated_bullet(x: pd.DataFrame, mask: np.ndarray) -> dict:
 def _hidden_bullet(x: pd.DataFrame, mask: np.ndarray, lqt, logged: bool) -> dict:
     """`logged`: the slow log was joined. Without it the evidence is the server's SERVER_QUERY_WAS_SLOW flag alone,
     and the bullet says so rather than that the statements are not in a slow log nothing was compared with."""
-    server = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)[mask]
-    qmin = x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan)[mask]
+    server = _values(x, "server_s")[mask]
+    qmin = _values(x, "queue_min_s")[mask]
     n = int(mask.sum())
     evidence = ("yet not in the slow log and not flagged slow" if logged else
                 "yet not flagged slow by the server; no slow log was joined to compare")
@@ -621,7 +618,7 @@ def _split_bullet(x: pd.DataFrame, rows: np.ndarray) -> dict | None:
     total = _values(x, "total_s")
     # only exchanges whose client time is measured: one with a bounded end point (capture loss, pair/repair.py) has a
     # server split but no total, and would push the shares past 100 %
-    both = rows & _is(x, "seen", "both") & ~np.isnan(total)
+    both = rows & equals(x["seen"], "both") & ~np.isnan(total)
     tot = _sum(total[both])
     del total
     if not both.any() or tot <= 0:
@@ -630,15 +627,15 @@ def _split_bullet(x: pd.DataFrame, rows: np.ndarray) -> dict | None:
     net = ", ".join(f"{label} {pct(v)}" for label, v in network_parts(x, both))
     queue_s, qmin = _values(x, "queue_s"), _values(x, "queue_min_s")
     q_all = _sum(queue_s[both])
-    q_meas = _sum(queue_s[both & _is(x, "queue_source", "measured")])
+    q_meas = _sum(queue_s[both & equals(x["queue_source"], "measured")])
     q_cert = _sum(qmin[both])
-    is_likely = both & _is(x, "queue_source", "likely")
+    is_likely = both & equals(x["queue_source"], "likely")
     q_likely = _sum(queue_s[is_likely] - _filled(qmin[is_likely]))  # beyond the certain part
-    q_est = _sum(queue_s[both & _is(x, "queue_source", "estimated")])
+    q_est = _sum(queue_s[both & equals(x["queue_source"], "estimated")])
     del qmin, is_likely
     exec_s = _values(x, "exec_s")
     e_all = _sum(exec_s[both])
-    e_meas = _sum(exec_s[both & _is(x, "exec_source", "slow_log")])
+    e_meas = _sum(exec_s[both & equals(x["exec_source"], "slow_log")])
     q_over = float(overhead_part(x)[both].sum())  # measured, but the server's own overhead: not queueing
     unknown = both & np.isnan(queue_s)
     piped_rows = _filled(_values(x, "pipelined_s"))
