@@ -292,6 +292,9 @@ def analyze(
                              "pcapdecomp expands it, not the shell")
         if memory is not None:
             parse_size(memory, "--memory")  # a mistake costs a second, not an extraction
+        if scheduler_tls is not None and scheduler is None:  # else the run would read on one machine, without TLS
+            raise UsageError("--scheduler-tls is for a tls:// scheduler address: give it with --scheduler "
+                             "tls://HOST:PORT")
         settings = None
         if server_vars is not None:
             from .read.servervars import read_server_vars
