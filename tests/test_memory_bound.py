@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pcapdecomp.core import memory
-from pcapdecomp.core.errors import MemoryBoundError
+from pcapdecomp.core.errors import MemoryBoundError, UsageError
 from pcapdecomp.read.captureset import capture_set
 from pcapdecomp.read.extract import _span_ns, counts_of, extract_all, extract_points
 
@@ -188,3 +188,10 @@ def test_the_window_a_refusal_suggests_is_rounded_down(seconds, text):
     """The 40 s read-write pair refused a need a hair above the bound with "a time window of at most 40 s" (its
     39.6 s rounded up to the capture's own length): a window the capture already is."""
     assert memory._duration_text(seconds) == text
+
+
+@pytest.mark.parametrize("text", ["-5G", "-0.5M", "0", "+0K"])
+def test_a_size_not_above_0_is_told_so(text):
+    """-5G is a size below 0, not something that is no size at all: the user is told what is wrong with it."""
+    with pytest.raises(UsageError, match="must be more than 0"):
+        memory.parse_size(text)

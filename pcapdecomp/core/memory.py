@@ -111,7 +111,8 @@ WATCH_EVERY_S = 1.0  # seconds between two looks at the process tree's memory du
 WATCH_SHARE = 0.01  # and no more of the extraction's time than this share in looking
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_SIZE = re.compile(r"\s*([0-9]{1,12}(?:\.[0-9]{1,9})?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
+# a sign is read so that -5G is told "must be more than 0", not "not a size"
+_SIZE = re.compile(r"\s*([+-]?[0-9]{1,12}(?:\.[0-9]{1,9})?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
 
 
 def parse_size(text, what: str = "--memory") -> int:
