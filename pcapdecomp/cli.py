@@ -419,8 +419,8 @@ def columns(
         "exchanges", help="exchanges (from `exchanges`), analysis (columns `analyze` adds), proxy (of them, the "
                           "proxy's), groups, pool, connections, summary (summary.json keys), quality (a capture "
                           "point's quality in summary.json → captures), slowlog (the slow log as read), comparison, "
-                          "comparison-metrics, comparison-json (what `compare` writes), or dataset (columns "
-                          "--partitioned adds)"
+                          "comparison-metrics, comparison-json (what `compare` writes), dataset (columns "
+                          "--partitioned adds), or capture-toml (the keys of a capture set's capture.toml)"
     ),
 ) -> None:
     """Print a table's columns: name, dtype and meaning (as in the docs)."""
