@@ -6,6 +6,7 @@ the extraction stops it, workers and all. Real captures, real processes."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import multiprocessing as mp
 import os
 import re
@@ -195,3 +196,16 @@ def test_a_size_not_above_0_is_told_so(text):
     """-5G is a size below 0, not something that is no size at all: the user is told what is wrong with it."""
     with pytest.raises(UsageError, match="must be more than 0"):
         memory.parse_size(text)
+
+
+def test_a_bound_beyond_what_the_machine_has_is_said_not_silently_taken(tmp_path):
+    """--memory 100000T was taken without a word: a bound the machine cannot give does not keep the run from the
+    OOM killer. The run goes on (the user may mean it: swap), with a warning on the terminal and in summary.json;
+    a bound the machine has gives none."""
+    proc = run("analyze", str(HOGS), "--memory", "100000T", "-o", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: --memory 100000T: more than the " in proc.stderr and "OOM killer" in proc.stderr
+    warnings = json.loads((tmp_path / "out" / "summary.json").read_text())["warnings"]
+    assert [w for w in warnings if w.startswith("--memory 100000T: more than the ")], warnings
+    fits = run("analyze", str(HOGS), "--memory", "1G", "-o", str(tmp_path / "fits"))
+    assert fits.returncode == 0 and "--memory 1G: more than" not in fits.stderr, fits.stderr

@@ -291,18 +291,36 @@ def predicted_peak(counts: Counts, jobs: int, start: int) -> int:
     return int(start + grown * (1 + COST_PER_JOB * min(max(jobs, 1) - 1, MORE_PROCESSES)))
 
 
-def default_bound() -> tuple[int, str] | None:
-    """The bound without --memory: DEFAULT_SHARE of what this machine had available at the start (MemAvailable),
-    or of what its cgroup's limit leaves, the less; (bytes the run may add, where it came from). None where
-    neither is known (not Linux): no bound."""
+def available_memory() -> tuple[int, str] | None:
+    """What this process may still take now: MemAvailable, or what its cgroup's limit leaves, the less; (bytes, in
+    words: "the 21.5 GiB this machine had available"). None where neither is known (not Linux)."""
     available = mem_available()
     cgroup = cgroup_headroom()
-    share = f"{DEFAULT_SHARE:.0%}"
     if cgroup is not None and (available is None or cgroup[0] < available):
-        return int(cgroup[0] * DEFAULT_SHARE), f"{share} of the {size_text(cgroup[0])} the cgroup's {cgroup[1]} left"
+        return cgroup[0], f"the {size_text(cgroup[0])} the cgroup's {cgroup[1]} left"
     if available is not None:
-        return int(available * DEFAULT_SHARE), f"{share} of the {size_text(available)} this machine had available"
+        return available, f"the {size_text(available)} this machine had available"
     return None
+
+
+def default_bound() -> tuple[int, str] | None:
+    """The bound without --memory: DEFAULT_SHARE of `available_memory()` at the start; (bytes the run may add, where
+    it came from). None where it is not known (not Linux): no bound."""
+    available = available_memory()
+    if available is None:
+        return None
+    return int(available[0] * DEFAULT_SHARE), f"{DEFAULT_SHARE:.0%} of {available[1]}"
+
+
+def beyond_the_machine(limit: int, start: int, source: str) -> str | None:
+    """A warning for a stated bound (--memory, capture.toml's) above what the machine has available on top of the
+    process's `start`: the bound then cannot keep the run from the OOM killer (or swap). None when it can, or when
+    what is available is not known."""
+    available = available_memory()
+    if available is None or limit <= start + available[0]:
+        return None
+    return (f"{source}: more than {available[1]} at the start (and this process's {size_text(start)}); a run that "
+            "needs more than that is ended by the OOM killer, or swaps, instead of being refused")
 
 
 class MemoryBound:
