@@ -195,6 +195,21 @@ def test_commands_that_read_a_capture_run_one_blas_thread(command, tmp_path):
             assert said[-1][2] == "1", proc.stderr[-500:]
 
 
+def test_a_capture_at_one_point_imports_neither_the_repair_nor_the_clocks(tmp_path):
+    """The loss repair and the clock fit need two points (pair.pairing imports them where it pairs two): a DB
+    capture alone does not build their classes (the modules loaded are listed by the child itself)."""
+    db = REPO / "captures" / "oltp-prepared" / "db.pcap"
+    paired = ("pcapdecomp.pair.repair", "pcapdecomp.pair.clocks", "pcapdecomp.pair.clock")
+    proc = _modules_loaded_by(["analyze", "--db", str(db), "-q", "-o", str(tmp_path / "out")],
+                              ("pcapdecomp.pair.pairing", *paired))
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert "LOADED ['pcapdecomp.pair.pairing']" in proc.stderr, proc.stderr[-500:]
+    both = _modules_loaded_by(["analyze", str(REPO / "captures" / "oltp-prepared"), "-q", "-o", str(tmp_path / "both")],
+                              paired)
+    assert both.returncode == 0, both.stderr[-500:]
+    assert f"LOADED {sorted(paired)}" in both.stderr, both.stderr[-500:]
+
+
 def test_columns_command_prints_the_schema():
     proc = run("columns")
     assert proc.returncode == 0
