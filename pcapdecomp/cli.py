@@ -102,6 +102,7 @@ def exchanges(
     ),
 ) -> None:
     """Parse CAPTURE into one row per MySQL request/response exchange and print a summary."""
+    _one_blas_thread()  # first: the imports below import numpy
     from .core.console import capture_problems, warn
     from .core.outputs import check_output, write_table
     from .core.tables import arrow_without_pandas
@@ -111,10 +112,6 @@ def exchanges(
     for path in (out, connections_out):
         if path is not None:
             check_output(path)
-    # numpy's OpenBLAS starts a thread per core that spins for a while after its import, CPU taken from the lane
-    # for a command that does no linear algebra (an explicit setting wins)
-    if "numpy" not in sys.modules:
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     arrow_without_pandas()
     result = read_exchanges(capture, server, quiet, max_sql_bytes, jobs or default_jobs(), list(tls_keylog))
     quality = result.quality()
@@ -275,6 +272,7 @@ def analyze(
     """
     import gc
 
+    _one_blas_thread()
     from .core.errors import UsageError
     from .core.memory import parse_size
     from .read.captureset import capture_set as capture_set_of
@@ -601,6 +599,15 @@ def _plain_values_without_pydantic() -> None:
 
     get_runtime_param.plain = True
     parameter.get_runtime_param = get_runtime_param
+
+
+def _one_blas_thread() -> None:
+    """OpenBLAS (numpy's) with one thread, for a command that does no linear algebra: at numpy's import it starts a
+    thread per core beyond the first that spins for a while, waiting for work that never comes, CPU taken from the
+    command (0.12 s of the read-write 10 s `analyze`: docs/speed.md). Only before numpy is imported (OpenBLAS reads
+    the variable then); an explicit setting wins."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _returning_allocator() -> None:

@@ -152,6 +152,64 @@ def test_commands_that_read_nothing_import_neither_pandas_nor_pyarrow(args):
     assert proc.stdout.strip(), "the command printed nothing"
 
 
+_BLAS_THREADS_PROBE = """
+import atexit, ctypes, os, runpy, sys
+def blas_threads():
+    # OpenBLAS as numpy loaded it (a wheel's copy has its symbols prefixed): how many threads it runs
+    for line in open("/proc/self/maps"):
+        path = line.split()[-1]
+        if "openblas" in os.path.basename(path):
+            lib = ctypes.CDLL(path)
+            for name in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_", "openblas_get_num_threads"):
+                if hasattr(lib, name):
+                    return getattr(lib, name)()
+    return None
+atexit.register(lambda: print("BLAS", os.environ.get("OPENBLAS_NUM_THREADS"), blas_threads(), file=sys.stderr))
+sys.argv = ["pcapdecomp", *sys.argv[1:]]
+try:
+    runpy.run_module("pcapdecomp.cli", run_name="__main__")
+except SystemExit as exc:
+    sys.exit(exc.code)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the process's mappings (Linux)")
+@pytest.mark.parametrize("command", ["exchanges", "analyze"])
+def test_commands_that_read_a_capture_run_one_blas_thread(command, tmp_path):
+    """numpy's OpenBLAS spins a thread per core after its import, CPU the commands do not use
+    (cli._one_blas_thread): one thread unless the user set OPENBLAS_NUM_THREADS (the library's own count, asked of
+    the OpenBLAS the child loaded)."""
+    db = REPO / "captures" / "oltp-prepared" / "db.pcap"
+    args = (["exchanges", str(db), "-q", "--out", str(tmp_path / "x.parquet")] if command == "exchanges" else
+            ["analyze", "--db", str(db), "-q", "-o", str(tmp_path / "out")])
+    for given, expected in ((None, "1"), ("2", "2")):
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+        if given is not None:
+            env["OPENBLAS_NUM_THREADS"] = given
+        proc = subprocess.run([sys.executable, "-c", _BLAS_THREADS_PROBE, *args], capture_output=True, text=True,
+                              cwd=REPO, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-500:]
+        said = [line.split() for line in proc.stderr.splitlines() if line.startswith("BLAS ")]
+        assert said and said[-1][1] == expected, proc.stderr[-500:]
+        if given is None and said[-1][2] != "None":  # an OpenBLAS whose count can be asked (numpy's wheels)
+            assert said[-1][2] == "1", proc.stderr[-500:]
+
+
+def test_a_capture_at_one_point_imports_neither_the_repair_nor_the_clocks(tmp_path):
+    """The loss repair and the clock fit need two points (pair.pairing imports them where it pairs two): a DB
+    capture alone does not build their classes (the modules loaded are listed by the child itself)."""
+    db = REPO / "captures" / "oltp-prepared" / "db.pcap"
+    paired = ("pcapdecomp.pair.repair", "pcapdecomp.pair.clocks", "pcapdecomp.pair.clock")
+    proc = _modules_loaded_by(["analyze", "--db", str(db), "-q", "-o", str(tmp_path / "out")],
+                              ("pcapdecomp.pair.pairing", *paired))
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert "LOADED ['pcapdecomp.pair.pairing']" in proc.stderr, proc.stderr[-500:]
+    both = _modules_loaded_by(["analyze", str(REPO / "captures" / "oltp-prepared"), "-q", "-o", str(tmp_path / "both")],
+                              paired)
+    assert both.returncode == 0, both.stderr[-500:]
+    assert f"LOADED {sorted(paired)}" in both.stderr, both.stderr[-500:]
+
+
 def test_columns_command_prints_the_schema():
     proc = run("columns")
     assert proc.returncode == 0

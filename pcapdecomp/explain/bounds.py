@@ -7,6 +7,7 @@ after the app sent it, the response left the DB before the app received it), int
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -14,7 +15,9 @@ import pandas as pd
 from ..core.tables import labelled, null_column
 from ..core.times import ts_ns
 from ..pair.match import Matching
-from ..pair.repair import Repair
+
+if TYPE_CHECKING:
+    from ..pair.repair import Repair  # imported by a run that repairs (pair.pairing)
 
 POINTS = ("A1", "A4", "D1", "D4")  # request's first byte / response's last byte, at the app and at the DB
 _POINT_OF = {("app", "req_first"): 0, ("app", "resp_last"): 1, ("db", "req_first"): 2, ("db", "resp_last"): 3}

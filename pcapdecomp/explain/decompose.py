@@ -14,6 +14,7 @@ All arithmetic is on int64 ns; seconds are made once, for the output columns.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -23,9 +24,11 @@ from ..core.groups import sorted_by_group
 from ..core.tables import LET_GO_COLUMNS_FROM_ROWS, as_category, concat_column, labelled, null_boolean, null_int64
 from ..core.times import to_ts, ts_ns
 from ..mysql.connection import ENCRYPTED_COMMAND
-from ..pair.clock import ClockModel
 from ..pair.match import Matching
 from ..slowlog.join import SlowLogJoin, join_slow_log, rows_for_join
+
+if TYPE_CHECKING:
+    from ..pair.clock import ClockModel  # imported by a run that fits clocks (pair.pairing)
 
 NS = 1_000_000_000
 FINGERPRINT_MIN_SAMPLES = 5  # fast executions of a (command, fingerprint) needed before their median stands for execution

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -18,11 +19,15 @@ from ..read import connids
 from ..read.captureset import CaptureSet
 from ..read.extract import Extracted
 from ..read.sources import parse_server
-from .clock import ClockModel
-from .clocks import clock_keys, fit_clocks, start_segment_passes
 from .match import Matching, Pairing, one_point_matching
 from .proxy import NoProxy, ProxyResult, Side, through_proxy
-from .repair import PairTables, Repair, repair_losses
+
+if TYPE_CHECKING:
+    from .clock import ClockModel
+    from .repair import Repair
+
+# The loss repair and the clocks (pair.repair, pair.clocks, pair.clock) are imported where two points are paired:
+# a capture at one point, over half of the runs, would build their classes and pay for them for nothing.
 
 
 @dataclass
@@ -65,8 +70,11 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
     over the captures, started here at once; `lean` (--jobs 1): freed big blocks went back to the OS until now
     (core.memory.map_big_blocks), which ends with the repair."""
     app_x, db_xs, proxy_x = x.app, x.db, x.proxy
-    read_ahead = start_segment_passes(ahead, x.app_points, x.db_points, app_x, db_xs) \
-        if ahead is not None and not proxy_x else {}
+    read_ahead = {}
+    if ahead is not None and not proxy_x and app_x and db_xs:  # (start_segment_passes: {} unless both points)
+        from .clocks import start_segment_passes
+
+        read_ahead = start_segment_passes(ahead, x.app_points, x.db_points, app_x, db_xs)
     app_ex = concat([e.exchanges for e in app_x]) if app_x else frame([], EXCHANGE_COLUMNS)
     app_conns = concat([e.connections for e in app_x]) if app_x else frame([], CONNECTION_COLUMNS)
     db_ex = concat([e.exchanges for e in db_xs]) if db_xs else frame([], EXCHANGE_COLUMNS)
@@ -104,6 +112,8 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
     # capture loss is repaired between two captures of one TCP connection: not through a proxy
     repair = None
     if app_x and db_xs and proxied is None:
+        from .repair import PairTables, repair_losses
+
         handed = PairTables(app_ex, db_ex, app_conns, db_conns, matching)  # their only holder now
         del app_ex, db_ex, app_conns, db_conns, matching
         repair = repair_losses(app_x, db_xs if len(db_xs) != 1 else db_xs[0], handed,
@@ -130,6 +140,8 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
     clocks: dict[str, ClockModel] = {}
     clock_info: dict[str, dict] = {}
     if app_x and db_xs and len(matching.connections) and proxied is None:  # through a proxy: its own clocks, per hop
+        from .clocks import fit_clocks
+
         clocks, clock_info = fit_clocks(app_points, x.db_points, app_x, db_xs, app_ex, db_ex, app_conns, db_conns,
                                         matching, runner, jobs, note, read_ahead)
     if ahead is not None:
@@ -146,7 +158,11 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
                                           db_conns, note)
 
     row_point = db_points(app_ex, db_ex, matching)
-    row_clock = clock_keys(app_ex, matching, row_point, clocks, primary) if several else None
+    row_clock = None
+    if several:
+        from .clocks import clock_keys
+
+        row_clock = clock_keys(app_ex, matching, row_point, clocks, primary)
     return Paired(app_ex, db_ex, app_conns, db_conns, matching, clocks, clock_info, primary, row_point, row_clock,
                   id_sources, proxied, proxy_summary, repair, app_kind)
 

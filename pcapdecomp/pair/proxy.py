@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -36,8 +37,10 @@ from ..core.tables import null_column
 from ..core.times import to_ts, ts_ns_or
 from ..mysql.params import split_params
 from ..read.tcp import SEQ_MOD
-from .clock import ClockModel, ClockSegment
 from .match import Matching, MatchStats, Pairing, connection_keys, match_exchanges
+
+if TYPE_CHECKING:
+    from .clock import ClockModel  # imported where a clock is made (constant_clock): a run without a proxy makes none
 
 BIG = np.iinfo(np.int64).max  # a time that was not seen
 SAME_HOST_TOL_NS = 50_000  # front and back on one host's clock: ordering is exact up to timestamping noise
@@ -424,6 +427,8 @@ def pair_bounds(front_row: np.ndarray, back_row: np.ndarray, front: pd.DataFrame
 
 def constant_clock(offset_ns: float, lower_ns: float, upper_ns: float, at_ns: int, n: int) -> ClockModel:
     """A clock model with one constant offset (no skew) and its bounds, for points that share no TCP segment."""
+    from .clock import ClockModel, ClockSegment
+
     seg = ClockSegment(start_ns=int(at_ns), end_ns=np.iinfo(np.int64).max, ref_ns=int(at_ns), offset_ns=float(offset_ns),
                        skew_ppm=0.0, lower_ns=float(lower_ns), upper_ns=float(upper_ns), skew_lower_ppm=float("nan"),
                        skew_upper_ppm=float("nan"), n_fwd=n, n_rev=n, n_excluded=0)
