@@ -292,6 +292,9 @@ def analyze(
                              "pcapdecomp expands it, not the shell")
         if memory is not None:
             parse_size(memory, "--memory")  # a mistake costs a second, not an extraction
+        if scheduler_tls is not None and scheduler is None:  # else the run would read on one machine, without TLS
+            raise UsageError("--scheduler-tls is for a tls:// scheduler address: give it with --scheduler "
+                             "tls://HOST:PORT")
         settings = None
         if server_vars is not None:
             from .read.servervars import read_server_vars
@@ -416,8 +419,8 @@ def columns(
         "exchanges", help="exchanges (from `exchanges`), analysis (columns `analyze` adds), proxy (of them, the "
                           "proxy's), groups, pool, connections, summary (summary.json keys), quality (a capture "
                           "point's quality in summary.json → captures), slowlog (the slow log as read), comparison, "
-                          "comparison-metrics, comparison-json (what `compare` writes), or dataset (columns "
-                          "--partitioned adds)"
+                          "comparison-metrics, comparison-json (what `compare` writes), dataset (columns "
+                          "--partitioned adds), or capture-toml (the keys of a capture set's capture.toml)"
     ),
 ) -> None:
     """Print a table's columns: name, dtype and meaning (as in the docs)."""

@@ -159,6 +159,27 @@ def test_columns_command_prints_the_schema():
         assert f"| `{col.name}` | {col.dtype} |" in proc.stdout
 
 
+def test_python_m_pcapdecomp_is_the_command(tmp_path):
+    """`python3 -m pcapdecomp` (what a user of a checkout types first) runs the command, exit codes and all: it
+    was "No module named pcapdecomp.__main__", exit 1."""
+    def module(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pcapdecomp", *args], capture_output=True, text=True, cwd=REPO,
+                              env={**os.environ, "COLUMNS": "200"}, timeout=300)
+
+    done = module("exchanges", str(GROUP_STALL / "db.pcap"), "-q", "-o", str(tmp_path / "x.parquet"))
+    assert done.returncode == 0, done.stderr
+    assert len(pd.read_parquet(tmp_path / "x.parquet")) == len(pd.read_parquet(
+        _exchanges_of(GROUP_STALL / "db.pcap", tmp_path / "y.parquet")))
+    wrong = module("analyze", str(GROUP_STALL), "--memory", "8X", "-q", "-o", str(tmp_path / "out"))
+    assert wrong.returncode == 2 and wrong.stderr.startswith("pcapdecomp: error: --memory '8X'"), wrong.stderr
+
+
+def _exchanges_of(capture: Path, out: Path) -> Path:
+    done = run("exchanges", str(capture), "-q", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    return out
+
+
 def test_docs_column_table_is_the_schema():
     """The docs print the declared columns; regenerate with `pcapdecomp columns` when the schema changes."""
     page = (REPO / "docs" / "exchanges-command.md").read_text()

@@ -6,8 +6,10 @@ the extraction stops it, workers and all. Real captures, real processes."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import multiprocessing as mp
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from pcapdecomp.core import memory
-from pcapdecomp.core.errors import MemoryBoundError
+from pcapdecomp.core.errors import MemoryBoundError, UsageError
 from pcapdecomp.read.captureset import capture_set
-from pcapdecomp.read.extract import counts_of, extract_all, extract_points
+from pcapdecomp.read.extract import _span_ns, counts_of, extract_all, extract_points
 
 REPO = Path(__file__).resolve().parents[1]
 HOGS = REPO / "captures" / "oltp-hogs"
@@ -100,7 +102,8 @@ def test_the_counts_check_names_the_exchanges_the_capture_set_holds(tmp_path):
     """A bound above what any analysis takes but below this set's predicted peak: refused once the counts are known,
     naming them as the extraction counted them (summary.json's per-point counts, here from the same extraction)."""
     cs = capture_set(HOGS)
-    counts = counts_of(extract_points(cs, 1, True, 1 << 20, lambda _: None))
+    extracted = extract_points(cs, 1, True, 1 << 20, lambda _: None)
+    counts = counts_of(extracted)
     assert counts.db_exchanges > 1000 and counts.other_exchanges > 1000 and counts.points == 2
 
     def bound(above_need: int) -> memory.MemoryBound:
@@ -114,6 +117,11 @@ def test_the_counts_check_names_the_exchanges_the_capture_set_holds(tmp_path):
     text = str(refused.value)
     assert f"for {counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB, " in text
     assert "(the test's bound)" in text and "nothing written" in text and "editcap -A" in text
+    # a need a byte above the bound: the two sizes are written apart, and the window is shorter than the capture
+    need, bound_text = re.search(r"need up to about (.+?) of memory .*more than the bound of (.+?) \(", text).groups()
+    assert need != bound_text, text
+    window = float(re.search(r"a time window of at most ([0-9.]+) s:", text).group(1))
+    assert window < _span_ns(extracted.app + extracted.db) / 1e9, text
     enough = bound(0)
     extract_points(cs, 1, True, 1 << 20, lambda _: None, memory=enough)
     assert enough.predicted == enough.limit
@@ -173,3 +181,31 @@ def test_a_point_that_lost_bytes_counts_its_exchanges_for_the_repair(tmp_path):
     assert memory.predicted_peak(counts, 1, start) - memory.predicted_peak(
         memory.Counts(counts.db_exchanges, counts.other_exchanges, counts.connections, counts.points), 1, start) \
         == memory.COST_PER_REPAIRED_EXCHANGE * counts.db_exchanges
+
+
+@pytest.mark.parametrize("seconds,text", [(39.6, "39 s"), (3.08, "3.0 s"), (119.0, "1 min"), (7199.0, "1.9 h"),
+                                          (0.05, None)])
+def test_the_window_a_refusal_suggests_is_rounded_down(seconds, text):
+    """The 40 s read-write pair refused a need a hair above the bound with "a time window of at most 40 s" (its
+    39.6 s rounded up to the capture's own length): a window the capture already is."""
+    assert memory._duration_text(seconds) == text
+
+
+@pytest.mark.parametrize("text", ["-5G", "-0.5M", "0", "+0K"])
+def test_a_size_not_above_0_is_told_so(text):
+    """-5G is a size below 0, not something that is no size at all: the user is told what is wrong with it."""
+    with pytest.raises(UsageError, match="must be more than 0"):
+        memory.parse_size(text)
+
+
+def test_a_bound_beyond_what_the_machine_has_is_said_not_silently_taken(tmp_path):
+    """--memory 100000T was taken without a word: a bound the machine cannot give does not keep the run from the
+    OOM killer. The run goes on (the user may mean it: swap), with a warning on the terminal and in summary.json;
+    a bound the machine has gives none."""
+    proc = run("analyze", str(HOGS), "--memory", "100000T", "-o", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: --memory 100000T: more than the " in proc.stderr and "OOM killer" in proc.stderr
+    warnings = json.loads((tmp_path / "out" / "summary.json").read_text())["warnings"]
+    assert [w for w in warnings if w.startswith("--memory 100000T: more than the ")], warnings
+    fits = run("analyze", str(HOGS), "--memory", "1G", "-o", str(tmp_path / "fits"))
+    assert fits.returncode == 0 and "--memory 1G: more than" not in fits.stderr, fits.stderr

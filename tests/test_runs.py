@@ -250,7 +250,9 @@ TOML_MISTAKES = [
     ("boolean", lambda t: [str(_set(t, "[server]\nthread_pool_size = true\n"))], "thread_pool_size must be a number"),
     ("fraction", lambda t: [str(_set(t, "[server]\nthread_pool_size = 2.5\n"))], "thread_pool_size must be a whole"),
     ("address", lambda t: [str(_set(t, "[server]\naddress = \"db:3306\"\n"))], "address must be \"IP:PORT\""),
-    ("not a table", lambda t: [str(_set(t, "server = 5\n"))], "server must be a table"),
+    ("not a table", lambda t: [str(_set(t, "server = 5\n"))], "server must be a table ([server]), got 5"),
+    # a top-level value is no table: its message names no [memory] section that does not exist
+    ("memory a number", lambda t: [str(_set(t, "memory = 800\n"))], "capture.toml: memory must be text, got 800"),
     ("absolute", lambda t: [str(_set(t, "[captures]\ndb = \"/etc/passwd\"\n"))], "outside the capture-set folder"),
     ("dot-dot", lambda t: [str(_set(t, "[captures]\ndb = \"../db.pcap\"\n"))], "outside the capture-set folder"),
     ("app list of numbers", lambda t: [str(_set(t, "[captures]\napp = [1, 2]\n"))], "must be a file name or a list"),

@@ -57,6 +57,9 @@ def test_unsupported_transports_and_misplaced_tls_options_are_one_line(tmp_path)
                     "ucx:// is not supported")
     one_line_exit_2(cli("analyze", str(GROUP_STALL), "--scheduler", "tcp://127.0.0.1:9", "--scheduler-tls", "a,b,c",
                         "--out", out, "-q"), "--scheduler-tls is for a tls:// scheduler")
+    # without --scheduler the run would read on this machine, the certificate unused: refused, not ignored
+    one_line_exit_2(cli("analyze", str(GROUP_STALL), "--scheduler-tls", "a,b,c", "--out", out, "-q"),
+                    "give it with --scheduler tls://HOST:PORT")
     one_line_exit_2(cli("analyze", str(GROUP_STALL), "--scheduler", "tls://127.0.0.1:9", "--scheduler-tls",
                         f"{tmp_path}/ca.pem,{tmp_path}/c.pem,{tmp_path}/k.pem", "--out", out, "-q"), "no such file")
     assert not (tmp_path / "o").exists()

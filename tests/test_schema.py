@@ -6,6 +6,7 @@ columns NAME` prints the same table."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -136,3 +137,13 @@ def test_every_table_is_printed_in_the_docs_and_by_the_columns_command():
         done = subprocess.run([sys.executable, "-m", "pcapdecomp.cli", "columns", name], cwd=REPO,
                               capture_output=True, text=True)
         assert done.returncode == 0 and done.stdout == markdown_table(columns) + "\n", name
+
+
+def test_the_columns_command_help_names_every_table():
+    """`columns --help` is how a user learns what TABLE may be: a table it accepts and does not name (capture-toml
+    was one) is found only by a mistake's message."""
+    done = subprocess.run([sys.executable, "-m", "pcapdecomp.cli", "columns", "--help"], cwd=REPO,
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "400"})
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert [name for name in TABLES if name not in text] == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import math
 import os
 import re
 import time
@@ -110,7 +111,8 @@ WATCH_EVERY_S = 1.0  # seconds between two looks at the process tree's memory du
 WATCH_SHARE = 0.01  # and no more of the extraction's time than this share in looking
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_SIZE = re.compile(r"\s*([0-9]{1,12}(?:\.[0-9]{1,9})?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
+# a sign is read so that -5G is told "must be more than 0", not "not a size"
+_SIZE = re.compile(r"\s*([+-]?[0-9]{1,12}(?:\.[0-9]{1,9})?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
 
 
 def parse_size(text, what: str = "--memory") -> int:
@@ -125,8 +127,19 @@ def parse_size(text, what: str = "--memory") -> int:
     return size
 
 
-def size_text(size: float) -> str:
-    """A size in words: 3.41 GiB, 812 MiB."""
+def size_text(size: float, beside: float | None = None) -> str:
+    """A size in words: 3.41 GiB, 812 MiB. `beside`: another size the same sentence compares it with; where the two
+    read the same (a need 1 MiB above a bound of 1.10 GiB), both are written finer, MiB to a tenth, else bytes, so
+    that "1.10 GiB, more than the bound of 1.10 GiB" is never printed."""
+    text = _rounded_size_text(size)
+    if beside is None or text != _rounded_size_text(beside):
+        return text
+    if f"{size / (1 << 20):,.1f}" != f"{beside / (1 << 20):,.1f}":
+        return f"{size / (1 << 20):,.1f} MiB"
+    return f"{size:,.0f} B"
+
+
+def _rounded_size_text(size: float) -> str:
     for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if size >= 1 << shift:
             value = size / (1 << shift)
@@ -278,18 +291,36 @@ def predicted_peak(counts: Counts, jobs: int, start: int) -> int:
     return int(start + grown * (1 + COST_PER_JOB * min(max(jobs, 1) - 1, MORE_PROCESSES)))
 
 
-def default_bound() -> tuple[int, str] | None:
-    """The bound without --memory: DEFAULT_SHARE of what this machine had available at the start (MemAvailable),
-    or of what its cgroup's limit leaves, the less; (bytes the run may add, where it came from). None where
-    neither is known (not Linux): no bound."""
+def available_memory() -> tuple[int, str] | None:
+    """What this process may still take now: MemAvailable, or what its cgroup's limit leaves, the less; (bytes, in
+    words: "the 21.5 GiB this machine had available"). None where neither is known (not Linux)."""
     available = mem_available()
     cgroup = cgroup_headroom()
-    share = f"{DEFAULT_SHARE:.0%}"
     if cgroup is not None and (available is None or cgroup[0] < available):
-        return int(cgroup[0] * DEFAULT_SHARE), f"{share} of the {size_text(cgroup[0])} the cgroup's {cgroup[1]} left"
+        return cgroup[0], f"the {size_text(cgroup[0])} the cgroup's {cgroup[1]} left"
     if available is not None:
-        return int(available * DEFAULT_SHARE), f"{share} of the {size_text(available)} this machine had available"
+        return available, f"the {size_text(available)} this machine had available"
     return None
+
+
+def default_bound() -> tuple[int, str] | None:
+    """The bound without --memory: DEFAULT_SHARE of `available_memory()` at the start; (bytes the run may add, where
+    it came from). None where it is not known (not Linux): no bound."""
+    available = available_memory()
+    if available is None:
+        return None
+    return int(available[0] * DEFAULT_SHARE), f"{DEFAULT_SHARE:.0%} of {available[1]}"
+
+
+def beyond_the_machine(limit: int, start: int, source: str) -> str | None:
+    """A warning for a stated bound (--memory, capture.toml's) above what the machine has available on top of the
+    process's `start`: the bound then cannot keep the run from the OOM killer (or swap). None when it can, or when
+    what is available is not known."""
+    available = available_memory()
+    if available is None or limit <= start + available[0]:
+        return None
+    return (f"{source}: more than {available[1]} at the start (and this process's {size_text(start)}); a run that "
+            "needs more than that is ended by the OOM killer, or swaps, instead of being refused")
 
 
 class MemoryBound:
@@ -325,7 +356,7 @@ class MemoryBound:
         share = (self.limit - self.start - COST_FIXED) / max(self.predicted - self.start - COST_FIXED, 1)
         if span_ns and share > 0:
             window = _duration_text(span_ns * share / 1e9)
-        self._refuse(f"this analysis would need up to about {size_text(self.predicted)} of memory for "
+        self._refuse(f"this analysis would need up to about {size_text(self.predicted, self.limit)} of memory for "
                      f"{counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB, "
                      f"{counts.connections:,} connections, --jobs {self.jobs})", self.predicted, window)
 
@@ -355,7 +386,7 @@ class MemoryBound:
             if now > limit or (share >= EXTRAPOLATE_AFTER and whole > limit * EXTRAPOLATION_MARGIN):
                 need = int(max(now, whole))
                 fits = (limit - self.start - COST_FIXED) / max(need - self.start - COST_FIXED, 1)
-                self._refuse(f"this analysis would need at least about {size_text(need)} of memory for about "
+                self._refuse(f"this analysis would need at least about {size_text(need, limit)} of memory for about "
                              f"{int(grown / EXTRACTION_PER_EXCHANGE / (share if need > now else 1)):,} exchanges "
                              f"(estimated from the {share:.0%} of the captures read so far, which hold "
                              f"{size_text(grown)}{'; extrapolated to the whole' if need > now else ''})",
@@ -375,7 +406,7 @@ class MemoryBound:
                        f"point with {cut} (the slow log needs no cut) and analyse the cut files"
                        if window_helps else "")
         raise MemoryBoundError(
-            f"{need}, more than the bound of {size_text(self.limit)} ({self.source}); "
+            f"{need}, more than the bound of {size_text(self.limit, need_bytes)} ({self.source}); "
             f"{'stopped early, ' if stopped_early else ''}nothing written. Give it more with --memory ({more})"
             f"{window_text}")
 
@@ -386,9 +417,13 @@ def _round_up_text(need: int) -> str:
     return f"{-(-mib // 1024)}G" if mib >= 1024 else f"{mib}M"
 
 
-def _duration_text(seconds: float) -> str:
+def _duration_text(seconds: float) -> str | None:
+    """The longest window a refusal suggests, in words, rounded down: a window of at most `seconds` fits, and one
+    rounded up to the capture's own length ("at most 40 s" of a 40 s capture) would not. None below 0.1 s."""
     if seconds >= 3600:
-        return f"{seconds / 3600:.1f} h"
+        return f"{math.floor(seconds / 360) / 10:.1f} h"
     if seconds >= 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds:.0f} s"
+        return f"{math.floor(seconds / 60)} min"
+    if seconds >= 10:
+        return f"{math.floor(seconds)} s"
+    return f"{math.floor(seconds * 10) / 10:.1f} s" if seconds >= 0.1 else None

@@ -349,8 +349,9 @@ def _check_toml(toml: dict, cfg: Path, warnings: list[str]) -> None:
 def _check_value(key: InputKey, value, cfg: Path, section: str, name: str) -> None:
     ok, words = _TYPES[key.dtype]
     if not ok(value):
-        if not section:  # a table: [name]
-            raise InputError(f"{cfg}: {name} must be {words} ([{name}]), got {value!r}")
+        if not section:  # a top-level key: a table ([name]) or a value (memory = "8G")
+            shape = f" ([{name}])" if key.dtype.startswith("table") else ""
+            raise InputError(f"{cfg}: {name} must be {words}{shape}, got {value!r}")
         raise InputError(f"{cfg}: [{section}] {name} must be {words}, got {value!r}")
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..core.console import warn
 from ..core.errors import InputError, UsageError, internal_errors_to
-from ..core.memory import MemoryBound, map_big_blocks, parse_size, release_memory
+from ..core.memory import MemoryBound, beyond_the_machine, map_big_blocks, parse_size, release_memory
 from ..core.outputs import OutputFolder, write_table, write_text
 from ..core.schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
 from ..core.tables import with_declared_dtypes
@@ -83,6 +83,10 @@ class Run:
         if self.out.exists() and not self.out.is_dir():
             raise InputError(f"{self.out}: exists and is not a folder")
         self.warnings: list[str] = []
+        if given is not None:  # a bound the machine cannot give is no bound: said, not silently accepted
+            beyond = beyond_the_machine(self.memory.limit, self.memory.start, self.memory.source)
+            if beyond is not None:
+                self.note(beyond)
         self.runner = None
         # --jobs 1 puts memory before time: until the loss repair is done, a freed array of 1 MiB or more goes back
         # to the OS at once, as the extraction's arrays and the repair's scan come and go beside the tables
