@@ -77,6 +77,7 @@ struct Flow {
     /* the exchange in progress */
     int command;
     PyObject *sql, *stmt_id, *params;
+    int unknown_statement; /* an EXECUTE of a statement prepared before the capture: its problem, as Python writes it */
     int64_t req_ts, req_frame, req_off, bytes_req, req_last_ts, req_last_frame;
     uint8_t *req; /* a request that spans segments, gathered */
     Py_ssize_t req_len, req_cap;
@@ -302,6 +303,7 @@ static void clear_exchange(Flow *f) {
     Py_CLEAR(f->sql);
     Py_CLEAR(f->stmt_id);
     Py_CLEAR(f->params);
+    f->unknown_statement = 0;
     f->state = IDLE;
     f->req_len = 0;
     f->n_saved = 0;
@@ -1073,10 +1075,16 @@ static PyObject *param_value(const uint8_t *b, Py_ssize_t len, Py_ssize_t *pos, 
 
 /* connection.PreparedStatement: the fields the lane reads, the method it calls */
 static PyObject *S_num_params, *S_types, *S_long_data, *S_sql, *S_executed, *S_sep;
+/* the problems column of an EXECUTE whose statement the capture never saw prepared (connection._describe) */
+static PyObject *S_unknown_statement;
 
 /* connection._describe + _decode_params for COM_STMT_EXECUTE, with the connection's prepared statements
  * (connection.PreparedStatement: reads sql, num_params, types, long_data; calls executed(types) as _decode_params
- * does): 1 done, 0 leave it to Python, -1 error */
+ * does): 1 done, 0 leave it to Python, -1 error. A statement the connection does not know (prepared before the
+ * capture began: every pooled connection's) is read here too, as Python reads it: no text, no parameters (their
+ * count is unknown, so the values cannot be delimited), the id, and the problem unknown-statement. Handing each
+ * such exchange to Python and the connection back cost a round trip per exchange: ~30× slower per byte on a
+ * capture of a pool started before tcpdump (issue 37). */
 static int describe_execute(Flow *f, const uint8_t *payload, Py_ssize_t n) {
     if (n < 5) return 0;
     uint32_t id = payload[1] | payload[2] << 8 | payload[3] << 16 | (uint32_t)payload[4] << 24;
@@ -1085,8 +1093,17 @@ static int describe_execute(Flow *f, const uint8_t *payload, Py_ssize_t n) {
     if (!key) return -1;
     PyObject *statement = PyDict_GetItemWithError(f->statements, key); /* borrowed */
     if (!statement) {
-        Py_DECREF(key);
-        return PyErr_Occurred() ? -1 : 0;
+        /* decode_execute without the statement: a payload shorter than its fixed 9 bytes is params-undecoded
+         * (Python's); with query attributes the count may be in the packet (Python's too) */
+        if (PyErr_Occurred() || n - 1 < 9 || f->qa == 1) {
+            Py_DECREF(key);
+            return PyErr_Occurred() ? -1 : 0;
+        }
+        f->sql = Py_NewRef(Py_None);
+        f->stmt_id = key;
+        f->params = Py_NewRef(Py_None);
+        f->unknown_statement = 1;
+        return 1;
     }
     Py_INCREF(statement);
     int rc = 0;
@@ -1301,7 +1318,8 @@ static int put_o(Lane *L, int i, PyObject *v) { /* borrows v */
 /* connection._finish + exchanges.emit for a finished exchange: one row, column by column. */
 static int emit(Lane *L, Flow *f) {
     PyObject *fp = NULL;
-    int cached = f->command == 1 && PyUnicode_Check(f->sql) && PyUnicode_GET_LENGTH(f->sql) <= FP_CACHE_TEXT;
+    int cached = f->command == 1 && (f->sql == Py_None ||
+                                     (PyUnicode_Check(f->sql) && PyUnicode_GET_LENGTH(f->sql) <= FP_CACHE_TEXT));
     size_t slot = ((uintptr_t)f->sql >> 4) % FP_CACHE;
     if (cached && L->fp_cache[slot].sql == f->sql) {
         fp = Py_NewRef(L->fp_cache[slot].fp);
@@ -1363,7 +1381,7 @@ static int emit(Lane *L, Flow *f) {
     if (!bad) bad = put_q(L, COL_REQ_TCP_SEQ, (uint32_t)(f->base[0] + (uint64_t)f->req_off)) < 0;
     if (!bad) bad = put_q(L, COL_RESP_TCP_SEQ, (uint32_t)(f->base[1] + (uint64_t)f->rf_off)) < 0;
     if (!bad) bad = put_q(L, COL_RESP_TCP_END, (uint32_t)(f->base[1] + (uint64_t)f->rl_end)) < 0;
-    if (!bad) bad = put_o(L, COL_PROBLEMS, L->empty) < 0;
+    if (!bad) bad = put_o(L, COL_PROBLEMS, f->unknown_statement ? S_unknown_statement : L->empty) < 0;
     Py_DECREF(fp);
     if (bad) return -1; /* a failed append leaves the columns uneven: the error ends the extraction */
     L->n_rows += 1;
@@ -2291,7 +2309,9 @@ PyMODINIT_FUNC PyInit__lane(void) {
     S_sql = PyUnicode_InternFromString("sql");
     S_executed = PyUnicode_InternFromString("executed");
     S_sep = PyUnicode_InternFromString(", ");
-    if (!S_num_params || !S_types || !S_long_data || !S_sql || !S_executed || !S_sep) return NULL;
+    S_unknown_statement = PyUnicode_InternFromString("unknown-statement");
+    if (!S_num_params || !S_types || !S_long_data || !S_sql || !S_executed || !S_sep || !S_unknown_statement)
+        return NULL;
     if (!(RecordType = PyStructSequence_NewType(&RecordDesc)) ||
         !(GivenBackType = PyStructSequence_NewType(&GivenBackDesc)) ||
         !(DamageType = PyStructSequence_NewType(&DamageDesc)) ||
