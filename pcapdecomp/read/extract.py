@@ -86,6 +86,9 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
     if sum(parts) == len(paths) and (jobs <= 1 or len(paths) == 1):
         out: list[Extraction] = []
         for path, before in zip(paths, [sum(sizes[:i]) for i in range(len(sizes))]):
+            if out:  # the previous capture's DataFrames before the next is read: its tables are held in their
+                # narrower form (tables.held) meanwhile, not as the Arrow tables of the declared widths
+                out[-1].exchanges, out[-1].connections  # noqa: B018
             frames_before = sum(x.stats.frames for x in out)
             step = None if progress is None else (
                 lambda d, t, f, b=before, fb=frames_before: progress(b + d, sum(sizes), fb + f))
