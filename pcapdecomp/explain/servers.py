@@ -153,6 +153,7 @@ def explain_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, m
         note(w)
     slow_info.update(join.stats)
     slow_info["used"] = join.used
+    del join  # its per-row arrays (the joined entry, the Query_time, the undecided marks): read by now
     if decomposed is not None:
         decomposed(table)
     view = thread_pool_view(table, cs.thread_pool_size)
