@@ -341,11 +341,12 @@ def _values(chunked: pa.ChunkedArray, column: Column):
         # Categories are put in lexical order so that sorting by such a column sorts by its text, as it would for
         # strings.
         return _categorical(chunked).array
+    kept = (lambda values: values) if column.name in KEPT_AS_DECLARED else held
     if column.dtype == TS and chunked.type == ARROW_TYPES[TS]:
-        return held(pd.array(_int64_key(chunked).view("M8[ns]"), dtype=pd.DatetimeTZDtype("ns", "UTC")))  # null: NaT
+        return kept(pd.array(_int64_key(chunked).view("M8[ns]"), dtype=pd.DatetimeTZDtype("ns", "UTC")))  # null: NaT
     if column.dtype in ("string", "Int64", "boolean") and chunked.type == ARROW_TYPES[column.dtype]:
-        return held(_pandas_dtype(column.dtype).__from_arrow__(chunked))
-    return held(chunked.to_pandas(types_mapper=_pandas_types().get).array)
+        return kept(_pandas_dtype(column.dtype).__from_arrow__(chunked))
+    return kept(chunked.to_pandas(types_mapper=_pandas_types().get).array)
 
 
 @functools.cache
@@ -483,8 +484,8 @@ def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     names = list(frames[0].columns)
     # of the columns' arrays: a frame of Series would align their indexes; each in the form its values decide
     # (`held`), as a table read whole holds them
-    return pd.DataFrame({n: held(concat_column([f[n] for f in frames]).array) for n in names}, columns=names,
-                        copy=False)
+    return pd.DataFrame({n: held(concat_column([f[n] for f in frames]).rename(n)).array for n in names},
+                        columns=names, copy=False)
 
 
 def _concat_one(only: pd.Series, parts: list[pd.Series]) -> pd.Series | None:
@@ -632,6 +633,9 @@ def _stride_zero(values) -> bool:
 # The declared dtypes whose columns `held` may keep in another form
 _HELD = ("int64", "Int64", "boolean", TS)
 _INT32 = np.iinfo(np.int32)
+# Columns held as declared whatever their values: TCP sequence numbers are counted modulo 2^32 (the matching, the
+# repair and the proxy add and subtract them), which int32 arithmetic would wrap at 2^31 first
+KEPT_AS_DECLARED = frozenset({"req_tcp_seq", "resp_tcp_seq", "resp_tcp_end"})
 
 
 def held(values):
@@ -641,14 +645,16 @@ def held(values):
     - whole numbers (int64, Int64) that fit int32: int32 (Int32), 4 bytes a row instead of 8;
     - one value in every row (whole numbers, booleans, nulls of float64, Int64 or time): that value read n times,
       a read-only array of stride 0 (`null_column`), no bytes per row;
-    anything else as it is. The stages read the values as before (a numpy sum or cumsum of int32 is taken in int64;
-    a write into a column of stride 0 copies it under copy-on-write). The files hold the declared dtypes: the
-    Parquet writer describes a column held so by its declared dtype (`declared_dtype`) and casts each row group;
-    `as_declared` widens a whole table back."""
+    anything else, and a Series of a column KEPT_AS_DECLARED, as it is. The stages read the values as before (a
+    numpy sum or cumsum of int32 is taken in int64; a write into a column of stride 0 copies it under
+    copy-on-write). The files hold the declared dtypes: the Parquet writer describes a column held so by its
+    declared dtype (`declared_dtype`) and casts each row group; `as_declared` widens a whole table back."""
     import pandas as pd
 
     if isinstance(values, pd.Series):  # a Series of the held array, no copy of it (setting a column from a bare
-        # array copies it: a dense copy of a stride-0 array)
+        # array copies it: a dense copy of a stride-0 array); a column KEPT_AS_DECLARED as it is
+        if values.name in KEPT_AS_DECLARED:
+            return values
         return pd.Series(held(values.array), index=values.index, name=values.name, copy=False)
     n = len(values)
     if n < 2 or _stride_zero(values):
@@ -718,7 +724,7 @@ def sorted_columnwise(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFra
     data = {}
     for name in names:
         column = concat_column([f[name] for f in frames])
-        data[name] = held((column if order is None else column.take(order)).reset_index(drop=True))
+        data[name] = held((column if order is None else column.take(order)).reset_index(drop=True).rename(name))
         for f in frames:
             if len(f) >= LET_GO_COLUMNS_FROM_ROWS:
                 del f[name]
