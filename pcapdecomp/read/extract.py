@@ -211,9 +211,12 @@ def counts_of(x: Extracted) -> Counts:
     """What the run's memory grows with (core.memory.Counts), from the points' quality counts."""
     every = [*x.qualities["app"], *x.qualities["dbs"], *x.qualities["proxy"]]
     db = sum(q["exchanges"] for q in x.qualities["dbs"])
+    # the loss repair reads a lossy point's connections again to borrow from the other point: a DB or app capture
+    # alone has none to borrow from, and is analysed with its holes
+    repairs = bool(x.app and x.db)
     return Counts(db_exchanges=db, other_exchanges=sum(q["exchanges"] for q in every) - db,
                   connections=sum(q["mysql_connections"] for q in every), points=len(every),
-                  repaired_exchanges=sum(q["exchanges"] for q in every if q["gaps"]))
+                  repaired_exchanges=sum(q["exchanges"] for q in every if q["gaps"]) if repairs else 0)
 
 
 def _span_ns(extractions: list[Extraction]) -> int | None:
