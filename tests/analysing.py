@@ -5,6 +5,7 @@ faces only (read.extract → pair.pairing → explain.servers, and the summary t
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from pcapdecomp.analysis import AnalysisResult, Options, analyze, capture_set
+from pcapdecomp.core.tables import as_declared
 from pcapdecomp.explain.servers import Explained, explain_servers, summary_of
 from pcapdecomp.pair.pairing import Paired, pair_points
 from pcapdecomp.read.captureset import CaptureSet, time_zone
@@ -46,9 +48,9 @@ class Stages:
     summary: dict  # summary.json's content
     warnings: list[str]
 
-    @property
-    def exchanges(self) -> pd.DataFrame:  # exchanges.parquet's table
-        return self.explained.exchanges
+    @functools.cached_property
+    def exchanges(self) -> pd.DataFrame:  # exchanges.parquet's table: in its declared dtypes (the run held it narrower)
+        return as_declared(self.explained.exchanges)
 
     @property
     def groups(self) -> pd.DataFrame:  # groups.parquet's table

@@ -166,7 +166,7 @@ def bundled_analysis(tmp_path_factory):
                 done[name], listings[name] = pickle.loads(kept.read_bytes())
             kept_for_the_run()
         r = done[name]
-        return dataclasses.replace(r, exchanges=r.exchanges.copy(), groups=r.groups.copy(),
+        return dataclasses.replace(r, held_exchanges=r.exchanges.copy(), groups=r.groups.copy(),
                                    summary=copy.deepcopy(r.summary), written=list(r.written),
                                    warnings=list(r.warnings))
 

@@ -19,7 +19,7 @@ from pandas.api.types import union_categoricals
 from pcapdecomp.core import outputs
 from pcapdecomp.core.groups import aggregated
 from pcapdecomp.core.schema import CATEGORY, CONNECTION_COLUMNS, EXCHANGE_COLUMNS
-from pcapdecomp.core.tables import concat, frame_of_table
+from pcapdecomp.core.tables import as_declared, concat, frame_of_table
 from pcapdecomp.read.exchanges import extract
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +66,7 @@ def test_a_table_becomes_the_frame_pyarrows_own_conversion_gives(extractions):
             table = e.arrow(name)
             assert table is not None and table.num_rows > 0, (path, name)
             reference = _arrow_own_frame(table, columns)
-            _same(frame_of_table([table], columns), reference)
+            _same(as_declared(frame_of_table([table], columns)), reference)  # held as analyze holds it
 
 
 def test_a_sliced_table_of_two_batches_becomes_the_same_frame(extractions):
@@ -77,7 +77,7 @@ def test_a_sliced_table_of_two_batches_becomes_the_same_frame(extractions):
     half = table.num_rows // 2
     two = pa.Table.from_batches([*table.slice(1, half).to_batches(), *table.slice(half + 1).to_batches()])
     assert two.column("sql").num_chunks >= 2
-    _same(frame_of_table([two], EXCHANGE_COLUMNS), _arrow_own_frame(two, EXCHANGE_COLUMNS))
+    _same(as_declared(frame_of_table([two], EXCHANGE_COLUMNS)), _arrow_own_frame(two, EXCHANGE_COLUMNS))
 
 
 def _pandas_concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -93,20 +93,26 @@ def _pandas_concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(data)
 
 
+def _declared(*frames: pd.DataFrame) -> list[pd.DataFrame]:
+    """The frames in their declared dtypes (whole numbers may be held in int32: a part whose column fits it beside
+    one whose column does not, or a column of one value, concatenate into another form than pandas': the values)."""
+    return [as_declared(f) for f in frames]
+
+
 def test_concatenated_tables_are_what_pandas_concatenation_gives(extractions):
     points = list(extractions.values())
     for name in ("exchanges", "connections"):
         for i, e in enumerate(points):
             parts = [getattr(e, name), getattr(points[(i + 1) % len(points)], name)]
-            _same(concat(parts), _pandas_concat(parts))
-            _same(concat([parts[0], parts[1].iloc[:0]]), _pandas_concat([parts[0], parts[1].iloc[:0]]))
+            _same(*_declared(concat(parts), _pandas_concat(parts)))
+            _same(*_declared(concat([parts[0], parts[1].iloc[:0]]), _pandas_concat([parts[0], parts[1].iloc[:0]])))
     # beside a table of no rows (and no categories: a point without a capture), either side of it
     for columns, name in ((EXCHANGE_COLUMNS, "exchanges"), (CONNECTION_COLUMNS, "connections")):
         from pcapdecomp.core.tables import frame
 
         for e in points:
             for parts in ([frame([], columns), getattr(e, name)], [getattr(e, name), frame([], columns)]):
-                _same(concat(parts), _pandas_concat(parts))
+                _same(*_declared(concat(parts), _pandas_concat(parts)))
 
 
 def test_aggregated_is_pandas_named_aggregation(extractions):
@@ -132,7 +138,9 @@ def test_a_file_is_written_as_pyarrow_describes_each_frame_whatever_was_written_
         path = tmp_path / f"t{i}.parquet"
         outputs.write_table(df, path)
         text = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
-        described = pa.Schema.from_pandas(df.iloc[:0].astype({c: "string" for c in text}), preserve_index=False)
+        # as pyarrow describes the frame in its declared dtypes (whole numbers held in int32 are written as int64)
+        described = pa.Schema.from_pandas(as_declared(df.iloc[:0]).astype({c: "string" for c in text}),
+                                          preserve_index=False)
         assert pq.read_schema(path).equals(described, check_metadata=True)
         back = pd.read_parquet(path)
         pd.testing.assert_frame_equal(back, df.astype({c: "str" for c in text}), check_exact=True, check_dtype=False)

@@ -181,6 +181,9 @@ def test_a_point_that_lost_bytes_counts_its_exchanges_for_the_repair(tmp_path):
     assert memory.predicted_peak(counts, 1, start) - memory.predicted_peak(
         memory.Counts(counts.db_exchanges, counts.other_exchanges, counts.connections, counts.points), 1, start) \
         == memory.COST_PER_REPAIRED_EXCHANGE * counts.db_exchanges
+    # the same lossy DB capture alone: nothing to repair from, nothing counted for it
+    alone = counts_of(extract_points(capture_set(db=lossy / "db.pcap"), 1, True, 1 << 20, lambda _: None))
+    assert alone.db_exchanges == counts.db_exchanges and alone.repaired_exchanges == 0
 
 
 @pytest.mark.parametrize("seconds,text", [(39.6, "39 s"), (3.08, "3.0 s"), (119.0, "1 min"), (7199.0, "1.9 h"),

@@ -15,12 +15,16 @@ from pandas.api.types import union_categoricals
 from pcapdecomp.core import outputs
 from pcapdecomp.core.schema import CATEGORY, CONNECTION_COLUMNS, EXCHANGE_COLUMNS, Column
 from pcapdecomp.core.tables import (
+    KEPT_AS_DECLARED,
     as_category,
+    as_declared,
     batch,
     columns_batch,
     concat,
+    declared_dtype,
     file_schema,
     frame,
+    held,
     null_column,
     row_function,
     sorted_columnwise,
@@ -103,8 +107,8 @@ def test_sorted_columnwise_without_reordering_keeps_the_rows():
 
 def test_text_columns_of_a_real_capture_are_codes_not_strings():
     x = extract(REPO / "captures" / "oltp-hogs" / "db.pcap").exchanges
-    for c in EXCHANGE_COLUMNS:
-        assert str(x[c.name].dtype) == c.dtype, c.name
+    for c in EXCHANGE_COLUMNS:  # each in its declared dtype, or a narrower form of it (tables.held)
+        assert declared_dtype(x[c.name].dtype) == c.dtype, c.name
     for name in ("fingerprint", "client", "command"):
         col = x[name]
         assert col.cat.categories.is_unique and col.cat.categories.is_monotonic_increasing
@@ -201,7 +205,8 @@ def _text_as_strings(df: pd.DataFrame) -> pd.DataFrame:
                                     "same label twice", "naive times", "python strings"])
 def test_written_schema_is_pandas_description_whatever_the_dtypes(tmp_path, change):
     """write_table describes a frame of declared dtypes from the declarations, any other as pandas does: the file's
-    schema is pandas' description of the frame (categorical text as text) in every case, metadata included."""
+    schema is pandas' description of the frame in its declared dtypes (categorical text as text; whole numbers held
+    in int32 as int64: tables.held) in every case, metadata included."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -231,8 +236,10 @@ def test_written_schema_is_pandas_description_whatever_the_dtypes(tmp_path, chan
         df["s"] = df["s"].astype(pd.StringDtype("python"))
     out = tmp_path / "p.parquet"
     outputs.write_table(df, out)
-    by_pandas = pa.Schema.from_pandas(_text_as_strings(df), preserve_index=False)
+    by_pandas = pa.Schema.from_pandas(_text_as_strings(as_declared(df)), preserve_index=False)
     assert pq.ParquetFile(out).schema_arrow.equals(by_pandas, check_metadata=True)
+    if change in ("none", "int32"):  # held in int32, written as declared
+        assert str(df["i"].dtype) == "int32" and pq.ParquetFile(out).schema_arrow.field("i").type == pa.int64()
 
 
 def _same_file(a: Path, b: Path) -> None:
@@ -330,7 +337,7 @@ def test_as_category_of_an_object_array_is_the_string_columns_categorical(values
     pd.testing.assert_series_equal(as_category(array), expected)
 
 
-@pytest.mark.parametrize("dtype", ["float64", "Int64"])
+@pytest.mark.parametrize("dtype", ["float64", "Int64", "datetime64[ns, UTC]"])
 def test_null_column_holds_no_bytes_per_row_and_reads_and_writes_as_nulls(dtype, tmp_path):
     import tracemalloc
 
@@ -344,7 +351,7 @@ def test_null_column_holds_no_bytes_per_row_and_reads_and_writes_as_nulls(dtype,
     assert held < 10_000  # one value, not n
     assert str(col.dtype) == dtype and len(col) == n and col.isna().all()
     assert np.isnan(col.to_numpy(dtype="float64", na_value=np.nan)).all()
-    plain = pd.Series(np.full(n, np.nan)) if dtype == "float64" else pd.Series(pd.array([pd.NA] * n, dtype="Int64"))
+    plain = pd.Series(np.full(n, np.nan)) if dtype == "float64" else pd.Series(pd.array([pd.NA] * n, dtype=dtype))
     table = pd.DataFrame({"k": np.arange(n)})
     table["v"] = col
     other = pd.DataFrame({"k": np.arange(n)})
@@ -353,3 +360,64 @@ def test_null_column_holds_no_bytes_per_row_and_reads_and_writes_as_nulls(dtype,
     outputs.write_table(other, tmp_path / "plain.parquet")
     assert (tmp_path / "null.parquet").read_bytes() == (tmp_path / "plain.parquet").read_bytes()
     assert table.iloc[::7].equals(other.iloc[::7])  # a copy of its rows is a column of nulls like any other
+
+
+def _held_bytes(values) -> int:
+    """The bytes a column's arrays hold per row (nothing for an array of stride 0)."""
+    arrays = [getattr(values, a) for a in ("_data", "_mask", "_ndarray") if hasattr(values, a)] or [np.asarray(values)]
+    return sum(a.itemsize for a in arrays if a.strides[0] != 0)
+
+
+def test_a_real_capture_is_held_in_fewer_bytes_and_written_as_declared(tmp_path):
+    """The exchanges of a real capture as analyze holds them (tables.held): whole numbers that fit int32 in 4 bytes
+    a row (5 with a null mask), a column of one value in none, every value the same as in the declared dtypes
+    (as_declared widens them back), and the Parquet file byte for byte the one of the declared table."""
+    x = extract(REPO / "captures" / "oltp-hogs" / "db.pcap").exchanges
+    wide = as_declared(x)
+    assert [str(t) for t in wide.dtypes] == [c.dtype for c in EXCHANGE_COLUMNS]
+    narrower = []
+    for c in EXCHANGE_COLUMNS:
+        values = x[c.name].array
+        if c.dtype not in ("int64", "Int64"):
+            continue
+        full = wide[c.name]
+        if c.name in KEPT_AS_DECLARED:  # TCP sequence numbers: modulo 2^32, whatever their values
+            assert _held_bytes(values) == (8 if c.dtype == "int64" else 9), c.name
+        elif full.nunique(dropna=False) == 1:
+            assert _held_bytes(values) == 0, c.name
+        elif full.dropna().between(-2**31, 2**31 - 1).all():
+            assert _held_bytes(values) == (4 if c.dtype == "int64" else 5), c.name
+            narrower.append(c.name)
+        else:
+            assert _held_bytes(values) == (8 if c.dtype == "int64" else 9), c.name
+    assert {"conn_index", "seq", "req_first_frame", "bytes_resp", "conn_id", "stmt_id"} <= set(narrower)
+    # the same table in the declared dtypes: each column converted, none held
+    declared = pd.DataFrame({c.name: wide[c.name].to_numpy(copy=True) if c.dtype == "int64" else
+                             wide[c.name].copy(deep=True) for c in EXCHANGE_COLUMNS})
+    pd.testing.assert_frame_equal(wide, declared, check_exact=True)
+    outputs.write_table(x, tmp_path / "held.parquet")
+    outputs.write_table(declared, tmp_path / "declared.parquet")
+    assert (tmp_path / "held.parquet").read_bytes() == (tmp_path / "declared.parquet").read_bytes()
+
+
+def test_held_is_decided_by_the_values_alone():
+    """A table read in parts and concatenated holds what the whole holds: the same form for the same values,
+    whichever form they came in, and values that do not fit int32 (or a column of nulls and values) as they are."""
+    n = 1000
+    for values in (np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int32)):
+        assert held(values).dtype == np.int32 and (held(values) == np.arange(n)).all()
+    for values in (np.full(n, 7, dtype=np.int64), np.full(n, 7, dtype=np.int32)):
+        one = held(values)
+        assert one.dtype == np.int64 and one.strides == (0,) and (one == 7).all()
+    big = np.arange(n, dtype=np.int64) + 2**31
+    assert held(big) is big
+    some = pd.array([1, None, 2**40], dtype="Int64")
+    assert held(some) is some
+    seq = pd.Series(np.arange(n, dtype=np.int64), name="req_tcp_seq")  # fits int32, kept: counted modulo 2^32
+    assert held(seq) is seq and held(pd.Series(np.arange(n, dtype=np.int64))).dtype == np.int32
+    assert str(held(pd.array([1, None, 3], dtype="Int64")).dtype) == "Int32"
+    parts = [frame([("x", i) for i in range(5)], COLUMNS), frame([("y", 9)] * 3, COLUMNS)]
+    whole = frame([*[("x", i) for i in range(5)], *[("y", 9)] * 3], COLUMNS)
+    joined = concat(parts)
+    assert joined["n"].dtype == whole["n"].dtype == np.int32 and joined.equals(whole)
+    assert frame([("y", 9)] * 3, COLUMNS)["n"].array._ndarray.strides == (0,)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from .schema import DATASET_COLUMNS
+from .tables import as_declared
 
 PARTITION_ROWS = 1 << 17  # rows converted to Arrow at a time
 
@@ -32,7 +33,9 @@ def write_dataset(exchanges: pd.DataFrame, folder: Path, hosts: dict[str, str]) 
 
     text = [c for c in exchanges.columns if isinstance(exchanges[c].dtype, pd.CategoricalDtype)]
     host_col = DATASET_COLUMNS[0].name
-    schema = pa.Schema.from_pandas(exchanges.iloc[:0].astype({c: "string" for c in text}), preserve_index=False)
+    # described in the declared dtypes (as_declared: whole numbers held narrower are widened as they are written)
+    schema = pa.Schema.from_pandas(as_declared(exchanges.iloc[:0]).astype({c: "string" for c in text}),
+                                   preserve_index=False)
     schema = schema.append(pa.field(host_col, pa.string()))
 
     def batches():

@@ -85,23 +85,28 @@ def release_memory() -> None:
 DEFAULT_SHARE = 0.8  # of the memory available at the start (MemAvailable, or what the cgroup's limit leaves)
 
 # the peak above the process's memory at the start (its imports), per unit of what the extraction found, fitted
-# with a margin over the recordings' peaks (docs/scale.md, "Memory: the stated bound"). The peak per exchange grows
-# with the capture, so the costs follow the largest recording and the small ones get the wider margin:
+# with a margin over the recordings' peaks (docs/scale.md, "Memory: the stated bound": 1.1-1.5 times the 10 s and
+# 40 s recordings' peaks with --jobs 1, once analyze held its tables narrower, core.tables.held). The peak per
+# exchange grows with the slow log's entries (the join's search, the largest transient left), so the costs follow
+# the largest recording and the small ones get the wider margin:
 COST_FIXED = 64 << 20  # the report's and the verdict's fixed parts, the slow log, a forked child's start
-COST_PER_DB_EXCHANGE = 1_150  # an exchange at a DB point: its row through the join, the decomposition, the report
-COST_PER_OTHER_EXCHANGE = 250  # an exchange at an app or proxy point: its row until it is matched, the clock's pass
+COST_PER_DB_EXCHANGE = 625  # an exchange at a DB point: its row through the join, the decomposition, the report
+COST_PER_OTHER_EXCHANGE = 200  # an exchange at an app or proxy point: its row until it is matched, the clock's pass
 COST_PER_CONNECTION = 16 << 10  # a connection's state: its row, its timelines, the matching's per-connection parts
 # an exchange at a point that lost bytes (gaps): the loss repair reads its connections again beside the tables (the
-# extraction's own cost per exchange, once more)
-COST_PER_REPAIRED_EXCHANGE = 400
+# extraction's own cost per exchange, once more: the lossy 40 s read-only pair's repair, 16 connections read again,
+# peaked ~270 MiB above its later stages for 1.84 M exchanges at the two lossy points, ~155 B each)
+COST_PER_REPAIRED_EXCHANGE = 200
 # with --jobs N, the children beside this process (the extraction's workers, the writer and the report's profile
 # at the end) add their own: this share of the growth per process beyond the first, for at most MORE_PROCESSES
 COST_PER_JOB = 0.15
 MORE_PROCESSES = 3
-# during the extraction: the run's peak above the start is at least this many times what the extraction's processes
-# hold (the lowest ratio of the recordings, a pair's: the DB point's rows grow again in the joined table and the
-# report): a need the counts' prediction would rarely put lower, and the extraction itself stays under the bound
-PEAK_OVER_EXTRACTION = 1.4
+# during the extraction: the run's peak above the start is at least COST_FIXED and this many times what the
+# extraction's processes hold (the lowest of the recordings, the 40 s read-write pair's, whose tables analyze holds
+# narrower from the extraction on (core.tables.held): 64 MiB + 0.91 x 328 MiB of Pss = its peak, 364 MiB above the
+# start; the DB capture alone's 1.06): a need the counts' prediction would rarely put lower, and the extraction
+# itself stays under the bound
+PEAK_OVER_EXTRACTION = 0.9
 # the first share of a capture may not stand for all of it: its extrapolation to the whole capture refuses a run
 # only past this share, and above the bound by EXTRAPOLATION_MARGIN (what is held so far refuses at any share)
 EXTRAPOLATE_AFTER = 1 / 8

@@ -196,7 +196,7 @@ def _described(df: pd.DataFrame, text: set) -> tuple[pa.Schema, pa.Schema, dict]
     import pyarrow as pa
 
     from .schema import Column
-    from .tables import declared_dtype, file_schema
+    from .tables import as_declared, declared_dtype, file_schema
 
     # the file's schema (and its pandas metadata) as if the text columns were plain strings: a frame of declared
     # dtypes and text labels, without attrs, is described from the declarations (pandas' description converts the
@@ -204,8 +204,9 @@ def _described(df: pd.DataFrame, text: set) -> tuple[pa.Schema, pa.Schema, dict]
     declared = [declared_dtype(t) for t in df.dtypes]
     if not df.attrs and None not in declared and all(type(c) is str for c in df.columns) and df.columns.is_unique:
         schema = file_schema(tuple(Column(c, d, "") for c, d in zip(df.columns, declared)))
-    else:
-        schema = pa.Schema.from_pandas(df.iloc[:0].astype({c: "string" for c in text}), preserve_index=False)
+    else:  # whole numbers held in int32 (tables.held) described as the int64 they are declared as
+        schema = pa.Schema.from_pandas(as_declared(df.iloc[:0]).astype({c: "string" for c in text}),
+                                       preserve_index=False)
     # what is written: the text columns as dictionaries of that text, indexed by the categorical's codes as they
     # are (pyarrow converts a categorical's codes to its dictionary's indices of the same width)
     written = pa.schema([pa.field(f.name, pa.dictionary(pa.from_numpy_dtype(df[f.name].array.codes.dtype), f.type)

@@ -92,7 +92,9 @@ def declared_dtype(dtype) -> str | None:
 
 @functools.cache
 def _declared_dtypes() -> dict:
-    return {_pandas_dtype(d): d for d in _FILE_TYPES if d != CATEGORY}
+    # with the narrower dtypes `held` keeps whole numbers in: declared int64 and Int64, written as declared
+    return {_pandas_dtype(d): d for d in _FILE_TYPES if d != CATEGORY} | {np.dtype(np.int32): "int64",
+                                                                          _pandas_dtype("Int32"): "Int64"}
 
 
 @functools.cache
@@ -339,11 +341,12 @@ def _values(chunked: pa.ChunkedArray, column: Column):
         # Categories are put in lexical order so that sorting by such a column sorts by its text, as it would for
         # strings.
         return _categorical(chunked).array
+    kept = (lambda values: values) if column.name in KEPT_AS_DECLARED else held
     if column.dtype == TS and chunked.type == ARROW_TYPES[TS]:
-        return pd.array(_int64_key(chunked).view("M8[ns]"), dtype=pd.DatetimeTZDtype("ns", "UTC"))  # null: NaT
+        return kept(pd.array(_int64_key(chunked).view("M8[ns]"), dtype=pd.DatetimeTZDtype("ns", "UTC")))  # null: NaT
     if column.dtype in ("string", "Int64", "boolean") and chunked.type == ARROW_TYPES[column.dtype]:
-        return _pandas_dtype(column.dtype).__from_arrow__(chunked)
-    return chunked.to_pandas(types_mapper=_pandas_types().get).array
+        return kept(_pandas_dtype(column.dtype).__from_arrow__(chunked))
+    return kept(chunked.to_pandas(types_mapper=_pandas_types().get).array)
 
 
 @functools.cache
@@ -479,8 +482,10 @@ def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     if len(frames) == 1:
         return frames[0].reset_index(drop=True)
     names = list(frames[0].columns)
-    # of the columns' arrays: a frame of Series would align their indexes
-    return pd.DataFrame({n: concat_column([f[n] for f in frames]).array for n in names}, columns=names, copy=False)
+    # of the columns' arrays: a frame of Series would align their indexes; each in the form its values decide
+    # (`held`), as a table read whole holds them
+    return pd.DataFrame({n: held(concat_column([f[n] for f in frames]).rename(n)).array for n in names},
+                        columns=names, copy=False)
 
 
 def _concat_one(only: pd.Series, parts: list[pd.Series]) -> pd.Series | None:
@@ -494,7 +499,8 @@ def _concat_one(only: pd.Series, parts: list[pd.Series]) -> pd.Series | None:
         if all(p is only or (isinstance(p.dtype, pd.CategoricalDtype) and not len(p.dtype.categories)) for p in parts):
             return _text_categories(only).reset_index(drop=True)
         return None
-    if any(p.dtype != only.dtype for p in parts):
+    held_as = declared_dtype(only.dtype)  # an empty part of the declared dtype beside a column held narrower: as is
+    if any(p.dtype != only.dtype and (len(p) or held_as is None or declared_dtype(p.dtype) != held_as) for p in parts):
         return None
     return only.reset_index(drop=True)
 
@@ -533,7 +539,7 @@ def null_int64(n: int) -> pd.arrays.IntegerArray:
 
 
 def null_column(n: int, dtype: str) -> pd.Series:
-    """n nulls of dtype float64 or Int64 that hold no bytes per row: one value read n times (a read-only array of
+    """n nulls of dtype float64, Int64 or datetime64[ns, UTC] (TS) that hold no bytes per row: one value read n times (a read-only array of
     stride 0). For a column null in every row that nothing writes into (a write in place raises): readers see the
     nulls, a copy or a file holds them as any column of nulls."""
     import pandas as pd
@@ -543,7 +549,21 @@ def null_column(n: int, dtype: str) -> pd.Series:
     if dtype == "Int64":
         return pd.Series(pd.arrays.IntegerArray(np.broadcast_to(np.int64(1), (n,)), np.broadcast_to(True, (n,))),
                          copy=False)
+    if dtype == TS:
+        return pd.Series(_times_of(np.broadcast_to(np.datetime64("NaT", "ns"), (n,))), copy=False)
     raise ValueError(f"null_column: no {dtype!r} column")
+
+
+def _times_of(values: np.ndarray) -> pd.arrays.DatetimeArray:
+    """datetime64[ns] values as a datetime64[ns, UTC] array of those very values (no copy: a read-only array of
+    stride 0 stays one). pandas' public constructors copy them; its own constructor of a checked array does not."""
+    import pandas as pd
+
+    dtype = pd.DatetimeTZDtype("ns", "UTC")
+    try:
+        return pd.arrays.DatetimeArray._simple_new(values, dtype=dtype)
+    except (AttributeError, TypeError):  # a pandas without it: the same values, copied
+        return pd.array(np.array(values), dtype=dtype)
 
 
 def labelled(codes: np.ndarray, labels: list[str]) -> pd.Series:
@@ -568,9 +588,108 @@ def with_declared_dtypes(df: pd.DataFrame, columns: tuple[Column, ...]) -> pd.Da
     out = df[[c.name for c in columns]]
     dtypes = dict(zip(out.columns, out.dtypes))  # the dtypes at once, not a column taken out per column
     for col in columns:
-        if str(dtypes[col.name]) != col.dtype:
+        if str(dtypes[col.name]) != col.dtype and not (col.dtype in _HELD and declared_dtype(dtypes[col.name]) == col.dtype):
             out[col.name] = out[col.name].astype(col.dtype)
     return out
+
+
+def as_declared(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with each whole-number column `held` narrower (int32, Int32) in its declared dtype (int64, Int64), as
+    the files have it (the Parquet writer widens each row group as it writes it). The other columns are `df`'s own
+    (copy-on-write); `df` itself when there is none."""
+    import pandas as pd
+
+    wide = {name: column.astype(declared_dtype(column.dtype)) for name, column in df.items()
+            if column.dtype == np.int32 or column.dtype == _pandas_dtype("Int32")}
+    if not wide:
+        return df
+    return pd.DataFrame({n: wide.get(n, c) for n, c in df.items()}, columns=df.columns, copy=False)
+
+
+def hold_columns(df: pd.DataFrame) -> None:
+    """Every column of `df` in its `held` form, in place (a column already so is left as it is)."""
+    for name in df.columns:
+        column = df[name]
+        kept = held(column)
+        if kept.array is not column.array and _backing(kept.array) is not _backing(column.array):
+            df[name] = kept
+
+
+def _backing(values):
+    """The numpy array under a pandas array (its values: a masked array's data, a time array's ints)."""
+    for attribute in ("_data", "_ndarray"):
+        inner = getattr(values, attribute, None)
+        if isinstance(inner, np.ndarray):
+            return inner
+    return values
+
+
+def _stride_zero(values) -> bool:
+    """The array (numpy, or a masked or time array's values) reads one value for every row."""
+    data = _backing(values)
+    return isinstance(data, np.ndarray) and data.ndim == 1 and len(data) > 1 and data.strides[0] == 0
+
+
+# The declared dtypes whose columns `held` may keep in another form
+_HELD = ("int64", "Int64", "boolean", TS)
+_INT32 = np.iinfo(np.int32)
+# Columns held as declared whatever their values: TCP sequence numbers are counted modulo 2^32 (the matching, the
+# repair and the proxy add and subtract them), which int32 arithmetic would wrap at 2^31 first
+KEPT_AS_DECLARED = frozenset({"req_tcp_seq", "resp_tcp_seq", "resp_tcp_end"})
+
+
+def held(values):
+    """The form a column (an array, or a Series: then a Series) of a declared dtype is held in while `analyze` runs:
+    the same values in fewer bytes, decided by the values alone (so a table read in parts and concatenated holds
+    the form the whole table read at once holds):
+    - whole numbers (int64, Int64) that fit int32: int32 (Int32), 4 bytes a row instead of 8;
+    - one value in every row (whole numbers, booleans, nulls of float64, Int64 or time): that value read n times,
+      a read-only array of stride 0 (`null_column`), no bytes per row;
+    anything else, and a Series of a column KEPT_AS_DECLARED, as it is. The stages read the values as before (a
+    numpy sum or cumsum of int32 is taken in int64; a write into a column of stride 0 copies it under
+    copy-on-write). The files hold the declared dtypes: the Parquet writer describes a column held so by its
+    declared dtype (`declared_dtype`) and casts each row group; `as_declared` widens a whole table back."""
+    import pandas as pd
+
+    if isinstance(values, pd.Series):  # a Series of the held array, no copy of it (setting a column from a bare
+        # array copies it: a dense copy of a stride-0 array); a column KEPT_AS_DECLARED as it is
+        if values.name in KEPT_AS_DECLARED:
+            return values
+        return pd.Series(held(values.array), index=values.index, name=values.name, copy=False)
+    n = len(values)
+    if n < 2 or _stride_zero(values):
+        return values
+    if isinstance(values, pd.arrays.NumpyExtensionArray):
+        values = values.to_numpy()
+    if isinstance(values, np.ndarray):
+        if values.dtype == np.float64:
+            return null_column(n, "float64").to_numpy() if np.isnan(values).all() else values
+        if values.dtype != np.int64 and values.dtype != np.int32:
+            return values
+        lo, hi = values.min(), values.max()
+        if lo == hi:
+            return np.broadcast_to(np.int64(lo), (n,))
+        if values.dtype == np.int32 or not (_INT32.min <= lo and hi <= _INT32.max):
+            return values
+        return values.astype(np.int32)
+    if isinstance(values, pd.arrays.IntegerArray) and values.dtype in (_pandas_dtype("Int64"), _pandas_dtype("Int32")):
+        data, mask = values._data, values._mask
+        if mask.all():
+            return null_column(n, "Int64").array
+        if values.dtype == _pandas_dtype("Int32"):
+            return values
+        valid = data[~mask]
+        if _INT32.min <= valid.min() and valid.max() <= _INT32.max:
+            return pd.arrays.IntegerArray(data.astype(np.int32), mask)  # a null's value cut as it is: not read
+        return values
+    if isinstance(values, pd.arrays.BooleanArray):
+        data, mask = values._data, values._mask
+        if not mask.any() and (data.all() or not data.any()):
+            return pd.arrays.BooleanArray(np.broadcast_to(data[0], (n,)), np.broadcast_to(np.False_, (n,)))
+        return values
+    if isinstance(values, pd.arrays.DatetimeArray) and values.dtype == _pandas_dtype(TS) and values.isna().all():
+        return null_column(n, TS).array
+    return values
 
 
 def _sort_key(column: pd.Series) -> np.ndarray:
@@ -605,7 +724,7 @@ def sorted_columnwise(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFra
     data = {}
     for name in names:
         column = concat_column([f[name] for f in frames])
-        data[name] = (column if order is None else column.take(order)).reset_index(drop=True)
+        data[name] = held((column if order is None else column.take(order)).reset_index(drop=True).rename(name))
         for f in frames:
             if len(f) >= LET_GO_COLUMNS_FROM_ROWS:
                 del f[name]

@@ -21,7 +21,8 @@ import pandas as pd
 
 from ..core.fingerprint import digest_fingerprint, fingerprint, query_id
 from ..core.groups import sorted_by_group
-from ..core.tables import LET_GO_COLUMNS_FROM_ROWS, as_category, concat_column, labelled, null_boolean, null_int64
+from ..core.tables import (LET_GO_COLUMNS_FROM_ROWS, as_category, concat_column, held, labelled, null_boolean,
+                            null_int64)
 from ..core.times import to_ts, ts_ns
 from ..mysql.connection import ENCRYPTED_COMMAND
 from ..pair.match import Matching
@@ -81,15 +82,17 @@ def _rows_of(app: pd.DataFrame, db: pd.DataFrame, ar: np.ndarray, dr: np.ndarray
     # app column still, for the dtype and categories the two give)
     db_alone = not all_app and not len(a_rows) and len(d_rows) == len(db) and \
         bool((d_rows == np.arange(len(d_rows))).all())
-    for c in names:
+    for c in names:  # each column in the form its values decide (tables.held: a take of a column of one value
+        # is a dense copy, a concatenation of int32 and int64 parts int64)
         if in_order:  # every app row, in its order (every exchange matched): the column as it is
             data[c] = app[c].reset_index(drop=True)
         elif all_app:
-            data[c] = app[c].take(a_rows).reset_index(drop=True)
+            data[c] = held(app[c].take(a_rows).reset_index(drop=True))
         elif db_alone:
-            data[c] = concat_column([app[c].take(a_rows), db[c]]).reset_index(drop=True)
+            data[c] = held(concat_column([app[c].take(a_rows), db[c]]).reset_index(drop=True))
         else:
-            data[c] = concat_column([app[c].take(a_rows), db[c].take(d_rows)]).take(position).reset_index(drop=True)
+            data[c] = held(concat_column([app[c].take(a_rows), db[c].take(d_rows)]).take(position)
+                           .reset_index(drop=True))
         if len(app) >= LET_GO_COLUMNS_FROM_ROWS:
             del app[c]
     return pd.DataFrame(data, columns=names, copy=False)
@@ -178,8 +181,8 @@ def build_table(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, clocks:
         _statements_from_db(base, db_column, has_a & has_d)
         base["problems"] = _merged_problems(base["problems"], db_column("problems"), has_a & has_d)
         base["db_client"] = db_column("client")
-        base["db_req_first_frame"] = db_column("req_first_frame").astype("Int64")
-        base["db_resp_last_frame"] = db_column("resp_last_frame").astype("Int64")
+        base["db_req_first_frame"] = held(db_column("req_first_frame").astype("Int64"))
+        base["db_resp_last_frame"] = held(db_column("resp_last_frame").astype("Int64"))
     else:
         base["db_client"] = labelled(np.full(n, -1), [])
         base["db_req_first_frame"] = pd.Series(null_int64(n))
@@ -329,7 +332,7 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     if join.used:
         _texts_from_slow_log(t, slow, join.entry)
     lines = slow["line"].to_numpy()[np.maximum(join.entry, 0)] if join.used else np.zeros(len(t), dtype=np.int64)
-    t["slow_log_line"] = pd.Series(lines, dtype="Int64").where(in_log & join.used)
+    t["slow_log_line"] = held(pd.Series(lines, dtype="Int64").where(in_log & join.used))
     evidence = join.used | flag.notna().to_numpy()
     if lqt is None:
         hidden = null_boolean(len(t))

@@ -12,7 +12,8 @@ import pandas as pd
 
 from ..core.formats import plural, seconds_rounded, share
 from ..core.groups import aggregated, codes
-from .waitprofile import hosts_of
+from ..core.tables import text_dtype
+from .waitprofile import host_codes
 from .wording import connection, quoted
 
 NETWORK_LEADS = 0.5  # network's share of the clients' time from which it leads the verdict
@@ -36,10 +37,12 @@ def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
     both = ~np.isnan(net) & ~np.isnan(total)
     if not both.any():
         return None
-    host = hosts_of(x["client"])
-    # the arrays as they are (copy=False: no consolidated copy of them), conn_id in its own dtype (not an object
+    host, hosts = host_codes(x["client"])
+    # the arrays as they are (copy=False: no consolidated copy of them); the host and the capture as categoricals
+    # (a small code a row, grouped as their texts are, in lexical order), conn_id in its own dtype (not an object
     # per row)
-    frame = pd.DataFrame({"host": host[both], "capture": x["capture"].astype(object).to_numpy()[both],
+    frame = pd.DataFrame({"host": pd.Categorical.from_codes(host[both], dtype=text_dtype(tuple(hosts))),
+                          "capture": x["capture"].array[both],
                           "conn_index": x["conn_index"].to_numpy()[both], "conn_id": x["conn_id"].array[both],
                           "network_s": np.maximum(net[both], 0.0), "total_s": total[both]}, copy=False)
     del host

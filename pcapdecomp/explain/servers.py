@@ -13,7 +13,7 @@ import pandas as pd
 from ..core.errors import SlowLogError
 from ..core.memory import release_memory
 from ..core.schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
-from ..core.tables import as_category, concat, with_declared_dtypes
+from ..core.tables import as_category, concat, held, hold_columns, with_declared_dtypes
 from ..pair.pairing import Paired
 from ..pair.proxy import empty_columns as proxy_empty
 from ..pair.proxy import finish as proxy_finish
@@ -114,8 +114,9 @@ def joined_table(paired: Paired) -> pd.DataFrame:
     table["conn_id_source"] = conn_id_sources_of(table, paired.id_sources)
     paired.app_ex = paired.db_ex = None
     paired.matching = replace(paired.matching, app_row=None, db_row=None, notes=None)
-    release_memory()
     table["db_point"] = as_category(paired.row_point)
+    hold_columns(table)  # the columns the joined table made (nulls of a DB capture alone, the DB's frame numbers…)
+    release_memory()
     return table
 
 
@@ -152,11 +153,13 @@ def explain_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, m
         note(w)
     slow_info.update(join.stats)
     slow_info["used"] = join.used
+    del join  # its per-row arrays (the joined entry, the Query_time, the undecided marks): read by now
     if decomposed is not None:
         decomposed(table)
     view = thread_pool_view(table, cs.thread_pool_size)
     for col in ("thread_group", "stall", "stall_role"):
-        table[col] = getattr(view, col).array
+        # a Series on the table's index: setting a column from an array copies it (a null column of stride 0 too)
+        table[col] = pd.Series(held(getattr(view, col).array), index=table.index, copy=False)
     if view.queue_source is not None:
         table["queue_source"] = view.queue_source.array
     for w in view.warnings:

@@ -24,6 +24,7 @@ import pandas as pd
 
 from ..core.formats import clip
 from ..core.groups import equals, group_order
+from ..core.memory import release_memory
 from ..core.schema import GROUP_COLUMNS, POOL_COLUMNS
 from ..core.times import ts_ns
 from .decompose import LIKELY_COVER, NS, STALL_MIN_QUEUE_S, covered_ns
@@ -164,30 +165,30 @@ def _histogram(points: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 
 class _Intervals:
-    """The ends of intervals as the bucket views read them: each array of points sorted once and its areas (_area)
-    summed once, however many views share it (in flight and queued share D1; in flight and executing share D4
-    when every execution is known)."""
+    """The ends of intervals as the bucket views read them: each array of points sorted once, read for its areas
+    (_area) and its count per bucket (_histogram), and let go: the sorted copies of every row are not held together
+    (they were the pool view's peak). Views share what is put once (in flight and queued share D1; in flight and
+    executing share D4 when every execution is known)."""
 
     def __init__(self, edges: np.ndarray):
         self.edges = edges
-        self._sorted: dict[str, np.ndarray] = {}
         self._areas: dict[str, np.ndarray] = {}
+        self._counts: dict[str, np.ndarray] = {}
 
     def put(self, name: str, points: np.ndarray | None, same_as: str | None = None) -> None:
         """`points` under `name`; `same_as`: the name of the same points, put before (sorted once)."""
         if same_as is not None:
-            self._sorted[name] = self._sorted[same_as]
-            if same_as in self._areas:
-                self._areas[name] = self._areas[same_as]
-        else:
-            self._sorted[name] = np.sort(points)
+            self._areas[name], self._counts[name] = self._areas[same_as], self._counts[same_as]
+            return
+        ordered = np.sort(points)
+        self._areas[name] = _area(ordered, self.edges)
+        self._counts[name] = _histogram(ordered, self.edges)
 
-    def sorted(self, name: str) -> np.ndarray:
-        return self._sorted[name]
+    def counts(self, name: str) -> np.ndarray:
+        """_histogram of the points named `name`: how many fall in each bucket."""
+        return self._counts[name]
 
     def area(self, name: str) -> np.ndarray:
-        if name not in self._areas:
-            self._areas[name] = _area(self._sorted[name], self.edges)
         return self._areas[name]
 
     def occupancy(self, starts: str, ends: str) -> np.ndarray:
@@ -209,21 +210,30 @@ def _count_steps(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.n
     lo = min(int(starts.min()), int(ends.min()))
     if max(int(starts.max()), int(ends.max())) - lo >= 1 << 62:  # the doubled offsets would not fit in int64
         return _count_steps_sorted(starts, ends)
-    # made in place, in one array of keys and one of steps (a temporary of every row is fresh pages to fault in)
+    # made in place, in one array of keys and one of steps (a temporary of every row is fresh pages to fault in);
+    # the steps' running sum in int32 while it fits (half the bytes), each array let go once read
     key = np.empty(len(starts) + len(ends), dtype=np.int64)
     for part, points, kind in ((key[:len(starts)], starts, 1), (key[len(starts):], ends, 0)):
         np.subtract(points, lo, out=part)
         part *= 2
         part += kind
     key.sort()
-    running = key & 1
+    running = np.empty(len(key), dtype=np.int32 if len(key) < 1 << 31 else np.int64)
+    np.bitwise_and(key, 1, out=running, casting="unsafe")
     running *= 2
     running -= 1
     np.cumsum(running, out=running)
     times = key
     times >>= 1
-    last = np.flatnonzero(np.concatenate([times[1:] != times[:-1], [True]]))
-    return times[last] + lo, running[last]
+    last = np.empty(len(times), dtype=bool)  # the last entry of each distinct time
+    np.not_equal(times[1:], times[:-1], out=last[:-1])
+    last[-1] = True
+    counts = running[last]
+    del running
+    times = times[last]
+    del key, last
+    times += lo
+    return times, counts.astype(np.int64, copy=False)
 
 
 def _count_steps_sorted(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -285,7 +295,6 @@ class _Rows:
     measured: np.ndarray  # queue_source is measured (the slow log timed the execution)
     likely: np.ndarray  # queue_source is likely (decompose.likely_waits): a wait told as likely, not as certain
     culprit_ok: np.ndarray  # its execution could hold a worker for long: exec_s ≥ threshold from a source that says so
-    executing_steps: tuple[np.ndarray, np.ndarray] | None = None  # _execution_steps', made once (pool and cap read it)
     srv: np.ndarray | None = None  # the DB server endpoint's number: a thread pool is one server's (one DB capture
     #                                point may see several servers: their statements never wait for each other)
 
@@ -293,14 +302,6 @@ class _Rows:
     def q_told(self) -> np.ndarray:
         """The wait a story may tell, ns: the likely one where queue_source is likely, else the certain one."""
         return np.where(self.likely, self.q_end - self.d1, self.q_min)
-
-
-def _execution_steps(r: _Rows) -> tuple[np.ndarray, np.ndarray]:
-    """_count_steps of the known executions (XS … D4), computed once per _Rows (the pool view and the cap read it)."""
-    if r.executing_steps is None:
-        ex = r.exec_known
-        r.executing_steps = _count_steps(r.xs[ex], r.d4[ex])
-    return r.executing_steps
 
 
 def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, int]:
@@ -376,9 +377,9 @@ def _ns_of(seconds: np.ndarray) -> np.ndarray:
 
 def pool_table(r: _Rows, edges: np.ndarray, bucket_s: float, threshold_ns: int) -> pd.DataFrame:
     bns = int(round(bucket_s * NS))
-    # each step function reduced to its buckets' extremes as soon as it is made (the queued ones are read nowhere
-    # else: two arrays of twice the rows each, not held beside the next), then the sorted ends
-    x_lo, x_hi = _step_extremes(*_execution_steps(r), edges)
+    # each step function reduced to its buckets' extremes as soon as it is made (none is read elsewhere: two arrays
+    # of twice the rows each, not held beside the next, nor through the rest of the view), then the sorted ends
+    x_lo, x_hi = _step_extremes(*_count_steps(r.xs[r.exec_known], r.d4[r.exec_known]), edges)
     _, q_hi = _step_extremes(*_count_steps(r.d1, r.q_end), edges)
     victim = r.q_min >= threshold_ns
     _, c_hi = _step_extremes(*_count_steps(r.d1[victim], (r.d1 + r.q_min)[victim]), edges)
@@ -394,7 +395,7 @@ def pool_table(r: _Rows, edges: np.ndarray, bucket_s: float, threshold_ns: int) 
         "executing_max": x_hi.astype(np.int64),
         "queued_max": q_hi.astype(np.int64),
         "queued_certain_max": c_hi.astype(np.int64),
-        "started": _histogram(ends.sorted("d1"), edges),
+        "started": ends.counts("d1"),
     })
 
 
@@ -601,7 +602,7 @@ def group_table(r: _Rows, group: np.ndarray, edges: np.ndarray, bucket_s: float)
             "executing": ends.occupancy("xs", "d4x") / bns,
             "queued": queued / bns,
             "queue_s": queued / NS,
-            "started": _histogram(ends.sorted("d1"), edges),
+            "started": ends.counts("d1"),
             "max_queue_s": _bucket_max((r.q_end[rows] - d1) / NS, np.searchsorted(edges, d1, side="right") - 1, nb),
         }))
     if not frames:
@@ -682,6 +683,7 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
     bucket_s = bucket_s or auto_bucket_s(t1 - t0)
     edges = _edges(t0, t1, bucket_s) if len(r.pos) else np.zeros(1, np.int64)
     pool = pool_table(r, edges, bucket_s, threshold_ns) if len(r.pos) else _empty(POOL_COLUMNS)
+    release_memory()  # the pool table's step functions and sorted ends, freed: group_table's come next
 
     inferred = infer_thread_pool_size(r, threshold_ns)
     size, source = given_size, "given" if given_size else None

@@ -45,6 +45,7 @@ def fit_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: l
     """One clock model per app point and DB point with matched connections, keyed by the app point (one DB point)
     or `pair_key` (several), and its summary.json → clocks entry. `read_ahead`: start_segment_passes's passes, used
     for a point whose matched connections are the ones it read."""
+    release_memory()  # what the matching freed (its candidates, the completed matching's making), before the passes
     several = len(db_xs) > 1
     clocks: dict[str, ClockModel] = {}
     clock_info: dict[str, dict] = {}
@@ -115,8 +116,9 @@ def _taken(segments: dict, uses: Counter, owner: tuple[str, str]) -> _Segments:
 def _fitted_clock(app, db, db_first_ns: int | None) -> tuple[ClockModel, dict]:
     """The clock of an app point and a DB point from their segments (read_segments_of's), and its summary.json →
     clocks entry (without the points' names)."""
-    samples = pair_segments(app, db)
+    sides = [app, db]
     del app, db
+    samples = _paired(sides)  # lets the segments go as soon as it has read them
     release_memory()
     model = estimate_clock(samples.fwd_app, samples.fwd_db, samples.rev_db, samples.rev_app)
     return model, clock_entry(model, samples, db_first_ns)
@@ -229,7 +231,11 @@ def _unique_sorted(columns: list) -> _Segments:
     kept = int(once.sum())
     if kept == len(once):
         return _Segments(k1, k2, ts, read=len(once), repeated=0)
-    return _Segments(k1[once], k2[once], ts[once], read=len(once), repeated=len(once) - kept)
+    # one array at a time, each let go as soon as its kept rows are copied (not the three copies beside the three)
+    k1 = k1[once]
+    k2 = k2[once]
+    ts = ts[once]
+    return _Segments(k1, k2, ts, read=len(once), repeated=len(once) - kept)
 
 
 def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, int]]) -> _Segments:
@@ -258,6 +264,15 @@ def pair_segments(app: _Segments, db: _Segments) -> ClockSamples:
     """The segments seen at both points (same key), as clock samples. Both sides are sorted by (k1, k2) with unique
     keys, so this is a merge join on sorted arrays: no hash table, a few index arrays of memory (of JOIN_CHUNK app
     segments at a time: each app segment's search is its own)."""
+    return _paired([app, db])
+
+
+def _paired(sides: list[_Segments]) -> ClockSamples:
+    """pair_segments of the app and DB segments in `sides`, handed over (the list is emptied): they are let go as
+    soon as the matched times are taken from them, before those are joined and sorted (the segments of both points
+    and the samples' sorting were the clock fit's peak)."""
+    app, db = sides
+    sides.clear()
     parts: tuple[list, list, list, list] = ([], [], [], [])  # per chunk: forward app, DB times; reverse DB, app
     for at in range(0, len(app.k1), JOIN_CHUNK):
         ia, id_ = _matched(app.k1[at:at + JOIN_CHUNK], app.k2[at:at + JOIN_CHUNK], db, at)
@@ -265,6 +280,9 @@ def pair_segments(app: _Segments, db: _Segments) -> ClockSamples:
         ts_a, ts_d = app.ts[ia], db.ts[id_]
         for part, values in zip(parts, (ts_a[fwd], ts_d[fwd], ts_d[~fwd], ts_a[~fwd])):
             part.append(values)
+    read_app, read_db, repeated = app.read, db.read, app.repeated + db.repeated
+    del app, db  # (the last chunk's arrays are small)
+    release_memory()
     fwd_app, fwd_db, rev_db, rev_app = (_joined(part) for part in parts)
     del parts
     order = np.lexsort((fwd_db, fwd_app))  # by app time; equal app times by DB time
@@ -272,10 +290,8 @@ def pair_segments(app: _Segments, db: _Segments) -> ClockSamples:
     order = np.lexsort((rev_db, rev_app))
     rev_app, rev_db = rev_app[order], rev_db[order]
     del order
-    return ClockSamples(
-        fwd_app, fwd_db, rev_db, rev_app,
-        app_segments=app.read, db_segments=db.read, duplicates_dropped=app.repeated + db.repeated,
-    )
+    return ClockSamples(fwd_app, fwd_db, rev_db, rev_app, app_segments=read_app, db_segments=read_db,
+                        duplicates_dropped=repeated)
 
 
 JOIN_CHUNK = 1 << 16  # app segments searched at once by pair_segments

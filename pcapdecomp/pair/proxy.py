@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ..core.schema import TS
 from ..core.tables import null_column
 from ..core.times import to_ts, ts_ns_or
 from ..mysql.params import split_params
@@ -839,7 +840,7 @@ def empty_columns(table: pd.DataFrame) -> pd.DataFrame:
     for col in ("net_app_proxy_s", "proxy_s", "proxy_wait_s", "net_proxy_db_s"):
         table[col] = null_column(n, "float64")
     for col in PROXY_TIME_COLUMNS:
-        table[col] = to_ts(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool))
+        table[col] = null_column(n, TS)
     return table
 
 

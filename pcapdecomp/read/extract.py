@@ -86,6 +86,9 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
     if sum(parts) == len(paths) and (jobs <= 1 or len(paths) == 1):
         out: list[Extraction] = []
         for path, before in zip(paths, [sum(sizes[:i]) for i in range(len(sizes))]):
+            if out:  # the previous capture's DataFrames before the next is read: its tables are held in their
+                # narrower form (tables.held) meanwhile, not as the Arrow tables of the declared widths
+                out[-1].exchanges, out[-1].connections  # noqa: B018
             frames_before = sum(x.stats.frames for x in out)
             step = None if progress is None else (
                 lambda d, t, f, b=before, fb=frames_before: progress(b + d, sum(sizes), fb + f))
@@ -208,9 +211,12 @@ def counts_of(x: Extracted) -> Counts:
     """What the run's memory grows with (core.memory.Counts), from the points' quality counts."""
     every = [*x.qualities["app"], *x.qualities["dbs"], *x.qualities["proxy"]]
     db = sum(q["exchanges"] for q in x.qualities["dbs"])
+    # the loss repair reads a lossy point's connections again to borrow from the other point: a DB or app capture
+    # alone has none to borrow from, and is analysed with its holes
+    repairs = bool(x.app and x.db)
     return Counts(db_exchanges=db, other_exchanges=sum(q["exchanges"] for q in every) - db,
                   connections=sum(q["mysql_connections"] for q in every), points=len(every),
-                  repaired_exchanges=sum(q["exchanges"] for q in every if q["gaps"]))
+                  repaired_exchanges=sum(q["exchanges"] for q in every if q["gaps"]) if repairs else 0)
 
 
 def _span_ns(extractions: list[Extraction]) -> int | None:

@@ -5,6 +5,7 @@ tables, written beside each other by forked children with --jobs N, one after th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from ..core.errors import InputError, UsageError, internal_errors_to
 from ..core.memory import MemoryBound, beyond_the_machine, map_big_blocks, parse_size, release_memory
 from ..core.outputs import OutputFolder, write_table, write_text
 from ..core.schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
-from ..core.tables import with_declared_dtypes
+from ..core.tables import as_declared, with_declared_dtypes
 from ..core.workers import Ahead, Forked, default_jobs
 from ..explain.servers import Explained, summary_of
 from ..explain.summary import latency_quantiles
@@ -53,11 +54,18 @@ class Options:
 @dataclass
 class AnalysisResult:
     out_dir: Path
-    exchanges: pd.DataFrame  # EXCHANGE_COLUMNS + ANALYSIS_COLUMNS
+    held_exchanges: pd.DataFrame = field(repr=False)  # the table as the run held it (core.tables.held)
     groups: pd.DataFrame  # per thread group and time bucket
     summary: dict  # what summary.json holds
     written: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+    @functools.cached_property
+    def exchanges(self) -> pd.DataFrame:
+        """EXCHANGE_COLUMNS + ANALYSIS_COLUMNS in their declared dtypes, as exchanges.parquet has them: made when
+        first asked for (the command line never asks: widened as the run ends, the table would take its full
+        width again then)."""
+        return as_declared(self.held_exchanges)
 
 
 class Run:
