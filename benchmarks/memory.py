@@ -35,8 +35,8 @@ STAGES = [
     ("pcapdecomp.analysis", "extract_points"),
     ("pcapdecomp.analysis", "pair_points"),
     ("pcapdecomp.pair.pairing", "Pairing"),
-    ("pcapdecomp.pair.pairing", "repair_losses"),
-    ("pcapdecomp.pair.pairing", "fit_clocks"),
+    ("pcapdecomp.pair.repair", "repair_losses"),  # imported by pairing where two points pair
+    ("pcapdecomp.pair.clocks", "fit_clocks"),
     ("pcapdecomp.read.connids", "name_connections"),
     ("pcapdecomp.analysis", "explain_servers"),
     ("pcapdecomp.explain.servers", "joined_table"),

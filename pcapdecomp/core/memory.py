@@ -93,10 +93,12 @@ COST_FIXED = 64 << 20  # the report's and the verdict's fixed parts, the slow lo
 COST_PER_DB_EXCHANGE = 625  # an exchange at a DB point: its row through the join, the decomposition, the report
 COST_PER_OTHER_EXCHANGE = 200  # an exchange at an app or proxy point: its row until it is matched, the clock's pass
 COST_PER_CONNECTION = 16 << 10  # a connection's state: its row, its timelines, the matching's per-connection parts
-# an exchange at a point that lost bytes (gaps): the loss repair reads its connections again beside the tables (the
-# extraction's own cost per exchange, once more: the lossy 40 s read-only pair's repair, 16 connections read again,
-# peaked ~270 MiB above its later stages for 1.84 M exchanges at the two lossy points, ~155 B each)
-COST_PER_REPAIRED_EXCHANGE = 200
+# a MySQL byte at a point that lost bytes (gaps): the loss repair reads its connections again beside the tables, and
+# what it holds follows the bytes it reads, not the exchanges: the 150 s read-write pair (1.5 M exchanges, 3.03 GB
+# of MySQL bytes at its lossy app point, every connection read again) peaked at 2,886 MiB in the repair, 1,690 MiB
+# above any other stage (2026-12-01: a cost per exchange fitted to the read-only shape, 556 B a capture byte per
+# exchange against 2.2 KB here, predicted 1,642 MiB: no bound). 0.7 B a byte: 1.17x that peak
+COST_PER_REPAIRED_BYTE = 0.7
 # with --jobs N, the children beside this process (the extraction's workers, the writer and the report's profile
 # at the end) add their own: this share of the growth per process beyond the first, for at most MORE_PROCESSES
 COST_PER_JOB = 0.15
@@ -279,7 +281,7 @@ class Counts:
     other_exchanges: int  # at app and proxy points
     connections: int  # MySQL connections, at every point
     points: int
-    repaired_exchanges: int = 0  # at points with gaps, whose connections the loss repair reads again
+    repaired_bytes: int = 0  # MySQL bytes at points with gaps, whose connections the loss repair reads again
 
     @property
     def exchanges(self) -> int:
@@ -292,7 +294,7 @@ def predicted_peak(counts: Counts, jobs: int, start: int) -> int:
     (benchmarks/memory_bound.py checks it against measured peaks)."""
     grown = (COST_FIXED + COST_PER_DB_EXCHANGE * counts.db_exchanges
              + COST_PER_OTHER_EXCHANGE * counts.other_exchanges + COST_PER_CONNECTION * counts.connections
-             + COST_PER_REPAIRED_EXCHANGE * counts.repaired_exchanges)
+             + COST_PER_REPAIRED_BYTE * counts.repaired_bytes)
     return int(start + grown * (1 + COST_PER_JOB * min(max(jobs, 1) - 1, MORE_PROCESSES)))
 
 

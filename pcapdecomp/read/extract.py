@@ -216,7 +216,7 @@ def counts_of(x: Extracted) -> Counts:
     repairs = bool(x.app and x.db)
     return Counts(db_exchanges=db, other_exchanges=sum(q["exchanges"] for q in every) - db,
                   connections=sum(q["mysql_connections"] for q in every), points=len(every),
-                  repaired_exchanges=sum(q["exchanges"] for q in every if q["gaps"]) if repairs else 0)
+                  repaired_bytes=sum(q["mysql_bytes"] for q in every if q["gaps"]) if repairs else 0)
 
 
 def _span_ns(extractions: list[Extraction]) -> int | None:
