@@ -1094,8 +1094,8 @@ static int describe_execute(Flow *f, const uint8_t *payload, Py_ssize_t n) {
     PyObject *statement = PyDict_GetItemWithError(f->statements, key); /* borrowed */
     if (!statement) {
         /* decode_execute without the statement: a payload shorter than its fixed 9 bytes is params-undecoded
-         * (Python's); with query attributes the count may be in the packet (Python's too) */
-        if (PyErr_Occurred() || n - 1 < 9 || f->qa == 1) {
+         * (Python's; a connection with query attributes never gets here: client_request leaves it to Python) */
+        if (PyErr_Occurred() || n - 1 < 9) {
             Py_DECREF(key);
             return PyErr_Occurred() ? -1 : 0;
         }

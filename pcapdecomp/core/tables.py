@@ -539,9 +539,9 @@ def null_int64(n: int) -> pd.arrays.IntegerArray:
 
 
 def null_column(n: int, dtype: str) -> pd.Series:
-    """n nulls of dtype float64, Int64 or datetime64[ns, UTC] (TS) that hold no bytes per row: one value read n times (a read-only array of
-    stride 0). For a column null in every row that nothing writes into (a write in place raises): readers see the
-    nulls, a copy or a file holds them as any column of nulls."""
+    """n nulls of dtype float64, Int64 or datetime64[ns, UTC] (TS) that hold no bytes per row: one value read n
+    times (a read-only array of stride 0). For a column null in every row that nothing writes into (a write in
+    place raises): readers see the nulls, a copy or a file holds them as any column of nulls."""
     import pandas as pd
 
     if dtype == "float64":
@@ -588,7 +588,8 @@ def with_declared_dtypes(df: pd.DataFrame, columns: tuple[Column, ...]) -> pd.Da
     out = df[[c.name for c in columns]]
     dtypes = dict(zip(out.columns, out.dtypes))  # the dtypes at once, not a column taken out per column
     for col in columns:
-        if str(dtypes[col.name]) != col.dtype and not (col.dtype in _HELD and declared_dtype(dtypes[col.name]) == col.dtype):
+        held_so = col.dtype in _HELD and declared_dtype(dtypes[col.name]) == col.dtype  # int32 of a declared int64
+        if str(dtypes[col.name]) != col.dtype and not held_so:
             out[col.name] = out[col.name].astype(col.dtype)
     return out
 
