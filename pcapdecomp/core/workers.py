@@ -270,7 +270,10 @@ def worker_pool(count: int) -> Iterator[ProcessPoolExecutor]:
         for child in ended:
             child.terminate()
         for child in ended:  # gone before their files are looked for: none is written afterwards
-            child.join(5)
+            child.join(2)
+            if child.is_alive():  # its SIGTERM handler is Python: it waits for the C reader's chunk to end
+                child.kill()
+                child.join()
         raise
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
