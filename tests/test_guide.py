@@ -259,10 +259,16 @@ def test_guide_followed_in_the_lab_gives_the_right_verdict(tmp_path):
     maybe = Counter(r["conn_id"] for r in probes if r["client_s"] - r["exec_s"] >= 0.05)
     hog_group = hog["conn_id"] % pool_size
     assert any(c % pool_size == hog_group for c in surely)  # the recording stalled the hog's thread group
-    # thread_pool_size as the server said it (capture.toml), and the wire agrees
-    assert summary["thread_pool_size"]["value"] == pool_size and summary["thread_pool_size"]["source"] == "given"
-    assert summary["thread_pool_size"]["inferred"]["value"] == pool_size
-    assert summary["thread_pool_size"]["warning"] is None
+    # thread_pool_size as the server said it (capture.toml); the wire agrees where the truth's waits tell the size,
+    # when only probes of the hog's group waited. On a loaded machine probes of the other group wait too (at load 14
+    # the wire told no size): then it may tell none, or a stall there without a long statement, never another size
+    size = summary["thread_pool_size"]
+    assert size["value"] == pool_size and size["source"] == "given"
+    if all(c % pool_size == hog_group for c in maybe):
+        assert size["inferred"]["value"] == pool_size and size["warning"] is None, size
+    else:
+        assert size["inferred"]["value"] in (pool_size, None), size
+        assert size["warning"] is None or "stalls have no culprit" in size["warning"], size
     stalls = summary["groups"]["stalls"]
     named = [s["thread_group"] for s in stalls]
     # the hog's group, and another only where the truth has waits there too (a loaded machine slows every group)

@@ -276,7 +276,8 @@ SCENARIOS = {s.name: s for s in (
         "Two MariaDB servers, a primary and a replica, each on a host of its own and captured there; the app host "
         "talks to both over two links and is captured on both (-i any); every tcpdump rotates its file each "
         "million bytes (-C 1), as long captures in the field are taken. Range selects (20 rows by id) on 3 text connections to "
-        "each server at up to 1200/s in total for 3 s; a CPU hog (BENCHMARK ~0.4 s) runs twice on the primary "
+        "each server, 3600 of them at 1200/s in total (3 s; a fixed count: a loaded machine takes longer, never "
+        "fewer); a CPU hog (BENCHMARK ~0.4 s) runs twice on the primary "
         "(thread_pool_size=2, 60 s stall limit): the primary's selects in the hog's thread group queue "
         "behind it, the replica's do not (long_query_time=0.1). truth.jsonl says which server (conn_label "
         "primary-… / replica-…). Recorded by the tests (tests/test_sources.py), not committed.",

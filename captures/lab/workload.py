@@ -867,26 +867,28 @@ def stall_fix(args, truth: Truth) -> None:
 
 def two_servers(args, truth: Truth) -> None:
     """Range selects (20 rows) on `clients` text connections to each of two servers (a primary at --host, a replica at
-    `host2`), each at rate / (2 × clients) per second for `args.duration` s, and a hog connection to the primary
-    running a BENCHMARK at each of `hog_times`: the primary's thread group stalls, the replica's does not."""
+    `host2`), each at rate / (2 × clients) per second, rate × duration of them in all, and a hog connection to the
+    primary running a BENCHMARK at each of `hog_times`: the primary's thread group stalls, the replica's does not."""
     servers = {"primary": args.host, "replica": args.host2}
     conns = [connect(truth, f"{role}-{i}", args, host_override=host)
              for role, host in servers.items() for i in range(args.clients)]
     hog = connect(truth, "primary-hog", args)
     per_client_rate = args.rate / (2 * args.clients)
-    stop = time.monotonic() + args.duration
+    per_client = round(args.duration * per_client_rate)
+    start = time.monotonic()
 
     def worker(conn: Connection, rng: random.Random):
-        next_at = time.monotonic()
-        while next_at < stop:
+        # a fixed count on a schedule: a select held up (by the hog, or by a loaded machine) delays the next ones
+        # but none is skipped, so every recording has the same statements and the same bytes at each point (the
+        # tests need > 3000 of them, and rotated files), and only their timing differs
+        for i in range(per_client):
+            time.sleep(max(0.0, start + i / per_client_rate - time.monotonic()))
             first = rng.randint(1, args.rows - 19)  # 20 short rows: enough bytes for tcpdump -C 1 to rotate
             conn.timed_query(f"SELECT id, k, c FROM sbtest1 WHERE id BETWEEN {first} AND {first + 19}")
-            next_at = max(next_at + 1 / per_client_rate, time.monotonic() - 0.05)
-            time.sleep(max(0.0, next_at - time.monotonic()))
 
     def hogger():
         for at in args.hog_times:
-            time.sleep(max(0.0, stop - args.duration + at - time.monotonic()))
+            time.sleep(max(0.0, start + at - time.monotonic()))
             hog.timed_query(f"SELECT BENCHMARK({args.hog_rounds}, SHA2(RAND(), 256))", role="hog")
 
     run_threads([hogger, *[lambda c=c, i=i: worker(c, random.Random(args.seed * 1000 + i))

@@ -336,7 +336,8 @@ class OutputFolder:
         except OSError as err:
             self._release(failed=True)
             raise OutputError(f"{out}: cannot write the output folder: {err.strerror or err}") from None
-        except BaseException:
+        except BaseException:  # Ctrl-C, also the one taken as mkdir returns: the staging folder goes too
+            _remove(self.staging)
             self._release(failed=True)
             raise
         return self
@@ -425,7 +426,7 @@ def _remove(path: Path) -> None:
     else:
         try:
             path.unlink()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # not there: below a file, nothing is
             pass
 
 

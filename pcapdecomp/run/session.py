@@ -6,6 +6,7 @@ tables, written beside each other by forked children with --jobs N, one after th
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
@@ -112,16 +113,24 @@ class Run:
             if self.runner is not None:
                 self._stack.callback(self.runner.close)
             self._stack.enter_context(internal_errors_to(self.out))
-            self.folder = self._stack.enter_context(OutputFolder(self.out, ANALYSIS_NAMES))
+            # the folder's exit on the stack before its __enter__ makes the staging folder (its exit is a no-op for
+            # what was not made): with enter_context, a Ctrl-C taken between that __enter__ returning and the exit
+            # being pushed was in neither
+            folder = OutputFolder(self.out, ANALYSIS_NAMES)
+            self._stack.push(folder)
+            self.folder = folder.__enter__()
             self.ahead = self._stack.enter_context(Ahead(self.jobs if self.runner is None else 1))
             self.children = self._stack.enter_context(ExitStack())  # forked children; they end before the commit
+            for message in self.cs.warnings:
+                self.note(message)
+            if self.lean:
+                map_big_blocks(1 << 20)  # until the repair is done (pair.pairing.pair_points ends it)
         except BaseException:
-            self._stack.close()
-            raise
-        for message in self.cs.warnings:
-            self.note(message)
-        if self.lean:
-            map_big_blocks(1 << 20)  # until the repair is done (pair.pairing.pair_points ends it)
+            # the exits told of the failure (close() tells them of none: the output folder this run made stayed, as
+            # a success would keep it); and everything up to the return inside the try: a Ctrl-C taken after it,
+            # before `with` holds this context, never reached the stack (the staging folder stayed)
+            if not self._stack.__exit__(*sys.exc_info()):
+                raise
         return self
 
     def __exit__(self, *exc) -> bool:
