@@ -98,9 +98,13 @@ def test_enough_memory_runs(tmp_path):
     assert {"exchanges.parquet", "summary.json", "report.html"} <= {p.name for p in (tmp_path / "out").iterdir()}
 
 
-def test_the_counts_check_names_the_exchanges_the_capture_set_holds(tmp_path):
+def test_the_counts_check_names_the_exchanges_the_capture_set_holds(tmp_path, monkeypatch):
     """A bound above what any analysis takes but below this set's predicted peak: refused once the counts are known,
-    naming them as the extraction counted them (summary.json's per-point counts, here from the same extraction)."""
+    naming them as the extraction counted them (summary.json's per-point counts, here from the same extraction).
+    The look during the extraction is off: with a bound a byte below the prediction, its measured growth (buffers,
+    whatever this test process held before) can pass it first when a loaded machine makes the extraction outlast
+    WATCH_EVERY_S (the CI of 2026-12-02 saw it); that check has its own test below."""
+    monkeypatch.setattr(memory, "WATCH_EVERY_S", float("inf"))
     cs = capture_set(HOGS)
     extracted = extract_points(cs, 1, True, 1 << 20, lambda _: None)
     counts = counts_of(extracted)
