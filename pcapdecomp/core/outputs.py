@@ -380,9 +380,9 @@ def _recoded(table: pd.DataFrame, categories: dict[str, list]) -> pd.DataFrame:
             continue
         if name not in categories:
             raise ValueError(f"no categories given for {name}")
+        if len(dtype.categories) == len(categories[name]) and list(dtype.categories) == list(categories[name]):
+            continue  # the same text (whatever the Index's dtype): the same dictionary written
         wanted = pd.Index(list(categories[name]), dtype="str")
-        if dtype.categories.equals(wanted) and dtype.categories.dtype == wanted.dtype:
-            continue
         column = table[name]
         recoded = column.cat.set_categories(wanted)
         if (recoded.isna() & column.notna()).any():
