@@ -201,6 +201,7 @@ def main() -> None:
     parser.add_argument("--sets", nargs="*", type=Path, help="capture-set folders (default: the public corpus)")
     parser.add_argument("--parts", default="1,3,16", help="partition counts (comma-separated)")
     parser.add_argument("--limit", type=int, default=0, help="at most this many corpus captures")
+    parser.add_argument("--after", default="", help="start after the case of this name (a sweep resumed)")
     parser.add_argument("--timing", type=int, default=0, metavar="N",
                         help="instead of the checks, time the writers and core/exact.py on --sets (medians of N)")
     args = parser.parse_args()
@@ -225,6 +226,9 @@ def main() -> None:
                 cases.append((f"{rel} as {mode}", capture_set(app=[path] if mode != "db" else [],
                                                               db=path if mode != "app" else None),
                               Options(quiet=True, jobs=1)))
+    if args.after:
+        names = [name for name, _, _ in cases]
+        cases = cases[names.index(args.after) + 1:] if args.after in names else cases
     if args.timing:
         for name, cs, options in cases:
             with tempfile.TemporaryDirectory(prefix="merged-writer-") as tmp:
