@@ -14,7 +14,7 @@ From exchanges.parquet alone (nothing is re-analysed) it prints, as markdown:
 - the facts the plan's byte-for-byte rules rest on, checked on this file: the row order (matched rows, then those
   only the app saw, then those only the DB saw, each run in its point's order), the row groups, the categorical
   dictionaries that hold values no row has, and that numpy's pairwise sum of a float column is reproduced exactly
-  by a streaming sum fed the values in row order a row group at a time (numpy_pairwise_sum below)."""
+  by a streaming sum fed the values in row order a row group at a time (pcapdecomp.core.exact.PairwiseSum)."""
 
 from __future__ import annotations
 
@@ -27,71 +27,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pcapdecomp.core.exact import PairwiseSum
+
 LATENCY_COLUMNS = ("total_s", "server_s", "network_s", "net_req_s", "net_resp_s", "queue_s", "exec_s")
 BUCKETS = 256  # the fine buckets the extraction spills into (docs/partitioned.md §3)
 WINDOW_BITS = 16  # a piece of a connection: its requests whose TCP sequence number shares the bits above these
 ROW_GROUP = 1 << 17  # core.outputs.PARQUET_ROWS_PER_GROUP
-PW_BLOCKSIZE = 128  # numpy's pairwise summation: blocks of at most this many values are summed 8 lanes at a time
-
-
-class numpy_pairwise_sum:
-    """numpy's float64 add.reduce of a contiguous array of `n` values (its pairwise_sum in loops_utils.h.src:
-    below 8 values one by one, up to 128 in 8 lanes, above that the halves, the cut a multiple of 8), fed the
-    values in order a chunk at a time: the exact float np.sum gives, from O(log n) state. This is what lets
-    summary.json's sums be made from partitions streamed in row order without the whole column in memory."""
-
-    def __init__(self, n: int):
-        self.n = n
-        self.leaves = _leaves(0, n) if n else []  # (start, length) of each block summed directly, in order
-        self.leaf = 0
-        self.buffer = np.zeros(0)
-        self.done: list[tuple[int, int, float]] = []  # (start, length, sum) of finished subtrees, merged as they pair
-        self.seen = 0
-
-    def add(self, values: np.ndarray) -> None:
-        self.buffer = np.concatenate([self.buffer, np.asarray(values, dtype=np.float64)])
-        while self.leaf < len(self.leaves):
-            start, length = self.leaves[self.leaf]
-            if len(self.buffer) < length:
-                return
-            block, self.buffer = self.buffer[:length], self.buffer[length:]
-            self.leaf += 1
-            self.done.append((start, length, float(np.add.reduce(block))))  # ≤ 128 values: numpy's own leaf
-            self._merge()
-
-    def _merge(self) -> None:
-        # two finished neighbours that are the halves of one node of the tree become that node
-        while len(self.done) >= 2:
-            (s1, n1, a), (_, n2, b) = self.done[-2], self.done[-1]
-            if _halves(n1 + n2) != (n1, n2):
-                return
-            self.done[-2:] = [(s1, n1 + n2, a + b)]
-
-    def result(self) -> float:
-        if self.leaf != len(self.leaves) or len(self.done) != (1 if self.n else 0):
-            raise ValueError(f"fed {self.leaf} of {len(self.leaves)} blocks")
-        return self.done[0][2] if self.n else 0.0
-
-
-def _halves(n: int) -> tuple[int, int] | None:
-    if n <= PW_BLOCKSIZE:
-        return None
-    n2 = n // 2
-    n2 -= n2 % 8
-    return n2, n - n2
-
-
-def _leaves(start: int, n: int) -> list[tuple[int, int]]:
-    out, stack = [], [(start, n)]
-    while stack:
-        s, m = stack.pop()
-        cut = _halves(m)
-        if cut is None:
-            out.append((s, m))
-        else:
-            stack.append((s + cut[0], cut[1]))
-            stack.append((s, cut[0]))
-    return out
 
 
 def _column(table: pa.Table, name: str) -> np.ndarray:
@@ -229,7 +170,7 @@ def pairwise_check(table: pa.Table) -> list[str]:
         for what, v in (("non-null values", values[~np.isnan(values)]),
                         ("NaN as 0", np.where(np.isnan(values), 0.0, values))):
             expected = float(np.add.reduce(v))
-            stream = numpy_pairwise_sum(len(v))
+            stream = PairwiseSum(len(v))
             for start in range(0, len(v), ROW_GROUP):
                 stream.add(v[start:start + ROW_GROUP])
             got = stream.result()
@@ -316,7 +257,7 @@ def main() -> None:
     print("\n".join(row_order(table)))
     print()
 
-    print("**Sums** (numpy's pairwise sum of the whole column, against numpy_pairwise_sum fed the column in row "
+    print("**Sums** (numpy's pairwise sum of the whole column, against PairwiseSum fed the column in row "
           "order a row group at a time, and against a sequential sum)\n")
     print("| column | values | n | np.sum | streamed: equal | sequential sum |")
     print("|---|---|---|---|---|---|")

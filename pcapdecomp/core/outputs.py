@@ -12,12 +12,14 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import DETAILS_NAME, InputError, OutputError, UsageError, is_details_file
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
     import pyarrow as pa
 
@@ -134,27 +136,34 @@ def _write_parquet(df: pd.DataFrame, path: Path) -> None:
     text as dictionary pages anyway, and decoding each column to one string per row first, for Parquet to encode it
     back, took most of the writing time. The file's Arrow schema (ARROW:schema, and the pandas metadata) is the one
     of plain text, written as pyarrow writes it: readers see exactly what they saw before."""
-    import base64
-
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema, written, options = _parquet_schemas(df)
-
-    def group(start: int) -> pa.Table:
-        rows = df.iloc[start:start + PARQUET_ROWS_PER_GROUP]
-        if len(rows) > THREADED_ROWS_PER_COLUMN * len(df.columns):  # pyarrow converts these on its threads
-            columns = pa.Table.from_pandas(rows, preserve_index=False).columns
-        else:  # each column as from_pandas converts it (pa.array), without the description it makes and we drop
-            columns = [pa.array(column, from_pandas=True) for _, column in rows.items()]
-        return pa.Table.from_arrays([col if col.type == field.type else col.cast(field.type)
-                                     for col, field in zip(columns, written)], schema=written)
-
     with pq.ParquetWriter(path, written, **options) as writer:
         for start in range(0, max(len(df), 1), PARQUET_ROWS_PER_GROUP):
-            writer.write_table(group(start))
-        writer.add_key_value_metadata({b"ARROW:schema": base64.b64encode(schema.serialize().to_pybytes()),
-                                       **(schema.metadata or {})})
+            writer.write_table(_row_group(df.iloc[start:start + PARQUET_ROWS_PER_GROUP], written))
+        _end_parquet(writer, schema)
+
+
+def _row_group(rows: pd.DataFrame, written: pa.Schema) -> pa.Table:
+    """One row group of _write_parquet's (and write_merged's) file: the rows' columns as Arrow arrays of the
+    written schema."""
+    import pyarrow as pa
+
+    if len(rows) > THREADED_ROWS_PER_COLUMN * len(rows.columns):  # pyarrow converts these on its threads
+        columns = pa.Table.from_pandas(rows, preserve_index=False).columns
+    else:  # each column as from_pandas converts it (pa.array), without the description it makes and we drop
+        columns = [pa.array(column, from_pandas=True) for _, column in rows.items()]
+    return pa.Table.from_arrays([col if col.type == field.type else col.cast(field.type)
+                                 for col, field in zip(columns, written)], schema=written)
+
+
+def _end_parquet(writer, schema: pa.Schema) -> None:
+    """The file's key-value metadata, as pyarrow writes it for a table of `schema` (ARROW:schema, pandas)."""
+    import base64
+
+    writer.add_key_value_metadata({b"ARROW:schema": base64.b64encode(schema.serialize().to_pybytes()),
+                                   **(schema.metadata or {})})
 
 
 _SCHEMAS: dict = {}
@@ -219,8 +228,6 @@ def _write_arrow_parquet(table: pa.Table, schema: pa.Schema, path: Path) -> None
     ARROW:schema and pandas metadata pandas writes): the same row groups, encodings and values. Categorical text
     goes to Parquet as the Arrow dictionary it is, unified within each row group so that each column chunk has
     one dictionary."""
-    import base64
-
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -241,8 +248,148 @@ def _write_arrow_parquet(table: pa.Table, schema: pa.Schema, path: Path) -> None
     with pq.ParquetWriter(path, written, **_parquet_options(schema)) as writer:
         for start in range(0, max(table.num_rows, 1), PARQUET_ROWS_PER_GROUP):
             writer.write_table(group(start))
-        writer.add_key_value_metadata({b"ARROW:schema": base64.b64encode(schema.serialize().to_pybytes()),
-                                       **(schema.metadata or {})})
+        _end_parquet(writer, schema)
+
+
+# --- one file from sorted runs (the partitioned analysis' writer: docs/partitioned.md §2.3) ----------------------
+
+MERGE_STEP = 8192  # rows of each run the k-way merge looks at in one step
+
+
+@dataclass(frozen=True)
+class SortedRun:
+    """A partition's rows of exchanges.parquet, sorted by their keys: `table` (the columns and dtypes of the
+    file's table) and `key` (one row of int64 per row of the table, compared column by column: pair.match.row_key)."""
+
+    table: pd.DataFrame
+    key: np.ndarray
+
+
+def merged_order(keys: list[np.ndarray], step: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The k-way merge of runs each sorted by its keys (n × k int64, compared column by column): the merged order
+    as successive pieces (run, row in that run). A step looks at the next `step` (MERGE_STEP) rows of each run:
+    every row whose (key, run) is at most the least (last key, run) of the windows that stop short of their run's
+    end goes out, sorted (a run's later rows are all above it), so equal keys go out run by run. O(runs × step)
+    held at a time."""
+    import numpy as np
+
+    step = step or MERGE_STEP
+    cursors = [0] * len(keys)
+    while True:
+        windows = [(r, k[cursors[r]:cursors[r] + step]) for r, k in enumerate(keys) if cursors[r] < len(k)]
+        if not windows:
+            return
+        short = [(r, w[-1]) for r, w in windows if cursors[r] + step < len(keys[r])]
+        if short:
+            lasts = np.array([last for _, last in short])
+            least = np.lexsort((np.array([r for r, _ in short]), *lasts.T[::-1]))[0]
+            bound_run, bound = short[least]
+            takes = [(r, w[:_count_at_most(w, r <= bound_run, bound)]) for r, w in windows]
+        else:  # every window reaches its run's end: all of them
+            takes = windows
+        run = np.concatenate([np.full(len(w), r, dtype=np.int64) for r, w in takes])
+        row = np.concatenate([np.arange(cursors[r], cursors[r] + len(w), dtype=np.int64) for r, w in takes])
+        key = np.concatenate([w for _, w in takes])
+        order = np.lexsort((row, run, *key.T[::-1]))
+        for r, w in takes:
+            cursors[r] += len(w)
+        yield run[order], row[order]
+
+
+def _count_at_most(window: np.ndarray, tie: bool, bound: np.ndarray) -> int:
+    """How many of a sorted window's keys are at most `bound` (they come first): compared column by column, and an
+    equal key counted when `tie` (its run is not after the bound's: equal keys go out run by run)."""
+    import numpy as np
+
+    at_most = np.full(len(window), tie, dtype=bool)
+    for j in range(window.shape[1] - 1, -1, -1):  # from the last column: below, or equal and the rest at most
+        at_most = (window[:, j] < bound[j]) | ((window[:, j] == bound[j]) & at_most)
+    return int(at_most.sum())
+
+
+def write_merged(runs: list[SortedRun], out: Path, categories: dict[str, list]) -> None:
+    """exchanges.parquet from sorted runs (the partitions' rows, each run sorted by its keys): the file
+    write_table writes of the runs' rows merged in key order, byte for byte (the same row groups, schema, encodings
+    and key-value metadata), without the whole table in memory: the rows go through a k-way merge into one row
+    group of PARQUET_ROWS_PER_GROUP rows at a time. `categories`: each categorical column's categories, as today's
+    table would have them (explain.servers.output_categories: every row group's dictionary page is the whole list,
+    so it must be known before the first row); a run's values are recoded to them. At least one run (it may be
+    empty: it gives the columns and dtypes)."""
+    check_output(out)
+    if out.suffix.lower() != ".parquet":
+        raise ValueError(f"{out}: the merged writer writes Parquet")
+    if not runs:
+        raise ValueError("write_merged of no run")
+    write_atomically(out, lambda tmp: _write_merged(runs, tmp, categories))
+
+
+def _write_merged(runs: list[SortedRun], path: Path, categories: dict[str, list]) -> None:
+    import pyarrow.parquet as pq
+
+    tables = [_recoded(r.table, categories) for r in runs]
+    for t, r in zip(tables, runs):
+        if len(t) != len(r.key):
+            raise ValueError(f"a run of {len(t)} rows with {len(r.key)} keys")
+    schema, written, options = _parquet_schemas(tables[0].iloc[:0])
+    with pq.ParquetWriter(path, written, **options) as writer:
+        pending: list[tuple] = []
+        held = 0
+        for run, row in merged_order([r.key for r in runs]):
+            pending.append((run, row))
+            held += len(run)
+            while held >= PARQUET_ROWS_PER_GROUP:
+                group, pending, held = _take_group(tables, pending, PARQUET_ROWS_PER_GROUP)
+                writer.write_table(_row_group(group, written))
+        if held or not sum(len(t) for t in tables):
+            group = _take_group(tables, pending, held)[0] if held else tables[0].iloc[:0]
+            writer.write_table(_row_group(group, written))
+        _end_parquet(writer, schema)
+
+
+def _take_group(tables: list[pd.DataFrame], pending: list[tuple], size: int) -> tuple[pd.DataFrame, list, int]:
+    """The first `size` rows of the pending merged order as one table (each run's rows are consecutive there), and
+    what is left of the order."""
+    import numpy as np
+    import pandas as pd
+
+    run = np.concatenate([r for r, _ in pending])
+    row = np.concatenate([w for _, w in pending])
+    left = len(run) - size
+    rest = [(run[size:], row[size:])] if left else []
+    run, row = run[:size], row[:size]
+    pieces, places = [], []
+    for r in np.unique(run):
+        mine = np.flatnonzero(run == r)
+        rows = row[mine]
+        pieces.append(tables[r].iloc[int(rows[0]):int(rows[-1]) + 1])  # a run goes out in its order: a slice
+        places.append(mine)
+    group = pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0].reset_index(drop=True)
+    position = np.empty(len(run), dtype=np.int64)
+    position[np.concatenate(places)] = np.arange(len(run))
+    return group.take(position).reset_index(drop=True), rest, left
+
+
+def _recoded(table: pd.DataFrame, categories: dict[str, list]) -> pd.DataFrame:
+    """`table` with each categorical column's categories set to `categories` (its values kept); a value not among
+    them is an error, not a null."""
+    import pandas as pd
+
+    changed = {}
+    for name, dtype in table.dtypes.items():
+        if not isinstance(dtype, pd.CategoricalDtype):
+            continue
+        if name not in categories:
+            raise ValueError(f"no categories given for {name}")
+        if len(dtype.categories) == len(categories[name]) and list(dtype.categories) == list(categories[name]):
+            continue  # the same text (whatever the Index's dtype): the same dictionary written
+        wanted = pd.Index(list(categories[name]), dtype="str")
+        column = table[name]
+        recoded = column.cat.set_categories(wanted)
+        if (recoded.isna() & column.notna()).any():
+            missing = sorted(set(column.dropna().astype(str)) - set(wanted))
+            raise ValueError(f"{name}: values not among its categories: {missing[:5]}")
+        changed[name] = recoded
+    return table.assign(**changed) if changed else table
 
 
 # --- an output folder written as a set ------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..core.errors import SlowLogError
 from ..core.memory import release_memory
-from ..core.schema import ANALYSIS_COLUMNS, EXCHANGE_COLUMNS
+from ..core.schema import ANALYSIS_COLUMNS, CATEGORY, EXCHANGE_COLUMNS
 from ..core.tables import as_category, concat, held, hold_columns, with_declared_dtypes
 from ..pair.pairing import Paired
 from ..pair.proxy import empty_columns as proxy_empty
@@ -178,3 +178,46 @@ def conn_id_sources_of(table: pd.DataFrame, filled: dict[str, str]) -> pd.Catego
         take = other.notna().to_numpy() & known
         codes[take] = other.to_numpy(dtype="float64", na_value=np.nan)[take].astype(np.int8)
     return pd.Categorical.from_codes(codes, categories=list(connids.SOURCES))
+
+
+# --- exchanges.parquet's dictionaries, by rule (docs/partitioned.md §2.3) --------------------------------------
+
+SEEN_CATEGORIES = ("app", "both", "db")  # decompose.build_table's `seen`, whichever occur
+REBUILT_STATEMENT_COLUMNS = ("sql", "fingerprint", "query_id")  # decompose._statements_from_db's categoricals
+
+
+def output_categories(app: dict[str, list], db: dict[str, list], present: dict[str, list], *, db_only_rows: bool,
+                      matched_rows: bool, statements_from_db: bool) -> dict[str, list[str]]:
+    """The categories of each categorical column of exchanges.parquet, as today's table has them: the rules the
+    in-memory path follows without stating them, in one place, for a writer that must know every row group's
+    dictionary page (the whole list, unused entries included) before its first row (core.outputs.write_merged).
+
+    - `seen` and `conn_id_source`: fixed lists, whatever occurs (SEEN_CATEGORIES; read.connids.SOURCES, in its
+      order of precedence, not sorted);
+    - `problems` where some exchange was seen at both points (decompose._merged_problems rebuilds it), and `sql`,
+      `fingerprint`, `query_id` where some statement was taken from the DB side (`statements_from_db`:
+      decompose._statements_from_db): the values present, sorted;
+    - the other columns of the extraction (EXCHANGE_COLUMNS' categoricals, `app` and `db` given): the app side's
+      categories when no row was seen at the DB alone (decompose._rows_of takes the app column as it is), else the
+      sorted union of both sides' whole lists (concat_column's union_categoricals), entries of DB rows that paired
+      and so are not in the file included;
+    - every other column (made by as_category or labelled): the values present, sorted.
+    `app`, `db`: per extraction column, the categories of each side's table (the sorted union of its points' and
+    re-reads' distinct values; a side without a capture: none); `present`: per column, the values its rows hold
+    (as many times as they occur, or once: only the set counts)."""
+    out = {}
+    for column in (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS):
+        if column.dtype != CATEGORY:
+            continue
+        name = column.name
+        if name == "seen":
+            out[name] = list(SEEN_CATEGORIES)
+        elif name == "conn_id_source":
+            out[name] = list(connids.SOURCES)
+        elif (name == "problems" and matched_rows) or (name in REBUILT_STATEMENT_COLUMNS and statements_from_db):
+            out[name] = sorted(set(present.get(name, ())))
+        elif column in EXCHANGE_COLUMNS and name in app:
+            out[name] = sorted(set(app[name]) | (set(db.get(name, ())) if db_only_rows else set()))
+        else:
+            out[name] = sorted(set(present.get(name, ())))
+    return out

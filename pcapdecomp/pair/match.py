@@ -765,3 +765,54 @@ def _rows_of_keys(keys: pd.DataFrame, conns: pd.DataFrame) -> np.ndarray | None:
 # --- clock samples -------------------------------------------------------------------------------------------
 
 
+
+
+# --- the row key: exchanges.parquet's row order, known inside a partition (docs/partitioned.md §2.3) -------------
+
+ROW_KEY_FIELDS = ("class", "repair_job", "point", "reread_row", "req_first_ts", "conn_index", "seq")
+MATCHED, APP_ONLY, DB_ONLY = 0, 1, 2  # the row key's classes, in the order Pairing.complete lays the rows out
+KEPT = -1  # the row key's repair job and reread_row of a row the repair did not re-read
+
+
+def row_key(row_class, repair_job, point, reread_row, req_first_ts, conn_index, seq) -> np.ndarray:
+    """The row key of each row (n × 7 int64, ROW_KEY_FIELDS, compared column by column): exchanges.parquet's rows
+    are in the order of their keys. Pairing.complete lays out the matched rows in app-table order, then the rows
+    only the app saw in app-table order, then the rows only the DB saw in DB-table order. A side's table is its
+    points in order, each sorted by (req_first_ts, conn_index, seq) (null first); after a repair, the kept rows so,
+    then each re-read capture's rows appended in the re-read's own order. So a row's key is its class (MATCHED,
+    APP_ONLY, DB_ONLY), the re-read that made it (KEPT, or its number among its side's re-reads), its point's index
+    among its side's points, its row in that re-read (KEPT for a kept row: a re-read sorted its rows by times it
+    then nulled where they fell on borrowed bytes, and by its own connection numbers), and its (req_first_ts as
+    int64 ns, NaT the least, conn_index, seq); all of the side that orders it (the app's where the app saw it).
+    A partition knows these of its own rows once it knows which paired. Scalars broadcast."""
+    columns = np.broadcast_arrays(*(np.asarray(c) for c in (row_class, repair_job, point, reread_row, req_first_ts,
+                                                              conn_index, seq)))
+    n = len(columns[-1]) if columns[-1].ndim else 1
+    out = np.empty((n, len(ROW_KEY_FIELDS)), dtype=np.int64)
+    for i, c in enumerate(columns):
+        out[:, i] = c.view(np.int64) if c.dtype.kind == "M" else c.astype(np.int64, copy=False)
+    return out
+
+
+def matching_row_keys(matching: Matching, app_ex: pd.DataFrame, db_ex: pd.DataFrame, app_points: list[str],
+                      db_points: list[str], reread_starts: dict | None = None) -> np.ndarray:
+    """row_key of each row of `matching` (the joined table's rows, in their order) from the tables it pairs: the
+    app row where the app saw the exchange, else the DB row. `app_points`, `db_points`: each side's capture names in
+    the order its table holds them; `reread_starts`: repair.Repair.reread_starts (None: nothing re-read)."""
+    has_app = matching.app_row >= 0
+    row_class = np.where(has_app, np.where(matching.db_row >= 0, MATCHED, APP_ONLY), DB_ONLY)
+    out = np.empty((len(row_class), len(ROW_KEY_FIELDS)), dtype=np.int64)
+    for side, table, rows, points in (("app", app_ex, matching.app_row, app_points),
+                                      ("db", db_ex, matching.db_row, db_points)):
+        mine = has_app if side == "app" else ~has_app
+        at = rows[mine]
+        point = pd.Index(list(points)).get_indexer(table["capture"].astype(object).to_numpy()[at])
+        if (point < 0).any():
+            raise ValueError(f"a {side} row of a capture not among {list(points)}")
+        starts = np.asarray((reread_starts or {}).get(side, []), dtype=np.int64)
+        job = np.searchsorted(starts, at, side="right") - 1  # KEPT (-1) before the first re-read's rows
+        reread_row = np.where(job >= 0, at - starts[np.maximum(job, 0)] if len(starts) else 0, KEPT)
+        ts = table["req_first_ts"].to_numpy(dtype="datetime64[ns]")[at]
+        out[mine] = row_key(row_class[mine], job, point, reread_row, ts, table["conn_index"].to_numpy()[at],
+                            table["seq"].to_numpy()[at])
+    return out

@@ -166,6 +166,10 @@ class Repair:
     # bounds: one row per exchange time that is a bound: side ('app'|'db'), row (position in that side's table),
     # point ('req_first'|'req_last'|'resp_first'|'resp_last'), lo_ns, hi_ns (NaN when unknown), on that point's clock
     bounds: pd.DataFrame = field(default_factory=lambda: _no_bounds())
+    # per side ('app'|'db'): the first row of each re-read capture's rows in that side's table, in the order they
+    # were appended after the kept rows (match.row_key's repair job: the rows from reread_starts[side][j] on, up to
+    # the next start, are job j's)
+    reread_starts: dict = field(default_factory=dict)
 
 
 def _no_bounds() -> pd.DataFrame:
@@ -1076,6 +1080,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: PairTables,
     release_memory()
     sides = {"app": [app_ex, app_conns], "db": [db_ex, db_conns]}
     bounds, marks = [], []
+    reread_starts: dict[str, list[int]] = {}
     lossy_side = {j.capture: j.lossy for j in todo}
     for side, (table, conns) in sides.items():
         mine = [(capture, result) for capture, result in zip(takers, results) if lossy_side[capture] == side]
@@ -1097,6 +1102,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: PairTables,
             stats.exchanges_with_borrowed += len(touched)
             bounds.append(b.assign(side=side, row=b["row"].to_numpy() + offset))
             marks.append((side, touched + offset))
+            reread_starts.setdefault(side, []).append(offset)
             offset += len(x.exchanges)
             new_rows.append(_like(x.exchanges, table))
             new_conns.append(_like(x.connections, conns))
@@ -1123,7 +1129,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: PairTables,
         del taken
         note = f"repaired-at-{side}"
         matching.notes[marked] = [f"{n},{note}" if n else note for n in matching.notes[marked]]
-    return Repair(app_ex, db_ex, app_conns, db_conns, matching, stats, bound_rows)
+    return Repair(app_ex, db_ex, app_conns, db_conns, matching, stats, bound_rows, reread_starts)
 
 
 def _named_as(column: pd.Series, capture: str) -> np.ndarray:
