@@ -15,6 +15,7 @@ reads the buckets back into the table the in-memory extraction makes (the same r
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,17 +176,18 @@ class Spill:
         return Spill([SpillPart(p.folder, p.rows, n) for p, n in zip(self.parts, conn_index, strict=True)],
                      self.columns)
 
-    def bucket(self, bucket: int) -> list[pa.RecordBatch]:
+    def bucket(self, bucket: int, maps: list[mmap.mmap] | None = None) -> list[pa.RecordBatch]:
         """Bucket `bucket`'s rows of every part, as written (part by part, each in its batches' order), with the
-        connections renumbered."""
+        connections renumbered. The batches are the files' pages, mapped (their maps appended to `maps`)."""
         out: list[pa.RecordBatch] = []
         for part in self.parts:
             if not part.rows[bucket]:
                 continue
-            # mapped, not read: the batches are the file's pages, which the table's rebuild (table_of, column by
-            # column) copies out of; read into memory, a batch's columns share one buffer, freed only with the
-            # last of them, and the rebuild held the spill's rows and the table at once
-            batches = list(pa.ipc.open_stream(pa.memory_map(str(_bucket_file(part.folder, bucket)))))
+            with open(_bucket_file(part.folder, bucket), "rb") as f:
+                mapped = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+            if maps is not None:
+                maps.append(mapped)
+            batches = list(pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(mapped))))
             if part.conn_index is not None:
                 batches = [_with_conn_index(b, part.conn_index) for b in batches]
             out.extend(batches)
@@ -194,9 +196,20 @@ class Spill:
     def table(self) -> pa.Table:
         """Every bucket read back and put in the extraction's row order (SORT_BY: unique per row, so the order is
         the in-memory extraction's whatever the buckets' order): the table `exchanges.extract` makes without a
-        spill."""
-        batches = [b for bucket in np.flatnonzero(self.rows) for b in self.bucket(int(bucket))]
-        return table_of(batches, self.columns, sort_by=SORT_BY)
+        spill.
+        The batches are the files mapped, not read: the table is rebuilt column by column (table_of), and after
+        each column the pages it read are let go (MADV_DONTNEED: clean pages of a file, read again if asked), so
+        the rebuild holds the new table and one column of the old, as the in-memory extraction's sort does. Read
+        into memory instead, a batch's columns share one buffer, freed only with the last of them: the rebuild
+        held the spill's rows and the table at once."""
+        maps: list[mmap.mmap] = []
+        batches = [b for bucket in np.flatnonzero(self.rows) for b in self.bucket(int(bucket), maps)]
+
+        def let_go() -> None:
+            for mapped in maps:
+                mapped.madvise(mmap.MADV_DONTNEED)
+
+        return table_of(batches, self.columns, sort_by=SORT_BY, after_column=let_go)
 
 
 def _with_conn_index(batch: pa.RecordBatch, ranks: np.ndarray) -> pa.RecordBatch:
