@@ -1,7 +1,8 @@
 """The extraction's spill (read/spill.py, docs/partitioned.md §5 step 3): a capture whose exchange rows went into
 the 256 buckets by the partition key, read back, is the table the in-memory extraction makes: the same values,
 dtypes, categories and row order, on every bundled capture and test capture, in parts (--jobs) and serially, lossy,
-decrypted and compressed."""
+decrypted and compressed. And step 4: Pairing's connection step made from the buckets, a bucket at a time, gives
+the same connection pairs and counts as on the tables."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from pcapdecomp.core.tables import concat
 from pcapdecomp.mysql.tls import parse_keylog
+from pcapdecomp.pair.match import Pairing, spilled_connection_step
 from pcapdecomp.read import extract as extraction
 from pcapdecomp.read import spill
 from pcapdecomp.read.exchanges import extract, merge_parts
@@ -144,3 +147,47 @@ def test_a_bucket_gets_the_dictionary_entries_its_rows_use():
     compacted = spill._compacted(array)
     assert compacted.dictionary.to_pylist() == ["SELECT 5", "SELECT 7", "SELECT 999"]
     assert compacted.to_pylist() == array.to_pylist() == [None, "SELECT 999", "SELECT 5", "SELECT 7"]
+
+
+# --- step 4: Pairing's connection step from the buckets -------------------------------------------------------
+
+PAIRED_SETS = sorted(d for d in (REPO / "captures").iterdir() if (d / "app.pcap").exists() and (d / "db.pcap").exists())
+
+
+def assert_same_connection_step(app: list, db: list) -> None:
+    """spilled_connection_step of the spilled points = Pairing's connection step on their tables (the pairs, in
+    order, and every count MatchStats takes from that step)."""
+    step = spilled_connection_step(app, db)
+    pairing = Pairing(concat([x.exchanges for x in app]), concat([x.exchanges for x in db]),
+                      concat([x.connections for x in app]), concat([x.connections for x in db]))
+    pd.testing.assert_frame_equal(step.connections, pairing.connections, check_exact=True)
+    assert (step.pair_a.tolist(), step.pair_d.tolist()) == (pairing._pair_a.tolist(), pairing._pair_d.tolist())
+    assert (step.vetoed, step.ambiguous, step.ambiguous_keys, step.work) == \
+        (pairing._vetoed, pairing._ambiguous, pairing._ambiguous_keys, pairing._work)
+    stats = pairing.complete().stats
+    assert stats.connections_matched == len(step.connections)
+    assert stats.candidates >= step.work
+
+
+@pytest.mark.parametrize("folder", PAIRED_SETS, ids=lambda d: d.name)
+def test_the_connection_step_from_the_buckets_is_pairings(folder, tmp_path):
+    app = [extract(folder / "app.pcap", spill=tmp_path / "app")]
+    db = [extract(folder / "db.pcap", spill=tmp_path / "db")]
+    assert_same_connection_step(app, db)
+
+
+def test_the_connection_step_from_buckets_of_parts_and_of_a_lossy_point(tmp_path):
+    """Parts (--jobs): the merged buckets renumber the connections as merge_parts does; a lossy DB point: its
+    connections hold holes. Two app points, the second a copy of the first (the same capture name twice would
+    share keys; a copy under another name does not)."""
+    hogs = REPO / "captures" / "oltp-hogs"
+    lossy = tmp_path / "db.pcap"
+    lose_frames(hogs / "db.pcap", lossy, 0.05, seed=11)
+    app = merge_parts([extract(hogs / "app.pcap", part=(i, 2), spill=tmp_path / f"app-{i}") for i in range(2)])
+    db = extract(lossy, spill=tmp_path / "db")
+    assert db.holes
+    assert_same_connection_step([app], [db])
+    (tmp_path / "copy").mkdir()
+    copy = tmp_path / "copy" / "app.pcap"
+    copy.write_bytes((hogs / "app.pcap").read_bytes())
+    assert_same_connection_step([app, extract(copy, spill=tmp_path / "copy-spill")], [db])
