@@ -5,6 +5,7 @@
     python3 benchmarks/memory.py --tree /work/main -- analyze …     # another checkout's code
     python3 benchmarks/memory.py --timeline t.tsv -- analyze …      # the samples too, one a line
     python3 benchmarks/memory.py --mark pcapdecomp.explain.summary:tell -- analyze …   # one more function marked
+    python3 benchmarks/memory.py --spill /tmp/spill -- analyze …   # the extraction spills into buckets there
 
 Runs the command in a child process (`python3 -m pcapdecomp.cli ARGS` of the tree) with the stages' functions
 (STAGES, and --mark's) wrapped: on entering and leaving each, the child reads its VmRSS and VmHWM and resets
@@ -33,6 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 # (module, attribute): the stages marked, outermost first; a class's method as "Class.method"
 STAGES = [
     ("pcapdecomp.analysis", "extract_points"),
+    ("pcapdecomp.read.extract", "extract_all"),  # the captures read; then their quality counted
+    ("pcapdecomp.read.spill", "Spill.table"),  # with --spill: a point's table read back from its buckets
     ("pcapdecomp.analysis", "pair_points"),
     ("pcapdecomp.pair.pairing", "Pairing"),
     ("pcapdecomp.pair.repair", "repair_losses"),  # imported by pairing where two points pair
@@ -79,12 +82,17 @@ def _status() -> tuple[int, int]:
     return rss, hwm
 
 
-def _child(marks: str, argv: list[str], extra: list[tuple[str, str]]) -> None:
+def _child(marks: str, argv: list[str], extra: list[tuple[str, str]], spill: str | None = None) -> None:
     """In the child: wrap the stages (and `extra`), then run the CLI with `argv`; each mark is one JSON line in
-    `marks`."""
+    `marks`. `spill`: the folder the extraction spills into (read/spill.py; analyze has no option for it yet)."""
     import functools
     import importlib
     import inspect
+
+    if spill:
+        import pcapdecomp.analysis
+
+        pcapdecomp.analysis.extract_points = functools.partial(pcapdecomp.analysis.extract_points, spill=Path(spill))
 
     out = open(marks, "a", buffering=1)
 
@@ -213,7 +221,7 @@ def main() -> int:
     if "--child" in sys.argv:
         i = sys.argv.index("--child")
         extra = [tuple(m.split(":", 1)) for m in os.environ.get("PCAPDECOMP_MEMORY_MARKS", "").split(",") if m]
-        _child(sys.argv[i + 1], sys.argv[i + 2:], extra)
+        _child(sys.argv[i + 1], sys.argv[i + 2:], extra, os.environ.get("PCAPDECOMP_MEMORY_SPILL"))
         return 0
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tree", type=Path, default=REPO, help="the checkout whose code runs (default: this one)")
@@ -221,10 +229,13 @@ def main() -> int:
     p.add_argument("--timeline", type=Path, help="write the samples and marks here (TSV)")
     p.add_argument("--mark", action="append", default=[], metavar="MODULE:ATTR",
                    help="mark this function too (where a caller looks it up: pcapdecomp.explain.summary:tell)")
+    p.add_argument("--spill", type=Path, metavar="DIR",
+                   help="the extraction spills its exchange rows into buckets in DIR (read/spill.py), read back after")
     p.add_argument("args", nargs="+", help="after --: the pcapdecomp command line (analyze …)")
     a = p.parse_args()
     with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as marks:
-        env = dict(os.environ, PYTHONPATH=str(a.tree.resolve()), PCAPDECOMP_MEMORY_MARKS=",".join(a.mark))
+        env = dict(os.environ, PYTHONPATH=str(a.tree.resolve()), PCAPDECOMP_MEMORY_MARKS=",".join(a.mark),
+                   PCAPDECOMP_MEMORY_SPILL=str(a.spill.resolve()) if a.spill else "")
         child = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", marks.name, *a.args],
                                  cwd=a.tree, env=env)
         samples: list = []

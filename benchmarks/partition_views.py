@@ -19,7 +19,6 @@ From exchanges.parquet alone (nothing is re-analysed) it prints, as markdown:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 from pathlib import Path
 
@@ -27,11 +26,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pcapdecomp.core.exact import PairwiseSum
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pcapdecomp.core.exact import PairwiseSum  # noqa: E402
+# the partition key's hash and buckets, as the extraction's spill makes them
+from pcapdecomp.read.spill import BUCKETS, WINDOW_BITS, stable_hash  # noqa: E402
 
 LATENCY_COLUMNS = ("total_s", "server_s", "network_s", "net_req_s", "net_resp_s", "queue_s", "exec_s")
-BUCKETS = 256  # the fine buckets the extraction spills into (docs/partitioned.md §3)
-WINDOW_BITS = 16  # a piece of a connection: its requests whose TCP sequence number shares the bits above these
 ROW_GROUP = 1 << 17  # core.outputs.PARQUET_ROWS_PER_GROUP
 
 
@@ -61,14 +61,6 @@ def partition_keys(table: pa.Table) -> np.ndarray:
     text = [table.column(c).cast(pa.string()) for c in ("db_client", "client", "server")]
     who = pc.coalesce(text[0], text[1])
     return np.asarray(pc.binary_join_element_wise(who, text[2], "|").to_pylist(), dtype=object)
-
-
-def _stable_hash(keys: np.ndarray) -> np.ndarray:
-    """A hash of each distinct key that is the same in every process (Python's hash of str is salted)."""
-    distinct, inverse = np.unique(keys, return_inverse=True)
-    digests = np.array([int.from_bytes(hashlib.blake2b(k.encode(), digest_size=8).digest(), "little") >> 1
-                        for k in distinct], dtype=np.int64)
-    return digests[inverse]
 
 
 def bucket_runs(buckets: np.ndarray, parts: int) -> np.ndarray:
@@ -221,7 +213,7 @@ def main() -> None:
           f"{counts.max():,} rows = {counts.max() / n:.1%} of the exchanges, the median {int(np.median(counts)):,})\n")
     print("| partitions | rows: largest | smallest | mean | largest / mean | empty |")
     print("|---|---|---|---|---|---|")
-    hashed = _stable_hash(keys)
+    hashed = stable_hash(keys)
     for parts in [int(p) for p in args.partitions.split(",")]:
         of = hashed % parts
         sizes = np.bincount(of, minlength=parts)
@@ -236,7 +228,7 @@ def main() -> None:
           f"{int(np.median(piece_counts)):,})\n")
     print("| partitions | rows: largest | smallest | mean | largest / mean | empty |")
     print("|---|---|---|---|---|---|")
-    hashed = _stable_hash(pieces.astype(str).astype(object))
+    hashed = stable_hash(pieces.astype(str).astype(object))
     for parts in [int(p) for p in args.partitions.split(",")]:
         sizes = np.bincount(hashed % parts, minlength=parts)
         print(f"| {parts} | {sizes.max():,} | {sizes.min():,} | {sizes.mean():,.0f} | "

@@ -213,11 +213,12 @@ def frame_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by
     return frame_of_table(holder, columns)
 
 
-def table_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by: list[str] | None = None
-             ) -> pa.Table:
+def table_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by: list[str] | None = None,
+             after_column: Callable[[], None] | None = None) -> pa.Table:
     """Record batches -> one Arrow table of the declared Arrow types (`arrow_type`), its rows in the stable order
     of the int64 or timestamp columns `sort_by` when given. The list is emptied, and each column is let go once
-    it is sorted: the peak is the table plus one column."""
+    it is sorted: the peak is the table plus one column. `after_column()` is called after each column is sorted
+    (batches mapped from files let that column's pages go: read/spill.py)."""
     schema = pa.schema([(c.name, arrow_type(c)) for c in columns])
     table = pa.Table.from_batches(batches, schema=schema)
     batches.clear()
@@ -234,6 +235,8 @@ def table_of(batches: list[pa.RecordBatch], columns: tuple[Column, ...], sort_by
         nbytes = chunked.nbytes
         del chunked
         trim.freed(nbytes)
+        if after_column is not None:
+            after_column()
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

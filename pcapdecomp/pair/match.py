@@ -14,11 +14,15 @@ the end of the response (resp_tcp_end) agree: a neighbour's request or response 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from ..core.groups import group_order
+
+if TYPE_CHECKING:
+    from ..read.exchanges import Extraction
 
 SCRAMBLE_VOTE = 1_000_000  # a shared greeting scramble outweighs any number of shared sequence numbers
 # A key (a request's sequence number and content, or a scramble) that more connections than this share at one point
@@ -26,6 +30,7 @@ SCRAMBLE_VOTE = 1_000_000  # a shared greeting scramble outweighs any number of 
 # matching linear in exchanges whatever the repeated values (5,000 connections opened with one ISN, a replayed
 # greeting); such keys are counted in MatchStats.ambiguous_keys.
 FANOUT = 4
+VOTE_KEY = ["seq", "cmd", "sql"]  # a request's vote: its TCP sequence number, command and text (codes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,39 +382,15 @@ class Pairing:
         key_a = a.assign(ends=ends_a[conn_a] if len(a) else np.zeros(0, dtype=np.int64))
         key_d = d.assign(ends=ends_d[conn_d] if len(d) else np.zeros(0, dtype=np.int64))
         del a, d
-        votes, ambiguous_requests, work, amb_a, amb_d = _bounded_join(key_a, key_d, ["seq", "cmd", "sql"], ["ends"])
+        voted = _bounded_join(key_a, key_d, VOTE_KEY, ["ends"])
         del key_a, key_d
-        scr_a = a_info.dropna(subset=["a_scramble"])
-        scr_d = d_info.dropna(subset=["d_scramble"])
-        codes_a, codes_d = _codes(scr_a["a_scramble"], scr_d["d_scramble"])
-        scr_a = scr_a.assign(scramble=codes_a, ends=ends_a[scr_a["a_conn"].to_numpy()])
-        scr_d = scr_d.assign(scramble=codes_d, ends=ends_d[scr_d["d_conn"].to_numpy()])
-        by_scramble, ambiguous_scrambles, work_s, amb_sa, amb_sd = _bounded_join(scr_a, scr_d, ["scramble"], ["ends"])
-        work += work_s
-        amb_a |= amb_sa
-        amb_d |= amb_sd
-        pairs = votes.merge(by_scramble[["a_conn", "d_conn"]].assign(scr=True), on=["a_conn", "d_conn"], how="outer")
-        pairs["votes"] = pairs["votes"].fillna(0).astype(np.int64)
-        pairs["scr"] = pairs["scr"].fillna(False).astype(bool)
-        pairs = pairs.merge(a_info, on="a_conn", how="left").merge(d_info, on="d_conn", how="left")
-        veto = (
-            (pairs["a_scramble"].notna() & pairs["d_scramble"].notna() & (pairs["a_scramble"] != pairs["d_scramble"]))
-            | (pairs["a_conn_id"].notna() & pairs["d_conn_id"].notna() & (pairs["a_conn_id"] != pairs["d_conn_id"]))
-        ).fillna(False).astype(bool)
-        self._vetoed = int(veto.sum())
-        pairs = pairs[~veto].copy()
-        pairs["score"] = pairs["votes"] + SCRAMBLE_VOTE * pairs["scr"]
-        pairs, tied_a, tied_d = _one_to_one(pairs)
-        amb_a |= tied_a
-        amb_d |= tied_d
-        pairs["nat"] = (pairs["a_client"] != pairs["d_client"]).fillna(False).astype(bool)
-        self.connections = pairs[["a_conn", "d_conn", "nat", "scr"]].rename(
-            columns={"a_conn": "app_conn", "d_conn": "db_conn", "scr": "by_scramble"}).reset_index(drop=True)
-        self._pair_a = pairs["a_conn"].to_numpy(np.int64)
-        self._pair_d = pairs["d_conn"].to_numpy(np.int64)
-        self._ambiguous = (amb_a - set(pairs["a_conn"]), amb_d - set(pairs["d_conn"]))
-        self._ambiguous_keys = ambiguous_requests + ambiguous_scrambles
-        self._work = work
+        step = connection_step(voted, a_info, d_info, ends_a, ends_d)
+        self.connections = step.connections
+        self._pair_a, self._pair_d = step.pair_a, step.pair_d
+        self._vetoed = step.vetoed
+        self._ambiguous = step.ambiguous
+        self._ambiguous_keys = step.ambiguous_keys
+        self._work = step.work
 
     def _keys(self) -> tuple:
         """Per row of each table: its connection key, request sequence number, and codes of command and text (in one
@@ -572,6 +553,58 @@ class Pairing:
         self._matching = Matching(app_row, db_row, notes, conn_pairs, stats)
         self.release()
         return self._matching
+
+
+@dataclass
+class ConnectionStep:
+    """Pairing's connection step: the connection pairs (`connections`: app_conn, db_conn, nat, by_scramble; their
+    keys as `pair_a`, `pair_d`), the candidate pairs vetoed, the connections left unpaired because two partners
+    tied (app, DB), the keys too widely shared to vote alone, and the candidate rows the joins produced."""
+
+    connections: pd.DataFrame
+    pair_a: np.ndarray
+    pair_d: np.ndarray
+    vetoed: int
+    ambiguous: tuple[set, set]
+    ambiguous_keys: int
+    work: int
+
+
+def connection_step(voted: tuple, a_info: pd.DataFrame, d_info: pd.DataFrame, ends_a: np.ndarray,
+                    ends_d: np.ndarray) -> ConnectionStep:
+    """The connection pairs from the request votes (`voted`: _bounded_join's answer on VOTE_KEY, refined by the
+    endpoints), each point's connections (`_conn_info`) and their endpoint codes (`_endpoint_codes`): the
+    scramble join, the vetoes, the one-to-one choice."""
+    votes, ambiguous_requests, work, amb_a, amb_d = voted
+    scr_a = a_info.dropna(subset=["a_scramble"])
+    scr_d = d_info.dropna(subset=["d_scramble"])
+    codes_a, codes_d = _codes(scr_a["a_scramble"], scr_d["d_scramble"])
+    scr_a = scr_a.assign(scramble=codes_a, ends=ends_a[scr_a["a_conn"].to_numpy()])
+    scr_d = scr_d.assign(scramble=codes_d, ends=ends_d[scr_d["d_conn"].to_numpy()])
+    by_scramble, ambiguous_scrambles, work_s, amb_sa, amb_sd = _bounded_join(scr_a, scr_d, ["scramble"], ["ends"])
+    work += work_s
+    amb_a |= amb_sa
+    amb_d |= amb_sd
+    pairs = votes.merge(by_scramble[["a_conn", "d_conn"]].assign(scr=True), on=["a_conn", "d_conn"], how="outer")
+    pairs["votes"] = pairs["votes"].fillna(0).astype(np.int64)
+    pairs["scr"] = pairs["scr"].fillna(False).astype(bool)
+    pairs = pairs.merge(a_info, on="a_conn", how="left").merge(d_info, on="d_conn", how="left")
+    veto = (
+        (pairs["a_scramble"].notna() & pairs["d_scramble"].notna() & (pairs["a_scramble"] != pairs["d_scramble"]))
+        | (pairs["a_conn_id"].notna() & pairs["d_conn_id"].notna() & (pairs["a_conn_id"] != pairs["d_conn_id"]))
+    ).fillna(False).astype(bool)
+    vetoed = int(veto.sum())
+    pairs = pairs[~veto].copy()
+    pairs["score"] = pairs["votes"] + SCRAMBLE_VOTE * pairs["scr"]
+    pairs, tied_a, tied_d = _one_to_one(pairs)
+    amb_a |= tied_a
+    amb_d |= tied_d
+    pairs["nat"] = (pairs["a_client"] != pairs["d_client"]).fillna(False).astype(bool)
+    connections = pairs[["a_conn", "d_conn", "nat", "scr"]].rename(
+        columns={"a_conn": "app_conn", "d_conn": "db_conn", "scr": "by_scramble"}).reset_index(drop=True)
+    return ConnectionStep(connections, pairs["a_conn"].to_numpy(np.int64), pairs["d_conn"].to_numpy(np.int64), vetoed,
+                          (amb_a - set(pairs["a_conn"]), amb_d - set(pairs["d_conn"])),
+                          ambiguous_requests + ambiguous_scrambles, work)
 
 
 def _positions(pairs: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -738,6 +771,11 @@ def _conn_info(exchanges: pd.DataFrame, conns: pd.DataFrame, side: str, conn: np
         f"{side}_conn": conn[first],
         "capture": exchanges["capture"].iloc[first].to_numpy(), "conn_index": exchanges["conn_index"].to_numpy()[first],
     })
+    return _info_of_keys(keys, conns, side)
+
+
+def _info_of_keys(keys: pd.DataFrame, conns: pd.DataFrame, side: str) -> pd.DataFrame:
+    """_conn_info of the connections `keys` names (`{side}_conn`, capture, conn_index; in key order)."""
     columns = ["scramble", "conn_id", "client", "server"]
     dtypes = {"scramble": "string", "conn_id": "Int64", "client": "string", "server": "string"}
     table = conns[["capture", "conn_index", *columns]]
@@ -816,3 +854,129 @@ def matching_row_keys(matching: Matching, app_ex: pd.DataFrame, db_ex: pd.DataFr
         out[mine] = row_key(row_class[mine], job, point, reread_row, ts, table["conn_index"].to_numpy()[at],
                             table["seq"].to_numpy()[at])
     return out
+# --- the connection step from the extraction's buckets ---------------------------------------------------------
+
+
+def spilled_connection_step(app: list[Extraction], db: list[Extraction]) -> ConnectionStep:
+    """Pairing's connection step (what `Pairing(app, db, app_conns, db_conns)` makes of the points' concatenated
+    tables: `connections` and its counts) from the points' spilled buckets (`Extraction.spill`, read/spill.py) and
+    their connections tables, a bucket at a time: the first pass of the partitioned analysis (docs/partitioned.md
+    §2.1, §5 step 4). Every extraction must have spilled. A vote's key (seq, command, text) lies in one bucket
+    (the bucket is a function of seq), so _bounded_join's FANOUT test is a bucket's own: the votes, the keys too
+    widely shared and the work add up over the buckets. Connections are keyed as connection_keys keys the
+    concatenated tables: by first appearance in row order (a pass over the buckets finds each connection's first
+    request)."""
+    from ..core.tables import concat
+    from ..read.spill import BUCKETS
+
+    texts = _TextCodes()
+    app_keys, db_keys = _SpilledKeys(app), _SpilledKeys(db)
+    a_info = _info_of_keys(app_keys.frame("a_conn"), concat([x.connections for x in app]), "a")
+    d_info = _info_of_keys(db_keys.frame("d_conn"), concat([x.connections for x in db]), "d")
+    ends_a, ends_d = _endpoint_codes(a_info, d_info)
+    votes, ambiguous, work, amb_a, amb_d = [], 0, 0, set(), set()
+    for bucket in range(BUCKETS):
+        a = app_keys.votes_of(bucket, texts)
+        d = db_keys.votes_of(bucket, texts)
+        if a is not None and d is not None:
+            counted, n_ambiguous, n_work, held_a, held_d = _bounded_join(
+                pd.DataFrame({"a_conn": a[0], **dict(zip(VOTE_KEY, a[1:])), "ends": ends_a[a[0]]}, copy=False),
+                pd.DataFrame({"d_conn": d[0], **dict(zip(VOTE_KEY, d[1:])), "ends": ends_d[d[0]]}, copy=False),
+                VOTE_KEY, ["ends"])
+            votes.append(counted)
+            ambiguous += n_ambiguous
+            work += n_work
+            amb_a |= held_a
+            amb_d |= held_d
+        elif a is not None or d is not None:
+            # the whole tables' join counts this side's distinct (key, connection) pairs, which meet none here
+            work += len(np.unique(np.stack(a if d is None else d), axis=1).T)
+    pair = np.concatenate([(v["a_conn"].to_numpy(np.int64) << 32) | v["d_conn"].to_numpy(np.int64) for v in votes]) \
+        if votes else np.zeros(0, dtype=np.int64)
+    weights = np.concatenate([v["votes"].to_numpy(np.int64) for v in votes]) if votes else np.zeros(0, np.int64)
+    distinct, inverse = np.unique(pair, return_inverse=True)
+    summed = np.bincount(inverse.reshape(-1), weights=weights, minlength=len(distinct)).astype(np.int64)
+    counted = pd.DataFrame({"a_conn": distinct >> 32, "d_conn": distinct & 0xFFFFFFFF, "votes": summed})
+    return connection_step((counted, ambiguous, work, amb_a, amb_d), a_info, d_info, ends_a, ends_d)
+
+
+class _TextCodes:
+    """Codes of a dictionary column's texts in one space for both points (equal texts, equal codes; null −1), as
+    Pairing's `_codes` makes them equal or not: a text's code is the order it was first met in."""
+
+    def __init__(self):
+        self.codes: dict[str, dict[str, int]] = {}
+
+    def of(self, name: str, array) -> np.ndarray:
+        import pyarrow as pa
+
+        codes = self.codes.setdefault(name, {})
+        if not isinstance(array, pa.DictionaryArray):
+            array = array.dictionary_encode()
+        lookup = np.array([codes.setdefault(t, len(codes)) for t in array.dictionary.to_pylist()] + [-1],
+                          dtype=np.int64)
+        indices = array.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        return lookup[indices]  # -1 picks the last: null
+
+
+class _SpilledKeys:
+    """One side's points (extractions that spilled) as Pairing keys them: each connection's key (connection_keys:
+    by (capture, conn_index), numbered by first appearance in the concatenated tables' row order), found from
+    each connection's first request time; and each bucket's rows as vote keys."""
+
+    def __init__(self, points: list[Extraction]):
+        from ..read.spill import BUCKETS
+
+        self.points = points
+        names: dict[str, int] = {}
+        self.capture = [names.setdefault(x.capture, len(names)) for x in points]
+        self.names = list(names)
+        firsts: list[np.ndarray] = [np.zeros(0, dtype=np.int64) for _ in points]
+        for bucket in range(BUCKETS):
+            for i, x in enumerate(points):
+                for batch in x.spill.bucket(bucket):
+                    conn = _int64s(batch.column("conn_index"))
+                    ts = _int64s(batch.column("req_first_ts"), null=np.iinfo(np.int64).min)
+                    if len(conn) and conn.max() >= len(firsts[i]):
+                        grown = np.full(int(conn.max()) + 1, np.iinfo(np.int64).max, dtype=np.int64)
+                        grown[:len(firsts[i])] = firsts[i]
+                        firsts[i] = grown
+                    np.minimum.at(firsts[i], conn, ts)
+        self.width = max((len(f) for f in firsts), default=0) or 1
+        self.key = np.full(len(names) * self.width, -1, dtype=np.int64)  # capture code × width + conn_index → key
+        numbered: list[int] = []
+        for i, first in enumerate(firsts):
+            present = np.flatnonzero(first < np.iinfo(np.int64).max)
+            # in row order: a point's rows are sorted by (req_first_ts, conn_index, seq)
+            for conn in present[np.lexsort((present, first[present]))]:
+                at = self.capture[i] * self.width + int(conn)
+                if self.key[at] < 0:
+                    self.key[at] = len(numbered)
+                    numbered.append(at)
+        self.numbered = np.array(numbered, dtype=np.int64)
+
+    def frame(self, name: str) -> pd.DataFrame:
+        """The connections' keys, in key order, with their capture and conn_index (what _conn_info reads)."""
+        return pd.DataFrame({name: np.arange(len(self.numbered), dtype=np.int64),
+                             "capture": np.array([self.names[c] for c in self.numbered // self.width], dtype=object),
+                             "conn_index": self.numbered % self.width})
+
+    def votes_of(self, bucket: int, texts: _TextCodes) -> list[np.ndarray] | None:
+        """The bucket's rows of every point as Pairing's vote keys: connection key, seq, command and text codes
+        (None when no point has a row there)."""
+        parts = []
+        for i, x in enumerate(self.points):
+            for batch in x.spill.bucket(bucket):
+                conn = self.key[self.capture[i] * self.width + _int64s(batch.column("conn_index"))]
+                parts.append((conn, _int64s(batch.column("req_tcp_seq")), texts.of("command", batch.column("command")),
+                              texts.of("sql", batch.column("sql"))))
+        return [np.concatenate(c) for c in zip(*parts)] if parts else None
+
+
+def _int64s(array, null: int = 0) -> np.ndarray:
+    """An int64 or timestamp Arrow array as int64 values, `null` where null."""
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(array.type):
+        array = array.cast(pa.int64())
+    return array.fill_null(null).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)

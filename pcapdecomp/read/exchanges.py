@@ -22,6 +22,7 @@ from ..mysql.tls import Secrets
 from .capture import CaptureStats, open_capture
 from .fastlane import ExcerptPlan, file_frames, per_file, read_capture
 from .flows import Flow, FlowTracker
+from .spill import Spill, SpillWriter
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,9 +60,11 @@ class Extraction:
 
     The tables are made as Arrow tables of the declared columns (tables.table_of) and become DataFrames when
     `exchanges` / `connections` is first read: the `exchanges` command writes them and counts its summary with
-    Arrow alone (`arrow`, `quality`), without importing pandas."""
+    Arrow alone (`arrow`, `quality`), without importing pandas. An extraction that spilled its exchanges
+    (`extract(spill=…)`, read/spill.py) is given the `Spill` instead of the table: the table is read back from it
+    when first asked for, and `spill` keeps the buckets."""
 
-    def __init__(self, capture: str, exchanges: pd.DataFrame | pa.Table, connections: pd.DataFrame | pa.Table,
+    def __init__(self, capture: str, exchanges: pd.DataFrame | pa.Table | Spill, connections: pd.DataFrame | pa.Table,
                  stats: CaptureStats, other_tcp_frames: int = 0, other_tcp_bytes: int = 0,
                  commands: Counter | None = None, flow_first_frames: dict[int, int] | None = None,
                  native_frames: int = 0, holes: dict[int, tuple[list, list]] | None = None, gaps_forced: int = 0,
@@ -70,6 +73,7 @@ class Extraction:
         # what reads this capture again (the repair's passes): the file, or the sources.CapturePoint of its files
         self.source = capture if source is None else source
         self._tables = {"exchanges": exchanges, "connections": connections}
+        self.spill = exchanges if isinstance(exchanges, Spill) else None  # the buckets (read/spill.py), if spilled
         self.stats = stats
         self.other_tcp_frames = other_tcp_frames
         self.other_tcp_bytes = other_tcp_bytes
@@ -83,6 +87,7 @@ class Extraction:
         self.files = [] if files is None else files  # sources.FileRead per file of a capture point of several files
 
     def _frame(self, name: str, columns: tuple) -> pd.DataFrame:
+        self._read_back(name)
         if isinstance(self._tables[name], pa.Table):
             holder = [self._tables[name]]
             self._tables[name] = None  # the Arrow memory goes column by column as it is converted
@@ -105,9 +110,16 @@ class Extraction:
     def connections(self, df: pd.DataFrame) -> None:
         self._tables["connections"] = df
 
+    def _read_back(self, name: str) -> None:
+        """A spilled table read back from its buckets (in the in-memory extraction's order), once."""
+        spilled = self._tables[name]
+        if isinstance(spilled, Spill):
+            self._tables[name] = spilled.table()
+
     def arrow(self, name: str) -> pa.Table | None:
-        """The `exchanges` or `connections` table as the Arrow table it was made as, or None once it is a
-        DataFrame."""
+        """The `exchanges` or `connections` table as the Arrow table it was made as (read back from the spill),
+        or None once it is a DataFrame."""
+        self._read_back(name)
         table = self._tables[name]
         return table if isinstance(table, pa.Table) else None
 
@@ -268,6 +280,7 @@ def extract(
     tls_secrets: Secrets | None = None,
     sql_budget: int | None = None,
     row_budget: int | None = None,
+    spill: str | os.PathLike | None = None,
 ) -> Extraction:
     """Read one capture into exchanges and connections. `progress(bytes_done, bytes_total, frames_done)` is called now and
     then.
@@ -279,10 +292,14 @@ def extract(
     by default SQL_BUDGET or the input's size, the larger: a capture whose bytes are not compressed holds its
     statements, so only an input that inflates (gzip, the compressed protocol) can reach it. `row_budget`: the
     exchanges it may give, by default ROWS_PER_INPUT_BYTE per byte of the input as stored, at least MIN_ROW_BUDGET
-    (a re-read of `segments`: no limit)."""
+    (a re-read of `segments`: no limit). `spill`: a folder the exchange rows are written into as they come, in
+    buckets by the partition key (read/spill.py), instead of being held: the Extraction's table is read back from
+    them when first asked for."""
     name = os.fspath(path)
     ex_rows: list[tuple] = []
     ex_batches: list[pa.RecordBatch] = []
+    spilling = None if spill is None else SpillWriter(spill)
+    keep = ex_batches.append if spilling is None else spilling.add  # where each batch of rows goes
     conn_rows: list[ConnectionRow] = []
     commands: Counter = Counter()
     first_frames: dict[int, int] = {}
@@ -365,16 +382,17 @@ def extract(
         ))
 
     def flush() -> None:
-        ex_batches.append(batch(ex_rows, EXCHANGE_COLUMNS))
+        keep(batch(ex_rows, EXCHANGE_COLUMNS))
         ex_rows.clear()
 
     def add_columns(values: list, kinds: str) -> None:
-        ex_batches.append(columns_batch(values, kinds, EXCHANGE_COLUMNS))
+        keep(columns_batch(values, kinds, EXCHANGE_COLUMNS))
 
     def finished(stats: CaptureStats, native: int) -> Extraction:
-        ex_batches.append(batch(ex_rows, EXCHANGE_COLUMNS))
+        keep(batch(ex_rows, EXCHANGE_COLUMNS))
         ex_rows.clear()
-        exchanges = table_of(ex_batches, EXCHANGE_COLUMNS, sort_by=["req_first_ts", "conn_index", "seq"])
+        exchanges = table_of(ex_batches, EXCHANGE_COLUMNS, sort_by=["req_first_ts", "conn_index", "seq"]) \
+            if spilling is None else spilling.close()
         # conn_index is unique: any sort gives this order
         connections = table_of([batch(conn_rows, CONNECTION_COLUMNS)], CONNECTION_COLUMNS, sort_by=["conn_index"])
         release_memory()
@@ -462,9 +480,21 @@ def merge_parts(parts: list[Extraction]) -> Extraction:
     for p in parts:
         commands.update(p.commands)
     first = parts[0]
-    return Extraction(first.capture, exchanges, connections, first.stats,
+    merged = Extraction(first.capture, exchanges, connections, first.stats,
                       sum(p.other_tcp_frames for p in parts), sum(p.other_tcp_bytes for p in parts), commands,
                       {ranks[(i, index)]: frame for i, p in enumerate(parts) for index, frame in p.flow_first_frames.items()},
                       sum(p.native_frames for p in parts),
                       {ranks[(i, index)]: h for i, p in enumerate(parts) for index, h in p.holes.items()},
                       sum(p.gaps_forced for p in parts), first.files, first.source)
+    if all(p.spill is not None for p in parts):  # the parts' buckets, their connections numbered as here
+        merged.spill = Spill([q for p in parts for q in p.spill.parts], parts[0].spill.columns).renumbered(
+            [_ranks_of(i, p.flow_first_frames, ranks) for i, p in enumerate(parts)])
+    return merged
+
+
+def _ranks_of(part: int, first_frames: dict[int, int], ranks: dict[tuple[int, int], int]) -> np.ndarray:
+    """Part `part`'s conn_index → the merged extraction's, as an array indexed by the part's conn_index."""
+    out = np.full(max(first_frames, default=-1) + 1, -1, dtype=np.int64)
+    for index in first_frames:
+        out[index] = ranks[(part, index)]
+    return out

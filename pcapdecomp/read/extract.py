@@ -51,13 +51,13 @@ _PROGRESS = None  # shared array: bytes and frames read, two slots per task, inh
 
 
 def _work(slot: int, path: str, servers: set[Endpoint] | None, max_sql_bytes: int, part: tuple[int, int] | None,
-          tls_secrets=None):
+          tls_secrets=None, spill: Path | None = None):
     def progress(done: int, total: int, frames: int) -> None:
         _PROGRESS[2 * slot] = done
         _PROGRESS[2 * slot + 1] = frames
 
     x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, part=part, progress=progress,
-                tls_secrets=tls_secrets)
+                tls_secrets=tls_secrets, spill=spill)
     # The parent wants DataFrames (analyze's stages, merge_parts): made here, in the worker, the Arrow tables
     # go column by column as they become the DataFrame that is sent; sent as Arrow tables, the parent would hold
     # both while it converts
@@ -78,22 +78,26 @@ def lane_reads(path) -> bool:
 
 
 def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes: int, jobs: int,
-                progress: Callable[[int, int, int], None] | None = None, tls_secrets=None) -> list[Extraction]:
+                progress: Callable[[int, int, int], None] | None = None, tls_secrets=None,
+                spill: Path | None = None) -> list[Extraction]:
     """Extract every capture (a file or a sources.CapturePoint), using up to `jobs` processes; results in the order
-    of `paths`. `tls_secrets`: a key log (mysql.tls) that decrypts the TLS connections it has secrets for."""
+    of `paths`. `tls_secrets`: a key log (mysql.tls) that decrypts the TLS connections it has secrets for.
+    `spill`: a folder the captures spill their exchange rows into (read/spill.py), a folder per capture and part
+    (`spill_folder`)."""
     sizes = [capture_bytes(p) for p in paths]
     parts = plan(sizes, jobs, [not lane_reads(p) for p in paths])
     if sum(parts) == len(paths) and (jobs <= 1 or len(paths) == 1):
         out: list[Extraction] = []
         for path, before in zip(paths, [sum(sizes[:i]) for i in range(len(sizes))]):
-            if out:  # the previous capture's DataFrames before the next is read: its tables are held in their
-                # narrower form (tables.held) meanwhile, not as the Arrow tables of the declared widths
+            if out and spill is None:  # the previous capture's DataFrames before the next is read: its tables are
+                # held in their narrower form (tables.held) meanwhile, not as the Arrow tables of the declared
+                # widths (a spilled capture holds its buckets' names alone)
                 out[-1].exchanges, out[-1].connections  # noqa: B018
             frames_before = sum(x.stats.frames for x in out)
             step = None if progress is None else (
                 lambda d, t, f, b=before, fb=frames_before: progress(b + d, sum(sizes), fb + f))
             out.append(extract(path, servers=servers, max_sql_bytes=max_sql_bytes, progress=step,
-                               tls_secrets=tls_secrets))
+                               tls_secrets=tls_secrets, spill=spill_folder(spill, len(out), None)))
         return out
     tasks = [(i, path, (k, n) if n > 1 else None) for i, (path, n) in enumerate(zip(paths, parts)) for k in range(n)]
     # When every task has a process of its own, this one reads the first task itself instead of waiting: its
@@ -117,10 +121,11 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
     try:
         with worker_pool(min(jobs - here, len(tasks) - here)) as pool:
             futures = [pool.submit(_work, slot, path if hasattr(path, "files") else os.fspath(path), servers,
-                                   max_sql_bytes, part, tls_secrets)
-                       for slot, (_, path, part) in enumerate(tasks) if slot >= here]
+                                   max_sql_bytes, part, tls_secrets, spill_folder(spill, i, part))
+                       for slot, (i, path, part) in enumerate(tasks) if slot >= here]
             own = [extract(tasks[0][1], servers=servers, max_sql_bytes=max_sql_bytes, part=tasks[0][2],
-                           progress=own_progress, tls_secrets=tls_secrets)] if here else []
+                           progress=own_progress, tls_secrets=tls_secrets,
+                           spill=spill_folder(spill, 0, tasks[0][2]))] if here else []
             for x in own:  # its DataFrames now, while the workers still make and send theirs (as _work does)
                 x.exchanges, x.connections  # noqa: B018
             while True:
@@ -135,6 +140,14 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
     for (i, _, _), result in zip(tasks, results):
         by_capture[i].append(result)
     return [merge_parts(group) for group in by_capture]
+
+
+def spill_folder(spill: Path | None, capture: int, part: tuple[int, int] | None) -> Path | None:
+    """The folder of capture `capture` (its index among the captures read), part `part`, inside the run's spill
+    folder (None: no spill)."""
+    if spill is None:
+        return None
+    return Path(spill) / (f"capture-{capture:02d}" + ("" if part is None else f"-part-{part[0]}-of-{part[1]}"))
 
 
 
@@ -176,11 +189,13 @@ class Extracted:
 
 
 def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, note: Callable[[str], None],
-                   runner=None, memory: MemoryBound | None = None) -> Extracted:
+                   runner=None, memory: MemoryBound | None = None, spill: Path | None = None) -> Extracted:
     """Every capture point of `cs`, read with up to `jobs` processes, or on Dask workers (`runner`, a
     run.cluster.DaskRunner); the capture problems and file warnings go to `note`. Behind a proxy the app talks to
     the proxy's address, not the server's: every capture is read for both. `memory`: the run's bound, checked as
-    the captures are read (on this machine) and on the counts at the end (MemoryBoundError)."""
+    the captures are read (on this machine) and on the counts at the end (MemoryBoundError). `spill`: a folder the
+    points spill their exchange rows into as they are read (read/spill.py; not on Dask workers yet: docs/
+    partitioned.md §5 step 8); each point's table is read back from it when first asked for."""
     app_pts, db_pts, proxy_pts = cs.of("app"), cs.of("db"), cs.of("proxy")
     read = [*app_pts, *db_pts, *proxy_pts]
     readable = [*cs.servers, *cs.proxy_servers] if cs.servers else []
@@ -194,7 +209,8 @@ def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, n
         label = read[0].name if len(read) == 1 else f"{len(read)} captures"
         with progress_bar(quiet, label) as update:
             step = update if memory is None else memory.watching(update)
-            extractions = extract_all(list(read), endpoints, max_sql_bytes, jobs, step, tls_secrets=tls_secrets)
+            extractions = extract_all(list(read), endpoints, max_sql_bytes, jobs, step, tls_secrets=tls_secrets,
+                                      spill=spill)
     qualities = [x.quality() for x in extractions]
     points = _points_info(read, extractions, qualities, note)
     n_app, n_db = len(app_pts), len(db_pts)
