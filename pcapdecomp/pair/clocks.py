@@ -2,9 +2,9 @@
 the TCP segments both points saw of those connections (read_segments_of, pair_segments, clock.estimate_clock:
 the model and its fit). The samples are reduced to hulls as they are paired, a chunk of segments at a time
 (clock.clock_hulls), and the fit reads the hull of the hulls (clock.fit_hulls); they are held whole only where that
-fit is not estimate_clock's (_fitted_clock). The pass over the captures for the segments starts ahead on the workers as soon as the
-extraction is done (start_segment_passes) and is taken by fit_clocks when the connections it read are the matched
-ones; else the points are read again for their matched connections."""
+fit is not estimate_clock's (_fitted_clock). The pass over the captures for the segments starts ahead on the
+workers as soon as the extraction is done (start_segment_passes) and is taken by fit_clocks when the connections it
+read are the matched ones; else the points are read again for their matched connections."""
 
 from __future__ import annotations
 
