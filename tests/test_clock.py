@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pcapdecomp.core.errors import UsageError
-from pcapdecomp.pair.clock import ClockModel, _lower_hull, _solve, estimate_clock
+from pcapdecomp.pair.clock import (ClockModel, _lower_hull, _Points, _solve, clock_hulls, combined_hulls,
+                                   estimate_clock, fit_hulls)
 
 T0 = 1_700_000_000_000_000_000  # ~2023 in ns: absolute values this large must never go through float64 raw
 US = 1_000
@@ -319,3 +320,106 @@ def test_points_at_one_instant_leave_the_skew_open():
     (seg,) = model.segments
     assert (seg.lower_ns, seg.upper_ns, seg.offset_ns) == (3 * MS, 5 * MS, 4 * MS)
     assert seg.skew_ppm == 0.0 and (seg.skew_lower_ppm, seg.skew_upper_ppm) == (-500.0, 500.0)
+
+
+# -- the fit from hulls (what the clock's segment pass keeps of the samples) ----------------------------------
+
+
+def _in_sample_order(fwd_app, fwd_db, rev_db, rev_app):
+    """The samples in the order pair_segments hands them over: by app time, then DB time."""
+    f = np.lexsort((fwd_db, fwd_app))
+    r = np.lexsort((rev_db, rev_app))
+    return fwd_app[f], fwd_db[f], rev_db[r], rev_app[r]
+
+
+def _hulls_in_pieces(samples, piece_of_f, piece_of_r, pieces: int):
+    fwd_app, fwd_db, rev_db, rev_app = samples
+    return combined_hulls([clock_hulls(fwd_app[piece_of_f == k], fwd_db[piece_of_f == k],
+                                       rev_db[piece_of_r == k], rev_app[piece_of_r == k]) for k in range(pieces)])
+
+
+def _hull_values(x, y):
+    h = _lower_hull(x, y)
+    return x[h].tolist(), y[h].tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n_fwd=st.integers(1, 400),
+    n_rev=st.integers(1, 400),
+    span_log2=st.integers(10, 43),  # up to 2^43 ns: a capture of over two hours
+    quantum=st.sampled_from([1, 1_000]),  # ns or µs timestamps
+    skew=st.integers(-499, 499),  # the line's slope, in ppm
+    kink=st.integers(-50, 50),  # a second slope after the middle: a convex corner to be found
+    gap=st.integers(1, 5),  # quanta between the forward and the reverse line
+    heights=st.lists(st.integers(0, 3), min_size=1, max_size=8),  # how far above the line: mostly on it
+    pieces=st.integers(1, 9),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_hulls_of_pieces_are_the_hull_of_all_points(n_fwd, n_rev, span_log2, quantum, skew, kink, gap, heights,
+                                                    pieces, seed):
+    """Collinear and near-collinear clouds (points on an integer-rounded line and a hair above it, many at one
+    instant, cross products far beyond 2^53), cut into pieces at random: the hull of the pieces' hulls has the
+    vertices of the hull of all the points, in the fit's units (_Points' origin), and the fit from hulls is
+    estimate_clock's to the last bit."""
+    rng = np.random.default_rng(seed)
+    span = (1 << span_log2) // quantum
+
+    def cloud(n, above):
+        k = np.sort(rng.integers(0, span, n))
+        k[rng.random(n) < 0.3] = k[0]  # many points at one instant
+        line = (skew * k) // 1_000_000 + np.where(k > span // 2, (kink * (k - span // 2)) // 1_000_000, 0)
+        off = rng.choice(np.array(heights), n)
+        return T0 + k * quantum, (line + (off if above else -gap - off)) * quantum
+
+    fwd_app, fwd_y = cloud(n_fwd, above=True)
+    rev_app, rev_y = cloud(n_rev, above=False)
+    theta = 123_456_789_000
+    samples = _in_sample_order(fwd_app, fwd_app + fwd_y + theta, rev_app + rev_y + theta, rev_app)
+    hulls = _hulls_in_pieces(samples, rng.integers(0, pieces, n_fwd), rng.integers(0, pieces, n_rev), pieces)
+
+    pts = _Points(*samples)
+    assert (hulls.n_fwd, hulls.n_rev, hulls.t_first, hulls.t_last + 1, hulls.f_y_min) == \
+        (n_fwd, n_rev, pts.t0, pts.t_end, pts.y0)
+    as_x = lambda app: (app - np.int64(pts.t0)).astype(np.float64)  # noqa: E731 - _Points' units
+    as_y = lambda y: (y - np.int64(pts.y0)).astype(np.float64)  # noqa: E731
+    assert _hull_values(as_x(hulls.f_app), as_y(hulls.f_y)) == _hull_values(pts.fx, pts.fy)
+    assert _hull_values(as_x(hulls.r_app), -as_y(hulls.r_y)) == _hull_values(pts.rx, -pts.ry)
+    model = fit_hulls(hulls)
+    whole = estimate_clock(*samples)
+    if model is not None:
+        assert repr(model) == repr(whole)
+    else:  # only where estimate_clock does more than fit the whole capture's hulls at once
+        assert min(n_fwd, n_rev) < 20 or len(whole.segments) > 1 or whole.segments[0].n_excluded > 0 \
+            or not whole.segments[0].feasible
+
+
+@settings(max_examples=20, deadline=None)
+@given(theta0_ms=st.floats(-800, 800), skew_ppm=st.floats(-50, 50), duration_s=st.floats(1, 60),
+       pieces=st.integers(1, 30), seed=st.integers(0, 2**32 - 1))
+def test_fit_from_hulls_is_estimate_clocks_fit(theta0_ms, skew_ppm, duration_s, pieces, seed):
+    """On realistic captures (delays with spikes, µs stamps) the whole capture has one consistent line: the
+    model from hulls is the one estimate_clock fits on all the samples, bit for bit."""
+    cap = make_capture(Truth(theta0_ms * MS, skew_ppm), seed=seed, duration_s=duration_s)
+    samples = _in_sample_order(*cap.args())
+    rng = np.random.default_rng(seed)
+    hulls = _hulls_in_pieces(samples, rng.integers(0, pieces, len(samples[0])),
+                             rng.integers(0, pieces, len(samples[3])), pieces)
+    model = fit_hulls(hulls)
+    assert model is not None and repr(model) == repr(estimate_clock(*samples))
+    assert len(hulls.f_app) + len(hulls.r_app) < 0.1 * (len(samples[0]) + len(samples[3]))  # it reduces
+
+
+def test_fit_from_hulls_leaves_steps_and_thin_directions_to_the_samples():
+    """A stepped clock has no consistent line at once, and a direction with fewer than min_points points is
+    one-sided: there the hulls give no model, and the samples are fitted as before."""
+    stepped = make_capture(Truth(5 * MS, 10.0, step_at_ns=T0 + 10 * S, step_ns=2 * MS), seed=3)
+    samples = _in_sample_order(*stepped.args())
+    assert fit_hulls(clock_hulls(*samples)) is None
+    assert len(estimate_clock(*samples).segments) == 2
+    cap = make_capture(Truth(5 * MS, 10.0), seed=4)
+    thin = _in_sample_order(cap.fwd_app, cap.fwd_db, cap.rev_db[:5], cap.rev_app[:5])
+    assert fit_hulls(clock_hulls(*thin)) is None
+    assert estimate_clock(*thin).quality == "one-sided"
+    far = _in_sample_order(cap.fwd_app, cap.fwd_db + (cap.fwd_app - T0) * 5_000, cap.rev_db, cap.rev_app)
+    assert fit_hulls(clock_hulls(*far)) is None  # 5,000 ppm: no line within the skew limit

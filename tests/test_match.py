@@ -504,3 +504,38 @@ def test_a_connection_whose_rows_were_all_replaced_pairs_as_before(sides):
     assert np.array_equal(keys_d, connection_keys(again).to_numpy()) and keys_d[-1] == keys_d.max()
     other_a, other_d = pairing.row_connections(app.exchanges, d)  # other tables: their own keys
     assert np.array_equal(other_d, connection_keys(d).to_numpy()) and not np.array_equal(other_d, keys_d)
+
+
+def _clock_of_all_samples(a, d, db_first_ns):
+    """The clock fitted the way it was before hulls: every sample held, estimate_clock on them."""
+    from pcapdecomp.pair import clocks
+    from pcapdecomp.pair.clock import estimate_clock
+
+    samples = pair_segments(a, d)
+    model = estimate_clock(samples.fwd_app, samples.fwd_db, samples.rev_db, samples.rev_app)
+    return model, clocks.clock_entry(model, samples.counts, db_first_ns)
+
+
+@pytest.mark.parametrize("step_ns", [0, 3_000_000])
+def test_clock_from_hulls_is_the_clock_of_all_samples(sides, tmp_path, step_ns):
+    """The lab's group-stall pair, its DB clock offset (and stepped 3 ms a third of the way in: no consistent line
+    at once, so the samples are paired again and fitted as before), its segments reduced 7 app segments at a
+    time: the model and summary.json's clocks entry of one fit on every sample, bit for bit."""
+    from unittest import mock
+
+    from pcapdecomp.pair import clocks
+
+    app, db = sides
+    records = list(pt.records(SET / "db.pcap")[3])
+    step_at = records[len(records) // 3][0]
+    pt.rewrite(SET / "db.pcap", tmp_path / "db.pcap", time=lambda t: t + 777_000 + (step_ns if t >= step_at else 0))
+    a = read_segments_of(SET / "app.pcap", flows(app.connections))
+    d = read_segments_of(tmp_path / "db.pcap", flows(db.connections))
+    first = records[0][0] + 777_000
+    expected_model, expected_entry = _clock_of_all_samples(a, d, first)
+    assert (expected_model.quality, len(expected_model.segments)) == ("two-sided", 2 if step_ns else 1)
+    for chunk in (clocks.JOIN_CHUNK, 7):
+        with mock.patch.object(clocks, "JOIN_CHUNK", chunk):
+            model, entry = clocks._fitted_clock(a, d, first)
+        assert repr(model) == repr(expected_model)
+        assert entry == expected_entry

@@ -493,12 +493,16 @@ def _segment(est: _Estimator, lo: int, hi: int, fitted: _Piece | None = None) ->
     f, r = pts.slices(lo, hi)
     if f.stop - f.start < est.min_points or r.stop - r.start < est.min_points:
         return _one_sided(pts, f, r, lo, hi)
-    res = (fitted or est.piece(lo, hi)).result
+    return _two_sided(lo, hi, pts.y0, (fitted or est.piece(lo, hi)).result)
+
+
+def _two_sided(lo: int, hi: int, y0: int, res: _Result) -> ClockSegment:
+    """The segment [lo, hi) of a two-sided fit made in units relative to `y0` (_Points.y0)."""
     fit = res.fit
     return ClockSegment(
         start_ns=lo, end_ns=hi, ref_ns=lo,
-        offset_ns=float(pts.y0 + fit.offset), skew_ppm=float(fit.omega * 1e6),
-        lower_ns=float(pts.y0 + fit.lower), upper_ns=float(pts.y0 + fit.upper),
+        offset_ns=float(y0 + fit.offset), skew_ppm=float(fit.omega * 1e6),
+        lower_ns=float(y0 + fit.lower), upper_ns=float(y0 + fit.upper),
         skew_lower_ppm=float(fit.omega_lower * 1e6), skew_upper_ppm=float(fit.omega_upper * 1e6),
         n_fwd=res.n_fwd, n_rev=res.n_rev, n_excluded=res.n_excluded,
     )
@@ -568,3 +572,122 @@ def estimate_clock(
     segments = tuple(_segment(est, a, b) for a, b in zip(bounds, bounds[1:]))
     quality = "two-sided" if all(s.two_sided for s in segments) else "one-sided"
     return ClockModel(segments, quality)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The fit from hulls: what the samples come to while the whole capture has one consistent line
+
+
+HULL_MARGIN_NS = 64.0  # a point this close above its piece's hull is kept (see ClockHulls)
+HULL_SPAN_LIMIT = 1 << 46  # ns (19.5 hours): wider x or y spans take the samples' path (see fit_hulls)
+
+
+@dataclass(frozen=True)
+class ClockHulls:
+    """Clock samples reduced to what estimate_clock reads of them while the whole capture has one consistent line
+    with no point dropped: the forward points near their lower hull and the reverse points near their upper hull,
+    with the counts and extremes of all the points. Pieces of the samples (any split of them) reduce alone and
+    combine (`combined_hulls`): the hull of a union is the hull of the pieces' hulls.
+
+    The fit decides with float cross products relative to the whole capture's origin (`_Points.t0`, `y0`), and
+    those round once they pass 2^53: a point that is not a vertex of its piece's hull may then still be chosen
+    by the fit over all points. So a piece keeps every point within HULL_MARGIN_NS above its own hull (a point
+    that close to the whole capture's hull is that close to its piece's), not only the vertices; the rounding of
+    `_lower_hull` is below 2^-51 of the y span between the points it compares (below 2^-5 ns under
+    HULL_SPAN_LIMIT). Points sorted by (app time, y), the samples' order in `_Points`."""
+
+    f_app: np.ndarray  # int64 ns: forward points' app time a
+    f_y: np.ndarray  # int64 ns: b − a
+    r_app: np.ndarray  # int64 ns: reverse points' app time e
+    r_y: np.ndarray  # int64 ns: c − e
+    n_fwd: int  # all the points of each direction, not only the kept ones
+    n_rev: int
+    t_first: int  # least and greatest app time of any point (0 without points)
+    t_last: int
+    f_y_min: int  # least and greatest y of each direction (0 without points)
+    f_y_max: int
+    r_y_min: int
+    r_y_max: int
+
+
+def _near_lower_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Positions of the points (int64 ns, any order) within HULL_MARGIN_NS above their lower convex hull."""
+    order = np.argsort(x, kind="stable")  # _lower_hull needs x sorted, not y among equal x (a lexsort is 10× this)
+    xs, ys = x[order], y[order]
+    xf = (xs - xs[0]).astype(np.float64)  # floats of the piece's own spans
+    yf = (ys - ys.min()).astype(np.float64)
+    del xs, ys
+    hull = _lower_hull(xf, yf)
+    height = yf - np.interp(xf, xf[hull], yf[hull])
+    return order[height <= HULL_MARGIN_NS]
+
+
+def _kept(app: np.ndarray, y: np.ndarray, mirrored: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The points near the lower hull of (app, y), or of (app, −y) when `mirrored`, sorted by (app, y)."""
+    if len(app) == 0:
+        return app[:0], y[:0]
+    near = _near_lower_hull(app, -y if mirrored else y)
+    app, y = app[near], y[near]
+    order = np.lexsort((y, app))
+    return app[order], y[order]
+
+
+def _reduced(f_app, f_y, r_app, r_y, counts: tuple[int, ...]) -> ClockHulls:
+    f_app, f_y = _kept(f_app, f_y, mirrored=False)
+    r_app, r_y = _kept(r_app, r_y, mirrored=True)
+    return ClockHulls(f_app, f_y, r_app, r_y, *counts)
+
+
+def clock_hulls(fwd_app_ns, fwd_db_ns, rev_db_ns, rev_app_ns) -> ClockHulls:
+    """One piece of the samples (estimate_clock's arguments, any order) reduced to its hulls."""
+    fwd_app, rev_app = _as_ns("fwd_app_ns", fwd_app_ns), _as_ns("rev_app_ns", rev_app_ns)
+    f_y = _as_ns("fwd_db_ns", fwd_db_ns) - fwd_app
+    r_y = _as_ns("rev_db_ns", rev_db_ns) - rev_app
+    if len(f_y) != len(fwd_app) or len(r_y) != len(rev_app):
+        raise UsageError("clock samples: each direction needs as many app as DB timestamps")
+    app_times = [_extremes(a) for a in (fwd_app, rev_app) if len(a)]
+    t_first = min((lo for lo, _ in app_times), default=0)
+    t_last = max((hi for _, hi in app_times), default=0)
+    return _reduced(fwd_app, f_y, rev_app, r_y,
+                    (len(fwd_app), len(rev_app), t_first, t_last, *_extremes(f_y), *_extremes(r_y)))
+
+
+def _extremes(values: np.ndarray) -> tuple[int, int]:
+    return (int(values.min()), int(values.max())) if len(values) else (0, 0)
+
+
+def combined_hulls(pieces: list[ClockHulls]) -> ClockHulls:
+    """The hulls of the union of the pieces' samples."""
+    with_f = [p for p in pieces if p.n_fwd]
+    with_r = [p for p in pieces if p.n_rev]
+    with_any = [p for p in pieces if p.n_fwd or p.n_rev]
+    counts = (sum(p.n_fwd for p in pieces), sum(p.n_rev for p in pieces),
+              min((p.t_first for p in with_any), default=0), max((p.t_last for p in with_any), default=0),
+              min((p.f_y_min for p in with_f), default=0), max((p.f_y_max for p in with_f), default=0),
+              min((p.r_y_min for p in with_r), default=0), max((p.r_y_max for p in with_r), default=0))
+    joined = (np.concatenate([getattr(p, name) for p in pieces] or [np.empty(0, np.int64)])
+              for name in ("f_app", "f_y", "r_app", "r_y"))
+    return _reduced(*joined, counts)
+
+
+def fit_hulls(hulls: ClockHulls, *, min_points: int = 20, max_skew_ppm: float = MAX_SKEW_PPM
+              ) -> ClockModel | None:
+    """estimate_clock's model of the samples `hulls` was made of, when the whole capture has a consistent line
+    with no point dropped (the usual case); None when estimate_clock must read the samples: a direction with fewer
+    than `min_points` points, no consistent line at once (it then drops points by their neighbours in time or
+    splits the capture at clock steps), or a span past HULL_SPAN_LIMIT."""
+    if hulls.n_fwd < min_points or hulls.n_rev < min_points:
+        return None
+    t0, t_end, y0 = hulls.t_first, hulls.t_last + 1, hulls.f_y_min  # _Points' origin
+    if max(t_end - t0, hulls.f_y_max - y0, abs(hulls.r_y_min - y0), abs(hulls.r_y_max - y0)) >= HULL_SPAN_LIMIT:
+        return None
+    fx = (hulls.f_app - np.int64(t0)).astype(np.float64)
+    rx = (hulls.r_app - np.int64(t0)).astype(np.float64)
+    fy = (hulls.f_y - np.int64(y0)).astype(np.float64)
+    ry = (hulls.r_y - np.int64(y0)).astype(np.float64)
+    fh = _lower_hull(fx, fy)
+    rh = _lower_hull(rx, -ry)
+    fit = _solve(fx[fh], fy[fh], rx[rh], ry[rh], max_skew_ppm * 1e-6)
+    if fit.gap < 0:
+        return None
+    return ClockModel((_two_sided(t0, t_end, y0, _Result(fit, hulls.n_fwd, hulls.n_rev, 0)),), "two-sided")

@@ -1,8 +1,10 @@
 """The clocks of the capture points: one model per app point and DB point with matched connections, fitted from
 the TCP segments both points saw of those connections (read_segments_of, pair_segments, clock.estimate_clock:
-the model and its fit). The pass over the captures for the segments starts ahead on the workers as soon as the
-extraction is done (start_segment_passes) and is taken by fit_clocks when the connections it read are the matched
-ones; else the points are read again for their matched connections."""
+the model and its fit). The samples are reduced to hulls as they are paired, a chunk of segments at a time
+(clock.clock_hulls), and the fit reads the hull of the hulls (clock.fit_hulls); they are held whole only where that
+fit is not estimate_clock's (_fitted_clock). The pass over the captures for the segments starts ahead on the
+workers as soon as the extraction is done (start_segment_passes) and is taken by fit_clocks when the connections it
+read are the matched ones; else the points are read again for their matched connections."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from ..read import extract
 from ..read.capture import open_capture
 from ..read.fastlane import segment_keys
 from ..read.sources import CapturePoint
-from .clock import ClockModel, estimate_clock
+from .clock import ClockModel, clock_hulls, combined_hulls, estimate_clock, fit_hulls
 from .match import connection_keys, first_rows
 
 
@@ -115,13 +117,21 @@ def _taken(segments: dict, uses: Counter, owner: tuple[str, str]) -> _Segments:
 
 def _fitted_clock(app, db, db_first_ns: int | None) -> tuple[ClockModel, dict]:
     """The clock of an app point and a DB point from their segments (read_segments_of's), and its summary.json →
-    clocks entry (without the points' names)."""
+    clocks entry (without the points' names). The samples are reduced to hulls piece by piece as they are paired
+    (never held whole); only where the hulls cannot give estimate_clock's model (fit_hulls: no consistent line at
+    once, too few points a way) are they paired again and held, for estimate_clock."""
     sides = [app, db]
     del app, db
+    hulls = combined_hulls([clock_hulls(*piece) for piece in _sample_pieces(*sides)])
+    model = fit_hulls(hulls)
+    if model is not None:
+        app, db = sides
+        counts = SampleCounts(hulls.n_fwd, hulls.n_rev, app.read, db.read, app.repeated + db.repeated)
+        return model, clock_entry(model, counts, db_first_ns)
     samples = _paired(sides)  # lets the segments go as soon as it has read them
     release_memory()
     model = estimate_clock(samples.fwd_app, samples.fwd_db, samples.rev_db, samples.rev_app)
-    return model, clock_entry(model, samples, db_first_ns)
+    return model, clock_entry(model, samples.counts, db_first_ns)
 
 
 def _clock_ahead(app_pt: CapturePoint, app_flows: set, db_pt: CapturePoint, db_flows: set,
@@ -193,13 +203,24 @@ def _conn_table(ex: pd.DataFrame, conns: pd.DataFrame) -> pd.DataFrame:
     return keys.merge(conns[["capture", "conn_index", "client", "server"]], on=["capture", "conn_index"])
 
 
-def clock_entry(model: ClockModel, samples: ClockSamples, db_first_ns: int | None) -> dict:
+@dataclass(frozen=True)
+class SampleCounts:
+    """What a clock was fitted on, as summary.json → clocks tells it."""
+
+    forward: int  # samples app→DB
+    reverse: int
+    app_segments: int  # segments of matched connections read at the app point
+    db_segments: int
+    duplicates_dropped: int  # keys seen more than once at one point (retransmissions, duplicate ACKs)
+
+
+def clock_entry(model: ClockModel, counts: SampleCounts, db_first_ns: int | None) -> dict:
     """summary.json → clocks entry of one app point and DB point: the model's summary at the DB capture's first
     packet and what it was fitted on."""
     info = model.summary(int(db_first_ns)) if db_first_ns is not None else {}
-    info["samples"] = {"forward": len(samples.fwd_app), "reverse": len(samples.rev_app)}
-    info["duplicates_dropped"] = samples.duplicates_dropped
-    info["segments_read"] = {"app": samples.app_segments, "db": samples.db_segments}
+    info["samples"] = {"forward": counts.forward, "reverse": counts.reverse}
+    info["duplicates_dropped"] = counts.duplicates_dropped
+    info["segments_read"] = {"app": counts.app_segments, "db": counts.db_segments}
     return info
 
 
@@ -259,6 +280,11 @@ class ClockSamples:
     db_segments: int
     duplicates_dropped: int  # keys seen more than once at one point (retransmissions, duplicate ACKs)
 
+    @property
+    def counts(self) -> SampleCounts:
+        return SampleCounts(len(self.fwd_app), len(self.rev_app), self.app_segments, self.db_segments,
+                            self.duplicates_dropped)
+
 
 def pair_segments(app: _Segments, db: _Segments) -> ClockSamples:
     """The segments seen at both points (same key), as clock samples. Both sides are sorted by (k1, k2) with unique
@@ -274,11 +300,8 @@ def _paired(sides: list[_Segments]) -> ClockSamples:
     app, db = sides
     sides.clear()
     parts: tuple[list, list, list, list] = ([], [], [], [])  # per chunk: forward app, DB times; reverse DB, app
-    for at in range(0, len(app.k1), JOIN_CHUNK):
-        ia, id_ = _matched(app.k1[at:at + JOIN_CHUNK], app.k2[at:at + JOIN_CHUNK], db, at)
-        fwd = (app.k2[ia] & np.uint64(1)) == 0
-        ts_a, ts_d = app.ts[ia], db.ts[id_]
-        for part, values in zip(parts, (ts_a[fwd], ts_d[fwd], ts_d[~fwd], ts_a[~fwd])):
+    for piece in _sample_pieces(app, db):
+        for part, values in zip(parts, piece):
             part.append(values)
     read_app, read_db, repeated = app.read, db.read, app.repeated + db.repeated
     del app, db  # (the last chunk's arrays are small)
@@ -295,6 +318,16 @@ def _paired(sides: list[_Segments]) -> ClockSamples:
 
 
 JOIN_CHUNK = 1 << 16  # app segments searched at once by pair_segments
+
+
+def _sample_pieces(app: _Segments, db: _Segments):
+    """The samples of the segments seen at both points, JOIN_CHUNK app segments at a time: per chunk (forward app
+    times, forward DB times, reverse DB times, reverse app times), in key order."""
+    for at in range(0, len(app.k1), JOIN_CHUNK):
+        ia, id_ = _matched(app.k1[at:at + JOIN_CHUNK], app.k2[at:at + JOIN_CHUNK], db, at)
+        fwd = (app.k2[ia] & np.uint64(1)) == 0
+        ts_a, ts_d = app.ts[ia], db.ts[id_]
+        yield ts_a[fwd], ts_d[fwd], ts_d[~fwd], ts_a[~fwd]
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
