@@ -428,7 +428,9 @@ def _latest_before(k: np.ndarray, b: np.ndarray) -> np.ndarray:
     least = int(b.min())
     width = int(b.max()) - least + 1
     if (int(group[-1]) + 1) * width >= 1 << 62:
-        return pd.Series(b).groupby(k).cummax().groupby(k).shift(1, fill_value=none).to_numpy(dtype=np.int64)
+        # a writable array of its own: pipelined_s works in it in place
+        return pd.Series(b).groupby(k).cummax().groupby(k).shift(1, fill_value=none).to_numpy(dtype=np.int64,
+                                                                                              copy=True)
     lift = group
     lift *= width
     latest = b - least  # each step in place: the temporaries of every row are few
