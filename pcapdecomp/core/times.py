@@ -7,15 +7,21 @@ import numpy as np
 import pandas as pd
 
 
-def ts_ns(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+def ts_ns(col: pd.Series, copy: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """A datetime column as (int64 ns, valid mask); null entries hold 0. A column of another unit or zone, or of
-    objects, is read as UTC first (naive times are UTC)."""
+    objects, is read as UTC first (naive times are UTC). `copy=False`: the column's own values, read-only (no
+    array of every row made for a reader that only reads); its null entries then hold int64's minimum, not 0."""
     if col.dtype not in (np.dtype("M8[ns]"), pd.DatetimeTZDtype("ns", "UTC")) and len(col):
         col = pd.to_datetime(col, utc=True).astype("datetime64[ns, UTC]")
     if col.dtype in (np.dtype("M8[ns]"), pd.DatetimeTZDtype("ns", "UTC")):
-        values = col.array.asi8.copy()  # NaT is int64's minimum
+        values = col.array.asi8  # NaT is int64's minimum
         valid = values != np.iinfo(np.int64).min
-        values[~valid] = 0
+        if copy:
+            values = values.copy()
+            values[~valid] = 0
+        else:
+            values = values.view()
+            values.flags.writeable = False
         return values, valid
     valid = col.notna().to_numpy().copy()
     values = np.zeros(len(col), dtype=np.int64)

@@ -38,6 +38,8 @@ STALL_MIN_QUEUE_S = 0.1  # a request that queued this long counts toward a stall
 LIKELY_MIN_WAIT_S = 0.01  # a likely wait is at least this far above its class's typical execution …
 LIKELY_SPREAD = 4.0  # … and this many times the class's usual spread above it (p90 − median of its clean runs)
 LIKELY_COVER = 0.5  # … and a long statement executed during at least this share of it
+ROWS_AT_ONCE = 1 << 16  # row-wise arithmetic of every row is done this many rows at a time where its temporaries
+# would otherwise be several arrays of every row (covered_ns, seconds to nanoseconds)
 # exec_source's values, and queue_source's (measured: from the slow log; estimated: from the fingerprint's median;
 # likely: far above the class's typical execution while a long statement executed, see likely_waits)
 EXEC_SOURCES = ["slow_log", "fingerprint_median", "flagged_slow", "below_long_query_time"]
@@ -280,7 +282,9 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     known_fast = (flag.notna().to_numpy() & ~flagged) | (join.used & ~in_log & ~undecided & ~flagged)
     has_server = ~np.isnan(server)
     todo = has_server & ~in_log & ~flagged
-    estimate = estimate_execution(t["command"], t["fingerprint"], server, has_server & ~in_log & ~flagged
+    # the execution classes, numbered once: the estimate and the likely waits both read them
+    classes = class_codes(t["command"], t["fingerprint"])
+    estimate = estimate_execution(classes, server, has_server & ~in_log & ~flagged
                                   & (server >= 0) & (server <= lqt if lqt is not None else True))
     # TLS flights read without a key log share one fingerprint whatever their statement: no estimate from it
     estimate[(t["command"] == ENCRYPTED_COMMAND).to_numpy(dtype=bool, na_value=False)] = np.nan
@@ -304,7 +308,9 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
         fast_bounded = has_server & ~in_log & known_fast
         certain[fast_bounded] = np.maximum(server[fast_bounded] - lqt, 0.0)
     certain = np.nan_to_num(certain)
-    likely = likely_waits(t, server, exec_s, in_log | flagged_only, ~in_log & ~flagged & has_server)
+    likely = likely_waits(RawTimes.of(t), classes, server, exec_s, in_log | flagged_only,
+                          ~in_log & ~flagged & has_server)
+    del classes
     exec_s[likely.rows] = likely.exec_s[likely.rows]
     source[likely.rows] = FINGERPRINT_MEDIAN
     # One typical execution per class, the clean runs' median: a server time within the class's usual range (≤ the
@@ -377,19 +383,35 @@ def pipelined_s(t: pd.DataFrame) -> np.ndarray:
     ok = t["server_s"].notna().to_numpy() & t["db_client"].notna().to_numpy()
     if n == 0 or not ok.any():
         return out
-    rows = np.flatnonzero(ok)
+    every = bool(ok.all())  # the usual case: the columns read as they are, not taken row by row first
+    rows = None if every else np.flatnonzero(ok)
+    del ok
+
+    def of_rows(values):
+        return values if every else values[rows]
+
     # numbered in order of first appearance (a categorical by its codes: not a text object per row to hash)
-    client = pd.factorize(t["db_client"].take(rows))[0].astype(np.int64)
-    server = pd.factorize(t["server"].take(rows))[0].astype(np.int64)
-    key = client * (int(server.max()) + 1) + server
-    d1 = np.asarray(t["_d1_raw"], dtype=np.int64)[rows]
-    d4 = np.asarray(t["_d4_raw"], dtype=np.int64)[rows]
+    key = pd.factorize(t["db_client"] if every else t["db_client"].take(rows))[0].astype(np.int64, copy=False)
+    server = pd.factorize(t["server"] if every else t["server"].take(rows))[0].astype(np.int64, copy=False)
+    key *= int(server.max()) + 1
+    key += server
+    del server
+    d1 = of_rows(np.asarray(t["_d1_raw"], dtype=np.int64))
+    d4 = of_rows(np.asarray(t["_d4_raw"], dtype=np.int64))
     order = np.lexsort((d4, d1, key))
-    k, a, b = key[order], d1[order], d4[order]
+    k = key[order]
+    del key
+    b = d4[order]
     before = _latest_before(k, b)
-    before = np.maximum(before, a)  # no earlier request, or answered before this one came: no wait
-    wait = (np.minimum(before, b) - a) / NS  # int64 ns until here: no rounding of the times
-    out[rows[order]] = wait
+    del k
+    a = d1[order]
+    del d1, d4
+    np.maximum(before, a, out=before)  # no earlier request, or answered before this one came: no wait
+    np.minimum(before, b, out=before)
+    del b
+    before -= a  # int64 ns until here: no rounding of the times
+    del a
+    out[order if every else rows[order]] = before / NS
     return out
 
 
@@ -406,9 +428,17 @@ def _latest_before(k: np.ndarray, b: np.ndarray) -> np.ndarray:
     least = int(b.min())
     width = int(b.max()) - least + 1
     if (int(group[-1]) + 1) * width >= 1 << 62:
-        return pd.Series(b).groupby(k).cummax().groupby(k).shift(1, fill_value=none).to_numpy(dtype=np.int64)
-    lift = group * width
-    latest = np.maximum.accumulate((b - least) + lift) - lift + least
+        # a writable array of its own: pipelined_s works in it in place
+        return pd.Series(b).groupby(k).cummax().groupby(k).shift(1, fill_value=none).to_numpy(dtype=np.int64,
+                                                                                              copy=True)
+    lift = group
+    lift *= width
+    latest = b - least  # each step in place: the temporaries of every row are few
+    latest += lift
+    np.maximum.accumulate(latest, out=latest)
+    latest -= lift
+    latest += least
+    del lift
     out = np.empty(len(b), dtype=np.int64)
     out[1:] = latest[:-1]
     out[first] = none
@@ -424,8 +454,26 @@ class LikelyWaits:
     p90: np.ndarray  # … and the p90 of its clean runs: the top of its usual range
 
 
-def likely_waits(t: pd.DataFrame, server: np.ndarray, exec_s: np.ndarray, measured: np.ndarray,
-                 open_: np.ndarray) -> LikelyWaits:
+@dataclass
+class RawTimes:
+    """build_table's DB-clock times of every row (`_d1_raw`, `_d4_raw`, int64 ns) and whether they are the row's
+    own (`_t_valid`): the table's arrays themselves, read, not copied."""
+
+    d1: np.ndarray
+    d4: np.ndarray
+    valid: np.ndarray
+
+    @staticmethod
+    def of(t: pd.DataFrame) -> RawTimes | None:
+        """The table's raw times; None for a table build_table did not make (no such columns)."""
+        if "_d1_raw" not in t.columns:
+            return None
+        return RawTimes(np.asarray(t["_d1_raw"], dtype=np.int64), np.asarray(t["_d4_raw"], dtype=np.int64),
+                        np.asarray(t["_t_valid"], dtype=bool))
+
+
+def likely_waits(times: RawTimes | None, classes: tuple[np.ndarray, int], server: np.ndarray, exec_s: np.ndarray,
+                 measured: np.ndarray, open_: np.ndarray) -> LikelyWaits:
     """Waits the slow log cannot prove but the wire makes likely (a statement below long_query_time, or no slow
     log): a statement whose server time is far above its class's typical execution while a long statement
     executed on the server (the thread group is checked later, when it is known: explain/threadpool.py).
@@ -436,46 +484,58 @@ def likely_waits(t: pd.DataFrame, server: np.ndarray, exec_s: np.ndarray, measur
     Long statements: measured executions ≥ STALL_MIN_QUEUE_S, and open runs ≥ STALL_MIN_QUEUE_S of a class with
     too few runs to have a typical execution or whose median is itself that long. A wait is likely when it is ≥
     LIKELY_MIN_WAIT_S and ≥ LIKELY_SPREAD × (p90 − median) of the clean runs, and long statements executed during
-    ≥ LIKELY_COVER of it."""
-    n = len(t)
+    ≥ LIKELY_COVER of it. `times`: the rows' DB-clock times (None: none known, no likely wait); `classes`:
+    class_codes of the rows."""
+    n = len(server)
     out = LikelyWaits(np.zeros(n, dtype=bool), np.full(n, np.nan), np.full(n, np.nan))
-    if n == 0 or "_d1_raw" not in t.columns:
+    if n == 0 or times is None:
         return out
-    d1 = np.asarray(t["_d1_raw"], dtype=np.int64)
-    d4 = np.asarray(t["_d4_raw"], dtype=np.int64)
-    valid = np.asarray(t["_t_valid"], dtype=bool) & ~np.isnan(server) & (d4 >= d1)
-    codes, groups = class_codes(t["command"], t["fingerprint"])
+    d1, d4 = times.d1, times.d4
+    valid = times.valid & ~np.isnan(server) & (d4 >= d1)
+    codes, groups = classes
     runs = open_ & valid & (codes >= 0)
     if not runs.any():
         return out
+    # per class, then read at each row by its code (a row of code −1 is never a run: what it reads is masked)
     sizes = np.bincount(codes[runs], minlength=groups)
     (median_all,) = _group_quantiles(codes[runs], server[runs], groups, (0.5,))
-    row_size = np.where(codes >= 0, sizes[np.maximum(codes, 0)], 0)
-    row_median_all = np.where(codes >= 0, median_all[np.maximum(codes, 0)], np.nan)
-    long_open = runs & (server >= STALL_MIN_QUEUE_S) & ((row_size < FINGERPRINT_MIN_SAMPLES)
-                                                       | (np.nan_to_num(row_median_all) >= STALL_MIN_QUEUE_S))
+    few_or_long = (sizes < FINGERPRINT_MIN_SAMPLES) | (np.nan_to_num(median_all) >= STALL_MIN_QUEUE_S)
+    long_open = runs & (server >= STALL_MIN_QUEUE_S) & few_or_long[codes]
     long_measured = measured & valid & (np.nan_to_num(exec_s) >= STALL_MIN_QUEUE_S)
-    long_ = long_open | long_measured
-    x_start = np.where(long_measured, np.maximum(d4 - np.rint(np.nan_to_num(exec_s) * NS).astype(np.int64), d1), d1)
-    lo, hi = interval_union(x_start[long_], d4[long_])
-    clean = runs & ~long_ & (covered_ns(lo, hi, d1, d4) == 0)
+    del valid
+    long_ = np.flatnonzero(long_open | long_measured)
+    # a long statement's execution: from D4 − exec_s (not before D1) where the log or the flag measured it
+    x_start = d1[long_]
+    timed = long_measured[long_]
+    x_start[timed] = np.maximum(d4[long_][timed] - np.rint(exec_s[long_][timed] * NS).astype(np.int64),
+                                x_start[timed])
+    lo, hi = interval_union(x_start, d4[long_])
+    del x_start, timed
+    clean = covered_ns(lo, hi, d1, d4) == 0
+    clean &= runs
+    clean[long_] = False
+    del long_
     if not clean.any():
         return out
     counts = np.bincount(codes[clean], minlength=groups)
     median, p90 = _group_quantiles(codes[clean], server[clean], groups, (0.5, 0.9))
-    has = counts >= FINGERPRINT_MIN_SAMPLES
-    median[~has] = np.nan
-    c = np.maximum(codes, 0)
-    typical = np.where(codes >= 0, median[c], np.nan)
-    spread = np.where(codes >= 0, p90[c], np.nan) - typical
+    del clean
+    median[counts < FINGERPRINT_MIN_SAMPLES] = np.nan
+    typical = median[codes]
+    typical[codes < 0] = np.nan
     known = runs & ~long_open & ~np.isnan(typical)
-    wait = np.where(known, server - np.nan_to_num(typical), 0.0)
-    far = known & (wait >= np.maximum(LIKELY_MIN_WAIT_S, LIKELY_SPREAD * np.nan_to_num(spread)))
-    wait_ns = np.rint(wait * NS).astype(np.int64)
-    held = covered_ns(lo, hi, d1, d1 + wait_ns) >= LIKELY_COVER * wait_ns
-    out.rows = far & held
+    del long_open, runs
     out.exec_s = np.where(known, typical, np.nan)
-    out.p90 = np.where(known, typical + spread, np.nan)
+    at = np.flatnonzero(known)
+    del known
+    typical = typical[at]
+    spread = p90[codes[at]] - typical
+    wait = server[at] - typical
+    far = wait >= np.maximum(LIKELY_MIN_WAIT_S, LIKELY_SPREAD * np.nan_to_num(spread))
+    wait_ns = np.rint(wait * NS).astype(np.int64)
+    held = covered_ns(lo, hi, d1[at], d1[at] + wait_ns) >= LIKELY_COVER * wait_ns
+    out.rows[at[far & held]] = True
+    out.p90[at] = typical + spread
     return out
 
 
@@ -502,19 +562,28 @@ def covered_ns(lo: np.ndarray, hi: np.ndarray, s: np.ndarray, e: np.ndarray) -> 
         kk = np.maximum(k, 0)
         return np.where(k >= 0, before[kk] + np.clip(np.minimum(points, hi[kk]) - lo[kk], 0, None), 0)
 
-    return np.maximum(up_to(e) - up_to(s), 0)
+    if len(s) <= ROWS_AT_ONCE:
+        return np.maximum(up_to(e) - up_to(s), 0)
+    out = np.empty(len(s), dtype=np.int64)  # a slice at a time: the temporaries are of a slice, not of every row
+    for a in range(0, len(s), ROWS_AT_ONCE):
+        out[a:a + ROWS_AT_ONCE] = np.maximum(up_to(e[a:a + ROWS_AT_ONCE]) - up_to(s[a:a + ROWS_AT_ONCE]), 0)
+    return out
 
 
 def class_codes(command: pd.Series, fingerprint: pd.Series) -> tuple[np.ndarray, int]:
     """Each row's class, a (command, fingerprint) text pair, as a code 0 … groups − 1 (NA as the text str() makes
     of it): numbered pair by pair, not by joining the two texts of every row into a new string (a string per row
-    held at once)."""
+    held at once). The codes are int32 (int64 beyond 2³¹ classes): the execution-class view of every row."""
     command_codes = _text_codes(command)
     fingerprint_codes = _text_codes(fingerprint)
     if len(command_codes) == 0:
-        return command_codes, 0
-    codes, uniques = pd.factorize(command_codes * (int(fingerprint_codes.max()) + 1) + fingerprint_codes)
-    return codes, len(uniques)
+        return command_codes.astype(np.int32), 0
+    command_codes *= int(fingerprint_codes.max()) + 1
+    command_codes += fingerprint_codes
+    del fingerprint_codes
+    codes, uniques = pd.factorize(command_codes)
+    del command_codes
+    return codes.astype(np.int32 if len(uniques) <= np.iinfo(np.int32).max else np.int64, copy=False), len(uniques)
 
 
 def _text_codes(column: pd.Series) -> np.ndarray:
@@ -534,20 +603,19 @@ def _text_codes(column: pd.Series) -> np.ndarray:
     return out
 
 
-def estimate_execution(command: pd.Series, fingerprint: pd.Series, server: np.ndarray,
-                       fast: np.ndarray) -> np.ndarray:
+def estimate_execution(classes: tuple[np.ndarray, int], server: np.ndarray, fast: np.ndarray) -> np.ndarray:
     """Execution time estimated from other runs of the same shape, NaN where no robust estimate exists.
 
     The runs are the `fast` ones (not in the slow log, not flagged, not above long_query_time) of the same command
     *and* fingerprint: a PREPARE, an EXECUTE and a COM_QUERY of one statement do different work. The estimate is
     their median, used only when there are ≥ FINGERPRINT_MIN_SAMPLES of them and they agree (p90 − p10 ≤
     ESTIMATE_MAX_SPREAD × median); a server time within the runs' normal range (≤ their p90) is taken as all
-    execution, so scheduling noise is not reported as queueing."""
+    execution, so scheduling noise is not reported as queueing. `classes`: class_codes of the rows."""
     n = len(server)
     out = np.full(n, np.nan)
     if n == 0:
         return out
-    codes, groups = class_codes(command, fingerprint)
+    codes, groups = classes
     sample = fast & (codes >= 0)
     if not sample.any():
         return out

@@ -27,7 +27,7 @@ from ..core.groups import equals, group_order
 from ..core.memory import release_memory
 from ..core.schema import GROUP_COLUMNS, POOL_COLUMNS
 from ..core.times import ts_ns
-from .decompose import LIKELY_COVER, NS, STALL_MIN_QUEUE_S, covered_ns
+from .decompose import LIKELY_COVER, NS, ROWS_AT_ONCE, STALL_MIN_QUEUE_S, covered_ns
 from .decompose import interval_union as _union
 
 CULPRIT_MIN_SHARE = 0.25  # a culprit executed during at least this share of the stalled stretch
@@ -86,14 +86,19 @@ def auto_bucket_s(span_ns: int) -> float:
     return 86400.0 * float(np.ceil(span_ns / (MAX_BUCKETS * 86400.0 * NS)))
 
 
-def core_range(points: np.ndarray) -> tuple[int, int]:
+def core_range(points: np.ndarray, mine: bool = False) -> tuple[int, int]:
     """The core of a capture's timestamps (int64 ns, not empty): the biggest run of times without a silence of
     CLUSTER_GAP_NS (however many broken ones lie elsewhere), less 1 % at each end. The robust span of the
-    thread-pool views and the report's time axis are measured from it."""
+    thread-pool views and the report's time axis are measured from it. `mine`: `points` is the caller's to
+    reorder (it is partitioned in place, not copied)."""
     if len(points) >= 3 and int(points.max()) - int(points.min()) <= CLUSTER_GAP_NS:
         # one run (the usual case): the two times wanted are order statistics, found without sorting them all
         k = max(1, len(points) // 100)
-        c = np.partition(points, (k, len(points) - 1 - k))
+        if mine:
+            points.partition((k, len(points) - 1 - k))
+            c = points
+        else:
+            c = np.partition(points, (k, len(points) - 1 - k))
         return int(c[k]), int(c[len(points) - 1 - k])
     p = np.sort(points)
     cuts = np.flatnonzero(np.diff(p) > CLUSTER_GAP_NS) + 1
@@ -112,7 +117,8 @@ def robust_span(d1: np.ndarray, d4: np.ndarray) -> tuple[np.ndarray, int, int]:
     keep = d4 >= d1
     if not keep.any():
         return keep, 0, 0
-    core_lo, core_hi = core_range(np.concatenate([d1[keep], d4[keep]]))
+    every = bool(keep.all())  # the usual case: the times as they are, not a copy of each taken by the mask first
+    core_lo, core_hi = core_range(np.concatenate([d1, d4] if every else [d1[keep], d4[keep]]), mine=True)
     margin = max(10 * max(core_hi - core_lo, 0), OUTLIER_MIN_MARGIN_NS)
     keep &= (d1 >= core_lo - margin) & (d4 <= core_hi + margin)
     if not keep.any():
@@ -204,7 +210,9 @@ def _count_steps(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.n
     end 0), and a running sum of ±1 read at the last entry of each distinct time: the sum there does not depend
     on the order of the entries of one time, so no stable argsort is needed (3× less time for a million rows)."""
     live = ends > starts
-    starts, ends = starts[live], ends[live]
+    if not live.all():  # the usual case for executions and waits alike keeps every row: no copy then
+        starts, ends = starts[live], ends[live]
+    del live
     if len(starts) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     lo = min(int(starts.min()), int(ends.min()))
@@ -283,6 +291,10 @@ def _measure_at_least(times: np.ndarray, counts: np.ndarray, level: int, lo: np.
 
 @dataclass
 class _Rows:
+    """The thread-pool timeline (partitioned.md §2.1): the exchanges inside the robust span as fixed-width arrays,
+    built once from the table by _rows and read by every part of the view. No array here is a copy of a table
+    column made only to be read: D1 and D4 are the table's own times where none is null and none is an outlier."""
+
     pos: np.ndarray  # row positions in the exchanges table
     d1: np.ndarray
     d4: np.ndarray
@@ -290,34 +302,88 @@ class _Rows:
     exec_known: np.ndarray
     q_end: np.ndarray  # D1 + queue_s (the best value, whatever its source)
     q_min: np.ndarray  # queue_min_s, ns
-    server: np.ndarray  # D4 − D1, ns
-    conn: np.ndarray  # conn_id, -1 when unknown
+    conn: np.ndarray  # conn_id, -1 when unknown (the conn_id column's integer width: int32 where it is held so)
     measured: np.ndarray  # queue_source is measured (the slow log timed the execution)
     likely: np.ndarray  # queue_source is likely (decompose.likely_waits): a wait told as likely, not as certain
     culprit_ok: np.ndarray  # its execution could hold a worker for long: exec_s ≥ threshold from a source that says so
     srv: np.ndarray | None = None  # the DB server endpoint's number: a thread pool is one server's (one DB capture
-    #                                point may see several servers: their statements never wait for each other)
+    #                                point may see several servers: their statements never wait for each other);
+    #                                one number stored once (stride 0) when every row has the same server
+
+    @property
+    def server(self) -> np.ndarray:
+        """D4 − D1, ns: made when read (two readers, each once), not held beside the timeline."""
+        return self.d4 - self.d1
 
     @property
     def q_told(self) -> np.ndarray:
         """The wait a story may tell, ns: the likely one where queue_source is likely, else the certain one."""
         return np.where(self.likely, self.q_end - self.d1, self.q_min)
 
+    def groups(self, size: int | None) -> np.ndarray:
+        """Each row's thread group, conn_id % size (the table's thread_group, which is made so), −1 where the
+        connection id or the size is unknown."""
+        if not size:
+            return np.full(len(self.pos), -1, np.int64)
+        group = self.conn % int(size)
+        group[self.conn < 0] = -1
+        return group
+
+
+def _ns_from_seconds(seconds: np.ndarray) -> np.ndarray:
+    """np.rint(np.nan_to_num(seconds) * NS).astype(np.int64), made in the int64 result and a scratch of
+    ROWS_AT_ONCE: no float64 array of every row beside it."""
+    out = np.empty(len(seconds), dtype=np.int64)
+    scratch = np.empty(min(len(seconds), ROWS_AT_ONCE))
+    for a in range(0, len(seconds), ROWS_AT_ONCE):
+        part = scratch[:len(seconds[a:a + ROWS_AT_ONCE])]
+        np.copyto(part, seconds[a:a + ROWS_AT_ONCE])
+        np.nan_to_num(part, copy=False)
+        part *= NS
+        np.rint(part, out=part)
+        np.copyto(out[a:a + ROWS_AT_ONCE], part, casting="unsafe")
+    return out
+
+
+def _server_numbers(column: pd.Series, pos: np.ndarray | None) -> np.ndarray:
+    """The server endpoint of each row at `pos` (None: every row) numbered in order of first appearance in the
+    column (pd.factorize's codes, as int64); one stored number (stride 0) when every row has the same server, a
+    categorical read by its codes."""
+    n = len(column) if pos is None else len(pos)
+    if isinstance(column.dtype, pd.CategoricalDtype) and len(column):
+        codes = column.cat.codes.to_numpy()
+        if codes.min() == codes.max() >= 0:
+            return np.broadcast_to(np.int64(0), n)
+    numbers = pd.factorize(column)[0].astype(np.int64)
+    return numbers if pos is None else numbers[pos]
+
+
+def _connection_ids(column: pd.Series) -> np.ndarray:
+    """conn_id as integers of the column's own width (int32 where the table holds it so), −1 where null."""
+    values = column.array
+    if isinstance(values, pd.arrays.IntegerArray):
+        return values.to_numpy(dtype=values.dtype.numpy_dtype, na_value=-1)
+    return column.astype("Int64").to_numpy(dtype="int64", na_value=-1)
+
 
 def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, int]:
     """The exchanges with DB-side times inside the robust span, as int64 ns arrays; (rows, outlier row positions,
     t0, t1)."""
-    d1_all, v1 = ts_ns(t["db_req_ts"])
-    d4_all, v4 = ts_ns(t["db_resp_ts"])
+    d1_all, v1 = ts_ns(t["db_req_ts"], copy=False)
+    d4_all, v4 = ts_ns(t["db_resp_ts"], copy=False)
     valid = v1 & v4
     every = bool(valid.all())
+    del v1, v4
     pos = np.flatnonzero(valid)
+    del valid
     d1, d4 = (d1_all, d4_all) if every else (d1_all[pos], d4_all[pos])
+    del d1_all, d4_all
     keep, t0, t1 = robust_span(d1, d4)
     outliers = pos[~keep]
     if not keep.all():
         every = False
         pos, d1, d4 = pos[keep], d1[keep], d4[keep]
+    del keep
 
     def of_pos(values: np.ndarray) -> np.ndarray:
         """values[pos]: every row is one of them (pos is 0 … n − 1) in the usual case, and then no copy is made."""
@@ -326,30 +392,30 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
     def col(name):
         return of_pos(t[name].to_numpy(dtype="float64", na_value=np.nan))
 
-    exec_s, queue_s, qmin = col("exec_s"), col("queue_s"), col("queue_min_s")
+    exec_s = col("exec_s")
     upper_bound = of_pos(equals(t["exec_source"], "below_long_query_time"))
-    server = d4 - d1
     # a statement known faster than long_query_time executed at most server − queue_min_s: the interval a worker
     # may have been held, not a measurement, and only a culprit when it is not known to have queued itself
-    fill = np.isnan(exec_s) & upper_bound
-    if fill.any():  # on those rows only (three temporaries of every row otherwise); exec_s may be the table's own
+    fill = np.flatnonzero(np.isnan(exec_s) & upper_bound)
+    if len(fill):  # on those rows only; exec_s may be the table's own
         exec_s = exec_s.copy()
-        exec_s[fill] = server[fill] / NS - np.nan_to_num(qmin[fill])
+        exec_s[fill] = (d4[fill] - d1[fill]) / NS - np.nan_to_num(col("queue_min_s")[fill])
     del fill
     exec_known = ~np.isnan(exec_s)
-    # np.where(exec_known, rint(exec_s × NS), server as float64) as int64, in place: fewer arrays of every row
-    exec_ns = _ns_of(exec_s)
-    np.copyto(exec_ns, server, where=~exec_known)
-    exec_ns = exec_ns.astype(np.int64)
+    exec_ns = _ns_from_seconds(exec_s)
+    del exec_s
+    unknown = np.flatnonzero(~exec_known)
+    exec_ns[unknown] = d4[unknown] - d1[unknown]  # the server time, as np.where(exec_known, …, server) made it
+    del unknown
     long_exec = exec_known & (exec_ns >= threshold_ns)
     xs = np.subtract(d4, exec_ns, out=exec_ns)  # exec_ns is not read again
     np.maximum(xs, d1, out=xs)
     del exec_ns
-    q_end = _ns_of(queue_s).astype(np.int64)
+    q_end = _ns_from_seconds(col("queue_s"))
     q_end += d1
     np.minimum(q_end, d4, out=q_end)
-    q_min = _ns_of(qmin).astype(np.int64)
-    conn = of_pos(t["conn_id"].astype("Int64").to_numpy(dtype="int64", na_value=-1))
+    q_min = _ns_from_seconds(col("queue_min_s"))
+    conn = of_pos(_connection_ids(t["conn_id"]))
     likely = of_pos(equals(t["queue_source"], "likely"))
     told = q_end - d1  # q_told, made in place
     np.copyto(told, q_min, where=~likely)
@@ -359,17 +425,9 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
     # have queued itself
     culprit_ok = long_exec & (~upper_bound | ~victim)
     measured = of_pos(equals(t["queue_source"], "measured"))
-    # numbered in order of first appearance, a categorical by its codes (not a text object per row)
-    srv = of_pos(pd.factorize(t["server"])[0].astype(np.int64))
-    return (_Rows(pos, d1, d4, xs, exec_known, q_end, q_min, server, conn, measured, likely, culprit_ok, srv=srv),
+    srv = _server_numbers(t["server"], None if every else pos)
+    return (_Rows(pos, d1, d4, xs, exec_known, q_end, q_min, conn, measured, likely, culprit_ok, srv=srv),
             outliers, t0, t1)
-
-
-def _ns_of(seconds: np.ndarray) -> np.ndarray:
-    """np.rint(np.nan_to_num(seconds) * NS) (float64), made in one new array."""
-    out = np.nan_to_num(seconds)
-    out *= NS
-    return np.rint(out, out=out)
 
 
 # --- the whole pool -------------------------------------------------------------------------------------------
@@ -379,10 +437,12 @@ def pool_table(r: _Rows, edges: np.ndarray, bucket_s: float, threshold_ns: int) 
     bns = int(round(bucket_s * NS))
     # each step function reduced to its buckets' extremes as soon as it is made (none is read elsewhere: two arrays
     # of twice the rows each, not held beside the next, nor through the rest of the view), then the sorted ends
-    x_lo, x_hi = _step_extremes(*_count_steps(r.xs[r.exec_known], r.d4[r.exec_known]), edges)
+    every = bool(r.exec_known.all())
+    x_lo, x_hi = _step_extremes(*_count_steps(r.xs if every else r.xs[r.exec_known],
+                                              r.d4 if every else r.d4[r.exec_known]), edges)
     _, q_hi = _step_extremes(*_count_steps(r.d1, r.q_end), edges)
-    victim = r.q_min >= threshold_ns
-    _, c_hi = _step_extremes(*_count_steps(r.d1[victim], (r.d1 + r.q_min)[victim]), edges)
+    victim = np.flatnonzero(r.q_min >= threshold_ns)
+    _, c_hi = _step_extremes(*_count_steps(r.d1[victim], r.d1[victim] + r.q_min[victim]), edges)
     del victim
     ends = _interval_ends(r, None, edges)
     return pd.DataFrame({
@@ -691,7 +751,8 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
         size, source = inferred["value"], "inferred"
     conn = t["conn_id"].astype("Int64")
     thread_group = (conn % int(size)).astype("Int64") if size else pd.Series(pd.NA, index=t.index, dtype="Int64")
-    group_r = thread_group.to_numpy(dtype="float64", na_value=-1)[r.pos].astype(np.int64)
+    del conn
+    group_r = r.groups(size)  # thread_group at the timeline's rows, from its own connection ids
 
     # the cap check looks into the groups only when the wire confirms them (a wrong given size would hide the cap)
     sure = inferred["confidence"] == "certain" and inferred["value"] == size

@@ -153,13 +153,19 @@ class _Rows:
         start = rows["start_ns"].astype("Int64")
         end = rows["end_ns"].astype("Int64")
         self.timed = (start.notna() & end.notna()).to_numpy()
-        self.d1 = start.fillna(0).to_numpy(dtype=np.int64)
-        self.d4 = end.fillna(0).to_numpy(dtype=np.int64)
+        # the times and the tolerance are read two ways, as numpy arrays and (by _Search's per-pair checks) as Python
+        # ints: each held once, as machine integers (array.array) that the numpy array views
+        self.d1_ints = _int64s(start.fillna(0).to_numpy(dtype=np.int64))
+        del start
+        self.d4_ints = _int64s(end.fillna(0).to_numpy(dtype=np.int64))
+        del end
+        self.d1, self.d4 = _viewed(self.d1_ints), _viewed(self.d4_ints)
         if "db_clock" in rows.columns and rows["db_clock"].dtype == bool:  # rows_for_join's: no null to look for
             app_clock = ~rows["db_clock"].to_numpy()
         else:
             app_clock = np.asarray(_column(rows, "db_clock", True), dtype=object) == False  # noqa: E712
-        self.tol = np.where(app_clock, APP_CLOCK_TOLERANCE_NS, DB_CLOCK_TOLERANCE_NS).astype(np.int64)
+        self.tol_ints = _int64s(np.where(app_clock, APP_CLOCK_TOLERANCE_NS, DB_CLOCK_TOLERANCE_NS))
+        self.tol = _viewed(self.tol_ints)
         conn = rows["conn_id"].astype("Int64")
         self.conn_id = conn.fillna(-1).to_numpy(dtype=np.int64)
         self.known_ids = set(np.unique(self.conn_id[self.conn_id >= 0]).tolist())  # the connection ids the wire names
@@ -174,7 +180,6 @@ class _Rows:
         else:
             self.command_code, self.commands = np.zeros(n, dtype=np.int64), ["COM_QUERY"]
         self.sql_code, self.sqls = _codes(rows, "sql")
-        self.command, self.sql = _per_row(self.command_code, self.commands), _per_row(self.sql_code, self.sqls)
         # read per exchange only where a slow-log entry can use the parameters (_Slots): most never are
         self._params = rows["params"].array if "params" in rows.columns else None
         self.sql_cut = _flags(rows, "sql_cut")
@@ -219,14 +224,6 @@ def _flags(frame: pd.DataFrame, name: str) -> np.ndarray:
     values = frame[name].to_numpy(dtype=object, copy=True)
     values[pd.isna(values)] = False
     return values.astype(bool)
-
-
-def _per_row(codes: np.ndarray, values: list) -> list:
-    """The value of each row (codes as _codes gives them), None where null."""
-    table = np.empty(len(values) + 1, dtype=object)  # the last one: null's (-1)
-    for i, v in enumerate(values):
-        table[i] = v
-    return table[codes].tolist()
 
 
 def _codes(frame: pd.DataFrame, name: str) -> tuple[np.ndarray, list]:
@@ -445,40 +442,51 @@ class _Slots:
         self.text_of: list[str | None] = []  # per slot: its statement text (for cut entries' prefix keys)
         others = np.ones(rows.n, dtype=bool)
         others[templates.rows] = False  # the executes of whole prepared texts: after the loop, as columns
-        for r in np.flatnonzero(rows.timed & others).tolist():
-            command, sql = rows.command[r], rows.sql[r]
-            if command == ENCRYPTED:  # a TLS flight read without its content: any entry's text may be it
-                self._add(r, 0, [ANY_TEXT], None)
-                continue
-            if command in ADMIN_NAMES:  # MySQL/Percona log these as '# administrator command: <name>;'
-                self._add(r, 0, [("c", ADMIN_NAMES[command])], None)
-                continue
-            if sql is None:
-                continue
-            if command in EXECUTES:  # cut: a cut prepared text is no template, the exchange stays unmatchable
-                continue  # (marked)
-            if rows.sql_cut[r]:
-                text = _LEFT(sql).rstrip("\ufffd")  # a cut inside a multi-byte character decodes to U+FFFD
-                parts = statements(text)
-                for k, part in enumerate(parts[:-1]):
-                    self._add(r, k, [("t", part)], part)
-                prefix = parts[-1] if len(parts) > 1 else text
-                if len(prefix) >= MIN_PREFIX_CHARS:
-                    self.cut_prefixes.add(prefix)
-                    self._add(r, len(parts) - 1, [("p", prefix)], prefix)
-                continue
-            text = logged_form(sql)
-            parts = statements(text)
-            if len(parts) == 1:
-                self._add(r, 0, [("t", text)], text)
-            else:
-                for k, part in enumerate(parts):
-                    # the whole text too: a compound statement (BEGIN … END) has ';' inside and is logged whole
-                    self._add(r, k, [("t", part)] + ([("t", text)] if k == 0 else []), part)
+        todo = np.flatnonzero(rows.timed & others)
+        del others
+        # a row's slots follow from its command, its text and whether the text was cut: worked out once per
+        # distinct triple (the texts split and put in their logged form once, the key tuples shared by its rows)
+        plans: dict[tuple[int, int, bool], list[tuple[int, tuple, str | None]]] = {}
+        for r, command, sql, cut in zip(todo.tolist(), rows.command_code[todo].tolist(), rows.sql_code[todo].tolist(),
+                                        rows.sql_cut[todo].tolist()):
+            plan = plans.get((command, sql, cut))
+            if plan is None:
+                plan = plans[command, sql, cut] = self._plan(rows.commands[command] if command >= 0 else None,
+                                                             rows.sqls[sql] if sql >= 0 else None, cut)
+            for k, keys, text in plan:
+                self._add(r, k, keys, text)
+        del todo, plans
         chosen = np.flatnonzero(wanted.select(rows.conn_id[templates.rows], templates.tid))
         keys, code = _execute_keys(rows, templates.rows[chosen], templates.tid[chosen], wanted.could_be)
         asked = np.array([key in wanted.keys for key in keys] + [False], dtype=bool)[code]  # -1: it cannot be
         self._add_executes(templates.rows[chosen[asked]], keys, code[asked])
+
+    def _plan(self, command: str | None, sql: str | None, cut: bool) -> list[tuple[int, tuple, str | None]]:
+        """The slots of an exchange (not an execute of a whole prepared text) with this command, text (None: null)
+        and cut flag, as (k, keys, text) in their order; a cut text's prefix joins `cut_prefixes`."""
+        if command == ENCRYPTED:  # a TLS flight read without its content: any entry's text may be it
+            return [(0, (ANY_TEXT,), None)]
+        if command in ADMIN_NAMES:  # MySQL/Percona log these as '# administrator command: <name>;'
+            return [(0, (("c", ADMIN_NAMES[command]),), None)]
+        if sql is None:
+            return []
+        if command in EXECUTES:  # cut: a cut prepared text is no template, the exchange stays unmatchable
+            return []  # (marked)
+        if cut:
+            text = _LEFT(sql).rstrip("\ufffd")  # a cut inside a multi-byte character decodes to U+FFFD
+            parts = statements(text)
+            plan = [(k, (("t", part),), part) for k, part in enumerate(parts[:-1])]
+            prefix = parts[-1] if len(parts) > 1 else text
+            if len(prefix) >= MIN_PREFIX_CHARS:
+                self.cut_prefixes.add(prefix)
+                plan.append((len(parts) - 1, (("p", prefix),), prefix))
+            return plan
+        text = logged_form(sql)
+        parts = statements(text)
+        if len(parts) == 1:
+            return [(0, (("t", text),), text)]
+        # the whole text too: a compound statement (BEGIN … END) has ';' inside and is logged whole
+        return [(k, (("t", part),) + ((("t", text),) if k == 0 else ()), part) for k, part in enumerate(parts)]
 
     def _add_executes(self, executes: np.ndarray, keys: list[tuple], code: np.ndarray) -> None:
         """A slot for each of these executes (rows in order; one statement each, its key keys[code]) among the
@@ -505,11 +513,11 @@ class _Slots:
         for group in np.split(by_code, np.flatnonzero(np.diff(code[by_code])) + 1):
             self.by_key[keys[int(code[group[0]])]] = mine[group].tolist()  # executes' keys: ('x' | 'w', …) only
 
-    def _add(self, r: int, k: int, keys: list[tuple], text: str | None) -> None:
+    def _add(self, r: int, k: int, keys: tuple[tuple, ...], text: str | None) -> None:
         s = len(self.row)
         self.row.append(r)
         self.k.append(k)
-        self.keys.append(tuple(keys))
+        self.keys.append(keys)
         self.text_of.append(text)
         for key in keys:
             self.by_key[key].append(s)
@@ -663,10 +671,17 @@ def _starting_with(items: list[tuple[str, int]], keys: list[str], prefix: str):
 
 
 def _int64s(values: np.ndarray) -> array.array:
-    """An int64 array's values as an array.array: a sequence that bisect, indexing and loops read as Python ints."""
+    """An int64 array's values as an array.array: a sequence that bisect, indexing and loops read as Python ints.
+    Copied from the array's memory (no bytes object of it made on the way)."""
     out = array.array("q")
-    out.frombytes(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+    out.frombytes(memoryview(np.ascontiguousarray(values, dtype=np.int64)).cast("B"))
     return out
+
+
+def _viewed(ints: array.array) -> np.ndarray:
+    """The int64 numpy array over an array.array's memory (no copy; the array.array must not grow while it is
+    read so: nothing appends to the rows' arrays)."""
+    return np.frombuffer(ints, dtype=np.int64) if len(ints) else np.zeros(0, dtype=np.int64)
 
 
 class _TimeIndex:
@@ -715,11 +730,9 @@ class _Search:
         self.rows, self.entries, self.slots = rows, entries, slots
         self.slot_row = np.asarray(slots.row, dtype=np.int64)
         # sequences of Python ints for the per-pair checks (numpy scalars cost several times more in a Python
-        # loop): the times of every exchange as machine integers (8 bytes each, a list's ints 40), the tolerance as
-        # a list of its two values (one object each)
-        self._d1, self._d4 = _int64s(rows.d1), _int64s(rows.d4)
-        self._tol = np.array([DB_CLOCK_TOLERANCE_NS, APP_CLOCK_TOLERANCE_NS], dtype=object)[
-            (rows.tol == APP_CLOCK_TOLERANCE_NS).astype(np.intp)].tolist()
+        # loop): the times and the tolerance of every exchange as machine integers (8 bytes each, a list's ints
+        # 40), the same memory as the rows' numpy arrays
+        self._d1, self._d4, self._tol = rows.d1_ints, rows.d4_ints, rows.tol_ints
         self._lo, self._hi, self._qt = entries.lo.tolist(), entries.hi.tolist(), entries.qt.tolist()
         ips = {ip: i for i, ip in enumerate(sorted({*rows.ip_values, *entries.ip} - {None}))}
         # per distinct address of the rows, then per row (a row without one: the -1 appended last)
@@ -969,7 +982,6 @@ class _State:
         self.slot_conn = rows.conn_of(slots.row)
         self.slot_k = np.asarray(slots.k, dtype=np.int64)
         self.conn_slots = _slots_by_connection(rows, search.slot_row)
-        self._chains: dict[tuple, tuple] = {}
         self._rows_of: dict[tuple, np.ndarray] | None = None
         self._joined_by_thread: dict[int, list] | None = None
         known = self.known = rows.known_ids
@@ -1026,16 +1038,14 @@ class _State:
     # -- a thread on a known connection: order ---------------------------------------------------------------
 
     def _chain_slots(self, conn: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
-        """A connection's slots in execution order, their D1 and D4, and per key the positions of its slots."""
-        got = self._chains.get(conn)
-        if got is None:
-            ids = np.asarray(self.conn_slots.get(conn, []), dtype=np.int64)
-            rows = self.search.slot_row[ids]
-            order = np.lexsort((self.slot_k[ids], self.R.d1[rows])) if len(ids) else ids
-            ids, rows = ids[order], rows[order]
-            got = self._chains[conn] = (ids, self.R.d1[rows], self.R.d4[rows],
-                                        _ChainPositions(ids, self.S.by_key))
-        return got
+        """A connection's slots in execution order, their D1 and D4, and per key the positions of its slots:
+        gathered when its thread's entries are joined and let go after (a connection is joined once: kept for
+        the whole join, every connection's chain was ≈ 40 bytes a slot of every connection held at once)."""
+        ids = np.asarray(self.conn_slots.get(conn, []), dtype=np.int64)
+        rows = self.search.slot_row[ids]
+        order = np.lexsort((self.slot_k[ids], self.R.d1[rows])) if len(ids) else ids
+        ids, rows = ids[order], rows[order]
+        return ids, self.R.d1[rows], self.R.d4[rows], _ChainPositions(ids, self.S.by_key)
 
     def _positions(self, e: int, per_key: dict) -> list[int]:
         keys = self.E.keys[e]
