@@ -925,7 +925,7 @@ class _SpilledKeys:
     each connection's first request time; and each bucket's rows as vote keys."""
 
     def __init__(self, points: list[Extraction]):
-        from ..read.spill import BUCKETS
+        from ..read.spill import BUCKETS, int64_values
 
         self.points = points
         names: dict[str, int] = {}
@@ -935,8 +935,8 @@ class _SpilledKeys:
         for bucket in range(BUCKETS):
             for i, x in enumerate(points):
                 for batch in x.spill.bucket(bucket):
-                    conn = _int64s(batch.column("conn_index"))
-                    ts = _int64s(batch.column("req_first_ts"), null=np.iinfo(np.int64).min)
+                    conn = int64_values(batch.column("conn_index"))
+                    ts = int64_values(batch.column("req_first_ts"), null=np.iinfo(np.int64).min)
                     if len(conn) and conn.max() >= len(firsts[i]):
                         grown = np.full(int(conn.max()) + 1, np.iinfo(np.int64).max, dtype=np.int64)
                         grown[:len(firsts[i])] = firsts[i]
@@ -964,19 +964,14 @@ class _SpilledKeys:
     def votes_of(self, bucket: int, texts: _TextCodes) -> list[np.ndarray] | None:
         """The bucket's rows of every point as Pairing's vote keys: connection key, seq, command and text codes
         (None when no point has a row there)."""
+        from ..read.spill import int64_values
+
         parts = []
         for i, x in enumerate(self.points):
             for batch in x.spill.bucket(bucket):
-                conn = self.key[self.capture[i] * self.width + _int64s(batch.column("conn_index"))]
-                parts.append((conn, _int64s(batch.column("req_tcp_seq")), texts.of("command", batch.column("command")),
-                              texts.of("sql", batch.column("sql"))))
+                conn = self.key[self.capture[i] * self.width + int64_values(batch.column("conn_index"))]
+                parts.append((conn, int64_values(batch.column("req_tcp_seq")),
+                              texts.of("command", batch.column("command")), texts.of("sql", batch.column("sql"))))
         return [np.concatenate(c) for c in zip(*parts)] if parts else None
 
 
-def _int64s(array, null: int = 0) -> np.ndarray:
-    """An int64 or timestamp Arrow array as int64 values, `null` where null."""
-    import pyarrow as pa
-
-    if pa.types.is_timestamp(array.type):
-        array = array.cast(pa.int64())
-    return array.fill_null(null).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)

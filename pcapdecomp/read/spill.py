@@ -62,11 +62,16 @@ def _bucket_file(folder: Path, bucket: int) -> Path:
     return folder / f"bucket-{bucket:03d}.arrows"
 
 
-def _int64_values(array: pa.Array) -> np.ndarray:
-    """An int64 column of a batch as numpy values (a null as 0: every exchange has its sequence number; a null one
-    goes with piece 0 rather than failing), read from its buffers."""
+def int64_values(array: pa.Array, null: int = 0) -> np.ndarray:
+    """An integer or timestamp column of a batch as int64 numpy values, `null` where null (the spill's default 0:
+    every exchange has its sequence number; a null one goes with piece 0 rather than failing); an int64 or
+    timestamp column is read from its buffers, without a copy when it has no nulls."""
+    if pa.types.is_timestamp(array.type):
+        array = array.cast(pa.int64())
     if array.null_count:
-        array = array.fill_null(0)
+        array = array.fill_null(null)
+    if not pa.types.is_int64(array.type):
+        return array.to_numpy(zero_copy_only=False).astype(np.int64)
     return np.frombuffer(array.buffers()[1], dtype=np.int64, count=len(array), offset=array.offset * 8)
 
 
@@ -118,7 +123,7 @@ class SpillWriter:
     def add(self, batch: pa.RecordBatch) -> None:
         if not batch.num_rows:
             return
-        buckets = partition_buckets(_int64_values(batch.column(self._seq)))
+        buckets = partition_buckets(int64_values(batch.column(self._seq)))
         counts = np.bincount(buckets, minlength=BUCKETS)
         order = np.argsort(buckets, kind="stable")  # a bucket's rows keep the batch's order
         start = 0
@@ -214,6 +219,6 @@ class Spill:
 
 def _with_conn_index(batch: pa.RecordBatch, ranks: np.ndarray) -> pa.RecordBatch:
     i = batch.schema.get_field_index("conn_index")
-    renumbered = np.ascontiguousarray(ranks[_int64_values(batch.column(i))], dtype=np.int64)
+    renumbered = np.ascontiguousarray(ranks[int64_values(batch.column(i))], dtype=np.int64)
     return batch.set_column(i, "conn_index",
                             pa.Array.from_buffers(pa.int64(), len(renumbered), [None, pa.py_buffer(renumbered)]))
