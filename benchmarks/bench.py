@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -592,9 +593,10 @@ def commit(tree: Path = REPO) -> str:
     return done.stdout.strip() or "unknown"
 
 
-def record_file(folder: Path, trees: list[Path]) -> Path:
-    """The record of this run in `folder`: its date and the commit measured (the first tree's) name it; its first
-    lines say what ran where (the page docs/speed.md links to these files)."""
+def record_file(folder: Path, trees: Sequence[Path] = (REPO,)) -> Path:
+    """The record of this run in `folder`: its date and the commit measured (the first tree's; by default this
+    repository's, which long_capture.py and dask_scaling.py run) name it; its first lines say what ran where (the page
+    docs/speed.md links to these files)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{time.strftime('%Y-%m-%d-%H%M')}-{commit(trees[0])}.md"
     ran = "; ".join(f"the pcapdecomp of {tree} at commit {commit(tree)}" for tree in trees)
