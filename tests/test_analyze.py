@@ -276,6 +276,9 @@ def test_without_slow_log_the_wire_flag_decides(tmp_path):
     r = run(rewritten(tmp_path, "group-stall", slow_log=False), tmp_path / "out")
     assert r.exchanges["in_slow_log"].isna().all()
     assert r.exchanges["hidden_slow"].sum() == 3  # MariaDB's SERVER_QUERY_WAS_SLOW flag is on the wire
+    # summary.json's references say what the table says: not known (they said false, as if the slow log was read)
+    refs = [v for stall in r.summary["hidden_slow"]["by_stall"] for v in stall["victims"]]
+    assert len(refs) == 3 and all("in_slow_log" in v and v["in_slow_log"] is None for v in refs)
 
 
 @pytest.mark.parametrize("content", [b"hello\nthis is not a slow log\n", b"\xd4\xc3\xb2\xa1" + bytes(40)])

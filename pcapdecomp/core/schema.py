@@ -347,7 +347,7 @@ POOL_COLUMNS: tuple[Column, ...] = (
 # component's name). An object whose members are not declared on their own lists them in its meaning. `dtype` is
 # the JSON type; a `ref` is an exchange reference: {capture, conn_index, seq} (the key of its row in
 # exchanges.parquet) with conn_id, thread_group, query_id, command, sql (≤ 200 characters), app_req_ts, db_req_ts,
-# total_s, server_s, exec_s, exec_source, queue_s, queue_source, queue_min_s, in_slow_log.
+# total_s, server_s, exec_s, exec_source, queue_s, queue_source, queue_min_s, in_slow_log (null where the table's is: no usable slow log, or undecided).
 SUMMARY_KEYS: tuple[Column, ...] = (
     Column('set', 'string', "name of the capture set (its folder's name, else the first capture's)"),
     Column('verdict', 'string', "the verdict as the terminal prints it: tls.sentence when there is TLS, story.sentence, then one line '- …' per story.bullets[].text"),

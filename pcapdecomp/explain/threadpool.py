@@ -934,6 +934,11 @@ class Refs:
                 self._arrays[col] = c.astype(object).to_numpy()
         return self._arrays[col]
 
+    def _column(self, col: str) -> pd.Series:
+        if col not in self._columns:
+            self._columns[col] = self.t[col]
+        return self._columns[col]
+
     def _element(self, col: str, pos: int):
         """array(col)[pos], read from the column's own array without converting the column."""
         if col in self._arrays:
@@ -941,19 +946,19 @@ class Refs:
         dtype = self._dtypes[col]
         if col in self._times and dtype not in (np.dtype("M8[ns]"), pd.DatetimeTZDtype("ns", "UTC")):
             return self.array(col)[pos]  # another unit or zone: converted as ts_ns converts it
-        if col not in self._columns:
-            self._columns[col] = self.t[col]
-        values = self._columns[col].array
+        values = self._column(col).array
         if col in self._times:
             return values.asi8[pos]  # NaT is int64's minimum, as array() marks it
         v = values[pos]
-        if str(dtype) == "boolean":
-            return np.False_ if v is pd.NA else v
         if str(dtype) in ("float64", "Float64"):
             return np.nan if v is pd.NA else v
         return v
 
     def value(self, col: str, pos: int):
+        if str(self._dtypes[col]) == "boolean":  # a null (in_slow_log without a usable slow log, or undecided) is
+            # not known: null in the reference as in the table; `array` reads it as False, for counting only
+            v = self._column(col).array[pos]
+            return None if v is pd.NA else bool(v)
         v = self._element(col, pos)
         if col in self._times:
             return None if v == self._NAT else _iso(int(v))
