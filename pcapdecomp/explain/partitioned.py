@@ -31,8 +31,8 @@ from ..core.memory import release_memory
 from ..core.outputs import SortedRun
 from ..core.schema import EXCHANGE_COLUMNS
 from ..core.tables import concat, frame, frame_of_table, table_of
-from ..pair.match import (ConnectionStep, Matching, MatchStats, _codes, _SpilledKeys, combined_spans, exchange_rows,
-                          matching_row_keys, paired_spans, pairs_inside)
+from ..pair.match import (ConnectionStep, Matching, MatchStats, SpilledKeys, combined_spans, exchange_rows,
+                          matching_row_keys, paired_spans, pairing_keys, pairs_inside)
 from ..read import connids
 from ..read.exchanges import Extraction
 from ..read.spill import BUCKETS, SORT_BY
@@ -89,11 +89,11 @@ class FirstPass:
 class _Points:
     """One side's spilled points: a run of buckets read as the side's table holds those rows (its points in
     order, each sorted by the extraction's order), and each row's connection key as Pairing keys the side's
-    concatenated tables (match._SpilledKeys)."""
+    concatenated tables (match.SpilledKeys)."""
 
     def __init__(self, points: list[Extraction]):
         self.points = points
-        self.keys = _SpilledKeys(points)
+        self.keys = SpilledKeys(points)
 
     def rows(self) -> np.ndarray:
         return np.sum([x.spill.rows for x in self.points], axis=0)
@@ -137,10 +137,7 @@ def partitions_of(rows: np.ndarray, parts: int) -> list[tuple[int, int]]:
 def _paired(app: pd.DataFrame, db: pd.DataFrame, conn_a: np.ndarray, conn_d: np.ndarray,
             step: ConnectionStep) -> tuple:
     """pairs_inside of a partition's two tables: its rows inside the connection pairs."""
-    cmd_a, cmd_d = _codes(app["command"], db["command"])
-    sql_a, sql_d = _codes(app["sql"], db["sql"])
-    keys = (conn_a, conn_d, app["req_tcp_seq"].to_numpy(), db["req_tcp_seq"].to_numpy(), cmd_a, cmd_d, sql_a, sql_d)
-    return pairs_inside(app, db, keys, step.pair_a, step.pair_d)
+    return pairs_inside(app, db, pairing_keys(app, db, conn_a, conn_d), step.pair_a, step.pair_d)
 
 
 def first_pass(app: _Points, db: _Points, step: ConnectionStep, partitions: list[tuple[int, int]]) -> FirstPass:
@@ -183,16 +180,6 @@ def _db_points(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, point: s
         servers = app["server"].astype(object).to_numpy()[ar[only_a]]
         out[only_a[pd.Series(servers).isin(list(leading)).to_numpy()]] = point
     return out
-
-
-def _named_ids(db: pd.DataFrame, named: dict[tuple[str, int], int]) -> None:
-    """The DB rows' conn_id where a connection was named without a greeting (read.connids.name_connections fills
-    the DB side's table so; `named`: (capture, conn_index) → id of those connections), in place."""
-    if not named or not len(db):
-        return
-    index = pd.MultiIndex.from_arrays([db["capture"].astype(str), db["conn_index"].astype(np.int64)])
-    found = pd.Series(list(named.values()), index=pd.MultiIndex.from_tuples(list(named)), dtype="Int64")
-    connids._fill_missing_ids(db, found.reindex(index).to_numpy(dtype="float64", na_value=np.nan))
 
 
 class PairedPartitions:
@@ -243,7 +230,7 @@ class PairedPartitions:
                              self.step.ambiguous, self.first_pass.spans)
         matching = Matching(rows.app_row, rows.db_row, rows.notes, self.step.connections, None)
         keys = matching_row_keys(matching, a, d, self.app_names, self.db_names)
-        _named_ids(d, self.named)
+        connids.fill_rows(d, self.named)  # as name_connections fills the DB side's table
         row_point = _db_points(a, d, matching, self.db_point, self.first_pass.leading_servers)
         table = joined_rows(a, d, matching, self.clocks, self.primary, None, None, None, self.id_sources, row_point)
         order = np.lexsort(keys.T[::-1])

@@ -397,10 +397,7 @@ class Pairing:
         space for both tables)."""
         if self._columns is None:
             app, db = self._app, self._db
-            cmd_a, cmd_d = _codes(app["command"], db["command"])
-            sql_a, sql_d = _codes(app["sql"], db["sql"])
-            self._columns = (connection_keys(app).to_numpy(), connection_keys(db).to_numpy(),
-                             app["req_tcp_seq"].to_numpy(), db["req_tcp_seq"].to_numpy(), cmd_a, cmd_d, sql_a, sql_d)
+            self._columns = pairing_keys(app, db, connection_keys(app).to_numpy(), connection_keys(db).to_numpy())
         return self._columns
 
     def row_connections(self, app: pd.DataFrame, db: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -505,6 +502,14 @@ class Pairing:
         self._matching = Matching(rows.app_row, rows.db_row, rows.notes, conn_pairs, stats)
         self.release()
         return self._matching
+
+
+def pairing_keys(app: pd.DataFrame, db: pd.DataFrame, conn_a: np.ndarray, conn_d: np.ndarray) -> tuple:
+    """Per row of each table: its connection key (`conn_a`, `conn_d`, given), request sequence number, and codes of
+    command and text (in one space for both tables): what pairs_inside reads."""
+    cmd_a, cmd_d = _codes(app["command"], db["command"])
+    sql_a, sql_d = _codes(app["sql"], db["sql"])
+    return conn_a, conn_d, app["req_tcp_seq"].to_numpy(), db["req_tcp_seq"].to_numpy(), cmd_a, cmd_d, sql_a, sql_d
 
 
 def pairs_inside(app: pd.DataFrame, db: pd.DataFrame, keys: tuple, pair_a: np.ndarray, pair_d: np.ndarray) -> tuple:
@@ -927,7 +932,7 @@ def spilled_connection_step(app: list[Extraction], db: list[Extraction]) -> Conn
     from ..read.spill import BUCKETS
 
     texts = _TextCodes()
-    app_keys, db_keys = _SpilledKeys(app), _SpilledKeys(db)
+    app_keys, db_keys = SpilledKeys(app), SpilledKeys(db)
     a_info = _info_of_keys(app_keys.frame("a_conn"), concat([x.connections for x in app]), "a")
     d_info = _info_of_keys(db_keys.frame("d_conn"), concat([x.connections for x in db]), "d")
     ends_a, ends_d = _endpoint_codes(a_info, d_info)
@@ -976,7 +981,7 @@ class _TextCodes:
         return lookup[indices]  # -1 picks the last: null
 
 
-class _SpilledKeys:
+class SpilledKeys:
     """One side's points (extractions that spilled) as Pairing keys them: each connection's key (connection_keys:
     by (capture, conn_index), numbered by first appearance in the concatenated tables' row order), found from
     each connection's first request time; and each bucket's rows as vote keys."""
