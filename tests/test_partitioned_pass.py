@@ -117,7 +117,8 @@ def test_a_proxy_set_is_refused(name, tmp_path):
     cs = capture_set(CAPTURES / name)
     x = spilled(cs, tmp_path)
     with pytest.raises(NotPartitionable, match="proxy"):
-        check_partitionable(x.app, x.db, x.proxy, cs.proxy_servers)
+        PairedPartitions(x.app, x.db, spilled_connection_step(x.app, x.db), {}, proxy=x.proxy,
+                         proxy_servers=cs.proxy_servers)
 
 
 def _copy_set(name: str, folder: Path, app: Path | None = None, db: Path | None = None) -> Path:

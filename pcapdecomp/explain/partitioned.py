@@ -51,7 +51,9 @@ class NotPartitionable(ValueError):
 
 def check_partitionable(app: list[Extraction], db: list[Extraction], proxy: list[Extraction] = (),
                         proxy_servers=()) -> None:
-    """Raises NotPartitionable, saying why, unless `paired_partitions` can make these points' joined table."""
+    """Raises NotPartitionable, saying why, unless PairedPartitions can make these points' joined table (`proxy`:
+    the set's proxy points' extractions, `proxy_servers`: its proxy endpoints; any proxy is refused, one without a
+    proxy in its traffic too)."""
     if not app or not db:
         raise NotPartitionable("the partitioned run pairs an app point with a DB point: one of them is missing")
     if len(db) > 1:
@@ -187,13 +189,15 @@ class PairedPartitions:
     SortedRuns, one partition at a time: iterating makes them. `step`: match.spilled_connection_step(app, db);
     `clocks`: the fitted models by app point (pair.clocks.fit_clocks); `id_sources`, `named`: what read.connids.
     name_connections gave (client endpoint → source; and the ids it put on connections without a greeting,
-    (capture, conn_index) → id); `parts`: the number of partitions (None: as many as `target_rows` asks for).
-    The constructor raises NotPartitionable (check_partitionable) before reading a row, then makes `first_pass`."""
+    (capture, conn_index) → id); `parts`: the number of partitions (None: as many as `target_rows` asks for);
+    `proxy`, `proxy_servers`: the set's proxy points and endpoints. The constructor raises NotPartitionable
+    (check_partitionable) before reading a row, then makes `first_pass`."""
 
     def __init__(self, app: list[Extraction], db: list[Extraction], step: ConnectionStep, clocks: dict,
                  *, id_sources: dict[str, str] | None = None, named: dict[tuple[str, int], int] | None = None,
-                 parts: int | None = None, target_rows: int = TARGET_ROWS):
-        check_partitionable(app, db)
+                 parts: int | None = None, target_rows: int = TARGET_ROWS, proxy: list[Extraction] = (),
+                 proxy_servers=()):
+        check_partitionable(app, db, proxy, proxy_servers)
         self.app, self.db = _Points(app), _Points(db)
         self.step, self.clocks = step, clocks
         self.id_sources, self.named = id_sources or {}, named or {}
