@@ -106,17 +106,28 @@ def joined_table(paired: Paired) -> pd.DataFrame:
     """One row per exchange (the matching's rows): both points' times on the primary app point's clock, what capture
     loss left bounded, the proxy's columns, where each connection id came from and the DB point. Takes `paired`'s
     exchange tables (set to None) and its matching's rows (summary.json reads the matching's stats alone)."""
-    bounds = point_bounds(paired.app_ex, paired.db_ex, paired.matching, paired.repair)
-    table = apply_bounds(build_table(paired.app_ex, paired.db_ex, paired.matching, paired.clocks, paired.primary,
-                                     paired.row_clock, bounds),
-                         bounds, paired.clocks, paired.primary, paired.row_clock)
-    table = proxy_finish(table, paired.proxied) if paired.proxied is not None else proxy_empty(table)
-    table["conn_id_source"] = conn_id_sources_of(table, paired.id_sources)
+    table = joined_rows(paired.app_ex, paired.db_ex, paired.matching, paired.clocks, paired.primary, paired.row_clock,
+                        paired.repair, paired.proxied, paired.id_sources, paired.row_point)
     paired.app_ex = paired.db_ex = None
     paired.matching = replace(paired.matching, app_row=None, db_row=None, notes=None)
-    table["db_point"] = as_category(paired.row_point)
     hold_columns(table)  # the columns the joined table made (nulls of a DB capture alone, the DB's frame numbers…)
     release_memory()
+    return table
+
+
+def joined_rows(app_ex: pd.DataFrame, db_ex: pd.DataFrame, matching, clocks: dict, primary: str | None,
+                row_clock: np.ndarray | None, repair, proxied, id_sources: dict[str, str],
+                row_point: np.ndarray) -> pd.DataFrame:
+    """joined_table's rows from its parts: the matching's rows of the two tables (build_table consumes the app
+    table's columns) with their times on the clocks, the bounds, the proxy's columns, conn_id_source (`id_sources`:
+    client endpoint → source) and the DB point of each row (`row_point`). The partitioned run makes a partition's
+    rows with it (explain/partitioned.py)."""
+    bounds = point_bounds(app_ex, db_ex, matching, repair)
+    table = apply_bounds(build_table(app_ex, db_ex, matching, clocks, primary, row_clock, bounds),
+                         bounds, clocks, primary, row_clock)
+    table = proxy_finish(table, proxied) if proxied is not None else proxy_empty(table)
+    table["conn_id_source"] = conn_id_sources_of(table, id_sources)
+    table["db_point"] = as_category(row_point)
     return table
 
 

@@ -397,10 +397,7 @@ class Pairing:
         space for both tables)."""
         if self._columns is None:
             app, db = self._app, self._db
-            cmd_a, cmd_d = _codes(app["command"], db["command"])
-            sql_a, sql_d = _codes(app["sql"], db["sql"])
-            self._columns = (connection_keys(app).to_numpy(), connection_keys(db).to_numpy(),
-                             app["req_tcp_seq"].to_numpy(), db["req_tcp_seq"].to_numpy(), cmd_a, cmd_d, sql_a, sql_d)
+            self._columns = pairing_keys(app, db, connection_keys(app).to_numpy(), connection_keys(db).to_numpy())
         return self._columns
 
     def row_connections(self, app: pd.DataFrame, db: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -469,37 +466,9 @@ class Pairing:
 
     def _inside_of(self, which: np.ndarray | None) -> tuple:
         """_pairs_inside for the connection pairs at positions `which` (None: all), and the work (candidates)."""
-        conn_a, conn_d, seq_a, seq_d, cmd_a, cmd_d, sql_a, sql_d = self._keys()
         pair_a = self._pair_a if which is None else self._pair_a[which]
         pair_d = self._pair_d if which is None else self._pair_d[which]
-        at_a = _positions(pair_a, conn_a)
-        rows_a = np.flatnonzero(at_a >= 0)
-        rows_d = np.flatnonzero(_positions(pair_d, conn_d) >= 0)
-        partner = pair_d[at_a[rows_a]]  # the DB connection each app row's connection is paired with
-        del at_a
-        found = _inside_once(partner, seq_a[rows_a], conn_d[rows_d], seq_d[rows_d])
-        if found is None:  # a sequence number repeats inside a connection: (rows are in app / DB row order: the
-            # k-th in row order)
-            k_a = _occurrence(conn_a[rows_a], seq_a[rows_a])
-            k_d = _occurrence(conn_d[rows_d], seq_d[rows_d])
-            found = _inside_rows([partner, seq_a[rows_a], k_a], [conn_d[rows_d], seq_d[rows_d], k_d])
-            del k_a, k_d
-        in_a, in_d = found
-        work = len(rows_a) + len(rows_d) + len(in_a)
-        ai, di = rows_a[in_a], rows_d[in_d]
-        del rows_a, rows_d, in_a, in_d, partner, found
-        a_end = self._app["resp_tcp_end"].to_numpy(dtype="float64", na_value=np.nan)[ai]
-        d_end = self._db["resp_tcp_end"].to_numpy(dtype="float64", na_value=np.nan)[di]
-        both_done = self._app["result"].notna().to_numpy()[ai] & self._db["result"].notna().to_numpy()[di]
-        # a response not fully seen at one point ends early there: its end says nothing
-        ends_agree = np.isnan(a_end) | np.isnan(d_end) | ~both_done | (a_end == d_end)
-        # a statement's text unknown at one point only (its PREPARE lost there, or sent before that capture began:
-        # an EXECUTE whose text only the other point knows) is the same request all the same, on the same bytes of
-        # the same connection; taken as a conflict, a lost PREPARE on every prepared connection left too few pairs
-        # and the captures were taken for the two sides of an L7 proxy
-        sa, sd = sql_a[ai], sql_d[di]
-        content = (cmd_a[ai] == cmd_d[di]) & ((sa == sd) | (sa < 0) | (sd < 0))
-        return ai, di, a_end, d_end, content & ends_agree, work
+        return pairs_inside(self._app, self._db, self._keys(), pair_a, pair_d)
 
     def release(self, tables: bool = True) -> None:
         """Let what was made of the tables' rows go, and the tables unless `tables` is false (then `complete()` makes
@@ -517,42 +486,133 @@ class Pairing:
         if self._app is None:
             raise RuntimeError("Pairing.complete after release")
         app, db = self._app, self._db
-        ai, di, a_end, d_end, ok = self._pairs_inside()
         conn_a, conn_d = self._keys()[:2]
-        good_ai, good_di = ai[ok], di[ok]
-        conflict_a = set(_rows_not_in(ai[~ok], good_ai, len(app)).tolist())
-        conflict_d = set(_rows_not_in(di[~ok], good_di, len(db)).tolist())
-        a_end_na, d_end_na = np.isnan(a_end[ok]), np.isnan(d_end[ok])
-        a_done = app["result"].notna().to_numpy()[good_ai]
-        d_done = db["result"].notna().to_numpy()[good_di]
-        a_cut = ~a_done & d_done & ~a_end_na
-        d_cut = ~d_done & a_done & ~d_end_na
-        # the notes as codes first, then their texts (one object per row, as np.select on the texts made them)
-        good_notes = np.array(["", "response-unseen-at-app", "response-unseen-at-db", "response-incomplete-at-app",
-                               "response-incomplete-at-db"], dtype=object)[
-            np.select([a_end_na & ~d_end_na, d_end_na & ~a_end_na, a_cut, d_cut], [1, 2, 3, 4], 0)]
-        app_only = _rows_not_in(np.arange(len(app), dtype=np.int64), good_ai, len(app))
-        db_only = _rows_not_in(np.arange(len(db), dtype=np.int64), good_di, len(db))
-        app_row = np.concatenate([good_ai, app_only, np.full(len(db_only), -1, dtype=np.int64)])
-        db_row = np.concatenate([good_di, np.full(len(app_only), -1, dtype=np.int64), db_only])
+        rows = exchange_rows(app, db, self._pairs_inside(), conn_a, conn_d, self._pair_a, self._pair_d,
+                             self._ambiguous)
         amb_a, amb_d = self._ambiguous
-        notes = np.concatenate([
-            good_notes,
-            _only_notes(app_only, conflict_a, conn_a, good_ai, app["seq"].to_numpy(), self._pair_a, "db", amb_a),
-            _only_notes(db_only, conflict_d, conn_d, good_di, db["seq"].to_numpy(), self._pair_d, "app", amb_d),
-        ])
         conn_pairs = self.connections
         stats = MatchStats(
-            app_exchanges=len(app), db_exchanges=len(db), matched=len(good_ai), app_only=len(app_only),
-            db_only=len(db_only), conflicts=len(conflict_a) + len(conflict_d),
+            app_exchanges=len(app), db_exchanges=len(db), matched=rows.matched, app_only=rows.app_only,
+            db_only=rows.db_only, conflicts=rows.conflicts,
             connections_matched=len(conn_pairs), connections_by_scramble=int(conn_pairs["by_scramble"].sum()),
             connections_nat=int(conn_pairs["nat"].sum()), connections_vetoed=self._vetoed,
             connections_ambiguous=len(amb_a) + len(amb_d), ambiguous_keys=self._ambiguous_keys,
             candidates=self._work + self._inside_work,
         )
-        self._matching = Matching(app_row, db_row, notes, conn_pairs, stats)
+        self._matching = Matching(rows.app_row, rows.db_row, rows.notes, conn_pairs, stats)
         self.release()
         return self._matching
+
+
+def pairing_keys(app: pd.DataFrame, db: pd.DataFrame, conn_a: np.ndarray, conn_d: np.ndarray) -> tuple:
+    """Per row of each table: its connection key (`conn_a`, `conn_d`, given), request sequence number, and codes of
+    command and text (in one space for both tables): what pairs_inside reads."""
+    cmd_a, cmd_d = _codes(app["command"], db["command"])
+    sql_a, sql_d = _codes(app["sql"], db["sql"])
+    return conn_a, conn_d, app["req_tcp_seq"].to_numpy(), db["req_tcp_seq"].to_numpy(), cmd_a, cmd_d, sql_a, sql_d
+
+
+def pairs_inside(app: pd.DataFrame, db: pd.DataFrame, keys: tuple, pair_a: np.ndarray, pair_d: np.ndarray) -> tuple:
+    """The exchanges of `app` and `db` inside the connection pairs (`pair_a`[i], `pair_d`[i]) (Pairing._pairs_inside's
+    answer for them): (app rows, DB rows, app's response end, DB's, agree) per candidate, in app row order, and the
+    work (candidates). `keys`: Pairing._keys of the two tables (connection keys, seq, command and text codes in one
+    space). Only a connection's rows with the same sequence number meet, so a partition of the rows by the
+    sequence number's piece (docs/partitioned.md §3) pairs them as the whole tables do."""
+    conn_a, conn_d, seq_a, seq_d, cmd_a, cmd_d, sql_a, sql_d = keys
+    at_a = _positions(pair_a, conn_a)
+    rows_a = np.flatnonzero(at_a >= 0)
+    rows_d = np.flatnonzero(_positions(pair_d, conn_d) >= 0)
+    partner = pair_d[at_a[rows_a]]  # the DB connection each app row's connection is paired with
+    del at_a
+    found = _inside_once(partner, seq_a[rows_a], conn_d[rows_d], seq_d[rows_d])
+    if found is None:  # a sequence number repeats inside a connection: (rows are in app / DB row order: the
+        # k-th in row order)
+        k_a = _occurrence(conn_a[rows_a], seq_a[rows_a])
+        k_d = _occurrence(conn_d[rows_d], seq_d[rows_d])
+        found = _inside_rows([partner, seq_a[rows_a], k_a], [conn_d[rows_d], seq_d[rows_d], k_d])
+        del k_a, k_d
+    in_a, in_d = found
+    work = len(rows_a) + len(rows_d) + len(in_a)
+    ai, di = rows_a[in_a], rows_d[in_d]
+    del rows_a, rows_d, in_a, in_d, partner, found
+    a_end = app["resp_tcp_end"].to_numpy(dtype="float64", na_value=np.nan)[ai]
+    d_end = db["resp_tcp_end"].to_numpy(dtype="float64", na_value=np.nan)[di]
+    both_done = app["result"].notna().to_numpy()[ai] & db["result"].notna().to_numpy()[di]
+    # a response not fully seen at one point ends early there: its end says nothing
+    ends_agree = np.isnan(a_end) | np.isnan(d_end) | ~both_done | (a_end == d_end)
+    # a statement's text unknown at one point only (its PREPARE lost there, or sent before that capture began:
+    # an EXECUTE whose text only the other point knows) is the same request all the same, on the same bytes of
+    # the same connection; taken as a conflict, a lost PREPARE on every prepared connection left too few pairs
+    # and the captures were taken for the two sides of an L7 proxy
+    sa, sd = sql_a[ai], sql_d[di]
+    content = (cmd_a[ai] == cmd_d[di]) & ((sa == sd) | (sa < 0) | (sd < 0))
+    return ai, di, a_end, d_end, content & ends_agree, work
+
+
+@dataclass
+class ExchangeRows:
+    """Pairing.complete's rows: the joined table's rows as (app row, DB row) (-1: not seen there; the matched in app
+    row order, then the app's alone, then the DB's alone), each row's match notes ('' when none), and the counts."""
+
+    app_row: np.ndarray
+    db_row: np.ndarray
+    notes: np.ndarray
+    matched: int
+    app_only: int
+    db_only: int
+    conflicts: int
+
+
+def exchange_rows(app: pd.DataFrame, db: pd.DataFrame, inside: tuple, conn_a: np.ndarray, conn_d: np.ndarray,
+                  pair_a: np.ndarray, pair_d: np.ndarray, ambiguous: tuple[set, set],
+                  spans: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> ExchangeRows:
+    """The rows of `app` and `db` laid out as the joined table's (Pairing.complete): the candidates `inside`
+    (pairs_inside's answer) that agree are matched, the rest seen at one point only, with their notes. `conn_a`,
+    `conn_d`: the rows' connection keys; `pair_a`, `pair_d`: the connection pairs; `ambiguous`: the connections
+    left unpaired on a tie (app, DB). `spans`: per side, each connection's least and greatest paired ordinal
+    (`paired_spans`) when these tables are a part of the whole (a partition): a row's 'lost-at-*' reads its
+    connection's paired rows, which lie in every partition; None: from these tables' own pairs."""
+    ai, di, a_end, d_end, ok = inside
+    good_ai, good_di = ai[ok], di[ok]
+    conflict_a = set(_rows_not_in(ai[~ok], good_ai, len(app)).tolist())
+    conflict_d = set(_rows_not_in(di[~ok], good_di, len(db)).tolist())
+    a_end_na, d_end_na = np.isnan(a_end[ok]), np.isnan(d_end[ok])
+    a_done = app["result"].notna().to_numpy()[good_ai]
+    d_done = db["result"].notna().to_numpy()[good_di]
+    a_cut = ~a_done & d_done & ~a_end_na
+    d_cut = ~d_done & a_done & ~d_end_na
+    # the notes as codes first, then their texts (one object per row, as np.select on the texts made them)
+    good_notes = np.array(["", "response-unseen-at-app", "response-unseen-at-db", "response-incomplete-at-app",
+                           "response-incomplete-at-db"], dtype=object)[
+        np.select([a_end_na & ~d_end_na, d_end_na & ~a_end_na, a_cut, d_cut], [1, 2, 3, 4], 0)]
+    app_only = _rows_not_in(np.arange(len(app), dtype=np.int64), good_ai, len(app))
+    db_only = _rows_not_in(np.arange(len(db), dtype=np.int64), good_di, len(db))
+    app_row = np.concatenate([good_ai, app_only, np.full(len(db_only), -1, dtype=np.int64)])
+    db_row = np.concatenate([good_di, np.full(len(app_only), -1, dtype=np.int64), db_only])
+    amb_a, amb_d = ambiguous
+    span_a, span_d = spans if spans is not None else (None, None)
+    notes = np.concatenate([
+        good_notes,
+        _only_notes(app_only, conflict_a, conn_a, good_ai, app["seq"].to_numpy(), pair_a, "db", amb_a, span_a),
+        _only_notes(db_only, conflict_d, conn_d, good_di, db["seq"].to_numpy(), pair_d, "app", amb_d, span_d),
+    ])
+    return ExchangeRows(app_row, db_row, notes, len(good_ai), len(app_only), len(db_only),
+                        len(conflict_a) + len(conflict_d))
+
+
+def paired_spans(conn: np.ndarray, ordinal: np.ndarray, rows: np.ndarray) -> pd.DataFrame:
+    """Each connection's least and greatest ordinal (the `seq` column) among the paired rows `rows` (columns min,
+    max; indexed by connection key): what a row seen at one point only reads for 'lost-at-*'. Pieces of it
+    combine by the least of the mins and the greatest of the maxes (`combined_spans`)."""
+    return pd.DataFrame({"conn": conn[rows], "ord": ordinal[rows]}).groupby("conn")["ord"].agg(["min", "max"])
+
+
+def combined_spans(pieces: list[pd.DataFrame]) -> pd.DataFrame:
+    """paired_spans of the union of the rows of `pieces` (paired_spans each)."""
+    if not pieces:
+        return paired_spans(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    joined = pd.concat(pieces)
+    return joined.groupby(level=0).agg({"min": "min", "max": "max"})
 
 
 @dataclass
@@ -744,16 +804,18 @@ def _one_to_one(pairs: pd.DataFrame) -> tuple[pd.DataFrame, set, set]:
 
 
 def _only_notes(only: np.ndarray, conflicts: set, conn: np.ndarray, paired: np.ndarray, ordinal: np.ndarray,
-                paired_conns: np.ndarray, other: str, ambiguous: set) -> np.ndarray:
+                paired_conns: np.ndarray, other: str, ambiguous: set, spans: pd.DataFrame | None = None
+                ) -> np.ndarray:
     """Notes for exchanges seen at one point only: 'match-conflict', 'match-ambiguous' (the connection's twin at the
     other point could not be told from others that look the same), or 'lost-at-<other>' when the other point
-    saw exchanges of the same connection before and after this one (so it was there, and missed these bytes)."""
+    saw exchanges of the same connection before and after this one (so it was there, and missed these bytes).
+    `spans`: paired_spans of every paired row of the side (None: of `paired`)."""
     notes = np.full(len(only), "", dtype=object)
     if len(only) == 0:
         return notes
     if ambiguous:
         notes[np.isin(conn[only], np.fromiter(ambiguous, dtype=np.int64, count=len(ambiguous)))] = "match-ambiguous"
-    seen = pd.DataFrame({"conn": conn[paired], "ord": ordinal[paired]}).groupby("conn")["ord"].agg(["min", "max"])
+    seen = paired_spans(conn, ordinal, paired) if spans is None else spans
     span = pd.DataFrame({"conn": conn[only], "ord": ordinal[only]}).join(seen, on="conn")
     inside = (span["conn"].isin(paired_conns) & (span["ord"] > span["min"]) & (span["ord"] < span["max"])).to_numpy()
     notes[inside] = f"lost-at-{other}"
@@ -870,7 +932,7 @@ def spilled_connection_step(app: list[Extraction], db: list[Extraction]) -> Conn
     from ..read.spill import BUCKETS
 
     texts = _TextCodes()
-    app_keys, db_keys = _SpilledKeys(app), _SpilledKeys(db)
+    app_keys, db_keys = SpilledKeys(app), SpilledKeys(db)
     a_info = _info_of_keys(app_keys.frame("a_conn"), concat([x.connections for x in app]), "a")
     d_info = _info_of_keys(db_keys.frame("d_conn"), concat([x.connections for x in db]), "d")
     ends_a, ends_d = _endpoint_codes(a_info, d_info)
@@ -919,7 +981,7 @@ class _TextCodes:
         return lookup[indices]  # -1 picks the last: null
 
 
-class _SpilledKeys:
+class SpilledKeys:
     """One side's points (extractions that spilled) as Pairing keys them: each connection's key (connection_keys:
     by (capture, conn_index), numbered by first appearance in the concatenated tables' row order), found from
     each connection's first request time; and each bucket's rows as vote keys."""
@@ -960,6 +1022,13 @@ class _SpilledKeys:
         return pd.DataFrame({name: np.arange(len(self.numbered), dtype=np.int64),
                              "capture": np.array([self.names[c] for c in self.numbered // self.width], dtype=object),
                              "conn_index": self.numbered % self.width})
+
+    def of_rows(self, table: pd.DataFrame) -> np.ndarray:
+        """The connection key of each row of `table` (rows of these points: capture and conn_index)."""
+        if not len(table):
+            return np.zeros(0, dtype=np.int64)
+        capture = pd.Index(self.names).get_indexer(table["capture"].astype(object).to_numpy())
+        return self.key[capture * self.width + table["conn_index"].to_numpy(dtype=np.int64)]
 
     def votes_of(self, bucket: int, texts: _TextCodes) -> list[np.ndarray] | None:
         """The bucket's rows of every point as Pairing's vote keys: connection key, seq, command and text codes

@@ -178,12 +178,17 @@ def fill_from_ids(ex: pd.DataFrame, conns: pd.DataFrame, ids: dict[tuple[str, in
     filled.named[source] = filled.named.get(source, 0) + named
     conns["conn_id"] = pd.array(new_ids, dtype="Int64")
     conns["conn_id_source"] = pd.array(new_src, dtype="string")
-    by_key = {k: v for k, v, s in zip(key, new_ids, new_src) if s == source}
-    if len(ex):
-        ex_key = pd.MultiIndex.from_arrays([ex["capture"].astype(str), ex["conn_index"].astype(np.int64)])
-        found = pd.Series(list(by_key.values()), index=pd.MultiIndex.from_tuples(list(by_key.keys())), dtype="Int64")
-        got = found.reindex(ex_key).to_numpy(dtype="float64", na_value=np.nan)
-        _fill_missing_ids(ex, got)
+    fill_rows(ex, {k: v for k, v, s in zip(key, new_ids, new_src) if s == source})
+
+
+def fill_rows(ex: pd.DataFrame, ids: dict[tuple[str, int], int]) -> None:
+    """The null conn_id of `ex`'s rows of the connections `ids` names ((capture, conn_index) → id), in place (the
+    partitioned run fills a partition's rows so: explain/partitioned.py)."""
+    if not len(ex) or not ids:
+        return
+    ex_key = pd.MultiIndex.from_arrays([ex["capture"].astype(str), ex["conn_index"].astype(np.int64)])
+    found = pd.Series(list(ids.values()), index=pd.MultiIndex.from_tuples(list(ids.keys())), dtype="Int64")
+    _fill_missing_ids(ex, found.reindex(ex_key).to_numpy(dtype="float64", na_value=np.nan))
 
 
 def ids_from_processlist(conns: pd.DataFrame, snapshot: Processlist) -> dict[tuple[str, int], int]:

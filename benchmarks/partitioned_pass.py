@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Memory and CPU of the partitioned run's paired rows (explain/partitioned.py, docs/partitioned.md step 7a)
+against the in-memory path's same stage (Pairing.complete and explain.servers.joined_table), on a capture set
+with an app and a DB point:
+
+    python3 benchmarks/partitioned_pass.py /tmp/pcapdecomp-bench/sysbench-rw-40s [--parts N] [--work DIR]
+
+Two child processes, one after the other (each its own peak):
+- `memory`: the stages as analyze --jobs 1 runs them (extract_points, pair_points, joined_table); Pairing.complete
+  and joined_table are marked: on entering, the child's VmHWM is reset (5 to /proc/self/clear_refs) and its VmRSS
+  read; on leaving, VmHWM is the stretch's peak. It hands the clocks and the connections named without a
+  greeting to the other child (a pickle in the work folder): the partitioned run's clock is today's fit.
+- `partitioned`: the two points extracted into the spill (read.extract.extract_all, their tables never read
+  back), match.spilled_connection_step, then explain.partitioned.PairedPartitions: its first pass, then its
+  partitions (each run counted and let go: what step 7 hands to the merged writer), each stretch marked alike.
+Prints a markdown table: per stretch its RSS at entry, its peak, the peak above entry, and CPU (user + system)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _status(field: str) -> int:
+    """A field of /proc/self/status in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class Marks:
+    """The stretches measured: name → (RSS at entry, peak, CPU), each peak from a VmHWM reset at its entry."""
+
+    def __init__(self):
+        self.found: list[dict] = []
+
+    def start(self) -> tuple[int, float]:
+        Path("/proc/self/clear_refs").write_text("5")
+        return _status("VmRSS"), _cpu()
+
+    def stop(self, name: str, started: tuple[int, float], **more) -> None:
+        rss, cpu = started
+        self.found.append({"stretch": name, "entry": rss, "peak": _status("VmHWM"), "cpu": _cpu() - cpu, **more})
+
+    def wrap(self, owner, attribute: str, name: str) -> None:
+        original = getattr(owner, attribute)
+
+        def marked(*args, **kwargs):
+            started = self.start()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.stop(name, started)
+
+        setattr(owner, attribute, marked)
+
+
+def memory_side(folder: Path, work: Path) -> list[dict]:
+    from pcapdecomp.analysis import Options, capture_set
+    from pcapdecomp.explain import servers
+    from pcapdecomp.pair.match import Pairing
+    from pcapdecomp.pair.pairing import pair_points
+    from pcapdecomp.read import connids
+    from pcapdecomp.read.extract import extract_points
+
+    marks = Marks()
+    marks.wrap(Pairing, "complete", "in memory: Pairing.complete")
+    cs, options = capture_set(folder), Options(quiet=True)
+    x = extract_points(cs, 1, True, options.max_sql_bytes, lambda _: None)
+    paired = pair_points(x, cs, 1, options.max_sql_bytes, lambda _: None)
+    conns = paired.db_conns
+    mine = conns[conns["conn_id_source"].isin([connids.ANSWER, connids.PROCESSLIST]).to_numpy()] \
+        if "conn_id_source" in conns else conns.iloc[:0]
+    named = dict(zip(zip(mine["capture"].astype(str), mine["conn_index"].astype(int)), mine["conn_id"].astype(int)))
+    (work / "inputs.pkl").write_bytes(pickle.dumps((paired.clocks, paired.id_sources, named)))
+    rows = len(paired.matching.app_row)
+    started = marks.start()
+    table = servers.joined_table(paired)
+    marks.stop("in memory: joined_table", started, rows=len(table))
+    assert len(table) == rows
+    return marks.found
+
+
+def partitioned_side(folder: Path, work: Path, parts: int | None) -> list[dict]:
+    from pcapdecomp.analysis import Options, capture_set
+    from pcapdecomp.explain.partitioned import PairedPartitions
+    from pcapdecomp.pair.match import spilled_connection_step
+    from pcapdecomp.read.extract import extract_all
+    from pcapdecomp.read.sources import parse_server
+    from pcapdecomp.read.tlskeys import load_secrets
+
+    marks = Marks()
+    cs, options = capture_set(folder), Options(quiet=True)
+    read = [*cs.of("app"), *cs.of("db")]
+    endpoints = {parse_server(s) for s in cs.servers} or None
+    started = marks.start()
+    extractions = extract_all(read, endpoints, options.max_sql_bytes, 1, tls_secrets=load_secrets(cs.tls_keylogs, read),
+                              spill=work / "spill")
+    marks.stop("spilled: extract_all (both points)", started)
+    app, db = extractions[:len(cs.of("app"))], extractions[len(cs.of("app")):]
+    clocks, id_sources, named = pickle.loads((work / "inputs.pkl").read_bytes())
+    started = marks.start()
+    step = spilled_connection_step(app, db)
+    marks.stop("spilled: spilled_connection_step", started)
+    started = marks.start()
+    rows = PairedPartitions(app, db, step, clocks, id_sources=id_sources, named=named, parts=parts)
+    marks.stop("spilled: PairedPartitions' first pass", started, partitions=len(rows.first_pass.partitions))
+    started = marks.start()
+    total, largest = 0, 0
+    for run in rows:
+        total += len(run.table)
+        largest = max(largest, len(run.table))
+        del run
+    marks.stop("spilled: the partitions' runs", started, rows=total, largest=largest)
+    return marks.found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path, help="a capture set with an app and a DB point")
+    parser.add_argument("--parts", type=int, default=None, help="partitions (default: for 65,536 rows each)")
+    parser.add_argument("--work", type=Path, default=None, help="the spill and the handed inputs (default: a temp)")
+    parser.add_argument("--side", choices=["memory", "partitioned"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        found = memory_side(args.folder, args.work) if args.side == "memory" else \
+            partitioned_side(args.folder, args.work, args.parts)
+        print(json.dumps(found))
+        return
+    with tempfile.TemporaryDirectory(prefix="partitioned-pass-") as temp:
+        work = args.work or Path(temp)
+        work.mkdir(parents=True, exist_ok=True)
+        found = []
+        for side in ("memory", "partitioned"):
+            command = [sys.executable, __file__, str(args.folder), "--side", side, "--work", str(work)]
+            if args.parts:
+                command += ["--parts", str(args.parts)]
+            done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+            if done.returncode:
+                sys.exit(f"{side}: {done.stderr.strip()[-2000:]}")
+            found += json.loads(done.stdout.strip().splitlines()[-1])
+    mib = 1 << 20
+    print("| stretch | RSS at entry MiB | peak MiB | peak above entry MiB | CPU s | notes |")
+    print("|---|---|---|---|---|---|")
+    for f in found:
+        notes = ", ".join(f"{k} {v:,}" for k, v in f.items() if k not in ("stretch", "entry", "peak", "cpu"))
+        print(f"| {f['stretch']} | {f['entry'] / mib:.1f} | {f['peak'] / mib:.1f} | {(f['peak'] - f['entry']) / mib:.1f} "
+              f"| {f['cpu']:.2f} | {notes} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""The partitioned run's paired rows (docs/partitioned.md §5 step 7a): the joined table (explain.servers.
+joined_table's rows: the pairing completed inside the paired connections, the four points on the app clock, the
+durations, the bounds, db_client, conn_id_source, db_point) made partition by partition from the two points'
+spilled extractions (read/spill.py), one partition's rows in memory at a time.
+
+A partition is a run of the spill's buckets (§3): an exchange's app and DB rows lie in the same bucket (the bucket
+is a function of the request's TCP sequence number, which both points see), so the pairing inside a connection
+pair is a partition's own. What crosses partitions is small and gathered first, in one pass over the buckets'
+narrow columns (`first_pass`): each connection's least and greatest paired ordinal (a row seen at one point only
+is 'lost-at-*' when its connection paired rows before and after it), and the server endpoints that lead to the
+DB point (db_point of a row only the app saw). The connection pairs (match.spilled_connection_step), the clocks
+and the connections named without a greeting (read.connids.name_connections) are given.
+
+Each partition yields a core.outputs.SortedRun: its rows, sorted by their row keys (pair.match.row_key), in the
+joined table's columns and dtypes, its categoricals with the partition's own categories (core.outputs.
+write_merged recodes them to the file's). Merged by key, the runs are the in-memory joined table.
+
+Not partitionable (`NotPartitionable`, for the later step 7 to fall back to the in-memory path): a set without
+both an app and a DB point, several DB points, a proxy, a point with frames lost (the loss repair would re-read
+its connections), an extraction that did not spill."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..core.memory import release_memory
+from ..core.outputs import SortedRun
+from ..core.schema import EXCHANGE_COLUMNS
+from ..core.tables import concat, frame, frame_of_table, table_of
+from ..pair.match import (ConnectionStep, Matching, MatchStats, SpilledKeys, combined_spans, exchange_rows,
+                          matching_row_keys, paired_spans, pairing_keys, pairs_inside)
+from ..read import connids
+from ..read.exchanges import Extraction
+from ..read.spill import BUCKETS, SORT_BY
+from .servers import joined_rows
+
+TARGET_ROWS = 1 << 16  # rows a partition is cut for (§3: ≈ 50 MiB of the in-memory path's working set)
+# the columns the first pass reads of each bucket: the pairing's keys, what decides that a candidate agrees, the
+# ordinal and the server endpoint
+FIRST_PASS_COLUMNS = ("capture", "server", "conn_index", "seq", "req_first_ts", "command", "sql", "req_tcp_seq",
+                      "resp_tcp_end", "result")
+
+
+class NotPartitionable(ValueError):
+    """The capture set needs what the partitioned run does not do (yet): the in-memory path makes its tables."""
+
+
+def check_partitionable(app: list[Extraction], db: list[Extraction], proxy: list[Extraction] = (),
+                        proxy_servers=()) -> None:
+    """Raises NotPartitionable, saying why, unless PairedPartitions can make these points' joined table (`proxy`:
+    the set's proxy points' extractions, `proxy_servers`: its proxy endpoints; any proxy is refused, one without a
+    proxy in its traffic too)."""
+    if not app or not db:
+        raise NotPartitionable("the partitioned run pairs an app point with a DB point: one of them is missing")
+    if len(db) > 1:
+        raise NotPartitionable(f"{len(db)} DB points: each row's clock is its pair of points (not partitioned yet)")
+    if proxy or proxy_servers:
+        raise NotPartitionable("a proxy: its two sides are different TCP connections, paired across connections")
+    if len(app) > 1:
+        raise NotPartitionable(f"{len(app)} app points (not partitioned yet)")
+    lossy = [x.capture for x in (*app, *db) if x.holes]
+    if lossy:
+        raise NotPartitionable(f"frames lost at {', '.join(lossy)}: the loss repair re-reads whole connections")
+    unspilled = [x.capture for x in (*app, *db) if x.spill is None]
+    if unspilled:
+        raise NotPartitionable(f"{', '.join(unspilled)} did not spill its exchanges (read/spill.py)")
+
+
+@dataclass
+class FirstPass:
+    """What the partitions read of each other, from one pass over the buckets: per side each connection's least
+    and greatest paired ordinal (match.paired_spans), the server endpoints (as the app saw them) of the matched
+    rows and of the DB's rows (a row only the app saw is the DB point's when its server is one of them:
+    pairing.db_points with one DB point), the partitions (each a run of buckets: its first and its end), and the
+    pairing's counts (MatchStats' rows, summed over the partitions)."""
+
+    spans: tuple[pd.DataFrame, pd.DataFrame]
+    leading_servers: set
+    partitions: list[tuple[int, int]]
+    matched: int = 0
+    app_only: int = 0
+    db_only: int = 0
+    conflicts: int = 0
+    work: int = 0
+
+
+class _Points:
+    """One side's spilled points: a run of buckets read as the side's table holds those rows (its points in
+    order, each sorted by the extraction's order), and each row's connection key as Pairing keys the side's
+    concatenated tables (match.SpilledKeys)."""
+
+    def __init__(self, points: list[Extraction]):
+        self.points = points
+        self.keys = SpilledKeys(points)
+
+    def rows(self) -> np.ndarray:
+        return np.sum([x.spill.rows for x in self.points], axis=0)
+
+    def table(self, first: int, end: int, columns=EXCHANGE_COLUMNS) -> tuple[pd.DataFrame, np.ndarray]:
+        """The rows of buckets first … end − 1 (the `columns` of them) and their connection keys."""
+        names = [c.name for c in columns]
+        parts = []
+        for x in self.points:
+            batches = [b.select(names) for bucket in range(first, end) for b in x.spill.bucket(bucket)]
+            if batches:
+                parts.append(frame_of_table([table_of(batches, columns, sort_by=SORT_BY)], columns))
+        if not parts:
+            return frame([], columns), np.zeros(0, dtype=np.int64)
+        table = concat(parts) if len(parts) > 1 else parts[0]
+        return table, self.keys.of_rows(table)
+
+
+def partitions_of(rows: np.ndarray, parts: int) -> list[tuple[int, int]]:
+    """The buckets cut into at most `parts` runs (first, end) of about the same rows (`rows` per bucket): a run
+    ends at the bucket where the running count reaches the next multiple of rows / parts (§3). A run without rows
+    joins the run before it (the first one: the run after it), so the runs cover every bucket."""
+    ends = np.cumsum(rows)
+    targets = ends[-1] * np.arange(1, parts + 1) / parts
+    last = np.minimum(np.searchsorted(ends, targets, side="left"), BUCKETS - 1)
+    last[-1] = BUCKETS - 1
+    runs, first = [], 0
+    for bucket in last:
+        if int(bucket) + 1 > first:
+            runs.append((first, int(bucket) + 1))
+            first = int(bucket) + 1
+    out: list[tuple[int, int]] = []
+    for a, b in runs:
+        if out and (not rows[a:b].sum() or not rows[out[-1][0]:out[-1][1]].sum()):
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def _paired(app: pd.DataFrame, db: pd.DataFrame, conn_a: np.ndarray, conn_d: np.ndarray,
+            step: ConnectionStep) -> tuple:
+    """pairs_inside of a partition's two tables: its rows inside the connection pairs."""
+    return pairs_inside(app, db, pairing_keys(app, db, conn_a, conn_d), step.pair_a, step.pair_d)
+
+
+def first_pass(app: _Points, db: _Points, step: ConnectionStep, partitions: list[tuple[int, int]]) -> FirstPass:
+    """FirstPass from the partitions' narrow columns (FIRST_PASS_COLUMNS), one partition at a time."""
+    columns = tuple(c for c in EXCHANGE_COLUMNS if c.name in FIRST_PASS_COLUMNS)
+    spans_a, spans_d, servers = [], [], set()
+    counts = FirstPass((None, None), set(), partitions)
+    for first, end in partitions:
+        a, conn_a = app.table(first, end, columns)
+        d, conn_d = db.table(first, end, columns)
+        *inside, work = _paired(a, d, conn_a, conn_d, step)
+        ai, di, ok = inside[0], inside[1], inside[4]
+        spans_a.append(paired_spans(conn_a, a["seq"].to_numpy(), ai[ok]))
+        spans_d.append(paired_spans(conn_d, d["seq"].to_numpy(), di[ok]))
+        servers.update(a["server"].astype(object).to_numpy()[ai[ok]].tolist())
+        servers.update(d["server"].astype(object).dropna().unique().tolist())
+        rows = exchange_rows(a, d, tuple(inside), conn_a, conn_d, step.pair_a, step.pair_d, step.ambiguous,
+                             (spans_a[-1], spans_d[-1]))
+        counts.matched += rows.matched
+        counts.app_only += rows.app_only
+        counts.db_only += rows.db_only
+        counts.conflicts += rows.conflicts
+        counts.work += work
+        del a, d, inside, rows
+        release_memory()  # the partition's heap back before the next one's: the pass's peak is one partition's
+    counts.spans = (combined_spans(spans_a), combined_spans(spans_d))
+    counts.leading_servers = servers
+    return counts
+
+
+def _db_points(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, point: str, leading: set) -> np.ndarray:
+    """pairing.db_points of a partition's rows with one DB point (`point`): a row the DB saw is its; a row only
+    the app saw is its when the row's server (as the app saw it) is among `leading` (FirstPass.leading_servers);
+    else None."""
+    ar, dr = matching.app_row, matching.db_row
+    out = np.full(len(ar), None, dtype=object)
+    out[dr >= 0] = point
+    only_a = np.flatnonzero((dr < 0) & (ar >= 0))
+    if len(only_a) and leading:
+        servers = app["server"].astype(object).to_numpy()[ar[only_a]]
+        out[only_a[pd.Series(servers).isin(list(leading)).to_numpy()]] = point
+    return out
+
+
+class PairedPartitions:
+    """The joined table (explain.servers.joined_table's rows and columns) of the spilled points `app` and `db`, as
+    SortedRuns, one partition at a time: iterating makes them. `step`: match.spilled_connection_step(app, db);
+    `clocks`: the fitted models by app point (pair.clocks.fit_clocks); `id_sources`, `named`: what read.connids.
+    name_connections gave (client endpoint → source; and the ids it put on connections without a greeting,
+    (capture, conn_index) → id); `parts`: the number of partitions (None: as many as `target_rows` asks for);
+    `proxy`, `proxy_servers`: the set's proxy points and endpoints. The constructor raises NotPartitionable
+    (check_partitionable) before reading a row, then makes `first_pass`."""
+
+    def __init__(self, app: list[Extraction], db: list[Extraction], step: ConnectionStep, clocks: dict,
+                 *, id_sources: dict[str, str] | None = None, named: dict[tuple[str, int], int] | None = None,
+                 parts: int | None = None, target_rows: int = TARGET_ROWS, proxy: list[Extraction] = (),
+                 proxy_servers=()):
+        check_partitionable(app, db, proxy, proxy_servers)
+        self.app, self.db = _Points(app), _Points(db)
+        self.step, self.clocks = step, clocks
+        self.id_sources, self.named = id_sources or {}, named or {}
+        self.primary = app[0].capture
+        self.db_point = db[0].capture
+        self.app_names, self.db_names = [x.capture for x in app], [x.capture for x in db]
+        rows = np.maximum(self.app.rows(), self.db.rows())  # a bucket's joined rows: about its larger side's
+        total = int(rows.sum())
+        parts = parts if parts is not None else max(1, -(-total // target_rows))
+        self.first_pass = first_pass(self.app, self.db, step, partitions_of(rows, parts) if total else [])
+
+    def stats(self) -> MatchStats:
+        """MatchStats of the whole pairing (Pairing.complete's), from the connection step and the first pass."""
+        f, s = self.first_pass, self.step
+        conns = s.connections
+        amb_a, amb_d = s.ambiguous
+        return MatchStats(
+            app_exchanges=int(self.app.rows().sum()), db_exchanges=int(self.db.rows().sum()), matched=f.matched,
+            app_only=f.app_only, db_only=f.db_only, conflicts=f.conflicts, connections_matched=len(conns),
+            connections_by_scramble=int(conns["by_scramble"].sum()), connections_nat=int(conns["nat"].sum()),
+            connections_vetoed=s.vetoed, connections_ambiguous=len(amb_a) + len(amb_d),
+            ambiguous_keys=s.ambiguous_keys, candidates=s.work + f.work)
+
+    def __iter__(self) -> Iterator[SortedRun]:
+        for first, end in self.first_pass.partitions:
+            yield self.partition(first, end)
+
+    def partition(self, first: int, end: int) -> SortedRun:
+        """The joined rows of buckets first … end − 1, sorted by their row keys."""
+        a, conn_a = self.app.table(first, end)
+        d, conn_d = self.db.table(first, end)
+        *inside, _ = _paired(a, d, conn_a, conn_d, self.step)
+        rows = exchange_rows(a, d, tuple(inside), conn_a, conn_d, self.step.pair_a, self.step.pair_d,
+                             self.step.ambiguous, self.first_pass.spans)
+        matching = Matching(rows.app_row, rows.db_row, rows.notes, self.step.connections, None)
+        keys = matching_row_keys(matching, a, d, self.app_names, self.db_names)
+        connids.fill_rows(d, self.named)  # as name_connections fills the DB side's table
+        row_point = _db_points(a, d, matching, self.db_point, self.first_pass.leading_servers)
+        table = joined_rows(a, d, matching, self.clocks, self.primary, None, None, None, self.id_sources, row_point)
+        order = np.lexsort(keys.T[::-1])
+        run = SortedRun(table.take(order).reset_index(drop=True), keys[order])
+        del a, d, table
+        release_memory()  # what made the run, back before the next partition's tables are read
+        return run
