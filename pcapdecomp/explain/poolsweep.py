@@ -4,7 +4,7 @@ step 9): the timeline is never held whole.
 explain/threadpool.py makes pool.parquet, groups.parquet and the stalls from `_Rows`, every exchange's timeline in
 memory. Here each partition hands its rows of that timeline as a `TimelineRun` sorted by D1 (the arrival: every
 other time of a row, its execution start, its queue end, its end, is at or after it); the runs are merged k-way
-(core.outputs.merged_order, a window of MERGE_STEP rows a run) and swept in time. When the merge has given every
+(core.outputs.merged_order, SWEEP_ROWS rows read at a time over all the runs) and swept in time. When the merge has given every
 row whose D1 is below `cut`, no later row has a time below it: every event before `cut` is final. What is held:
 the runs' read windows and the intervals still open at `cut` (started and not ended, or ended and not yet passed),
 the long executions that may still overlap an open stall, and per bucket a few counters.
@@ -26,10 +26,12 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
-from ..core.outputs import MERGE_STEP, merged_order
+from ..core.outputs import merged_order
 from .decompose import NS
 from .threadpool import CULPRIT_MIN_SHARE, _Rows, group_frame, groups_of_frames, pool_frame
 
+SWEEP_ROWS = 8192  # rows the merge reads at a time over all the runs (a run's share of it, not below MIN_RUN_STEP)
+MIN_RUN_STEP = 256
 AREA_KINDS = ("d1", "d4", "q_end", "xs", "d4x")  # the ends the bucket views read (threadpool._interval_ends' names)
 
 
@@ -288,7 +290,8 @@ def sweep_timeline(runs: list[TimelineRun], edges: np.ndarray, bucket_s: float, 
     pending = {kind: _Pending() for kind in AREA_KINDS}
     executing, queued, certain = _StepStream(edges), _StepStream(edges), _StepStream(edges)
     stalls = _Stalls(threshold_ns)
-    for w, cut in merged_windows(runs, step or MERGE_STEP):
+    step = step or max(MIN_RUN_STEP, SWEEP_ROWS // max(1, len(runs)))
+    for w, cut in merged_windows(runs, step):
         known = w.exec_known
         for kind, points, tags in (("d1", w.d1, w.group), ("d4", w.d4, w.group), ("q_end", w.q_end, w.group),
                                    ("xs", w.xs[known], w.group[known]), ("d4x", w.d4[known], w.group[known])):
