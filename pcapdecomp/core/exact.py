@@ -195,6 +195,7 @@ class ClassSums:
 # --- order statistics by a radix select (partitioned.md §2.1, step 9) ------------------------------------------
 
 RADIX_BITS = 16  # the bits of the float64 keys a pass counts: 65,536 counters per (class, prefix) looked into
+COUNT_LISTS = 16  # partitions' count lists held before they are summed into one
 RADIX_HOLD = 1 << 16  # a bucket of at most this many values is taken whole in the next pass, not counted deeper
 
 
@@ -237,7 +238,8 @@ class RadixSelect:
         self.passes = 0
         self.n = np.zeros(classes, dtype=np.int64)  # each class's non-NaN values, known after the first pass
         self._level = 0  # the bits of the keys fixed by the passes so far, in RADIX_BITS
-        self._pieces: list[tuple[np.ndarray, ...]] = []  # this pass's partial counts or held values
+        self._counts: list[tuple[np.ndarray, np.ndarray]] = []  # this pass's (cell, count) lists, summed as they come
+        self._held: list[tuple[np.ndarray, np.ndarray]] = []  # this pass's (group, key) of the held buckets' values
         # the targets (a class's rank wanted), known after the first pass: class, rank left inside the prefix,
         # prefix, whether its bucket is held whole this pass, and the key once found
         self._t_class = self._t_rank = self._t_prefix = self._t_held = self._t_key = None
@@ -260,20 +262,27 @@ class RadixSelect:
         if self._level == 0:  # the first pass: every class, the top bits
             digit = (keys >> np.uint64(64 - RADIX_BITS)).astype(np.int64)
             cells, counts = np.unique(codes << RADIX_BITS | digit, return_counts=True)
-            self._pieces.append((cells, counts))
+            self._count(cells, counts)
             return
         group = self._groups_of(codes, keys)
         mine = group >= 0
         group, keys = group[mine], keys[mine]
         held = self._g_held[group]
         if held.any():
-            self._pieces.append(("held", group[held], keys[held]))
+            self._held.append((group[held], keys[held]))
         counted = ~held
         if counted.any():
             shift = np.uint64(64 - RADIX_BITS * (self._level + 1))
             digit = ((keys[counted] >> shift) & np.uint64((1 << RADIX_BITS) - 1)).astype(np.int64)
             cells, counts = np.unique(group[counted] << RADIX_BITS | digit, return_counts=True)
-            self._pieces.append(("counted", cells, counts))
+            self._count(cells, counts)
+
+    def _count(self, cells: np.ndarray, counts: np.ndarray) -> None:
+        """A partition's counts added: the lists are summed into one every COUNT_LISTS, so what is held is the
+        distinct cells of the pass, not a list per partition."""
+        self._counts.append((cells, counts))
+        if len(self._counts) >= COUNT_LISTS:
+            self._counts = [_summed(self._counts)]
 
     def end_pass(self) -> bool:
         """Closes the pass; True while another pass over the partitions is wanted."""
@@ -284,7 +293,7 @@ class RadixSelect:
             self._first_pass_done()
         else:
             self._pass_done()
-        self._pieces = []
+        self._counts, self._held = [], []
         self._level += 1
         self._done = bool(self._t_key is None or (self._t_key != _NO_KEY).all())
         if not self._done:
@@ -294,7 +303,7 @@ class RadixSelect:
     # -- the bookkeeping -------------------------------------------------------------------------------------
 
     def _first_pass_done(self) -> None:
-        cells, counts = _summed(self._pieces)
+        cells, counts = _summed(self._counts)
         cls, digit = cells >> RADIX_BITS, cells & ((1 << RADIX_BITS) - 1)
         self.n = np.zeros(self.classes, dtype=np.int64)
         np.add.at(self.n, cls, counts)
@@ -307,12 +316,11 @@ class RadixSelect:
                       np.searchsorted(cells, (t_class + 1) << RADIX_BITS), digit)
 
     def _pass_done(self) -> None:
-        held = [p for p in self._pieces if p[0] == "held"]
-        counted = [p[1:] for p in self._pieces if p[0] == "counted"]
+        held, counted = self._held, self._counts
         active = np.flatnonzero(self._t_key == _NO_KEY)
         if held:
-            group = np.concatenate([p[1] for p in held])
-            keys = np.concatenate([p[2] for p in held])
+            group = np.concatenate([p[0] for p in held])
+            keys = np.concatenate([p[1] for p in held])
             order = np.lexsort((keys, group))
             group, keys = group[order], keys[order]
             for t in active[self._t_held[active]]:
