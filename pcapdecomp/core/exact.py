@@ -195,6 +195,7 @@ class ClassSums:
 # --- order statistics by a radix select (partitioned.md §2.1, step 9) ------------------------------------------
 
 RADIX_BITS = 16  # the bits of the float64 keys a pass counts: 65,536 counters per (class, prefix) looked into
+DENSE_CELLS = 1 << 20  # cells a pass counts by np.bincount (8 MiB of counters) rather than by a sort
 COUNT_LISTS = 16  # partitions' count lists held before they are summed into one
 RADIX_HOLD = 1 << 16  # a bucket of at most this many values is taken whole in the next pass, not counted deeper
 
@@ -261,8 +262,7 @@ class RadixSelect:
         keys, codes = float_keys(values[present]), codes[present]
         if self._level == 0:  # the first pass: every class, the top bits
             digit = (keys >> np.uint64(64 - RADIX_BITS)).astype(np.int64)
-            cells, counts = np.unique(codes << RADIX_BITS | digit, return_counts=True)
-            self._count(cells, counts)
+            self._count(*_cell_counts(codes << RADIX_BITS | digit, self.classes << RADIX_BITS))
             return
         group = self._groups_of(codes, keys)
         mine = group >= 0
@@ -274,8 +274,7 @@ class RadixSelect:
         if counted.any():
             shift = np.uint64(64 - RADIX_BITS * (self._level + 1))
             digit = ((keys[counted] >> shift) & np.uint64((1 << RADIX_BITS) - 1)).astype(np.int64)
-            cells, counts = np.unique(group[counted] << RADIX_BITS | digit, return_counts=True)
-            self._count(cells, counts)
+            self._count(*_cell_counts(group[counted] << RADIX_BITS | digit, len(self._g_index) << RADIX_BITS))
 
     def _count(self, cells: np.ndarray, counts: np.ndarray) -> None:
         """A partition's counts added: the lists are summed into one every COUNT_LISTS, so what is held is the
@@ -388,11 +387,29 @@ class RadixSelect:
         self._g_held = np.zeros(len(self._g_index), dtype=bool)
         self._g_held[self._t_group[active]] = self._t_held[active]
         self._g_prefixes = np.unique(self._t_prefix[active])
+        self._g_packed = None
+        if self._packs():  # (class, prefix) as one int64: a sorted search instead of the index's lookup
+            packed = self._packed(self._g_index.get_level_values(0).to_numpy(np.int64),
+                                  self._g_index.get_level_values(1).to_numpy(np.uint64))
+            order = np.argsort(packed)
+            self._g_packed, self._g_packed_ids = packed[order], order
+
+    def _packs(self) -> bool:
+        return self.classes <= 1 << (63 - RADIX_BITS * self._level)
+
+    def _packed(self, codes: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+        return codes << (RADIX_BITS * self._level) | prefix.astype(np.int64)
 
     def _groups_of(self, codes: np.ndarray, keys: np.ndarray) -> np.ndarray:
         """Each value's group of this pass (−1: none looks into its (class, prefix))."""
         prefix = keys >> np.uint64(64 - RADIX_BITS * self._level)
         group = np.full(len(keys), -1, dtype=np.int64)
+        if self._g_packed is not None:
+            packed = self._packed(codes, prefix)
+            at = np.minimum(np.searchsorted(self._g_packed, packed), len(self._g_packed) - 1)
+            found = self._g_packed[at] == packed
+            group[found] = self._g_packed_ids[at[found]]
+            return group
         near = np.flatnonzero(np.isin(prefix, self._g_prefixes))
         if len(near):
             group[near] = self._g_index.get_indexer(pd.MultiIndex.from_arrays([codes[near], prefix[near]]))
@@ -427,6 +444,16 @@ class RadixSelect:
 
 
 _NO_KEY = np.uint64(0)  # no float64 has key 0 but the NaN with every bit set, which is never fed
+
+
+def _cell_counts(cells: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct cells (0 … span − 1) and how many times each occurs, cells ascending: by np.bincount when the
+    cells are few enough to count densely (a sort of the piece costs ten times more), else by np.unique."""
+    if span <= DENSE_CELLS:
+        counts = np.bincount(cells, minlength=span)
+        seen = np.flatnonzero(counts)
+        return seen, counts[seen]
+    return np.unique(cells, return_counts=True)
 
 
 def _summed(pieces) -> tuple[np.ndarray, np.ndarray]:
