@@ -252,6 +252,18 @@ def test_the_passes_the_radix_select_makes():
     assert not empty.end_pass() and np.isnan(empty.result()[0]).all() and empty.passes == 1
 
 
+def test_the_radix_select_with_more_classes_than_a_packed_key_holds():
+    """Past 32,768 classes a (class, 48-bit prefix) pair does not fit in one int64: the last passes look the pairs
+    up in pandas' index instead; the same quantiles."""
+    rng = np.random.default_rng(11)
+    codes = rng.choice(np.array([0, 5, 40_000, 65_535]), 3000)
+    values = rng.integers(-300, 300, 3000) / 8  # ties, and no −0.0
+    got = radix_quantiles(partitions_of(values, codes, [700, 1500]), 65_536, [0.5, 0.9], "nearest", hold=0)
+    for k in (0, 5, 40_000, 65_535):
+        assert same_floats([g[k] for g in got], nearest_rank(values[codes == k], [0.5, 0.9]))
+    assert np.isnan(got[0][1])
+
+
 def test_a_radix_select_fed_other_values_or_asked_early_says_so():
     select = RadixSelect(1, [0.5], hold=1 << 16)
     select.feed(np.arange(10.0))
