@@ -195,7 +195,7 @@ class ClassSums:
 # --- order statistics by a radix select (partitioned.md §2.1, step 9) ------------------------------------------
 
 RADIX_BITS = 16  # the bits of the float64 keys a pass counts: 65,536 counters per (class, prefix) looked into
-DENSE_CELLS = 1 << 20  # cells a pass counts by np.bincount (8 MiB of counters) rather than by a sort
+DENSE_CELLS = 1 << 18  # cells a pass counts by np.bincount (2 MiB of counters: four classes or prefixes) rather than by a sort
 COUNT_LISTS = 16  # partitions' count lists held before they are summed into one
 RADIX_HOLD = 1 << 16  # a bucket of at most this many values is taken whole in the next pass, not counted deeper
 
