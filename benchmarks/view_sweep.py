@@ -71,7 +71,7 @@ def main() -> None:
     edges = tp._edges(t0, t1, bucket_s)
     group = r.groups(args.size)
     print(f"{args.exchanges}: {n:,} exchanges, timeline {len(r.pos):,} rows, {len(edges) - 1} buckets of {bucket_s} s")
-    print(f"  _rows (the timeline today's view holds): {rows_mib:.1f} MiB ({rows_mib * MIB / n:.0f} B an exchange)")
+    print(f"  _rows (making the timeline today's view holds): peak {rows_mib:.1f} MiB ({rows_mib * MIB / n:.0f} B an exchange)")
 
     def today():
         return (tp.pool_table(r, edges, bucket_s, threshold_ns), tp.group_table(r, group, edges, bucket_s),
