@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pcapdecomp.core.exact import (ClassSums, PairwiseSum, nearest_rank_index, nearest_rank_of_runs, pairwise_leaves,
-                                   pairwise_sum, sorted_run)
+from pcapdecomp.core.exact import (ClassSums, PairwiseSum, RadixSelect, float_keys, floats_of_keys, nearest_rank_index,
+                                   nearest_rank_of_runs, pairwise_leaves, pairwise_sum, radix_quantiles, sorted_run)
 from pcapdecomp.core.groups import group_sum, nearest_rank
+from pcapdecomp.explain.decompose import _group_quantiles
 from pcapdecomp.explain.summary import latency_quantiles
 from pcapdecomp.explain.verdict import _sum as verdict_sum
 
@@ -167,6 +168,117 @@ def test_class_sums_refuse_a_code_out_of_range():
         ClassSums(3).add([0, 3], [1.0, 2.0])
 
 
+# --- RadixSelect -----------------------------------------------------------------------------------------------
+
+
+def partitions_of(values: np.ndarray, codes: np.ndarray | None, cuts: list[int]):
+    """A `read` for radix_quantiles: the column cut at `cuts`, yielded afresh for each pass (last piece first, as
+    a cluster may hand them in any order)."""
+    def read():
+        pieces = chunked(values, cuts)
+        classes = chunked(codes, cuts) if codes is not None else [None] * len(pieces)
+        return list(zip(pieces, classes))[::-1]
+    return read
+
+
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1.0, 1.0, 2.5]
+
+
+@st.composite
+def columns(draw):
+    """A column of floats with ties, ±0 (not both: see RadixSelect), infinities, subnormals and NaN, its class
+    codes, where it is cut into partitions, and how much a pass may hold."""
+    n = draw(st.integers(0, 400))
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    rng = np.random.default_rng(seed)
+    values = np.where(rng.random(n) < draw(st.sampled_from([0.0, 0.2, 0.6])),
+                      rng.choice(np.array(SPECIAL), n), values_of(n, seed))
+    zero = draw(st.sampled_from([0.0, -0.0]))
+    values[values == 0] = zero
+    classes = draw(st.integers(1, 6))
+    return (values, rng.integers(0, classes, n), classes, draw(st.lists(st.integers(0, 400), max_size=8)),
+            draw(st.sampled_from([0, 1, 7, 1 << 16])))
+
+
+def same_floats(a: np.ndarray, b: np.ndarray) -> bool:
+    return np.asarray(a, dtype=np.float64).tobytes() == np.asarray(b, dtype=np.float64).tobytes()
+
+
+def test_the_keys_order_the_floats_and_invert():
+    values = np.array([-np.inf, -1e300, -1.5, -5e-324, -0.0, 0.0, 5e-324, 1e-300, 1.5, np.inf])
+    keys = float_keys(values)
+    assert (np.diff(keys.astype(object)) > 0).all()
+    assert same_floats(floats_of_keys(keys), values)
+
+
+@settings(max_examples=300, deadline=None)
+@given(columns(), st.lists(st.floats(0, 1), min_size=1, max_size=4))
+def test_the_radix_select_is_numpys_nearest_rank_per_class(case, qs):
+    values, codes, classes, cuts, hold = case
+    got = radix_quantiles(partitions_of(values, codes, cuts), classes, qs, "nearest", hold)
+    for k in range(classes):
+        mine = values[(codes == k) & ~np.isnan(values)]
+        want = nearest_rank(mine, qs) if len(mine) else np.full(len(qs), np.nan)
+        assert same_floats([g[k] for g in got], want), (k, hold)
+    whole = radix_quantiles(partitions_of(values, None, cuts), 1, qs, "nearest", hold)
+    present = values[~np.isnan(values)]
+    assert same_floats([w[0] for w in whole], nearest_rank(present, qs) if len(present) else [np.nan] * len(qs))
+
+
+@settings(max_examples=300, deadline=None)
+@given(columns(), st.lists(st.floats(0, 1), min_size=1, max_size=4))
+def test_the_radix_select_is_the_execution_estimates_linear_quantile(case, qs):
+    values, codes, classes, cuts, hold = case
+    got = radix_quantiles(partitions_of(values, codes, cuts), classes, qs, "linear", hold)
+    present = ~np.isnan(values)
+    want = _group_quantiles(codes[present], values[present], classes, tuple(qs))
+    for g, w in zip(got, want):
+        assert same_floats(g, w), hold
+
+
+def test_the_passes_the_radix_select_makes():
+    values = values_of(10_000, 3)
+    for hold, passes in ((1 << 16, 2), (0, 4)):  # a bucket taken whole, or every 16 bits counted
+        select = RadixSelect(1, [0.5, 0.99], hold=hold)
+        while True:
+            select.feed(values[5000:])
+            select.feed(values[:5000])
+            if not select.end_pass():
+                break
+        assert select.passes == passes
+        assert same_floats([r[0] for r in select.result()], nearest_rank(values, [0.5, 0.99]))
+    empty = RadixSelect(2, [0.5])
+    empty.feed([np.nan], [1])
+    assert not empty.end_pass() and np.isnan(empty.result()[0]).all() and empty.passes == 1
+
+
+def test_the_radix_select_with_more_classes_than_a_packed_key_holds():
+    """Past 32,768 classes a (class, 48-bit prefix) pair does not fit in one int64: the last passes look the pairs
+    up in pandas' index instead; the same quantiles."""
+    rng = np.random.default_rng(11)
+    codes = rng.choice(np.array([0, 5, 40_000, 65_535]), 3000)
+    values = rng.integers(-300, 300, 3000) / 8  # ties, and no −0.0
+    got = radix_quantiles(partitions_of(values, codes, [700, 1500]), 65_536, [0.5, 0.9], "nearest", hold=0)
+    for k in (0, 5, 40_000, 65_535):
+        assert same_floats([g[k] for g in got], nearest_rank(values[codes == k], [0.5, 0.9]))
+    assert np.isnan(got[0][1])
+
+
+def test_a_radix_select_fed_other_values_or_asked_early_says_so():
+    select = RadixSelect(1, [0.5], hold=1 << 16)
+    select.feed(np.arange(10.0))
+    assert select.end_pass()
+    with pytest.raises(ValueError):
+        select.result()
+    select.feed(np.arange(100.0, 110.0))  # none in the bucket the first pass chose
+    with pytest.raises(ValueError):
+        select.end_pass()
+    with pytest.raises(ValueError):
+        RadixSelect(1, [0.5], rule="midpoint")
+    with pytest.raises(ValueError):
+        RadixSelect(2, [0.5]).feed([1.0], [2])
+
+
 # --- real columns ---------------------------------------------------------------------------------------------
 
 
@@ -192,6 +304,8 @@ def check_columns(path: Path, row_group: int) -> int:
             assert same_float(pairwise_sum(present, count), entry["sum"]), col
             p50, p99 = nearest_rank_of_runs([np.sort(p) for p in present], [0.5, 0.99])
             assert (p50, p99) == (entry["p50"], entry["p99"]), col
+            radix = radix_quantiles(lambda: [(p, None) for p in present], 1, [0.5, 0.99])
+            assert same_floats([r[0] for r in radix], [entry["p50"], entry["p99"]]), col
         assert same_float(pairwise_sum([np.where(np.isnan(p), 0.0, p) for p in pieces], n), verdict_sum(values)), col
         sums = ClassSums(classes)
         for s in range(0, n, row_group):
@@ -199,7 +313,22 @@ def check_columns(path: Path, row_group: int) -> int:
         got, count_by_class = sums.result()
         want, want_count = group_sum(codes, values, classes)
         assert got.tobytes() == want.tobytes() and np.array_equal(count_by_class, want_count), col
+        # per fingerprint: the wait profile's nearest ranks and the execution estimates' linear quantiles
+        by_piece = [(values[s:s + row_group], codes[s:s + row_group]) for s in range(0, n, row_group)]
+        present = ~np.isnan(values)
+        for rule, want in (("nearest", [group_nearest_rank_exact(codes[present], values[present], classes, q)
+                                        for q in (0.5, 0.95, 0.99)]),
+                           ("linear", _group_quantiles(codes[present], values[present], classes, (0.1, 0.5, 0.9)))):
+            qs = (0.5, 0.95, 0.99) if rule == "nearest" else (0.1, 0.5, 0.9)
+            for g, w in zip(radix_quantiles(lambda: by_piece, classes, qs, rule, hold=1 << 12), want):
+                assert same_floats(g, w), (col, rule)
     return n
+
+
+def group_nearest_rank_exact(codes: np.ndarray, values: np.ndarray, classes: int, q: float) -> np.ndarray:
+    """nearest_rank of each class's values at q (NaN for a class without any)."""
+    return np.array([nearest_rank(values[codes == k], [q])[0] if (codes == k).any() else np.nan
+                     for k in range(classes)])
 
 
 def test_the_columns_of_a_bundled_analysis(bundled_analysis):

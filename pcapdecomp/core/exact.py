@@ -14,6 +14,8 @@ the ones today's code writes. Three facts about numpy make that possible, each r
 - `ClassSums`: `np.bincount(codes, weights)` (core.groups.group_sum) adds each class's values one after the other in
   row order, not pairwise: a running sum per class fed chunk by chunk in row order is the same float; a sum of
   per-partition sums is not.
+- `RadixSelect`: the same order statistics (and `_group_quantiles`' interpolated ones) per class without holding
+  the values at all: passes over the partitions counting 16 bits of the float64 keys at a time (step 9).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 import numpy as np
+import pandas as pd
 
 PW_BLOCKSIZE = 128  # numpy's pairwise sum: a block of at most this many values is summed directly (in 8 lanes)
 PW_LANES = 8  # the halves of a longer block are cut at a multiple of this
@@ -189,3 +192,287 @@ class ClassSums:
 
     def result(self) -> tuple[np.ndarray, np.ndarray]:
         return np.where(self._counts > 0, self._sums, np.nan), self._counts.copy()
+
+
+# --- order statistics by a radix select (partitioned.md §2.1, step 9) ------------------------------------------
+
+RADIX_BITS = 16  # the bits of the float64 keys a pass counts: 65,536 counters per (class, prefix) looked into
+DENSE_CELLS = 1 << 18  # cells a pass counts by np.bincount (2 MiB of counters: four classes or prefixes) rather than by a sort
+COUNT_LISTS = 16  # partitions' count lists held before they are summed into one
+RADIX_HOLD = 1 << 16  # a bucket of at most this many values is taken whole in the next pass, not counted deeper
+
+
+def float_keys(values: np.ndarray) -> np.ndarray:
+    """uint64 keys of float64 values (no NaN) in their numeric order: the sign bit set for a positive value's
+    pattern, every bit flipped for a negative one. −0.0 keys just below 0.0: the two are equal numerically and
+    the order between them is the one thing the keys add (see RadixSelect)."""
+    bits = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
+    return np.where(bits >> np.uint64(63), ~bits, bits | np.uint64(1 << 63))
+
+
+def floats_of_keys(keys: np.ndarray) -> np.ndarray:
+    """float_keys inverted."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    return np.where(keys >> np.uint64(63), keys & np.uint64((1 << 63) - 1), ~keys).view(np.float64)
+
+
+class RadixSelect:
+    """Exact order statistics of a column held in partitions, per class, without holding the column: passes over
+    the partitions (each fed by `feed`, closed by `end_pass`, repeated while `end_pass` says more are wanted), each
+    counting the next RADIX_BITS bits of the values' float_keys under the prefixes chosen so far (counts add over
+    partitions, so each partition's pass can run anywhere), until a chosen bucket holds at most `hold` values, which
+    the next pass takes whole; at most 64 / RADIX_BITS + 1 passes. Held at once: the counters of the (class, prefix)
+    pairs looked into and the values of the held buckets, not the column.
+
+    The first pass counts every class's values (NaN left out, as today's quantiles leave it out), which gives each
+    class's n and so the ranks the rule asks for:
+    - "nearest": core.groups.nearest_rank (np.quantile(method="inverted_cdf"), numpy's index arithmetic:
+      nearest_rank_index) — summary.json's p50/p99, the report's and the wait profile's percentiles;
+    - "linear": decompose._group_quantiles (pandas' groupby quantile: the value at the truncated position q × (n − 1)
+      plus the step to the next one times the fraction, when there is one) — the execution estimates.
+    `result()` is one array per q of the classes' values (NaN for a class without any), the same floats as those
+    functions but for the sign of a zero: where −0.0 and 0.0 both occur, numpy's partition returns either at a rank
+    they share, depending on where they lie in the column (no partitioned route can know it); here −0.0 ranks first."""
+
+    def __init__(self, classes: int, qs, rule: str = "nearest", hold: int = RADIX_HOLD):
+        if rule not in ("nearest", "linear"):
+            raise ValueError(f"rule {rule!r}: 'nearest' or 'linear'")
+        self.classes, self.qs, self.rule, self.hold = classes, tuple(float(q) for q in qs), rule, hold
+        self.passes = 0
+        self.n = np.zeros(classes, dtype=np.int64)  # each class's non-NaN values, known after the first pass
+        self._level = 0  # the bits of the keys fixed by the passes so far, in RADIX_BITS
+        self._counts: list[tuple[np.ndarray, np.ndarray]] = []  # this pass's (cell, count) lists, summed as they come
+        self._held: list[tuple[np.ndarray, np.ndarray]] = []  # this pass's (group, key) of the held buckets' values
+        # the targets (a class's rank wanted), known after the first pass: class, rank left inside the prefix,
+        # prefix, whether its bucket is held whole this pass, and the key once found
+        self._t_class = self._t_rank = self._t_prefix = self._t_held = self._t_key = None
+        self._done = False
+
+    # -- a pass ----------------------------------------------------------------------------------------------
+
+    def feed(self, values, classes=None) -> None:
+        """One partition's values (and their class codes 0 … classes − 1; None: every value is of class 0) in this
+        pass. Any partitions, in any order, each once per pass."""
+        if self._done:
+            raise ValueError("every rank is found: no pass is wanted")
+        values = np.asarray(values, dtype=np.float64).ravel()
+        codes = (np.zeros(len(values), np.int64) if classes is None
+                 else np.asarray(classes, dtype=np.int64).ravel())
+        if len(codes) != len(values) or (len(codes) and (codes.min() < 0 or codes.max() >= self.classes)):
+            raise ValueError(f"{len(codes)} codes of {self.classes} classes for {len(values)} values")
+        present = ~np.isnan(values)
+        keys, codes = float_keys(values[present]), codes[present]
+        if self._level == 0:  # the first pass: every class, the top bits
+            digit = (keys >> np.uint64(64 - RADIX_BITS)).astype(np.int64)
+            self._count(*_cell_counts(codes << RADIX_BITS | digit, self.classes << RADIX_BITS))
+            return
+        group = self._groups_of(codes, keys)
+        mine = group >= 0
+        group, keys = group[mine], keys[mine]
+        held = self._g_held[group]
+        if held.any():
+            self._held.append((group[held], keys[held]))
+        counted = ~held
+        if counted.any():
+            shift = np.uint64(64 - RADIX_BITS * (self._level + 1))
+            digit = ((keys[counted] >> shift) & np.uint64((1 << RADIX_BITS) - 1)).astype(np.int64)
+            self._count(*_cell_counts(group[counted] << RADIX_BITS | digit, len(self._g_index) << RADIX_BITS))
+
+    def _count(self, cells: np.ndarray, counts: np.ndarray) -> None:
+        """A partition's counts added: the lists are summed into one every COUNT_LISTS, so what is held is the
+        distinct cells of the pass, not a list per partition."""
+        self._counts.append((cells, counts))
+        if len(self._counts) >= COUNT_LISTS:
+            self._counts = [_summed(self._counts)]
+
+    def end_pass(self) -> bool:
+        """Closes the pass; True while another pass over the partitions is wanted."""
+        if self._done:
+            raise ValueError("every rank is found: no pass is wanted")
+        self.passes += 1
+        if self._level == 0:
+            self._first_pass_done()
+        else:
+            self._pass_done()
+        self._counts, self._held = [], []
+        self._level += 1
+        self._done = bool(self._t_key is None or (self._t_key != _NO_KEY).all())
+        if not self._done:
+            self._make_groups()
+        return not self._done
+
+    # -- the bookkeeping -------------------------------------------------------------------------------------
+
+    def _first_pass_done(self) -> None:
+        cells, counts = _summed(self._counts)
+        cls, digit = cells >> RADIX_BITS, cells & ((1 << RADIX_BITS) - 1)
+        self.n = np.zeros(self.classes, dtype=np.int64)
+        np.add.at(self.n, cls, counts)
+        t_class, t_rank = self._targets()
+        self._t_class, self._t_rank = t_class, t_rank
+        self._t_prefix = np.zeros(len(t_class), dtype=np.uint64)
+        self._t_key = np.full(len(t_class), _NO_KEY, dtype=np.uint64)
+        # per target: its class's cells in digit order (cells are sorted by class, then digit)
+        self._descend(t_rank, cells, counts, np.searchsorted(cells, t_class << RADIX_BITS),
+                      np.searchsorted(cells, (t_class + 1) << RADIX_BITS), digit)
+
+    def _pass_done(self) -> None:
+        held, counted = self._held, self._counts
+        active = np.flatnonzero(self._t_key == _NO_KEY)
+        if held:
+            group = np.concatenate([p[0] for p in held])
+            keys = np.concatenate([p[1] for p in held])
+            order = np.lexsort((keys, group))
+            group, keys = group[order], keys[order]
+            for t in active[self._t_held[active]]:
+                g = self._t_group[t]
+                start = np.searchsorted(group, g)
+                self._t_key[t] = keys[start + self._t_rank[t]]
+        elif (self._t_held[active]).any():
+            raise ValueError("a held bucket came back empty: the partitions fed differ from the first pass's")
+        counting = active[~self._t_held[active]]
+        if len(counting):
+            cells, counts = _summed(counted)
+            g = self._t_group[counting]
+            self._descend_some(counting, cells, counts, np.searchsorted(cells, g << RADIX_BITS),
+                               np.searchsorted(cells, (g + 1) << RADIX_BITS))
+
+    def _descend_some(self, targets, cells, counts, lo, hi) -> None:
+        digit = cells & ((1 << RADIX_BITS) - 1)
+        ranks = self._t_rank[targets]
+        self._descend(ranks, cells, counts, lo, hi, digit, targets)
+
+    def _descend(self, ranks, cells, counts, lo, hi, digit, targets=None) -> None:
+        """Each target's bucket in this pass's counts (its cells are cells[lo:hi], in digit order): the digit where
+        the running count passes its rank, the rank left inside, and whether that bucket is held whole next."""
+        targets = np.arange(len(ranks)) if targets is None else targets
+        level = self._level
+        for t, rank, a, b in zip(targets.tolist(), ranks.tolist(), lo.tolist(), hi.tolist()):
+            running = np.cumsum(counts[a:b])
+            if not len(running) or rank >= running[-1]:
+                raise ValueError("a rank beyond the values counted: the partitions fed differ between passes")
+            at = int(np.searchsorted(running, rank, side="right"))
+            before = int(running[at - 1]) if at else 0
+            d = int(digit[a + at])
+            self._t_rank[t] = rank - before
+            prefix = (int(self._t_prefix[t]) << RADIX_BITS) | d
+            self._t_prefix[t] = np.uint64(prefix)
+            if RADIX_BITS * (level + 1) >= 64:  # every bit fixed: the key itself
+                self._t_key[t] = np.uint64(prefix)
+            else:
+                self._t_held[t] = int(counts[a + at]) <= self.hold
+
+    def _targets(self) -> tuple[np.ndarray, np.ndarray]:
+        """(class, rank) of every rank the rule reads, for the classes with values; the held flags made too."""
+        has = np.flatnonzero(self.n > 0)
+        t_class, t_rank = [], []
+        for q in self.qs:
+            if self.rule == "nearest":
+                for c, n in zip(has.tolist(), self.n[has].tolist()):
+                    t_class.append(c)
+                    t_rank.append(int(nearest_rank_index(n, [q])[0]))
+            else:
+                position = q * (self.n[has] - 1).astype(np.float64)
+                at = position.astype(np.int64)
+                t_class += [*has.tolist(), *has[position % 1 != 0].tolist()]
+                t_rank += [*at.tolist(), *(at[position % 1 != 0] + 1).tolist()]
+        self._t_held = np.zeros(len(t_class), dtype=bool)
+        return np.array(t_class, dtype=np.int64), np.array(t_rank, dtype=np.int64)
+
+    def _make_groups(self) -> None:
+        """The (class, prefix) pairs the next pass looks into, numbered; each active target's number."""
+        active = np.flatnonzero(self._t_key == _NO_KEY)
+        pairs = pd.MultiIndex.from_arrays([self._t_class[active], self._t_prefix[active]])
+        self._g_index = pairs.unique()
+        self._t_group = np.full(len(self._t_class), -1, dtype=np.int64)
+        self._t_group[active] = self._g_index.get_indexer(pairs)
+        self._g_held = np.zeros(len(self._g_index), dtype=bool)
+        self._g_held[self._t_group[active]] = self._t_held[active]
+        self._g_prefixes = np.unique(self._t_prefix[active])
+        self._g_packed = None
+        if self._packs():  # (class, prefix) as one int64: a sorted search instead of the index's lookup
+            packed = self._packed(self._g_index.get_level_values(0).to_numpy(np.int64),
+                                  self._g_index.get_level_values(1).to_numpy(np.uint64))
+            order = np.argsort(packed)
+            self._g_packed, self._g_packed_ids = packed[order], order
+
+    def _packs(self) -> bool:
+        return self.classes <= 1 << (63 - RADIX_BITS * self._level)
+
+    def _packed(self, codes: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+        return codes << (RADIX_BITS * self._level) | prefix.astype(np.int64)
+
+    def _groups_of(self, codes: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """Each value's group of this pass (−1: none looks into its (class, prefix))."""
+        prefix = keys >> np.uint64(64 - RADIX_BITS * self._level)
+        group = np.full(len(keys), -1, dtype=np.int64)
+        if self._g_packed is not None:
+            packed = self._packed(codes, prefix)
+            at = np.minimum(np.searchsorted(self._g_packed, packed), len(self._g_packed) - 1)
+            found = self._g_packed[at] == packed
+            group[found] = self._g_packed_ids[at[found]]
+            return group
+        near = np.flatnonzero(np.isin(prefix, self._g_prefixes))
+        if len(near):
+            group[near] = self._g_index.get_indexer(pd.MultiIndex.from_arrays([codes[near], prefix[near]]))
+        return group
+
+    # -- the answer ------------------------------------------------------------------------------------------
+
+    def result(self) -> list[np.ndarray]:
+        """Per q, each class's quantile by the rule (NaN for a class without values)."""
+        if not self._done:
+            raise ValueError(f"the select wants more passes ({self.passes} made)")
+        value = floats_of_keys(self._t_key) if len(self._t_key) else np.zeros(0)
+        out, at = [], 0
+        has = np.flatnonzero(self.n > 0)
+        for q in self.qs:
+            quantile = np.full(self.classes, np.nan)
+            if self.rule == "nearest":
+                quantile[has] = value[at:at + len(has)]
+                at += len(has)
+            else:
+                position = q * (self.n[has] - 1).astype(np.float64)
+                frac = position % 1
+                got = value[at:at + len(has)].copy()
+                at += len(has)
+                step = np.flatnonzero(frac != 0.0)
+                nxt = value[at:at + len(step)]
+                at += len(step)
+                got[step] = got[step] + (nxt - got[step]) * frac[step]
+                quantile[has] = got
+            out.append(quantile)
+        return out
+
+
+_NO_KEY = np.uint64(0)  # no float64 has key 0 but the NaN with every bit set, which is never fed
+
+
+def _cell_counts(cells: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct cells (0 … span − 1) and how many times each occurs, cells ascending: by np.bincount when the
+    cells are few enough to count densely (a sort of the piece costs ten times more), else by np.unique."""
+    if span <= DENSE_CELLS:
+        counts = np.bincount(cells, minlength=span)
+        seen = np.flatnonzero(counts)
+        return seen, counts[seen]
+    return np.unique(cells, return_counts=True)
+
+
+def _summed(pieces) -> tuple[np.ndarray, np.ndarray]:
+    """Partial (cell, count) lists summed by cell, cells ascending."""
+    if not pieces:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    cells = np.concatenate([p[0] for p in pieces])
+    counts = np.concatenate([p[1] for p in pieces])
+    cells, inverse = np.unique(cells, return_inverse=True)
+    return cells, np.bincount(inverse, weights=counts, minlength=len(cells)).astype(np.int64)
+
+
+def radix_quantiles(read, classes: int, qs, rule: str = "nearest", hold: int = RADIX_HOLD) -> list[np.ndarray]:
+    """RadixSelect over the partitions `read()` yields afresh for each pass: (values, class codes or None) pairs."""
+    select = RadixSelect(classes, qs, rule, hold)
+    while True:
+        for values, codes in read():
+            select.feed(values, codes)
+        if not select.end_pass():
+            return select.result()

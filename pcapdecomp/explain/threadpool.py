@@ -434,7 +434,6 @@ def _rows(t: pd.DataFrame, threshold_ns: int) -> tuple[_Rows, np.ndarray, int, i
 
 
 def pool_table(r: _Rows, edges: np.ndarray, bucket_s: float, threshold_ns: int) -> pd.DataFrame:
-    bns = int(round(bucket_s * NS))
     # each step function reduced to its buckets' extremes as soon as it is made (none is read elsewhere: two arrays
     # of twice the rows each, not held beside the next, nor through the rest of the view), then the sorted ends
     every = bool(r.exec_known.all())
@@ -444,7 +443,15 @@ def pool_table(r: _Rows, edges: np.ndarray, bucket_s: float, threshold_ns: int) 
     victim = np.flatnonzero(r.q_min >= threshold_ns)
     _, c_hi = _step_extremes(*_count_steps(r.d1[victim], r.d1[victim] + r.q_min[victim]), edges)
     del victim
-    ends = _interval_ends(r, None, edges)
+    return pool_frame(_interval_ends(r, None, edges), edges, bucket_s, (x_lo, x_hi, q_hi, c_hi))
+
+
+def pool_frame(ends, edges: np.ndarray, bucket_s: float, extremes: tuple[np.ndarray, ...]) -> pd.DataFrame:
+    """pool.parquet's table from the ends' areas and counts (an _Intervals, or anything that reads the same:
+    the streaming sweep's) and the step functions' extremes per bucket (executing min and max, queued max, certainly
+    queued max)."""
+    bns = int(round(bucket_s * NS))
+    x_lo, x_hi, q_hi, c_hi = extremes
     return pd.DataFrame({
         "bucket_start": pd.to_datetime(edges[:-1], unit="ns", utc=True),
         "bucket_s": float(bucket_s),
@@ -646,25 +653,35 @@ def _did_not_queue(r: _Rows, threshold_ns: int) -> np.ndarray:
 
 
 def group_table(r: _Rows, group: np.ndarray, edges: np.ndarray, bucket_s: float) -> pd.DataFrame:
-    bns = int(round(bucket_s * NS))
-    frames = []
     nb = len(edges) - 1
-    starts = pd.to_datetime(edges[:-1], unit="ns", utc=True)
+    frames = []
     for gid, rows in _rows_by_group(group):
-        ends = _interval_ends(r, rows, edges)
-        queued = ends.occupancy("d1", "q_end")
         d1 = r.d1[rows]
-        frames.append(pd.DataFrame({
-            "thread_group": gid,
-            "bucket_start": starts,
-            "bucket_s": float(bucket_s),
-            "in_flight": ends.occupancy("d1", "d4") / bns,
-            "executing": ends.occupancy("xs", "d4x") / bns,
-            "queued": queued / bns,
-            "queue_s": queued / NS,
-            "started": ends.counts("d1"),
-            "max_queue_s": _bucket_max((r.q_end[rows] - d1) / NS, np.searchsorted(edges, d1, side="right") - 1, nb),
-        }))
+        max_queue = _bucket_max((r.q_end[rows] - d1) / NS, np.searchsorted(edges, d1, side="right") - 1, nb)
+        frames.append(group_frame(gid, _interval_ends(r, rows, edges), edges, bucket_s, max_queue))
+    return groups_of_frames(frames)
+
+
+def group_frame(gid, ends, edges: np.ndarray, bucket_s: float, max_queue_s: np.ndarray) -> pd.DataFrame:
+    """groups.parquet's rows of one thread group from its ends' areas and counts (as pool_frame reads them) and its
+    longest wait per bucket (by its start's bucket)."""
+    bns = int(round(bucket_s * NS))
+    queued = ends.occupancy("d1", "q_end")
+    return pd.DataFrame({
+        "thread_group": gid,
+        "bucket_start": pd.to_datetime(edges[:-1], unit="ns", utc=True),
+        "bucket_s": float(bucket_s),
+        "in_flight": ends.occupancy("d1", "d4") / bns,
+        "executing": ends.occupancy("xs", "d4x") / bns,
+        "queued": queued / bns,
+        "queue_s": queued / NS,
+        "started": ends.counts("d1"),
+        "max_queue_s": max_queue_s,
+    })
+
+
+def groups_of_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """groups.parquet's table: the groups' frames (group_frame) in ascending group order, or its empty table."""
     if not frames:
         return pd.DataFrame({c.name: pd.Series(dtype=c.dtype) for c in GROUP_COLUMNS})
     groups = pd.concat(frames, ignore_index=True)
