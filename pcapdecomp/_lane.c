@@ -384,28 +384,107 @@ static void reader_free(Reader *R) {
     Py_CLEAR(R->if_drops);
 }
 
-/* Append capture bytes. */
-static int reader_feed(Reader *R, PyObject *arg) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return -1;
+/* Room for n more bytes after buf[end]: what was read moved to the front, the buffer grown if need be. */
+static int reader_reserve(Reader *R, Py_ssize_t n) {
     if (R->start) {
         memmove(R->buf, R->buf + R->start, R->end - R->start);
         R->end -= R->start;
         R->ng.at -= R->start;
         R->start = 0;
     }
-    if (R->end + view.len > R->cap) {
+    if (R->end + n > R->cap) {
         Py_ssize_t cap = R->cap ? R->cap : 1 << 20;
-        while (cap < R->end + view.len) cap *= 2;
+        while (cap < R->end + n) cap *= 2;
         uint8_t *b = PyMem_Realloc(R->buf, cap);
-        if (!b) { PyBuffer_Release(&view); PyErr_NoMemory(); return -1; }
+        if (!b) { PyErr_NoMemory(); return -1; }
         R->buf = b;
         R->cap = cap;
     }
+    return 0;
+}
+
+/* Append capture bytes. */
+static int reader_feed(Reader *R, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return -1;
+    if (reader_reserve(R, view.len) < 0) { PyBuffer_Release(&view); return -1; }
     memcpy(R->buf + R->end, view.buf, view.len);
     R->end += view.len;
     PyBuffer_Release(&view);
     return 0;
+}
+
+/* The room after a reader's bytes, lent to readinto as a writable buffer for one call: it counts the views taken
+   of it, and gives none once the call is over. */
+typedef struct {
+    PyObject_HEAD
+    uint8_t *at;
+    Py_ssize_t n, exports;
+} Room;
+
+static int Room_getbuffer(Room *room, Py_buffer *view, int flags) {
+    if (!room->at) {
+        PyErr_SetString(PyExc_BufferError, "the lane's buffer is lent only during the read");
+        return -1;
+    }
+    if (PyBuffer_FillInfo(view, (PyObject *)room, room->at, room->n, 0, flags) < 0) return -1;
+    room->exports++;
+    return 0;
+}
+
+static void Room_releasebuffer(Room *room, Py_buffer *Py_UNUSED(view)) { room->exports--; }
+
+static PyBufferProcs Room_as_buffer = {(getbufferproc)Room_getbuffer, (releasebufferproc)Room_releasebuffer};
+
+static PyTypeObject RoomType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pcapdecomp._lane.Room",
+    .tp_basicsize = sizeof(Room),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_as_buffer = &Room_as_buffer,
+    .tp_doc = "Room in a lane's buffer, lent to a file's readinto for one call.",
+};
+
+/* Append up to n capture bytes read by readinto(room) straight into the buffer: no chunk read elsewhere and copied
+   in, a copy of the whole file less (docs/speed.md). Returns how many came (0: the end), -1 on an error (readinto's
+   own, an OSError, is passed on). readinto is a file's, which keeps no view of the room; one that kept a view is an
+   error, and the buffer is then left to it (never freed or moved), not freed under it. */
+static Py_ssize_t reader_fill(Reader *R, PyObject *readinto, Py_ssize_t n) {
+    if (n < 0) { PyErr_SetString(PyExc_ValueError, "a negative number of bytes to read"); return -1; }
+    if (reader_reserve(R, n) < 0) return -1;
+    Room *room = PyObject_New(Room, &RoomType);
+    if (!room) return -1;
+    room->at = R->buf + R->end;
+    room->n = n;
+    room->exports = 0;
+    PyObject *got = PyObject_CallOneArg(readinto, (PyObject *)room);
+    int kept = room->exports != 0;
+    room->at = NULL; /* no view of it from now on */
+    Py_DECREF(room);
+    if (kept) {
+        Py_XDECREF(got);
+        R->buf = NULL; /* left to the view that holds it */
+        R->start = R->end = R->cap = 0;
+        PyErr_SetString(PyExc_BufferError, "readinto kept a view of the lane's buffer");
+        return -1;
+    }
+    if (!got) return -1;
+    Py_ssize_t k = PyLong_AsSsize_t(got); /* None (a non-blocking stream with nothing yet) is a TypeError */
+    Py_DECREF(got);
+    if (k == -1 && PyErr_Occurred()) return -1;
+    if (k < 0 || k > n) {
+        PyErr_Format(PyExc_ValueError, "readinto returned %zd for a buffer of %zd bytes", k, n);
+        return -1;
+    }
+    R->end += k;
+    return k;
+}
+
+static PyObject *fill_method(Reader *R, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "fill(readinto, n) takes 2 arguments"); return NULL; }
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t k = reader_fill(R, args[0], n);
+    return k < 0 ? NULL : PyLong_FromSsize_t(k);
 }
 
 /* capture._Damaged: only a committing step records it (a look-ahead just stops there) */
@@ -1840,6 +1919,10 @@ static PyObject *Lane_feed(Lane *L, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static PyObject *Lane_fill(Lane *L, PyObject *const *args, Py_ssize_t nargs) {
+    return fill_method(&L->R, args, nargs);
+}
+
 static PyObject *Lane_eof(Lane *L, PyObject *Py_UNUSED(ignored)) {
     L->R.eof = 1;
     Py_RETURN_NONE;
@@ -2107,6 +2190,7 @@ static PyObject *Lane_excerpt_done(Lane *L, PyObject *Py_UNUSED(ignored)) { retu
 
 static PyMethodDef Lane_methods[] = {
     {"feed", (PyCFunction)Lane_feed, METH_O, "Append capture bytes (after the file header)."},
+    {"fill", (PyCFunction)(void (*)(void))Lane_fill, METH_FASTCALL, "Read up to N capture bytes with READINTO(view) straight into the buffer; returns how many came (0: the end)."},
     {"next", (PyCFunction)Lane_next, METH_NOARGS,
      "Run until Python is needed: a Record, a GivenBack (then its replays: Records), RowsReady, Damage, or None "
      "(more bytes needed / all done)."},
@@ -2210,6 +2294,10 @@ static PyObject *Segments_feed(Segments *S, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static PyObject *Segments_fill(Segments *S, PyObject *const *args, Py_ssize_t nargs) {
+    return fill_method(&S->R, args, nargs);
+}
+
 static PyObject *Segments_eof(Segments *S, PyObject *Py_UNUSED(ignored)) {
     S->R.eof = 1;
     Py_RETURN_NONE;
@@ -2276,6 +2364,7 @@ static void Segments_dealloc(Segments *S) {
 
 static PyMethodDef Segments_methods[] = {
     {"feed", (PyCFunction)Segments_feed, METH_O, "Append capture bytes."},
+    {"fill", (PyCFunction)(void (*)(void))Segments_fill, METH_FASTCALL, "Read up to N capture bytes with READINTO(view) straight into the buffer; returns how many came (0: the end)."},
     {"eof", (PyCFunction)Segments_eof, METH_NOARGS, "The whole file was fed."},
     {"run", (PyCFunction)Segments_run, METH_NOARGS, "Read the records fed so far."},
     {"take", (PyCFunction)Segments_take, METH_NOARGS, "The keys and times read: [k1, k2, ts] as bytes."},
@@ -2302,7 +2391,7 @@ PyMODINIT_FUNC PyInit__lane(void) {
         if (!ROW_KINDS[i])
             return PyErr_Format(PyExc_ImportError, "the lane does not write column %s of schema.EXCHANGE_COLUMNS",
                                 COLUMN_NAME[i]);
-    if (PyType_Ready(&LaneType) < 0 || PyType_Ready(&SegmentsType) < 0) return NULL;
+    if (PyType_Ready(&LaneType) < 0 || PyType_Ready(&SegmentsType) < 0 || PyType_Ready(&RoomType) < 0) return NULL;
     S_num_params = PyUnicode_InternFromString("num_params");
     S_types = PyUnicode_InternFromString("types");
     S_long_data = PyUnicode_InternFromString("long_data");
@@ -2447,6 +2536,10 @@ static PyObject *Excerpt_feed(Excerpt *X, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static PyObject *Excerpt_fill(Excerpt *X, PyObject *const *args, Py_ssize_t nargs) {
+    return fill_method(&X->R, args, nargs);
+}
+
 static PyObject *Excerpt_eof(Excerpt *X, PyObject *Py_UNUSED(ignored)) {
     X->R.eof = 1;
     Py_RETURN_NONE;
@@ -2538,6 +2631,7 @@ static PyObject *Excerpt_frames(Excerpt *X, PyObject *Py_UNUSED(ignored)) { retu
 static PyMethodDef Excerpt_methods[] = {
     {"frames", (PyCFunction)Excerpt_frames, METH_NOARGS, "The frames read so far."},
     {"feed", (PyCFunction)Excerpt_feed, METH_O, "Append capture bytes."},
+    {"fill", (PyCFunction)(void (*)(void))Excerpt_fill, METH_FASTCALL, "Read up to N capture bytes with READINTO(view) straight into the buffer; returns how many came (0: the end)."},
     {"eof", (PyCFunction)Excerpt_eof, METH_NOARGS, "The whole file was fed."},
     {"run", (PyCFunction)Excerpt_run, METH_NOARGS, "Read the records fed so far (a copy: the records written)."},
     {"take", (PyCFunction)Excerpt_take, METH_NOARGS, "A scan's columns, or how many frames a copy copied."},

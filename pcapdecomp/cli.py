@@ -6,8 +6,10 @@ tests/test_cli.py checks)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -103,11 +105,12 @@ def exchanges(
 ) -> None:
     """Parse CAPTURE into one row per MySQL request/response exchange and print a summary."""
     _one_blas_thread()  # first: the imports below import numpy
-    from .core.console import capture_problems, warn
-    from .core.outputs import check_output, write_table
-    from .core.tables import arrow_without_pandas
-    from .core.workers import default_jobs
-    from .read.extract import read_exchanges
+    with _imports_uncollected():
+        from .core.console import capture_problems, warn
+        from .core.outputs import check_output, write_table
+        from .core.tables import arrow_without_pandas
+        from .core.workers import default_jobs
+        from .read.extract import read_exchanges
 
     for path in (out, connections_out):
         if path is not None:
@@ -270,18 +273,12 @@ def analyze(
     Writes exchanges.parquet, groups.parquet, pool.parquet, summary.json and report.html to the output folder, as one
     set: a run that fails or is interrupted leaves the previous set as it was.
     """
-    import gc
-
     _one_blas_thread()
     from .core.errors import UsageError
     from .core.memory import parse_size
     from .read.captureset import capture_set as capture_set_of
 
-    # until the imports are made (pandas, pyarrow, the stages: hundreds of thousands of objects that live as long
-    # as the process) the collector is off: its passes over them while they are made find no garbage
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with _imports_uncollected():
         # the capture set is made (and a mistake in it refused) before the stages, pandas and pyarrow are imported
         folders = list(capture_set or [])
         if len(folders) > 1:
@@ -304,13 +301,6 @@ def analyze(
                             tls_keylog=tls_keylog, server_settings=settings)
         from .analysis import Options
         from .analysis import analyze as run_analysis
-
-        # what the imports made lives as long as the process: out of the collector's full passes, which the
-        # analysis's many small objects set off; forked workers then also leave those objects' pages shared
-        gc.freeze()
-    finally:
-        if collecting:
-            gc.enable()
     options = Options(jobs=jobs, quiet=quiet, csv=csv, partitioned=partitioned, slow_log_tz=slow_log_tz,
                       max_sql_bytes=max_sql_bytes, scheduler=scheduler, scheduler_tls=scheduler_tls,
                       command_line=" ".join(["pcapdecomp", *sys.argv[1:]]), memory=memory)
@@ -599,6 +589,22 @@ def _plain_values_without_pydantic() -> None:
 
     get_runtime_param.plain = True
     parameter.get_runtime_param = get_runtime_param
+
+
+@contextmanager
+def _imports_uncollected():
+    """The collector off while a command makes its imports (pandas, pyarrow, the stages: hundreds of thousands of
+    objects that live as long as the process): its passes over them while they are made find no garbage. What the
+    imports made is then frozen, out of the collector's later passes, which the command's many small objects set
+    off (forked workers then also leave those objects' pages shared). Its cost: docs/speed.md."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+        gc.freeze()
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _one_blas_thread() -> None:

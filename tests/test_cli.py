@@ -125,12 +125,17 @@ def test_every_command_has_help():
 
 def _modules_loaded_by(args: list[str], modules: tuple[str, ...]) -> subprocess.CompletedProcess:
     """Run the CLI with `args` in a child Python that then prints, on stderr, `LOADED [...]`: which of `modules` it
-    had imported (listed by the child itself, not timed, as it ends: a command may end the process without
-    returning, after the atexit handlers). The child exits 1 when the command failed."""
-    probe = ("import atexit, sys, runpy\n"
+    had imported (listed by the child itself, not timed). The child exits 1 when the command failed."""
+    return _cli_child(args, f"'LOADED', sorted(m for m in {modules!r} if m in sys.modules)")
+
+
+def _cli_child(args: list[str], said_at_exit: str) -> subprocess.CompletedProcess:
+    """Run the CLI with `args` in a child Python that prints the values of `said_at_exit` (Python, with sys and gc
+    imported) on stderr as it ends (a command may end the process without returning, after the atexit handlers).
+    The child exits 1 when the command failed."""
+    probe = ("import atexit, gc, sys, runpy\n"
              f"sys.argv = ['pcapdecomp', *{args!r}]\n"
-             f"atexit.register(lambda: print('LOADED', sorted(m for m in {modules!r} if m in sys.modules), "
-             "file=sys.stderr))\n"
+             f"atexit.register(lambda: print({said_at_exit}, file=sys.stderr))\n"
              "code = 0\n"
              "try:\n"
              "    runpy.run_module('pcapdecomp.cli', run_name='__main__')\n"
@@ -361,6 +366,21 @@ def test_quiet_exchanges_to_parquet_makes_no_dataframe(tmp_path):
     as_written = x.exchanges.astype({c.name: c.file_dtype for c in EXCHANGE_COLUMNS})
     pd.testing.assert_frame_equal(pd.read_parquet(out), as_written, check_exact=True)
     assert pd.read_parquet(conns)["conn_index"].tolist() == x.connections["conn_index"].tolist()
+
+
+@pytest.mark.parametrize("command", ["exchanges", "analyze"])
+def test_the_commands_make_their_imports_with_the_collector_off_and_freeze_them(tmp_path, command):
+    """What `exchanges` and `analyze` import (numpy, pyarrow, the stages) is made with the collector off and then
+    frozen, out of the collector's passes, which then cost less (docs/speed.md); the collector runs again for the
+    command's own objects."""
+    capture = str(GROUP_STALL / "db.pcap")
+    args = (["exchanges", capture, "-q", "--out", str(tmp_path / "x.parquet")] if command == "exchanges" else
+            ["analyze", "--db", capture, "-q", "--jobs", "1", "-o", str(tmp_path / "out")])
+    proc = _cli_child(args, "'COLLECTOR', gc.isenabled(), gc.get_freeze_count()")
+    assert proc.returncode == 0, proc.stderr[-500:]
+    said = next(line.split() for line in proc.stderr.splitlines() if line.startswith("COLLECTOR "))
+    assert said[1] == "True"
+    assert int(said[2]) > 50_000, said  # numpy's and pyarrow's imports alone make more objects than that
 
 
 def test_main_ends_the_process_early_only_for_its_own_command(tmp_path, monkeypatch):

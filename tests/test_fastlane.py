@@ -102,6 +102,60 @@ def test_real_captures_come_out_identical(path, read_capture):
 
 
 @needs_lane
+@pytest.mark.parametrize("capture", ["oltp-hogs/db.pcap", "oltp-prepared/db.pcap"])
+def test_the_lane_reading_the_file_into_its_buffer_is_the_lane_fed_chunks(capture, monkeypatch):
+    """The lane reads a file straight into its own buffer (fastlane._filler: Lane.fill with the file's readinto),
+    or is fed chunks read elsewhere where the source cannot read into a buffer: the same extraction, also with
+    chunks of an odd size that cut records, headers and packets anywhere (and the same as Python's)."""
+    from dataclasses import replace
+
+    from pcapdecomp.read.capture import CaptureReader
+
+    path = CAPTURES / capture
+    whole = extract_with(path, True)
+    monkeypatch.setattr(fastlane, "CHUNK", 4099)
+    filled = assert_same(path)
+    hand_over = CaptureReader.hand_over
+    monkeypatch.setattr(CaptureReader, "hand_over", lambda reader: replace(hand_over(reader), readinto=None))
+    fed = assert_same(path)
+    assert filled.native_frames == fed.native_frames == whole.native_frames > 0.6 * whole.stats.frames
+    pd.testing.assert_frame_equal(whole.exchanges, fed.exchanges, check_exact=True)
+
+
+@needs_lane
+def test_the_lanes_fill_takes_only_what_its_reader_says_it_wrote():
+    """Lane.fill(readinto, n) lends readinto room in the lane's buffer for the call: a count beyond the room, or a
+    readinto that keeps a view of it (which the buffer could move or be freed under) is an error, not bytes taken
+    from nowhere, and the room lends nothing once the call is over; readinto's own OSError is passed on
+    (extraction words it)."""
+    import numpy as np
+
+    from pcapdecomp import _lane
+    from pcapdecomp.read.capture import CaptureReader
+
+    source = CaptureReader(CAPTURES / "oltp-hogs" / "db.pcap").hand_over()
+    scan = _lane.Segments(**fastlane._layout(source), flows=[])
+    with pytest.raises(ValueError, match="readinto returned 17"):
+        scan.fill(lambda room: memoryview(room).nbytes + 1, 16)
+    kept = []
+    with pytest.raises(BufferError, match="kept a view"):
+        scan.fill(lambda room: kept.append(np.frombuffer(room, dtype=np.uint8)) or 0, 16)
+    with pytest.raises(BufferError, match="kept a view"):
+        scan.fill(lambda room: kept.append(memoryview(room)[4:]) or 0, 16)
+    with pytest.raises(BufferError, match="only during the read"):
+        scan.fill(lambda room: kept.append(room) or 0, 16)
+        memoryview(kept[-1])
+    kept.clear()
+
+    def broken(view):
+        raise OSError("the disk went away")
+
+    with pytest.raises(OSError, match="went away"):
+        scan.fill(broken, 16)
+    assert scan.fill(source.readinto, 1 << 20) > 0  # still reads
+
+
+@needs_lane
 @pytest.mark.parametrize("part", [(0, 2), (1, 2), (2, 3)])
 def test_parts_of_a_capture_come_out_identical(part):
     """With --jobs, each worker's lane also holds the other workers' connections (consumed, not parsed)."""

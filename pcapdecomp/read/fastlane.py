@@ -228,22 +228,20 @@ def read_capture(reader: CaptureReader, tracker: FlowTracker, *, add_columns: Ca
             else:
                 raise TypeError(f"the lane handed over {item!r}")
 
-    read = _chunks(source)
+    fill = _filler(source, lane)
     total = stats.bytes_file
     damage = None
     try:
         while True:
-            chunk = read(CHUNK)
-            if chunk:
-                lane.feed(chunk)
-            else:
+            came = fill(CHUNK)
+            if not came:
                 lane.eof()
             damage = drain()
             if damage is not None or (plan is not None and lane.excerpt_done()):
                 break
             if progress is not None:
                 progress(reader.bytes_read, total, lane.counts().records)
-            if not chunk:
+            if not came:
                 break
     except OSError as err:
         raise InputError(f"cannot read capture file {reader.path}: {err}") from None
@@ -300,32 +298,39 @@ def segment_keys(reader: CaptureReader, flows: set[tuple[str, int, str, int]]) -
     return scan.take()
 
 
-def _chunks(source: RecordSource) -> Callable[[int], bytes | memoryview]:
-    """How the lane and its passes read `source`, CHUNK bytes at a time: into one buffer for every chunk where the
-    source reads into a buffer (the lane copies what it is fed), else a fresh bytes per chunk."""
-    if source.readinto is None:
-        return source.read
-    buffer = bytearray(CHUNK)
-    view, readinto = memoryview(buffer), source.readinto
-    return lambda n: view[:readinto(buffer)]
+def _filler(source: RecordSource, machine) -> Callable[[int], int]:
+    """How the lane and its passes (`machine`: a Lane, Segments or Excerpt) read `source`: fill(n) gives the machine
+    up to n more bytes and returns how many came (0 at the end). Where the source reads into a buffer, straight
+    into the machine's own (machine.fill): the file is not read into a chunk of ours first and copied from it, a
+    copy of every byte of the capture (docs/speed.md, 2026-12-02); else a chunk read and fed."""
+    if source.readinto is not None:
+        readinto, machine_fill = source.readinto, machine.fill
+        return lambda n: machine_fill(readinto, n)
+    read, feed = source.read, machine.feed
+
+    def read_and_feed(n: int) -> int:
+        chunk = read(n)
+        if chunk:
+            feed(chunk)
+        return len(chunk)
+
+    return read_and_feed
 
 
 def _run_through(reader: CaptureReader, source: RecordSource, machine, write: Callable[[bytes], None] | None = None
                  ) -> None:
     """Feed the whole of `source` (the records `reader` handed over) to a lane pass (Segments, Excerpt) chunk by
     chunk, running it after each; what a run returns goes to `write` when given."""
-    read = _chunks(source)
+    fill = _filler(source, machine)
     try:
         while True:
-            chunk = read(CHUNK)
-            if chunk:
-                machine.feed(chunk)
-            else:
+            came = fill(CHUNK)
+            if not came:
                 machine.eof()
             out = machine.run()
             if out and write is not None:
                 write(out)
-            if not chunk:
+            if not came:
                 return
     except OSError as err:
         raise InputError(f"cannot read capture file {reader.path}: {err}") from None
