@@ -55,42 +55,51 @@ class SummaryOfRuns:
                  stall_culprits: list[np.ndarray] | None = None):
         self.runs = runs
         self.stall_culprits = stall_culprits or []
-        points = {p for r in runs if "db_point" in r.table for p in r.table["db_point"].dropna().astype(str).unique()}
+        points = {str(p) for r in runs if "db_point" in r.table for p in r.table["db_point"].dropna().unique()}
         if len(points) > 1:
             raise SeveralServers(f"rows of {len(points)} DB points: the verdict is told per point")
         outliers = np.zeros((0, 0), np.int64) if outlier_keys is None else np.asarray(outlier_keys, np.int64)
         self.counts = _summed_counts([r.table for r in runs])
         self.conn_ids = _conn_id_sources(runs)
         self.sane = _sane_rows(runs, outliers)
-        # the sums' channels: per run the values (NaN as they are) and which rows' values the sum takes
-        self._channels: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-        self._latency_runs: dict[str, list[np.ndarray]] = {}
-        for col in LATENCY_COLUMNS:
-            values = [_floats(r.table, col) for r in runs]
-            self._channels[col] = [(v, ~np.isnan(v)) for v in values]
-            self._latency_runs[col] = [sorted_run(v) for v in values]
-        # verdict._queueing's sums: verdict._sum, NaN as 0 over the rows taken
-        for source in QUEUE_SOURCES:
-            self._channels[f"queue:{source}"] = [
-                (_filled(r.table, "queue_s"), s & equals(r.table["seen"], "both")
-                 & equals(r.table["queue_source"], source)) for r, s in zip(runs, self.sane)]
-        self._channels["queue:certain"] = [(_filled(r.table, "queue_min_s"), s & equals(r.table["seen"], "both"))
-                                           for r, s in zip(runs, self.sane)]
-        self._sums = {name: PairwiseSum(int(sum(int(m.sum()) for _, m in pieces)))
-                      for name, pieces in self._channels.items()}
+        # the sums' channels: (column, per run which rows the sum takes, None: its non-null values, NaN as 0?)
+        self._columns = {col: [_floats(r.table, col) for r in runs] for col in (*LATENCY_COLUMNS, "queue_min_s")}
+        self._channels: dict[str, tuple[str, list[np.ndarray] | None, bool]] = {
+            col: (col, None, False) for col in LATENCY_COLUMNS}
+        both = [s & equals(r.table["seen"], "both") for r, s in zip(runs, self.sane)]
+        for source in QUEUE_SOURCES:  # verdict._queueing's sums: verdict._sum, NaN as 0 over the rows taken
+            self._channels[f"queue:{source}"] = ("queue_s", [b & equals(r.table["queue_source"], source)
+                                                             for r, b in zip(runs, both)], True)
+        self._channels["queue:certain"] = ("queue_min_s", both, True)
+        self._sums = {}
+        for name, (col, taken, _) in self._channels.items():
+            n = sum(int(t.sum()) for t in taken) if taken is not None else \
+                sum(int((~np.isnan(v)).sum()) for v in self._columns[col])
+            self._sums[name] = PairwiseSum(n)
         self.candidates = {flag: _victim_candidates(runs, flag, self.sane) for flag in VICTIM_LISTS}
 
     def feed(self, run: np.ndarray, row: np.ndarray) -> None:
         """The next piece of the merged order (merged_order's: run, row in that run), every row once, in row
         order."""
-        for name, pieces in self._channels.items():
-            values = np.empty(len(run), dtype=np.float64)
+        # a run's rows in a piece are consecutive, in its order: a slice
+        slices = [(at, slice(int(row[at[0]]), int(row[at[-1]]) + 1))
+                  for at in (np.flatnonzero(run == r) for r in np.unique(run))]
+        values = {}
+        for col, per_run in self._columns.items():
+            v = np.empty(len(run), dtype=np.float64)
+            for at, rows in slices:
+                v[at] = per_run[run[at[0]]][rows]
+            values[col] = v
+        for name, (col, per_run, filled) in self._channels.items():
+            v = values[col]
+            if per_run is None:
+                self._sums[name].add(v[~np.isnan(v)])
+                continue
             taken = np.empty(len(run), dtype=bool)
-            for r in np.unique(run):
-                at = run == r
-                v, m = pieces[r]
-                values[at], taken[at] = v[row[at]], m[row[at]]
-            self._sums[name].add(values[taken])
+            for at, rows in slices:
+                taken[at] = per_run[run[at[0]]][rows]
+            self._sums[name].add(np.nan_to_num(v[taken], nan=0.0, posinf=np.inf, neginf=-np.inf) if filled
+                                 else v[taken])
 
     def feed_all(self) -> SummaryOfRuns:
         """The rows in row order by the k-way merge alone (no file written beside it)."""
@@ -114,7 +123,7 @@ class SummaryOfRuns:
         """summary.latency_quantiles' values: count, the pairwise sum in row order, nearest-rank p50/p99, max."""
         out = {}
         for col in LATENCY_COLUMNS:
-            runs = self._latency_runs[col]
+            runs = [sorted_run(v) for v in self._columns[col]]  # one column's sorted copy at a time
             n = sum(len(r) for r in runs)
             if not n:
                 out[col.removesuffix("_s")] = None
@@ -168,13 +177,11 @@ def summary_of_runs(runs: list[SortedRun], outlier_keys: np.ndarray | None = Non
 
 
 def _floats(table: pd.DataFrame, col: str) -> np.ndarray:
-    """A float column's values, null as NaN."""
-    return table[col].to_numpy(dtype="float64", na_value=np.nan)
-
-
-def _filled(table: pd.DataFrame, col: str) -> np.ndarray:
-    """A float column's values, null and NaN as 0 (verdict._filled)."""
-    return np.nan_to_num(_floats(table, col), nan=0.0, posinf=np.inf, neginf=-np.inf)
+    """A float column's values, null as NaN: a float64 column's own array (read only), else a copy."""
+    column = table[col]
+    if column.dtype == np.float64:
+        return column.to_numpy()
+    return column.to_numpy(dtype="float64", na_value=np.nan)
 
 
 def _summed_counts(tables: list[pd.DataFrame]) -> dict:
@@ -197,12 +204,12 @@ def _conn_id_sources(runs: list[SortedRun]) -> dict[str, int]:
         t = run.table
         if not len(t):
             continue
-        at = ~pd.DataFrame({"c": t["capture"].astype(object), "i": t["conn_index"].to_numpy(dtype=np.int64)}
-                           ).duplicated().to_numpy()  # a run is in row order: a connection's first row in it
+        capture, index = t["capture"].astype(object).to_numpy(), t["conn_index"].to_numpy(dtype=np.int64)
+        at = ~pd.DataFrame({"c": capture, "i": index}).duplicated().to_numpy()  # a run is in row order: a
+        # connection's first row in it
         source = t["conn_id_source"].astype(object).to_numpy()[at]
         named = t["conn_id"].notna().to_numpy()[at]
-        for capture, index, key, s, n in zip(t["capture"].astype(object).to_numpy()[at],
-                                             t["conn_index"].to_numpy(dtype=np.int64)[at], run.key[at], source, named):
+        for capture, index, key, s, n in zip(capture[at], index[at], run.key[at], source, named):
             label = str(s) if n and not pd.isna(s) else "unknown"
             key = tuple(int(v) for v in key)
             conn = (capture, int(index))
@@ -290,6 +297,6 @@ def _refs(runs: list[SortedRun], rows: list[tuple[int, int]]) -> dict[tuple[int,
     rows = sorted(set(rows))
     if not rows:
         return {}
-    pieces = [runs[r].table.iloc[[i]] for r, i in rows]
-    refs = Refs(pd.concat(pieces, ignore_index=True))
+    pieces = [runs[r].table.take([i for q, i in rows if q == r]) for r in sorted({r for r, _ in rows})]
+    refs = Refs(pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0].reset_index(drop=True))
     return {place: refs.ref(n) for n, place in enumerate(rows)}
