@@ -62,19 +62,23 @@ class SummaryOfRuns:
         self.counts = _summed_counts([r.table for r in runs])
         self.conn_ids = _conn_id_sources(runs)
         self.sane = _sane_rows(runs, outliers)
-        # the sums' channels: (column, per run which rows the sum takes, None: its non-null values, NaN as 0?)
+        # the sums' channels: column → the rows whose values the sum takes: its non-null values (None), else the
+        # queueing's rows (sane and seen at both points: "both"), of one queue_source (its index in QUEUE_SOURCES)
         self._columns = {col: [_floats(r.table, col) for r in runs] for col in (*LATENCY_COLUMNS, "queue_min_s")}
-        self._channels: dict[str, tuple[str, list[np.ndarray] | None, bool]] = {
-            col: (col, None, False) for col in LATENCY_COLUMNS}
-        both = [s & equals(r.table["seen"], "both") for r, s in zip(runs, self.sane)]
-        for source in QUEUE_SOURCES:  # verdict._queueing's sums: verdict._sum, NaN as 0 over the rows taken
-            self._channels[f"queue:{source}"] = ("queue_s", [b & equals(r.table["queue_source"], source)
-                                                             for r, b in zip(runs, both)], True)
-        self._channels["queue:certain"] = ("queue_min_s", both, True)
+        self._both = [s & equals(r.table["seen"], "both") for r, s in zip(runs, self.sane)]
+        self._source = [_source_codes(r.table) for r in runs]  # int8 a row: 1 B, not a mask per source
+        self._channels: dict[str, tuple[str, object]] = {col: (col, None) for col in LATENCY_COLUMNS}
+        for i, source in enumerate(QUEUE_SOURCES):
+            self._channels[f"queue:{source}"] = ("queue_s", i)
+        self._channels["queue:certain"] = ("queue_min_s", "both")
         self._sums = {}
-        for name, (col, taken, _) in self._channels.items():
-            n = sum(int(t.sum()) for t in taken) if taken is not None else \
-                sum(int((~np.isnan(v)).sum()) for v in self._columns[col])
+        for name, (col, rows) in self._channels.items():
+            if rows is None:
+                n = sum(int((~np.isnan(v)).sum()) for v in self._columns[col])
+            elif rows == "both":
+                n = sum(int(b.sum()) for b in self._both)
+            else:
+                n = sum(int((b & (c == rows)).sum()) for b, c in zip(self._both, self._source))
             self._sums[name] = PairwiseSum(n)
         self.candidates = {flag: _victim_candidates(runs, flag, self.sane) for flag in VICTIM_LISTS}
 
@@ -84,22 +88,22 @@ class SummaryOfRuns:
         # a run's rows in a piece are consecutive, in its order: a slice
         slices = [(at, slice(int(row[at[0]]), int(row[at[-1]]) + 1))
                   for at in (np.flatnonzero(run == r) for r in np.unique(run))]
-        values = {}
-        for col, per_run in self._columns.items():
-            v = np.empty(len(run), dtype=np.float64)
+
+        def gathered(per_run: list[np.ndarray], dtype) -> np.ndarray:
+            out = np.empty(len(run), dtype=dtype)
             for at, rows in slices:
-                v[at] = per_run[run[at[0]]][rows]
-            values[col] = v
-        for name, (col, per_run, filled) in self._channels.items():
+                out[at] = per_run[run[at[0]]][rows]
+            return out
+
+        values = {col: gathered(per_run, np.float64) for col, per_run in self._columns.items()}
+        both, source = gathered(self._both, bool), gathered(self._source, np.int8)
+        for name, (col, rows) in self._channels.items():
             v = values[col]
-            if per_run is None:
+            if rows is None:
                 self._sums[name].add(v[~np.isnan(v)])
                 continue
-            taken = np.empty(len(run), dtype=bool)
-            for at, rows in slices:
-                taken[at] = per_run[run[at[0]]][rows]
-            self._sums[name].add(np.nan_to_num(v[taken], nan=0.0, posinf=np.inf, neginf=-np.inf) if filled
-                                 else v[taken])
+            taken = both if rows == "both" else both & (source == rows)
+            self._sums[name].add(np.nan_to_num(v[taken], nan=0.0, posinf=np.inf, neginf=-np.inf))  # verdict._sum
 
     def feed_all(self) -> SummaryOfRuns:
         """The rows in row order by the k-way merge alone (no file written beside it)."""
@@ -220,6 +224,14 @@ def _conn_id_sources(runs: list[SortedRun]) -> dict[str, int]:
     return out
 
 
+def _source_codes(table: pd.DataFrame) -> np.ndarray:
+    """Each row's queue_source as its index in QUEUE_SOURCES, −1 for another or none."""
+    codes = np.full(len(table), -1, dtype=np.int8)
+    for i, source in enumerate(QUEUE_SOURCES):
+        codes[equals(table["queue_source"], source)] = i
+    return codes
+
+
 def _app_times(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rows with both app times, their A1, their A4) of a partition (int64 ns), as verdict._sane reads them."""
     a1, v1 = ts_ns(table["app_req_ts"])
@@ -231,14 +243,16 @@ def _app_times(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 def _sane_rows(runs: list[SortedRun], outliers: np.ndarray) -> list[np.ndarray]:
     """verdict._sane per run: not one of the view's outliers, and the app times inside the robust span of every
     partition's app times (outlier_limits of their union: order statistics, any order)."""
-    times = [_app_times(r.table) for r in runs]
-    a1 = np.concatenate([t[1] for t in times]) if times else np.zeros(0, np.int64)
-    a4 = np.concatenate([t[2] for t in times]) if times else np.zeros(0, np.int64)
+    times = [_app_times(r.table)[1:] for r in runs]  # the union of the app times: an order statistic's input
+    a1 = np.concatenate([t[0] for t in times]) if times else np.zeros(0, np.int64)
+    a4 = np.concatenate([t[1] for t in times]) if times else np.zeros(0, np.int64)
+    del times
     keep = a4 >= a1
     limits = outlier_limits(a1, a4, keep) if keep.any() else None
     del a1, a4, keep
     sane = []
-    for run, (both, r1, r4) in zip(runs, times):
+    for run in runs:
+        both, r1, r4 = _app_times(run.table)  # again, a partition at a time: not held for every partition
         s = np.ones(len(run.table), dtype=bool)
         for key in outliers:  # few: each found by a binary search in the sorted run
             at = _search(run.key, key)
