@@ -4,15 +4,15 @@ table: the `exchanges` counts, `conn_ids`, `latency_s`, and the verdict's `queue
 
 What it reads of the runs, and when:
 - per partition, in any order (`SummaryOfRuns(...)`): the counts (they add up), each connection's first row (the
-  least row key wins), the latency columns' non-null counts, sorted values and maxima (order statistics), the
-  app-side times of the robust span (`threadpool.outlier_limits`: order statistics too), then each row's `sane`
-  flag, the counts of the queueing sums and each partition's candidates of the two victim lists (its slowest
-  VICTIMS_LISTED by server_s, ties by row key);
+  least row key wins), the app-side times of the robust span (`threadpool.outlier_limits`: order statistics),
+  then each row's `sane` flag, the counts of the sums and each partition's candidates of the two victim lists (its
+  slowest VICTIMS_LISTED by server_s, ties by row key);
 - in row order (`feed(run, row)`: the pieces of the merge as `core.outputs.write_merged` streams them, through its
   `merged_rows` hook, or `merged_order` alone): the sums, numpy's pairwise sum in row order (core.exact.
   PairwiseSum), which no sum of partition sums reproduces;
-- then (`parts()`): the quantiles from the sorted runs, the victims' top VICTIMS_LISTED of the candidates, and
-  their references (threadpool.Refs) read from the selected rows alone.
+- then (`parts()`): the quantiles and maxima from the partitions' sorted values (one column at a time), the
+  victims' top VICTIMS_LISTED of the candidates, and their references (threadpool.Refs) read from the selected
+  rows alone.
 
 What the rows do not hold is handed in by row key, as the pool view (threadpool.PoolView) finds it: its outliers
 (rows with wild DB-side times) and each stall's culprits (`view.stall_members[sid][1]`). One DB point only: with
@@ -166,10 +166,9 @@ class SummaryOfRuns:
 
     def _row_of_key(self, key: np.ndarray) -> tuple[int, int]:
         """(run, row) of the row with this key (each run is sorted by its keys: a binary search per run)."""
-        key = np.asarray(key, dtype=np.int64)
         for r, run in enumerate(self.runs):
-            at = _search(run.key, key)
-            if at < len(run.key) and np.array_equal(run.key[at], key):
+            at = _row_with_key(run.key, key)
+            if at is not None:
                 return r, at
         raise KeyError(f"no row has the key {key.tolist()}")
 
@@ -255,8 +254,8 @@ def _sane_rows(runs: list[SortedRun], outliers: np.ndarray) -> list[np.ndarray]:
         both, r1, r4 = _app_times(run.table)  # again, a partition at a time: not held for every partition
         s = np.ones(len(run.table), dtype=bool)
         for key in outliers:  # few: each found by a binary search in the sorted run
-            at = _search(run.key, key)
-            if at < len(run.key) and np.array_equal(run.key[at], key):
+            at = _row_with_key(run.key, key)
+            if at is not None:
                 s[at] = False
         inside = (r4 >= r1) if limits is None else (r4 >= r1) & (r1 >= limits[0]) & (r4 <= limits[1])
         if limits is None:
@@ -294,16 +293,18 @@ def _top(candidates: np.ndarray, k: int) -> np.ndarray:
     return candidates[order[:k]]
 
 
-def _search(keys: np.ndarray, key: np.ndarray) -> int:
-    """The first row of `keys` (sorted column by column) not below `key`."""
+def _row_with_key(keys: np.ndarray, key) -> int | None:
+    """The row of `keys` (a run's, sorted column by column, distinct) equal to `key`, None if none is: a binary
+    search."""
+    key = tuple(int(v) for v in key)
     lo, hi = 0, len(keys)
     while lo < hi:
         mid = (lo + hi) // 2
-        if tuple(keys[mid]) < tuple(key):
+        if tuple(keys[mid].tolist()) < key:
             lo = mid + 1
         else:
             hi = mid
-    return lo
+    return lo if lo < len(keys) and tuple(keys[lo].tolist()) == key else None
 
 
 def _refs(runs: list[SortedRun], rows: list[tuple[int, int]]) -> dict[tuple[int, int], dict]:
