@@ -307,23 +307,26 @@ def _count_at_most(window: np.ndarray, tie: bool, bound: np.ndarray) -> int:
     return int(at_most.sum())
 
 
-def write_merged(runs: list[SortedRun], out: Path, categories: dict[str, list]) -> None:
+def write_merged(runs: list[SortedRun], out: Path, categories: dict[str, list],
+                 merged_rows: Callable[[np.ndarray, np.ndarray], None] | None = None) -> None:
     """exchanges.parquet from sorted runs (the partitions' rows, each run sorted by its keys): the file
     write_table writes of the runs' rows merged in key order, byte for byte (the same row groups, schema, encodings
     and key-value metadata), without the whole table in memory: the rows go through a k-way merge into one row
     group of PARQUET_ROWS_PER_GROUP rows at a time. `categories`: each categorical column's categories, as today's
     table would have them (explain.servers.output_categories: every row group's dictionary page is the whole list,
     so it must be known before the first row); a run's values are recoded to them. At least one run (it may be
-    empty: it gives the columns and dtypes)."""
+    empty: it gives the columns and dtypes). `merged_rows`: called with each piece of the merged order (run, row in
+    that run) as it is written, for what is made of the rows in row order beside the file (summary.json's sums:
+    explain.summaryruns); the file is the same with it or without."""
     check_output(out)
     if out.suffix.lower() != ".parquet":
         raise ValueError(f"{out}: the merged writer writes Parquet")
     if not runs:
         raise ValueError("write_merged of no run")
-    write_atomically(out, lambda tmp: _write_merged(runs, tmp, categories))
+    write_atomically(out, lambda tmp: _write_merged(runs, tmp, categories, merged_rows))
 
 
-def _write_merged(runs: list[SortedRun], path: Path, categories: dict[str, list]) -> None:
+def _write_merged(runs: list[SortedRun], path: Path, categories: dict[str, list], merged_rows) -> None:
     import pyarrow.parquet as pq
 
     tables = [_recoded(r.table, categories) for r in runs]
@@ -335,6 +338,8 @@ def _write_merged(runs: list[SortedRun], path: Path, categories: dict[str, list]
         pending: list[tuple] = []
         held = 0
         for run, row in merged_order([r.key for r in runs]):
+            if merged_rows is not None:
+                merged_rows(run, row)
             pending.append((run, row))
             held += len(run)
             while held >= PARQUET_ROWS_PER_GROUP:

@@ -117,13 +117,21 @@ def robust_span(d1: np.ndarray, d4: np.ndarray) -> tuple[np.ndarray, int, int]:
     keep = d4 >= d1
     if not keep.any():
         return keep, 0, 0
-    every = bool(keep.all())  # the usual case: the times as they are, not a copy of each taken by the mask first
-    core_lo, core_hi = core_range(np.concatenate([d1, d4] if every else [d1[keep], d4[keep]]), mine=True)
-    margin = max(10 * max(core_hi - core_lo, 0), OUTLIER_MIN_MARGIN_NS)
-    keep &= (d1 >= core_lo - margin) & (d4 <= core_hi + margin)
+    lowest, highest = outlier_limits(d1, d4, keep)
+    keep &= (d1 >= lowest) & (d4 <= highest)
     if not keep.any():
         return keep, 0, 0
     return keep, int(d1[keep].min()), int(d4[keep].max())
+
+
+def outlier_limits(d1: np.ndarray, d4: np.ndarray, keep: np.ndarray) -> tuple[int, int]:
+    """(least D1, greatest D4) of an exchange robust_span keeps: the core range (core_range of the D1 and D4 of the
+    rows in `keep`, those that end at or after they start: at least one) widened by the margin. Order statistics:
+    the same from the rows in any order, so a partitioned run finds them from its partitions' times."""
+    every = bool(keep.all())  # the usual case: the times as they are, not a copy of each taken by the mask first
+    core_lo, core_hi = core_range(np.concatenate([d1, d4] if every else [d1[keep], d4[keep]]), mine=True)
+    margin = max(10 * max(core_hi - core_lo, 0), OUTLIER_MIN_MARGIN_NS)
+    return core_lo - margin, core_hi + margin
 
 
 def _edges(t0: int, t1: int, bucket_s: float) -> np.ndarray:

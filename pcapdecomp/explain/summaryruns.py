@@ -1,0 +1,317 @@
+"""summary.json's parts made from the partitions' sorted runs (docs/partitioned.md step 7c), not from the whole
+table: the `exchanges` counts, `conn_ids`, `latency_s`, and the verdict's `queueing`, `hidden_slow` and
+`understated` — each the value summary.build and verdict.tell make of the whole table, float for float.
+
+What it reads of the runs, and when:
+- per partition, in any order (`SummaryOfRuns(...)`): the counts (they add up), each connection's first row (the
+  least row key wins), the app-side times of the robust span (`threadpool.outlier_limits`: order statistics),
+  then each row's `sane` flag, the counts of the sums and each partition's candidates of the two victim lists (its
+  slowest VICTIMS_LISTED by server_s, ties by row key);
+- in row order (`feed(run, row)`: the pieces of the merge as `core.outputs.write_merged` streams them, through its
+  `merged_rows` hook, or `merged_order` alone): the sums, numpy's pairwise sum in row order (core.exact.
+  PairwiseSum), which no sum of partition sums reproduces;
+- then (`parts()`): the quantiles and maxima from the partitions' sorted values (one column at a time), the
+  victims' top VICTIMS_LISTED of the candidates, and their references (threadpool.Refs) read from the selected
+  rows alone.
+
+What the rows do not hold is handed in by row key, as the pool view (threadpool.PoolView) finds it: its outliers
+(rows with wild DB-side times) and each stall's culprits (`view.stall_members[sid][1]`). One DB point only: with
+several, summary.build tells the verdict per point (a refusal here, `SeveralServers`).
+
+Not built here (the rest of 7c): the story and the verdict's text (verdict._story: the cap, stall, likely and
+quiet sentences and their bullets), tell_proxy's lead, and the stories (connstory, netstory, waitprofile,
+playbook); see docs/partitioned.md, "Step 7c (summary.json), built"."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..core.exact import PairwiseSum, nearest_rank_of_runs, sorted_run
+from ..core.groups import equals
+from ..core.outputs import SortedRun, merged_order
+from ..core.times import ts_ns
+from ..read.connids import SOURCES
+from .summary import _counts
+from .threadpool import MAX_CULPRITS, Refs, json_value, outlier_limits
+from .decompose import STALL_MIN_QUEUE_S
+from .verdict import VICTIMS_LISTED
+
+LATENCY_COLUMNS = ("total_s", "server_s", "network_s", "net_req_s", "net_resp_s", "queue_s", "exec_s")
+QUEUE_SOURCES = ("measured", "estimated", "lower_bound", "likely")  # verdict._queueing's, in its order
+VICTIM_LISTS = ("hidden_slow", "understated")  # the table's flag column of each, and its summary.json key
+
+
+class SeveralServers(ValueError):
+    """The runs hold rows of several DB points: the verdict is told per point (summary._tell), not built here."""
+
+
+class SummaryOfRuns:
+    """The summary parts of the runs (see the module's text). `runs`: the partitions' SortedRuns (the final rows);
+    `outlier_keys`: the row keys (n × the key's width) of the pool view's outliers; `stall_culprits`: per stall id,
+    the row keys of its culprits in the view's order."""
+
+    def __init__(self, runs: list[SortedRun], outlier_keys: np.ndarray | None = None,
+                 stall_culprits: list[np.ndarray] | None = None):
+        self.runs = runs
+        self.stall_culprits = stall_culprits or []
+        points = {str(p) for r in runs if "db_point" in r.table for p in r.table["db_point"].dropna().unique()}
+        if len(points) > 1:
+            raise SeveralServers(f"rows of {len(points)} DB points: the verdict is told per point")
+        outliers = np.zeros((0, 0), np.int64) if outlier_keys is None else np.asarray(outlier_keys, np.int64)
+        self.counts = _summed_counts([r.table for r in runs])
+        self.conn_ids = _conn_id_sources(runs)
+        self.sane = _sane_rows(runs, outliers)
+        # the sums' channels: column → the rows whose values the sum takes: its non-null values (None), else the
+        # queueing's rows (sane and seen at both points: "both"), of one queue_source (its index in QUEUE_SOURCES)
+        self._columns = {col: [_floats(r.table, col) for r in runs] for col in (*LATENCY_COLUMNS, "queue_min_s")}
+        self._both = [s & equals(r.table["seen"], "both") for r, s in zip(runs, self.sane)]
+        self._source = [_source_codes(r.table) for r in runs]  # int8 a row: 1 B, not a mask per source
+        self._channels: dict[str, tuple[str, object]] = {col: (col, None) for col in LATENCY_COLUMNS}
+        for i, source in enumerate(QUEUE_SOURCES):
+            self._channels[f"queue:{source}"] = ("queue_s", i)
+        self._channels["queue:certain"] = ("queue_min_s", "both")
+        self._sums = {}
+        for name, (col, rows) in self._channels.items():
+            if rows is None:
+                n = sum(int((~np.isnan(v)).sum()) for v in self._columns[col])
+            elif rows == "both":
+                n = sum(int(b.sum()) for b in self._both)
+            else:
+                n = sum(int((b & (c == rows)).sum()) for b, c in zip(self._both, self._source))
+            self._sums[name] = PairwiseSum(n)
+        self.candidates = {flag: _victim_candidates(runs, flag, self.sane) for flag in VICTIM_LISTS}
+
+    def feed(self, run: np.ndarray, row: np.ndarray) -> None:
+        """The next piece of the merged order (merged_order's: run, row in that run), every row once, in row
+        order."""
+        # a run's rows in a piece are consecutive, in its order: a slice
+        slices = [(at, slice(int(row[at[0]]), int(row[at[-1]]) + 1))
+                  for at in (np.flatnonzero(run == r) for r in np.unique(run))]
+
+        def gathered(per_run: list[np.ndarray], dtype) -> np.ndarray:
+            out = np.empty(len(run), dtype=dtype)
+            for at, rows in slices:
+                out[at] = per_run[run[at[0]]][rows]
+            return out
+
+        values = {col: gathered(per_run, np.float64) for col, per_run in self._columns.items()}
+        both, source = gathered(self._both, bool), gathered(self._source, np.int8)
+        for name, (col, rows) in self._channels.items():
+            v = values[col]
+            if rows is None:
+                self._sums[name].add(v[~np.isnan(v)])
+                continue
+            taken = both if rows == "both" else both & (source == rows)
+            self._sums[name].add(np.nan_to_num(v[taken], nan=0.0, posinf=np.inf, neginf=-np.inf))  # verdict._sum
+
+    def feed_all(self) -> SummaryOfRuns:
+        """The rows in row order by the k-way merge alone (no file written beside it)."""
+        for run, row in merged_order([r.key for r in self.runs]):
+            self.feed(run, row)
+        return self
+
+    def parts(self) -> dict:
+        """summary.json's exchanges, conn_ids, latency_s, queueing, hidden_slow and understated."""
+        queueing = {f"{s}_s": self._sums[f"queue:{s}"].result() for s in QUEUE_SOURCES}
+        return {
+            "exchanges": self.counts,
+            "conn_ids": self.conn_ids,
+            "latency_s": self._latency(),
+            "queueing": {**queueing, "certain_s": self._sums["queue:certain"].result()},
+            "hidden_slow": self._victims("hidden_slow"),
+            "understated": {**self._victims("understated"), "threshold_s": STALL_MIN_QUEUE_S},
+        }
+
+    def _latency(self) -> dict:
+        """summary.latency_quantiles' values: count, the pairwise sum in row order, nearest-rank p50/p99, max."""
+        out = {}
+        for col in LATENCY_COLUMNS:
+            runs = [sorted_run(v) for v in self._columns[col]]  # one column's sorted copy at a time
+            n = sum(len(r) for r in runs)
+            if not n:
+                out[col.removesuffix("_s")] = None
+                continue
+            p50, p99 = nearest_rank_of_runs(runs, [0.5, 0.99])
+            out[col.removesuffix("_s")] = {"count": n, "sum": self._sums[col].result(), "p50": float(p50),
+                                           "p99": float(p99), "max": float(max(r[-1] for r in runs if len(r)))}
+        return out
+
+    def _victims(self, flag: str) -> dict:
+        """verdict._victims of the rows flagged (and sane): the slowest VICTIMS_LISTED by server_s (NaN as −1),
+        ties by row key, grouped by the stall they were victims of, with the stalls' culprits."""
+        count, chosen = self.candidates[flag]
+        listed = _top(chosen, VICTIMS_LISTED)
+        rows = [(int(r), int(i)) for r, i in zip(listed["run"], listed["row"])]
+        groups: dict = {}
+        for r, i in rows:
+            t = self.runs[r].table
+            stall, role = t["stall"].iloc[i], t["stall_role"].iloc[i]
+            sid = int(stall) if not pd.isna(role) and role == "victim" and not pd.isna(stall) else None
+            groups.setdefault(sid, []).append((r, i))
+        culprits_of = {sid: [self._row_of_key(k) for k in self.stall_culprits[sid][:MAX_CULPRITS]]
+                       for sid in groups if sid is not None and sid < len(self.stall_culprits)}
+        refs = _refs(self.runs, [*rows, *(c for cs in culprits_of.values() for c in cs)])
+        by_stall = []
+        for sid in sorted(groups, key=lambda s: (s is None, s if s is not None else 0)):
+            culprits = []
+            group = None
+            if sid in culprits_of:
+                culprits = [refs[c] for c in culprits_of[sid]]
+                r, i = groups[sid][0]
+                group = json_value(self.runs[r].table["thread_group"].iloc[i])
+            by_stall.append({"stall": sid, "thread_group": group, "culprits": culprits,
+                             "victims": [refs[c] for c in groups[sid]]})
+        return {"count": count, "listed": len(rows), "more": count - len(rows), "by_stall": by_stall}
+
+    def _row_of_key(self, key: np.ndarray) -> tuple[int, int]:
+        """(run, row) of the row with this key (each run is sorted by its keys: a binary search per run)."""
+        for r, run in enumerate(self.runs):
+            at = _row_with_key(run.key, key)
+            if at is not None:
+                return r, at
+        raise KeyError(f"no row has the key {key.tolist()}")
+
+
+def summary_of_runs(runs: list[SortedRun], outlier_keys: np.ndarray | None = None,
+                    stall_culprits: list[np.ndarray] | None = None) -> dict:
+    """SummaryOfRuns' parts, the rows streamed by the merge alone."""
+    return SummaryOfRuns(runs, outlier_keys, stall_culprits).feed_all().parts()
+
+
+def _floats(table: pd.DataFrame, col: str) -> np.ndarray:
+    """A float column's values, null as NaN: a float64 column's own array (read only), else a copy."""
+    column = table[col]
+    if column.dtype == np.float64:
+        return column.to_numpy()
+    return column.to_numpy(dtype="float64", na_value=np.nan)
+
+
+def _summed_counts(tables: list[pd.DataFrame]) -> dict:
+    """summary._counts of the whole table: every count adds up over the partitions."""
+    total: dict = {}
+    for t in tables:
+        for name, n in _counts(t).items():
+            total[name] = total.get(name, 0) + n
+    return total
+
+
+def _conn_id_sources(runs: list[SortedRun]) -> dict[str, int]:
+    """connids.conn_id_sources of the whole table: each connection (capture, conn_index) counted by its first row
+    in row order (the least row key over the runs): its conn_id_source, "unknown" without an id."""
+    out = dict.fromkeys([*SOURCES, "unknown"], 0)
+    if not any(len(r.table) for r in runs) or "conn_id_source" not in runs[0].table:
+        return out
+    first: dict[tuple, tuple] = {}  # connection → (its least row key, its source)
+    for run in runs:
+        t = run.table
+        if not len(t):
+            continue
+        capture, index = t["capture"].astype(object).to_numpy(), t["conn_index"].to_numpy(dtype=np.int64)
+        at = ~pd.DataFrame({"c": capture, "i": index}).duplicated().to_numpy()  # a run is in row order: a
+        # connection's first row in it
+        source = t["conn_id_source"].astype(object).to_numpy()[at]
+        named = t["conn_id"].notna().to_numpy()[at]
+        for capture, index, key, s, n in zip(capture[at], index[at], run.key[at], source, named):
+            label = str(s) if n and not pd.isna(s) else "unknown"
+            key = tuple(int(v) for v in key)
+            conn = (capture, int(index))
+            if conn not in first or key < first[conn][0]:
+                first[conn] = (key, label)
+    for _, label in first.values():
+        out[label] += 1
+    return out
+
+
+def _source_codes(table: pd.DataFrame) -> np.ndarray:
+    """Each row's queue_source as its index in QUEUE_SOURCES, −1 for another or none."""
+    codes = np.full(len(table), -1, dtype=np.int8)
+    for i, source in enumerate(QUEUE_SOURCES):
+        codes[equals(table["queue_source"], source)] = i
+    return codes
+
+
+def _app_times(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows with both app times, their A1, their A4) of a partition (int64 ns), as verdict._sane reads them."""
+    a1, v1 = ts_ns(table["app_req_ts"])
+    a4, v4 = ts_ns(table["app_resp_ts"])
+    both = np.flatnonzero(v1 & v4)
+    return both, a1[both], a4[both]
+
+
+def _sane_rows(runs: list[SortedRun], outliers: np.ndarray) -> list[np.ndarray]:
+    """verdict._sane per run: not one of the view's outliers, and the app times inside the robust span of every
+    partition's app times (outlier_limits of their union: order statistics, any order)."""
+    times = [_app_times(r.table)[1:] for r in runs]  # the union of the app times: an order statistic's input
+    a1 = np.concatenate([t[0] for t in times]) if times else np.zeros(0, np.int64)
+    a4 = np.concatenate([t[1] for t in times]) if times else np.zeros(0, np.int64)
+    del times
+    keep = a4 >= a1
+    limits = outlier_limits(a1, a4, keep) if keep.any() else None
+    del a1, a4, keep
+    sane = []
+    for run in runs:
+        both, r1, r4 = _app_times(run.table)  # again, a partition at a time: not held for every partition
+        s = np.ones(len(run.table), dtype=bool)
+        for key in outliers:  # few: each found by a binary search in the sorted run
+            at = _row_with_key(run.key, key)
+            if at is not None:
+                s[at] = False
+        inside = (r4 >= r1) if limits is None else (r4 >= r1) & (r1 >= limits[0]) & (r4 <= limits[1])
+        if limits is None:
+            inside[:] = False
+        s[both[~inside]] = False
+        sane.append(s)
+    return sane
+
+
+def _victim_candidates(runs: list[SortedRun], flag: str, sane: list[np.ndarray]) -> tuple[int, np.ndarray]:
+    """(how many rows are flagged and sane, each partition's slowest VICTIMS_LISTED of them): a structured array of
+    (−server_s with NaN as −1, row key, run, row), which holds the whole list's members."""
+    count = 0
+    pieces = []
+    width = runs[0].key.shape[1] if runs else 0
+    kind = np.dtype([("slow", np.float64), ("key", np.int64, (width,)), ("run", np.int64), ("row", np.int64)])
+    for r, (run, s) in enumerate(zip(runs, sane)):
+        rows = np.flatnonzero(run.table[flag].to_numpy(dtype=bool, na_value=False) & s)
+        count += len(rows)
+        server = run.table["server_s"].to_numpy(dtype="float64", na_value=np.nan)[rows]
+        piece = np.empty(len(rows), dtype=kind)
+        piece["slow"] = -np.nan_to_num(server, nan=-1.0)
+        piece["key"] = run.key[rows]
+        piece["run"], piece["row"] = r, rows
+        pieces.append(_top(piece, VICTIMS_LISTED))
+    return count, np.concatenate(pieces) if pieces else np.empty(0, dtype=kind)
+
+
+def _top(candidates: np.ndarray, k: int) -> np.ndarray:
+    """The first k of the candidates by (slow, key): verdict._victims' stable sort by −server_s over the rows in
+    row order."""
+    if not len(candidates):
+        return candidates
+    order = np.lexsort((*candidates["key"].T[::-1], candidates["slow"]))
+    return candidates[order[:k]]
+
+
+def _row_with_key(keys: np.ndarray, key) -> int | None:
+    """The row of `keys` (a run's, sorted column by column, distinct) equal to `key`, None if none is: a binary
+    search."""
+    key = tuple(int(v) for v in key)
+    lo, hi = 0, len(keys)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if tuple(keys[mid].tolist()) < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < len(keys) and tuple(keys[lo].tolist()) == key else None
+
+
+def _refs(runs: list[SortedRun], rows: list[tuple[int, int]]) -> dict[tuple[int, int], dict]:
+    """summary.json's references (threadpool.Refs) to the rows (run, row), read from those rows alone."""
+    rows = sorted(set(rows))
+    if not rows:
+        return {}
+    pieces = [runs[r].table.take([i for q, i in rows if q == r]) for r in sorted({r for r, _ in rows})]
+    refs = Refs(pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0].reset_index(drop=True))
+    return {place: refs.ref(n) for n, place in enumerate(rows)}

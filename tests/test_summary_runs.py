@@ -1,0 +1,170 @@
+"""summary.json's parts from the partitions' runs (explain.summaryruns, docs/partitioned.md step 7c): `analyze`
+of a capture set, its final table cut into P = 1, 3, 16 partitions by the plan's key (§3) as test_merged_writer
+cuts it, each sorted by the row key; the runs' summary parts (counts, conn_ids, latency_s, queueing, hidden_slow,
+understated), the rows streamed in row order by the merged writer or the merge alone, must be the file analyze
+wrote, as JSON text. The pool view's outliers and stall culprits are handed in by row key, as the view found
+them (the analysis' own view, taken where summary.build receives it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pcapdecomp.analysis import Options, analyze, capture_set
+from pcapdecomp.explain import servers
+from pcapdecomp.explain.summary import to_json
+from pcapdecomp.explain.summaryruns import SeveralServers, SummaryOfRuns, summary_of_runs
+
+REPO = Path(__file__).resolve().parents[1]
+CAPTURES = REPO / "captures"
+RECORDINGS = Path("/tmp/pcapdecomp-bench")
+_spec = importlib.util.spec_from_file_location("merged_writer", REPO / "benchmarks" / "merged_writer.py")
+merged_writer = sys.modules.get("merged_writer") or importlib.util.module_from_spec(_spec)
+if "merged_writer" not in sys.modules:
+    sys.modules["merged_writer"] = merged_writer  # its dataclass looks its module up by name
+    _spec.loader.exec_module(merged_writer)
+
+PAIRS = sorted(p.name for p in CAPTURES.iterdir() if (p / "app.pcap").exists() and (p / "db.pcap").exists())
+PARTS = (1, 3, 16)
+PART_KEYS = ("exchanges", "conn_ids", "latency_s", "queueing", "hidden_slow", "understated")
+
+
+def analysed(cs, options: Options, out: Path, monkeypatch) -> tuple[dict, object, object]:
+    """analyze of `cs` into `out`: (summary.json as written, the table and the pool view summary.build was
+    handed)."""
+    handed = {}
+    build = servers.build_summary
+
+    def build_and_keep(*args, **kwargs):
+        handed.update(kwargs)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(servers, "build_summary", build_and_keep)
+    analyze(cs, options, out)
+    monkeypatch.setattr(servers, "build_summary", build)
+    assert len(handed["servers"]) == 1
+    return json.loads((out / "summary.json").read_text()), handed["exchanges"], handed["servers"][0].view
+
+
+def check(cs, options: Options, work: Path, monkeypatch, parts=PARTS) -> dict:
+    """The runs' parts equal summary.json's for each P; returns the file's summary."""
+    written, table, view = analysed(cs, options, work / "out", monkeypatch)
+    keys = merged_writer.paired_inputs(cs, options).keys
+    assert len(keys) == len(table)
+    outliers = keys[np.asarray(view.outliers, dtype=np.int64)]
+    culprits = [keys[np.asarray(c, dtype=np.int64)] for _, c in view.stall_members]
+    wanted = to_json({k: written[k] for k in PART_KEYS})
+    for p in parts:
+        runs = merged_writer.sorted_runs(table, keys, p, seed=p)
+        assert to_json(summary_of_runs(runs, outliers, culprits)) == wanted, p
+    return written
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_bundled_sets(tmp_path, monkeypatch, name):
+    check(capture_set(CAPTURES / name), Options(quiet=True, jobs=1), tmp_path, monkeypatch)
+
+
+def test_bundled_set_without_slow_log_and_pool_size(tmp_path, monkeypatch):
+    """group-stall's captures alone: no slow log, the pool size inferred."""
+    cs = capture_set(app=[CAPTURES / "group-stall" / "app.pcap"], db=CAPTURES / "group-stall" / "db.pcap")
+    written = check(cs, Options(quiet=True, jobs=1), tmp_path, monkeypatch)
+    assert written["inputs"]["slow_log"] is None
+
+
+def test_db_capture_alone(tmp_path, monkeypatch):
+    """oltp-hogs' DB capture alone, with its slow log: every row only at the DB."""
+    source = CAPTURES / "oltp-hogs"
+    cs = capture_set(db=source / "db.pcap", slow_log=source / "slow.log", long_query_time=0.01, thread_pool_size=4)
+    written = check(cs, Options(quiet=True, jobs=1), tmp_path, monkeypatch)
+    assert written["exchanges"]["seen_db"] == written["exchanges"]["total"] > 0
+
+
+def test_test_data_pair(tmp_path, monkeypatch):
+    field = REPO / "tests" / "data" / "field"
+    cs = capture_set(app=[field / "one-connection-app.pcap"], db=field / "one-connection-db.pcap", thread_pool_size=2)
+    check(cs, Options(quiet=True, jobs=1), tmp_path, monkeypatch)
+
+
+def test_the_lists_are_not_empty_somewhere(tmp_path, monkeypatch):
+    """The sets whose lists the checks above compare are not all empty: victims grouped by a stall with culprits,
+    and more victims than are listed (the top-k cut falls among the candidates)."""
+    written = check(capture_set(CAPTURES / "group-stall"), Options(quiet=True, jobs=1), tmp_path, monkeypatch)
+    lists = [written[k] for k in ("hidden_slow", "understated")]
+    assert any(s["culprits"] for w in lists for s in w["by_stall"])
+    assert sum(w["count"] for w in lists) > 0
+
+
+def test_the_writer_hook_streams_the_sums(tmp_path, monkeypatch):
+    """The parts fed by write_merged's merged_rows hook are the same, and the file is the one analyze wrote."""
+    import filecmp
+
+    cs = capture_set(CAPTURES / "oltp-hogs")
+    options = Options(quiet=True, jobs=1)
+    written, table, view = analysed(cs, options, tmp_path / "out", monkeypatch)
+    inputs = merged_writer.paired_inputs(cs, options)
+    categories = merged_writer.categories_of(table, inputs)
+    from pcapdecomp.core.outputs import write_merged
+
+    for p in (1, 16):
+        runs = merged_writer.sorted_runs(table, inputs.keys, p, seed=p)
+        made = SummaryOfRuns(runs, inputs.keys[view.outliers],
+                             [inputs.keys[np.asarray(c, dtype=np.int64)] for _, c in view.stall_members])
+        write_merged(runs, tmp_path / "merged.parquet", categories, made.feed)
+        assert filecmp.cmp(tmp_path / "out" / "exchanges.parquet", tmp_path / "merged.parquet", shallow=False)
+        assert to_json(made.parts()) == to_json({k: written[k] for k in PART_KEYS})
+
+
+def test_rows_fed_out_of_order_change_the_sums(tmp_path, monkeypatch):
+    """The sums are made in row order: the same rows fed partition by partition (P = 16) give another float for
+    some latency sum of the 10 s-like oltp-hogs set, so the check above can fail."""
+    cs = capture_set(CAPTURES / "oltp-hogs")
+    options = Options(quiet=True, jobs=1)
+    written, table, view = analysed(cs, options, tmp_path / "out", monkeypatch)
+    keys = merged_writer.paired_inputs(cs, options).keys
+    runs = merged_writer.sorted_runs(table, keys, 16, seed=16)
+    made = SummaryOfRuns(runs, keys[view.outliers])
+    for r, run in enumerate(runs):  # run after run: not row order
+        made.feed(np.full(len(run.key), r, dtype=np.int64), np.arange(len(run.key), dtype=np.int64))
+    got = made.parts()["latency_s"]
+    assert any(got[c]["sum"] != written["latency_s"][c]["sum"] for c in got if got[c] is not None)
+
+
+def test_outliers_handed_in_count(tmp_path, monkeypatch):
+    """A row handed in as an outlier leaves the victims' count it was in."""
+    cs = capture_set(CAPTURES / "group-stall")
+    options = Options(quiet=True, jobs=1)
+    written, table, view = analysed(cs, options, tmp_path / "out", monkeypatch)
+    keys = merged_writer.paired_inputs(cs, options).keys
+    flag = next(f for f in ("hidden_slow", "understated") if written[f]["count"])
+    flagged = np.flatnonzero(table[flag].to_numpy(dtype=bool, na_value=False))
+    runs = merged_writer.sorted_runs(table, keys, 3)
+    more = np.concatenate([keys[np.asarray(view.outliers, dtype=np.int64)], keys[flagged[:1]]])
+    got = summary_of_runs(runs, more)
+    assert got[flag]["count"] == written[flag]["count"] - 1
+
+
+def test_several_servers_refused(bundled_analysis):
+    table = bundled_analysis("oltp-hogs").held_exchanges
+    keys = np.zeros((len(table), 7), dtype=np.int64)
+    keys[:, -1] = np.arange(len(table))
+    table["db_point"] = np.where(np.arange(len(table)) % 2, "a.pcap", "b.pcap")
+    from pcapdecomp.core.outputs import SortedRun
+
+    with pytest.raises(SeveralServers):
+        SummaryOfRuns([SortedRun(table, keys)])
+
+
+@pytest.mark.parametrize("name", ["sysbench-rw-10s", "sysbench-10s"])
+def test_recordings(tmp_path, monkeypatch, name):
+    folder = RECORDINGS / name
+    if not (folder / "db.pcap").exists():
+        pytest.skip(f"{folder}: the recording is not on this machine")
+    cs = capture_set(app=[folder / "app.pcap"], db=folder / "db.pcap", slow_log=folder / "slow.log",
+                     long_query_time=0.01, thread_pool_size=2)
+    check(cs, Options(quiet=True, jobs=1), tmp_path, monkeypatch)
