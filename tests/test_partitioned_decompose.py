@@ -85,9 +85,7 @@ def test_the_estimates_and_waits_are_exercised(tmp_path):
     likely waits, hidden slow statements, thread groups (each in at least one set). No bundled pair pipelines its
     requests: test_a_pipelined_connection_across_partitions carries a D4 across partitions."""
     totals = {"estimated": 0, "likely": 0, "hidden": 0, "groups": 0}
-    for name in ("group-stall", "pipelined-r2dbc", "oltp-hogs"):
-        if name not in PAIRS or name in PROXY_SETS:
-            continue
+    for name in ("group-stall", "oltp-hogs"):
         found = assert_decomposed_as_today(capture_set(CAPTURES / name), tmp_path / name, parts=(3, 16))
         for k in totals:
             totals[k] += max(f[k] for f in found.values())
