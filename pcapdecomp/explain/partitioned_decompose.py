@@ -68,9 +68,9 @@ def _texts(column: pd.Series) -> tuple[np.ndarray, list]:
 def _first_rows(codes: np.ndarray, count: int) -> np.ndarray:
     """Per text 0 … count − 1, the first row holding it (rows in key order); -1 for a text no row holds."""
     first = np.full(count, -1, dtype=np.int64)
-    present = codes >= 0
-    rows = np.flatnonzero(present)[::-1]
-    first[codes[present][::-1]] = rows  # the last write per text is its first row
+    present = np.flatnonzero(codes >= 0)
+    texts, at = np.unique(codes[present], return_index=True)  # each text's first position among the present rows
+    first[texts] = present[at]
     return first
 
 
