@@ -13,6 +13,9 @@ Two child processes, one after the other (each its own peak):
 - `partitioned`: the two points extracted into the spill (read.extract.extract_all, their tables never read
   back), match.spilled_connection_step, then explain.partitioned.PairedPartitions: its first pass, then its
   partitions (each run counted and let go: what step 7 hands to the merged writer), each stretch marked alike.
+Then step 7b (explain/partitioned_decompose.py): decompose without a slow log on the joined table in memory, and
+DecomposedPartitions over the partitions (its first pass and selections, then its rows; each iterates
+PairedPartitions, which makes the runs again: their cost is the runs' line above, counted in each).
 Prints a markdown table: per stretch its RSS at entry, its peak, the peak above entry, and CPU (user + system)."""
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# the decomposition's settings, as the lead's DB-capture command gives them (no slow log: step 7b's scope)
+LONG_QUERY_TIME, THREAD_POOL_SIZE = 0.01, 2
 
 
 def _status(field: str) -> int:
@@ -92,6 +97,11 @@ def memory_side(folder: Path, work: Path) -> list[dict]:
     table = servers.joined_table(paired)
     marks.stop("in memory: joined_table", started, rows=len(table))
     assert len(table) == rows
+    from pcapdecomp.explain.decompose import decompose
+
+    started = marks.start()
+    decomposed, _ = decompose(table, None, LONG_QUERY_TIME, THREAD_POOL_SIZE)
+    marks.stop("in memory: decompose (no slow log)", started, rows=len(decomposed))
     return marks.found
 
 
@@ -126,6 +136,18 @@ def partitioned_side(folder: Path, work: Path, parts: int | None) -> list[dict]:
         largest = max(largest, len(run.table))
         del run
     marks.stop("spilled: the partitions' runs", started, rows=total, largest=largest)
+    from pcapdecomp.explain.partitioned_decompose import DecomposedPartitions
+
+    started = marks.start()
+    decomposed = DecomposedPartitions(rows, LONG_QUERY_TIME, THREAD_POOL_SIZE, work / "narrow")
+    marks.stop("spilled: DecomposedPartitions' first pass and selections (the runs made again)", started,
+               classes=decomposed.groups)
+    started = marks.start()
+    total = 0
+    for run in decomposed:
+        total += len(run.table)
+        del run
+    marks.stop("spilled: the decomposed partitions (the runs made again)", started, rows=total)
     return marks.found
 
 

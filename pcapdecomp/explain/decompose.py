@@ -521,6 +521,16 @@ def likely_waits(times: RawTimes | None, classes: tuple[np.ndarray, int], server
     median, p90 = _group_quantiles(codes[clean], server[clean], groups, (0.5, 0.9))
     del clean
     median[counts < FINGERPRINT_MIN_SAMPLES] = np.nan
+    return likely_rows(out, codes, server, d1, runs, long_open, median, p90, (lo, hi))
+
+
+def likely_rows(out: LikelyWaits, codes: np.ndarray, server: np.ndarray, d1: np.ndarray, runs: np.ndarray,
+                long_open: np.ndarray, median: np.ndarray, p90: np.ndarray, long_union) -> LikelyWaits:
+    """likely_waits' answer for rows (written into `out`) from what it gathers over every row: per class the clean
+    runs' `median` (NaN for a class with fewer than FINGERPRINT_MIN_SAMPLES) and `p90`, and `long_union` (lo, hi),
+    the union of the long statements' executions; `runs`, `long_open`: the rows' open runs and long open runs. Row by
+    row: the partitioned decomposition (explain/partitioned_decompose.py) calls it a partition at a time."""
+    lo, hi = long_union
     typical = median[codes]
     typical[codes < 0] = np.nan
     known = runs & ~long_open & ~np.isnan(typical)
@@ -623,9 +633,21 @@ def estimate_execution(classes: tuple[np.ndarray, int], server: np.ndarray, fast
     timed = sample & ~np.isnan(server)
     p10, median, p90 = _group_quantiles(codes[timed], server[timed], groups, (0.1, 0.5, 0.9))
     # NaN quantiles (a group without a time) fail both tests, as they failed them in pandas' table
+    return estimate_rows(codes, server, *robust_estimates(sizes, p10, median, p90))
+
+
+def robust_estimates(sizes: np.ndarray, p10: np.ndarray, median: np.ndarray, p90: np.ndarray) -> tuple:
+    """Per class, the median and p90 of its fast runs where they make an estimate (≥ FINGERPRINT_MIN_SAMPLES runs
+    that agree: estimate_execution), NaN elsewhere (the arrays are changed in place)."""
     robust = (sizes >= FINGERPRINT_MIN_SAMPLES) & ((p90 - p10) <= ESTIMATE_MAX_SPREAD * median)
     median[~robust] = np.nan
     p90[~robust] = np.nan
+    return median, p90
+
+
+def estimate_rows(codes: np.ndarray, server: np.ndarray, median: np.ndarray, p90: np.ndarray) -> np.ndarray:
+    """estimate_execution's answer for rows of classes `codes` from robust_estimates' per-class median and p90."""
+    out = np.full(len(server), np.nan)
     row_median, row_p90 = median[codes], p90[codes]
     has = ~np.isnan(row_median) & ~np.isnan(server)
     out[has] = np.where(server[has] <= row_p90[has], server[has], np.minimum(server[has], row_median[has]))
