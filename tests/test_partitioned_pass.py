@@ -5,10 +5,12 @@ and dtypes, categoricals the same once recoded to today's categories (the file's
 writer's job: test_merged_writer). For P = 1, 3 and 16 partitions, on every bundled capture set with both points
 that is partitionable, on the test captures' pairs and on the 10 s recordings (skipped when absent). The sets the
 partitioned run does not do are refused, before any row is read: a lossy copy (the loss repair), a proxy set,
-several DB points or app points, a point alone."""
+an app point with several DB points, several app points, an app point alone. A DB capture alone (one or
+several DB points) gives today's rows of the DB point(s) alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 from pathlib import Path
@@ -45,7 +47,7 @@ def today(cs) -> tuple[pd.DataFrame, object]:
     options = Options(quiet=True)
     x = extract_points(cs, 1, True, options.max_sql_bytes, notes.append)
     paired = pair_points(x, cs, 1, options.max_sql_bytes, notes.append)
-    kept = (paired.clocks, paired.id_sources, paired.db_conns, paired.matching)
+    kept = (paired.clocks, paired.clock_info, paired.id_sources, paired.db_conns, paired.matching)
     return joined_table(paired), kept
 
 
@@ -74,9 +76,9 @@ def merged(runs: list, categories: dict[str, pd.Index]) -> pd.DataFrame:
 def assert_same_as_today(cs, work: Path, parts=PARTS) -> dict:
     """The partitioned rows of `cs` equal today's joined table for each P in `parts`; the runs sorted by key and
     none above its P. Returns what the checks saw."""
-    table, (clocks, id_sources, db_conns, matching) = today(cs)
+    table, (clocks, clock_info, id_sources, db_conns, matching) = today(cs)
     x = spilled(cs, work / "spill")
-    step = spilled_connection_step(x.app, x.db)
+    step = spilled_connection_step(x.app, x.db) if x.app else None  # DB points alone: nothing to pair
     named = {}
     if "conn_id_source" in db_conns:
         mine = db_conns[db_conns["conn_id_source"].isin([connids.ANSWER, connids.PROCESSLIST]).to_numpy()]
@@ -94,7 +96,16 @@ def assert_same_as_today(cs, work: Path, parts=PARTS) -> dict:
         # whole numbers in their declared dtype: the in-memory table holds a column narrower where its values
         # allow (core.tables.held), a partition's by its own values; the files hold the declared dtype
         pd.testing.assert_frame_equal(as_declared(got), as_declared(table), check_exact=True)
-    return {"rows": len(table), "seen": table["seen"].value_counts().to_dict(), "runs": len(runs), "named": len(named)}
+    return {"rows": len(table), "seen": table["seen"].value_counts().to_dict(), "runs": len(runs), "named": len(named),
+            "points": table["db_point"].nunique(), "sources": set(id_sources.values()), "clocks": len(clocks)}
+
+
+def db_alone(cs):
+    """`cs` without its app and proxy points: what analyze --db makes of the DB capture (the folder's slow log,
+    processlist, key log and settings kept)."""
+    cs.points = [p for p in cs.points if p.kind == "db"]
+    cs.proxy_servers = []
+    return cs
 
 
 @pytest.mark.parametrize("name", [n for n in PAIRS if n not in PROXY_SETS])
@@ -102,7 +113,27 @@ def test_the_partitioned_rows_are_todays_joined_table(name, tmp_path):
     found = assert_same_as_today(capture_set(CAPTURES / name), tmp_path)
     assert found["rows"] > 0
     if name == "field-pool-before-capture":  # its pool's connections are named by the processlist, not a greeting
-        assert found["named"] > 0
+        assert found["named"] > 0 and found["sources"] == {connids.ANSWER, connids.PROCESSLIST}, found
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_a_db_capture_alone_is_todays_joined_table(name, tmp_path):
+    """Every bundled set's DB capture alone (the proxy sets' too: without the proxy point, their DB side): every
+    row seen at the DB only, on its own point, the app columns null, as today's joined table."""
+    found = assert_same_as_today(db_alone(capture_set(CAPTURES / name)), tmp_path)
+    assert found["rows"] > 0 and {seen for seen, n in found["seen"].items() if n} == {"db"}, found
+    if name == "field-pool-before-capture":  # named at the DB point by its answers and the processlist
+        assert found["named"] > 0 and found["sources"] == {connids.ANSWER, connids.PROCESSLIST}, found
+
+
+@pytest.mark.parametrize("name", ["oltp-hogs", "field-pool-before-capture"])
+def test_several_db_points_alone(name, tmp_path):
+    """Two DB points and no app point (the set's app capture read as a second DB point): each row on its own
+    point, with the clock key pair_points gives it, as today."""
+    cs = capture_set(CAPTURES / name)
+    cs.points = [dataclasses.replace(p, kind="db") for p in cs.points]
+    found = assert_same_as_today(cs, tmp_path)
+    assert found["points"] == 2 and {seen for seen, n in found["seen"].items() if n} == {"db"}, found
 
 
 def test_the_test_captures_pair(tmp_path):
@@ -110,6 +141,8 @@ def test_the_test_captures_pair(tmp_path):
     field = REPO / "tests" / "data" / "field"
     cs = capture_set(app=[field / "one-connection-app.pcap"], db=field / "one-connection-db.pcap")
     assert assert_same_as_today(cs, tmp_path)["rows"] > 0
+    alone = assert_same_as_today(capture_set(db=field / "one-connection-db.pcap"), tmp_path / "alone")
+    assert alone["rows"] > 0 and {seen for seen, n in alone["seen"].items() if n} == {"db"}, alone
 
 
 @pytest.mark.parametrize("name", PROXY_SETS)
@@ -143,11 +176,14 @@ def test_a_lossy_copy_is_refused(tmp_path):
 
 
 def test_sets_of_other_shapes_are_refused(tmp_path):
-    """A point alone, several DB or app points, an extraction that did not spill: refused, saying which."""
+    """An app point alone, an app point with several DB points, several app points, an extraction that did not
+    spill: refused, saying which. A DB point alone is not."""
     cs = capture_set(CAPTURES / "oltp-hogs")
     x = spilled(cs, tmp_path / "spill")
     with pytest.raises(NotPartitionable, match="missing"):
-        check_partitionable([], x.db)
+        check_partitionable(x.app, [])
+    check_partitionable([], x.db)
+    check_partitionable([], [*x.db, *x.db])
     with pytest.raises(NotPartitionable, match="2 DB points"):
         check_partitionable(x.app, [*x.db, *x.db])
     with pytest.raises(NotPartitionable, match="2 app points"):
@@ -217,6 +253,15 @@ def test_the_10s_recordings(folder, tmp_path):
     shutil.rmtree(tmp_path / "probe")
     found = assert_same_as_today(cs, tmp_path)
     assert found["rows"] > 100_000
+
+
+@pytest.mark.parametrize("folder", RECORDED, ids=lambda p: p.name)
+def test_the_10s_recordings_db_capture_alone(folder, tmp_path):
+    """analyze --db F/db.pcap's rows, partitioned."""
+    if not (folder / "db.pcap").exists():
+        pytest.skip(f"{folder} is not here")
+    found = assert_same_as_today(db_alone(capture_set(folder)), tmp_path)
+    assert found["rows"] > 100_000 and {seen for seen, n in found["seen"].items() if n} == {"db"}, found
 
 
 def test_lost_at_notes_read_each_connections_whole_span(tmp_path):
