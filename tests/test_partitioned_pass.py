@@ -23,6 +23,7 @@ from pcapdecomp.analysis import Options, capture_set
 from pcapdecomp.core.tables import as_declared
 from pcapdecomp.explain.partitioned import NotPartitionable, PairedPartitions, check_partitionable, partitions_of
 from pcapdecomp.explain.servers import joined_table
+from pcapdecomp.pair.clocks import spilled_clocks
 from pcapdecomp.pair.match import ROW_KEY_FIELDS, spilled_connection_step
 from pcapdecomp.pair.pairing import pair_points
 from pcapdecomp.read import connids
@@ -75,7 +76,8 @@ def merged(runs: list, categories: dict[str, pd.Index]) -> pd.DataFrame:
 
 def assert_same_as_today(cs, work: Path, parts=PARTS) -> dict:
     """The partitioned rows of `cs` equal today's joined table for each P in `parts`; the runs sorted by key and
-    none above its P. Returns what the checks saw."""
+    none above its P. The clocks made from the spill too, equal to today's: the models (repr) and their entries
+    (spilled_clocks). Returns what the checks saw."""
     table, (clocks, clock_info, id_sources, db_conns, matching) = today(cs)
     x = spilled(cs, work / "spill")
     step = spilled_connection_step(x.app, x.db) if x.app else None  # DB points alone: nothing to pair
@@ -83,6 +85,11 @@ def assert_same_as_today(cs, work: Path, parts=PARTS) -> dict:
     if "conn_id_source" in db_conns:
         mine = db_conns[db_conns["conn_id_source"].isin([connids.ANSWER, connids.PROCESSLIST]).to_numpy()]
         named = dict(zip(zip(mine["capture"].astype(str), mine["conn_index"].astype(int)), mine["conn_id"].astype(int)))
+    notes: list[str] = []
+    got_clocks, got_info = (spilled_clocks(x.app_points, x.db_points, x.app, x.db, step.connections, None, 1,
+                                           notes.append) if x.app and len(step.connections) else ({}, {}))
+    assert repr(got_clocks) == repr(clocks) and got_info == clock_info
+    clocks = got_clocks  # the partitions from the spill's own clocks
     for p in parts:
         rows = PairedPartitions(x.app, x.db, step, clocks, id_sources=id_sources, named=named, parts=p)
         assert rows.stats() == matching.stats, p
@@ -252,7 +259,7 @@ def test_the_10s_recordings(folder, tmp_path):
     del x
     shutil.rmtree(tmp_path / "probe")
     found = assert_same_as_today(cs, tmp_path)
-    assert found["rows"] > 100_000
+    assert found["rows"] > 100_000 and found["clocks"] == 1, found
 
 
 @pytest.mark.parametrize("folder", RECORDED, ids=lambda p: p.name)
