@@ -21,7 +21,8 @@ import pytest
 
 from pcapdecomp.analysis import Options, capture_set
 from pcapdecomp.core.tables import as_declared
-from pcapdecomp.explain.partitioned import NotPartitionable, PairedPartitions, check_partitionable, partitions_of
+from pcapdecomp.explain.partitioned import (NotPartitionable, PairedPartitions, check_partitionable, partitions_of,
+                                           spilled_names)
 from pcapdecomp.explain.servers import joined_table
 from pcapdecomp.pair.clocks import spilled_clocks
 from pcapdecomp.pair.match import ROW_KEY_FIELDS, spilled_connection_step
@@ -76,8 +77,9 @@ def merged(runs: list, categories: dict[str, pd.Index]) -> pd.DataFrame:
 
 def assert_same_as_today(cs, work: Path, parts=PARTS) -> dict:
     """The partitioned rows of `cs` equal today's joined table for each P in `parts`; the runs sorted by key and
-    none above its P. The clocks made from the spill too, equal to today's: the models (repr) and their entries
-    (spilled_clocks). Returns what the checks saw."""
+    none above its P. Their inputs made from the spill too, and equal to today's: the clock models (repr) and their
+    entries (spilled_clocks), the connections named without a greeting (spilled_names). Returns what the checks
+    saw."""
     table, (clocks, clock_info, id_sources, db_conns, matching) = today(cs)
     x = spilled(cs, work / "spill")
     step = spilled_connection_step(x.app, x.db) if x.app else None  # DB points alone: nothing to pair
@@ -86,10 +88,12 @@ def assert_same_as_today(cs, work: Path, parts=PARTS) -> dict:
         mine = db_conns[db_conns["conn_id_source"].isin([connids.ANSWER, connids.PROCESSLIST]).to_numpy()]
         named = dict(zip(zip(mine["capture"].astype(str), mine["conn_index"].astype(int)), mine["conn_id"].astype(int)))
     notes: list[str] = []
+    got_sources, got_named = spilled_names(cs.processlist, {p.name: p for p in cs.points}, x.app, x.db, notes.append)
+    assert (got_sources, got_named) == (id_sources, named)
     got_clocks, got_info = (spilled_clocks(x.app_points, x.db_points, x.app, x.db, step.connections, None, 1,
                                            notes.append) if x.app and len(step.connections) else ({}, {}))
     assert repr(got_clocks) == repr(clocks) and got_info == clock_info
-    clocks = got_clocks  # the partitions from the spill's own clocks
+    clocks, id_sources, named = got_clocks, got_sources, got_named  # the partitions from the spill's own inputs
     for p in parts:
         rows = PairedPartitions(x.app, x.db, step, clocks, id_sources=id_sources, named=named, parts=p)
         assert rows.stats() == matching.stats, p
@@ -121,6 +125,15 @@ def test_the_partitioned_rows_are_todays_joined_table(name, tmp_path):
     assert found["rows"] > 0
     if name == "field-pool-before-capture":  # its pool's connections are named by the processlist, not a greeting
         assert found["named"] > 0 and found["sources"] == {connids.ANSWER, connids.PROCESSLIST}, found
+
+
+def test_connections_named_by_their_answers_alone(tmp_path):
+    """field-pool-before-capture without its processlist: the ids come from the SELECT CONNECTION_ID() answers the
+    buckets hold alone (spilled_names), as name_connections finds them in the tables."""
+    cs = capture_set(CAPTURES / "field-pool-before-capture")
+    cs.processlist = None
+    found = assert_same_as_today(cs, tmp_path, parts=(3,))
+    assert found["named"] > 0 and found["sources"] == {connids.ANSWER}, found
 
 
 @pytest.mark.parametrize("name", PAIRS)

@@ -34,7 +34,7 @@ import pandas as pd
 
 from ..core.memory import release_memory
 from ..core.outputs import SortedRun
-from ..core.schema import EXCHANGE_COLUMNS
+from ..core.schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
 from ..core.tables import concat, frame, frame_of_table, table_of
 from ..pair.clocks import clock_keys
 from ..pair.match import (ConnectionStep, Matching, MatchStats, SpilledKeys, combined_spans, exchange_rows,
@@ -50,6 +50,10 @@ TARGET_ROWS = 1 << 16  # rows a partition is cut for (§3: ≈ 50 MiB of the in-
 # ordinal and the server endpoint
 FIRST_PASS_COLUMNS = ("capture", "server", "conn_index", "seq", "req_first_ts", "command", "sql", "req_tcp_seq",
                       "resp_tcp_end", "result")
+# what read.connids.ids_from_answers reads of a row that answers SELECT CONNECTION_ID() (and conn_id, which
+# name_connections fills): spilled_names gathers them
+ANSWER_COLUMNS = ("capture", "client", "server", "conn_index", "seq", "req_first_ts", "command", "sql", "result",
+                  "resp_first_frame", "resp_last_frame", "resp_tcp_seq", "resp_tcp_end", "conn_id")
 
 
 class NotPartitionable(ValueError):
@@ -176,6 +180,39 @@ def first_pass(app: _Points, db: _Points, step: ConnectionStep, partitions: list
     counts.spans = (combined_spans(spans_a), combined_spans(spans_d))
     counts.leading_servers = servers
     return counts
+
+
+def spilled_names(processlist, points: dict, app: list[Extraction], db: list[Extraction], note,
+                  target_rows: int = TARGET_ROWS) -> tuple[dict[str, str], dict[tuple[str, int], int]]:
+    """read.connids.name_connections of spilled points, without their exchange tables: the rows it reads (the
+    answers to SELECT CONNECTION_ID(), connids.answers_connection_id) gathered a run of buckets at a time, in the
+    concatenated tables' order (each point's rows by SORT_BY, the points in order), and handed to it with the
+    extractions' connections tables (filled in place, as name_connections fills them). Returns its {client endpoint:
+    source} (PairedPartitions' `id_sources`) and the ids it named, (capture, conn_index) → id (`named`).
+    `processlist`, `points`, `note`: name_connections'."""
+    sides = [concat([x.connections for x in xs]) if xs else frame([], CONNECTION_COLUMNS) for xs in (app, db)]
+    named_side = 1 if len(sides[1]) else 0  # name_connections names the DB point's connections when it has some
+    xs, conns = (app, db)[named_side], sides[named_side]
+    answers = [frame([], EXCHANGE_COLUMNS), frame([], EXCHANGE_COLUMNS)]
+    if len(conns) and conns["conn_id"].isna().any():  # else no answer is read (name_connections' own test)
+        spilled = _Points(xs, keyed=False)
+        columns = tuple(c for c in EXCHANGE_COLUMNS if c.name in ANSWER_COLUMNS)
+        rows = spilled.rows()
+        parts = []
+        for first, end in partitions_of(rows, max(1, -(-int(rows.sum()) // target_rows))) if rows.sum() else []:
+            table, _ = spilled.table(first, end, columns)
+            parts.append(table[connids.answers_connection_id(table)])
+            del table
+        if parts:
+            found = concat(parts)
+            point = pd.Index([x.capture for x in xs]).get_indexer(found["capture"].astype(object).to_numpy())
+            order = np.lexsort((found["seq"].to_numpy(), found["conn_index"].to_numpy(),
+                                found["req_first_ts"].to_numpy(dtype="datetime64[ns]"), point))
+            answers[named_side] = found.take(order).reset_index(drop=True)
+    id_sources = connids.name_connections(processlist, points, answers[0], sides[0], answers[1], sides[1], note)
+    mine = conns[conns["conn_id_source"].isin([connids.ANSWER, connids.PROCESSLIST]).to_numpy()]
+    named = dict(zip(zip(mine["capture"].astype(str), mine["conn_index"].astype(int)), mine["conn_id"].astype(int)))
+    return id_sources, named
 
 
 def _db_points(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, point: str, leading: set) -> np.ndarray:
