@@ -9,7 +9,8 @@ pair is a partition's own. What crosses partitions is small and gathered first, 
 narrow columns (`first_pass`): each connection's least and greatest paired ordinal (a row seen at one point only
 is 'lost-at-*' when its connection paired rows before and after it), and the server endpoints that lead to the
 DB point (db_point of a row only the app saw). The connection pairs (match.spilled_connection_step), the clocks
-and the connections named without a greeting (read.connids.name_connections) are given.
+(pair.clocks.spilled_clocks) and the connections named without a greeting (`spilled_names`: read.connids.
+name_connections on the answer rows gathered from the buckets) are given, each made from the spill.
 
 Each partition yields a core.outputs.SortedRun: its rows, sorted by their row keys (pair.match.row_key), in the
 joined table's columns and dtypes, its categoricals with the partition's own categories (core.outputs.
