@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
 """Memory and CPU of the partitioned run's paired rows (explain/partitioned.py, docs/partitioned.md step 7a)
 against the in-memory path's same stage (Pairing.complete and explain.servers.joined_table), on a capture set
-with an app and a DB point:
+with an app and a DB point, or on its DB capture alone (`--db-alone`: what analyze --db makes of it):
 
-    python3 benchmarks/partitioned_pass.py /tmp/pcapdecomp-bench/sysbench-rw-40s [--parts N] [--work DIR]
+    python3 benchmarks/partitioned_pass.py /tmp/pcapdecomp-bench/sysbench-rw-40s [--parts N] [--work DIR] [--db-alone]
 
 Two child processes, one after the other (each its own peak):
-- `memory`: the stages as analyze --jobs 1 runs them (extract_points, pair_points, joined_table); Pairing.complete
-  and joined_table are marked: on entering, the child's VmHWM is reset (5 to /proc/self/clear_refs) and its VmRSS
-  read; on leaving, VmHWM is the stretch's peak. It hands the clocks and the connections named without a
-  greeting to the other child (a pickle in the work folder): the partitioned run's clock is today's fit.
+- `memory`: the stages as analyze --jobs 1 runs them (extract_points, pair_points, joined_table); Pairing.complete,
+  fit_clocks and joined_table are marked: on entering, the child's VmHWM is reset (5 to /proc/self/clear_refs) and
+  its VmRSS read; on leaving, VmHWM is the stretch's peak. It hands the clocks and the connections named without
+  a greeting to the other child (a pickle in the work folder), which checks its own against them.
 - `partitioned`: the two points extracted into the spill (read.extract.extract_all, their tables never read
   back), match.spilled_connection_step, then explain.partitioned.PairedPartitions: its first pass, then its
   partitions (each run counted and let go: what step 7 hands to the merged writer), each stretch marked alike.
 Then step 7b (explain/partitioned_decompose.py): decompose without a slow log on the joined table in memory, and
 DecomposedPartitions over the partitions (its first pass and selections, then its rows; each iterates
 PairedPartitions, which makes the runs again: their cost is the runs' line above, counted in each).
+  back), match.spilled_connection_step, the clocks (pair.clocks.spilled_clocks) and the connections named
+  (explain.partitioned.spilled_names) from the spill — checked equal to the handed ones —, then explain.
+  partitioned.PairedPartitions: its first pass, then its partitions (each run counted and let go: what step 7
+  hands to the merged writer), each stretch marked alike. A DB capture alone: no connection step, no clock.
 Prints a markdown table: per stretch its RSS at entry, its peak, the peak above entry, and CPU (user + system)."""
 
 from __future__ import annotations
@@ -74,9 +78,21 @@ class Marks:
         setattr(owner, attribute, marked)
 
 
-def memory_side(folder: Path, work: Path) -> list[dict]:
-    from pcapdecomp.analysis import Options, capture_set
+def the_set(folder: Path, db_alone: bool):
+    """The capture set of `folder`, without its app and proxy points when `db_alone`."""
+    from pcapdecomp.analysis import capture_set
+
+    cs = capture_set(folder)
+    if db_alone:
+        cs.points = [p for p in cs.points if p.kind == "db"]
+        cs.proxy_servers = []
+    return cs
+
+
+def memory_side(folder: Path, work: Path, db_alone: bool) -> list[dict]:
+    from pcapdecomp.analysis import Options
     from pcapdecomp.explain import servers
+    from pcapdecomp.pair import clocks
     from pcapdecomp.pair.match import Pairing
     from pcapdecomp.pair.pairing import pair_points
     from pcapdecomp.read import connids
@@ -84,14 +100,15 @@ def memory_side(folder: Path, work: Path) -> list[dict]:
 
     marks = Marks()
     marks.wrap(Pairing, "complete", "in memory: Pairing.complete")
-    cs, options = capture_set(folder), Options(quiet=True)
+    marks.wrap(clocks, "fit_clocks", "in memory: fit_clocks")  # pair_points imports it when it calls it
+    cs, options = the_set(folder, db_alone), Options(quiet=True)
     x = extract_points(cs, 1, True, options.max_sql_bytes, lambda _: None)
     paired = pair_points(x, cs, 1, options.max_sql_bytes, lambda _: None)
     conns = paired.db_conns
     mine = conns[conns["conn_id_source"].isin([connids.ANSWER, connids.PROCESSLIST]).to_numpy()] \
         if "conn_id_source" in conns else conns.iloc[:0]
     named = dict(zip(zip(mine["capture"].astype(str), mine["conn_index"].astype(int)), mine["conn_id"].astype(int)))
-    (work / "inputs.pkl").write_bytes(pickle.dumps((paired.clocks, paired.id_sources, named)))
+    (work / "inputs.pkl").write_bytes(pickle.dumps((repr(paired.clocks), paired.clock_info, paired.id_sources, named)))
     rows = len(paired.matching.app_row)
     started = marks.start()
     table = servers.joined_table(paired)
@@ -105,27 +122,39 @@ def memory_side(folder: Path, work: Path) -> list[dict]:
     return marks.found
 
 
-def partitioned_side(folder: Path, work: Path, parts: int | None) -> list[dict]:
-    from pcapdecomp.analysis import Options, capture_set
-    from pcapdecomp.explain.partitioned import PairedPartitions
+def partitioned_side(folder: Path, work: Path, parts: int | None, db_alone: bool) -> list[dict]:
+    from pcapdecomp.analysis import Options
+    from pcapdecomp.explain.partitioned import PairedPartitions, spilled_names
+    from pcapdecomp.pair.clocks import spilled_clocks
     from pcapdecomp.pair.match import spilled_connection_step
     from pcapdecomp.read.extract import extract_all
     from pcapdecomp.read.sources import parse_server
     from pcapdecomp.read.tlskeys import load_secrets
 
     marks = Marks()
-    cs, options = capture_set(folder), Options(quiet=True)
+    cs, options = the_set(folder, db_alone), Options(quiet=True)
     read = [*cs.of("app"), *cs.of("db")]
     endpoints = {parse_server(s) for s in cs.servers} or None
     started = marks.start()
     extractions = extract_all(read, endpoints, options.max_sql_bytes, 1, tls_secrets=load_secrets(cs.tls_keylogs, read),
                               spill=work / "spill")
-    marks.stop("spilled: extract_all (both points)", started)
+    marks.stop(f"spilled: extract_all ({'the DB point' if db_alone else 'both points'})", started)
     app, db = extractions[:len(cs.of("app"))], extractions[len(cs.of("app")):]
-    clocks, id_sources, named = pickle.loads((work / "inputs.pkl").read_bytes())
+    handed = pickle.loads((work / "inputs.pkl").read_bytes())
+    step, clocks, clock_info = None, {}, {}
+    if app:
+        started = marks.start()
+        step = spilled_connection_step(app, db)
+        marks.stop("spilled: spilled_connection_step", started)
+        started = marks.start()
+        clocks, clock_info = spilled_clocks(cs.of("app"), cs.of("db"), app, db, step.connections, None, 1,
+                                            lambda _: None)
+        marks.stop("spilled: spilled_clocks", started)
     started = marks.start()
-    step = spilled_connection_step(app, db)
-    marks.stop("spilled: spilled_connection_step", started)
+    id_sources, named = spilled_names(cs.processlist, {p.name: p for p in cs.points}, app, db, lambda _: None)
+    marks.stop("spilled: spilled_names", started, named=len(named))
+    if (repr(clocks), clock_info, id_sources, named) != handed:
+        sys.exit("the spill's clocks or names are not the in-memory path's")
     started = marks.start()
     rows = PairedPartitions(app, db, step, clocks, id_sources=id_sources, named=named, parts=parts)
     marks.stop("spilled: PairedPartitions' first pass", started, partitions=len(rows.first_pass.partitions))
@@ -156,11 +185,12 @@ def main() -> None:
     parser.add_argument("folder", type=Path, help="a capture set with an app and a DB point")
     parser.add_argument("--parts", type=int, default=None, help="partitions (default: for 65,536 rows each)")
     parser.add_argument("--work", type=Path, default=None, help="the spill and the handed inputs (default: a temp)")
+    parser.add_argument("--db-alone", action="store_true", help="the set's DB capture alone (analyze --db)")
     parser.add_argument("--side", choices=["memory", "partitioned"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
-        found = memory_side(args.folder, args.work) if args.side == "memory" else \
-            partitioned_side(args.folder, args.work, args.parts)
+        found = memory_side(args.folder, args.work, args.db_alone) if args.side == "memory" else \
+            partitioned_side(args.folder, args.work, args.parts, args.db_alone)
         print(json.dumps(found))
         return
     with tempfile.TemporaryDirectory(prefix="partitioned-pass-") as temp:
@@ -171,6 +201,8 @@ def main() -> None:
             command = [sys.executable, __file__, str(args.folder), "--side", side, "--work", str(work)]
             if args.parts:
                 command += ["--parts", str(args.parts)]
+            if args.db_alone:
+                command.append("--db-alone")
             done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
             if done.returncode:
                 sys.exit(f"{side}: {done.stderr.strip()[-2000:]}")

@@ -5,10 +5,12 @@ and dtypes, categoricals the same once recoded to today's categories (the file's
 writer's job: test_merged_writer). For P = 1, 3 and 16 partitions, on every bundled capture set with both points
 that is partitionable, on the test captures' pairs and on the 10 s recordings (skipped when absent). The sets the
 partitioned run does not do are refused, before any row is read: a lossy copy (the loss repair), a proxy set,
-several DB points or app points, a point alone."""
+an app point with several DB points, several app points, an app point alone. A DB capture alone (one or
+several DB points) gives today's rows of the DB point(s) alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 from pathlib import Path
@@ -19,8 +21,10 @@ import pytest
 
 from pcapdecomp.analysis import Options, capture_set
 from pcapdecomp.core.tables import as_declared
-from pcapdecomp.explain.partitioned import NotPartitionable, PairedPartitions, check_partitionable, partitions_of
+from pcapdecomp.explain.partitioned import (NotPartitionable, PairedPartitions, check_partitionable, partitions_of,
+                                           spilled_names)
 from pcapdecomp.explain.servers import joined_table
+from pcapdecomp.pair.clocks import spilled_clocks
 from pcapdecomp.pair.match import ROW_KEY_FIELDS, spilled_connection_step
 from pcapdecomp.pair.pairing import pair_points
 from pcapdecomp.read import connids
@@ -45,7 +49,7 @@ def today(cs) -> tuple[pd.DataFrame, object]:
     options = Options(quiet=True)
     x = extract_points(cs, 1, True, options.max_sql_bytes, notes.append)
     paired = pair_points(x, cs, 1, options.max_sql_bytes, notes.append)
-    kept = (paired.clocks, paired.id_sources, paired.db_conns, paired.matching)
+    kept = (paired.clocks, paired.clock_info, paired.id_sources, paired.db_conns, paired.matching)
     return joined_table(paired), kept
 
 
@@ -73,14 +77,23 @@ def merged(runs: list, categories: dict[str, pd.Index]) -> pd.DataFrame:
 
 def assert_same_as_today(cs, work: Path, parts=PARTS) -> dict:
     """The partitioned rows of `cs` equal today's joined table for each P in `parts`; the runs sorted by key and
-    none above its P. Returns what the checks saw."""
-    table, (clocks, id_sources, db_conns, matching) = today(cs)
+    none above its P. Their inputs made from the spill too, and equal to today's: the clock models (repr) and their
+    entries (spilled_clocks), the connections named without a greeting (spilled_names). Returns what the checks
+    saw."""
+    table, (clocks, clock_info, id_sources, db_conns, matching) = today(cs)
     x = spilled(cs, work / "spill")
-    step = spilled_connection_step(x.app, x.db)
+    step = spilled_connection_step(x.app, x.db) if x.app else None  # DB points alone: nothing to pair
     named = {}
     if "conn_id_source" in db_conns:
         mine = db_conns[db_conns["conn_id_source"].isin([connids.ANSWER, connids.PROCESSLIST]).to_numpy()]
         named = dict(zip(zip(mine["capture"].astype(str), mine["conn_index"].astype(int)), mine["conn_id"].astype(int)))
+    notes: list[str] = []
+    got_sources, got_named = spilled_names(cs.processlist, {p.name: p for p in cs.points}, x.app, x.db, notes.append)
+    assert (got_sources, got_named) == (id_sources, named)
+    got_clocks, got_info = (spilled_clocks(x.app_points, x.db_points, x.app, x.db, step.connections, None, 1,
+                                           notes.append) if x.app and len(step.connections) else ({}, {}))
+    assert repr(got_clocks) == repr(clocks) and got_info == clock_info
+    clocks, id_sources, named = got_clocks, got_sources, got_named  # the partitions from the spill's own inputs
     for p in parts:
         rows = PairedPartitions(x.app, x.db, step, clocks, id_sources=id_sources, named=named, parts=p)
         assert rows.stats() == matching.stats, p
@@ -94,7 +107,16 @@ def assert_same_as_today(cs, work: Path, parts=PARTS) -> dict:
         # whole numbers in their declared dtype: the in-memory table holds a column narrower where its values
         # allow (core.tables.held), a partition's by its own values; the files hold the declared dtype
         pd.testing.assert_frame_equal(as_declared(got), as_declared(table), check_exact=True)
-    return {"rows": len(table), "seen": table["seen"].value_counts().to_dict(), "runs": len(runs), "named": len(named)}
+    return {"rows": len(table), "seen": table["seen"].value_counts().to_dict(), "runs": len(runs), "named": len(named),
+            "points": table["db_point"].nunique(), "sources": set(id_sources.values()), "clocks": len(clocks)}
+
+
+def db_alone(cs):
+    """`cs` without its app and proxy points: what analyze --db makes of the DB capture (the folder's slow log,
+    processlist, key log and settings kept)."""
+    cs.points = [p for p in cs.points if p.kind == "db"]
+    cs.proxy_servers = []
+    return cs
 
 
 @pytest.mark.parametrize("name", [n for n in PAIRS if n not in PROXY_SETS])
@@ -102,7 +124,36 @@ def test_the_partitioned_rows_are_todays_joined_table(name, tmp_path):
     found = assert_same_as_today(capture_set(CAPTURES / name), tmp_path)
     assert found["rows"] > 0
     if name == "field-pool-before-capture":  # its pool's connections are named by the processlist, not a greeting
-        assert found["named"] > 0
+        assert found["named"] > 0 and found["sources"] == {connids.ANSWER, connids.PROCESSLIST}, found
+
+
+def test_connections_named_by_their_answers_alone(tmp_path):
+    """field-pool-before-capture without its processlist: the ids come from the SELECT CONNECTION_ID() answers the
+    buckets hold alone (spilled_names), as name_connections finds them in the tables."""
+    cs = capture_set(CAPTURES / "field-pool-before-capture")
+    cs.processlist = None
+    found = assert_same_as_today(cs, tmp_path, parts=(3,))
+    assert found["named"] > 0 and found["sources"] == {connids.ANSWER}, found
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_a_db_capture_alone_is_todays_joined_table(name, tmp_path):
+    """Every bundled set's DB capture alone (the proxy sets' too: without the proxy point, their DB side): every
+    row seen at the DB only, on its own point, the app columns null, as today's joined table."""
+    found = assert_same_as_today(db_alone(capture_set(CAPTURES / name)), tmp_path)
+    assert found["rows"] > 0 and {seen for seen, n in found["seen"].items() if n} == {"db"}, found
+    if name == "field-pool-before-capture":  # named at the DB point by its answers and the processlist
+        assert found["named"] > 0 and found["sources"] == {connids.ANSWER, connids.PROCESSLIST}, found
+
+
+@pytest.mark.parametrize("name", ["oltp-hogs", "field-pool-before-capture"])
+def test_several_db_points_alone(name, tmp_path):
+    """Two DB points and no app point (the set's app capture read as a second DB point): each row on its own
+    point, with the clock key pair_points gives it, as today."""
+    cs = capture_set(CAPTURES / name)
+    cs.points = [dataclasses.replace(p, kind="db") for p in cs.points]
+    found = assert_same_as_today(cs, tmp_path)
+    assert found["points"] == 2 and {seen for seen, n in found["seen"].items() if n} == {"db"}, found
 
 
 def test_the_test_captures_pair(tmp_path):
@@ -110,6 +161,8 @@ def test_the_test_captures_pair(tmp_path):
     field = REPO / "tests" / "data" / "field"
     cs = capture_set(app=[field / "one-connection-app.pcap"], db=field / "one-connection-db.pcap")
     assert assert_same_as_today(cs, tmp_path)["rows"] > 0
+    alone = assert_same_as_today(capture_set(db=field / "one-connection-db.pcap"), tmp_path / "alone")
+    assert alone["rows"] > 0 and {seen for seen, n in alone["seen"].items() if n} == {"db"}, alone
 
 
 @pytest.mark.parametrize("name", PROXY_SETS)
@@ -143,11 +196,14 @@ def test_a_lossy_copy_is_refused(tmp_path):
 
 
 def test_sets_of_other_shapes_are_refused(tmp_path):
-    """A point alone, several DB or app points, an extraction that did not spill: refused, saying which."""
+    """An app point alone, an app point with several DB points, several app points, an extraction that did not
+    spill: refused, saying which. A DB point alone is not."""
     cs = capture_set(CAPTURES / "oltp-hogs")
     x = spilled(cs, tmp_path / "spill")
     with pytest.raises(NotPartitionable, match="missing"):
-        check_partitionable([], x.db)
+        check_partitionable(x.app, [])
+    check_partitionable([], x.db)
+    check_partitionable([], [*x.db, *x.db])
     with pytest.raises(NotPartitionable, match="2 DB points"):
         check_partitionable(x.app, [*x.db, *x.db])
     with pytest.raises(NotPartitionable, match="2 app points"):
@@ -216,7 +272,16 @@ def test_the_10s_recordings(folder, tmp_path):
     del x
     shutil.rmtree(tmp_path / "probe")
     found = assert_same_as_today(cs, tmp_path)
-    assert found["rows"] > 100_000
+    assert found["rows"] > 100_000 and found["clocks"] == 1, found
+
+
+@pytest.mark.parametrize("folder", RECORDED, ids=lambda p: p.name)
+def test_the_10s_recordings_db_capture_alone(folder, tmp_path):
+    """analyze --db F/db.pcap's rows, partitioned."""
+    if not (folder / "db.pcap").exists():
+        pytest.skip(f"{folder} is not here")
+    found = assert_same_as_today(db_alone(capture_set(folder)), tmp_path)
+    assert found["rows"] > 100_000 and {seen for seen, n in found["seen"].items() if n} == {"db"}, found
 
 
 def test_lost_at_notes_read_each_connections_whole_span(tmp_path):

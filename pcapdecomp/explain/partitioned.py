@@ -9,14 +9,20 @@ pair is a partition's own. What crosses partitions is small and gathered first, 
 narrow columns (`first_pass`): each connection's least and greatest paired ordinal (a row seen at one point only
 is 'lost-at-*' when its connection paired rows before and after it), and the server endpoints that lead to the
 DB point (db_point of a row only the app saw). The connection pairs (match.spilled_connection_step), the clocks
-and the connections named without a greeting (read.connids.name_connections) are given.
+(pair.clocks.spilled_clocks) and the connections named without a greeting (`spilled_names`: read.connids.
+name_connections on the answer rows gathered from the buckets) are given, each made from the spill.
 
 Each partition yields a core.outputs.SortedRun: its rows, sorted by their row keys (pair.match.row_key), in the
 joined table's columns and dtypes, its categoricals with the partition's own categories (core.outputs.
 write_merged recodes them to the file's). Merged by key, the runs are the in-memory joined table.
 
-Not partitionable (`NotPartitionable`, for the later step 7 to fall back to the in-memory path): a set without
-both an app and a DB point, several DB points, a proxy, a point with frames lost (the loss repair would re-read
+A DB capture alone (no app point: the common field case) goes through the same runs: nothing pairs, so a
+partition's rows are its DB rows in the table's order (match.one_point_matching), on no clock, each on its own
+DB point; several DB points alone too (each row's own point, as pair_points gives them). No connection step, no
+first pass over the rows: the partitions are cut from the buckets' row counts.
+
+Not partitionable (`NotPartitionable`, for the later step 7 to fall back to the in-memory path): a set without a
+DB point, an app point with several DB points, a proxy, a point with frames lost (the loss repair would re-read
 its connections), an extraction that did not spill."""
 
 from __future__ import annotations
@@ -29,10 +35,12 @@ import pandas as pd
 
 from ..core.memory import release_memory
 from ..core.outputs import SortedRun
-from ..core.schema import EXCHANGE_COLUMNS
+from ..core.schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
 from ..core.tables import concat, frame, frame_of_table, table_of
+from ..pair.clocks import clock_keys
 from ..pair.match import (ConnectionStep, Matching, MatchStats, SpilledKeys, combined_spans, exchange_rows,
-                          matching_row_keys, paired_spans, pairing_keys, pairs_inside)
+                          matching_row_keys, one_point_matching, paired_spans, pairing_keys, pairs_inside)
+from ..pair.pairing import db_points
 from ..read import connids
 from ..read.exchanges import Extraction
 from ..read.spill import BUCKETS, SORT_BY
@@ -43,6 +51,10 @@ TARGET_ROWS = 1 << 16  # rows a partition is cut for (§3: ≈ 50 MiB of the in-
 # ordinal and the server endpoint
 FIRST_PASS_COLUMNS = ("capture", "server", "conn_index", "seq", "req_first_ts", "command", "sql", "req_tcp_seq",
                       "resp_tcp_end", "result")
+# what read.connids.ids_from_answers reads of a row that answers SELECT CONNECTION_ID() (and conn_id, which
+# name_connections fills): spilled_names gathers them
+ANSWER_COLUMNS = ("capture", "client", "server", "conn_index", "seq", "req_first_ts", "command", "sql", "result",
+                  "resp_first_frame", "resp_last_frame", "resp_tcp_seq", "resp_tcp_end", "conn_id")
 
 
 class NotPartitionable(ValueError):
@@ -53,10 +65,10 @@ def check_partitionable(app: list[Extraction], db: list[Extraction], proxy: list
                         proxy_servers=()) -> None:
     """Raises NotPartitionable, saying why, unless PairedPartitions can make these points' joined table (`proxy`:
     the set's proxy points' extractions, `proxy_servers`: its proxy endpoints; any proxy is refused, one without a
-    proxy in its traffic too)."""
-    if not app or not db:
-        raise NotPartitionable("the partitioned run pairs an app point with a DB point: one of them is missing")
-    if len(db) > 1:
+    proxy in its traffic too). DB points alone (no app point) are partitionable."""
+    if not db:
+        raise NotPartitionable("the partitioned run reads a DB point, alone or paired with an app point: it is missing")
+    if app and len(db) > 1:
         raise NotPartitionable(f"{len(db)} DB points: each row's clock is its pair of points (not partitioned yet)")
     if proxy or proxy_servers:
         raise NotPartitionable("a proxy: its two sides are different TCP connections, paired across connections")
@@ -91,17 +103,18 @@ class FirstPass:
 class _Points:
     """One side's spilled points: a run of buckets read as the side's table holds those rows (its points in
     order, each sorted by the extraction's order), and each row's connection key as Pairing keys the side's
-    concatenated tables (match.SpilledKeys)."""
+    concatenated tables (match.SpilledKeys; `keyed` False: None, for a side nothing is paired with, whose keys
+    would cost a pass over its buckets)."""
 
-    def __init__(self, points: list[Extraction]):
+    def __init__(self, points: list[Extraction], keyed: bool = True):
         self.points = points
-        self.keys = SpilledKeys(points)
+        self.keys = SpilledKeys(points) if keyed else None
 
     def rows(self) -> np.ndarray:
         return np.sum([x.spill.rows for x in self.points], axis=0)
 
-    def table(self, first: int, end: int, columns=EXCHANGE_COLUMNS) -> tuple[pd.DataFrame, np.ndarray]:
-        """The rows of buckets first … end − 1 (the `columns` of them) and their connection keys."""
+    def table(self, first: int, end: int, columns=EXCHANGE_COLUMNS) -> tuple[pd.DataFrame, np.ndarray | None]:
+        """The rows of buckets first … end − 1 (the `columns` of them) and their connection keys (None unkeyed)."""
         names = [c.name for c in columns]
         parts = []
         for x in self.points:
@@ -109,9 +122,9 @@ class _Points:
             if batches:
                 parts.append(frame_of_table([table_of(batches, columns, sort_by=SORT_BY)], columns))
         if not parts:
-            return frame([], columns), np.zeros(0, dtype=np.int64)
+            return frame([], columns), np.zeros(0, dtype=np.int64) if self.keys is not None else None
         table = concat(parts) if len(parts) > 1 else parts[0]
-        return table, self.keys.of_rows(table)
+        return table, self.keys.of_rows(table) if self.keys is not None else None
 
 
 def partitions_of(rows: np.ndarray, parts: int) -> list[tuple[int, int]]:
@@ -170,6 +183,39 @@ def first_pass(app: _Points, db: _Points, step: ConnectionStep, partitions: list
     return counts
 
 
+def spilled_names(processlist, points: dict, app: list[Extraction], db: list[Extraction], note,
+                  target_rows: int = TARGET_ROWS) -> tuple[dict[str, str], dict[tuple[str, int], int]]:
+    """read.connids.name_connections of spilled points, without their exchange tables: the rows it reads (the
+    answers to SELECT CONNECTION_ID(), connids.answers_connection_id) gathered a run of buckets at a time, in the
+    concatenated tables' order (each point's rows by SORT_BY, the points in order), and handed to it with the
+    extractions' connections tables (filled in place, as name_connections fills them). Returns its {client endpoint:
+    source} (PairedPartitions' `id_sources`) and the ids it named, (capture, conn_index) → id (`named`).
+    `processlist`, `points`, `note`: name_connections'."""
+    sides = [concat([x.connections for x in xs]) if xs else frame([], CONNECTION_COLUMNS) for xs in (app, db)]
+    named_side = 1 if len(sides[1]) else 0  # name_connections names the DB point's connections when it has some
+    xs, conns = (app, db)[named_side], sides[named_side]
+    answers = [frame([], EXCHANGE_COLUMNS), frame([], EXCHANGE_COLUMNS)]
+    if len(conns) and conns["conn_id"].isna().any():  # else no answer is read (name_connections' own test)
+        spilled = _Points(xs, keyed=False)
+        columns = tuple(c for c in EXCHANGE_COLUMNS if c.name in ANSWER_COLUMNS)
+        rows = spilled.rows()
+        parts = []
+        for first, end in partitions_of(rows, max(1, -(-int(rows.sum()) // target_rows))) if rows.sum() else []:
+            table, _ = spilled.table(first, end, columns)
+            parts.append(table[connids.answers_connection_id(table)])
+            del table
+        if parts:
+            found = concat(parts)
+            point = pd.Index([x.capture for x in xs]).get_indexer(found["capture"].astype(object).to_numpy())
+            order = np.lexsort((found["seq"].to_numpy(), found["conn_index"].to_numpy(),
+                                found["req_first_ts"].to_numpy(dtype="datetime64[ns]"), point))
+            answers[named_side] = found.take(order).reset_index(drop=True)
+    id_sources = connids.name_connections(processlist, points, answers[0], sides[0], answers[1], sides[1], note)
+    mine = conns[conns["conn_id_source"].isin([connids.ANSWER, connids.PROCESSLIST]).to_numpy()]
+    named = dict(zip(zip(mine["capture"].astype(str), mine["conn_index"].astype(int)), mine["conn_id"].astype(int)))
+    return id_sources, named
+
+
 def _db_points(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, point: str, leading: set) -> np.ndarray:
     """pairing.db_points of a partition's rows with one DB point (`point`): a row the DB saw is its; a row only
     the app saw is its when the row's server (as the app saw it) is among `leading` (FirstPass.leading_servers);
@@ -184,34 +230,51 @@ def _db_points(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, point: s
     return out
 
 
+def sorted_run(table: pd.DataFrame, keys: np.ndarray) -> SortedRun:
+    """A partition's joined rows and their row keys as a SortedRun (sorted by key)."""
+    order = np.lexsort(keys.T[::-1])
+    return SortedRun(table.take(order).reset_index(drop=True), keys[order])
+
+
 class PairedPartitions:
     """The joined table (explain.servers.joined_table's rows and columns) of the spilled points `app` and `db`, as
-    SortedRuns, one partition at a time: iterating makes them. `step`: match.spilled_connection_step(app, db);
-    `clocks`: the fitted models by app point (pair.clocks.fit_clocks); `id_sources`, `named`: what read.connids.
+    SortedRuns, one partition at a time: iterating makes them. `step`: match.spilled_connection_step(app, db)
+    (None with `app` empty: DB points alone, nothing to pair); `clocks`: the fitted models by app point (pair.
+    clocks.fit_clocks; {} for DB points alone); `id_sources`, `named`: what read.connids.
     name_connections gave (client endpoint → source; and the ids it put on connections without a greeting,
     (capture, conn_index) → id); `parts`: the number of partitions (None: as many as `target_rows` asks for);
     `proxy`, `proxy_servers`: the set's proxy points and endpoints. The constructor raises NotPartitionable
     (check_partitionable) before reading a row, then makes `first_pass`."""
 
-    def __init__(self, app: list[Extraction], db: list[Extraction], step: ConnectionStep, clocks: dict,
+    def __init__(self, app: list[Extraction], db: list[Extraction], step: ConnectionStep | None, clocks: dict,
                  *, id_sources: dict[str, str] | None = None, named: dict[tuple[str, int], int] | None = None,
                  parts: int | None = None, target_rows: int = TARGET_ROWS, proxy: list[Extraction] = (),
                  proxy_servers=()):
         check_partitionable(app, db, proxy, proxy_servers)
-        self.app, self.db = _Points(app), _Points(db)
+        self.alone = not app  # DB points alone: a partition's rows are its DB rows (match.one_point_matching)
+        self.app, self.db = (_Points(app), _Points(db)) if not self.alone else (None, _Points(db, keyed=False))
         self.step, self.clocks = step, clocks
         self.id_sources, self.named = id_sources or {}, named or {}
-        self.primary = app[0].capture
+        self.primary = app[0].capture if app else None
         self.db_point = db[0].capture
         self.app_names, self.db_names = [x.capture for x in app], [x.capture for x in db]
-        rows = np.maximum(self.app.rows(), self.db.rows())  # a bucket's joined rows: about its larger side's
+        # a bucket's joined rows: about its larger side's
+        rows = self.db.rows() if self.alone else np.maximum(self.app.rows(), self.db.rows())
         total = int(rows.sum())
         parts = parts if parts is not None else max(1, -(-total // target_rows))
-        self.first_pass = first_pass(self.app, self.db, step, partitions_of(rows, parts) if total else [])
+        partitions = partitions_of(rows, parts) if total else []
+        if self.alone:  # nothing crosses the partitions: no spans, no server leads to a point, every row DB-only
+            self.first_pass = FirstPass((None, None), set(), partitions, db_only=total)
+        else:
+            self.first_pass = first_pass(self.app, self.db, step, partitions)
 
     def stats(self) -> MatchStats:
         """MatchStats of the whole pairing (Pairing.complete's), from the connection step and the first pass."""
         f, s = self.first_pass, self.step
+        if self.alone:  # as match.one_point_matching counts them
+            return MatchStats(app_exchanges=0, db_exchanges=f.db_only, matched=0, app_only=0, db_only=f.db_only,
+                              conflicts=0, connections_matched=0, connections_by_scramble=0, connections_nat=0,
+                              connections_vetoed=0)
         conns = s.connections
         amb_a, amb_d = s.ambiguous
         return MatchStats(
@@ -227,6 +290,8 @@ class PairedPartitions:
 
     def partition(self, first: int, end: int) -> SortedRun:
         """The joined rows of buckets first … end − 1, sorted by their row keys."""
+        if self.alone:
+            return self._alone(first, end)
         a, conn_a = self.app.table(first, end)
         d, conn_d = self.db.table(first, end)
         *inside, _ = _paired(a, d, conn_a, conn_d, self.step)
@@ -237,8 +302,23 @@ class PairedPartitions:
         connids.fill_rows(d, self.named)  # as name_connections fills the DB side's table
         row_point = _db_points(a, d, matching, self.db_point, self.first_pass.leading_servers)
         table = joined_rows(a, d, matching, self.clocks, self.primary, None, None, None, self.id_sources, row_point)
-        order = np.lexsort(keys.T[::-1])
-        run = SortedRun(table.take(order).reset_index(drop=True), keys[order])
+        run = sorted_run(table, keys)
+        del a, d, table
+        release_memory()  # what made the run, back before the next partition's tables are read
+        return run
+
+    def _alone(self, first: int, end: int) -> SortedRun:
+        """partition() of DB points alone: the rows as pair_points makes them without an app point (one_point_
+        matching, each row on its own DB point, no clock; with several DB points their clock keys, clock_keys')."""
+        a = frame([], EXCHANGE_COLUMNS)
+        d, _ = self.db.table(first, end)
+        matching = one_point_matching(a, d)
+        keys = matching_row_keys(matching, a, d, [], self.db_names)
+        connids.fill_rows(d, self.named)
+        row_point = db_points(a, d, matching)
+        row_clock = clock_keys(a, matching, row_point, self.clocks, None) if len(self.db_names) > 1 else None
+        table = joined_rows(a, d, matching, self.clocks, None, row_clock, None, None, self.id_sources, row_point)
+        run = sorted_run(table, keys)
         del a, d, table
         release_memory()  # what made the run, back before the next partition's tables are read
         return run

@@ -17,13 +17,14 @@ import pandas as pd
 
 from ..core.endpoints import split_endpoint
 from ..core.memory import release_memory
+from ..core.tables import concat
 from ..core.workers import Ahead, run_all
 from ..read import extract
 from ..read.capture import open_capture
 from ..read.fastlane import segment_keys
 from ..read.sources import CapturePoint
 from .clock import ClockModel, clock_hulls, combined_hulls, estimate_clock, fit_hulls
-from .match import connection_keys, first_rows
+from .match import SpilledKeys, connection_keys, first_rows
 
 
 def _flows(conns: pd.DataFrame) -> set[tuple[str, int, str, int]]:
@@ -48,12 +49,30 @@ def fit_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: l
     or `pair_key` (several), and its summary.json → clocks entry. `read_ahead`: start_segment_passes's passes, used
     for a point whose matched connections are the ones it read."""
     release_memory()  # what the matching freed (its candidates, the completed matching's making), before the passes
+    return matched_clocks(app_pts, db_pts, app_x, db_xs, matching.connections, _conn_table(app_ex, app_conns),
+                          _conn_table(db_ex, db_conns), runner, jobs, note, read_ahead)
+
+
+def spilled_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: list, db_xs: list,
+                   connections: pd.DataFrame, runner, jobs: int, note) -> tuple[dict[str, ClockModel], dict[str, dict]]:
+    """fit_clocks of points whose exchanges spilled (read/spill.py; the partitioned run, explain/partitioned.py):
+    which connections matched is `connections` (match.spilled_connection_step's), each connection's key numbered by
+    a pass over the buckets (match.SpilledKeys: as connection_keys numbers the concatenated tables), its endpoints
+    from the extractions' connections tables: no exchange table is read. The same models and entries."""
+    keyed = [SpilledKeys(xs).frame("key").merge(concat([x.connections for x in xs])[list(_CONN_TABLE_COLUMNS)],
+                                                  on=["capture", "conn_index"]) for xs in (app_x, db_xs)]
+    return matched_clocks(app_pts, db_pts, app_x, db_xs, connections, *keyed, runner, jobs, note, None)
+
+
+def matched_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: list, db_xs: list,
+                   connections: pd.DataFrame, a_keys: pd.DataFrame, d_keys: pd.DataFrame, runner, jobs: int, note,
+                   read_ahead: dict | None) -> tuple[dict[str, ClockModel], dict[str, dict]]:
+    """fit_clocks from the matched connection pairs (`connections`: app_conn, db_conn keys) and each side's
+    connections by key (`a_keys`, `d_keys`: key, capture, conn_index, client, server)."""
     several = len(db_xs) > 1
     clocks: dict[str, ClockModel] = {}
     clock_info: dict[str, dict] = {}
-    a_keys = _conn_table(app_ex, app_conns)
-    d_keys = _conn_table(db_ex, db_conns)
-    pairs = matching.connections.merge(a_keys, left_on="app_conn", right_on="key").merge(
+    pairs = connections.merge(a_keys, left_on="app_conn", right_on="key").merge(
         d_keys, left_on="db_conn", right_on="key", suffixes=("_a", "_d"))
     # one more pass over each capture point for the segments of matched connections: on the workers (--jobs,
     # --scheduler)
@@ -195,12 +214,15 @@ def clock_keys(app_ex: pd.DataFrame, matching, row_point: np.ndarray, clocks: di
     return keys
 
 
+_CONN_TABLE_COLUMNS = ("capture", "conn_index", "client", "server")  # what the clock reads of a connection
+
+
 def _conn_table(ex: pd.DataFrame, conns: pd.DataFrame) -> pd.DataFrame:
     key = connection_keys(ex).to_numpy()
     first = first_rows(key)  # each connection's first row (keys number them as they appear)
     keys = pd.DataFrame({"key": key[first], "capture": ex["capture"].iloc[first].to_numpy(),
                          "conn_index": ex["conn_index"].to_numpy()[first]})
-    return keys.merge(conns[["capture", "conn_index", "client", "server"]], on=["capture", "conn_index"])
+    return keys.merge(conns[list(_CONN_TABLE_COLUMNS)], on=["capture", "conn_index"])
 
 
 @dataclass(frozen=True)

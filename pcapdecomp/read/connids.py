@@ -225,8 +225,7 @@ def ids_from_answers(point, ex: pd.DataFrame, conns: pd.DataFrame) -> dict[tuple
     if not len(unnamed):
         return {}
     wanted_conns = set(zip(unnamed["capture"].astype(str), unnamed["conn_index"].astype(np.int64)))
-    rows = [i for i in np.flatnonzero(_asks_connection_id(ex["sql"]) & (ex["command"] == "COM_QUERY").to_numpy()
-                                      & (ex["result"] == "resultset").to_numpy())
+    rows = [i for i in np.flatnonzero(answers_connection_id(ex))
             if (str(ex["capture"].iat[i]), int(ex["conn_index"].iat[i])) in wanted_conns]
     chosen: dict[tuple[str, int], int] = {}
     for i in rows:  # one answer per connection is enough
@@ -242,6 +241,13 @@ def ids_from_answers(point, ex: pd.DataFrame, conns: pd.DataFrame) -> dict[tuple
         client, server = str(ex["client"].iat[i]), str(ex["server"].iat[i])
         spans.append((k, int(first), int(last), int(seq), (int(end) - int(seq)) % (1 << 32), client, server))
     return _read_answers(point, spans)
+
+
+def answers_connection_id(ex: pd.DataFrame) -> np.ndarray:
+    """Per row of `ex`: a SELECT CONNECTION_ID() answered with a result set, the rows ids_from_answers reads (the
+    partitioned run gathers them from the buckets: explain/partitioned.py spilled_names)."""
+    return (_asks_connection_id(ex["sql"]) & (ex["command"] == "COM_QUERY").to_numpy()
+            & (ex["result"] == "resultset").to_numpy())
 
 
 def _asks_connection_id(sql: pd.Series) -> np.ndarray:
