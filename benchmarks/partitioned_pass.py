@@ -11,15 +11,13 @@ Two child processes, one after the other (each its own peak):
   its VmRSS read; on leaving, VmHWM is the stretch's peak. It hands the clocks and the connections named without
   a greeting to the other child (a pickle in the work folder), which checks its own against them.
 - `partitioned`: the two points extracted into the spill (read.extract.extract_all, their tables never read
-  back), match.spilled_connection_step, then explain.partitioned.PairedPartitions: its first pass, then its
-  partitions (each run counted and let go: what step 7 hands to the merged writer), each stretch marked alike.
-Then step 7b (explain/partitioned_decompose.py): decompose without a slow log on the joined table in memory, and
-DecomposedPartitions over the partitions (its first pass and selections, then its rows; each iterates
-PairedPartitions, which makes the runs again: their cost is the runs' line above, counted in each).
   back), match.spilled_connection_step, the clocks (pair.clocks.spilled_clocks) and the connections named
   (explain.partitioned.spilled_names) from the spill — checked equal to the handed ones —, then explain.
   partitioned.PairedPartitions: its first pass, then its partitions (each run counted and let go: what step 7
   hands to the merged writer), each stretch marked alike. A DB capture alone: no connection step, no clock.
+Then step 7b (explain/partitioned_decompose.py): decompose without a slow log on the joined table in memory, and
+DecomposedPartitions over the partitions (its first pass and selections, then its rows; each iterates
+PairedPartitions, which makes the runs again: their cost is the runs' line above, counted in each).
 Prints a markdown table: per stretch its RSS at entry, its peak, the peak above entry, and CPU (user + system)."""
 
 from __future__ import annotations
