@@ -24,7 +24,7 @@ from pcapdecomp.explain.partitioned import NotPartitionable, PairedPartitions, c
 from pcapdecomp.explain.partitioned_decompose import DecomposedPartitions
 from pcapdecomp.pair.match import spilled_connection_step
 from pcapdecomp.read import connids
-from test_partitioned_pass import CAPTURES, PAIRS, PROXY_SETS, RECORDED, merged, spilled, today
+from partitioning import CAPTURES, PAIRS, PROXY_SETS, RECORDED, merged, spilled, today
 
 # per P: (long_query_time, thread_pool_size)
 SETTINGS = {1: (None, None), 3: (0.01, 2), 16: (0.05, 4)}
@@ -35,7 +35,7 @@ ADDED = ["pipelined_s", "exec_s", "exec_source", "queue_s", "queue_source", "que
 def partitioned_rows(cs, work: Path):
     """What the partitions need of `cs` (7a's inputs, as test_partitioned_pass makes them) and today's joined
     table: (table, a function of P giving the PairedPartitions)."""
-    table, (clocks, id_sources, db_conns, _) = today(cs)
+    table, (clocks, _, id_sources, db_conns, _) = today(cs)
     x = spilled(cs, work / "spill")
     step = spilled_connection_step(x.app, x.db)
     named = {}

@@ -23,56 +23,18 @@ from pcapdecomp.analysis import Options, capture_set
 from pcapdecomp.core.tables import as_declared
 from pcapdecomp.explain.partitioned import (NotPartitionable, PairedPartitions, check_partitionable, partitions_of,
                                            spilled_names)
-from pcapdecomp.explain.servers import joined_table
 from pcapdecomp.pair.clocks import spilled_clocks
 from pcapdecomp.pair.match import ROW_KEY_FIELDS, spilled_connection_step
-from pcapdecomp.pair.pairing import pair_points
 from pcapdecomp.read import connids
 from pcapdecomp.read.extract import extract_points
 from pcapdecomp.read.spill import BUCKETS
 
-REPO = Path(__file__).resolve().parents[1]
-CAPTURES = REPO / "captures"
-RECORDINGS = Path("/tmp/pcapdecomp-bench")
+from partitioning import CAPTURES, PAIRS, PROXY_SETS, RECORDED, REPO, merged, spilled, today
+
 PARTS = (1, 3, 16)
 sys.path.insert(0, str(REPO / "scripts"))
 
 from lose_frames import lose_frames  # noqa: E402
-
-PAIRS = sorted(p.name for p in CAPTURES.iterdir() if (p / "app.pcap").exists() and (p / "db.pcap").exists())
-PROXY_SETS = [name for name in PAIRS if capture_set(CAPTURES / name).proxy_servers or capture_set(CAPTURES / name).proxy]
-
-
-def today(cs) -> tuple[pd.DataFrame, object]:
-    """Today's joined table of `cs` (the in-memory path, as analyze --jobs 1 makes it) and its Paired."""
-    notes: list[str] = []
-    options = Options(quiet=True)
-    x = extract_points(cs, 1, True, options.max_sql_bytes, notes.append)
-    paired = pair_points(x, cs, 1, options.max_sql_bytes, notes.append)
-    kept = (paired.clocks, paired.clock_info, paired.id_sources, paired.db_conns, paired.matching)
-    return joined_table(paired), kept
-
-
-def spilled(cs, folder: Path):
-    notes: list[str] = []
-    return extract_points(cs, 1, True, Options(quiet=True).max_sql_bytes, notes.append, spill=folder)
-
-
-def merged(runs: list, categories: dict[str, pd.Index]) -> pd.DataFrame:
-    """The runs merged by row key (a stable sort of their concatenation: the merged writer's order), each run's
-    categoricals recoded to `categories` (a value outside them fails)."""
-    keys = np.concatenate([r.key for r in runs])
-    order = np.lexsort(keys.T[::-1])
-    assert len(np.unique(keys, axis=0)) == len(keys)  # distinct: the order is the keys' alone
-    tables = []
-    for r in runs:
-        t = r.table.copy(deep=False)
-        for c, wanted in categories.items():
-            assert isinstance(t[c].dtype, pd.CategoricalDtype), c
-            assert set(t[c].dropna().astype(str)) <= set(wanted.astype(str)), c
-            t[c] = t[c].cat.set_categories(wanted)
-        tables.append(t)
-    return pd.concat(tables, ignore_index=True).take(order).reset_index(drop=True)
 
 
 def assert_same_as_today(cs, work: Path, parts=PARTS) -> dict:
@@ -254,9 +216,6 @@ def test_the_partitions_are_runs_of_buckets_of_about_the_same_rows():
     sparse = np.zeros(BUCKETS, dtype=np.int64)
     sparse[[5, 200]] = 7
     assert partitions_of(sparse, 16) == [(0, 6), (6, BUCKETS)]
-
-
-RECORDED = [RECORDINGS / "sysbench-rw-10s", RECORDINGS / "sysbench-10s"]
 
 
 @pytest.mark.parametrize("folder", RECORDED, ids=lambda p: p.name)
