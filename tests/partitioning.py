@@ -3,12 +3,15 @@ today's in-memory joined table of a capture set, its spilled extraction, and par
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from pcapdecomp.analysis import Options, capture_set
+from pcapdecomp.explain.partitioned import NotPartitionable, check_partitionable
 from pcapdecomp.explain.servers import joined_table
 from pcapdecomp.pair.pairing import pair_points
 from pcapdecomp.read.extract import extract_points
@@ -54,3 +57,19 @@ def merged(runs: list, categories: dict[str, pd.Index]) -> pd.DataFrame:
             t[c] = t[c].cat.set_categories(wanted)
         tables.append(t)
     return pd.concat(tables, ignore_index=True).take(order).reset_index(drop=True)
+
+
+def partitionable_recording(folder: Path, probe: Path):
+    """The capture set of a recording in `folder`: the test is skipped when the recording is not here, or when the
+    partitioned run refuses it (its spill in `probe`, removed after)."""
+    if not (folder / "app.pcap").exists() or not (folder / "db.pcap").exists():
+        pytest.skip(f"{folder} is not here")
+    cs = capture_set(folder)
+    x = spilled(cs, probe)
+    try:
+        check_partitionable(x.app, x.db, x.proxy, cs.proxy_servers)
+    except NotPartitionable as refused:
+        pytest.skip(f"{folder.name}: {refused}")
+    del x
+    shutil.rmtree(probe)
+    return cs

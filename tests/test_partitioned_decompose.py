@@ -9,7 +9,6 @@ interleave are refused, never a different pipelined_s."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +19,11 @@ from pcapdecomp.analysis import capture_set
 from pcapdecomp.core.outputs import SortedRun
 from pcapdecomp.core.tables import as_declared
 from pcapdecomp.explain.decompose import decompose
-from pcapdecomp.explain.partitioned import NotPartitionable, PairedPartitions, check_partitionable
+from pcapdecomp.explain.partitioned import NotPartitionable, PairedPartitions
 from pcapdecomp.explain.partitioned_decompose import DecomposedPartitions
 from pcapdecomp.pair.match import spilled_connection_step
 from pcapdecomp.read import connids
-from partitioning import CAPTURES, PAIRS, PROXY_SETS, RECORDED, merged, spilled, today
+from partitioning import CAPTURES, PAIRS, PROXY_SETS, RECORDED, merged, partitionable_recording, spilled, today
 
 # per P: (long_query_time, thread_pool_size)
 SETTINGS = {1: (None, None), 3: (0.01, 2), 16: (0.05, 4)}
@@ -143,15 +142,6 @@ def test_interleaving_pieces_are_refused(tmp_path):
 
 @pytest.mark.parametrize("folder", RECORDED, ids=lambda p: p.name)
 def test_the_10s_recordings_without_their_slow_log(folder, tmp_path):
-    if not (folder / "app.pcap").exists() or not (folder / "db.pcap").exists():
-        pytest.skip(f"{folder} is not here")
-    cs = capture_set(folder)
-    x = spilled(cs, tmp_path / "probe")
-    try:
-        check_partitionable(x.app, x.db, x.proxy, cs.proxy_servers)
-    except NotPartitionable as refused:
-        pytest.skip(f"{folder.name}: {refused}")
-    del x
-    shutil.rmtree(tmp_path / "probe")
+    cs = partitionable_recording(folder, tmp_path / "probe")
     found = assert_decomposed_as_today(cs, tmp_path)
     assert found[1]["rows"] > 100_000 and found[1]["estimated"] > 0

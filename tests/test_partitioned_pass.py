@@ -29,7 +29,7 @@ from pcapdecomp.read import connids
 from pcapdecomp.read.extract import extract_points
 from pcapdecomp.read.spill import BUCKETS
 
-from partitioning import CAPTURES, PAIRS, PROXY_SETS, RECORDED, REPO, merged, spilled, today
+from partitioning import CAPTURES, PAIRS, PROXY_SETS, RECORDED, REPO, merged, partitionable_recording, spilled, today
 
 PARTS = (1, 3, 16)
 sys.path.insert(0, str(REPO / "scripts"))
@@ -220,16 +220,7 @@ def test_the_partitions_are_runs_of_buckets_of_about_the_same_rows():
 
 @pytest.mark.parametrize("folder", RECORDED, ids=lambda p: p.name)
 def test_the_10s_recordings(folder, tmp_path):
-    if not (folder / "app.pcap").exists() or not (folder / "db.pcap").exists():
-        pytest.skip(f"{folder} is not here")
-    cs = capture_set(folder)
-    x = spilled(cs, tmp_path / "probe")
-    try:
-        check_partitionable(x.app, x.db, x.proxy, cs.proxy_servers)
-    except NotPartitionable as refused:
-        pytest.skip(f"{folder.name}: {refused}")
-    del x
-    shutil.rmtree(tmp_path / "probe")
+    cs = partitionable_recording(folder, tmp_path / "probe")
     found = assert_same_as_today(cs, tmp_path)
     assert found["rows"] > 100_000 and found["clocks"] == 1, found
 

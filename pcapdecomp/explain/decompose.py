@@ -311,26 +311,7 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     likely = likely_waits(RawTimes.of(t), classes, server, exec_s, in_log | flagged_only,
                           ~in_log & ~flagged & has_server)
     del classes
-    exec_s[likely.rows] = likely.exec_s[likely.rows]
-    source[likely.rows] = FINGERPRINT_MEDIAN
-    # One typical execution per class, the clean runs' median: a server time within the class's usual range (≤ the
-    # clean runs' p90) is all execution, one above it executed the median (estimate_execution's rule).
-    typical = ~np.isnan(likely.exec_s) & ~likely.rows & ((by_fp & (exec_s < server)) | (source == BELOW_LONG_QUERY_TIME))
-    exec_s[typical] = np.where(server[typical] <= likely.p90[typical], server[typical], likely.exec_s[typical])
-    source[typical] = FINGERPRINT_MEDIAN
-    bound &= source == BELOW_LONG_QUERY_TIME
-    t = t.copy(deep=False)  # copy-on-write: the new columns do not touch the caller's table
-    t["pipelined_s"] = np.where(np.isnan(server), np.nan, pipelined)
-    t["exec_s"] = exec_s
-    t["exec_source"] = labelled(source, EXEC_SOURCES)
-    queue = np.where(np.isnan(exec_s) | ~has_server, np.nan, np.maximum(server - exec_s, 0.0))
-    queue[bound] = certain[bound]
-    queue[likely.rows] = np.maximum(queue[likely.rows], certain[likely.rows])
-    t["queue_s"] = queue
-    t["queue_source"] = labelled(np.select(
-        [np.isnan(queue), source == SLOW_LOG, likely.rows, source == FINGERPRINT_MEDIAN], [-1, 0, 3, 1], 2),
-        QUEUE_SOURCES)
-    t["queue_min_s"] = np.where(has_server, certain, np.nan)
+    t = with_queue_columns(t, server, has_server, pipelined, exec_s, source, by_fp, bound, certain, likely)
     t["in_slow_log"] = pd.array(in_log, dtype="boolean")
     t.loc[undecided, "in_slow_log"] = pd.NA
     if not join.used:
@@ -357,6 +338,36 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     else:
         t["thread_group"] = null_int64(len(t))
     return t, join
+
+
+def with_queue_columns(t: pd.DataFrame, server: np.ndarray, has_server: np.ndarray, pipelined: np.ndarray,
+                       exec_s: np.ndarray, source: np.ndarray, by_fp: np.ndarray, bound: np.ndarray,
+                       certain: np.ndarray, likely: LikelyWaits) -> pd.DataFrame:
+    """`t` (a shallow copy) with pipelined_s, exec_s, exec_source, queue_s, queue_source and queue_min_s, from the
+    execution estimates so far (`exec_s`, `source`: changed in place), the likely waits and the certain queue:
+    the decomposition's last per-row step, the same for the whole table (`decompose`) and for a partition's rows
+    (partitioned_decompose)."""
+    exec_s[likely.rows] = likely.exec_s[likely.rows]
+    source[likely.rows] = FINGERPRINT_MEDIAN
+    # One typical execution per class, the clean runs' median: a server time within the class's usual range (≤ the
+    # clean runs' p90) is all execution, one above it executed the median (estimate_execution's rule).
+    typical = ~np.isnan(likely.exec_s) & ~likely.rows & ((by_fp & (exec_s < server)) | (source == BELOW_LONG_QUERY_TIME))
+    exec_s[typical] = np.where(server[typical] <= likely.p90[typical], server[typical], likely.exec_s[typical])
+    source[typical] = FINGERPRINT_MEDIAN
+    bound &= source == BELOW_LONG_QUERY_TIME
+    t = t.copy(deep=False)  # copy-on-write: the new columns do not touch the caller's table
+    t["pipelined_s"] = np.where(np.isnan(server), np.nan, pipelined)
+    t["exec_s"] = exec_s
+    t["exec_source"] = labelled(source, EXEC_SOURCES)
+    queue = np.where(np.isnan(exec_s) | ~has_server, np.nan, np.maximum(server - exec_s, 0.0))
+    queue[bound] = certain[bound]
+    queue[likely.rows] = np.maximum(queue[likely.rows], certain[likely.rows])
+    t["queue_s"] = queue
+    t["queue_source"] = labelled(np.select(
+        [np.isnan(queue), source == SLOW_LOG, likely.rows, source == FINGERPRINT_MEDIAN], [-1, 0, 3, 1], 2),
+        QUEUE_SOURCES)
+    t["queue_min_s"] = np.where(has_server, certain, np.nan)
+    return t
 
 
 def _texts_from_slow_log(t: pd.DataFrame, slow: pd.DataFrame, entry: np.ndarray) -> None:

@@ -36,11 +36,11 @@ import pandas as pd
 from ..core.exact import RadixSelect
 from ..core.memory import release_memory
 from ..core.outputs import SortedRun
-from ..core.tables import held, labelled, null_boolean, null_int64
+from ..core.tables import held, null_boolean, null_int64
 from ..mysql.connection import ENCRYPTED_COMMAND
-from .decompose import (BELOW_LONG_QUERY_TIME, EXEC_SOURCES, FINGERPRINT_MEDIAN, FINGERPRINT_MIN_SAMPLES, FLAGGED_SLOW,
-                        NS, QUEUE_SOURCES, SLOW_LOG, STALL_MIN_QUEUE_S, LikelyWaits, _latest_before, covered_ns,
-                        estimate_rows, interval_union, likely_rows, robust_estimates)
+from .decompose import (BELOW_LONG_QUERY_TIME, FINGERPRINT_MEDIAN, FINGERPRINT_MIN_SAMPLES, FLAGGED_SLOW, NS,
+                        STALL_MIN_QUEUE_S, LikelyWaits, _latest_before, covered_ns, estimate_rows, interval_union,
+                        likely_rows, robust_estimates, with_queue_columns)
 from .partitioned import NotPartitionable
 
 PIECE_SHIFT = 16  # a connection's piece: its requests' TCP sequence numbers >> this (the spill's, §3)
@@ -366,25 +366,7 @@ class DecomposedPartitions:
         if n:
             self._long(x)
             likely = likely_rows(likely, codes, server, x["d1"], x["runs"], x["long_open"], *self.clean, self.union)
-        exec_s[likely.rows] = likely.exec_s[likely.rows]
-        source[likely.rows] = FINGERPRINT_MEDIAN
-        typical = ~np.isnan(likely.exec_s) & ~likely.rows & ((by_fp & (exec_s < server))
-                                                             | (source == BELOW_LONG_QUERY_TIME))
-        exec_s[typical] = np.where(server[typical] <= likely.p90[typical], server[typical], likely.exec_s[typical])
-        source[typical] = FINGERPRINT_MEDIAN
-        bound &= source == BELOW_LONG_QUERY_TIME
-        t = t.copy(deep=False)
-        t["pipelined_s"] = np.where(np.isnan(server), np.nan, x["pipelined"])
-        t["exec_s"] = exec_s
-        t["exec_source"] = labelled(source, EXEC_SOURCES)
-        queue = np.where(np.isnan(exec_s) | ~has_server, np.nan, np.maximum(server - exec_s, 0.0))
-        queue[bound] = certain[bound]
-        queue[likely.rows] = np.maximum(queue[likely.rows], certain[likely.rows])
-        t["queue_s"] = queue
-        t["queue_source"] = labelled(np.select(
-            [np.isnan(queue), source == SLOW_LOG, likely.rows, source == FINGERPRINT_MEDIAN], [-1, 0, 3, 1], 2),
-            QUEUE_SOURCES)
-        t["queue_min_s"] = np.where(has_server, certain, np.nan)
+        t = with_queue_columns(t, server, has_server, x["pipelined"], exec_s, source, by_fp, bound, certain, likely)
         t["in_slow_log"] = null_boolean(n)
         t["slow_log_line"] = held(pd.Series(np.zeros(n, dtype=np.int64), dtype="Int64").where(np.zeros(n, bool)))
         if lqt is None:
