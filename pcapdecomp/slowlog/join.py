@@ -113,6 +113,29 @@ class SlowLogJoin:
     entry_row: np.ndarray | None = None  # per entry: the joined row, -1 when none
 
 
+@dataclass
+class JoinContext:
+    """What a join of some of the exchanges (`joined_part`) reads of all of them: the captures' time span (an entry
+    outside it is 'outside-capture'), the connection ids the wire names (an entry of such a thread is searched on
+    that connection only), and whether any timed exchange is a TLS flight read without its content (then every
+    entry may be any exchange's statement: ANY_TEXT)."""
+
+    span: tuple[int, int]
+    known_ids: set[int]
+    encrypted: bool
+
+
+@dataclass
+class PartJoin:
+    """`joined_part`'s answer, in the positions of the rows and entries it was given."""
+
+    entry: np.ndarray  # per row: the first (in log order) joined entry, -1 when none
+    query_time_ns: np.ndarray  # per row: Σ Query_time of its joined entries
+    reasons: np.ndarray  # per entry: '' when joined, else a key of REASONS
+    marks: dict[int, list[tuple[int, np.ndarray | None]]]  # per entry to mark: its steps (`_State.recorded_marks`)
+    searched: list[int]  # entries of no known connection searched by text (their keys found among the slots)
+
+
 def _empty(n: int, entries: int = 0) -> SlowLogJoin:
     return SlowLogJoin(np.full(n, -1, dtype=np.int64), False, {"entries": entries}, [],
                        np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool),
@@ -146,9 +169,10 @@ def _column(frame: pd.DataFrame, name: str, default) -> list:
 
 
 class _Rows:
-    """The exchanges, as plain arrays; times on the DB clock where the DB saw them."""
+    """The exchanges, as plain arrays; times on the DB clock where the DB saw them. `context`: for a join of some
+    of the rows (JoinContext), what every row says of the span and the connection ids."""
 
-    def __init__(self, rows: pd.DataFrame):
+    def __init__(self, rows: pd.DataFrame, context: JoinContext | None = None):
         n = self.n = len(rows)
         start = rows["start_ns"].astype("Int64")
         end = rows["end_ns"].astype("Int64")
@@ -160,15 +184,13 @@ class _Rows:
         self.d4_ints = _int64s(end.fillna(0).to_numpy(dtype=np.int64))
         del end
         self.d1, self.d4 = _viewed(self.d1_ints), _viewed(self.d4_ints)
-        if "db_clock" in rows.columns and rows["db_clock"].dtype == bool:  # rows_for_join's: no null to look for
-            app_clock = ~rows["db_clock"].to_numpy()
-        else:
-            app_clock = np.asarray(_column(rows, "db_clock", True), dtype=object) == False  # noqa: E712
-        self.tol_ints = _int64s(np.where(app_clock, APP_CLOCK_TOLERANCE_NS, DB_CLOCK_TOLERANCE_NS))
+        self.tol_ints = _int64s(_tolerances(rows))
         self.tol = _viewed(self.tol_ints)
         conn = rows["conn_id"].astype("Int64")
         self.conn_id = conn.fillna(-1).to_numpy(dtype=np.int64)
-        self.known_ids = set(np.unique(self.conn_id[self.conn_id >= 0]).tolist())  # the connection ids the wire names
+        # the connection ids the wire names
+        self.known_ids = set(np.unique(self.conn_id[self.conn_id >= 0]).tolist()) if context is None \
+            else context.known_ids
         # the connection an exchange belongs to: its id when the greeting was seen, else its endpoints (else the row
         # alone), as a number per row and a name per number: ("id", conn_id), ("key", conn_key), ("key", ("row", i))
         self.conn_code, self.conn_names = _connections(self.conn_id, rows["conn_key"] if "conn_key" in rows.columns
@@ -186,11 +208,7 @@ class _Rows:
         # the client's address: per row the number of its distinct value (-1: none), each value normalised once
         self.ip_code, ips = _codes(rows, "client_ip")
         self.ip_values = [_norm_ip(v) for v in ips]
-        if n and self.timed.any():
-            self.span = (int((self.d1 - self.tol)[self.timed].min()),
-                         int((self.d4 + self.tol + LOG_WRITE_SLACK_NS)[self.timed].max()))
-        else:
-            self.span = (0, -1)
+        self.span = _span(self.d1, self.d4, self.tol, self.timed) if context is None else context.span
 
     def conn_of(self, rows: list[int]) -> list[tuple]:
         """The connection (its name) of each of these exchanges."""
@@ -213,6 +231,22 @@ class _Rows:
             return np.full(len(rows), -1, dtype=np.int64), []
         codes, texts = pd.factorize(self._params.take(rows))
         return codes.astype(np.int64), np.asarray(texts, dtype=object).tolist()
+
+
+def _span(d1: np.ndarray, d4: np.ndarray, tol: np.ndarray, timed: np.ndarray) -> tuple[int, int]:
+    """The times an entry's execution must touch to be inside the captures: (0, -1) without a timed exchange."""
+    if not timed.any():
+        return (0, -1)
+    return (int((d1 - tol)[timed].min()), int((d4 + tol + LOG_WRITE_SLACK_NS)[timed].max()))
+
+
+def _tolerances(rows: pd.DataFrame) -> np.ndarray:
+    """Per exchange, how far its times may be from the log's: an app clock's or the DB's own."""
+    if "db_clock" in rows.columns and rows["db_clock"].dtype == bool:  # rows_for_join's: no null to look for
+        app_clock = ~rows["db_clock"].to_numpy()
+    else:
+        app_clock = np.asarray(_column(rows, "db_clock", True), dtype=object) == False  # noqa: E712
+    return np.where(app_clock, APP_CLOCK_TOLERANCE_NS, DB_CLOCK_TOLERANCE_NS)
 
 
 def _flags(frame: pd.DataFrame, name: str) -> np.ndarray:
@@ -616,11 +650,14 @@ def _text_number(text: str) -> str | None:
 # --- entry keys ---------------------------------------------------------------------------------------------------
 
 
-def _entry_keys(entries: _Entries, slots: _Slots, reads: list[list[tuple[int, tuple]]]) -> None:
+def _entry_keys(entries: _Entries, slots: _Slots, reads: list[list[tuple[int, tuple]]],
+                encrypted: bool | None = None) -> None:
     """Give each entry the keys of the slots it can meet: its exact text, its command, a template reading
-    (`_Templates.reads`), and the prefixes where one side was cut."""
+    (`_Templates.reads`), and the prefixes where one side was cut. `encrypted`: whether any exchange is a TLS
+    flight read without its content (None: whether one of `slots` is)."""
     texts: list[tuple[str, int]] = []  # (text, entry) of every entry with a statement, for prefix searches
-    encrypted = ANY_TEXT in slots.by_key
+    if encrypted is None:
+        encrypted = ANY_TEXT in slots.by_key
     for e in range(entries.n):
         if encrypted:  # on a TLS connection read without a key log, time and order alone decide
             entries.keys[e].append(ANY_TEXT)
@@ -916,16 +953,112 @@ def join_slow_log(rows: pd.DataFrame, slow: pd.DataFrame | None, name: str = "sl
     n = len(rows)
     if slow is None or len(slow) == 0:
         return _empty(n, 0 if slow is None else len(slow))
-    R = _Rows(rows)
+    state = _state(rows, slow, None)
     del rows  # _Rows has what the join reads of it: a view handed over (decompose's) goes now
+    state.run()
+    return state.result(name)
+
+
+def joined_part(rows: pd.DataFrame, slow: pd.DataFrame, context: JoinContext) -> PartJoin:
+    """The join of some of the exchanges (`rows_for_join`'s rows, in the table's order) and the entries that can
+    only be theirs: a thread's entries and its connection's rows, or the entries of no known connection and every
+    row without an id (explain/partitioned_join.py). `context` says what the other rows would: with it the
+    decisions are join_slow_log's for these entries and rows. The undecided marks are recorded, not made: their
+    budget is spent over every entry in log order (`spent_marks`), which the caller replays."""
+    state = _state(rows, slow, context)
+    del rows
+    state.decide()
+    entry, qt, _, _, _ = state.joined_rows()
+    marks = {e: state.recorded_marks(e) for e in state.to_mark()}
+    return PartJoin(entry, qt, state.reason.copy(), marks, [e for e in state.todo if e not in state.on_known])
+
+
+def _state(rows: pd.DataFrame, slow: pd.DataFrame, context: JoinContext | None) -> _State:
+    """The join's state before its decisions: the rows, the entries, the slots and their keys."""
+    R = _Rows(rows, context)
+    del rows
     E = _Entries(slow)
     T = _Templates(R)
     reads = T.reads(E)
     S = _Slots(R, T, _Wanted(R, E, reads))
-    _entry_keys(E, S, reads)
-    state = _State(R, E, S, _Search(R, E, S))
-    state.run()
-    return state.result(name)
+    _entry_keys(E, S, reads, None if context is None else context.encrypted)
+    return _State(R, E, S, _Search(R, E, S))
+
+
+def view_context(view: pd.DataFrame) -> JoinContext:
+    """The JoinContext of `rows_for_join`'s rows alone; `combined_context` joins those of several pieces."""
+    start, end = view["start_ns"].astype("Int64"), view["end_ns"].astype("Int64")
+    timed = (start.notna() & end.notna()).to_numpy()
+    d1, d4 = start.fillna(0).to_numpy(dtype=np.int64), end.fillna(0).to_numpy(dtype=np.int64)
+    conn = view["conn_id"].astype("Int64")
+    commands = view["command"].astype(object).to_numpy()
+    return JoinContext(_span(d1, d4, _tolerances(view), timed),
+                       set(np.unique(conn.dropna().to_numpy(dtype=np.int64)).tolist()),
+                       bool((timed & (commands == ENCRYPTED)).any()))
+
+
+def combined_context(contexts: list[JoinContext]) -> JoinContext:
+    """The JoinContext of the rows of several pieces, from each piece's."""
+    spans = [c.span for c in contexts if c.span[0] <= c.span[1]]
+    return JoinContext((min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, -1),
+                       set().union(*(c.known_ids for c in contexts)), any(c.encrypted for c in contexts))
+
+
+def spent_marks(steps, budget: int) -> tuple[list[np.ndarray], int, int]:
+    """An unjoined entry's undecided marks under the budget left: `steps` are its (cost, fit) in order (the rows of
+    an index slice examined, and a function giving those of them to mark); each step costs its slice, none is
+    taken once the budget is spent or MARK_LIMIT rows are marked. Returns the rows marked, the budget left and the
+    cuts (each counted in undecided_search_cut)."""
+    marks: list[np.ndarray] = []
+    marked = cuts = 0
+    for cost, fit in steps:
+        if budget <= 0 or marked >= MARK_LIMIT:
+            return marks, budget, cuts + 1
+        budget -= cost
+        rows = fit()
+        if marked + len(rows) > MARK_LIMIT:
+            rows = rows[: MARK_LIMIT - marked]
+            cuts += 1
+        marks.append(rows)
+        marked += len(rows)
+    return marks, budget, cuts
+
+
+def mark_budget(rows: int, entries: int) -> int:
+    """The exchanges the undecided marks may examine in all: MARK_STEPS per exchange and entry of the input."""
+    return MARK_STEPS * (rows + entries)
+
+
+def logs_admin_commands(admin) -> bool:
+    """Whether the log writes administrator commands (MySQL/Percona with log_slow_admin_statements: entries of an
+    `admin_command`): then their absence says they ran fast, as a statement's does."""
+    return any(isinstance(a, str) and a for a in admin)
+
+
+def unlogged_rows(command_code: np.ndarray, commands: list, logs_commands: bool) -> np.ndarray:
+    """Per row (its command's number among `commands`, -1: none), whether its command is one the server does not
+    write to its slow log: its absence from the log says nothing about its execution."""
+    # A TLS flight without a key log (ENCRYPTED) is taken as a statement the server logs: an administrator
+    # command that runs past long_query_time is not met in practice.
+    return np.array([c not in LOGGED_COMMANDS and c != ENCRYPTED and (not logs_commands or c == "CONNECT")
+                     for c in [*commands, None]], dtype=bool)[command_code]  # per command, then per row
+
+
+def undecided_rows(marked: np.ndarray, entry: np.ndarray, unlogged: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """Per row, whether its place in the log is unknown: marked as an unjoined entry's possible exchange and joined
+    to none, or of an unlogged command and joined to none; with the counts of the two kinds (stats). `marked` is
+    changed in place."""
+    marked &= entry < 0
+    doubtful = int(marked.sum())  # exchanges an unjoined entry may describe
+    unlogged = unlogged & (entry < 0) & ~marked
+    marked |= unlogged
+    return marked, doubtful, int(unlogged.sum())
+
+
+def command_codes(command: pd.Series) -> tuple[np.ndarray, list]:
+    """Per row the number of its command among the distinct ones (-1: null), and the commands, as the join reads
+    them (`unlogged_rows`' input)."""
+    return _factorized(command)
 
 
 class _ChainPositions:
@@ -975,7 +1108,7 @@ class _State:
         self.slot_taken: dict[int, int] = {}
         self.undecided = np.zeros(rows.n, dtype=bool)
         self.marks_cut = 0
-        self.mark_budget = MARK_STEPS * (rows.n + entries.n)
+        self.mark_budget = mark_budget(rows.n, entries.n)
         self.identified: dict[int, tuple] = {}  # thread -> mid-stream connection, named by its entries
         self.owner: dict[tuple, int] = {}  # the inverse
         self.cands: dict[int, list[int] | None] = {}
@@ -1013,6 +1146,16 @@ class _State:
         return ""
 
     def run(self) -> None:
+        self.decide()
+        for e in self.to_mark():  # what an unjoined entry may describe is undecided
+            marks, self.mark_budget, cuts = spent_marks(self._mark_steps(e), self.mark_budget)
+            self.marks_cut += cuts
+            for rows in marks:
+                self.undecided[rows] = True
+
+    def decide(self) -> None:
+        """Each entry joined or given its reason: a known thread's entries by order on its connection, the others by
+        uniqueness (naming mid-stream connections on the way)."""
         by_thread: dict[int, list[int]] = defaultdict(list)
         for e in self.on_known:
             by_thread[int(self.E.thread[e])].append(e)
@@ -1031,9 +1174,11 @@ class _State:
                     self.reason[e] = ""
                 self._chain(conn, sorted(es, key=lambda e: self.E.line[e]), how="inferred")
             free = [e for e in free if self.E.thread[e] not in self.identified]
-        for e in range(self.E.n):  # what an unjoined entry may describe is undecided
-            if self.joined[e] < 0 and self.reason[e] not in NOT_ON_THE_WIRE:
-                self._mark(e)
+
+    def to_mark(self) -> list[int]:
+        """The entries whose possible exchanges are marked undecided, in log order: the unjoined ones that may be
+        on the wire."""
+        return [e for e in range(self.E.n) if self.joined[e] < 0 and self.reason[e] not in NOT_ON_THE_WIRE]
 
     # -- a thread on a known connection: order ---------------------------------------------------------------
 
@@ -1269,10 +1414,28 @@ class _State:
         self.joined[e] = -1
         self.how[e] = ""
 
-    def _mark(self, e: int) -> None:
+    def recorded_marks(self, e: int) -> list[tuple[int, np.ndarray | None]]:
+        """This unjoined entry's mark steps as spent_marks takes them without a budget: (cost, rows marked, None for
+        the step that found MARK_LIMIT reached). Replayed with the budget left (the rows are this state's)."""
+        steps: list[list] = []
+
+        def recording():
+            for cost, fit in self._mark_steps(e):
+                step = [cost, None]
+                steps.append(step)
+
+                def fitted(fit=fit, step=step):
+                    step[1] = fit()
+                    return step[1]
+                yield cost, fitted
+        spent_marks(recording(), BIG)
+        return [(cost, rows) for cost, rows in steps]
+
+    def _mark_steps(self, e: int):
         """The exchanges that could be this unjoined entry's, whatever their text (it may be written differently):
         on its thread's connection when known, between the exchanges of the thread's joined entries before and
-        after it (the order); else on any connection without an id. Whether they are in the log is unknown."""
+        after it (the order); else on any connection without an id. Whether they are in the log is unknown. As
+        spent_marks' steps: per index slice its length and the function giving its rows that fit."""
         thread = int(self.E.thread[e])
         conn = ("id", thread) if thread in self.known else self.identified.get(thread)
         R = self.R
@@ -1285,21 +1448,16 @@ class _State:
         else:
             name, rows = "all", lambda: np.flatnonzero(R.timed)
         index = self.search.row_index(name, rows)
-        marked = 0
-        for chunk in index.slices(*self.search.bounds(e, index.reach)):
-            if self.mark_budget <= 0 or marked >= MARK_LIMIT:
-                self.marks_cut += 1
-                return
-            self.mark_budget -= len(chunk)
+
+        def fitting(chunk: np.ndarray) -> np.ndarray:
             fit = self.search.fitting_rows(e, chunk)
             if conn is not None:
                 d1 = R.d1[fit]
                 fit = fit[(d1 >= after) & (d1 <= before)]
-            if marked + len(fit) > MARK_LIMIT:
-                fit = fit[: MARK_LIMIT - marked]
-                self.marks_cut += 1
-            self.undecided[fit] = True
-            marked += len(fit)
+            return fit
+
+        for chunk in index.slices(*self.search.bounds(e, index.reach)):
+            yield len(chunk), lambda chunk=chunk: fitting(chunk)
 
     def _conn_rows(self, conn: tuple) -> np.ndarray:
         if self._rows_of is None:
@@ -1321,7 +1479,9 @@ class _State:
 
     # -- result ---------------------------------------------------------------------------------------------------
 
-    def result(self, name: str) -> SlowLogJoin:
+    def joined_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict, dict]:
+        """Per row its first joined entry in log order (-1) and Σ Query_time of its joined entries; per entry its
+        row (-1); the joined entries per row and how each entry's keys met (for the stats)."""
         R, E, S = self.R, self.E, self.S
         entry = np.full(R.n, -1, dtype=np.int64)
         qt = np.zeros(R.n, dtype=np.int64)
@@ -1342,20 +1502,17 @@ class _State:
             kinds["prefix" if common & {"p", "q"} else "params" if "x" in common else
                   "template" if "w" in common else "command" if "c" in common else
                   "time" if common == {"e"} else "text"] += 1
+        return entry, qt, entry_row, per_row, kinds
+
+    def result(self, name: str) -> SlowLogJoin:
+        R, E = self.R, self.E
+        entry, qt, entry_row, per_row, kinds = self.joined_rows()
         joined = entry_row >= 0
         # Commands the server does not write to its slow log (MariaDB: COM_PING, COM_INIT_DB, binary prepares,
         # logins...; MySQL/Percona only with log_slow_admin_statements, which shows as administrator-command
         # entries): their absence from the log says nothing about their execution.
-        logs_commands = any(isinstance(a, str) and a for a in E.admin)
-        # A TLS flight without a key log (ENCRYPTED) is taken as a statement the server logs: an administrator
-        # command that runs past long_query_time is not met in practice.
-        codes, commands = R.command_code, R.commands
-        unlogged = np.array([c not in LOGGED_COMMANDS and c != ENCRYPTED and (not logs_commands or c == "CONNECT")
-                             for c in [*commands, None]], dtype=bool)[codes]  # per command, then per row
-        self.undecided &= entry < 0
-        doubtful = int(self.undecided.sum())  # exchanges an unjoined entry may describe
-        unlogged &= (entry < 0) & ~self.undecided
-        self.undecided |= unlogged
+        unlogged = unlogged_rows(R.command_code, R.commands, logs_admin_commands(E.admin))
+        self.undecided, doubtful, unlogged_count = undecided_rows(self.undecided, entry, unlogged)
         matched = int(joined.sum())
         lo, hi = R.span
         window = E.timed & (E.hi >= lo) & (E.lo + E.qt <= hi) if R.n else np.zeros(E.n, dtype=bool)
@@ -1372,7 +1529,7 @@ class _State:
             "connections_identified": len(self.identified),
             "exchanges_with_several_entries": sum(1 for c in per_row.values() if c > 1),
             "exchanges_undecided": doubtful,
-            "exchanges_of_unlogged_commands": int(unlogged.sum()),  # the other ones of unknown place in the log
+            "exchanges_of_unlogged_commands": unlogged_count,  # the other ones of unknown place in the log
             "undecided_search_cut": int(self.marks_cut),
             "unjoined_examples": [
                 {"line": int(E.line[e]), "reason": str(self.reason[e]),
