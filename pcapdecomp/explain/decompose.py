@@ -263,31 +263,86 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     # The join's view: made only when there is a slow log to join (without one the join reads nothing but the
     # number of rows), and handed over (no name here holds it), so that the join lets it go once it has read it.
     join = join_slow_log(rows_for_join(t) if slow is not None and len(slow) else t.iloc[:, :0], slow, slow_name)
-    in_log = join.entry >= 0
-    undecided = join.undecided  # may be the exchange of an entry that could not be joined: in the log or not
+    joined = Joined(join.entry, join.query_time_ns, join.undecided, join.used)
     pipelined = pipelined_s(t)
     # the server's own time: what it took once the connection's earlier requests were answered (a pipelined
     # request waits in the connection, not in the pool: never queueing, never a stall)
     server = t["server_s"].to_numpy(dtype="float64", na_value=np.nan) - pipelined
     flag = t["server_flag_slow"].astype("boolean")
-    exec_s = np.full(len(t), np.nan)
-    source = np.full(len(t), -1, dtype=np.int8)  # a code of EXEC_SOURCES; -1: unknown
-    if join.used:
-        exec_s[in_log] = join.query_time_ns[in_log] / 1e9  # Σ over the statements of a multi-statement packet
-        source[in_log] = SLOW_LOG
-    lqt = long_query_time
-    flagged = flag.fillna(False).to_numpy(dtype=bool)
-    # Known to have executed faster than long_query_time: the server did not flag it, or the slow log (in use)
-    # does not hold it.
-    known_fast = (flag.notna().to_numpy() & ~flagged) | (join.used & ~in_log & ~undecided & ~flagged)
-    has_server = ~np.isnan(server)
-    todo = has_server & ~in_log & ~flagged
+    flags = Flags(flag.notna().to_numpy(), flag.fillna(False).to_numpy(dtype=bool))
     # the execution classes, numbered once: the estimate and the likely waits both read them
     classes = class_codes(t["command"], t["fingerprint"])
-    estimate = estimate_execution(classes, server, has_server & ~in_log & ~flagged
-                                  & (server >= 0) & (server <= lqt if lqt is not None else True))
+    estimate = estimate_execution(classes, server, fast_runs(server, flags, joined.in_log, long_query_time))
     # TLS flights read without a key log share one fingerprint whatever their statement: no estimate from it
     estimate[(t["command"] == ENCRYPTED_COMMAND).to_numpy(dtype=bool, na_value=False)] = np.nan
+    x = executions(server, flags, joined, estimate, long_query_time)
+    likely = likely_waits(RawTimes.of(t), classes, server, x.exec_s, x.measured, x.open_)
+    del classes
+    t = with_queue_columns(t, server, x.has_server, pipelined, x.exec_s, x.source, x.by_fp, x.bound, x.certain,
+                           likely)
+    return with_join_columns(t, slow, joined, flags, server, long_query_time, thread_pool_size), join
+
+
+@dataclass
+class Joined:
+    """What the decomposition reads of the slow-log join, per row (SlowLogJoin's, or a partition's rows' of it)."""
+
+    entry: np.ndarray  # the first joined entry's position in the slow log, -1 when none
+    query_time_ns: np.ndarray  # Σ Query_time of the joined entries
+    undecided: np.ndarray  # may be the exchange of an entry that could not be joined: in the log or not
+    used: bool  # the join joined some entry (else in_slow_log and what it decides stay null)
+
+    @property
+    def in_log(self) -> np.ndarray:
+        return self.entry >= 0
+
+
+@dataclass
+class Flags:
+    """The server's SERVER_QUERY_WAS_SLOW flag per row: whether the wire shows it, and whether it is set."""
+
+    known: np.ndarray
+    flagged: np.ndarray
+
+
+@dataclass
+class Executions:
+    """`executions`' answer, per row."""
+
+    exec_s: np.ndarray
+    source: np.ndarray  # a code of EXEC_SOURCES; -1: unknown
+    has_server: np.ndarray
+    by_fp: np.ndarray  # estimated from the class's fast runs
+    bound: np.ndarray  # known below long_query_time, nothing better
+    certain: np.ndarray  # the queue whatever the estimates say
+    measured: np.ndarray  # execution from the slow log or the flag (likely_waits' long measured statements)
+    open_: np.ndarray  # execution unknown (likely_waits' runs)
+
+
+def fast_runs(server: np.ndarray, flags: Flags, in_log: np.ndarray, long_query_time: float | None) -> np.ndarray:
+    """The runs estimate_execution takes a class's estimate from: not in the slow log, not flagged, not above
+    long_query_time."""
+    return ~np.isnan(server) & ~in_log & ~flags.flagged & (server >= 0) & \
+        (server <= long_query_time if long_query_time is not None else True)
+
+
+def executions(server: np.ndarray, flags: Flags, joined: Joined, estimate: np.ndarray,
+               long_query_time: float | None) -> Executions:
+    """Per row, the execution as far as the slow log, the flag and the class estimate (`estimate`:
+    estimate_execution's) tell it, before the likely waits: the same for the whole table (`decompose`) and for a
+    partition's rows (partitioned_decompose)."""
+    n = len(server)
+    in_log, flagged, lqt = joined.in_log, flags.flagged, long_query_time
+    exec_s = np.full(n, np.nan)
+    source = np.full(n, -1, dtype=np.int8)  # a code of EXEC_SOURCES; -1: unknown
+    if joined.used:
+        exec_s[in_log] = joined.query_time_ns[in_log] / 1e9  # Σ over the statements of a multi-statement packet
+        source[in_log] = SLOW_LOG
+    # Known to have executed faster than long_query_time: the server did not flag it, or the slow log (in use)
+    # does not hold it.
+    known_fast = (flags.known & ~flagged) | (joined.used & ~in_log & ~joined.undecided & ~flagged)
+    has_server = ~np.isnan(server)
+    todo = has_server & ~in_log & ~flagged
     by_fp = todo & ~np.isnan(estimate)
     exec_s[by_fp] = estimate[by_fp]
     source[by_fp] = FINGERPRINT_MEDIAN
@@ -298,46 +353,54 @@ def decompose(table: pd.DataFrame, slow: pd.DataFrame | None, long_query_time: f
     source[flagged_only] = FLAGGED_SLOW
     # Known faster than long_query_time and nothing better: execution is only bounded (≤ min(server, lqt)), so
     # exec_s stays unknown (an upper bound is not an execution time) and queue_s is the certain lower bound.
-    bound = todo & ~by_fp & known_fast if lqt is not None else np.zeros(len(t), dtype=bool)
+    bound = todo & ~by_fp & known_fast if lqt is not None else np.zeros(n, dtype=bool)
     source[bound] = BELOW_LONG_QUERY_TIME
     # What is certain whatever the estimates say: a measured queue, or the server time beyond the longest the
     # execution can have taken (below long_query_time when the slow log or the flag says it was not slow).
-    certain = np.zeros(len(t))
+    certain = np.zeros(n)
     certain[in_log] = np.maximum(server[in_log] - exec_s[in_log], 0.0)
     if lqt is not None:
         fast_bounded = has_server & ~in_log & known_fast
         certain[fast_bounded] = np.maximum(server[fast_bounded] - lqt, 0.0)
     certain = np.nan_to_num(certain)
-    likely = likely_waits(RawTimes.of(t), classes, server, exec_s, in_log | flagged_only,
-                          ~in_log & ~flagged & has_server)
-    del classes
-    t = with_queue_columns(t, server, has_server, pipelined, exec_s, source, by_fp, bound, certain, likely)
+    return Executions(exec_s, source, has_server, by_fp, bound, certain, in_log | flagged_only,
+                      ~in_log & ~flagged & has_server)
+
+
+def with_join_columns(t: pd.DataFrame, slow: pd.DataFrame | None, joined: Joined, flags: Flags, server: np.ndarray,
+                      long_query_time: float | None, thread_pool_size: int | None) -> pd.DataFrame:
+    """`t` (with_queue_columns' table) with in_slow_log, slow_log_line, hidden_slow, understated and thread_group,
+    and the statement texts of ENCRYPTED rows from their entries: the same for the whole table and for a
+    partition's rows."""
+    n, lqt = len(t), long_query_time
+    in_log, undecided, used, flagged = joined.in_log, joined.undecided, joined.used, flags.flagged
+    has_server = ~np.isnan(server)
     t["in_slow_log"] = pd.array(in_log, dtype="boolean")
     t.loc[undecided, "in_slow_log"] = pd.NA
-    if not join.used:
-        t["in_slow_log"] = null_boolean(len(t))
-    if join.used:
-        _texts_from_slow_log(t, slow, join.entry)
-    lines = slow["line"].to_numpy()[np.maximum(join.entry, 0)] if join.used else np.zeros(len(t), dtype=np.int64)
-    t["slow_log_line"] = held(pd.Series(lines, dtype="Int64").where(in_log & join.used))
-    evidence = join.used | flag.notna().to_numpy()
+    if not used:
+        t["in_slow_log"] = null_boolean(n)
+    if used:
+        _texts_from_slow_log(t, slow, joined.entry)
+    lines = slow["line"].to_numpy()[np.maximum(joined.entry, 0)] if used else np.zeros(n, dtype=np.int64)
+    t["slow_log_line"] = held(pd.Series(lines, dtype="Int64").where(in_log & used))
+    evidence = used | flags.known
     if lqt is None:
-        hidden = null_boolean(len(t))
+        hidden = null_boolean(n)
     else:
         slow_wire = has_server & (server > lqt)
-        hidden_np = slow_wire & ~flagged & ~(in_log & join.used)
+        hidden_np = slow_wire & ~flagged & ~(in_log & used)
         hidden = pd.array(hidden_np, dtype="boolean")
-        hidden[~(evidence & has_server) | (undecided & join.used & slow_wire & ~flagged)] = pd.NA
+        hidden[~(evidence & has_server) | (undecided & used & slow_wire & ~flagged)] = pd.NA
     t["hidden_slow"] = hidden
     understated = pd.array(in_log & (np.nan_to_num(t["queue_min_s"].to_numpy()) >= STALL_MIN_QUEUE_S), dtype="boolean")
-    if not join.used:
-        understated = null_boolean(len(t))
+    if not used:
+        understated = null_boolean(n)
     t["understated"] = understated
     if thread_pool_size:
         t["thread_group"] = (t["conn_id"].astype("Int64") % int(thread_pool_size)).astype("Int64")
     else:
-        t["thread_group"] = null_int64(len(t))
-    return t, join
+        t["thread_group"] = null_int64(n)
+    return t
 
 
 def with_queue_columns(t: pd.DataFrame, server: np.ndarray, has_server: np.ndarray, pipelined: np.ndarray,
