@@ -73,3 +73,11 @@ def partitionable_recording(folder: Path, probe: Path):
     del x
     shutil.rmtree(probe)
     return cs
+
+
+def db_alone(cs):
+    """`cs` without its app and proxy points: what analyze --db makes of the DB capture (the folder's slow log,
+    processlist, key log and settings kept)."""
+    cs.points = [p for p in cs.points if p.kind == "db"]
+    cs.proxy_servers = []
+    return cs

@@ -1,11 +1,15 @@
 """The decomposition per partition (explain/partitioned_decompose.py, docs/partitioned.md step 7b): step 7a's runs
 with decompose's columns added, merged by row key, equal today's decomposed table (explain.decompose.decompose on
-explain.servers.joined_table, without a slow log): pipelined_s, exec_s, exec_source, queue_s, queue_source,
-queue_min_s, in_slow_log, slow_log_line, hidden_slow, understated, thread_group, and the joined columns unchanged.
-For P = 1, 3 and 16 partitions (each with another long_query_time and thread_pool_size: none; 0.01 s and 2; 0.05 s
-and 4), on every bundled pair without a proxy, the test captures' pair and the 10 s recordings (skipped when absent), each
-without its slow log (the joined table does not read it; decompose is given none). A slow log is refused; pieces of a connection that
-interleave are refused, never a different pipelined_s."""
+explain.servers.joined_table): pipelined_s, exec_s, exec_source, queue_s, queue_source, queue_min_s, in_slow_log,
+slow_log_line, hidden_slow, understated, thread_group, and the joined columns (sql, fingerprint, query_id of
+ENCRYPTED rows from the slow log) as today. For P = 1, 3 and 16 partitions (each with another long_query_time and
+thread_pool_size: none; 0.01 s and 2; 0.05 s and 4), on every bundled pair without a proxy without its slow log
+and with it (read as explain.servers reads it), the test captures' pair and the 10 s recordings (skipped when
+absent) without and with their slow log, as pairs and as DB captures alone. With a slow log the join runs per
+connection (explain/partitioned_join.py): its per-row answer is join_slow_log's, the undecided marks' budget
+included (cut on purpose). Refused, with the reason, never a different value: pieces of a connection that
+interleave; rows without a connection id joined to an entry (midstream-join: explain.servers names them by the
+log's Thread_id after the decomposition); entries without a thread id inside the capture."""
 
 from __future__ import annotations
 
@@ -15,15 +19,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pcapdecomp.analysis import capture_set
+from pcapdecomp.analysis import Options, capture_set
 from pcapdecomp.core.outputs import SortedRun
 from pcapdecomp.core.tables import as_declared
 from pcapdecomp.explain.decompose import decompose
 from pcapdecomp.explain.partitioned import NotPartitionable, PairedPartitions
 from pcapdecomp.explain.partitioned_decompose import DecomposedPartitions
+from pcapdecomp.explain.partitioned_join import PartitionedJoin
 from pcapdecomp.pair.match import spilled_connection_step
 from pcapdecomp.read import connids
-from partitioning import CAPTURES, PAIRS, PROXY_SETS, RECORDED, merged, partitionable_recording, spilled, today
+from pcapdecomp.read.captureset import time_zone
+from pcapdecomp.slowlog import join as slowjoin
+from pcapdecomp.slowlog.reader import read_slow_log
+from partitioning import (CAPTURES, PAIRS, PROXY_SETS, RECORDED, db_alone, merged, partitionable_recording, spilled,
+                          today)
 
 # per P: (long_query_time, thread_pool_size)
 SETTINGS = {1: (None, None), 3: (0.01, 2), 16: (0.05, 4)}
@@ -36,7 +45,7 @@ def partitioned_rows(cs, work: Path):
     table: (table, a function of P giving the PairedPartitions)."""
     table, (clocks, _, id_sources, db_conns, _) = today(cs)
     x = spilled(cs, work / "spill")
-    step = spilled_connection_step(x.app, x.db)
+    step = spilled_connection_step(x.app, x.db) if x.app else None  # a DB capture alone: nothing to pair
     named = {}
     if "conn_id_source" in db_conns:
         mine = db_conns[db_conns["conn_id_source"].isin([connids.ANSWER, connids.PROCESSLIST]).to_numpy()]
@@ -44,13 +53,27 @@ def partitioned_rows(cs, work: Path):
     return table, lambda p: PairedPartitions(x.app, x.db, step, clocks, id_sources=id_sources, named=named, parts=p)
 
 
-def assert_decomposed_as_today(cs, work: Path, parts=tuple(SETTINGS)) -> dict:
+def slow_log_of(cs, table: pd.DataFrame) -> pd.DataFrame | None:
+    """`cs`'s slow log as explain.servers.explain_server reads it (the wire's statements for its header checks)."""
+    if cs.slow_log is None:
+        return None
+    slow, _ = read_slow_log(cs.slow_log, tz=time_zone(None), max_sql_bytes=Options(quiet=True).max_sql_bytes,
+                            wire=slowjoin.wire_statements(table))
+    return slow
+
+
+def assert_decomposed_as_today(cs, work: Path, parts=tuple(SETTINGS), with_slow_log: bool = False,
+                               slow: pd.DataFrame | None = None) -> dict:
+    """The runs merged equal decompose's table for each P; with `with_slow_log`, `slow` (else the set's own log)
+    joined by both."""
     table, paired = partitioned_rows(cs, work)
+    if with_slow_log and slow is None:
+        slow = slow_log_of(cs, table)
     seen = {}
     for p in parts:
         lqt, size = SETTINGS[p]
-        expected, _ = decompose(table, None, lqt, size)
-        rows = DecomposedPartitions(paired(p), lqt, size, work / f"narrow-{p}")
+        expected, join = decompose(table, slow if with_slow_log else None, lqt, size)
+        rows = DecomposedPartitions(paired(p), lqt, size, work / f"narrow-{p}", slow=slow if with_slow_log else None)
         runs = list(rows)
         assert 1 <= len(runs) <= p
         got = merged(runs, {c: expected[c].cat.categories for c in expected.columns
@@ -62,7 +85,11 @@ def assert_decomposed_as_today(cs, work: Path, parts=tuple(SETTINGS)) -> dict:
                    "estimated": int((expected["exec_source"] == "fingerprint_median").sum()),
                    "likely": int((expected["queue_source"] == "likely").sum()),
                    "hidden": int(expected["hidden_slow"].fillna(False).sum()),
-                   "groups": int(expected["thread_group"].notna().sum())}
+                   "groups": int(expected["thread_group"].notna().sum()),
+                   "in_log": int(expected["in_slow_log"].fillna(False).sum()),
+                   "undecided": int((expected["in_slow_log"].isna() & join.used).sum()),
+                   "understated": int(expected["understated"].fillna(False).sum()),
+                   "encrypted": int((table["command"] == "ENCRYPTED").sum())}
     return seen
 
 
@@ -91,10 +118,121 @@ def test_the_estimates_and_waits_are_exercised(tmp_path):
     assert all(v > 0 for v in totals.values()), totals
 
 
-def test_a_slow_log_is_refused(tmp_path):
-    slow = pd.DataFrame({"line": [1]})
-    with pytest.raises(NotPartitionable, match="slow log"):
-        DecomposedPartitions([], 0.01, None, tmp_path, slow=slow)
+WITH_SLOW_LOG = [n for n in PAIRS if n not in PROXY_SETS and capture_set(CAPTURES / n).slow_log is not None]
+NAMED_BY_THE_LOG = ["midstream-join"]  # its connections have no id: the log's Thread_id names them after the join
+
+
+@pytest.mark.parametrize("name", [n for n in WITH_SLOW_LOG if n not in NAMED_BY_THE_LOG])
+def test_the_partitions_decompose_as_today_with_the_slow_log(name, tmp_path):
+    found = assert_decomposed_as_today(capture_set(CAPTURES / name), tmp_path, with_slow_log=True)
+    assert found[1]["rows"] > 0
+
+
+def test_the_slow_log_columns_are_exercised(tmp_path):
+    """The sets with a slow log hold what the join per connection is for: rows in the log (their exec_s, queue_s
+    and slow_log_line from it), undecided rows (in_slow_log null), understated rows, and ENCRYPTED rows
+    (oltp-prepared-tls12: a key log that misses part of the capture), which give every entry the key of any text.
+    No bundled entry joins an ENCRYPTED row (whose text would come from the log: decompose._texts_from_slow_log,
+    called by both paths through with_join_columns)."""
+    totals = {"in_log": 0, "undecided": 0, "understated": 0, "encrypted": 0}
+    for name in ("slowlog-forms", "maxthreads", "oltp-prepared-tls12"):
+        found = assert_decomposed_as_today(capture_set(CAPTURES / name), tmp_path / name, parts=(3,),
+                                           with_slow_log=True)
+        for k in totals:
+            totals[k] += found[3][k]
+    assert all(v > 0 for v in totals.values()), totals
+
+
+def partition_join(cs, work: Path, slow: pd.DataFrame, parts: int) -> tuple[pd.DataFrame, PartitionedJoin, dict]:
+    """The partitioned join of `cs`'s runs (P = `parts`) with `slow`: today's joined table, the finished
+    PartitionedJoin, and per row of the table (merged by key) its Joined's entry, Query_time and undecided."""
+    table, paired = partitioned_rows(cs, work)
+    join = PartitionedJoin(slow, work / "join")
+    runs = list(paired(parts))
+    for p, run in enumerate(runs):
+        join.add(p, run.table, run.key)
+    join.finish()
+    got = {"entry": [], "qt": [], "undecided": []}
+    for p, run in enumerate(runs):
+        j = join.joined(p, run.table)
+        got["entry"].append(j.entry)
+        got["qt"].append(j.query_time_ns)
+        got["undecided"].append(j.undecided)
+    order = np.lexsort(np.concatenate([r.key for r in runs]).T[::-1])
+    return table, join, {k: np.concatenate(v)[order] for k, v in got.items()}
+
+
+def test_rows_without_an_id_join_as_today_and_are_refused(tmp_path):
+    """midstream-join: no connection has an id (the capture began mid-connection), so every entry searches the
+    rows without an id (the global view of those rows: here all) and names connections by MIN_ANCHORS entries.
+    The partitioned join's answer per row is join_slow_log's; the decomposition is refused, saying why (the
+    connection ids the log gives are filled after it)."""
+    cs = capture_set(CAPTURES / "midstream-join")
+    table, _ = partitioned_rows(cs, tmp_path / "probe")
+    slow = slow_log_of(cs, table)
+    today_join = slowjoin.join_slow_log(slowjoin.rows_for_join(table), slow)
+    assert today_join.stats["connections_identified"] > 0 and today_join.stats["exchanges_undecided"] > 0
+    _, join, got = partition_join(cs, tmp_path / "three", slow, 3)
+    assert np.array_equal(got["entry"], today_join.entry) and np.array_equal(got["qt"], today_join.query_time_ns)
+    assert np.array_equal(got["undecided"], today_join.undecided)
+    with pytest.raises(NotPartitionable, match="rows without a connection id joined to slow-log entries"):
+        join.refuse_named_by_log()
+    _, paired = partitioned_rows(cs, tmp_path / "refused")
+    with pytest.raises(NotPartitionable, match="Thread_id"):
+        DecomposedPartitions(paired(3), 0.01, 2, tmp_path / "narrow", slow=slow)
+
+
+@pytest.mark.parametrize("steps", [0, 0.05, 0.2])  # a float: a budget that runs out part way
+def test_the_marks_budget_is_spent_in_entry_order(steps, tmp_path, monkeypatch):
+    """The undecided marks' global budget (MARK_STEPS × (rows + entries)) made small, so that it runs out part way:
+    the partitioned join replays it over the groups' recorded steps in entry order and marks the rows
+    join_slow_log marks (midstream-join: 18 rows undecided with the whole budget)."""
+    monkeypatch.setattr(slowjoin, "MARK_STEPS", steps)
+    cs = capture_set(CAPTURES / "midstream-join")
+    table, _ = partitioned_rows(cs, tmp_path / "probe")
+    slow = slow_log_of(cs, table)
+    today_join = slowjoin.join_slow_log(slowjoin.rows_for_join(table), slow)
+    assert today_join.stats["undecided_search_cut"] > 0  # the budget cut …
+    assert today_join.stats["exchanges_undecided"] < 18  # … some marks (8 and 11 of the 18 at 0.05 and 0.2)
+    _, _, got = partition_join(cs, tmp_path / "sixteen", slow, 16)
+    assert np.array_equal(got["undecided"], today_join.undecided)
+
+
+def test_entries_of_threads_the_capture_never_saw(tmp_path):
+    """group-stall's log with every Thread_id moved out of the capture's connection ids: the entries search the
+    rows without an id (none here), so nothing joins and nothing is marked — as join_slow_log decides."""
+    cs = capture_set(CAPTURES / "group-stall")
+    table, _ = partitioned_rows(cs, tmp_path / "probe")
+    slow = slow_log_of(cs, table)
+    slow["thread_id"] = slow["thread_id"].astype("Int64") + 1_000_000
+    found = assert_decomposed_as_today(cs, tmp_path, parts=(1, 3), with_slow_log=True, slow=slow)
+    assert found[3]["in_log"] == 0 and found[3]["rows"] > 0
+
+
+def test_an_empty_slow_log(tmp_path):
+    """A slow log without an entry: nothing to join, as without one."""
+    cs = capture_set(CAPTURES / "group-stall")
+    table, _ = partitioned_rows(cs, tmp_path / "probe")
+    slow = slow_log_of(cs, table).iloc[:0]
+    found = assert_decomposed_as_today(cs, tmp_path, parts=(3,), with_slow_log=True, slow=slow)
+    assert found[3]["in_log"] == 0
+
+
+def test_entries_without_a_thread_id_are_refused(tmp_path):
+    """An entry without a thread id inside the capture's time would search every connection's rows: refused,
+    naming its line; the same log with the entry moved before the capture is decomposed as today."""
+    cs = capture_set(CAPTURES / "group-stall")
+    table, paired = partitioned_rows(cs, tmp_path / "probe")
+    slow = slow_log_of(cs, table)
+    slow["thread_id"] = slow["thread_id"].astype("Int64").mask(np.arange(len(slow)) == 0)
+    with pytest.raises(NotPartitionable, match=f"without a thread id \\(line {int(slow['line'].iloc[0])} the first"):
+        DecomposedPartitions(paired(3), 0.01, 2, tmp_path / "narrow", slow=slow)
+    early = slow.copy()
+    for column in ("start", "end", "timestamp", "time"):
+        if column in early.columns:
+            early[column] = early[column].mask(np.arange(len(early)) == 0, early[column].min() - pd.Timedelta(days=1))
+    found = assert_decomposed_as_today(cs, tmp_path / "early", parts=(3,), with_slow_log=True, slow=early)
+    assert found[3]["rows"] > 0
 
 
 def _run(rows: dict, key: list[int]) -> SortedRun:
@@ -145,3 +283,21 @@ def test_the_10s_recordings_without_their_slow_log(folder, tmp_path):
     cs = partitionable_recording(folder, tmp_path / "probe")
     found = assert_decomposed_as_today(cs, tmp_path)
     assert found[1]["rows"] > 100_000 and found[1]["estimated"] > 0
+
+
+@pytest.mark.parametrize("folder", RECORDED, ids=lambda p: p.name)
+def test_the_10s_recordings_with_their_slow_log(folder, tmp_path):
+    cs = partitionable_recording(folder, tmp_path / "probe")
+    assert cs.slow_log is not None
+    found = assert_decomposed_as_today(cs, tmp_path, with_slow_log=True)
+    # the read-write recording's log joins (46 entries); the read-only one's holds none (its header only)
+    assert found[1]["rows"] > 100_000 and (found[1]["in_log"] > 0) == (folder.name == "sysbench-rw-10s"), found
+
+
+@pytest.mark.parametrize("folder", RECORDED, ids=lambda p: p.name)
+def test_the_10s_recordings_db_capture_alone_with_their_slow_log(folder, tmp_path):
+    """analyze --db F/db.pcap --slow-log F/slow.log's decomposition, partitioned."""
+    if not (folder / "db.pcap").exists():
+        pytest.skip(f"{folder} is not here")
+    found = assert_decomposed_as_today(db_alone(capture_set(folder)), tmp_path, parts=(1, 3), with_slow_log=True)
+    assert found[3]["rows"] > 100_000 and (found[3]["in_log"] > 0) == (folder.name == "sysbench-rw-10s"), found

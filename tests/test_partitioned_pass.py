@@ -29,7 +29,8 @@ from pcapdecomp.read import connids
 from pcapdecomp.read.extract import extract_points
 from pcapdecomp.read.spill import BUCKETS
 
-from partitioning import CAPTURES, PAIRS, PROXY_SETS, RECORDED, REPO, merged, partitionable_recording, spilled, today
+from partitioning import (CAPTURES, PAIRS, PROXY_SETS, RECORDED, REPO, db_alone, merged, partitionable_recording,
+                          spilled, today)
 
 PARTS = (1, 3, 16)
 sys.path.insert(0, str(REPO / "scripts"))
@@ -71,14 +72,6 @@ def assert_same_as_today(cs, work: Path, parts=PARTS) -> dict:
         pd.testing.assert_frame_equal(as_declared(got), as_declared(table), check_exact=True)
     return {"rows": len(table), "seen": table["seen"].value_counts().to_dict(), "runs": len(runs), "named": len(named),
             "points": table["db_point"].nunique(), "sources": set(id_sources.values()), "clocks": len(clocks)}
-
-
-def db_alone(cs):
-    """`cs` without its app and proxy points: what analyze --db makes of the DB capture (the folder's slow log,
-    processlist, key log and settings kept)."""
-    cs.points = [p for p in cs.points if p.kind == "db"]
-    cs.proxy_servers = []
-    return cs
 
 
 @pytest.mark.parametrize("name", [n for n in PAIRS if n not in PROXY_SETS])

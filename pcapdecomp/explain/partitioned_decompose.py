@@ -1,7 +1,7 @@
 """The decomposition per partition (docs/partitioned.md §5 step 7b): what explain.decompose.decompose adds to the
 joined table (pipelined_s, exec_s, exec_source, queue_s, queue_source before the thread-pool view, queue_min_s,
 in_slow_log, slow_log_line, hidden_slow, understated, thread_group), made from step 7a's runs (explain/partitioned.py
-PairedPartitions: one core.outputs.SortedRun per partition) one partition at a time, for a set without a slow log.
+PairedPartitions: one core.outputs.SortedRun per partition) one partition at a time, with or without a slow log.
 
 What a row's columns read of other partitions is gathered first, and is small (per class, per connection piece, the
 long executions' union):
@@ -14,7 +14,9 @@ long executions' union):
   D4 of the pieces before it, exact. Pieces that interleave raise NotPartitionable, saying which connection: never
   a different value;
 - the execution estimates' quantiles per class (decompose.estimate_execution, likely_waits' typical executions) by
-  core.exact.RadixSelect over the partitions, and likely_waits' long executions and their union.
+  core.exact.RadixSelect over the partitions, and likely_waits' long executions and their union;
+- with a slow log, the join per connection (explain/partitioned_join.py), made between the first pass and the
+  selections (the estimates leave out the rows in the log): per row its entry, Query_time and undecided mark.
 
 Between the passes each partition's narrow columns (≈ 50 B a row: D1, D4, server_s, the class, the flag, the
 pipelined piece) are kept in a work folder as .npy files, read back by the selection's passes; the runs themselves
@@ -36,22 +38,15 @@ import pandas as pd
 from ..core.exact import RadixSelect
 from ..core.memory import release_memory
 from ..core.outputs import SortedRun
-from ..core.tables import held, null_boolean, null_int64
 from ..mysql.connection import ENCRYPTED_COMMAND
-from .decompose import (BELOW_LONG_QUERY_TIME, FINGERPRINT_MEDIAN, FINGERPRINT_MIN_SAMPLES, FLAGGED_SLOW, NS,
-                        STALL_MIN_QUEUE_S, LikelyWaits, _latest_before, covered_ns, estimate_rows, interval_union,
-                        likely_rows, robust_estimates, with_queue_columns)
+from .decompose import (FINGERPRINT_MIN_SAMPLES, NS, STALL_MIN_QUEUE_S, Flags, Joined, LikelyWaits, _latest_before,
+                        covered_ns, estimate_rows, executions, fast_runs, interval_union, likely_rows,
+                        robust_estimates, with_join_columns, with_queue_columns)
 from .partitioned import NotPartitionable
+from .partitioned_join import PartitionedJoin
 
 PIECE_SHIFT = 16  # a connection's piece: its requests' TCP sequence numbers >> this (the spill's, §3)
 NONE = np.iinfo(np.int64).min  # no D4 before: pipelined_s' "no earlier request"
-
-
-def check_without_slow_log(slow: pd.DataFrame | None) -> None:
-    """Raises NotPartitionable for a slow log with entries: the join runs per connection, not yet partitioned."""
-    if slow is not None and len(slow):
-        raise NotPartitionable("a slow log: its join per connection is not partitioned yet (step 7b does the sets "
-                               "without one)")
 
 
 def _texts(column: pd.Series) -> tuple[np.ndarray, list]:
@@ -101,17 +96,22 @@ class DecomposedPartitions:
     partition's joined rows, explain.partitioned.PairedPartitions) with the columns added, in decompose's order and
     dtypes (categoricals with the partition's own categories, as 7a's runs). `runs` is iterated twice (the first
     pass and the rows' pass: PairedPartitions makes its runs again each time), in the same order; `work`: a folder
-    for each partition's narrow columns between the passes. `slow`: a slow log with entries raises
-    NotPartitionable (check_without_slow_log), as do the pieces of a connection that interleave (pipelined_s' carry
-    would not be exact). The constructor makes the first pass and the selections."""
+    for each partition's narrow columns between the passes. `slow`: the slow log's entries (read_slow_log's table),
+    joined per connection (explain/partitioned_join.py: what it cannot join exactly raises NotPartitionable); the
+    pieces of a connection that interleave raise NotPartitionable too (pipelined_s' carry would not be exact). The
+    constructor makes the first pass, the join and the selections."""
 
     def __init__(self, runs: Iterable[SortedRun], long_query_time: float | None, thread_pool_size: int | None,
                  work: Path, slow: pd.DataFrame | None = None):
-        check_without_slow_log(slow)
         self.runs, self.lqt, self.thread_pool_size = runs, long_query_time, thread_pool_size
         self.work = Path(work)
         self.work.mkdir(parents=True, exist_ok=True)
+        self.slow = slow if slow is not None and len(slow) else None
+        self.join = PartitionedJoin(self.slow, self.work) if self.slow is not None else None
         gathered = self._first_pass()
+        if self.join is not None:
+            self.join.finish()
+            self.join.refuse_named_by_log()
         self.sizes = gathered.rows
         self.classes, self.groups = self._classes(gathered)
         self.carry = self._carries(gathered.pieces)
@@ -145,6 +145,8 @@ class DecomposedPartitions:
             server_s = t["server_s"].to_numpy(dtype="float64", na_value=np.nan)
             ok = ~np.isnan(server_s) & t["db_client"].notna().to_numpy()
             piece, before = self._pieces(g, p, t, key, ok, d1, d4)
+            if self.join is not None:
+                self.join.add(p, t, key)
             flag = t["server_flag_slow"].astype("boolean")
             np.savez(self.work / f"{p}.npz", d1=d1, d4=d4, valid=np.asarray(t["_t_valid"], dtype=bool),
                      server_s=server_s, pair=pair.astype(np.int64),
@@ -243,12 +245,15 @@ class DecomposedPartitions:
         x["pipelined"] = pipelined
         x["server"] = x["server_s"] - pipelined
         x["codes"] = self.classes[p][x["pair"]] if len(x["pair"]) else np.zeros(0, np.int64)
-        x["flagged"] = x["flag"] == 1
+        x["flags"] = Flags(x["flag"] >= 0, x["flag"] == 1)
+        x["flagged"] = x["flags"].flagged
         x["has_server"] = ~np.isnan(x["server"])
-        server = x["server"]
-        x["fast"] = x["has_server"] & ~x["flagged"] & (server >= 0) & (server <= self.lqt if self.lqt is not None
-                                                                        else True)
-        x["runs"] = x["valid"] & x["has_server"] & (d4 >= d1) & ~x["flagged"]
+        entry, qt = self.join.entries_of(p, len(d1)) if self.join is not None else \
+            (np.full(len(d1), -1, dtype=np.int64), np.zeros(len(d1), dtype=np.int64))
+        x["in_log"] = entry >= 0
+        x["exec_log"] = qt / 1e9
+        x["fast"] = fast_runs(x["server"], x["flags"], x["in_log"], self.lqt)
+        x["runs"] = x["valid"] & x["has_server"] & (d4 >= d1) & ~x["flagged"] & ~x["in_log"]
         return x
 
     def _narrows(self) -> Iterator[dict]:
@@ -303,16 +308,18 @@ class DecomposedPartitions:
 
     def _long(self, x: dict) -> tuple[np.ndarray, np.ndarray]:
         """likely_waits' long statements of a partition (its masks into x: long_open, long): their executions'
-        starts and ends (the union of them, a partition's)."""
+        starts and ends (the union of them, a partition's). A measured execution is the slow log's (in the log) or
+        the server time (flagged slow)."""
         server, d1, d4 = x["server"], x["d1"], x["d4"]
         x["long_open"] = x["runs"] & (server >= STALL_MIN_QUEUE_S) & self.few_or_long[x["codes"]]
-        measured = x["has_server"] & x["flagged"] & x["valid"] & (d4 >= d1) & \
-            (np.nan_to_num(server) >= STALL_MIN_QUEUE_S)
+        executed = np.where(x["in_log"], x["exec_log"], server)
+        measured = (x["in_log"] | (x["has_server"] & x["flagged"])) & x["has_server"] & x["valid"] & (d4 >= d1) & \
+            (np.nan_to_num(executed) >= STALL_MIN_QUEUE_S)
         long_ = np.flatnonzero(x["long_open"] | measured)
         x["long"] = long_
         x_start = d1[long_]
         timed = measured[long_]
-        x_start[timed] = np.maximum(d4[long_][timed] - np.rint(server[long_][timed] * NS).astype(np.int64),
+        x_start[timed] = np.maximum(d4[long_][timed] - np.rint(executed[long_][timed] * NS).astype(np.int64),
                                     x_start[timed])
         return interval_union(x_start, d4[long_])
 
@@ -333,52 +340,24 @@ class DecomposedPartitions:
             if p >= len(self.sizes) or len(run.table) != self.sizes[p]:
                 raise ValueError(f"partition {p}: not the rows of the first pass (the runs must come again, alike)")
             count += 1
-            yield SortedRun(self._columns(run.table, self._narrow(p)), run.key)
+            yield SortedRun(self._columns(p, run.table, self._narrow(p)), run.key)
         if count != len(self.sizes):
             raise ValueError(f"{count} partitions, the first pass had {len(self.sizes)}")
 
-    def _columns(self, t: pd.DataFrame, x: dict) -> pd.DataFrame:
-        """decompose's columns of a partition's rows, without a slow log (its arithmetic, row by row, with the
-        global state)."""
-        lqt = self.lqt
+    def _columns(self, p: int, t: pd.DataFrame, x: dict) -> pd.DataFrame:
+        """decompose's columns of partition p's rows: its arithmetic (decompose.executions, likely_rows,
+        with_queue_columns, with_join_columns), row by row, with the global state."""
         n = len(t)
-        server, codes, flagged, has_server = x["server"], x["codes"], x["flagged"], x["has_server"]
-        known_fast = x["flag"] == 0
-        exec_s = np.full(n, np.nan)
-        source = np.full(n, -1, dtype=np.int8)
-        todo = has_server & ~flagged
+        server, codes = x["server"], x["codes"]
+        joined = self.join.joined(p, t) if self.join is not None else \
+            Joined(np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool), False)
         estimate = estimate_rows(codes, server, *self.estimate) if n else np.full(0, np.nan)
         estimate[x["encrypted"]] = np.nan
-        by_fp = todo & ~np.isnan(estimate)
-        exec_s[by_fp] = estimate[by_fp]
-        source[by_fp] = FINGERPRINT_MEDIAN
-        flagged_only = has_server & flagged
-        exec_s[flagged_only] = server[flagged_only]
-        source[flagged_only] = FLAGGED_SLOW
-        bound = todo & ~by_fp & known_fast if lqt is not None else np.zeros(n, dtype=bool)
-        source[bound] = BELOW_LONG_QUERY_TIME
-        certain = np.zeros(n)
-        if lqt is not None:
-            fast_bounded = has_server & known_fast
-            certain[fast_bounded] = np.maximum(server[fast_bounded] - lqt, 0.0)
-        certain = np.nan_to_num(certain)
+        done = executions(server, x["flags"], joined, estimate, self.lqt)
         likely = LikelyWaits(np.zeros(n, dtype=bool), np.full(n, np.nan), np.full(n, np.nan))
         if n:
             self._long(x)
             likely = likely_rows(likely, codes, server, x["d1"], x["runs"], x["long_open"], *self.clean, self.union)
-        t = with_queue_columns(t, server, has_server, x["pipelined"], exec_s, source, by_fp, bound, certain, likely)
-        t["in_slow_log"] = null_boolean(n)
-        t["slow_log_line"] = held(pd.Series(np.zeros(n, dtype=np.int64), dtype="Int64").where(np.zeros(n, bool)))
-        if lqt is None:
-            hidden = null_boolean(n)
-        else:
-            slow_wire = has_server & (server > lqt)
-            hidden = pd.array(slow_wire & ~flagged, dtype="boolean")
-            hidden[~((x["flag"] >= 0) & has_server)] = pd.NA
-        t["hidden_slow"] = hidden
-        t["understated"] = null_boolean(n)
-        if self.thread_pool_size:
-            t["thread_group"] = (t["conn_id"].astype("Int64") % int(self.thread_pool_size)).astype("Int64")
-        else:
-            t["thread_group"] = null_int64(n)
-        return t
+        t = with_queue_columns(t, server, done.has_server, x["pipelined"], done.exec_s, done.source, done.by_fp,
+                               done.bound, done.certain, likely)
+        return with_join_columns(t, self.slow, joined, x["flags"], server, self.lqt, self.thread_pool_size)
