@@ -4,6 +4,7 @@ against the in-memory path's same stage (Pairing.complete and explain.servers.jo
 with an app and a DB point, or on its DB capture alone (`--db-alone`: what analyze --db makes of it):
 
     python3 benchmarks/partitioned_pass.py /tmp/pcapdecomp-bench/sysbench-rw-40s [--parts N] [--work DIR] [--db-alone]
+        [--slow-log]
 
 Two child processes, one after the other (each its own peak):
 - `memory`: the stages as analyze --jobs 1 runs them (extract_points, pair_points, joined_table); Pairing.complete,
@@ -15,9 +16,13 @@ Two child processes, one after the other (each its own peak):
   (explain.partitioned.spilled_names) from the spill — checked equal to the handed ones —, then explain.
   partitioned.PairedPartitions: its first pass, then its partitions (each run counted and let go: what step 7
   hands to the merged writer), each stretch marked alike. A DB capture alone: no connection step, no clock.
-Then step 7b (explain/partitioned_decompose.py): decompose without a slow log on the joined table in memory, and
+Then step 7b (explain/partitioned_decompose.py): decompose on the joined table in memory, and
 DecomposedPartitions over the partitions (its first pass and selections, then its rows; each iterates
-PairedPartitions, which makes the runs again: their cost is the runs' line above, counted in each).
+PairedPartitions, which makes the runs again: their cost is the runs' line above, counted in each). Without a slow
+log by default; `--slow-log`: with the folder's slow.log, read as explain.servers reads it (by the memory child,
+from its joined table: read_slow_log with the wire's statements) and handed to the other child, and the join's
+own CPU noted (join_slow_log inside decompose; explain/partitioned_join.py's PartitionedJoin.finish inside
+DecomposedPartitions' constructor: its first-pass share, the views written, is not in that note).
 Prints a markdown table: per stretch its RSS at entry, its peak, the peak above entry, and CPU (user + system)."""
 
 from __future__ import annotations
@@ -87,7 +92,25 @@ def the_set(folder: Path, db_alone: bool):
     return cs
 
 
-def memory_side(folder: Path, work: Path, db_alone: bool) -> list[dict]:
+class CpuOf:
+    """The CPU (user + system) spent inside a function, summed over its calls (no VmHWM reset: it runs inside a
+    measured stretch)."""
+
+    def __init__(self, owner, attribute: str):
+        self.seconds = 0.0
+        original = getattr(owner, attribute)
+
+        def timed(*args, **kwargs):
+            started = _cpu()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds += _cpu() - started
+
+        setattr(owner, attribute, timed)
+
+
+def memory_side(folder: Path, work: Path, db_alone: bool, with_slow_log: bool) -> list[dict]:
     from pcapdecomp.analysis import Options
     from pcapdecomp.explain import servers
     from pcapdecomp.pair import clocks
@@ -112,11 +135,24 @@ def memory_side(folder: Path, work: Path, db_alone: bool) -> list[dict]:
     table = servers.joined_table(paired)
     marks.stop("in memory: joined_table", started, rows=len(table))
     assert len(table) == rows
-    from pcapdecomp.explain.decompose import decompose
+    from pcapdecomp.explain import decompose as decomposing
 
+    slow = None
+    if with_slow_log:
+        from pcapdecomp.read.captureset import time_zone
+        from pcapdecomp.slowlog.join import wire_statements
+        from pcapdecomp.slowlog.reader import read_slow_log
+
+        slow, _ = read_slow_log(cs.slow_log, tz=time_zone(None), max_sql_bytes=options.max_sql_bytes,
+                                wire=wire_statements(table))
+    (work / "slow.pkl").write_bytes(pickle.dumps(slow))
+    join_cpu = CpuOf(decomposing, "join_slow_log")
     started = marks.start()
-    decomposed, _ = decompose(table, None, LONG_QUERY_TIME, THREAD_POOL_SIZE)
-    marks.stop("in memory: decompose (no slow log)", started, rows=len(decomposed))
+    decomposed, join = decomposing.decompose(table, slow, LONG_QUERY_TIME, THREAD_POOL_SIZE)
+    marks.stop(f"in memory: decompose ({'with the slow log' if with_slow_log else 'no slow log'})", started,
+               rows=len(decomposed), **({"join_cpu_s": round(join_cpu.seconds, 2),
+                                         "in_slow_log": int(decomposed["in_slow_log"].fillna(False).sum())}
+                                        if with_slow_log else {}))
     return marks.found
 
 
@@ -164,17 +200,24 @@ def partitioned_side(folder: Path, work: Path, parts: int | None, db_alone: bool
         del run
     marks.stop("spilled: the partitions' runs", started, rows=total, largest=largest)
     from pcapdecomp.explain.partitioned_decompose import DecomposedPartitions
+    from pcapdecomp.explain.partitioned_join import PartitionedJoin
 
+    slow = pickle.loads((work / "slow.pkl").read_bytes())
+    join_cpu = CpuOf(PartitionedJoin, "finish")
     started = marks.start()
-    decomposed = DecomposedPartitions(rows, LONG_QUERY_TIME, THREAD_POOL_SIZE, work / "narrow")
-    marks.stop("spilled: DecomposedPartitions' first pass and selections (the runs made again)", started,
-               classes=decomposed.groups)
+    decomposed = DecomposedPartitions(rows, LONG_QUERY_TIME, THREAD_POOL_SIZE, work / "narrow", slow=slow)
+    marks.stop("spilled: DecomposedPartitions' first pass, join and selections (the runs made again)"
+               if slow is not None else "spilled: DecomposedPartitions' first pass and selections (the runs made "
+               "again)", started, classes=decomposed.groups,
+               **({"join_cpu_s": round(join_cpu.seconds, 2)} if slow is not None else {}))
     started = marks.start()
-    total = 0
+    total = in_log = 0
     for run in decomposed:
         total += len(run.table)
+        in_log += int(run.table["in_slow_log"].fillna(False).sum())
         del run
-    marks.stop("spilled: the decomposed partitions (the runs made again)", started, rows=total)
+    marks.stop("spilled: the decomposed partitions (the runs made again)", started, rows=total,
+               **({"in_slow_log": in_log} if slow is not None else {}))
     return marks.found
 
 
@@ -184,10 +227,11 @@ def main() -> None:
     parser.add_argument("--parts", type=int, default=None, help="partitions (default: for 65,536 rows each)")
     parser.add_argument("--work", type=Path, default=None, help="the spill and the handed inputs (default: a temp)")
     parser.add_argument("--db-alone", action="store_true", help="the set's DB capture alone (analyze --db)")
+    parser.add_argument("--slow-log", action="store_true", help="step 7b with the folder's slow log (its join)")
     parser.add_argument("--side", choices=["memory", "partitioned"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
-        found = memory_side(args.folder, args.work, args.db_alone) if args.side == "memory" else \
+        found = memory_side(args.folder, args.work, args.db_alone, args.slow_log) if args.side == "memory" else \
             partitioned_side(args.folder, args.work, args.parts, args.db_alone)
         print(json.dumps(found))
         return
@@ -201,6 +245,8 @@ def main() -> None:
                 command += ["--parts", str(args.parts)]
             if args.db_alone:
                 command.append("--db-alone")
+            if args.slow_log:
+                command.append("--slow-log")
             done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
             if done.returncode:
                 sys.exit(f"{side}: {done.stderr.strip()[-2000:]}")
