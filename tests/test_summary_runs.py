@@ -168,3 +168,69 @@ def test_recordings(tmp_path, monkeypatch, name):
     cs = capture_set(app=[folder / "app.pcap"], db=folder / "db.pcap", slow_log=folder / "slow.log",
                      long_query_time=0.01, thread_pool_size=2)
     check(cs, Options(quiet=True, jobs=1), tmp_path, monkeypatch)
+
+
+# --- the rest of summary.json: the verdict's story and text (explain.verdict's facts, terms and rows) ------------
+
+
+def built_and_handed(cs, options: Options, out: Path, monkeypatch) -> tuple[dict, dict]:
+    """analyze of `cs`: (what summary.build returned, before the stories were told; the arguments it was
+    handed)."""
+    import copy
+
+    handed: dict = {}
+    returned: dict = {}
+    build = servers.build_summary
+
+    def build_and_keep(*args, **kwargs):
+        handed.update(kwargs, cs=args[0])
+        made = build(*args, **kwargs)
+        returned.update(copy.deepcopy(made))
+        return made
+
+    monkeypatch.setattr(servers, "build_summary", build_and_keep)
+    analyze(cs, options, out)
+    monkeypatch.setattr(servers, "build_summary", build)
+    return returned, handed
+
+
+def runs_of(cs, options: Options, handed: dict, p: int) -> SummaryOfRuns:
+    """The table summary.build was handed, cut into `p` partitions' runs, and what the pool view found by row key:
+    a SummaryOfRuns fed in row order."""
+    keys = merged_writer.paired_inputs(cs, options).keys
+    table, view = handed["exchanges"], handed["servers"][0].view
+    assert len(keys) == len(table)
+    rows = lambda positions: keys[np.asarray(positions, dtype=np.int64)]  # noqa: E731
+    cap = tuple(rows(m) for m in view.cap_members) if view.cap_members is not None else None
+    return SummaryOfRuns(merged_writer.sorted_runs(table, keys, p, seed=p), rows(view.outliers),
+                         [rows(c) for _, c in view.stall_members], stall_victims=[rows(v) for v, _ in
+                                                                                  view.stall_members],
+                         cap_members=cap).feed_all()
+
+
+def summary_of(handed: dict, made: SummaryOfRuns) -> dict:
+    from pcapdecomp.explain.summary import build
+
+    kwargs = {k: v for k, v in handed.items() if k != "cs"}
+    return build(handed["cs"], **{**kwargs, "exchanges": None, "runs": made})
+
+
+def check_built(cs, options: Options, work: Path, monkeypatch, parts=PARTS) -> dict:
+    """summary.build from the runs is the dict it made of the whole table, as JSON text, for each P; through a
+    proxy it is refused (the partitioned path does not apply there)."""
+    from pcapdecomp.explain.summary import NotFromRuns
+
+    built, handed = built_and_handed(cs, options, work / "out", monkeypatch)
+    if handed["through_proxy"]:
+        with pytest.raises(NotFromRuns, match="through a proxy"):
+            summary_of(handed, runs_of(cs, options, handed, 1))
+        return built
+    wanted = to_json(built)
+    for p in parts:
+        assert to_json(summary_of(handed, runs_of(cs, options, handed, p))) == wanted, p
+    return built
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_the_verdict_of_bundled_sets(tmp_path, monkeypatch, name):
+    check_built(capture_set(CAPTURES / name), Options(quiet=True, jobs=1), tmp_path, monkeypatch)

@@ -35,6 +35,7 @@ from ..read.connids import SOURCES
 from .summary import _counts
 from .threadpool import MAX_CULPRITS, Refs, json_value, outlier_limits
 from .decompose import STALL_MIN_QUEUE_S
+from . import verdict
 from .verdict import VICTIMS_LISTED
 
 LATENCY_COLUMNS = ("total_s", "server_s", "network_s", "net_req_s", "net_resp_s", "queue_s", "exec_s")
@@ -52,9 +53,12 @@ class SummaryOfRuns:
     the row keys of its culprits in the view's order."""
 
     def __init__(self, runs: list[SortedRun], outlier_keys: np.ndarray | None = None,
-                 stall_culprits: list[np.ndarray] | None = None):
+                 stall_culprits: list[np.ndarray] | None = None, *, stall_victims: list[np.ndarray] | None = None,
+                 cap_members: tuple[np.ndarray, np.ndarray] | None = None):
         self.runs = runs
         self.stall_culprits = stall_culprits or []
+        self.stall_victims = stall_victims or []  # per stall, its members' row keys (view.stall_members[sid][0])
+        self.cap_keys = cap_members  # (executing, waiting) row keys while at the cap (view.cap_members)
         points = {str(p) for r in runs if "db_point" in r.table for p in r.table["db_point"].dropna().unique()}
         if len(points) > 1:
             raise SeveralServers(f"rows of {len(points)} DB points: the verdict is told per point")
@@ -81,6 +85,12 @@ class SummaryOfRuns:
                 n = sum(int((b & (c == rows)).sum()) for b, c in zip(self._both, self._source))
             self._sums[name] = PairwiseSum(n)
         self.candidates = {flag: _victim_candidates(runs, flag, self.sane) for flag in VICTIM_LISTS}
+        # the story's sums (verdict.story_terms), each term's rows and values per run, fed in row order
+        self.terms = _RowOrderTerms()
+        for run, sane in zip(runs, self.sane):
+            self.terms.add_run(verdict.story_terms(run.table, sane))
+        self.terms.start()
+        self._parts = None
 
     def feed(self, run: np.ndarray, row: np.ndarray) -> None:
         """The next piece of the merged order (merged_order's: run, row in that run), every row once, in row
@@ -105,6 +115,8 @@ class SummaryOfRuns:
             taken = both if rows == "both" else both & (source == rows)
             self._sums[name].add(np.nan_to_num(v[taken], nan=0.0, posinf=np.inf, neginf=-np.inf))  # verdict._sum
 
+        self.terms.feed(run, row)
+
     def feed_all(self) -> SummaryOfRuns:
         """The rows in row order by the k-way merge alone (no file written beside it)."""
         for run, row in merged_order([r.key for r in self.runs]):
@@ -112,7 +124,12 @@ class SummaryOfRuns:
         return self
 
     def parts(self) -> dict:
-        """summary.json's exchanges, conn_ids, latency_s, queueing, hidden_slow and understated."""
+        """summary.json's exchanges, conn_ids, latency_s, queueing, hidden_slow and understated (made once)."""
+        if self._parts is None:
+            self._parts = self._made_parts()
+        return self._parts
+
+    def _made_parts(self) -> dict:
         queueing = {f"{s}_s": self._sums[f"queue:{s}"].result() for s in QUEUE_SOURCES}
         return {
             "exchanges": self.counts,
@@ -122,6 +139,41 @@ class SummaryOfRuns:
             "hidden_slow": self._victims("hidden_slow"),
             "understated": {**self._victims("understated"), "threshold_s": STALL_MIN_QUEUE_S},
         }
+
+    def tell(self, summary: dict) -> dict:
+        """verdict.tell's parts (queueing, hidden_slow, understated, story, verdict) from the runs, `summary` holding
+        the other parts the story reads (inputs, exchanges, clock, slow_log, groups, pool, thread_pool_size), as
+        summary.build hands them to verdict.tell."""
+        made = self.parts()
+        parts = {k: made[k] for k in ("queueing", "hidden_slow", "understated")}
+        rows = _RunsRows(self)
+        stalls = verdict.told_stalls(summary)
+        facts = verdict.combine_facts([
+            verdict.story_facts(run.table, sane, hidden, understated, told, run.key)
+            for run, sane, hidden, understated, told in zip(self.runs, self.sane, *self._flags(),
+                                                            rows.told_masks(stalls))])
+        story = verdict._story(summary, facts, self.terms.result(), rows)
+        parts["story"] = story
+        parts["verdict"] = "\n".join([story["sentence"], *(f"- {b['text']}" for b in story["bullets"])])
+        return parts
+
+    def _flags(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per run, its hidden and its understated rows (sane ones: verdict.tell's masks)."""
+        return tuple([run.table[flag].to_numpy(dtype=bool, na_value=False) & sane
+                      for run, sane in zip(self.runs, self.sane)] for flag in VICTIM_LISTS)
+
+    def rows_of_keys(self, keys: np.ndarray) -> list[tuple[int, int]]:
+        """(run, row) of each row key, in their order."""
+        keys = np.asarray(keys, dtype=np.int64)
+        found = np.full(len(keys), -1, dtype=np.int64)
+        place = np.zeros(len(keys), dtype=np.int64)
+        for r, run in enumerate(self.runs):
+            at = _positions_of_keys(run.key, keys)
+            hit = (at >= 0) & (found < 0)
+            found[hit], place[hit] = r, at[hit]
+        if (found < 0).any():
+            raise KeyError(f"no row has the key {keys[np.flatnonzero(found < 0)[0]].tolist()}")
+        return list(zip(found.tolist(), place.tolist()))
 
     def _latency(self) -> dict:
         """summary.latency_quantiles' values: count, the pairwise sum in row order, nearest-rank p50/p99, max."""
@@ -315,3 +367,98 @@ def _refs(runs: list[SortedRun], rows: list[tuple[int, int]]) -> dict[tuple[int,
     pieces = [runs[r].table.take([i for q, i in rows if q == r]) for r in sorted({r for r, _ in rows})]
     refs = Refs(pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0].reset_index(drop=True))
     return {place: refs.ref(n) for n, place in enumerate(rows)}
+
+
+def _positions_of_keys(run_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Per key of `keys`, its row in a run (whose keys are distinct), −1 where the run has none: one hash lookup
+    of them all."""
+    if not len(keys) or not len(run_keys):
+        return np.full(len(keys), -1, dtype=np.int64)
+    index = pd.MultiIndex.from_arrays(list(np.asarray(run_keys, dtype=np.int64).T))
+    return index.get_indexer(pd.MultiIndex.from_arrays(list(np.asarray(keys, dtype=np.int64).T))).astype(np.int64)
+
+
+class _RowOrderTerms:
+    """Sums of (name, rows, values) terms (core.exact.masked_sums' terms: NaN as 0) made over the runs: each run's
+    terms kept as its rows and their values (only those), then summed by a PairwiseSum each, the rows fed in row
+    order (feed: the merge's pieces)."""
+
+    def __init__(self):
+        self._runs: list[dict[str, tuple[np.ndarray, np.ndarray]]] = []
+        self._at: list[dict[str, int]] = []
+        self._sums: dict[str, PairwiseSum] = {}
+
+    def add_run(self, terms) -> None:
+        kept = {}
+        for name, rows, values in terms:
+            picked = values[rows]
+            kept[name] = (rows.copy(), np.where(np.isnan(picked), 0.0, picked))
+        self._runs.append(kept)
+
+    def start(self) -> None:
+        names = list(self._runs[0]) if self._runs else []
+        self._sums = {name: PairwiseSum(sum(len(run[name][1]) for run in self._runs)) for name in names}
+        self._at = [dict.fromkeys(names, 0) for _ in self._runs]
+
+    def feed(self, run: np.ndarray, row: np.ndarray) -> None:
+        """A piece of the merged order: (run, row in that run) per row, in row order."""
+        pieces = [(at, int(run[at[0]]), int(row[at[0]]), int(row[at[-1]]) + 1)
+                  for at in (np.flatnonzero(run == r) for r in np.unique(run))]
+        for name, total in self._sums.items():
+            taken = np.zeros(len(run), dtype=bool)
+            values = np.zeros(len(run), dtype=np.float64)
+            for at, r, lo, hi in pieces:
+                rows, kept = self._runs[r][name]
+                mine = rows[lo:hi]
+                n = int(mine.sum())
+                if not n:
+                    continue
+                start = self._at[r][name]
+                taken[at[mine]] = True
+                values[at[mine]] = kept[start:start + n]
+                self._at[r][name] = start + n
+            total.add(values[taken])
+
+    def result(self) -> dict[str, tuple[int, float]]:
+        return {name: (total.n, total.result()) for name, total in self._sums.items()}
+
+
+class _RunsRows:
+    """The rows the story names (verdict.TableRows' questions), read from the runs by the row keys the pool view
+    handed in."""
+
+    def __init__(self, made: SummaryOfRuns):
+        self.made = made
+
+    def stall_members(self) -> list[np.ndarray]:
+        return [np.asarray(k, dtype=np.int64).reshape(-1, self._width()) for k in self.made.stall_victims]
+
+    def _width(self) -> int:
+        return self.made.runs[0].key.shape[1] if self.made.runs else 0
+
+    def told_masks(self, stalls: list[dict]) -> list[np.ndarray]:
+        """Per run, its rows among the members of the stalls that name a culprit."""
+        keys = [k for s, k in zip(stalls, self.stall_members()) if s["culprits_total"]]
+        keys = np.concatenate(keys) if keys else np.zeros((0, self._width()), dtype=np.int64)
+        return [_positions_of_keys(keys, run.key) >= 0 for run in self.made.runs]
+
+    def cap_members(self) -> tuple[pd.DataFrame, int, set]:
+        executing, waiting = (np.asarray(k, dtype=np.int64).reshape(-1, self._width()) for k in self.made.cap_keys)
+        places = self.made.rows_of_keys(np.concatenate([executing, waiting]))
+        hidden, understated = self.made._flags()
+        table = pd.concat([self.made.runs[r].table.iloc[[i]] for r, i in places], ignore_index=True)
+        table = table.assign(hidden=[bool(hidden[r][i]) for r, i in places],
+                             understated=[bool(understated[r][i]) for r, i in places])
+        return table, len(executing), set(verdict._ids(waiting))
+
+    def fingerprint_count(self, fingerprint) -> int:
+        return sum(int((run.table["fingerprint"].astype(object) == fingerprint).sum()) for run in self.made.runs)
+
+    def longest_meanwhile(self, mask_of) -> dict | None:
+        pieces = [verdict.meanwhile_pieces(run.table, mask_of(run.table, sane), run.key)
+                  for run, sane in zip(self.made.runs, self.made.sane)]
+        best = verdict.longest_of(pieces)
+        if best is None:
+            return None
+        place = self.made.rows_of_keys(np.array([best], dtype=np.int64))[0]
+        return _refs(self.made.runs, [place])[place]
