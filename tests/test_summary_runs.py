@@ -180,7 +180,7 @@ def built_and_handed(cs, options: Options, out: Path, monkeypatch) -> tuple[dict
 
     handed: dict = {}
     returned: dict = {}
-    build = servers.build_summary
+    build, stories = servers.build_summary, servers.tell_stories
 
     def build_and_keep(*args, **kwargs):
         handed.update(kwargs, cs=args[0])
@@ -188,9 +188,15 @@ def built_and_handed(cs, options: Options, out: Path, monkeypatch) -> tuple[dict
         returned.update(copy.deepcopy(made))
         return made
 
+    def tell_and_keep(summary, x, conns, settings=None):
+        handed.update(conns=conns, settings=settings)
+        return stories(summary, x, conns, settings)
+
     monkeypatch.setattr(servers, "build_summary", build_and_keep)
+    monkeypatch.setattr(servers, "tell_stories", tell_and_keep)
     analyze(cs, options, out)
     monkeypatch.setattr(servers, "build_summary", build)
+    monkeypatch.setattr(servers, "tell_stories", stories)
     return returned, handed
 
 
@@ -208,11 +214,32 @@ def runs_of(cs, options: Options, handed: dict, p: int) -> SummaryOfRuns:
                          cap_members=cap).feed_all()
 
 
-def summary_of(handed: dict, made: SummaryOfRuns) -> dict:
+def summary_of(handed: dict, made: SummaryOfRuns, stories: bool = False) -> dict:
+    """summary.build from the runs (with `stories`, the stories told too: summary.json's whole content)."""
+    from pcapdecomp.explain.stories import tell
     from pcapdecomp.explain.summary import build
 
-    kwargs = {k: v for k, v in handed.items() if k != "cs"}
-    return build(handed["cs"], **{**kwargs, "exchanges": None, "runs": made})
+    kwargs = {k: v for k, v in handed.items() if k not in ("cs", "conns", "settings")}
+    summary = build(handed["cs"], **{**kwargs, "exchanges": None, "runs": made})
+    if stories:
+        tell(summary, None, handed["conns"], handed["settings"], runs=made)
+    return summary
+
+
+def check_whole(cs, options: Options, work: Path, monkeypatch, parts=PARTS) -> dict:
+    """summary.json made from the runs (summary.build and the stories) is the file analyze wrote, as JSON text,
+    for each P; through a proxy it is refused."""
+    from pcapdecomp.explain.summary import NotFromRuns
+
+    _, handed = built_and_handed(cs, options, work / "out", monkeypatch)
+    written = (work / "out" / "summary.json").read_text()
+    if handed["through_proxy"]:
+        with pytest.raises(NotFromRuns, match="through a proxy"):
+            summary_of(handed, runs_of(cs, options, handed, 1), stories=True)
+        return json.loads(written)
+    for p in parts:
+        assert to_json(summary_of(handed, runs_of(cs, options, handed, p), stories=True)) == written, p
+    return json.loads(written)
 
 
 def check_built(cs, options: Options, work: Path, monkeypatch, parts=PARTS) -> dict:
@@ -234,3 +261,79 @@ def check_built(cs, options: Options, work: Path, monkeypatch, parts=PARTS) -> d
 @pytest.mark.parametrize("name", PAIRS)
 def test_the_verdict_of_bundled_sets(tmp_path, monkeypatch, name):
     check_built(capture_set(CAPTURES / name), Options(quiet=True, jobs=1), tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_summary_json_of_bundled_sets(tmp_path, monkeypatch, name):
+    check_whole(capture_set(CAPTURES / name), Options(quiet=True, jobs=1), tmp_path, monkeypatch)
+
+
+def test_summary_json_without_slow_log_and_pool_size(tmp_path, monkeypatch):
+    """group-stall's captures alone: no slow log, the pool size inferred."""
+    cs = capture_set(app=[CAPTURES / "group-stall" / "app.pcap"], db=CAPTURES / "group-stall" / "db.pcap")
+    written = check_whole(cs, Options(quiet=True, jobs=1), tmp_path, monkeypatch)
+    assert written["inputs"]["slow_log"] is None and written["thread_pool_size"]["given"] is None
+
+
+def test_summary_json_of_db_capture_alone(tmp_path, monkeypatch):
+    """oltp-hogs' DB capture alone, with its slow log: no clients' time, no network story."""
+    source = CAPTURES / "oltp-hogs"
+    cs = capture_set(db=source / "db.pcap", slow_log=source / "slow.log", long_query_time=0.01, thread_pool_size=4)
+    written = check_whole(cs, Options(quiet=True, jobs=1), tmp_path, monkeypatch)
+    assert written["network"] is None and written["story"]["sentence"]
+
+
+def test_summary_json_of_test_data_pair(tmp_path, monkeypatch):
+    """One connection: its rows in row order are one group's, so pandas sums its network time by np.add.reduceat,
+    not by its Kahan kernel (GroupbySums takes the same route)."""
+    field = REPO / "tests" / "data" / "field"
+    cs = capture_set(app=[field / "one-connection-app.pcap"], db=field / "one-connection-db.pcap", thread_pool_size=2)
+    written = check_whole(cs, Options(quiet=True, jobs=1), tmp_path, monkeypatch)
+    assert len(written["network"]["connections"]) == 1
+
+
+def test_the_stories_are_told_somewhere(tmp_path, monkeypatch):
+    """The bundled sets compared above tell each kind of sentence and story the runs make: the cap, a stall with
+    culprits, likely waits, an idle pool; refused logins, churn, idle closes; the network leading; a playbook line
+    from a stall's usual execution."""
+    found = set()
+    for name in ("maxthreads", "group-stall", "field-default-stall", "connection-refused", "connection-storm",
+                 "network-slow-client", "stall-fix-1-pool", "oltp-hogs"):
+        written = json.loads((_analysed_file(name, tmp_path / name)).read_text())
+        found |= set(written["story"]["findings"]) | {line["finding"] for line in written["playbook"]}
+    assert {"max_threads", "group_stall", "refused", "connection_churn", "stall_limit"} <= found, found
+
+
+def _analysed_file(name: str, out: Path) -> Path:
+    analyze(capture_set(CAPTURES / name), Options(quiet=True, jobs=1), out)
+    return out / "summary.json"
+
+
+@pytest.mark.parametrize("name", ["sysbench-rw-10s", "sysbench-10s"])
+def test_summary_json_of_recordings(tmp_path, monkeypatch, name):
+    folder = RECORDINGS / name
+    if not (folder / "db.pcap").exists():
+        pytest.skip(f"{folder}: the recording is not on this machine")
+    cs = capture_set(app=[folder / "app.pcap"], db=folder / "db.pcap", slow_log=folder / "slow.log",
+                     long_query_time=0.01, thread_pool_size=2)
+    written = check_whole(cs, Options(quiet=True, jobs=1), tmp_path, monkeypatch)
+    assert written["hidden_slow"]["count"] > 0 and written["connections"] is not None
+
+
+def test_the_whole_file_fed_out_of_row_order_differs(tmp_path, monkeypatch):
+    """The stories' sums are made in row order: the same rows fed run after run (P = 16) give another summary.json
+    of oltp-hogs (its split bullet's, connections' or network's floats), so the checks above can fail."""
+    cs = capture_set(CAPTURES / "oltp-hogs")
+    options = Options(quiet=True, jobs=1)
+    _, handed = built_and_handed(cs, options, tmp_path / "out", monkeypatch)
+    keys = merged_writer.paired_inputs(cs, options).keys
+    view = handed["servers"][0].view
+    runs = merged_writer.sorted_runs(handed["exchanges"], keys, 16, seed=16)
+    made = SummaryOfRuns(runs, keys[view.outliers], [keys[np.asarray(c, dtype=np.int64)] for _, c in view.stall_members],
+                         stall_victims=[keys[np.asarray(v, dtype=np.int64)] for v, _ in view.stall_members])
+    for r, run in enumerate(runs):  # run after run: not row order
+        made.feed(np.full(len(run.key), r, dtype=np.int64), np.arange(len(run.key), dtype=np.int64))
+    got = json.loads(to_json(summary_of(handed, made, stories=True)))
+    written = json.loads((tmp_path / "out" / "summary.json").read_text())
+    differ = [k for k in written if got[k] != written[k]]
+    assert {"connections", "network"} & set(differ) and set(differ) <= {"latency_s", "queueing", "connections", "network"}, differ

@@ -249,6 +249,50 @@ class KahanClassSums:
         return np.array(self._sums, dtype=np.float64), self._counts.copy()
 
 
+class GroupbySums:
+    """pandas' groupby sum of a column without NaN, fed in row order a chunk at a time (codes: the groups'
+    positions in the groupby's result, which is sorted): when the codes never decrease over the whole column,
+    pandas sums each group's segment by np.add.reduceat (its first value plus numpy's pairwise sum of the rest:
+    `counts`, each group's values, gives the trees); else, or with a NaN, by its Kahan kernel (KahanClassSums).
+    Both are made while it cannot yet be told which pandas takes."""
+
+    def __init__(self, counts):
+        counts = np.asarray(counts, dtype=np.int64)
+        self.counts = counts
+        self.kahan = KahanClassSums(len(counts))
+        self._first = np.zeros(len(counts), dtype=np.float64)
+        self._started = np.zeros(len(counts), dtype=bool)
+        self._rest = [PairwiseSum(max(int(c) - 1, 0)) for c in counts]
+        self._last = -1
+        self.monotonic = True
+
+    def add(self, codes, values) -> None:
+        codes = np.asarray(codes, dtype=np.int64)
+        values = np.asarray(values, dtype=np.float64)
+        self.kahan.add(codes, values)
+        if not len(codes) or not self.monotonic:
+            return
+        if codes[0] < self._last or (np.diff(codes) < 0).any() or np.isnan(values).any():
+            self.monotonic = False
+            return
+        self._last = int(codes[-1])
+        cuts = np.flatnonzero(np.diff(codes)) + 1
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(codes)]):
+            c = int(codes[lo])
+            if not self._started[c]:
+                self._first[c], self._started[c] = values[lo], True
+                lo += 1
+            self._rest[c].add(values[lo:hi])
+
+    def result(self) -> np.ndarray:
+        if not self.monotonic:
+            return self.kahan.result()[0]
+        out = np.zeros(len(self.counts), dtype=np.float64)
+        for c in np.flatnonzero(self.counts).tolist():
+            out[c] = self._first[c] + self._rest[c].result() if self.counts[c] > 1 else self._first[c]
+        return out
+
+
 # --- order statistics by a radix select (partitioned.md §2.1, step 9) ------------------------------------------
 
 RADIX_BITS = 16  # the bits of the float64 keys a pass counts: 65,536 counters per (class, prefix) looked into

@@ -27,15 +27,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..core.exact import PairwiseSum, nearest_rank_of_runs, sorted_run
-from ..core.groups import equals
+from ..core.exact import GroupbySums, PairwiseSum, median_of_runs, nearest_rank_of_runs, sorted_run
+from ..core.groups import codes, equals
 from ..core.outputs import SortedRun, merged_order
 from ..core.times import ts_ns
 from ..read.connids import SOURCES
-from .summary import _counts
+from .summary import NotFromRuns, _counts
+from .waitprofile import host_codes
 from .threadpool import MAX_CULPRITS, Refs, json_value, outlier_limits
 from .decompose import STALL_MIN_QUEUE_S
-from . import verdict
+from . import connstory, netstory, playbook, verdict
 from .verdict import VICTIMS_LISTED
 
 LATENCY_COLUMNS = ("total_s", "server_s", "network_s", "net_req_s", "net_resp_s", "queue_s", "exec_s")
@@ -88,8 +89,11 @@ class SummaryOfRuns:
         # the story's sums (verdict.story_terms), each term's rows and values per run, fed in row order
         self.terms = _RowOrderTerms()
         for run, sane in zip(runs, self.sane):
-            self.terms.add_run(verdict.story_terms(run.table, sane))
+            t = run.table
+            self.terms.add_run([*verdict.story_terms(t, sane), *connstory.terms(t),
+                                *((f"network:{n}", r, v) for n, r, v in netstory.terms(t))])
         self.terms.start()
+        self.network_groups = _NetworkGroups(runs)
         self._parts = None
 
     def feed(self, run: np.ndarray, row: np.ndarray) -> None:
@@ -116,6 +120,7 @@ class SummaryOfRuns:
             self._sums[name].add(np.nan_to_num(v[taken], nan=0.0, posinf=np.inf, neginf=-np.inf))  # verdict._sum
 
         self.terms.feed(run, row)
+        self.network_groups.feed(run, row)
 
     def feed_all(self) -> SummaryOfRuns:
         """The rows in row order by the k-way merge alone (no file written beside it)."""
@@ -156,6 +161,57 @@ class SummaryOfRuns:
         parts["story"] = story
         parts["verdict"] = "\n".join([story["sentence"], *(f"- {b['text']}" for b in story["bullets"])])
         return parts
+
+    def connections(self, conns: pd.DataFrame | None) -> dict | None:
+        """connstory.tell of the runs: summary.json → connections."""
+        if conns is None or not len(conns):
+            return None
+        captures = set().union(*(connstory.captures_of(r.table) for r in self.runs))
+        closes = connstory.server_closes(conns, captures)
+        facts = connstory.combine_facts([connstory.row_facts(r.table, closes) for r in self.runs])
+        return connstory.told(facts, self.terms.result(), conns)
+
+    def network(self, conns: pd.DataFrame | None) -> dict | None:
+        """netstory.tell of the runs: summary.json → network."""
+        groups = self.network_groups
+        if groups.proxied:
+            raise NotFromRuns("through a proxy")
+        if groups.absent or not groups.rows:
+            return None
+        sums = self.terms.result()
+        by_host, by_conn = groups.frames()
+        if conns is None or not len(conns) or "retransmitted_bytes" not in conns.columns:
+            retrans = netstory.told_retransmissions(None, 0, pd.DataFrame())
+        else:
+            captures = set().union(*(set(codes(r.table["capture"])[1].tolist()) for r in self.runs))
+            rb, keys = netstory.retransmitting(conns, captures)
+            count, pieces = 0, []
+            width = self.runs[0].key.shape[1]
+            kind = np.dtype([("slow", np.float64), ("key", np.int64, (width,)), ("run", np.int64), ("row", np.int64)])
+            for r, run in enumerate(self.runs):
+                net, _, both = netstory.row_times(run.table)
+                rows = np.flatnonzero(netstory.rto_rows(run.table, keys, both, net))
+                count += len(rows)
+                piece = np.empty(len(rows), dtype=kind)
+                piece["slow"], piece["key"], piece["run"], piece["row"] = -net[rows], run.key[rows], r, rows
+                pieces.append(_top(piece, netstory.LISTED))
+            listed = _top(np.concatenate(pieces), netstory.LISTED)
+            named = [self.runs[r].table.iloc[[i]] for r, i in zip(listed["run"].tolist(), listed["row"].tolist())]
+            named = (pd.concat(named, ignore_index=True).assign(_net=-listed["slow"]) if named
+                     else self.runs[0].table.iloc[[]].assign(_net=np.zeros(0)))
+            retrans = netstory.told_retransmissions(rb, count, named)
+        return netstory.told(sums["network:network_s"][1], sums["network:clients_s"][1], by_host, by_conn, retrans)
+
+    def usual_execution(self, stalls: list[dict]) -> float | None:
+        """playbook._usual_execution of the runs: the median by counting over each run's sorted values."""
+        if not self.runs or not playbook.has_usual_columns(self.runs[0].table):
+            return None
+        ids = [s.get("id") for s in stalls]
+        classes = set().union(*(playbook.usual_classes(r.table, ids) for r in self.runs))
+        if not classes:
+            return None
+        values = [np.sort(playbook.usual_values(r.table, ids, classes)) for r in self.runs]
+        return median_of_runs(values) if any(len(v) for v in values) else None
 
     def _flags(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per run, its hidden and its understated rows (sane ones: verdict.tell's masks)."""
@@ -462,3 +518,110 @@ class _RunsRows:
             return None
         place = self.made.rows_of_keys(np.array([best], dtype=np.int64))[0]
         return _refs(self.made.runs, [place])[place]
+
+
+class _NetworkGroups:
+    """netstory's per-host and per-connection sums of the runs (pandas' groupby sums: GroupbySums, fed in row
+    order), with each group's count, first host and first connection id (the least row key with one)."""
+
+    def __init__(self, runs: list[SortedRun]):
+        self.absent = not runs or "network_s" not in runs[0].table.columns
+        self.rows = 0
+        self._runs = []
+        # through a proxy the network is its two hops, a choice netstory makes of the whole table: not made here
+        self.proxied = not self.absent and any("proxy_s" in r.table.columns and r.table["proxy_s"].notna().any()
+                                               for r in runs)
+        if self.absent or self.proxied:
+            self.absent = True
+            return
+        per_run = []
+        hosts: set = set()
+        unknown_host = False
+        conns: set = set()
+        for run in runs:
+            t = run.table
+            net, total, both = netstory.row_times(t)
+            host, names = host_codes(t["client"])
+            host = host[both]
+            hosts |= {names[h] for h in np.unique(host[host >= 0]).tolist()}
+            unknown_host |= bool((host < 0).any())
+            capture = t["capture"].astype(object).to_numpy()[both]
+            index = t["conn_index"].to_numpy(dtype=np.int64)[both]
+            conns |= set(zip(capture.tolist(), index.tolist()))
+            per_run.append((both, np.array([*names, None], dtype=object)[host], capture, index,
+                            np.maximum(net[both], 0.0), total[both], t["conn_id"].array[both], run.key[both]))
+        self.hosts = [*sorted(hosts), *([None] if unknown_host else [])]
+        self.conns = sorted(conns)
+        host_at = {h: i for i, h in enumerate(self.hosts)}
+        conn_at = {c: i for i, c in enumerate(self.conns)}
+        host_counts = np.zeros(len(self.hosts), dtype=np.int64)
+        conn_counts = np.zeros(len(self.conns), dtype=np.int64)
+        self._first_host: dict = {}
+        self._first_id: dict = {}
+        for both, host, capture, index, net, total, conn_id, key in per_run:
+            h = np.array([host_at[v] for v in host.tolist()], dtype=np.int64)
+            c = np.array([conn_at[v] for v in zip(capture.tolist(), index.tolist())], dtype=np.int64)
+            host_counts += np.bincount(h, minlength=len(self.hosts))
+            conn_counts += np.bincount(c, minlength=len(self.conns))
+            self._firsts(c, host, key, self._first_host)
+            self._firsts(c, np.asarray(conn_id.astype(object)), key, self._first_id)
+            self._runs.append((both, h, c, net, total))
+            self.rows += len(h)
+        self.sums = {"host:network_s": GroupbySums(host_counts), "host:total_s": GroupbySums(host_counts),
+                     "conn:network_s": GroupbySums(conn_counts), "conn:total_s": GroupbySums(conn_counts)}
+        self.host_counts, self.conn_counts = host_counts, conn_counts
+        self._at = [0] * len(self._runs)
+
+    @staticmethod
+    def _firsts(groups: np.ndarray, values: np.ndarray, keys: np.ndarray, first: dict) -> None:
+        """Per group, its first known value in row order (the least row key), as groupby's first takes it."""
+        known = np.flatnonzero(~pd.isna(values))
+        seen = set()
+        for i in known.tolist():  # a run is in row order: its first row of each group comes first
+            g = int(groups[i])
+            if g in seen:
+                continue
+            seen.add(g)
+            key = tuple(int(v) for v in keys[i])
+            if g not in first or key < first[g][0]:
+                first[g] = (key, values[i])
+
+    def feed(self, run: np.ndarray, row: np.ndarray) -> None:
+        if self.absent:
+            return
+        pieces = [(at, int(run[at[0]]), int(row[at[0]]), int(row[at[-1]]) + 1)
+                  for at in (np.flatnonzero(run == r) for r in np.unique(run))]
+        taken = np.zeros(len(run), dtype=bool)
+        h = np.zeros(len(run), dtype=np.int64)
+        c = np.zeros(len(run), dtype=np.int64)
+        net = np.zeros(len(run), dtype=np.float64)
+        total = np.zeros(len(run), dtype=np.float64)
+        for at, r, lo, hi in pieces:
+            both, hr, cr, nr, tr = self._runs[r]
+            mine = both[lo:hi]
+            n = int(mine.sum())
+            start = self._at[r]
+            place = at[mine]
+            taken[place] = True
+            h[place], c[place] = hr[start:start + n], cr[start:start + n]
+            net[place], total[place] = nr[start:start + n], tr[start:start + n]
+            self._at[r] = start + n
+        h, c, net, total = h[taken], c[taken], net[taken], total[taken]
+        self.sums["host:network_s"].add(h, net)
+        self.sums["host:total_s"].add(h, total)
+        self.sums["conn:network_s"].add(c, net)
+        self.sums["conn:total_s"].add(c, total)
+
+    def frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """netstory's by_host and by_conn (aggregated's frames, in the groupby's order)."""
+        by_host = pd.DataFrame({"exchanges": self.host_counts, "network_s": self.sums["host:network_s"].result(),
+                                "total_s": self.sums["host:total_s"].result()},
+                               index=pd.Index([np.nan if h is None else h for h in self.hosts], dtype=object))
+        first_host = [self._first_host.get(g, (None, np.nan))[1] for g in range(len(self.conns))]
+        first_id = [self._first_id.get(g, (None, None))[1] for g in range(len(self.conns))]
+        by_conn = pd.DataFrame({"host": [np.nan if h is None else h for h in first_host],
+                                "conn_id": pd.array(first_id, dtype="Int64"), "exchanges": self.conn_counts,
+                                "network_s": self.sums["conn:network_s"].result(),
+                                "total_s": self.sums["conn:total_s"].result()},
+                               index=pd.MultiIndex.from_tuples(self.conns))
+        return by_host, by_conn
