@@ -256,23 +256,29 @@ class GroupbySums:
     `counts`, each group's values, gives the trees); else, or with a NaN, by its Kahan kernel (KahanClassSums).
     Both are made while it cannot yet be told which pandas takes."""
 
-    def __init__(self, counts):
+    def __init__(self, counts, monotonic: bool | None = None):
         counts = np.asarray(counts, dtype=np.int64)
         self.counts = counts
+        # `monotonic` known beforehand (from the groups' first and last row keys): only that route is made
+        self._kahan_wanted = monotonic is not True
+        self._segments_wanted = monotonic is not False
         self.kahan = KahanClassSums(len(counts))
         self._first = np.zeros(len(counts), dtype=np.float64)
         self._started = np.zeros(len(counts), dtype=bool)
-        self._rest = [PairwiseSum(max(int(c) - 1, 0)) for c in counts]
+        self._rest = [PairwiseSum(max(int(c) - 1, 0)) for c in counts] if self._segments_wanted else []
         self._last = -1
-        self.monotonic = True
+        self.monotonic = monotonic is not False
 
     def add(self, codes, values) -> None:
         codes = np.asarray(codes, dtype=np.int64)
         values = np.asarray(values, dtype=np.float64)
-        self.kahan.add(codes, values)
+        if self._kahan_wanted:
+            self.kahan.add(codes, values)
         if not len(codes) or not self.monotonic:
             return
         if codes[0] < self._last or (np.diff(codes) < 0).any() or np.isnan(values).any():
+            if not self._kahan_wanted:
+                raise ValueError("the group ids decrease (or a NaN came) where they were said not to")
             self.monotonic = False
             return
         self._last = int(codes[-1])

@@ -87,12 +87,7 @@ class SummaryOfRuns:
             self._sums[name] = PairwiseSum(n)
         self.candidates = {flag: _victim_candidates(runs, flag, self.sane) for flag in VICTIM_LISTS}
         # the story's sums (verdict.story_terms), each term's rows and values per run, fed in row order
-        self.terms = _RowOrderTerms()
-        for run, sane in zip(runs, self.sane):
-            t = run.table
-            self.terms.add_run([*verdict.story_terms(t, sane), *connstory.terms(t),
-                                *((f"network:{n}", r, v) for n, r, v in netstory.terms(t))])
-        self.terms.start()
+        self.terms = _RowOrderTerms(self._terms, [len(r.table) for r in runs])
         self.network_groups = _NetworkGroups(runs)
         self._parts = None
 
@@ -161,6 +156,13 @@ class SummaryOfRuns:
         parts["story"] = story
         parts["verdict"] = "\n".join([story["sentence"], *(f"- {b['text']}" for b in story["bullets"])])
         return parts
+
+    def _terms(self, r: int, lo: int, hi: int):
+        """The sums' terms of run r's rows lo:hi: the verdict's (story_terms), the connections' and the network's,
+        each rule on those rows alone (every term is per row)."""
+        t = self.runs[r].table.iloc[lo:hi]
+        return [*verdict.story_terms(t, self.sane[r][lo:hi]), *connstory.terms(t),
+                *((f"network:{n}", rows, v) for n, rows, v in netstory.terms(t))]
 
     def connections(self, conns: pd.DataFrame | None) -> dict | None:
         """connstory.tell of the runs: summary.json → connections."""
@@ -435,44 +437,55 @@ def _positions_of_keys(run_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
 
 
 class _RowOrderTerms:
-    """Sums of (name, rows, values) terms (core.exact.masked_sums' terms: NaN as 0) made over the runs: each run's
-    terms kept as its rows and their values (only those), then summed by a PairwiseSum each, the rows fed in row
-    order (feed: the merge's pieces)."""
+    """Sums of (name, rows, values) terms (core.exact.masked_sums' terms: NaN as 0) made over the runs, a
+    PairwiseSum each, the rows fed in row order (feed: the merge's pieces). The terms are made by `make(run, lo,
+    hi)` a block of a run's rows at a time: once to count each term's rows (a PairwiseSum knows its n), then as the
+    merge reaches each block; held at once: one block per run."""
 
-    def __init__(self):
-        self._runs: list[dict[str, tuple[np.ndarray, np.ndarray]]] = []
-        self._at: list[dict[str, int]] = []
-        self._sums: dict[str, PairwiseSum] = {}
+    BLOCK = 8192  # a run's rows whose terms are made at once
 
-    def add_run(self, terms) -> None:
-        kept = {}
-        for name, rows, values in terms:
-            picked = values[rows]
-            kept[name] = (rows.copy(), np.where(np.isnan(picked), 0.0, picked))
-        self._runs.append(kept)
+    def __init__(self, make, lengths: list[int]):
+        self.make, self.lengths = make, lengths
+        counts: dict[str, int] = {}
+        for r, n in enumerate(lengths):
+            for lo in range(0, n, self.BLOCK):
+                for name, rows, _ in make(r, lo, min(lo + self.BLOCK, n)):
+                    counts[name] = counts.get(name, 0) + int(rows.sum())
+        if not counts:  # no row at all: the terms' names from an empty block
+            counts = {name: 0 for name, _, _ in make(0, 0, 0)} if lengths else {}
+        self._sums = {name: PairwiseSum(n) for name, n in counts.items()}
+        self._blocks: dict[int, tuple[int, int, dict]] = {}
 
-    def start(self) -> None:
-        names = list(self._runs[0]) if self._runs else []
-        self._sums = {name: PairwiseSum(sum(len(run[name][1]) for run in self._runs)) for name in names}
-        self._at = [dict.fromkeys(names, 0) for _ in self._runs]
+    def _block(self, r: int, at: int) -> tuple[int, int, dict]:
+        """The block of run r holding its row `at`, its terms made (the run's previous block let go)."""
+        block = self._blocks.get(r)
+        if block is None or not block[0] <= at < block[1]:
+            lo = at - at % self.BLOCK
+            hi = min(lo + self.BLOCK, self.lengths[r])
+            terms = {}
+            for name, rows, values in self.make(r, lo, hi):
+                terms[name] = (rows, np.where(np.isnan(values), 0.0, values))
+            block = self._blocks[r] = (lo, hi, terms)
+        return block
 
     def feed(self, run: np.ndarray, row: np.ndarray) -> None:
         """A piece of the merged order: (run, row in that run) per row, in row order."""
-        pieces = [(at, int(run[at[0]]), int(row[at[0]]), int(row[at[-1]]) + 1)
-                  for at in (np.flatnonzero(run == r) for r in np.unique(run))]
+        pieces = []
+        for at in (np.flatnonzero(run == r) for r in np.unique(run)):
+            r, lo, hi = int(run[at[0]]), int(row[at[0]]), int(row[at[-1]]) + 1
+            while lo < hi:  # the run's rows of the piece, cut where its blocks end
+                b0, b1, terms = self._block(r, lo)
+                end = min(hi, b1)
+                pieces.append((at[:end - lo], terms, lo - b0, end - b0))
+                at, lo = at[end - lo:], end
         for name, total in self._sums.items():
             taken = np.zeros(len(run), dtype=bool)
             values = np.zeros(len(run), dtype=np.float64)
-            for at, r, lo, hi in pieces:
-                rows, kept = self._runs[r][name]
+            for at, terms, lo, hi in pieces:
+                rows, kept = terms[name]
                 mine = rows[lo:hi]
-                n = int(mine.sum())
-                if not n:
-                    continue
-                start = self._at[r][name]
                 taken[at[mine]] = True
-                values[at[mine]] = kept[start:start + n]
-                self._at[r][name] = start + n
+                values[at[mine]] = kept[lo:hi][mine]
             total.add(values[taken])
 
     def result(self) -> dict[str, tuple[int, float]]:
@@ -535,40 +548,44 @@ class _NetworkGroups:
             self.absent = True
             return
         per_run = []
-        hosts: set = set()
-        unknown_host = False
-        conns: set = set()
         for run in runs:
             t = run.table
             net, total, both = netstory.row_times(t)
             host, names = host_codes(t["client"])
             host = host[both]
-            hosts |= {names[h] for h in np.unique(host[host >= 0]).tolist()}
-            unknown_host |= bool((host < 0).any())
-            capture = t["capture"].astype(object).to_numpy()[both]
-            index = t["conn_index"].to_numpy(dtype=np.int64)[both]
-            conns |= set(zip(capture.tolist(), index.tolist()))
-            per_run.append((both, np.array([*names, None], dtype=object)[host], capture, index,
+            per_run.append((both, np.array([*names, None], dtype=object)[host],
+                            t["capture"].astype(object).to_numpy()[both], t["conn_index"].to_numpy(dtype=np.int64)[both],
                             np.maximum(net[both], 0.0), total[both], t["conn_id"].array[both], run.key[both]))
-        self.hosts = [*sorted(hosts), *([None] if unknown_host else [])]
-        self.conns = sorted(conns)
-        host_at = {h: i for i, h in enumerate(self.hosts)}
-        conn_at = {c: i for i, c in enumerate(self.conns)}
+        hosts = pd.Index(np.concatenate([p[1] for p in per_run])).unique()
+        self.hosts = [*sorted(h for h in hosts if h is not None), *([None] if any(h is None for h in hosts) else [])]
+        conns = pd.MultiIndex.from_arrays([np.concatenate([p[2] for p in per_run]),
+                                           np.concatenate([p[3] for p in per_run])]).unique()
+        self.conns = sorted(conns.tolist())
+        host_index = pd.Index(self.hosts, dtype=object)
+        conn_index = pd.MultiIndex.from_tuples(self.conns) if self.conns else None
         host_counts = np.zeros(len(self.hosts), dtype=np.int64)
         conn_counts = np.zeros(len(self.conns), dtype=np.int64)
         self._first_host: dict = {}
         self._first_id: dict = {}
+        spans = {"host": {}, "conn": {}}  # per group, its least and greatest row key: are the groups' blocks in order?
         for both, host, capture, index, net, total, conn_id, key in per_run:
-            h = np.array([host_at[v] for v in host.tolist()], dtype=np.int64)
-            c = np.array([conn_at[v] for v in zip(capture.tolist(), index.tolist())], dtype=np.int64)
+            h = host_index.get_indexer(host).astype(np.int64)
+            c = (conn_index.get_indexer(pd.MultiIndex.from_arrays([capture, index])).astype(np.int64)
+                 if len(capture) else np.zeros(0, dtype=np.int64))
             host_counts += np.bincount(h, minlength=len(self.hosts))
             conn_counts += np.bincount(c, minlength=len(self.conns))
             self._firsts(c, host, key, self._first_host)
             self._firsts(c, np.asarray(conn_id.astype(object)), key, self._first_id)
-            self._runs.append((both, h, c, net, total))
+            for name, groups in (("host", h), ("conn", c)):
+                _group_spans(groups, key, spans[name])
+            self._runs.append((both, h.astype(np.int32), c.astype(np.int32), net, total))  # 4 B a code
             self.rows += len(h)
-        self.sums = {"host:network_s": GroupbySums(host_counts), "host:total_s": GroupbySums(host_counts),
-                     "conn:network_s": GroupbySums(conn_counts), "conn:total_s": GroupbySums(conn_counts)}
+        del per_run
+        host_order, conn_order = (_in_order(spans[name]) for name in ("host", "conn"))
+        self.sums = {"host:network_s": GroupbySums(host_counts, host_order),
+                     "host:total_s": GroupbySums(host_counts, host_order),
+                     "conn:network_s": GroupbySums(conn_counts, conn_order),
+                     "conn:total_s": GroupbySums(conn_counts, conn_order)}
         self.host_counts, self.conn_counts = host_counts, conn_counts
         self._at = [0] * len(self._runs)
 
@@ -576,12 +593,8 @@ class _NetworkGroups:
     def _firsts(groups: np.ndarray, values: np.ndarray, keys: np.ndarray, first: dict) -> None:
         """Per group, its first known value in row order (the least row key), as groupby's first takes it."""
         known = np.flatnonzero(~pd.isna(values))
-        seen = set()
-        for i in known.tolist():  # a run is in row order: its first row of each group comes first
-            g = int(groups[i])
-            if g in seen:
-                continue
-            seen.add(g)
+        found, at = np.unique(groups[known], return_index=True)  # a run is in row order: its first row of each
+        for g, i in zip(found.tolist(), known[at].tolist()):
             key = tuple(int(v) for v in keys[i])
             if g not in first or key < first[g][0]:
                 first[g] = (key, values[i])
@@ -625,3 +638,20 @@ class _NetworkGroups:
                                 "total_s": self.sums["conn:total_s"].result()},
                                index=pd.MultiIndex.from_tuples(self.conns))
         return by_host, by_conn
+
+
+def _group_spans(groups: np.ndarray, keys: np.ndarray, spans: dict) -> None:
+    """Per group of a run (rows in row order), its least and greatest row key, merged into `spans`."""
+    found, first = np.unique(groups, return_index=True)
+    _, last = np.unique(groups[::-1], return_index=True)
+    last = len(groups) - 1 - last
+    for g, i, j in zip(found.tolist(), first.tolist(), last.tolist()):
+        lo, hi = tuple(keys[i].tolist()), tuple(keys[j].tolist())
+        have = spans.get(g)
+        spans[g] = (lo, hi) if have is None else (min(have[0], lo), max(have[1], hi))
+
+
+def _in_order(spans: dict) -> bool:
+    """The groups' codes never decrease in row order: each group's rows lie before the next group's."""
+    ordered = [spans[g] for g in sorted(spans)]
+    return all(a[1] < b[0] for a, b in zip(ordered, ordered[1:]))
