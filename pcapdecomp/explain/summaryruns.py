@@ -18,9 +18,13 @@ What the rows do not hold is handed in by row key, as the pool view (threadpool.
 (rows with wild DB-side times) and each stall's culprits (`view.stall_members[sid][1]`). One DB point only: with
 several, summary.build tells the verdict per point (a refusal here, `SeveralServers`).
 
-Not built here (the rest of 7c): the story and the verdict's text (verdict._story: the cap, stall, likely and
-quiet sentences and their bullets), tell_proxy's lead, and the stories (connstory, netstory, waitprofile,
-playbook); see docs/partitioned.md, "Step 7c (summary.json), built"."""
+The rest of summary.json (`tell`, `connections`, `network`, `usual_execution`: summary.build(runs=…) and
+stories.tell(runs=…) call them): the verdict's story and text, the connection and network stories and the
+playbook, by the rules verdict, connstory, netstory and playbook apply to the whole table, each split into what a
+chunk of rows gives (facts reduced by their kind, terms summed in row order by a PairwiseSum each, pandas' groupby
+sums by core.exact.GroupbySums fed in row order, top-k candidates by row key) and the words made of them. The
+pool view's stall members and cap members are handed in by row key too. Not through a proxy (NotFromRuns: the
+partitioned path does not apply there, docs/partitioned.md §3). See docs/partitioned.md, "Step 7c's rest"."""
 
 from __future__ import annotations
 
