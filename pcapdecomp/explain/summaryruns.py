@@ -551,20 +551,14 @@ class _NetworkGroups:
         if self.absent or self.proxied:
             self.absent = True
             return
-        per_run = []
-        for run in runs:
-            t = run.table
-            net, total, both = netstory.row_times(t)
-            host, names = host_codes(t["client"])
-            host = host[both]
-            per_run.append((both, np.array([*names, None], dtype=object)[host],
-                            t["capture"].astype(object).to_numpy()[both], t["conn_index"].to_numpy(dtype=np.int64)[both],
-                            np.maximum(net[both], 0.0), total[both], t["conn_id"].array[both], run.key[both]))
-        hosts = pd.Index(np.concatenate([p[1] for p in per_run])).unique()
-        self.hosts = [*sorted(h for h in hosts if h is not None), *([None] if any(h is None for h in hosts) else [])]
-        conns = pd.MultiIndex.from_arrays([np.concatenate([p[2] for p in per_run]),
-                                           np.concatenate([p[3] for p in per_run])]).unique()
-        self.conns = sorted(conns.tolist())
+        hosts: set = set()
+        conns: set = set()
+        for run in runs:  # the groups first (what they are, not their rows: one run's arrays at a time)
+            _, host, capture, index = self._rows_of(run)
+            hosts |= set(pd.unique(host).tolist())
+            conns |= set(pd.MultiIndex.from_arrays([capture, index]).unique().tolist())
+        self.hosts = [*sorted(h for h in hosts if h is not None), *([None] if None in hosts else [])]
+        self.conns = sorted(conns)
         host_index = pd.Index(self.hosts, dtype=object)
         conn_index = pd.MultiIndex.from_tuples(self.conns) if self.conns else None
         host_counts = np.zeros(len(self.hosts), dtype=np.int64)
@@ -572,19 +566,23 @@ class _NetworkGroups:
         self._first_host: dict = {}
         self._first_id: dict = {}
         spans = {"host": {}, "conn": {}}  # per group, its least and greatest row key: are the groups' blocks in order?
-        for both, host, capture, index, net, total, conn_id, key in per_run:
+        for run in runs:
+            both, host, capture, index = self._rows_of(run)
+            t = run.table
+            net, total, _ = netstory.row_times(t)
+            rows = np.flatnonzero(both)
             h = host_index.get_indexer(host).astype(np.int64)
             c = (conn_index.get_indexer(pd.MultiIndex.from_arrays([capture, index])).astype(np.int64)
                  if len(capture) else np.zeros(0, dtype=np.int64))
             host_counts += np.bincount(h, minlength=len(self.hosts))
             conn_counts += np.bincount(c, minlength=len(self.conns))
-            self._firsts(c, host, key, self._first_host)
-            self._firsts(c, np.asarray(conn_id.astype(object)), key, self._first_id)
+            self._firsts(c, host, run.key, rows, self._first_host)
+            self._firsts(c, np.asarray(t["conn_id"].array[both].astype(object)), run.key, rows, self._first_id)
             for name, groups in (("host", h), ("conn", c)):
-                _group_spans(groups, key, spans[name])
-            self._runs.append((both, h.astype(np.int32), c.astype(np.int32), net, total))  # 4 B a code
+                _group_spans(groups, run.key, rows, spans[name])
+            self._runs.append((both, h.astype(np.int32), c.astype(np.int32), np.maximum(net[both], 0.0),
+                               total[both]))  # 4 B a code
             self.rows += len(h)
-        del per_run
         host_order, conn_order = (_in_order(spans[name]) for name in ("host", "conn"))
         self.sums = {"host:network_s": GroupbySums(host_counts, host_order),
                      "host:total_s": GroupbySums(host_counts, host_order),
@@ -594,12 +592,22 @@ class _NetworkGroups:
         self._at = [0] * len(self._runs)
 
     @staticmethod
-    def _firsts(groups: np.ndarray, values: np.ndarray, keys: np.ndarray, first: dict) -> None:
-        """Per group, its first known value in row order (the least row key), as groupby's first takes it."""
+    def _rows_of(run: SortedRun) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(the run's rows with both times known; their host, capture and conn_index)."""
+        t = run.table
+        _, _, both = netstory.row_times(t)
+        host, names = host_codes(t["client"])
+        return (both, np.array([*names, None], dtype=object)[host[both]], t["capture"].astype(object).to_numpy()[both],
+                t["conn_index"].to_numpy(dtype=np.int64)[both])
+
+    @staticmethod
+    def _firsts(groups: np.ndarray, values: np.ndarray, keys: np.ndarray, rows: np.ndarray, first: dict) -> None:
+        """Per group, its first known value in row order (the least row key), as groupby's first takes it;
+        `groups` and `values` of the run's `rows` (their keys in `keys[rows]`)."""
         known = np.flatnonzero(~pd.isna(values))
         found, at = np.unique(groups[known], return_index=True)  # a run is in row order: its first row of each
         for g, i in zip(found.tolist(), known[at].tolist()):
-            key = tuple(int(v) for v in keys[i])
+            key = tuple(int(v) for v in keys[rows[i]])
             if g not in first or key < first[g][0]:
                 first[g] = (key, values[i])
 
@@ -644,13 +652,13 @@ class _NetworkGroups:
         return by_host, by_conn
 
 
-def _group_spans(groups: np.ndarray, keys: np.ndarray, spans: dict) -> None:
-    """Per group of a run (rows in row order), its least and greatest row key, merged into `spans`."""
+def _group_spans(groups: np.ndarray, keys: np.ndarray, rows: np.ndarray, spans: dict) -> None:
+    """Per group of a run's `rows` (in row order), its least and greatest row key, merged into `spans`."""
     found, first = np.unique(groups, return_index=True)
     _, last = np.unique(groups[::-1], return_index=True)
     last = len(groups) - 1 - last
     for g, i, j in zip(found.tolist(), first.tolist(), last.tolist()):
-        lo, hi = tuple(keys[i].tolist()), tuple(keys[j].tolist())
+        lo, hi = tuple(keys[rows[i]].tolist()), tuple(keys[rows[j]].tolist())
         have = spans.get(g)
         spans[g] = (lo, hi) if have is None else (min(have[0], lo), max(have[1], hi))
 
