@@ -2,8 +2,10 @@
 of a capture set, its final table cut into P = 1, 3, 16 partitions by the plan's key (§3) as test_merged_writer
 cuts it, each sorted by the row key; the runs' summary parts (counts, conn_ids, latency_s, queueing, hidden_slow,
 understated), the rows streamed in row order by the merged writer or the merge alone, must be the file analyze
-wrote, as JSON text. The pool view's outliers and stall culprits are handed in by row key, as the view found
-them (the analysis' own view, taken where summary.build receives it)."""
+wrote, as JSON text; then summary.json whole (summary.build and stories.tell from the runs: the verdict's story
+and text, connections, network, playbook) must be the file, as JSON text. The pool view's outliers, stall culprits,
+stall members and cap members are handed in by row key, as the view found them (the analysis' own view, taken where
+summary.build receives it)."""
 
 from __future__ import annotations
 
@@ -170,12 +172,12 @@ def test_recordings(tmp_path, monkeypatch, name):
     check(cs, Options(quiet=True, jobs=1), tmp_path, monkeypatch)
 
 
-# --- the rest of summary.json: the verdict's story and text (explain.verdict's facts, terms and rows) ------------
+# --- the whole summary.json: the verdict's story and text, the stories (the rules' facts, terms and rows) -------
 
 
 def built_and_handed(cs, options: Options, out: Path, monkeypatch) -> tuple[dict, dict]:
-    """analyze of `cs`: (what summary.build returned, before the stories were told; the arguments it was
-    handed)."""
+    """analyze of `cs`: (what summary.build returned, before the stories were told; the arguments summary.build
+    and stories.tell were handed)."""
     import copy
 
     handed: dict = {}
@@ -214,15 +216,14 @@ def runs_of(cs, options: Options, handed: dict, p: int) -> SummaryOfRuns:
                          cap_members=cap).feed_all()
 
 
-def summary_of(handed: dict, made: SummaryOfRuns, stories: bool = False) -> dict:
-    """summary.build from the runs (with `stories`, the stories told too: summary.json's whole content)."""
+def summary_of(handed: dict, made: SummaryOfRuns) -> dict:
+    """summary.json's whole content from the runs: summary.build, then the stories told."""
     from pcapdecomp.explain.stories import tell
     from pcapdecomp.explain.summary import build
 
     kwargs = {k: v for k, v in handed.items() if k not in ("cs", "conns", "settings")}
     summary = build(handed["cs"], **{**kwargs, "exchanges": None, "runs": made})
-    if stories:
-        tell(summary, None, handed["conns"], handed["settings"], runs=made)
+    tell(summary, None, handed["conns"], handed["settings"], runs=made)
     return summary
 
 
@@ -235,32 +236,11 @@ def check_whole(cs, options: Options, work: Path, monkeypatch, parts=PARTS) -> d
     written = (work / "out" / "summary.json").read_text()
     if handed["through_proxy"]:
         with pytest.raises(NotFromRuns, match="through a proxy"):
-            summary_of(handed, runs_of(cs, options, handed, 1), stories=True)
+            summary_of(handed, runs_of(cs, options, handed, 1))
         return json.loads(written)
     for p in parts:
-        assert to_json(summary_of(handed, runs_of(cs, options, handed, p), stories=True)) == written, p
+        assert to_json(summary_of(handed, runs_of(cs, options, handed, p))) == written, p
     return json.loads(written)
-
-
-def check_built(cs, options: Options, work: Path, monkeypatch, parts=PARTS) -> dict:
-    """summary.build from the runs is the dict it made of the whole table, as JSON text, for each P; through a
-    proxy it is refused (the partitioned path does not apply there)."""
-    from pcapdecomp.explain.summary import NotFromRuns
-
-    built, handed = built_and_handed(cs, options, work / "out", monkeypatch)
-    if handed["through_proxy"]:
-        with pytest.raises(NotFromRuns, match="through a proxy"):
-            summary_of(handed, runs_of(cs, options, handed, 1))
-        return built
-    wanted = to_json(built)
-    for p in parts:
-        assert to_json(summary_of(handed, runs_of(cs, options, handed, p))) == wanted, p
-    return built
-
-
-@pytest.mark.parametrize("name", PAIRS)
-def test_the_verdict_of_bundled_sets(tmp_path, monkeypatch, name):
-    check_built(capture_set(CAPTURES / name), Options(quiet=True, jobs=1), tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("name", PAIRS)
@@ -333,7 +313,7 @@ def test_the_whole_file_fed_out_of_row_order_differs(tmp_path, monkeypatch):
                          stall_victims=[keys[np.asarray(v, dtype=np.int64)] for v, _ in view.stall_members])
     for r, run in enumerate(runs):  # run after run: not row order
         made.feed(np.full(len(run.key), r, dtype=np.int64), np.arange(len(run.key), dtype=np.int64))
-    got = json.loads(to_json(summary_of(handed, made, stories=True)))
+    got = json.loads(to_json(summary_of(handed, made)))
     written = json.loads((tmp_path / "out" / "summary.json").read_text())
     differ = [k for k in written if got[k] != written[k]]
     assert {"connections", "network"} & set(differ) and set(differ) <= {"latency_s", "queueing", "connections", "network"}, differ
