@@ -1,10 +1,13 @@
 """What summary.json's parts cost made from the partitions' runs (explain.summaryruns, docs/partitioned.md step
-7c) against today's whole-table code for the same parts (summary._counts, connids.conn_id_sources,
-summary.latency_quantiles, verdict._sane, _queueing, _victims): the memory each allocates above what it is handed
-(tracemalloc peak; the table, or the runs, already held) and its CPU (time.process_time), the two alternated,
-medians. Checks the two give the same JSON text each time.
+7c) against today's whole-table code for the same parts: the six parts alone (summary._counts,
+connids.conn_id_sources, summary.latency_quantiles, verdict._sane, _queueing, _victims), and, with --build,
+today's summary stage whole: summary.build (those and the verdict: story, bullets, text) and stories.tell
+(connections, network, playbook), from the table or from the runs (summary.json's whole content). The memory each allocates above what it is handed (tracemalloc peak; the table, or the runs,
+already held) and its CPU (time.process_time), the two alternated, medians. Checks the two give the same JSON text
+each time.
 
-    python3 benchmarks/summary_runs.py /tmp/pcapdecomp-bench/sysbench-rw-40s [--db-only] [--parts 1,10] [--repeat 3]
+    python3 benchmarks/summary_runs.py /tmp/pcapdecomp-bench/sysbench-rw-40s [--db-only] [--build] [--parts 1,10]
+        [--repeat 3]
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from pcapdecomp.analysis import Options, analyze, capture_set
-from pcapdecomp.explain import servers, verdict
-from pcapdecomp.explain.summary import _counts, latency_quantiles, to_json
+from pcapdecomp.explain import servers, stories, verdict
+from pcapdecomp.explain.summary import _counts, build, latency_quantiles, to_json
 from pcapdecomp.explain.summaryruns import SummaryOfRuns
 from pcapdecomp.read.connids import conn_id_sources
 
@@ -63,33 +66,53 @@ def main() -> None:
     parser.add_argument("--db-only", action="store_true", help="analyze the DB capture alone")
     parser.add_argument("--parts", default="1,10")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--build", action="store_true", help="summary.build whole (the verdict too)")
     args = parser.parse_args()
     f = args.recording
     cs = capture_set(app=[] if args.db_only else [f / "app.pcap"], db=f / "db.pcap", slow_log=f / "slow.log",
                      long_query_time=0.01, thread_pool_size=2)
     options = Options(quiet=True, jobs=1)
     handed = {}
-    build = servers.build_summary
-    servers.build_summary = lambda *a, **k: (handed.update(k), build(*a, **k))[1]
+    told = {}
+    servers.build_summary = lambda *a, **k: (handed.update(k, cs=a[0]), build(*a, **k))[1]
+    servers.tell_stories = lambda summary, x, conns, settings=None: (
+        told.update(conns=conns, settings=settings), stories.tell(summary, x, conns, settings))[1]
     with tempfile.TemporaryDirectory() as work:
         analyze(cs, options, Path(work) / "out")
-        written = json.loads((Path(work) / "out" / "summary.json").read_text())
-    servers.build_summary = build
+        written_text = (Path(work) / "out" / "summary.json").read_text()
+        written = json.loads(written_text)
+    servers.build_summary, servers.tell_stories = build, stories.tell
+    kwargs = {k: v for k, v in handed.items() if k != "cs"}
+
+    def summary_stage(**given) -> dict:
+        """summary.build and the stories, as servers.summary_of makes summary.json's content."""
+        summary = build(cs, **{**kwargs, **given})
+        stories.tell(summary, given.get("exchanges", x), told["conns"], told["settings"], runs=given.get("runs"))
+        return summary
+
     x, view = handed["exchanges"], handed["servers"][0].view
     keys = merged_writer.paired_inputs(cs, options).keys
     outliers = keys[np.asarray(view.outliers, dtype=np.int64)]
     culprits = [keys[np.asarray(c, dtype=np.int64)] for _, c in view.stall_members]
-    wanted = to_json({k: written[k] for k in json.loads(to_json(today(x, view)))})
+    cap = tuple(keys[np.asarray(m, dtype=np.int64)] for m in view.cap_members) if view.cap_members else None
+    victims = [keys[np.asarray(v, dtype=np.int64)] for v, _ in view.stall_members]
+    wanted = (written_text if args.build else
+              to_json({k: written[k] for k in json.loads(to_json(today(x, view)))}))
     print(f"{f.name}{' (DB alone)' if args.db_only else ''}: {len(x):,} rows; hidden_slow "
           f"{written['hidden_slow']['count']}, understated {written['understated']['count']}")
     results: dict[str, list] = {}
     for _ in range(args.repeat):
         for p in ["today", *args.parts.split(",")]:
             if p == "today":
-                got = measured(lambda: today(x, view))
+                got = measured(lambda: summary_stage() if args.build else today(x, view))
             else:
                 runs = merged_writer.sorted_runs(x, keys, int(p), seed=int(p))
-                got = measured(lambda: SummaryOfRuns(runs, outliers, culprits).feed_all().parts())
+
+                def made():
+                    fed = SummaryOfRuns(runs, outliers, culprits, stall_victims=victims, cap_members=cap).feed_all()
+                    return summary_stage(exchanges=None, runs=fed) if args.build else fed.parts()
+
+                got = measured(made)
                 del runs
             assert got[2] == wanted, p
             results.setdefault(p, []).append(got[:2])

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pcapdecomp.core.exact import (ClassSums, PairwiseSum, RadixSelect, float_keys, floats_of_keys, nearest_rank_index,
+from pcapdecomp.core.exact import (ClassSums, GroupbySums, KahanClassSums, PairwiseSum, RadixSelect, float_keys,
+                                   floats_of_keys, masked_sums, median_of_runs, nearest_rank_index,
                                    nearest_rank_of_runs, pairwise_leaves, pairwise_sum, radix_quantiles, sorted_run)
 from pcapdecomp.core.groups import group_sum, nearest_rank
 from pcapdecomp.explain.decompose import _group_quantiles
@@ -161,6 +162,61 @@ def test_class_sums_fed_in_chunks_are_bincounts_of_the_column(n, classes, cuts, 
     got, count = sums.result()
     want, want_count = group_sum(codes, values, classes)
     assert got.tobytes() == want.tobytes() and np.array_equal(count, want_count)
+
+
+@settings(max_examples=150)
+@given(st.integers(1, 3000), st.integers(1, 6), st.lists(st.integers(0, 3000), max_size=8), st.booleans(),
+       st.floats(0, 0.2), st.integers(0, 2 ** 32 - 1))
+def test_groupby_sums_fed_in_chunks_are_pandas_groupby_sums(n, classes, cuts, in_order, nan_share, seed):
+    """pandas' groupby sum takes np.add.reduceat when the group ids never decrease (the rows sorted by group: one
+    group always), else its Kahan kernel (and with a NaN): GroupbySums and KahanClassSums give its floats."""
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, classes, n)
+    if in_order:
+        codes = np.sort(codes)
+    codes = np.unique(codes, return_inverse=True)[1]  # every group present, as groupby's result holds them
+    values = values_of(n, seed)
+    values[rng.random(n) < nan_share] = np.nan
+    frame = pd.DataFrame({"g": pd.Categorical.from_codes(codes, categories=[f"g{i}" for i in range(codes.max() + 1)]),
+                          "v": values})
+    want = frame.groupby("g")["v"].sum().to_numpy()
+    sums = GroupbySums(np.bincount(codes))
+    for c, v in zip(chunked(codes, cuts), chunked(values, cuts)):
+        sums.add(c, v)
+    assert sums.result().tobytes() == want.tobytes()
+    if (np.diff(codes) < 0).any() or np.isnan(values).any():
+        kahan = KahanClassSums(codes.max() + 1)
+        kahan.add(codes, values)
+        assert kahan.result()[0].tobytes() == want.tobytes()
+
+
+def test_groupby_sums_are_not_sums_of_partition_sums():
+    """Each group's sum crosses the chunks: one group's durations (the one-connection pair's kind) summed per half
+    then added give another float than pandas' sum of the whole (so a test comparing them can fail)."""
+    rng = np.random.default_rng(0)
+    codes = np.zeros(5000, dtype=np.int64)
+    values = rng.exponential(0.001, 5000) * 10.0 ** rng.integers(-3, 3, 5000)
+    whole = pd.DataFrame({"g": codes, "v": values}).groupby("g")["v"].sum().to_numpy()
+    halves = sum(pd.DataFrame({"g": c, "v": v}).groupby("g")["v"].sum().to_numpy()
+                 for c, v in ((codes[:2500], values[:2500]), (codes[2500:], values[2500:])))
+    assert whole.tobytes() != halves.tobytes()
+
+
+@settings(max_examples=100)
+@given(st.lists(st.integers(0, 500), min_size=1, max_size=6), st.integers(0, 2 ** 32 - 1))
+def test_the_median_of_sorted_runs_is_numpys(sizes, seed):
+    rng = np.random.default_rng(seed)
+    values = np.round(rng.exponential(1.0, sum(sizes)), int(rng.integers(1, 6)))  # ties too
+    if not len(values):
+        return
+    runs = np.split(values, np.cumsum(sizes)[:-1])
+    assert median_of_runs([np.sort(r) for r in runs]) == np.median(values)
+
+
+def test_masked_sums_are_todays_sums_of_the_selected_values():
+    values = np.array([0.1, np.nan, 0.2, 0.3, np.inf])
+    rows = np.array([True, True, False, True, False])
+    assert masked_sums([("a", rows, values)]) == {"a": (3, verdict_sum(values[rows]))}
 
 
 def test_class_sums_refuse_a_code_out_of_range():

@@ -117,6 +117,17 @@ def pairwise_sum(chunks: Iterable, n: int) -> float:
     return total.result()
 
 
+def masked_sums(terms) -> dict[str, tuple[int, float]]:
+    """{name: (how many rows, their sum)} of (name, rows, values) terms, each summed as today's code sums a column's
+    selected values (verdict._sum, np.nansum): NaN as 0, numpy's pairwise sum of the selected values in row order.
+    The whole table's route; the partitions' feed the same terms to a PairwiseSum each (explain/summaryruns.py)."""
+    out = {}
+    for name, rows, values in terms:
+        picked = values[rows]
+        out[name] = (len(picked), float(np.where(np.isnan(picked), 0.0, picked).sum()))
+    return out
+
+
 def nearest_rank_index(n: int, qs) -> np.ndarray:
     """The positions in the sorted values that np.quantile(method="inverted_cdf") takes for `qs` of n values: the
     same float arithmetic as numpy's (n × q − 1, up to the next whole number unless it is one, at least 0)."""
@@ -158,6 +169,17 @@ def _kth(runs: list[np.ndarray], k: int) -> float:
     raise ValueError(f"rank {k} of {sum(len(r) for r in runs)} values: the runs are not sorted, or hold NaN")
 
 
+def median_of_runs(runs: list[np.ndarray]) -> float:
+    """np.median of the concatenation of `runs` (each sorted, without NaN, not all empty): the middle value, or
+    np.mean of the two middle ones, found by counting as nearest_rank_of_runs does."""
+    runs = [np.asarray(r, dtype=np.float64) for r in runs if len(r)]
+    n = sum(len(r) for r in runs)
+    if not n:
+        raise ValueError("the median of no values")
+    middle = [_kth(runs, n // 2)] if n % 2 else [_kth(runs, n // 2 - 1), _kth(runs, n // 2)]
+    return float(np.mean(np.array(middle, dtype=np.float64)))
+
+
 def sorted_run(values) -> np.ndarray:
     """A partition's run for nearest_rank_of_runs: its values without NaN, sorted."""
     values = np.asarray(values, dtype=np.float64)
@@ -192,6 +214,89 @@ class ClassSums:
 
     def result(self) -> tuple[np.ndarray, np.ndarray]:
         return np.where(self._counts > 0, self._sums, np.nan), self._counts.copy()
+
+
+class KahanClassSums:
+    """pandas' groupby sum (its group_sum kernel: per group a Kahan-compensated running sum in row order, NaN left
+    out, a compensation made NaN by an infinity reset to 0) of a column fed in row order a chunk at a time: the
+    floats pandas gives of the whole column. Per group the running sum and its compensation are carried across
+    chunks, which no sum of partition sums reproduces."""
+
+    def __init__(self, classes: int):
+        self.classes = classes
+        self._sums = [0.0] * classes
+        self._comp = [0.0] * classes
+        self._counts = np.zeros(classes, dtype=np.int64)
+
+    def add(self, codes, values) -> None:
+        codes = np.asarray(codes, dtype=np.int64)
+        values = np.asarray(values, dtype=np.float64)
+        if len(codes) != len(values) or (len(codes) and (codes.min() < 0 or codes.max() >= self.classes)):
+            raise ValueError(f"{len(codes)} codes of {self.classes} classes for {len(values)} values")
+        known = ~np.isnan(values)
+        self._counts += np.bincount(codes[known], minlength=self.classes)
+        sums, comp = self._sums, self._comp
+        for c, v in zip(codes[known].tolist(), values[known].tolist()):  # one after the other: the kernel's order
+            y = v - comp[c]
+            t = sums[c] + y
+            comp[c] = t - sums[c] - y
+            if comp[c] != comp[c]:
+                comp[c] = 0.0
+            sums[c] = t
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """(per class its sum, 0.0 where it has no value, as pandas' sum with min_count 0; its count)."""
+        return np.array(self._sums, dtype=np.float64), self._counts.copy()
+
+
+class GroupbySums:
+    """pandas' groupby sum of a column without NaN, fed in row order a chunk at a time (codes: the groups'
+    positions in the groupby's result, which is sorted): when the codes never decrease over the whole column,
+    pandas sums each group's segment by np.add.reduceat (its first value plus numpy's pairwise sum of the rest:
+    `counts`, each group's values, gives the trees); else, or with a NaN, by its Kahan kernel (KahanClassSums).
+    Both are made while it cannot yet be told which pandas takes."""
+
+    def __init__(self, counts, monotonic: bool | None = None):
+        counts = np.asarray(counts, dtype=np.int64)
+        self.counts = counts
+        # `monotonic` known beforehand (from the groups' first and last row keys): only that route is made
+        self._kahan_wanted = monotonic is not True
+        self._segments_wanted = monotonic is not False
+        self.kahan = KahanClassSums(len(counts))
+        self._first = np.zeros(len(counts), dtype=np.float64)
+        self._started = np.zeros(len(counts), dtype=bool)
+        self._rest = [PairwiseSum(max(int(c) - 1, 0)) for c in counts] if self._segments_wanted else []
+        self._last = -1
+        self.monotonic = monotonic is not False
+
+    def add(self, codes, values) -> None:
+        codes = np.asarray(codes, dtype=np.int64)
+        values = np.asarray(values, dtype=np.float64)
+        if self._kahan_wanted:
+            self.kahan.add(codes, values)
+        if not len(codes) or not self.monotonic:
+            return
+        if codes[0] < self._last or (np.diff(codes) < 0).any() or np.isnan(values).any():
+            if not self._kahan_wanted:
+                raise ValueError("the group ids decrease (or a NaN came) where they were said not to")
+            self.monotonic = False
+            return
+        self._last = int(codes[-1])
+        cuts = np.flatnonzero(np.diff(codes)) + 1
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(codes)]):
+            c = int(codes[lo])
+            if not self._started[c]:
+                self._first[c], self._started[c] = values[lo], True
+                lo += 1
+            self._rest[c].add(values[lo:hi])
+
+    def result(self) -> np.ndarray:
+        if not self.monotonic:
+            return self.kahan.result()[0]
+        out = np.zeros(len(self.counts), dtype=np.float64)
+        for c in np.flatnonzero(self.counts).tolist():
+            out[c] = self._first[c] + self._rest[c].result() if self.counts[c] > 1 else self._first[c]
+        return out
 
 
 # --- order statistics by a radix select (partitioned.md §2.1, step 9) ------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..core.exact import masked_sums
 from ..core.formats import plural, seconds_rounded, share
 from ..core.groups import codes
 from ..core.times import ts_ns_float
@@ -28,7 +29,68 @@ def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
     """summary.json → connections (None without a connections table with handshakes or closes to tell)."""
     if conns is None or not len(conns):
         return None
-    captures = set(codes(x["capture"])[1].tolist()) if len(x) else set()
+    facts = row_facts(x, server_closes(conns, captures_of(x)))
+    return told(facts, masked_sums(terms(x)), conns)
+
+
+def captures_of(x: pd.DataFrame) -> set:
+    """The captures whose exchanges the table (or a chunk of it) holds."""
+    return set(codes(x["capture"])[1].tolist()) if len(x) else set()
+
+
+def server_closes(conns: pd.DataFrame, captures: set) -> dict[tuple, float]:
+    """The connections the server closed (of `captures`, every one when none): (capture, conn_index) → the close's
+    time (float ns)."""
+    c = conns[conns["capture"].astype(object).isin(captures)] if captures else conns
+    if "closed_by" not in c.columns:
+        return {}
+    server = c[(c["closed_by"].astype(object) == "server").fillna(False).to_numpy(dtype=bool)]
+    return dict(zip(zip(server["capture"].astype(object), server["conn_index"].astype("int64").tolist()),
+                    ts_ns_float(server["close_ts"]).tolist()))
+
+
+def terms(x: pd.DataFrame):
+    """The story's sum as a (name, rows, values) term (core.exact.masked_sums: NaN as 0, in row order): the
+    statements' time on the wire."""
+    wire = x["total_s"].fillna(x["server_s"]) if "server_s" in x.columns else x["total_s"]
+    wire = wire.fillna(x["response_s"]).to_numpy(dtype="float64", na_value=np.nan)
+    yield "statements_time", ~x["command"].isin(NOT_STATEMENTS).to_numpy(dtype=bool), wire
+
+
+def row_facts(x: pd.DataFrame, closes: dict[tuple, float]) -> dict:
+    """What the story reads of the rows of `x` (the table or a chunk of it), reduced over chunks by combine_facts:
+    the captures, the statements, the connections that sent COM_QUIT or were refused (ERR 1040), and per
+    connection the server closed (`closes`) what its rows say of the close (_idle_closes)."""
+    quit = (x["command"] == "COM_QUIT").fillna(False).to_numpy(dtype=bool) if len(x) else np.zeros(0, dtype=bool)
+    refused = set()
+    if "error_code" in x.columns:
+        hit = (x["error_code"] == REFUSED).fillna(False).to_numpy(dtype=bool)
+        refused = set(zip(x["capture"].astype(object)[hit], x["conn_index"].astype("int64")[hit]))
+    return {"captures": captures_of(x), "statements": _statements(x),
+            "quits": set(zip(x["capture"].astype(object).to_numpy()[quit].tolist(),
+                             x["conn_index"].to_numpy()[quit].tolist())),
+            "refused": refused, "closed": _closed_rows(x, closes)}
+
+
+def combine_facts(parts: list[dict]) -> dict:
+    """row_facts of the chunks' union: sets unite, counts add, per closed connection its flags or, its latest
+    answer before the close the greatest."""
+    out = {"captures": set(), "statements": 0, "quits": set(), "refused": set(), "closed": {}}
+    for part in parts:
+        for name in ("captures", "quits", "refused"):
+            out[name] |= part[name]
+        out["statements"] += part["statements"]
+        for key, (quit, login_error, before, late) in part["closed"].items():
+            have = out["closed"].get(key)
+            out["closed"][key] = (quit, login_error, before, late) if have is None else (
+                have[0] or quit, have[1] or login_error, float(np.fmax(have[2], before)), have[3] or late)
+    return out
+
+
+def told(facts: dict, sums: dict[str, tuple[int, float]], conns: pd.DataFrame) -> dict | None:
+    """summary.json → connections from the rows' facts (row_facts, combined), the sums (terms') and the
+    connections table."""
+    captures = facts["captures"]
     c = conns[conns["capture"].astype(object).isin(captures)] if captures else conns
     if not len(c):
         return None
@@ -38,7 +100,7 @@ def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
     span = max(float(span), 1e-9)
     setup = c["handshake_s"].to_numpy(dtype="float64", na_value=np.nan)
     has_setup = ~np.isnan(setup)
-    statements = _statements(x)
+    statements = facts["statements"]
     new = int(has_setup.sum())
     out = {
         "connections": int(len(c)),
@@ -50,12 +112,12 @@ def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
         "setup_sum_s": float(setup[has_setup].sum()) if new else 0.0,
         "setup_median_s": float(np.median(setup[has_setup])) if new else None,
         "setup_max_s": float(setup[has_setup].max()) if new else None,
-        "statements_sum_s": _statements_time(x),
+        "statements_sum_s": sums["statements_time"][1],
     }
     out.update(_open_series(first, last))
-    out["closes"] = _closes(x, c)
-    out["idle_closes"] = _idle_closes(x, c)
-    out["refused"] = _refused(x, c)
+    out["closes"] = _closes(facts["quits"], c)
+    out["idle_closes"] = _idle_closes(facts["closed"], c)
+    out["refused"] = _refused(facts["refused"], c)
     return out
 
 
@@ -64,12 +126,6 @@ NOT_STATEMENTS = ("COM_QUIT", "CONNECT")  # the goodbye, and the login (its time
 
 def _statements(x: pd.DataFrame) -> int:
     return int((~x["command"].isin(NOT_STATEMENTS)).sum())
-
-
-def _statements_time(x: pd.DataFrame) -> float:
-    wire = x["total_s"].fillna(x["server_s"]) if "server_s" in x.columns else x["total_s"]
-    wire = wire.fillna(x["response_s"]).to_numpy(dtype="float64", na_value=np.nan)
-    return float(np.nansum(wire[~x["command"].isin(NOT_STATEMENTS).to_numpy(dtype=bool)]))
 
 
 def _open_series(first: np.ndarray, last: np.ndarray) -> dict:
@@ -92,25 +148,37 @@ def _open_series(first: np.ndarray, last: np.ndarray) -> dict:
             "open_series": series}
 
 
-def _per_connection(x: pd.DataFrame) -> pd.DataFrame:
-    """Per (capture, conn_index): did the client send COM_QUIT, and the end of its last answered exchange."""
-    if not len(x):
-        return pd.DataFrame(columns=["quit", "login_error", "last_answer_ns"])
-    end = ts_ns_float(x["resp_last_ts"]) if "resp_last_ts" in x.columns else np.full(len(x), np.nan)
-    frame = pd.DataFrame({"capture": x["capture"].astype(object).to_numpy(), "conn_index": x["conn_index"].to_numpy(),
-                          "quit": (x["command"].astype(object) == "COM_QUIT").fillna(False).to_numpy(dtype=bool),
-                          "login_error": ((x["command"].astype(object) == "CONNECT") & x["error_code"].notna()
-                                          ).fillna(False).to_numpy(dtype=bool) if "error_code" in x.columns
-                          else np.zeros(len(x), dtype=bool),
-                          "end": end,
-                          "start": ts_ns_float(x["req_first_ts"])})
-    return frame
+def _closed_rows(x: pd.DataFrame, closes: dict[tuple, float]) -> dict[tuple, tuple]:
+    """Per connection the server closed that has rows in `x`: (did the client send COM_QUIT, was its login
+    refused, the end of its last answered exchange at or before the close (NaN: none), did a statement start
+    after the close or go unanswered before it)."""
+    if not closes or not len(x):
+        return {}
+    mine = x[pd.MultiIndex.from_arrays([x["capture"].astype(object), x["conn_index"].astype("int64")]).isin(
+        pd.MultiIndex.from_tuples(list(closes)))]
+    if not len(mine):
+        return {}
+    end = ts_ns_float(mine["resp_last_ts"]) if "resp_last_ts" in mine.columns else np.full(len(mine), np.nan)
+    ex = pd.DataFrame({"capture": mine["capture"].astype(object).to_numpy(),
+                       "conn_index": mine["conn_index"].to_numpy(),
+                       "quit": (mine["command"].astype(object) == "COM_QUIT").fillna(False).to_numpy(dtype=bool),
+                       "login_error": ((mine["command"].astype(object) == "CONNECT") & mine["error_code"].notna()
+                                       ).fillna(False).to_numpy(dtype=bool) if "error_code" in mine.columns
+                       else np.zeros(len(mine), dtype=bool),
+                       "end": end,
+                       "start": ts_ns_float(mine["req_first_ts"])})
+    out = {}
+    for (cap, index), rows in ex.groupby(["capture", "conn_index"]):
+        close = closes[(cap, int(index))]
+        before = rows["end"][rows["end"] <= close]
+        late = bool((rows["start"] > close).any() or ((rows["start"] <= close) & rows["end"].isna()).any())
+        out[(cap, int(index))] = (bool(rows["quit"].any()), bool(rows["login_error"].any()),
+                                  float(before.max()) if len(before) else np.nan, late)
+    return out
 
 
-def _closes(x: pd.DataFrame, c: pd.DataFrame) -> dict:
+def _closes(quits: set, c: pd.DataFrame) -> dict:
     """Who closed each connection: client COM_QUIT, client FIN/RST (no COM_QUIT), server, open at the end."""
-    quit = (x["command"] == "COM_QUIT").fillna(False).to_numpy(dtype=bool) if len(x) else np.zeros(0, dtype=bool)
-    quits = set(zip(x["capture"].astype(object).to_numpy()[quit].tolist(), x["conn_index"].to_numpy()[quit].tolist()))
     keys = list(zip(c["capture"].astype(object), c["conn_index"].astype("int64")))
     by = (c["closed_by"].astype(object).where(c["closed_by"].notna(), None).to_numpy() if "closed_by" in c.columns
           else np.full(len(c), None))
@@ -127,33 +195,29 @@ def _closes(x: pd.DataFrame, c: pd.DataFrame) -> dict:
     return out
 
 
-def _idle_closes(x: pd.DataFrame, c: pd.DataFrame) -> dict:
+def _idle_closes(closed: dict[tuple, tuple], c: pd.DataFrame) -> dict:
     """The connections the server closed: idle before the close (from the last answered response), how many had
-    a statement after it that went unanswered (failed), and whether the idle times are one timer (steady)."""
+    a statement after it that went unanswered (failed), and whether the idle times are one timer (steady).
+    `closed`: what their rows say (_closed_rows)."""
     if "closed_by" not in c.columns:
         return {"count": 0, "steady": False}
     server = c[(c["closed_by"].astype(object) == "server").fillna(False).to_numpy(dtype=bool)]
     if not len(server):
         return {"count": 0, "steady": False}
-    mine = x[pd.MultiIndex.from_arrays([x["capture"].astype(object), x["conn_index"].astype("int64")]).isin(
-        pd.MultiIndex.from_arrays([server["capture"].astype(object), server["conn_index"].astype("int64")]))]
-    ex = _per_connection(mine)  # the exchanges of these connections only: cost follows them, not the capture
     idle, failed, reset = [], 0, 0
-    groups = dict(tuple(ex.groupby(["capture", "conn_index"]))) if len(ex) else {}
     rsts = server["close_rst"].fillna(False).to_numpy(dtype=bool) if "close_rst" in server.columns else np.zeros(
         len(server), dtype=bool)
     for cap, index, close, rst in zip(server["capture"].astype(object), server["conn_index"].astype("int64"),
                                       ts_ns_float(server["close_ts"]), rsts):
-        rows = groups.get((cap, index))
-        if rows is None or np.isnan(close) or rows["quit"].any():
+        rows = closed.get((cap, int(index)))
+        if rows is None or np.isnan(close) or rows[0]:
             continue  # after a COM_QUIT the server closes first: the client's goodbye, not an idle close
-        if rows["login_error"].any():
+        if rows[1]:
             continue  # a refused login (ERR 1040, 1045 …) is closed at once: a refusal, not an idle close
-        before = rows["end"][rows["end"] <= close]
-        if len(before):
-            idle.append((close - float(before.max())) / 1e9)
+        if not np.isnan(rows[2]):
+            idle.append((close - rows[2]) / 1e9)
             reset += bool(rst)
-        if (rows["start"] > close).any() or ((rows["start"] <= close) & rows["end"].isna()).any():
+        if rows[3]:
             failed += 1
     if not idle:
         return {"count": 0, "steady": False, "failed": failed}
@@ -165,16 +229,14 @@ def _idle_closes(x: pd.DataFrame, c: pd.DataFrame) -> dict:
             "steady": bool(steady)}
 
 
-def _refused(x: pd.DataFrame, c: pd.DataFrame) -> int:
+def _refused(from_rows: set, c: pd.DataFrame) -> int:
     """Connections refused with ERR 1040 (Too many connections): in place of the greeting, or as the login's answer
-    (MariaDB checks max_connections after authentication); each connection once."""
-    keys = set()
+    (MariaDB checks max_connections after authentication); each connection once. `from_rows`: those the exchanges
+    show refused."""
+    keys = set(from_rows)
     if "close_error" in c.columns:
         hit = (c["close_error"] == REFUSED).fillna(False).to_numpy(dtype=bool)
         keys |= set(zip(c["capture"].astype(object)[hit], c["conn_index"].astype("int64")[hit]))
-    if "error_code" in x.columns:
-        hit = (x["error_code"] == REFUSED).fillna(False).to_numpy(dtype=bool)
-        keys |= set(zip(x["capture"].astype(object)[hit], x["conn_index"].astype("int64")[hit]))
     return len(keys)
 
 

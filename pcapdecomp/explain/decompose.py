@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.fingerprint import digest_fingerprint, fingerprint, query_id
+from ..core.exact import masked_sums
 from ..core.groups import sorted_by_group
 from ..core.tables import (LET_GO_COLUMNS_FROM_ROWS, as_category, concat_column, held, labelled, null_boolean,
                             null_int64)
@@ -759,14 +760,29 @@ def network_parts(x: pd.DataFrame, rows: np.ndarray) -> list[tuple[str, float]]:
     through a proxy with its capture, the legs and the time inside the proxy (pcapdecomp/pair/proxy.py), and "network
     (not told apart)" for what no proxy column covers (exchanges without the proxy's times, or a hop not captured).
     The parts always add up to network_s's sum."""
+    return network_parts_of(masked_sums(network_terms(x, rows)))
+
+
+def network_terms(x: pd.DataFrame, rows: np.ndarray):
+    """The sums network_parts tells, as (name, rows, values) terms (core.exact.masked_sums: NaN as 0, in row
+    order): network_s over `rows` where it is known, whether a proxy time is known there ("network:proxied": its
+    count), and each proxy column over the same rows."""
     net = x["network_s"].to_numpy(dtype="float64", na_value=np.nan)
     rows = rows & ~np.isnan(net)
-    network = float(net[rows].sum())
-    proxy = x["proxy_s"].to_numpy(dtype="float64", na_value=np.nan)[rows] if "proxy_s" in x.columns else None
-    if proxy is None or np.isnan(proxy).all():
+    yield "network", rows, net
+    if "proxy_s" in x.columns:
+        proxy = x["proxy_s"].to_numpy(dtype="float64", na_value=np.nan)
+        yield "network:proxied", rows & ~np.isnan(proxy), proxy
+        for col, _ in NETWORK_PARTS:
+            yield f"network:{col}", rows, x[col].to_numpy(dtype="float64", na_value=np.nan)
+
+
+def network_parts_of(sums: dict[str, tuple[int, float]]) -> list[tuple[str, float]]:
+    """network_parts from the sums of network_terms ({name: (rows, sum)}), however they were made."""
+    network = sums["network"][1]
+    if not sums.get("network:proxied", (0, 0.0))[0]:
         return [("network", network)]
-    parts = [(label, float(np.nansum(x[col].to_numpy(dtype="float64", na_value=np.nan)[rows])))
-             for col, label in NETWORK_PARTS]
+    parts = [(label, sums[f"network:{col}"][1]) for col, label in NETWORK_PARTS]
     parts = [(label, v) for label, v in parts if v != 0]
     rest = network - sum(v for _, v in parts)
     if abs(rest) > 1e-9 * max(abs(network), 1.0):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..core.exact import masked_sums
 from ..core.formats import plural, seconds_rounded, share
 from ..core.groups import aggregated, codes
 from ..core.tables import text_dtype
@@ -27,14 +28,7 @@ def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
     """summary.json → network (None without exchanges seen at both an app and a DB point)."""
     if "network_s" not in x.columns or not len(x):
         return None
-    net = x["network_s"].to_numpy(dtype="float64", na_value=np.nan)
-    if "proxy_s" in x.columns and x["proxy_s"].notna().any():
-        # through a proxy, total − server holds the proxy's own time too: the network is its two hops
-        hops = [x[c].to_numpy(dtype="float64", na_value=np.nan) for c in ("net_app_proxy_s", "net_proxy_db_s")
-                if c in x.columns]
-        net = hops[0] + hops[1] if len(hops) == 2 else np.full(len(x), np.nan)
-    total = x["total_s"].to_numpy(dtype="float64", na_value=np.nan)
-    both = ~np.isnan(net) & ~np.isnan(total)
+    net, total, both = row_times(x)
     if not both.any():
         return None
     host, hosts = host_codes(x["client"])
@@ -46,15 +40,50 @@ def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
                           "conn_index": x["conn_index"].to_numpy()[both], "conn_id": x["conn_id"].array[both],
                           "network_s": np.maximum(net[both], 0.0), "total_s": total[both]}, copy=False)
     del host
-    net_sum, total_sum = float(frame["network_s"].sum()), float(frame["total_s"].sum())
-    by_host = (aggregated(frame.groupby("host", dropna=False), exchanges=("network_s", "size"),
-                          network_s=("network_s", "sum"), total_s=("total_s", "sum"))
-               .sort_values("network_s", ascending=False))
-    by_conn = (aggregated(frame.groupby(["capture", "conn_index"]), host=("host", "first"),
-                          conn_id=("conn_id", "first"), exchanges=("network_s", "size"),
-                          network_s=("network_s", "sum"), total_s=("total_s", "sum"))
-               .sort_values("network_s", ascending=False))
-    retrans = _retransmissions(x, conns, both, net)
+    sums = masked_sums(terms(x))
+    net_sum, total_sum = sums["network_s"][1], sums["clients_s"][1]
+    by_host = aggregated(frame.groupby("host", dropna=False), exchanges=("network_s", "size"),
+                         network_s=("network_s", "sum"), total_s=("total_s", "sum"))
+    by_conn = aggregated(frame.groupby(["capture", "conn_index"]), host=("host", "first"),
+                         conn_id=("conn_id", "first"), exchanges=("network_s", "size"),
+                         network_s=("network_s", "sum"), total_s=("total_s", "sum"))
+    if conns is None or not len(conns) or "retransmitted_bytes" not in conns.columns:
+        retrans = told_retransmissions(None, 0, pd.DataFrame())
+    else:
+        keys = retransmitting(conns, set(codes(x["capture"])[1].tolist()))
+        stalls = rto_rows(x, keys[1], both, net)
+        named = np.flatnonzero(stalls)
+        named = named[np.argsort(-net[named], kind="stable")][:LISTED]
+        retrans = told_retransmissions(keys[0], int(stalls.sum()), x.iloc[named].assign(_net=net[named]))
+    return told(net_sum, total_sum, by_host, by_conn, retrans)
+
+
+def row_times(x: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of `x` (the table or a chunk): its network time (through a proxy its two hops, not its own time),
+    its clients' time, and whether both are known."""
+    net = x["network_s"].to_numpy(dtype="float64", na_value=np.nan)
+    if "proxy_s" in x.columns and x["proxy_s"].notna().any():
+        # through a proxy, total − server holds the proxy's own time too: the network is its two hops
+        hops = [x[c].to_numpy(dtype="float64", na_value=np.nan) for c in ("net_app_proxy_s", "net_proxy_db_s")
+                if c in x.columns]
+        net = hops[0] + hops[1] if len(hops) == 2 else np.full(len(x), np.nan)
+    total = x["total_s"].to_numpy(dtype="float64", na_value=np.nan)
+    return net, total, ~np.isnan(net) & ~np.isnan(total)
+
+
+def terms(x: pd.DataFrame):
+    """The story's sums as (name, rows, values) terms (core.exact.masked_sums: in row order): the network time
+    (negative ones as 0) and the clients' time of the rows where both are known."""
+    net, total, both = row_times(x)
+    yield "network_s", both, np.maximum(net, 0.0)
+    yield "clients_s", both, total
+
+
+def told(net_sum: float, total_sum: float, by_host: pd.DataFrame, by_conn: pd.DataFrame, retrans: dict) -> dict:
+    """summary.json → network from the sums and the per-host and per-connection aggregates (in the groupby's
+    order: hosts in lexical order, the unknown last; connections by capture and conn_index)."""
+    by_host = by_host.sort_values("network_s", ascending=False)
+    by_conn = by_conn.sort_values("network_s", ascending=False)
     return {
         "network_s": net_sum, "clients_s": total_sum, "share": net_sum / total_sum if total_sum > 0 else None,
         "hosts": [{"host": h, "exchanges": int(r.exchanges), "network_s": float(r.network_s),
@@ -69,14 +98,16 @@ def tell(x: pd.DataFrame, conns: pd.DataFrame | None) -> dict | None:
     }
 
 
-def _retransmissions(x: pd.DataFrame, conns: pd.DataFrame | None, both: np.ndarray, net: np.ndarray) -> dict:
-    if conns is None or not len(conns) or "retransmitted_bytes" not in conns.columns:
-        return {"retransmitted_bytes": None, "retransmitting_connections": None, "rto_stalls_likely": None,
-                "rto_stalls": []}
-    captures = set(codes(x["capture"])[1].tolist())
+def retransmitting(conns: pd.DataFrame, captures: set) -> tuple[np.ndarray, set]:
+    """(the retransmitted bytes of each connection of `captures`, the connections that retransmitted)."""
     c = conns[conns["capture"].astype(object).isin(captures)]
     rb = c["retransmitted_bytes"].to_numpy(dtype="float64", na_value=0.0)
-    keys = set(zip(c["capture"].astype(object)[rb > 0], c["conn_index"].astype("int64")[rb > 0]))
+    return rb, set(zip(c["capture"].astype(object)[rb > 0], c["conn_index"].astype("int64")[rb > 0]))
+
+
+def rto_rows(x: pd.DataFrame, keys: set, both: np.ndarray, net: np.ndarray) -> np.ndarray:
+    """The rows of `x` (the table or a chunk) that are likely RTO stalls: on a connection that retransmitted
+    (`keys`), both times known, RTO_MIN_S or more on the network."""
     on = np.zeros(len(x), dtype=bool)
     if keys:  # the rows of those connections, by the capture's code and conn_index (not a tuple per row)
         code, names = codes(x["capture"])
@@ -85,18 +116,26 @@ def _retransmissions(x: pd.DataFrame, conns: pd.DataFrame | None, both: np.ndarr
             wanted = [i for cap, i in keys if cap == name]
             if wanted:
                 on |= (code == k) & np.isin(index, wanted)
-    stalls = on & both & (np.nan_to_num(net) >= RTO_MIN_S)
-    named = np.flatnonzero(stalls)
-    named = named[np.argsort(-net[named], kind="stable")][:LISTED]
-    sent = x["app_req_ts"] if "app_req_ts" in x.columns else x["req_first_ts"]
+    return on & both & (np.nan_to_num(net) >= RTO_MIN_S)
+
+
+def told_retransmissions(rb: np.ndarray | None, stalls: int, named: pd.DataFrame) -> dict:
+    """summary.json → network's retransmissions: `rb` the connections' retransmitted bytes (None: no connections
+    table says), `stalls` the likely RTO stalls, `named` the listed ones' rows in order, their network time in
+    `_net`."""
+    if rb is None:
+        return {"retransmitted_bytes": None, "retransmitting_connections": None, "rto_stalls_likely": None,
+                "rto_stalls": []}
+    sent = named["app_req_ts"] if "app_req_ts" in named.columns else named["req_first_ts"]
     return {"retransmitted_bytes": int(rb.sum()), "retransmitting_connections": int((rb > 0).sum()),
-            "rto_stalls_likely": int(stalls.sum()),
-            "rto_stalls": [{"capture": x["capture"].iloc[i], "conn_index": int(x["conn_index"].iloc[i]),
-                            "conn_id": None if pd.isna(x["conn_id"].iloc[i]) else int(x["conn_id"].iloc[i]),
-                            "client": None if pd.isna(x["client"].iloc[i]) else str(x["client"].iloc[i]),
+            "rto_stalls_likely": stalls,
+            "rto_stalls": [{"capture": named["capture"].iloc[i], "conn_index": int(named["conn_index"].iloc[i]),
+                            "conn_id": None if pd.isna(named["conn_id"].iloc[i]) else int(named["conn_id"].iloc[i]),
+                            "client": None if pd.isna(named["client"].iloc[i]) else str(named["client"].iloc[i]),
                             "sent": None if pd.isna(sent.iloc[i]) else pd.Timestamp(sent.iloc[i]).isoformat(),
-                            "sql": None if pd.isna(x["sql"].iloc[i]) else str(x["sql"].iloc[i])[:SQL_CHARS],
-                            "command": str(x["command"].iloc[i]), "network_s": float(net[i])} for i in named]}
+                            "sql": None if pd.isna(named["sql"].iloc[i]) else str(named["sql"].iloc[i])[:SQL_CHARS],
+                            "command": str(named["command"].iloc[i]), "network_s": float(named["_net"].iloc[i])}
+                           for i in range(len(named))]}
 
 
 def bullets(story: dict | None) -> tuple[str | None, list[dict], list[str]]:

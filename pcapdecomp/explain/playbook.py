@@ -58,15 +58,18 @@ def settings_beside(summary: dict) -> dict | None:
     return None
 
 
-def lines(summary: dict, x: pd.DataFrame, settings: dict | None) -> list[dict]:
+def lines(summary: dict, x: pd.DataFrame | None, settings: dict | None, usual_execution=None) -> list[dict]:
     """The playbook: [{finding, text, sql (what to run: the change, or the query that fetches an unknown
-    setting)}], in the verdict's order of importance."""
+    setting)}], in the verdict's order of importance. `usual_execution(stalls)`: _usual_execution's value made
+    elsewhere (the partitions' runs: explain/summaryruns.py), with `x` None (the proxy's line needs the table: not
+    through a proxy there)."""
     values = {str(k).lower(): v for k, v in ((settings or {}).get("values") or {}).items()}
     proxy = (settings or {}).get("proxy") or {}
     where = _where(settings)
+    usual = usual_execution or (lambda stalls: _usual_execution(x, stalls))
     out = []
-    for rule in (_stall_limit, _oversubscribe, _max_threads):
-        line = rule(summary, x, values, where)
+    for line in (_stall_limit(summary, usual, values, where), _oversubscribe(summary, values, where),
+                 _max_threads(summary, values, where)):
         if line:
             out.append(line)
     line = _proxy_pool(summary, x, proxy, where)
@@ -97,7 +100,7 @@ def _range(values: list[float]) -> str:
     return span(min(values), max(values), "–", rel_tol=0.005, alike_as_lo=True)
 
 
-def _stall_limit(summary: dict, x: pd.DataFrame, values: dict, where: str) -> dict | None:
+def _stall_limit(summary: dict, usual_execution, values: dict, where: str) -> dict | None:
     stalls = _stalls(summary)
     if not stalls:
         return None
@@ -123,7 +126,7 @@ def _stall_limit(summary: dict, x: pd.DataFrame, values: dict, where: str) -> di
     # stalls far shorter than the timer ended when their long statement did: the timer never fired, and a lower
     # one would have let another worker take the queue sooner all the same
     before_timer = max(durations) < 0.5 * limit_s
-    usual = _usual_execution(x, stalls)
+    usual = usual_execution(stalls)
     if usual is None or 20 * usual > min(durations) or (summary.get("pool") or {}).get("cap"):
         return None  # the queued statements are long themselves, or threads ran out: not the stall timer's doing
     target = max(MIN_STALL_LIMIT_MS, int(math.ceil(10 * usual * 1000 / 10) * 10))
@@ -144,22 +147,37 @@ def _usual_execution(x: pd.DataFrame, stalls: list[dict]) -> float | None:
     of their classes' calls outside every stall, which is execution plus the server's own overhead; None when
     their classes ran only inside stalls. Not their exec_s: for a victim that is often a bound (below
     long_query_time), not a time."""
-    if "stall" not in x.columns or "stall_role" not in x.columns or "fingerprint" not in x.columns:
+    if not has_usual_columns(x):
         return None
     ids = [s.get("id") for s in stalls]
-    in_stall = x["stall"].isin(ids).to_numpy(dtype=bool)
-    victims = in_stall & (x["stall_role"].astype(object) != "culprit").to_numpy(dtype=bool)
-    classes = set(x["fingerprint"].astype(object)[victims].dropna().tolist())
+    classes = usual_classes(x, ids)
     if not classes:
         return None
-    outside = x["fingerprint"].astype(object).isin(classes).to_numpy(dtype=bool) & ~in_stall & ~x[
-        "stall"].notna().to_numpy(dtype=bool)
-    v = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)[outside]
-    v = v[~np.isnan(v)]
+    v = usual_values(x, ids, classes)
     return float(np.median(v)) if len(v) else None
 
 
-def _oversubscribe(summary: dict, x: pd.DataFrame, values: dict, where: str) -> dict | None:
+def has_usual_columns(x: pd.DataFrame) -> bool:
+    return all(c in x.columns for c in ("stall", "stall_role", "fingerprint"))
+
+
+def usual_classes(x: pd.DataFrame, ids: list) -> set:
+    """The fingerprints of the rows of `x` (the table or a chunk) that queued in the stalls `ids`."""
+    in_stall = x["stall"].isin(ids).to_numpy(dtype=bool)
+    victims = in_stall & (x["stall_role"].astype(object) != "culprit").to_numpy(dtype=bool)
+    return set(x["fingerprint"].astype(object)[victims].dropna().tolist())
+
+
+def usual_values(x: pd.DataFrame, ids: list, classes: set) -> np.ndarray:
+    """The known server times of the rows of `x` (the table or a chunk) of `classes` outside every stall."""
+    in_stall = x["stall"].isin(ids).to_numpy(dtype=bool)
+    outside = x["fingerprint"].astype(object).isin(classes).to_numpy(dtype=bool) & ~in_stall & ~x[
+        "stall"].notna().to_numpy(dtype=bool)
+    v = x["server_s"].to_numpy(dtype="float64", na_value=np.nan)[outside]
+    return v[~np.isnan(v)]
+
+
+def _oversubscribe(summary: dict, values: dict, where: str) -> dict | None:
     stalls = _stalls(summary)
     over = values.get("thread_pool_oversubscribe")
     if not stalls or not isinstance(over, (int, float)):
@@ -173,7 +191,7 @@ def _oversubscribe(summary: dict, x: pd.DataFrame, values: dict, where: str) -> 
                     "group may run (1 + oversubscribe), so a higher value would not have freed the queue sooner."}
 
 
-def _max_threads(summary: dict, x: pd.DataFrame, values: dict, where: str) -> dict | None:
+def _max_threads(summary: dict, values: dict, where: str) -> dict | None:
     cap = (summary.get("pool") or {}).get("cap")
     if not cap:
         return None
@@ -197,7 +215,7 @@ def _max_threads(summary: dict, x: pd.DataFrame, values: dict, where: str) -> di
 
 def _proxy_pool(summary: dict, x: pd.DataFrame, proxy: dict, where: str) -> dict | None:
     findings = (summary.get("story") or {}).get("findings") or []
-    if "proxy_queue" not in findings or "proxy_wait_s" not in x.columns:
+    if "proxy_queue" not in findings or x is None or "proxy_wait_s" not in x.columns:
         return None
     waits = x["proxy_wait_s"].to_numpy(dtype="float64", na_value=np.nan)
     long = waits[waits >= 0.1]

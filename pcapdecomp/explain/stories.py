@@ -16,12 +16,14 @@ from .playbook import settings_beside
 POOL_STORIES = ("proxy_queue", "max_threads", "group_stall", "queueing_unexplained")
 
 
-def tell(summary: dict, x: pd.DataFrame, conns: pd.DataFrame | None, settings: dict | None = None) -> dict:
+def tell(summary: dict, x: pd.DataFrame | None, conns: pd.DataFrame | None, settings: dict | None = None,
+         runs=None) -> dict:
     """Adds connections, network and playbook to `summary` and their bullets to its story and verdict. conns: the
     connections tables of the capture points (app and DB), concatenated; settings: the server's (--server-vars),
-    else capture.toml's beside the captures. Returns `summary`."""
-    connections = connstory.tell(x, conns)
-    network = netstory.tell(x, conns)
+    else capture.toml's beside the captures. `runs`: instead of the table `x`, the partitions' runs
+    (explain.summaryruns.SummaryOfRuns, fed), which tell the same from them. Returns `summary`."""
+    connections = runs.connections(conns) if runs is not None else connstory.tell(x, conns)
+    network = runs.network(conns) if runs is not None else netstory.tell(x, conns)
     summary["connections"] = connections
     summary["network"] = network
     story = dict(summary.get("story") or {"sentence": summary.get("verdict", ""), "findings": [], "bullets": []})
@@ -60,4 +62,5 @@ def tell(summary: dict, x: pd.DataFrame, conns: pd.DataFrame | None, settings: d
     story.update(findings=findings, bullets=bullets)
     summary["story"] = story
     summary["verdict"] = "\n".join([*head, story["sentence"], *(f"- {b['text']}" for b in bullets), *extra])
-    summary["playbook"] = playbook_lines(summary, x, settings if settings is not None else settings_beside(summary))
+    summary["playbook"] = playbook_lines(summary, x, settings if settings is not None else settings_beside(summary),
+                                         runs.usual_execution if runs is not None else None)

@@ -21,6 +21,12 @@ from .threadpool import PoolView, json_value
 from .verdict import tell, tell_proxy, tls_part
 
 
+class NotFromRuns(ValueError):
+    """summary.build from the partitions' runs is made for one DB point, not through a proxy: through a proxy the
+    two sides are different TCP connections and the partitioned path does not apply (docs/partitioned.md §3); with
+    several DB points the verdict is told per point."""
+
+
 @dataclass
 class ServerPart:
     """What the summary reads of one DB point's analysis: its thread-pool view and its slow-log join."""
@@ -32,14 +38,19 @@ class ServerPart:
 
 def build(cs: CaptureSet, *, names: dict[str, list[str]], points: list[dict], qualities: dict[str, list[dict]],
           matching: dict, proxy: dict | None, repair: dict | None, clocks: dict, servers: list[ServerPart],
-          exchanges: pd.DataFrame, warnings: list[str], scheduler: str | None, through_proxy: bool,
-          latency: dict | None = None) -> dict:
+          exchanges: pd.DataFrame | None, warnings: list[str], scheduler: str | None, through_proxy: bool,
+          latency: dict | None = None, runs=None) -> dict:
     """summary.json's content. `names` and `qualities`: the app, DB and proxy points' names and capture-quality
     dicts ("app", "dbs", "proxy"), as the stages used them; `clocks`: per app/DB pair, `pair.clocks.clock_entry`; `servers`: one
     per DB point, in order; `through_proxy`: the decomposition ran through a proxy (its sentence joins the
     verdict). `warnings` is kept as given: notes added to it later are in the file too. `latency`: summary.json →
-    latency_s as `latency_quantiles(exchanges)` gives it, made elsewhere (analysis.py); None: made here."""
+    latency_s as `latency_quantiles(exchanges)` gives it, made elsewhere (analysis.py); None: made here. `runs`:
+    instead of `exchanges`, the partitions' runs (explain.summaryruns.SummaryOfRuns, fed), which make the same
+    parts from them (one DB point, not through a proxy)."""
     first = servers[0]
+    if runs is not None and (through_proxy or len(servers) > 1):
+        raise NotFromRuns("through a proxy" if through_proxy else f"{len(servers)} DB points")
+    made = runs.parts() if runs is not None else None
     summary = {
         "set": cs.name,
         "verdict": "",
@@ -68,15 +79,19 @@ def build(cs: CaptureSet, *, names: dict[str, list[str]], points: list[dict], qu
         "clock": next(iter(clocks.values()), None),
         "clocks": clocks,
         "slow_log": first.slow_info,
-        "exchanges": _counts(exchanges),
-        "conn_ids": conn_id_sources(exchanges),
-        "latency_s": latency if latency is not None else latency_quantiles(exchanges),
+        "exchanges": made["exchanges"] if made else _counts(exchanges),
+        "conn_ids": made["conn_ids"] if made else conn_id_sources(exchanges),
+        "latency_s": (made["latency_s"] if made else latency if latency is not None
+                      else latency_quantiles(exchanges)),
         "thread_pool_size": first.view.thread_pool_size,
         "pool": first.view.pool_summary,
         "groups": first.view.groups_summary,
         "warnings": warnings,
     }
-    _tell(summary, cs, exchanges, servers, clocks, points)
+    if runs is not None:
+        summary.update(runs.tell(summary))
+    else:
+        _tell(summary, cs, exchanges, servers, clocks, points)
     if through_proxy:
         summary.update(tell_proxy(summary, exchanges))
     summary["tls"] = tls_part(qualities)

@@ -18,23 +18,29 @@ What the rows do not hold is handed in by row key, as the pool view (threadpool.
 (rows with wild DB-side times) and each stall's culprits (`view.stall_members[sid][1]`). One DB point only: with
 several, summary.build tells the verdict per point (a refusal here, `SeveralServers`).
 
-Not built here (the rest of 7c): the story and the verdict's text (verdict._story: the cap, stall, likely and
-quiet sentences and their bullets), tell_proxy's lead, and the stories (connstory, netstory, waitprofile,
-playbook); see docs/partitioned.md, "Step 7c (summary.json), built"."""
+The rest of summary.json (`tell`, `connections`, `network`, `usual_execution`: summary.build(runs=…) and
+stories.tell(runs=…) call them): the verdict's story and text, the connection and network stories and the
+playbook, by the rules verdict, connstory, netstory and playbook apply to the whole table, each split into what a
+chunk of rows gives (facts reduced by their kind, terms summed in row order by a PairwiseSum each, pandas' groupby
+sums by core.exact.GroupbySums fed in row order, top-k candidates by row key) and the words made of them. The
+pool view's stall members and cap members are handed in by row key too. Not through a proxy (NotFromRuns: the
+partitioned path does not apply there, docs/partitioned.md §3). See docs/partitioned.md, "Step 7c's rest"."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from ..core.exact import PairwiseSum, nearest_rank_of_runs, sorted_run
-from ..core.groups import equals
+from ..core.exact import GroupbySums, PairwiseSum, median_of_runs, nearest_rank_of_runs, sorted_run
+from ..core.groups import codes, equals
 from ..core.outputs import SortedRun, merged_order
 from ..core.times import ts_ns
 from ..read.connids import SOURCES
-from .summary import _counts
+from .summary import NotFromRuns, _counts
+from .waitprofile import host_codes
 from .threadpool import MAX_CULPRITS, Refs, json_value, outlier_limits
 from .decompose import STALL_MIN_QUEUE_S
+from . import connstory, netstory, playbook, verdict
 from .verdict import VICTIMS_LISTED
 
 LATENCY_COLUMNS = ("total_s", "server_s", "network_s", "net_req_s", "net_resp_s", "queue_s", "exec_s")
@@ -52,9 +58,12 @@ class SummaryOfRuns:
     the row keys of its culprits in the view's order."""
 
     def __init__(self, runs: list[SortedRun], outlier_keys: np.ndarray | None = None,
-                 stall_culprits: list[np.ndarray] | None = None):
+                 stall_culprits: list[np.ndarray] | None = None, *, stall_victims: list[np.ndarray] | None = None,
+                 cap_members: tuple[np.ndarray, np.ndarray] | None = None):
         self.runs = runs
         self.stall_culprits = stall_culprits or []
+        self.stall_victims = stall_victims or []  # per stall, its members' row keys (view.stall_members[sid][0])
+        self.cap_keys = cap_members  # (executing, waiting) row keys while at the cap (view.cap_members)
         points = {str(p) for r in runs if "db_point" in r.table for p in r.table["db_point"].dropna().unique()}
         if len(points) > 1:
             raise SeveralServers(f"rows of {len(points)} DB points: the verdict is told per point")
@@ -81,6 +90,10 @@ class SummaryOfRuns:
                 n = sum(int((b & (c == rows)).sum()) for b, c in zip(self._both, self._source))
             self._sums[name] = PairwiseSum(n)
         self.candidates = {flag: _victim_candidates(runs, flag, self.sane) for flag in VICTIM_LISTS}
+        # the story's sums (verdict.story_terms), each term's rows and values per run, fed in row order
+        self.terms = _RowOrderTerms(self._terms, [len(r.table) for r in runs])
+        self.network_groups = _NetworkGroups(runs)
+        self._parts = None
 
     def feed(self, run: np.ndarray, row: np.ndarray) -> None:
         """The next piece of the merged order (merged_order's: run, row in that run), every row once, in row
@@ -105,6 +118,9 @@ class SummaryOfRuns:
             taken = both if rows == "both" else both & (source == rows)
             self._sums[name].add(np.nan_to_num(v[taken], nan=0.0, posinf=np.inf, neginf=-np.inf))  # verdict._sum
 
+        self.terms.feed(run, row)
+        self.network_groups.feed(run, row)
+
     def feed_all(self) -> SummaryOfRuns:
         """The rows in row order by the k-way merge alone (no file written beside it)."""
         for run, row in merged_order([r.key for r in self.runs]):
@@ -112,7 +128,12 @@ class SummaryOfRuns:
         return self
 
     def parts(self) -> dict:
-        """summary.json's exchanges, conn_ids, latency_s, queueing, hidden_slow and understated."""
+        """summary.json's exchanges, conn_ids, latency_s, queueing, hidden_slow and understated (made once)."""
+        if self._parts is None:
+            self._parts = self._made_parts()
+        return self._parts
+
+    def _made_parts(self) -> dict:
         queueing = {f"{s}_s": self._sums[f"queue:{s}"].result() for s in QUEUE_SOURCES}
         return {
             "exchanges": self.counts,
@@ -122,6 +143,99 @@ class SummaryOfRuns:
             "hidden_slow": self._victims("hidden_slow"),
             "understated": {**self._victims("understated"), "threshold_s": STALL_MIN_QUEUE_S},
         }
+
+    def tell(self, summary: dict) -> dict:
+        """verdict.tell's parts (queueing, hidden_slow, understated, story, verdict) from the runs, `summary` holding
+        the other parts the story reads (inputs, exchanges, clock, slow_log, groups, pool, thread_pool_size), as
+        summary.build hands them to verdict.tell."""
+        made = self.parts()
+        parts = {k: made[k] for k in ("queueing", "hidden_slow", "understated")}
+        rows = _RunsRows(self)
+        stalls = verdict.told_stalls(summary)
+        facts = verdict.combine_facts([
+            verdict.story_facts(run.table, sane, hidden, understated, told, run.key)
+            for run, sane, hidden, understated, told in zip(self.runs, self.sane, *self._flags(),
+                                                            rows.told_masks(stalls))])
+        story = verdict._story(summary, facts, self.terms.result(), rows)
+        parts["story"] = story
+        parts["verdict"] = "\n".join([story["sentence"], *(f"- {b['text']}" for b in story["bullets"])])
+        return parts
+
+    def _terms(self, r: int, lo: int, hi: int):
+        """The sums' terms of run r's rows lo:hi: the verdict's (story_terms), the connections' and the network's,
+        each rule on those rows alone (every term is per row)."""
+        t = self.runs[r].table.iloc[lo:hi]
+        return [*verdict.story_terms(t, self.sane[r][lo:hi]), *connstory.terms(t),
+                *((f"network:{n}", rows, v) for n, rows, v in netstory.terms(t))]
+
+    def connections(self, conns: pd.DataFrame | None) -> dict | None:
+        """connstory.tell of the runs: summary.json → connections."""
+        if conns is None or not len(conns):
+            return None
+        captures = set().union(*(connstory.captures_of(r.table) for r in self.runs))
+        closes = connstory.server_closes(conns, captures)
+        facts = connstory.combine_facts([connstory.row_facts(r.table, closes) for r in self.runs])
+        return connstory.told(facts, self.terms.result(), conns)
+
+    def network(self, conns: pd.DataFrame | None) -> dict | None:
+        """netstory.tell of the runs: summary.json → network."""
+        groups = self.network_groups
+        if groups.proxied:
+            raise NotFromRuns("through a proxy")
+        if groups.absent or not groups.rows:
+            return None
+        sums = self.terms.result()
+        by_host, by_conn = groups.frames()
+        if conns is None or not len(conns) or "retransmitted_bytes" not in conns.columns:
+            retrans = netstory.told_retransmissions(None, 0, pd.DataFrame())
+        else:
+            captures = set().union(*(set(codes(r.table["capture"])[1].tolist()) for r in self.runs))
+            rb, keys = netstory.retransmitting(conns, captures)
+            count, pieces = 0, []
+            width = self.runs[0].key.shape[1]
+            kind = np.dtype([("slow", np.float64), ("key", np.int64, (width,)), ("run", np.int64), ("row", np.int64)])
+            for r, run in enumerate(self.runs):
+                net, _, both = netstory.row_times(run.table)
+                rows = np.flatnonzero(netstory.rto_rows(run.table, keys, both, net))
+                count += len(rows)
+                piece = np.empty(len(rows), dtype=kind)
+                piece["slow"], piece["key"], piece["run"], piece["row"] = -net[rows], run.key[rows], r, rows
+                pieces.append(_top(piece, netstory.LISTED))
+            listed = _top(np.concatenate(pieces), netstory.LISTED)
+            named = [self.runs[r].table.iloc[[i]] for r, i in zip(listed["run"].tolist(), listed["row"].tolist())]
+            named = (pd.concat(named, ignore_index=True).assign(_net=-listed["slow"]) if named
+                     else self.runs[0].table.iloc[[]].assign(_net=np.zeros(0)))
+            retrans = netstory.told_retransmissions(rb, count, named)
+        return netstory.told(sums["network:network_s"][1], sums["network:clients_s"][1], by_host, by_conn, retrans)
+
+    def usual_execution(self, stalls: list[dict]) -> float | None:
+        """playbook._usual_execution of the runs: the median by counting over each run's sorted values."""
+        if not self.runs or not playbook.has_usual_columns(self.runs[0].table):
+            return None
+        ids = [s.get("id") for s in stalls]
+        classes = set().union(*(playbook.usual_classes(r.table, ids) for r in self.runs))
+        if not classes:
+            return None
+        values = [np.sort(playbook.usual_values(r.table, ids, classes)) for r in self.runs]
+        return median_of_runs(values) if any(len(v) for v in values) else None
+
+    def _flags(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per run, its hidden and its understated rows (sane ones: verdict.tell's masks)."""
+        return tuple([run.table[flag].to_numpy(dtype=bool, na_value=False) & sane
+                      for run, sane in zip(self.runs, self.sane)] for flag in VICTIM_LISTS)
+
+    def rows_of_keys(self, keys: np.ndarray) -> list[tuple[int, int]]:
+        """(run, row) of each row key, in their order."""
+        keys = np.asarray(keys, dtype=np.int64)
+        found = np.full(len(keys), -1, dtype=np.int64)
+        place = np.zeros(len(keys), dtype=np.int64)
+        for r, run in enumerate(self.runs):
+            at = _positions_of_keys(run.key, keys)
+            hit = (at >= 0) & (found < 0)
+            found[hit], place[hit] = r, at[hit]
+        if (found < 0).any():
+            raise KeyError(f"no row has the key {keys[np.flatnonzero(found < 0)[0]].tolist()}")
+        return list(zip(found.tolist(), place.tolist()))
 
     def _latency(self) -> dict:
         """summary.latency_quantiles' values: count, the pairwise sum in row order, nearest-rank p50/p99, max."""
@@ -315,3 +429,241 @@ def _refs(runs: list[SortedRun], rows: list[tuple[int, int]]) -> dict[tuple[int,
     pieces = [runs[r].table.take([i for q, i in rows if q == r]) for r in sorted({r for r, _ in rows})]
     refs = Refs(pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0].reset_index(drop=True))
     return {place: refs.ref(n) for n, place in enumerate(rows)}
+
+
+def _positions_of_keys(run_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Per key of `keys`, its row in a run (whose keys are distinct), −1 where the run has none: one hash lookup
+    of them all."""
+    if not len(keys) or not len(run_keys):
+        return np.full(len(keys), -1, dtype=np.int64)
+    index = pd.MultiIndex.from_arrays(list(np.asarray(run_keys, dtype=np.int64).T))
+    return index.get_indexer(pd.MultiIndex.from_arrays(list(np.asarray(keys, dtype=np.int64).T))).astype(np.int64)
+
+
+class _RowOrderTerms:
+    """Sums of (name, rows, values) terms (core.exact.masked_sums' terms: NaN as 0) made over the runs, a
+    PairwiseSum each, the rows fed in row order (feed: the merge's pieces). The terms are made by `make(run, lo,
+    hi)` a block of a run's rows at a time: once to count each term's rows (a PairwiseSum knows its n), then as the
+    merge reaches each block; held at once: one block per run."""
+
+    BLOCK = 8192  # a run's rows whose terms are made at once
+
+    def __init__(self, make, lengths: list[int]):
+        self.make, self.lengths = make, lengths
+        counts: dict[str, int] = {}
+        for r, n in enumerate(lengths):
+            for lo in range(0, n, self.BLOCK):
+                for name, rows, _ in make(r, lo, min(lo + self.BLOCK, n)):
+                    counts[name] = counts.get(name, 0) + int(rows.sum())
+        if not counts:  # no row at all: the terms' names from an empty block
+            counts = {name: 0 for name, _, _ in make(0, 0, 0)} if lengths else {}
+        self._sums = {name: PairwiseSum(n) for name, n in counts.items()}
+        self._blocks: dict[int, tuple[int, int, dict]] = {}
+
+    def _block(self, r: int, at: int) -> tuple[int, int, dict]:
+        """The block of run r holding its row `at`, its terms made (the run's previous block let go)."""
+        block = self._blocks.get(r)
+        if block is None or not block[0] <= at < block[1]:
+            lo = at - at % self.BLOCK
+            hi = min(lo + self.BLOCK, self.lengths[r])
+            terms = {}
+            for name, rows, values in self.make(r, lo, hi):
+                terms[name] = (rows, np.where(np.isnan(values), 0.0, values))
+            block = self._blocks[r] = (lo, hi, terms)
+        return block
+
+    def feed(self, run: np.ndarray, row: np.ndarray) -> None:
+        """A piece of the merged order: (run, row in that run) per row, in row order."""
+        pieces = []
+        for at in (np.flatnonzero(run == r) for r in np.unique(run)):
+            r, lo, hi = int(run[at[0]]), int(row[at[0]]), int(row[at[-1]]) + 1
+            while lo < hi:  # the run's rows of the piece, cut where its blocks end
+                b0, b1, terms = self._block(r, lo)
+                end = min(hi, b1)
+                pieces.append((at[:end - lo], terms, lo - b0, end - b0))
+                at, lo = at[end - lo:], end
+        for name, total in self._sums.items():
+            taken = np.zeros(len(run), dtype=bool)
+            values = np.zeros(len(run), dtype=np.float64)
+            for at, terms, lo, hi in pieces:
+                rows, kept = terms[name]
+                mine = rows[lo:hi]
+                taken[at[mine]] = True
+                values[at[mine]] = kept[lo:hi][mine]
+            total.add(values[taken])
+
+    def result(self) -> dict[str, tuple[int, float]]:
+        return {name: (total.n, total.result()) for name, total in self._sums.items()}
+
+
+class _RunsRows:
+    """The rows the story names (verdict.TableRows' questions), read from the runs by the row keys the pool view
+    handed in."""
+
+    def __init__(self, made: SummaryOfRuns):
+        self.made = made
+
+    def stall_members(self) -> list[np.ndarray]:
+        return [np.asarray(k, dtype=np.int64).reshape(-1, self._width()) for k in self.made.stall_victims]
+
+    def _width(self) -> int:
+        return self.made.runs[0].key.shape[1] if self.made.runs else 0
+
+    def told_masks(self, stalls: list[dict]) -> list[np.ndarray]:
+        """Per run, its rows among the members of the stalls that name a culprit."""
+        keys = [k for s, k in zip(stalls, self.stall_members()) if s["culprits_total"]]
+        keys = np.concatenate(keys) if keys else np.zeros((0, self._width()), dtype=np.int64)
+        return [_positions_of_keys(keys, run.key) >= 0 for run in self.made.runs]
+
+    def cap_members(self) -> tuple[pd.DataFrame, int, set]:
+        executing, waiting = (np.asarray(k, dtype=np.int64).reshape(-1, self._width()) for k in self.made.cap_keys)
+        places = self.made.rows_of_keys(np.concatenate([executing, waiting]))
+        hidden, understated = self.made._flags()
+        table = pd.concat([self.made.runs[r].table.iloc[[i]] for r, i in places], ignore_index=True)
+        table = table.assign(hidden=[bool(hidden[r][i]) for r, i in places],
+                             understated=[bool(understated[r][i]) for r, i in places])
+        return table, len(executing), set(verdict._ids(waiting))
+
+    def fingerprint_count(self, fingerprint) -> int:
+        return sum(int((run.table["fingerprint"].astype(object) == fingerprint).sum()) for run in self.made.runs)
+
+    def longest_meanwhile(self, mask_of) -> dict | None:
+        pieces = [verdict.meanwhile_pieces(run.table, mask_of(run.table, sane), run.key)
+                  for run, sane in zip(self.made.runs, self.made.sane)]
+        best = verdict.longest_of(pieces)
+        if best is None:
+            return None
+        place = self.made.rows_of_keys(np.array([best], dtype=np.int64))[0]
+        return _refs(self.made.runs, [place])[place]
+
+
+class _NetworkGroups:
+    """netstory's per-host and per-connection sums of the runs (pandas' groupby sums: GroupbySums, fed in row
+    order), with each group's count, first host and first connection id (the least row key with one)."""
+
+    def __init__(self, runs: list[SortedRun]):
+        self.absent = not runs or "network_s" not in runs[0].table.columns
+        self.rows = 0
+        self._runs = []
+        # through a proxy the network is its two hops, a choice netstory makes of the whole table: not made here
+        self.proxied = not self.absent and any("proxy_s" in r.table.columns and r.table["proxy_s"].notna().any()
+                                               for r in runs)
+        if self.absent or self.proxied:
+            self.absent = True
+            return
+        hosts: set = set()
+        conns: set = set()
+        for run in runs:  # the groups first (what they are, not their rows: one run's arrays at a time)
+            _, host, capture, index = self._rows_of(run)
+            hosts |= set(pd.unique(host).tolist())
+            conns |= set(pd.MultiIndex.from_arrays([capture, index]).unique().tolist())
+        self.hosts = [*sorted(h for h in hosts if h is not None), *([None] if None in hosts else [])]
+        self.conns = sorted(conns)
+        host_index = pd.Index(self.hosts, dtype=object)
+        conn_index = pd.MultiIndex.from_tuples(self.conns) if self.conns else None
+        host_counts = np.zeros(len(self.hosts), dtype=np.int64)
+        conn_counts = np.zeros(len(self.conns), dtype=np.int64)
+        self._first_host: dict = {}
+        self._first_id: dict = {}
+        spans = {"host": {}, "conn": {}}  # per group, its least and greatest row key: are the groups' blocks in order?
+        for run in runs:
+            both, host, capture, index = self._rows_of(run)
+            t = run.table
+            net, total, _ = netstory.row_times(t)
+            rows = np.flatnonzero(both)
+            h = host_index.get_indexer(host).astype(np.int64)
+            c = (conn_index.get_indexer(pd.MultiIndex.from_arrays([capture, index])).astype(np.int64)
+                 if len(capture) else np.zeros(0, dtype=np.int64))
+            host_counts += np.bincount(h, minlength=len(self.hosts))
+            conn_counts += np.bincount(c, minlength=len(self.conns))
+            self._firsts(c, host, run.key, rows, self._first_host)
+            self._firsts(c, np.asarray(t["conn_id"].array[both].astype(object)), run.key, rows, self._first_id)
+            for name, groups in (("host", h), ("conn", c)):
+                _group_spans(groups, run.key, rows, spans[name])
+            self._runs.append((both, h.astype(np.int32), c.astype(np.int32), np.maximum(net[both], 0.0),
+                               total[both]))  # 4 B a code
+            self.rows += len(h)
+        host_order, conn_order = (_in_order(spans[name]) for name in ("host", "conn"))
+        self.sums = {"host:network_s": GroupbySums(host_counts, host_order),
+                     "host:total_s": GroupbySums(host_counts, host_order),
+                     "conn:network_s": GroupbySums(conn_counts, conn_order),
+                     "conn:total_s": GroupbySums(conn_counts, conn_order)}
+        self.host_counts, self.conn_counts = host_counts, conn_counts
+        self._at = [0] * len(self._runs)
+
+    @staticmethod
+    def _rows_of(run: SortedRun) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(the run's rows with both times known; their host, capture and conn_index)."""
+        t = run.table
+        _, _, both = netstory.row_times(t)
+        host, names = host_codes(t["client"])
+        return (both, np.array([*names, None], dtype=object)[host[both]], t["capture"].astype(object).to_numpy()[both],
+                t["conn_index"].to_numpy(dtype=np.int64)[both])
+
+    @staticmethod
+    def _firsts(groups: np.ndarray, values: np.ndarray, keys: np.ndarray, rows: np.ndarray, first: dict) -> None:
+        """Per group, its first known value in row order (the least row key), as groupby's first takes it;
+        `groups` and `values` of the run's `rows` (their keys in `keys[rows]`)."""
+        known = np.flatnonzero(~pd.isna(values))
+        found, at = np.unique(groups[known], return_index=True)  # a run is in row order: its first row of each
+        for g, i in zip(found.tolist(), known[at].tolist()):
+            key = tuple(int(v) for v in keys[rows[i]])
+            if g not in first or key < first[g][0]:
+                first[g] = (key, values[i])
+
+    def feed(self, run: np.ndarray, row: np.ndarray) -> None:
+        if self.absent:
+            return
+        pieces = [(at, int(run[at[0]]), int(row[at[0]]), int(row[at[-1]]) + 1)
+                  for at in (np.flatnonzero(run == r) for r in np.unique(run))]
+        taken = np.zeros(len(run), dtype=bool)
+        h = np.zeros(len(run), dtype=np.int64)
+        c = np.zeros(len(run), dtype=np.int64)
+        net = np.zeros(len(run), dtype=np.float64)
+        total = np.zeros(len(run), dtype=np.float64)
+        for at, r, lo, hi in pieces:
+            both, hr, cr, nr, tr = self._runs[r]
+            mine = both[lo:hi]
+            n = int(mine.sum())
+            start = self._at[r]
+            place = at[mine]
+            taken[place] = True
+            h[place], c[place] = hr[start:start + n], cr[start:start + n]
+            net[place], total[place] = nr[start:start + n], tr[start:start + n]
+            self._at[r] = start + n
+        h, c, net, total = h[taken], c[taken], net[taken], total[taken]
+        self.sums["host:network_s"].add(h, net)
+        self.sums["host:total_s"].add(h, total)
+        self.sums["conn:network_s"].add(c, net)
+        self.sums["conn:total_s"].add(c, total)
+
+    def frames(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """netstory's by_host and by_conn (aggregated's frames, in the groupby's order)."""
+        by_host = pd.DataFrame({"exchanges": self.host_counts, "network_s": self.sums["host:network_s"].result(),
+                                "total_s": self.sums["host:total_s"].result()},
+                               index=pd.Index([np.nan if h is None else h for h in self.hosts], dtype=object))
+        first_host = [self._first_host.get(g, (None, np.nan))[1] for g in range(len(self.conns))]
+        first_id = [self._first_id.get(g, (None, None))[1] for g in range(len(self.conns))]
+        by_conn = pd.DataFrame({"host": [np.nan if h is None else h for h in first_host],
+                                "conn_id": pd.array(first_id, dtype="Int64"), "exchanges": self.conn_counts,
+                                "network_s": self.sums["conn:network_s"].result(),
+                                "total_s": self.sums["conn:total_s"].result()},
+                               index=pd.MultiIndex.from_tuples(self.conns))
+        return by_host, by_conn
+
+
+def _group_spans(groups: np.ndarray, keys: np.ndarray, rows: np.ndarray, spans: dict) -> None:
+    """Per group of a run's `rows` (in row order), its least and greatest row key, merged into `spans`."""
+    found, first = np.unique(groups, return_index=True)
+    _, last = np.unique(groups[::-1], return_index=True)
+    last = len(groups) - 1 - last
+    for g, i, j in zip(found.tolist(), first.tolist(), last.tolist()):
+        lo, hi = tuple(keys[rows[i]].tolist()), tuple(keys[rows[j]].tolist())
+        have = spans.get(g)
+        spans[g] = (lo, hi) if have is None else (min(have[0], lo), max(have[1], hi))
+
+
+def _in_order(spans: dict) -> bool:
+    """The groups' codes never decrease in row order: each group's rows lie before the next group's."""
+    ordered = [spans[g] for g in sorted(spans)]
+    return all(a[1] < b[0] for a, b in zip(ordered, ordered[1:]))

@@ -15,15 +15,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..core.exact import masked_sums
 from ..core.formats import clock_ms, plural, seconds_rounded
 from ..core.groups import equals
 from ..core.times import ts_ns
 from ..pair.proxy import PAIRED_KINDS
 from ..pair.proxy import sentence as proxy_sentence
-from .decompose import STALL_MIN_QUEUE_S, network_parts
+from .decompose import STALL_MIN_QUEUE_S, network_parts_of, network_terms
 from .digest import SERVER_OVERHEAD_S, overhead_part
 from .threadpool import MAX_CULPRITS, PoolView, Refs, json_value, robust_span
-from .wording import (at_least, connection, execution, queue_source, quoted, span, span_of, statements,
+from .wording import (at_least, connection, execution, queue_source, quoted, span, span_known, statements,
                       thread_groups, up_to)
 
 VICTIMS_LISTED = 50  # hidden-slow / understated statements listed in summary.json (the rest counted)
@@ -42,7 +43,10 @@ def tell(summary: dict, x: pd.DataFrame, view: PoolView) -> dict:
         "hidden_slow": _victims(x, hidden, view),
         "understated": {**_victims(x, understated, view), "threshold_s": STALL_MIN_QUEUE_S},
     }
-    story = _story(summary, x, view, hidden, understated, sane)
+    stalls = told_stalls(summary)
+    rows = TableRows(x, view, sane, hidden, understated)
+    facts = story_facts(x, sane, hidden, understated, told_mask(len(x), stalls, rows.stall_members()))
+    story = _story(summary, facts, masked_sums(story_terms(x, sane)), rows)
     parts["story"] = story
     parts["verdict"] = "\n".join([story["sentence"], *(f"- {b['text']}" for b in story["bullets"])])
     return parts
@@ -199,52 +203,303 @@ def _sum(values: np.ndarray) -> float:
     return float(_filled(values).sum())
 
 
+# --- what the story reads of the rows ------------------------------------------------------------------------------
+#
+# The story is told from facts about the rows, each made by one rule over any chunk of them (the whole table, or a
+# partition of it: explain/summaryruns.py) and reduced by its kind; the sums from terms summed in row order
+# (core.exact.masked_sums here, a PairwiseSum each over the partitions); the few rows it names from `rows`
+# (TableRows here).
+
+FACT_KINDS = {"count": "count", "max": "max", "min": "min", "any": "any", "few": "few", "first": "first",
+              "least": "least"}
+FEW = 2  # distinct values a "few" fact keeps: enough to tell one from several
+LINES_LISTED = 10  # slow-log lines of the understated statements named in their bullet
+
+
+def _kind(name: str) -> str:
+    return name.rsplit(":", 1)[-1]
+
+
+def _max(values: np.ndarray) -> float:
+    """np.nanmax of the values, NaN when none is known."""
+    values = values[~np.isnan(values)]
+    return float(np.max(values)) if len(values) else np.nan
+
+
+def _min(values: np.ndarray) -> float:
+    """np.nanmin of the values, NaN when none is known."""
+    values = values[~np.isnan(values)]
+    return float(np.min(values)) if len(values) else np.nan
+
+
+def story_facts(x: pd.DataFrame, sane: np.ndarray, hidden: np.ndarray, understated: np.ndarray, told: np.ndarray,
+                keys: np.ndarray | None = None) -> dict:
+    """What the story reads of the rows of `x` (the whole table or a chunk of it), as facts named "what:kind",
+    each reduced over chunks by combine_facts. `told`: the rows of stalls with a culprit; `keys`: the chunk's row
+    keys (None: the positions order the rows), for "first" facts (the value of the first row in row order)."""
+    server, total, qmin, queue = (_values(x, col, only=sane) for col in ("server_s", "total_s", "queue_min_s", "queue_s"))
+    qmin0 = np.nan_to_num(qmin)
+    certain = qmin0 >= STALL_MIN_QUEUE_S
+    likely = equals(x["queue_source"], "likely") & sane & (np.nan_to_num(queue) >= STALL_MIN_QUEUE_S) & ~certain
+    no_id = x["conn_id"].isna().to_numpy()
+    victims = hidden | understated
+    h, u = hidden & told, understated & told
+    longest = np.fmax(queue, qmin0)
+    f = {"outliers:count": int((~sane).sum()),
+         "server:count": int((~np.isnan(server)).sum()), "server:max": _max(server),
+         "total:count": int((~np.isnan(total)).sum()), "total:max": _max(total),
+         "certain:count": int(certain.sum()), "likely:count": int(likely.sum()),
+         "hidden:count": int(hidden.sum()), "understated:count": int(understated.sum()),
+         "told_hidden:count": int(h.sum()), "told_understated:count": int(u.sum()),
+         "told_hidden_server:max": _max(server[h]), "told_understated_queue:max": _max(queue[u]),
+         "told_understated_total:count": int((~np.isnan(total[u])).sum()),
+         "told_understated_total:max": _max(total[u]),
+         "rest:count": int((victims & ~told & ~no_id).sum()), "rest_no_id:count": int((victims & ~told & no_id).sum()),
+         "victims:count": int(victims.sum()), "victims_no_id:count": int((victims & no_id).sum()),
+         "victims_longest:max": _max(longest[victims]),
+         "certain_no_id:count": int((certain & no_id).sum()), "certain_longest:max": _max(longest[certain])}
+    held = likely & told
+    f["held:count"] = int(held.sum())
+    f["likely_rest:count"] = int((likely & ~held & ~no_id).sum())
+    f["likely_rest_no_id:count"] = int((likely & ~held & no_id).sum())
+    fingerprint, sql = x["fingerprint"].astype(object), x["sql"].astype(object)
+    for name, mask in (("held", held), ("likely", likely)):
+        rows = np.flatnonzero(mask)
+        f[f"{name}_queue:min"], f[f"{name}_queue:max"] = _min(queue[rows]), _max(queue[rows])
+        f[f"{name}_no_id:count"] = int(no_id[rows].sum())
+        f[f"{name}_fingerprints:few"] = _few(fingerprint.iloc[rows])
+        f[f"{name}_texts:few"] = _few(sql.iloc[rows])
+        f[f"{name}_first:first"] = (None if not len(rows) else
+                                    (_order(keys, rows[0]), (sql.iloc[rows[0]], fingerprint.iloc[rows[0]])))
+    in_log = x["in_slow_log"].fillna(False).to_numpy(dtype=bool)
+    logged = (x["exec_source"] == "slow_log").fillna(False).to_numpy(dtype=bool)
+    exec_s = _values(x, "exec_s")
+    flagged = x["server_flag_slow"].astype("boolean").fillna(False).to_numpy(dtype=bool)
+    f.update({"in_slow_log:count": int(in_log.sum()), "flag_known:any": bool(x["server_flag_slow"].notna().any()),
+              "slow_log_exec:max": _max(exec_s[logged]),
+              "slow_log_exec:min": _min(exec_s[logged]),
+              "flagged_server:min": _min(_values(x, "server_s")[flagged])})
+    all_queue = _values(x, "queue_s")
+    lines = _values(x, "slow_log_line")[understated]
+    f.update({"understated_queue:min": _min(all_queue[understated]),
+              "understated_queue:max": _max(all_queue[understated]),
+              "understated_lines:least": sorted(lines[~np.isnan(lines)].tolist())[:LINES_LISTED]})
+    all_server, all_qmin = _values(x, "server_s"), _values(x, "queue_min_s")
+    for col, values in (("server", all_server), ("qmin", all_qmin)):
+        f[f"hidden_{col}:min"] = _min(values[hidden])
+        f[f"hidden_{col}:max"] = _max(values[hidden])
+    wait = _values(x, "pipelined_s")[sane]
+    waited = np.nan_to_num(wait) >= STALL_MIN_QUEUE_S
+    f["pipelined:count"], f["pipelined:max"] = int(waited.sum()), _max(wait[waited])
+    return f
+
+
+def _few(values: pd.Series) -> set:
+    """Up to FEW distinct values (the set today's code makes of them, cut)."""
+    out: set = set()
+    for v in pd.unique(values.to_numpy(dtype=object)):
+        out.add(v)
+        if len(out) >= FEW:
+            break
+    return out
+
+
+def _order(keys: np.ndarray | None, at: int):
+    return at if keys is None else tuple(int(k) for k in keys[at])
+
+
+def combine_facts(parts: list[dict]) -> dict:
+    """The facts of the chunks' union, each by its kind: counts add, maxima and minima reduce (NaN: none), "any"
+    ors, "few" unites (cut to FEW), "first" keeps the least order, "least" keeps the LINES_LISTED smallest."""
+    out = dict(parts[0])
+    for part in parts[1:]:
+        for name, value in part.items():
+            kind, have = _kind(name), out[name]
+            if kind == "count":
+                out[name] = have + value
+            elif kind in ("max", "min"):
+                pick = np.fmax if kind == "max" else np.fmin
+                out[name] = float(pick(have, value))
+            elif kind == "any":
+                out[name] = have or value
+            elif kind == "few":
+                out[name] = set(list(have | value)[:FEW]) if len(have | value) > FEW else have | value
+            elif kind == "first":
+                out[name] = have if value is None or (have is not None and have[0] <= value[0]) else value
+            else:
+                out[name] = sorted(have + value)[:LINES_LISTED]
+    return out
+
+
+def story_terms(x: pd.DataFrame, rows: np.ndarray):
+    """The sums the story reads, as (name, rows, values) terms (core.exact.masked_sums: NaN as 0, in row order):
+    the split of the clients' time over `rows` (the sane ones) and the estimates' queueing."""
+    total = _values(x, "total_s")
+    # only exchanges whose client time is measured: one with a bounded end point (capture loss, pair/repair.py) has a
+    # server split but no total, and would push the shares past 100 %
+    both = rows & equals(x["seen"], "both") & ~np.isnan(total)
+    yield "total", both, total
+    del total
+    yield from network_terms(x, both)
+    queue_s, qmin = _values(x, "queue_s"), _values(x, "queue_min_s")
+    yield "queue", both, queue_s
+    yield "queue_measured", both & equals(x["queue_source"], "measured"), queue_s
+    yield "queue_certain", both, qmin
+    yield "queue_likely", both & equals(x["queue_source"], "likely"), queue_s - _filled(qmin)  # beyond the certain part
+    yield "queue_estimated", both & equals(x["queue_source"], "estimated"), queue_s
+    del qmin
+    exec_s = _values(x, "exec_s")
+    yield "exec", both, exec_s
+    yield "exec_measured", both & equals(x["exec_source"], "slow_log"), exec_s
+    yield "overhead", both, overhead_part(x)  # measured, but the server's own overhead: not queueing
+    unknown = both & np.isnan(queue_s)
+    piped_rows = _filled(_values(x, "pipelined_s"))
+    server = _values(x, "server_s")
+    yield "unsplit_server", unknown, server
+    yield "unsplit_pipelined", unknown, piped_rows
+    bounded = both & np.isnan(exec_s) & ~np.isnan(queue_s)
+    yield "unsplit_bounded", bounded, server - piped_rows - queue_s
+    yield "pipelined", both, piped_rows
+    del exec_s, server, piped_rows, unknown, bounded
+    est = ((x["exec_source"] == "fingerprint_median") & (x["queue_source"] != "likely")).to_numpy(dtype=bool) & rows
+    yield "estimated_exec_queue", est, queue_s
+
+
+class TableRows:
+    """The rows the story names, read from the whole table: the cap's members, a fingerprint's count, the statement
+    that executed longest while others likely waited."""
+
+    def __init__(self, x: pd.DataFrame, view: PoolView, sane: np.ndarray, hidden: np.ndarray,
+                 understated: np.ndarray):
+        self.x, self.view, self.sane, self.hidden, self.understated = x, view, sane, hidden, understated
+
+    def stall_members(self) -> list:
+        """Per stall of the view, its members (any hashable ids: positions here)."""
+        return [np.asarray(members, dtype=np.int64) for members, _ in self.view.stall_members]
+
+    def cap_members(self) -> tuple[pd.DataFrame, int, set]:
+        """(the cap's executing then waiting rows, in the view's order, with their hidden and understated flags;
+        how many execute; the waiting rows' ids)."""
+        executing, waiting = self.view.cap_members
+        rows = np.concatenate([executing, waiting]).astype(np.int64)
+        table = self.x.iloc[rows].assign(hidden=self.hidden[rows], understated=self.understated[rows])
+        return table, len(executing), set(map(int, waiting))
+
+    def fingerprint_count(self, fingerprint) -> int:
+        return int((self.x["fingerprint"].astype(object) == fingerprint).sum())
+
+    def longest_meanwhile(self, mask_of) -> dict | None:
+        """The reference of the statement that executed longest during the waits of the rows `mask_of(x, sane)`
+        selects."""
+        pieces = meanwhile_pieces(self.x, mask_of(self.x, self.sane))
+        best = longest_of([pieces])
+        return None if best is None else _refs(self.x, [best])[best]
+
+
+def likely_rows(x: pd.DataFrame, sane: np.ndarray) -> np.ndarray:
+    """The rows that likely waited (story_facts' rule, on any chunk): likely, sane, a wait of STALL_MIN_QUEUE_S or
+    more, not certain."""
+    qmin, queue = _values(x, "queue_min_s", only=sane), _values(x, "queue_s", only=sane)
+    certain = np.nan_to_num(qmin) >= STALL_MIN_QUEUE_S
+    return equals(x["queue_source"], "likely") & sane & (np.nan_to_num(queue) >= STALL_MIN_QUEUE_S) & ~certain
+
+
+def meanwhile_pieces(x: pd.DataFrame, rows: np.ndarray, keys: np.ndarray | None = None) -> tuple:
+    """What _longest_meanwhile reads of a chunk: the waits (D1, D1 + queue) of `rows`, and the long executions
+    (their order in row order, start, end), each by one rule on any chunk."""
+    d1, v1 = ts_ns(x["db_req_ts"])
+    d4, v4 = ts_ns(x["db_resp_ts"])
+    server = _values(x, "server_s")
+    bound = server - np.nan_to_num(_values(x, "queue_min_s"))
+    exec_s = _values(x, "exec_s")
+    likely = equals(x["queue_source"], "likely")
+    held = np.where(np.isnan(exec_s), np.where(x["exec_source"].astype(object).to_numpy() == "below_long_query_time",
+                                               bound, np.nan), exec_s)
+    long_ = np.flatnonzero(v1 & v4 & ~likely & (np.nan_to_num(held) >= STALL_MIN_QUEUE_S))
+    queue = np.nan_to_num(_values(x, "queue_s"))
+    idx = np.flatnonzero(rows)
+    w0, w1 = d1[idx], d1[idx] + np.rint(queue[idx] * 1e9).astype(np.int64)
+    xs = d4[long_] - np.rint(held[long_] * 1e9).astype(np.int64)
+    order = [_order(keys, i) for i in long_]
+    return w0, w1, order, xs, d4[long_]
+
+
+def longest_of(pieces: list[tuple]):
+    """The order (position or row key) of the long execution that overlapped the waits most in all, the first in
+    row order among equals; None when none overlapped."""
+    w0 = np.concatenate([p[0] for p in pieces])
+    w1 = np.concatenate([p[1] for p in pieces])
+    longs = sorted((o, s, e) for p in pieces for o, s, e in zip(p[2], p[3].tolist(), p[4].tolist()))
+    if not longs:
+        return None
+    xs = np.array([s for _, s, _ in longs], dtype=np.int64)
+    ends = np.array([e for _, _, e in longs], dtype=np.int64)
+    overlap = np.clip(np.minimum(w1[:, None], ends[None, :]) - np.maximum(w0[:, None], xs[None, :]), 0, None)
+    total = overlap.sum(axis=0)
+    if not total.max() > 0:
+        return None
+    return longs[int(np.argmax(total))][0]
+
+
+def told_mask(n: int, stalls: list[dict], members: list) -> np.ndarray:
+    """The rows (positions) of the stalls that name a culprit."""
+    told = np.zeros(n, dtype=bool)
+    for s, m in zip(stalls, members):
+        if s["culprits_total"]:
+            told[m] = True
+    return told
+
+
+def told_stalls(summary: dict) -> list[dict]:
+    """groups.stalls as the story tells them: a slow log the wire cannot check names no culprit."""
+    stalls = (summary.get("groups") or {}).get("stalls") or []
+    if int((summary.get("slow_log") or {}).get("unverified_entries") or 0):
+        # a log the wire cannot check may carry forged times: none of its claims names a culprit
+        stalls = [{**s, "culprits": [], "culprits_total": 0} for s in stalls]
+    return stalls
+
+
 # --- the story ----------------------------------------------------------------------------------------------------
 
 
-def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, understated: np.ndarray,
-           sane: np.ndarray) -> dict:
+def _story(summary: dict, f: dict, sums: dict[str, tuple[int, float]], rows) -> dict:
+    """The sentence, findings and bullets from the facts (story_facts, combined), the sums (story_terms') and the
+    rows it names (`rows`: TableRows, or the partitions' own)."""
     bullets: list[dict] = []
     findings: list[str] = []
     c = summary["exchanges"]
     lqt = summary["inputs"]["long_query_time"]
-    server, total, qmin, queue = (_values(x, col, only=sane) for col in ("server_s", "total_s", "queue_min_s", "queue_s"))
-    certain = np.nan_to_num(qmin) >= STALL_MIN_QUEUE_S
-    likely = (equals(x["queue_source"], "likely") & sane
-              & (np.nan_to_num(queue) >= STALL_MIN_QUEUE_S) & ~certain)
     cap = (summary.get("pool") or {}).get("cap")
-    stalls = (summary.get("groups") or {}).get("stalls") or []
+    stalls = told_stalls(summary)
     slow_info = summary.get("slow_log") or {}
     disagrees = int(slow_info.get("unverified_entries") or 0)
-    if disagrees:  # a log the wire cannot check may carry forged times: none of its claims names a culprit
-        stalls = [{**s, "culprits": [], "culprits_total": 0} for s in stalls]
     size = summary.get("thread_pool_size") or {}
-    n_h, n_u = int(hidden.sum()), int(understated.sum())
+    n_h, n_u = f["hidden:count"], f["understated:count"]
 
     if c["total"] == 0:
         findings.append("no_exchanges")
         sentence = "No MySQL exchange was found in the captures, so there is nothing to tell about the thread pool."
-    elif np.isnan(server).all():
+    elif not f["server:count"]:
         findings.append("no_server_view")
-        sentence = (f"Only the app side was captured: clients waited {up_to(np.nanmax(total))} on "
+        sentence = (f"Only the app side was captured: clients waited {up_to(f['total:max'])} on "
                     f"{c['total']} exchanges, but without the DB capture queueing and execution cannot be told apart."
-                    if (~np.isnan(total)).any() else
+                    if f["total:count"] else
                     f"{c['total']} {plural(c['total'], 'exchange was', 'exchanges were')} read, but no response "
                     "was seen: no time can be split.")
     elif cap:
         findings.append("max_threads")
-        sentence = _cap_sentence(cap, x, view, hidden, understated)
-        bullets += _cap_bullets(cap, x, view)
-    elif certain.any():
+        members = rows.cap_members()
+        sentence = _cap_sentence(cap, members, rows.fingerprint_count)
+        bullets += _cap_bullets(cap, members)
+    elif f["certain:count"]:
         told = any(s["culprits_total"] for s in stalls)
         findings.append("group_stall" if told else "queueing_unexplained")
-        sentence = _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server, total, size,
-                                   bool(slow_info.get("used")), disagrees)
-    elif likely.any():
+        sentence = _stall_sentence(f, stalls, size, bool(slow_info.get("used")), disagrees)
+    elif f["likely:count"]:
         findings.append("likely_group_stall" if any(s["culprits_total"] for s in stalls) else "likely_queueing")
-        sentence = _likely_sentence(summary, x, stalls, view, likely, queue, lqt)
+        sentence = _likely_sentence(summary, f, stalls, rows, lqt)
     else:
-        sentence = _quiet_sentence(summary, x, server, lqt)
+        sentence = _quiet_sentence(summary, f, lqt)
         findings.append("idle" if sentence.startswith("No statement waited") else "undecided")
     if n_u:
         findings.append("understated")
@@ -262,24 +517,24 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
                         "inside the text of a statement the capture shows: read as that statement's SQL, not as "
                         f"{plural(forged, 'an entry', 'entries')}."})
 
-    told_by_cap = set(map(int, view.cap_members[1])) if cap else set()
-    bullets += _stall_bullets([s for s, (victims, _) in zip(stalls, view.stall_members)
-                               if not set(map(int, victims)) <= told_by_cap], x)
+    told_by_cap = rows.cap_members()[2] if cap else set()
+    bullets += _stall_bullets([s for s, victims in zip(stalls, rows.stall_members())
+                               if not set(_ids(victims)) <= told_by_cap])
     if n_u:
-        bullets.append(_understated_bullet(x, understated))
+        bullets.append(_understated_bullet(f))
     if n_h:
-        bullets.append(_hidden_bullet(x, hidden, lqt, bool(slow_info.get("used"))))
+        bullets.append(_hidden_bullet(f, lqt, bool(slow_info.get("used"))))
     bullets += _size_bullets(size)
-    piped = _pipelined_bullet(x, sane)
+    piped = _pipelined_bullet(f)
     if piped:
         bullets.append(piped)
     relief = (summary.get("groups") or {}).get("stall_limit")
     if relief:
         bullets.append(_stall_limit_bullet(relief))
-    split = _split_bullet(x, sane)
+    split = _split_bullet(sums)
     if split:
         bullets.append(split)
-    est = _estimate_bullet(x, sane)
+    est = _estimate_bullet(sums)
     if est:
         bullets.append(est)
     if c["total"]:
@@ -293,7 +548,7 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
         bullets.append({"topic": "clock", "text": f"DB clock − app clock: {k * clock['offset_s']:+.3f} {unit} "
                                                   f"(bounds {k * lo:+.3f} … {k * hi:+.3f} {unit}), skew "
                                                   f"{clock['skew_ppm']:+.2f} ppm."})
-    outliers = int((~sane).sum())
+    outliers = f["outliers:count"]
     if outliers:
         bullets.append({"topic": "outliers", "text": f"{outliers} {plural(outliers, 'exchange has', 'exchanges have')} times far outside the "
                                                      "capture's span (or end before they start): their times are damage, left out of the pool "
@@ -301,10 +556,18 @@ def _story(summary: dict, x: pd.DataFrame, view: PoolView, hidden: np.ndarray, u
     return {"sentence": sentence, "findings": findings, "bullets": bullets}
 
 
-def _cap_sentence(cap: dict, x: pd.DataFrame, view: PoolView, hidden, understated) -> str:
-    executing, waiting = view.cap_members
-    shape = _one_shape(x, np.concatenate([executing, waiting]))
-    waits = _values(x, "queue_s")[waiting]
+def _ids(members) -> list:
+    """A stall's or the cap's members as hashable ids: positions (ints), or row keys (tuples)."""
+    members = np.asarray(members)
+    return [tuple(int(v) for v in m) for m in members] if members.ndim == 2 else [int(m) for m in members]
+
+
+def _cap_sentence(cap: dict, members: tuple[pd.DataFrame, int, set], fingerprint_count) -> str:
+    table, n_executing, _ = members
+    waiting = table.iloc[n_executing:]
+    shape = _one_shape(set(table["fingerprint"].astype(object)), table["sql"].astype(object).iloc[0],
+                       fingerprint_count)
+    waits = waiting["queue_s"].to_numpy(dtype="float64", na_value=np.nan)
     longest = float(np.nanmax(waits))
     each = np.nanmax(waits) - np.nanmin(waits) < 0.05 * np.nanmax(waits)
     if cap.get("wait_source") == "lower_bound":  # execution only bounded by long_query_time: the wait is a bound
@@ -316,9 +579,9 @@ def _cap_sentence(cap: dict, x: pd.DataFrame, view: PoolView, hidden, understate
     text = (f"The thread pool was at its thread limit: exactly {cap['threads']} statements executed at once for "
             f"{seconds_rounded(cap['duration_s'])} while {who} waited {wait_text} for a thread "
             f"(thread_pool_max_threads = {cap['threads']}, inferred from the wire)")
-    u, h = understated[waiting].sum(), hidden[waiting].sum()
-    total = _values(x, "total_s")[waiting]
-    exec_s = _values(x, "exec_s")[waiting]
+    u, h = int(waiting["understated"].sum()), int(waiting["hidden"].sum())
+    total = waiting["total_s"].to_numpy(dtype="float64", na_value=np.nan)
+    exec_s = waiting["exec_s"].to_numpy(dtype="float64", na_value=np.nan)
     saw = f" (clients saw {seconds_rounded(float(np.nanmax(total)))})" if (~np.isnan(total)).any() else ""
     if u == len(waiting):
         text += f"; the slow log shows their {seconds_rounded(float(np.nanmax(exec_s)))} of execution, not the wait{saw}"
@@ -329,44 +592,36 @@ def _cap_sentence(cap: dict, x: pd.DataFrame, view: PoolView, hidden, understate
     return text + "."
 
 
-def _cap_bullets(cap: dict, x: pd.DataFrame, view: PoolView) -> list[dict]:
-    executing, waiting = view.cap_members
+def _cap_bullets(cap: dict, members: tuple[pd.DataFrame, int, set]) -> list[dict]:
+    table, n_executing, _ = members
     return [{"topic": "cap", "text": f"At the limit from {clock_ms(cap['start'])} to {clock_ms(cap['end'])}: executing "
-                                     + _who(x, executing) + "; waiting " + _who(x, waiting)
+                                     + _who(table.iloc[:n_executing]) + "; waiting " + _who(table.iloc[n_executing:])
                                      + f" ({seconds_rounded(cap['total_wait_s'])} of waiting in all, "
                                        f"{queue_source(cap['wait_source'])})."}]
 
 
-def _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server, total, size, logged: bool,
-                    disagrees: int = 0) -> str:
-    """`certain`: the rows that certainly queued (at least one: the caller tells a stall only then)."""
-    victims = hidden | understated
+def _stall_sentence(f: dict, stalls: list[dict], size: dict, logged: bool, disagrees: int = 0) -> str:
+    """Told when some row certainly queued (f["certain:count"] > 0)."""
     told = [s for s in stalls if s["culprits_total"]]
-    in_told = np.zeros(len(x), dtype=bool)
-    for s, (members, _) in zip(stalls, view.stall_members):
-        if s["culprits_total"]:
-            in_told[members] = True
-    h, u = hidden & in_told, understated & in_told
-    n_h, n_u = int(h.sum()), int(u.sum())
-    no_id = x["conn_id"].isna().to_numpy()
-    rest = int((victims & ~in_told & ~no_id).sum())
-    rest_no_id = int((victims & ~in_told & no_id).sum())
+    n_h, n_u = f["told_hidden:count"], f["told_understated:count"]
+    rest, rest_no_id = f["rest:count"], f["rest_no_id:count"]
     if told and (n_h or n_u):
         where = thread_groups(sorted({s["thread_group"] for s in told}))
         behind = _culprit_words(told)
         if n_h:
             text = (f"{n_h} {plural(n_h, 'statement was', 'statements were')} slow only because "
                     f"{plural(n_h, 'it', 'they')} waited in {where} behind {behind}: "
-                    f"{up_to(np.nanmax(server[h]))} inside the server, and "
+                    f"{up_to(f['told_hidden_server:max'])} inside the server, and "
                     + (f"the slow log does not show {plural(n_h, 'it', 'them')}" if logged else
                        f"the server did not flag {plural(n_h, 'it', 'them')} slow (no slow log given)"))
             if n_u:
-                text += (f"; {n_u} more in the slow log waited {up_to(np.nanmax(queue[u]))}, which its "
+                text += (f"; {n_u} more in the slow log waited {up_to(f['told_understated_queue:max'])}, which its "
                          "Query_time leaves out")
         else:
-            saw = f" (clients saw {up_to(np.nanmax(total[u]))})" if (~np.isnan(total[u])).any() else ""
+            saw = (f" (clients saw {up_to(f['told_understated_total:max'])})" if f["told_understated_total:count"]
+                   else "")
             text = (f"{statements(n_u)} in the slow log waited "
-                    f"{up_to(np.nanmax(queue[u]))} in {where} behind {behind} before executing: the slow "
+                    f"{up_to(f['told_understated_queue:max'])} in {where} behind {behind} before executing: the slow "
                     f"log's Query_time leaves the wait out{saw}")
         if rest:
             text += f"; {rest} more waited with no culprit found on their group"
@@ -376,10 +631,10 @@ def _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server
             text += f" — if thread_pool_size {size['value']} is right; the capture suggests otherwise"
         return text + "."
     # queued, but no culprit named (or queued behind one, with no statement the slow log misses or understates)
-    waited = victims if victims.any() else certain  # the victims; else the statements that certainly queued
-    n_h, n_u = int(hidden.sum()), int(understated.sum())
-    n = int(waited.sum())
-    unknown = int((waited & no_id).sum())
+    waited = "victims" if f["victims:count"] else "certain"  # the victims; else the statements that certainly queued
+    n_h, n_u = f["hidden:count"], f["understated:count"]
+    n = f[f"{waited}:count"]
+    unknown = f[f"{waited}_no_id:count"]
     if disagrees:
         why = "the slow log disagrees with the capture, so no culprit is named"
     elif told:
@@ -399,83 +654,52 @@ def _stall_sentence(x, stalls, view, certain, hidden, understated, queue, server
         what.append(f"{n_h} slow on the wire but " + ("not in the slow log" if logged else "not flagged slow"))
     if n_u:
         what.append(f"{n_u} in the slow log, which understates them")
-    qmin = np.nan_to_num(_values(x, "queue_min_s"))
-    longest = np.where(waited, np.fmax(queue, qmin), np.nan)  # finite on every `certain` row
-    return (f"{statements(n)} waited {up_to(np.nanmax(longest))} before "
+    return (f"{statements(n)} waited {up_to(f[f'{waited}_longest:max'])} before "
             f"executing" + (f" ({', '.join(what)})" if what else "") + f"; {why}.")
 
 
-def _likely_sentence(summary: dict, x: pd.DataFrame, stalls: list[dict], view: PoolView, likely: np.ndarray,
-                     queue: np.ndarray, lqt) -> str:
+def _likely_sentence(summary: dict, f: dict, stalls: list[dict], rows, lqt) -> str:
     """Statements the slow log cannot show waiting, but whose server time is far above their statement's typical
     execution while a long statement executed on their thread group (on the server when the groups are unknown):
     told as likely, with what would prove it."""
-    told = [(s, members) for s, (members, _) in zip(stalls, view.stall_members) if s["culprits_total"]]
-    in_told = np.zeros(len(x), dtype=bool)
-    for _, members in told:
-        in_told[members] = True
-    held = likely & in_told
-    idx = np.flatnonzero(held if held.any() else likely)
-    n = len(idx)
-    shape = _one_shape(x, idx)
-    texts = set(x["sql"].astype(object).iloc[idx])
+    told = [s for s in stalls if s["culprits_total"]]
+    held = f["held:count"] > 0
+    which = "held" if held else "likely"
+    n = f[f"{which}:count"]
+    first_sql, first_fingerprint = f[f"{which}_first:first"][1]
+    shape = _one_shape(f[f"{which}_fingerprints:few"], first_sql, rows.fingerprint_count)
     who = (statements(n) if not shape else
            f"{n} {plural(n, 'run', 'runs')} of "
-           + quoted(shape[0] if len(texts) == 1 else str(x['fingerprint'].iloc[idx[0]])))
-    text = f"{who} likely waited {span_of(queue[idx])} in the thread pool"
-    if held.any():
-        where = thread_groups(sorted({s["thread_group"] for s, _ in told}))
-        text = f"{who} likely waited {span_of(queue[idx])} in {where} behind {_culprit_words([s for s, _ in told])}"
+           + quoted(shape[0] if len(f[f"{which}_texts:few"]) == 1 else str(first_fingerprint)))
+    waited = span(f[f"{which}_queue:min"], f[f"{which}_queue:max"])
+    text = f"{who} likely waited {waited} in the thread pool"
+    if held:
+        where = thread_groups(sorted({s["thread_group"] for s in told}))
+        text = f"{who} likely waited {waited} in {where} behind {_culprit_words(told)}"
     else:
-        long_ = _longest_meanwhile(x, idx)
+        long_ = rows.longest_meanwhile(likely_rows)
+        if long_ is not None:
+            long_ = f"{quoted(long_['sql'] or long_['command'])} ({connection(long_.get('conn_id'))}, {execution(long_)})"
         text += f" while {long_} executed on the server; " if long_ else " while a long statement executed on the server; "
-        no_id = x["conn_id"].isna().to_numpy()[idx]
         text += (f"{plural(n, 'its connection id is', 'their connection ids are')} unknown (no greeting in the "
                  "capture), so their thread group cannot be told — give --processlist, or a slow log with Thread_id"
-                 if no_id.all() else "thread_pool_size is unknown, so their thread group cannot be told")
-    no_id = x["conn_id"].isna().to_numpy()
-    rest = int((likely & ~held & ~no_id).sum()) if held.any() else 0
+                 if f["likely_no_id:count"] == n else "thread_pool_size is unknown, so their thread group cannot be told")
+    rest = f["likely_rest:count"] if held else 0
     if rest:
         text += f"; {rest} more likely waited with no culprit found on their group"
-    rest_no_id = int((likely & ~held & no_id).sum()) if held.any() else 0
+    rest_no_id = f["likely_rest_no_id:count"] if held else 0
     if rest_no_id:
         text += f"; {rest_no_id} more likely waited {_no_id_words(rest_no_id)}"
     logged = bool(summary["slow_log"].get("used"))
-    if lqt is not None and (logged or x["server_flag_slow"].notna().any()):
+    if lqt is not None and (logged or f["flag_known:any"]):
         text += (f"; long_query_time = {seconds_rounded(lqt)} cannot prove it (their execution is below it) — set "
                  "long_query_time = 0 for the capture window to prove it")
     elif lqt is not None:
         text += ("; without a slow log nothing proves it — capture the slow log with long_query_time = 0 to prove it")
     else:
-        text += (f"; long_query_time is unknown{_lqt_bound_words(x)}, so nothing proves it — capture the slow log "
+        text += (f"; long_query_time is unknown{_lqt_bound_words(f)}, so nothing proves it — capture the slow log "
                  "with long_query_time = 0 to prove it")
     return text + "."
-
-
-def _longest_meanwhile(x: pd.DataFrame, rows: np.ndarray) -> str | None:
-    """`SQL` (connection N, executing …) of the statement that executed longest during the waits of `rows`: what
-    ran on the server while they waited, when their thread group is not known."""
-    d1, v1 = ts_ns(x["db_req_ts"])
-    d4, v4 = ts_ns(x["db_resp_ts"])
-    server = _values(x, "server_s")
-    bound = server - np.nan_to_num(_values(x, "queue_min_s"))
-    exec_s = _values(x, "exec_s")
-    likely = equals(x["queue_source"], "likely")
-    held = np.where(np.isnan(exec_s), np.where(x["exec_source"].astype(object).to_numpy() == "below_long_query_time",
-                                               bound, np.nan), exec_s)
-    long_ = np.flatnonzero(v1 & v4 & ~likely & (np.nan_to_num(held) >= STALL_MIN_QUEUE_S))
-    if not len(long_):
-        return None
-    queue = np.nan_to_num(_values(x, "queue_s"))
-    w0, w1 = d1[rows], d1[rows] + np.rint(queue[rows] * 1e9).astype(np.int64)
-    xs = d4[long_] - np.rint(held[long_] * 1e9).astype(np.int64)
-    overlap = np.clip(np.minimum(w1[:, None], d4[long_][None, :]) - np.maximum(w0[:, None], xs[None, :]), 0, None)
-    total = overlap.sum(axis=0)
-    if not total.max() > 0:
-        return None
-    best = int(long_[int(np.argmax(total))])
-    ref = _refs(x, [best])[best]
-    return f"{quoted(ref['sql'] or ref['command'])} ({connection(ref.get('conn_id'))}, {execution(ref)})"
 
 
 def _no_id_words(n: int) -> str:
@@ -485,17 +709,15 @@ def _no_id_words(n: int) -> str:
             "--processlist, or a slow log with Thread_id, to name the connections")
 
 
-def _lqt_bound_words(x: pd.DataFrame) -> str:
+def _lqt_bound_words(f: dict) -> str:
     """What the slow log and the wire say of an unknown long_query_time: at most the shortest execution the slow log
     holds, and at most the shortest server time the server flagged slow (SERVER_QUERY_WAS_SLOW: execution ≥
     long_query_time); '' when neither says anything."""
     bounds = []
-    logged = x["exec_s"].where(x["exec_source"] == "slow_log").dropna()
-    if len(logged):
-        bounds.append((float(logged.min()), "the shortest Query_time in the slow log"))
-    flagged = x["server_s"].where(x["server_flag_slow"].astype("boolean").fillna(False)).dropna()
-    if len(flagged):
-        bounds.append((float(flagged.min()), "the shortest statement the server flagged slow"))
+    if not np.isnan(f["slow_log_exec:min"]):
+        bounds.append((f["slow_log_exec:min"], "the shortest Query_time in the slow log"))
+    if not np.isnan(f["flagged_server:min"]):
+        bounds.append((f["flagged_server:min"], "the shortest statement the server flagged slow"))
     if not bounds:
         return ""
     value, how = min(bounds)
@@ -513,28 +735,28 @@ def _stall_limit_bullet(relief: dict) -> dict:
                                             "(a group is found stalled one to two stall limits after it stopped)."}
 
 
-def _quiet_sentence(summary: dict, x: pd.DataFrame, server: np.ndarray, lqt) -> str:
-    worst = float(np.nanmax(server))
-    n = int((~np.isnan(server)).sum())
-    slow_logged = int(x["in_slow_log"].fillna(False).sum())
+def _quiet_sentence(summary: dict, f: dict, lqt) -> str:
+    worst = f["server:max"]
+    n = f["server:count"]
+    slow_logged = f["in_slow_log:count"]
     if worst < STALL_MIN_QUEUE_S:
         return (f"No statement waited in the thread pool: the slowest of the {n} exchanges seen at the DB took "
                 f"{seconds_rounded(worst)} inside the server.")
-    evidence = lqt is not None and (summary["slow_log"].get("used") or x["server_flag_slow"].notna().any())
+    evidence = lqt is not None and (summary["slow_log"].get("used") or f["flag_known:any"])
     if evidence:
         slow = (f"; {slow_logged} {plural(slow_logged, 'was', 'were')} slow executing (in the slow log, "
-                f"{up_to(float(np.nanmax(x['exec_s'].where(x['exec_source'] == 'slow_log'))))})"
+                f"{up_to(f['slow_log_exec:max'])})"
                 if slow_logged else "")
         return (f"No statement waited in the thread pool as far as the slow log and the wire show: none of the {n} "
                 f"exchanges was slow on the wire without being in it or waited {seconds_rounded(STALL_MIN_QUEUE_S)} or more "
                 f"before executing{slow}.")
-    why = (f"long_query_time is unknown{_lqt_bound_words(x)} (give --long-query-time or capture.toml)" if lqt is None else
+    why = (f"long_query_time is unknown{_lqt_bound_words(f)} (give --long-query-time or capture.toml)" if lqt is None else
            "there is no slow log and the server does not flag slow statements on the wire (MySQL does not)")
     return (f"Queueing cannot be told from execution here: {why}; the slowest of the {n} exchanges took "
             f"{seconds_rounded(worst)} inside the server.")
 
 
-def _stall_bullets(stalls: list[dict], x: pd.DataFrame) -> list[dict]:
+def _stall_bullets(stalls: list[dict]) -> list[dict]:
     out = []
     for s in stalls[:STALLS_TOLD]:
         n_likely = (s.get("queue_sources") or {}).get("likely", 0)
@@ -562,31 +784,30 @@ def _stall_bullets(stalls: list[dict], x: pd.DataFrame) -> list[dict]:
     return out
 
 
-def _understated_bullet(x: pd.DataFrame, mask: np.ndarray) -> dict:
-    q = _values(x, "queue_s")[mask]
-    lines = _values(x, "slow_log_line")[mask]
-    listed = ", ".join(str(int(v)) for v in sorted(lines[~np.isnan(lines)])[:10])
-    n = int(mask.sum())
+def _understated_bullet(f: dict) -> dict:
+    q = span_known(f["understated_queue:min"], f["understated_queue:max"])
+    listed = ", ".join(str(int(v)) for v in f["understated_lines:least"])
+    n = f["understated:count"]
     return {"topic": "understated", "text": f"{statements(n)} in the slow log waited "
-                                            f"{span_of(q)} before executing (measured: server time − Query_time), "
+                                            f"{q} before executing (measured: server time − Query_time), "
                                             "which the slow log does not show"
                                             + (f"; slow-log lines {listed}" + (" …" if n > 10 else "") if listed else "")
                                             + "."}
 
 
-def _hidden_bullet(x: pd.DataFrame, mask: np.ndarray, lqt, logged: bool) -> dict:
+def _hidden_bullet(f: dict, lqt, logged: bool) -> dict:
     """`logged`: the slow log was joined. Without it the evidence is the server's SERVER_QUERY_WAS_SLOW flag alone,
     and the bullet says so rather than that the statements are not in a slow log nothing was compared with."""
-    server = _values(x, "server_s")[mask]
-    qmin = _values(x, "queue_min_s")[mask]
-    n = int(mask.sum())
+    server = span_known(f["hidden_server:min"], f["hidden_server:max"])
+    qmin = span_known(f["hidden_qmin:min"], f["hidden_qmin:max"])
+    n = f["hidden:count"]
     evidence = ("yet not in the slow log and not flagged slow" if logged else
                 "yet not flagged slow by the server; no slow log was joined to compare")
     return {"topic": "hidden_slow", "text": f"{n} hidden-slow {plural(n, 'statement', 'statements')} (slower than "
                                             f"long_query_time = {seconds_rounded(lqt)} inside the server, {evidence}): "
-                                            f"server time {span_of(server)}; as "
+                                            f"server time {server}; as "
                                             f"{plural(n, 'it', 'they')} executed in under {seconds_rounded(lqt)}, at least "
-                                            f"{span_of(qmin)} of it was waiting."}
+                                            f"{qmin} of it was waiting."}
 
 
 def _size_bullets(size: dict) -> list[dict]:
@@ -613,38 +834,18 @@ def _size_bullets(size: dict) -> list[dict]:
     return out
 
 
-def _split_bullet(x: pd.DataFrame, rows: np.ndarray) -> dict | None:
-    """Where the clients' time went, over `rows`."""
-    total = _values(x, "total_s")
-    # only exchanges whose client time is measured: one with a bounded end point (capture loss, pair/repair.py) has a
-    # server split but no total, and would push the shares past 100 %
-    both = rows & equals(x["seen"], "both") & ~np.isnan(total)
-    tot = _sum(total[both])
-    del total
-    if not both.any() or tot <= 0:
+def _split_bullet(sums: dict[str, tuple[int, float]]) -> dict | None:
+    """Where the clients' time went, from story_terms' sums over the sane rows."""
+    rows, tot = sums["total"]
+    if not rows or tot <= 0:
         return None
     pct = lambda v: f"{100 * v / tot:.1f} %"  # noqa: E731
-    net = ", ".join(f"{label} {pct(v)}" for label, v in network_parts(x, both))
-    queue_s, qmin = _values(x, "queue_s"), _values(x, "queue_min_s")
-    q_all = _sum(queue_s[both])
-    q_meas = _sum(queue_s[both & equals(x["queue_source"], "measured")])
-    q_cert = _sum(qmin[both])
-    is_likely = both & equals(x["queue_source"], "likely")
-    q_likely = _sum(queue_s[is_likely] - _filled(qmin[is_likely]))  # beyond the certain part
-    q_est = _sum(queue_s[both & equals(x["queue_source"], "estimated")])
-    del qmin, is_likely
-    exec_s = _values(x, "exec_s")
-    e_all = _sum(exec_s[both])
-    e_meas = _sum(exec_s[both & equals(x["exec_source"], "slow_log")])
-    q_over = float(overhead_part(x)[both].sum())  # measured, but the server's own overhead: not queueing
-    unknown = both & np.isnan(queue_s)
-    piped_rows = _filled(_values(x, "pipelined_s"))
-    server = _values(x, "server_s")
-    unsplit = _sum(server[unknown]) - _sum(piped_rows[unknown])
-    bounded = both & np.isnan(exec_s) & ~np.isnan(queue_s)
-    unsplit_bounded = _sum(server[bounded] - piped_rows[bounded] - queue_s[bounded])
-    piped = _sum(piped_rows[both])
-    del queue_s, exec_s, server, piped_rows, unknown, bounded
+    net = ", ".join(f"{label} {pct(v)}" for label, v in network_parts_of(sums))
+    q_all, q_meas, q_cert = sums["queue"][1], sums["queue_measured"][1], sums["queue_certain"][1]
+    q_likely, q_est = sums["queue_likely"][1], sums["queue_estimated"][1]
+    e_all, e_meas, q_over = sums["exec"][1], sums["exec_measured"][1], sums["overhead"][1]
+    unsplit = sums["unsplit_server"][1] - sums["unsplit_pipelined"][1]
+    unsplit_bounded, piped = sums["unsplit_bounded"][1], sums["pipelined"][1]
     q_all, q_meas, q_cert = q_all - q_over, q_meas - q_over, q_cert - q_over
     if q_est < 0.0005 * tot:  # estimates too small to show beside the rest
         q_all -= q_est
@@ -676,24 +877,20 @@ def _split_bullet(x: pd.DataFrame, rows: np.ndarray) -> dict | None:
                                       f"{execution}{rest}."}
 
 
-def _pipelined_bullet(x: pd.DataFrame, rows: np.ndarray) -> dict | None:
-    wait = _values(x, "pipelined_s")[rows]
-    waited = np.nan_to_num(wait) >= STALL_MIN_QUEUE_S
-    n = int(waited.sum())
+def _pipelined_bullet(f: dict) -> dict | None:
+    n = f["pipelined:count"]
     if not n:
         return None
     return {"topic": "pipelined", "text": f"{n} {plural(n, 'request was', 'requests were')} pipelined (sent before the "
                                           "answer to the one before on the same connection) and waited there "
-                                          f"{up_to(float(np.nanmax(wait[waited])))}: the connection's own "
+                                          f"{up_to(f['pipelined:max'])}: the connection's own "
                                           "wait, not the thread pool's: not queueing, not a stall."}
 
 
-def _estimate_bullet(x: pd.DataFrame, rows: np.ndarray) -> dict | None:
-    est = ((x["exec_source"] == "fingerprint_median") & (x["queue_source"] != "likely")).to_numpy(dtype=bool) & rows
-    n = int(est.sum())
+def _estimate_bullet(sums: dict[str, tuple[int, float]]) -> dict | None:
+    n, q = sums["estimated_exec_queue"]
     if not n:
         return None
-    q = _sum(_values(x, "queue_s")[est])
     return {"topic": "estimates", "text": f"Execution of {statements(n)} is estimated "
                                           "from other runs of the same command and statement (exec_source "
                                           f"fingerprint_median); the queueing it implies, {seconds_rounded(q)} in all, is "
@@ -724,9 +921,8 @@ def _culprit_words(told: list[dict]) -> str:
     return text
 
 
-def _who(x: pd.DataFrame, rows: np.ndarray) -> str:
-    """`SQL` ×n (connections a, b, c), per distinct statement text."""
-    part = x.iloc[rows]
+def _who(part: pd.DataFrame) -> str:
+    """`SQL` ×n (connections a, b, c), per distinct statement text of the rows `part`."""
     texts = []
     for sql, g in part.groupby(part["sql"].astype(object).fillna(part["command"].astype(object)), sort=False):
         conns = ", ".join(str(int(c)) for c in sorted(g["conn_id"].dropna().astype(int))[:12])
@@ -735,11 +931,10 @@ def _who(x: pd.DataFrame, rows: np.ndarray) -> str:
     return "; ".join(texts[:5]) + (f" and {len(texts) - 5} other statements" if len(texts) > 5 else "")
 
 
-def _one_shape(x: pd.DataFrame, rows: np.ndarray) -> tuple[str, int] | None:
-    """(statement text, how many exchanges of that fingerprint there are) when all `rows` share one fingerprint."""
-    fps = set(x["fingerprint"].astype(object).iloc[rows])
-    if len(fps) != 1:
+def _one_shape(fingerprints: set, first_sql, fingerprint_count) -> tuple[str, int] | None:
+    """(statement text, how many exchanges of that fingerprint there are) when the rows share one fingerprint (of
+    `fingerprints`, theirs); `first_sql`: the first row's text; `fingerprint_count(fp)`: the table's rows of fp."""
+    if len(fingerprints) != 1:
         return None
-    fp = fps.pop()
-    sql = x["sql"].astype(object).iloc[rows[0]]
-    return (sql if isinstance(sql, str) else str(fp)), int((x["fingerprint"].astype(object) == fp).sum())
+    fp = next(iter(fingerprints))
+    return (first_sql if isinstance(first_sql, str) else str(fp)), fingerprint_count(fp)

@@ -51,7 +51,12 @@ def span_of(values: np.ndarray) -> str:
     values = values[~np.isnan(values)]
     if not len(values):
         return "unknown"
-    return span(float(values.min()), float(values.max()))
+    return span_known(float(values.min()), float(values.max()))
+
+
+def span_known(lo: float, hi: float) -> str:
+    """span_of from the known durations' least and greatest (NaN: none is known)."""
+    return "unknown" if np.isnan(lo) else span(lo, hi)
 
 
 def thread_groups(groups: list) -> str:
