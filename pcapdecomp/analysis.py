@@ -24,7 +24,15 @@ def analyze(cs: CaptureSet | Path, options: Options = Options(), out: Path | Non
         cs = capture_set(Path(cs))
     with Run(cs, options, out) as run:
         o = run.options
-        extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note, run.runner, run.memory)
+        spill = run.spill_folder.path if run.spill_folder is not None else None
+        extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note, run.runner, run.memory,
+                                   spill=spill)
+        if spill is not None:  # --spill: the partitioned run (None: not partitionable after all, said; in memory)
+            from .run.spilled import analyze_spilled
+
+            done = analyze_spilled(run, cs, extracted, spill)
+            if done is not None:
+                return done
         paired = pair_points(extracted, cs, run.jobs, o.max_sql_bytes, run.note, run.runner, run.ahead, run.lean)
         explained = explain_servers(paired, cs, [x.capture for x in extracted.db], run.tz, o.max_sql_bytes,
                                     run.note, run.beside_the_view())
