@@ -24,12 +24,14 @@ def analyze(cs: CaptureSet | Path, options: Options = Options(), out: Path | Non
         cs = capture_set(Path(cs))
     with Run(cs, options, out) as run:
         o = run.options
-        spill = run.spill_folder.path if run.spill_folder is not None else None
+        spill = None
+        if o.spill is not None:  # --spill: the run's folder in DIR, None when the set is analysed in memory (said)
+            from .run.spilled import analyze_spilled, spill_folder
+
+            spill = spill_folder(run, cs)
         extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note, run.runner, run.memory,
                                    spill=spill)
-        if spill is not None:  # --spill: the partitioned run (None: not partitionable after all, said; in memory)
-            from .run.spilled import analyze_spilled
-
+        if spill is not None:  # the partitioned run (None: not partitionable after all, said: in memory)
             done = analyze_spilled(run, cs, extracted, spill)
             if done is not None:
                 return done

@@ -201,3 +201,19 @@ def test_the_late_stages_read_only_the_projection(name, tmp_path):
     read = (reading.read | set(TIMELINE_COLUMNS) | set(_STATEMENT_COLUMNS)) & set(whole.columns)
     assert read and read <= set(spilled.LATE_COLUMNS), sorted(read - set(spilled.LATE_COLUMNS))
     assert late(whole[list(spilled.LATE_COLUMNS)].copy()) == expected  # a column read otherwise: a KeyError
+
+
+def test_the_memory_bound_takes_the_partitioned_runs_peak():
+    """With --spill the check after the extraction predicts the partitioned run's peak: a capture it analyses
+    within the bound is not refused for the in-memory run's need (here 10 M exchanges a point)."""
+    from pcapdecomp.core.errors import MemoryBoundError
+    from pcapdecomp.core.memory import Counts, MemoryBound, predicted_peak
+
+    counts = Counts(db_exchanges=10_000_000, other_exchanges=10_000_000, connections=100, points=2)
+    start = MemoryBound(None, None, 1).start
+    partitioned, in_memory = predicted_peak(counts, 1, start, partitioned=True), predicted_peak(counts, 1, start)
+    assert partitioned < in_memory / 2
+    bound = MemoryBound((partitioned + in_memory) // 2, "--memory (test)", 1)
+    bound.check(counts, partitioned=True)
+    with pytest.raises(MemoryBoundError):
+        bound.check(counts)

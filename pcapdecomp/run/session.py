@@ -102,18 +102,6 @@ class Run:
         # to the OS at once, as the extraction's arrays and the repair's scan come and go beside the tables
         self.lean = self.jobs == 1 and options.scheduler is None
         self._beside: list[Forked] = []  # the child that makes what the report reads of the decomposition alone
-        # --spill: the run's folder in DIR (a DIR it cannot write is refused here, before any work), None when the set
-        # is analysed in memory (spilled.refusal says why, in one line)
-        self.spill_folder = None
-        if options.spill is not None:
-            from . import spilled
-
-            self.spill_folder = spilled.SpillFolder(options.spill)
-            why = spilled.refusal(cs, options.csv, options.partitioned, options.scheduler)
-            if why is not None:
-                spilled.fall_back(options.quiet, why)
-                self.spill_folder.close()
-                self.spill_folder = None
 
     def __enter__(self) -> Run:
         if self.options.scheduler is not None:
@@ -123,8 +111,6 @@ class Run:
                                              tls=self.options.scheduler_tls)
         self._stack = ExitStack()
         try:
-            if self.spill_folder is not None:
-                self._stack.callback(self.spill_folder.close)
             if self.runner is not None:
                 self._stack.callback(self.runner.close)
             self._stack.enter_context(internal_errors_to(self.out))
@@ -150,6 +136,10 @@ class Run:
 
     def __exit__(self, *exc) -> bool:
         return self._stack.__exit__(*exc)
+
+    def at_exit(self, callback: Callable[[], None]) -> None:
+        """`callback()` when the run ends, whatever the end (before the output folder's own exit)."""
+        self._stack.callback(callback)
 
     def note(self, message: str) -> None:
         """A warning: into summary.json, and on the terminal unless --quiet."""

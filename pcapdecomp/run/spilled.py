@@ -205,6 +205,20 @@ def _side_categories(points) -> dict[str, list]:
     return {name: sorted(values.get(name, ())) for name in names} if points else {}
 
 
+def spill_folder(run, cs: CaptureSet) -> Path | None:
+    """The run's folder in --spill DIR (a DIR it cannot write: UsageError, before any capture is read), removed when
+    the run ends; None when the set is analysed in memory (`refusal`, said in one line)."""
+    o = run.options
+    folder = SpillFolder(o.spill)
+    why = refusal(cs, o.csv, o.partitioned, o.scheduler)
+    if why is not None:
+        folder.close()
+        fall_back(o.quiet, why)
+        return None
+    run.at_exit(folder.close)
+    return folder.path
+
+
 def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):
     """The partitioned run of `cs`, extracted into `folder` (x): its outputs written and committed, the
     run.session.AnalysisResult; None when the set is not partitionable after all (said in one line: the caller
@@ -217,6 +231,10 @@ def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):
         made = _partitioned(run, cs, x, folder, notes.append)
     except NotPartitionable as why:
         fall_back(run.options.quiet, str(why))
+        if run.memory is not None:  # the bound was checked for the partitioned run: now the in-memory one's
+            from ..read.extract import counts_of, span_ns
+
+            run.memory.check(counts_of(x), span_ns(x.all))
         return None
     for message in notes:
         run.note(message)
