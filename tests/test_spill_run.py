@@ -117,7 +117,7 @@ def test_a_recording(recording, db_alone, tmp_path):
     assert summary["exchanges"]["total"] > 100_000
 
 
-@pytest.mark.parametrize("case", ["slow log", "proxy", "frames lost"])
+@pytest.mark.parametrize("case", ["slow log", "proxy", "frames lost", "no exchange"])
 def test_a_set_it_does_not_take_is_analysed_in_memory(case, tmp_path):
     if case == "slow log":
         args = [str(CAPTURES / "group-stall")]
@@ -126,6 +126,9 @@ def test_a_set_it_does_not_take_is_analysed_in_memory(case, tmp_path):
         folder = CAPTURES / "proxy-l4"
         args = [*set_args(folder), "--proxy", str(folder / "proxy.pcap")]
         why = "a proxy"
+    elif case == "no exchange":
+        args = ["--db", str(REPO / "tests" / "data" / "field" / "no-exchange.pcap")]
+        why = "no exchange"
     else:
         lose_frames(CAPTURES / "oltp-prepared" / "app.pcap", tmp_path / "lossy.pcap", 0.03, 1)
         args = ["--app", str(tmp_path / "lossy.pcap"), "--db", str(CAPTURES / "oltp-prepared" / "db.pcap")]

@@ -245,7 +245,7 @@ def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):
 
 def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     """Up to the thread-pool view: (the stand-in Paired, the ServerPart, the stored runs, the categories)."""
-    from ..explain.partitioned import PairedPartitions, spilled_naming
+    from ..explain.partitioned import NotPartitionable, PairedPartitions, spilled_naming
     from ..explain.partitioned_decompose import DecomposedPartitions
     from ..explain.servers import LONG_QUERY_TIME_UNKNOWN, joined_info, output_categories
     from ..explain.summary import ServerPart
@@ -255,12 +255,14 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     from ..slowlog.join import join_slow_log
 
     app, db = x.app, x.db
+    app_rows, db_rows = sum(int(a.spill.rows.sum()) for a in app), sum(int(d.spill.rows.sum()) for d in db)
+    if not app_rows + db_rows:  # no partition to make (the in-memory run of nothing costs nothing)
+        raise NotPartitionable("no exchange in the captures")
     step = spilled_connection_step(app, db) if app else None
     rows = PairedPartitions(app, db, step, {})  # the clocks and the names are set below, before a run is made
     first = rows.first_pass
     if run.lean:  # as pair_points: the extraction is done (no repair: a set with frames lost is not partitioned)
         map_big_blocks(AFTER_THE_REPAIR_BYTES)
-    app_rows, db_rows = sum(int(a.spill.rows.sum()) for a in app), sum(int(d.spill.rows.sum()) for d in db)
     if app and db and first.matched == 0 and app_rows and db_rows:
         note("no exchange was seen at both points: are these captures of the same traffic and time?")
     clocks, clock_info = {}, {}
