@@ -39,9 +39,9 @@ import json, os, sys
 from pcapdecomp.core import memory
 seen, path = {}, sys.argv[1]
 check = memory.MemoryBound.check
-def wrapped(self, counts, span_ns=None):
+def wrapped(self, counts, span_ns=None, partitioned=False):
     try:
-        return check(self, counts, span_ns)
+        return check(self, counts, span_ns, partitioned)
     finally:
         seen.update(predicted=self.predicted, start=self.start, jobs=self.jobs, limit=self.limit,
                     counts=vars(counts))

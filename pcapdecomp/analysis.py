@@ -24,7 +24,17 @@ def analyze(cs: CaptureSet | Path, options: Options = Options(), out: Path | Non
         cs = capture_set(Path(cs))
     with Run(cs, options, out) as run:
         o = run.options
-        extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note, run.runner, run.memory)
+        spill = None
+        if o.spill is not None:  # --spill: the run's folder in DIR, None when the set is analysed in memory (said)
+            from .run.spilled import analyze_spilled, spill_folder
+
+            spill = spill_folder(run, cs)
+        extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note, run.runner, run.memory,
+                                   spill=spill)
+        if spill is not None:  # the partitioned run (None: not partitionable after all, said: in memory)
+            done = analyze_spilled(run, cs, extracted, spill)
+            if done is not None:
+                return done
         paired = pair_points(extracted, cs, run.jobs, o.max_sql_bytes, run.note, run.runner, run.ahead, run.lean)
         explained = explain_servers(paired, cs, [x.capture for x in extracted.db], run.tz, o.max_sql_bytes,
                                     run.note, run.beside_the_view())

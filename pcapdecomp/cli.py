@@ -252,6 +252,12 @@ def analyze(
              "of what this machine, or its cgroup's limit, has available at the start). A capture that would need "
              "more is refused early (exit 2, nothing written), saying how much it needs: give more, or analyse a time "
              "window of it (docs/scale.md, Memory)."),
+    spill: Optional[Path] = typer.Option(
+        None, "--spill", metavar="DIR",
+        help="The partitioned run: the captures' exchanges go to a folder of the run's own in DIR (removed when the "
+             "run ends) and are analysed a partition at a time, so the memory grows far less with the capture; the "
+             "same outputs. A set it does not take yet (a slow log, a proxy, several app or DB points, frames lost, "
+             "--csv, --partitioned, --scheduler) is analysed in memory, after one line saying why (docs/scale.md)."),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
         help="Worker processes (default: the cores available, at most 8; one for capture files under 16 MiB in all, "
@@ -303,7 +309,7 @@ def analyze(
         from .analysis import analyze as run_analysis
     options = Options(jobs=jobs, quiet=quiet, csv=csv, partitioned=partitioned, slow_log_tz=slow_log_tz,
                       max_sql_bytes=max_sql_bytes, scheduler=scheduler, scheduler_tls=scheduler_tls,
-                      command_line=" ".join(["pcapdecomp", *sys.argv[1:]]), memory=memory)
+                      command_line=" ".join(["pcapdecomp", *sys.argv[1:]]), memory=memory, spill=spill)
     result = run_analysis(cs, options, out)
     written = list(result.written)
     if evidence_too:

@@ -132,7 +132,8 @@ def test_the_modules_are_found():
     assert {"analysis", "read.capture", "read.captureset", "core.formats", "core.outputs", "mysql.connection",
             "explain.summary", "explain.verdict"} <= set(graph)
     assert "core.formats" in graph["render.report"] and "core.outputs" in graph["run.session"]
-    assert {"read.extract", "pair.pairing", "explain.servers", "run.session"} == graph["analysis"] - {"read.captureset"}
+    assert {"read.extract", "pair.pairing", "explain.servers", "run.session", "run.spilled"} == \
+        graph["analysis"] - {"read.captureset"}
     assert "explain.verdict" in graph["explain.summary"]
 
 

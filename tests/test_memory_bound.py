@@ -20,7 +20,7 @@ import pytest
 from pcapdecomp.core import memory
 from pcapdecomp.core.errors import MemoryBoundError, UsageError
 from pcapdecomp.read.captureset import capture_set
-from pcapdecomp.read.extract import _span_ns, counts_of, extract_all, extract_points
+from pcapdecomp.read.extract import counts_of, extract_all, extract_points, span_ns
 
 REPO = Path(__file__).resolve().parents[1]
 HOGS = REPO / "captures" / "oltp-hogs"
@@ -125,7 +125,7 @@ def test_the_counts_check_names_the_exchanges_the_capture_set_holds(tmp_path, mo
     need, bound_text = re.search(r"need up to about (.+?) of memory .*more than the bound of (.+?) \(", text).groups()
     assert need != bound_text, text
     window = float(re.search(r"a time window of at most ([0-9.]+) s:", text).group(1))
-    assert window < _span_ns(extracted.app + extracted.db) / 1e9, text
+    assert window < span_ns(extracted.app + extracted.db) / 1e9, text
     enough = bound(0)
     extract_points(cs, 1, True, 1 << 20, lambda _: None, memory=enough)
     assert enough.predicted == enough.limit

@@ -99,6 +99,14 @@ COST_PER_CONNECTION = 16 << 10  # a connection's state: its row, its timelines, 
 # above any other stage (2026-12-01: a cost per exchange fitted to the read-only shape, 556 B a capture byte per
 # exchange against 2.2 KB here, predicted 1,642 MiB: no bound). 0.7 B a byte: 1.17x that peak
 COST_PER_REPAIRED_BYTE = 0.7
+# analyze --spill (run/spilled.py: the partitioned run) holds one partition's rows, one row group of the merged
+# writer, the row keys and the thread-pool view's columns (≈ 110 B an exchange), then the projection the summary and
+# the report read back (≈ 270 B): fitted with a margin over its measured peaks (docs/scale.md, "Memory: the stated
+# bound"; 2026-12-02, --jobs 1: the read-write 10 s DB capture alone 299 MB, the pair 300; 40 s 385 and 396 — 1.13 to
+# 1.21 times under these costs with the process's start at 110 MB)
+PARTITIONED_COST_FIXED = 192 << 20  # one partition (65,536 rows), one row group (131,072 rows), the report's parts
+PARTITIONED_COST_PER_DB_EXCHANGE = 256  # its row key, its view columns, its row of the projection, where it went
+PARTITIONED_COST_PER_OTHER_EXCHANGE = 32  # an app exchange: the pairing's first pass, the clock's segments
 # with --jobs N, the children beside this process (the extraction's workers, the writer and the report's profile
 # at the end) add their own: this share of the growth per process beyond the first, for at most MORE_PROCESSES
 COST_PER_JOB = 0.15
@@ -288,10 +296,16 @@ class Counts:
         return self.db_exchanges + self.other_exchanges
 
 
-def predicted_peak(counts: Counts, jobs: int, start: int) -> int:
+def predicted_peak(counts: Counts, jobs: int, start: int, partitioned: bool = False) -> int:
     """The peak memory (bytes) of an analysis of `counts` with `jobs` processes, from the process's memory at the
     start (`start`: its imports) and the per-unit costs measured on the recordings: a bound, not an estimate
-    (benchmarks/memory_bound.py checks it against measured peaks)."""
+    (benchmarks/memory_bound.py checks it against measured peaks). `partitioned`: the run of analyze --spill
+    (PARTITIONED_COST_*; no loss repair: a set with frames lost is analysed in memory)."""
+    if partitioned:
+        grown = (PARTITIONED_COST_FIXED + PARTITIONED_COST_PER_DB_EXCHANGE * counts.db_exchanges
+                 + PARTITIONED_COST_PER_OTHER_EXCHANGE * counts.other_exchanges
+                 + COST_PER_CONNECTION * counts.connections)
+        return int(start + grown * (1 + COST_PER_JOB * min(max(jobs, 1) - 1, MORE_PROCESSES)))
     grown = (COST_FIXED + COST_PER_DB_EXCHANGE * counts.db_exchanges
              + COST_PER_OTHER_EXCHANGE * counts.other_exchanges + COST_PER_CONNECTION * counts.connections
              + COST_PER_REPAIRED_BYTE * counts.repaired_bytes)
@@ -353,10 +367,10 @@ class MemoryBound:
                          f"programs {size_text(self.start)}, its fixed part {size_text(COST_FIXED)})",
                          self.start + COST_FIXED, None, window_helps=False)
 
-    def check(self, counts: Counts, span_ns: int | None = None) -> None:
+    def check(self, counts: Counts, span_ns: int | None = None, partitioned: bool = False) -> None:
         """Refuse `counts` when their predicted peak is above the bound. `span_ns`: the captures' time span, for
-        the window the message suggests."""
-        self.predicted = predicted_peak(counts, self.jobs, self.start)
+        the window the message suggests; `partitioned`: the peak of analyze --spill's partitioned run."""
+        self.predicted = predicted_peak(counts, self.jobs, self.start, partitioned)
         if self.limit is None or self.predicted <= self.limit:
             return
         window = None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import DETAILS_NAME, InputError, OutputError, UsageError, is_details_file
+from .memory import release_memory
 
 if TYPE_CHECKING:
     import numpy as np
@@ -259,10 +260,26 @@ MERGE_STEP = 8192  # rows of each run the k-way merge looks at in one step
 @dataclass(frozen=True)
 class SortedRun:
     """A partition's rows of exchanges.parquet, sorted by their keys: `table` (the columns and dtypes of the
-    file's table) and `key` (one row of int64 per row of the table, compared column by column: pair.match.row_key)."""
+    file's table; or a StoredRows, read a slice at a time) and `key` (one row of int64 per row of the table,
+    compared column by column: pair.match.row_key)."""
 
-    table: pd.DataFrame
+    table: pd.DataFrame | StoredRows
     key: np.ndarray
+
+
+class StoredRows:
+    """A run's rows kept out of memory for write_merged (the partitioned run, run/spilled.py): `len()` rows, read
+    back a slice at a time by `rows(first, end)` in the file's columns and dtypes (each slice asked for starts where
+    the one before ended: the merge reads a run in its order), and `empty()`, the columns and dtypes without rows."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def rows(self, first: int, end: int) -> pd.DataFrame:
+        raise NotImplementedError
+
+    def empty(self) -> pd.DataFrame:
+        raise NotImplementedError
 
 
 def merged_order(keys: list[np.ndarray], step: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -327,13 +344,18 @@ def write_merged(runs: list[SortedRun], out: Path, categories: dict[str, list],
 
 
 def _write_merged(runs: list[SortedRun], path: Path, categories: dict[str, list], merged_rows) -> None:
+    import pandas as pd
     import pyarrow.parquet as pq
 
-    tables = [_recoded(r.table, categories) for r in runs]
+    # a run in memory is recoded whole; a stored one slice by slice, as it is read (_Recoding)
+    tables = [_recoded(r.table, categories) if isinstance(r.table, pd.DataFrame) else _Recoding(r.table, categories)
+              for r in runs]
     for t, r in zip(tables, runs):
         if len(t) != len(r.key):
             raise ValueError(f"a run of {len(t)} rows with {len(r.key)} keys")
-    schema, written, options = _parquet_schemas(tables[0].iloc[:0])
+    first = tables[0]
+    stored = not all(isinstance(t, pd.DataFrame) for t in tables)
+    schema, written, options = _parquet_schemas(first.iloc[:0] if isinstance(first, pd.DataFrame) else first.empty())
     with pq.ParquetWriter(path, written, **options) as writer:
         pending: list[tuple] = []
         held = 0
@@ -343,25 +365,48 @@ def _write_merged(runs: list[SortedRun], path: Path, categories: dict[str, list]
             pending.append((run, row))
             held += len(run)
             while held >= PARQUET_ROWS_PER_GROUP:
-                group, pending, held = _take_group(tables, pending, PARQUET_ROWS_PER_GROUP)
-                writer.write_table(_row_group(group, written))
+                group, pending, held = _take_group(tables, pending, PARQUET_ROWS_PER_GROUP, written)
+                writer.write_table(group)
+                del group
+                if stored:  # the group's pieces, its pandas slices and the writer's pages, back before the next
+                    release_memory()
         if held or not sum(len(t) for t in tables):
-            group = _take_group(tables, pending, held)[0] if held else tables[0].iloc[:0]
-            writer.write_table(_row_group(group, written))
+            group = _take_group(tables, pending, held, written)[0] if held else \
+                _row_group(first.iloc[:0] if isinstance(first, pd.DataFrame) else first.empty(), written)
+            writer.write_table(group)
         _end_parquet(writer, schema)
 
 
-def _take_group(tables: list[pd.DataFrame], pending: list[tuple], size: int) -> tuple[pd.DataFrame, list, int]:
-    """The first `size` rows of the pending merged order as one table (each run's rows are consecutive there), and
-    what is left of the order."""
+def _take_group(tables: list, pending: list[tuple], size: int, written: pa.Schema) -> tuple[pa.Table, list, int]:
+    """The first `size` rows of the pending merged order as one row group of the written schema (each run's rows are
+    consecutive there), and what is left of the order. Runs in memory: their rows gathered as one pandas table, then
+    converted (_row_group); stored runs (_Recoding): each run's slice converted as it is read, the Arrow pieces then
+    put in order, so that the group is held in pandas' form one slice at a time."""
     import numpy as np
     import pandas as pd
+    import pyarrow as pa
 
-    run = np.concatenate([r for r, _ in pending])
-    row = np.concatenate([w for _, w in pending])
-    left = len(run) - size
-    rest = [(run[size:], row[size:])] if left else []
-    run, row = run[:size], row[:size]
+    if not all(isinstance(t, pd.DataFrame) for t in tables):
+        run, row, rest, left = _first_of_order(pending, size)
+        pieces, places = [], []
+        for r in np.unique(run):
+            mine = np.flatnonzero(run == r)
+            rows = row[mine]
+            pieces.append(_row_group(tables[r].rows(int(rows[0]), int(rows[-1]) + 1), written))
+            places.append(mine)
+        position = np.empty(len(run), dtype=np.int64)
+        position[np.concatenate(places)] = np.arange(len(run))
+        group = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+        del pieces
+        order, taken = pa.array(position), []
+        for _ in written.names:  # a column at a time, let go once it is in order: the group is held once, not twice
+            column = group.column(0)
+            group = group.remove_column(0)
+            taken.append(column.take(order))
+            del column
+        return pa.Table.from_arrays(taken, schema=written).combine_chunks(), rest, left
+
+    run, row, rest, left = _first_of_order(pending, size)
     pieces, places = [], []
     for r in np.unique(run):
         mine = np.flatnonzero(run == r)
@@ -371,7 +416,34 @@ def _take_group(tables: list[pd.DataFrame], pending: list[tuple], size: int) -> 
     group = pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0].reset_index(drop=True)
     position = np.empty(len(run), dtype=np.int64)
     position[np.concatenate(places)] = np.arange(len(run))
-    return group.take(position).reset_index(drop=True), rest, left
+    return _row_group(group.take(position).reset_index(drop=True), written), rest, left
+
+
+def _first_of_order(pending: list[tuple], size: int) -> tuple:
+    """The first `size` (run, row) of the pending merged order, what is left of it and how many are left."""
+    import numpy as np
+
+    run = np.concatenate([r for r, _ in pending])
+    row = np.concatenate([w for _, w in pending])
+    left = len(run) - size
+    rest = [(run[size:], row[size:])] if left else []
+    return run[:size], row[:size], rest, left
+
+
+class _Recoding:
+    """A StoredRows whose slices come recoded to the file's categories (_recoded)."""
+
+    def __init__(self, stored: StoredRows, categories: dict[str, list]):
+        self.stored, self.categories = stored, categories
+
+    def __len__(self) -> int:
+        return len(self.stored)
+
+    def rows(self, first: int, end: int) -> pd.DataFrame:
+        return _recoded(self.stored.rows(first, end), self.categories)
+
+    def empty(self) -> pd.DataFrame:
+        return _recoded(self.stored.empty(), self.categories)
 
 
 def _recoded(table: pd.DataFrame, categories: dict[str, list]) -> pd.DataFrame:

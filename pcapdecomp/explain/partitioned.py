@@ -185,12 +185,20 @@ def first_pass(app: _Points, db: _Points, step: ConnectionStep, partitions: list
 
 def spilled_names(processlist, points: dict, app: list[Extraction], db: list[Extraction], note,
                   target_rows: int = TARGET_ROWS) -> tuple[dict[str, str], dict[tuple[str, int], int]]:
+    """spilled_naming's {client endpoint: source} and the ids it named."""
+    id_sources, named, _ = spilled_naming(processlist, points, app, db, note, target_rows)
+    return id_sources, named
+
+
+def spilled_naming(processlist, points: dict, app: list[Extraction], db: list[Extraction], note,
+                   target_rows: int = TARGET_ROWS) -> tuple[dict[str, str], dict[tuple[str, int], int], list]:
     """read.connids.name_connections of spilled points, without their exchange tables: the rows it reads (the
     answers to SELECT CONNECTION_ID(), connids.answers_connection_id) gathered a run of buckets at a time, in the
     concatenated tables' order (each point's rows by SORT_BY, the points in order), and handed to it with the
     extractions' connections tables (filled in place, as name_connections fills them). Returns its {client endpoint:
-    source} (PairedPartitions' `id_sources`) and the ids it named, (capture, conn_index) → id (`named`).
-    `processlist`, `points`, `note`: name_connections'."""
+    source} (PairedPartitions' `id_sources`), the ids it named, (capture, conn_index) → id (`named`), and the two
+    sides' connections tables as it filled them (pair_points' app_conns and db_conns: what summary.json's stories
+    and the report read). `processlist`, `points`, `note`: name_connections'."""
     sides = [concat([x.connections for x in xs]) if xs else frame([], CONNECTION_COLUMNS) for xs in (app, db)]
     named_side = 1 if len(sides[1]) else 0  # name_connections names the DB point's connections when it has some
     xs, conns = (app, db)[named_side], sides[named_side]
@@ -213,7 +221,7 @@ def spilled_names(processlist, points: dict, app: list[Extraction], db: list[Ext
     id_sources = connids.name_connections(processlist, points, answers[0], sides[0], answers[1], sides[1], note)
     mine = conns[conns["conn_id_source"].isin([connids.ANSWER, connids.PROCESSLIST]).to_numpy()]
     named = dict(zip(zip(mine["capture"].astype(str), mine["conn_index"].astype(int)), mine["conn_id"].astype(int)))
-    return id_sources, named
+    return id_sources, named, sides
 
 
 def _db_points(app: pd.DataFrame, db: pd.DataFrame, matching: Matching, point: str, leading: set) -> np.ndarray:
@@ -255,6 +263,9 @@ class PairedPartitions:
         self.app, self.db = (_Points(app), _Points(db)) if not self.alone else (None, _Points(db, keyed=False))
         self.step, self.clocks = step, clocks
         self.id_sources, self.named = id_sources or {}, named or {}
+        # some partition's rows took a statement from the DB side (decompose._statements_from_db): those columns'
+        # dictionaries are then the values present (servers.output_categories); known once the runs were made
+        self.statements_from_db = False
         self.primary = app[0].capture if app else None
         self.db_point = db[0].capture
         self.app_names, self.db_names = [x.capture for x in app], [x.capture for x in db]
@@ -299,6 +310,9 @@ class PairedPartitions:
                              self.step.ambiguous, self.first_pass.spans)
         matching = Matching(rows.app_row, rows.db_row, rows.notes, self.step.connections, None)
         keys = matching_row_keys(matching, a, d, self.app_names, self.db_names)
+        both = (rows.app_row >= 0) & (rows.db_row >= 0)
+        self.statements_from_db |= bool((a["sql"].isna().to_numpy()[rows.app_row[both]]
+                                         & d["sql"].notna().to_numpy()[rows.db_row[both]]).any())
         connids.fill_rows(d, self.named)  # as name_connections fills the DB side's table
         row_point = _db_points(a, d, matching, self.db_point, self.first_pass.leading_servers)
         table = joined_rows(a, d, matching, self.clocks, self.primary, None, None, None, self.id_sources, row_point)

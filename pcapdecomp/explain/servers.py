@@ -28,6 +28,9 @@ from .summary import build as build_summary
 from .threadpool import thread_pool_view
 
 
+LONG_QUERY_TIME_UNKNOWN = "long_query_time unknown (no capture.toml, no --long-query-time): hidden_slow not decided"
+
+
 @dataclass
 class Explained:
     """Stage 3's result: what exchanges.parquet, groups.parquet and pool.parquet hold, and what the summary reads of
@@ -49,7 +52,7 @@ def explain_servers(paired: Paired, cs: CaptureSet, db_captures: list[str], tz, 
     profile's child there)."""
     table = joined_table(paired)
     if cs.long_query_time is None:
-        note("long_query_time unknown (no capture.toml, no --long-query-time): hidden_slow not decided")
+        note(LONG_QUERY_TIME_UNKNOWN)
     several = len(db_captures) > 1
     names_of = list(db_captures) or [None]
     if several:
@@ -78,9 +81,14 @@ def explain_servers(paired: Paired, cs: CaptureSet, db_captures: list[str], tz, 
     del tables
     exchanges = with_declared_dtypes(table, (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS))
     del table
+    return Explained(exchanges, *server_tables(servers), servers)
+
+
+def server_tables(servers: list[ServerPart]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """groups.parquet's and pool.parquet's tables: each DB point's thread-pool view, with its db_point."""
     groups = concat([d.view.groups.assign(db_point=as_category([d.point] * len(d.view.groups))) for d in servers])
     pool = concat([d.view.pool.assign(db_point=as_category([d.point] * len(d.view.pool))) for d in servers])
-    return Explained(exchanges, groups, pool, servers)
+    return groups, pool
 
 
 def summary_of(cs: CaptureSet, x: Extracted, paired: Paired, explained: Explained, warnings: list[str],
@@ -160,10 +168,7 @@ def explain_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, m
         named = connids.ids_from_slow_log(table, slow, join.entry)
         if connids.fill_table(table, named, connids.SLOWLOG) and cs.thread_pool_size:
             table["thread_group"] = (table["conn_id"].astype("Int64") % int(cs.thread_pool_size)).astype("Int64")
-    for w in join.warnings:
-        note(w)
-    slow_info.update(join.stats)
-    slow_info["used"] = join.used
+    joined_info(slow_info, join, note)
     del join  # its per-row arrays (the joined entry, the Query_time, the undecided marks): read by now
     if decomposed is not None:
         decomposed(table)
@@ -176,6 +181,15 @@ def explain_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, m
     for w in view.warnings:
         note(w if len(cs.of("db")) <= 1 else f"{point}: {w}")
     return table, ServerPart(point, view, slow_info)
+
+
+def joined_info(slow_info: dict, join, note) -> None:
+    """summary.json → slow_log of a DB point: `slow_info` (the file, what its reading said) with the join's counts
+    (`join`, slowlog.join's result; without a slow log its empty one); the join's warnings to `note`."""
+    for w in join.warnings:
+        note(w)
+    slow_info.update(join.stats)
+    slow_info["used"] = join.used
 
 
 def conn_id_sources_of(table: pd.DataFrame, filled: dict[str, str]) -> pd.Categorical:

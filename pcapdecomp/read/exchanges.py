@@ -123,6 +123,27 @@ class Extraction:
         table = self._tables[name]
         return table if isinstance(table, pa.Table) else None
 
+    def _exchange_rows(self) -> int:
+        """The exchanges' count, from the spill's bucket counts while the table is spilled (not read back for it)."""
+        spilled = self._tables["exchanges"]
+        if isinstance(spilled, Spill):
+            return int(spilled.rows.sum())
+        table = self.arrow("exchanges")
+        return table.num_rows if table is not None else len(self.exchanges)
+
+    def _problem_lists(self) -> list[tuple]:
+        """(problem list, rows) of the exchanges: counted over the few distinct lists, not the rows; from the
+        spill's buckets, a batch at a time, while the table is spilled (not read back for it)."""
+        spilled = self._tables["exchanges"]
+        if isinstance(spilled, Spill):
+            return list(_problem_counts(b.column("problems") for bucket in range(len(spilled.rows))
+                                        for b in spilled.bucket(bucket)).items())
+        exchanges = self.arrow("exchanges")
+        if exchanges is not None:
+            return list(_problem_counts(exchanges.column("problems").chunks).items()) if exchanges.num_rows else []
+        exchanges = self.exchanges
+        return list(exchanges["problems"].value_counts().items()) if len(exchanges) else []
+
     def quality(self) -> dict:
         """Capture-quality summary: every frame and MySQL byte accounted for."""
         s = self.stats
@@ -136,7 +157,7 @@ class Extraction:
             total = lambda col: int(c[col].sum()) if len(c) else 0  # noqa: E731
             rows = len(c)
             tls_modes = Counter(v for v in c["tls_mode"].tolist() if isinstance(v, str))
-        exchanges = self.arrow("exchanges")
+        problems = self._problem_lists()
         return {
             "file": self.capture,
             "format": s.format,
@@ -161,7 +182,7 @@ class Extraction:
             "midstream_connections": total("midstream"),
             "tls_connections": total("tls"),
             **{f"tls_{mode}_connections": tls_modes.get(mode, 0) for mode in ("decrypted", "timed", "unreadable")},
-            "exchanges": exchanges.num_rows if exchanges is not None else len(self.exchanges),
+            "exchanges": self._exchange_rows(),
             "gaps": total("gaps"),
             "gaps_forced": self.gaps_forced,
             "gap_bytes": total("gap_bytes"),
@@ -173,9 +194,8 @@ class Extraction:
             "tls_timed_bytes": total("tls_timed_bytes"),
             "tls_unreadable_bytes": total("tls_bytes") - total("tls_decrypted_bytes") - total("tls_timed_bytes"),
             "violations": total("violations"),
-            "out_of_range": _with_problem(exchanges if exchanges is not None else self.exchanges, "out-of-range"),
-            "retransmission_conflicts": _with_problem(exchanges if exchanges is not None else self.exchanges,
-                                                      "retransmission-conflict"),
+            "out_of_range": _with_problem(problems, "out-of-range"),
+            "retransmission_conflicts": _with_problem(problems, "retransmission-conflict"),
             "other_tcp_bytes": self.other_tcp_bytes,
             # share of the MySQL connections' byte streams that were read (the rest: never captured, skipped while
             # resynchronising, or encrypted and neither decrypted nor timed)
@@ -185,21 +205,20 @@ class Extraction:
         }
 
 
-def _with_problem(exchanges: pd.DataFrame | pa.Table, problem: str) -> int:
-    """Exchanges whose `problems` name `problem` (counted over the few distinct problem lists, not the rows)."""
-    if not len(exchanges):
-        return 0
-    if isinstance(exchanges, pa.Table):  # dictionary-coded text: the codes counted, chunk by chunk
-        counter: Counter = Counter()
-        for chunk in exchanges.column("problems").chunks:
-            counted = call_function("value_counts", [chunk.indices])
-            texts = chunk.dictionary.to_pylist()
-            for code, n in zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist()):
-                if code is not None:
-                    counter[texts[code]] += n
-        counts = counter.items()
-    else:
-        counts = exchanges["problems"].value_counts().items()
+def _problem_counts(chunks) -> Counter:
+    """Each problem list's rows, from dictionary-coded `problems` chunks (the codes counted, chunk by chunk)."""
+    counter: Counter = Counter()
+    for chunk in chunks:
+        counted = call_function("value_counts", [chunk.indices])
+        texts = chunk.dictionary.to_pylist()
+        for code, n in zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist()):
+            if code is not None:
+                counter[texts[code]] += n
+    return counter
+
+
+def _with_problem(counts, problem: str) -> int:
+    """Exchanges whose `problems` name `problem`, from the rows of each problem list (Extraction._problem_lists)."""
     return int(sum(n for text, n in counts if text is not None and problem in str(text).split(",")))
 
 

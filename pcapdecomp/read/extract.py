@@ -218,8 +218,9 @@ def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, n
                           extractions[n_app + n_db:], points,
                           {"app": qualities[:n_app], "dbs": qualities[n_app:n_app + n_db],
                            "proxy": qualities[n_app + n_db:]}, tls_secrets)
-    if memory is not None:  # before the stages that hold the memory
-        memory.check(counts_of(extracted), _span_ns(extractions))
+    if memory is not None:  # before the stages that hold the memory (spilled: the partitioned run's peak; a set it
+        # turns out not to take is checked again as analysed in memory, run/spilled.py)
+        memory.check(counts_of(extracted), span_ns(extractions), partitioned=spill is not None)
     return extracted
 
 
@@ -235,7 +236,7 @@ def counts_of(x: Extracted) -> Counts:
                   repaired_bytes=sum(q["mysql_bytes"] for q in every if q["gaps"]) if repairs else 0)
 
 
-def _span_ns(extractions: list[Extraction]) -> int | None:
+def span_ns(extractions: list[Extraction]) -> int | None:
     """The captures' time span, first frame to last (None when no frame had a time)."""
     firsts = [x.stats.first_ts_ns for x in extractions if x.stats.first_ts_ns is not None]
     lasts = [x.stats.last_ts_ns for x in extractions if x.stats.last_ts_ns is not None]

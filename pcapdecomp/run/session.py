@@ -50,6 +50,7 @@ class Options:
     scheduler_tls: str | None = None  # "CA,CERT,KEY" for a tls:// scheduler
     command_line: str | None = None  # as the report shows it
     memory: str | None = None  # the process tree's memory bound (8G, 800M…); None: capture.toml's, else the default
+    spill: Path | None = None  # --spill DIR: the partitioned run, its partitions in a folder of its own in DIR
 
 
 @dataclass
@@ -135,6 +136,10 @@ class Run:
 
     def __exit__(self, *exc) -> bool:
         return self._stack.__exit__(*exc)
+
+    def at_exit(self, callback: Callable[[], None]) -> None:
+        """`callback()` when the run ends, whatever the end (before the output folder's own exit)."""
+        self._stack.callback(callback)
 
     def note(self, message: str) -> None:
         """A warning: into summary.json, and on the terminal unless --quiet."""

@@ -1,0 +1,410 @@
+"""`analyze --spill DIR`: the partitioned run (docs/partitioned.md §5 step 7). The captures spill their exchanges
+into buckets in a folder of the run's own inside DIR (read/spill.py), and the analysis reads them a partition at a
+time: the connection step, the clocks and the connection names from the spill (pair.match.spilled_connection_step,
+pair.clocks.spilled_clocks, explain.partitioned.spilled_naming), the joined rows (7a: PairedPartitions), the
+decomposition (7b: DecomposedPartitions), the thread-pool view, exchanges.parquet by the k-way merge of the
+partitions' sorted runs (core.outputs.write_merged), groups.parquet and pool.parquet; then summary.json and
+report.html by today's code (explain.servers.summary_of, render.report.render_page) from a projection of
+exchanges.parquet read back: only the LATE_COLUMNS they read. Every file is the in-memory run's.
+
+What is held across partitions: the row keys (7 int64 a row, for the merge), the thread-pool view's columns
+(VIEW_COLUMNS, in row order: thread_pool_view reads them as it reads the whole table) and where each row went
+(its partition and its row there); the partitions' rows are in files, read back a slice at a time by the writer.
+
+A set this run does not take (`refusal`, before any capture is read; explain.partitioned.NotPartitionable after
+the extraction or in the decomposition) is analysed in memory, as without --spill, after one line on the terminal
+("--spill: …; analysed in memory"); the run never fails because of --spill. The folder made inside DIR is removed
+when the run ends, whatever the end."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..core.console import warn
+from ..core.errors import UsageError
+from ..core.memory import map_big_blocks, release_memory
+from ..core.outputs import SortedRun, StoredRows, merged_order, write_merged, write_table
+from ..core.schema import ANALYSIS_COLUMNS, CATEGORY, EXCHANGE_COLUMNS
+from ..core.tables import concat, frame, held, with_declared_dtypes
+from ..read.captureset import CaptureSet
+from ..read.extract import Extracted
+
+EXCHANGES = (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS)
+# what explain.threadpool.thread_pool_view reads of the table (its timeline, the stall summaries' counts, Refs'
+# references): gathered from the partitions in row order (the stalls are numbered, the victims sampled and the
+# references listed by row position)
+VIEW_COLUMNS = ("capture", "conn_index", "seq", "server", "conn_id", "thread_group", "query_id", "command", "sql",
+                "app_req_ts", "db_req_ts", "db_resp_ts", "total_s", "server_s", "exec_s", "exec_source", "queue_s",
+                "queue_source", "queue_min_s", "in_slow_log", "slow_log_line", "hidden_slow", "understated")
+# what summary.json and report.html are made of (explain.servers.summary_of, render.report.render_page and what
+# they call): the columns of exchanges.parquet read back for them; tests/test_spill_run.py fails when they read
+# another one
+LATE_COLUMNS = ("capture", "conn_index", "conn_id", "client", "server", "seq", "command", "sql", "params", "fingerprint",
+                "query_id", "req_first_ts", "resp_last_ts", "req_first_frame", "resp_last_frame", "response_s",
+                "result", "error_code", "error_message", "rows", "bytes_resp", "server_flag_slow", "user", "db",
+                "seen", "match_notes", "db_client", "conn_id_source", "db_req_first_frame", "db_resp_last_frame",
+                "app_req_ts", "app_resp_ts", "db_req_ts", "db_resp_ts", "total_s", "server_s", "network_s",
+                "net_req_s", "net_resp_s", "bounded", "pipelined_s", "exec_s", "exec_source", "queue_s",
+                "queue_source", "queue_min_s", "in_slow_log", "slow_log_line", "hidden_slow", "understated",
+                "thread_group", "stall", "stall_role", "proxy_match", "front_conn_id", "proxy_front_req_ts",
+                "proxy_back_req_ts", "proxy_back_resp_ts", "proxy_front_resp_ts", "net_app_proxy_s", "proxy_s",
+                "proxy_wait_s", "net_proxy_db_s")
+STORED_ROWS = 4096  # rows of a partition in one file of its stored rows (one file of each is held while written)
+VIEW_ROW_COLUMNS = ("thread_group", "stall", "stall_role", "queue_source")  # what the view sets per row
+
+
+def refusal(cs: CaptureSet, csv: bool, partitioned: bool, scheduler: str | None) -> str | None:
+    """Why the partitioned run does not take this set, from the set and the options alone (before a capture is
+    read); None when it may (the extraction may still find frames lost: NotPartitionable)."""
+    if cs.slow_logs:  # the one check to drop when the slow-log join runs per connection
+        return "a slow log: its join per connection is not partitioned yet"
+    if cs.of("proxy") or cs.proxy_servers:
+        return "a proxy: its two sides are different TCP connections, paired across connections"
+    if not cs.of("db"):
+        return "no DB capture: the partitioned run reads a DB point, alone or paired with an app point"
+    if len(cs.of("db")) > 1:
+        return f"{len(cs.of('db'))} DB points: the thread-pool view per server is not partitioned yet"
+    if len(cs.of("app")) > 1:
+        return f"{len(cs.of('app'))} app points: not partitioned yet"
+    if scheduler is not None:
+        return "a Dask scheduler: the extraction spills on this machine only"
+    if csv or partitioned:
+        return f"{'--csv' if csv else '--partitioned'} writes the whole table at once"
+    return None
+
+
+def fall_back(quiet: bool, why: str) -> None:
+    """The one line that says --spill was not followed (on the terminal only: the outputs are the in-memory run's,
+    byte for byte)."""
+    if not quiet:
+        warn(f"--spill: {why}; analysed in memory")
+
+
+class SpillFolder:
+    """The run's own folder inside the user's --spill DIR (made there, DIR made when missing; DIR itself is never
+    removed: it may be a scratch disk's mount point), removed with everything in it by `close()`. A DIR where no
+    folder can be made is a user mistake (UsageError), found before any capture is read."""
+
+    def __init__(self, parent: Path):
+        try:
+            Path(parent).mkdir(parents=True, exist_ok=True)
+            self.path = Path(tempfile.mkdtemp(prefix="pcapdecomp-spill-", dir=parent))
+        except OSError as err:
+            raise UsageError(f"--spill {parent}: cannot write there ({err.strerror or err})") from None
+
+    def close(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+class _StoredPartition(StoredRows):
+    """A partition's final rows in files of STORED_ROWS rows (pickled DataFrames: their dtypes and categories kept
+    exactly, written and read by this run in its own folder), read back a file at a time; the thread-pool view's
+    per-row columns are set on each slice as it is read (`view`: _RowsOfView)."""
+
+    def __init__(self, folder: Path, table: pd.DataFrame, view: _RowsOfView | None = None):
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder, self.n, self.view = folder, len(table), None
+        self._empty = table.iloc[:0].copy()
+        for k, start in enumerate(range(0, self.n, STORED_ROWS)):
+            with open(folder / f"{k:06d}.pkl", "wb") as f:
+                pickle.dump(table.iloc[start:start + STORED_ROWS].reset_index(drop=True), f,
+                            protocol=pickle.HIGHEST_PROTOCOL)
+        self._held: tuple[int, pd.DataFrame] | None = None
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _file(self, k: int) -> pd.DataFrame:
+        if self._held is None or self._held[0] != k:
+            with open(self.folder / f"{k:06d}.pkl", "rb") as f:
+                self._held = (k, pickle.load(f))
+        return self._held[1]
+
+    def rows(self, first: int, end: int) -> pd.DataFrame:
+        parts = [self._file(k).iloc[max(first - k * STORED_ROWS, 0):end - k * STORED_ROWS]
+                 for k in range(first // STORED_ROWS, (end - 1) // STORED_ROWS + 1)]
+        rows = concat(parts) if len(parts) > 1 else parts[0].reset_index(drop=True)
+        return self.view.applied(rows, first) if self.view is not None else rows
+
+    def empty(self) -> pd.DataFrame:
+        return self.view.applied(self._empty, 0) if self.view is not None else self._empty
+
+
+@dataclass
+class _RowsOfView:
+    """The thread-pool view's per-row columns of one partition (explain.servers.explain_server sets them on the
+    whole table): thread_group from the size the view took, and at the partition's rows it names (sorted) the
+    stall, the role and the likely waits it found unheld (queue_source 'estimated')."""
+
+    size: int | None
+    stall_rows: np.ndarray
+    stall_ids: np.ndarray
+    role_rows: np.ndarray
+    roles: np.ndarray
+    roles_present: bool  # any stall in the view: stall_role is a category of the roles, else of nothing
+    unheld_rows: np.ndarray
+
+    def applied(self, t: pd.DataFrame, first: int) -> pd.DataFrame:
+        n = len(t)
+        t = t.copy(deep=False)
+        conn = t["conn_id"].astype("Int64")
+        t["thread_group"] = (conn % int(self.size)).astype("Int64") if self.size else \
+            pd.Series(pd.NA, index=t.index, dtype="Int64")
+        stall = np.full(n, -1, np.int64)
+        at = _within(self.stall_rows, first, n)
+        stall[self.stall_rows[at] - first] = self.stall_ids[at]
+        t["stall"] = pd.Series(stall, dtype="Int64").where(stall >= 0)
+        role = np.full(n, None, dtype=object)
+        at = _within(self.role_rows, first, n)
+        role[self.role_rows[at] - first] = self.roles[at]
+        t["stall_role"] = pd.Series(role, dtype="object").astype("category") if self.roles_present else \
+            pd.Series(pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8),
+                                                dtype=pd.CategoricalDtype(pd.Index([], dtype=object))))
+        at = _within(self.unheld_rows, first, n)
+        if len(self.unheld_rows):
+            values = t["queue_source"].astype(object).to_numpy(copy=True)
+            values[self.unheld_rows[at] - first] = "estimated"
+            t["queue_source"] = pd.Categorical(values, categories=sorted({*t["queue_source"].cat.categories,
+                                                                          "estimated"}))
+        return with_declared_dtypes(t, EXCHANGES)
+
+
+def _within(rows: np.ndarray, first: int, n: int) -> np.ndarray:
+    """The positions of sorted `rows` that fall in first … first + n − 1."""
+    return np.arange(np.searchsorted(rows, first), np.searchsorted(rows, first + n))
+
+
+def _present(t: pd.DataFrame, present: dict[str, set]) -> None:
+    """The values of each categorical column of `t` that occur, added to `present`."""
+    for name, column in t.items():
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            codes = column.cat.codes.to_numpy()
+            present.setdefault(name, set()).update(column.cat.categories[np.unique(codes[codes >= 0])].tolist())
+
+
+def _side_categories(points) -> dict[str, list]:
+    """Each categorical extraction column's categories of a side's table (its points' tables concatenated: the
+    union of the batches' dictionaries, as tables._categorical unifies them, unused entries included), from the
+    spilled buckets; {} for a side without a capture."""
+    names = [c.name for c in EXCHANGE_COLUMNS if c.dtype == CATEGORY]
+    values: dict[str, set] = {}
+    for x in points:
+        for bucket in range(len(x.spill.rows)):
+            for batch in x.spill.bucket(bucket):
+                for name in names:
+                    column = batch.column(name)
+                    held_values = column.dictionary if hasattr(column, "dictionary") else column.unique()
+                    values.setdefault(name, set()).update(v for v in held_values.to_pylist() if v is not None)
+    return {name: sorted(values.get(name, ())) for name in names} if points else {}
+
+
+def spill_folder(run, cs: CaptureSet) -> Path | None:
+    """The run's folder in --spill DIR (a DIR it cannot write: UsageError, before any capture is read), removed when
+    the run ends; None when the set is analysed in memory (`refusal`, said in one line)."""
+    o = run.options
+    folder = SpillFolder(o.spill)
+    why = refusal(cs, o.csv, o.partitioned, o.scheduler)
+    if why is not None:
+        folder.close()
+        fall_back(o.quiet, why)
+        return None
+    run.at_exit(folder.close)
+    return folder.path
+
+
+def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):
+    """The partitioned run of `cs`, extracted into `folder` (x): its outputs written and committed, the
+    run.session.AnalysisResult; None when the set is not partitionable after all (said in one line: the caller
+    analyses `x` in memory, its tables read back from the spill)."""
+    from ..explain.partitioned import NotPartitionable, check_partitionable
+
+    notes: list[str] = []  # told once the run is sure to be partitioned: a fallback tells them again itself
+    try:
+        check_partitionable(x.app, x.db, x.proxy, cs.proxy_servers)
+        made = _partitioned(run, cs, x, folder, notes.append)
+    except NotPartitionable as why:
+        fall_back(run.options.quiet, str(why))
+        if run.memory is not None:  # the bound was checked for the partitioned run: now the in-memory one's
+            from ..read.extract import counts_of, span_ns
+
+            run.memory.check(counts_of(x), span_ns(x.all))
+        return None
+    for message in notes:
+        run.note(message)
+    paired, server, runs, categories = made
+    del made
+    return _finish(run, cs, x, paired, server, runs, categories)
+
+
+def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
+    """Up to the thread-pool view: (the stand-in Paired, the ServerPart, the stored runs, the categories)."""
+    from ..explain.partitioned import NotPartitionable, PairedPartitions, spilled_naming
+    from ..explain.partitioned_decompose import DecomposedPartitions
+    from ..explain.servers import LONG_QUERY_TIME_UNKNOWN, joined_info, output_categories
+    from ..explain.summary import ServerPart
+    from ..explain.threadpool import thread_pool_view
+    from ..pair.match import Matching, spilled_connection_step
+    from ..pair.pairing import AFTER_THE_REPAIR_BYTES, Paired
+    from ..slowlog.join import join_slow_log
+
+    app, db = x.app, x.db
+    app_rows, db_rows = sum(int(a.spill.rows.sum()) for a in app), sum(int(d.spill.rows.sum()) for d in db)
+    if not app_rows + db_rows:  # no partition to make (the in-memory run of nothing costs nothing)
+        raise NotPartitionable("no exchange in the captures")
+    step = spilled_connection_step(app, db) if app else None
+    rows = PairedPartitions(app, db, step, {})  # the clocks and the names are set below, before a run is made
+    first = rows.first_pass
+    if run.lean:  # as pair_points: the extraction is done (no repair: a set with frames lost is not partitioned)
+        map_big_blocks(AFTER_THE_REPAIR_BYTES)
+    if app and db and first.matched == 0 and app_rows and db_rows:
+        note("no exchange was seen at both points: are these captures of the same traffic and time?")
+    clocks, clock_info = {}, {}
+    if app and len(step.connections):
+        from ..pair.clocks import spilled_clocks
+
+        clocks, clock_info = spilled_clocks(x.app_points, x.db_points, app, db, step.connections, None, run.jobs,
+                                            note)
+    run.ahead.end()
+    id_sources, named, (app_conns, db_conns) = spilled_naming(cs.processlist, {p.name: p for p in cs.points}, app,
+                                                              db, note)
+    rows.clocks, rows.id_sources, rows.named = clocks, id_sources, named
+    if cs.long_query_time is None:
+        note(LONG_QUERY_TIME_UNKNOWN)
+    decomposed = DecomposedPartitions(rows, cs.long_query_time, cs.thread_pool_size, folder / "narrow")
+
+    # the decomposed partitions: stored, their keys and their view columns kept, the values present gathered
+    stored, keys, views, present = [], [], [], {}
+    for p, part in enumerate(decomposed):
+        t = with_declared_dtypes(part.table, tuple(c for c in EXCHANGES if c.name in part.table.columns))
+        stored.append(_StoredPartition(folder / "rows" / f"{p:04d}", t))
+        keys.append(part.key)
+        # a copy: a selection would share (and keep) the partition's blocks of several columns
+        views.append(t[[c for c in VIEW_COLUMNS if c in t.columns]].copy())
+        _present(t, present)
+        del part, t
+        release_memory()
+    total = sum(len(k) for k in keys)
+    matched_rows = first.matched > 0
+    categories = output_categories(_side_categories(app), _side_categories(db),
+                                   {**{k: sorted(v) for k, v in present.items()}, "stall_role": []},
+                                   db_only_rows=first.db_only > 0, matched_rows=matched_rows,
+                                   statements_from_db=rows.statements_from_db)
+
+    # the view of the whole table, from its view columns in row order
+    run_of, row_of = _merged_places(keys)
+    offsets = np.concatenate([[0], np.cumsum([len(k) for k in keys])])
+    gathered = concat([_recoded_view(v, categories) for v in views]) if views else frame([], ())
+    del views
+    table = gathered.take(offsets[run_of] + row_of).reset_index(drop=True)
+    del gathered
+    release_memory()
+    point = x.db[0].capture
+    join = join_slow_log(pd.DataFrame(index=pd.RangeIndex(total)), None, str(None))
+    slow_info: dict = {"file": None, "used": False}
+    joined_info(slow_info, join, note)
+    del join
+    view = thread_pool_view(table, cs.thread_pool_size)
+    del table
+    for w in view.warnings:
+        note(w)
+    size = view.thread_pool_size["value"]
+    stall = view.stall.to_numpy(dtype="float64", na_value=np.nan)
+    role = view.stall_role.astype(object).to_numpy()
+    unheld = np.flatnonzero(view.queue_source.astype(object).to_numpy() == "estimated") \
+        if view.queue_source is not None else np.zeros(0, np.int64)
+    with_stall, with_role = np.flatnonzero(~np.isnan(stall)), np.flatnonzero(pd.notna(role))
+    for p, part in enumerate(stored):
+        s, r, u = (_of_run(places, p, run_of, row_of) for places in (with_stall, with_role, unheld))
+        part.view = _RowsOfView(size, row_of[s], stall[s].astype(np.int64), row_of[r], role[r],
+                                bool(view.stall_members), row_of[u])
+    # the per-row columns are the partitions' now (nothing later reads them of the view): not held to the end
+    view.thread_group = view.stall = view.stall_role = view.queue_source = None
+    if len(unheld):  # the view's column: the likely labels of before and 'estimated', the values present sorted
+        categories["queue_source"] = sorted({*categories["queue_source"], "estimated"})
+    categories["stall_role"] = sorted(set(role[with_role].tolist()))
+    del run_of, row_of, stall, role
+    matching = Matching(None, None, None, step.connections if step is not None else frame([], ()), rows.stats())
+    paired = Paired(None, None, app_conns, db_conns, matching, clocks, clock_info, app[0].capture if app else None,
+                    None, None, id_sources, None, None, None)
+    return paired, ServerPart(point, view, slow_info), [SortedRun(s, k) for s, k in zip(stored, keys)], categories
+
+
+def _of_run(places: np.ndarray, run: int, run_of: np.ndarray, row_of: np.ndarray) -> np.ndarray:
+    """Of the row positions `places`, those of partition `run`, by their row in it."""
+    at = places[run_of[places] == run]
+    return at[np.argsort(row_of[at], kind="stable")]
+
+
+def _merged_places(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of the merged order (exchanges.parquet's): its run and its row in that run."""
+    pieces = list(merged_order(keys))
+    if not pieces:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate([r for r, _ in pieces]), np.concatenate([w for _, w in pieces])
+
+
+def _recoded_view(view: pd.DataFrame, categories: dict[str, list]) -> pd.DataFrame:
+    """A partition's view columns with the file's categories (so that the partitions' columns concatenate as one
+    categorical of them, as the whole table's)."""
+    changed = {name: column.cat.set_categories(pd.Index(categories[name], dtype="str"))
+               for name, column in view.items() if isinstance(column.dtype, pd.CategoricalDtype)}
+    return view.assign(**changed) if changed else view
+
+
+def read_projection(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    """`columns` of the exchanges.parquet this run wrote, as the in-memory table holds them: the text columns as
+    categoricals of the file's dictionaries (every row group's page is the column's whole list, in its order), the
+    others in the form `analyze` holds them in (core.tables.held: int32 where whole numbers fit, one stored value
+    where every row holds it)."""
+    import pyarrow.parquet as pq
+
+    text = {c.name for c in EXCHANGES if c.dtype == CATEGORY}
+    # a column at a time, each Arrow column let go once it is pandas': the projection is held once, beside one
+    # column's Arrow form (the whole file read at once held both)
+    table = None
+    for name in columns:
+        column = pq.ParquetFile(path, read_dictionary=[name] if name in text else None).read(
+            columns=[name], use_pandas_metadata=True).to_pandas(self_destruct=True)[name]
+        column = held(column)
+        if table is None:
+            table = column.to_frame()
+        else:
+            table[name] = column
+        del column
+        release_memory()  # the column's Arrow form and its declared width, back before the next column is read
+    return table
+
+
+def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[SortedRun], categories: dict[str, list]):
+    """exchanges.parquet (the merge), groups.parquet, pool.parquet, then summary.json and report.html from the
+    projection read back; committed as one set (run.session.Run.finish's, one after the other). `runs` is emptied
+    once the file is written (their keys and read buffers are not held through the late stage)."""
+    from ..explain.servers import Explained, server_tables, summary_of
+    from ..render.report import render_page, write_page
+    from .session import AnalysisResult, _write_summary
+
+    out = run.folder.staging
+    write_merged(runs, out / "exchanges.parquet", categories)
+    runs.clear()
+    release_memory()
+    groups, pool = server_tables([server])
+    write_table(groups, out / "groups.parquet")
+    write_table(pool, out / "pool.parquet")
+    exchanges = read_projection(out / "exchanges.parquet", LATE_COLUMNS)
+    explained = Explained(exchanges, groups, pool, [server])
+    summary = summary_of(cs, x, paired, explained, run.warnings, None)
+    names = ["exchanges.parquet", "groups.parquet", "pool.parquet", _write_summary(out, summary)]
+    conns = {"app": paired.app_conns, "db": paired.db_conns}
+    page = render_page(summary, exchanges, server.view.groups, run.options.command_line, conns, server.view.pool)
+    names.append("report.html")
+    write_page(out / "report.html", page)
+    run.children.close()
+    run.folder.commit()
+    return AnalysisResult(run.out, exchanges, groups, summary, [run.out / name for name in names], run.warnings)
