@@ -298,7 +298,8 @@ def analyze(
                              "pcapdecomp expands it, not the shell")
         if memory is not None:
             parse_size(memory, "--memory")  # a mistake costs a second, not an extraction
-        window = window_of(since, until, time_zone(slow_log_tz))  # as the memory: refused before any work
+        # as the memory: refused before any work (the zone's import, only for a window)
+        window = window_of(since, until, time_zone(slow_log_tz)) if since or until else None
         if scheduler_tls is not None and scheduler is None:  # else the run would read on one machine, without TLS
             raise UsageError("--scheduler-tls is for a tls:// scheduler address: give it with --scheduler "
                              "tls://HOST:PORT")
