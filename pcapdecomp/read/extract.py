@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.console import capture_problems, progress_bar
-from ..core.memory import Counts, MemoryBound
 from ..core.errors import UsageError
+from ..core.memory import Counts, MemoryBound
 from ..core.window import Window, iso_text
 from ..core.workers import worker_pool
 from . import fastlane
