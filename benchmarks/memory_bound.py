@@ -39,9 +39,9 @@ import json, os, sys
 from pcapdecomp.core import memory
 seen, path = {}, sys.argv[1]
 check = memory.MemoryBound.check
-def wrapped(self, counts, span_ns=None, partitioned=False):
+def wrapped(self, counts, *rest, **given):  # (span_ns, window: as each tree's check takes them)
     try:
-        return check(self, counts, span_ns, partitioned)
+        return check(self, counts, *rest, **given)
     finally:
         seen.update(predicted=self.predicted, start=self.start, jobs=self.jobs, limit=self.limit,
                     counts=vars(counts))

@@ -216,6 +216,15 @@ def analyze(
     slow_log_tz: Optional[str] = typer.Option(
         None, "--slow-log-tz", help="Time zone of zoneless slow-log times, e.g. Europe/Berlin (default UTC)."
     ),
+    since: Optional[str] = typer.Option(
+        None, "--since", metavar="TIME",
+        help="Analyse a time window of the captures: keep the exchanges whose request began at or after TIME "
+             "(ISO 8601, 2026-11-27T10:00:06Z; without a zone in --slow-log-tz's, else UTC; or epoch seconds), "
+             "each capture point by its own clock. Every capture is still read whole, so connections opened and "
+             "statements prepared before the window are known in it; memory follows the window (docs/scale.md)."),
+    until: Optional[str] = typer.Option(
+        None, "--until", metavar="TIME",
+        help="The window's end: keep the exchanges whose request began before TIME (as --since)."),
     long_query_time: Optional[float] = typer.Option(None, "--long-query-time", help="The server's long_query_time, seconds."),
     thread_pool_size: Optional[int] = typer.Option(None, "--thread-pool-size", help="The server's thread_pool_size (thread group = conn_id mod N)."),
     processlist: Optional[Path] = typer.Option(
@@ -282,7 +291,9 @@ def analyze(
     _one_blas_thread()
     from .core.errors import UsageError
     from .core.memory import parse_size
+    from .core.window import window_of
     from .read.captureset import capture_set as capture_set_of
+    from .read.captureset import time_zone
 
     with _imports_uncollected():
         # the capture set is made (and a mistake in it refused) before the stages, pandas and pyarrow are imported
@@ -293,6 +304,8 @@ def analyze(
                              "pcapdecomp expands it, not the shell")
         if memory is not None:
             parse_size(memory, "--memory")  # a mistake costs a second, not an extraction
+        # as the memory: refused before any work (the zone's import, only for a window)
+        window = window_of(since, until, time_zone(slow_log_tz)) if since or until else None
         if scheduler_tls is not None and scheduler is None:  # else the run would read on one machine, without TLS
             raise UsageError("--scheduler-tls is for a tls:// scheduler address: give it with --scheduler "
                              "tls://HOST:PORT")
@@ -304,7 +317,7 @@ def analyze(
         cs = capture_set_of(folders[0] if folders else None, app=app_captures, db=db_capture, slow_log=slow_log,
                             long_query_time=long_query_time, thread_pool_size=thread_pool_size, servers=server,
                             proxy=proxy_captures, proxy_servers=proxy_server, processlist=processlist,
-                            tls_keylog=tls_keylog, server_settings=settings)
+                            tls_keylog=tls_keylog, server_settings=settings, window=window)
         from .analysis import Options
         from .analysis import analyze as run_analysis
     options = Options(jobs=jobs, quiet=quiet, csv=csv, partitioned=partitioned, slow_log_tz=slow_log_tz,

@@ -73,7 +73,7 @@ def test_a_bound_far_below_the_need_refuses_and_leaves_the_output_folder_as_it_w
     line = _one_line_exit_2(run("analyze", str(HOGS), "--memory", "20M", "-q", "-o", str(out)))
     assert "more than the bound of 20 MiB (--memory 20M)" in line
     assert "--memory" in line and "nothing written" in line
-    assert "editcap" not in line  # below what any analysis takes: a shorter capture would not fit either
+    assert "--since" not in line  # below what any analysis takes: a shorter window would not fit either
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     assert (out / "notes.txt").read_text() == "mine"
     _one_line_exit_2(run("analyze", str(HOGS), "--memory", "20M", "-q", "-o", str(tmp_path / "fresh")))
@@ -120,7 +120,8 @@ def test_the_counts_check_names_the_exchanges_the_capture_set_holds(tmp_path, mo
         extract_points(cs, 1, True, 1 << 20, lambda _: None, memory=bound(-1))
     text = str(refused.value)
     assert f"for {counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB, " in text
-    assert "(the test's bound)" in text and "nothing written" in text and "editcap -A" in text
+    assert "(the test's bound)" in text and "nothing written" in text and "--since T --until T" in text
+    assert "editcap" not in text  # a cut file loses the connections' state: the option keeps it
     # a need a byte above the bound: the two sizes are written apart, and the window is shorter than the capture
     need, bound_text = re.search(r"need up to about (.+?) of memory .*more than the bound of (.+?) \(", text).groups()
     assert need != bound_text, text

@@ -675,11 +675,12 @@ def test_the_reread_without_a_file_gives_what_the_python_reread_gives(tmp_path, 
     app, db = _lossy(tmp_path, 0.05, 41, "db")
     calls, real_reread = [], repair.reread
 
-    def both(path, jobs, pieces, servers, max_sql_bytes, scanned=None, tls_secrets=None):
-        natively = real_reread(path, jobs, pieces, servers, max_sql_bytes, scanned, tls_secrets)
+    def both(path, jobs, pieces, servers, max_sql_bytes, scanned=None, tls_secrets=None, window=None):
+        natively = real_reread(path, jobs, pieces, servers, max_sql_bytes, scanned, tls_secrets, window)
         with monkeypatch.context() as m:
             m.setattr(repair.fastlane, "excerpt_scan", lambda *args: None)  # the lane "cannot read" the capture
-            in_python = real_reread(path, jobs, pieces, servers, max_sql_bytes, tls_secrets=tls_secrets)
+            in_python = real_reread(path, jobs, pieces, servers, max_sql_bytes, tls_secrets=tls_secrets,
+                                    window=window)
         calls.append((path, natively, in_python))
         return natively
 

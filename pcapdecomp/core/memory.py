@@ -367,26 +367,33 @@ class MemoryBound:
                          f"programs {size_text(self.start)}, its fixed part {size_text(COST_FIXED)})",
                          self.start + COST_FIXED, None, window_helps=False)
 
-    def check(self, counts: Counts, span_ns: int | None = None, partitioned: bool = False) -> None:
-        """Refuse `counts` when their predicted peak is above the bound. `span_ns`: the captures' time span, for
-        the window the message suggests; `partitioned`: the peak of analyze --spill's partitioned run."""
+    def check(self, counts: Counts, span_ns: int | None = None, window=None, partitioned: bool = False) -> None:
+        """Refuse `counts` when their predicted peak is above the bound. `span_ns`: the captures' time span (in
+        the window, when one was given: `window`, core.window), for the window the message suggests;
+        `partitioned`: the peak of analyze --spill's partitioned run."""
         self.predicted = predicted_peak(counts, self.jobs, self.start, partitioned)
         if self.limit is None or self.predicted <= self.limit:
             return
-        window = None
+        given, window = window, None
         share = (self.limit - self.start - COST_FIXED) / max(self.predicted - self.start - COST_FIXED, 1)
         if span_ns and share > 0:
             window = _duration_text(span_ns * share / 1e9)
         self._refuse(f"this analysis would need up to about {size_text(self.predicted, self.limit)} of memory for "
                      f"{counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB, "
-                     f"{counts.connections:,} connections, --jobs {self.jobs})", self.predicted, window)
+                     f"{counts.connections:,} connections, --jobs {self.jobs})", self.predicted, window,
+                     windowed=given is not None)
 
-    def watching(self, progress: Callable[[int, int, int], None] | None) -> Callable[[int, int, int], None]:
+    def watching(self, progress: Callable[[int, int, int], None] | None,
+                 window_share: Callable[[], float | None] | None = None) -> Callable[[int, int, int], None]:
         """The extraction's progress callback (`progress`, None when quiet) with the check of the memory the
         extraction's processes hold so far: now and then (WATCH_EVERY_S) their growth since the start (Pss of the
         process tree), times PEAK_OVER_EXTRACTION, as the least peak it leads to; refused when that is above the
         bound, or when its extrapolation to the whole capture is (beyond EXTRAPOLATE_AFTER of it, with
-        EXTRAPOLATION_MARGIN). So the extraction stops before it passes the bound itself."""
+        EXTRAPOLATION_MARGIN). So the extraction stops before it passes the bound itself. `window_share`: with
+        analyze --since/--until, the share of the window's time read so far (read.extract.window_share; None: an
+        open end): the rows held grow with it, not with the bytes read, so the extrapolation is to the window's
+        end (by the bytes, a window at the capture's start would be extrapolated as if every byte after it held
+        rows, and one at its end would look empty until it is read)."""
         if self.limit is None:
             return progress
         limit, start, clock = self.limit, tree_memory(), time.monotonic
@@ -401,7 +408,8 @@ class MemoryBound:
             looked = clock()
             grown = max(tree_memory() - start, 0)
             took = clock() - looked
-            share = done / total if total else 0.0
+            of_window = window_share() if window_share is not None else None
+            share = of_window if of_window is not None else done / total if total else 0.0
             now = self.start + COST_FIXED + grown * PEAK_OVER_EXTRACTION
             whole = self.start + COST_FIXED + grown / share * PEAK_OVER_EXTRACTION if share else now
             if now > limit or (share >= EXTRAPOLATE_AFTER and whole > limit * EXTRAPOLATION_MARGIN):
@@ -409,23 +417,27 @@ class MemoryBound:
                 fits = (limit - self.start - COST_FIXED) / max(need - self.start - COST_FIXED, 1)
                 self._refuse(f"this analysis would need at least about {size_text(need, limit)} of memory for about "
                              f"{int(grown / EXTRACTION_PER_EXCHANGE / (share if need > now else 1)):,} exchanges "
-                             f"(estimated from the {share:.0%} of the captures read so far, which hold "
-                             f"{size_text(grown)}{'; extrapolated to the whole' if need > now else ''})",
-                             need, f"{fits:.0%} of the capture's time" if fits > 0 else None, stopped_early=True)
+                             f"(estimated from the {share:.0%} of the "
+                             f"{'window' if of_window is not None else 'captures'} read so far, which hold "
+                             f"{size_text(grown)}"
+                             f"{'; extrapolated to the whole' if need > now else ''})",
+                             need, (f"{fits:.0%} of the {'window' if window_share else 'capture'}'s time"
+                                    if fits > 0 else None), stopped_early=True, windowed=window_share is not None)
             # a look reads every page table of the tree (milliseconds per GiB): at most WATCH_SHARE of the time
             next_look = clock() + max(WATCH_EVERY_S, took / WATCH_SHARE)
         return step
 
     def _refuse(self, need: str, need_bytes: int, window: str | None, stopped_early: bool = False,
-                window_helps: bool = True) -> None:
+                window_helps: bool = True, windowed: bool = False) -> None:
         """Stop the run: one line, what it needs, the bound and where it came from, and what to do (`window_helps`:
-        a shorter capture would fit; not so for a bound below what any analysis takes)."""
-        cut = 'editcap -A "YYYY-MM-DD HH:MM:SS" -B "YYYY-MM-DD HH:MM:SS" in.pcap out.pcap'
+        a shorter capture would fit; not so for a bound below what any analysis takes; `windowed`: the run had a
+        window already, --since/--until, so a shorter one is what would fit)."""
         more = (f"at least --memory {_round_up_text(need_bytes)}: the bound is checked again once the capture is read"
                 if stopped_early else f"e.g. --memory {_round_up_text(need_bytes)}")
-        window_text = (f", or analyse a time window{f' of at most {window}' if window else ''}: cut each capture "
-                       f"point with {cut} (the slow log needs no cut) and analyse the cut files"
-                       if window_helps else "")
+        window_text = (f", or analyse {'a shorter' if windowed else 'a'} time window"
+                       f"{f' of at most {window}' if window else ''}: --since T --until T (ISO 8601 or epoch "
+                       "seconds; the captures are still read whole for their connections' state, only that "
+                       "window's exchanges are kept)" if window_helps else "")
         raise MemoryBoundError(
             f"{need}, more than the bound of {size_text(self.limit, need_bytes)} ({self.source}); "
             f"{'stopped early, ' if stopped_early else ''}nothing written. Give it more with --memory ({more})"

@@ -68,6 +68,8 @@ def build(cs: CaptureSet, *, names: dict[str, list[str]], points: list[dict], qu
             "processlist": str(cs.processlist) if cs.processlist is not None else None,
             "tls_keylogs": [str(p) for p in cs.tls_keylogs],
         },
+        # analyze --since/--until: the time window whose exchanges were kept (absent without one)
+        **({"window": cs.window.summary()} if cs.window is not None else {}),
         "points": points,
         "captures": {"app": qualities["app"],
                      "db": qualities["dbs"][0] if qualities["dbs"] else None,

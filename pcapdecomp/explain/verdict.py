@@ -538,8 +538,11 @@ def _story(summary: dict, f: dict, sums: dict[str, tuple[int, float]], rows) -> 
     if est:
         bullets.append(est)
     if c["total"]:
-        bullets.append({"topic": "counts", "text": f"{c['total']} {plural(c['total'], 'exchange', 'exchanges')} "
-                                                    f"({c['seen_both']} seen at both points, "
+        window = summary.get("window")  # analyze --since/--until: the counts are the window's
+        within = (f" in the time window {window['since'] or 'from the start'} … {window['until'] or 'to the end'}"
+                  if window is not None else "")
+        bullets.append({"topic": "counts", "text": f"{c['total']} {plural(c['total'], 'exchange', 'exchanges')}"
+                                                    f"{within} ({c['seen_both']} seen at both points, "
                                                     f"{c['seen_app']} only at the app, {c['seen_db']} only at the DB)."})
     clock = summary.get("clock")
     if clock and clock.get("offset_s") is not None:

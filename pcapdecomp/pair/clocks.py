@@ -43,14 +43,15 @@ def pair_key(app: str, db: str) -> str:
 
 def fit_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: list, db_xs: list,
                app_ex: pd.DataFrame, db_ex: pd.DataFrame, app_conns: pd.DataFrame, db_conns: pd.DataFrame, matching,
-               runner, jobs: int, note, read_ahead: dict | None = None
+               runner, jobs: int, note, read_ahead: dict | None = None, around: tuple[int, int] | None = None
                ) -> tuple[dict[str, ClockModel], dict[str, dict]]:
     """One clock model per app point and DB point with matched connections, keyed by the app point (one DB point)
     or `pair_key` (several), and its summary.json → clocks entry. `read_ahead`: start_segment_passes's passes, used
-    for a point whose matched connections are the ones it read."""
+    for a point whose matched connections are the ones it read. `around`: with analyze --since/--until, the
+    window with its margin (core.window.Window.around): the samples are taken from it alone."""
     release_memory()  # what the matching freed (its candidates, the completed matching's making), before the passes
     return matched_clocks(app_pts, db_pts, app_x, db_xs, matching.connections, _conn_table(app_ex, app_conns),
-                          _conn_table(db_ex, db_conns), runner, jobs, note, read_ahead)
+                          _conn_table(db_ex, db_conns), runner, jobs, note, read_ahead, around)
 
 
 def spilled_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: list, db_xs: list,
@@ -66,9 +67,10 @@ def spilled_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_
 
 def matched_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: list, db_xs: list,
                    connections: pd.DataFrame, a_keys: pd.DataFrame, d_keys: pd.DataFrame, runner, jobs: int, note,
-                   read_ahead: dict | None) -> tuple[dict[str, ClockModel], dict[str, dict]]:
+                   read_ahead: dict | None, around: tuple[int, int] | None = None
+                   ) -> tuple[dict[str, ClockModel], dict[str, dict]]:
     """fit_clocks from the matched connection pairs (`connections`: app_conn, db_conn keys) and each side's
-    connections by key (`a_keys`, `d_keys`: key, capture, conn_index, client, server)."""
+    connections by key (`a_keys`, `d_keys`: key, capture, conn_index, client, server); `around`: fit_clocks'."""
     several = len(db_xs) > 1
     clocks: dict[str, ClockModel] = {}
     clock_info: dict[str, dict] = {}
@@ -82,12 +84,12 @@ def matched_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_
             mine = pairs[pairs[f"capture_{side}"] == x.capture]
             if len(mine):
                 calls.append((pt, _flows(mine.rename(columns={f"client_{side}": "client",
-                                                              f"server_{side}": "server"}))))
+                                                              f"server_{side}": "server"})), around))
                 owners.append((side, x.capture))
     # A pass started ahead read every connection of its point: its keys are these calls' when all of them matched
     # (a key seen in an unmatched connection too would not be unique here); else the point is read again. With one
     # app and one DB point the worker also paired the two and fitted their clock.
-    wanted = dict(zip(owners, (flows for _, flows in calls)))
+    wanted = dict(zip(owners, (flows for _, flows, _ in calls)))
     fitted: dict[tuple[str, str], tuple[ClockModel, dict]] = {}
     ready = {}
     for key, started in (read_ahead or {}).items():
@@ -154,21 +156,21 @@ def _fitted_clock(app, db, db_first_ns: int | None) -> tuple[ClockModel, dict]:
 
 
 def _clock_ahead(app_pt: CapturePoint, app_flows: set, db_pt: CapturePoint, db_flows: set,
-                 db_first_ns: int | None) -> tuple[ClockModel, dict]:
+                 db_first_ns: int | None, around: tuple[int, int] | None = None) -> tuple[ClockModel, dict]:
     """fit_clocks' work for one app point and one DB point, in one call (on a worker: start_segment_passes)."""
-    db = read_segments_of(db_pt, db_flows)
-    return _fitted_clock(read_segments_of(app_pt, app_flows), db, db_first_ns)
+    db = read_segments_of(db_pt, db_flows, around)
+    return _fitted_clock(read_segments_of(app_pt, app_flows, around), db, db_first_ns)
 
 
 def start_segment_passes(ahead: Ahead, app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: list,
-                         db_xs: list) -> dict[tuple, tuple]:
+                         db_xs: list, around: tuple[int, int] | None = None) -> dict[tuple, tuple]:
     """The clock's pass over each app and DB point (read_segments_of), for every connection it holds, started on
     `ahead`'s workers as soon as the extraction is done: it runs while this process pairs the captures and repairs
     their losses, and fit_clocks takes it when the connections it read are the matched ones (the usual case: all
     of them). {("a" or "d", capture): (flows, Future of its segments)}; for one app point and one DB point the
     worker also fits their clock (_clock_ahead), so only the model comes back: {("pair", app capture, DB capture):
     (app flows, DB flows, the DB capture's first time, Future of (model, clocks entry))}. Empty with one job or
-    small captures (read as before)."""
+    small captures (read as before). `around`: fit_clocks'."""
     if not app_x or not db_xs or sum(extract.capture_bytes(p) for p in (*app_pts, *db_pts)) < \
             extract.SMALL_CAPTURE_BYTES:
         return {}
@@ -178,17 +180,17 @@ def start_segment_passes(ahead: Ahead, app_pts: list[CapturePoint], db_pts: list
             conns = x.connections[x.connections["client"].notna() & x.connections["server"].notna()]
             if len(conns):
                 owners.append((side, x.capture))
-                calls.append((pt, _flows(conns)))
+                calls.append((pt, _flows(conns), around))
     if owners == [("d", db_xs[0].capture), ("a", app_x[0].capture)] and len(app_x) == len(db_xs) == 1:
-        (db_pt, db_flows), (app_pt, app_flows) = calls
+        (db_pt, db_flows, _), (app_pt, app_flows, _) = calls
         first_ns = db_xs[0].stats.first_ts_ns
-        futures = ahead.start_all(_clock_ahead, [(app_pt, app_flows, db_pt, db_flows, first_ns)])
+        futures = ahead.start_all(_clock_ahead, [(app_pt, app_flows, db_pt, db_flows, first_ns, around)])
         return {} if futures is None else {("pair", app_x[0].capture, db_xs[0].capture): (app_flows, db_flows,
                                                                                           first_ns, futures[0])}
     futures = ahead.start_all(read_segments_of, calls)
     if futures is None:
         return {}
-    return {owner: (flows, future) for owner, (_, flows), future in zip(owners, calls, futures)}
+    return {owner: (flows, future) for owner, (_, flows, _), future in zip(owners, calls, futures)}
 
 
 def clock_keys(app_ex: pd.DataFrame, matching, row_point: np.ndarray, clocks: dict, primary: str | None) -> np.ndarray:
@@ -258,6 +260,14 @@ class _Segments:
     repeated: int = 0  # segments dropped because their key was seen more than once
 
 
+def _segments_in(columns: list, lo: int, hi: int) -> list:
+    """segment_keys' columns (k1, k2, ts as buffers) of the segments whose time is in [lo, hi]; consumed."""
+    ts = np.frombuffer(columns[2], dtype=np.int64)
+    inside = (ts >= lo) & (ts <= hi)
+    del ts
+    return [np.frombuffer(columns.pop(0), dtype=dtype)[inside] for dtype in (np.uint64, np.uint64, np.int64)]
+
+
 def _unique_sorted(columns: list) -> _Segments:
     """k1, k2, ts (given as arrays, consumed: each is freed as soon as its sorted copy exists, which keeps the peak
     at about twice the segments' size) sorted by key, with the keys seen more than once dropped."""
@@ -281,12 +291,16 @@ def _unique_sorted(columns: list) -> _Segments:
     return _Segments(k1, k2, ts, read=len(once), repeated=len(once) - kept)
 
 
-def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, int]]) -> _Segments:
+def read_segments_of(path: str | os.PathLike, flows: set[tuple[str, int, str, int]],
+                     around: tuple[int, int] | None = None) -> _Segments:
     """Keys and times of the segments of the given connections ((client ip, port, server ip, port) tuples),
     reduced to the keys seen once (in the worker process, with --jobs: only those travel back). The native fast
-    lane reads them where it reads the capture (fastlane.segment_keys)."""
+    lane reads them where it reads the capture (fastlane.segment_keys). `around`: (lo, hi) ns, the segments of
+    that time alone (analyze --since/--until: the window and its margin, core.window)."""
     with open_capture(path) as reader:
         columns = segment_keys(reader, flows)
+    if around is not None:
+        columns = _segments_in(columns, *around)
     segments = _unique_sorted(columns)
     release_memory()  # the per-packet garbage of the pass, before the next capture's pass or the pairing
     return segments

@@ -70,11 +70,13 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
     over the captures, started here at once; `lean` (--jobs 1): freed big blocks went back to the OS until now
     (core.memory.map_big_blocks), which ends with the repair."""
     app_x, db_xs, proxy_x = x.app, x.db, x.proxy
+    # analyze --since/--until: the clock's samples from the window and its margin (core.window)
+    around = cs.window.around() if cs.window is not None else None
     read_ahead = {}
     if ahead is not None and not proxy_x and app_x and db_xs:  # (start_segment_passes: {} unless both points)
         from .clocks import start_segment_passes
 
-        read_ahead = start_segment_passes(ahead, x.app_points, x.db_points, app_x, db_xs)
+        read_ahead = start_segment_passes(ahead, x.app_points, x.db_points, app_x, db_xs, around)
     app_ex = concat([e.exchanges for e in app_x]) if app_x else frame([], EXCHANGE_COLUMNS)
     app_conns = concat([e.connections for e in app_x]) if app_x else frame([], CONNECTION_COLUMNS)
     db_ex = concat([e.exchanges for e in db_xs]) if db_xs else frame([], EXCHANGE_COLUMNS)
@@ -117,7 +119,8 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
         handed = PairTables(app_ex, db_ex, app_conns, db_conns, matching)  # their only holder now
         del app_ex, db_ex, app_conns, db_conns, matching
         repair = repair_losses(app_x, db_xs if len(db_xs) != 1 else db_xs[0], handed,
-                               {parse_server(s) for s in cs.servers} or None, max_sql_bytes, jobs, x.tls_secrets)
+                               {parse_server(s) for s in cs.servers} or None, max_sql_bytes, jobs, x.tls_secrets,
+                               cs.window)
         if repair is None:
             app_ex, db_ex, app_conns, db_conns, matching = handed.take()
         del handed
@@ -143,7 +146,7 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
         from .clocks import fit_clocks
 
         clocks, clock_info = fit_clocks(app_points, x.db_points, app_x, db_xs, app_ex, db_ex, app_conns, db_conns,
-                                        matching, runner, jobs, note, read_ahead)
+                                        matching, runner, jobs, note, read_ahead, around)
     if ahead is not None:
         ahead.end()  # its passes are taken (or unused): see Ahead.end
     primary = app_x[0].capture if app_x else None

@@ -57,6 +57,7 @@ from ..core.endpoints import split_endpoint
 from ..core.memory import release_memory
 from ..core.tables import concat
 from ..core.times import timestamp_ns, ts_ns
+from ..core.window import Window
 from ..read import fastlane
 from ..read.capture import open_capture
 from ..read.exchanges import Extraction, extract
@@ -786,14 +787,14 @@ def _give_and_keep(path: str | os.PathLike, wants: list, jobs: list[Job]) -> dic
 
 
 def _reread_kept(path: str | os.PathLike, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set | None,
-                 max_sql_bytes: int, tls_secrets=None):
+                 max_sql_bytes: int, tls_secrets=None, window: Window | None = None):
     """reread, in the worker that scanned the capture (_give_and_keep)."""
-    return reread(path, jobs, pieces, servers, max_sql_bytes, _KEPT.pop(path, None), tls_secrets)
+    return reread(path, jobs, pieces, servers, max_sql_bytes, _KEPT.pop(path, None), tls_secrets, window)
 
 
 def _reread_natively(path: str | os.PathLike, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set, max_sql_bytes: int,
                      info: list[list], conns: list[_Connection], scanned: list | None = None,
-                     tls_secrets=None) -> Extraction | None:
+                     tls_secrets=None, window: Window | None = None) -> Extraction | None:
     """reread's extraction through the lane (see above): the jobs' connections of the capture at `path` with the
     pieces put in, frames numbered as _reread_segments numbers them. None when the lane cannot read the capture,
     or in a case this does not make the same stream: several jobs on one address pair (a port reused), a job with
@@ -851,7 +852,8 @@ def _reread_natively(path: str | os.PathLike, jobs: list[Job], pieces: dict[int,
     # extracted (kept, they would lie under that extraction's own peak, which is the run's peak with --jobs 1).
     plan = fastlane.ExcerptPlan(keys, frame[rows], insert_at, [e[3] for e in inserts])
     del columns, key, frame, ts, kept, ordinal, placements, placement, k, ends, inserts
-    x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, excerpt=plan, tls_secrets=tls_secrets)
+    x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, excerpt=plan, tls_secrets=tls_secrets,
+                window=window)
     # the excerpt's frame numbers (from 1) -> the capture's, a piece's −(id + 1)
     n_frames = len(plan.frames)
     numbers = np.empty(n_frames + len(insert_at), dtype=np.int64)
@@ -876,10 +878,12 @@ TIME_COLUMNS = (("req_first", "req_first_ts", "req_first_frame"), ("req_last", "
 
 
 def reread(path: str | os.PathLike, jobs: list[Job], pieces: dict[int, list[Piece]], servers: set | None,
-           max_sql_bytes: int, scanned: list | None = None, tls_secrets=None) -> tuple[Extraction, pd.DataFrame, int]:
+           max_sql_bytes: int, scanned: list | None = None, tls_secrets=None,
+           window: Window | None = None) -> tuple[Extraction, pd.DataFrame, int]:
     """Extract the jobs' connections from the lossy capture again, holes filled with the borrowed pieces.
     `scanned`: prescan's answer for this capture, when there is one. `tls_secrets`: the key log, so a TLS
     connection is decrypted again as its first reading was (the borrowed bytes are the same TLS records).
+    `window` (analyze --since/--until): the exchanges kept, as the first reading kept them.
 
     Returns the extraction (conn_index as in the first extraction), the bounds of the exchange times that fell on
     borrowed pieces (rows: row position in the extraction's exchanges, point, lo_ns, hi_ns; those times are null
@@ -887,12 +891,13 @@ def reread(path: str | os.PathLike, jobs: list[Job], pieces: dict[int, list[Piec
     info: list[list] = []
     conns: list[_Connection] = []
     endpoints = {(job.flow[2], job.flow[3]) for job in jobs}
-    x = _reread_natively(path, jobs, pieces, servers or endpoints, max_sql_bytes, info, conns, scanned, tls_secrets)
+    x = _reread_natively(path, jobs, pieces, servers or endpoints, max_sql_bytes, info, conns, scanned, tls_secrets,
+                         window)
     if x is None:  # the lane cannot read this capture (or an odd case): the segments in Python
         info.clear()
         conns.clear()
         x = extract(path, servers=servers or endpoints, max_sql_bytes=max_sql_bytes, tls_secrets=tls_secrets,
-                    segments=_reread_segments(path, jobs, pieces, info, conns))
+                    segments=_reread_segments(path, jobs, pieces, info, conns), window=window)
     by_first = {job.first_frame: job for job in jobs}
     put_in = {c.job.conn_index: c.put_in for c in conns}
     index_of = {index: by_first[frame].conn_index for index, frame in x.flow_first_frames.items() if frame in by_first}
@@ -985,7 +990,7 @@ def _take_bounds(ex: pd.DataFrame, info: list[list]) -> pd.DataFrame:
 
 
 def _borrow_and_reread(todo: list[Job], where: dict, servers: set | None, max_sql_bytes: int, jobs: int,
-                       tls_secrets=None) -> tuple[list[Job], list[str], list]:
+                       tls_secrets=None, window: Window | None = None) -> tuple[list[Job], list[str], list]:
     """repair_losses' passes over the captures: 1. the other points' bytes for the jobs' holes (`borrow`, one pass
     per capture that has some to give), 2. the lossy points' connections again with them (`reread`, one pass per
     lossy capture). `where`: capture name -> what reads it (Extraction.source: a capture point of several files is
@@ -1030,12 +1035,13 @@ def _borrow_and_reread(todo: list[Job], where: dict, servers: set | None, max_sq
         todo = [j for j in todo if pieces.get(j.job)]
         takers = sorted({j.capture for j in todo})
         calls = [(where[c], of(c, todo), {j.job: pieces[j.job] for j in of(c, todo)}, servers, max_sql_bytes,
-                  kept.pop(c, None), tls_secrets) for c in takers]  # a worker is sent the pieces of its own jobs only
+                  kept.pop(c, None), tls_secrets, window)
+                 for c in takers]  # a worker is sent the pieces of its own jobs only
         kept.clear()
         del pieces
         if there in takers:
             mine = next(call for call in calls if call[0] == where[there])
-            future = worker.submit(_reread_kept, *mine[:5], tls_secrets)
+            future = worker.submit(_reread_kept, *mine[:5], tls_secrets, window)
             del mine
             done = {call[0]: reread(*call) for call in calls if call[0] != where[there]}
             calls.clear()
@@ -1055,12 +1061,14 @@ def _borrow_and_reread(todo: list[Job], where: dict, servers: set | None, max_sq
 
 
 def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: PairTables, servers: set | None,
-                  max_sql_bytes: int, jobs: int = 1, tls_secrets=None) -> Repair | None:
+                  max_sql_bytes: int, jobs: int = 1, tls_secrets=None, window: Window | None = None
+                  ) -> Repair | None:
     """Fill each matched connection's holes at one point with the other point's bytes, re-read those connections,
     replace their rows and pair their exchanges. None when there is nothing to repair. `handed`: the tables and
     their pairing (PairTables), emptied when they are replaced, so the replaced tables are let go before the
     exchanges are paired. The exchanges are paired once: after the repair, or from the pairing when nothing was
-    repaired."""
+    repaired. `window` (analyze --since/--until): the re-read connections keep its exchanges alone, as their first
+    reading did (which gave the repair only the holes found in the window and its margin)."""
     app_ex, db_ex, app_conns, db_conns, pairing = handed.take()
     todo, skipped = plan(app_x, db_x, app_ex, db_ex, app_conns, db_conns, pairing)
     if not todo:
@@ -1069,7 +1077,7 @@ def repair_losses(app_x: list[Extraction], db_x: Extraction, handed: PairTables,
     pairing.release(tables=False)  # what it made of the rows, beside the passes below (made again if unrepaired)
     hole_bytes = sum(length for j in todo for side in j.holes for _, length, _ in side)
     where = {x.capture: x.source for x in [*app_x, *(db_x if isinstance(db_x, list) else [db_x])]}
-    todo, takers, results = _borrow_and_reread(todo, where, servers, max_sql_bytes, jobs, tls_secrets)
+    todo, takers, results = _borrow_and_reread(todo, where, servers, max_sql_bytes, jobs, tls_secrets, window)
     stats = RepairStats(skipped_wrap=skipped, connections=len(todo),
                         holes=sum(len(j.holes[0]) + len(j.holes[1]) for j in todo))
     if not todo:

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..core.endpoints import endpoint_text
 from ..core.errors import InputError, UsageError
 from ..core.schema import CAPTURE_TOML_KEYS, InputKey
+from ..core.window import Window
 from . import sources
 from .sources import CapturePoint, parse_server
 from .tlskeys import KEYLOG_NAME
@@ -43,6 +44,7 @@ class CaptureSet:
     server_vars: Path | None = None  # the folder's variables.tsv (SERVER_VARS_NAME), as `pcapdecomp guide` writes it
     tls_keylogs: list[Path] = field(default_factory=list)  # NSS key logs (--tls-keylog, the folder's tls-keys.log)
     memory: str | None = None  # capture.toml's memory: the analysis's memory bound, as 8G or 800M (--memory wins)
+    window: Window | None = None  # analyze --since/--until: the exchanges kept (core.window); None: all of them
 
     def of(self, kind: str) -> list[CapturePoint]:
         return [p for p in self.points if p.kind == kind]
@@ -405,14 +407,16 @@ def capture_set(folder: Path | None = None, *, app: list | tuple = (), db=None, 
                 long_query_time: float | None = None, thread_pool_size: int | None = None,
                 servers: list[str] | tuple = (), proxy: list | tuple = (), proxy_servers: list[str] | tuple = (),
                 processlist: Path | None = None, tls_keylog: list | tuple = (),
-                server_settings: dict | None = None) -> CaptureSet:
+                server_settings: dict | None = None, window: Window | None = None) -> CaptureSet:
     """What `analyze` reads, from a capture-set folder and/or named files (resolve_capture_set: explicit ones win).
     `server_settings`: the server's settings for the playbook (read.servervars.read_server_vars of --server-vars);
-    None: the folder's variables.tsv (a damaged one is a warning), else capture.toml's."""
+    None: the folder's variables.tsv (a damaged one is a warning), else capture.toml's. `window`: analyze
+    --since/--until (core.window.window_of): the exchanges kept."""
     cs = resolve_capture_set(folder, _as_list(app), db, slow_log, long_query_time, thread_pool_size,
                              _as_list(servers), _as_list(proxy), _as_list(proxy_servers), processlist,
                              _as_list(tls_keylog))
     cs.server_settings = server_settings
+    cs.window = window
     if server_settings is None and cs.server_vars is not None:
         from .servervars import read_server_vars
 

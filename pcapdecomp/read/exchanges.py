@@ -16,6 +16,7 @@ from ..core.fingerprint import digest_fingerprint, fingerprint, query_id
 from ..core.memory import release_memory
 from ..core.schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
 from ..core.tables import batch, call_function, columns_batch, frame_of_table, row_function, row_type, table_of
+from ..core.window import Window
 from ..mysql.connection import ENCRYPTED_COMMAND, Exchange
 from ..mysql.framing import MIN_ROW_BUDGET, ROWS_PER_INPUT_BYTE, SQL_BUDGET, InputBudget
 from ..mysql.tls import Secrets
@@ -300,6 +301,8 @@ def extract(
     sql_budget: int | None = None,
     row_budget: int | None = None,
     spill: str | os.PathLike | None = None,
+    window: Window | None = None,
+    reached: Callable[[int], None] | None = None,
 ) -> Extraction:
     """Read one capture into exchanges and connections. `progress(bytes_done, bytes_total, frames_done)` is called now and
     then.
@@ -313,12 +316,20 @@ def extract(
     exchanges it may give, by default ROWS_PER_INPUT_BYTE per byte of the input as stored, at least MIN_ROW_BUDGET
     (a re-read of `segments`: no limit). `spill`: a folder the exchange rows are written into as they come, in
     buckets by the partition key (read/spill.py), instead of being held: the Extraction's table is read back from
-    them when first asked for."""
+    them when first asked for. `window` (core.window, analyze --since/--until): every frame is still read, but only
+    the exchanges whose request falls in the window are kept, dropped from each batch of rows as it is made (the
+    lane's and Python's alike), and only the holes found in it (with its margin) are given to the repair;
+    `reached(ns)` is told how far into the capture's time each batch is."""
     name = os.fspath(path)
     ex_rows: list[tuple] = []
     ex_batches: list[pa.RecordBatch] = []
     spilling = None if spill is None else SpillWriter(spill)
     keep = ex_batches.append if spilling is None else spilling.add  # where each batch of rows goes
+    if window is not None:  # the rows outside the window go before a batch is held or spilled
+        held = keep
+
+        def keep(rows: pa.RecordBatch) -> None:
+            held(window.kept(rows, reached))
     conn_rows: list[ConnectionRow] = []
     commands: Counter = Counter()
     first_frames: dict[int, int] = {}
@@ -349,7 +360,10 @@ def extract(
         if flow.kind != "mysql":
             return
         if flow.to_server.holes or flow.to_client.holes:
-            holes[flow.index] = (flow.to_server.holes, flow.to_client.holes)
+            found = ((flow.to_server.holes, flow.to_client.holes) if window is None else
+                     (window.holes_in(flow.to_server.holes), window.holes_in(flow.to_client.holes)))
+            if found[0] or found[1]:
+                holes[flow.index] = found
         conn = flow.mysql
         c = conn.counters
         greeting, login = conn.greeting, conn.login
@@ -357,7 +371,7 @@ def extract(
         handshake = (conn.connect_ok_ts - start) / 1e9 if conn.connect_ok_ts is not None and start is not None else None
         halves = (flow.to_server.stats, flow.to_client.stats)
         tls_split = conn.tls_split()
-        conn_rows.append(ConnectionRow(
+        row = ConnectionRow(
             capture=name,
             conn_index=flow.index,
             conn_id=greeting.conn_id if greeting else None,
@@ -398,7 +412,11 @@ def extract(
             closed_by=None if flow.close_from is None else "server" if flow.close_from == flow.server else "client",
             close_ts=flow.close_ts,
             close_rst=flow.close_rst if flow.close_from is not None else None,
-        ))
+        )
+        if window is not None:
+            row = _connection_in(window, row)
+        if row is not None:
+            conn_rows.append(row)
 
     def flush() -> None:
         keep(batch(ex_rows, EXCHANGE_COLUMNS))
@@ -459,6 +477,24 @@ def extract(
     result = finished(stats, native)
     result.files = files
     return result
+
+
+def _connection_in(window: Window, row: ConnectionRow) -> ConnectionRow | None:
+    """A connection's row as a capture of the window alone would have it (None: its life is outside the window):
+    what it learnt before the window (its greeting's connection id and scramble, the login's user, TLS) stays, that
+    is the point of reading the capture whole; but its set-up before the window and its close after it are not
+    events of the window (the connection story would count a connection opened an hour ago as new, or one whose
+    COM_QUIT came after the window as closed idle by the server), and its first and last times are cut to it."""
+    if not window.meets(row.first_ts, row.last_ts):
+        return None
+    since = window.since_ns if window.since_ns is not None else row.first_ts
+    until = window.until_ns if window.until_ns is not None else row.last_ts + 1
+    opened = row.syn_ts if row.syn_ts is not None else row.greeting_ts
+    if opened is not None and opened < since:
+        row = row._replace(syn_ts=None, greeting_ts=None, login_ok_ts=None, handshake_s=None)
+    if row.close_ts is not None and row.close_ts >= until:
+        row = row._replace(closed=False, closed_by=None, close_ts=None, close_rst=None, close_error=None)
+    return row._replace(first_ts=max(row.first_ts, since), last_ts=min(row.last_ts, until))
 
 
 def _plans_by_file(path, excerpt: ExcerptPlan) -> list[ExcerptPlan]:

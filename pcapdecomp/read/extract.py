@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.console import capture_problems, progress_bar
+from ..core.errors import UsageError
 from ..core.memory import Counts, MemoryBound
+from ..core.window import Window, iso_text
 from ..core.workers import worker_pool
 from . import fastlane
 from .exchanges import Extraction, extract, merge_parts
@@ -48,16 +50,43 @@ def plan(sizes: list[int], jobs: int, splittable: list[bool] | None = None) -> l
 
 
 _PROGRESS = None  # shared array: bytes and frames read, two slots per task, inherited by forked workers
+# With a window (analyze --since/--until): (the window, a shared array of the latest request time each task's
+# batches reached, each task's share of the bytes read), inherited by forked workers; window_share reads it
+_WINDOW_READ: tuple[Window, object, list[float]] | None = None
+
+
+def _reached(slot: int) -> Callable[[int], None] | None:
+    """What a task's extraction tells how far into the capture's time it is (None without a window)."""
+    if _WINDOW_READ is None:
+        return None
+    reached = _WINDOW_READ[1]
+
+    def tell(ns: int) -> None:
+        reached[slot] = max(reached[slot], ns)
+    return tell
+
+
+def window_share() -> float | None:
+    """The share of the window's time the extraction has read so far (each task by the latest request its batches
+    held, weighted by its share of the bytes), for the memory bound's extrapolation: with a window the rows held
+    grow with the window's time read, not with the bytes. None without a window or with an open end (then the
+    share of the bytes read is the measure)."""
+    if _WINDOW_READ is None or _WINDOW_READ[0].length_ns is None:
+        return None
+    window, reached, weights = _WINDOW_READ
+    since, length = window.since_ns, window.length_ns
+    return sum(w * min(max((reached[i] - since) / length, 0.0), 1.0) if reached[i] else 0.0
+               for i, w in enumerate(weights))
 
 
 def _work(slot: int, path: str, servers: set[Endpoint] | None, max_sql_bytes: int, part: tuple[int, int] | None,
-          tls_secrets=None, spill: Path | None = None):
+          tls_secrets=None, spill: Path | None = None, window: Window | None = None):
     def progress(done: int, total: int, frames: int) -> None:
         _PROGRESS[2 * slot] = done
         _PROGRESS[2 * slot + 1] = frames
 
     x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, part=part, progress=progress,
-                tls_secrets=tls_secrets, spill=spill)
+                tls_secrets=tls_secrets, spill=spill, window=window, reached=_reached(slot))
     # The parent wants DataFrames (analyze's stages, merge_parts): made here, in the worker, the Arrow tables
     # go column by column as they become the DataFrame that is sent; sent as Arrow tables, the parent would hold
     # both while it converts
@@ -79,14 +108,31 @@ def lane_reads(path) -> bool:
 
 def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes: int, jobs: int,
                 progress: Callable[[int, int, int], None] | None = None, tls_secrets=None,
-                spill: Path | None = None) -> list[Extraction]:
+                spill: Path | None = None, window: Window | None = None) -> list[Extraction]:
     """Extract every capture (a file or a sources.CapturePoint), using up to `jobs` processes; results in the order
     of `paths`. `tls_secrets`: a key log (mysql.tls) that decrypts the TLS connections it has secrets for.
     `spill`: a folder the captures spill their exchange rows into (read/spill.py), a folder per capture and part
-    (`spill_folder`)."""
+    (`spill_folder`). `window` (core.window): only the exchanges whose request falls in it are kept."""
     sizes = [capture_bytes(p) for p in paths]
     parts = plan(sizes, jobs, [not lane_reads(p) for p in paths])
-    if sum(parts) == len(paths) and (jobs <= 1 or len(paths) == 1):
+    try:
+        return _extract_all(paths, sizes, parts, servers, max_sql_bytes, jobs, progress, tls_secrets, spill, window)
+    finally:
+        global _WINDOW_READ
+        _WINDOW_READ = None
+
+
+def _extract_all(paths: list, sizes: list[int], parts: list[int], servers: set[Endpoint] | None, max_sql_bytes: int,
+                 jobs: int, progress: Callable[[int, int, int], None] | None, tls_secrets, spill: Path | None,
+                 window: Window | None) -> list[Extraction]:
+    """extract_all's work, once the captures are planned into `parts`."""
+    global _WINDOW_READ
+    serial = sum(parts) == len(paths) and (jobs <= 1 or len(paths) == 1)
+    if window is not None:  # one slot per capture read here, else per task
+        weights = ([s / (sum(sizes) or 1) for s in sizes] if serial else
+                   [s / n / (sum(sizes) or 1) for s, n in zip(sizes, parts) for _ in range(n)])
+        _WINDOW_READ = (window, mp.get_context("fork").Array("q", len(weights), lock=False), weights)
+    if serial:
         out: list[Extraction] = []
         for path, before in zip(paths, [sum(sizes[:i]) for i in range(len(sizes))]):
             if out and spill is None:  # the previous capture's DataFrames before the next is read: its tables are
@@ -97,7 +143,8 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
             step = None if progress is None else (
                 lambda d, t, f, b=before, fb=frames_before: progress(b + d, sum(sizes), fb + f))
             out.append(extract(path, servers=servers, max_sql_bytes=max_sql_bytes, progress=step,
-                               tls_secrets=tls_secrets, spill=spill_folder(spill, len(out), None)))
+                               tls_secrets=tls_secrets, spill=spill_folder(spill, len(out), None), window=window,
+                               reached=_reached(len(out))))
         return out
     tasks = [(i, path, (k, n) if n > 1 else None) for i, (path, n) in enumerate(zip(paths, parts)) for k in range(n)]
     # When every task has a process of its own, this one reads the first task itself instead of waiting: its
@@ -121,11 +168,12 @@ def extract_all(paths: list[Path], servers: set[Endpoint] | None, max_sql_bytes:
     try:
         with worker_pool(min(jobs - here, len(tasks) - here)) as pool:
             futures = [pool.submit(_work, slot, path if hasattr(path, "files") else os.fspath(path), servers,
-                                   max_sql_bytes, part, tls_secrets, spill_folder(spill, i, part))
+                                   max_sql_bytes, part, tls_secrets, spill_folder(spill, i, part), window)
                        for slot, (i, path, part) in enumerate(tasks) if slot >= here]
             own = [extract(tasks[0][1], servers=servers, max_sql_bytes=max_sql_bytes, part=tasks[0][2],
                            progress=own_progress, tls_secrets=tls_secrets,
-                           spill=spill_folder(spill, 0, tasks[0][2]))] if here else []
+                           spill=spill_folder(spill, 0, tasks[0][2]), window=window, reached=_reached(0))] \
+                if here else []
             for x in own:  # its DataFrames now, while the workers still make and send theirs (as _work does)
                 x.exchanges, x.connections  # noqa: B018
             while True:
@@ -203,15 +251,18 @@ def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, n
 
     tls_secrets = load_secrets(cs.tls_keylogs, read)
     endpoints = {parse_server(s) for s in readable} or None
+    window = cs.window
     if runner is not None:
-        extractions = runner.extract(read, endpoints, max_sql_bytes, tls_secrets)
+        extractions = runner.extract(read, endpoints, max_sql_bytes, tls_secrets, window)
     else:
         label = read[0].name if len(read) == 1 else f"{len(read)} captures"
         with progress_bar(quiet, label) as update:
-            step = update if memory is None else memory.watching(update)
+            step = update if memory is None else memory.watching(update, window_share if window else None)
             extractions = extract_all(list(read), endpoints, max_sql_bytes, jobs, step, tls_secrets=tls_secrets,
-                                      spill=spill)
+                                      spill=spill, window=window)
     qualities = [x.quality() for x in extractions]
+    if window is not None:
+        _check_window(window, read, extractions, qualities, note)
     points = _points_info(read, extractions, qualities, note)
     n_app, n_db = len(app_pts), len(db_pts)
     extracted = Extracted(app_pts, db_pts, proxy_pts, extractions[:n_app], extractions[n_app:n_app + n_db],
@@ -220,7 +271,7 @@ def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, n
                            "proxy": qualities[n_app + n_db:]}, tls_secrets)
     if memory is not None:  # before the stages that hold the memory (spilled: the partitioned run's peak; a set it
         # turns out not to take is checked again as analysed in memory, run/spilled.py)
-        memory.check(counts_of(extracted), span_ns(extractions), partitioned=spill is not None)
+        memory.check(counts_of(extracted), span_ns(extractions, window), window=window, partitioned=spill is not None)
     return extracted
 
 
@@ -236,11 +287,36 @@ def counts_of(x: Extracted) -> Counts:
                   repaired_bytes=sum(q["mysql_bytes"] for q in every if q["gaps"]) if repairs else 0)
 
 
-def span_ns(extractions: list[Extraction]) -> int | None:
-    """The captures' time span, first frame to last (None when no frame had a time)."""
+def span_ns(extractions: list[Extraction], window: Window | None = None) -> int | None:
+    """The captures' time span, first frame to last (None when no frame had a time); with a window, the part of it
+    in the window."""
     firsts = [x.stats.first_ts_ns for x in extractions if x.stats.first_ts_ns is not None]
     lasts = [x.stats.last_ts_ns for x in extractions if x.stats.last_ts_ns is not None]
-    return max(lasts) - min(firsts) if firsts and lasts else None
+    if not firsts or not lasts:
+        return None
+    first, last = min(firsts), max(lasts)
+    if window is not None:
+        first = max(first, window.since_ns) if window.since_ns is not None else first
+        last = min(last, window.until_ns) if window.until_ns is not None else last
+    return max(last - first, 0)
+
+
+def _check_window(window: Window, points: list[CapturePoint], extractions: list[Extraction], qualities: list[dict],
+                  note: Callable[[str], None]) -> None:
+    """A window outside every capture is a mistake (UsageError: nothing analysed); a point that kept no exchange
+    in it is analysed, with a warning (a capture that ended early, or began late)."""
+    spans = [(x.stats.first_ts_ns, x.stats.last_ts_ns) for x in extractions]
+    if not any(window.meets(*span) for span in spans):
+        held = "; ".join(f"{pt.name}: {iso_text(a)} … {iso_text(b)}" if a is not None and b is not None
+                         else f"{pt.name}: no timed frame" for pt, (a, b) in zip(points, spans))
+        raise UsageError(f"--since/--until: the window {window.text()} is outside every capture ({held}): nothing "
+                         "to analyse")
+    for pt, quality, (a, b) in zip(points, qualities, spans):
+        if not quality["exchanges"]:
+            where = (f"the capture runs {iso_text(a)} … {iso_text(b)}" if a is not None and b is not None
+                     else "the capture has no timed frame")
+            note(f"{pt.name}: no exchange began in the window {window.text()} ({where}): analysed without this "
+                 "point's exchanges")
 
 
 def _points_info(points: list[CapturePoint], extractions: list[Extraction], qualities: list[dict],

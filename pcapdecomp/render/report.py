@@ -250,6 +250,11 @@ class _Page:
         rows = [("app captures", ", ".join(inputs["app"]) or "none"), ("DB capture", inputs["db"] or "none"),
                 ("slow log", _slow_log_text(s)), ("long_query_time", _or_unknown(inputs["long_query_time"], " s")),
                 ("thread_pool_size", _pool_size_text(s))]
+        window = s.get("window")
+        if window is not None:  # analyze --since/--until
+            rows.append(("time window", f"{window['since'] or 'the captures’ start'} … {window['until'] or 'their end'}"
+                         " (UTC): the exchanges whose request began in it, each point by its own clock; the captures "
+                         "were read whole for their connections' state"))
         for side, q in _captures(s):
             rows.append((f"{side} span", self._span_text(q)))
         if self.axis is not None and self.axis.outside:

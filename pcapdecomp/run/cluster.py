@@ -67,11 +67,13 @@ def _unreadable(files: list[str]) -> list[str]:
     return out
 
 
-def _extract_part(point: CapturePoint, servers, max_sql_bytes: int, part, tls_secrets=None):
-    """On a worker: one part of one capture point (its TLS connections decrypted with `tls_secrets`, the key log)."""
+def _extract_part(point: CapturePoint, servers, max_sql_bytes: int, part, tls_secrets=None, window=None):
+    """On a worker: one part of one capture point (its TLS connections decrypted with `tls_secrets`, the key log;
+    only the exchanges in `window`, core.window, kept: the worker's memory follows the window too)."""
     from ..read.exchanges import extract
 
-    return extract(point, servers=servers, max_sql_bytes=max_sql_bytes, part=part, tls_secrets=tls_secrets)
+    return extract(point, servers=servers, max_sql_bytes=max_sql_bytes, part=part, tls_secrets=tls_secrets,
+                   window=window)
 
 
 class DaskRunner:
@@ -152,9 +154,10 @@ class DaskRunner:
         info = self.client.scheduler_info().get("workers", {})
         return max(1, sum(w.get("nthreads", 1) for w in info.values()))
 
-    def extract(self, points: list[CapturePoint], servers, max_sql_bytes: int, tls_secrets=None) -> list:
+    def extract(self, points: list[CapturePoint], servers, max_sql_bytes: int, tls_secrets=None, window=None) -> list:
         """Every point's Extraction, read on the workers; parts of a point joined here. `tls_secrets` (the key log,
-        mysql.tls) goes to the workers once and decrypts there as it does in one process."""
+        mysql.tls) goes to the workers once and decrypts there as it does in one process; `window` (core.window):
+        the exchanges kept."""
         from ..read.exchanges import merge_parts
         from ..read.extract import capture_bytes, lane_reads, plan
 
@@ -164,8 +167,8 @@ class DaskRunner:
         tasks = [(i, (k, n) if n > 1 else None) for i, n in enumerate(parts) for k in range(n)]
         # scattered once (in a list: a scattered dict would be taken as one item per key), not sent with every task
         secrets = self.client.scatter([tls_secrets], broadcast=True)[0] if tls_secrets else None
-        futures = [self.client.submit(_extract_part, absolute[i], servers, max_sql_bytes, part, secrets, pure=False)
-                   for i, part in tasks]
+        futures = [self.client.submit(_extract_part, absolute[i], servers, max_sql_bytes, part, secrets, window,
+                                      pure=False) for i, part in tasks]
         results = self._gather(futures, "reading captures on Dask")
         by_point: list[list] = [[] for _ in points]
         for (i, _), result in zip(tasks, results):

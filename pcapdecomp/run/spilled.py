@@ -63,8 +63,10 @@ VIEW_ROW_COLUMNS = ("thread_group", "stall", "stall_role", "queue_source")  # wh
 def refusal(cs: CaptureSet, csv: bool, partitioned: bool, scheduler: str | None) -> str | None:
     """Why the partitioned run does not take this set, from the set and the options alone (before a capture is
     read); None when it may (the extraction may still find frames lost: NotPartitionable)."""
+    if cs.window is not None:  # the spilled clocks and names read the whole spill: the window is not carried there
+        return "a time window (--since/--until): not partitioned yet"
     if cs.slow_logs:  # the one check to drop when the slow-log join runs per connection
-        return "a slow log: its join per connection is not partitioned yet"
+        return "a slow log: the run mode does not join it per connection yet"
     if cs.of("proxy") or cs.proxy_servers:
         return "a proxy: its two sides are different TCP connections, paired across connections"
     if not cs.of("db"):
@@ -234,7 +236,7 @@ def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):
         if run.memory is not None:  # the bound was checked for the partitioned run: now the in-memory one's
             from ..read.extract import counts_of, span_ns
 
-            run.memory.check(counts_of(x), span_ns(x.all))
+            run.memory.check(counts_of(x), span_ns(x.all, cs.window), window=cs.window)
         return None
     for message in notes:
         run.note(message)
