@@ -108,19 +108,26 @@ def test_a_log_the_wire_cannot_check_names_no_culprit(tmp_path):
 
 def test_the_stall_sentence_needs_no_victim_when_statements_certainly_queued():
     """The crash of issue 34 (np.nanmax of an empty array): every statement that queued was 'executing' by the
-    slow log, so none was hidden slow or understated, yet some certainly queued. The sentence tells those."""
-    from types import SimpleNamespace
-
+    slow log, so none was hidden slow or understated, yet some certainly queued. The sentence tells those. The
+    rows go through story_facts, as the verdict reads them (the whole table as its one chunk)."""
     import numpy as np
     import pandas as pd
 
-    from pcapdecomp.explain.verdict import _stall_sentence
+    from pcapdecomp.explain.verdict import _stall_sentence, story_facts
 
+    nan = np.nan
     x = pd.DataFrame({"queue_min_s": [0.0, 2.5, 0.0], "thread_group": pd.array([0, 1, 0], dtype="Int64"),
-                      "conn_id": pd.array([8, 9, 10], dtype="Int64")})
+                      "conn_id": pd.array([8, 9, 10], dtype="Int64"),
+                      "queue_s": [0.0, nan, 0.0],  # the extent unknown: the certain part is what is told
+                      "server_s": [0.01, 3.7, 0.01], "total_s": [nan, nan, nan], "exec_s": [0.01, 3.7, 0.01],
+                      "queue_source": pd.Categorical(["certain", "certain", "certain"]),
+                      "exec_source": pd.Categorical(["slow_log", "slow_log", "slow_log"]),
+                      "in_slow_log": pd.array([True, True, True], dtype="boolean"),
+                      "server_flag_slow": pd.array([None, None, None], dtype="boolean"),
+                      "slow_log_line": [1.0, 2.0, 3.0], "pipelined_s": [nan, nan, nan],
+                      "fingerprint": pd.Categorical(["select ?"] * 3), "sql": pd.Categorical(["SELECT 1"] * 3)})
     none = np.zeros(3, dtype=bool)
-    certain = np.array([False, True, False])
-    queue = np.array([0.0, np.nan, 0.0])  # the extent unknown: the certain part is what is told
-    text = _stall_sentence(x, [], SimpleNamespace(stall_members=[]), certain, none, none, queue,
-                           np.array([0.01, 3.7, 0.01]), np.full(3, np.nan), {"value": 2, "source": "given"}, True)
+    facts = story_facts(x, np.ones(3, dtype=bool), none, none, none)
+    assert facts["certain:count"] == 1 and facts["victims:count"] == 0
+    text = _stall_sentence(facts, [], {"value": 2, "source": "given"}, True)
     assert text.startswith("1 statement waited up to 2.500 s before executing;")
