@@ -270,13 +270,16 @@ def pt_query_digest(path: Path, work: Path) -> tuple[float, float, float, int]:
     return convert, wall, rss, queries
 
 
+TPS: int | None = None  # --tps: sysbench's transactions a second at most when recording (None: full speed)
+
+
 def record(seconds: int, work: Path, scenario: str = "sysbench") -> tuple[Path, Path]:
     """The lab's recording of `scenario` (sysbench: oltp_read_only; sysbench-rw: oltp_read_write with a slow log
-    at long_query_time 0.01) for `seconds`, made once in the work folder (never committed)."""
+    at long_query_time 0.01) for `seconds`, made once in the work folder (never committed), at --tps."""
     folder = work / f"{scenario}-{seconds}s"
     if not (folder / "db.pcap").exists():
         subprocess.run([sys.executable, str(REPO / "captures" / "lab" / "record.py"), scenario, "--out", str(folder),
-                        "--duration", str(seconds)], check=True)
+                        "--duration", str(seconds), *(["--rate", str(TPS)] if TPS else [])], check=True)
     return folder / "app.pcap", folder / "db.pcap"
 
 
@@ -613,6 +616,10 @@ def main() -> int:
     ap.add_argument("--seconds", type=int, default=10, help="sysbench seconds to record when no pair is given")
     ap.add_argument("--sizes", help="comma-separated sysbench durations: a growth table")
     ap.add_argument("--work", type=Path, default=Path("/tmp/pcapdecomp-bench"))
+    ap.add_argument("--tps", type=int, metavar="N",
+                    help="record sysbench at N transactions a second at most (record.py --rate): at full speed on 2 "
+                         "cores tcpdump drops frames, and a lossy recording is not what --spill takes; 2026-12-02's "
+                         "recordings: 500 (read-write) and 1000 (read-only)")
     ap.add_argument("--no-pt", action="store_true", help="skip pt-query-digest")
     ap.add_argument("--no-pcapng", action="store_true",
                     help="skip the pcapng and gzip-compressed pcapng copies of the DB capture")
@@ -645,6 +652,8 @@ def main() -> int:
                     help="also write everything printed to FOLDER/<date>-<commit>.md, headed by the date, the "
                          "command, the commit and the machine")
     args = ap.parse_args()
+    global TPS
+    TPS = args.tps
     trees = [args.tree.resolve(), *args.against]
     try:
         durations = [int(s) for s in args.shapes.split(",")] if args.shapes else []

@@ -217,6 +217,14 @@ def test_record_refuses_unknown_scenario():
         lab_record.record("no-such-scenario")
 
 
+@pytest.mark.parametrize("argv", [["group-stall", "--rate", "100"], ["sysbench", "--rate", "0"]])
+def test_record_rate_is_for_sysbench_and_positive(argv, capsys):
+    # --rate is sysbench's --rate: another scenario has no transactions to pace, and 0 would mean full speed
+    with pytest.raises(SystemExit) as ended:
+        lab_record.main([*argv, "--no-install"])
+    assert ended.value.code == 2 and "--rate" in capsys.readouterr().err
+
+
 from labsets import require_lab as _require_lab  # noqa: E402
 
 

@@ -289,16 +289,17 @@ def _processlist_ids(server: PrivateMariaDB) -> dict[int, int]:
 
 
 def record(scenario: str, out_dir: Path | str | None = None, duration_s: float | None = None, seed: int = 1,
-           install: bool = True, rotate_mb: int | None = None) -> Path:
+           install: bool = True, rotate_mb: int | None = None, rate: int | None = None) -> Path:
     """Record `scenario` into `out_dir` (default captures/<scenario>/) and return that folder. `rotate_mb` makes
     every tcpdump rotate its file each that many million bytes (default: the scenario's); rotated captures are
     written as one folder per capture point (app/, db/, db-replica/). A series (SERIES) records each of its
     scenarios, with the same workload and seed, into `out_dir`/<scenario> (default captures/<scenario>) and
-    returns the folder that holds them."""
+    returns the folder that holds them. `rate`: the sysbench scenarios' transactions a second at most (sysbench
+    --rate; None: full speed)."""
     if scenario in SERIES:
         parent = Path(out_dir) if out_dir else REPO_CAPTURES
         for name in SERIES[scenario]:
-            record(name, parent / name, duration_s, seed, install, rotate_mb)
+            record(name, parent / name, duration_s, seed, install, rotate_mb, rate)
         return parent
     if scenario not in SCENARIOS:
         raise LabError(f"unknown scenario {scenario!r}; choose one of {', '.join([*SCENARIOS, *SERIES])}")
@@ -313,6 +314,8 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
     params = dict(spec.params, seed=seed)
     if duration_s is not None:
         params["duration"] = duration_s
+    if rate is not None:
+        params["rate"] = rate
     rotate = spec.rotate_mb if rotate_mb is None else rotate_mb
     second = spec.second_server
     folders = bool(rotate) or second
@@ -452,10 +455,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-install", action="store_true", help="do not apt-get/pip install missing tools")
     parser.add_argument("--rotate-mb", type=int, help="tcpdump rotates its files every N million bytes (-C N)")
+    parser.add_argument("--rate", type=int, metavar="TPS",
+                        help="sysbench scenarios: at most TPS transactions a second (sysbench --rate). At full speed "
+                             "on 2 cores sysbench, the server and two tcpdumps compete, and tcpdump drops frames: a "
+                             "lossy recording the partitioned run (--spill) does not take")
     args = parser.parse_args(argv)
+    if args.rate is not None and (args.rate <= 0 or not args.scenario.startswith("sysbench")):
+        parser.error("--rate takes a positive number, for the sysbench scenarios")
     try:
         record(args.scenario, args.out, args.duration, args.seed, install=not args.no_install,
-               rotate_mb=args.rotate_mb)
+               rotate_mb=args.rotate_mb, rate=args.rate)
     except LabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

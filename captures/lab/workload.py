@@ -768,7 +768,8 @@ def sysbench(args, truth: Truth) -> None:
         ["sysbench", getattr(args, "test", "oltp_read_only"), f"--mysql-host={args.host}", f"--mysql-port={args.port}",
          f"--mysql-user={USER}", f"--mysql-password={PASSWORD}", "--mysql-db=lab", "--tables=1",
          f"--table-size={args.rows}", f"--threads={args.clients}", f"--time={int(args.duration)}",
-         "--db-ps-mode=auto", "--mysql-ssl=off", "--report-interval=0", "run"],
+         "--db-ps-mode=auto", "--mysql-ssl=off", "--report-interval=0",
+         *([f"--rate={args.rate}"] if getattr(args, "rate", None) else []), "run"],
         capture_output=True, text=True)
     print(done.stdout[-1500:], flush=True)
     if done.returncode != 0:
