@@ -415,6 +415,11 @@ def test_insane_record_length_stops_reading(tmp_path):
         ("fake.gz", b"\x1f\x8b" + os.urandom(100), CaptureFormatError, "not a capture"),
         ("header.pcap", pcap_file([])[:10], CaptureFormatError, "header cut short"),
         ("header.pcapng", ng_shb()[:6], CaptureFormatError, "not a capture"),
+        # tcpdump -x's text (pt-query-digest's input), with and without -tttt's date: told as such
+        ("dump.txt", b"2009-04-12 21:18:40.638244 IP 10.0.0.1.56462 > 10.0.0.2.mysql: tcp 301\n"
+                     b"\t0x0000:  4508 0161 7dc5 4000 4006 00c5 c0a8 1cdf\n", CaptureFormatError, "tcpdump -w"),
+        ("dump2.txt", b"21:18:40.638244 IP6 ::1.56462 > ::1.3306: Flags [P.], length 5\n"
+                      b"        0x0000:  6000 0000\n", CaptureFormatError, "tcpdump's text output"),
     ],
 )
 def test_user_mistakes_raise_one_line_errors(tmp_path, name, content, error, words):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import struct
 import zlib
 from collections import deque
@@ -400,6 +401,9 @@ _PCAP_MAGICS = {  # magic as read little-endian -> (byte order, ns resolution)
     0x4D3CB2A1: (">", True),
 }
 _PCAPNG_SHB = 0x0A0D0D0A
+# the first line of tcpdump's text output (`tcpdump -x`/`-X`/`-xx`, what pt-query-digest --type tcpdump reads):
+# a time, with or without the date (-tttt), then IP/IP6 or a link header, then the hex lines' first offset
+_TCPDUMP_TEXT = re.compile(rb"(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d\.\d+ .*\n\s+0x0000:", re.DOTALL)
 
 
 _MIN_BODY = {6: 20, 2: 20, 3: 4, 1: 8, 5: 12}  # pcapng block type -> smallest valid body
@@ -622,6 +626,9 @@ class CaptureReader:
         if len(self._magic) == 4 and magic_le == _PCAPNG_SHB:
             return self._pcapng_start()
         shown = self._magic.hex()
+        if _TCPDUMP_TEXT.match(self._magic + self._file.read(2048)):  # told apart: the fix is a different tcpdump
+            raise CaptureFormatError(f"not a capture file but tcpdump's text output (tcpdump -x, as pt-query-digest "
+                                     f"reads it): record with `tcpdump -w FILE` (docs/capture-guide.md): {self.path}")
         raise CaptureFormatError(f"not a capture file (unknown magic 0x{shown}): {self.path}")
 
     # -- pcap --
