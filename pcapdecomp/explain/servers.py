@@ -144,24 +144,10 @@ def explain_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, m
     """The slow-log join, the decomposition and the thread-pool view of one DB point's exchanges: the table with
     their columns, and what the summary reads of them. `decomposed(table)`: called with the table once it has
     the decomposition's columns, before the thread-pool view (which adds the columns of its own)."""
-    slow_path = cs.slow_logs.get(point if point is not None else "")
-    slow = None
-    slow_info: dict = {"file": str(slow_path) if slow_path else None, "used": False}
-    if slow_path is not None:
-        from ..slowlog.join import wire_statements
-        from ..slowlog.reader import read_slow_log
+    from ..slowlog.join import wire_statements
 
-        try:
-            slow, sstats = read_slow_log(slow_path, tz=tz, max_sql_bytes=max_sql_bytes, wire=wire_statements(table))
-            slow_info.update({"flavor": sstats.flavor, "unparsed_lines": sstats.unparsed_lines,
-                              "cut_entries": sstats.cut_entries, "damaged_values": sstats.damaged_values,
-                              "capped_statements": sstats.capped_statements,
-                              "wire_sql_entries": sstats.wire_sql_entries,
-                              "unverified_entries": sstats.unverified_entries})
-            for w in sstats.warnings[:5]:
-                note(w)
-        except SlowLogError as err:
-            note(f"{err}; analysed without the slow log")
+    slow_path = cs.slow_logs.get(point if point is not None else "")
+    slow, slow_info = server_slow_log(slow_path, tz, max_sql_bytes, lambda: wire_statements(table), note)
     table, join = decompose(table, slow, cs.long_query_time, cs.thread_pool_size, str(slow_path))
     release_memory()
     if join.used and table["conn_id"].isna().any():  # the Thread_id of the slow-log entries joined to a connection
@@ -183,9 +169,37 @@ def explain_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, m
     return table, ServerPart(point, view, slow_info)
 
 
+def server_slow_log(slow_path, tz, max_sql_bytes: int, wire: Callable[[], object], note
+                    ) -> tuple[pd.DataFrame | None, dict]:
+    """A DB point's slow log (`slow_path`, None: none) read for the join, and summary.json → slow_log's start (the
+    file, what its reading said); its reading's warnings (the first five) to `note`. `wire()` gives the wire's
+    statements the log's header lines could hide in (slowlog.join.wire_statements of the point's joined rows),
+    made only when there is a log to read. A log that cannot be read: noted, None (analysed without it)."""
+    slow = None
+    slow_info: dict = {"file": str(slow_path) if slow_path else None, "used": False}
+    if slow_path is None:
+        return slow, slow_info
+    from ..slowlog.reader import read_slow_log
+
+    try:
+        slow, sstats = read_slow_log(slow_path, tz=tz, max_sql_bytes=max_sql_bytes, wire=wire())
+        slow_info.update({"flavor": sstats.flavor, "unparsed_lines": sstats.unparsed_lines,
+                          "cut_entries": sstats.cut_entries, "damaged_values": sstats.damaged_values,
+                          "capped_statements": sstats.capped_statements,
+                          "wire_sql_entries": sstats.wire_sql_entries,
+                          "unverified_entries": sstats.unverified_entries})
+        for w in sstats.warnings[:5]:
+            note(w)
+    except SlowLogError as err:
+        note(f"{err}; analysed without the slow log")
+    return slow, slow_info
+
+
 def joined_info(slow_info: dict, join, note) -> None:
     """summary.json → slow_log of a DB point: `slow_info` (the file, what its reading said) with the join's counts
-    (`join`, slowlog.join's result; without a slow log its empty one); the join's warnings to `note`."""
+    (`join`: slowlog.join's result, without a slow log its empty one, or a summarized
+    explain.partitioned_join.PartitionedJoin: its `stats`, `warnings` and `used`); the join's warnings to
+    `note`."""
     for w in join.warnings:
         note(w)
     slow_info.update(join.stats)

@@ -35,6 +35,7 @@ from ..core.schema import ANALYSIS_COLUMNS, CATEGORY, EXCHANGE_COLUMNS
 from ..core.tables import concat, frame, held, with_declared_dtypes
 from ..read.captureset import CaptureSet
 from ..read.extract import Extracted
+from ..slowlog.reader import WireStatements
 
 EXCHANGES = (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS)
 # what explain.threadpool.thread_pool_view reads of the table (its timeline, the stall summaries' counts, Refs'
@@ -65,8 +66,6 @@ def refusal(cs: CaptureSet, csv: bool, partitioned: bool, scheduler: str | None)
     read); None when it may (the extraction may still find frames lost: NotPartitionable)."""
     if cs.window is not None:  # the spilled clocks and names read the whole spill: the window is not carried there
         return "a time window (--since/--until): not partitioned yet"
-    if cs.slow_logs:  # the one check to drop when the slow-log join runs per connection
-        return "a slow log: the run mode does not join it per connection yet"
     if cs.of("proxy") or cs.proxy_servers:
         return "a proxy: its two sides are different TCP connections, paired across connections"
     if not cs.of("db"):
@@ -249,7 +248,7 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     """Up to the thread-pool view: (the stand-in Paired, the ServerPart, the stored runs, the categories)."""
     from ..explain.partitioned import NotPartitionable, PairedPartitions, spilled_naming
     from ..explain.partitioned_decompose import DecomposedPartitions
-    from ..explain.servers import LONG_QUERY_TIME_UNKNOWN, joined_info, output_categories
+    from ..explain.servers import LONG_QUERY_TIME_UNKNOWN, joined_info, output_categories, server_slow_log
     from ..explain.summary import ServerPart
     from ..explain.threadpool import thread_pool_view
     from ..pair.match import Matching, spilled_connection_step
@@ -279,7 +278,12 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     rows.clocks, rows.id_sources, rows.named = clocks, id_sources, named
     if cs.long_query_time is None:
         note(LONG_QUERY_TIME_UNKNOWN)
-    decomposed = DecomposedPartitions(rows, cs.long_query_time, cs.thread_pool_size, folder / "narrow")
+    point = x.db[0].capture
+    slow_path = cs.slow_logs.get(point)
+    slow, slow_info = server_slow_log(slow_path, run.tz, run.options.max_sql_bytes, lambda: _wire_of(rows), note)
+    decomposed = DecomposedPartitions(rows, cs.long_query_time, cs.thread_pool_size, folder / "narrow", slow=slow)
+    if decomposed.join is not None:  # summary.json's slow-log counts must be join_slow_log's: asked before the rows
+        decomposed.join.refuse_unsure_counts()
 
     # the decomposed partitions: stored, their keys and their view columns kept, the values present gathered
     stored, keys, views, present = [], [], [], {}
@@ -307,11 +311,13 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     table = gathered.take(offsets[run_of] + row_of).reset_index(drop=True)
     del gathered
     release_memory()
-    point = x.db[0].capture
-    join = join_slow_log(pd.DataFrame(index=pd.RangeIndex(total)), None, str(None))
-    slow_info: dict = {"file": None, "used": False}
+    join = decomposed.join  # the slow log's join (None without a log, or one without an entry: nothing joined)
+    if join is not None:
+        join.summarize(str(slow_path))
+    else:
+        join = join_slow_log(pd.DataFrame(index=pd.RangeIndex(total)), slow, str(slow_path))
     joined_info(slow_info, join, note)
-    del join
+    del join, decomposed, slow
     view = thread_pool_view(table, cs.thread_pool_size)
     del table
     for w in view.warnings:
@@ -336,6 +342,14 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     paired = Paired(None, None, app_conns, db_conns, matching, clocks, clock_info, app[0].capture if app else None,
                     None, None, id_sources, None, None, None)
     return paired, ServerPart(point, view, slow_info), [SortedRun(s, k) for s, k in zip(stored, keys)], categories
+
+
+def _wire_of(rows) -> WireStatements:
+    """slowlog.join.wire_statements of the joined rows (the slow-log reader's check of header-like lines against
+    the wire), gathered from 7a's runs a partition at a time (one more pass over them; only with a slow log)."""
+    from ..slowlog.join import wire_statements
+
+    return WireStatements.of_parts(wire_statements(run.table) for run in rows)
 
 
 def _of_run(places: np.ndarray, run: int, run_of: np.ndarray, row_of: np.ndarray) -> np.ndarray:
