@@ -133,6 +133,16 @@ def test_a_slow_log_of_another_day(tmp_path):
     assert summary["slow_log"]["entries"] > 0 and not summary["slow_log"]["used"]
 
 
+def test_a_db_capture_alone_with_frames_lost(tmp_path):
+    """Without an app point nothing repairs a loss (the in-memory run analyses the DB capture with its holes): a
+    lossy copy of oltp-prepared's DB capture, with its slow log, is partitioned, the same files."""
+    lose_frames(CAPTURES / "oltp-prepared" / "db.pcap", tmp_path / "lossy.pcap", 0.03, 1)
+    args = [*set_args(CAPTURES / "oltp-prepared", db_alone=True, slow_log=True)]
+    args[args.index("--db") + 1] = str(tmp_path / "lossy.pcap")
+    _, partitioned = both_ways(args, tmp_path / "run")
+    assert "gaps in TCP streams" in partitioned.stderr and "--spill:" not in partitioned.stderr
+
+
 def test_the_stalls_and_the_inferred_size_are_exercised(tmp_path):
     """group-stall (thread_pool_size given: stalls with victims and culprits) and oltp-hogs without its size (the
     view infers it and sets thread_group itself): the view's per-row columns cross the partitions."""
