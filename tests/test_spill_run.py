@@ -176,6 +176,21 @@ def test_a_recording(recording, db_alone, tmp_path):
     assert summary["exchanges"]["total"] > 100_000
 
 
+@pytest.mark.parametrize("db_alone", [True, False], ids=["db", "pair"])
+def test_the_read_write_recording_with_its_slow_log(db_alone, tmp_path):
+    """sysbench-rw-10s with its slow log (entries of every sysbench thread, joined by order on their connections;
+    some ambiguous): the join per connection over ≈ 60 K-row partitions gives the same files."""
+    recording = RECORDED[0]
+    if not (recording / "db.pcap").exists() or not (recording / "slow.log").exists():
+        pytest.skip(f"{recording}: not recorded on this machine")
+    args = ["--db", str(recording / "db.pcap"), "--slow-log", str(recording / "slow.log"), "--long-query-time", "0.01",
+            "--thread-pool-size", "2"]
+    if not db_alone:
+        args += ["--app", str(recording / "app.pcap")]
+    summary = assert_partitioned(args, tmp_path)
+    assert summary["exchanges"]["total"] > 100_000 and summary["slow_log"]["matched"] > 0
+
+
 @pytest.mark.parametrize("case", ["named by the slow log", "entries without a thread id", "threads never seen", "proxy",
                                   "frames lost", "no exchange"])
 def test_a_set_it_does_not_take_is_analysed_in_memory(case, tmp_path):
