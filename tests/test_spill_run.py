@@ -191,6 +191,44 @@ def test_the_read_write_recording_with_its_slow_log(db_alone, tmp_path):
     assert summary["exchanges"]["total"] > 100_000 and summary["slow_log"]["matched"] > 0
 
 
+OLTP_WINDOW = ["--since", "2026-11-23T20:20:33Z", "--until", "2026-11-23T20:20:34.2Z"]  # oltp-prepared's 2nd stall
+WINDOWS = {
+    "oltp-prepared": [str(CAPTURES / "oltp-prepared"), *OLTP_WINDOW],
+    "oltp-prepared's DB capture alone": [*set_args(CAPTURES / "oltp-prepared", db_alone=True, slow_log=True),
+                                         *OLTP_WINDOW],
+    "group-stall since": [str(CAPTURES / "group-stall"), "--since", "2026-11-22 05:42:37"],
+    "group-stall until": [*set_args(CAPTURES / "group-stall"), "--until", "2026-11-22 05:42:38"],
+}
+
+
+@pytest.mark.parametrize("name", WINDOWS)
+def test_a_time_window(name, tmp_path):
+    """--since/--until: the clocks' samples from the window and its margin (spilled_clocks' `around`), the
+    dictionary entries of the rows the window dropped kept (read/spill.py: exchanges.parquet's dictionaries hold
+    them, as the in-memory table's categories do), closed and open windows, with and without a slow log."""
+    summary = assert_partitioned(WINDOWS[name], tmp_path)
+    assert summary["window"] and summary["exchanges"]["total"] > 0
+    if name.startswith("oltp"):  # the statements prepared before the window: entries no row of the file holds
+        command = spilled.read_projection(tmp_path / "spilled" / "exchanges.parquet", ("command",))["command"]
+        assert "COM_STMT_PREPARE" in command.cat.categories and not (command == "COM_STMT_PREPARE").any()
+
+
+@pytest.mark.parametrize("db_alone", [True, False], ids=["db", "pair"])
+def test_a_time_window_of_the_read_write_recording(db_alone, tmp_path):
+    recording = RECORDED[0]
+    if not (recording / "db.pcap").exists() or not (recording / "slow.log").exists():
+        pytest.skip(f"{recording}: not recorded on this machine")
+    with open(recording / "db.pcap", "rb") as f:  # the first frame's second (a pcap: its record after 24 bytes)
+        head = f.read(28)
+    first = int.from_bytes(head[24:28], "little" if head[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else "big")
+    args = ["--db", str(recording / "db.pcap"), "--slow-log", str(recording / "slow.log"), "--long-query-time", "0.01",
+            "--thread-pool-size", "2", "--since", str(first + 3), "--until", str(first + 6)]
+    if not db_alone:
+        args += ["--app", str(recording / "app.pcap")]
+    summary = assert_partitioned(args, tmp_path)
+    assert summary["exchanges"]["total"] > 10_000 and summary["window"]
+
+
 @pytest.mark.parametrize("case", ["named by the slow log", "entries without a thread id", "threads never seen", "proxy",
                                   "frames lost", "no exchange"])
 def test_a_set_it_does_not_take_is_analysed_in_memory(case, tmp_path):

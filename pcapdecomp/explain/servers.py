@@ -226,7 +226,8 @@ REBUILT_STATEMENT_COLUMNS = ("sql", "fingerprint", "query_id")  # decompose._sta
 
 
 def output_categories(app: dict[str, list], db: dict[str, list], present: dict[str, list], *, db_only_rows: bool,
-                      matched_rows: bool, statements_from_db: bool) -> dict[str, list[str]]:
+                      matched_rows: bool, statements_from_db: bool, texts_from_log: bool = False
+                      ) -> dict[str, list[str]]:
     """The categories of each categorical column of exchanges.parquet, as today's table has them: the rules the
     in-memory path follows without stating them, in one place, for a writer that must know every row group's
     dictionary page (the whole list, unused entries included) before its first row (core.outputs.write_merged).
@@ -235,11 +236,13 @@ def output_categories(app: dict[str, list], db: dict[str, list], present: dict[s
       order of precedence, not sorted);
     - `problems` where some exchange was seen at both points (decompose._merged_problems rebuilds it), and `sql`,
       `fingerprint`, `query_id` where some statement was taken from the DB side (`statements_from_db`:
-      decompose._statements_from_db): the values present, sorted;
+      decompose._statements_from_db) or from the slow log (`texts_from_log`: an ENCRYPTED row joined to an entry,
+      decompose._texts_from_slow_log): the values present, sorted;
     - the other columns of the extraction (EXCHANGE_COLUMNS' categoricals, `app` and `db` given): the app side's
       categories when no row was seen at the DB alone (decompose._rows_of takes the app column as it is), else the
       sorted union of both sides' whole lists (concat_column's union_categoricals), entries of DB rows that paired
-      and so are not in the file included;
+      and so are not in the file included; without an app side, the DB side's whole list (its table's column as
+      it is: unused entries included, those of the rows a window dropped);
     - every other column (made by as_category or labelled): the values present, sorted.
     `app`, `db`: per extraction column, the categories of each side's table (the sorted union of its points' and
     re-reads' distinct values; a side without a capture: none); `present`: per column, the values its rows hold
@@ -253,10 +256,13 @@ def output_categories(app: dict[str, list], db: dict[str, list], present: dict[s
             out[name] = list(SEEN_CATEGORIES)
         elif name == "conn_id_source":
             out[name] = list(connids.SOURCES)
-        elif (name == "problems" and matched_rows) or (name in REBUILT_STATEMENT_COLUMNS and statements_from_db):
+        elif (name == "problems" and matched_rows) or \
+                (name in REBUILT_STATEMENT_COLUMNS and (statements_from_db or texts_from_log)):
             out[name] = sorted(set(present.get(name, ())))
         elif column in EXCHANGE_COLUMNS and name in app:
             out[name] = sorted(set(app[name]) | (set(db.get(name, ())) if db_only_rows else set()))
+        elif column in EXCHANGE_COLUMNS and not app and name in db:  # DB points alone: their column as it is
+            out[name] = sorted(set(db[name]))
         else:
             out[name] = sorted(set(present.get(name, ())))
     return out

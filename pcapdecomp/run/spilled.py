@@ -33,6 +33,7 @@ from ..core.memory import map_big_blocks, release_memory
 from ..core.outputs import SortedRun, StoredRows, merged_order, write_merged, write_table
 from ..core.schema import ANALYSIS_COLUMNS, CATEGORY, EXCHANGE_COLUMNS
 from ..core.tables import concat, frame, held, with_declared_dtypes
+from ..mysql.connection import ENCRYPTED_COMMAND
 from ..read.captureset import CaptureSet
 from ..read.extract import Extracted
 from ..slowlog.reader import WireStatements
@@ -64,8 +65,6 @@ VIEW_ROW_COLUMNS = ("thread_group", "stall", "stall_role", "queue_source")  # wh
 def refusal(cs: CaptureSet, csv: bool, partitioned: bool, scheduler: str | None) -> str | None:
     """Why the partitioned run does not take this set, from the set and the options alone (before a capture is
     read); None when it may (the extraction may still find frames lost: NotPartitionable)."""
-    if cs.window is not None:  # the spilled clocks and names read the whole spill: the window is not carried there
-        return "a time window (--since/--until): not partitioned yet"
     if cs.of("proxy") or cs.proxy_servers:
         return "a proxy: its two sides are different TCP connections, paired across connections"
     if not cs.of("db"):
@@ -197,6 +196,8 @@ def _side_categories(points) -> dict[str, list]:
     names = [c.name for c in EXCHANGE_COLUMNS if c.dtype == CATEGORY]
     values: dict[str, set] = {}
     for x in points:
+        for name, unused in x.spill.unused_values().items():  # a window's dropped rows' entries (read/spill.py)
+            values.setdefault(name, set()).update(unused)
         for bucket in range(len(x.spill.rows)):
             for batch in x.spill.bucket(bucket):
                 for name in names:
@@ -271,7 +272,7 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
         from ..pair.clocks import spilled_clocks
 
         clocks, clock_info = spilled_clocks(x.app_points, x.db_points, app, db, step.connections, None, run.jobs,
-                                            note)
+                                            note, cs.window.around() if cs.window is not None else None)
     run.ahead.end()
     id_sources, named, (app_conns, db_conns) = spilled_naming(cs.processlist, {p.name: p for p in cs.points}, app,
                                                               db, note)
@@ -287,8 +288,10 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
 
     # the decomposed partitions: stored, their keys and their view columns kept, the values present gathered
     stored, keys, views, present = [], [], [], {}
+    texts_from_log = False  # an ENCRYPTED row joined to an entry: its texts are the log's (the columns rebuilt)
     for p, part in enumerate(decomposed):
         t = with_declared_dtypes(part.table, tuple(c for c in EXCHANGES if c.name in part.table.columns))
+        texts_from_log |= bool(((t["command"] == ENCRYPTED_COMMAND) & t["in_slow_log"].fillna(False)).any())
         stored.append(_StoredPartition(folder / "rows" / f"{p:04d}", t))
         keys.append(part.key)
         # a copy: a selection would share (and keep) the partition's blocks of several columns
@@ -301,7 +304,7 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     categories = output_categories(_side_categories(app), _side_categories(db),
                                    {**{k: sorted(v) for k, v in present.items()}, "stall_role": []},
                                    db_only_rows=first.db_only > 0, matched_rows=matched_rows,
-                                   statements_from_db=rows.statements_from_db)
+                                   statements_from_db=rows.statements_from_db, texts_from_log=texts_from_log)
 
     # the view of the whole table, from its view columns in row order
     run_of, row_of = _merged_places(keys)
