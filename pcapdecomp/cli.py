@@ -265,8 +265,9 @@ def analyze(
         None, "--spill", metavar="DIR",
         help="The partitioned run: the captures' exchanges go to a folder of the run's own in DIR (removed when the "
              "run ends) and are analysed a partition at a time, so the memory grows far less with the capture; the "
-             "same outputs. A set it does not take yet (a slow log, a proxy, several app or DB points, frames lost, "
-             "--csv, --partitioned, --scheduler) is analysed in memory, after one line saying why (docs/scale.md)."),
+             "same outputs, a slow log joined per connection. A set it does not take yet (a proxy, several app or DB "
+             "points, frames lost at a pair, a slow log it cannot join per connection, --csv, --partitioned, "
+             "--scheduler) is analysed in memory, after one line saying why (docs/scale.md)."),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
         help="Worker processes (default: the cores available, at most 8; one for capture files under 16 MiB in all, "

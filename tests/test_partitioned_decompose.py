@@ -13,6 +13,7 @@ log's Thread_id after the decomposition); entries without a thread id inside the
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -162,6 +163,29 @@ def partition_join(cs, work: Path, slow: pd.DataFrame, parts: int) -> tuple[pd.D
     return table, join, {k: np.concatenate(v)[order] for k, v in got.items()}
 
 
+def assert_counts_as_today(join: PartitionedJoin, today_join) -> None:
+    """The partitioned join's summary.json counts and warnings (`summarize`) are join_slow_log's, as JSON text."""
+    join.summarize("the log")
+    assert json.dumps(join.stats) == json.dumps(today_join.stats)
+    assert join.warnings == today_join.warnings and join.used == today_join.used
+
+
+@pytest.mark.parametrize("name", [n for n in WITH_SLOW_LOG if n not in NAMED_BY_THE_LOG])
+def test_the_join_counts_are_join_slow_logs(name, tmp_path):
+    """summary.json's slow_log counts (entries in the capture's window, joined by which rule and key, unjoined by
+    reason with examples, undecided rows of both kinds, marks cut) and the join's warnings, from the parts'
+    answers (slowlog.join.join_stats, one rule for both), for P = 3 and 16."""
+    cs = capture_set(CAPTURES / name)
+    table, _ = partitioned_rows(cs, tmp_path / "probe")
+    slow = slow_log_of(cs, table)
+    if not len(slow):
+        pytest.skip(f"{name}: its slow log holds no entry (DecomposedPartitions joins nothing)")
+    today_join = slowjoin.join_slow_log(slowjoin.rows_for_join(table), slow, "the log")
+    for parts in (3, 16):
+        _, join, _ = partition_join(cs, tmp_path / f"p{parts}", slow, parts)  # every partition's rows joined
+        assert_counts_as_today(join, today_join)
+
+
 def test_rows_without_an_id_join_as_today_and_are_refused(tmp_path):
     """midstream-join: no connection has an id (the capture began mid-connection), so every entry searches the
     rows without an id (the global view of those rows: here all) and names connections by MIN_ANCHORS entries.
@@ -170,11 +194,12 @@ def test_rows_without_an_id_join_as_today_and_are_refused(tmp_path):
     cs = capture_set(CAPTURES / "midstream-join")
     table, _ = partitioned_rows(cs, tmp_path / "probe")
     slow = slow_log_of(cs, table)
-    today_join = slowjoin.join_slow_log(slowjoin.rows_for_join(table), slow)
+    today_join = slowjoin.join_slow_log(slowjoin.rows_for_join(table), slow, "the log")
     assert today_join.stats["connections_identified"] > 0 and today_join.stats["exchanges_undecided"] > 0
     _, join, got = partition_join(cs, tmp_path / "three", slow, 3)
     assert np.array_equal(got["entry"], today_join.entry) and np.array_equal(got["qt"], today_join.query_time_ns)
     assert np.array_equal(got["undecided"], today_join.undecided)
+    assert_counts_as_today(join, today_join)
     with pytest.raises(NotPartitionable, match="rows without a connection id joined to slow-log entries"):
         join.refuse_named_by_log()
     _, paired = partitioned_rows(cs, tmp_path / "refused")
@@ -191,11 +216,12 @@ def test_the_marks_budget_is_spent_in_entry_order(steps, tmp_path, monkeypatch):
     cs = capture_set(CAPTURES / "midstream-join")
     table, _ = partitioned_rows(cs, tmp_path / "probe")
     slow = slow_log_of(cs, table)
-    today_join = slowjoin.join_slow_log(slowjoin.rows_for_join(table), slow)
+    today_join = slowjoin.join_slow_log(slowjoin.rows_for_join(table), slow, "the log")
     assert today_join.stats["undecided_search_cut"] > 0  # the budget cut …
     assert today_join.stats["exchanges_undecided"] < 18  # … some marks (8 and 11 of the 18 at 0.05 and 0.2)
-    _, _, got = partition_join(cs, tmp_path / "sixteen", slow, 16)
+    _, join, got = partition_join(cs, tmp_path / "sixteen", slow, 16)
     assert np.array_equal(got["undecided"], today_join.undecided)
+    assert_counts_as_today(join, today_join)
 
 
 def test_entries_of_threads_the_capture_never_saw(tmp_path):
@@ -207,6 +233,11 @@ def test_entries_of_threads_the_capture_never_saw(tmp_path):
     slow["thread_id"] = slow["thread_id"].astype("Int64") + 1_000_000
     found = assert_decomposed_as_today(cs, tmp_path, parts=(1, 3), with_slow_log=True, slow=slow)
     assert found[3]["in_log"] == 0 and found[3]["rows"] > 0
+    # its reason (no-time-fit: its text is on a connection with an id) is not gathered: the counts are refused
+    _, join, _ = partition_join(cs, tmp_path / "counts", slow, 3)
+    assert join.unsure
+    with pytest.raises(NotPartitionable, match="threads no connection is known by"):
+        join.summarize("the log")
 
 
 def test_an_empty_slow_log(tmp_path):

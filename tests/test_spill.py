@@ -57,6 +57,29 @@ def test_a_spilled_capture_reads_back_as_the_in_memory_table(path, tmp_path, rea
     same(memory, spilled)
 
 
+@pytest.mark.parametrize("lane", [True, False], ids=["lane", "python"])
+def test_a_window_spills_the_dictionary_entries_of_the_rows_it_dropped(lane, tmp_path, monkeypatch):
+    """analyze --since/--until drops a batch's rows outside the window before it is spilled: the in-memory table
+    keeps the dropped rows' dictionary entries among its categories (unused), and so does the spill's table read
+    back (SpillWriter keeps them: Spill.unused_values), where the buckets' compacted slices do not hold them."""
+    import datetime as dt
+
+    from pcapdecomp.core.window import window_of
+
+    if not lane:
+        monkeypatch.setenv("PCAPDECOMP_NO_LANE", "1")
+    path = REPO / "captures" / "oltp-prepared" / "db.pcap"
+    window = window_of("2026-11-23T20:20:33Z", "2026-11-23T20:20:34.2Z", dt.timezone.utc)
+    memory = extract(path, window=window)
+    spilled = extract(path, window=window, spill=tmp_path)
+    same(memory, spilled)
+    unused = spilled.spill.unused_values()
+    command = memory.exchanges["command"]
+    assert "COM_STMT_PREPARE" in unused["command"] and "COM_STMT_PREPARE" in command.cat.categories
+    assert not (command == "COM_STMT_PREPARE").any()  # made before the window: an entry no row holds
+    assert extract(path, spill=tmp_path / "whole").spill.unused_values() == {}  # without a window: none
+
+
 @pytest.mark.parametrize("name", ["oltp-hogs/db.pcap", "features/db.pcap", "group-stall/app.pcap"])
 def test_the_python_reader_spills_what_the_lane_spills(name, tmp_path, monkeypatch, read_capture):
     """Without the lane the rows come in Python's chunks (8,192 rows), not the lane's batches."""

@@ -1,10 +1,13 @@
 """`analyze --spill DIR` (run/spilled.py, docs/partitioned.md step 7): the partitioned run writes the very files the
 in-memory run writes — exchanges.parquet, groups.parquet, pool.parquet and summary.json byte for byte (cmp),
 report.html too but for the command line it shows — on every set it takes: each bundled pair without its slow log
-(the set's long_query_time, thread_pool_size and processlist given), as a pair and as its DB capture alone, the
-test captures' pair, and the 10 s recordings (skipped when absent). A set it does not take (a slow log, a proxy,
-frames lost) is analysed in memory after one line, with the same outputs; a DIR it cannot write is one line, exit
-2. The projection the summary and the report are made from (LATE_COLUMNS) holds every column they read."""
+(the set's long_query_time, thread_pool_size and processlist given), as a pair and as its DB capture alone; each
+bundled set with its slow log (the folder as it is, and its DB capture alone with the log), the join per connection
+(§14); the test captures' pair, alone and with a slow log of another day; and the 10 s recordings (skipped when
+absent), the read-write one with its slow log too. A set it does not take (a proxy, frames lost, a slow log the
+join per connection refuses) is analysed in memory after one line, with the same outputs; a DIR it cannot write is
+one line, exit 2. The projection the summary and the report are made from (LATE_COLUMNS) holds every column they
+read."""
 
 from __future__ import annotations
 
@@ -29,6 +32,9 @@ from lose_frames import lose_frames  # noqa: E402
 TABLES = ("exchanges.parquet", "groups.parquet", "pool.parquet", "summary.json")
 COMMAND = re.compile(r"; command: <code>[^<]*</code>")
 TAKEN = [name for name in PAIRS if name not in PROXY_SETS]
+# the bundled sets with a slow log the partitioned join takes (midstream-join's rows without an id joined to entries
+# are named by the log after the decomposition: refused, test_a_set_it_does_not_take_is_analysed_in_memory)
+WITH_SLOW_LOG = [name for name in TAKEN if (CAPTURES / name / "slow.log").exists() and name != "midstream-join"]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -36,10 +42,13 @@ def cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, cwd=REPO, timeout=900)
 
 
-def set_args(folder: Path, db_alone: bool = False) -> list[str]:
-    """The set's captures named one by one (so its slow log is left out) with its capture.toml settings."""
+def set_args(folder: Path, db_alone: bool = False, slow_log: bool = False) -> list[str]:
+    """The set's captures named one by one (so its slow log is left out, unless `slow_log`) with its capture.toml
+    settings."""
     cs = capture_set(folder)
     args = ["--db", str(folder / "db.pcap")]
+    if slow_log:
+        args += ["--slow-log", str(cs.slow_log)]
     if not db_alone:
         args += ["--app", str(folder / "app.pcap")]
     if cs.long_query_time is not None:
@@ -84,6 +93,56 @@ def test_a_bundled_db_capture_alone(name, tmp_path):
     assert summary["exchanges"]["total"] > 0
 
 
+@pytest.mark.parametrize("name", WITH_SLOW_LOG)
+def test_a_bundled_set_with_its_slow_log(name, tmp_path):
+    """The folder as analyze reads it (capture.toml, the slow log, the processlist…): the join per connection gives
+    the same rows and summary.json's slow_log part (its counts and warnings)."""
+    summary = assert_partitioned([str(CAPTURES / name)], tmp_path)
+    assert summary["exchanges"]["total"] > 0
+    assert summary["slow_log"]["file"] == str(CAPTURES / name / "slow.log")
+
+
+@pytest.mark.parametrize("name", WITH_SLOW_LOG)
+def test_a_bundled_db_capture_alone_with_its_slow_log(name, tmp_path):
+    summary = assert_partitioned(set_args(CAPTURES / name, db_alone=True, slow_log=True), tmp_path)
+    assert summary["slow_log"]["file"] is not None
+
+
+def test_the_slow_log_is_exercised(tmp_path):
+    """The sets above hold what the join's counts and notes are for: entries joined by order, rows in the log,
+    undecided rows and an entry left unjoined with its reason (slowlog-forms), the log's reading counts."""
+    summary = assert_partitioned([str(CAPTURES / "slowlog-forms")], tmp_path)
+    slow = summary["slow_log"]
+    assert slow["used"] and slow["matched"] > 40 and slow["joined_by"]["order"] == slow["matched"]
+    assert slow["unjoined"] and slow["unjoined_examples"] and slow["exchanges_of_unlogged_commands"] > 0
+    x = pd.read_parquet(tmp_path / "spilled" / "exchanges.parquet", columns=["in_slow_log", "slow_log_line"])
+    assert x["in_slow_log"].fillna(False).sum() > 0 and x["in_slow_log"].isna().any()  # undecided: null
+    assert x["slow_log_line"].notna().any()
+
+
+def test_a_slow_log_of_another_day(tmp_path):
+    """The test captures' pair with a slow log none of whose entries falls within the captures' time: nothing
+    joined, said in the same note, and summary.json's counts say why."""
+    field = REPO / "tests" / "data" / "field"
+    args = ["--app", str(field / "one-connection-app.pcap"), "--db", str(field / "one-connection-db.pcap"),
+            "--slow-log", str(REPO / "tests" / "data" / "slowlog" / "mariadb-10.11-verbose.log")]
+    memory, partitioned = both_ways(args, tmp_path)
+    assert "--spill:" not in partitioned.stderr
+    assert "none of its entries falls within the captures' time" in partitioned.stderr
+    summary = pd.read_json(tmp_path / "spilled" / "summary.json", typ="series").to_dict()
+    assert summary["slow_log"]["entries"] > 0 and not summary["slow_log"]["used"]
+
+
+def test_a_db_capture_alone_with_frames_lost(tmp_path):
+    """Without an app point nothing repairs a loss (the in-memory run analyses the DB capture with its holes): a
+    lossy copy of oltp-prepared's DB capture, with its slow log, is partitioned, the same files."""
+    lose_frames(CAPTURES / "oltp-prepared" / "db.pcap", tmp_path / "lossy.pcap", 0.03, 1)
+    args = [*set_args(CAPTURES / "oltp-prepared", db_alone=True, slow_log=True)]
+    args[args.index("--db") + 1] = str(tmp_path / "lossy.pcap")
+    _, partitioned = both_ways(args, tmp_path / "run")
+    assert "gaps in TCP streams" in partitioned.stderr and "--spill:" not in partitioned.stderr
+
+
 def test_the_stalls_and_the_inferred_size_are_exercised(tmp_path):
     """group-stall (thread_pool_size given: stalls with victims and culprits) and oltp-hogs without its size (the
     view infers it and sets thread_group itself): the view's per-row columns cross the partitions."""
@@ -117,11 +176,76 @@ def test_a_recording(recording, db_alone, tmp_path):
     assert summary["exchanges"]["total"] > 100_000
 
 
-@pytest.mark.parametrize("case", ["slow log", "proxy", "frames lost", "no exchange"])
+@pytest.mark.parametrize("db_alone", [True, False], ids=["db", "pair"])
+def test_the_read_write_recording_with_its_slow_log(db_alone, tmp_path):
+    """sysbench-rw-10s with its slow log (entries of every sysbench thread, joined by order on their connections;
+    some ambiguous): the join per connection over ≈ 60 K-row partitions gives the same files."""
+    recording = RECORDED[0]
+    if not (recording / "db.pcap").exists() or not (recording / "slow.log").exists():
+        pytest.skip(f"{recording}: not recorded on this machine")
+    args = ["--db", str(recording / "db.pcap"), "--slow-log", str(recording / "slow.log"), "--long-query-time", "0.01",
+            "--thread-pool-size", "2"]
+    if not db_alone:
+        args += ["--app", str(recording / "app.pcap")]
+    summary = assert_partitioned(args, tmp_path)
+    assert summary["exchanges"]["total"] > 100_000 and summary["slow_log"]["matched"] > 0
+
+
+OLTP_WINDOW = ["--since", "2026-11-23T20:20:33Z", "--until", "2026-11-23T20:20:34.2Z"]  # oltp-prepared's 2nd stall
+WINDOWS = {
+    "oltp-prepared": [str(CAPTURES / "oltp-prepared"), *OLTP_WINDOW],
+    "oltp-prepared's DB capture alone": [*set_args(CAPTURES / "oltp-prepared", db_alone=True, slow_log=True),
+                                         *OLTP_WINDOW],
+    "group-stall since": [str(CAPTURES / "group-stall"), "--since", "2026-11-22 05:42:37"],
+    "group-stall until": [*set_args(CAPTURES / "group-stall"), "--until", "2026-11-22 05:42:38"],
+}
+
+
+@pytest.mark.parametrize("name", WINDOWS)
+def test_a_time_window(name, tmp_path):
+    """--since/--until: the clocks' samples from the window and its margin (spilled_clocks' `around`), the
+    dictionary entries of the rows the window dropped kept (read/spill.py: exchanges.parquet's dictionaries hold
+    them, as the in-memory table's categories do), closed and open windows, with and without a slow log."""
+    summary = assert_partitioned(WINDOWS[name], tmp_path)
+    assert summary["window"] and summary["exchanges"]["total"] > 0
+    if name.startswith("oltp"):  # the statements prepared before the window: entries no row of the file holds
+        command = spilled.read_projection(tmp_path / "spilled" / "exchanges.parquet", ("command",))["command"]
+        assert "COM_STMT_PREPARE" in command.cat.categories and not (command == "COM_STMT_PREPARE").any()
+
+
+@pytest.mark.parametrize("db_alone", [True, False], ids=["db", "pair"])
+def test_a_time_window_of_the_read_write_recording(db_alone, tmp_path):
+    recording = RECORDED[0]
+    if not (recording / "db.pcap").exists() or not (recording / "slow.log").exists():
+        pytest.skip(f"{recording}: not recorded on this machine")
+    with open(recording / "db.pcap", "rb") as f:  # the first frame's second (a pcap: its record after 24 bytes)
+        head = f.read(28)
+    first = int.from_bytes(head[24:28], "little" if head[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else "big")
+    args = ["--db", str(recording / "db.pcap"), "--slow-log", str(recording / "slow.log"), "--long-query-time", "0.01",
+            "--thread-pool-size", "2", "--since", str(first + 3), "--until", str(first + 6)]
+    if not db_alone:
+        args += ["--app", str(recording / "app.pcap")]
+    summary = assert_partitioned(args, tmp_path)
+    assert summary["exchanges"]["total"] > 10_000 and summary["window"]
+
+
+@pytest.mark.parametrize("case", ["named by the slow log", "entries without a thread id", "threads never seen", "proxy",
+                                  "frames lost", "no exchange"])
 def test_a_set_it_does_not_take_is_analysed_in_memory(case, tmp_path):
-    if case == "slow log":
-        args = [str(CAPTURES / "group-stall")]
-        why = "a slow log"
+    if case == "named by the slow log":  # no connection has an id: the log's Thread_id names them after the join
+        args = [str(CAPTURES / "midstream-join")]
+        why = "rows without a connection id joined to slow-log entries"
+    elif case == "entries without a thread id":  # they would search every connection's rows
+        log = tmp_path / "slow.log"
+        log.write_text(re.sub(r"(?m)^# Thread_id: \d+\s+", "# ", (CAPTURES / "group-stall" / "slow.log").read_text()))
+        args = [*set_args(CAPTURES / "group-stall"), "--slow-log", str(log)]
+        why = "slow-log entries without a thread id"
+    elif case == "threads never seen":  # its reason counted in summary.json needs every connection's texts
+        log = tmp_path / "slow.log"
+        log.write_text(re.sub(r"(?m)^# Thread_id: (\d+)", lambda m: f"# Thread_id: {int(m[1]) + 1_000_000}",
+                              (CAPTURES / "group-stall" / "slow.log").read_text()))
+        args = [*set_args(CAPTURES / "group-stall"), "--slow-log", str(log)]
+        why = "threads no connection is known by"
     elif case == "proxy":
         folder = CAPTURES / "proxy-l4"
         args = [*set_args(folder), "--proxy", str(folder / "proxy.pcap")]

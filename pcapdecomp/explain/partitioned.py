@@ -65,7 +65,8 @@ def check_partitionable(app: list[Extraction], db: list[Extraction], proxy: list
                         proxy_servers=()) -> None:
     """Raises NotPartitionable, saying why, unless PairedPartitions can make these points' joined table (`proxy`:
     the set's proxy points' extractions, `proxy_servers`: its proxy endpoints; any proxy is refused, one without a
-    proxy in its traffic too). DB points alone (no app point) are partitionable."""
+    proxy in its traffic too). DB points alone (no app point) are partitionable, with frames lost too (nothing to
+    repair)."""
     if not db:
         raise NotPartitionable("the partitioned run reads a DB point, alone or paired with an app point: it is missing")
     if app and len(db) > 1:
@@ -74,7 +75,9 @@ def check_partitionable(app: list[Extraction], db: list[Extraction], proxy: list
         raise NotPartitionable("a proxy: its two sides are different TCP connections, paired across connections")
     if len(app) > 1:
         raise NotPartitionable(f"{len(app)} app points (not partitioned yet)")
-    lossy = [x.capture for x in (*app, *db) if x.holes]
+    # the loss repair borrows a lossy point's bytes from the other point (pair.pairing.pair_points): DB points
+    # alone have none to borrow from and are analysed with their holes, in memory as here
+    lossy = [x.capture for x in (*app, *db) if x.holes] if app else []
     if lossy:
         raise NotPartitionable(f"frames lost at {', '.join(lossy)}: the loss repair re-reads whole connections")
     unspilled = [x.capture for x in (*app, *db) if x.spill is None]

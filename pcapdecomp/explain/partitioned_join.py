@@ -37,19 +37,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..slowlog.join import (NOT_ON_THE_WIRE, JoinContext, combined_context, command_codes, joined_part,
-                            logs_admin_commands, mark_budget, rows_for_join, spent_marks, undecided_rows,
-                            unlogged_rows, view_context)
+from ..slowlog.join import (NOT_ON_THE_WIRE, JoinContext, combined_context, command_codes, join_stats, joined_part,
+                            logs_admin_commands, mark_budget, rows_for_join, slow_entries, spent_marks,
+                            undecided_rows, unlogged_rows, view_context)
 from .decompose import Joined
 from .partitioned import NotPartitionable
 
 FREE = "free"  # the group of the rows without a connection id
+# an entry's reasons that depend on the entry and the captures' span alone (slowlog.join._State._pre_reason's
+# first ones): the same whichever rows a join of part of them holds
+OWN_REASONS = {"socket", "no-query-time", "no-time", "outside-capture", "command-without-response"}
 ROW_BITS = 32  # a marked row as one int64: its partition << ROW_BITS | its position in the partition
 
 
 class PartitionedJoin:
     """The slow-log join of partitions' rows: `add` each partition's rows (the first pass), then `finish` (the
-    joins and the marks), then `joined(p, table)` gives partition p's Joined (decompose's input of the join)."""
+    joins and the marks), then `joined(p, table)` gives partition p's Joined (decompose's input of the join); once
+    every partition's is made, `summarize(name)` gives `stats` and `warnings`, join_slow_log's (summary.json's
+    slow_log counts)."""
 
     def __init__(self, slow: pd.DataFrame, work: Path):
         self.slow = slow
@@ -66,6 +71,18 @@ class PartitionedJoin:
         self.marked: dict[int, np.ndarray] = {}  # p → positions
         self.used = False
         self.joined_without_id = 0  # rows without a connection id joined to an entry (refuse_named_by_log)
+        # what join_stats counts: per entry its reason ('' when joined), whether it joined and how; the parts' sums
+        n = len(slow)
+        self.reason = np.full(n, "", dtype=object)
+        self.entry_joined = np.zeros(n, dtype=bool)
+        self.how = np.full(n, "", dtype=object)
+        self.kinds: dict[str, int] = defaultdict(int)
+        self.several = self.identified = self.marks_cut = 0
+        self.context: JoinContext | None = None
+        self.unsure: list[int] = []  # log lines of the entries whose reason is not sure here (`_unsure_reasons`)
+        self.undecided_counts: dict[int, tuple[int, int]] = {}  # p → (doubtful, unlogged), set by `joined`
+        self.stats: dict = {}
+        self.warnings: list[str] = []
 
     # -- the first pass --------------------------------------------------------------------------------------------
 
@@ -96,15 +113,17 @@ class PartitionedJoin:
     def finish(self) -> None:
         """The joins (per connection named by an entry's thread; the entries of no known connection against the
         rows without an id), then the undecided marks under the global budget, in entry order."""
-        context = combined_context(self.contexts)
-        self._refuse_threadless(context)
+        if self.empty_view is None:
+            raise NotPartitionable("no partition's rows to join the slow log to")
+        context = self.context = combined_context(self.contexts)
         marks: dict[int, list] = {}
         joined: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (p, position, entry, qt)
         for thread in sorted(self.threads & context.known_ids):
             self._join(thread, np.flatnonzero(self.thread == thread), context, marks, joined)
         free = np.flatnonzero((self.thread >= 0) & ~np.isin(self.thread, np.fromiter(
             context.known_ids, dtype=np.int64, count=len(context.known_ids))))
-        if len(free) and self.files.get(FREE):
+        grouped = bool(len(free) and self.files.get(FREE))
+        if grouped:
             searched = self._join(FREE, free, context, marks, joined)
             if searched and context.known_ids:
                 raise NotPartitionable(
@@ -112,6 +131,14 @@ class PartitionedJoin:
                     "rows without a connection id while connections with one exist: the search's step limit "
                     "(SCAN_LIMIT) counts every connection's statements, which the view of the rows without an id "
                     "does not hold")
+        # the entries no group joins (no thread id; a thread no connection is known by, and no row without an id):
+        # their reasons, which depend on the entry and the span alone where they are not refused
+        alone = np.flatnonzero(self.thread < 0) if grouped else np.union1d(np.flatnonzero(self.thread < 0), free)
+        if len(alone):
+            self.reason[alone] = joined_part(self.empty_view, self.slow.iloc[alone].reset_index(drop=True),
+                                             context).reasons
+        self._refuse_threadless()
+        self.unsure = self._unsure_reasons(free, context)
         for p, positions, entry, qt in joined:
             self.used = True
             mine = self.entries.get(p)
@@ -120,26 +147,46 @@ class PartitionedJoin:
         budget = mark_budget(self.rows, len(self.slow))
         rows = []
         for e in sorted(marks):
-            spent, budget, _ = spent_marks(((cost, lambda at=at: at) for cost, at in marks[e]), budget)
+            spent, budget, cuts = spent_marks(((cost, lambda at=at: at) for cost, at in marks[e]), budget)
             rows += spent
+            self.marks_cut += cuts
         rows = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
         part = rows >> ROW_BITS
         for p in np.unique(part).tolist():
             self.marked[p] = rows[part == p] & ((1 << ROW_BITS) - 1)
 
-    def _refuse_threadless(self, context: JoinContext) -> None:
-        """Entries without a thread id search every connection's rows: refused unless none can be on the wire."""
+    def _refuse_threadless(self) -> None:
+        """Entries without a thread id search every connection's rows: refused unless none can be on the wire
+        (their reasons, made by `finish` against no row, say so)."""
         lone = np.flatnonzero(self.thread < 0)
         if not len(lone) or not self.rows:  # no row: nothing to join or mark
             return
-        part = joined_part(self.empty_view, self.slow.iloc[lone].reset_index(drop=True), context)
-        wire = [int(self.slow["line"].iloc[e]) for e, why in zip(lone.tolist(), part.reasons.tolist())
-                if why not in NOT_ON_THE_WIRE]
+        wire = [int(self.slow["line"].iloc[e]) for e in lone.tolist() if self.reason[e] not in NOT_ON_THE_WIRE]
         if wire:
             raise NotPartitionable(
                 f"{len(wire)} slow-log entries without a thread id (line {wire[0]} the first) inside the captures' "
                 "time: such an entry is searched among every connection's rows (the global text-search view), "
                 "which the partitioned join does not build")
+
+    def _unsure_reasons(self, free: np.ndarray, context: JoinContext) -> list[int]:
+        """The log lines of the entries whose reason is not sure here: of a thread no connection is known by, while
+        connections with an id exist, that may be on the wire and found no text among the rows without an id.
+        join_slow_log calls such an entry no-text-match only when no row of any connection holds its text, else
+        no-time-fit or search-limit (the search's steps over every connection's statements with it), which is not
+        gathered here. Their rows are joined and marked alike either way (such an entry joins none, and marks the
+        rows without an id): only summary.json's counts of reasons would differ (`refuse_unsure_counts`)."""
+        if not context.known_ids or not self.rows:
+            return []
+        return [int(self.slow["line"].iloc[e]) for e in free.tolist() if self.reason[e] not in OWN_REASONS]
+
+    def refuse_unsure_counts(self) -> None:
+        """NotPartitionable when an entry's reason is not sure (`_unsure_reasons`): `summarize` would not give
+        join_slow_log's counts. The run mode asks before the second pass."""
+        if self.unsure:
+            raise NotPartitionable(
+                f"{len(self.unsure)} slow-log entries of threads no connection is known by (line {self.unsure[0]} "
+                "the first) inside the captures' time: whether another connection's rows hold their text (their "
+                "reason in summary.json's slow-log counts) is not gathered by the partitioned join")
 
     def _join(self, group, entries: np.ndarray, context: JoinContext, marks: dict, joined: list) -> int:
         """One group's join: its view gathered from its pieces in row-key order, joined with `entries` (positions
@@ -159,6 +206,11 @@ class PartitionedJoin:
         at = at[order]
         part = joined_part(view, self.slow.iloc[entries].reset_index(drop=True), context)
         del view
+        self.reason[entries], self.entry_joined[entries], self.how[entries] = part.reasons, part.joined, part.how
+        for kind, count in part.kinds.items():
+            self.kinds[kind] += count
+        self.several += part.several
+        self.identified += part.identified
         rows = np.flatnonzero(part.entry >= 0)
         if len(rows):
             if group == FREE:
@@ -199,6 +251,17 @@ class PartitionedJoin:
         marked = np.zeros(len(t), dtype=bool)
         if p in self.marked:
             marked[self.marked[p]] = True
-        undecided, _, _ = undecided_rows(marked, entry, unlogged_rows(*command_codes(t["command"]),
-                                                                      self.logs_commands))
+        undecided, doubtful, unlogged = undecided_rows(marked, entry, unlogged_rows(*command_codes(t["command"]),
+                                                                                    self.logs_commands))
+        self.undecided_counts[p] = (doubtful, unlogged)
         return Joined(entry, qt, undecided, self.used)
+
+    def summarize(self, name: str) -> None:
+        """`stats` and `warnings`, join_slow_log's for the same rows and log (`name`: the log's, in the warnings),
+        once `joined` has given every partition's rows; NotPartitionable when an entry's reason is not sure."""
+        self.refuse_unsure_counts()
+        doubtful = sum(d for d, _ in self.undecided_counts.values())
+        unlogged = sum(u for _, u in self.undecided_counts.values())
+        self.stats, self.warnings = join_stats(slow_entries(self.slow), self.context.span, self.rows, self.reason,
+                                               self.entry_joined, self.how, self.kinds, self.identified, self.several,
+                                               doubtful, unlogged, self.marks_cut, name)

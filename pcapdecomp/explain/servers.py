@@ -144,24 +144,10 @@ def explain_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, m
     """The slow-log join, the decomposition and the thread-pool view of one DB point's exchanges: the table with
     their columns, and what the summary reads of them. `decomposed(table)`: called with the table once it has
     the decomposition's columns, before the thread-pool view (which adds the columns of its own)."""
-    slow_path = cs.slow_logs.get(point if point is not None else "")
-    slow = None
-    slow_info: dict = {"file": str(slow_path) if slow_path else None, "used": False}
-    if slow_path is not None:
-        from ..slowlog.join import wire_statements
-        from ..slowlog.reader import read_slow_log
+    from ..slowlog.join import wire_statements
 
-        try:
-            slow, sstats = read_slow_log(slow_path, tz=tz, max_sql_bytes=max_sql_bytes, wire=wire_statements(table))
-            slow_info.update({"flavor": sstats.flavor, "unparsed_lines": sstats.unparsed_lines,
-                              "cut_entries": sstats.cut_entries, "damaged_values": sstats.damaged_values,
-                              "capped_statements": sstats.capped_statements,
-                              "wire_sql_entries": sstats.wire_sql_entries,
-                              "unverified_entries": sstats.unverified_entries})
-            for w in sstats.warnings[:5]:
-                note(w)
-        except SlowLogError as err:
-            note(f"{err}; analysed without the slow log")
+    slow_path = cs.slow_logs.get(point if point is not None else "")
+    slow, slow_info = server_slow_log(slow_path, tz, max_sql_bytes, lambda: wire_statements(table), note)
     table, join = decompose(table, slow, cs.long_query_time, cs.thread_pool_size, str(slow_path))
     release_memory()
     if join.used and table["conn_id"].isna().any():  # the Thread_id of the slow-log entries joined to a connection
@@ -183,9 +169,37 @@ def explain_server(table: pd.DataFrame, cs: CaptureSet, point: str | None, tz, m
     return table, ServerPart(point, view, slow_info)
 
 
+def server_slow_log(slow_path, tz, max_sql_bytes: int, wire: Callable[[], object], note
+                    ) -> tuple[pd.DataFrame | None, dict]:
+    """A DB point's slow log (`slow_path`, None: none) read for the join, and summary.json → slow_log's start (the
+    file, what its reading said); its reading's warnings (the first five) to `note`. `wire()` gives the wire's
+    statements the log's header lines could hide in (slowlog.join.wire_statements of the point's joined rows),
+    made only when there is a log to read. A log that cannot be read: noted, None (analysed without it)."""
+    slow = None
+    slow_info: dict = {"file": str(slow_path) if slow_path else None, "used": False}
+    if slow_path is None:
+        return slow, slow_info
+    from ..slowlog.reader import read_slow_log
+
+    try:
+        slow, sstats = read_slow_log(slow_path, tz=tz, max_sql_bytes=max_sql_bytes, wire=wire())
+        slow_info.update({"flavor": sstats.flavor, "unparsed_lines": sstats.unparsed_lines,
+                          "cut_entries": sstats.cut_entries, "damaged_values": sstats.damaged_values,
+                          "capped_statements": sstats.capped_statements,
+                          "wire_sql_entries": sstats.wire_sql_entries,
+                          "unverified_entries": sstats.unverified_entries})
+        for w in sstats.warnings[:5]:
+            note(w)
+    except SlowLogError as err:
+        note(f"{err}; analysed without the slow log")
+    return slow, slow_info
+
+
 def joined_info(slow_info: dict, join, note) -> None:
     """summary.json → slow_log of a DB point: `slow_info` (the file, what its reading said) with the join's counts
-    (`join`, slowlog.join's result; without a slow log its empty one); the join's warnings to `note`."""
+    (`join`: slowlog.join's result, without a slow log its empty one, or a summarized
+    explain.partitioned_join.PartitionedJoin: its `stats`, `warnings` and `used`); the join's warnings to
+    `note`."""
     for w in join.warnings:
         note(w)
     slow_info.update(join.stats)
@@ -212,7 +226,8 @@ REBUILT_STATEMENT_COLUMNS = ("sql", "fingerprint", "query_id")  # decompose._sta
 
 
 def output_categories(app: dict[str, list], db: dict[str, list], present: dict[str, list], *, db_only_rows: bool,
-                      matched_rows: bool, statements_from_db: bool) -> dict[str, list[str]]:
+                      matched_rows: bool, statements_from_db: bool, texts_from_log: bool = False
+                      ) -> dict[str, list[str]]:
     """The categories of each categorical column of exchanges.parquet, as today's table has them: the rules the
     in-memory path follows without stating them, in one place, for a writer that must know every row group's
     dictionary page (the whole list, unused entries included) before its first row (core.outputs.write_merged).
@@ -221,11 +236,13 @@ def output_categories(app: dict[str, list], db: dict[str, list], present: dict[s
       order of precedence, not sorted);
     - `problems` where some exchange was seen at both points (decompose._merged_problems rebuilds it), and `sql`,
       `fingerprint`, `query_id` where some statement was taken from the DB side (`statements_from_db`:
-      decompose._statements_from_db): the values present, sorted;
+      decompose._statements_from_db) or from the slow log (`texts_from_log`: an ENCRYPTED row joined to an entry,
+      decompose._texts_from_slow_log): the values present, sorted;
     - the other columns of the extraction (EXCHANGE_COLUMNS' categoricals, `app` and `db` given): the app side's
       categories when no row was seen at the DB alone (decompose._rows_of takes the app column as it is), else the
       sorted union of both sides' whole lists (concat_column's union_categoricals), entries of DB rows that paired
-      and so are not in the file included;
+      and so are not in the file included; without an app side, the DB side's whole list (its table's column as
+      it is: unused entries included, those of the rows a window dropped);
     - every other column (made by as_category or labelled): the values present, sorted.
     `app`, `db`: per extraction column, the categories of each side's table (the sorted union of its points' and
     re-reads' distinct values; a side without a capture: none); `present`: per column, the values its rows hold
@@ -239,10 +256,13 @@ def output_categories(app: dict[str, list], db: dict[str, list], present: dict[s
             out[name] = list(SEEN_CATEGORIES)
         elif name == "conn_id_source":
             out[name] = list(connids.SOURCES)
-        elif (name == "problems" and matched_rows) or (name in REBUILT_STATEMENT_COLUMNS and statements_from_db):
+        elif (name == "problems" and matched_rows) or \
+                (name in REBUILT_STATEMENT_COLUMNS and (statements_from_db or texts_from_log)):
             out[name] = sorted(set(present.get(name, ())))
         elif column in EXCHANGE_COLUMNS and name in app:
             out[name] = sorted(set(app[name]) | (set(db.get(name, ())) if db_only_rows else set()))
+        elif column in EXCHANGE_COLUMNS and not app and name in db:  # DB points alone: their column as it is
+            out[name] = sorted(set(db[name]))
         else:
             out[name] = sorted(set(present.get(name, ())))
     return out

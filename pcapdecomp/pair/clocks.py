@@ -55,14 +55,16 @@ def fit_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: l
 
 
 def spilled_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: list, db_xs: list,
-                   connections: pd.DataFrame, runner, jobs: int, note) -> tuple[dict[str, ClockModel], dict[str, dict]]:
+                   connections: pd.DataFrame, runner, jobs: int, note, around: tuple[int, int] | None = None
+                   ) -> tuple[dict[str, ClockModel], dict[str, dict]]:
     """fit_clocks of points whose exchanges spilled (read/spill.py; the partitioned run, explain/partitioned.py):
     which connections matched is `connections` (match.spilled_connection_step's), each connection's key numbered by
     a pass over the buckets (match.SpilledKeys: as connection_keys numbers the concatenated tables), its endpoints
-    from the extractions' connections tables: no exchange table is read. The same models and entries."""
+    from the extractions' connections tables: no exchange table is read. The same models and entries. `around`:
+    fit_clocks' (analyze --since/--until: the samples from the window and its margin)."""
     keyed = [SpilledKeys(xs).frame("key").merge(concat([x.connections for x in xs])[list(_CONN_TABLE_COLUMNS)],
                                                   on=["capture", "conn_index"]) for xs in (app_x, db_xs)]
-    return matched_clocks(app_pts, db_pts, app_x, db_xs, connections, *keyed, runner, jobs, note, None)
+    return matched_clocks(app_pts, db_pts, app_x, db_xs, connections, *keyed, runner, jobs, note, None, around)
 
 
 def matched_clocks(app_pts: list[CapturePoint], db_pts: list[CapturePoint], app_x: list, db_xs: list,

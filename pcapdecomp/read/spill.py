@@ -119,8 +119,10 @@ class SpillWriter:
         self._seq = [c.name for c in columns].index("req_tcp_seq")
         self._writers: dict[int, tuple[pa.NativeFile, pa.ipc.RecordBatchStreamWriter]] = {}
         self.rows = np.zeros(BUCKETS, dtype=np.int64)
+        self.unused: dict[str, set] = {}  # per dictionary column: the batches' entries none of their rows holds
 
     def add(self, batch: pa.RecordBatch) -> None:
+        self._keep_unused(batch)
         if not batch.num_rows:
             return
         buckets = partition_buckets(int64_values(batch.column(self._seq)))
@@ -137,6 +139,24 @@ class SpillWriter:
                 pa.RecordBatch.from_arrays([_compacted(a) for a in piece.columns], schema=self.schema))
         self.rows += counts
 
+    def _keep_unused(self, batch: pa.RecordBatch) -> None:
+        """The dictionary entries of `batch` that none of its rows holds (the rows analyze --since/--until dropped
+        before the batch came, read/exchanges.py): the compacted slices lose them, the in-memory extraction's
+        table keeps them among its categories (unused entries included: exchanges.parquet's dictionaries). Kept
+        here, given back by `Spill.unused_values`. A batch without a window holds every entry of its dictionaries:
+        nothing is kept."""
+        for name, column in zip(batch.schema.names, batch.columns):
+            if not isinstance(column, pa.DictionaryArray) or not len(column.dictionary):
+                continue
+            indices = column.indices
+            codes = np.frombuffer(indices.buffers()[1], dtype=np.int32, count=len(indices), offset=indices.offset * 4)
+            if indices.null_count:
+                codes = codes[np.asarray(indices.is_valid())]
+            held = np.bincount(codes, minlength=len(column.dictionary)) > 0
+            if not held.all():
+                unused = column.dictionary.filter(pa.array(~held)).to_pylist()
+                self.unused.setdefault(name, set()).update(v for v in unused if v is not None)
+
     def _writer(self, bucket: int) -> pa.ipc.RecordBatchStreamWriter:
         held = self._writers.get(bucket)
         if held is None:
@@ -149,7 +169,8 @@ class SpillWriter:
             writer.close()
             sink.close()
         self._writers.clear()
-        return Spill([SpillPart(self.folder, self.rows.copy())], self.columns)
+        return Spill([SpillPart(self.folder, self.rows.copy(), unused={k: sorted(v) for k, v in self.unused.items()})],
+                     self.columns)
 
 
 @dataclass
@@ -160,6 +181,7 @@ class SpillPart:
     folder: Path
     rows: np.ndarray
     conn_index: np.ndarray | None = None
+    unused: dict[str, list] = field(default_factory=dict)  # SpillWriter.unused: per column, entries no row holds
 
 
 @dataclass
@@ -178,8 +200,17 @@ class Spill:
     def renumbered(self, conn_index: list[np.ndarray]) -> Spill:
         """The same buckets with each part's connections renumbered by `conn_index[i]` (indexed by part i's
         conn_index: what merge_parts makes of it)."""
-        return Spill([SpillPart(p.folder, p.rows, n) for p, n in zip(self.parts, conn_index, strict=True)],
+        return Spill([SpillPart(p.folder, p.rows, n, p.unused) for p, n in zip(self.parts, conn_index, strict=True)],
                      self.columns)
+
+    def unused_values(self) -> dict[str, set]:
+        """Per dictionary column, the entries of the written batches' dictionaries that none of their rows held
+        (a window's dropped rows'): the categories the in-memory extraction's table has beyond the rows' values."""
+        out: dict[str, set] = {}
+        for part in self.parts:
+            for name, values in part.unused.items():
+                out.setdefault(name, set()).update(values)
+        return out
 
     def bucket(self, bucket: int, maps: list[mmap.mmap] | None = None) -> list[pa.RecordBatch]:
         """Bucket `bucket`'s rows of every part, as written (part by part, each in its batches' order), with the
@@ -214,7 +245,25 @@ class Spill:
             for mapped in maps:
                 mapped.madvise(mmap.MADV_DONTNEED)
 
-        return table_of(batches, self.columns, sort_by=SORT_BY, after_column=let_go)
+        return _with_unused(table_of(batches, self.columns, sort_by=SORT_BY, after_column=let_go),
+                            self.unused_values())
+
+
+def _with_unused(table: pa.Table, unused: dict[str, set]) -> pa.Table:
+    """`table` with `unused` (per dictionary column, entries no row holds) added to its columns' dictionaries, as
+    the in-memory extraction's table has them (the codes unchanged: the entries come after the unified ones)."""
+    for name, values in unused.items():
+        i = table.schema.get_field_index(name)
+        chunked = table.column(i).unify_dictionaries()
+        present = chunked.chunk(0).dictionary if chunked.num_chunks else pa.array([], pa.string())
+        more = sorted(set(values) - set(present.to_pylist()))
+        if not more:
+            continue
+        dictionary = pa.concat_arrays([present, pa.array(more, present.type)])
+        chunks = [pa.DictionaryArray.from_arrays(c.indices, dictionary) for c in chunked.chunks] or \
+            [pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), dictionary)]
+        table = table.set_column(i, table.schema.field(i), pa.chunked_array(chunks, chunked.type))
+    return table
 
 
 def _with_conn_index(batch: pa.RecordBatch, ranks: np.ndarray) -> pa.RecordBatch:

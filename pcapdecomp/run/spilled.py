@@ -33,8 +33,10 @@ from ..core.memory import map_big_blocks, release_memory
 from ..core.outputs import SortedRun, StoredRows, merged_order, write_merged, write_table
 from ..core.schema import ANALYSIS_COLUMNS, CATEGORY, EXCHANGE_COLUMNS
 from ..core.tables import concat, frame, held, with_declared_dtypes
+from ..mysql.connection import ENCRYPTED_COMMAND
 from ..read.captureset import CaptureSet
 from ..read.extract import Extracted
+from ..slowlog.reader import WireStatements
 
 EXCHANGES = (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS)
 # what explain.threadpool.thread_pool_view reads of the table (its timeline, the stall summaries' counts, Refs'
@@ -63,10 +65,6 @@ VIEW_ROW_COLUMNS = ("thread_group", "stall", "stall_role", "queue_source")  # wh
 def refusal(cs: CaptureSet, csv: bool, partitioned: bool, scheduler: str | None) -> str | None:
     """Why the partitioned run does not take this set, from the set and the options alone (before a capture is
     read); None when it may (the extraction may still find frames lost: NotPartitionable)."""
-    if cs.window is not None:  # the spilled clocks and names read the whole spill: the window is not carried there
-        return "a time window (--since/--until): not partitioned yet"
-    if cs.slow_logs:  # the one check to drop when the slow-log join runs per connection
-        return "a slow log: the run mode does not join it per connection yet"
     if cs.of("proxy") or cs.proxy_servers:
         return "a proxy: its two sides are different TCP connections, paired across connections"
     if not cs.of("db"):
@@ -198,6 +196,8 @@ def _side_categories(points) -> dict[str, list]:
     names = [c.name for c in EXCHANGE_COLUMNS if c.dtype == CATEGORY]
     values: dict[str, set] = {}
     for x in points:
+        for name, unused in x.spill.unused_values().items():  # a window's dropped rows' entries (read/spill.py)
+            values.setdefault(name, set()).update(unused)
         for bucket in range(len(x.spill.rows)):
             for batch in x.spill.bucket(bucket):
                 for name in names:
@@ -249,7 +249,7 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     """Up to the thread-pool view: (the stand-in Paired, the ServerPart, the stored runs, the categories)."""
     from ..explain.partitioned import NotPartitionable, PairedPartitions, spilled_naming
     from ..explain.partitioned_decompose import DecomposedPartitions
-    from ..explain.servers import LONG_QUERY_TIME_UNKNOWN, joined_info, output_categories
+    from ..explain.servers import LONG_QUERY_TIME_UNKNOWN, joined_info, output_categories, server_slow_log
     from ..explain.summary import ServerPart
     from ..explain.threadpool import thread_pool_view
     from ..pair.match import Matching, spilled_connection_step
@@ -272,19 +272,26 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
         from ..pair.clocks import spilled_clocks
 
         clocks, clock_info = spilled_clocks(x.app_points, x.db_points, app, db, step.connections, None, run.jobs,
-                                            note)
+                                            note, cs.window.around() if cs.window is not None else None)
     run.ahead.end()
     id_sources, named, (app_conns, db_conns) = spilled_naming(cs.processlist, {p.name: p for p in cs.points}, app,
                                                               db, note)
     rows.clocks, rows.id_sources, rows.named = clocks, id_sources, named
     if cs.long_query_time is None:
         note(LONG_QUERY_TIME_UNKNOWN)
-    decomposed = DecomposedPartitions(rows, cs.long_query_time, cs.thread_pool_size, folder / "narrow")
+    point = x.db[0].capture
+    slow_path = cs.slow_logs.get(point)
+    slow, slow_info = server_slow_log(slow_path, run.tz, run.options.max_sql_bytes, lambda: _wire_of(rows), note)
+    decomposed = DecomposedPartitions(rows, cs.long_query_time, cs.thread_pool_size, folder / "narrow", slow=slow)
+    if decomposed.join is not None:  # summary.json's slow-log counts must be join_slow_log's: asked before the rows
+        decomposed.join.refuse_unsure_counts()
 
     # the decomposed partitions: stored, their keys and their view columns kept, the values present gathered
     stored, keys, views, present = [], [], [], {}
+    texts_from_log = False  # an ENCRYPTED row joined to an entry: its texts are the log's (the columns rebuilt)
     for p, part in enumerate(decomposed):
         t = with_declared_dtypes(part.table, tuple(c for c in EXCHANGES if c.name in part.table.columns))
+        texts_from_log |= bool(((t["command"] == ENCRYPTED_COMMAND) & t["in_slow_log"].fillna(False)).any())
         stored.append(_StoredPartition(folder / "rows" / f"{p:04d}", t))
         keys.append(part.key)
         # a copy: a selection would share (and keep) the partition's blocks of several columns
@@ -297,7 +304,7 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     categories = output_categories(_side_categories(app), _side_categories(db),
                                    {**{k: sorted(v) for k, v in present.items()}, "stall_role": []},
                                    db_only_rows=first.db_only > 0, matched_rows=matched_rows,
-                                   statements_from_db=rows.statements_from_db)
+                                   statements_from_db=rows.statements_from_db, texts_from_log=texts_from_log)
 
     # the view of the whole table, from its view columns in row order
     run_of, row_of = _merged_places(keys)
@@ -307,11 +314,13 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     table = gathered.take(offsets[run_of] + row_of).reset_index(drop=True)
     del gathered
     release_memory()
-    point = x.db[0].capture
-    join = join_slow_log(pd.DataFrame(index=pd.RangeIndex(total)), None, str(None))
-    slow_info: dict = {"file": None, "used": False}
+    join = decomposed.join  # the slow log's join (None without a log, or one without an entry: nothing joined)
+    if join is not None:
+        join.summarize(str(slow_path))
+    else:
+        join = join_slow_log(pd.DataFrame(index=pd.RangeIndex(total)), slow, str(slow_path))
     joined_info(slow_info, join, note)
-    del join
+    del join, decomposed, slow
     view = thread_pool_view(table, cs.thread_pool_size)
     del table
     for w in view.warnings:
@@ -336,6 +345,14 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     paired = Paired(None, None, app_conns, db_conns, matching, clocks, clock_info, app[0].capture if app else None,
                     None, None, id_sources, None, None, None)
     return paired, ServerPart(point, view, slow_info), [SortedRun(s, k) for s, k in zip(stored, keys)], categories
+
+
+def _wire_of(rows) -> WireStatements:
+    """slowlog.join.wire_statements of the joined rows (the slow-log reader's check of header-like lines against
+    the wire), gathered from 7a's runs a partition at a time (one more pass over them; only with a slow log)."""
+    from ..slowlog.join import wire_statements
+
+    return WireStatements.of_parts(wire_statements(run.table) for run in rows)
 
 
 def _of_run(places: np.ndarray, run: int, run_of: np.ndarray, row_of: np.ndarray) -> np.ndarray:

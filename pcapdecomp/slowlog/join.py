@@ -134,6 +134,12 @@ class PartJoin:
     reasons: np.ndarray  # per entry: '' when joined, else a key of REASONS
     marks: dict[int, list[tuple[int, np.ndarray | None]]]  # per entry to mark: its steps (`_State.recorded_marks`)
     searched: list[int]  # entries of no known connection searched by text (their keys found among the slots)
+    # what the stats count of this part (`join_stats`): per entry whether it joined and how ('' when not)
+    joined: np.ndarray
+    how: np.ndarray
+    kinds: dict[str, int]  # the joined entries by the kind of key that met (joined_on)
+    several: int  # rows joined to several entries
+    identified: int  # mid-stream connections named by their entries
 
 
 def _empty(n: int, entries: int = 0) -> SlowLogJoin:
@@ -968,9 +974,11 @@ def joined_part(rows: pd.DataFrame, slow: pd.DataFrame, context: JoinContext) ->
     state = _state(rows, slow, context)
     del rows
     state.decide()
-    entry, qt, _, _, _ = state.joined_rows()
+    entry, qt, entry_row, per_row, kinds = state.joined_rows()
     marks = {e: state.recorded_marks(e) for e in state.to_mark()}
-    return PartJoin(entry, qt, state.reason.copy(), marks, [e for e in state.todo if e not in state.on_known])
+    return PartJoin(entry, qt, state.reason.copy(), marks, [e for e in state.todo if e not in state.on_known],
+                    entry_row >= 0, state.how.copy(), dict(kinds), sum(1 for c in per_row.values() if c > 1),
+                    len(state.identified))
 
 
 def _state(rows: pd.DataFrame, slow: pd.DataFrame, context: JoinContext | None) -> _State:
@@ -1507,50 +1515,70 @@ class _State:
     def result(self, name: str) -> SlowLogJoin:
         R, E = self.R, self.E
         entry, qt, entry_row, per_row, kinds = self.joined_rows()
-        joined = entry_row >= 0
         # Commands the server does not write to its slow log (MariaDB: COM_PING, COM_INIT_DB, binary prepares,
         # logins...; MySQL/Percona only with log_slow_admin_statements, which shows as administrator-command
         # entries): their absence from the log says nothing about their execution.
         unlogged = unlogged_rows(R.command_code, R.commands, logs_admin_commands(E.admin))
         self.undecided, doubtful, unlogged_count = undecided_rows(self.undecided, entry, unlogged)
-        matched = int(joined.sum())
-        lo, hi = R.span
-        window = E.timed & (E.hi >= lo) & (E.lo + E.qt <= hi) if R.n else np.zeros(E.n, dtype=bool)
-        reasons = pd.Series(self.reason[~joined], dtype=object).value_counts()
-        how = pd.Series(self.how[joined], dtype=object).value_counts()
-        stats = {
-            "entries": E.n,
-            "entries_in_capture_window": int(window.sum()),
-            "matched": matched,
-            "unmatched_in_capture_window": int((window & ~joined).sum()),
-            "joined_by": {k: int(how.get(k, 0)) for k in ("order", "unique", "inferred")},
-            "joined_on": {k: int(kinds.get(k, 0)) for k in ("text", "params", "template", "prefix", "command", "time")},
-            "unjoined": {k: int(reasons[k]) for k in REASONS if k in reasons},
-            "connections_identified": len(self.identified),
-            "exchanges_with_several_entries": sum(1 for c in per_row.values() if c > 1),
-            "exchanges_undecided": doubtful,
-            "exchanges_of_unlogged_commands": unlogged_count,  # the other ones of unknown place in the log
-            "undecided_search_cut": int(self.marks_cut),
-            "unjoined_examples": [
-                {"line": int(E.line[e]), "reason": str(self.reason[e]),
-                 "thread_id": None if E.thread[e] < 0 else int(E.thread[e]),
-                 "query_time_s": float(E.qt[e]) / NS if E.qt_known[e] else None,
-                 "sql": formats.clip(E.sql[e] or (f"administrator command: {E.admin[e]}" if E.admin[e] else ""),
-                                     200, flat=False)}
-                for e in np.flatnonzero(~joined & window)[:MAX_EXAMPLES].tolist()],
-        }
-        warnings = []
-        if matched == 0:
-            why = "none of its entries falls within the captures' time" if not window.any() else \
-                "no entry matched an exchange"
-            warnings.append(f"{name}: {why}; analysed without the slow log")
-        else:
-            unclear = {k: v for k, v in stats["unjoined"].items() if k in ("ambiguous", "order-conflict", "search-limit")}
-            if unclear:
-                parts = ", ".join(f"{v} {k}" for k, v in unclear.items())
-                warnings.append(f"{name}: {sum(unclear.values())} entries not joined ({parts}); "
-                                f"{stats['exchanges_undecided']} exchanges may or may not be in the slow log")
-        return SlowLogJoin(entry, matched > 0, stats, warnings, qt, self.undecided, self.reason.copy(), entry_row)
+        joined = entry_row >= 0
+        stats, warnings = join_stats(E, R.span, R.n, self.reason, joined, self.how, kinds, len(self.identified),
+                                     sum(1 for c in per_row.values() if c > 1), doubtful, unlogged_count,
+                                     int(self.marks_cut), name)
+        return SlowLogJoin(entry, stats["matched"] > 0, stats, warnings, qt, self.undecided, self.reason.copy(),
+                           entry_row)
+
+
+def slow_entries(slow: pd.DataFrame) -> _Entries:
+    """The slow log's entries as the join reads them (their times, threads, texts), for `join_stats`."""
+    return _Entries(slow)
+
+
+def join_stats(E: _Entries, span: tuple[int, int], rows: int, reason: np.ndarray, joined: np.ndarray,
+               how: np.ndarray, kinds: dict[str, int], identified: int, several: int, doubtful: int, unlogged: int,
+               marks_cut: int, name: str) -> tuple[dict, list[str]]:
+    """summary.json's slow_log counts of a join and its warnings, from its answer per entry (`reason`: '' when
+    joined; `joined`; `how`: the rule that joined it), the captures' span and rows, the joined entries by kind of
+    key (`kinds`), the connections named by their entries, the rows joined to several entries, the undecided rows
+    of both kinds and the marks the budget cut. One rule for join_slow_log and the partitioned join (which sums
+    these over its parts: explain/partitioned_join.py)."""
+    matched = int(joined.sum())
+    lo, hi = span
+    window = E.timed & (E.hi >= lo) & (E.lo + E.qt <= hi) if rows else np.zeros(E.n, dtype=bool)
+    reasons = pd.Series(reason[~joined], dtype=object).value_counts()
+    how_counts = pd.Series(how[joined], dtype=object).value_counts()
+    stats = {
+        "entries": E.n,
+        "entries_in_capture_window": int(window.sum()),
+        "matched": matched,
+        "unmatched_in_capture_window": int((window & ~joined).sum()),
+        "joined_by": {k: int(how_counts.get(k, 0)) for k in ("order", "unique", "inferred")},
+        "joined_on": {k: int(kinds.get(k, 0)) for k in ("text", "params", "template", "prefix", "command", "time")},
+        "unjoined": {k: int(reasons[k]) for k in REASONS if k in reasons},
+        "connections_identified": identified,
+        "exchanges_with_several_entries": several,
+        "exchanges_undecided": doubtful,
+        "exchanges_of_unlogged_commands": unlogged,  # the other ones of unknown place in the log
+        "undecided_search_cut": marks_cut,
+        "unjoined_examples": [
+            {"line": int(E.line[e]), "reason": str(reason[e]),
+             "thread_id": None if E.thread[e] < 0 else int(E.thread[e]),
+             "query_time_s": float(E.qt[e]) / NS if E.qt_known[e] else None,
+             "sql": formats.clip(E.sql[e] or (f"administrator command: {E.admin[e]}" if E.admin[e] else ""),
+                                 200, flat=False)}
+            for e in np.flatnonzero(~joined & window)[:MAX_EXAMPLES].tolist()],
+    }
+    warnings = []
+    if matched == 0:
+        why = "none of its entries falls within the captures' time" if not window.any() else \
+            "no entry matched an exchange"
+        warnings.append(f"{name}: {why}; analysed without the slow log")
+    else:
+        unclear = {k: v for k, v in stats["unjoined"].items() if k in ("ambiguous", "order-conflict", "search-limit")}
+        if unclear:
+            parts = ", ".join(f"{v} {k}" for k, v in unclear.items())
+            warnings.append(f"{name}: {sum(unclear.values())} entries not joined ({parts}); "
+                            f"{stats['exchanges_undecided']} exchanges may or may not be in the slow log")
+    return stats, warnings
 
 
 class _ScanLimit(Exception):

@@ -273,6 +273,17 @@ class WireStatements:
     def __len__(self) -> int:
         return len(self.whole) + len(self.cut)
 
+    @classmethod
+    def of_parts(cls, parts: Iterable[WireStatements]) -> WireStatements:
+        """The statements of several parts of the exchanges (partitions): the same as of them all at once (the
+        texts are kept as sets)."""
+        whole: set[str] = set()
+        cut: set[tuple[str, int | None]] = set()
+        for part in parts:
+            whole.update(part.whole)
+            cut.update(zip(part.cut, part.cut_size))
+        return cls(whole, cut)
+
     @staticmethod
     def _starts_one(texts: list[str], prefix: str) -> bool:
         i = bisect.bisect_left(texts, prefix)
