@@ -27,8 +27,10 @@ its connections), an extraction that did not spill."""
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -250,13 +252,14 @@ class PairedPartitions:
     (None with `app` empty: DB points alone, nothing to pair); `clocks`: the fitted models by app point (pair.
     clocks.fit_clocks; {} for DB points alone); `id_sources`, `named`: what read.connids.
     name_connections gave (client endpoint → source; and the ids it put on connections without a greeting,
-    (capture, conn_index) → id); `parts`: the number of partitions (None: as many as `target_rows` asks for);
+    (capture, conn_index) → id); `parts`: the number of partitions (None: as many as `target_rows`, else
+    TARGET_ROWS as it is at the call, asks for);
     `proxy`, `proxy_servers`: the set's proxy points and endpoints. The constructor raises NotPartitionable
     (check_partitionable) before reading a row, then makes `first_pass`."""
 
     def __init__(self, app: list[Extraction], db: list[Extraction], step: ConnectionStep | None, clocks: dict,
                  *, id_sources: dict[str, str] | None = None, named: dict[tuple[str, int], int] | None = None,
-                 parts: int | None = None, target_rows: int = TARGET_ROWS, proxy: list[Extraction] = (),
+                 parts: int | None = None, target_rows: int | None = None, proxy: list[Extraction] = (),
                  proxy_servers=()):
         check_partitionable(app, db, proxy, proxy_servers)
         self.alone = not app  # DB points alone: a partition's rows are its DB rows (match.one_point_matching)
@@ -272,7 +275,7 @@ class PairedPartitions:
         # a bucket's joined rows: about its larger side's
         rows = self.db.rows() if self.alone else np.maximum(self.app.rows(), self.db.rows())
         total = int(rows.sum())
-        parts = parts if parts is not None else max(1, -(-total // target_rows))
+        parts = parts if parts is not None else max(1, -(-total // (target_rows or TARGET_ROWS)))
         partitions = partitions_of(rows, parts) if total else []
         if self.alone:  # nothing crosses the partitions: no spans, no server leads to a point, every row DB-only
             self.first_pass = FirstPass((None, None), set(), partitions, db_only=total)
@@ -301,8 +304,15 @@ class PairedPartitions:
 
     def partition(self, first: int, end: int) -> SortedRun:
         """The joined rows of buckets first … end − 1, sorted by their row keys."""
+        run, from_db = self.made(first, end)
+        self.statements_from_db |= from_db
+        return run
+
+    def made(self, first: int, end: int) -> tuple[SortedRun, bool]:
+        """partition(first, end), and whether its rows took a statement from the DB side (`statements_from_db`'s
+        share: a process that makes one partition, a Dask worker, hands it back)."""
         if self.alone:
-            return self._alone(first, end)
+            return self._alone(first, end), False
         a, conn_a = self.app.table(first, end)
         d, conn_d = self.db.table(first, end)
         *inside, _ = _paired(a, d, conn_a, conn_d, self.step)
@@ -311,15 +321,15 @@ class PairedPartitions:
         matching = Matching(rows.app_row, rows.db_row, rows.notes, self.step.connections, None)
         keys = matching_row_keys(matching, a, d, self.app_names, self.db_names)
         both = (rows.app_row >= 0) & (rows.db_row >= 0)
-        self.statements_from_db |= bool((a["sql"].isna().to_numpy()[rows.app_row[both]]
-                                         & d["sql"].notna().to_numpy()[rows.db_row[both]]).any())
+        from_db = bool((a["sql"].isna().to_numpy()[rows.app_row[both]]
+                        & d["sql"].notna().to_numpy()[rows.db_row[both]]).any())
         connids.fill_rows(d, self.named)  # as name_connections fills the DB side's table
         row_point = _db_points(a, d, matching, self.db_point, self.first_pass.leading_servers)
         table = joined_rows(a, d, matching, self.clocks, self.primary, None, None, None, self.id_sources, row_point)
         run = sorted_run(table, keys)
         del a, d, table
         release_memory()  # what made the run, back before the next partition's tables are read
-        return run
+        return run, from_db
 
     def _alone(self, first: int, end: int) -> SortedRun:
         """partition() of DB points alone: the rows as pair_points makes them without an app point (one_point_
@@ -336,3 +346,49 @@ class PairedPartitions:
         del a, d, table
         release_memory()  # what made the run, back before the next partition's tables are read
         return run
+
+
+class RunsMadeOnce:
+    """PairedPartitions' runs made once each and kept in `folder` (a pickle per partition: the run's table with its
+    dtypes and categories exactly, and its row keys), then read back: step 7b reads every partition's rows twice
+    (its first pass, its rows), and making them again cost about as much as the rest of 7b (docs/partitioned.md
+    §13's CPU). Iterating gives each partition's run, made the first time (`made`) and read back after (`kept`).
+    A process that makes or reads one partition (a Dask worker) does it by `made(p)` / `kept(p)` on a copy of this
+    object: the folder must then be the same path there. Every copy makes a partition from the same PairedPartitions
+    (its first pass done, its clocks and names set), so a run is the same wherever it is made."""
+
+    def __init__(self, rows: PairedPartitions, folder: Path):
+        self.rows, self.folder = rows, Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def __len__(self) -> int:
+        return len(self.rows.first_pass.partitions)
+
+    def __iter__(self) -> Iterator[SortedRun]:
+        for p in range(len(self)):
+            yield self.kept(p) if self._file(p).exists() else self.made(p)
+
+    def _file(self, p: int) -> Path:
+        return self.folder / f"{p:04d}.pickle"
+
+    def made(self, p: int) -> SortedRun:
+        """Partition p's run, made (PairedPartitions.made) and kept; whether it took a statement from the DB side
+        is kept beside it (a file, so that the process that made it need not be this one)."""
+        run, from_db = self.rows.made(*self.rows.first_pass.partitions[p])
+        with open(self._file(p), "wb") as f:
+            pickle.dump((run.table, run.key), f, protocol=pickle.HIGHEST_PROTOCOL)
+        if from_db:
+            (self.folder / f"{p:04d}.from-db").touch()
+        return run
+
+    def kept(self, p: int) -> SortedRun:
+        """Partition p's run as `made` kept it."""
+        with open(self._file(p), "rb") as f:
+            table, key = pickle.load(f)
+        return SortedRun(table, key)
+
+    @property
+    def statements_from_db(self) -> bool:
+        """Some partition's rows took a statement from the DB side (PairedPartitions.statements_from_db), once
+        every partition was made."""
+        return self.rows.statements_from_db or any(self.folder.glob("*.from-db"))

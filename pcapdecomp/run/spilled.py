@@ -97,7 +97,8 @@ class SpillFolder:
     def __init__(self, parent: Path):
         try:
             Path(parent).mkdir(parents=True, exist_ok=True)
-            self.path = Path(tempfile.mkdtemp(prefix="pcapdecomp-spill-", dir=parent))
+            # absolute: a Dask worker (--scheduler) finds the partitions by this path, from its own working folder
+            self.path = Path(tempfile.mkdtemp(prefix="pcapdecomp-spill-", dir=parent)).absolute()
         except OSError as err:
             raise UsageError(f"--spill {parent}: cannot write there ({err.strerror or err})") from None
 
@@ -247,7 +248,7 @@ def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):
 
 def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     """Up to the thread-pool view: (the stand-in Paired, the ServerPart, the stored runs, the categories)."""
-    from ..explain.partitioned import NotPartitionable, PairedPartitions, spilled_naming
+    from ..explain.partitioned import NotPartitionable, PairedPartitions, RunsMadeOnce, spilled_naming
     from ..explain.partitioned_decompose import DecomposedPartitions
     from ..explain.servers import LONG_QUERY_TIME_UNKNOWN, joined_info, output_categories
     from ..explain.summary import ServerPart
@@ -279,25 +280,26 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     rows.clocks, rows.id_sources, rows.named = clocks, id_sources, named
     if cs.long_query_time is None:
         note(LONG_QUERY_TIME_UNKNOWN)
-    decomposed = DecomposedPartitions(rows, cs.long_query_time, cs.thread_pool_size, folder / "narrow")
+    paired_runs = RunsMadeOnce(rows, folder / "runs")  # 7a's runs made once, read back by 7b's second pass
+    decomposed = DecomposedPartitions(paired_runs, cs.long_query_time, cs.thread_pool_size, folder / "narrow")
 
     # the decomposed partitions: stored, their keys and their view columns kept, the values present gathered
+    shared = (decomposed, paired_runs)
+    calls = [(p, folder) for p in range(len(paired_runs))]
     stored, keys, views, present = [], [], [], {}
-    for p, part in enumerate(decomposed):
-        t = with_declared_dtypes(part.table, tuple(c for c in EXCHANGES if c.name in part.table.columns))
-        stored.append(_StoredPartition(folder / "rows" / f"{p:04d}", t))
-        keys.append(part.key)
-        # a copy: a selection would share (and keep) the partition's blocks of several columns
-        views.append(t[[c for c in VIEW_COLUMNS if c in t.columns]].copy())
-        _present(t, present)
-        del part, t
-        release_memory()
+    for part, key, view, values in _here(_stored_decomposition, shared, calls):
+        stored.append(part)
+        keys.append(key)
+        views.append(view)
+        for name, mine in values.items():
+            present.setdefault(name, set()).update(mine)
+    del shared
     total = sum(len(k) for k in keys)
     matched_rows = first.matched > 0
     categories = output_categories(_side_categories(app), _side_categories(db),
                                    {**{k: sorted(v) for k, v in present.items()}, "stall_role": []},
                                    db_only_rows=first.db_only > 0, matched_rows=matched_rows,
-                                   statements_from_db=rows.statements_from_db)
+                                   statements_from_db=paired_runs.statements_from_db)
 
     # the view of the whole table, from its view columns in row order
     run_of, row_of = _merged_places(keys)
@@ -336,6 +338,29 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     paired = Paired(None, None, app_conns, db_conns, matching, clocks, clock_info, app[0].capture if app else None,
                     None, None, id_sources, None, None, None)
     return paired, ServerPart(point, view, slow_info), [SortedRun(s, k) for s, k in zip(stored, keys)], categories
+
+
+def _here(function, shared, calls: list[tuple]) -> list:
+    """The mapper of this process: function(shared, *call) for every call, in order."""
+    return [function(shared, *call) for call in calls]
+
+
+def _stored_decomposition(shared, p: int, folder: Path) -> tuple[_StoredPartition, np.ndarray, pd.DataFrame, dict]:
+    """Partition p decomposed (7b's rows, from 7a's run made once) and stored in `folder`; (the stored partition,
+    its row keys, its thread-pool view columns, the values each categorical column holds). What this process, or
+    a Dask worker, does of a partition: `shared` is (the DecomposedPartitions, the RunsMadeOnce)."""
+    decomposed, paired_runs = shared
+    part = decomposed.rows_of(p, paired_runs.kept(p))
+    t = with_declared_dtypes(part.table, tuple(c for c in EXCHANGES if c.name in part.table.columns))
+    stored = _StoredPartition(folder / "rows" / f"{p:04d}", t)
+    # a copy: a selection would share (and keep) the partition's blocks of several columns
+    view = t[[c for c in VIEW_COLUMNS if c in t.columns]].copy()
+    present: dict[str, set] = {}
+    _present(t, present)
+    key = part.key
+    del part, t
+    release_memory()
+    return stored, key, view, present
 
 
 def _of_run(places: np.ndarray, run: int, run_of: np.ndarray, row_of: np.ndarray) -> np.ndarray:
