@@ -7,6 +7,11 @@ partitions' sorted runs (core.outputs.write_merged), groups.parquet and pool.par
 report.html by today's code (explain.servers.summary_of, render.report.render_page) from a projection of
 exchanges.parquet read back: only the LATE_COLUMNS they read. Every file is the in-memory run's.
 
+With --scheduler the partitions' work (7a's rows made and kept, 7b's first pass and rows, the decomposed partition
+stored) runs on the Dask workers, one task a partition (run.cluster.DaskRunner.map), the global parts here (the
+connection step, clocks, names, 7b's selections, the thread-pool view, the merge); the workers must read and write
+the run's folder at its path, else (said in one line) the partitions are analysed on this machine.
+
 What is held across partitions: the row keys (7 int64 a row, for the merge), the thread-pool view's columns
 (VIEW_COLUMNS, in row order: thread_pool_view reads them as it reads the whole table) and where each row went
 (its partition and its row there); the partitions' rows are in files, read back a slice at a time by the writer.
@@ -60,7 +65,7 @@ STORED_ROWS = 4096  # rows of a partition in one file of its stored rows (one fi
 VIEW_ROW_COLUMNS = ("thread_group", "stall", "stall_role", "queue_source")  # what the view sets per row
 
 
-def refusal(cs: CaptureSet, csv: bool, partitioned: bool, scheduler: str | None) -> str | None:
+def refusal(cs: CaptureSet, csv: bool, partitioned: bool) -> str | None:
     """Why the partitioned run does not take this set, from the set and the options alone (before a capture is
     read); None when it may (the extraction may still find frames lost: NotPartitionable)."""
     if cs.window is not None:  # the spilled clocks and names read the whole spill: the window is not carried there
@@ -75,8 +80,6 @@ def refusal(cs: CaptureSet, csv: bool, partitioned: bool, scheduler: str | None)
         return f"{len(cs.of('db'))} DB points: the thread-pool view per server is not partitioned yet"
     if len(cs.of("app")) > 1:
         return f"{len(cs.of('app'))} app points: not partitioned yet"
-    if scheduler is not None:
-        return "a Dask scheduler: the extraction spills on this machine only"
     if csv or partitioned:
         return f"{'--csv' if csv else '--partitioned'} writes the whole table at once"
     return None
@@ -213,7 +216,7 @@ def spill_folder(run, cs: CaptureSet) -> Path | None:
     the run ends; None when the set is analysed in memory (`refusal`, said in one line)."""
     o = run.options
     folder = SpillFolder(o.spill)
-    why = refusal(cs, o.csv, o.partitioned, o.scheduler)
+    why = refusal(cs, o.csv, o.partitioned)
     if why is not None:
         folder.close()
         fall_back(o.quiet, why)
@@ -281,13 +284,15 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     if cs.long_query_time is None:
         note(LONG_QUERY_TIME_UNKNOWN)
     paired_runs = RunsMadeOnce(rows, folder / "runs")  # 7a's runs made once, read back by 7b's second pass
-    decomposed = DecomposedPartitions(paired_runs, cs.long_query_time, cs.thread_pool_size, folder / "narrow")
+    on_workers = _workers_mapper(run, folder)
+    decomposed = DecomposedPartitions(paired_runs, cs.long_query_time, cs.thread_pool_size, folder / "narrow",
+                                      mapper=on_workers)
 
     # the decomposed partitions: stored, their keys and their view columns kept, the values present gathered
-    shared = (decomposed, paired_runs)
+    shared = (decomposed if on_workers is None else decomposed.for_workers(), paired_runs)
     calls = [(p, folder) for p in range(len(paired_runs))]
     stored, keys, views, present = [], [], [], {}
-    for part, key, view, values in _here(_stored_decomposition, shared, calls):
+    for part, key, view, values in (on_workers or _here)(_stored_decomposition, shared, calls):
         stored.append(part)
         keys.append(key)
         views.append(view)
@@ -338,6 +343,21 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     paired = Paired(None, None, app_conns, db_conns, matching, clocks, clock_info, app[0].capture if app else None,
                     None, None, id_sources, None, None, None)
     return paired, ServerPart(point, view, slow_info), [SortedRun(s, k) for s, k in zip(stored, keys)], categories
+
+
+def _workers_mapper(run, folder: Path):
+    """With --scheduler, the mapper that runs the partitions' work on the Dask workers (run.cluster.DaskRunner.map),
+    once every worker is found to read and write the run's spill folder at its path; None without a scheduler, or
+    (said in one line) when a worker cannot see the folder: the partitions are then analysed on this machine."""
+    if run.runner is None:
+        return None
+    blind = run.runner.blind_to(folder)
+    if blind is not None:
+        if not run.options.quiet:
+            warn(f"--spill: Dask worker {blind} cannot read or write {folder} (the spill folder must be on a file "
+                 "system every worker shares, at the same path); the partitions analysed on this machine")
+        return None
+    return lambda function, shared, calls: run.runner.map(function, shared, calls, "partitions on Dask")
 
 
 def _here(function, shared, calls: list[tuple]) -> list:
