@@ -4,7 +4,9 @@ report.html too but for the command line it shows — on every set it takes: eac
 (the set's long_query_time, thread_pool_size and processlist given), as a pair and as its DB capture alone, the
 test captures' pair, and the 10 s recordings (skipped when absent). A set it does not take (a slow log, a proxy,
 frames lost) is analysed in memory after one line, with the same outputs; a DIR it cannot write is one line, exit
-2. The projection the summary and the report are made from (LATE_COLUMNS) holds every column they read."""
+2. The projection the summary and the report are made from (LATE_COLUMNS) holds every column they read. With
+--scheduler (docs/partitioned.md §16) the partitions' work runs on Dask workers: the same files on a LocalCluster
+of 2 processes, and one line when a worker cannot see DIR."""
 
 from __future__ import annotations
 
@@ -273,7 +275,7 @@ def test_the_partitions_on_a_local_cluster_of_two_processes(tmp_path, monkeypatc
 
 @pytest.mark.parametrize("recording", RECORDED[:1], ids=lambda p: p.name)
 def test_a_recording_on_a_local_cluster(recording, tmp_path):
-    """The 10 s read-write recording (3 partitions) with --spill on a LocalCluster of 2 worker processes: the
+    """The 10 s read-write recording (2 partitions) with --spill on a LocalCluster of 2 worker processes: the
     one-process --spill run's files."""
     if not (recording / "db.pcap").exists():
         pytest.skip(f"{recording}: not recorded on this machine")
