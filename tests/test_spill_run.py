@@ -240,9 +240,9 @@ def same_files(left: Path, right: Path) -> None:
 
 def test_the_partitions_on_a_local_cluster_of_two_processes(tmp_path, monkeypatch):
     """group-stall cut into partitions of 100 rows (its stalls, victims and culprits across them), analysed with
-    --spill on a LocalCluster of 2 worker processes: 7a's runs, 7b's first pass and rows and the stored partitions
-    are made on the workers (DaskRunner.map, one task a partition), and the files are the in-memory run's and the
-    one-process --spill run's with the same partitions."""
+    --spill on a LocalCluster of 2 worker processes: 7a's first pass and runs, 7b's first pass and rows and the
+    stored partitions are made on the workers (DaskRunner.map, one task a partition), and the files are the
+    in-memory run's and the one-process --spill run's with the same partitions."""
     from pcapdecomp.analysis import Options, analyze
     from pcapdecomp.explain import partitioned
     from pcapdecomp.run.cluster import DaskRunner
@@ -266,7 +266,7 @@ def test_the_partitions_on_a_local_cluster_of_two_processes(tmp_path, monkeypatc
         analyze(cs, Options(quiet=True, jobs=2 if scheduler else 1, scheduler=scheduler, spill=tmp_path / "spill"),
                 tmp_path / name)
         assert list((tmp_path / "spill").iterdir()) == []
-    assert mapped == [("_made_first_of_partition", 4), ("_stored_decomposition", 4)]
+    assert mapped == [("_first_share", 4), ("_made_first_of_partition", 4), ("_stored_decomposition", 4)]
     same_files(tmp_path / "memory", tmp_path / "one")
     same_files(tmp_path / "one", tmp_path / "dask")
     summary = pd.read_json(tmp_path / "dask" / "summary.json", typ="series").to_dict()

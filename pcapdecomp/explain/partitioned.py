@@ -157,32 +157,61 @@ def _paired(app: pd.DataFrame, db: pd.DataFrame, conn_a: np.ndarray, conn_d: np.
     return pairs_inside(app, db, pairing_keys(app, db, conn_a, conn_d), step.pair_a, step.pair_d)
 
 
-def first_pass(app: _Points, db: _Points, step: ConnectionStep, partitions: list[tuple[int, int]]) -> FirstPass:
-    """FirstPass from the partitions' narrow columns (FIRST_PASS_COLUMNS), one partition at a time."""
-    columns = tuple(c for c in EXCHANGE_COLUMNS if c.name in FIRST_PASS_COLUMNS)
-    spans_a, spans_d, servers = [], [], set()
+@dataclass
+class _FirstShare:
+    """One partition's share of the FirstPass: its connections' paired spans per side, the servers it saw lead to
+    the DB point, its pairing's counts."""
+
+    spans: tuple[pd.DataFrame, pd.DataFrame]
+    servers: set
+    matched: int
+    app_only: int
+    db_only: int
+    conflicts: int
+    work: int
+
+
+def in_this_process(function, shared, calls: list[tuple]) -> list:
+    """The mapper of one process: function(shared, *call) for every call, in order (run.cluster.DaskRunner.map
+    does the same on Dask workers)."""
+    return [function(shared, *call) for call in calls]
+
+
+def first_pass(app: _Points, db: _Points, step: ConnectionStep, partitions: list[tuple[int, int]],
+               mapper=None) -> FirstPass:
+    """FirstPass from the partitions' narrow columns (FIRST_PASS_COLUMNS), one partition at a time (`mapper`:
+    where the partitions' shares are made, in_this_process by default)."""
     counts = FirstPass((None, None), set(), partitions)
-    for first, end in partitions:
-        a, conn_a = app.table(first, end, columns)
-        d, conn_d = db.table(first, end, columns)
-        *inside, work = _paired(a, d, conn_a, conn_d, step)
-        ai, di, ok = inside[0], inside[1], inside[4]
-        spans_a.append(paired_spans(conn_a, a["seq"].to_numpy(), ai[ok]))
-        spans_d.append(paired_spans(conn_d, d["seq"].to_numpy(), di[ok]))
-        servers.update(a["server"].astype(object).to_numpy()[ai[ok]].tolist())
-        servers.update(d["server"].astype(object).dropna().unique().tolist())
-        rows = exchange_rows(a, d, tuple(inside), conn_a, conn_d, step.pair_a, step.pair_d, step.ambiguous,
-                             (spans_a[-1], spans_d[-1]))
-        counts.matched += rows.matched
-        counts.app_only += rows.app_only
-        counts.db_only += rows.db_only
-        counts.conflicts += rows.conflicts
-        counts.work += work
-        del a, d, inside, rows
-        release_memory()  # the partition's heap back before the next one's: the pass's peak is one partition's
+    spans_a, spans_d = [], []
+    for share in (mapper or in_this_process)(_first_share, (app, db, step), partitions):
+        spans_a.append(share.spans[0])
+        spans_d.append(share.spans[1])
+        counts.leading_servers.update(share.servers)
+        counts.matched += share.matched
+        counts.app_only += share.app_only
+        counts.db_only += share.db_only
+        counts.conflicts += share.conflicts
+        counts.work += share.work
     counts.spans = (combined_spans(spans_a), combined_spans(spans_d))
-    counts.leading_servers = servers
     return counts
+
+
+def _first_share(points: tuple[_Points, _Points, ConnectionStep], first: int, end: int) -> _FirstShare:
+    """The first pass over buckets first … end − 1: the pairing inside the connection pairs of its narrow rows."""
+    app, db, step = points
+    columns = tuple(c for c in EXCHANGE_COLUMNS if c.name in FIRST_PASS_COLUMNS)
+    a, conn_a = app.table(first, end, columns)
+    d, conn_d = db.table(first, end, columns)
+    *inside, work = _paired(a, d, conn_a, conn_d, step)
+    ai, di, ok = inside[0], inside[1], inside[4]
+    spans = (paired_spans(conn_a, a["seq"].to_numpy(), ai[ok]), paired_spans(conn_d, d["seq"].to_numpy(), di[ok]))
+    servers = {*a["server"].astype(object).to_numpy()[ai[ok]].tolist(),
+               *d["server"].astype(object).dropna().unique().tolist()}
+    rows = exchange_rows(a, d, tuple(inside), conn_a, conn_d, step.pair_a, step.pair_d, step.ambiguous, spans)
+    share = _FirstShare(spans, servers, rows.matched, rows.app_only, rows.db_only, rows.conflicts, work)
+    del a, d, inside, rows
+    release_memory()  # the partition's heap back before the next one's: the pass's peak is one partition's
+    return share
 
 
 def spilled_names(processlist, points: dict, app: list[Extraction], db: list[Extraction], note,
@@ -254,13 +283,14 @@ class PairedPartitions:
     name_connections gave (client endpoint → source; and the ids it put on connections without a greeting,
     (capture, conn_index) → id); `parts`: the number of partitions (None: as many as `target_rows`, else
     TARGET_ROWS as it is at the call, asks for);
-    `proxy`, `proxy_servers`: the set's proxy points and endpoints. The constructor raises NotPartitionable
+    `proxy`, `proxy_servers`: the set's proxy points and endpoints; `mapper`: where the first pass's partitions
+    are read (`first_pass`; run.cluster.DaskRunner.map: on Dask workers). The constructor raises NotPartitionable
     (check_partitionable) before reading a row, then makes `first_pass`."""
 
     def __init__(self, app: list[Extraction], db: list[Extraction], step: ConnectionStep | None, clocks: dict,
                  *, id_sources: dict[str, str] | None = None, named: dict[tuple[str, int], int] | None = None,
                  parts: int | None = None, target_rows: int | None = None, proxy: list[Extraction] = (),
-                 proxy_servers=()):
+                 proxy_servers=(), mapper=None):
         check_partitionable(app, db, proxy, proxy_servers)
         self.alone = not app  # DB points alone: a partition's rows are its DB rows (match.one_point_matching)
         self.app, self.db = (_Points(app), _Points(db)) if not self.alone else (None, _Points(db, keyed=False))
@@ -280,7 +310,7 @@ class PairedPartitions:
         if self.alone:  # nothing crosses the partitions: no spans, no server leads to a point, every row DB-only
             self.first_pass = FirstPass((None, None), set(), partitions, db_only=total)
         else:
-            self.first_pass = first_pass(self.app, self.db, step, partitions)
+            self.first_pass = first_pass(self.app, self.db, step, partitions, mapper)
 
     def stats(self) -> MatchStats:
         """MatchStats of the whole pairing (Pairing.complete's), from the connection step and the first pass."""

@@ -15,8 +15,8 @@ Matching, the clock fit, the decomposition and the report run on the machine tha
 tables the workers send back (a few hundred bytes per exchange, not the packets).
 
 With `--spill DIR` (run/spilled.py, docs/partitioned.md §16) the captures are read on this machine into the run's
-spill folder, and the workers take the partitions' work (`DaskRunner.map`, one task a partition): 7a's rows made
-and kept, 7b's first pass, 7b's rows, the decomposed partition stored; back come small pieces (per class, per
+spill folder, and the workers take the partitions' work (`DaskRunner.map`, one task a partition): 7a's first pass,
+7a's rows made and kept, 7b's first pass, 7b's rows, the decomposed partition stored; back come small pieces (per class, per
 connection piece, the thread-pool view's columns). The workers read and write the spill folder at its path: the
 folder must be on a file system every worker shares (a LocalCluster: this machine's); `blind_to` checks it.
 

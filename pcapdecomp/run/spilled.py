@@ -7,8 +7,8 @@ partitions' sorted runs (core.outputs.write_merged), groups.parquet and pool.par
 report.html by today's code (explain.servers.summary_of, render.report.render_page) from a projection of
 exchanges.parquet read back: only the LATE_COLUMNS they read. Every file is the in-memory run's.
 
-With --scheduler the partitions' work (7a's rows made and kept, 7b's first pass and rows, the decomposed partition
-stored) runs on the Dask workers, one task a partition (run.cluster.DaskRunner.map), the global parts here (the
+With --scheduler the partitions' work (7a's first pass, 7a's rows made and kept, 7b's first pass and rows, the
+decomposed partition stored) runs on the Dask workers, one task a partition (run.cluster.DaskRunner.map), the global parts here (the
 connection step, clocks, names, 7b's selections, the thread-pool view, the merge); the workers must read and write
 the run's folder at its path, else (said in one line) the partitions are analysed on this machine.
 
@@ -251,7 +251,8 @@ def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):
 
 def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     """Up to the thread-pool view: (the stand-in Paired, the ServerPart, the stored runs, the categories)."""
-    from ..explain.partitioned import NotPartitionable, PairedPartitions, RunsMadeOnce, spilled_naming
+    from ..explain.partitioned import (NotPartitionable, PairedPartitions, RunsMadeOnce, in_this_process,
+                                       spilled_naming)
     from ..explain.partitioned_decompose import DecomposedPartitions
     from ..explain.servers import LONG_QUERY_TIME_UNKNOWN, joined_info, output_categories
     from ..explain.summary import ServerPart
@@ -265,7 +266,9 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     if not app_rows + db_rows:  # no partition to make (the in-memory run of nothing costs nothing)
         raise NotPartitionable("no exchange in the captures")
     step = spilled_connection_step(app, db) if app else None
-    rows = PairedPartitions(app, db, step, {})  # the clocks and the names are set below, before a run is made
+    on_workers = _workers_mapper(run, folder)  # None: the partitions' work in this process
+    # the clocks and the names are set below, before a run is made
+    rows = PairedPartitions(app, db, step, {}, mapper=on_workers)
     first = rows.first_pass
     if run.lean:  # as pair_points: the extraction is done (no repair: a set with frames lost is not partitioned)
         map_big_blocks(AFTER_THE_REPAIR_BYTES)
@@ -284,7 +287,6 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     if cs.long_query_time is None:
         note(LONG_QUERY_TIME_UNKNOWN)
     paired_runs = RunsMadeOnce(rows, folder / "runs")  # 7a's runs made once, read back by 7b's second pass
-    on_workers = _workers_mapper(run, folder)
     decomposed = DecomposedPartitions(paired_runs, cs.long_query_time, cs.thread_pool_size, folder / "narrow",
                                       mapper=on_workers)
 
@@ -292,7 +294,7 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     shared = (decomposed if on_workers is None else decomposed.for_workers(), paired_runs)
     calls = [(p, folder) for p in range(len(paired_runs))]
     stored, keys, views, present = [], [], [], {}
-    for part, key, view, values in (on_workers or _here)(_stored_decomposition, shared, calls):
+    for part, key, view, values in (on_workers or in_this_process)(_stored_decomposition, shared, calls):
         stored.append(part)
         keys.append(key)
         views.append(view)
@@ -358,11 +360,6 @@ def _workers_mapper(run, folder: Path):
                  "system every worker shares, at the same path); the partitions analysed on this machine")
         return None
     return lambda function, shared, calls: run.runner.map(function, shared, calls, "partitions on Dask")
-
-
-def _here(function, shared, calls: list[tuple]) -> list:
-    """The mapper of this process: function(shared, *call) for every call, in order."""
-    return [function(shared, *call) for call in calls]
 
 
 def _stored_decomposition(shared, p: int, folder: Path) -> tuple[_StoredPartition, np.ndarray, pd.DataFrame, dict]:
