@@ -14,7 +14,16 @@ Prints, per run, the wall time and CPU time of the client, the client's peak mem
 process tree, sampled every 50 ms: the workers' peak is the largest sum over the worker processes at one moment),
 and whether the outputs equal the one-process run's (exchanges.parquet, groups.parquet, pool.parquet value for value
 and byte for byte, summary.json value for value but for the inputs' scheduler and working folder).
-The workers' CPU time is read from /proc at the end of the run (user + system of the worker processes)."""
+The workers' CPU time is read from /proc at the end of the run (user + system of the worker processes).
+
+    python3 benchmarks/dask_scaling.py /tmp/pcapdecomp-bench/sysbench-rw-10s --spill --workers 1,2,4 [--db-alone]
+
+`--spill` measures `analyze --spill DIR` instead (run/spilled.py, docs/partitioned.md §16): the reference is the run
+without a cluster (`--jobs 1 --spill`), then `--jobs 1 --spill --scheduler` against the same kind of cluster for each
+N (N worker processes of one thread: a LocalCluster of N processes). The captures are read by the client (no split:
+the workers take the partitions, in the spill folder they share with it), without the slow log (the partitioned run
+does not take it yet), with the lab's settings; --db-alone: the DB capture alone. The outputs are compared byte for
+byte: tables and summary.json (the spilled run records no scheduler)."""
 
 from __future__ import annotations
 
@@ -163,6 +172,43 @@ def equal_outputs(a: Path, b: Path) -> str:
     return "yes" + (" (tables byte for byte)" if same_bytes else " (values; table bytes differ)")
 
 
+def spilled_runs(args, extra: list[str]) -> None:
+    """The --spill table: no cluster, then a cluster of each worker count, on each set (app and DB captures read
+    whole by the client)."""
+    spill = args.work / "spill"
+    spill.mkdir(parents=True, exist_ok=True)
+    for src in args.sets:
+        base = [sys.executable, "-m", "pcapdecomp.cli", "analyze", "--db", str(src / "db.pcap"),
+                *([] if args.db_alone else ["--app", str(src / "app.pcap")]), *extra, "--jobs", "1", "-q",
+                "--spill", str(spill)]
+        mb = sum((src / f"{p}.pcap").stat().st_size for p in (("db",) if args.db_alone else ("app", "db"))) / 1e6
+        what = f"{src.name}{', DB alone' if args.db_alone else ''}"
+        reference = args.work / "spilled-none"
+        for n in [None, *(int(x) for x in args.workers.split(","))]:
+            out = reference if n is None else args.work / f"spilled-{n}"
+            shutil.rmtree(out, ignore_errors=True)
+            before = bench.load()
+            cluster = Cluster(n, args.work) if n else None
+            try:
+                m = measure(base + ["--out", str(out)] + (["--scheduler", cluster.address] if cluster else []),
+                            cluster.workers.pid if cluster else None)
+            finally:
+                if cluster:
+                    cluster.close()
+            equal = "(reference)" if n is None else equal_bytes(reference, out)
+            label = "no cluster" if n is None else f"{n} worker process{'es' if n > 1 else ''}"
+            workers = f"{m['workers_mib']:,.0f} ({m['worker_max_mib']:,.0f})" if n else ""
+            workers_cpu = f"{m['workers_cpu']:.1f}" if n else ""
+            print(f"| {what} | {mb:,.0f} | {label} | {m['wall']:.1f} | {m['client_cpu']:.1f} | {workers_cpu} | "
+                  f"{m['client_mib']:,.0f} | {workers} | {equal} | {before} → {bench.load()} |", flush=True)
+
+
+def equal_bytes(a: Path, b: Path) -> str:
+    """'yes' when b's tables and summary.json are a's byte for byte, else which differ."""
+    differ = [n for n in (*TABLES, "summary.json") if (a / n).read_bytes() != (b / n).read_bytes()]
+    return "yes (byte for byte)" if not differ else "NO: " + ", ".join(differ)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sets", type=Path, nargs="+", help="capture-set folders (app.pcap, db.pcap, slow.log)")
@@ -172,15 +218,27 @@ def main() -> int:
     ap.add_argument("--analyze-args", default="--long-query-time 0.01 --thread-pool-size 2",
                     help="more analyze options, the same for every run (the lab's settings by default)")
     ap.add_argument("--record", type=Path, metavar="FOLDER", help="also write the run to FOLDER/<date>-<commit>.md")
+    ap.add_argument("--spill", action="store_true", help="measure analyze --spill: no cluster, then each cluster")
+    ap.add_argument("--db-alone", action="store_true", help="with --spill: the DB capture alone")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.record:
         sys.stdout = bench._Tee(sys.stdout, bench.record_file(args.record))
     print(f"machine: {bench.machine()}; {time.strftime('%Y-%m-%d %H:%M')}; load {bench.load()}\n")
+    extra = args.analyze_args.split()
+    if args.spill:
+        print("| set | MB read | run | wall s | client CPU s | workers CPU s | client peak PSS MiB | "
+              "workers' peak PSS MiB (largest worker) | outputs equal to no cluster | load before → after |")
+        print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
+        spilled_runs(args, extra)
+        print("\nwall: the client's (`pcapdecomp analyze --spill`), from its start to its end; the cluster is started "
+              "before and stopped after, outside the time. CPU: user + system seconds (client: the process and the "
+              "children it waited for; workers: the worker tree's processes, read from /proc). PSS sampled every 50 "
+              "ms; the workers' tree includes `dask worker`'s nanny processes.")
+        return 0
     print("| set | MB per point (files) | run | wall s | client CPU s | workers CPU s | client peak PSS MiB | "
           "workers' peak PSS MiB (largest worker) | outputs equal to one process | load before → after |")
     print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
-    extra = args.analyze_args.split()
     for src in args.sets:
         split = split_set(src, args.work, args.files)
         nfiles = len(list((split / "db").iterdir()))

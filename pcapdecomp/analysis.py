@@ -29,8 +29,9 @@ def analyze(cs: CaptureSet | Path, options: Options = Options(), out: Path | Non
             from .run.spilled import analyze_spilled, spill_folder
 
             spill = spill_folder(run, cs)
-        extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note, run.runner, run.memory,
-                                   spill=spill)
+        # spilled, the captures are read on this machine (a --scheduler's workers take the partitions)
+        extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note,
+                                   run.runner if spill is None else None, run.memory, spill=spill)
         if spill is not None:  # the partitioned run (None: not partitionable after all, said: in memory)
             done = analyze_spilled(run, cs, extracted, spill)
             if done is not None:

@@ -266,8 +266,11 @@ def analyze(
         help="The partitioned run: the captures' exchanges go to a folder of the run's own in DIR (removed when the "
              "run ends) and are analysed a partition at a time, so the memory grows far less with the capture; the "
              "same outputs, a slow log joined per connection. A set it does not take yet (a proxy, several app or DB "
-             "points, frames lost at a pair, a slow log it cannot join per connection, --csv, --partitioned, "
-             "--scheduler) is analysed in memory, after one line saying why (docs/scale.md)."),
+             "points, frames lost at a pair, a slow log it cannot join per connection, --csv, --partitioned) is "
+             "analysed in memory, after one line saying why (docs/scale.md). With --scheduler the captures are read "
+             "on this machine and the partitions' work runs on the Dask workers, which must read and write DIR at the "
+             "same path (a LocalCluster: yes; a real cluster: a shared file system; a worker that cannot is said in "
+             "one line and the partitions are analysed here)."),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
         help="Worker processes (default: the cores available, at most 8; one for capture files under 16 MiB in all, "
@@ -278,7 +281,8 @@ def analyze(
         None, "--scheduler",
         help="Read the captures on a Dask cluster: the scheduler's address (tcp://HOST:8786), or 'local' for a "
              "LocalCluster on this machine (--jobs workers). The capture files must be readable at the same path "
-             "on every worker (a shared file system). Needs dask.distributed (the package's dask extra). A "
+             "on every worker (a shared file system). With --spill DIR the workers take the partitions instead "
+             "(DIR shared likewise). Needs dask.distributed (the package's dask extra). A "
              "scheduler runs code in this process: use only one you trust (docs/security.md)."),
     scheduler_tls: Optional[str] = typer.Option(
         None, "--scheduler-tls", metavar="CA,CERT,KEY",

@@ -7,12 +7,17 @@ bundled set with its slow log (the folder as it is, and its DB capture alone wit
 absent), the read-write one with its slow log too. A set it does not take (a proxy, frames lost, a slow log the
 join per connection refuses) is analysed in memory after one line, with the same outputs; a DIR it cannot write is
 one line, exit 2. The projection the summary and the report are made from (LATE_COLUMNS) holds every column they
-read."""
+read. With --scheduler (docs/partitioned.md §16) the partitions' work runs on Dask workers: the same files on a
+LocalCluster of 2 processes, and one line when a worker cannot see DIR."""
 
 from __future__ import annotations
 
 import filecmp
+import os
 import re
+import shutil
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -344,3 +349,106 @@ def test_the_memory_bound_takes_the_partitioned_runs_peak():
     bound.check(counts, partitioned=True)
     with pytest.raises(MemoryBoundError):
         bound.check(counts)
+
+
+# -- --spill with --scheduler: the partitions' work on Dask workers (docs/partitioned.md §16) -------------------------
+
+def same_files(left: Path, right: Path) -> None:
+    """Two runs' outputs: the tables and summary.json cmp-equal, report.html but for the command line."""
+    for name in TABLES:
+        assert filecmp.cmp(left / name, right / name, shallow=False), name
+    pages = [COMMAND.sub("", (side / "report.html").read_text()) for side in (left, right)]
+    assert pages[0] == pages[1]
+
+
+def test_the_partitions_on_a_local_cluster_of_two_processes(tmp_path, monkeypatch):
+    """group-stall cut into partitions of 100 rows (its stalls, victims and culprits across them), analysed with
+    --spill on a LocalCluster of 2 worker processes: 7a's first pass and runs, 7b's first pass and rows and the
+    stored partitions are made on the workers (DaskRunner.map, one task a partition), and the files are the
+    in-memory run's and the one-process --spill run's with the same partitions."""
+    from pcapdecomp.analysis import Options, analyze
+    from pcapdecomp.explain import partitioned
+    from pcapdecomp.run.cluster import DaskRunner
+
+    args = set_args(CAPTURES / "group-stall")
+    memory = cli(*args, "-q", "-o", str(tmp_path / "memory"))
+    assert memory.returncode == 0, memory.stderr
+    monkeypatch.setattr(partitioned, "TARGET_ROWS", 100)  # the partitions' size: 352 rows → 4 partitions
+    mapped: list[tuple[str, int]] = []
+    real = DaskRunner.map
+
+    def counted(self, function, shared, calls, label):
+        mapped.append((function.__name__, len(calls)))
+        return real(self, function, shared, calls, label)
+
+    monkeypatch.setattr(DaskRunner, "map", counted)
+    cs = capture_set(app=[CAPTURES / "group-stall" / "app.pcap"], db=CAPTURES / "group-stall" / "db.pcap",
+                     long_query_time=capture_set(CAPTURES / "group-stall").long_query_time,
+                     thread_pool_size=capture_set(CAPTURES / "group-stall").thread_pool_size)
+    for name, scheduler in (("one", None), ("dask", "local")):
+        analyze(cs, Options(quiet=True, jobs=2 if scheduler else 1, scheduler=scheduler, spill=tmp_path / "spill"),
+                tmp_path / name)
+        assert list((tmp_path / "spill").iterdir()) == []
+    assert mapped == [("_first_share", 4), ("_made_first_of_partition", 4), ("_stored_decomposition", 4)]
+    same_files(tmp_path / "memory", tmp_path / "one")
+    same_files(tmp_path / "one", tmp_path / "dask")
+    summary = pd.read_json(tmp_path / "dask" / "summary.json", typ="series").to_dict()
+    assert summary["groups"]["stalls"]
+
+
+@pytest.mark.parametrize("recording", RECORDED[:1], ids=lambda p: p.name)
+def test_a_recording_on_a_local_cluster(recording, tmp_path):
+    """The 10 s read-write recording (2 partitions) with --spill on a LocalCluster of 2 worker processes: the
+    one-process --spill run's files."""
+    if not (recording / "db.pcap").exists():
+        pytest.skip(f"{recording}: not recorded on this machine")
+    args = ["--db", str(recording / "db.pcap"), "--app", str(recording / "app.pcap"), "--long-query-time", "0.01",
+            "--thread-pool-size", "2", "--spill", str(tmp_path / "spill"), "-q"]
+    one = cli(*args, "-o", str(tmp_path / "one"))
+    assert one.returncode == 0, one.stderr
+    dask = subprocess.run([sys.executable, "-m", "pcapdecomp", "analyze", *args, "-o", str(tmp_path / "dask"),
+                           "--scheduler", "local", "--jobs", "2"], capture_output=True, text=True, cwd=REPO,
+                          timeout=900)
+    assert dask.returncode == 0, dask.stderr
+    same_files(tmp_path / "one", tmp_path / "dask")
+
+
+def test_a_worker_that_cannot_see_the_spill_folder(tmp_path):
+    """A Dask worker in a mount namespace of its own, with an empty file system over the spill DIR (as a worker on
+    another machine without the shared file system): one line says so, the partitions are analysed on this
+    machine, the same files."""
+    if shutil.which("unshare") is None or shutil.which("dask") is None or \
+            subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs unshare -m (root) and the dask command")
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    log = open(tmp_path / "dask.log", "w")
+    scheduler = subprocess.Popen(["dask", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                                 stdout=log, stderr=log, start_new_session=True)
+    worker = subprocess.Popen(["unshare", "-m", "sh", "-c", f'mount -t tmpfs none "{spill}" && exec dask worker '
+                               f'{address} --nworkers 1 --nthreads 1 --no-dashboard'], stdout=log, stderr=log,
+                              start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        from distributed import Client
+
+        with Client(address, timeout="60s") as client:
+            client.wait_for_workers(1, timeout=120)
+        args = set_args(CAPTURES / "oltp-hogs")
+        one = cli(*args, "-q", "-o", str(tmp_path / "one"), "--spill", str(spill))
+        assert one.returncode == 0, one.stderr
+        blind = subprocess.run([sys.executable, "-m", "pcapdecomp", "analyze", *args, "-o", str(tmp_path / "blind"),
+                                "--spill", str(spill), "--scheduler", address], capture_output=True, text=True,
+                               cwd=REPO, timeout=900)
+        assert blind.returncode == 0, blind.stderr
+    finally:
+        for proc in (worker, scheduler):
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
+    told = [line for line in blind.stderr.splitlines() if "--spill:" in line]
+    assert len(told) == 1 and "cannot read or write" in told[0] and told[0].endswith("analysed on this machine"), \
+        blind.stderr
+    same_files(tmp_path / "one", tmp_path / "blind")

@@ -27,8 +27,10 @@ its connections), an extraction that did not spill."""
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -158,32 +160,61 @@ def _paired(app: pd.DataFrame, db: pd.DataFrame, conn_a: np.ndarray, conn_d: np.
     return pairs_inside(app, db, pairing_keys(app, db, conn_a, conn_d), step.pair_a, step.pair_d)
 
 
-def first_pass(app: _Points, db: _Points, step: ConnectionStep, partitions: list[tuple[int, int]]) -> FirstPass:
-    """FirstPass from the partitions' narrow columns (FIRST_PASS_COLUMNS), one partition at a time."""
-    columns = tuple(c for c in EXCHANGE_COLUMNS if c.name in FIRST_PASS_COLUMNS)
-    spans_a, spans_d, servers = [], [], set()
+@dataclass
+class _FirstShare:
+    """One partition's share of the FirstPass: its connections' paired spans per side, the servers it saw lead to
+    the DB point, its pairing's counts."""
+
+    spans: tuple[pd.DataFrame, pd.DataFrame]
+    servers: set
+    matched: int
+    app_only: int
+    db_only: int
+    conflicts: int
+    work: int
+
+
+def in_this_process(function, shared, calls: list[tuple]) -> list:
+    """The mapper of one process: function(shared, *call) for every call, in order (run.cluster.DaskRunner.map
+    does the same on Dask workers)."""
+    return [function(shared, *call) for call in calls]
+
+
+def first_pass(app: _Points, db: _Points, step: ConnectionStep, partitions: list[tuple[int, int]],
+               mapper=None) -> FirstPass:
+    """FirstPass from the partitions' narrow columns (FIRST_PASS_COLUMNS), one partition at a time (`mapper`:
+    where the partitions' shares are made, in_this_process by default)."""
     counts = FirstPass((None, None), set(), partitions)
-    for first, end in partitions:
-        a, conn_a = app.table(first, end, columns)
-        d, conn_d = db.table(first, end, columns)
-        *inside, work = _paired(a, d, conn_a, conn_d, step)
-        ai, di, ok = inside[0], inside[1], inside[4]
-        spans_a.append(paired_spans(conn_a, a["seq"].to_numpy(), ai[ok]))
-        spans_d.append(paired_spans(conn_d, d["seq"].to_numpy(), di[ok]))
-        servers.update(a["server"].astype(object).to_numpy()[ai[ok]].tolist())
-        servers.update(d["server"].astype(object).dropna().unique().tolist())
-        rows = exchange_rows(a, d, tuple(inside), conn_a, conn_d, step.pair_a, step.pair_d, step.ambiguous,
-                             (spans_a[-1], spans_d[-1]))
-        counts.matched += rows.matched
-        counts.app_only += rows.app_only
-        counts.db_only += rows.db_only
-        counts.conflicts += rows.conflicts
-        counts.work += work
-        del a, d, inside, rows
-        release_memory()  # the partition's heap back before the next one's: the pass's peak is one partition's
+    spans_a, spans_d = [], []
+    for share in (mapper or in_this_process)(_first_share, (app, db, step), partitions):
+        spans_a.append(share.spans[0])
+        spans_d.append(share.spans[1])
+        counts.leading_servers.update(share.servers)
+        counts.matched += share.matched
+        counts.app_only += share.app_only
+        counts.db_only += share.db_only
+        counts.conflicts += share.conflicts
+        counts.work += share.work
     counts.spans = (combined_spans(spans_a), combined_spans(spans_d))
-    counts.leading_servers = servers
     return counts
+
+
+def _first_share(points: tuple[_Points, _Points, ConnectionStep], first: int, end: int) -> _FirstShare:
+    """The first pass over buckets first … end − 1: the pairing inside the connection pairs of its narrow rows."""
+    app, db, step = points
+    columns = tuple(c for c in EXCHANGE_COLUMNS if c.name in FIRST_PASS_COLUMNS)
+    a, conn_a = app.table(first, end, columns)
+    d, conn_d = db.table(first, end, columns)
+    *inside, work = _paired(a, d, conn_a, conn_d, step)
+    ai, di, ok = inside[0], inside[1], inside[4]
+    spans = (paired_spans(conn_a, a["seq"].to_numpy(), ai[ok]), paired_spans(conn_d, d["seq"].to_numpy(), di[ok]))
+    servers = {*a["server"].astype(object).to_numpy()[ai[ok]].tolist(),
+               *d["server"].astype(object).dropna().unique().tolist()}
+    rows = exchange_rows(a, d, tuple(inside), conn_a, conn_d, step.pair_a, step.pair_d, step.ambiguous, spans)
+    share = _FirstShare(spans, servers, rows.matched, rows.app_only, rows.db_only, rows.conflicts, work)
+    del a, d, inside, rows
+    release_memory()  # the partition's heap back before the next one's: the pass's peak is one partition's
+    return share
 
 
 def spilled_names(processlist, points: dict, app: list[Extraction], db: list[Extraction], note,
@@ -253,14 +284,16 @@ class PairedPartitions:
     (None with `app` empty: DB points alone, nothing to pair); `clocks`: the fitted models by app point (pair.
     clocks.fit_clocks; {} for DB points alone); `id_sources`, `named`: what read.connids.
     name_connections gave (client endpoint → source; and the ids it put on connections without a greeting,
-    (capture, conn_index) → id); `parts`: the number of partitions (None: as many as `target_rows` asks for);
-    `proxy`, `proxy_servers`: the set's proxy points and endpoints. The constructor raises NotPartitionable
+    (capture, conn_index) → id); `parts`: the number of partitions (None: as many as `target_rows`, else
+    TARGET_ROWS as it is at the call, asks for);
+    `proxy`, `proxy_servers`: the set's proxy points and endpoints; `mapper`: where the first pass's partitions
+    are read (`first_pass`; run.cluster.DaskRunner.map: on Dask workers). The constructor raises NotPartitionable
     (check_partitionable) before reading a row, then makes `first_pass`."""
 
     def __init__(self, app: list[Extraction], db: list[Extraction], step: ConnectionStep | None, clocks: dict,
                  *, id_sources: dict[str, str] | None = None, named: dict[tuple[str, int], int] | None = None,
-                 parts: int | None = None, target_rows: int = TARGET_ROWS, proxy: list[Extraction] = (),
-                 proxy_servers=()):
+                 parts: int | None = None, target_rows: int | None = None, proxy: list[Extraction] = (),
+                 proxy_servers=(), mapper=None):
         check_partitionable(app, db, proxy, proxy_servers)
         self.alone = not app  # DB points alone: a partition's rows are its DB rows (match.one_point_matching)
         self.app, self.db = (_Points(app), _Points(db)) if not self.alone else (None, _Points(db, keyed=False))
@@ -275,12 +308,12 @@ class PairedPartitions:
         # a bucket's joined rows: about its larger side's
         rows = self.db.rows() if self.alone else np.maximum(self.app.rows(), self.db.rows())
         total = int(rows.sum())
-        parts = parts if parts is not None else max(1, -(-total // target_rows))
+        parts = parts if parts is not None else max(1, -(-total // (target_rows or TARGET_ROWS)))
         partitions = partitions_of(rows, parts) if total else []
         if self.alone:  # nothing crosses the partitions: no spans, no server leads to a point, every row DB-only
             self.first_pass = FirstPass((None, None), set(), partitions, db_only=total)
         else:
-            self.first_pass = first_pass(self.app, self.db, step, partitions)
+            self.first_pass = first_pass(self.app, self.db, step, partitions, mapper)
 
     def stats(self) -> MatchStats:
         """MatchStats of the whole pairing (Pairing.complete's), from the connection step and the first pass."""
@@ -304,8 +337,15 @@ class PairedPartitions:
 
     def partition(self, first: int, end: int) -> SortedRun:
         """The joined rows of buckets first … end − 1, sorted by their row keys."""
+        run, from_db = self.made(first, end)
+        self.statements_from_db |= from_db
+        return run
+
+    def made(self, first: int, end: int) -> tuple[SortedRun, bool]:
+        """partition(first, end), and whether its rows took a statement from the DB side (`statements_from_db`'s
+        share: a process that makes one partition, a Dask worker, hands it back)."""
         if self.alone:
-            return self._alone(first, end)
+            return self._alone(first, end), False
         a, conn_a = self.app.table(first, end)
         d, conn_d = self.db.table(first, end)
         *inside, _ = _paired(a, d, conn_a, conn_d, self.step)
@@ -314,15 +354,15 @@ class PairedPartitions:
         matching = Matching(rows.app_row, rows.db_row, rows.notes, self.step.connections, None)
         keys = matching_row_keys(matching, a, d, self.app_names, self.db_names)
         both = (rows.app_row >= 0) & (rows.db_row >= 0)
-        self.statements_from_db |= bool((a["sql"].isna().to_numpy()[rows.app_row[both]]
-                                         & d["sql"].notna().to_numpy()[rows.db_row[both]]).any())
+        from_db = bool((a["sql"].isna().to_numpy()[rows.app_row[both]]
+                        & d["sql"].notna().to_numpy()[rows.db_row[both]]).any())
         connids.fill_rows(d, self.named)  # as name_connections fills the DB side's table
         row_point = _db_points(a, d, matching, self.db_point, self.first_pass.leading_servers)
         table = joined_rows(a, d, matching, self.clocks, self.primary, None, None, None, self.id_sources, row_point)
         run = sorted_run(table, keys)
         del a, d, table
         release_memory()  # what made the run, back before the next partition's tables are read
-        return run
+        return run, from_db
 
     def _alone(self, first: int, end: int) -> SortedRun:
         """partition() of DB points alone: the rows as pair_points makes them without an app point (one_point_
@@ -339,3 +379,49 @@ class PairedPartitions:
         del a, d, table
         release_memory()  # what made the run, back before the next partition's tables are read
         return run
+
+
+class RunsMadeOnce:
+    """PairedPartitions' runs made once each and kept in `folder` (a pickle per partition: the run's table with its
+    dtypes and categories exactly, and its row keys), then read back: step 7b reads every partition's rows twice
+    (its first pass, its rows), and making them again cost about as much as the rest of 7b (docs/partitioned.md
+    §13's CPU). Iterating gives each partition's run, made the first time (`made`) and read back after (`kept`).
+    A process that makes or reads one partition (a Dask worker) does it by `made(p)` / `kept(p)` on a copy of this
+    object: the folder must then be the same path there. Every copy makes a partition from the same PairedPartitions
+    (its first pass done, its clocks and names set), so a run is the same wherever it is made."""
+
+    def __init__(self, rows: PairedPartitions, folder: Path):
+        self.rows, self.folder = rows, Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def __len__(self) -> int:
+        return len(self.rows.first_pass.partitions)
+
+    def __iter__(self) -> Iterator[SortedRun]:
+        for p in range(len(self)):
+            yield self.kept(p) if self._file(p).exists() else self.made(p)
+
+    def _file(self, p: int) -> Path:
+        return self.folder / f"{p:04d}.pickle"
+
+    def made(self, p: int) -> SortedRun:
+        """Partition p's run, made (PairedPartitions.made) and kept; whether it took a statement from the DB side
+        is kept beside it (a file, so that the process that made it need not be this one)."""
+        run, from_db = self.rows.made(*self.rows.first_pass.partitions[p])
+        with open(self._file(p), "wb") as f:
+            pickle.dump((run.table, run.key), f, protocol=pickle.HIGHEST_PROTOCOL)
+        if from_db:
+            (self.folder / f"{p:04d}.from-db").touch()
+        return run
+
+    def kept(self, p: int) -> SortedRun:
+        """Partition p's run as `made` kept it."""
+        with open(self._file(p), "rb") as f:
+            table, key = pickle.load(f)
+        return SortedRun(table, key)
+
+    @property
+    def statements_from_db(self) -> bool:
+        """Some partition's rows took a statement from the DB side (PairedPartitions.statements_from_db), once
+        every partition was made."""
+        return self.rows.statements_from_db or any(self.folder.glob("*.from-db"))

@@ -43,7 +43,7 @@ from .decompose import (FINGERPRINT_MIN_SAMPLES, NS, STALL_MIN_QUEUE_S, Flags, J
                         covered_ns, estimate_rows, executions, fast_runs, interval_union, likely_rows,
                         robust_estimates, with_join_columns, with_queue_columns)
 from .partitioned import NotPartitionable
-from .partitioned_join import PartitionedJoin
+from .partitioned_join import JoinPiece, PartitionedJoin, join_piece
 
 PIECE_SHIFT = 16  # a connection's piece: its requests' TCP sequence numbers >> this (the spill's, §3)
 NONE = np.iinfo(np.int64).min  # no D4 before: pipelined_s' "no earlier request"
@@ -82,6 +82,19 @@ class _Piece:
 
 
 @dataclass
+class _PartitionFirst:
+    """What the first pass keeps of one partition (its narrow columns go to a file): its rows, per column (command,
+    fingerprint) each text's first row key, its distinct (command, fingerprint) text pairs, its pipelined pieces'
+    ends by connection, and its JoinPiece (with a slow log)."""
+
+    rows: int
+    first_key: tuple[dict, dict]
+    pairs: list
+    pieces: list  # (connection (db_client, server), _Piece)
+    join: JoinPiece | None
+
+
+@dataclass
 class _Gathered:
     """The first pass's global state."""
 
@@ -90,25 +103,117 @@ class _Gathered:
     pieces: dict = field(default_factory=dict)  # connection (db_client, server) → its _Pieces
     rows: list = field(default_factory=list)  # per partition: its rows
 
+    def took(self, first: _PartitionFirst) -> None:
+        """The next partition's share (partitions in order)."""
+        self.rows.append(first.rows)
+        for mine, theirs in zip(self.first_key, first.first_key):
+            for text, key in theirs.items():
+                seen = mine.get(text)
+                if seen is None or key < seen:
+                    mine[text] = key
+        self.pairs.append(first.pairs)
+        for conn, piece in first.pieces:
+            self.pieces.setdefault(conn, []).append(piece)
+
+
+def first_of_partition(p: int, run: SortedRun, work: Path, join_threads: set | None) -> _PartitionFirst:
+    """The first pass over partition p's run: its _PartitionFirst, and its narrow columns kept in `work` (p.npz);
+    with `join_threads` (a slow log's Thread_ids), its join views too (partitioned_join.join_piece). What one
+    process, or a Dask worker, does of a partition; DecomposedPartitions gathers the partitions' shares."""
+    t, key = run.table, run.key
+    n = len(t)
+    first_key: tuple[dict, dict] = ({}, {})
+    local = []
+    for k, col in enumerate(("command", "fingerprint")):
+        codes, texts = _texts(t[col])
+        for text, row in zip(texts, _first_rows(codes, len(texts)).tolist()):
+            if row >= 0:
+                first_key[k][text] = tuple(key[row].tolist())
+        local.append((codes, texts))
+    (cc, ct), (fc, ft) = local
+    pair, uniques = pd.factorize(cc * (len(ft) + 1) + (fc + 1)) if n else (np.zeros(0, np.int64), [])
+    pairs = [(ct[u // (len(ft) + 1)] if u // (len(ft) + 1) >= 0 else None,
+              ft[u % (len(ft) + 1) - 1] if u % (len(ft) + 1) else None) for u in (int(v) for v in uniques)]
+    d1 = np.asarray(t["_d1_raw"], dtype=np.int64)
+    d4 = np.asarray(t["_d4_raw"], dtype=np.int64)
+    server_s = t["server_s"].to_numpy(dtype="float64", na_value=np.nan)
+    ok = ~np.isnan(server_s) & t["db_client"].notna().to_numpy()
+    pieces, piece, before = _pieces(p, t, key, ok, d1, d4)
+    join = join_piece(Path(work) / "join", join_threads, p, t, key) if join_threads is not None else None
+    flag = t["server_flag_slow"].astype("boolean")
+    np.savez(Path(work) / f"{p}.npz", d1=d1, d4=d4, valid=np.asarray(t["_t_valid"], dtype=bool),
+             server_s=server_s, pair=pair.astype(np.int64),
+             flag=np.where(flag.isna().to_numpy(), -1, flag.fillna(False).to_numpy(dtype=bool)).astype(np.int8),
+             encrypted=(t["command"] == ENCRYPTED_COMMAND).to_numpy(dtype=bool, na_value=False),
+             piece=piece, before=before)
+    return _PartitionFirst(n, first_key, pairs, pieces, join)
+
+
+def _made_first_of_partition(runs, p: int, work: Path, join_threads: set | None) -> _PartitionFirst:
+    """first_of_partition of partition p of `runs` (an explain.partitioned.RunsMadeOnce), its run made (and kept)
+    here: what a Dask worker runs."""
+    first = first_of_partition(p, runs.made(p), work, join_threads)
+    release_memory()
+    return first
+
+
+def _pieces(p: int, t: pd.DataFrame, key: np.ndarray, ok: np.ndarray, d1: np.ndarray,
+            d4: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
+    """Partition p's pieces (rows of `ok`, the rows pipelined_s reads): each piece's ends, by connection; per row
+    its piece (-1: not read) and the latest D4 of its piece's rows before it (NONE for a piece's first)."""
+    n = len(t)
+    piece = np.full(n, -1, dtype=np.int64)
+    before = np.full(n, NONE, dtype=np.int64)
+    rows = np.flatnonzero(ok)
+    if not len(rows):
+        return [], piece, before
+    if t["server"].take(rows).isna().any():
+        raise NotPartitionable("a row with a server time and no server endpoint: pipelined_s' connections "
+                               "would not be told apart as today")
+    client = t["db_client"].astype(object).to_numpy()[rows]
+    server = t["server"].astype(object).to_numpy()[rows]
+    number = np.asarray(t["req_tcp_seq"], dtype=np.int64)[rows] >> PIECE_SHIFT
+    ids, uniques = pd.factorize(pd.MultiIndex.from_arrays([client, server, number]))
+    order = np.lexsort((d4[rows], d1[rows], ids))  # a stable sort: ties in row (key) order
+    k, b = ids[order], d4[rows][order]
+    piece[rows] = ids
+    before[rows[order]] = _latest_before(k, b)
+    starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
+    ends = np.concatenate([starts[1:], [len(k)]]) - 1
+    latest = np.maximum.reduceat(b, starts)
+    pieces = []
+    for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
+        first, last = rows[order[s]], rows[order[e]]
+        pieces.append((uniques[int(k[s])][:2], _Piece(
+            p, int(k[s]), (int(d1[first]), int(d4[first]), *key[first].tolist()),
+            (int(d1[last]), int(d4[last]), *key[last].tolist()), int(latest[i]))))
+    return pieces, piece, before
+
 
 class DecomposedPartitions:
     """decompose's columns of the joined table, per partition: iterating yields each of `runs`' SortedRuns (a
     partition's joined rows, explain.partitioned.PairedPartitions) with the columns added, in decompose's order and
     dtypes (categoricals with the partition's own categories, as 7a's runs). `runs` is iterated twice (the first
-    pass and the rows' pass: PairedPartitions makes its runs again each time), in the same order; `work`: a folder
-    for each partition's narrow columns between the passes. `slow`: the slow log's entries (read_slow_log's table),
-    joined per connection (explain/partitioned_join.py: what it cannot join exactly raises NotPartitionable); the
-    pieces of a connection that interleave raise NotPartitionable too (pipelined_s' carry would not be exact). The
-    constructor makes the first pass, the join and the selections."""
+    pass and the rows' pass: PairedPartitions makes its runs again each time, explain.partitioned.RunsMadeOnce
+    reads them back), in the same order; `work`: a folder for each partition's narrow columns between the passes.
+    `slow`: the slow log's entries (read_slow_log's table), joined per connection (explain/partitioned_join.py:
+    what it cannot join exactly raises NotPartitionable); the pieces of a connection that interleave raise
+    NotPartitionable too (pipelined_s' carry would not be exact). The constructor makes the first pass, the join
+    and the selections.
+
+    `mapper` (with `runs` a RunsMadeOnce): the first pass's partitions made elsewhere, mapper(function, shared,
+    calls) → [function(shared, *call) for call in calls] (run.cluster.DaskRunner.map: on Dask workers, which must
+    see `work` and the runs' folder at the same paths). The rows' pass per partition is `rows_of(p, run)`, on a
+    copy made by `for_workers()`."""
 
     def __init__(self, runs: Iterable[SortedRun], long_query_time: float | None, thread_pool_size: int | None,
-                 work: Path, slow: pd.DataFrame | None = None):
+                 work: Path, slow: pd.DataFrame | None = None, mapper=None):
         self.runs, self.lqt, self.thread_pool_size = runs, long_query_time, thread_pool_size
         self.work = Path(work)
         self.work.mkdir(parents=True, exist_ok=True)
         self.slow = slow if slow is not None and len(slow) else None
         self.join = PartitionedJoin(self.slow, self.work) if self.slow is not None else None
-        gathered = self._first_pass()
+        gathered = self._first_pass(mapper)
         if self.join is not None:
             self.join.finish()
             self.join.refuse_named_by_log()
@@ -119,75 +224,32 @@ class DecomposedPartitions:
 
     # -- the first pass: each partition's narrow columns kept, the texts' first keys and the pieces gathered ---------
 
-    def _first_pass(self) -> _Gathered:
+    def _first_pass(self, mapper) -> _Gathered:
         g = _Gathered()
-        for p, run in enumerate(self.runs):
-            t, key = run.table, run.key
-            n = len(t)
-            g.rows.append(n)
-            local = []
-            for k, col in enumerate(("command", "fingerprint")):
-                codes, texts = _texts(t[col])
-                for text, row in zip(texts, _first_rows(codes, len(texts)).tolist()):
-                    if row >= 0:
-                        seen = g.first_key[k].get(text)
-                        mine = tuple(key[row].tolist())
-                        if seen is None or mine < seen:
-                            g.first_key[k][text] = mine
-                local.append((codes, texts))
-            (cc, ct), (fc, ft) = local
-            pair, uniques = pd.factorize(cc * (len(ft) + 1) + (fc + 1)) if n else (np.zeros(0, np.int64), [])
-            g.pairs.append([(ct[u // (len(ft) + 1)] if u // (len(ft) + 1) >= 0 else None,
-                             ft[u % (len(ft) + 1) - 1] if u % (len(ft) + 1) else None) for u in
-                            (int(v) for v in uniques)])
-            d1 = np.asarray(t["_d1_raw"], dtype=np.int64)
-            d4 = np.asarray(t["_d4_raw"], dtype=np.int64)
-            server_s = t["server_s"].to_numpy(dtype="float64", na_value=np.nan)
-            ok = ~np.isnan(server_s) & t["db_client"].notna().to_numpy()
-            piece, before = self._pieces(g, p, t, key, ok, d1, d4)
+        threads = self.join.threads if self.join is not None else None
+        if mapper is None:
+            firsts: Iterable[_PartitionFirst] = self._firsts(threads)
+        else:
+            firsts = mapper(_made_first_of_partition, self.runs,
+                            [(p, self.work, threads) for p in range(len(self.runs))])
+        for first in firsts:
+            g.took(first)
             if self.join is not None:
-                self.join.add(p, t, key)
-            flag = t["server_flag_slow"].astype("boolean")
-            np.savez(self.work / f"{p}.npz", d1=d1, d4=d4, valid=np.asarray(t["_t_valid"], dtype=bool),
-                     server_s=server_s, pair=pair.astype(np.int64),
-                     flag=np.where(flag.isna().to_numpy(), -1, flag.fillna(False).to_numpy(dtype=bool)).astype(np.int8),
-                     encrypted=(t["command"] == ENCRYPTED_COMMAND).to_numpy(dtype=bool, na_value=False),
-                     piece=piece, before=before)
-            del t, run
+                self.join.took(first.join)
             release_memory()
         return g
 
-    @staticmethod
-    def _pieces(g: _Gathered, p: int, t: pd.DataFrame, key: np.ndarray, ok: np.ndarray, d1: np.ndarray,
-                d4: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Partition p's pieces (rows of `ok`, the rows pipelined_s reads): per row its piece (-1: not read) and
-        the latest D4 of its piece's rows before it (NONE for a piece's first); each piece's ends into `g`."""
-        n = len(t)
-        piece = np.full(n, -1, dtype=np.int64)
-        before = np.full(n, NONE, dtype=np.int64)
-        rows = np.flatnonzero(ok)
-        if not len(rows):
-            return piece, before
-        if t["server"].take(rows).isna().any():
-            raise NotPartitionable("a row with a server time and no server endpoint: pipelined_s' connections "
-                                   "would not be told apart as today")
-        client = t["db_client"].astype(object).to_numpy()[rows]
-        server = t["server"].astype(object).to_numpy()[rows]
-        number = np.asarray(t["req_tcp_seq"], dtype=np.int64)[rows] >> PIECE_SHIFT
-        ids, uniques = pd.factorize(pd.MultiIndex.from_arrays([client, server, number]))
-        order = np.lexsort((d4[rows], d1[rows], ids))  # a stable sort: ties in row (key) order
-        k, b = ids[order], d4[rows][order]
-        piece[rows] = ids
-        before[rows[order]] = _latest_before(k, b)
-        starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
-        ends = np.concatenate([starts[1:], [len(k)]]) - 1
-        latest = np.maximum.reduceat(b, starts)
-        for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
-            first, last = rows[order[s]], rows[order[e]]
-            g.pieces.setdefault(uniques[int(k[s])][:2], []).append(_Piece(
-                p, int(k[s]), (int(d1[first]), int(d4[first]), *key[first].tolist()),
-                (int(d1[last]), int(d4[last]), *key[last].tolist()), int(latest[i])))
-        return piece, before
+    def _firsts(self, threads: set | None) -> Iterator[_PartitionFirst]:
+        for p, run in enumerate(self.runs):
+            first = first_of_partition(p, run, self.work, threads)
+            del run  # the partition's rows let go before the next partition's are made
+            yield first
+
+    def for_workers(self) -> DecomposedPartitions:
+        """A copy for the rows' pass elsewhere (`rows_of` on a Dask worker): the global state, not the runs."""
+        copy = object.__new__(DecomposedPartitions)
+        copy.__dict__.update(self.__dict__, runs=None)
+        return copy
 
     # -- between the passes: the classes, the carries -------------------------------------------------------------
 
@@ -337,12 +399,16 @@ class DecomposedPartitions:
     def __iter__(self) -> Iterator[SortedRun]:
         count = 0
         for p, run in enumerate(self.runs):
-            if p >= len(self.sizes) or len(run.table) != self.sizes[p]:
-                raise ValueError(f"partition {p}: not the rows of the first pass (the runs must come again, alike)")
             count += 1
-            yield SortedRun(self._columns(p, run.table, self._narrow(p)), run.key)
+            yield self.rows_of(p, run)
         if count != len(self.sizes):
             raise ValueError(f"{count} partitions, the first pass had {len(self.sizes)}")
+
+    def rows_of(self, p: int, run: SortedRun) -> SortedRun:
+        """Partition p's run (the one the first pass read) with decompose's columns."""
+        if p >= len(self.sizes) or len(run.table) != self.sizes[p]:
+            raise ValueError(f"partition {p}: not the rows of the first pass (the runs must come again, alike)")
+        return SortedRun(self._columns(p, run.table, self._narrow(p)), run.key)
 
     def _columns(self, p: int, t: pd.DataFrame, x: dict) -> pd.DataFrame:
         """decompose's columns of partition p's rows: its arithmetic (decompose.executions, likely_rows,

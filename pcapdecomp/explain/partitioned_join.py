@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import pickle
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +49,37 @@ FREE = "free"  # the group of the rows without a connection id
 # first ones): the same whichever rows a join of part of them holds
 OWN_REASONS = {"socket", "no-query-time", "no-time", "outside-capture", "command-without-response"}
 ROW_BITS = 32  # a marked row as one int64: its partition << ROW_BITS | its position in the partition
+
+
+@dataclass
+class JoinPiece:
+    """What the first pass keeps of one partition for the join: its JoinContext, its rows, the files of its join
+    views by group (a conn_id, or FREE), and the view's empty frame (its columns and dtypes)."""
+
+    context: JoinContext
+    rows: int
+    files: list[tuple[object, Path]]
+    empty_view: pd.DataFrame
+
+
+def join_piece(work: Path, threads: set, p: int, t: pd.DataFrame, key: np.ndarray) -> JoinPiece:
+    """Partition p's JoinPiece (a run's table and its row keys; `threads`: the entries' Thread_ids): the join view
+    of its rows whose connection an entry may be on, one file per connection in `work` (PartitionedJoin.work)."""
+    view = rows_for_join(t)
+    files = []
+    ids = view["conn_id"].fillna(-1).to_numpy(dtype=np.int64)
+    kept = np.flatnonzero(np.isin(ids, np.fromiter(threads, dtype=np.int64, count=len(threads))) | (ids < 0))
+    order = kept[np.argsort(ids[kept], kind="stable")]
+    starts = np.flatnonzero(np.r_[True, ids[order][1:] != ids[order][:-1]]) if len(order) else order
+    for rows in np.split(order, starts[1:]) if len(order) else ():
+        conn = int(ids[rows[0]])
+        group = FREE if conn < 0 else conn
+        path = Path(work) / f"{p}-{group}.pickle"
+        with open(path, "wb") as f:
+            pickle.dump((p, rows, key[rows], view.iloc[rows].reset_index(drop=True)), f,
+                        protocol=pickle.HIGHEST_PROTOCOL)
+        files.append((group, path))
+    return JoinPiece(view_context(view), len(view), files, view.iloc[:0])
 
 
 class PartitionedJoin:
@@ -89,23 +121,15 @@ class PartitionedJoin:
     def add(self, p: int, t: pd.DataFrame, key: np.ndarray) -> None:
         """Partition p's rows (a run's table and its row keys): its context, and the join view of its rows whose
         connection an entry may be on, by connection."""
-        view = rows_for_join(t)
-        self.contexts.append(view_context(view))
-        self.rows += len(view)
+        self.took(join_piece(self.work, self.threads, p, t, key))
+
+    def took(self, piece: JoinPiece) -> None:
+        """A partition's JoinPiece (made here by `add`, or by join_piece in another process), in partition order."""
+        self.contexts.append(piece.context)
+        self.rows += piece.rows
         if self.empty_view is None:
-            self.empty_view = view.iloc[:0]
-        ids = view["conn_id"].fillna(-1).to_numpy(dtype=np.int64)
-        kept = np.flatnonzero(np.isin(ids, np.fromiter(self.threads, dtype=np.int64, count=len(self.threads)))
-                              | (ids < 0))
-        order = kept[np.argsort(ids[kept], kind="stable")]
-        starts = np.flatnonzero(np.r_[True, ids[order][1:] != ids[order][:-1]]) if len(order) else order
-        for rows in np.split(order, starts[1:]) if len(order) else ():
-            conn = int(ids[rows[0]])
-            group = FREE if conn < 0 else conn
-            path = self.work / f"{p}-{group}.pickle"
-            with open(path, "wb") as f:
-                pickle.dump((p, rows, key[rows], view.iloc[rows].reset_index(drop=True)), f,
-                            protocol=pickle.HIGHEST_PROTOCOL)
+            self.empty_view = piece.empty_view
+        for group, path in piece.files:
             self.files[group].append(path)
 
     # -- between the passes ----------------------------------------------------------------------------------------

@@ -14,6 +14,12 @@ point's files and parses its share of the connections.
 Matching, the clock fit, the decomposition and the report run on the machine that runs `pcapdecomp`, from the
 tables the workers send back (a few hundred bytes per exchange, not the packets).
 
+With `--spill DIR` (run/spilled.py, docs/partitioned.md §16) the captures are read on this machine into the run's
+spill folder, and the workers take the partitions' work (`DaskRunner.map`, one task a partition): 7a's first pass,
+7a's rows made and kept, 7b's first pass, 7b's rows, the decomposed partition stored; back come small pieces (per class, per
+connection piece, the thread-pool view's columns). The workers read and write the spill folder at its path: the
+folder must be on a file system every worker shares (a LocalCluster: this machine's); `blind_to` checks it.
+
 Trust: a Dask scheduler runs code in every client connected to it (that is what Dask is for), so the scheduler
 and every client of it must be trusted like the analyst's own account. `--scheduler local` starts its cluster with
 Dask's temporary TLS security (`Security.temporary()`: a fresh CA and certificate known to this process only), so
@@ -31,6 +37,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 from ..core.errors import UsageError
 from ..read.sources import CapturePoint
@@ -65,6 +72,19 @@ def _unreadable(files: list[str]) -> list[str]:
         except OSError:
             out.append(f)
     return out
+
+
+def _sees(mark: str, token: str) -> bool:
+    """On a worker: it reads `mark` as written (`token`) and can write beside it."""
+    try:
+        if Path(mark).read_text() != token:
+            return False
+        beside = Path(mark).with_name(f"{Path(mark).name}-{os.urandom(8).hex()}")
+        beside.write_text(token)
+        beside.unlink()
+        return True
+    except OSError:
+        return False
 
 
 def _extract_part(point: CapturePoint, servers, max_sql_bytes: int, part, tls_secrets=None, window=None):
@@ -174,6 +194,28 @@ class DaskRunner:
         for (i, _), result in zip(tasks, results):
             by_point[i].append(result)
         return [merge_parts(group) for group in by_point]
+
+    def map(self, function: Callable, shared, calls: list[tuple], label: str) -> list:
+        """function(shared, *call) for every call, on the workers, `shared` sent to each worker once (scattered, not
+        with every task); results in order. An exception a task raises is raised here, as it was raised."""
+        held = self.client.scatter([shared], broadcast=True, hash=False)[0]
+        futures = [self.client.submit(function, held, *call, pure=False) for call in calls]
+        try:
+            return self._gather(futures, label)
+        finally:
+            self.client.cancel([*futures, held])  # the workers let go of `shared` and the results
+
+    def blind_to(self, folder: Path) -> str | None:
+        """A worker that cannot read and write `folder` (a folder of this machine the workers are to share at the
+        same path), else None."""
+        mark = Path(folder) / "seen-by-the-workers"
+        token = os.urandom(8).hex()
+        mark.write_text(token)
+        try:
+            sees = self.client.run(_sees, str(mark), token)
+        finally:
+            mark.unlink(missing_ok=True)
+        return next((worker for worker, ok in sorted(sees.items()) if not ok), None)
 
     def run(self, function: Callable, calls: list[tuple]) -> list:
         """function(*call) for every call, on the workers; results in order."""

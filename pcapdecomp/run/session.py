@@ -100,7 +100,9 @@ class Run:
         self.runner = None
         # --jobs 1 puts memory before time: until the loss repair is done, a freed array of 1 MiB or more goes back
         # to the OS at once, as the extraction's arrays and the repair's scan come and go beside the tables
-        self.lean = self.jobs == 1 and options.scheduler is None
+        # (with --spill the captures are read on this machine whatever the scheduler: a --scheduler's workers take
+        # the partitions, run/spilled.py)
+        self.lean = self.jobs == 1 and (options.scheduler is None or options.spill is not None)
         self._beside: list[Forked] = []  # the child that makes what the report reads of the decomposition alone
 
     def __enter__(self) -> Run:

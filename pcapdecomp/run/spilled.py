@@ -7,6 +7,11 @@ partitions' sorted runs (core.outputs.write_merged), groups.parquet and pool.par
 report.html by today's code (explain.servers.summary_of, render.report.render_page) from a projection of
 exchanges.parquet read back: only the LATE_COLUMNS they read. Every file is the in-memory run's.
 
+With --scheduler the partitions' work (7a's first pass, 7a's rows made and kept, 7b's first pass and rows, the
+decomposed partition stored) runs on the Dask workers, one task a partition (run.cluster.DaskRunner.map), the global parts here (the
+connection step, clocks, names, 7b's selections, the thread-pool view, the merge); the workers must read and write
+the run's folder at its path, else (said in one line) the partitions are analysed on this machine.
+
 What is held across partitions: the row keys (7 int64 a row, for the merge), the thread-pool view's columns
 (VIEW_COLUMNS, in row order: thread_pool_view reads them as it reads the whole table) and where each row went
 (its partition and its row there); the partitions' rows are in files, read back a slice at a time by the writer.
@@ -62,7 +67,7 @@ STORED_ROWS = 4096  # rows of a partition in one file of its stored rows (one fi
 VIEW_ROW_COLUMNS = ("thread_group", "stall", "stall_role", "queue_source")  # what the view sets per row
 
 
-def refusal(cs: CaptureSet, csv: bool, partitioned: bool, scheduler: str | None) -> str | None:
+def refusal(cs: CaptureSet, csv: bool, partitioned: bool) -> str | None:
     """Why the partitioned run does not take this set, from the set and the options alone (before a capture is
     read); None when it may (the extraction may still find frames lost: NotPartitionable)."""
     if cs.of("proxy") or cs.proxy_servers:
@@ -73,8 +78,6 @@ def refusal(cs: CaptureSet, csv: bool, partitioned: bool, scheduler: str | None)
         return f"{len(cs.of('db'))} DB points: the thread-pool view per server is not partitioned yet"
     if len(cs.of("app")) > 1:
         return f"{len(cs.of('app'))} app points: not partitioned yet"
-    if scheduler is not None:
-        return "a Dask scheduler: the extraction spills on this machine only"
     if csv or partitioned:
         return f"{'--csv' if csv else '--partitioned'} writes the whole table at once"
     return None
@@ -95,7 +98,8 @@ class SpillFolder:
     def __init__(self, parent: Path):
         try:
             Path(parent).mkdir(parents=True, exist_ok=True)
-            self.path = Path(tempfile.mkdtemp(prefix="pcapdecomp-spill-", dir=parent))
+            # absolute: a Dask worker (--scheduler) finds the partitions by this path, from its own working folder
+            self.path = Path(tempfile.mkdtemp(prefix="pcapdecomp-spill-", dir=parent)).absolute()
         except OSError as err:
             raise UsageError(f"--spill {parent}: cannot write there ({err.strerror or err})") from None
 
@@ -212,7 +216,7 @@ def spill_folder(run, cs: CaptureSet) -> Path | None:
     the run ends; None when the set is analysed in memory (`refusal`, said in one line)."""
     o = run.options
     folder = SpillFolder(o.spill)
-    why = refusal(cs, o.csv, o.partitioned, o.scheduler)
+    why = refusal(cs, o.csv, o.partitioned)
     if why is not None:
         folder.close()
         fall_back(o.quiet, why)
@@ -247,7 +251,8 @@ def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):
 
 def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     """Up to the thread-pool view: (the stand-in Paired, the ServerPart, the stored runs, the categories)."""
-    from ..explain.partitioned import NotPartitionable, PairedPartitions, spilled_naming
+    from ..explain.partitioned import (NotPartitionable, PairedPartitions, RunsMadeOnce, in_this_process,
+                                       spilled_naming)
     from ..explain.partitioned_decompose import DecomposedPartitions
     from ..explain.servers import LONG_QUERY_TIME_UNKNOWN, joined_info, output_categories, server_slow_log
     from ..explain.summary import ServerPart
@@ -261,7 +266,9 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     if not app_rows + db_rows:  # no partition to make (the in-memory run of nothing costs nothing)
         raise NotPartitionable("no exchange in the captures")
     step = spilled_connection_step(app, db) if app else None
-    rows = PairedPartitions(app, db, step, {})  # the clocks and the names are set below, before a run is made
+    on_workers = _workers_mapper(run, folder)  # None: the partitions' work in this process
+    # the clocks and the names are set below, before a run is made
+    rows = PairedPartitions(app, db, step, {}, mapper=on_workers)
     first = rows.first_pass
     if run.lean:  # as pair_points: the extraction is done (no repair: a set with frames lost is not partitioned)
         map_big_blocks(AFTER_THE_REPAIR_BYTES)
@@ -279,32 +286,36 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     rows.clocks, rows.id_sources, rows.named = clocks, id_sources, named
     if cs.long_query_time is None:
         note(LONG_QUERY_TIME_UNKNOWN)
+    paired_runs = RunsMadeOnce(rows, folder / "runs")  # 7a's runs made once, read back by 7b's second pass
     point = x.db[0].capture
     slow_path = cs.slow_logs.get(point)
-    slow, slow_info = server_slow_log(slow_path, run.tz, run.options.max_sql_bytes, lambda: _wire_of(rows), note)
-    decomposed = DecomposedPartitions(rows, cs.long_query_time, cs.thread_pool_size, folder / "narrow", slow=slow)
+    slow, slow_info = server_slow_log(slow_path, run.tz, run.options.max_sql_bytes, lambda: _wire_of(paired_runs),
+                                      note)
+    decomposed = DecomposedPartitions(paired_runs, cs.long_query_time, cs.thread_pool_size, folder / "narrow",
+                                      slow=slow, mapper=on_workers)
     if decomposed.join is not None:  # summary.json's slow-log counts must be join_slow_log's: asked before the rows
         decomposed.join.refuse_unsure_counts()
 
     # the decomposed partitions: stored, their keys and their view columns kept, the values present gathered
+    shared = (decomposed if on_workers is None else decomposed.for_workers(), paired_runs)
+    calls = [(p, folder) for p in range(len(paired_runs))]
     stored, keys, views, present = [], [], [], {}
     texts_from_log = False  # an ENCRYPTED row joined to an entry: its texts are the log's (the columns rebuilt)
-    for p, part in enumerate(decomposed):
-        t = with_declared_dtypes(part.table, tuple(c for c in EXCHANGES if c.name in part.table.columns))
-        texts_from_log |= bool(((t["command"] == ENCRYPTED_COMMAND) & t["in_slow_log"].fillna(False)).any())
-        stored.append(_StoredPartition(folder / "rows" / f"{p:04d}", t))
-        keys.append(part.key)
-        # a copy: a selection would share (and keep) the partition's blocks of several columns
-        views.append(t[[c for c in VIEW_COLUMNS if c in t.columns]].copy())
-        _present(t, present)
-        del part, t
-        release_memory()
+    for part, key, view, values, from_log in (on_workers or in_this_process)(_stored_decomposition, shared, calls):
+        stored.append(part)
+        keys.append(key)
+        views.append(view)
+        texts_from_log |= from_log
+        for name, mine in values.items():
+            present.setdefault(name, set()).update(mine)
+    del shared
     total = sum(len(k) for k in keys)
     matched_rows = first.matched > 0
     categories = output_categories(_side_categories(app), _side_categories(db),
                                    {**{k: sorted(v) for k, v in present.items()}, "stall_role": []},
                                    db_only_rows=first.db_only > 0, matched_rows=matched_rows,
-                                   statements_from_db=rows.statements_from_db, texts_from_log=texts_from_log)
+                                   statements_from_db=paired_runs.statements_from_db,
+                                   texts_from_log=texts_from_log)
 
     # the view of the whole table, from its view columns in row order
     run_of, row_of = _merged_places(keys)
@@ -353,6 +364,42 @@ def _wire_of(rows) -> WireStatements:
     from ..slowlog.join import wire_statements
 
     return WireStatements.of_parts(wire_statements(run.table) for run in rows)
+
+
+def _workers_mapper(run, folder: Path):
+    """With --scheduler, the mapper that runs the partitions' work on the Dask workers (run.cluster.DaskRunner.map),
+    once every worker is found to read and write the run's spill folder at its path; None without a scheduler, or
+    (said in one line) when a worker cannot see the folder: the partitions are then analysed on this machine."""
+    if run.runner is None:
+        return None
+    blind = run.runner.blind_to(folder)
+    if blind is not None:
+        if not run.options.quiet:
+            warn(f"--spill: Dask worker {blind} cannot read or write {folder} (the spill folder must be on a file "
+                 "system every worker shares, at the same path); the partitions analysed on this machine")
+        return None
+    return lambda function, shared, calls: run.runner.map(function, shared, calls, "partitions on Dask")
+
+
+def _stored_decomposition(shared, p: int, folder: Path) -> tuple[_StoredPartition, np.ndarray, pd.DataFrame, dict,
+                                                                  bool]:
+    """Partition p decomposed (7b's rows, from 7a's run made once) and stored in `folder`; (the stored partition,
+    its row keys, its thread-pool view columns, the values each categorical column holds, whether an ENCRYPTED row
+    joined a slow-log entry). What this process, or a Dask worker, does of a partition: `shared` is (the
+    DecomposedPartitions, the RunsMadeOnce)."""
+    decomposed, paired_runs = shared
+    part = decomposed.rows_of(p, paired_runs.kept(p))
+    t = with_declared_dtypes(part.table, tuple(c for c in EXCHANGES if c.name in part.table.columns))
+    stored = _StoredPartition(folder / "rows" / f"{p:04d}", t)
+    # a copy: a selection would share (and keep) the partition's blocks of several columns
+    view = t[[c for c in VIEW_COLUMNS if c in t.columns]].copy()
+    present: dict[str, set] = {}
+    _present(t, present)
+    from_log = bool(((t["command"] == ENCRYPTED_COMMAND) & t["in_slow_log"].fillna(False)).any())
+    key = part.key
+    del part, t
+    release_memory()
+    return stored, key, view, present, from_log
 
 
 def _of_run(places: np.ndarray, run: int, run_of: np.ndarray, row_of: np.ndarray) -> np.ndarray:
