@@ -362,15 +362,17 @@ def same_files(left: Path, right: Path) -> None:
 
 
 def test_the_partitions_on_a_local_cluster_of_two_processes(tmp_path, monkeypatch):
-    """group-stall cut into partitions of 100 rows (its stalls, victims and culprits across them), analysed with
-    --spill on a LocalCluster of 2 worker processes: 7a's first pass and runs, 7b's first pass and rows and the
-    stored partitions are made on the workers (DaskRunner.map, one task a partition), and the files are the
-    in-memory run's and the one-process --spill run's with the same partitions."""
+    """group-stall with its slow log cut into partitions of 100 rows (its stalls, victims and culprits across them),
+    analysed with --spill on a LocalCluster of 2 worker processes: 7a's first pass and runs, 7b's first pass and rows
+    and the stored partitions are made on the workers (DaskRunner.map, one task a partition), and the files are the
+    in-memory run's and the one-process --spill run's with the same partitions — summary.json's slow-log counts too,
+    among them what a worker counts while it joins a partition's rows (the undecided rows of unlogged commands: 14
+    here, that a worker's copy of the join once kept to itself)."""
     from pcapdecomp.analysis import Options, analyze
     from pcapdecomp.explain import partitioned
     from pcapdecomp.run.cluster import DaskRunner
 
-    args = set_args(CAPTURES / "group-stall")
+    args = set_args(CAPTURES / "group-stall", slow_log=True)
     memory = cli(*args, "-q", "-o", str(tmp_path / "memory"))
     assert memory.returncode == 0, memory.stderr
     monkeypatch.setattr(partitioned, "TARGET_ROWS", 100)  # the partitions' size: 352 rows → 4 partitions
@@ -383,7 +385,7 @@ def test_the_partitions_on_a_local_cluster_of_two_processes(tmp_path, monkeypatc
 
     monkeypatch.setattr(DaskRunner, "map", counted)
     cs = capture_set(app=[CAPTURES / "group-stall" / "app.pcap"], db=CAPTURES / "group-stall" / "db.pcap",
-                     long_query_time=capture_set(CAPTURES / "group-stall").long_query_time,
+                     slow_log=CAPTURES / "group-stall" / "slow.log", long_query_time=capture_set(CAPTURES / "group-stall").long_query_time,
                      thread_pool_size=capture_set(CAPTURES / "group-stall").thread_pool_size)
     for name, scheduler in (("one", None), ("dask", "local")):
         analyze(cs, Options(quiet=True, jobs=2 if scheduler else 1, scheduler=scheduler, spill=tmp_path / "spill"),
@@ -394,6 +396,7 @@ def test_the_partitions_on_a_local_cluster_of_two_processes(tmp_path, monkeypatc
     same_files(tmp_path / "one", tmp_path / "dask")
     summary = pd.read_json(tmp_path / "dask" / "summary.json", typ="series").to_dict()
     assert summary["groups"]["stalls"]
+    assert summary["slow_log"]["used"] and summary["slow_log"]["exchanges_of_unlogged_commands"] > 0
 
 
 @pytest.mark.parametrize("recording", RECORDED[:1], ids=lambda p: p.name)
@@ -403,7 +406,8 @@ def test_a_recording_on_a_local_cluster(recording, tmp_path):
     if not (recording / "db.pcap").exists():
         pytest.skip(f"{recording}: not recorded on this machine")
     args = ["--db", str(recording / "db.pcap"), "--app", str(recording / "app.pcap"), "--long-query-time", "0.01",
-            "--thread-pool-size", "2", "--spill", str(tmp_path / "spill"), "-q"]
+            "--thread-pool-size", "2", "--spill", str(tmp_path / "spill"), "-q",
+            *(["--slow-log", str(recording / "slow.log")] if (recording / "slow.log").exists() else [])]
     one = cli(*args, "-o", str(tmp_path / "one"))
     assert one.returncode == 0, one.stderr
     dask = subprocess.run([sys.executable, "-m", "pcapdecomp", "analyze", *args, "-o", str(tmp_path / "dask"),

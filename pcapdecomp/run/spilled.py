@@ -301,7 +301,10 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     calls = [(p, folder) for p in range(len(paired_runs))]
     stored, keys, views, present = [], [], [], {}
     texts_from_log = False  # an ENCRYPTED row joined to an entry: its texts are the log's (the columns rebuilt)
-    for part, key, view, values, from_log in (on_workers or in_this_process)(_stored_decomposition, shared, calls):
+    for p, (part, key, view, values, from_log, undecided) in enumerate(
+            (on_workers or in_this_process)(_stored_decomposition, shared, calls)):
+        if undecided is not None:  # counted where the partition's rows were joined (a worker's copy of the join)
+            decomposed.join.undecided_counts[p] = undecided
         stored.append(part)
         keys.append(key)
         views.append(view)
@@ -382,11 +385,13 @@ def _workers_mapper(run, folder: Path):
 
 
 def _stored_decomposition(shared, p: int, folder: Path) -> tuple[_StoredPartition, np.ndarray, pd.DataFrame, dict,
-                                                                  bool]:
+                                                                  bool, tuple[int, int] | None]:
     """Partition p decomposed (7b's rows, from 7a's run made once) and stored in `folder`; (the stored partition,
     its row keys, its thread-pool view columns, the values each categorical column holds, whether an ENCRYPTED row
-    joined a slow-log entry). What this process, or a Dask worker, does of a partition: `shared` is (the
-    DecomposedPartitions, the RunsMadeOnce)."""
+    joined a slow-log entry, its undecided rows' counts for the slow-log stats — PartitionedJoin.undecided_counts,
+    None without a join). What this process, or a Dask worker, does of a partition: `shared` is (the
+    DecomposedPartitions, the RunsMadeOnce); what it counts must come back in the answer (a worker's copy of the
+    join is not the client's)."""
     decomposed, paired_runs = shared
     part = decomposed.rows_of(p, paired_runs.kept(p))
     t = with_declared_dtypes(part.table, tuple(c for c in EXCHANGES if c.name in part.table.columns))
@@ -399,7 +404,8 @@ def _stored_decomposition(shared, p: int, folder: Path) -> tuple[_StoredPartitio
     key = part.key
     del part, t
     release_memory()
-    return stored, key, view, present, from_log
+    undecided = decomposed.join.undecided_counts.get(p) if decomposed.join is not None else None
+    return stored, key, view, present, from_log, undecided
 
 
 def _of_run(places: np.ndarray, run: int, run_of: np.ndarray, row_of: np.ndarray) -> np.ndarray:
