@@ -4,7 +4,7 @@ report.html too but for the command line it shows — on every set it takes: eac
 (the set's long_query_time, thread_pool_size and processlist given), as a pair and as its DB capture alone, the
 test captures' pair, and the 10 s recordings (skipped when absent). A set it does not take (a slow log, a proxy,
 frames lost) is analysed in memory after one line, with the same outputs; a DIR it cannot write is one line, exit
-2. The projection the summary and the report are made from (LATE_COLUMNS) holds every column they read."""
+2. The projection the report is made from (REPORT_COLUMNS) holds every column it reads."""
 
 from __future__ import annotations
 
@@ -168,15 +168,15 @@ class _Reading(pd.DataFrame):
 
 
 @pytest.mark.parametrize("name", ["group-stall", "oltp-hogs", "field-pool-before-capture", "maxthreads"])
-def test_the_late_stages_read_only_the_projection(name, tmp_path):
-    """summary_of and render_page, handed the whole table, read no column outside LATE_COLUMNS; handed the
-    projection alone, they make the same summary and page (with the slow log: its columns are read too)."""
+def test_the_report_reads_only_its_projection(name, tmp_path):
+    """render_page, handed the whole table, reads no column outside REPORT_COLUMNS; handed the projection alone,
+    it makes the same page (with the slow log: its columns are read too). The summary is made from the runs
+    (test_summary_runs; here the run mode's whole files are compared)."""
     from pcapdecomp.analysis import Options
     from pcapdecomp.explain.servers import explain_servers, summary_of
     from pcapdecomp.pair.pairing import pair_points
     from pcapdecomp.read.captureset import time_zone
     from pcapdecomp.read.extract import extract_points
-    from pcapdecomp.explain.summary import to_json
     from pcapdecomp.render.report import render_page
 
     cs = capture_set(CAPTURES / name)
@@ -186,24 +186,22 @@ def test_the_late_stages_read_only_the_projection(name, tmp_path):
     explained = explain_servers(paired, cs, [d.capture for d in x.db], time_zone(None), Options().max_sql_bytes, notes.append)
     whole = explained.exchanges
     conns = {"app": paired.app_conns, "db": paired.db_conns}
+    summary = summary_of(cs, x, paired, explained, list(notes))
+    first = explained.servers[0]
 
-    def late(table: pd.DataFrame) -> tuple[str, str]:
-        explained.exchanges = table
-        summary = summary_of(cs, x, paired, explained, list(notes))
-        first = explained.servers[0]
-        page = render_page(summary, table, first.view.groups, None, conns, first.view.pool).text()
-        return to_json(summary), page
+    def page(table: pd.DataFrame) -> str:
+        return render_page(summary, table, first.view.groups, None, conns, first.view.pool).text()
 
     from pcapdecomp.render.figures import TIMELINE_COLUMNS
     from pcapdecomp.render.report import _STATEMENT_COLUMNS
 
     reading = _Reading(whole)
     reading.read = set()
-    expected = late(reading)
+    expected = page(reading)
     # read by name (tracked), or taken where present (the report's row lists: `if c in x.columns`)
     read = (reading.read | set(TIMELINE_COLUMNS) | set(_STATEMENT_COLUMNS)) & set(whole.columns)
-    assert read and read <= set(spilled.LATE_COLUMNS), sorted(read - set(spilled.LATE_COLUMNS))
-    assert late(whole[list(spilled.LATE_COLUMNS)].copy()) == expected  # a column read otherwise: a KeyError
+    assert read and read <= set(spilled.REPORT_COLUMNS), sorted(read - set(spilled.REPORT_COLUMNS))
+    assert page(whole[list(spilled.REPORT_COLUMNS)].copy()) == expected  # a column read otherwise: a KeyError
 
 
 def test_the_memory_bound_takes_the_partitioned_runs_peak():
