@@ -28,6 +28,8 @@ partitioned path does not apply there, docs/partitioned.md §3). See docs/partit
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
@@ -60,8 +62,9 @@ class SummaryOfRuns:
     def __init__(self, runs: list[SortedRun], outlier_keys: np.ndarray | None = None,
                  stall_culprits: list[np.ndarray] | None = None, *, stall_victims: list[np.ndarray] | None = None,
                  cap_members: tuple[np.ndarray, np.ndarray] | None = None):
-        held: list = [None, None]  # the one stored partition read back whole at a time: (its run, its table)
-        runs = [_ReadBack(r.table, r.key, held) if isinstance(r.table, StoredRows) else r for r in runs]
+        held: list = [None, None]  # the one stored partition read back whole at a time: (its run's number, its table)
+        runs = [_ReadBack(r.table, r.key, held, n) if isinstance(r.table, StoredRows) else r
+                for n, r in enumerate(runs)]
         self.runs = runs
         self.stall_culprits = stall_culprits or []
         self.stall_victims = stall_victims or []  # per stall, its members' row keys (view.stall_members[sid][0])
@@ -126,7 +129,9 @@ class SummaryOfRuns:
                 n = sum(int((b & (c == rows)).sum()) for b, c in zip(self._both, self._source))
             self._sums[name] = PairwiseSum(n)
         # the story's sums (verdict.story_terms), each term's rows and values per run, fed in row order
-        self.terms = _RowOrderTerms(self._terms, [len(r.key) for r in runs])
+        # (a function of the runs, not a method: the terms held by this object would hold it in a cycle, and a
+        # partition read back with it, until the collector ran)
+        self.terms = _RowOrderTerms(functools.partial(_terms_of, runs, self.sane), [len(r.key) for r in runs])
         self.network_groups = _NetworkGroups(runs)
         self._parts = None
 
@@ -195,13 +200,6 @@ class SummaryOfRuns:
         parts["story"] = story
         parts["verdict"] = "\n".join([story["sentence"], *(f"- {b['text']}" for b in story["bullets"])])
         return parts
-
-    def _terms(self, r: int, lo: int, hi: int):
-        """The sums' terms of run r's rows lo:hi: the verdict's (story_terms), the connections' and the network's,
-        each rule on those rows alone (every term is per row)."""
-        t = _slice(self.runs[r], lo, hi)
-        return [*verdict.story_terms(t, self.sane[r][lo:hi]), *connstory.terms(t),
-                *((f"network:{n}", rows, v) for n, rows, v in netstory.terms(t))]
 
     def connections(self, conns: pd.DataFrame | None) -> dict | None:
         """connstory.tell of the runs: summary.json → connections."""
@@ -318,30 +316,39 @@ class SummaryOfRuns:
         raise KeyError(f"no row has the key {key.tolist()}")
 
 
+def _terms_of(runs: list, sane: list[np.ndarray], r: int, lo: int, hi: int):
+    """The sums' terms of run r's rows lo:hi: the verdict's (story_terms), the connections' and the network's, each
+    rule on those rows alone (every term is per row)."""
+    t = _slice(runs[r], lo, hi)
+    return [*verdict.story_terms(t, sane[r][lo:hi]), *connstory.terms(t),
+            *((f"network:{n}", rows, v) for n, rows, v in netstory.terms(t))]
+
+
 class _ReadBack:
     """A run whose rows are stored (core.outputs.StoredRows: the partitioned run's partitions in files), as the
     summary reads it: `table` read back whole when a pass over the runs reaches it, one partition held at a time
-    (`held`, shared by the runs of one SummaryOfRuns: the one read last), and a slice or a few rows read alone
-    (`rows`, `take`) where the summary reads no more than those."""
+    (`held`, shared by the runs of one SummaryOfRuns: the one read last, by its run's number `n`: a reference to
+    the run there would make a cycle, freed only by the collector), and a slice or a few rows read alone (`rows`,
+    `take`) where the summary reads no more than those."""
 
-    def __init__(self, stored: StoredRows, key: np.ndarray, held: list):
-        self.stored, self.key, self._held = stored, key, held
+    def __init__(self, stored: StoredRows, key: np.ndarray, held: list, n: int):
+        self.stored, self.key, self._held, self.n = stored, key, held, n
 
     @property
     def table(self) -> pd.DataFrame:
-        if self._held[0] is not self:
+        if self._held[0] != self.n:
             self._held[:] = [None, None]  # the partition held before, let go before this one is read
-            self._held[:] = [self, self.rows(0, len(self.stored))]
+            self._held[:] = [self.n, self.rows(0, len(self.stored))]
         return self._held[1]
 
     def rows(self, lo: int, hi: int) -> pd.DataFrame:
-        if self._held[0] is self:
+        if self._held[0] == self.n:
             return self._held[1].iloc[lo:hi]
         return self.stored.rows(lo, hi) if hi > lo else self.stored.empty()
 
     def take(self, rows: list[int]) -> pd.DataFrame:
         """The rows (sorted, distinct) of the run, read alone (StoredRows.take: not the whole partition)."""
-        if self._held[0] is self:
+        if self._held[0] == self.n:
             return self._held[1].take(rows)
         return self.stored.take(rows)
 
