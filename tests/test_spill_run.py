@@ -218,3 +218,36 @@ def test_the_memory_bound_takes_the_partitioned_runs_peak():
     bound.check(counts, partitioned=True)
     with pytest.raises(MemoryBoundError):
         bound.check(counts)
+
+
+@pytest.mark.parametrize("name", ["group-stall", "field-default-stall", "connection-storm"])
+def test_the_summary_from_runs_across_partitions(name, tmp_path, monkeypatch):
+    """The partitions cut for 40 rows (several per set, as the recordings' size makes them): summary.json, made
+    from the stored partitions (stalls with their victims and culprits, every sum in row order, the view's members
+    handed in by row key, the connection and network stories), and report.html are the in-memory run's."""
+    from pcapdecomp.analysis import Options, analyze
+    from pcapdecomp.explain.partitioned import PairedPartitions
+
+    cs = capture_set(app=[CAPTURES / name / "app.pcap"], db=CAPTURES / name / "db.pcap",
+                     long_query_time=capture_set(CAPTURES / name).long_query_time,
+                     thread_pool_size=capture_set(CAPTURES / name).thread_pool_size)
+    analyze(cs, Options(quiet=True, jobs=1), tmp_path / "memory")
+    monkeypatch.setitem(PairedPartitions.__init__.__kwdefaults__, "target_rows", 40)
+    made = []
+    summary_from_runs = spilled.summary_from_runs
+
+    def kept(runs, view, categories):
+        made.append((len(runs), len(view.stall_members), view.cap_members is not None))
+        return summary_from_runs(runs, view, categories)
+
+    monkeypatch.setattr(spilled, "summary_from_runs", kept)
+    analyze(cs, Options(quiet=True, jobs=1, spill=tmp_path / "spill"), tmp_path / "spilled")
+    assert made and made[0][0] >= 3, made  # partitioned, in several partitions
+    for file in TABLES:
+        assert filecmp.cmp(tmp_path / "memory" / file, tmp_path / "spilled" / file, shallow=False), file
+    pages = [COMMAND.sub("", (tmp_path / side / "report.html").read_text()) for side in ("memory", "spilled")]
+    assert pages[0] == pages[1]
+    summary = pd.read_json(tmp_path / "spilled" / "summary.json", typ="series").to_dict()
+    if name == "group-stall":  # victims grouped under their stalls, with culprits
+        assert made[0][1] and summary["hidden_slow"]["count"] > 0
+        assert any(s["stall"] is not None and s["culprits"] for s in summary["hidden_slow"]["by_stall"])
