@@ -40,7 +40,7 @@ from ..core.times import ts_ns
 from ..read.connids import SOURCES
 from .summary import NotFromRuns, _counts
 from .waitprofile import host_codes
-from .threadpool import MAX_CULPRITS, Refs, json_value, outlier_limits
+from .threadpool import MAX_CULPRITS, Refs, outlier_limits
 from .decompose import STALL_MIN_QUEUE_S
 from . import connstory, netstory, playbook, verdict
 from .verdict import VICTIMS_LISTED
@@ -287,24 +287,15 @@ class SummaryOfRuns:
         count, chosen = self.candidates[flag]
         listed = _top(chosen, VICTIMS_LISTED)
         rows = [(int(r), int(i)) for r, i in zip(listed["run"], listed["row"])]
-        groups: dict = {}
-        listed_rows = _rows_at(self.runs, rows)  # their stall, role and thread group, read once
-        for n, (r, i) in enumerate(rows):
-            stall, role = listed_rows["stall"].iloc[n], listed_rows["stall_role"].iloc[n]
-            sid = int(stall) if not pd.isna(role) and role == "victim" and not pd.isna(stall) else None
-            groups.setdefault(sid, []).append((r, i, n))
-        culprits_of = {sid: [self._row_of_key(k) for k in self.stall_culprits[sid][:MAX_CULPRITS]]
-                       for sid in groups if sid is not None and sid < len(self.stall_culprits)}
-        refs = _refs(self.runs, [*rows, *(c for cs in culprits_of.values() for c in cs)])
         by_stall = []
-        for sid in sorted(groups, key=lambda s: (s is None, s if s is not None else 0)):
-            culprits = []
-            group = None
-            if sid in culprits_of:
-                culprits = [refs[c] for c in culprits_of[sid]]
-                group = json_value(listed_rows["thread_group"].iloc[groups[sid][0][2]])
-            by_stall.append({"stall": sid, "thread_group": group, "culprits": culprits,
-                             "victims": [refs[(r, i)] for r, i, _ in groups[sid]]})
+        if rows:
+            at = _rows_at(self.runs, rows)  # their stall, role and thread group, read once
+            by_stall = verdict.grouped_by_stall(
+                rows, at["stall"].to_numpy(dtype="float64", na_value=np.nan),
+                at["stall_role"].astype(object).to_numpy(), at["thread_group"],
+                lambda sid: [self._row_of_key(k) for k in self.stall_culprits[sid][:MAX_CULPRITS]]
+                if sid < len(self.stall_culprits) else None,
+                lambda places: _refs(self.runs, places))
         return {"count": count, "listed": len(rows), "more": count - len(rows), "by_stall": by_stall}
 
     def _row_of_key(self, key: np.ndarray) -> tuple[int, int]:
