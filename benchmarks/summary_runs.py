@@ -75,8 +75,8 @@ def main() -> None:
     handed = {}
     told = {}
     servers.build_summary = lambda *a, **k: (handed.update(k, cs=a[0]), build(*a, **k))[1]
-    servers.tell_stories = lambda summary, x, conns, settings=None: (
-        told.update(conns=conns, settings=settings), stories.tell(summary, x, conns, settings))[1]
+    servers.tell_stories = lambda summary, x, conns, settings=None, runs=None: (
+        told.update(conns=conns, settings=settings), stories.tell(summary, x, conns, settings, runs=runs))[1]
     with tempfile.TemporaryDirectory() as work:
         analyze(cs, options, Path(work) / "out")
         written_text = (Path(work) / "out" / "summary.json").read_text()

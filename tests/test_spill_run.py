@@ -6,13 +6,15 @@ bundled set with its slow log (the folder as it is, and its DB capture alone wit
 (§14); the test captures' pair, alone and with a slow log of another day; and the 10 s recordings (skipped when
 absent), the read-write one with its slow log too. A set it does not take (a proxy, frames lost, a slow log the
 join per connection refuses) is analysed in memory after one line, with the same outputs; a DIR it cannot write is
-one line, exit 2. The projection the summary and the report are made from (LATE_COLUMNS) holds every column they
-read. With --scheduler (docs/partitioned.md §16) the partitions' work runs on Dask workers: the same files on a
-LocalCluster of 2 processes, and one line when a worker cannot see DIR."""
+one line, exit 2. summary.json is made from the stored partitions (§15), across several partitions; the projection
+the report is made from (REPORT_COLUMNS) holds every column it reads. With --scheduler (docs/partitioned.md §16)
+the partitions' work runs on Dask workers: the same files on a LocalCluster of 2 processes, and one line when a
+worker cannot see DIR."""
 
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 import re
 import shutil
@@ -297,15 +299,15 @@ class _Reading(pd.DataFrame):
 
 
 @pytest.mark.parametrize("name", ["group-stall", "oltp-hogs", "field-pool-before-capture", "maxthreads"])
-def test_the_late_stages_read_only_the_projection(name, tmp_path):
-    """summary_of and render_page, handed the whole table, read no column outside LATE_COLUMNS; handed the
-    projection alone, they make the same summary and page (with the slow log: its columns are read too)."""
+def test_the_report_reads_only_its_projection(name, tmp_path):
+    """render_page, handed the whole table, reads no column outside REPORT_COLUMNS; handed the projection alone,
+    it makes the same page (with the slow log: its columns are read too). The summary is made from the runs
+    (test_summary_runs; here the run mode's whole files are compared)."""
     from pcapdecomp.analysis import Options
     from pcapdecomp.explain.servers import explain_servers, summary_of
     from pcapdecomp.pair.pairing import pair_points
     from pcapdecomp.read.captureset import time_zone
     from pcapdecomp.read.extract import extract_points
-    from pcapdecomp.explain.summary import to_json
     from pcapdecomp.render.report import render_page
 
     cs = capture_set(CAPTURES / name)
@@ -315,24 +317,22 @@ def test_the_late_stages_read_only_the_projection(name, tmp_path):
     explained = explain_servers(paired, cs, [d.capture for d in x.db], time_zone(None), Options().max_sql_bytes, notes.append)
     whole = explained.exchanges
     conns = {"app": paired.app_conns, "db": paired.db_conns}
+    summary = summary_of(cs, x, paired, explained, list(notes))
+    first = explained.servers[0]
 
-    def late(table: pd.DataFrame) -> tuple[str, str]:
-        explained.exchanges = table
-        summary = summary_of(cs, x, paired, explained, list(notes))
-        first = explained.servers[0]
-        page = render_page(summary, table, first.view.groups, None, conns, first.view.pool).text()
-        return to_json(summary), page
+    def page(table: pd.DataFrame) -> str:
+        return render_page(summary, table, first.view.groups, None, conns, first.view.pool).text()
 
     from pcapdecomp.render.figures import TIMELINE_COLUMNS
     from pcapdecomp.render.report import _STATEMENT_COLUMNS
 
     reading = _Reading(whole)
     reading.read = set()
-    expected = late(reading)
+    expected = page(reading)
     # read by name (tracked), or taken where present (the report's row lists: `if c in x.columns`)
     read = (reading.read | set(TIMELINE_COLUMNS) | set(_STATEMENT_COLUMNS)) & set(whole.columns)
-    assert read and read <= set(spilled.LATE_COLUMNS), sorted(read - set(spilled.LATE_COLUMNS))
-    assert late(whole[list(spilled.LATE_COLUMNS)].copy()) == expected  # a column read otherwise: a KeyError
+    assert read and read <= set(spilled.REPORT_COLUMNS), sorted(read - set(spilled.REPORT_COLUMNS))
+    assert page(whole[list(spilled.REPORT_COLUMNS)].copy()) == expected  # a column read otherwise: a KeyError
 
 
 def test_the_memory_bound_takes_the_partitioned_runs_peak():
@@ -353,9 +353,17 @@ def test_the_memory_bound_takes_the_partitioned_runs_peak():
 
 # -- --spill with --scheduler: the partitions' work on Dask workers (docs/partitioned.md §16) -------------------------
 
-def same_files(left: Path, right: Path) -> None:
-    """Two runs' outputs: the tables and summary.json cmp-equal, report.html but for the command line."""
+def same_files(left: Path, right: Path, scheduler: bool = False) -> None:
+    """Two runs' outputs: the tables and summary.json cmp-equal, report.html but for the command line. `scheduler`:
+    the right-hand run had a Dask scheduler, which summary.json's inputs record (as the in-memory run with one
+    does): that one value differs, the rest of the text is the same."""
     for name in TABLES:
+        if scheduler and name == "summary.json":
+            texts = [(side / name).read_text() for side in (left, right)]
+            recorded = json.loads(texts[1])["inputs"]["scheduler"]
+            assert recorded and json.loads(texts[0])["inputs"]["scheduler"] is None
+            assert texts[0] == texts[1].replace(f'"scheduler": {json.dumps(recorded)}', '"scheduler": null', 1)
+            continue
         assert filecmp.cmp(left / name, right / name, shallow=False), name
     pages = [COMMAND.sub("", (side / "report.html").read_text()) for side in (left, right)]
     assert pages[0] == pages[1]
@@ -393,7 +401,7 @@ def test_the_partitions_on_a_local_cluster_of_two_processes(tmp_path, monkeypatc
         assert list((tmp_path / "spill").iterdir()) == []
     assert mapped == [("_first_share", 4), ("_made_first_of_partition", 4), ("_stored_decomposition", 4)]
     same_files(tmp_path / "memory", tmp_path / "one")
-    same_files(tmp_path / "one", tmp_path / "dask")
+    same_files(tmp_path / "one", tmp_path / "dask", scheduler=True)
     summary = pd.read_json(tmp_path / "dask" / "summary.json", typ="series").to_dict()
     assert summary["groups"]["stalls"]
     assert summary["slow_log"]["used"] and summary["slow_log"]["exchanges_of_unlogged_commands"] > 0
@@ -414,7 +422,7 @@ def test_a_recording_on_a_local_cluster(recording, tmp_path):
                            "--scheduler", "local", "--jobs", "2"], capture_output=True, text=True, cwd=REPO,
                           timeout=900)
     assert dask.returncode == 0, dask.stderr
-    same_files(tmp_path / "one", tmp_path / "dask")
+    same_files(tmp_path / "one", tmp_path / "dask", scheduler=True)
 
 
 def test_a_worker_that_cannot_see_the_spill_folder(tmp_path):
@@ -455,4 +463,35 @@ def test_a_worker_that_cannot_see_the_spill_folder(tmp_path):
     told = [line for line in blind.stderr.splitlines() if "--spill:" in line]
     assert len(told) == 1 and "cannot read or write" in told[0] and told[0].endswith("analysed on this machine"), \
         blind.stderr
-    same_files(tmp_path / "one", tmp_path / "blind")
+    same_files(tmp_path / "one", tmp_path / "blind", scheduler=True)
+@pytest.mark.parametrize("name", ["group-stall", "field-default-stall", "connection-storm"])
+def test_the_summary_from_runs_across_partitions(name, tmp_path, monkeypatch):
+    """The partitions cut for 40 rows (several per set, as the recordings' size makes them): summary.json, made
+    from the stored partitions (stalls with their victims and culprits, every sum in row order, the view's members
+    handed in by row key, the connection and network stories), and report.html are the in-memory run's."""
+    from pcapdecomp.analysis import Options, analyze
+    from pcapdecomp.explain.partitioned import PairedPartitions
+
+    cs = capture_set(app=[CAPTURES / name / "app.pcap"], db=CAPTURES / name / "db.pcap",
+                     long_query_time=capture_set(CAPTURES / name).long_query_time,
+                     thread_pool_size=capture_set(CAPTURES / name).thread_pool_size)
+    analyze(cs, Options(quiet=True, jobs=1), tmp_path / "memory")
+    monkeypatch.setitem(PairedPartitions.__init__.__kwdefaults__, "target_rows", 40)
+    made = []
+    summary_from_runs = spilled.summary_from_runs
+
+    def kept(runs, view, categories):
+        made.append((len(runs), len(view.stall_members), view.cap_members is not None))
+        return summary_from_runs(runs, view, categories)
+
+    monkeypatch.setattr(spilled, "summary_from_runs", kept)
+    analyze(cs, Options(quiet=True, jobs=1, spill=tmp_path / "spill"), tmp_path / "spilled")
+    assert made and made[0][0] >= 3, made  # partitioned, in several partitions
+    for file in TABLES:
+        assert filecmp.cmp(tmp_path / "memory" / file, tmp_path / "spilled" / file, shallow=False), file
+    pages = [COMMAND.sub("", (tmp_path / side / "report.html").read_text()) for side in ("memory", "spilled")]
+    assert pages[0] == pages[1]
+    summary = pd.read_json(tmp_path / "spilled" / "summary.json", typ="series").to_dict()
+    if name == "group-stall":  # victims grouped under their stalls, with culprits
+        assert made[0][1] and summary["hidden_slow"]["count"] > 0
+        assert any(s["stall"] is not None and s["culprits"] for s in summary["hidden_slow"]["by_stall"])

@@ -190,9 +190,9 @@ def built_and_handed(cs, options: Options, out: Path, monkeypatch) -> tuple[dict
         returned.update(copy.deepcopy(made))
         return made
 
-    def tell_and_keep(summary, x, conns, settings=None):
+    def tell_and_keep(summary, x, conns, settings=None, runs=None):
         handed.update(conns=conns, settings=settings)
-        return stories(summary, x, conns, settings)
+        return stories(summary, x, conns, settings, runs=runs)
 
     monkeypatch.setattr(servers, "build_summary", build_and_keep)
     monkeypatch.setattr(servers, "tell_stories", tell_and_keep)

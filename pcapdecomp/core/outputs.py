@@ -281,6 +281,12 @@ class StoredRows:
     def empty(self) -> pd.DataFrame:
         raise NotImplementedError
 
+    def take(self, rows: list[int]) -> pd.DataFrame:
+        """The rows at `rows` (sorted, distinct), in the file's columns and dtypes: each read alone."""
+        import pandas as pd
+
+        return pd.concat([self.rows(i, i + 1) for i in rows], ignore_index=True) if len(rows) else self.empty()
+
 
 def merged_order(keys: list[np.ndarray], step: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The k-way merge of runs each sorted by its keys (n × k int64, compared column by column): the merged order
@@ -347,8 +353,8 @@ def _write_merged(runs: list[SortedRun], path: Path, categories: dict[str, list]
     import pandas as pd
     import pyarrow.parquet as pq
 
-    # a run in memory is recoded whole; a stored one slice by slice, as it is read (_Recoding)
-    tables = [_recoded(r.table, categories) if isinstance(r.table, pd.DataFrame) else _Recoding(r.table, categories)
+    # a run in memory is recoded whole; a stored one slice by slice, as it is read (Recoding)
+    tables = [_recoded(r.table, categories) if isinstance(r.table, pd.DataFrame) else Recoding(r.table, categories)
               for r in runs]
     for t, r in zip(tables, runs):
         if len(t) != len(r.key):
@@ -380,7 +386,7 @@ def _write_merged(runs: list[SortedRun], path: Path, categories: dict[str, list]
 def _take_group(tables: list, pending: list[tuple], size: int, written: pa.Schema) -> tuple[pa.Table, list, int]:
     """The first `size` rows of the pending merged order as one row group of the written schema (each run's rows are
     consecutive there), and what is left of the order. Runs in memory: their rows gathered as one pandas table, then
-    converted (_row_group); stored runs (_Recoding): each run's slice converted as it is read, the Arrow pieces then
+    converted (_row_group); stored runs (Recoding): each run's slice converted as it is read, the Arrow pieces then
     put in order, so that the group is held in pandas' form one slice at a time."""
     import numpy as np
     import pandas as pd
@@ -430,8 +436,9 @@ def _first_of_order(pending: list[tuple], size: int) -> tuple:
     return run[:size], row[:size], rest, left
 
 
-class _Recoding:
-    """A StoredRows whose slices come recoded to the file's categories (_recoded)."""
+class Recoding(StoredRows):
+    """A StoredRows whose slices come recoded to the file's categories (_recoded): as write_merged reads a stored run,
+    and the partitioned run's summary (explain.summaryruns) reads the same rows."""
 
     def __init__(self, stored: StoredRows, categories: dict[str, list]):
         self.stored, self.categories = stored, categories
@@ -441,6 +448,9 @@ class _Recoding:
 
     def rows(self, first: int, end: int) -> pd.DataFrame:
         return _recoded(self.stored.rows(first, end), self.categories)
+
+    def take(self, rows: list[int]) -> pd.DataFrame:
+        return _recoded(self.stored.take(rows), self.categories)  # recoded once, not row by row
 
     def empty(self) -> pd.DataFrame:
         return _recoded(self.stored.empty(), self.categories)

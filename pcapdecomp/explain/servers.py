@@ -92,11 +92,13 @@ def server_tables(servers: list[ServerPart]) -> tuple[pd.DataFrame, pd.DataFrame
 
 
 def summary_of(cs: CaptureSet, x: Extracted, paired: Paired, explained: Explained, warnings: list[str],
-               scheduler: str | None = None, latency: dict | None = None) -> dict:
+               scheduler: str | None = None, latency: dict | None = None, runs=None) -> dict:
     """summary.json's content, its verdict and stories told: the points and their quality, the pairing, the
     proxy, the repair, the clocks, each DB server's slow-log join and thread-pool view, the exchanges' counts and
     latency. `warnings` is kept as given (notes added later are in the file too); `latency`: summary.json →
-    latency_s when it was made beside (run.session), else made here."""
+    latency_s when it was made beside (run.session), else made here. `runs`: the partitions' runs fed
+    (explain.summaryruns.SummaryOfRuns; the partitioned run, run/spilled.py), the exchanges' parts made from them
+    rather than from `explained.exchanges` (None there)."""
     app_points, app_kind = (x.proxy_points, "proxy") if paired.app_kind == "proxy" else (x.app_points, "app")
     summary = build_summary(
         cs, names={"app": [p.name for p in app_points], "dbs": [p.name for p in x.db_points],
@@ -105,8 +107,9 @@ def summary_of(cs: CaptureSet, x: Extracted, paired: Paired, explained: Explaine
         matching=paired.matching.stats.as_dict(), proxy=paired.proxy_summary,
         repair=paired.repair.stats.as_dict() if paired.repair is not None else None, clocks=paired.clock_info,
         servers=explained.servers, exchanges=explained.exchanges, warnings=warnings, scheduler=scheduler,
-        through_proxy=paired.through_proxy, latency=latency)
-    tell_stories(summary, explained.exchanges, concat([paired.app_conns, paired.db_conns]), cs.server_settings)
+        through_proxy=paired.through_proxy, latency=latency, runs=runs)
+    tell_stories(summary, explained.exchanges, concat([paired.app_conns, paired.db_conns]), cs.server_settings,
+                 runs=runs)
     return summary
 
 

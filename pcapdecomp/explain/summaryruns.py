@@ -28,17 +28,19 @@ partitioned path does not apply there, docs/partitioned.md §3). See docs/partit
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
 from ..core.exact import GroupbySums, PairwiseSum, median_of_runs, nearest_rank_of_runs, sorted_run
-from ..core.groups import codes, equals
-from ..core.outputs import SortedRun, merged_order
+from ..core.groups import equals
+from ..core.outputs import SortedRun, StoredRows, merged_order
 from ..core.times import ts_ns
 from ..read.connids import SOURCES
 from .summary import NotFromRuns, _counts
 from .waitprofile import host_codes
-from .threadpool import MAX_CULPRITS, Refs, json_value, outlier_limits
+from .threadpool import MAX_CULPRITS, Refs, outlier_limits
 from .decompose import STALL_MIN_QUEUE_S
 from . import connstory, netstory, playbook, verdict
 from .verdict import VICTIMS_LISTED
@@ -60,22 +62,59 @@ class SummaryOfRuns:
     def __init__(self, runs: list[SortedRun], outlier_keys: np.ndarray | None = None,
                  stall_culprits: list[np.ndarray] | None = None, *, stall_victims: list[np.ndarray] | None = None,
                  cap_members: tuple[np.ndarray, np.ndarray] | None = None):
+        held: list = [None, None]  # the one stored partition read back whole at a time: (its run's number, its table)
+        runs = [_ReadBack(r.table, r.key, held, n) if isinstance(r.table, StoredRows) else r
+                for n, r in enumerate(runs)]
         self.runs = runs
         self.stall_culprits = stall_culprits or []
         self.stall_victims = stall_victims or []  # per stall, its members' row keys (view.stall_members[sid][0])
         self.cap_keys = cap_members  # (executing, waiting) row keys while at the cap (view.cap_members)
-        points = {str(p) for r in runs if "db_point" in r.table for p in r.table["db_point"].dropna().unique()}
+        outliers = np.zeros((0, 0), np.int64) if outlier_keys is None else np.asarray(outlier_keys, np.int64)
+        # two passes over the partitions (a stored one read back whole once in each): what a partition gives alone,
+        # then, with the app times' robust span of them all, each row's `sane` and what depends on it
+        points: set = set()
+        self.counts: dict = {}
+        first: dict = {}
+        times = []
+        self._captures: set = set()  # the captures whose exchanges the runs hold (connstory.captures_of)
+        for run in runs:
+            t = run.table
+            self._captures |= connstory.captures_of(t)
+            if "db_point" in t:
+                points |= {str(p) for p in t["db_point"].dropna().unique()}
+            for name, n in _counts(t).items():  # every count adds up over the partitions
+                self.counts[name] = self.counts.get(name, 0) + n
+            _first_sources(run, first)
+            times.append(_app_times(t)[1:])  # the union of the app times: an order statistic's input
+            del t
         if len(points) > 1:
             raise SeveralServers(f"rows of {len(points)} DB points: the verdict is told per point")
-        outliers = np.zeros((0, 0), np.int64) if outlier_keys is None else np.asarray(outlier_keys, np.int64)
-        self.counts = _summed_counts([r.table for r in runs])
-        self.conn_ids = _conn_id_sources(runs)
-        self.sane = _sane_rows(runs, outliers)
+        self.conn_ids = _conn_id_sources(first)
+        limits = _app_limits(times)
+        del times
         # the sums' channels: column → the rows whose values the sum takes: its non-null values (None), else the
         # queueing's rows (sane and seen at both points: "both"), of one queue_source (its index in QUEUE_SOURCES)
-        self._columns = {col: [_floats(r.table, col) for r in runs] for col in (*LATENCY_COLUMNS, "queue_min_s")}
-        self._both = [s & equals(r.table["seen"], "both") for r, s in zip(runs, self.sane)]
-        self._source = [_source_codes(r.table) for r in runs]  # int8 a row: 1 B, not a mask per source
+        n = len(runs)
+        self.sane, self._both, self._source = [None] * n, [None] * n, [None] * n
+        self._columns = {col: [None] * n for col in (*LATENCY_COLUMNS, "queue_min_s")}
+        candidates: dict = {flag: [None] * n for flag in VICTIM_LISTS}
+        flagged = ([None] * n, [None] * n)  # per run, its hidden and its understated rows (sane ones)
+        for r in reversed(range(n)):  # from the last: the partition the first pass read last is still held
+            run = runs[r]
+            t = run.table
+            s = self.sane[r] = _sane_of(run, outliers, limits)
+            for col, per_run in self._columns.items():
+                per_run[r] = _floats(t, col, copy=isinstance(run, _ReadBack))
+            self._both[r] = s & equals(t["seen"], "both")
+            self._source[r] = _source_codes(t)  # int8 a row: 1 B, not a mask per source
+            for flag, rows in zip(VICTIM_LISTS, flagged):
+                candidates[flag][r] = _victim_candidates(t, run.key, r, flag, s)
+                rows[r] = t[flag].to_numpy(dtype=bool, na_value=False) & s
+            del t
+        self._flag_rows = flagged
+        self.candidates = {flag: (sum(c for c, _ in pieces), np.concatenate([p for _, p in pieces]) if pieces
+                                  else _victim_piece(0, len(runs[0].key[0]) if runs else 0))
+                           for flag, pieces in candidates.items()}
         self._channels: dict[str, tuple[str, object]] = {col: (col, None) for col in LATENCY_COLUMNS}
         for i, source in enumerate(QUEUE_SOURCES):
             self._channels[f"queue:{source}"] = ("queue_s", i)
@@ -89,9 +128,10 @@ class SummaryOfRuns:
             else:
                 n = sum(int((b & (c == rows)).sum()) for b, c in zip(self._both, self._source))
             self._sums[name] = PairwiseSum(n)
-        self.candidates = {flag: _victim_candidates(runs, flag, self.sane) for flag in VICTIM_LISTS}
         # the story's sums (verdict.story_terms), each term's rows and values per run, fed in row order
-        self.terms = _RowOrderTerms(self._terms, [len(r.table) for r in runs])
+        # (a function of the runs, not a method: the terms held by this object would hold it in a cycle, and a
+        # partition read back with it, until the collector ran)
+        self.terms = _RowOrderTerms(functools.partial(_terms_of, runs, self.sane), [len(r.key) for r in runs])
         self.network_groups = _NetworkGroups(runs)
         self._parts = None
 
@@ -161,20 +201,13 @@ class SummaryOfRuns:
         parts["verdict"] = "\n".join([story["sentence"], *(f"- {b['text']}" for b in story["bullets"])])
         return parts
 
-    def _terms(self, r: int, lo: int, hi: int):
-        """The sums' terms of run r's rows lo:hi: the verdict's (story_terms), the connections' and the network's,
-        each rule on those rows alone (every term is per row)."""
-        t = self.runs[r].table.iloc[lo:hi]
-        return [*verdict.story_terms(t, self.sane[r][lo:hi]), *connstory.terms(t),
-                *((f"network:{n}", rows, v) for n, rows, v in netstory.terms(t))]
-
     def connections(self, conns: pd.DataFrame | None) -> dict | None:
         """connstory.tell of the runs: summary.json → connections."""
         if conns is None or not len(conns):
             return None
-        captures = set().union(*(connstory.captures_of(r.table) for r in self.runs))
-        closes = connstory.server_closes(conns, captures)
-        facts = connstory.combine_facts([connstory.row_facts(r.table, closes) for r in self.runs])
+        closes = connstory.server_closes(conns, self._captures)
+        # from the last run (the one the verdict's pass read last is still held), listed in their order
+        facts = connstory.combine_facts([connstory.row_facts(r.table, closes) for r in self.runs[::-1]][::-1])
         return connstory.told(facts, self.terms.result(), conns)
 
     def network(self, conns: pd.DataFrame | None) -> dict | None:
@@ -189,8 +222,7 @@ class SummaryOfRuns:
         if conns is None or not len(conns) or "retransmitted_bytes" not in conns.columns:
             retrans = netstory.told_retransmissions(None, 0, pd.DataFrame())
         else:
-            captures = set().union(*(set(codes(r.table["capture"])[1].tolist()) for r in self.runs))
-            rb, keys = netstory.retransmitting(conns, captures)
+            rb, keys = netstory.retransmitting(conns, self._captures)
             count, pieces = 0, []
             width = self.runs[0].key.shape[1]
             kind = np.dtype([("slow", np.float64), ("key", np.int64, (width,)), ("run", np.int64), ("row", np.int64)])
@@ -202,27 +234,25 @@ class SummaryOfRuns:
                 piece["slow"], piece["key"], piece["run"], piece["row"] = -net[rows], run.key[rows], r, rows
                 pieces.append(_top(piece, netstory.LISTED))
             listed = _top(np.concatenate(pieces), netstory.LISTED)
-            named = [self.runs[r].table.iloc[[i]] for r, i in zip(listed["run"].tolist(), listed["row"].tolist())]
-            named = (pd.concat(named, ignore_index=True).assign(_net=-listed["slow"]) if named
-                     else self.runs[0].table.iloc[[]].assign(_net=np.zeros(0)))
+            named = _rows_at(self.runs, list(zip(listed["run"].tolist(), listed["row"].tolist())))
+            named = named.assign(_net=-listed["slow"]) if len(named) else named.assign(_net=np.zeros(0))
             retrans = netstory.told_retransmissions(rb, count, named)
         return netstory.told(sums["network:network_s"][1], sums["network:clients_s"][1], by_host, by_conn, retrans)
 
     def usual_execution(self, stalls: list[dict]) -> float | None:
         """playbook._usual_execution of the runs: the median by counting over each run's sorted values."""
-        if not self.runs or not playbook.has_usual_columns(self.runs[0].table):
+        if not self.runs or not playbook.has_usual_columns(_slice(self.runs[0], 0, 0)):
             return None
         ids = [s.get("id") for s in stalls]
-        classes = set().union(*(playbook.usual_classes(r.table, ids) for r in self.runs))
+        classes = set().union(*(playbook.usual_classes(r.table, ids) for r in self.runs[::-1]))  # the last is held
         if not classes:
             return None
         values = [np.sort(playbook.usual_values(r.table, ids, classes)) for r in self.runs]
         return median_of_runs(values) if any(len(v) for v in values) else None
 
     def _flags(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Per run, its hidden and its understated rows (sane ones: verdict.tell's masks)."""
-        return tuple([run.table[flag].to_numpy(dtype=bool, na_value=False) & sane
-                      for run, sane in zip(self.runs, self.sane)] for flag in VICTIM_LISTS)
+        """Per run, its hidden and its understated rows (sane ones: verdict.tell's masks), made in the second pass."""
+        return self._flag_rows
 
     def rows_of_keys(self, keys: np.ndarray) -> list[tuple[int, int]]:
         """(run, row) of each row key, in their order."""
@@ -257,25 +287,15 @@ class SummaryOfRuns:
         count, chosen = self.candidates[flag]
         listed = _top(chosen, VICTIMS_LISTED)
         rows = [(int(r), int(i)) for r, i in zip(listed["run"], listed["row"])]
-        groups: dict = {}
-        for r, i in rows:
-            t = self.runs[r].table
-            stall, role = t["stall"].iloc[i], t["stall_role"].iloc[i]
-            sid = int(stall) if not pd.isna(role) and role == "victim" and not pd.isna(stall) else None
-            groups.setdefault(sid, []).append((r, i))
-        culprits_of = {sid: [self._row_of_key(k) for k in self.stall_culprits[sid][:MAX_CULPRITS]]
-                       for sid in groups if sid is not None and sid < len(self.stall_culprits)}
-        refs = _refs(self.runs, [*rows, *(c for cs in culprits_of.values() for c in cs)])
         by_stall = []
-        for sid in sorted(groups, key=lambda s: (s is None, s if s is not None else 0)):
-            culprits = []
-            group = None
-            if sid in culprits_of:
-                culprits = [refs[c] for c in culprits_of[sid]]
-                r, i = groups[sid][0]
-                group = json_value(self.runs[r].table["thread_group"].iloc[i])
-            by_stall.append({"stall": sid, "thread_group": group, "culprits": culprits,
-                             "victims": [refs[c] for c in groups[sid]]})
+        if rows:
+            at = _rows_at(self.runs, rows)  # their stall, role and thread group, read once
+            by_stall = verdict.grouped_by_stall(
+                rows, at["stall"].to_numpy(dtype="float64", na_value=np.nan),
+                at["stall_role"].astype(object).to_numpy(), at["thread_group"],
+                lambda sid: [self._row_of_key(k) for k in self.stall_culprits[sid][:MAX_CULPRITS]]
+                if sid < len(self.stall_culprits) else None,
+                lambda places: _refs(self.runs, places))
         return {"count": count, "listed": len(rows), "more": count - len(rows), "by_stall": by_stall}
 
     def _row_of_key(self, key: np.ndarray) -> tuple[int, int]:
@@ -287,51 +307,102 @@ class SummaryOfRuns:
         raise KeyError(f"no row has the key {key.tolist()}")
 
 
+def _terms_of(runs: list, sane: list[np.ndarray], r: int, lo: int, hi: int):
+    """The sums' terms of run r's rows lo:hi: the verdict's (story_terms), the connections' and the network's, each
+    rule on those rows alone (every term is per row)."""
+    t = _slice(runs[r], lo, hi)
+    return [*verdict.story_terms(t, sane[r][lo:hi]), *connstory.terms(t),
+            *((f"network:{n}", rows, v) for n, rows, v in netstory.terms(t))]
+
+
+class _ReadBack:
+    """A run whose rows are stored (core.outputs.StoredRows: the partitioned run's partitions in files), as the
+    summary reads it: `table` read back whole when a pass over the runs reaches it, one partition held at a time
+    (`held`, shared by the runs of one SummaryOfRuns: the one read last, by its run's number `n`: a reference to
+    the run there would make a cycle, freed only by the collector), and a slice or a few rows read alone (`rows`,
+    `take`) where the summary reads no more than those."""
+
+    def __init__(self, stored: StoredRows, key: np.ndarray, held: list, n: int):
+        self.stored, self.key, self._held, self.n = stored, key, held, n
+
+    @property
+    def table(self) -> pd.DataFrame:
+        if self._held[0] != self.n:
+            self._held[:] = [None, None]  # the partition held before, let go before this one is read
+            self._held[:] = [self.n, self.rows(0, len(self.stored))]
+        return self._held[1]
+
+    def rows(self, lo: int, hi: int) -> pd.DataFrame:
+        if self._held[0] == self.n:
+            return self._held[1].iloc[lo:hi]
+        return self.stored.rows(lo, hi) if hi > lo else self.stored.empty()
+
+    def take(self, rows: list[int]) -> pd.DataFrame:
+        """The rows (sorted, distinct) of the run, read alone (StoredRows.take: not the whole partition)."""
+        if self._held[0] == self.n:
+            return self._held[1].take(rows)
+        return self.stored.take(rows)
+
+
+def _slice(run, lo: int, hi: int) -> pd.DataFrame:
+    """Rows lo:hi of a run (a stored run's read alone)."""
+    return run.rows(lo, hi) if isinstance(run, _ReadBack) else run.table.iloc[lo:hi]
+
+
+def _rows_at(runs: list, places: list[tuple[int, int]]) -> pd.DataFrame:
+    """The rows (run, row) of the runs in the order given, as one table: one take per run (a stored run's rows read
+    alone, not its whole table)."""
+    if not places:
+        return _slice(runs[0], 0, 0)
+    pieces, order = [], []
+    for r in sorted({r for r, _ in places}):
+        mine = sorted({i for q, i in places if q == r})
+        run = runs[r]
+        pieces.append((run.take(mine) if isinstance(run, _ReadBack) else run.table.take(mine)).reset_index(drop=True))
+        order += [(r, i) for i in mine]
+    table = pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0]
+    at = {place: n for n, place in enumerate(order)}
+    return table.take([at[place] for place in places]).reset_index(drop=True)
+
+
 def summary_of_runs(runs: list[SortedRun], outlier_keys: np.ndarray | None = None,
                     stall_culprits: list[np.ndarray] | None = None) -> dict:
     """SummaryOfRuns' parts, the rows streamed by the merge alone."""
     return SummaryOfRuns(runs, outlier_keys, stall_culprits).feed_all().parts()
 
 
-def _floats(table: pd.DataFrame, col: str) -> np.ndarray:
-    """A float column's values, null as NaN: a float64 column's own array (read only), else a copy."""
+def _floats(table: pd.DataFrame, col: str, copy: bool = False) -> np.ndarray:
+    """A float column's values, null as NaN: a float64 column's own array (read only; `copy`: not a view that would
+    keep the table's block of float columns), else a copy."""
     column = table[col]
     if column.dtype == np.float64:
-        return column.to_numpy()
+        return column.to_numpy(copy=copy)
     return column.to_numpy(dtype="float64", na_value=np.nan)
 
 
-def _summed_counts(tables: list[pd.DataFrame]) -> dict:
-    """summary._counts of the whole table: every count adds up over the partitions."""
-    total: dict = {}
-    for t in tables:
-        for name, n in _counts(t).items():
-            total[name] = total.get(name, 0) + n
-    return total
+def _first_sources(run: SortedRun, first: dict) -> None:
+    """Of one partition: each connection (capture, conn_index) with its first row's key and conn_id_source
+    ("unknown" without an id), into `first` where its key is less than the one there (the least row key over the
+    partitions wins: the connection's first row in row order)."""
+    t = run.table
+    if not len(t) or "conn_id_source" not in t:
+        return
+    capture, index = t["capture"].astype(object).to_numpy(), t["conn_index"].to_numpy(dtype=np.int64)
+    at = ~pd.DataFrame({"c": capture, "i": index}).duplicated().to_numpy()  # a run is in row order: a
+    # connection's first row in it
+    source = t["conn_id_source"].astype(object).to_numpy()[at]
+    named = t["conn_id"].notna().to_numpy()[at]
+    for capture, index, key, s, n in zip(capture[at], index[at], run.key[at], source, named):
+        label = str(s) if n and not pd.isna(s) else "unknown"
+        key = tuple(int(v) for v in key)
+        conn = (capture, int(index))
+        if conn not in first or key < first[conn][0]:
+            first[conn] = (key, label)
 
 
-def _conn_id_sources(runs: list[SortedRun]) -> dict[str, int]:
-    """connids.conn_id_sources of the whole table: each connection (capture, conn_index) counted by its first row
-    in row order (the least row key over the runs): its conn_id_source, "unknown" without an id."""
+def _conn_id_sources(first: dict) -> dict[str, int]:
+    """connids.conn_id_sources of the whole table from each connection's first row (_first_sources)."""
     out = dict.fromkeys([*SOURCES, "unknown"], 0)
-    if not any(len(r.table) for r in runs) or "conn_id_source" not in runs[0].table:
-        return out
-    first: dict[tuple, tuple] = {}  # connection → (its least row key, its source)
-    for run in runs:
-        t = run.table
-        if not len(t):
-            continue
-        capture, index = t["capture"].astype(object).to_numpy(), t["conn_index"].to_numpy(dtype=np.int64)
-        at = ~pd.DataFrame({"c": capture, "i": index}).duplicated().to_numpy()  # a run is in row order: a
-        # connection's first row in it
-        source = t["conn_id_source"].astype(object).to_numpy()[at]
-        named = t["conn_id"].notna().to_numpy()[at]
-        for capture, index, key, s, n in zip(capture[at], index[at], run.key[at], source, named):
-            label = str(s) if n and not pd.isna(s) else "unknown"
-            key = tuple(int(v) for v in key)
-            conn = (capture, int(index))
-            if conn not in first or key < first[conn][0]:
-                first[conn] = (key, label)
     for _, label in first.values():
         out[label] += 1
     return out
@@ -353,49 +424,48 @@ def _app_times(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return both, a1[both], a4[both]
 
 
-def _sane_rows(runs: list[SortedRun], outliers: np.ndarray) -> list[np.ndarray]:
-    """verdict._sane per run: not one of the view's outliers, and the app times inside the robust span of every
-    partition's app times (outlier_limits of their union: order statistics, any order)."""
-    times = [_app_times(r.table)[1:] for r in runs]  # the union of the app times: an order statistic's input
+def _app_limits(times: list[tuple[np.ndarray, np.ndarray]]) -> tuple | None:
+    """The robust span of every partition's app times (outlier_limits of their union: order statistics, any
+    order); None without a row whose A4 ≥ A1."""
     a1 = np.concatenate([t[0] for t in times]) if times else np.zeros(0, np.int64)
     a4 = np.concatenate([t[1] for t in times]) if times else np.zeros(0, np.int64)
-    del times
     keep = a4 >= a1
-    limits = outlier_limits(a1, a4, keep) if keep.any() else None
-    del a1, a4, keep
-    sane = []
-    for run in runs:
-        both, r1, r4 = _app_times(run.table)  # again, a partition at a time: not held for every partition
-        s = np.ones(len(run.table), dtype=bool)
-        for key in outliers:  # few: each found by a binary search in the sorted run
-            at = _row_with_key(run.key, key)
-            if at is not None:
-                s[at] = False
-        inside = (r4 >= r1) if limits is None else (r4 >= r1) & (r1 >= limits[0]) & (r4 <= limits[1])
-        if limits is None:
-            inside[:] = False
-        s[both[~inside]] = False
-        sane.append(s)
-    return sane
+    return outlier_limits(a1, a4, keep) if keep.any() else None
 
 
-def _victim_candidates(runs: list[SortedRun], flag: str, sane: list[np.ndarray]) -> tuple[int, np.ndarray]:
-    """(how many rows are flagged and sane, each partition's slowest VICTIMS_LISTED of them): a structured array of
-    (−server_s with NaN as −1, row key, run, row), which holds the whole list's members."""
-    count = 0
-    pieces = []
-    width = runs[0].key.shape[1] if runs else 0
+def _sane_of(run: SortedRun, outliers: np.ndarray, limits: tuple | None) -> np.ndarray:
+    """verdict._sane of one partition's rows: not one of the view's outliers, and the app times inside `limits`
+    (_app_limits)."""
+    both, r1, r4 = _app_times(run.table)
+    s = np.ones(len(run.key), dtype=bool)
+    for key in outliers:  # few: each found by a binary search in the sorted run
+        at = _row_with_key(run.key, key)
+        if at is not None:
+            s[at] = False
+    inside = (r4 >= r1) if limits is None else (r4 >= r1) & (r1 >= limits[0]) & (r4 <= limits[1])
+    if limits is None:
+        inside[:] = False
+    s[both[~inside]] = False
+    return s
+
+
+def _victim_piece(n: int, width: int) -> np.ndarray:
+    """n candidates of a victim list: (−server_s with NaN as −1, row key, run, row)."""
     kind = np.dtype([("slow", np.float64), ("key", np.int64, (width,)), ("run", np.int64), ("row", np.int64)])
-    for r, (run, s) in enumerate(zip(runs, sane)):
-        rows = np.flatnonzero(run.table[flag].to_numpy(dtype=bool, na_value=False) & s)
-        count += len(rows)
-        server = run.table["server_s"].to_numpy(dtype="float64", na_value=np.nan)[rows]
-        piece = np.empty(len(rows), dtype=kind)
-        piece["slow"] = -np.nan_to_num(server, nan=-1.0)
-        piece["key"] = run.key[rows]
-        piece["run"], piece["row"] = r, rows
-        pieces.append(_top(piece, VICTIMS_LISTED))
-    return count, np.concatenate(pieces) if pieces else np.empty(0, dtype=kind)
+    return np.empty(n, dtype=kind)
+
+
+def _victim_candidates(t: pd.DataFrame, key: np.ndarray, r: int, flag: str, sane: np.ndarray
+                       ) -> tuple[int, np.ndarray]:
+    """Of one partition (run r: its table and keys): how many rows are flagged and sane, and its slowest
+    VICTIMS_LISTED of them, which hold the whole list's members found there."""
+    rows = np.flatnonzero(t[flag].to_numpy(dtype=bool, na_value=False) & sane)
+    server = t["server_s"].to_numpy(dtype="float64", na_value=np.nan)[rows]
+    piece = _victim_piece(len(rows), key.shape[1])
+    piece["slow"] = -np.nan_to_num(server, nan=-1.0)
+    piece["key"] = key[rows]
+    piece["run"], piece["row"] = r, rows
+    return len(rows), _top(piece, VICTIMS_LISTED)
 
 
 def _top(candidates: np.ndarray, k: int) -> np.ndarray:
@@ -426,8 +496,7 @@ def _refs(runs: list[SortedRun], rows: list[tuple[int, int]]) -> dict[tuple[int,
     rows = sorted(set(rows))
     if not rows:
         return {}
-    pieces = [runs[r].table.take([i for q, i in rows if q == r]) for r in sorted({r for r, _ in rows})]
-    refs = Refs(pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0].reset_index(drop=True))
+    refs = Refs(_rows_at(runs, rows))
     return {place: refs.ref(n) for n, place in enumerate(rows)}
 
 
@@ -519,7 +588,7 @@ class _RunsRows:
         executing, waiting = (np.asarray(k, dtype=np.int64).reshape(-1, self._width()) for k in self.made.cap_keys)
         places = self.made.rows_of_keys(np.concatenate([executing, waiting]))
         hidden, understated = self.made._flags()
-        table = pd.concat([self.made.runs[r].table.iloc[[i]] for r, i in places], ignore_index=True)
+        table = _rows_at(self.made.runs, places)
         table = table.assign(hidden=[bool(hidden[r][i]) for r, i in places],
                              understated=[bool(understated[r][i]) for r, i in places])
         return table, len(executing), set(verdict._ids(waiting))
@@ -544,16 +613,17 @@ class _NetworkGroups:
     def __init__(self, runs: list[SortedRun]):
         self.absent = not runs or "network_s" not in runs[0].table.columns
         self.rows = 0
-        self._runs = []
-        # through a proxy the network is its two hops, a choice netstory makes of the whole table: not made here
-        self.proxied = not self.absent and any("proxy_s" in r.table.columns and r.table["proxy_s"].notna().any()
-                                               for r in runs)
-        if self.absent or self.proxied:
-            self.absent = True
+        self._runs = [None] * len(runs)
+        self.proxied = False
+        if self.absent:
             return
         hosts: set = set()
         conns: set = set()
         for run in runs:  # the groups first (what they are, not their rows: one run's arrays at a time)
+            # through a proxy the network is its two hops, a choice netstory makes of the whole table: not made here
+            if "proxy_s" in run.table.columns and run.table["proxy_s"].notna().any():
+                self.proxied = self.absent = True
+                return
             _, host, capture, index = self._rows_of(run)
             hosts |= set(pd.unique(host).tolist())
             conns |= set(pd.MultiIndex.from_arrays([capture, index]).unique().tolist())
@@ -566,7 +636,8 @@ class _NetworkGroups:
         self._first_host: dict = {}
         self._first_id: dict = {}
         spans = {"host": {}, "conn": {}}  # per group, its least and greatest row key: are the groups' blocks in order?
-        for run in runs:
+        for r in reversed(range(len(runs))):  # from the last: the partition the pass above read last is still held
+            run = runs[r]
             both, host, capture, index = self._rows_of(run)
             t = run.table
             net, total, _ = netstory.row_times(t)
@@ -580,8 +651,8 @@ class _NetworkGroups:
             self._firsts(c, np.asarray(t["conn_id"].array[both].astype(object)), run.key, rows, self._first_id)
             for name, groups in (("host", h), ("conn", c)):
                 _group_spans(groups, run.key, rows, spans[name])
-            self._runs.append((both, h.astype(np.int32), c.astype(np.int32), np.maximum(net[both], 0.0),
-                               total[both]))  # 4 B a code
+            self._runs[r] = (both, h.astype(np.int32), c.astype(np.int32), np.maximum(net[both], 0.0),
+                             total[both])  # 4 B a code
             self.rows += len(h)
         host_order, conn_order = (_in_order(spans[name]) for name in ("host", "conn"))
         self.sums = {"host:network_s": GroupbySums(host_counts, host_order),

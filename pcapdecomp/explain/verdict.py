@@ -150,26 +150,41 @@ def _victims(x: pd.DataFrame, mask: np.ndarray, view: PoolView) -> dict:
     idx = np.flatnonzero(mask)
     server = x["server_s"].iloc[idx].to_numpy(dtype="float64", na_value=np.nan)
     listed = idx[np.argsort(-np.nan_to_num(server, nan=-1.0), kind="stable")][:VICTIMS_LISTED]
-    stall = x["stall"].iloc[listed].to_numpy(dtype="float64", na_value=np.nan)  # of the listed rows alone
-    role = x["stall_role"].iloc[listed].astype(object).to_numpy()
+    by_stall = grouped_by_stall(
+        [int(i) for i in listed], x["stall"].iloc[listed].to_numpy(dtype="float64", na_value=np.nan),  # of the
+        x["stall_role"].iloc[listed].astype(object).to_numpy(), x["thread_group"].iloc[listed],  # listed rows alone
+        lambda sid: [int(c) for c in view.stall_members[sid][1][:MAX_CULPRITS]] if sid < len(view.stall_members)
+        else None,
+        lambda places: _refs(x, places))
+    return {"count": int(len(idx)), "listed": int(len(listed)), "more": int(len(idx) - len(listed)),
+            "by_stall": by_stall}
+
+
+def grouped_by_stall(listed: list, stall: np.ndarray, role: np.ndarray, thread_group: pd.Series, culprits_of,
+                     refs_of) -> list[dict]:
+    """summary.json's victim lists (hidden_slow, understated → by_stall): the listed rows grouped by the stall they
+    queued in (their role 'victim'; else None, listed last), stalls by id, each with its thread group and culprits.
+    `listed`: the rows' places in their order (row positions of the table; (run, row) of the partitions' runs,
+    explain.summaryruns), `stall`, `role`, `thread_group` their values in that order; `culprits_of(sid)`: the places
+    of the stall's first MAX_CULPRITS culprits, None for a stall the view does not know; `refs_of(places)`: place →
+    its reference (threadpool.Refs)."""
     groups: dict = {}
-    for i, stall_i, role_i in zip(listed, stall, role):
+    for n, (place, stall_i, role_i) in enumerate(zip(listed, stall, role)):
         sid = int(stall_i) if role_i == "victim" and not np.isnan(stall_i) else None
-        groups.setdefault(sid, []).append(int(i))
-    culprits_of = {sid: [int(c) for c in view.stall_members[sid][1][:MAX_CULPRITS]] for sid in groups
-                   if sid is not None and sid < len(view.stall_members)}
-    refs = _refs(x, [*listed, *(c for cs in culprits_of.values() for c in cs)])
+        groups.setdefault(sid, []).append((place, n))
+    culprits_of_stall = {sid: culprits for sid in groups if sid is not None
+                         for culprits in [culprits_of(sid)] if culprits is not None}
+    refs = refs_of([*listed, *(c for cs in culprits_of_stall.values() for c in cs)])
     by_stall = []
     for sid in sorted(groups, key=lambda s: (s is None, s if s is not None else 0)):
         culprits = []
         group = None
-        if sid in culprits_of:
-            culprits = [refs[c] for c in culprits_of[sid]]
-            group = json_value(x["thread_group"].iloc[groups[sid][0]])
+        if sid in culprits_of_stall:
+            culprits = [refs[c] for c in culprits_of_stall[sid]]
+            group = json_value(thread_group.iloc[groups[sid][0][1]])
         by_stall.append({"stall": sid, "thread_group": group, "culprits": culprits,
-                         "victims": [refs[i] for i in groups[sid]]})
-    return {"count": int(len(idx)), "listed": int(len(listed)), "more": int(len(idx) - len(listed)),
-            "by_stall": by_stall}
+                         "victims": [refs[place] for place, _ in groups[sid]]})
+    return by_stall
 
 
 def _refs(x: pd.DataFrame, positions) -> dict[int, dict]:

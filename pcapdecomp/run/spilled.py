@@ -3,9 +3,10 @@ into buckets in a folder of the run's own inside DIR (read/spill.py), and the an
 time: the connection step, the clocks and the connection names from the spill (pair.match.spilled_connection_step,
 pair.clocks.spilled_clocks, explain.partitioned.spilled_naming), the joined rows (7a: PairedPartitions), the
 decomposition (7b: DecomposedPartitions), the thread-pool view, exchanges.parquet by the k-way merge of the
-partitions' sorted runs (core.outputs.write_merged), groups.parquet and pool.parquet; then summary.json and
-report.html by today's code (explain.servers.summary_of, render.report.render_page) from a projection of
-exchanges.parquet read back: only the LATE_COLUMNS they read. Every file is the in-memory run's.
+partitions' sorted runs (core.outputs.write_merged), groups.parquet and pool.parquet; then summary.json from the
+stored partitions (explain.summaryruns.SummaryOfRuns, fed in row order by the merge: summary_from_runs), and
+report.html by today's render.report.render_page from a projection of exchanges.parquet read back: only the
+REPORT_COLUMNS it reads. Every file is the in-memory run's.
 
 With --scheduler the partitions' work (7a's first pass, 7a's rows made and kept, 7b's first pass and rows, the
 decomposed partition stored) runs on the Dask workers, one task a partition (run.cluster.DaskRunner.map), the global parts here (the
@@ -14,7 +15,8 @@ the run's folder at its path, else (said in one line) the partitions are analyse
 
 What is held across partitions: the row keys (7 int64 a row, for the merge), the thread-pool view's columns
 (VIEW_COLUMNS, in row order: thread_pool_view reads them as it reads the whole table) and where each row went
-(its partition and its row there); the partitions' rows are in files, read back a slice at a time by the writer.
+(its partition and its row there); the partitions' rows are in files, read back a slice at a time by the writer,
+a partition at a time by the summary.
 
 A set this run does not take (`refusal`, before any capture is read; explain.partitioned.NotPartitionable after
 the extraction or in the decomposition) is analysed in memory, as without --spill, after one line on the terminal
@@ -35,7 +37,7 @@ import pandas as pd
 from ..core.console import warn
 from ..core.errors import UsageError
 from ..core.memory import map_big_blocks, release_memory
-from ..core.outputs import SortedRun, StoredRows, merged_order, write_merged, write_table
+from ..core.outputs import Recoding, SortedRun, StoredRows, merged_order, write_merged, write_table
 from ..core.schema import ANALYSIS_COLUMNS, CATEGORY, EXCHANGE_COLUMNS
 from ..core.tables import concat, frame, held, with_declared_dtypes
 from ..mysql.connection import ENCRYPTED_COMMAND
@@ -50,19 +52,18 @@ EXCHANGES = (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS)
 VIEW_COLUMNS = ("capture", "conn_index", "seq", "server", "conn_id", "thread_group", "query_id", "command", "sql",
                 "app_req_ts", "db_req_ts", "db_resp_ts", "total_s", "server_s", "exec_s", "exec_source", "queue_s",
                 "queue_source", "queue_min_s", "in_slow_log", "slow_log_line", "hidden_slow", "understated")
-# what summary.json and report.html are made of (explain.servers.summary_of, render.report.render_page and what
-# they call): the columns of exchanges.parquet read back for them; tests/test_spill_run.py fails when they read
-# another one
-LATE_COLUMNS = ("capture", "conn_index", "conn_id", "client", "server", "seq", "command", "sql", "params", "fingerprint",
-                "query_id", "req_first_ts", "resp_last_ts", "req_first_frame", "resp_last_frame", "response_s",
-                "result", "error_code", "error_message", "rows", "bytes_resp", "server_flag_slow", "user", "db",
-                "seen", "match_notes", "db_client", "conn_id_source", "db_req_first_frame", "db_resp_last_frame",
-                "app_req_ts", "app_resp_ts", "db_req_ts", "db_resp_ts", "total_s", "server_s", "network_s",
-                "net_req_s", "net_resp_s", "bounded", "pipelined_s", "exec_s", "exec_source", "queue_s",
-                "queue_source", "queue_min_s", "in_slow_log", "slow_log_line", "hidden_slow", "understated",
-                "thread_group", "stall", "stall_role", "proxy_match", "front_conn_id", "proxy_front_req_ts",
-                "proxy_back_req_ts", "proxy_back_resp_ts", "proxy_front_resp_ts", "net_app_proxy_s", "proxy_s",
-                "proxy_wait_s", "net_proxy_db_s")
+# what report.html is made of (render.report.render_page and what it calls): the columns of exchanges.parquet read
+# back for it, once summary.json is made from the stored partitions (summary_from_runs); tests/test_spill_run.py
+# fails when it reads another one
+REPORT_COLUMNS = ("capture", "conn_index", "conn_id", "client", "server", "command", "sql", "params", "fingerprint",
+                  "query_id", "req_first_ts", "req_first_frame", "resp_last_frame", "response_s", "result",
+                  "error_code", "error_message", "rows", "bytes_resp", "user", "db", "seen", "db_client",
+                  "db_req_first_frame", "db_resp_last_frame", "app_req_ts", "app_resp_ts", "db_req_ts",
+                  "db_resp_ts", "total_s", "server_s", "network_s", "net_req_s", "net_resp_s", "exec_s",
+                  "exec_source", "queue_s", "queue_source", "queue_min_s", "in_slow_log", "hidden_slow",
+                  "understated", "thread_group", "stall", "stall_role", "proxy_match", "front_conn_id",
+                  "proxy_front_req_ts", "proxy_back_req_ts", "proxy_back_resp_ts", "proxy_front_resp_ts",
+                  "net_app_proxy_s", "proxy_s", "proxy_wait_s", "net_proxy_db_s")
 STORED_ROWS = 4096  # rows of a partition in one file of its stored rows (one file of each is held while written)
 VIEW_ROW_COLUMNS = ("thread_group", "stall", "stall_role", "queue_source")  # what the view sets per row
 
@@ -134,11 +135,23 @@ class _StoredPartition(StoredRows):
     def rows(self, first: int, end: int) -> pd.DataFrame:
         parts = [self._file(k).iloc[max(first - k * STORED_ROWS, 0):end - k * STORED_ROWS]
                  for k in range(first // STORED_ROWS, (end - 1) // STORED_ROWS + 1)]
-        rows = concat(parts) if len(parts) > 1 else parts[0].reset_index(drop=True)
+        # the files are slices of one table (the same dtypes and categories): pandas' concat keeps them as they are,
+        # where core.tables.concat would unite each categorical's categories again
+        rows = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].reset_index(drop=True)
         return self.view.applied(rows, first) if self.view is not None else rows
 
     def empty(self) -> pd.DataFrame:
         return self.view.applied(self._empty, 0) if self.view is not None else self._empty
+
+    def take(self, rows: list[int]) -> pd.DataFrame:
+        """The rows at `rows` (sorted, distinct): each file that holds some read once, its rows taken."""
+        at = np.asarray(rows, dtype=np.int64)
+        files = at // STORED_ROWS
+        pieces = [self.rows(int(k) * STORED_ROWS, min((int(k) + 1) * STORED_ROWS, self.n)).take(
+            at[files == k] - int(k) * STORED_ROWS) for k in np.unique(files)]
+        if not pieces:
+            return self.empty()
+        return pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0].reset_index(drop=True)
 
 
 @dataclass
@@ -455,24 +468,28 @@ def read_projection(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
 
 
 def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[SortedRun], categories: dict[str, list]):
-    """exchanges.parquet (the merge), groups.parquet, pool.parquet, then summary.json and report.html from the
-    projection read back; committed as one set (run.session.Run.finish's, one after the other). `runs` is emptied
-    once the file is written (their keys and read buffers are not held through the late stage)."""
+    """exchanges.parquet (the merge), groups.parquet, pool.parquet, summary.json from the stored partitions
+    (summary_from_runs), then report.html from the projection read back (REPORT_COLUMNS); committed as one set
+    (run.session.Run.finish's, one after the other). `runs` is emptied once the summary is made (their keys and
+    read buffers are not held through the report)."""
     from ..explain.servers import Explained, server_tables, summary_of
     from ..render.report import render_page, write_page
     from .session import AnalysisResult, _write_summary
 
     out = run.folder.staging
     write_merged(runs, out / "exchanges.parquet", categories)
-    runs.clear()
     release_memory()
     groups, pool = server_tables([server])
     write_table(groups, out / "groups.parquet")
     write_table(pool, out / "pool.parquet")
-    exchanges = read_projection(out / "exchanges.parquet", LATE_COLUMNS)
-    explained = Explained(exchanges, groups, pool, [server])
-    summary = summary_of(cs, x, paired, explained, run.warnings, None)
+    made = summary_from_runs(runs, server.view, categories)
+    summary = summary_of(cs, x, paired, Explained(None, groups, pool, [server]), run.warnings,
+                         run.runner.address if run.runner is not None else None, runs=made)
+    del made
+    runs.clear()
+    release_memory()
     names = ["exchanges.parquet", "groups.parquet", "pool.parquet", _write_summary(out, summary)]
+    exchanges = read_projection(out / "exchanges.parquet", REPORT_COLUMNS)
     conns = {"app": paired.app_conns, "db": paired.db_conns}
     page = render_page(summary, exchanges, server.view.groups, run.options.command_line, conns, server.view.pool)
     names.append("report.html")
@@ -480,3 +497,32 @@ def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[Sorted
     run.children.close()
     run.folder.commit()
     return AnalysisResult(run.out, exchanges, groups, summary, [run.out / name for name in names], run.warnings)
+
+
+def summary_from_runs(runs: list[SortedRun], view, categories: dict[str, list]):
+    """explain.summaryruns.SummaryOfRuns of the stored partitions, fed in row order by the merge: each partition's
+    rows as the writer reads them (the thread-pool view's per-row columns applied, recoded to the file's
+    categories), and the pool view's members (its outliers, each stall's victims and culprits, the cap's members:
+    row positions of the table in row order) handed in by row key."""
+    from ..explain.summaryruns import SummaryOfRuns
+
+    keys = [r.key for r in runs]
+    run_of, row_of = _merged_places(keys)
+    width = keys[0].shape[1] if keys else 0
+
+    def keyed(positions) -> np.ndarray:
+        at = np.asarray(positions, dtype=np.int64)
+        out = np.zeros((len(at), width), dtype=np.int64)
+        for r, key in enumerate(keys):
+            mine = run_of[at] == r
+            out[mine] = key[row_of[at[mine]]]
+        return out
+
+    outliers = keyed(view.outliers)
+    culprits = [keyed(c) for _, c in view.stall_members]
+    victims = [keyed(v) for v, _ in view.stall_members]
+    cap = tuple(keyed(m) for m in view.cap_members) if view.cap_members else None
+    del run_of, row_of
+    release_memory()
+    stored = [SortedRun(Recoding(r.table, categories), r.key) for r in runs]
+    return SummaryOfRuns(stored, outliers, culprits, stall_victims=victims, cap_members=cap).feed_all()
