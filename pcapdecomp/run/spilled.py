@@ -506,7 +506,15 @@ def summary_from_runs(runs: list[SortedRun], view, categories: dict[str, list]):
     row positions of the table in row order) handed in by row key."""
     from ..explain.summaryruns import SummaryOfRuns
 
-    keys = [r.key for r in runs]
+    outliers, culprits, victims, cap = _members_by_key([r.key for r in runs], view)
+    release_memory()  # where each row went (16 B a row) is let go before the partitions are fed
+    stored = [SortedRun(Recoding(r.table, categories), r.key) for r in runs]
+    return SummaryOfRuns(stored, outliers, culprits, stall_victims=victims, cap_members=cap).feed_all()
+
+
+def _members_by_key(keys: list[np.ndarray], view):
+    """The pool view's members (row positions of the table in row order: its outliers, each stall's culprits and
+    victims, the cap's members) as row keys: (outliers, culprits, victims, cap)."""
     run_of, row_of = _merged_places(keys)
     width = keys[0].shape[1] if keys else 0
 
@@ -518,11 +526,6 @@ def summary_from_runs(runs: list[SortedRun], view, categories: dict[str, list]):
             out[mine] = key[row_of[at[mine]]]
         return out
 
-    outliers = keyed(view.outliers)
-    culprits = [keyed(c) for _, c in view.stall_members]
-    victims = [keyed(v) for v, _ in view.stall_members]
-    cap = tuple(keyed(m) for m in view.cap_members) if view.cap_members else None
-    del run_of, row_of
-    release_memory()
-    stored = [SortedRun(Recoding(r.table, categories), r.key) for r in runs]
-    return SummaryOfRuns(stored, outliers, culprits, stall_victims=victims, cap_members=cap).feed_all()
+    return (keyed(view.outliers), [keyed(c) for _, c in view.stall_members],
+            [keyed(v) for v, _ in view.stall_members],
+            tuple(keyed(m) for m in view.cap_members) if view.cap_members else None)
