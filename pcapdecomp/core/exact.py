@@ -186,6 +186,12 @@ def sorted_run(values) -> np.ndarray:
     return np.sort(values[~np.isnan(values)])
 
 
+def _check_codes(codes: np.ndarray, values: np.ndarray, classes: int) -> None:
+    """A class code per value, each in 0 … classes − 1 (what the per-class sums and selections are fed)."""
+    if len(codes) != len(values) or (len(codes) and (codes.min() < 0 or codes.max() >= classes)):
+        raise ValueError(f"{len(codes)} codes of {classes} classes for {len(values)} values")
+
+
 class ClassSums:
     """core.groups.group_sum(codes, values, classes) of a column fed in row order a chunk at a time: per class the
     sum of its non-NaN values (NaN where it has none) and their count. np.bincount adds a class's weights one by one
@@ -202,8 +208,7 @@ class ClassSums:
     def add(self, codes, values) -> None:
         codes = np.asarray(codes, dtype=np.intp)
         values = np.asarray(values, dtype=np.float64)
-        if len(codes) != len(values) or (len(codes) and (codes.min() < 0 or codes.max() >= self.classes)):
-            raise ValueError(f"{len(codes)} codes of {self.classes} classes for {len(values)} values")
+        _check_codes(codes, values, self.classes)
         missing = np.isnan(values)
         self._counts += np.bincount(codes, minlength=self.classes)
         if missing.any():
@@ -231,8 +236,7 @@ class KahanClassSums:
     def add(self, codes, values) -> None:
         codes = np.asarray(codes, dtype=np.int64)
         values = np.asarray(values, dtype=np.float64)
-        if len(codes) != len(values) or (len(codes) and (codes.min() < 0 or codes.max() >= self.classes)):
-            raise ValueError(f"{len(codes)} codes of {self.classes} classes for {len(values)} values")
+        _check_codes(codes, values, self.classes)
         known = ~np.isnan(values)
         self._counts += np.bincount(codes[known], minlength=self.classes)
         sums, comp = self._sums, self._comp
@@ -363,8 +367,7 @@ class RadixSelect:
         values = np.asarray(values, dtype=np.float64).ravel()
         codes = (np.zeros(len(values), np.int64) if classes is None
                  else np.asarray(classes, dtype=np.int64).ravel())
-        if len(codes) != len(values) or (len(codes) and (codes.min() < 0 or codes.max() >= self.classes)):
-            raise ValueError(f"{len(codes)} codes of {self.classes} classes for {len(values)} values")
+        _check_codes(codes, values, self.classes)
         present = ~np.isnan(values)
         keys, codes = float_keys(values[present]), codes[present]
         if self._level == 0:  # the first pass: every class, the top bits
