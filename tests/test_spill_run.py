@@ -480,9 +480,10 @@ def test_the_summary_from_runs_across_partitions(name, tmp_path, monkeypatch):
     made = []
     summary_from_runs = spilled.summary_from_runs
 
-    def kept(runs, view, categories):
-        made.append((len(runs), len(view.stall_members), view.cap_members is not None))
-        return summary_from_runs(runs, view, categories)
+    def kept(runs, members, categories):
+        _, culprits, _, cap = members  # one culprits' list a stall of the view
+        made.append((len(runs), len(culprits), cap is not None))
+        return summary_from_runs(runs, members, categories)
 
     monkeypatch.setattr(spilled, "summary_from_runs", kept)
     analyze(cs, Options(quiet=True, jobs=1, spill=tmp_path / "spill"), tmp_path / "spilled")

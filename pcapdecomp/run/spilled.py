@@ -257,13 +257,14 @@ def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):
         return None
     for message in notes:
         run.note(message)
-    paired, server, runs, categories = made
+    paired, server, runs, categories, members = made
     del made
-    return _finish(run, cs, x, paired, server, runs, categories)
+    return _finish(run, cs, x, paired, server, runs, categories, members)
 
 
 def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
-    """Up to the thread-pool view: (the stand-in Paired, the ServerPart, the stored runs, the categories)."""
+    """Up to the thread-pool view: (the stand-in Paired, the ServerPart, the stored runs, the categories, the view's
+    members by row key: _members_by_key)."""
     from ..explain.partitioned import (NotPartitionable, PairedPartitions, RunsMadeOnce, in_this_process,
                                        spilled_naming)
     from ..explain.partitioned_decompose import DecomposedPartitions
@@ -367,11 +368,14 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     if len(unheld):  # the view's column: the likely labels of before and 'estimated', the values present sorted
         categories["queue_source"] = sorted({*categories["queue_source"], "estimated"})
     categories["stall_role"] = sorted(set(role[with_role].tolist()))
+    # the view's members by row key, for summary.json (summary_from_runs): made while where each row went is at hand
+    members = _members_by_key(keys, view, run_of, row_of)
     del run_of, row_of, stall, role
     matching = Matching(None, None, None, step.connections if step is not None else frame([], ()), rows.stats())
     paired = Paired(None, None, app_conns, db_conns, matching, clocks, clock_info, app[0].capture if app else None,
                     None, None, id_sources, None, None, None)
-    return paired, ServerPart(point, view, slow_info), [SortedRun(s, k) for s, k in zip(stored, keys)], categories
+    return (paired, ServerPart(point, view, slow_info), [SortedRun(s, k) for s, k in zip(stored, keys)], categories,
+            members)
 
 
 def _wire_of(rows) -> WireStatements:
@@ -467,7 +471,8 @@ def read_projection(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     return table
 
 
-def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[SortedRun], categories: dict[str, list]):
+def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[SortedRun], categories: dict[str, list],
+            members: tuple):
     """exchanges.parquet (the merge), groups.parquet, pool.parquet, summary.json from the stored partitions
     (summary_from_runs), then report.html from the projection read back (REPORT_COLUMNS); committed as one set
     (run.session.Run.finish's, one after the other). `runs` is emptied once the summary is made (their keys and
@@ -482,7 +487,7 @@ def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[Sorted
     groups, pool = server_tables([server])
     write_table(groups, out / "groups.parquet")
     write_table(pool, out / "pool.parquet")
-    made = summary_from_runs(runs, server.view, categories)
+    made = summary_from_runs(runs, members, categories)
     summary = summary_of(cs, x, paired, Explained(None, groups, pool, [server]), run.warnings,
                          run.runner.address if run.runner is not None else None, runs=made)
     del made
@@ -499,23 +504,22 @@ def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[Sorted
     return AnalysisResult(run.out, exchanges, groups, summary, [run.out / name for name in names], run.warnings)
 
 
-def summary_from_runs(runs: list[SortedRun], view, categories: dict[str, list]):
+def summary_from_runs(runs: list[SortedRun], members: tuple, categories: dict[str, list]):
     """explain.summaryruns.SummaryOfRuns of the stored partitions, fed in row order by the merge: each partition's
     rows as the writer reads them (the thread-pool view's per-row columns applied, recoded to the file's
-    categories), and the pool view's members (its outliers, each stall's victims and culprits, the cap's members:
-    row positions of the table in row order) handed in by row key."""
+    categories), and the pool view's members (`members`: its outliers, each stall's culprits and victims, the cap's
+    members, by row key: _members_by_key)."""
     from ..explain.summaryruns import SummaryOfRuns
 
-    outliers, culprits, victims, cap = _members_by_key([r.key for r in runs], view)
-    release_memory()  # where each row went (16 B a row) is let go before the partitions are fed
+    outliers, culprits, victims, cap = members
     stored = [SortedRun(Recoding(r.table, categories), r.key) for r in runs]
     return SummaryOfRuns(stored, outliers, culprits, stall_victims=victims, cap_members=cap).feed_all()
 
 
-def _members_by_key(keys: list[np.ndarray], view):
+def _members_by_key(keys: list[np.ndarray], view, run_of: np.ndarray, row_of: np.ndarray):
     """The pool view's members (row positions of the table in row order: its outliers, each stall's culprits and
-    victims, the cap's members) as row keys: (outliers, culprits, victims, cap)."""
-    run_of, row_of = _merged_places(keys)
+    victims, the cap's members) as row keys, by where each row went (_merged_places): (outliers, culprits,
+    victims, cap)."""
     width = keys[0].shape[1] if keys else 0
 
     def keyed(positions) -> np.ndarray:
