@@ -323,7 +323,7 @@ def extract(
     name = os.fspath(path)
     ex_rows: list[tuple] = []
     ex_batches: list[pa.RecordBatch] = []
-    spilling = None if spill is None else SpillWriter(spill)
+    spilling = None if spill is None else SpillWriter(spill, rows_dropped=window is not None)
     keep = ex_batches.append if spilling is None else spilling.add  # where each batch of rows goes
     if window is not None:  # the rows outside the window go before a batch is held or spilled
         held = keep

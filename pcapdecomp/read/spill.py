@@ -111,8 +111,12 @@ class SpillWriter:
     `Spill`. Memory: the batch being cut (a stable sort by bucket, then slices); the files' bytes are the
     system's page cache."""
 
-    def __init__(self, folder: str | os.PathLike, columns: tuple[Column, ...] = EXCHANGE_COLUMNS):
+    def __init__(self, folder: str | os.PathLike, columns: tuple[Column, ...] = EXCHANGE_COLUMNS, *,
+                 rows_dropped: bool = False):
         self.folder = Path(folder)
+        # rows_dropped: the batches come with rows taken out (a window): only then can a dictionary hold entries no
+        # row does, and only then are they looked for (a bincount per dictionary column of every batch)
+        self._rows_dropped = rows_dropped
         self.folder.mkdir(parents=True, exist_ok=True)
         self.columns = columns
         self.schema = pa.schema([(c.name, arrow_type(c)) for c in columns])
@@ -122,7 +126,8 @@ class SpillWriter:
         self.unused: dict[str, set] = {}  # per dictionary column: the batches' entries none of their rows holds
 
     def add(self, batch: pa.RecordBatch) -> None:
-        self._keep_unused(batch)
+        if self._rows_dropped:
+            self._keep_unused(batch)
         if not batch.num_rows:
             return
         buckets = partition_buckets(int64_values(batch.column(self._seq)))
@@ -143,8 +148,8 @@ class SpillWriter:
         """The dictionary entries of `batch` that none of its rows holds (the rows analyze --since/--until dropped
         before the batch came, read/exchanges.py): the compacted slices lose them, the in-memory extraction's
         table keeps them among its categories (unused entries included: exchanges.parquet's dictionaries). Kept
-        here, given back by `Spill.unused_values`. A batch without a window holds every entry of its dictionaries:
-        nothing is kept."""
+        here, given back by `Spill.unused_values`. A batch without a window holds every entry of its dictionaries: the
+        writer looks only when told rows were dropped."""
         for name, column in zip(batch.schema.names, batch.columns):
             if not isinstance(column, pa.DictionaryArray) or not len(column.dictionary):
                 continue
