@@ -29,7 +29,8 @@ lab and tcpdump write); link types Ethernet (with VLAN tags), Linux cooked (SLL,
 `--run` (item 4 of issue 37): for each size, build the pair, run `exchanges` on the DB capture and
 `analyze --jobs 1` on the pair (with the slow log) under a memory cap (`prlimit --as`, --cap-gb) and with the
 memory bound --memory (default: the cap), print wall time, CPU time and peak memory (PSS of the process and its
-workers, sampled every 50 ms) and the bound, then delete the pair.
+workers, sampled every 50 ms) and the bound, then delete the pair. `--spill DIR`: analyze partitioned
+(`analyze --spill DIR`) instead of in memory.
 """
 
 from __future__ import annotations
@@ -658,9 +659,10 @@ def _timed(argv: list[str], cap_gb: float, nice: int) -> tuple[float | None, flo
         return None, bench._cpu_seconds() - before, None, f"failed: {str(exc)[-200:]}"
 
 
-def run_row(pair: Path, cap_gb: float, jobs: int, nice: int, with_tshark: bool, memory: str | None = None) -> dict:
-    """`exchanges` of the DB capture, `analyze --jobs JOBS --memory MEMORY` of the pair with its slow log (and
-    tshark's MySQL dissector on the DB capture when asked): time, CPU, peak memory; the analysis's counts."""
+def run_row(pair: Path, cap_gb: float, jobs: int, nice: int, with_tshark: bool, memory: str | None = None,
+            spill: Path | None = None) -> dict:
+    """`exchanges` of the DB capture, `analyze --jobs JOBS --memory MEMORY [--spill SPILL]` of the pair with its slow
+    log (and tshark's MySQL dissector on the DB capture when asked): time, CPU, peak memory; the analysis's counts."""
     import json
 
     row: dict = {}
@@ -674,7 +676,8 @@ def run_row(pair: Path, cap_gb: float, jobs: int, nice: int, with_tshark: bool, 
     (pair / "x.parquet").unlink(missing_ok=True)
     out = pair / "analysis"
     row["analyze"] = _timed([sys.executable, "-m", "pcapdecomp.cli", "analyze", str(pair), "--jobs", str(jobs), "-q",
-                             "--out", str(out), *(["--memory", memory] if memory else [])], cap_gb, nice)
+                             "--out", str(out), *(["--memory", memory] if memory else []),
+                             *(["--spill", str(spill)] if spill is not None else [])], cap_gb, nice)
     if (out / "summary.json").exists():
         s = json.loads((out / "summary.json").read_text())
         row["counts"] = (s["exchanges"]["total"], (s.get("slow_log") or {}).get("matched"),
@@ -710,6 +713,8 @@ def main() -> int:
     ap.add_argument("--cap-gb", type=float, default=14.0, help="--run: address-space cap of each run (prlimit --as)")
     ap.add_argument("--jobs", type=int, default=1, help="--run: analyze --jobs")
     ap.add_argument("--memory", help="--run: analyze's memory bound (--memory; default: --cap-gb's, in GiB)")
+    ap.add_argument("--spill", type=Path, metavar="DIR",
+                    help="--run: analyze the pair partitioned (analyze --spill DIR) instead of in memory")
     ap.add_argument("--tshark-up-to", type=float, default=1.5,
                     help="--run: run tshark on the DB capture of the sizes up to this many GB per point")
     ap.add_argument("--nice", type=int, default=10)
@@ -742,7 +747,7 @@ def main() -> int:
         per_point = made.bytes_per_point.get("db", 0) / 1e9
         memory = args.memory or f"{args.cap_gb:g}G"
         row = run_row(pair, args.cap_gb, args.jobs, args.nice, with_tshark=per_point <= args.tshark_up_to,
-                      memory=memory)
+                      memory=memory, spill=args.spill)
         cells = [f"{per_point:.2f} ({made.copies})",
                  f"{made.seconds:.0f} ({sum(made.bytes_per_point.values()) / made.seconds / 1e6:.0f})"]
         if "tshark" in row:
@@ -751,7 +756,8 @@ def main() -> int:
         else:
             cells.append(f"≈ {tshark_s * made.copies:.0f} (extrapolated)" if tshark_s else "")
         scale = tshark_s * made.copies if tshark_s else None
-        cells += _cell(row["exchanges"], scale)[:3] + _cell(row["analyze"], scale) + [memory]
+        cells += _cell(row["exchanges"], scale)[:3] + _cell(row["analyze"], scale) + [
+            memory + (" (--spill)" if args.spill is not None else "")]
         counts = row.get("counts")
         cells.append(", ".join(f"{c:,}" if isinstance(c, int) else str(c) for c in counts) if counts else "")
         cells.append(f"{before} → {bench.load()}")

@@ -6,6 +6,7 @@ capture alone, with --jobs 1 and the default --jobs, the exchanges, the peak `an
     python3 benchmarks/memory_bound.py                                   # the recordings of /tmp/pcapdecomp-bench
     python3 benchmarks/memory_bound.py /tmp/pcapdecomp-bench/sysbench-rw-10s --jobs 1
     python3 benchmarks/memory_bound.py --tree /work/main …               # another checkout's code
+    python3 benchmarks/memory_bound.py --spill both …                    # and the partitioned run (--spill)
 
 Each run is `python3 -m pcapdecomp.cli analyze … -q -o TMP` of the tree in a child process whose MemoryBound.check
 is wrapped to write down its counts and prediction. Measured: the child's own maximum RSS (its VmHWM as it exits:
@@ -78,10 +79,13 @@ def _sample(pid: int, peaks: dict, done: threading.Event) -> None:
         time.sleep(0.02)
 
 
-def measure(tree: Path, args: list[str]) -> dict:
-    """One `analyze` run of `tree`'s code with `args`: its prediction and measured peaks."""
+def measure(tree: Path, args: list[str], spill: bool = False) -> dict:
+    """One `analyze` run of `tree`'s code with `args` (partitioned, `--spill` into its temporary folder, when
+    `spill`): its prediction and measured peaks."""
     with tempfile.TemporaryDirectory(prefix="memory-bound-") as tmp:
         seen = Path(tmp) / "seen.json"
+        if spill:
+            args = [*args, "--spill", tmp]
         env = dict(os.environ, PYTHONPATH=str(tree.resolve()))
         child = subprocess.Popen([sys.executable, "-c", _CHILD, str(seen), "analyze", *args, "-q", "-o",
                                   str(Path(tmp) / "out")], cwd=tree, env=env)
@@ -112,24 +116,27 @@ def main() -> int:
     p.add_argument("--tree", type=Path, default=REPO, help="the checkout whose code runs (default: this one)")
     p.add_argument("--jobs", default="1,default", help="--jobs values, comma-separated; 'default': none given")
     p.add_argument("--shapes", default="pair,db", help="pair (the folder), db (the DB capture alone)")
+    p.add_argument("--spill", default="no", choices=("no", "yes", "both"),
+                   help="the partitioned run (analyze --spill): no, yes, or both runs of each configuration")
     a = p.parse_args()
     folders = a.recordings or [BENCH / r for r in RECORDINGS if (BENCH / r / "db.pcap").exists()]
     mib = 1 << 20
-    print("| recording | shape | --jobs | exchanges (DB) | connections | start MiB | predicted MiB | max RSS MiB | "
+    print("| recording | shape | --jobs | --spill | exchanges (DB) | connections | start MiB | predicted MiB | max RSS MiB | "
           "tree Pss MiB | tree RSS MiB | predicted / peak | peak above start, B per DB exchange | s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for folder in folders:
         for shape in a.shapes.split(","):
             args = [str(folder)] if shape == "pair" else [
                 "--db", str(folder / "db.pcap"), "--slow-log", str(folder / "slow.log"), "--long-query-time", "0.01",
                 "--thread-pool-size", "2"]
-            for jobs in a.jobs.split(","):
-                m = measure(a.tree, args + ([] if jobs == "default" else ["--jobs", jobs]))
+            for jobs, spill in ((j, s) for j in a.jobs.split(",")
+                                for s in {"no": (False,), "yes": (True,), "both": (False, True)}[a.spill]):
+                m = measure(a.tree, args + ([] if jobs == "default" else ["--jobs", jobs]), spill)
                 peak = max(m["maxrss"], m["pss"])
                 counts = m.get("counts") or {}
                 exchanges = counts.get("db_exchanges", 0) + counts.get("other_exchanges", 0)
                 predicted = m.get("predicted")
-                print(f"| {folder.name} | {shape} | {m.get('jobs', jobs)} | {exchanges:,} "
+                print(f"| {folder.name} | {shape} | {m.get('jobs', jobs)} | {'yes' if spill else 'no'} | {exchanges:,} "
                       f"({counts.get('db_exchanges', 0):,}) | "
                       f"{counts.get('connections', 0):,} | {m.get('start', 0) / mib:,.0f} | "
                       f"{predicted / mib if predicted else 0:,.0f} | {m['maxrss'] / mib:,.0f} | "

@@ -13,6 +13,7 @@ from .pair.pairing import pair_points
 from .read.captureset import CaptureSet, capture_set
 from .read.extract import extract_points
 from .run.session import AnalysisResult, Options, Run
+from .run.spilled import analyze_spilled, refusal, spill_folder
 
 __all__ = ["AnalysisResult", "CaptureSet", "Options", "analyze", "capture_set"]
 
@@ -26,12 +27,11 @@ def analyze(cs: CaptureSet | Path, options: Options = Options(), out: Path | Non
         o = run.options
         spill = None
         if o.spill is not None:  # --spill: the run's folder in DIR, None when the set is analysed in memory (said)
-            from .run.spilled import analyze_spilled, spill_folder
-
             spill = spill_folder(run, cs)
         # spilled, the captures are read on this machine (a --scheduler's workers take the partitions)
         extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note,
-                                   run.runner if spill is None else None, run.memory, spill=spill)
+                                   run.runner if spill is None else None, run.memory, spill=spill,
+                                   spill_hint=o.spill is None and refusal(cs, o.csv, o.partitioned) is None)
         if spill is not None:  # the partitioned run (None: not partitionable after all, said: in memory)
             done = analyze_spilled(run, cs, extracted, spill)
             if done is not None:

@@ -132,6 +132,47 @@ def test_the_counts_check_names_the_exchanges_the_capture_set_holds(tmp_path, mo
     assert enough.predicted == enough.limit
 
 
+def test_a_refusal_names_the_partitioned_run_where_it_would_take_the_set(monkeypatch):
+    """A set the in-memory run does not fit in: the refusal names --spill DIR with the partitioned run's own
+    predicted peak when that run would take the set (analyze without --spill: spill_hint), said "within the bound"
+    only when it is, with the --memory it would need when it is not; not named for a pair that lost frames (the
+    partitioned run does not take one), nor for the partitioned run's own refusal."""
+    monkeypatch.setattr(memory, "WATCH_EVERY_S", float("inf"))
+    counts = memory.Counts(db_exchanges=10_000_000, other_exchanges=10_000_000, connections=100, points=2)
+    start = memory.MemoryBound(None, None, 1).start
+    partitioned, in_memory = (memory.predicted_peak(counts, 1, start, partitioned=True),
+                              memory.predicted_peak(counts, 1, start))
+    between = memory.MemoryBound((partitioned + in_memory) // 2, "--memory (test)", 1)
+
+    def refusal(bound: memory.MemoryBound, of: memory.Counts, **given) -> str:
+        with pytest.raises(MemoryBoundError) as refused:
+            bound.check(of, **given)
+        return str(refused.value)
+
+    text = refusal(between, counts, spill_hint=True)
+    hint = re.search(r"analyse it partitioned with --spill DIR \(predicted about (.+?), within the bound;", text)
+    assert hint and hint.group(1) == memory.size_text(partitioned), text
+    assert "--spill" not in refusal(between, counts)  # the set is not one the partitioned run takes
+    lossy = memory.Counts(db_exchanges=10_000_000, other_exchanges=10_000_000, connections=100, points=2,
+                          repaired_bytes=1 << 20)
+    assert "--spill" not in refusal(between, lossy, spill_hint=True)
+    below_both = memory.MemoryBound(partitioned - (1 << 20), "--memory (test)", 1)
+    text = refusal(below_both, counts, spill_hint=True)
+    assert "within the bound" not in text and "with it, e.g. --memory " in text, text
+    assert "--spill" not in refusal(below_both, counts, partitioned=True, spill_hint=True)
+
+    # through the extraction, on a bundled pair: the partitioned run's fixed part is above this small set's
+    # in-memory need, so the hint gives the --memory it would take
+    cs = capture_set(HOGS)
+    extracted = extract_points(cs, 1, True, 1 << 20, lambda _: None)
+    made = memory.MemoryBound(1, "the test's bound", 1)
+    made.limit = memory.predicted_peak(counts_of(extracted), 1, made.start) - 1
+    with pytest.raises(MemoryBoundError) as refused:
+        extract_points(cs, 1, True, 1 << 20, lambda _: None, memory=made, spill_hint=True)
+    want = memory.predicted_peak(counts_of(extracted), 1, made.start, partitioned=True)
+    assert f"--spill DIR (predicted about {memory.size_text(want)};" in str(refused.value), str(refused.value)
+
+
 def test_the_check_during_the_extraction_stops_it_and_its_workers(monkeypatch):
     """The two captures of a set read side by side (--jobs 2: one here, one in a worker): a bound the extraction's
     memory passes at its first look stops the extraction with the refusal, and the worker is ended, not left to
@@ -141,8 +182,9 @@ def test_the_check_during_the_extraction_stops_it_and_its_workers(monkeypatch):
     bound = memory.MemoryBound(bound.start + memory.COST_FIXED - 1, "the test's bound", 2)
     before = set(mp.active_children())
     with pytest.raises(MemoryBoundError) as refused:
-        extract_all([HOGS / "app.pcap", HOGS / "db.pcap"], None, 1 << 20, 2, bound.watching(None))
+        extract_all([HOGS / "app.pcap", HOGS / "db.pcap"], None, 1 << 20, 2, bound.watching(None, None, True))
     assert "stopped early" in str(refused.value) and "(estimated from the " in str(refused.value)
+    assert "analyse it partitioned with --spill DIR (less memory" in str(refused.value)  # no count yet: no number
     assert set(mp.active_children()) == before
 
 

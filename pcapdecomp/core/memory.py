@@ -367,10 +367,13 @@ class MemoryBound:
                          f"programs {size_text(self.start)}, its fixed part {size_text(COST_FIXED)})",
                          self.start + COST_FIXED, None, window_helps=False)
 
-    def check(self, counts: Counts, span_ns: int | None = None, window=None, partitioned: bool = False) -> None:
+    def check(self, counts: Counts, span_ns: int | None = None, window=None, partitioned: bool = False,
+              spill_hint: bool = False) -> None:
         """Refuse `counts` when their predicted peak is above the bound. `span_ns`: the captures' time span (in
         the window, when one was given: `window`, core.window), for the window the message suggests;
-        `partitioned`: the peak of analyze --spill's partitioned run."""
+        `partitioned`: the peak of analyze --spill's partitioned run; `spill_hint`: an in-memory run of a set the
+        partitioned run would take (analyze without --spill; a pair that lost frames is not one): a refusal says
+        what --spill DIR would need."""
         self.predicted = predicted_peak(counts, self.jobs, self.start, partitioned)
         if self.limit is None or self.predicted <= self.limit:
             return
@@ -378,13 +381,17 @@ class MemoryBound:
         share = (self.limit - self.start - COST_FIXED) / max(self.predicted - self.start - COST_FIXED, 1)
         if span_ns and share > 0:
             window = _duration_text(span_ns * share / 1e9)
+        spill = None
+        if spill_hint and not partitioned and not counts.repaired_bytes:
+            spill = predicted_peak(counts, self.jobs, self.start, partitioned=True)
         self._refuse(f"this analysis would need up to about {size_text(self.predicted, self.limit)} of memory for "
                      f"{counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB, "
                      f"{counts.connections:,} connections, --jobs {self.jobs})", self.predicted, window,
-                     windowed=given is not None)
+                     windowed=given is not None, spill=spill)
 
     def watching(self, progress: Callable[[int, int, int], None] | None,
-                 window_share: Callable[[], float | None] | None = None) -> Callable[[int, int, int], None]:
+                 window_share: Callable[[], float | None] | None = None,
+                 spill_hint: bool = False) -> Callable[[int, int, int], None]:
         """The extraction's progress callback (`progress`, None when quiet) with the check of the memory the
         extraction's processes hold so far: now and then (WATCH_EVERY_S) their growth since the start (Pss of the
         process tree), times PEAK_OVER_EXTRACTION, as the least peak it leads to; refused when that is above the
@@ -393,7 +400,8 @@ class MemoryBound:
         analyze --since/--until, the share of the window's time read so far (read.extract.window_share; None: an
         open end): the rows held grow with it, not with the bytes read, so the extrapolation is to the window's
         end (by the bytes, a window at the capture's start would be extrapolated as if every byte after it held
-        rows, and one at its end would look empty until it is read)."""
+        rows, and one at its end would look empty until it is read). `spill_hint`: as check's (the partitioned run
+        named, without a number: the counts are not known yet)."""
         if self.limit is None:
             return progress
         limit, start, clock = self.limit, tree_memory(), time.monotonic
@@ -422,18 +430,30 @@ class MemoryBound:
                              f"{size_text(grown)}"
                              f"{'; extrapolated to the whole' if need > now else ''})",
                              need, (f"{fits:.0%} of the {'window' if window_share else 'capture'}'s time"
-                                    if fits > 0 else None), stopped_early=True, windowed=window_share is not None)
+                                    if fits > 0 else None), stopped_early=True, windowed=window_share is not None,
+                             spill_named=spill_hint)
             # a look reads every page table of the tree (milliseconds per GiB): at most WATCH_SHARE of the time
             next_look = clock() + max(WATCH_EVERY_S, took / WATCH_SHARE)
         return step
 
     def _refuse(self, need: str, need_bytes: int, window: str | None, stopped_early: bool = False,
-                window_helps: bool = True, windowed: bool = False) -> None:
+                window_helps: bool = True, windowed: bool = False, spill: int | None = None,
+                spill_named: bool = False) -> None:
         """Stop the run: one line, what it needs, the bound and where it came from, and what to do (`window_helps`:
         a shorter capture would fit; not so for a bound below what any analysis takes; `windowed`: the run had a
-        window already, --since/--until, so a shorter one is what would fit)."""
+        window already, --since/--until, so a shorter one is what would fit; `spill`: the partitioned run's
+        predicted peak, said as the other way, within the bound or not; `spill_named`: that way named without a
+        number)."""
         more = (f"at least --memory {_round_up_text(need_bytes)}: the bound is checked again once the capture is read"
                 if stopped_early else f"e.g. --memory {_round_up_text(need_bytes)}")
+        if spill is not None:  # the same files for less memory and more CPU (docs/scale.md): the user's choice
+            more += (f"), analyse it partitioned with --spill DIR (predicted about {size_text(spill)}"
+                     f"{', within the bound' if spill <= self.limit else ''}; about 2 to 5 times the CPU, and DIR "
+                     "needs room for about half the captures' size"
+                     + (f"; with it, e.g. --memory {_round_up_text(spill)}" if spill > self.limit else ""))
+        elif spill_named:
+            more += ("), analyse it partitioned with --spill DIR (less memory for about 2 to 5 times the CPU; DIR "
+                     "needs room for about half the captures' size")
         window_text = (f", or analyse {'a shorter' if windowed else 'a'} time window"
                        f"{f' of at most {window}' if window else ''}: --since T --until T (ISO 8601 or epoch "
                        "seconds; the captures are still read whole for their connections' state, only that "

@@ -237,13 +237,15 @@ class Extracted:
 
 
 def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, note: Callable[[str], None],
-                   runner=None, memory: MemoryBound | None = None, spill: Path | None = None) -> Extracted:
+                   runner=None, memory: MemoryBound | None = None, spill: Path | None = None,
+                   spill_hint: bool = False) -> Extracted:
     """Every capture point of `cs`, read with up to `jobs` processes, or on Dask workers (`runner`, a
     run.cluster.DaskRunner); the capture problems and file warnings go to `note`. Behind a proxy the app talks to
     the proxy's address, not the server's: every capture is read for both. `memory`: the run's bound, checked as
     the captures are read (on this machine) and on the counts at the end (MemoryBoundError). `spill`: a folder the
     points spill their exchange rows into as they are read (read/spill.py; not on Dask workers yet: docs/
-    partitioned.md §5 step 8); each point's table is read back from it when first asked for."""
+    partitioned.md §5 step 8); each point's table is read back from it when first asked for. `spill_hint`: the
+    partitioned run (--spill) would take this set: a refusal of the in-memory run says what that one needs."""
     app_pts, db_pts, proxy_pts = cs.of("app"), cs.of("db"), cs.of("proxy")
     read = [*app_pts, *db_pts, *proxy_pts]
     readable = [*cs.servers, *cs.proxy_servers] if cs.servers else []
@@ -257,7 +259,7 @@ def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, n
     else:
         label = read[0].name if len(read) == 1 else f"{len(read)} captures"
         with progress_bar(quiet, label) as update:
-            step = update if memory is None else memory.watching(update, window_share if window else None)
+            step = update if memory is None else memory.watching(update, window_share if window else None, spill_hint)
             extractions = extract_all(list(read), endpoints, max_sql_bytes, jobs, step, tls_secrets=tls_secrets,
                                       spill=spill, window=window)
     qualities = [x.quality() for x in extractions]
@@ -271,7 +273,8 @@ def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, n
                            "proxy": qualities[n_app + n_db:]}, tls_secrets)
     if memory is not None:  # before the stages that hold the memory (spilled: the partitioned run's peak; a set it
         # turns out not to take is checked again as analysed in memory, run/spilled.py)
-        memory.check(counts_of(extracted), span_ns(extractions, window), window=window, partitioned=spill is not None)
+        memory.check(counts_of(extracted), span_ns(extractions, window), window=window, partitioned=spill is not None,
+                     spill_hint=spill_hint)
     return extracted
 
 
