@@ -28,9 +28,9 @@ def analyze(cs: CaptureSet | Path, options: Options = Options(), out: Path | Non
         spill = None
         if o.spill is not None:  # --spill: the run's folder in DIR, None when the set is analysed in memory (said)
             spill = spill_folder(run, cs)
-        # spilled, the captures are read on this machine (a --scheduler's workers take the partitions)
+        # spilled, the captures are read on a --scheduler's workers when they share the spill folder, else here
         extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note,
-                                   run.runner if spill is None else None, run.memory, spill=spill,
+                                   run.runner if spill is None else run.spill_runner, run.memory, spill=spill,
                                    spill_hint=o.spill is None and refusal(cs, o.csv, o.partitioned) is None)
         if spill is not None:  # the partitioned run (None: not partitionable after all, said: in memory)
             done = analyze_spilled(run, cs, extracted, spill)

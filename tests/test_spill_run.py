@@ -371,8 +371,8 @@ def same_files(left: Path, right: Path, scheduler: bool = False) -> None:
 
 def test_the_partitions_on_a_local_cluster_of_two_processes(tmp_path, monkeypatch):
     """group-stall with its slow log cut into partitions of 100 rows (its stalls, victims and culprits across them),
-    analysed with --spill on a LocalCluster of 2 worker processes: 7a's first pass and runs, 7b's first pass and rows
-    and the stored partitions are made on the workers (DaskRunner.map, one task a partition), and the files are the
+    analysed with --spill on a LocalCluster of 2 worker processes: the captures are read into the spill folder, and
+    7a's first pass and runs, 7b's first pass and rows and the stored partitions made, on the workers (DaskRunner.map, one task a partition), and the files are the
     in-memory run's and the one-process --spill run's with the same partitions — summary.json's slow-log counts too,
     among them what a worker counts while it joins a partition's rows (the undecided rows of unlogged commands: 14
     here, that a worker's copy of the join once kept to itself)."""
@@ -392,6 +392,16 @@ def test_the_partitions_on_a_local_cluster_of_two_processes(tmp_path, monkeypatc
         return real(self, function, shared, calls, label)
 
     monkeypatch.setattr(DaskRunner, "map", counted)
+    read: list[tuple] = []
+    real_extract = DaskRunner.extract
+
+    def reading(self, points, *given, spill=None, **named):
+        made = real_extract(self, points, *given, spill=spill, **named)
+        read.append((spill, [x.spill is not None and all(p.folder.parent == spill for p in x.spill.parts)
+                             for x in made]))
+        return made
+
+    monkeypatch.setattr(DaskRunner, "extract", reading)
     cs = capture_set(app=[CAPTURES / "group-stall" / "app.pcap"], db=CAPTURES / "group-stall" / "db.pcap",
                      slow_log=CAPTURES / "group-stall" / "slow.log", long_query_time=capture_set(CAPTURES / "group-stall").long_query_time,
                      thread_pool_size=capture_set(CAPTURES / "group-stall").thread_pool_size)
@@ -400,6 +410,8 @@ def test_the_partitions_on_a_local_cluster_of_two_processes(tmp_path, monkeypatc
                 tmp_path / name)
         assert list((tmp_path / "spill").iterdir()) == []
     assert mapped == [("_first_share", 4), ("_made_first_of_partition", 4), ("_stored_decomposition", 4)]
+    # the captures were read on the workers too, into the run's spill folder (their rows spilled there, not sent)
+    assert len(read) == 1 and read[0][0].parent == tmp_path / "spill" and read[0][1] == [True, True], read
     same_files(tmp_path / "memory", tmp_path / "one")
     same_files(tmp_path / "one", tmp_path / "dask", scheduler=True)
     summary = pd.read_json(tmp_path / "dask" / "summary.json", typ="series").to_dict()

@@ -529,7 +529,12 @@ def merge_parts(parts: list[Extraction]) -> Extraction:
             df["conn_index"] = np.fromiter((ranks[(i, index)] for index in df["conn_index"]), np.int64, len(df))
         return frames
 
-    exchanges = sorted_columnwise(renumbered([p.exchanges for p in parts]), ["req_first_ts", "conn_index", "seq"])
+    if all(p.spill is not None for p in parts):  # the parts' buckets, their connections numbered as here: the
+        # merged table stays spilled (read back when asked for, in this order: Spill.table sorts by SORT_BY)
+        exchanges = Spill([q for p in parts for q in p.spill.parts], parts[0].spill.columns).renumbered(
+            [_ranks_of(i, p.flow_first_frames, ranks) for i, p in enumerate(parts)])
+    else:
+        exchanges = sorted_columnwise(renumbered([p.exchanges for p in parts]), ["req_first_ts", "conn_index", "seq"])
     connections = sorted_columnwise(renumbered([p.connections for p in parts]), ["conn_index"])
     commands: Counter = Counter()
     for p in parts:
@@ -541,9 +546,6 @@ def merge_parts(parts: list[Extraction]) -> Extraction:
                       sum(p.native_frames for p in parts),
                       {ranks[(i, index)]: h for i, p in enumerate(parts) for index, h in p.holes.items()},
                       sum(p.gaps_forced for p in parts), first.files, first.source)
-    if all(p.spill is not None for p in parts):  # the parts' buckets, their connections numbered as here
-        merged.spill = Spill([q for p in parts for q in p.spill.parts], parts[0].spill.columns).renumbered(
-            [_ranks_of(i, p.flow_first_frames, ranks) for i, p in enumerate(parts)])
     return merged
 
 

@@ -87,11 +87,18 @@ def _work(slot: int, path: str, servers: set[Endpoint] | None, max_sql_bytes: in
 
     x = extract(path, servers=servers, max_sql_bytes=max_sql_bytes, part=part, progress=progress,
                 tls_secrets=tls_secrets, spill=spill, window=window, reached=_reached(slot))
-    # The parent wants DataFrames (analyze's stages, merge_parts): made here, in the worker, the Arrow tables
-    # go column by column as they become the DataFrame that is sent; sent as Arrow tables, the parent would hold
-    # both while it converts
-    x.exchanges, x.connections  # noqa: B018
+    _as_frames(x)
     return x
+
+
+def _as_frames(x: Extraction) -> None:
+    """The parent wants DataFrames (analyze's stages, merge_parts): made where the extraction ran, the Arrow tables
+    go column by column as they become the DataFrame that is sent; sent as Arrow tables, the parent would hold both
+    while it converts. A spilled exchanges table stays in its buckets (read back, it would be sent and held whole:
+    what the spill is there to avoid)."""
+    if x.spill is None:
+        x.exchanges  # noqa: B018
+    x.connections  # noqa: B018
 
 
 def capture_bytes(path) -> int:
@@ -175,7 +182,7 @@ def _extract_all(paths: list, sizes: list[int], parts: list[int], servers: set[E
                            spill=spill_folder(spill, 0, tasks[0][2]), window=window, reached=_reached(0))] \
                 if here else []
             for x in own:  # its DataFrames now, while the workers still make and send theirs (as _work does)
-                x.exchanges, x.connections  # noqa: B018
+                _as_frames(x)
             while True:
                 finished, pending = wait(futures, timeout=0.2, return_when=FIRST_EXCEPTION)
                 show()
@@ -243,8 +250,8 @@ def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, n
     run.cluster.DaskRunner); the capture problems and file warnings go to `note`. Behind a proxy the app talks to
     the proxy's address, not the server's: every capture is read for both. `memory`: the run's bound, checked as
     the captures are read (on this machine) and on the counts at the end (MemoryBoundError). `spill`: a folder the
-    points spill their exchange rows into as they are read (read/spill.py; not on Dask workers yet: docs/
-    partitioned.md §5 step 8); each point's table is read back from it when first asked for. `spill_hint`: the
+    points spill their exchange rows into as they are read (read/spill.py; on the Dask workers of `runner` too,
+    which must share it); each point's table is read back from it when first asked for. `spill_hint`: the
     partitioned run (--spill) would take this set: a refusal of the in-memory run says what that one needs."""
     app_pts, db_pts, proxy_pts = cs.of("app"), cs.of("db"), cs.of("proxy")
     read = [*app_pts, *db_pts, *proxy_pts]
@@ -255,7 +262,7 @@ def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, n
     endpoints = {parse_server(s) for s in readable} or None
     window = cs.window
     if runner is not None:
-        extractions = runner.extract(read, endpoints, max_sql_bytes, tls_secrets, window)
+        extractions = runner.extract(read, endpoints, max_sql_bytes, tls_secrets, window, spill=spill)
     else:
         label = read[0].name if len(read) == 1 else f"{len(read)} captures"
         with progress_bar(quiet, label) as update:

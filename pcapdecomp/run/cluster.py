@@ -14,8 +14,9 @@ point's files and parses its share of the connections.
 Matching, the clock fit, the decomposition and the report run on the machine that runs `pcapdecomp`, from the
 tables the workers send back (a few hundred bytes per exchange, not the packets).
 
-With `--spill DIR` (run/spilled.py, docs/partitioned.md §16) the captures are read on this machine into the run's
-spill folder, and the workers take the partitions' work (`DaskRunner.map`, one task a partition): 7a's first pass,
+With `--spill DIR` (run/spilled.py, docs/partitioned.md §16) the workers read the captures into the run's spill
+folder (the extraction's tasks as above, each spilling its exchange rows there: only the buckets' counts, the
+connections and the counts come back), and take the partitions' work (`DaskRunner.map`, one task a partition): 7a's first pass,
 7a's rows made and kept, 7b's first pass, 7b's rows, the decomposed partition stored; back come small pieces (per class, per
 connection piece, the thread-pool view's columns). The workers read and write the spill folder at its path: the
 folder must be on a file system every worker shares (a LocalCluster: this machine's); `blind_to` checks it.
@@ -87,13 +88,16 @@ def _sees(mark: str, token: str) -> bool:
         return False
 
 
-def _extract_part(point: CapturePoint, servers, max_sql_bytes: int, part, tls_secrets=None, window=None):
+def _extract_part(point: CapturePoint, servers, max_sql_bytes: int, part, tls_secrets=None, window=None,
+                  spill: Path | None = None):
     """On a worker: one part of one capture point (its TLS connections decrypted with `tls_secrets`, the key log;
-    only the exchanges in `window`, core.window, kept: the worker's memory follows the window too)."""
+    only the exchanges in `window`, core.window, kept: the worker's memory follows the window too; `spill`: the
+    folder of the run's spill folder, shared with the client, its exchange rows go to: only their buckets' counts
+    come back)."""
     from ..read.exchanges import extract
 
     return extract(point, servers=servers, max_sql_bytes=max_sql_bytes, part=part, tls_secrets=tls_secrets,
-                   window=window)
+                   window=window, spill=spill)
 
 
 class DaskRunner:
@@ -174,12 +178,14 @@ class DaskRunner:
         info = self.client.scheduler_info().get("workers", {})
         return max(1, sum(w.get("nthreads", 1) for w in info.values()))
 
-    def extract(self, points: list[CapturePoint], servers, max_sql_bytes: int, tls_secrets=None, window=None) -> list:
+    def extract(self, points: list[CapturePoint], servers, max_sql_bytes: int, tls_secrets=None, window=None,
+                spill: Path | None = None) -> list:
         """Every point's Extraction, read on the workers; parts of a point joined here. `tls_secrets` (the key log,
         mysql.tls) goes to the workers once and decrypts there as it does in one process; `window` (core.window):
-        the exchanges kept."""
+        the exchanges kept; `spill`: the run's spill folder (analyze --spill), which every worker reads and writes
+        at its path (blind_to): the workers spill the exchange rows there, as the processes of --jobs do."""
         from ..read.exchanges import merge_parts
-        from ..read.extract import capture_bytes, lane_reads, plan
+        from ..read.extract import capture_bytes, lane_reads, plan, spill_folder
 
         absolute = [replace(p, files=tuple(os.path.abspath(f) for f in p.files)) for p in points]
         sizes = [capture_bytes(p) for p in absolute]
@@ -188,7 +194,7 @@ class DaskRunner:
         # scattered once (in a list: a scattered dict would be taken as one item per key), not sent with every task
         secrets = self.client.scatter([tls_secrets], broadcast=True)[0] if tls_secrets else None
         futures = [self.client.submit(_extract_part, absolute[i], servers, max_sql_bytes, part, secrets, window,
-                                      pure=False) for i, part in tasks]
+                                      spill_folder(spill, i, part), pure=False) for i, part in tasks]
         results = self._gather(futures, "reading captures on Dask")
         by_point: list[list] = [[] for _ in points]
         for (i, _), result in zip(tasks, results):

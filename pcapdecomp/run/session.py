@@ -98,10 +98,10 @@ class Run:
             if beyond is not None:
                 self.note(beyond)
         self.runner = None
+        self.spill_runner = None  # with --spill: the runner whose workers share the spill folder (run.spilled)
         # --jobs 1 puts memory before time: until the loss repair is done, a freed array of 1 MiB or more goes back
         # to the OS at once, as the extraction's arrays and the repair's scan come and go beside the tables
-        # (with --spill the captures are read on this machine whatever the scheduler: a --scheduler's workers take
-        # the partitions, run/spilled.py)
+        # (with --spill and a --scheduler, the client holds the spill's counts alone: lean too)
         self.lean = self.jobs == 1 and (options.scheduler is None or options.spill is not None)
         self._beside: list[Forked] = []  # the child that makes what the report reads of the decomposition alone
 

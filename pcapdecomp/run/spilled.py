@@ -235,6 +235,7 @@ def spill_folder(run, cs: CaptureSet) -> Path | None:
         fall_back(o.quiet, why)
         return None
     run.at_exit(folder.close)
+    run.spill_runner = spill_workers(run, folder.path)
     return folder.path
 
 
@@ -280,7 +281,7 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     if not app_rows + db_rows:  # no partition to make (the in-memory run of nothing costs nothing)
         raise NotPartitionable("no exchange in the captures")
     step = spilled_connection_step(app, db) if app else None
-    on_workers = _workers_mapper(run, folder)  # None: the partitions' work in this process
+    on_workers = _workers_mapper(run)  # None: the partitions' work in this process
     # the clocks and the names are set below, before a run is made
     rows = PairedPartitions(app, db, step, {}, mapper=on_workers)
     first = rows.first_pass
@@ -386,19 +387,30 @@ def _wire_of(rows) -> WireStatements:
     return WireStatements.of_parts(wire_statements(run.table) for run in rows)
 
 
-def _workers_mapper(run, folder: Path):
-    """With --scheduler, the mapper that runs the partitions' work on the Dask workers (run.cluster.DaskRunner.map),
-    once every worker is found to read and write the run's spill folder at its path; None without a scheduler, or
-    (said in one line) when a worker cannot see the folder: the partitions are then analysed on this machine."""
+def spill_workers(run, folder: Path):
+    """With --scheduler, the Dask runner (run.cluster.DaskRunner) that takes the spilled run's work, the extraction
+    and the partitions, once every worker is found to read and write the run's spill folder at its path; None
+    without a scheduler, or (said in one line) when a worker cannot see the folder: the run is then this machine's.
+    Asked once a run (run.spill_runner keeps the answer)."""
     if run.runner is None:
         return None
     blind = run.runner.blind_to(folder)
     if blind is not None:
         if not run.options.quiet:
             warn(f"--spill: Dask worker {blind} cannot read or write {folder} (the spill folder must be on a file "
-                 "system every worker shares, at the same path); the partitions analysed on this machine")
+                 "system every worker shares, at the same path); the captures and the partitions analysed on this "
+                 "machine")
         return None
-    return lambda function, shared, calls: run.runner.map(function, shared, calls, "partitions on Dask")
+    return run.runner
+
+
+def _workers_mapper(run):
+    """The mapper that runs the partitions' work on the Dask workers (run.cluster.DaskRunner.map) when the run's
+    spill folder is theirs too (spill_workers); None: the partitions' work in this process."""
+    runner = run.spill_runner
+    if runner is None:
+        return None
+    return lambda function, shared, calls: runner.map(function, shared, calls, "partitions on Dask")
 
 
 def _stored_decomposition(shared, p: int, folder: Path) -> tuple[_StoredPartition, np.ndarray, pd.DataFrame, dict,
