@@ -20,10 +20,10 @@ The workers' CPU time is read from /proc at the end of the run (user + system of
 
 `--spill` measures `analyze --spill DIR` instead (run/spilled.py, docs/partitioned.md §16): the reference is the run
 without a cluster (`--jobs 1 --spill`), then `--jobs 1 --spill --scheduler` against the same kind of cluster for each
-N (N worker processes of one thread: a LocalCluster of N processes). The captures are read by the client (no split:
-the workers take the partitions, in the spill folder they share with it), without the slow log (the partitioned run
-does not take it yet), with the lab's settings; --db-alone: the DB capture alone. The outputs are compared byte for
-byte: tables and summary.json (the spilled run records no scheduler)."""
+N (N worker processes of one thread: a LocalCluster of N processes). The workers read the captures into the spill
+folder they share with the client and take the partitions there, with the set's slow log and the lab's settings;
+--db-alone: the DB capture alone. The outputs are compared byte for byte: the tables, and summary.json but for the
+scheduler its inputs record."""
 
 from __future__ import annotations
 
@@ -173,13 +173,14 @@ def equal_outputs(a: Path, b: Path) -> str:
 
 
 def spilled_runs(args, extra: list[str]) -> None:
-    """The --spill table: no cluster, then a cluster of each worker count, on each set (app and DB captures read
-    whole by the client)."""
+    """The --spill table: no cluster, then a cluster of each worker count, on each set (its slow log with it)."""
     spill = args.work / "spill"
     spill.mkdir(parents=True, exist_ok=True)
     for src in args.sets:
         base = [sys.executable, "-m", "pcapdecomp.cli", "analyze", "--db", str(src / "db.pcap"),
-                *([] if args.db_alone else ["--app", str(src / "app.pcap")]), *extra, "--jobs", "1", "-q",
+                *([] if args.db_alone else ["--app", str(src / "app.pcap")]),
+                *(["--slow-log", str(src / "slow.log")] if (src / "slow.log").exists() else []), *extra, "--jobs", "1",
+                "-q",
                 "--spill", str(spill)]
         mb = sum((src / f"{p}.pcap").stat().st_size for p in (("db",) if args.db_alone else ("app", "db"))) / 1e6
         what = f"{src.name}{', DB alone' if args.db_alone else ''}"
@@ -204,8 +205,13 @@ def spilled_runs(args, extra: list[str]) -> None:
 
 
 def equal_bytes(a: Path, b: Path) -> str:
-    """'yes' when b's tables and summary.json are a's byte for byte, else which differ."""
-    differ = [n for n in (*TABLES, "summary.json") if (a / n).read_bytes() != (b / n).read_bytes()]
+    """'yes' when b's tables are a's byte for byte, and its summary.json too but for the scheduler its inputs
+    record (b's run had one, a's not), else which differ."""
+    differ = [n for n in TABLES if (a / n).read_bytes() != (b / n).read_bytes()]
+    texts = [(d / "summary.json").read_text() for d in (a, b)]
+    recorded = json.loads(texts[1]).get("inputs", {}).get("scheduler")
+    if texts[0] != texts[1].replace(f'"scheduler": {json.dumps(recorded)}', '"scheduler": null', 1):
+        differ.append("summary.json")
     return "yes (byte for byte)" if not differ else "NO: " + ", ".join(differ)
 
 
