@@ -214,15 +214,16 @@ def pcapdecomp_exchanges(path: Path, work: Path, jobs: int | None = None,
 
 
 def pcapdecomp_analyze(app: Path | None, db: Path, work: Path, jobs: int | None = None, slow_log: Path | None = None,
-                       cwd: Path | None = None) -> tuple[float, float, int, str]:
+                       cwd: Path | None = None, spill: bool = False) -> tuple[float, float, int, str]:
     """Wall s, peak PSS MiB, exchange rows, and what the loss repair did (a lossy pair is read again in part).
     Without `app`: the DB capture alone (one file, as tshark reads it), with the server's settings of the
-    recording's capture.toml (`server_options`)."""
+    recording's capture.toml (`server_options`). `spill`: the partitioned run (--spill into the work folder)."""
     out = work / "analysis"
     argv = [sys.executable, "-m", "pcapdecomp.cli", "analyze", *(["--app", str(app)] if app else []), "--db", str(db),
             "-q", "--out", str(out)]
     argv += ["--jobs", str(jobs)] if jobs else []
     argv += ["--slow-log", str(slow_log)] if slow_log else []
+    argv += ["--spill", str(work / "spill")] if spill else []
     argv += [] if app else server_options(db)
     wall, rss, _ = child_rss(argv, cwd)
     import pandas as pd
@@ -289,13 +290,13 @@ SHAPE_COLUMNS = (
     "tshark s", "exchanges --jobs 1 s", "× tshark", "exchanges s", "× tshark", "analyze --jobs 1, no slow log s",
     "× tshark", "analyze --jobs 1 s", "× tshark", "PSS MiB", "analyze s", "× tshark", "PSS MiB", "loss repair",
     "analyze --db alone --jobs 1 s", "× tshark", "PSS MiB", "analyze --db alone s", "× tshark", "PSS MiB",
-    "load before → after")
+    "analyze --spill --jobs 1 s", "× tshark", "PSS MiB", "load before → after")
 # the timed commands of a shape row, in the order of SHAPE_COLUMNS: key, and whether its peak memory is shown
 SHAPE_RUNS = (("exchanges --jobs 1", False), ("exchanges", False), ("analyze --jobs 1, no slow log", False),
               ("analyze --jobs 1", True), ("analyze", True), ("analyze --db alone --jobs 1", True),
-              ("analyze --db alone", True))
+              ("analyze --db alone", True), ("analyze --spill --jobs 1", True))
 # --lean: the commands a loaded 2-core machine can time (one process each, the slow log given)
-LEAN_RUNS = ("exchanges --jobs 1", "analyze --jobs 1", "analyze --db alone --jobs 1")
+LEAN_RUNS = ("exchanges --jobs 1", "analyze --jobs 1", "analyze --db alone --jobs 1", "analyze --spill --jobs 1")
 
 
 def _cpu_seconds() -> float:
@@ -343,6 +344,8 @@ def shape_rows(durations: list[int], work: Path, runs: int, pair_runs: list[int]
                     "analyze --db alone --jobs 1": (runs, lambda: pcapdecomp_analyze(None, db, work, 1, slow,
                                                                                      cwd=tree)),
                     "analyze --db alone": (runs, lambda: pcapdecomp_analyze(None, db, work, None, slow, cwd=tree)),
+                    "analyze --spill --jobs 1": (pair_n, lambda: pcapdecomp_analyze(app, db, work, 1, slow, cwd=tree,
+                                                                                    spill=True)),
                 }
                 got, entries = {}, {}
                 for key, (times, measure) in measures.items():
@@ -393,7 +396,7 @@ def shape_cells(row: dict) -> str:
 GROWTH_OF_SHAPES_COLUMNS = (
     "shape", "tree", "s", "× MiB (db)", "× exchanges", "× tshark CPU", "× exchanges --jobs 1 CPU",
     "× analyze --jobs 1 CPU", "× its PSS", "× analyze --db alone --jobs 1 CPU", "× its PSS",
-    "analyze --db alone --jobs 1 × tshark, CPU")
+    "× analyze --spill --jobs 1 CPU", "× its PSS", "analyze --db alone --jobs 1 × tshark, CPU")
 
 
 def shape_growth(rows: list[dict]) -> None:
@@ -417,7 +420,8 @@ def shape_growth(rows: list[dict]) -> None:
                  f"{row['mib'] / base['mib']:.2f}", f"{row['exchanges'] / base['exchanges']:.2f}",
                  f"{row['tshark'][2] / base['tshark'][2]:.2f}", grew("exchanges --jobs 1"), grew("analyze --jobs 1"),
                  grew("analyze --jobs 1", True), grew("analyze --db alone --jobs 1"),
-                 grew("analyze --db alone --jobs 1", True), f"{row['tshark'][2] / alone[-1]:.1f}" if alone else ""]
+                 grew("analyze --db alone --jobs 1", True), grew("analyze --spill --jobs 1"),
+                 grew("analyze --spill --jobs 1", True), f"{row['tshark'][2] / alone[-1]:.1f}" if alone else ""]
         print("| " + " | ".join(cells) + " |", flush=True)
 
 
