@@ -27,24 +27,24 @@ SETS = ["group-stall", "oltp-hogs", "maxthreads", "maxthreads-below-lqt", "field
 WRONG_SIZES = [("oltp-hogs", 3), ("stall-fix-1-pool", 5), ("field-default-stall", 2)]
 
 
-def handed(set_dir: Path) -> list[tuple[pd.DataFrame, int | None]]:
-    """The tables (and the size) `analyze` hands the thread-pool view, one per DB point."""
+_HANDED: dict[str, list] = {}
+
+
+def handed(name: str) -> list[tuple[pd.DataFrame, int | None]]:
+    """The tables (and the size) `analyze` hands the thread-pool view on a bundled set, one per DB point (kept for
+    the next test of the set)."""
     from pcapdecomp import analysis
     from pcapdecomp.explain import servers
 
-    got, real = [], servers.thread_pool_view
-
-    def view(table, size, *a, **k):
-        got.append((table.copy(), size))
-        return real(table, size, *a, **k)
-
-    servers.thread_pool_view = view
-    try:
-        with tempfile.TemporaryDirectory() as out:
-            analysis.analyze(set_dir, analysis.Options(quiet=True), Path(out))
-    finally:
-        servers.thread_pool_view = real
-    return got
+    if name not in _HANDED:
+        got: list = []
+        with pytest.MonkeyPatch.context() as patch, tempfile.TemporaryDirectory() as out:
+            real = servers.thread_pool_view
+            patch.setattr(servers, "thread_pool_view",
+                          lambda table, size, *a, **k: got.append((table.copy(), size)) or real(table, size, *a, **k))
+            analysis.analyze(CAPTURES / name, analysis.Options(quiet=True), Path(out))
+        _HANDED[name] = got
+    return _HANDED[name]
 
 
 def narrow_view(table: pd.DataFrame, size: int | None, fetched: list):
@@ -64,7 +64,7 @@ def as_json(part) -> str:
 
 @pytest.mark.parametrize("name,given", [(name, None) for name in SETS] + WRONG_SIZES)
 def test_the_view_of_the_view_columns_is_the_view_of_the_table(name, given):
-    cases = handed(CAPTURES / name)
+    cases = handed(name)
     assert cases
     for table, size in cases:
         size = given or size
@@ -103,7 +103,7 @@ def test_the_sets_exercise_stalls_the_cap_and_unheld_waits():
     found not held (the relabelling by codes)."""
     seen = {"stalls": 0, "cap": 0, "unheld": 0}
     for name, given in (("group-stall", None), ("maxthreads", None), ("oltp-hogs", 3)):
-        for table, size in handed(CAPTURES / name):
+        for table, size in handed(name):
             view = narrow_view(table, given or size, [])
             seen["stalls"] += sum(bool(s["culprits"]) for s in view.groups_summary["stalls"])
             seen["cap"] += view.pool_summary["cap"] is not None
@@ -115,7 +115,7 @@ def test_fetching_refs_are_the_refs_of_the_whole_table():
     """Every reference column, at rows of every kind (nulls, ENCRYPTED, in and out of the slow log), read from the
     fetched rows by Refs' own rules: the same values; a row not prefetched is fetched when referenced; a whole
     column of the fetched ones is refused (it is not held)."""
-    (table, _), *_ = handed(CAPTURES / "group-stall")
+    (table, _), *_ = handed("group-stall")
     rng = np.random.default_rng(0)
     positions = sorted(rng.choice(len(table), 60, replace=False).tolist())
     whole = Refs(table)
