@@ -38,6 +38,7 @@ import pandas as pd
 
 from ..core.console import warn
 from ..core.errors import UsageError
+from ..core.groups import equals
 from ..core.memory import map_big_blocks, release_memory
 from ..core.outputs import Recoding, SortedRun, StoredRows, merged_order, write_merged, write_table
 from ..core.schema import ANALYSIS_COLUMNS, CATEGORY, EXCHANGE_COLUMNS
@@ -275,7 +276,6 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     from ..explain.partitioned_decompose import DecomposedPartitions
     from ..explain.servers import LONG_QUERY_TIME_UNKNOWN, joined_info, output_categories, server_slow_log
     from ..explain.summary import ServerPart
-    from ..core.groups import equals
     from ..explain.threadpool import FetchingRefs, stall_marks, thread_pool_view
     from ..pair.match import Matching, spilled_connection_step
     from ..pair.pairing import AFTER_THE_REPAIR_BYTES, Paired
