@@ -264,7 +264,7 @@ def analyze(
     spill: Optional[Path] = typer.Option(
         None, "--spill", metavar="DIR",
         help="The partitioned run: the captures' exchanges go to a folder of the run's own in DIR (removed when the "
-             "run ends) and are analysed a partition at a time, so the memory grows less with the capture (1,005 MiB "
+             "run ends) and are analysed a partition at a time, so the memory grows less with the capture (841 MiB "
              "against 1,354 at 4.5 GB a point, for about 4 times the CPU: docs/scale.md); the same outputs, a slow "
              "log joined per connection. A set it does not take yet (a proxy, several app or DB points, frames lost "
              "at a pair, a slow log it cannot join per connection, --csv, --partitioned) is "

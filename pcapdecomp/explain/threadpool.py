@@ -64,14 +64,15 @@ class PoolView:
     thread_pool_size: dict  # summary.json → thread_pool_size
     pool_summary: dict  # summary.json → pool
     groups_summary: dict  # summary.json → groups
-    thread_group: pd.Series  # Int64 per exchange row
-    stall: pd.Series  # Int64 per exchange row
-    stall_role: pd.Series  # category per exchange row
+    thread_group: pd.Series | None  # Int64 per exchange row (None: not made, thread_pool_view's per_row)
+    stall: pd.Series | None  # Int64 per exchange row
+    stall_role: pd.Series | None  # category per exchange row
     stall_members: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)  # per stall (victims, culprits): row positions
     cap_members: tuple[np.ndarray, np.ndarray] | None = None  # (executing, waiting) row positions while at the cap
     outliers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # rows with wild DB-side times
     warnings: list[str] = field(default_factory=list)
     queue_source: pd.Series | None = None  # per exchange row, when a likely wait was found not held on its group
+    unheld: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # those rows ('estimated' now)
 
 
 # --- buckets --------------------------------------------------------------------------------------------------
@@ -755,8 +756,12 @@ def find_stalls(r: _Rows, group: np.ndarray, threshold_ns: int) -> list[dict]:
 
 
 def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | None = None,
-                     threshold_s: float = STALL_MIN_QUEUE_S) -> PoolView:
-    """Everything the thread-pool view adds, from decompose()'s table (exec_s, queue_s, queue_min_s, …)."""
+                     threshold_s: float = STALL_MIN_QUEUE_S, refs=None, per_row: bool = True) -> PoolView:
+    """Everything the thread-pool view adds, from decompose()'s table (exec_s, queue_s, queue_min_s, …). `refs`:
+    what makes summary.json's references of `t` (Refs by default; the partitioned run hands a table of VIEW_COLUMNS
+    alone and reads the other columns at the rows referenced: FetchingRefs). `per_row` False: the per-row columns
+    (thread_group, stall, stall_role, queue_source) are not made of every row, only what names their rows
+    (stall_members, unheld: the partitioned run sets them per partition)."""
     threshold_ns = int(round(threshold_s * NS))
     r, outlier_rows, t0, t1 = _rows(t, threshold_ns)
     outliers = len(outlier_rows)
@@ -774,9 +779,7 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
     size, source = given_size, "given" if given_size else None
     if not given_size and inferred["value"] is not None:
         size, source = inferred["value"], "inferred"
-    conn = t["conn_id"].astype("Int64")
-    thread_group = (conn % int(size)).astype("Int64") if size else pd.Series(pd.NA, index=t.index, dtype="Int64")
-    del conn
+    thread_group = _thread_groups(t["conn_id"], size) if per_row else None
     group_r = r.groups(size)  # thread_group at the timeline's rows, from its own connection ids
 
     # the cap check looks into the groups only when the wire confirms them (a wrong given size would hide the cap)
@@ -787,7 +790,7 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
         size, source = None, None
         inferred.update(value=None, confidence="not enough evidence",
                         note="the waits are explained by the thread limit (thread_pool_max_threads), not by groups")
-        thread_group = pd.Series(pd.NA, index=t.index, dtype="Int64")
+        thread_group = _thread_groups(t["conn_id"], None) if per_row else None
         group_r = np.full(len(r.pos), -1, np.int64)
     elif cap and inferred["confidence"] != "certain":
         inferred["note"] = ("the waits are explained by the thread limit (thread_pool_max_threads), which hides the "
@@ -796,6 +799,11 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
     unheld = _likely_not_held(r, group_r) if size else np.zeros(0, np.int64)
     if len(unheld):  # no long statement on its own group: the likely wait is only an estimate after all
         r.likely[unheld] = False
+    if len(unheld) and not per_row and isinstance(t["queue_source"].dtype, pd.CategoricalDtype):
+        # relabelled for the references alone, by the categorical's codes
+        t = t.copy(deep=False)
+        t["queue_source"] = _estimated_at(t["queue_source"], r.pos[unheld])
+    elif len(unheld):
         values = t["queue_source"].astype(object).to_numpy(copy=True)
         values[r.pos[unheld]] = "estimated"
         # the categories those of the column and "estimated", sorted as tables.labelled makes them: the column's
@@ -808,24 +816,20 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
     groups = group_table(r, group_r, edges, bucket_s) if size and len(r.pos) else _empty(GROUP_COLUMNS)
     stalls_raw = find_stalls(r, group_r, threshold_ns) if size else []
 
-    # per-exchange annotations: victims first (a statement that queued in a stall is its victim even if it later
-    # held another one)
-    stall = np.full(n, -1, np.int64)
-    role = np.full(n, None, dtype=object)
-    for sid, st in enumerate(stalls_raw):
-        cul = r.pos[st["_culprits"]]
-        free = role[cul] == None  # noqa: E711 (object array)
-        stall[cul[free]] = sid
-        role[cul[free]] = "culprit"
-    for sid, st in enumerate(stalls_raw):
-        vic = r.pos[st["_victims"]]
-        stall[vic] = sid
-        role[vic] = "victim"
-
-    cols = Refs(t)
-    stalls = [_stall_summary(sid, st, cols, r) for sid, st in enumerate(stalls_raw)]
     members = [(r.pos[st["_victims"]], r.pos[st["_culprits"]]) for st in stalls_raw]
+    stall, role = None, None
+    if per_row:  # per-exchange annotations
+        marked, stall_of, role_of = stall_marks(members)
+        stall = np.full(n, -1, np.int64)
+        role = np.full(n, None, dtype=object)
+        stall[marked], role[marked] = stall_of, role_of
+        del marked, stall_of, role_of
+
+    cols = (refs or Refs)(t)
     cap_members = (cap.pop("_holding"), cap.pop("_waiting")) if cap else None
+    cols.prefetch([r.pos[st["_culprits"][:MAX_CULPRITS]] for st in stalls_raw]
+                  + ([m[:MAX_REFS] for m in cap_members] if cap_members else []))
+    stalls = [_stall_summary(sid, st, cols, r) for sid, st in enumerate(stalls_raw)]
     without = sum(1 for s in stalls if s["culprits_total"] == 0)
     size_info = {"value": size, "source": source, "given": given_size, "inferred": inferred,
                  "stalls_without_culprits": without, "warning": None}
@@ -850,12 +854,45 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
         pool=pool, groups=groups, thread_pool_size=size_info, pool_summary=pool_info,
         groups_summary={"bucket_s": float(bucket_s) if size and len(r.pos) else None, "stalls": stalls,
                         "stall_limit": None if cap else _stall_limit(stalls_raw, r)},
-        thread_group=thread_group.reset_index(drop=True),
-        stall=pd.Series(stall, dtype="Int64").where(stall >= 0),
-        stall_role=(pd.Series(role, dtype="object").astype("category") if stalls_raw else _no_roles(n)),
+        thread_group=thread_group.reset_index(drop=True) if per_row else None,
+        stall=pd.Series(stall, dtype="Int64").where(stall >= 0) if per_row else None,
+        stall_role=((pd.Series(role, dtype="object").astype("category") if stalls_raw else _no_roles(n)) if per_row
+                    else None),
         stall_members=members, cap_members=cap_members, outliers=outlier_rows, warnings=warnings,
-        queue_source=queue_source,
+        queue_source=queue_source, unheld=r.pos[unheld],
     )
+
+
+def stall_marks(members: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows the stalls name (`members`: per stall its victims and culprits, row positions) in ascending order,
+    with each one's stall and role: a statement that queued in a stall is its victim (of the last it queued in)
+    even if it held another one; a culprit of several stalls is the first's."""
+    marked: dict[int, tuple[int, str]] = {}
+    for sid, (_, culprits) in enumerate(members):
+        for row in culprits.tolist():
+            marked.setdefault(row, (sid, "culprit"))
+    for sid, (victims, _) in enumerate(members):
+        for row in victims.tolist():
+            marked[row] = (sid, "victim")
+    rows = sorted(marked)
+    return (np.array(rows, dtype=np.int64), np.array([marked[row][0] for row in rows], dtype=np.int64),
+            np.array([marked[row][1] for row in rows], dtype=object))
+
+
+def _thread_groups(conn_id: pd.Series, size: int | None) -> pd.Series:
+    """The thread_group column: conn_id % size (Int64), null where the connection id or the size is unknown."""
+    if not size:
+        return pd.Series(pd.NA, index=conn_id.index, dtype="Int64")
+    return (conn_id.astype("Int64") % int(size)).astype("Int64")
+
+
+def _estimated_at(column: pd.Series, rows: np.ndarray) -> pd.Categorical:
+    """The categorical queue_source column with 'estimated' at `rows`: its categories and 'estimated', sorted (as the
+    per-row column thread_pool_view makes), the codes set at those rows alone (no object array of every row)."""
+    labels = sorted({*column.cat.categories, "estimated"})
+    codes = column.cat.set_categories(labels).cat.codes.to_numpy().copy()
+    codes[rows] = labels.index("estimated")
+    return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(labels))
 
 
 def _stall_limit(stalls: list[dict], r: _Rows) -> dict | None:
@@ -959,6 +996,9 @@ class Refs:
                 self._arrays[col] = c.astype(object).to_numpy()
         return self._arrays[col]
 
+    def prefetch(self, positions: list[np.ndarray]) -> None:
+        """The rows at `positions` will be referenced (nothing to do here: `t` holds every column)."""
+
     def _column(self, col: str) -> pd.Series:
         if col not in self._columns:
             self._columns[col] = self.t[col]
@@ -997,6 +1037,45 @@ class Refs:
         if isinstance(out.get("sql"), str):
             out["sql"] = clip(out["sql"], 200, flat=False)
         return out
+
+
+class FetchingRefs(Refs):
+    """Refs of a table that holds some columns of every row (`t`: what the view reads whole), the other reference
+    columns (`more`: their names and dtypes) read at the rows referenced alone: `fetch(positions)` gives those rows
+    (every column, in that order), fetched once by `prefetch` before the references are made (a row referenced
+    without it is fetched then). The same references as Refs of the whole table: each value is read by Refs' own
+    rules, from a table of the referenced rows."""
+
+    def __init__(self, t: pd.DataFrame, fetch, more: dict):
+        super().__init__(t)
+        self.fetch = fetch
+        self._more = {c: d for c, d in more.items() if c not in self._dtypes}
+        self._dtypes.update(self._more)
+        self._times |= {c for c, d in self._more.items() if str(d).startswith("datetime64")}
+        self._fetched: dict[int, int] = {}  # row position → its row in `_rows`
+        self._rows: Refs | None = None
+
+    def prefetch(self, positions: list[np.ndarray]) -> None:
+        wanted = sorted({int(p) for at in positions for p in np.asarray(at).tolist()} - set(self._fetched))
+        if not wanted:
+            return
+        rows = self.fetch(wanted)[list(self._more)]
+        if self._rows is not None:  # more rows after the first fetch (a reference not prefetched): kept together
+            rows = pd.concat([self._rows.t, rows], ignore_index=True)
+        self._fetched.update({p: len(self._fetched) + n for n, p in enumerate(wanted)})
+        self._rows = Refs(rows)
+
+    def value(self, col: str, pos: int):
+        if col not in self._more:
+            return super().value(col, pos)
+        if pos not in self._fetched:
+            self.prefetch([np.array([pos])])
+        return self._rows.value(col, self._fetched[pos])
+
+    def array(self, col: str) -> np.ndarray:
+        if col in self._more:
+            raise KeyError(f"{col}: read at the referenced rows alone, not as a whole column")
+        return super().array(col)
 
 
 def json_value(v):

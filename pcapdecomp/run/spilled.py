@@ -13,10 +13,11 @@ decomposed partition stored) runs on the Dask workers, one task a partition (run
 connection step, clocks, names, 7b's selections, the thread-pool view, the merge); the workers must read and write
 the run's folder at its path, else (said in one line) the partitions are analysed on this machine.
 
-What is held across partitions: the row keys (7 int64 a row, for the merge), the thread-pool view's columns
-(VIEW_COLUMNS, in row order: thread_pool_view reads them as it reads the whole table) and where each row went
-(its partition and its row there); the partitions' rows are in files, read back a slice at a time by the writer,
-a partition at a time by the summary.
+What is held across partitions: the row keys (7 int64 a row, for the merge), the 11 columns the thread-pool view
+reads of every row (VIEW_COLUMNS, ≈ 50 B a row; gathered in row order a column at a time for thread_pool_view,
+which reads its references' other columns at the rows referenced alone and makes no per-row column of every row:
+_RowsOfView sets them per partition) and where each row went (its partition and its row there); the partitions'
+rows are in files, read back a slice at a time by the writer, a partition at a time by the summary.
 
 A set this run does not take (`refusal`, before any capture is read; explain.partitioned.NotPartitionable after
 the extraction or in the decomposition) is analysed in memory, as without --spill, after one line on the terminal
@@ -29,6 +30,7 @@ import pickle
 import shutil
 import tempfile
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -36,22 +38,26 @@ import pandas as pd
 
 from ..core.console import warn
 from ..core.errors import UsageError
+from ..core.groups import equals
 from ..core.memory import map_big_blocks, release_memory
 from ..core.outputs import Recoding, SortedRun, StoredRows, merged_order, write_merged, write_table
 from ..core.schema import ANALYSIS_COLUMNS, CATEGORY, EXCHANGE_COLUMNS
-from ..core.tables import concat, frame, held, with_declared_dtypes
+from ..core.tables import frame, held, with_declared_dtypes
 from ..mysql.connection import ENCRYPTED_COMMAND
 from ..read.captureset import CaptureSet
 from ..read.extract import Extracted
 from ..slowlog.reader import WireStatements
 
 EXCHANGES = (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS)
-# what explain.threadpool.thread_pool_view reads of the table (its timeline, the stall summaries' counts, Refs'
-# references): gathered from the partitions in row order (the stalls are numbered, the victims sampled and the
-# references listed by row position)
-VIEW_COLUMNS = ("capture", "conn_index", "seq", "server", "conn_id", "thread_group", "query_id", "command", "sql",
-                "app_req_ts", "db_req_ts", "db_resp_ts", "total_s", "server_s", "exec_s", "exec_source", "queue_s",
-                "queue_source", "queue_min_s", "in_slow_log", "slow_log_line", "hidden_slow", "understated")
+# what explain.threadpool.thread_pool_view reads of every row (its timeline, the stall summaries' counts and
+# sources): gathered from the partitions in row order, a column at a time (the stalls are numbered, the victims
+# sampled and the references listed by row position)
+VIEW_COLUMNS = ("server", "conn_id", "db_req_ts", "db_resp_ts", "exec_s", "exec_source", "queue_s", "queue_source",
+                "queue_min_s", "hidden_slow", "understated")
+# what its references (threadpool.Refs: REF_COLUMNS and EXTRA) read besides: read from the stored partitions at the
+# rows referenced alone (threadpool.FetchingRefs)
+VIEW_REF_COLUMNS = ("capture", "conn_index", "seq", "thread_group", "query_id", "command", "sql", "app_req_ts",
+                    "total_s", "server_s", "in_slow_log", "slow_log_line")
 # what report.html is made of (render.report.render_page and what it calls): the columns of exchanges.parquet read
 # back for it, once summary.json is made from the stored partitions (summary_from_runs); tests/test_spill_run.py
 # fails when it reads another one
@@ -271,7 +277,7 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     from ..explain.partitioned_decompose import DecomposedPartitions
     from ..explain.servers import LONG_QUERY_TIME_UNKNOWN, joined_info, output_categories, server_slow_log
     from ..explain.summary import ServerPart
-    from ..explain.threadpool import thread_pool_view
+    from ..explain.threadpool import FetchingRefs, stall_marks, thread_pool_view
     from ..pair.match import Matching, spilled_connection_step
     from ..pair.pairing import AFTER_THE_REPAIR_BYTES, Paired
     from ..slowlog.join import join_slow_log
@@ -337,12 +343,8 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
 
     # the view of the whole table, from its view columns in row order
     run_of, row_of = _merged_places(keys)
-    offsets = np.concatenate([[0], np.cumsum([len(k) for k in keys])])
-    gathered = concat([_recoded_view(v, categories) for v in views]) if views else frame([], ())
+    table = _view_table(views, categories, run_of, row_of)
     del views
-    table = gathered.take(offsets[run_of] + row_of).reset_index(drop=True)
-    del gathered
-    release_memory()
     join = decomposed.join  # the slow log's join (None without a log, or one without an entry: nothing joined)
     if join is not None:
         join.summarize(str(slow_path))
@@ -350,33 +352,38 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
         join = join_slow_log(pd.DataFrame(index=pd.RangeIndex(total)), slow, str(slow_path))
     joined_info(slow_info, join, note)
     del join, decomposed, slow
-    view = thread_pool_view(table, cs.thread_pool_size)
+    runs = [SortedRun(s, k) for s, k in zip(stored, keys)]
+    more = {name: dtype for name, dtype in stored[0].empty().dtypes.items() if name in VIEW_REF_COLUMNS} \
+        if stored else {}
+    # the references' other columns read at their rows alone
+    refs = partial(FetchingRefs, fetch=_rows_by_position(runs, run_of, row_of), more=more)
+    # the per-row columns (thread_group, stall, stall_role, queue_source) are set per partition (_RowsOfView), from
+    # the rows the view names: not made of every row
+    view = thread_pool_view(table, cs.thread_pool_size, refs=refs, per_row=False)
+    del refs
+    # the rows labelled 'estimated' once the view relabelled some (the in-memory view's column then has the label
+    # where decompose put it too)
+    unheld = np.union1d(view.unheld, np.flatnonzero(equals(table["queue_source"], "estimated"))) \
+        if len(view.unheld) else view.unheld
     del table
     for w in view.warnings:
         note(w)
     size = view.thread_pool_size["value"]
-    stall = view.stall.to_numpy(dtype="float64", na_value=np.nan)
-    role = view.stall_role.astype(object).to_numpy()
-    unheld = np.flatnonzero(view.queue_source.astype(object).to_numpy() == "estimated") \
-        if view.queue_source is not None else np.zeros(0, np.int64)
-    with_stall, with_role = np.flatnonzero(~np.isnan(stall)), np.flatnonzero(pd.notna(role))
+    marked, stall, role = stall_marks(view.stall_members)
     for p, part in enumerate(stored):
-        s, r, u = (_of_run(places, p, run_of, row_of) for places in (with_stall, with_role, unheld))
-        part.view = _RowsOfView(size, row_of[s], stall[s].astype(np.int64), row_of[r], role[r],
-                                bool(view.stall_members), row_of[u])
-    # the per-row columns are the partitions' now (nothing later reads them of the view): not held to the end
-    view.thread_group = view.stall = view.stall_role = view.queue_source = None
+        s, u = _of_run(marked, p, run_of, row_of), _of_run(unheld, p, run_of, row_of)
+        part.view = _RowsOfView(size, row_of[marked[s]], stall[s], row_of[marked[s]], role[s],
+                                bool(view.stall_members), row_of[unheld[u]])
     if len(unheld):  # the view's column: the likely labels of before and 'estimated', the values present sorted
         categories["queue_source"] = sorted({*categories["queue_source"], "estimated"})
-    categories["stall_role"] = sorted(set(role[with_role].tolist()))
+    categories["stall_role"] = sorted(set(role.tolist()))
     # the view's members by row key, for summary.json (summary_from_runs): made while where each row went is at hand
     members = _members_by_key(keys, view, run_of, row_of)
-    del run_of, row_of, stall, role
+    del run_of, row_of, marked, stall, role
     matching = Matching(None, None, None, step.connections if step is not None else frame([], ()), rows.stats())
     paired = Paired(None, None, app_conns, db_conns, matching, clocks, clock_info, app[0].capture if app else None,
                     None, None, id_sources, None, None, None)
-    return (paired, ServerPart(point, view, slow_info), [SortedRun(s, k) for s, k in zip(stored, keys)], categories,
-            members)
+    return paired, ServerPart(point, view, slow_info), runs, categories, members
 
 
 def _wire_of(rows) -> WireStatements:
@@ -425,8 +432,8 @@ def _stored_decomposition(shared, p: int, folder: Path) -> tuple[_StoredPartitio
     part = decomposed.rows_of(p, paired_runs.kept(p))
     t = with_declared_dtypes(part.table, tuple(c for c in EXCHANGES if c.name in part.table.columns))
     stored = _StoredPartition(folder / "rows" / f"{p:04d}", t)
-    # a copy: a selection would share (and keep) the partition's blocks of several columns
-    view = t[[c for c in VIEW_COLUMNS if c in t.columns]].copy()
+    # copies: a selection would share (and keep) the partition's blocks of several columns
+    view = {c: t[c].copy() for c in VIEW_COLUMNS if c in t.columns}
     present: dict[str, set] = {}
     _present(t, present)
     from_log = bool(((t["command"] == ENCRYPTED_COMMAND) & t["in_slow_log"].fillna(False)).any())
@@ -438,9 +445,9 @@ def _stored_decomposition(shared, p: int, folder: Path) -> tuple[_StoredPartitio
 
 
 def _of_run(places: np.ndarray, run: int, run_of: np.ndarray, row_of: np.ndarray) -> np.ndarray:
-    """Of the row positions `places`, those of partition `run`, by their row in it."""
-    at = places[run_of[places] == run]
-    return at[np.argsort(row_of[at], kind="stable")]
+    """Of the row positions `places`, the indices of those of partition `run`, in the order of their row in it."""
+    at = np.flatnonzero(run_of[places] == run)
+    return at[np.argsort(row_of[places[at]], kind="stable")]
 
 
 def _merged_places(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -451,12 +458,34 @@ def _merged_places(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([r for r, _ in pieces]), np.concatenate([w for _, w in pieces])
 
 
-def _recoded_view(view: pd.DataFrame, categories: dict[str, list]) -> pd.DataFrame:
-    """A partition's view columns with the file's categories (so that the partitions' columns concatenate as one
-    categorical of them, as the whole table's)."""
-    changed = {name: column.cat.set_categories(pd.Index(categories[name], dtype="str"))
-               for name, column in view.items() if isinstance(column.dtype, pd.CategoricalDtype)}
-    return view.assign(**changed) if changed else view
+def _rows_by_position(runs: list[SortedRun], run_of: np.ndarray, row_of: np.ndarray):
+    """What reads the rows at positions of the merged order (`run_of`, `row_of`: _merged_places) from the runs
+    (explain.summaryruns._rows_at: one take per run)."""
+    from ..explain.summaryruns import _rows_at
+
+    return lambda positions: _rows_at(runs, list(zip(run_of[positions].tolist(), row_of[positions].tolist())))
+
+
+def _view_table(views: list[dict[str, pd.Series]], categories: dict[str, list], run_of: np.ndarray,
+                row_of: np.ndarray) -> pd.DataFrame:
+    """The partitions' view columns (VIEW_COLUMNS) as one table in row order (`run_of`, `row_of`: _merged_places),
+    made a column at a time, each partition's piece of it let go once it is in: the categoricals with the file's
+    categories (as the whole table's), each column in the form the in-memory run holds it (core.tables.held)."""
+    names = [name for name in VIEW_COLUMNS if views and all(name in v for v in views)]
+    if not names:
+        return frame([], ())
+    at = np.concatenate([[0], np.cumsum([len(v[names[0]]) for v in views])])[run_of] + row_of
+    table = {}
+    for name in names:
+        pieces = [v.pop(name) for v in views]
+        if isinstance(pieces[0].dtype, pd.CategoricalDtype):
+            pieces = [c.cat.set_categories(pd.Index(categories[name], dtype="str")) for c in pieces]
+        column = pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0].reset_index(drop=True)
+        del pieces
+        table[name] = held(column.take(at).reset_index(drop=True))
+        del column
+        release_memory()
+    return pd.DataFrame(table, copy=False)
 
 
 def read_projection(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
