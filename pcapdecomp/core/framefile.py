@@ -13,13 +13,15 @@ categories in the file's metadata (JSON: the values, their Index's dtype, whethe
 `pd.Categorical.from_codes` with one dtype made per file (no categories rebuilt or compared per slice; the codes
 checked against them); the other
 columns as pyarrow converts them with the pandas metadata it writes (nullable integers and booleans, Arrow strings,
-times with their zone, floats bit for bit)."""
+times with their zone), floats as their values (a NaN's bits kept, not made a null)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,16 +43,21 @@ class FrameFile:
         import pyarrow.ipc as ipc
 
         self.path, self.n, self.batch_rows = Path(path), len(table), batch_rows
-        self._empty = table.iloc[:0].copy()
+        self._empty = _empty(dict(table.dtypes.items()))
         categoricals = _categoricals(table)
         codes = table.assign(**{name: table[name].cat.codes for name in categoricals}) if categoricals else table
         schema = pa.Schema.from_pandas(codes.iloc[:0], preserve_index=False)
         schema = schema.with_metadata({**(schema.metadata or {}), _CATEGORIES: _described(table, categoricals),
                                        _ROWS: json.dumps([self.n, batch_rows]).encode()})
+        # converted whole (per batch, pyarrow's per-call work cost three times the conversion), floats as their
+        # values: from_pandas would write a NaN as a null, which reads back as a NaN of its own bits
+        arrow = pa.Table.from_pandas(codes, schema=schema, preserve_index=False)
+        for i, (name, dtype) in enumerate(codes.dtypes.items()):
+            if isinstance(dtype, np.dtype) and dtype.kind == "f":
+                arrow = arrow.set_column(i, schema.field(i), pa.array(codes[name].to_numpy(), type=schema.types[i]))
+        del codes
         with pa.OSFile(str(self.path), "wb") as sink, ipc.new_file(sink, schema) as writer:
-            for start in range(0, self.n, batch_rows):
-                writer.write_batch(pa.RecordBatch.from_pandas(codes.iloc[start:start + batch_rows], schema=schema,
-                                                              preserve_index=False))
+            writer.write_table(arrow, max_chunksize=batch_rows)
         self._opened()
 
     @classmethod
@@ -61,7 +68,8 @@ class FrameFile:
         self._opened()
         reader = self._reader()
         self.n, self.batch_rows = json.loads(reader.schema.metadata[_ROWS])
-        self._empty = self._frame(reader.schema.empty_table(), reader.schema)
+        self._dtypes = _dtypes_of(reader.schema)
+        self._empty = _empty(self._dtypes)
         return self
 
     def _opened(self) -> None:
@@ -116,18 +124,35 @@ class FrameFile:
         size = self.batch_rows
         batches = [self._batch(k) for k in range(first // size, (end - 1) // size + 1)]
         at = first - (first // size) * size
-        return self._frame(pa.Table.from_batches(batches).slice(at, end - first), None)
+        return self._frame(pa.Table.from_batches(batches).slice(at, end - first))
 
-    def _frame(self, part: pa.Table, schema: pa.Schema | None) -> pd.DataFrame:
+    def _frame(self, part: pa.Table) -> pd.DataFrame:
         """The rows of `part` (codes for the categoricals) as the table held them."""
         import pandas as pd
 
         if self._dtypes is None:
-            self._dtypes = dict(self._empty.dtypes.items()) if schema is None else _dtypes_of(schema)
+            self._dtypes = dict(self._empty.dtypes.items())
+        import pyarrow as pa
+
+        for i, field in enumerate(part.schema):
+            if part.num_rows and (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)
+                                  or pa.types.is_binary(field.type) or pa.types.is_large_binary(field.type)):
+                # copied out: pandas holds Arrow text as it is, which would keep the whole read batch (every
+                # column's bytes) alive as long as the column is
+                part = part.set_column(i, field, pa.chunked_array([pa.concat_arrays(part.column(i).chunks)],
+                                                                  field.type))
         frame = part.to_pandas()
         categorical = {name: pd.Categorical.from_codes(frame[name].to_numpy(), dtype=dtype)
                        for name, dtype in self._dtypes.items() if isinstance(dtype, pd.CategoricalDtype)}
         return frame.assign(**categorical) if categorical else frame
+
+
+def _empty(dtypes: dict) -> pd.DataFrame:
+    """A frame of these columns and dtypes without rows, made new: a slice of a table (`iloc[:0]`, even copied)
+    keeps an Arrow string column's buffers, here a whole read batch's, as long as it is held."""
+    import pandas as pd
+
+    return pd.DataFrame({name: pd.Series([], dtype=dtype) for name, dtype in dtypes.items()})
 
 
 def _categoricals(table: pd.DataFrame) -> list[str]:
