@@ -124,7 +124,9 @@ class FrameFile:
         size = self.batch_rows
         batches = [self._batch(k) for k in range(first // size, (end - 1) // size + 1)]
         at = first - (first // size) * size
-        return self._frame(pa.Table.from_batches(batches).slice(at, end - first))
+        part = pa.Table.from_batches(batches).slice(at, end - first)
+        del batches  # the batches now the slice's alone (but the one held): let go column by column as converted
+        return self._frame(part)
 
     def _frame(self, part: pa.Table) -> pd.DataFrame:
         """The rows of `part` (codes for the categoricals) as the table held them."""
@@ -141,7 +143,8 @@ class FrameFile:
                 # column's bytes) alive as long as the column is
                 part = part.set_column(i, field, pa.chunked_array([pa.concat_arrays(part.column(i).chunks)],
                                                                   field.type))
-        frame = part.to_pandas()
+        frame = part.to_pandas(self_destruct=True)  # each column's Arrow form let go once it is pandas'
+        del part
         categorical = {name: pd.Categorical.from_codes(frame[name].to_numpy(), dtype=dtype)
                        for name, dtype in self._dtypes.items() if isinstance(dtype, pd.CategoricalDtype)}
         return frame.assign(**categorical) if categorical else frame
