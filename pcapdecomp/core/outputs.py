@@ -438,27 +438,31 @@ def _first_of_order(pending: list[tuple], size: int) -> tuple:
 
 class Recoding(StoredRows):
     """A StoredRows whose slices come recoded to the file's categories (_recoded): as write_merged reads a stored run,
-    and the partitioned run's summary (explain.summaryruns) reads the same rows."""
+    and the partitioned run's summary (explain.summaryruns) reads the same rows. Each column's recoding is made once
+    per dtype its slices come in (a stored partition's slices share their columns' dtypes: core.framefile), not
+    once per slice."""
 
     def __init__(self, stored: StoredRows, categories: dict[str, list]):
         self.stored, self.categories = stored, categories
+        self._recodings: dict = {}
 
     def __len__(self) -> int:
         return len(self.stored)
 
     def rows(self, first: int, end: int) -> pd.DataFrame:
-        return _recoded(self.stored.rows(first, end), self.categories)
+        return _recoded(self.stored.rows(first, end), self.categories, self._recodings)
 
     def take(self, rows: list[int]) -> pd.DataFrame:
-        return _recoded(self.stored.take(rows), self.categories)  # recoded once, not row by row
+        return _recoded(self.stored.take(rows), self.categories, self._recodings)  # recoded once, not row by row
 
     def empty(self) -> pd.DataFrame:
-        return _recoded(self.stored.empty(), self.categories)
+        return _recoded(self.stored.empty(), self.categories, self._recodings)
 
 
-def _recoded(table: pd.DataFrame, categories: dict[str, list]) -> pd.DataFrame:
+def _recoded(table: pd.DataFrame, categories: dict[str, list], recodings: dict | None = None) -> pd.DataFrame:
     """`table` with each categorical column's categories set to `categories` (its values kept); a value not among
-    them is an error, not a null."""
+    them is an error, not a null. `recodings`: each column's recoding by the dtype it was made for (kept there,
+    _recoding), for the slices of one run."""
     import pandas as pd
 
     changed = {}
@@ -467,16 +471,35 @@ def _recoded(table: pd.DataFrame, categories: dict[str, list]) -> pd.DataFrame:
             continue
         if name not in categories:
             raise ValueError(f"no categories given for {name}")
-        if len(dtype.categories) == len(categories[name]) and list(dtype.categories) == list(categories[name]):
+        known = recodings.get((name, id(dtype))) if recodings is not None else None
+        if known is None or known[0] is not dtype:  # (the dtype kept with it: its id is not another's meanwhile)
+            known = (dtype, _recoding(dtype, categories[name]))
+            if recodings is not None:
+                recodings[(name, id(dtype))] = known
+        if known[1] is None:
             continue  # the same text (whatever the Index's dtype): the same dictionary written
-        wanted = pd.Index(list(categories[name]), dtype="str")
-        column = table[name]
-        recoded = column.cat.set_categories(wanted)
-        if (recoded.isna() & column.notna()).any():
-            missing = sorted(set(column.dropna().astype(str)) - set(wanted))
+        code_map, wanted = known[1]
+        codes = table[name].cat.codes.to_numpy()
+        recoded = code_map[codes]  # code −1 (null) takes the map's last entry, −1
+        if ((recoded < 0) & (codes >= 0)).any():
+            missing = sorted(set(table[name].dropna().astype(str)) - set(wanted.categories))
             raise ValueError(f"{name}: values not among its categories: {missing[:5]}")
-        changed[name] = recoded
+        changed[name] = pd.Categorical.from_codes(recoded, dtype=wanted)
     return table.assign(**changed) if changed else table
+
+
+def _recoding(dtype: pd.CategoricalDtype, categories: list) -> tuple[np.ndarray, pd.CategoricalDtype] | None:
+    """How a categorical of `dtype` is recoded to `categories` (text, in the file's order), as
+    `cat.set_categories` recodes it: each code's new code (−1 for a value not among them; one entry more, −1, for
+    a null's code), and the dtype; None when the categories are already those."""
+    import numpy as np
+    import pandas as pd
+
+    if len(dtype.categories) == len(categories) and list(dtype.categories) == list(categories):
+        return None
+    wanted = pd.Index(list(categories), dtype="str")
+    code_map = np.append(wanted.get_indexer(dtype.categories), -1)
+    return code_map, pd.CategoricalDtype(wanted, ordered=dtype.ordered)
 
 
 # --- an output folder written as a set ------------------------------------------------------------------------

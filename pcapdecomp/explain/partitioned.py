@@ -27,7 +27,6 @@ its connections), an extraction that did not spill."""
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..core.framefile import FrameFile
 from ..core.memory import release_memory
 from ..core.outputs import SortedRun
 from ..core.schema import CONNECTION_COLUMNS, EXCHANGE_COLUMNS
@@ -49,6 +49,7 @@ from ..read.spill import BUCKETS, SORT_BY
 from .servers import joined_rows
 
 TARGET_ROWS = 1 << 16  # rows a partition is cut for (§3: ≈ 50 MiB of the in-memory path's working set)
+KEPT_RUN_ROWS = 1 << 14  # rows of a kept run in one batch of its file (one batch is converted at a time)
 # the columns the first pass reads of each bucket: the pairing's keys, what decides that a candidate agrees, the
 # ordinal and the server endpoint
 FIRST_PASS_COLUMNS = ("capture", "server", "conn_index", "seq", "req_first_ts", "command", "sql", "req_tcp_seq",
@@ -382,8 +383,9 @@ class PairedPartitions:
 
 
 class RunsMadeOnce:
-    """PairedPartitions' runs made once each and kept in `folder` (a pickle per partition: the run's table with its
-    dtypes and categories exactly, and its row keys), then read back: step 7b reads every partition's rows twice
+    """PairedPartitions' runs made once each and kept in `folder` (per partition an Arrow IPC file of the run's
+    table, its dtypes and categories exactly: core.framefile.FrameFile, no pickle; and its row keys, .npy), then
+    read back: step 7b reads every partition's rows twice
     (its first pass, its rows), and making them again cost about as much as the rest of 7b (docs/partitioned.md
     §13's CPU). Iterating gives each partition's run, made the first time (`made`) and read back after (`kept`).
     A process that makes or reads one partition (a Dask worker) does it by `made(p)` / `kept(p)` on a copy of this
@@ -402,23 +404,24 @@ class RunsMadeOnce:
             yield self.kept(p) if self._file(p).exists() else self.made(p)
 
     def _file(self, p: int) -> Path:
-        return self.folder / f"{p:04d}.pickle"
+        return self.folder / f"{p:04d}.arrow"
 
     def made(self, p: int) -> SortedRun:
         """Partition p's run, made (PairedPartitions.made) and kept; whether it took a statement from the DB side
         is kept beside it (a file, so that the process that made it need not be this one)."""
         run, from_db = self.rows.made(*self.rows.first_pass.partitions[p])
-        with open(self._file(p), "wb") as f:
-            pickle.dump((run.table, run.key), f, protocol=pickle.HIGHEST_PROTOCOL)
+        np.save(self.folder / f"{p:04d}.key.npy", run.key, allow_pickle=False)
+        FrameFile(self._file(p), run.table, KEPT_RUN_ROWS).close()
         if from_db:
             (self.folder / f"{p:04d}.from-db").touch()
         return run
 
     def kept(self, p: int) -> SortedRun:
-        """Partition p's run as `made` kept it."""
-        with open(self._file(p), "rb") as f:
-            table, key = pickle.load(f)
-        return SortedRun(table, key)
+        """Partition p's run as `made` kept it (read whole: 7b reads every row of it)."""
+        kept = FrameFile.of(self._file(p))
+        table = kept.rows(0, len(kept))
+        kept.close()
+        return SortedRun(table, np.load(self.folder / f"{p:04d}.key.npy", allow_pickle=False))
 
     @property
     def statements_from_db(self) -> bool:

@@ -30,7 +30,6 @@ Refused (NotPartitionable), never a different value:
 
 from __future__ import annotations
 
-import pickle
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..core.framefile import FrameFile
 from ..slowlog.join import (NOT_ON_THE_WIRE, JoinContext, combined_context, command_codes, join_stats, joined_part,
                             logs_admin_commands, mark_budget, rows_for_join, slow_entries, spent_marks,
                             undecided_rows, unlogged_rows, view_context)
@@ -74,12 +74,27 @@ def join_piece(work: Path, threads: set, p: int, t: pd.DataFrame, key: np.ndarra
     for rows in np.split(order, starts[1:]) if len(order) else ():
         conn = int(ids[rows[0]])
         group = FREE if conn < 0 else conn
-        path = Path(work) / f"{p}-{group}.pickle"
-        with open(path, "wb") as f:
-            pickle.dump((p, rows, key[rows], view.iloc[rows].reset_index(drop=True)), f,
-                        protocol=pickle.HIGHEST_PROTOCOL)
+        path = Path(work) / f"{p}-{group}"
+        _write_piece(path, p, rows, key[rows], view.iloc[rows].reset_index(drop=True))
         files.append((group, path))
     return JoinPiece(view_context(view), len(view), files, view.iloc[:0])
+
+
+def _write_piece(path: Path, p: int, rows: np.ndarray, keys: np.ndarray, view: pd.DataFrame) -> None:
+    """A partition's join view of one group in the work folder: the view as an Arrow IPC file (core.framefile: no
+    pickle, the folder may be shared with Dask workers), its partition, rows and row keys as a .npz."""
+    FrameFile(path.with_name(path.name + ".arrow"), view, max(len(view), 1)).close()
+    np.savez(path.with_name(path.name + ".npz"), p=np.int64(p), rows=rows, keys=keys)
+
+
+def _read_piece(path: Path) -> tuple[int, np.ndarray, np.ndarray, pd.DataFrame]:
+    """What _write_piece wrote at `path`: (partition, rows, row keys, view)."""
+    with np.load(path.with_name(path.name + ".npz"), allow_pickle=False) as f:
+        p, rows, keys = int(f["p"]), f["rows"], f["keys"]
+    stored = FrameFile.of(path.with_name(path.name + ".arrow"))
+    view = stored.rows(0, len(stored))
+    stored.close()
+    return p, rows, keys, view
 
 
 class PartitionedJoin:
@@ -218,8 +233,7 @@ class PartitionedJoin:
         into `marks`. Returns how many of its entries were searched by text among rows of no known connection."""
         pieces = []
         for path in self.files.get(group, ()):
-            with open(path, "rb") as f:
-                pieces.append(pickle.load(f))
+            pieces.append(_read_piece(path))
         view = pd.concat([v for *_, v in pieces], ignore_index=True) if pieces else self.empty_view
         keys = np.concatenate([k for _, _, k, _ in pieces]) if pieces else np.zeros((0, 1), dtype=np.int64)
         at = np.concatenate([(np.int64(p) << ROW_BITS) | rows.astype(np.int64) for p, rows, _, _ in pieces]) \

@@ -26,7 +26,6 @@ when the run ends, whatever the end."""
 
 from __future__ import annotations
 
-import pickle
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ import pandas as pd
 
 from ..core.console import warn
 from ..core.errors import UsageError
+from ..core.framefile import FrameFile
 from ..core.groups import equals
 from ..core.memory import map_big_blocks, release_memory
 from ..core.outputs import Recoding, SortedRun, StoredRows, merged_order, write_merged, write_table
@@ -70,7 +70,7 @@ REPORT_COLUMNS = ("capture", "conn_index", "conn_id", "client", "server", "comma
                   "understated", "thread_group", "stall", "stall_role", "proxy_match", "front_conn_id",
                   "proxy_front_req_ts", "proxy_back_req_ts", "proxy_back_resp_ts", "proxy_front_resp_ts",
                   "net_app_proxy_s", "proxy_s", "proxy_wait_s", "net_proxy_db_s")
-STORED_ROWS = 4096  # rows of a partition in one file of its stored rows (one file of each is held while written)
+STORED_ROWS = 4096  # rows of a partition in one batch of its stored rows' file (one batch is converted at a time)
 VIEW_ROW_COLUMNS = ("thread_group", "stall", "stall_role", "queue_source")  # what the view sets per row
 
 
@@ -115,42 +115,26 @@ class SpillFolder:
 
 
 class _StoredPartition(StoredRows):
-    """A partition's final rows in files of STORED_ROWS rows (pickled DataFrames: their dtypes and categories kept
-    exactly, written and read by this run in its own folder), read back a file at a time; the thread-pool view's
-    per-row columns are set on each slice as it is read (`view`: _RowsOfView)."""
+    """A partition's final rows in an Arrow IPC file of batches of STORED_ROWS rows (core.framefile.FrameFile: their
+    dtypes and categories kept exactly; no pickle in the folder, which Dask workers may share), read back a slice at
+    a time; the thread-pool view's per-row columns are set on each slice as it is read (`view`: _RowsOfView)."""
 
     def __init__(self, folder: Path, table: pd.DataFrame, view: _RowsOfView | None = None):
         folder.mkdir(parents=True, exist_ok=True)
-        self.folder, self.n, self.view = folder, len(table), None
-        self._empty = table.iloc[:0].copy()
-        for k, start in enumerate(range(0, self.n, STORED_ROWS)):
-            with open(folder / f"{k:06d}.pkl", "wb") as f:
-                pickle.dump(table.iloc[start:start + STORED_ROWS].reset_index(drop=True), f,
-                            protocol=pickle.HIGHEST_PROTOCOL)
-        self._held: tuple[int, pd.DataFrame] | None = None
+        self.frames, self.n, self.view = FrameFile(folder / "rows.arrow", table, STORED_ROWS), len(table), None
 
     def __len__(self) -> int:
         return self.n
 
-    def _file(self, k: int) -> pd.DataFrame:
-        if self._held is None or self._held[0] != k:
-            with open(self.folder / f"{k:06d}.pkl", "rb") as f:
-                self._held = (k, pickle.load(f))
-        return self._held[1]
-
     def rows(self, first: int, end: int) -> pd.DataFrame:
-        parts = [self._file(k).iloc[max(first - k * STORED_ROWS, 0):end - k * STORED_ROWS]
-                 for k in range(first // STORED_ROWS, (end - 1) // STORED_ROWS + 1)]
-        # the files are slices of one table (the same dtypes and categories): pandas' concat keeps them as they are,
-        # where core.tables.concat would unite each categorical's categories again
-        rows = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].reset_index(drop=True)
+        rows = self.frames.rows(first, end)
         return self.view.applied(rows, first) if self.view is not None else rows
 
     def empty(self) -> pd.DataFrame:
-        return self.view.applied(self._empty, 0) if self.view is not None else self._empty
+        return self.view.applied(self.frames.empty(), 0) if self.view is not None else self.frames.empty()
 
     def take(self, rows: list[int]) -> pd.DataFrame:
-        """The rows at `rows` (sorted, distinct): each file that holds some read once, its rows taken."""
+        """The rows at `rows` (sorted, distinct): each batch that holds some read once, its rows taken."""
         at = np.asarray(rows, dtype=np.int64)
         files = at // STORED_ROWS
         pieces = [self.rows(int(k) * STORED_ROWS, min((int(k) + 1) * STORED_ROWS, self.n)).take(
