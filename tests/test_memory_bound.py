@@ -188,6 +188,17 @@ def test_the_check_during_the_extraction_stops_it_and_its_workers(monkeypatch):
     assert set(mp.active_children()) == before
 
 
+def test_the_partitioned_prediction_bounds_the_measured_peak_of_a_run():
+    """analyze --spill of a bundled pair in a child process: the partitioned run's predicted peak (the check with
+    --spill predicts it) is at least its measured peak, and not absurdly above. (At scale: docs/scale.md, the
+    20-copy synthetic pair, benchmarks/memory_bound.py --spill yes.)"""
+    m = memory_bound.measure(REPO, [str(HOGS), "--jobs", "1"], spill=True)
+    assert m["code"] == 0
+    peak = max(m["maxrss"], m["pss"])
+    assert m["predicted"] == memory.predicted_peak(memory.Counts(**m["counts"]), 1, m["start"], partitioned=True)
+    assert peak <= m["predicted"] <= 3 * peak, m
+
+
 def test_the_prediction_bounds_the_measured_peak_of_a_run():
     """analyze of a bundled pair in a child process (benchmarks/memory_bound.py's measurement): the peak its check
     predicted is at least the child's maximum RSS and its process tree's Pss, with --jobs 1 and 2, and not

@@ -100,13 +100,15 @@ COST_PER_CONNECTION = 16 << 10  # a connection's state: its row, its timelines, 
 # exchange against 2.2 KB here, predicted 1,642 MiB: no bound). 0.7 B a byte: 1.17x that peak
 COST_PER_REPAIRED_BYTE = 0.7
 # analyze --spill (run/spilled.py: the partitioned run) holds one partition's rows, one row group of the merged
-# writer, the row keys and the thread-pool view's columns (≈ 110 B an exchange), then the projection the summary and
-# the report read back (≈ 270 B): fitted with a margin over its measured peaks (docs/scale.md, "Memory: the stated
-# bound"; 2026-12-02, --jobs 1: the read-write 10 s DB capture alone 299 MB, the pair 300; 40 s 385 and 396 — 1.13 to
-# 1.21 times under these costs with the process's start at 110 MB)
+# writer, the row keys and the thread-pool view's columns, then the projection the summary and the report read
+# back: fitted with a margin over its measured peaks, on their growth at scale (docs/scale.md, "Memory: the stated
+# bound"; 2026-12-02, --jobs 1, the process's start 110 MiB: the 20-copy synthetic pair, 2,037,120 exchanges a
+# point, peaked at 1,013 MiB under the costs before, 192 MiB + 256 B a DB exchange + 32 B an app one, which
+# predicted 872 — no bound —, and at 841 once the view read 11 columns (§17), the DB capture alone at 750; from the
+# 40 s pair to it, 307 B an added DB exchange with its app twin, 250 B alone)
 PARTITIONED_COST_FIXED = 192 << 20  # one partition (65,536 rows), one row group (131,072 rows), the report's parts
-PARTITIONED_COST_PER_DB_EXCHANGE = 256  # its row key, its view columns, its row of the projection, where it went
-PARTITIONED_COST_PER_OTHER_EXCHANGE = 32  # an app exchange: the pairing's first pass, the clock's segments
+PARTITIONED_COST_PER_DB_EXCHANGE = 320  # its row key, its view columns, its row of the projection, where it went
+PARTITIONED_COST_PER_OTHER_EXCHANGE = 48  # an app exchange: the pairing's first pass, the clock's segments
 # with --jobs N, the children beside this process (the extraction's workers, the writer and the report's profile
 # at the end) add their own: this share of the growth per process beyond the first, for at most MORE_PROCESSES
 COST_PER_JOB = 0.15
