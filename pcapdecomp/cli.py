@@ -268,10 +268,10 @@ def analyze(
              "against 1,354 at 4.5 GB a point, for about 4 times the CPU: docs/scale.md); the same outputs, a slow "
              "log joined per connection. A set it does not take yet (a proxy, several app or DB points, frames lost "
              "at a pair, a slow log it cannot join per connection, --csv, --partitioned) is "
-             "analysed in memory, after one line saying why (docs/scale.md). With --scheduler the captures are read "
-             "on this machine and the partitions' work runs on the Dask workers, which must read and write DIR at the "
+             "analysed in memory, after one line saying why (docs/scale.md). With --scheduler the Dask workers read "
+             "the captures and do the partitions' work; they must read and write DIR at the "
              "same path (a LocalCluster: yes; a real cluster: a shared file system; a worker that cannot is said in "
-             "one line and the partitions are analysed here)."),
+             "one line and the run is this machine's)."),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1,
         help="Worker processes (default: the cores available, at most 8; one for capture files under 16 MiB in all, "
