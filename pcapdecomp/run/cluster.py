@@ -127,6 +127,9 @@ class DaskRunner:
 
         logging.getLogger("distributed").setLevel(logging.ERROR)  # its own INFO lines are not ours to print
         cluster = None
+        # a LocalCluster's workers log a failed task with its traceback on this terminal ("Compute Failed"): the
+        # task's exception comes back here and is said in one line (a full --spill DIR, a bug's details file)
+        quiet_workers = logging.CRITICAL
         if scheduler == "local":
             try:
                 security = Security.temporary()
@@ -135,12 +138,12 @@ class DaskRunner:
             n = max(1, workers)
             if security is not None:
                 cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                                       silence_logs=logging.ERROR, security=security, protocol="tls://",
+                                       silence_logs=quiet_workers, security=security, protocol="tls://",
                                        host="127.0.0.1")
                 address = f"local ({n} worker processes, TLS)"
             else:
                 cluster = LocalCluster(n_workers=1, threads_per_worker=n, processes=False, dashboard_address=None,
-                                       silence_logs=logging.ERROR)
+                                       silence_logs=quiet_workers)
                 address = f"local (in this process, {n} threads)"
             client = Client(cluster, security=security)
         else:
