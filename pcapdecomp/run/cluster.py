@@ -35,6 +35,7 @@ mistake named in one line.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -126,6 +127,9 @@ class DaskRunner:
         import logging
 
         logging.getLogger("distributed").setLevel(logging.ERROR)  # its own INFO lines are not ours to print
+        # a gather that Ctrl-C (or SIGTERM) left waiting ends with AllExit when the client closes, and asyncio logs
+        # it with a traceback ("Task exception was never retrieved"): the run is interrupted, said in one line
+        logging.getLogger("asyncio").addFilter(_not_a_closed_clients_gather)
         cluster = None
         # a LocalCluster's workers log a failed task with its traceback on this terminal ("Compute Failed"): the
         # task's exception comes back here and is said in one line (a full --spill DIR, a bug's details file)
@@ -137,9 +141,16 @@ class DaskRunner:
                 security = None
             n = max(1, workers)
             if security is not None:
-                cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                                       silence_logs=quiet_workers, security=security, protocol="tls://",
-                                       host="127.0.0.1")
+                # Ctrl-C is this process's to handle (it closes the cluster): the terminal sends SIGINT to the whole
+                # group, and a worker process started with it handled prints its KeyboardInterrupt's traceback; one
+                # started with it ignored keeps it ignored (an ignored signal stays ignored across exec)
+                previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+                try:
+                    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                                           silence_logs=quiet_workers, security=security, protocol="tls://",
+                                           host="127.0.0.1")
+                finally:
+                    signal.signal(signal.SIGINT, previous)
                 address = f"local ({n} worker processes, TLS)"
             else:
                 cluster = LocalCluster(n_workers=1, threads_per_worker=n, processes=False, dashboard_address=None,
@@ -260,3 +271,8 @@ class DaskRunner:
         finally:
             if self.cluster is not None:
                 self.cluster.close()
+
+
+def _not_a_closed_clients_gather(record) -> bool:
+    """A logging filter: False for asyncio's record of a closed client's gather (distributed.client.AllExit)."""
+    return "exception=AllExit()" not in record.getMessage()

@@ -97,19 +97,15 @@ _FULL_SLACK = 1 << 20  # a device with less room left than this after a write fo
 
 
 class SpillFolder:
-    """The run's own folder inside the user's --spill DIR (made there; DIR made when missing, and then removed again
-    when empty; a DIR that was there is never removed: it may be a scratch disk's mount point), removed with
-    everything in it when the run ends (`close()`, or the end of `with`). A DIR where no folder can be made is a user
-    mistake (UsageError), found before any capture is read; a DIR that fills up during the run is one too (`with`:
-    OutputError, how much room it needs)."""
+    """The run's own folder inside the user's --spill DIR (made there, DIR made when missing; DIR itself is never
+    removed: it may be a scratch disk's mount point), removed with everything in it when the run ends (`close()`, or
+    the end of `with`). A DIR where no folder can be made is a user mistake (UsageError), found before any capture is
+    read; a DIR that fills up during the run is one too (`with`: OutputError, how much room it needs)."""
 
     def __init__(self, parent: Path, captures_size: int = 0):
         self.parent, self.needed = Path(parent), int(captures_size * SPILL_SHARE)
         if self.parent.is_file():
             raise UsageError(f"--spill {parent}: is a file, not a folder")
-        # the folders of DIR's path this run makes, deepest first: removed again when empty (a DIR given inside the
-        # output folder is not left in it)
-        self.made = [p for p in (self.parent, *self.parent.parents) if not p.exists()]
         try:
             self.parent.mkdir(parents=True, exist_ok=True)
             # absolute: a Dask worker (--scheduler) finds the partitions by this path, from its own working folder
@@ -119,11 +115,6 @@ class SpillFolder:
 
     def close(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
-        for made in self.made:
-            try:
-                made.rmdir()
-            except OSError:  # another run's folder in it, or a file the user put there: DIR stays
-                break
 
     def __enter__(self) -> SpillFolder:
         return self
