@@ -266,6 +266,11 @@ class DaskRunner:
         return self.client.gather(futures)
 
     def close(self) -> None:
+        """The client and its LocalCluster closed; a second call does nothing (run.spilled closes it before the
+        spill folder goes, the run again at its end)."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
         try:
             self.client.close()
         finally:

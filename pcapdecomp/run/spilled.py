@@ -269,6 +269,8 @@ def spill_folder(run, cs: CaptureSet) -> Path | None:
         fall_back(o.quiet, why)
         return None
     run.within(folder)
+    if run.runner is not None:  # its workers' tasks write in the folder: ended (Ctrl-C, an error) before it goes
+        run.at_exit(run.runner.close)
     run.spill_runner = spill_workers(run, folder.path)
     return folder.path
 
