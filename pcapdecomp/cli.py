@@ -25,7 +25,7 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Where did this query's time go? Read MySQL/MariaDB traffic from tcpdump captures.\n\n"
          "Exit codes: 0 done, 2 a user mistake (one line on stderr), 70 an internal error (one line; the traceback "
-         "in the file it names), 130 interrupted.",
+         "in the file it names), 130 interrupted, 143 terminated (SIGTERM: cleaned up as after Ctrl-C).",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 lab_app = typer.Typer(no_args_is_help=True, help="Record real MariaDB thread-pool incidents on two test hosts.")
