@@ -156,6 +156,7 @@ class DaskRunner:
                 cluster = LocalCluster(n_workers=1, threads_per_worker=n, processes=False, dashboard_address=None,
                                        silence_logs=quiet_workers)
                 address = f"local (in this process, {n} threads)"
+            _without_gc_diagnosis()
             client = Client(cluster, security=security)
         else:
             security = _security(tls) if tls is not None else None
@@ -281,3 +282,14 @@ class DaskRunner:
 def _not_a_closed_clients_gather(record) -> bool:
     """A logging filter: False for asyncio's record of a closed client's gather (distributed.client.AllExit)."""
     return "exception=AllExit()" not in record.getMessage()
+
+
+def _without_gc_diagnosis() -> None:
+    """The in-process scheduler's garbage-collection timer (distributed.gc) off: a Ctrl-C that lands in its gc
+    callback is swallowed there ("Exception ignored in … _gc_callback", with a traceback) and the run goes on; it
+    only feeds a log of long collections this run silences anyway."""
+    try:
+        from distributed.gc import disable_gc_diagnosis
+    except ImportError:
+        return
+    disable_gc_diagnosis(force=True)
