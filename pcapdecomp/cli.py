@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +25,7 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Where did this query's time go? Read MySQL/MariaDB traffic from tcpdump captures.\n\n"
          "Exit codes: 0 done, 2 a user mistake (one line on stderr), 70 an internal error (one line; the traceback "
-         "in the file it names), 130 interrupted.",
+         "in the file it names), 130 interrupted, 143 terminated (SIGTERM: cleaned up as after Ctrl-C).",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 lab_app = typer.Typer(no_args_is_help=True, help="Record real MariaDB thread-pool incidents on two test hosts.")
@@ -472,7 +473,16 @@ def lab_record(
 
 def main() -> None:
     """Exit codes: 0 done, 2 a user mistake (one line), 70 an internal error (one line, the traceback in a file),
-    130 interrupted (Ctrl-C). No traceback reaches the terminal."""
+    130 interrupted (Ctrl-C), 143 terminated (SIGTERM). No traceback reaches the terminal."""
+    _Terminated.seen = False
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        _command()
+    finally:  # a caller in the same process (a test) keeps its own
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _command() -> None:
     from .core.errors import as_error
 
     _Exit.fast = False  # this invocation's: a command run before in the same process (a test) does not count
@@ -503,13 +513,28 @@ def main() -> None:
         sys.stderr.flush()
         os._exit(0)
     if code == 130:
-        print("pcapdecomp: interrupted", file=sys.stderr)
+        print("pcapdecomp: terminated" if _Terminated.seen else "pcapdecomp: interrupted", file=sys.stderr)
+        if _Terminated.seen:
+            code = 128 + signal.SIGTERM
         # now, not after joining the threads of a process pool whose workers were ended (core.workers.worker_pool); the
         # outputs were already put back by the stages' own clean-up while the interrupt unwound
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(130)
+        os._exit(code)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, a service manager, a batch system's time limit) unwound as a Ctrl-C is: every stage's clean-up
+    runs (the --spill folder removed, the output folder as it was, the workers ended); the exit code is 143."""
+
+    seen = False
+
+
+def _terminated(signum, _frame) -> None:
+    _Terminated.seen = True
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM does not cut the clean-up short
+    raise _Terminated
 
 
 def _exit_functions():

@@ -451,11 +451,11 @@ class MemoryBound:
         if spill is not None:  # the same files for less memory and more CPU (docs/scale.md): the user's choice
             more += (f"), analyse it partitioned with --spill DIR (predicted about {size_text(spill)}"
                      f"{', within the bound' if spill <= self.limit else ''}; about 2 to 5 times the CPU, and DIR "
-                     "needs room for about half the captures' size"
+                     "needs room for about 60 % of the captures' size"
                      + (f"; with it, e.g. --memory {_round_up_text(spill)}" if spill > self.limit else ""))
         elif spill_named:
             more += ("), analyse it partitioned with --spill DIR (less memory for about 2 to 5 times the CPU; DIR "
-                     "needs room for about half the captures' size")
+                     "needs room for about 60 % of the captures' size")
         window_text = (f", or analyse {'a shorter' if windowed else 'a'} time window"
                        f"{f' of at most {window}' if window else ''}: --since T --until T (ISO 8601 or epoch "
                        "seconds; the captures are still read whole for their connections' state, only that "

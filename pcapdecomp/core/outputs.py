@@ -689,20 +689,24 @@ def _remove(path: Path) -> None:
 
 @contextmanager
 def _interrupts_deferred() -> Iterator[None]:
-    """Ctrl-C waits until the block is done (the renames of a commit take milliseconds), then interrupts."""
+    """Ctrl-C (and SIGTERM, which the CLI unwinds as one) waits until the block is done (the renames of a commit
+    take milliseconds), then interrupts."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught = []
-    previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught and previous is signal.default_int_handler:
-            raise KeyboardInterrupt
-        if caught and callable(previous):
-            previous(signal.SIGINT, None)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(caught):
+            if callable(previous[s]):  # Python's handler (default_int_handler raises KeyboardInterrupt)
+                previous[s](s, None)
+            elif previous[s] == signal.SIG_DFL:
+                signal.raise_signal(s)
 
 
 # --- a folder replaced whole ------------------------------------------------------------------------------------

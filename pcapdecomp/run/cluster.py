@@ -35,6 +35,7 @@ mistake named in one line.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -126,7 +127,13 @@ class DaskRunner:
         import logging
 
         logging.getLogger("distributed").setLevel(logging.ERROR)  # its own INFO lines are not ours to print
+        # a gather that Ctrl-C (or SIGTERM) left waiting ends with AllExit when the client closes, and asyncio logs
+        # it with a traceback ("Task exception was never retrieved"): the run is interrupted, said in one line
+        logging.getLogger("asyncio").addFilter(_not_a_closed_clients_gather)
         cluster = None
+        # a LocalCluster's workers log a failed task with its traceback on this terminal ("Compute Failed"): the
+        # task's exception comes back here and is said in one line (a full --spill DIR, a bug's details file)
+        quiet_workers = logging.CRITICAL
         if scheduler == "local":
             try:
                 security = Security.temporary()
@@ -134,14 +141,22 @@ class DaskRunner:
                 security = None
             n = max(1, workers)
             if security is not None:
-                cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                                       silence_logs=logging.ERROR, security=security, protocol="tls://",
-                                       host="127.0.0.1")
+                # Ctrl-C is this process's to handle (it closes the cluster): the terminal sends SIGINT to the whole
+                # group, and a worker process started with it handled prints its KeyboardInterrupt's traceback; one
+                # started with it ignored keeps it ignored (an ignored signal stays ignored across exec)
+                previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+                try:
+                    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                                           silence_logs=quiet_workers, security=security, protocol="tls://",
+                                           host="127.0.0.1")
+                finally:
+                    signal.signal(signal.SIGINT, previous)
                 address = f"local ({n} worker processes, TLS)"
             else:
                 cluster = LocalCluster(n_workers=1, threads_per_worker=n, processes=False, dashboard_address=None,
-                                       silence_logs=logging.ERROR)
+                                       silence_logs=quiet_workers)
                 address = f"local (in this process, {n} threads)"
+            _without_gc_diagnosis()
             client = Client(cluster, security=security)
         else:
             security = _security(tls) if tls is not None else None
@@ -252,8 +267,29 @@ class DaskRunner:
         return self.client.gather(futures)
 
     def close(self) -> None:
+        """The client and its LocalCluster closed; a second call does nothing (run.spilled closes it before the
+        spill folder goes, the run again at its end)."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
         try:
             self.client.close()
         finally:
             if self.cluster is not None:
                 self.cluster.close()
+
+
+def _not_a_closed_clients_gather(record) -> bool:
+    """A logging filter: False for asyncio's record of a closed client's gather (distributed.client.AllExit)."""
+    return "exception=AllExit()" not in record.getMessage()
+
+
+def _without_gc_diagnosis() -> None:
+    """The in-process scheduler's garbage-collection timer (distributed.gc) off: a Ctrl-C that lands in its gc
+    callback is swallowed there ("Exception ignored in … _gc_callback", with a traceback) and the run goes on; it
+    only feeds a log of long collections this run silences anyway."""
+    try:
+        from distributed.gc import disable_gc_diagnosis
+    except ImportError:
+        return
+    disable_gc_diagnosis(force=True)

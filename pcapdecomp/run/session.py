@@ -143,6 +143,11 @@ class Run:
         """`callback()` when the run ends, whatever the end (before the output folder's own exit)."""
         self._stack.callback(callback)
 
+    def within(self, context) -> None:
+        """`context` entered now and left when the run ends (before the output folder's own exit): its exit sees
+        the run's exception and may say it another way."""
+        self._stack.enter_context(context)
+
     def note(self, message: str) -> None:
         """A warning: into summary.json, and on the terminal unless --quiet."""
         self.warnings.append(message)

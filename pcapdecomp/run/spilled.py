@@ -26,6 +26,7 @@ when the run ends, whatever the end."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -36,16 +37,16 @@ import numpy as np
 import pandas as pd
 
 from ..core.console import warn
-from ..core.errors import UsageError
+from ..core.errors import OutputError, UsageError, disk_full
 from ..core.framefile import FrameFile
 from ..core.groups import equals
-from ..core.memory import map_big_blocks, release_memory
+from ..core.memory import map_big_blocks, release_memory, size_text
 from ..core.outputs import Recoding, SortedRun, StoredRows, merged_order, write_merged, write_table
 from ..core.schema import ANALYSIS_COLUMNS, CATEGORY, EXCHANGE_COLUMNS
 from ..core.tables import frame, held, with_declared_dtypes
 from ..mysql.connection import ENCRYPTED_COMMAND
 from ..read.captureset import CaptureSet
-from ..read.extract import Extracted
+from ..read.extract import Extracted, capture_bytes
 from ..slowlog.reader import WireStatements
 
 EXCHANGES = (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS)
@@ -97,14 +98,22 @@ def fall_back(quiet: bool, why: str) -> None:
         warn(f"--spill: {why}; analysed in memory")
 
 
+SPILL_SHARE = 0.6  # the spill folder's peak over the captures' size (§20: 0.58–0.60 a DB capture alone, 0.39 a pair)
+_FULL_SLACK = 1 << 20  # a device with less room left than this after a write found it full is the full one
+
+
 class SpillFolder:
     """The run's own folder inside the user's --spill DIR (made there, DIR made when missing; DIR itself is never
-    removed: it may be a scratch disk's mount point), removed with everything in it by `close()`. A DIR where no
-    folder can be made is a user mistake (UsageError), found before any capture is read."""
+    removed: it may be a scratch disk's mount point), removed with everything in it when the run ends (`close()`, or
+    the end of `with`). A DIR where no folder can be made is a user mistake (UsageError), found before any capture is
+    read; a DIR that fills up during the run is one too (`with`: OutputError, how much room it needs)."""
 
-    def __init__(self, parent: Path):
+    def __init__(self, parent: Path, captures_size: int = 0):
+        self.parent, self.needed = Path(parent), int(captures_size * SPILL_SHARE)
+        if self.parent.is_file():
+            raise UsageError(f"--spill {parent}: is a file, not a folder")
         try:
-            Path(parent).mkdir(parents=True, exist_ok=True)
+            self.parent.mkdir(parents=True, exist_ok=True)
             # absolute: a Dask worker (--scheduler) finds the partitions by this path, from its own working folder
             self.path = Path(tempfile.mkdtemp(prefix="pcapdecomp-spill-", dir=parent)).absolute()
         except OSError as err:
@@ -112,6 +121,27 @@ class SpillFolder:
 
     def close(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+
+    def __enter__(self) -> SpillFolder:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        full = isinstance(exc, Exception) and disk_full(exc) is not None and self._full()
+        self.close()
+        if full:  # else the disk-full error of the output folder would say "choose another --out"
+            raise OutputError(f"--spill {self.parent}: no space left on its device: the run needs about "
+                              f"{size_text(self.needed)} free there ({SPILL_SHARE:.0%} of the captures' size): free "
+                              "some space or give another --spill DIR") from None
+        return False
+
+    def _full(self) -> bool:
+        """DIR's device is the one that ran out (the output folder's may be another), measured before the run's
+        files in it are removed."""
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return False
+        return st.f_bavail * st.f_frsize < _FULL_SLACK
 
 
 class _StoredPartition(StoredRows):
@@ -218,13 +248,19 @@ def spill_folder(run, cs: CaptureSet) -> Path | None:
     """The run's folder in --spill DIR (a DIR it cannot write: UsageError, before any capture is read), removed when
     the run ends; None when the set is analysed in memory (`refusal`, said in one line)."""
     o = run.options
-    folder = SpillFolder(o.spill)
+    try:
+        size = sum(capture_bytes(p) for p in cs.points)
+    except OSError:  # the extraction says why it cannot read it
+        size = 0
+    folder = SpillFolder(o.spill, size)
     why = refusal(cs, o.csv, o.partitioned)
     if why is not None:
         folder.close()
         fall_back(o.quiet, why)
         return None
-    run.at_exit(folder.close)
+    run.within(folder)
+    if run.runner is not None:  # its workers' tasks write in the folder: ended (Ctrl-C, an error) before it goes
+        run.at_exit(run.runner.close)
     run.spill_runner = spill_workers(run, folder.path)
     return folder.path
 
