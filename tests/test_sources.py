@@ -123,7 +123,9 @@ def test_each_server_has_its_own_thread_pool_view(rotated, runs):
     """Connection ids repeat across servers (both count from the same start): groups, stalls and hidden-slow
     statements are per server, and match what each server's clients measured. Whether the primary's selects
     queued behind its hog is the recording's own truth (a loaded machine can run the hog before or after them):
-    a stall is required where truth.jsonl shows the waits, and any stall found has only the hog as culprit."""
+    a stall is required where truth.jsonl shows the waits, with the hog among its culprits, and any stall's culprit
+    is the hog or a statement that itself held the server 0.1 s or more (on a loaded machine a select can: the CI of
+    2026-12-02 afternoon found a stall whose culprit was not the hog; a short statement named a culprit fails)."""
     folder, _ = runs
     truth = _truth(rotated)
     x = folder.exchanges
@@ -131,7 +133,7 @@ def test_each_server_has_its_own_thread_pool_view(rotated, runs):
     assert len(servers) == 2
     primary = servers[str(rotated / "db")]
     stalls = primary["groups"]["stalls"]
-    assert all("BENCHMARK" in c["sql"] for s in stalls for c in s["culprits"])
+    assert all("BENCHMARK" in c["sql"] or c["server_s"] >= 0.1 for s in stalls for c in s["culprits"]), stalls
     replica = servers[str(rotated / "db-replica")]
     assert not any("BENCHMARK" in c["sql"] for s in replica["groups"]["stalls"] for c in s["culprits"])
     # hidden slow = what the clients saw waiting outside execution, at its own server (margins for rounding)
@@ -148,6 +150,7 @@ def test_each_server_has_its_own_thread_pool_view(rotated, runs):
     stalled = queries[(waited >= 0.25) & (queries["server"] == "db")]
     if len(stalled):
         assert stalls and any(p == str(rotated / "db") for p, _ in got)
+        assert any("BENCHMARK" in c["sql"] for s in stalls for c in s["culprits"]), stalls
     assert primary["name"] == "db" and replica["name"] == "db-replica"
     assert f"Server db-replica: {replica['story']['sentence']}" in folder.summary["verdict"]
 
