@@ -104,10 +104,11 @@ COST_PER_REPAIRED_BYTE = 0.7
 # back: fitted with a margin over its measured peaks, on their growth at scale (docs/scale.md, "Memory: the stated
 # bound"; 2026-12-02, --jobs 1, the process's start 110 MiB: the 20-copy synthetic pair, 2,037,120 exchanges a
 # point, peaked at 1,013 MiB under the costs before, 192 MiB + 256 B a DB exchange + 32 B an app one, which
-# predicted 872 — no bound —, and at 841 once the view read 11 columns (§17), the DB capture alone at 750; from the
-# 40 s pair to it, 307 B an added DB exchange with its app twin, 250 B alone)
+# predicted 872 — no bound —, and at 841 once the view read 11 columns (§17), the DB capture alone at 750; the
+# 45-copy pair, 4,583,520 exchanges a point, at 1,718 MiB: 361 B an added DB exchange with its app twin from 20
+# copies to 45, ≈ the report's projection, the row keys and the view's columns together)
 PARTITIONED_COST_FIXED = 192 << 20  # one partition (65,536 rows), one row group (131,072 rows), the report's parts
-PARTITIONED_COST_PER_DB_EXCHANGE = 320  # its row key, its view columns, its row of the projection, where it went
+PARTITIONED_COST_PER_DB_EXCHANGE = 352  # its row key, its view columns, its row of the projection, where it went
 PARTITIONED_COST_PER_OTHER_EXCHANGE = 48  # an app exchange: the pairing's first pass, the clock's segments
 # with --jobs N, the children beside this process (the extraction's workers, the writer and the report's profile
 # at the end) add their own: this share of the growth per process beyond the first, for at most MORE_PROCESSES
