@@ -110,6 +110,8 @@ COST_PER_REPAIRED_BYTE = 0.7
 PARTITIONED_COST_FIXED = 192 << 20  # one partition (65,536 rows), one row group (131,072 rows), the report's parts
 PARTITIONED_COST_PER_DB_EXCHANGE = 352  # its row key, its view columns, its row of the projection, where it went
 PARTITIONED_COST_PER_OTHER_EXCHANGE = 48  # an app exchange: the pairing's first pass, the clock's segments
+SPILL_SHARE = 0.6  # --spill DIR: the spill folder's peak over the captures' size (partitioned.md §20: 0.58–0.60 a DB
+# capture alone, 0.39 a pair)
 # with --jobs N, the children beside this process (the extraction's workers, the writer and the report's profile
 # at the end) add their own: this share of the growth per process beyond the first, for at most MORE_PROCESSES
 COST_PER_JOB = 0.15
@@ -449,14 +451,14 @@ class MemoryBound:
         number)."""
         more = (f"at least --memory {_round_up_text(need_bytes)}: the bound is checked again once the capture is read"
                 if stopped_early else f"e.g. --memory {_round_up_text(need_bytes)}")
-        if spill is not None:  # the same files for less memory and more CPU (docs/scale.md): the user's choice
+        # the same files for less memory and more CPU (docs/scale.md): the user's choice
+        costs = f"about 2 to 5 times the CPU; DIR needs room for about {SPILL_SHARE:.0%} of the captures' size"
+        if spill is not None:
             more += (f"), analyse it partitioned with --spill DIR (predicted about {size_text(spill)}"
-                     f"{', within the bound' if spill <= self.limit else ''}; about 2 to 5 times the CPU, and DIR "
-                     "needs room for about 60 % of the captures' size"
+                     f"{', within the bound' if spill <= self.limit else ''}; {costs}"
                      + (f"; with it, e.g. --memory {_round_up_text(spill)}" if spill > self.limit else ""))
         elif spill_named:
-            more += ("), analyse it partitioned with --spill DIR (less memory for about 2 to 5 times the CPU; DIR "
-                     "needs room for about 60 % of the captures' size")
+            more += f"), analyse it partitioned with --spill DIR (less memory for {costs}"
         window_text = (f", or analyse {'a shorter' if windowed else 'a'} time window"
                        f"{f' of at most {window}' if window else ''}: --since T --until T (ISO 8601 or epoch "
                        "seconds; the captures are still read whole for their connections' state, only that "

@@ -234,7 +234,7 @@ class SummaryOfRuns:
                 piece["slow"], piece["key"], piece["run"], piece["row"] = -net[rows], run.key[rows], r, rows
                 pieces.append(_top(piece, netstory.LISTED))
             listed = _top(np.concatenate(pieces), netstory.LISTED)
-            named = _rows_at(self.runs, list(zip(listed["run"].tolist(), listed["row"].tolist())))
+            named = rows_at(self.runs, list(zip(listed["run"].tolist(), listed["row"].tolist())))
             named = named.assign(_net=-listed["slow"]) if len(named) else named.assign(_net=np.zeros(0))
             retrans = netstory.told_retransmissions(rb, count, named)
         return netstory.told(sums["network:network_s"][1], sums["network:clients_s"][1], by_host, by_conn, retrans)
@@ -289,7 +289,7 @@ class SummaryOfRuns:
         rows = [(int(r), int(i)) for r, i in zip(listed["run"], listed["row"])]
         by_stall = []
         if rows:
-            at = _rows_at(self.runs, rows)  # their stall, role and thread group, read once
+            at = rows_at(self.runs, rows)  # their stall, role and thread group, read once
             by_stall = verdict.grouped_by_stall(
                 rows, at["stall"].to_numpy(dtype="float64", na_value=np.nan),
                 at["stall_role"].astype(object).to_numpy(), at["thread_group"],
@@ -349,7 +349,7 @@ def _slice(run, lo: int, hi: int) -> pd.DataFrame:
     return run.rows(lo, hi) if isinstance(run, _ReadBack) else run.table.iloc[lo:hi]
 
 
-def _rows_at(runs: list, places: list[tuple[int, int]]) -> pd.DataFrame:
+def rows_at(runs: list, places: list[tuple[int, int]]) -> pd.DataFrame:
     """The rows (run, row) of the runs in the order given, as one table: one take per run (a stored run's rows read
     alone, not its whole table)."""
     if not places:
@@ -496,7 +496,7 @@ def _refs(runs: list[SortedRun], rows: list[tuple[int, int]]) -> dict[tuple[int,
     rows = sorted(set(rows))
     if not rows:
         return {}
-    refs = Refs(_rows_at(runs, rows))
+    refs = Refs(rows_at(runs, rows))
     return {place: refs.ref(n) for n, place in enumerate(rows)}
 
 
@@ -588,7 +588,7 @@ class _RunsRows:
         executing, waiting = (np.asarray(k, dtype=np.int64).reshape(-1, self._width()) for k in self.made.cap_keys)
         places = self.made.rows_of_keys(np.concatenate([executing, waiting]))
         hidden, understated = self.made._flags()
-        table = _rows_at(self.made.runs, places)
+        table = rows_at(self.made.runs, places)
         table = table.assign(hidden=[bool(hidden[r][i]) for r, i in places],
                              understated=[bool(understated[r][i]) for r, i in places])
         return table, len(executing), set(verdict._ids(waiting))

@@ -779,7 +779,7 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
     size, source = given_size, "given" if given_size else None
     if not given_size and inferred["value"] is not None:
         size, source = inferred["value"], "inferred"
-    thread_group = _thread_groups(t["conn_id"], size) if per_row else None
+    thread_group = thread_groups(t["conn_id"], size) if per_row else None
     group_r = r.groups(size)  # thread_group at the timeline's rows, from its own connection ids
 
     # the cap check looks into the groups only when the wire confirms them (a wrong given size would hide the cap)
@@ -790,7 +790,7 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
         size, source = None, None
         inferred.update(value=None, confidence="not enough evidence",
                         note="the waits are explained by the thread limit (thread_pool_max_threads), not by groups")
-        thread_group = _thread_groups(t["conn_id"], None) if per_row else None
+        thread_group = thread_groups(t["conn_id"], None) if per_row else None
         group_r = np.full(len(r.pos), -1, np.int64)
     elif cap and inferred["confidence"] != "certain":
         inferred["note"] = ("the waits are explained by the thread limit (thread_pool_max_threads), which hides the "
@@ -802,7 +802,7 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
     if len(unheld) and not per_row and isinstance(t["queue_source"].dtype, pd.CategoricalDtype):
         # relabelled for the references alone, by the categorical's codes
         t = t.copy(deep=False)
-        t["queue_source"] = _estimated_at(t["queue_source"], r.pos[unheld])
+        t["queue_source"] = estimated_at(t["queue_source"], r.pos[unheld])
     elif len(unheld):
         values = t["queue_source"].astype(object).to_numpy(copy=True)
         values[r.pos[unheld]] = "estimated"
@@ -850,14 +850,13 @@ def thread_pool_view(t: pd.DataFrame, given_size: int | None, bucket_s: float | 
                  "cap": _cap_summary(cap, cap_members, cols) if cap else None,
                  "outliers": {"exchanges": outliers, "span_start": _iso(t0) if len(r.pos) else None,
                               "span_end": _iso(t1) if len(r.pos) else None}}
+    stall_column, role_column = stall_columns(stall, role, bool(stalls_raw)) if per_row else (None, None)
     return PoolView(
         pool=pool, groups=groups, thread_pool_size=size_info, pool_summary=pool_info,
         groups_summary={"bucket_s": float(bucket_s) if size and len(r.pos) else None, "stalls": stalls,
                         "stall_limit": None if cap else _stall_limit(stalls_raw, r)},
         thread_group=thread_group.reset_index(drop=True) if per_row else None,
-        stall=pd.Series(stall, dtype="Int64").where(stall >= 0) if per_row else None,
-        stall_role=((pd.Series(role, dtype="object").astype("category") if stalls_raw else _no_roles(n)) if per_row
-                    else None),
+        stall=stall_column, stall_role=role_column,
         stall_members=members, cap_members=cap_members, outliers=outlier_rows, warnings=warnings,
         queue_source=queue_source, unheld=r.pos[unheld],
     )
@@ -879,14 +878,14 @@ def stall_marks(members: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarra
             np.array([marked[row][1] for row in rows], dtype=object))
 
 
-def _thread_groups(conn_id: pd.Series, size: int | None) -> pd.Series:
+def thread_groups(conn_id: pd.Series, size: int | None) -> pd.Series:
     """The thread_group column: conn_id % size (Int64), null where the connection id or the size is unknown."""
     if not size:
         return pd.Series(pd.NA, index=conn_id.index, dtype="Int64")
     return (conn_id.astype("Int64") % int(size)).astype("Int64")
 
 
-def _estimated_at(column: pd.Series, rows: np.ndarray) -> pd.Categorical:
+def estimated_at(column: pd.Series, rows: np.ndarray) -> pd.Categorical:
     """The categorical queue_source column with 'estimated' at `rows`: its categories and 'estimated', sorted (as the
     per-row column thread_pool_view makes), the codes set at those rows alone (no object array of every row)."""
     labels = sorted({*column.cat.categories, "estimated"})
@@ -929,6 +928,13 @@ def _likely_not_held(r: _Rows, group: np.ndarray) -> np.ndarray:
         wait = r.q_end[mine] - r.d1[mine]
         held[group[likely] == gid] = covered_ns(lo, hi, r.d1[mine], r.q_end[mine]) >= LIKELY_COVER * wait
     return likely[~held]
+
+
+def stall_columns(stall: np.ndarray, role: np.ndarray, any_stall: bool) -> tuple[pd.Series, pd.Series]:
+    """The per-row stall and stall_role columns from each row's stall id (−1: none) and role (None: none): Int64
+    with nulls, and a categorical of the roles present (of none, when the view found no stall)."""
+    return (pd.Series(stall, dtype="Int64").where(stall >= 0),
+            pd.Series(role, dtype="object").astype("category") if any_stall else _no_roles(len(role)))
 
 
 def _no_roles(n: int) -> pd.Series:

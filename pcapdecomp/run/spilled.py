@@ -40,7 +40,7 @@ from ..core.console import warn
 from ..core.errors import OutputError, UsageError, disk_full
 from ..core.framefile import FrameFile
 from ..core.groups import equals
-from ..core.memory import map_big_blocks, release_memory, size_text
+from ..core.memory import SPILL_SHARE, map_big_blocks, release_memory, size_text
 from ..core.outputs import Recoding, SortedRun, StoredRows, merged_order, write_merged, write_table
 from ..core.schema import ANALYSIS_COLUMNS, CATEGORY, EXCHANGE_COLUMNS
 from ..core.tables import frame, held, with_declared_dtypes
@@ -98,7 +98,6 @@ def fall_back(quiet: bool, why: str) -> None:
         warn(f"--spill: {why}; analysed in memory")
 
 
-SPILL_SHARE = 0.6  # the spill folder's peak over the captures' size (§20: 0.58–0.60 a DB capture alone, 0.39 a pair)
 _FULL_SLACK = 1 << 20  # a device with less room left than this after a write found it full is the full one
 
 
@@ -178,38 +177,28 @@ class _StoredPartition(StoredRows):
 class _RowsOfView:
     """The thread-pool view's per-row columns of one partition (explain.servers.explain_server sets them on the
     whole table): thread_group from the size the view took, and at the partition's rows it names (sorted) the
-    stall, the role and the likely waits it found unheld (queue_source 'estimated')."""
+    stall and the role (threadpool.stall_marks), and the likely waits it found unheld (queue_source 'estimated')."""
 
     size: int | None
-    stall_rows: np.ndarray
+    marked_rows: np.ndarray
     stall_ids: np.ndarray
-    role_rows: np.ndarray
     roles: np.ndarray
     roles_present: bool  # any stall in the view: stall_role is a category of the roles, else of nothing
     unheld_rows: np.ndarray
 
     def applied(self, t: pd.DataFrame, first: int) -> pd.DataFrame:
+        from ..explain.threadpool import estimated_at, stall_columns, thread_groups
+
         n = len(t)
         t = t.copy(deep=False)
-        conn = t["conn_id"].astype("Int64")
-        t["thread_group"] = (conn % int(self.size)).astype("Int64") if self.size else \
-            pd.Series(pd.NA, index=t.index, dtype="Int64")
-        stall = np.full(n, -1, np.int64)
-        at = _within(self.stall_rows, first, n)
-        stall[self.stall_rows[at] - first] = self.stall_ids[at]
-        t["stall"] = pd.Series(stall, dtype="Int64").where(stall >= 0)
-        role = np.full(n, None, dtype=object)
-        at = _within(self.role_rows, first, n)
-        role[self.role_rows[at] - first] = self.roles[at]
-        t["stall_role"] = pd.Series(role, dtype="object").astype("category") if self.roles_present else \
-            pd.Series(pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8),
-                                                dtype=pd.CategoricalDtype(pd.Index([], dtype=object))))
-        at = _within(self.unheld_rows, first, n)
+        t["thread_group"] = thread_groups(t["conn_id"], self.size)
+        stall, role = np.full(n, -1, np.int64), np.full(n, None, dtype=object)
+        at = _within(self.marked_rows, first, n)
+        stall[self.marked_rows[at] - first], role[self.marked_rows[at] - first] = self.stall_ids[at], self.roles[at]
+        t["stall"], t["stall_role"] = stall_columns(stall, role, self.roles_present)
         if len(self.unheld_rows):
-            values = t["queue_source"].astype(object).to_numpy(copy=True)
-            values[self.unheld_rows[at] - first] = "estimated"
-            t["queue_source"] = pd.Categorical(values, categories=sorted({*t["queue_source"].cat.categories,
-                                                                          "estimated"}))
+            t["queue_source"] = estimated_at(t["queue_source"], self.unheld_rows[_within(self.unheld_rows, first, n)]
+                                             - first)
         return with_declared_dtypes(t, EXCHANGES)
 
 
@@ -392,8 +381,8 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     marked, stall, role = stall_marks(view.stall_members)
     for p, part in enumerate(stored):
         s, u = _of_run(marked, p, run_of, row_of), _of_run(unheld, p, run_of, row_of)
-        part.view = _RowsOfView(size, row_of[marked[s]], stall[s], row_of[marked[s]], role[s],
-                                bool(view.stall_members), row_of[unheld[u]])
+        part.view = _RowsOfView(size, row_of[marked[s]], stall[s], role[s], bool(view.stall_members),
+                                row_of[unheld[u]])
     if len(unheld):  # the view's column: the likely labels of before and 'estimated', the values present sorted
         categories["queue_source"] = sorted({*categories["queue_source"], "estimated"})
     categories["stall_role"] = sorted(set(role.tolist()))
@@ -480,10 +469,10 @@ def _merged_places(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 def _rows_by_position(runs: list[SortedRun], run_of: np.ndarray, row_of: np.ndarray):
     """What reads the rows at positions of the merged order (`run_of`, `row_of`: _merged_places) from the runs
-    (explain.summaryruns._rows_at: one take per run)."""
-    from ..explain.summaryruns import _rows_at
+    (explain.summaryruns.rows_at: one take per run)."""
+    from ..explain.summaryruns import rows_at
 
-    return lambda positions: _rows_at(runs, list(zip(run_of[positions].tolist(), row_of[positions].tolist())))
+    return lambda positions: rows_at(runs, list(zip(run_of[positions].tolist(), row_of[positions].tolist())))
 
 
 def _view_table(views: list[dict[str, pd.Series]], categories: dict[str, list], run_of: np.ndarray,
