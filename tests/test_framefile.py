@@ -65,6 +65,7 @@ def test_a_table_reads_back_exactly(bundled_analysis, tmp_path, name):
         assert_same(other.rows(0, n), table)
         assert_same(other.rows(9, 30), table.iloc[9:30].reset_index(drop=True))
         assert_same(other.empty(), table.iloc[:0])
+        assert_same(FrameFile.read(tmp_path / f"{k}.arrow"), table)  # the whole frame at once (7a's runs, the join)
 
 
 def test_floats_keep_their_bits(bundled_analysis, tmp_path):

@@ -72,6 +72,15 @@ class FrameFile:
         self._empty = _empty(self._dtypes)
         return self
 
+    @classmethod
+    def read(cls, path: Path) -> pd.DataFrame:
+        """The whole frame written to `path` (by this process or another), the file let go once read."""
+        stored = cls.of(path)
+        try:
+            return stored.rows(0, len(stored))
+        finally:
+            stored.close()
+
     def _opened(self) -> None:
         self._file = None  # the open file and its reader, opened when first read (not pickled)
         self._held: tuple[int, pa.RecordBatch] | None = None

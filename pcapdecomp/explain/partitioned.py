@@ -418,10 +418,7 @@ class RunsMadeOnce:
 
     def kept(self, p: int) -> SortedRun:
         """Partition p's run as `made` kept it (read whole: 7b reads every row of it)."""
-        kept = FrameFile.of(self._file(p))
-        table = kept.rows(0, len(kept))
-        kept.close()
-        return SortedRun(table, np.load(self.folder / f"{p:04d}.key.npy", allow_pickle=False))
+        return SortedRun(FrameFile.read(self._file(p)), np.load(self.folder / f"{p:04d}.key.npy", allow_pickle=False))
 
     @property
     def statements_from_db(self) -> bool:

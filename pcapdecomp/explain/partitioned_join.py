@@ -91,10 +91,7 @@ def _read_piece(path: Path) -> tuple[int, np.ndarray, np.ndarray, pd.DataFrame]:
     """What _write_piece wrote at `path`: (partition, rows, row keys, view)."""
     with np.load(path.with_name(path.name + ".npz"), allow_pickle=False) as f:
         p, rows, keys = int(f["p"]), f["rows"], f["keys"]
-    stored = FrameFile.of(path.with_name(path.name + ".arrow"))
-    view = stored.rows(0, len(stored))
-    stored.close()
-    return p, rows, keys, view
+    return p, rows, keys, FrameFile.read(path.with_name(path.name + ".arrow"))
 
 
 class PartitionedJoin:
