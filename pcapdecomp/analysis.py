@@ -13,7 +13,8 @@ from .pair.pairing import pair_points
 from .read.captureset import CaptureSet, capture_set
 from .read.extract import extract_points
 from .run.session import AnalysisResult, Options, Run
-from .run.spilled import analyze_spilled, refusal, spill_folder
+from .core.errors import PartitionedInstead
+from .run.spilled import analyze_spilled, refusal, spill_folder, spill_instead
 
 __all__ = ["AnalysisResult", "CaptureSet", "Options", "analyze", "capture_set"]
 
@@ -25,13 +26,22 @@ def analyze(cs: CaptureSet | Path, options: Options = Options(), out: Path | Non
         cs = capture_set(Path(cs))
     with Run(cs, options, out) as run:
         o = run.options
-        spill = None
+        spill = over = None
         if o.spill is not None:  # --spill: the run's folder in DIR, None when the set is analysed in memory (said)
             spill = spill_folder(run, cs)
         # spilled, the captures are read on a --scheduler's workers when they share the spill folder, else here
-        extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note,
-                                   run.runner if spill is None else run.spill_runner, run.memory, spill=spill,
-                                   spill_hint=o.spill is None and refusal(cs, o.csv, o.partitioned) is None)
+        try:
+            extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note,
+                                       run.runner if spill is None else run.spill_runner, run.memory, spill=spill,
+                                       spill_hint=o.spill is None and refusal(cs, o.csv, o.partitioned) is None)
+        except PartitionedInstead as err:  # too big for the bound in memory, not partitioned: unless --in-memory,
+            if o.in_memory:  # read again into partitions (its traceback, and what the extraction held, let go)
+                raise
+            over = err.with_traceback(None)
+        if over is not None:
+            spill = spill_instead(run, cs, over)
+            extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note, run.spill_runner,
+                                       run.memory, spill=spill)
         if spill is not None:  # the partitioned run (None: not partitionable after all, said: in memory)
             done = analyze_spilled(run, cs, extracted, spill)
             if done is not None:

@@ -260,8 +260,14 @@ def analyze(
         None, "--memory", metavar="SIZE",
         help="The memory the analysis may take, e.g. 8G, 800M, 1.5GiB (default: capture.toml's memory, else 80 % "
              "of what this machine, or its cgroup's limit, has available at the start). A capture that would need "
-             "more is refused early (exit 2, nothing written), saying how much it needs: give more, or analyse a time "
-             "window of it (docs/scale.md, Memory)."),
+             "more in memory is analysed partitioned instead (as --spill, its partitions in the output folder; said "
+             "in one warning) when the partitioned run fits and takes the set; else refused early (exit 2, nothing "
+             "written), saying how much it needs: give more, or analyse a time window of it (docs/scale.md, "
+             "Memory)."),
+    in_memory: bool = typer.Option(
+        False, "--in-memory",
+        help="Never partitioned without --spill: a capture too big for --memory in memory is refused (exit 2) "
+             "instead of analysed partitioned in the output folder."),
     spill: Optional[Path] = typer.Option(
         None, "--spill", metavar="DIR",
         help="The partitioned run: the captures' exchanges go to a folder of the run's own in DIR (removed when the "
@@ -313,6 +319,9 @@ def analyze(
             parse_size(memory, "--memory")  # a mistake costs a second, not an extraction
         # as the memory: refused before any work (the zone's import, only for a window)
         window = window_of(since, until, time_zone(slow_log_tz)) if since or until else None
+        if in_memory and spill is not None:
+            raise UsageError("--in-memory and --spill DIR: give one of them (--spill analyses partitioned, "
+                             "--in-memory never does)")
         if scheduler_tls is not None and scheduler is None:  # else the run would read on one machine, without TLS
             raise UsageError("--scheduler-tls is for a tls:// scheduler address: give it with --scheduler "
                              "tls://HOST:PORT")
@@ -329,7 +338,8 @@ def analyze(
         from .analysis import analyze as run_analysis
     options = Options(jobs=jobs, quiet=quiet, csv=csv, partitioned=partitioned, slow_log_tz=slow_log_tz,
                       max_sql_bytes=max_sql_bytes, scheduler=scheduler, scheduler_tls=scheduler_tls,
-                      command_line=" ".join(["pcapdecomp", *sys.argv[1:]]), memory=memory, spill=spill)
+                      command_line=" ".join(["pcapdecomp", *sys.argv[1:]]), memory=memory, spill=spill,
+                      in_memory=in_memory)
     result = run_analysis(cs, options, out)
     written = list(result.written)
     if evidence_too:

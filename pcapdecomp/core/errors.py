@@ -40,6 +40,17 @@ class MemoryBoundError(UsageError):
     before it does, nothing written."""
 
 
+class PartitionedInstead(MemoryBoundError):
+    """The in-memory analysis of a set the partitioned run takes would pass its bound, and the partitioned run would
+    not (its predicted peak is within the bound) or may not (counted before the captures are read whole): `analyze`
+    without --spill runs partitioned instead (run.spilled.spill_instead), or, with --in-memory, refuses with this
+    message. `over`: what the in-memory run would need against the bound, in words (the warning's first part)."""
+
+    def __init__(self, message: str, over: str):
+        super().__init__(message)
+        self.over = over
+
+
 class OutputError(PcapdecompError):
     """The output folder or file cannot be written (permissions, a full disk, a file in the way)."""
 

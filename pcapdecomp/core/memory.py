@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import MemoryBoundError, UsageError
+from .errors import MemoryBoundError, PartitionedInstead, UsageError
 
 
 def use_returning_allocator() -> None:
@@ -448,7 +448,8 @@ class MemoryBound:
         a shorter capture would fit; not so for a bound below what any analysis takes; `windowed`: the run had a
         window already, --since/--until, so a shorter one is what would fit; `spill`: the partitioned run's
         predicted peak, said as the other way, within the bound or not; `spill_named`: that way named without a
-        number)."""
+        number). A refusal whose partitioned run fits the bound, or may (`spill_named`), is PartitionedInstead:
+        analyze without --spill runs partitioned instead."""
         more = (f"at least --memory {_round_up_text(need_bytes)}: the bound is checked again once the capture is read"
                 if stopped_early else f"e.g. --memory {_round_up_text(need_bytes)}")
         # the same files for less memory and more CPU (docs/scale.md): the user's choice
@@ -463,10 +464,12 @@ class MemoryBound:
                        f"{f' of at most {window}' if window else ''}: --since T --until T (ISO 8601 or epoch "
                        "seconds; the captures are still read whole for their connections' state, only that "
                        "window's exchanges are kept)" if window_helps else "")
-        raise MemoryBoundError(
-            f"{need}, more than the bound of {size_text(self.limit, need_bytes)} ({self.source}); "
-            f"{'stopped early, ' if stopped_early else ''}nothing written. Give it more with --memory ({more})"
-            f"{window_text}")
+        over = f"{need}, more than the bound of {size_text(self.limit, need_bytes)} ({self.source})"
+        message = (f"{over}; {'stopped early, ' if stopped_early else ''}nothing written. Give it more with --memory "
+                   f"({more}){window_text}")
+        if spill_named or (spill is not None and spill <= self.limit):  # the partitioned run fits, or may
+            raise PartitionedInstead(message, over)
+        raise MemoryBoundError(message)
 
 
 def _round_up_text(need: int) -> str:

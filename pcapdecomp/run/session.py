@@ -51,6 +51,7 @@ class Options:
     command_line: str | None = None  # as the report shows it
     memory: str | None = None  # the process tree's memory bound (8G, 800M…); None: capture.toml's, else the default
     spill: Path | None = None  # --spill DIR: the partitioned run, its partitions in a folder of its own in DIR
+    in_memory: bool = False  # never partitioned without --spill: a set too big for the bound in memory is refused
 
 
 @dataclass

@@ -22,7 +22,11 @@ rows are in files, read back a slice at a time by the writer, a partition at a t
 A set this run does not take (`refusal`, before any capture is read; explain.partitioned.NotPartitionable after
 the extraction or in the decomposition) is analysed in memory, as without --spill, after one line on the terminal
 ("--spill: …; analysed in memory"); the run never fails because of --spill. The folder made inside DIR is removed
-when the run ends, whatever the end."""
+when the run ends, whatever the end.
+
+Without --spill, a set too big for the memory bound in memory that this run takes within the bound is run here
+instead (`spill_instead`: core.errors.PartitionedInstead, raised by the extraction's memory check), its folder in the
+output folder (docs/scale.md, "Partitioned instead")."""
 
 from __future__ import annotations
 
@@ -37,11 +41,12 @@ import numpy as np
 import pandas as pd
 
 from ..core.console import warn
-from ..core.errors import OutputError, UsageError, disk_full
+from ..core.errors import MemoryBoundError, OutputError, PartitionedInstead, UsageError, disk_full
 from ..core.framefile import FrameFile
 from ..core.groups import equals
 from ..core.memory import SPILL_SHARE, map_big_blocks, release_memory, size_text
-from ..core.outputs import Recoding, SortedRun, StoredRows, merged_order, write_merged, write_table
+from ..core.outputs import (STAGING_PREFIX, Recoding, SortedRun, StoredRows, merged_order, write_merged,
+                                write_table)
 from ..core.schema import ANALYSIS_COLUMNS, CATEGORY, EXCHANGE_COLUMNS
 from ..core.tables import frame, held, with_declared_dtypes
 from ..mysql.connection import ENCRYPTED_COMMAND
@@ -107,16 +112,18 @@ class SpillFolder:
     the end of `with`). A DIR where no folder can be made is a user mistake (UsageError), found before any capture is
     read; a DIR that fills up during the run is one too (`with`: OutputError, how much room it needs)."""
 
-    def __init__(self, parent: Path, captures_size: int = 0):
+    def __init__(self, parent: Path, captures_size: int = 0, prefix: str = "pcapdecomp-spill-",
+                 named: str | None = None):
         self.parent, self.needed = Path(parent), int(captures_size * SPILL_SHARE)
+        self.named = named if named is not None else f"--spill {parent}"  # DIR as the messages name it
         if self.parent.is_file():
-            raise UsageError(f"--spill {parent}: is a file, not a folder")
+            raise UsageError(f"{self.named}: is a file, not a folder")
         try:
             self.parent.mkdir(parents=True, exist_ok=True)
             # absolute: a Dask worker (--scheduler) finds the partitions by this path, from its own working folder
-            self.path = Path(tempfile.mkdtemp(prefix="pcapdecomp-spill-", dir=parent)).absolute()
+            self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent)).absolute()
         except OSError as err:
-            raise UsageError(f"--spill {parent}: cannot write there ({err.strerror or err})") from None
+            raise UsageError(f"{self.named}: cannot write there ({err.strerror or err})") from None
 
     def close(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
@@ -128,7 +135,7 @@ class SpillFolder:
         full = isinstance(exc, Exception) and disk_full(exc) is not None and self._full()
         self.close()
         if full:  # else the disk-full error of the output folder would say "choose another --out"
-            raise OutputError(f"--spill {self.parent}: no space left on its device: the run needs about "
+            raise OutputError(f"{self.named}: no space left on its device: the run needs about "
                               f"{size_text(self.needed)} free there ({SPILL_SHARE:.0%} of the captures' size): free "
                               "some space or give another --spill DIR") from None
         return False
@@ -237,21 +244,59 @@ def spill_folder(run, cs: CaptureSet) -> Path | None:
     """The run's folder in --spill DIR (a DIR it cannot write: UsageError, before any capture is read), removed when
     the run ends; None when the set is analysed in memory (`refusal`, said in one line)."""
     o = run.options
-    try:
-        size = sum(capture_bytes(p) for p in cs.points)
-    except OSError:  # the extraction says why it cannot read it
-        size = 0
-    folder = SpillFolder(o.spill, size)
+    folder = SpillFolder(o.spill, _captures_size(cs))
     why = refusal(cs, o.csv, o.partitioned)
     if why is not None:
         folder.close()
         fall_back(o.quiet, why)
         return None
+    return _taken(run, folder)
+
+
+# analyze without --spill, of a set too big for the bound in memory: the partitions go to the output folder, named as
+# its staging folders are, so that the next run in that folder removes what a killed run left (core.outputs)
+INSTEAD_PREFIX = f"{STAGING_PREFIX}spill-"
+
+
+def spill_instead(run, cs: CaptureSet, over: PartitionedInstead) -> Path:
+    """The partitioned run's folder for a set whose in-memory run would pass the bound (`over`, raised by the
+    extraction's memory check; what it held is gone): made in the output folder, removed when the run ends, and said
+    in one warning. Refused (MemoryBoundError: one line, exit 2) when the output folder's device has less room than
+    the partitioned run needs: the user then chooses --spill DIR elsewhere, or more memory."""
+    size = _captures_size(cs)
+    needed = int(size * SPILL_SHARE)
+    try:
+        free = shutil.disk_usage(run.out).free
+    except OSError:
+        free = 0
+    if free < needed:
+        raise MemoryBoundError(f"{over.over}, and partitioned it would need about {size_text(needed)} free in the "
+                               f"output folder {run.out} ({SPILL_SHARE:.0%} of the captures' size), which has "
+                               f"{size_text(free)}; nothing written. Give it more with --memory, or analyse it "
+                               "partitioned with --spill DIR on a disk with room")
+    release_memory()  # the in-memory extraction's arrays, before the captures are read again
+    folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}")
+    run.note(f"in memory, {over.over}: analysed partitioned instead, as with --spill (the same files, for about 2 "
+             f"to 5 times the CPU), its partitions in a folder of {run.out} removed at the end (docs/scale.md; "
+             "--spill DIR puts them elsewhere, --in-memory refuses instead)")
+    return _taken(run, folder)
+
+
+def _taken(run, folder: SpillFolder) -> Path:
+    """`folder` the run's spill folder until it ends, its workers asked whether they share it."""
     run.within(folder)
     if run.runner is not None:  # its workers' tasks write in the folder: ended (Ctrl-C, an error) before it goes
         run.at_exit(run.runner.close)
     run.spill_runner = spill_workers(run, folder.path)
     return folder.path
+
+
+def _captures_size(cs: CaptureSet) -> int:
+    """The bytes of the set's capture files (0 when one cannot be read: the extraction says why)."""
+    try:
+        return sum(capture_bytes(p) for p in cs.points)
+    except OSError:
+        return 0
 
 
 def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):

@@ -1,0 +1,175 @@
+"""`analyze` without --spill, of a set too big for its memory bound in memory (issue 37: "a stated bound holds for any
+capture size"): when the partitioned run takes the set and fits the bound (core.memory raises PartitionedInstead),
+the run is partitioned instead, its partitions in a folder of the output folder that is gone when the run ends, said
+in one warning, and its files are the in-memory run's; --in-memory refuses instead (exit 2, nothing written); an
+output folder without room for the partitions, a set the partitioned run does not take (a proxy) and a partitioned
+run that does not fit either are refusals, nothing written.
+
+A bundled capture is far below any machine's memory, so the in-memory run's cost per exchange at the DB is raised
+here (core.memory.COST_PER_DB_EXCHANGE: the bound's model, not the analysis) until the set is over a bound of 1 GiB
+above this process's memory; the analysis itself runs as in the field. At the scale where this happens by itself
+(the in-memory prediction above the partitioned one from about 320,000 exchanges a point): docs/scale.md."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pcapdecomp.analysis import Options, analyze, capture_set
+from pcapdecomp.core import memory
+from pcapdecomp.core.errors import MemoryBoundError, PartitionedInstead
+from pcapdecomp.run import spilled
+
+from partitioning import CAPTURES, REPO
+
+TABLES = ("exchanges.parquet", "groups.parquet", "pool.parquet")
+INSTEAD = "analysed partitioned instead"
+
+
+def bound_above_this_process(extra_mib: int = 1024) -> str:
+    """A --memory `extra_mib` above what this (test) process holds now: the bound counts the process's own memory."""
+    return f"{(memory.own_rss() >> 20) + extra_mib}M"
+
+
+@pytest.fixture
+def in_memory_too_big(monkeypatch):
+    """The in-memory run of any bundled set predicted far above a bound of 1 GiB, its partitioned run within it; the
+    look during the extraction off (its measured growth is this small set's)."""
+    monkeypatch.setattr(memory, "COST_PER_DB_EXCHANGE", 1 << 30)
+    monkeypatch.setattr(memory, "WATCH_EVERY_S", float("inf"))
+
+
+@pytest.fixture
+def spill_folders(monkeypatch):
+    """The folders the partitioned run was handed (analyze_spilled's), each with whether it existed then."""
+    seen = []
+    real = spilled.analyze_spilled
+
+    def watched(run, cs, x, folder):
+        seen.append((folder, folder.is_dir()))
+        return real(run, cs, x, folder)
+    monkeypatch.setattr("pcapdecomp.analysis.analyze_spilled", watched)
+    return seen
+
+
+@pytest.mark.parametrize("name, db_alone", [("group-stall", False), ("oltp-hogs", True), ("slowlog-forms", False)])
+def test_a_set_too_big_in_memory_is_analysed_partitioned_with_the_same_files(name, db_alone, tmp_path, monkeypatch,
+                                                                             spill_folders):
+    folder = CAPTURES / name
+    cs_of = (lambda: capture_set(None, db=[str(folder / "db.pcap")], slow_log=capture_set(folder).slow_log,
+                                 long_query_time=capture_set(folder).long_query_time,
+                                 thread_pool_size=capture_set(folder).thread_pool_size)) if db_alone else \
+        (lambda: capture_set(folder))
+    reference = analyze(cs_of(), Options(quiet=True, jobs=1), tmp_path / "memory")
+    assert not any(INSTEAD in w for w in reference.warnings)
+    with monkeypatch.context() as patched:
+        patched.setattr(memory, "COST_PER_DB_EXCHANGE", 1 << 30)
+        patched.setattr(memory, "WATCH_EVERY_S", float("inf"))
+        out = tmp_path / "instead"
+        got = analyze(cs_of(), Options(quiet=True, jobs=1, memory=bound_above_this_process()), out)
+    said = [w for w in got.warnings if INSTEAD in w]
+    assert len(said) == 1, got.warnings
+    assert "more than the bound of" in said[0] and str(out) in said[0]
+    # partitioned, in a folder of the output folder named as its staging folders are, gone at the end
+    assert len(spill_folders) == 1
+    where, existed = spill_folders[0]
+    assert existed and where.parent == out.absolute() and where.name.startswith(spilled.INSTEAD_PREFIX)
+    assert not where.exists() and sorted(p.name for p in out.iterdir() if p.name.startswith(".pcapdecomp")) == \
+        [".pcapdecomp-outputs.json"]
+    for table in TABLES:
+        assert filecmp.cmp(tmp_path / "memory" / table, out / table, shallow=False), table
+    left, right = (json.loads((d / "summary.json").read_text()) for d in (tmp_path / "memory", out))
+    assert [w for w in right.pop("warnings") if INSTEAD not in w] == left.pop("warnings")
+    assert left == right
+
+
+def test_in_memory_refuses_instead(tmp_path, in_memory_too_big, spill_folders):
+    out = tmp_path / "out"
+    with pytest.raises(PartitionedInstead) as refused:
+        analyze(capture_set(CAPTURES / "group-stall"),
+                Options(quiet=True, jobs=1, memory=bound_above_this_process(), in_memory=True), out)
+    text = str(refused.value)
+    assert "nothing written" in text and "analyse it partitioned with --spill DIR (predicted about" in text
+    assert "within the bound" in text, text
+    assert not spill_folders and not out.exists()
+
+
+def test_a_proxy_set_is_refused_not_partitioned(tmp_path, in_memory_too_big, spill_folders):
+    """The partitioned run does not take a proxy: the refusal names no --spill, and nothing is partitioned."""
+    out = tmp_path / "out"
+    with pytest.raises(MemoryBoundError) as refused:
+        analyze(capture_set(CAPTURES / "proxy-l4"), Options(quiet=True, jobs=1, memory=bound_above_this_process()),
+                out)
+    assert not isinstance(refused.value, PartitionedInstead)
+    assert "--spill" not in str(refused.value) and not spill_folders and not out.exists()
+
+
+def test_a_partitioned_run_over_the_bound_too_is_refused(tmp_path, monkeypatch, spill_folders):
+    """Both runs over the bound: the refusal gives the --memory the partitioned run would need, nothing is
+    partitioned, nothing written."""
+    monkeypatch.setattr(memory, "COST_PER_DB_EXCHANGE", 1 << 30)
+    monkeypatch.setattr(memory, "PARTITIONED_COST_PER_DB_EXCHANGE", 1 << 28)
+    monkeypatch.setattr(memory, "WATCH_EVERY_S", float("inf"))
+    out = tmp_path / "out"
+    with pytest.raises(MemoryBoundError) as refused:
+        analyze(capture_set(CAPTURES / "group-stall"), Options(quiet=True, jobs=1, memory=bound_above_this_process()),
+                out)
+    assert not isinstance(refused.value, PartitionedInstead)
+    assert "with it, e.g. --memory " in str(refused.value) and not spill_folders and not out.exists()
+
+
+def patched_cli(patch: str, *args: str) -> subprocess.CompletedProcess:
+    """`pcapdecomp analyze ARGS` as a user runs it, in a child whose core.memory has `patch` (Python statements on
+    `memory`) applied first."""
+    code = (f"import sys; from pcapdecomp.core import memory; {patch}; from pcapdecomp.cli import main; "
+            "sys.argv[0] = 'pcapdecomp'; main()")
+    return subprocess.run([sys.executable, "-c", code, "analyze", *args, "--jobs", "1"], capture_output=True,
+                          text=True, cwd=REPO, timeout=300)
+
+
+def test_an_extraction_stopped_early_is_read_again_partitioned(tmp_path):
+    """The look during the extraction (every time here, its measured growth counted ten thousand times) finds the
+    in-memory extraction over the bound before the counts are known: said, and the captures are read again,
+    partitioned; here that run's own look refuses too, as the partitioned run's refusal: it names no --spill;
+    nothing written, no partition left."""
+    out = tmp_path / "out"
+    done = patched_cli("memory.WATCH_EVERY_S = 0.0; memory.PEAK_OVER_EXTRACTION = 1e4",
+                       str(CAPTURES / "oltp-hogs"), "-o", str(out), "--memory", "2G")
+    lines = [line for line in done.stderr.splitlines() if line.strip() and "━" not in line]
+    assert done.returncode == 2, done.stderr
+    assert any(INSTEAD in line and line.startswith("warning:") for line in lines), done.stderr
+    assert lines[-1].startswith("pcapdecomp: error:") and "stopped early" in lines[-1]
+    assert "--spill" not in lines[-1] and "Traceback" not in done.stderr
+    assert not out.exists()
+
+
+def test_no_room_in_the_output_folder_is_one_line(tmp_path):
+    """An output folder on a device without room for the partitions: one line naming it and the room needed, exit
+    2, nothing left there."""
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "none", str(small)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mount -t tmpfs is not allowed here")
+    try:
+        done = patched_cli("memory.COST_PER_DB_EXCHANGE = 1 << 30; memory.WATCH_EVERY_S = float('inf')",
+                           str(CAPTURES / "oltp-hogs"), "-q", "-o", str(small / "out"), "--memory", "2G")
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "free in the output folder" in lines[0] and "Traceback" not in done.stderr
+        assert "--spill DIR on a disk with room" in lines[0]
+        assert not (small / "out").exists() or list((small / "out").iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+
+
+def test_in_memory_with_spill_is_a_user_mistake(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pcapdecomp", "analyze", str(CAPTURES / "group-stall"), "-q",
+                           "--in-memory", "--spill", str(tmp_path / "spill"), "-o", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "--in-memory and --spill" in done.stderr and not (tmp_path / "out").exists()
