@@ -30,6 +30,7 @@ def analyze(cs: CaptureSet | Path, options: Options = Options(), out: Path | Non
         if o.spill is not None:  # --spill: the run's folder in DIR, None when the set is analysed in memory (said)
             spill = spill_folder(run, cs)
         # spilled, the captures are read on a --scheduler's workers when they share the spill folder, else here
+        noted = len(run.warnings)
         try:
             extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note,
                                        run.runner if spill is None else run.spill_runner, run.memory, spill=spill,
@@ -39,7 +40,7 @@ def analyze(cs: CaptureSet | Path, options: Options = Options(), out: Path | Non
                 raise
             over = err.with_traceback(None)
         if over is not None:
-            spill = spill_instead(run, cs, over)
+            spill = spill_instead(run, cs, over, noted)
             extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note, run.spill_runner,
                                        run.memory, spill=spill)
         if spill is not None:  # the partitioned run (None: not partitionable after all, said: in memory)

@@ -26,6 +26,10 @@ from pcapdecomp.run import spilled
 
 from partitioning import CAPTURES, REPO
 
+sys.path.insert(0, str(REPO / "scripts"))
+
+from lose_frames import lose_frames  # noqa: E402
+
 TABLES = ("exchanges.parquet", "groups.parquet", "pool.parquet")
 INSTEAD = "analysed partitioned instead"
 
@@ -56,16 +60,23 @@ def spill_folders(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("name, db_alone", [("group-stall", False), ("oltp-hogs", True), ("slowlog-forms", False)])
-def test_a_set_too_big_in_memory_is_analysed_partitioned_with_the_same_files(name, db_alone, tmp_path, monkeypatch,
-                                                                             spill_folders):
+@pytest.mark.parametrize("name, db_alone, lossy", [("group-stall", False, False), ("oltp-hogs", True, False),
+                                                   ("slowlog-forms", False, False), ("oltp-prepared", True, True)])
+def test_a_set_too_big_in_memory_is_analysed_partitioned_with_the_same_files(name, db_alone, lossy, tmp_path,
+                                                                             monkeypatch, spill_folders):
+    """`lossy`: the DB capture with 3 % of its frames lost (the extraction's own warnings, said once)."""
     folder = CAPTURES / name
-    cs_of = (lambda: capture_set(None, db=[str(folder / "db.pcap")], slow_log=capture_set(folder).slow_log,
+    db = folder / "db.pcap"
+    if lossy:
+        db = tmp_path / "lossy.pcap"
+        lose_frames(folder / "db.pcap", db, 0.03, 1)
+    cs_of = (lambda: capture_set(None, db=[str(db)], slow_log=capture_set(folder).slow_log,
                                  long_query_time=capture_set(folder).long_query_time,
                                  thread_pool_size=capture_set(folder).thread_pool_size)) if db_alone else \
         (lambda: capture_set(folder))
     reference = analyze(cs_of(), Options(quiet=True, jobs=1), tmp_path / "memory")
     assert not any(INSTEAD in w for w in reference.warnings)
+    assert not lossy or any("gaps in TCP streams" in w for w in reference.warnings)
     with monkeypatch.context() as patched:
         patched.setattr(memory, "COST_PER_DB_EXCHANGE", 1 << 30)
         patched.setattr(memory, "WATCH_EVERY_S", float("inf"))

@@ -258,11 +258,12 @@ def spill_folder(run, cs: CaptureSet) -> Path | None:
 INSTEAD_PREFIX = f"{STAGING_PREFIX}spill-"
 
 
-def spill_instead(run, cs: CaptureSet, over: PartitionedInstead) -> Path:
+def spill_instead(run, cs: CaptureSet, over: PartitionedInstead, noted: int) -> Path:
     """The partitioned run's folder for a set whose in-memory run would pass the bound (`over`, raised by the
     extraction's memory check; what it held is gone): made in the output folder, removed when the run ends, and said
-    in one warning. Refused (MemoryBoundError: one line, exit 2) when the output folder's device has less room than
-    the partitioned run needs: the user then chooses --spill DIR elsewhere, or more memory."""
+    in one warning. The run's warnings from the `noted`-th on are the extraction's: taken back (the captures are read
+    again, and say them again). Refused (MemoryBoundError: one line, exit 2) when the output folder's device has less
+    room than the partitioned run needs: the user then chooses --spill DIR elsewhere, or more memory."""
     size = _captures_size(cs)
     needed = int(size * SPILL_SHARE)
     try:
@@ -275,6 +276,7 @@ def spill_instead(run, cs: CaptureSet, over: PartitionedInstead) -> Path:
                                f"{size_text(free)}; nothing written. Give it more with --memory, or analyse it "
                                "partitioned with --spill DIR on a disk with room")
     release_memory()  # the in-memory extraction's arrays, before the captures are read again
+    del run.warnings[noted:]
     folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}")
     run.note(f"in memory, {over.over}: analysed partitioned instead, as with --spill (the same files, for about 2 "
              f"to 5 times the CPU), its partitions in a folder of {run.out} removed at the end (docs/scale.md; "
