@@ -192,3 +192,19 @@ callers only read it."""
         return done[key]
 
     return get
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 16 KiB tmpfs: room for no capture's spill (skipped where `mount` is not allowed)."""
+    import subprocess
+
+    where = tmp_path / "small"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "none", str(where)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mount -t tmpfs is not allowed here")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)

@@ -25,20 +25,6 @@ def cli(*args: str) -> subprocess.CompletedProcess:
                           cwd=REPO, timeout=900)
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    """A 16 KiB tmpfs: room for no capture's spill."""
-    where = tmp_path / "small"
-    where.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "none", str(where)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("mount -t tmpfs is not allowed here")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
-
-
 @pytest.mark.parametrize("how", [["--jobs", "1"], ["--jobs", "2"], ["--jobs", "2", "--scheduler", "local"]])
 def test_a_spill_folder_that_fills_up_is_one_line(small_tmpfs, how, tmp_path):
     """On a LocalCluster the workers' own log of the failed task (its traceback) is not printed either."""

@@ -158,24 +158,16 @@ def test_an_extraction_stopped_early_is_read_again_partitioned(tmp_path):
     assert not out.exists()
 
 
-def test_no_room_in_the_output_folder_is_one_line(tmp_path):
+def test_no_room_in_the_output_folder_is_one_line(small_tmpfs):
     """An output folder on a device without room for the partitions: one line naming it and the room needed, exit
     2, nothing left there."""
-    small = tmp_path / "small"
-    small.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "none", str(small)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("mount -t tmpfs is not allowed here")
-    try:
-        done = patched_cli("memory.COST_PER_DB_EXCHANGE = 1 << 30; memory.WATCH_EVERY_S = float('inf')",
-                           str(CAPTURES / "oltp-hogs"), "-q", "-o", str(small / "out"), "--memory", "2G")
-        assert done.returncode == 2, done.stderr
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and "free in the output folder" in lines[0] and "Traceback" not in done.stderr
-        assert "--spill DIR on a disk with room" in lines[0]
-        assert not (small / "out").exists() or list((small / "out").iterdir()) == []
-    finally:
-        subprocess.run(["umount", str(small)], check=True)
+    done = patched_cli("memory.COST_PER_DB_EXCHANGE = 1 << 30; memory.WATCH_EVERY_S = float('inf')",
+                       str(CAPTURES / "oltp-hogs"), "-q", "-o", str(small_tmpfs / "out"), "--memory", "2G")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "free in the output folder" in lines[0] and "Traceback" not in done.stderr
+    assert "--spill DIR on a disk with room" in lines[0]
+    assert not (small_tmpfs / "out").exists() or list((small_tmpfs / "out").iterdir()) == []
 
 
 def test_in_memory_with_spill_is_a_user_mistake(tmp_path):
