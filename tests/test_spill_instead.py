@@ -3,7 +3,8 @@ capture size"): when the partitioned run takes the set and fits the bound (core.
 the run is partitioned instead, its partitions in a folder of the output folder that is gone when the run ends, said
 in one warning, and its files are the in-memory run's; --in-memory refuses instead (exit 2, nothing written); an
 output folder without room for the partitions, a set the partitioned run does not take (a proxy) and a partitioned
-run that does not fit either are refusals, nothing written.
+run that does not fit either are refusals, nothing written. On a LocalCluster the workers read the captures again
+into the output folder's partitions.
 
 A bundled capture is far below any machine's memory, so the in-memory run's cost per exchange at the DB is raised
 here (core.memory.COST_PER_DB_EXCHANGE: the bound's model, not the analysis) until the set is over a bound of 1 GiB
@@ -176,3 +177,30 @@ def test_in_memory_with_spill_is_a_user_mistake(tmp_path):
                           capture_output=True, text=True, cwd=REPO, timeout=300)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "--in-memory and --spill" in done.stderr and not (tmp_path / "out").exists()
+
+
+def test_on_a_local_cluster_the_workers_read_again_into_the_output_folder(tmp_path, spill_folders, monkeypatch):
+    """With --scheduler local (2 worker processes): the first extraction runs on the workers and comes back whole,
+    the check on its counts switches, and the workers read the captures again into the partitions' folder in the
+    output folder; the tables are the in-memory run's."""
+    from pcapdecomp.run.cluster import DaskRunner
+
+    read: list = []
+    real_extract = DaskRunner.extract
+
+    def reading(self, points, *given, spill=None, **named):
+        read.append(spill)
+        return real_extract(self, points, *given, spill=spill, **named)
+
+    monkeypatch.setattr(DaskRunner, "extract", reading)
+    cs = capture_set(CAPTURES / "group-stall")
+    analyze(cs, Options(quiet=True, jobs=1), tmp_path / "memory")
+    monkeypatch.setattr(memory, "COST_PER_DB_EXCHANGE", 1 << 30)
+    monkeypatch.setattr(memory, "WATCH_EVERY_S", float("inf"))
+    out = tmp_path / "dask"
+    got = analyze(cs, Options(quiet=True, jobs=2, scheduler="local", memory=bound_above_this_process()), out)
+    assert any(INSTEAD in w for w in got.warnings)
+    assert len(read) == 2 and read[0] is None and read[1].parent == out.absolute(), read
+    assert len(spill_folders) == 1 and spill_folders[0][0] == read[1] and not read[1].exists()
+    for table in TABLES:
+        assert filecmp.cmp(tmp_path / "memory" / table, out / table, shallow=False), table
