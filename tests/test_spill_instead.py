@@ -14,6 +14,7 @@ above this process's memory; the analysis itself runs as in the field. At the sc
 from __future__ import annotations
 
 import filecmp
+import shutil
 import json
 import subprocess
 import sys
@@ -202,5 +203,42 @@ def test_on_a_local_cluster_the_workers_read_again_into_the_output_folder(tmp_pa
     assert any(INSTEAD in w for w in got.warnings)
     assert len(read) == 2 and read[0] is None and read[1].parent == out.absolute(), read
     assert len(spill_folders) == 1 and spill_folders[0][0] == read[1] and not read[1].exists()
+    for table in TABLES:
+        assert filecmp.cmp(tmp_path / "memory" / table, out / table, shallow=False), table
+
+
+def test_a_lossy_pair_switched_early_is_analysed_in_memory_after_all(tmp_path, monkeypatch):
+    """The early look switches before the counts show the pair lost frames (here: it finds the first, in-memory
+    extraction over the bound, its measured growth counted ten thousand times; the second extraction is looked at
+    as in the field); the partitioned run does not take a lossy pair, so the set is analysed in memory after all,
+    within the bound: both said in summary.json's warnings, the tables the in-memory run's."""
+    import pcapdecomp.analysis as analysis
+
+    folder = tmp_path / "lossy-pair"
+    folder.mkdir()
+    for name in ("app.pcap", "slow.log", "capture.toml"):
+        shutil.copy(CAPTURES / "group-stall" / name, folder / name)
+    lose_frames(CAPTURES / "group-stall" / "db.pcap", folder / "db.pcap", 0.03, 1)
+    reference = analyze(capture_set(folder), Options(quiet=True, jobs=1), tmp_path / "memory")
+    assert any("taken from the other" in w for w in reference.warnings), reference.warnings  # repaired
+    calls = []
+    real = analysis.extract_points
+
+    def first_looked_at_as_over(*args, **named):
+        calls.append(named.get("spill"))
+        with monkeypatch.context() as knobs:
+            if len(calls) == 1:
+                knobs.setattr(memory, "WATCH_EVERY_S", 0.0)
+                knobs.setattr(memory, "PEAK_OVER_EXTRACTION", 1e4)
+            return real(*args, **named)
+
+    monkeypatch.setattr(analysis, "extract_points", first_looked_at_as_over)
+    out = tmp_path / "out"
+    got = analyze(capture_set(folder), Options(quiet=True, jobs=1, memory=bound_above_this_process()), out)
+    assert len(calls) == 2 and calls[0] is None and calls[1] is not None
+    assert any(INSTEAD in w for w in got.warnings)
+    assert any(w.startswith("the partitioned run: frames lost at") and w.endswith("analysed in memory after all")
+               for w in got.warnings), got.warnings
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".pcapdecomp")) == [".pcapdecomp-outputs.json"]
     for table in TABLES:
         assert filecmp.cmp(tmp_path / "memory" / table, out / table, shallow=False), table

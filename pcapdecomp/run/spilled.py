@@ -312,7 +312,10 @@ def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):
         check_partitionable(x.app, x.db, x.proxy, cs.proxy_servers)
         made = _partitioned(run, cs, x, folder, notes.append)
     except NotPartitionable as why:
-        fall_back(run.options.quiet, str(why))
+        if run.options.spill is None:  # partitioned instead (spill_instead), said in a warning: so is the end of it
+            run.note(f"the partitioned run: {why}; analysed in memory after all")
+        else:
+            fall_back(run.options.quiet, str(why))
         if run.memory is not None:  # the bound was checked for the partitioned run: now the in-memory one's
             from ..read.extract import counts_of, span_ns
 
