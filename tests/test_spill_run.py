@@ -335,6 +335,30 @@ def test_the_report_reads_only_its_projection(name, tmp_path):
     assert page(whole[list(spilled.REPORT_COLUMNS)].copy()) == expected  # a column read otherwise: a KeyError
 
 
+def test_the_projection_is_read_mapped_and_let_go(tmp_path):
+    """read_projection reads exchanges.parquet memory-mapped, a column at a time (docs/partitioned.md §22): the
+    frame is the file's columns read whole as analyze holds them, and no mapping of the file is left once read."""
+    import pyarrow.parquet as pq
+
+    from pcapdecomp.core.schema import CATEGORY
+    from pcapdecomp.core.tables import held
+
+    run = cli(*set_args(CAPTURES / "group-stall", slow_log=True), "-q", "-o", str(tmp_path / "out"), "--spill",
+              str(tmp_path / "spill"))
+    assert run.returncode == 0, run.stderr
+    path = tmp_path / "out" / "exchanges.parquet"
+    projection = spilled.read_projection(path, spilled.REPORT_COLUMNS)
+    text = [c.name for c in spilled.EXCHANGES if c.dtype == CATEGORY and c.name in spilled.REPORT_COLUMNS]
+    whole = pq.read_table(path, columns=list(spilled.REPORT_COLUMNS), read_dictionary=text,
+                          use_pandas_metadata=True).to_pandas()
+    expected = pd.DataFrame({name: held(whole[name]) for name in spilled.REPORT_COLUMNS})
+    assert len(projection) > 100
+    pd.testing.assert_frame_equal(projection, expected, check_exact=True)
+    maps = Path("/proc/self/maps")
+    if maps.exists():
+        assert str(path) not in maps.read_text()
+
+
 def test_the_memory_bound_takes_the_partitioned_runs_peak():
     """With --spill the check after the extraction predicts the partitioned run's peak: a capture it analyses
     within the bound is not refused for the in-memory run's need (here 10 M exchanges a point)."""

@@ -78,6 +78,12 @@ REPORT_COLUMNS = ("capture", "conn_index", "conn_id", "client", "server", "comma
                   "net_app_proxy_s", "proxy_s", "proxy_wait_s", "net_proxy_db_s")
 STORED_ROWS = 4096  # rows of a partition in one batch of its stored rows' file (one batch is converted at a time)
 VIEW_ROW_COLUMNS = ("thread_group", "stall", "stall_role", "queue_source")  # what the view sets per row
+# --jobs 1's mmap threshold in _finish (the writer, the summary, the report): the row group's pieces (a partition's
+# slice of some 20,000 rows: 160 KiB an int64 column), the summary's partition read back and the report's arrays
+# are made and freed by the thousand, and from the heap their holes stayed in the run's memory, under what was
+# allocated after them: at 4 × the 10 s read-write pair, 357 MiB at the writer's peak instead of 316 (docs/
+# partitioned.md §22). A fresh mapping costs its page faults: ≈ 5 % more CPU there
+LATE_STAGE_BYTES = 64 << 10
 
 
 def refusal(cs: CaptureSet, csv: bool, partitioned: bool) -> str | None:
@@ -556,11 +562,14 @@ def read_projection(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
 
     text = {c.name for c in EXCHANGES if c.dtype == CATEGORY}
     # a column at a time, each Arrow column let go once it is pandas': the projection is held once, beside one
-    # column's Arrow form (the whole file read at once held both)
+    # column's Arrow form (the whole file read at once held both); the file memory-mapped, its mapping let go with
+    # each column: the column chunks' bytes are read from the mapped pages, not into buffers of the heap whose
+    # holes stayed in the run's memory under the columns kept (at 362,248 rows, 104 MiB held for 72 of columns;
+    # mapped, 74: docs/partitioned.md §22)
     table = None
     for name in columns:
-        column = pq.ParquetFile(path, read_dictionary=[name] if name in text else None).read(
-            columns=[name], use_pandas_metadata=True).to_pandas(self_destruct=True)[name]
+        with pq.ParquetFile(path, read_dictionary=[name] if name in text else None, memory_map=True) as file:
+            column = file.read(columns=[name], use_pandas_metadata=True).to_pandas(self_destruct=True)[name]
         column = held(column)
         if table is None:
             table = column.to_frame()
@@ -576,12 +585,27 @@ def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[Sorted
     """exchanges.parquet (the merge), groups.parquet, pool.parquet, summary.json from the stored partitions
     (summary_from_runs), then report.html from the projection read back (REPORT_COLUMNS); committed as one set
     (run.session.Run.finish's, one after the other). `runs` is emptied once the summary is made (their keys and
-    read buffers are not held through the report)."""
+    read buffers are not held through the report). With --jobs 1 (run.lean) every block of LATE_STAGE_BYTES and
+    more is a mapping of its own while it runs (core.memory.map_big_blocks)."""
+    from ..pair.pairing import AFTER_THE_REPAIR_BYTES
+
+    if run.lean:  # the late stage's transients in mappings of their own, given back as they are freed
+        map_big_blocks(LATE_STAGE_BYTES)
+    try:
+        return _finished(run, cs, x, paired, server, runs, categories, members)
+    finally:
+        if run.lean:
+            map_big_blocks(AFTER_THE_REPAIR_BYTES)
+
+
+def _finished(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[SortedRun], categories: dict[str, list],
+              members: tuple):
     from ..explain.servers import Explained, server_tables, summary_of
     from ..render.report import render_page, write_page
     from .session import AnalysisResult, _write_summary
 
     out = run.folder.staging
+    release_memory()  # what the view and the passes left in the heap, back before the writer's row groups
     write_merged(runs, out / "exchanges.parquet", categories)
     release_memory()
     groups, pool = server_tables([server])
