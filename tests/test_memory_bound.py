@@ -272,3 +272,24 @@ def test_a_bound_beyond_what_the_machine_has_is_said_not_silently_taken(tmp_path
     assert [w for w in warnings if w.startswith("--memory 100000T: more than the ")], warnings
     fits = run("analyze", str(HOGS), "--memory", "1G", "-o", str(tmp_path / "fits"))
     assert fits.returncode == 0 and "--memory 1G: more than" not in fits.stderr, fits.stderr
+
+
+def test_a_spilled_extraction_is_not_extrapolated(tmp_path, monkeypatch):
+    """The look during a spilled extraction (--spill, or partitioned instead) holds what it holds now against the
+    bound, without extrapolating it to the whole capture: its rows go to the spill, and what it holds does not grow
+    with the bytes read (a spilled pair was refused at 2.2 times its count). Here any extrapolation is over the bound
+    (its margin 0, from the first byte), and what is held never is: the in-memory extraction is refused, the spilled
+    one is not."""
+    monkeypatch.setattr(memory, "WATCH_EVERY_S", 0.0)
+    monkeypatch.setattr(memory, "EXTRAPOLATE_AFTER", 0.0)
+    monkeypatch.setattr(memory, "EXTRAPOLATION_MARGIN", 0.0)
+    cs = capture_set(HOGS)
+
+    def bound() -> memory.MemoryBound:
+        return memory.MemoryBound(memory.own_rss() + (1 << 30), "the test's bound", 1)
+
+    with pytest.raises(MemoryBoundError) as refused:
+        extract_points(cs, 1, True, 1 << 20, lambda _: None, memory=bound())
+    assert "stopped early" in str(refused.value)
+    extracted = extract_points(cs, 1, True, 1 << 20, lambda _: None, memory=bound(), spill=tmp_path / "spill")
+    assert counts_of(extracted).db_exchanges > 1000

@@ -28,6 +28,7 @@ import pandas as pd
 import pytest
 
 from pcapdecomp.analysis import capture_set
+from pcapdecomp.explain.partitioned import TARGET_ROWS
 from pcapdecomp.run import spilled
 
 from partitioning import CAPTURES, PAIRS, PROXY_SETS, RECORDED, REPO
@@ -180,7 +181,7 @@ def test_a_recording(recording, db_alone, tmp_path):
     if not db_alone:
         args += ["--app", str(recording / "app.pcap")]
     summary = assert_partitioned(args, tmp_path)
-    assert summary["exchanges"]["total"] > 100_000
+    assert summary["exchanges"]["total"] > TARGET_ROWS  # more than one partition (a recording's size varies)
 
 
 @pytest.mark.parametrize("db_alone", [True, False], ids=["db", "pair"])
@@ -195,7 +196,7 @@ def test_the_read_write_recording_with_its_slow_log(db_alone, tmp_path):
     if not db_alone:
         args += ["--app", str(recording / "app.pcap")]
     summary = assert_partitioned(args, tmp_path)
-    assert summary["exchanges"]["total"] > 100_000 and summary["slow_log"]["matched"] > 0
+    assert summary["exchanges"]["total"] > TARGET_ROWS and summary["slow_log"]["matched"] > 0
 
 
 OLTP_WINDOW = ["--since", "2026-11-23T20:20:33Z", "--until", "2026-11-23T20:20:34.2Z"]  # oltp-prepared's 2nd stall

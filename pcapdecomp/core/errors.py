@@ -44,11 +44,12 @@ class PartitionedInstead(MemoryBoundError):
     """The in-memory analysis of a set the partitioned run takes would pass its bound, and the partitioned run would
     not (its predicted peak is within the bound) or may not (counted before the captures are read whole): `analyze`
     without --spill runs partitioned instead (run.spilled.spill_instead), or, with --in-memory, refuses with this
-    message. `over`: what the in-memory run would need against the bound, in words (the warning's first part)."""
+    message. `over`: what the in-memory run would need against the bound, in words (the warning's first part);
+    `keep`: the --memory that would keep it in memory (as the refusal suggests it)."""
 
-    def __init__(self, message: str, over: str):
+    def __init__(self, message: str, over: str, keep: str):
         super().__init__(message)
-        self.over = over
+        self.over, self.keep = over, keep
 
 
 class OutputError(PcapdecompError):

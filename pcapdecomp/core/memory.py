@@ -396,7 +396,7 @@ class MemoryBound:
 
     def watching(self, progress: Callable[[int, int, int], None] | None,
                  window_share: Callable[[], float | None] | None = None,
-                 spill_hint: bool = False) -> Callable[[int, int, int], None]:
+                 spill_hint: bool = False, spilled: bool = False) -> Callable[[int, int, int], None]:
         """The extraction's progress callback (`progress`, None when quiet) with the check of the memory the
         extraction's processes hold so far: now and then (WATCH_EVERY_S) their growth since the start (Pss of the
         process tree), times PEAK_OVER_EXTRACTION, as the least peak it leads to; refused when that is above the
@@ -406,7 +406,10 @@ class MemoryBound:
         open end): the rows held grow with it, not with the bytes read, so the extrapolation is to the window's
         end (by the bytes, a window at the capture's start would be extrapolated as if every byte after it held
         rows, and one at its end would look empty until it is read). `spill_hint`: as check's (the partitioned run
-        named, without a number: the counts are not known yet)."""
+        named, without a number: the counts are not known yet). `spilled`: the extraction writes its rows to the
+        spill (read/spill.py) and holds its batches and connections' state, which do not grow with the bytes read:
+        no extrapolation, only what it holds now against the bound (the partitioned run's peak, later, is checked on
+        its counts; extrapolated, a spilled read-write pair was refused at 2.2 times its count)."""
         if self.limit is None:
             return progress
         limit, start, clock = self.limit, tree_memory(), time.monotonic
@@ -425,7 +428,7 @@ class MemoryBound:
             share = of_window if of_window is not None else done / total if total else 0.0
             now = self.start + COST_FIXED + grown * PEAK_OVER_EXTRACTION
             whole = self.start + COST_FIXED + grown / share * PEAK_OVER_EXTRACTION if share else now
-            if now > limit or (share >= EXTRAPOLATE_AFTER and whole > limit * EXTRAPOLATION_MARGIN):
+            if now > limit or (not spilled and share >= EXTRAPOLATE_AFTER and whole > limit * EXTRAPOLATION_MARGIN):
                 need = int(max(now, whole))
                 fits = (limit - self.start - COST_FIXED) / max(need - self.start - COST_FIXED, 1)
                 self._refuse(f"this analysis would need at least about {size_text(need, limit)} of memory for about "
@@ -468,7 +471,7 @@ class MemoryBound:
         message = (f"{over}; {'stopped early, ' if stopped_early else ''}nothing written. Give it more with --memory "
                    f"({more}){window_text}")
         if spill_named or (spill is not None and spill <= self.limit):  # the partitioned run fits, or may
-            raise PartitionedInstead(message, over)
+            raise PartitionedInstead(message, over, _round_up_text(need_bytes))
         raise MemoryBoundError(message)
 
 

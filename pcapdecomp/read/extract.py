@@ -266,7 +266,8 @@ def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, n
     else:
         label = read[0].name if len(read) == 1 else f"{len(read)} captures"
         with progress_bar(quiet, label) as update:
-            step = update if memory is None else memory.watching(update, window_share if window else None, spill_hint)
+            step = update if memory is None else memory.watching(update, window_share if window else None, spill_hint,
+                                                                 spilled=spill is not None)
             extractions = extract_all(list(read), endpoints, max_sql_bytes, jobs, step, tls_secrets=tls_secrets,
                                       spill=spill, window=window)
     qualities = [x.quality() for x in extractions]

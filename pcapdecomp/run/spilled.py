@@ -279,14 +279,15 @@ def spill_instead(run, cs: CaptureSet, over: PartitionedInstead, noted: int) -> 
     if free < needed:
         raise MemoryBoundError(f"{over.over}, and partitioned it would need about {size_text(needed)} free in the "
                                f"output folder {run.out} ({SPILL_SHARE:.0%} of the captures' size), which has "
-                               f"{size_text(free)}; nothing written. Give it more with --memory, or analyse it "
-                               "partitioned with --spill DIR on a disk with room")
+                               f"{size_text(free)}; nothing written. Give it more with --memory (e.g. --memory "
+                               f"{over.keep}), or analyse it partitioned with --spill DIR on a disk with room")
     release_memory()  # the in-memory extraction's arrays, before the captures are read again
     del run.warnings[noted:]
     folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}")
     run.note(f"in memory, {over.over}: analysed partitioned instead, as with --spill (the same files, for about 2 "
-             f"to 5 times the CPU), its partitions in a folder of {run.out} removed at the end (docs/scale.md; "
-             "--spill DIR puts them elsewhere, --in-memory refuses instead)")
+             f"to 5 times the CPU; --memory {over.keep} would keep it in memory), its partitions in a folder of "
+             f"{run.out} removed at the end (docs/scale.md; --spill DIR puts them elsewhere, --in-memory refuses "
+             "instead)")
     return _taken(run, folder)
 
 
