@@ -13,8 +13,7 @@ from .pair.pairing import pair_points
 from .read.captureset import CaptureSet, capture_set
 from .read.extract import extract_points
 from .run.session import AnalysisResult, Options, Run
-from .core.errors import PartitionedInstead
-from .run.spilled import analyze_spilled, refusal, spill_folder, spill_instead
+from .run.spilled import PartitionedInstead, analyze_spilled, refusal, spill_folder, spill_instead
 
 __all__ = ["AnalysisResult", "CaptureSet", "Options", "analyze", "capture_set"]
 
