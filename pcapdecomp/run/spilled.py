@@ -120,7 +120,7 @@ class SpillFolder:
 
     def __init__(self, parent: Path, captures_size: int = 0, prefix: str = "pcapdecomp-spill-",
                  named: str | None = None):
-        self.parent, self.needed = Path(parent), int(captures_size * SPILL_SHARE)
+        self.parent, self.needed = Path(parent), _room_needed(captures_size)
         self.named = named if named is not None else f"--spill {parent}"  # DIR as the messages name it
         if self.parent.is_file():
             raise UsageError(f"{self.named}: is a file, not a folder")
@@ -149,11 +149,22 @@ class SpillFolder:
     def _full(self) -> bool:
         """DIR's device is the one that ran out (the output folder's may be another), measured before the run's
         files in it are removed."""
-        try:
-            st = os.statvfs(self.path)
-        except OSError:
-            return False
-        return st.f_bavail * st.f_frsize < _FULL_SLACK
+        free = _free_bytes(self.path)
+        return free is not None and free < _FULL_SLACK
+
+
+def _room_needed(captures_size: int) -> int:
+    """The room the partitioned run's folder takes at its peak for captures of `captures_size` bytes."""
+    return int(captures_size * SPILL_SHARE)
+
+
+def _free_bytes(path: Path) -> int | None:
+    """The bytes an unprivileged writer may still take on `path`'s device; None when it cannot be asked."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 class _StoredPartition(StoredRows):
@@ -271,11 +282,7 @@ def spill_instead(run, cs: CaptureSet, over: PartitionedInstead, noted: int) -> 
     again, and say them again). Refused (MemoryBoundError: one line, exit 2) when the output folder's device has less
     room than the partitioned run needs: the user then chooses --spill DIR elsewhere, or more memory."""
     size = _captures_size(cs)
-    needed = int(size * SPILL_SHARE)
-    try:
-        free = shutil.disk_usage(run.out).free
-    except OSError:
-        free = 0
+    needed, free = _room_needed(size), _free_bytes(run.out) or 0
     if free < needed:
         raise MemoryBoundError(f"{over.over}, and partitioned it would need about {size_text(needed)} free in the "
                                f"output folder {run.out} ({SPILL_SHARE:.0%} of the captures' size), which has "
