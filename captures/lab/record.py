@@ -351,12 +351,14 @@ def record(scenario: str, out_dir: Path | str | None = None, duration_s: float |
             for each in servers.values():
                 each.start_recording()
             dumps: dict[str, Tcpdump] = {}
+            immediate = not spec.block_capture
 
             def start_captures() -> None:
                 # with two links the app host is captured on both at once (-i any): one capture point
                 dumps["app"] = stack.enter_context(Tcpdump(hosts.app, workdir / "app.pcap", rotate_mb=rotate,
-                                                           interface="any" if second else None))
-                dumps["db"] = stack.enter_context(Tcpdump(hosts.db, workdir / "db.pcap", rotate_mb=rotate))
+                                                           interface="any" if second else None, immediate=immediate))
+                dumps["db"] = stack.enter_context(Tcpdump(hosts.db, workdir / "db.pcap", rotate_mb=rotate,
+                                                          immediate=immediate))
                 if second:
                     dumps["db2"] = stack.enter_context(Tcpdump(hosts.db2, workdir / "db2.pcap", rotate_mb=rotate))
                 if proxy is not None and spec.proxy != "relay":  # the relay's hold is network between the points
