@@ -116,3 +116,23 @@ def test_the_stored_partition_leaves_no_pickle(bundled_analysis, tmp_path):
     assert set(described) == {c for c, t in table.dtypes.items() if isinstance(t, pd.CategoricalDtype)}
     assert_same(part.rows(0, len(table)), table)
     assert_same(part.take([0, 5, len(table) - 1]), table.take([0, 5, len(table) - 1]).reset_index(drop=True))
+
+
+def test_a_table_of_chunked_columns_reads_back_exactly(bundled_analysis, tmp_path):
+    """A table pandas concatenated (the partitioned run's side of several points: explain.partitioned._Points.
+    table) holds Arrow text in several chunks; its batches are still batch_rows rows each, and every row reads
+    back. Before, write_table also cut at the chunks' edges: short batches, and rows() read too few rows."""
+    table = with_declared_dtypes(bundled_analysis("group-stall").held_exchanges, spilled.EXCHANGES)
+    half = len(table) // 2
+    joined = pd.concat([table.iloc[:half], table.iloc[half:]], ignore_index=True)
+    arrow = pa.Table.from_pandas(joined, preserve_index=False)
+    assert any(column.num_chunks > 1 for column in arrow.columns), "no column of the concatenation is chunked"
+    stored = FrameFile(tmp_path / "chunked.arrow", joined, 7)
+    n = len(joined)
+    with ipc.open_file(str(tmp_path / "chunked.arrow")) as reader:
+        sizes = [reader.get_batch(k).num_rows for k in range(reader.num_record_batches)]
+    assert sizes == [7] * (n // 7) + ([n % 7] if n % 7 else [])
+    assert_same(stored.rows(0, n), joined)
+    assert_same(FrameFile.read(tmp_path / "chunked.arrow"), joined)
+    for first, end in ((0, 1), (half - 3, half + 4), (n - 8, n)):
+        assert_same(stored.rows(first, end), joined.iloc[first:end].reset_index(drop=True))

@@ -533,3 +533,63 @@ def test_the_summary_from_runs_across_partitions(name, tmp_path, monkeypatch):
     if name == "group-stall":  # victims grouped under their stalls, with culprits
         assert made[0][1] and summary["hidden_slow"]["count"] > 0
         assert any(s["stall"] is not None and s["culprits"] for s in summary["hidden_slow"]["by_stall"])
+
+
+def app_hosts(app: Path, tmp: Path) -> list[Path]:
+    """The app capture cut in two by connection (its client port's bit 1: Linux gives connect() even ports), as
+    two app hosts would each capture their own connections: two app points of one DB point."""
+    from pcaptools import rewrite, tcp_ports
+
+    def of_host(host: int):
+        def keep(packet: bytes) -> bool:
+            ports = tcp_ports(packet)
+            client = ports[0] if ports is not None and ports[1] == 3306 else ports[1] if ports is not None else 0
+            return (client >> 1) & 1 == host
+        return keep
+
+    hosts = []
+    for host in (0, 1):
+        hosts.append(tmp / f"app{host}.pcap")
+        assert rewrite(app, hosts[-1], keep_packet=of_host(host)) > 0  # each host has connections of its own
+    return hosts
+
+
+@pytest.mark.parametrize("name", ["group-stall", "oltp-prepared", "connection-storm"])
+def test_several_app_points(name, tmp_path, monkeypatch):
+    """Two app points of one DB point (the app capture cut in two by connection), the partitions cut for 40 rows:
+    every row on its own app point's clock, the files those of the in-memory run. Before, several app points were
+    refused (analysed in memory), and a partition of rows from two points read back short of rows (core.framefile:
+    batches cut at the concatenation's chunk edges)."""
+    from pcapdecomp.analysis import Options, analyze
+    from pcapdecomp.explain.partitioned import PairedPartitions
+
+    base = capture_set(CAPTURES / name)
+    cs = capture_set(app=app_hosts(CAPTURES / name / "app.pcap", tmp_path), db=CAPTURES / name / "db.pcap",
+                     long_query_time=base.long_query_time, thread_pool_size=base.thread_pool_size)
+    analyze(cs, Options(quiet=True, jobs=1), tmp_path / "memory")
+    monkeypatch.setitem(PairedPartitions.__init__.__kwdefaults__, "target_rows", 40)
+    made = []
+    summary_from_runs = spilled.summary_from_runs
+    monkeypatch.setattr(spilled, "summary_from_runs",
+                        lambda runs, *rest: made.append(len(runs)) or summary_from_runs(runs, *rest))
+    analyze(cs, Options(quiet=True, jobs=1, spill=tmp_path / "spill"), tmp_path / "spilled")
+    assert made and made[0] >= 3, made  # partitioned, in several partitions
+    for file in TABLES:
+        assert filecmp.cmp(tmp_path / "memory" / file, tmp_path / "spilled" / file, shallow=False), file
+    summary = json.loads((tmp_path / "spilled" / "summary.json").read_text())
+    assert sorted(Path(c).name for c in summary["clocks"]) == ["app0.pcap", "app1.pcap"]  # a clock per app point
+    table = pd.read_parquet(tmp_path / "spilled" / "exchanges.parquet", columns=["capture", "seen"])
+    assert {Path(c).name for c in table.loc[table["seen"] != "db", "capture"]} == {"app0.pcap", "app1.pcap"}
+
+
+@pytest.mark.parametrize("recording", RECORDED[:1], ids=lambda p: p.name)
+def test_several_app_points_of_a_recording(recording, tmp_path):
+    """The read-write recording's app capture cut in two hosts, with its slow log, by the command line: partitioned
+    (no fallback line), the in-memory run's files."""
+    if not (recording / "db.pcap").exists():
+        pytest.skip(f"{recording} not recorded on this machine (benchmarks/bench.py records it)")
+    hosts = app_hosts(recording / "app.pcap", tmp_path)
+    args = ["--db", str(recording / "db.pcap"), "--slow-log", str(recording / "slow.log"),
+            *[a for host in hosts for a in ("--app", str(host))]]
+    _, partitioned = both_ways(args, tmp_path)
+    assert "--spill:" not in partitioned.stderr

@@ -56,8 +56,14 @@ class FrameFile:
             if isinstance(dtype, np.dtype) and dtype.kind == "f":
                 arrow = arrow.set_column(i, schema.field(i), pa.array(codes[name].to_numpy(), type=schema.types[i]))
         del codes
+        # batch k must hold rows k × batch_rows … (rows() finds a row's batch by division): written a slice at a
+        # time, each slice's chunks combined. write_table(max_chunksize=) also cuts at the table's own chunk
+        # edges, and a column pandas concatenated (Arrow text of two app points' tables) has some: batches came
+        # out shorter, and rows() read the wrong rows and too few of them (a partition of 47,831 rows read back
+        # as 34,407)
         with pa.OSFile(str(self.path), "wb") as sink, ipc.new_file(sink, schema) as writer:
-            writer.write_table(arrow, max_chunksize=batch_rows)
+            for first in range(0, self.n, batch_rows):
+                writer.write_batch(arrow.slice(first, batch_rows).combine_chunks().to_batches()[0])
         self._opened()
 
     @classmethod

@@ -23,7 +23,8 @@ first pass over the rows: the partitions are cut from the buckets' row counts.
 
 Not partitionable (`NotPartitionable`, for the later step 7 to fall back to the in-memory path): a set without a
 DB point, an app point with several DB points, a proxy, a point with frames lost (the loss repair would re-read
-its connections), an extraction that did not spill."""
+its connections), an extraction that did not spill. Several app points of one DB point are taken: a side's table is its points'
+rows in order (`_Points.table`), each row keyed by its point, on its app point's clock (§23)."""
 
 from __future__ import annotations
 
@@ -76,8 +77,6 @@ def check_partitionable(app: list[Extraction], db: list[Extraction], proxy: list
         raise NotPartitionable(f"{len(db)} DB points: each row's clock is its pair of points (not partitioned yet)")
     if proxy or proxy_servers:
         raise NotPartitionable("a proxy: its two sides are different TCP connections, paired across connections")
-    if len(app) > 1:
-        raise NotPartitionable(f"{len(app)} app points (not partitioned yet)")
     # the loss repair borrows a lossy point's bytes from the other point (pair.pairing.pair_points): DB points
     # alone have none to borrow from and are analysed with their holes, in memory as here
     lossy = [x.capture for x in (*app, *db) if x.holes] if app else []

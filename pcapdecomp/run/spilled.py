@@ -95,8 +95,6 @@ def refusal(cs: CaptureSet, csv: bool, partitioned: bool) -> str | None:
         return "no DB capture: the partitioned run reads a DB point, alone or paired with an app point"
     if len(cs.of("db")) > 1:
         return f"{len(cs.of('db'))} DB points: the thread-pool view per server is not partitioned yet"
-    if len(cs.of("app")) > 1:
-        return f"{len(cs.of('app'))} app points: not partitioned yet"
     if csv or partitioned:
         return f"{'--csv' if csv else '--partitioned'} writes the whole table at once"
     return None
