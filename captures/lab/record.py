@@ -458,9 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-install", action="store_true", help="do not apt-get/pip install missing tools")
     parser.add_argument("--rotate-mb", type=int, help="tcpdump rotates its files every N million bytes (-C N)")
     parser.add_argument("--rate", type=int, metavar="TPS",
-                        help="sysbench scenarios: at most TPS transactions a second (sysbench --rate). At full speed "
-                             "on 2 cores sysbench, the server and two tcpdumps compete, and tcpdump drops frames: a "
-                             "lossy recording the partitioned run (--spill) does not take")
+                        help="sysbench scenarios: at most TPS transactions a second (sysbench --rate), for a "
+                             "workload of a given rate (their tcpdumps keep up at full speed: they capture in blocks, "
+                             "scenarios.block_capture)")
     args = parser.parse_args(argv)
     if args.rate is not None and (args.rate <= 0 or not args.scenario.startswith("sysbench")):
         parser.error("--rate takes a positive number, for the sysbench scenarios")
