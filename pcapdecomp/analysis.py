@@ -13,7 +13,8 @@ from .pair.pairing import pair_points
 from .read.captureset import CaptureSet, capture_set
 from .read.extract import extract_points
 from .run.session import AnalysisResult, Options, Run
-from .run.spilled import PartitionedInstead, analyze_spilled, refusal, spill_folder, spill_instead
+from .run.spilled import (PartitionedInstead, analyze_spilled, in_memory_fits, refusal, spill_first, spill_folder,
+                          spill_instead)
 
 __all__ = ["AnalysisResult", "CaptureSet", "Options", "analyze", "capture_set"]
 
@@ -28,11 +29,14 @@ def analyze(cs: CaptureSet | Path, options: Options = Options(), out: Path | Non
         spill = over = None
         if o.spill is not None:  # --spill: the run's folder in DIR, None when the set is analysed in memory (said)
             spill = spill_folder(run, cs)
+        # --scheduler with a bound: the workers spill what they read, the bound asked before a table comes here
+        first = spill_first(run, cs) if o.spill is None else None
         # spilled, the captures are read on a --scheduler's workers when they share the spill folder, else here
         noted = len(run.warnings)
         try:
             extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note,
-                                       run.runner if spill is None else run.spill_runner, run.memory, spill=spill,
+                                       run.runner if spill is None and first is None else run.spill_runner,
+                                       run.memory if first is None else None, spill=spill or first,
                                        spill_hint=o.spill is None and refusal(cs, o.csv, o.partitioned) is None)
         except PartitionedInstead as err:  # too big for the bound in memory, not partitioned: unless --in-memory,
             if o.in_memory:  # read again into partitions (its traceback, and what the extraction held, let go)
@@ -42,6 +46,8 @@ def analyze(cs: CaptureSet | Path, options: Options = Options(), out: Path | Non
             spill = spill_instead(run, cs, over, noted)
             extracted = extract_points(cs, run.jobs, o.quiet, o.max_sql_bytes, run.note, run.spill_runner,
                                        run.memory, spill=spill)
+        elif first is not None and not in_memory_fits(run, cs, extracted):
+            spill = first
         if spill is not None:  # the partitioned run (None: not partitionable after all, said: in memory)
             done = analyze_spilled(run, cs, extracted, spill)
             if done is not None:

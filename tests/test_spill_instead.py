@@ -3,8 +3,9 @@ capture size"): when the partitioned run takes the set and fits the bound (core.
 the run is partitioned instead, its partitions in a folder of the output folder that is gone when the run ends, said
 in one warning, and its files are the in-memory run's; --in-memory refuses instead (exit 2, nothing written); an
 output folder without room for the partitions, a set the partitioned run does not take (a proxy) and a partitioned
-run that does not fit either are refusals, nothing written. On a LocalCluster the workers read the captures again
-into the output folder's partitions.
+run that does not fit either are refusals, nothing written. On a LocalCluster with a bound the workers read the
+captures once, into the output folder's partitions, before the bound is asked (run.spilled.spill_first): then
+partitioned, or read back into memory.
 
 A bundled capture is far below any machine's memory, so the in-memory run's cost per exchange at the DB is raised
 here (core.memory.COST_PER_DB_EXCHANGE: the bound's model, not the analysis) until the set is over a bound of 1 GiB
@@ -180,10 +181,9 @@ def test_in_memory_with_spill_is_a_user_mistake(tmp_path):
     assert "--in-memory and --spill" in done.stderr and not (tmp_path / "out").exists()
 
 
-def test_on_a_local_cluster_the_workers_read_again_into_the_output_folder(tmp_path, spill_folders, monkeypatch):
-    """With --scheduler local (2 worker processes): the first extraction runs on the workers and comes back whole,
-    the check on its counts switches, and the workers read the captures again into the partitions' folder in the
-    output folder; the tables are the in-memory run's."""
+@pytest.fixture
+def dask_reads(monkeypatch):
+    """The spill folder of each extraction on the Dask workers (DaskRunner.extract's; None: in memory)."""
     from pcapdecomp.run.cluster import DaskRunner
 
     read: list = []
@@ -194,17 +194,49 @@ def test_on_a_local_cluster_the_workers_read_again_into_the_output_folder(tmp_pa
         return real_extract(self, points, *given, spill=spill, **named)
 
     monkeypatch.setattr(DaskRunner, "extract", reading)
+    return read
+
+
+def test_on_a_local_cluster_the_workers_spill_first_and_it_is_partitioned(tmp_path, spill_folders, monkeypatch,
+                                                                       dask_reads):
+    """With --scheduler local (2 worker processes) and a bound: the workers read the captures once, into the
+    partitions' folder in the output folder (spill_first: no table comes back whole before the bound is asked), the
+    check on their counts finds the in-memory run over the bound, and the run is partitioned from that one read; the
+    tables are the in-memory run's. Before, the workers' tables came back whole first, then the captures were read
+    again."""
     cs = capture_set(CAPTURES / "group-stall")
     analyze(cs, Options(quiet=True, jobs=1), tmp_path / "memory")
     monkeypatch.setattr(memory, "COST_PER_DB_EXCHANGE", 1 << 30)
     monkeypatch.setattr(memory, "WATCH_EVERY_S", float("inf"))
+    monkeypatch.setattr(spilled, "IN_MEMORY_PER_CAPTURE_BYTE", float(1 << 20))  # not surely in memory
     out = tmp_path / "dask"
     got = analyze(cs, Options(quiet=True, jobs=2, scheduler="local", memory=bound_above_this_process()), out)
-    assert any(INSTEAD in w for w in got.warnings)
-    assert len(read) == 2 and read[0] is None and read[1].parent == out.absolute(), read
-    assert len(spill_folders) == 1 and spill_folders[0][0] == read[1] and not read[1].exists()
+    assert sum(INSTEAD in w for w in got.warnings) == 1, got.warnings
+    assert len(dask_reads) == 1 and dask_reads[0].parent == out.absolute(), dask_reads
+    assert dask_reads[0].name.startswith(spilled.INSTEAD_PREFIX)
+    assert len(spill_folders) == 1 and spill_folders[0][0] == dask_reads[0] and not dask_reads[0].exists()
     for table in TABLES:
         assert filecmp.cmp(tmp_path / "memory" / table, out / table, shallow=False), table
+
+
+def test_on_a_local_cluster_a_set_that_fits_is_read_back_into_memory(tmp_path, spill_folders, dask_reads,
+                                                                     monkeypatch):
+    """The same with a bound the in-memory run fits: the workers' one spilled read is read back here and analysed in
+    memory (not partitioned, no warning about it), the folder gone at the end, the tables those of --scheduler on
+    captures that surely fit (read in memory on the workers), and summary.json too."""
+    cs = capture_set(CAPTURES / "group-stall")
+    plain = analyze(cs, Options(quiet=True, jobs=2, scheduler="local", memory=bound_above_this_process()),
+                    tmp_path / "plain")
+    assert dask_reads == [None]  # surely fits: read in memory on the workers, as before
+    monkeypatch.setattr(spilled, "IN_MEMORY_PER_CAPTURE_BYTE", float(1 << 20))  # not surely in memory
+    out = tmp_path / "dask"
+    got = analyze(cs, Options(quiet=True, jobs=2, scheduler="local", memory=bound_above_this_process()), out)
+    assert not any(INSTEAD in w for w in got.warnings) and got.warnings == plain.warnings
+    assert len(dask_reads) == 2 and dask_reads[1].parent == out.absolute() and not dask_reads[1].exists()
+    assert spill_folders == []  # not the partitioned run
+    for table in (*TABLES, "summary.json"):
+        assert filecmp.cmp(tmp_path / "plain" / table, out / table, shallow=False), table
+    assert [p.name for p in out.iterdir() if p.name.startswith(".pcapdecomp-partial")] == []
 
 
 def test_a_lossy_pair_switched_early_is_analysed_in_memory_after_all(tmp_path, monkeypatch):
@@ -243,3 +275,18 @@ def test_a_lossy_pair_switched_early_is_analysed_in_memory_after_all(tmp_path, m
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".pcapdecomp")) == [".pcapdecomp-outputs.json"]
     for table in TABLES:
         assert filecmp.cmp(tmp_path / "memory" / table, out / table, shallow=False), table
+
+
+def test_a_local_clusters_processes_are_counted_in_the_bounds_start(tmp_path):
+    """--scheduler local starts a scheduler and worker processes under this one, which stay for the run: the bound is
+    the process tree's, so they are counted in the start every prediction adds to (before, a run predicted within
+    --memory 700M peaked at 807 MiB of the tree on the 40 s read-write pair)."""
+    from pcapdecomp.run.session import Run
+
+    cs = capture_set(CAPTURES / "group-stall")
+    own = memory.own_rss()
+    with Run(cs, Options(quiet=True, jobs=2, scheduler="local"), tmp_path / "out") as run:
+        assert run.runner.cluster is not None
+        tree = memory.tree_memory()
+        assert tree > own + (32 << 20)  # the cluster's processes hold memory of their own
+        assert run.memory.start >= 0.8 * tree, (run.memory.start >> 20, tree >> 20)

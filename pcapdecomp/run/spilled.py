@@ -289,11 +289,65 @@ def spill_instead(run, cs: CaptureSet, over: PartitionedInstead, noted: int) -> 
     release_memory()  # the in-memory extraction's arrays, before the captures are read again
     del run.warnings[noted:]
     folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}")
+    _say_instead(run, over)
+    return _taken(run, folder)
+
+
+def _say_instead(run, over: PartitionedInstead) -> None:
+    """The one warning of a run partitioned because it would pass the bound in memory."""
     run.note(f"in memory, {over.over}: analysed partitioned instead, as with --spill (the same files, for about 2 "
              f"to 5 times the CPU; --memory {over.keep} would keep it in memory), its partitions in a folder of "
              f"{run.out} removed at the end (docs/scale.md; --spill DIR puts them elsewhere, --in-memory refuses "
              "instead)")
-    return _taken(run, folder)
+
+
+# spill_first's "surely fits": the in-memory run's peak per byte of all the set's capture files, above what was
+# measured (0.5 for the 10 s read-write pair's 609 MB, 0.8–1.5 for read-only pairs of 0.3–2.3 GB: small packets hold
+# more exchanges a byte; docs/scale.md)
+IN_MEMORY_PER_CAPTURE_BYTE = 2.0
+
+
+def spill_first(run, cs: CaptureSet) -> Path | None:
+    """With --scheduler and a memory bound, without --spill or --in-memory: the folder in the output folder the Dask
+    workers spill the captures' rows into as they read them (the same hidden folder as spill_instead's), so that no
+    table comes back whole to this machine before the bound is asked (in memory, the workers' tables all came back
+    here before the counts were known: 602 MiB under --memory 450M, then read again partitioned). `in_memory_fits`
+    then decides: in memory, the tables read back from the folder, or partitioned. None (the captures read in
+    memory, as before) without a scheduler or a bound, for a set the partitioned run does not take, or when the
+    output folder's device lacks the room, or when a worker cannot see the folder (then read on the workers in
+    memory: a folder of this machine they do not share)."""
+    o = run.options
+    if run.runner is None or run.memory is None or run.memory.limit is None or o.in_memory:
+        return None
+    if refusal(cs, o.csv, o.partitioned) is not None:
+        return None
+    size = _captures_size(cs)
+    if size * IN_MEMORY_PER_CAPTURE_BYTE <= run.memory.limit - run.memory.start:
+        return None  # surely fits in memory: read in memory on the workers, as without a bound
+    if (_free_bytes(run.out) or 0) < _room_needed(size):
+        return None
+    folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}")
+    run.within(folder)
+    run.at_exit(run.runner.close)  # its workers' tasks write in the folder: ended before it goes
+    if run.runner.blind_to(folder.path) is not None:
+        return None  # (the folder goes at the end, with the run)
+    run.spill_runner = run.runner
+    return folder.path
+
+
+def in_memory_fits(run, cs: CaptureSet, x: Extracted) -> bool:
+    """After spill_first's extraction: whether the in-memory run fits the bound (then analysed in memory, its tables
+    read back from the folder, as a --spill run of a set the partitioned run does not take); if not, partitioned,
+    said in the one warning of spill_instead; when neither fits, refused (MemoryBoundError) as in memory."""
+    from ..read.extract import counts_of, span_ns
+
+    try:
+        run.memory.check(counts_of(x), span_ns(x.all, cs.window), window=cs.window, spill_hint=True)
+    except PartitionedInstead as over:
+        run.memory.check(counts_of(x), span_ns(x.all, cs.window), window=cs.window, partitioned=True)
+        _say_instead(run, over)
+        return False
+    return True
 
 
 def _taken(run, folder: SpillFolder) -> Path:
