@@ -410,7 +410,7 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     matched_rows = first.matched > 0
     categories = output_categories(_side_categories(app), _side_categories(db),
                                    {**{k: sorted(v) for k, v in present.items()}, "stall_role": []},
-                                   db_only_rows=first.db_only > 0, matched_rows=matched_rows,
+                                   db_rows=db_rows > 0, db_only_rows=first.db_only > 0, matched_rows=matched_rows,
                                    statements_from_db=paired_runs.statements_from_db,
                                    texts_from_log=texts_from_log)
 
