@@ -119,9 +119,12 @@ class SpillFolder:
     read; a DIR that fills up during the run is one too (`with`: OutputError, how much room it needs)."""
 
     def __init__(self, parent: Path, captures_size: int = 0, prefix: str = "pcapdecomp-spill-",
-                 named: str | None = None):
+                 named: str | None = None, elsewhere: str = "give another --spill DIR"):
         self.parent, self.needed = Path(parent), _room_needed(captures_size)
         self.named = named if named is not None else f"--spill {parent}"  # DIR as the messages name it
+        # what a full device's message advises beside freeing space: a folder the run chose itself (partitioned
+        # instead, no --spill given) is not helped by "another --spill"
+        self.elsewhere = elsewhere
         if self.parent.is_file():
             raise UsageError(f"{self.named}: is a file, not a folder")
         try:
@@ -143,7 +146,7 @@ class SpillFolder:
         if full:  # else the disk-full error of the output folder would say "choose another --out"
             raise OutputError(f"{self.named}: no space left on its device: the run needs about "
                               f"{size_text(self.needed)} free there ({SPILL_SHARE:.0%} of the captures' size): free "
-                              "some space or give another --spill DIR") from None
+                              f"some space or {self.elsewhere}") from None
         return False
 
     def _full(self) -> bool:
@@ -290,7 +293,9 @@ def spill_instead(run, cs: CaptureSet, over: PartitionedInstead, noted: int) -> 
                                f"{over.keep}), or analyse it partitioned with --spill DIR on a disk with room")
     release_memory()  # the in-memory extraction's arrays, before the captures are read again
     del run.warnings[noted:]
-    folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}")
+    folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}",
+                         elsewhere=f"analyse it with --spill DIR on a disk with room (or more --memory, e.g. "
+                                   f"--memory {over.keep})")
     run.note(f"in memory, {over.over}: analysed partitioned instead, as with --spill (the same files, for about 2 "
              f"to 5 times the CPU; --memory {over.keep} would keep it in memory), its partitions in a folder of "
              f"{run.out} removed at the end (docs/scale.md; --spill DIR puts them elsewhere, --in-memory refuses "
