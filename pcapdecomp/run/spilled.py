@@ -292,7 +292,8 @@ def spill_instead(run, cs: CaptureSet, over: PartitionedInstead, noted: int) -> 
                                f"{size_text(free)}; nothing written. Give it more with --memory (e.g. --memory "
                                f"{over.keep}), or analyse it partitioned with --spill DIR on a disk with room")
     release_memory()  # the in-memory extraction's arrays, before the captures are read again
-    del run.warnings[noted:]
+    run.take_back_warnings(noted)
+    run.spill_automatic = True
     folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}",
                          elsewhere=f"analyse it with --spill DIR on a disk with room (or more --memory, e.g. "
                                    f"--memory {over.keep})")
@@ -331,7 +332,7 @@ def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):
         check_partitionable(x.app, x.db, x.proxy, cs.proxy_servers)
         made = _partitioned(run, cs, x, folder, notes.append)
     except NotPartitionable as why:
-        if run.options.spill is None:  # partitioned instead (spill_instead), said in a warning: so is the end of it
+        if run.spill_automatic:  # partitioned instead (spill_instead), said in a warning: so is the end of it
             run.note(f"the partitioned run: {why}; analysed in memory after all")
         else:
             fall_back(run.options.quiet, str(why))
