@@ -46,6 +46,7 @@ class PairedInputs:
     keys: np.ndarray
     app_categories: dict[str, list]
     db_categories: dict[str, list]
+    db_rows: bool
     db_only_rows: bool
     matched_rows: bool
     statements_from_db: bool
@@ -72,16 +73,17 @@ def paired_inputs(cs: CaptureSet, options: Options) -> PairedInputs:
         return {c: list(table[c].cat.categories) for c in table.columns
                 if isinstance(table[c].dtype, pd.CategoricalDtype)}
 
-    return PairedInputs(keys, categories(app), categories(db), bool((matching.app_row < 0).any()), bool(both.any()),
-                        bool((a_sql & d_sql).any()))
+    return PairedInputs(keys, categories(app), categories(db), len(db) > 0, bool((matching.app_row < 0).any()),
+                        bool(both.any()), bool((a_sql & d_sql).any()))
 
 
 def categories_of(table: pd.DataFrame, inputs: PairedInputs) -> dict[str, list]:
     """output_categories with the values present in `table` (what pass 1 would gather per partition)."""
     present = {c: table[c].dropna().astype(str).unique().tolist() for c in table.columns
                if isinstance(table[c].dtype, pd.CategoricalDtype)}
-    return output_categories(inputs.app_categories, inputs.db_categories, present, db_only_rows=inputs.db_only_rows,
-                             matched_rows=inputs.matched_rows, statements_from_db=inputs.statements_from_db)
+    return output_categories(inputs.app_categories, inputs.db_categories, present, db_rows=inputs.db_rows,
+                             db_only_rows=inputs.db_only_rows, matched_rows=inputs.matched_rows,
+                             statements_from_db=inputs.statements_from_db)
 
 
 def partition_of(table: pd.DataFrame, parts: int) -> np.ndarray:

@@ -173,6 +173,23 @@ def test_no_room_in_the_output_folder_is_one_line(small_tmpfs):
     assert not (small_tmpfs / "out").exists() or list((small_tmpfs / "out").iterdir()) == []
 
 
+def test_an_output_folder_that_fills_up_during_the_run_is_one_line(small_tmpfs):
+    """The check before the run passes (the room it needs estimated at 1 % of the captures' size here, so that a
+    16 KiB device passes it, as a device passes whose room the partitions outgrow) and the partitions fill the
+    output folder's device: one line naming the output folder, advising --spill DIR (none was given, so not
+    "another --spill") or more --memory, exit 2, nothing left there."""
+    done = patched_cli("memory.COST_PER_DB_EXCHANGE = 1 << 30; memory.WATCH_EVERY_S = float('inf'); "
+                       "from pcapdecomp.run import spilled; spilled.SPILL_SHARE = 0.01",
+                       str(CAPTURES / "group-stall"), "-q", "-o", str(small_tmpfs / "out"), "--memory", "2G")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"the output folder {small_tmpfs / 'out'}: no space left on its device" in lines[0], lines[0]
+    assert "analyse it with --spill DIR on a disk with room (or more --memory, e.g. --memory " in lines[0]
+    assert "another --spill" not in lines[0]
+    assert not (small_tmpfs / "out").exists() or list((small_tmpfs / "out").iterdir()) == []
+
+
 def test_in_memory_with_spill_is_a_user_mistake(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pcapdecomp", "analyze", str(CAPTURES / "group-stall"), "-q",
                            "--in-memory", "--spill", str(tmp_path / "spill"), "-o", str(tmp_path / "out")],

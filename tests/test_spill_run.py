@@ -200,12 +200,16 @@ def test_the_read_write_recording_with_its_slow_log(db_alone, tmp_path):
 
 
 OLTP_WINDOW = ["--since", "2026-11-23T20:20:33Z", "--until", "2026-11-23T20:20:34.2Z"]  # oltp-prepared's 2nd stall
+STORM_WINDOW = ["--since", "2026-11-27T06:57:54Z", "--until", "2026-11-27T06:57:55.5Z"]
 WINDOWS = {
     "oltp-prepared": [str(CAPTURES / "oltp-prepared"), *OLTP_WINDOW],
     "oltp-prepared's DB capture alone": [*set_args(CAPTURES / "oltp-prepared", db_alone=True, slow_log=True),
                                          *OLTP_WINDOW],
     "group-stall since": [str(CAPTURES / "group-stall"), "--since", "2026-11-22 05:42:37"],
     "group-stall until": [*set_args(CAPTURES / "group-stall"), "--until", "2026-11-22 05:42:38"],
+    # a connection a statement: most of the capture's 244 connections are before or after the window
+    "connection-storm": [str(CAPTURES / "connection-storm"), *STORM_WINDOW],
+    "connection-storm's DB capture alone": [*set_args(CAPTURES / "connection-storm", db_alone=True), *STORM_WINDOW],
 }
 
 
@@ -213,12 +217,17 @@ WINDOWS = {
 def test_a_time_window(name, tmp_path):
     """--since/--until: the clocks' samples from the window and its margin (spilled_clocks' `around`), the
     dictionary entries of the rows the window dropped kept (read/spill.py: exchanges.parquet's dictionaries hold
-    them, as the in-memory table's categories do), closed and open windows, with and without a slow log."""
+    them, as the in-memory table's categories do; db_client's too, servers.output_categories), closed and open
+    windows, with and without a slow log, a pair and a DB capture alone."""
     summary = assert_partitioned(WINDOWS[name], tmp_path)
     assert summary["window"] and summary["exchanges"]["total"] > 0
     if name.startswith("oltp"):  # the statements prepared before the window: entries no row of the file holds
         command = spilled.read_projection(tmp_path / "spilled" / "exchanges.parquet", ("command",))["command"]
         assert "COM_STMT_PREPARE" in command.cat.categories and not (command == "COM_STMT_PREPARE").any()
+    if name.startswith("connection-storm"):  # db_client's entries of the connections outside the window kept too
+        ends = spilled.read_projection(tmp_path / "spilled" / "exchanges.parquet", ("client", "db_client"))
+        clients = ends["db_client"].cat.categories
+        assert len(clients) > 2 * ends["db_client"].nunique() > 0 and set(clients) <= set(ends["client"].cat.categories)
 
 
 @pytest.mark.parametrize("db_alone", [True, False], ids=["db", "pair"])

@@ -228,8 +228,8 @@ SEEN_CATEGORIES = ("app", "both", "db")  # decompose.build_table's `seen`, which
 REBUILT_STATEMENT_COLUMNS = ("sql", "fingerprint", "query_id")  # decompose._statements_from_db's categoricals
 
 
-def output_categories(app: dict[str, list], db: dict[str, list], present: dict[str, list], *, db_only_rows: bool,
-                      matched_rows: bool, statements_from_db: bool, texts_from_log: bool = False
+def output_categories(app: dict[str, list], db: dict[str, list], present: dict[str, list], *, db_rows: bool,
+                      db_only_rows: bool, matched_rows: bool, statements_from_db: bool, texts_from_log: bool = False
                       ) -> dict[str, list[str]]:
     """The categories of each categorical column of exchanges.parquet, as today's table has them: the rules the
     in-memory path follows without stating them, in one place, for a writer that must know every row group's
@@ -246,6 +246,9 @@ def output_categories(app: dict[str, list], db: dict[str, list], present: dict[s
       sorted union of both sides' whole lists (concat_column's union_categoricals), entries of DB rows that paired
       and so are not in the file included; without an app side, the DB side's whole list (its table's column as
       it is: unused entries included, those of the rows a window dropped);
+    - `db_client`: the DB side's whole `client` list when the DB side has rows (`db_rows`: decompose.build_table
+      takes the DB table's column as it is, so a window's dropped rows' entries are among its categories as they
+      are among `client`'s), else none;
     - every other column (made by as_category or labelled): the values present, sorted.
     `app`, `db`: per extraction column, the categories of each side's table (the sorted union of its points' and
     re-reads' distinct values; a side without a capture: none); `present`: per column, the values its rows hold
@@ -266,6 +269,8 @@ def output_categories(app: dict[str, list], db: dict[str, list], present: dict[s
             out[name] = sorted(set(app[name]) | (set(db.get(name, ())) if db_only_rows else set()))
         elif column in EXCHANGE_COLUMNS and not app and name in db:  # DB points alone: their column as it is
             out[name] = sorted(set(db[name]))
+        elif name == "db_client":  # build_table's db_column("client"): the DB table's column as it is
+            out[name] = sorted(set(db.get("client", ()))) if db_rows else []
         else:
             out[name] = sorted(set(present.get(name, ())))
     return out

@@ -100,6 +100,9 @@ class Run:
                 self.note(beyond)
         self.runner = None
         self.spill_runner = None  # with --spill: the runner whose workers share the spill folder (run.spilled)
+        # partitioned instead (run.spilled.spill_instead): the partitions' folder is the run's own choice in the output
+        # folder, no --spill given; its end and its messages are said as such
+        self.spill_automatic = False
         # --jobs 1 puts memory before time: until the loss repair is done, a freed array of 1 MiB or more goes back
         # to the OS at once, as the extraction's arrays and the repair's scan come and go beside the tables
         # (with --spill and a --scheduler, the client holds the spill's counts alone: lean too)
@@ -157,6 +160,12 @@ class Run:
         self.warnings.append(message)
         if not self.options.quiet:
             warn(message)
+
+    def take_back_warnings(self, since: int) -> None:
+        """Forget the warnings from the `since`-th on: they were an extraction's that is thrown away and done again
+        (the in-memory extraction over the bound, read again partitioned: run.spilled.spill_instead), which says them
+        again; kept, summary.json would hold them twice. Already on the terminal: a warning said is not unsaid."""
+        del self.warnings[since:]
 
     def beside_the_view(self) -> Callable[[pd.DataFrame], None] | None:
         """With --jobs N: a hook that forks a child making what the summary and the report read of the

@@ -117,9 +117,12 @@ class SpillFolder:
     read; a DIR that fills up during the run is one too (`with`: OutputError, how much room it needs)."""
 
     def __init__(self, parent: Path, captures_size: int = 0, prefix: str = "pcapdecomp-spill-",
-                 named: str | None = None):
+                 named: str | None = None, elsewhere: str = "give another --spill DIR"):
         self.parent, self.needed = Path(parent), _room_needed(captures_size)
         self.named = named if named is not None else f"--spill {parent}"  # DIR as the messages name it
+        # what a full device's message advises beside freeing space: a folder the run chose itself (partitioned
+        # instead, no --spill given) is not helped by "another --spill"
+        self.elsewhere = elsewhere
         if self.parent.is_file():
             raise UsageError(f"{self.named}: is a file, not a folder")
         try:
@@ -141,7 +144,7 @@ class SpillFolder:
         if full:  # else the disk-full error of the output folder would say "choose another --out"
             raise OutputError(f"{self.named}: no space left on its device: the run needs about "
                               f"{size_text(self.needed)} free there ({SPILL_SHARE:.0%} of the captures' size): free "
-                              "some space or give another --spill DIR") from None
+                              f"some space or {self.elsewhere}") from None
         return False
 
     def _full(self) -> bool:
@@ -287,8 +290,11 @@ def spill_instead(run, cs: CaptureSet, over: PartitionedInstead, noted: int) -> 
                                f"{size_text(free)}; nothing written. Give it more with --memory (e.g. --memory "
                                f"{over.keep}), or analyse it partitioned with --spill DIR on a disk with room")
     release_memory()  # the in-memory extraction's arrays, before the captures are read again
-    del run.warnings[noted:]
-    folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}")
+    run.take_back_warnings(noted)
+    run.spill_automatic = True
+    folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}",
+                         elsewhere=f"analyse it with --spill DIR on a disk with room (or more --memory, e.g. "
+                                   f"--memory {over.keep})")
     _say_instead(run, over)
     return _taken(run, folder)
 
@@ -326,7 +332,8 @@ def spill_first(run, cs: CaptureSet) -> Path | None:
         return None  # surely fits in memory: read in memory on the workers, as without a bound
     if (_free_bytes(run.out) or 0) < _room_needed(size):
         return None
-    folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}")
+    folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}",
+                         elsewhere="analyse it with --spill DIR on a disk with room (or more --memory)")
     run.within(folder)
     run.at_exit(run.runner.close)  # its workers' tasks write in the folder: ended before it goes
     if run.runner.blind_to(folder.path) is not None:
@@ -345,6 +352,7 @@ def in_memory_fits(run, cs: CaptureSet, x: Extracted) -> bool:
         run.memory.check(counts_of(x), span_ns(x.all, cs.window), window=cs.window, spill_hint=True)
     except PartitionedInstead as over:
         run.memory.check(counts_of(x), span_ns(x.all, cs.window), window=cs.window, partitioned=True)
+        run.spill_automatic = True
         _say_instead(run, over)
         return False
     return True
@@ -378,7 +386,7 @@ def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):
         check_partitionable(x.app, x.db, x.proxy, cs.proxy_servers)
         made = _partitioned(run, cs, x, folder, notes.append)
     except NotPartitionable as why:
-        if run.options.spill is None:  # partitioned instead (spill_instead), said in a warning: so is the end of it
+        if run.spill_automatic:  # partitioned instead (spill_instead), said in a warning: so is the end of it
             run.note(f"the partitioned run: {why}; analysed in memory after all")
         else:
             fall_back(run.options.quiet, str(why))
@@ -462,7 +470,7 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     matched_rows = first.matched > 0
     categories = output_categories(_side_categories(app), _side_categories(db),
                                    {**{k: sorted(v) for k, v in present.items()}, "stall_role": []},
-                                   db_only_rows=first.db_only > 0, matched_rows=matched_rows,
+                                   db_rows=db_rows > 0, db_only_rows=first.db_only > 0, matched_rows=matched_rows,
                                    statements_from_db=paired_runs.statements_from_db,
                                    texts_from_log=texts_from_log)
 
