@@ -276,8 +276,8 @@ def analyze(
              "log joined per connection. A set it does not take yet (a proxy, several app or DB points, a slow log it "
              "cannot join per connection, --csv, --partitioned) is analysed in memory, after one line saying why; "
              "so is a pair that lost frames, for the loss repair, unless in memory it would pass --memory: then it "
-             "is partitioned without the repair, said in a warning (docs/scale.md). With --scheduler the Dask workers read "
-             "the captures and do the partitions' work; they must read and write DIR at the "
+             "is partitioned without the repair, said in a warning (docs/scale.md). With --scheduler the Dask "
+             "workers read the captures and do the partitions' work; they must read and write DIR at the "
              "same path (a LocalCluster: yes; a real cluster: a shared file system; a worker that cannot is said in "
              "one line and the run is this machine's)."),
     jobs: Optional[int] = typer.Option(

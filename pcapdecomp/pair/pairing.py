@@ -51,7 +51,7 @@ class Paired:
     repair: Repair | None  # the loss repair, when one ran
     app_kind: str = "app"  # whose capture points are the app side: "proxy" when a proxy capture without a proxy in
     # its traffic stood in for the missing app captures
-    repair_skipped: dict | None = None  # summary.json → repair of a pair that lost frames, not repaired (repair.skipped)
+    repair_skipped: dict | None = None  # summary.json → repair of a pair that lost frames, left unrepaired (skipped)
 
     @property
     def through_proxy(self) -> bool:
@@ -69,8 +69,8 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
     rows of the connections it repairs) the exchanges inside them; fit the clocks and name the connections. The
     extractions hand their exchanges over (`x.app[i].exchanges` is emptied). `ahead`: workers for the clock's pass
     over the captures, started here at once; `lean` (--jobs 1): freed big blocks went back to the OS until now
-    (core.memory.map_big_blocks), which ends with the repair. `loss_repair` False (run.session.Options.loss_repair, for
-    tests): no loss repair, the lost bytes left holes, as the partitioned run leaves them (run/spilled.py)."""
+    (core.memory.map_big_blocks), which ends with the repair. `loss_repair` False (Options.loss_repair, for tests):
+    no loss repair, the lost bytes left holes, as the partitioned run leaves them (run/spilled.py)."""
     app_x, db_xs, proxy_x = x.app, x.db, x.proxy
     # analyze --since/--until: the clock's samples from the window and its margin (core.window)
     around = cs.window.around() if cs.window is not None else None

@@ -365,16 +365,14 @@ def _unrepaired(run, cs: CaptureSet, x: Extracted, note) -> dict | None:
         lossy = lost.lossy  # LostFrames is checked last: nothing else stands in the way
     why = (f"in memory, with the repair, this analysis would need up to about {size_text(need, bound.limit)}, more "
            f"than the bound of {size_text(bound.limit, need)} ({bound.source}); the partitioned run does not repair")
-    block = skipped(lossy, why)
-    points = " and at ".join(
-        f"{x.capture} ({sum(len(side) for both in x.holes.values() for side in both):,} holes, "
-        f"{sum(n for both in x.holes.values() for side in both for _, n, _ in side):,} bytes never captured, in "
-        f"{len(x.holes):,} connections)" for x in lossy)
+    each = [(point.capture, skipped([point], why)) for point in lossy]
+    points = " and at ".join(f"{name} ({n['holes']:,} holes, {n['bytes_unrepaired']:,} bytes never captured, in "
+                             f"{n['connections']:,} connections)" for name, n in each)
     note(f"frames lost at {points}: the loss repair, which takes such bytes from the other point, was not done: "
          f"{why}. The exchanges on lost bytes are marked (problems gap) rather than repaired, so these files are not "
          "the in-memory run's (summary.json → repair says skipped). To repair them: --memory "
          f"{round_up_text(need)} (analysed in memory), or a --since/--until window around the incident")
-    return block
+    return skipped(lossy, why)
 
 
 def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note, repair_skipped: dict | None = None):
