@@ -52,7 +52,8 @@ def analyze(cs: CaptureSet | Path, options: Options = Options(), out: Path | Non
             done = analyze_spilled(run, cs, extracted, spill)
             if done is not None:
                 return done
-        paired = pair_points(extracted, cs, run.jobs, o.max_sql_bytes, run.note, run.runner, run.ahead, run.lean)
+        paired = pair_points(extracted, cs, run.jobs, o.max_sql_bytes, run.note, run.runner, run.ahead, run.lean,
+                             loss_repair=o.loss_repair)
         explained = explain_servers(paired, cs, [x.capture for x in extracted.db], run.tz, o.max_sql_bytes,
                                     run.note, run.beside_the_view())
         return run.finish(extracted, paired, explained)

@@ -273,10 +273,11 @@ def analyze(
         help="The partitioned run: the captures' exchanges go to a folder of the run's own in DIR (removed when the "
              "run ends) and are analysed a partition at a time, so the memory grows less with the capture (841 MiB "
              "against 1,354 at 4.5 GB a point, for about 4 times the CPU: docs/scale.md); the same outputs, a slow "
-             "log joined per connection. A set it does not take yet (a proxy, several app or DB points, frames lost "
-             "at a pair, a slow log it cannot join per connection, --csv, --partitioned) is "
-             "analysed in memory, after one line saying why (docs/scale.md). With --scheduler the Dask workers read "
-             "the captures and do the partitions' work; they must read and write DIR at the "
+             "log joined per connection. A set it does not take yet (a proxy, several app or DB points, a slow log it "
+             "cannot join per connection, --csv, --partitioned) is analysed in memory, after one line saying why; "
+             "so is a pair that lost frames, for the loss repair, unless in memory it would pass --memory: then it "
+             "is partitioned without the repair, said in a warning (docs/scale.md). With --scheduler the Dask "
+             "workers read the captures and do the partitions' work; they must read and write DIR at the "
              "same path (a LocalCluster: yes; a real cluster: a shared file system; a worker that cannot is said in "
              "one line and the run is this machine's)."),
     jobs: Optional[int] = typer.Option(

@@ -135,8 +135,9 @@ def test_the_counts_check_names_the_exchanges_the_capture_set_holds(tmp_path, mo
 def test_a_refusal_names_the_partitioned_run_where_it_would_take_the_set(monkeypatch):
     """A set the in-memory run does not fit in: the refusal names --spill DIR with the partitioned run's own
     predicted peak when that run would take the set (analyze without --spill: spill_hint), said "within the bound"
-    only when it is, with the --memory it would need when it is not; not named for a pair that lost frames (the
-    partitioned run does not take one), nor for the partitioned run's own refusal."""
+    only when it is, with the --memory it would need when it is not; for a pair that lost frames, named as without
+    the loss repair (the partitioned run leaves the lost bytes holes); not named for the partitioned run's own
+    refusal."""
     monkeypatch.setattr(memory, "WATCH_EVERY_S", float("inf"))
     counts = memory.Counts(db_exchanges=10_000_000, other_exchanges=10_000_000, connections=100, points=2)
     start = memory.MemoryBound(None, None, 1).start
@@ -155,7 +156,9 @@ def test_a_refusal_names_the_partitioned_run_where_it_would_take_the_set(monkeyp
     assert "--spill" not in refusal(between, counts)  # the set is not one the partitioned run takes
     lossy = memory.Counts(db_exchanges=10_000_000, other_exchanges=10_000_000, connections=100, points=2,
                           repaired_bytes=1 << 20)
-    assert "--spill" not in refusal(between, lossy, spill_hint=True)
+    text = refusal(between, lossy, spill_hint=True)
+    assert "--spill DIR (predicted about" in text and "without the loss repair" in text, text
+    assert "without the loss repair" not in refusal(between, counts, spill_hint=True)
     below_both = memory.MemoryBound(partitioned - (1 << 20), "--memory (test)", 1)
     text = refusal(below_both, counts, spill_hint=True)
     assert "within the bound" not in text and "with it, e.g. --memory " in text, text

@@ -140,14 +140,20 @@ def _copy_set(name: str, folder: Path, app: Path | None = None, db: Path | None 
 
 
 def test_a_lossy_copy_is_refused(tmp_path):
-    """Frames lost at the app: the loss repair would re-read connections, which the partitions do not do."""
+    """Frames lost at the app: the loss repair would re-read connections, which the partitions do not do
+    (LostFrames, naming the lossy point); asked `unrepaired` (run/spilled.py, when the in-memory run would pass the
+    bound), taken, its lost bytes left holes."""
+    from pcapdecomp.explain.partitioned import LostFrames
+
     lose_frames(CAPTURES / "oltp-prepared" / "app.pcap", tmp_path / "lossy.pcap", 0.03, 1)
     cs = capture_set(_copy_set("oltp-prepared", tmp_path / "set", app=tmp_path / "lossy.pcap"))
     x = spilled(cs, tmp_path / "spill")
     assert x.app[0].holes
     step = spilled_connection_step(x.app, x.db)
-    with pytest.raises(NotPartitionable, match="frames lost at"):
+    with pytest.raises(LostFrames, match="frames lost at") as refused:
         PairedPartitions(x.app, x.db, step, {})
+    assert refused.value.lossy == [x.app[0]]
+    assert PairedPartitions(x.app, x.db, step, {}, unrepaired=True).first_pass.matched > 0
 
 
 def test_sets_of_other_shapes_are_refused(tmp_path):
@@ -161,7 +167,7 @@ def test_sets_of_other_shapes_are_refused(tmp_path):
     check_partitionable([], [*x.db, *x.db])
     with pytest.raises(NotPartitionable, match="2 DB points"):
         check_partitionable(x.app, [*x.db, *x.db])
-    check_partitionable([*x.app, *x.app], x.db)  # several app points: taken (§23, test_spill_run)
+    check_partitionable([*x.app, *x.app], x.db)  # several app points: taken (§24, test_spill_run)
     memory = extract_points(cs, 1, True, Options(quiet=True).max_sql_bytes, lambda _: None)
     with pytest.raises(NotPartitionable, match="did not spill"):
         check_partitionable(memory.app, memory.db)

@@ -15,11 +15,13 @@ above this process's memory; the analysis itself runs as in the field. At the sc
 from __future__ import annotations
 
 import filecmp
-import shutil
 import json
+import re
+import shutil
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 from pcapdecomp.analysis import Options, analyze, capture_set
@@ -307,3 +309,105 @@ def test_a_local_clusters_processes_are_counted_in_the_bounds_start(tmp_path):
         tree = memory.tree_memory()
         assert tree > own + (32 << 20)  # the cluster's processes hold memory of their own
         assert run.memory.start >= 0.8 * tree, (run.memory.start >> 20, tree >> 20)
+
+
+# -- a pair that lost frames, too big for the bound in memory: partitioned without the loss repair ---------------------
+
+LOSS_SKIPPED = "the loss repair, which takes such bytes from the other point, was not done"
+
+
+def lossy_pair(folder):
+    """group-stall with 3 % of its DB capture's frames lost (its app capture, slow log and settings as they are)."""
+    folder.mkdir()
+    for name in ("app.pcap", "slow.log", "capture.toml"):
+        shutil.copy(CAPTURES / "group-stall" / name, folder / name)
+    lose_frames(CAPTURES / "group-stall" / "db.pcap", folder / "db.pcap", 0.03, 1)
+    return folder
+
+
+def unrepaired_reference(folder, out):
+    """The in-memory run of `folder` with the loss repair switched off (Options.loss_repair, for tests)."""
+    reference = analyze(capture_set(folder), Options(quiet=True, jobs=1, loss_repair=False), out)
+    skipped = reference.summary["repair"]
+    assert skipped["skipped"] is True and skipped["holes"] > 0 and skipped["bytes_unrepaired"] > 0, skipped
+    assert not any("taken from the other" in w for w in reference.warnings)
+    return reference
+
+
+def assert_same_but_the_mode(memory_out, out) -> tuple[dict, list[str]]:
+    """Every *.parquet of `out` cmp-equal to `memory_out`'s, summary.json equal but for the mode's warnings (those
+    only `out` has) and the repair's reason; (out's repair block, those warnings)."""
+    names = sorted(p.name for p in memory_out.glob("*.parquet"))
+    assert names == sorted(p.name for p in out.glob("*.parquet")) and "exchanges.parquet" in names
+    for name in names:
+        assert filecmp.cmp(memory_out / name, out / name, shallow=False), name
+    left, right = (json.loads((d / "summary.json").read_text()) for d in (memory_out, out))
+    mine = [w for w in right["warnings"] if w not in left["warnings"]]
+    assert [w for w in right.pop("warnings") if w not in mine] == left.pop("warnings")
+    repair = dict(right["repair"])
+    left["repair"].pop("reason"), right["repair"].pop("reason")
+    assert left == right
+    return repair, mine
+
+
+def test_a_lossy_pair_too_big_in_memory_is_partitioned_without_the_repair(tmp_path, monkeypatch, spill_folders):
+    """The in-memory run (which would repair the loss) over the bound, the partitioned one within it: partitioned
+    instead, without the loss repair, said in one warning (the points, their holes and bytes, the memory the repair
+    needs against the bound, the --memory that would repair, a window); summary.json → repair says skipped and why;
+    the files are those of the in-memory run with the repair off, the exchanges on lost bytes marked gap."""
+    folder = lossy_pair(tmp_path / "lossy-pair")
+    reference = unrepaired_reference(folder, tmp_path / "memory")
+    out = tmp_path / "instead"
+    with monkeypatch.context() as patched:
+        patched.setattr(memory, "COST_PER_DB_EXCHANGE", 1 << 30)
+        patched.setattr(memory, "WATCH_EVERY_S", float("inf"))
+        got = analyze(capture_set(folder), Options(quiet=True, jobs=1, memory=bound_above_this_process()), out)
+    assert len(spill_folders) == 1 and not spill_folders[0][0].exists()
+    assert sum(INSTEAD in w for w in got.warnings) == 1
+    said = [w for w in got.warnings if LOSS_SKIPPED in w]
+    assert len(said) == 1, got.warnings
+    lost = reference.summary["repair"]
+    db = str(folder / "db.pcap")
+    assert said[0].startswith(f"frames lost at {db} ({lost['holes']:,} holes, {lost['bytes_unrepaired']:,} bytes "
+                              f"never captured, in {lost['connections']:,} connections)"), said[0]
+    assert "more than the bound of" in said[0] and "marked (problems gap) rather than repaired" in said[0]
+    assert re.search(r"To repair them: --memory \d+[MG] \(analysed in memory\), or a --since/--until window", said[0])
+    assert not any("taken from the other" in w or "analysed in memory after all" in w for w in got.warnings)
+    repair, mine = assert_same_but_the_mode(tmp_path / "memory", out)
+    assert sorted(mine) == sorted(w for w in got.warnings if INSTEAD in w or LOSS_SKIPPED in w)
+    assert repair["skipped"] is True and repair["lossy_points"] == [db]
+    assert "more than the bound of" in repair["reason"] and "does not repair" in repair["reason"]
+    written = pd.read_parquet(out / "exchanges.parquet", columns=["problems", "match_notes", "bounded"])
+    assert written["problems"].astype(str).str.contains("gap").any()
+    assert not written["match_notes"].astype(str).str.contains("repaired-at").any()
+    assert not written["bounded"].astype(str).str.len().any()  # no time bounded by borrowed bytes
+
+
+def test_spill_given_on_a_lossy_pair_too_big_in_memory_is_partitioned_without_the_repair(tmp_path):
+    """`--spill DIR` on a pair that lost frames whose in-memory run does not fit: partitioned without the repair
+    (no longer analysed in memory), exit 0, the warning on the terminal; every table byte for byte the in-memory
+    run's with the repair off."""
+    folder = lossy_pair(tmp_path / "lossy-pair")
+    unrepaired_reference(folder, tmp_path / "memory")
+    out, spill = tmp_path / "spilled", tmp_path / "spill"
+    done = patched_cli("memory.COST_PER_DB_EXCHANGE = 1 << 30; memory.WATCH_EVERY_S = float('inf')", str(folder),
+                       "-o", str(out), "--spill", str(spill), "--memory", "2G")
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip() and "━" not in line]
+    assert sum(line.startswith("warning: frames lost at") and LOSS_SKIPPED in line for line in lines) == 1, lines
+    assert not any("--spill:" in line or INSTEAD in line for line in lines), lines
+    repair, mine = assert_same_but_the_mode(tmp_path / "memory", out)
+    assert repair["skipped"] is True and len(mine) == 1 and LOSS_SKIPPED in mine[0]
+    assert list(spill.iterdir()) == []
+
+
+def test_a_lossy_pair_that_fits_is_repaired_in_memory(tmp_path, spill_folders):
+    """Within the bound in memory, a pair that lost frames is analysed there, repaired, as before: nothing
+    partitioned, no word of a skipped repair. (--spill given on one: tests/test_spill_run.py, 'frames lost'.)"""
+    folder = lossy_pair(tmp_path / "lossy-pair")
+    got = analyze(capture_set(folder), Options(quiet=True, jobs=1, memory=bound_above_this_process()),
+                  tmp_path / "out")
+    assert not spill_folders and got.summary["repair"]["bytes_borrowed"] > 0
+    assert "skipped" not in got.summary["repair"]
+    assert not any(INSTEAD in w or LOSS_SKIPPED in w for w in got.warnings)
+    assert any("taken from the other" in w for w in got.warnings)

@@ -305,7 +305,8 @@ def predicted_peak(counts: Counts, jobs: int, start: int, partitioned: bool = Fa
     """The peak memory (bytes) of an analysis of `counts` with `jobs` processes, from the process's memory at the
     start (`start`: its imports) and the per-unit costs measured on the recordings: a bound, not an estimate
     (benchmarks/memory_bound.py checks it against measured peaks). `partitioned`: the run of analyze --spill
-    (PARTITIONED_COST_*; no loss repair: a set with frames lost is analysed in memory)."""
+    (PARTITIONED_COST_*; no loss repair: a pair that lost frames is analysed in memory, repaired, where that fits
+    the bound, else partitioned without the repair: run/spilled.py)."""
     if partitioned:
         grown = (PARTITIONED_COST_FIXED + PARTITIONED_COST_PER_DB_EXCHANGE * counts.db_exchanges
                  + PARTITIONED_COST_PER_OTHER_EXCHANGE * counts.other_exchanges
@@ -384,8 +385,8 @@ class MemoryBound:
         """Refuse `counts` when their predicted peak is above the bound. `span_ns`: the captures' time span (in
         the window, when one was given: `window`, core.window), for the window the message suggests;
         `partitioned`: the peak of analyze --spill's partitioned run; `spill_hint`: an in-memory run of a set the
-        partitioned run would take (analyze without --spill; a pair that lost frames is not one): a refusal says
-        what --spill DIR would need."""
+        partitioned run would take (analyze without --spill): a refusal says what --spill DIR would need (for a pair
+        that lost frames, that it would not repair them: run/spilled.py analyses it without the loss repair)."""
         self.predicted = predicted_peak(counts, self.jobs, self.start, partitioned)
         if self.limit is None or self.predicted <= self.limit:
             return
@@ -394,12 +395,12 @@ class MemoryBound:
         if span_ns and share > 0:
             window = _duration_text(span_ns * share / 1e9)
         spill = None
-        if spill_hint and not partitioned and not counts.repaired_bytes:
+        if spill_hint and not partitioned:
             spill = predicted_peak(counts, self.jobs, self.start, partitioned=True)
         self._refuse(f"this analysis would need up to about {size_text(self.predicted, self.limit)} of memory for "
                      f"{counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB, "
                      f"{counts.connections:,} connections, --jobs {self.jobs})", self.predicted, window,
-                     windowed=given is not None, spill=spill)
+                     windowed=given is not None, spill=spill, unrepaired=bool(counts.repaired_bytes))
 
     def watching(self, progress: Callable[[int, int, int], None] | None,
                  window_share: Callable[[], float | None] | None = None,
@@ -453,21 +454,24 @@ class MemoryBound:
 
     def _refuse(self, need: str, need_bytes: int, window: str | None, stopped_early: bool = False,
                 window_helps: bool = True, windowed: bool = False, spill: int | None = None,
-                spill_named: bool = False) -> None:
+                spill_named: bool = False, unrepaired: bool = False) -> None:
         """Stop the run: one line, what it needs, the bound and where it came from, and what to do (`window_helps`:
         a shorter capture would fit; not so for a bound below what any analysis takes; `windowed`: the run had a
         window already, --since/--until, so a shorter one is what would fit; `spill`: the partitioned run's
         predicted peak, said as the other way, within the bound or not; `spill_named`: that way named without a
-        number). A refusal whose partitioned run fits the bound, or may (`spill_named`), is PartitionedInstead:
-        analyze without --spill runs partitioned instead."""
-        more = (f"at least --memory {_round_up_text(need_bytes)}: the bound is checked again once the capture is read"
-                if stopped_early else f"e.g. --memory {_round_up_text(need_bytes)}")
+        number; `unrepaired`: of a pair that lost frames, which it analyses without the loss repair). A refusal whose
+        partitioned run fits the bound, or may (`spill_named`), is PartitionedInstead: analyze without --spill runs
+        partitioned instead."""
+        more = (f"at least --memory {round_up_text(need_bytes)}: the bound is checked again once the capture is read"
+                if stopped_early else f"e.g. --memory {round_up_text(need_bytes)}")
         # the same files for less memory and more CPU (docs/scale.md): the user's choice
         costs = f"about 2 to 5 times the CPU; DIR needs room for about {SPILL_SHARE:.0%} of the captures' size"
         if spill is not None:
             more += (f"), analyse it partitioned with --spill DIR (predicted about {size_text(spill)}"
                      f"{', within the bound' if spill <= self.limit else ''}; {costs}"
-                     + (f"; with it, e.g. --memory {_round_up_text(spill)}" if spill > self.limit else ""))
+                     + ("; without the loss repair: the exchanges on lost frames marked, not repaired"
+                        if unrepaired else "")
+                     + (f"; with it, e.g. --memory {round_up_text(spill)}" if spill > self.limit else ""))
         elif spill_named:
             more += f"), analyse it partitioned with --spill DIR (less memory for {costs}"
         window_text = (f", or analyse {'a shorter' if windowed else 'a'} time window"
@@ -478,11 +482,11 @@ class MemoryBound:
         message = (f"{over}; {'stopped early, ' if stopped_early else ''}nothing written. Give it more with --memory "
                    f"({more}){window_text}")
         if spill_named or (spill is not None and spill <= self.limit):  # the partitioned run fits, or may
-            raise PartitionedInstead(message, over, _round_up_text(need_bytes))
+            raise PartitionedInstead(message, over, round_up_text(need_bytes))
         raise MemoryBoundError(message)
 
 
-def _round_up_text(need: int) -> str:
+def round_up_text(need: int) -> str:
     """A --memory value above `need`: whole GiB from 1 GiB on, else MiB by 64."""
     mib = -(-need // (64 << 20)) * 64
     return f"{-(-mib // 1024)}G" if mib >= 1024 else f"{mib}M"

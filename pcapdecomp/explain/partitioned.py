@@ -22,9 +22,12 @@ DB point; several DB points alone too (each row's own point, as pair_points give
 first pass over the rows: the partitions are cut from the buckets' row counts.
 
 Not partitionable (`NotPartitionable`, for the later step 7 to fall back to the in-memory path): a set without a
-DB point, an app point with several DB points, a proxy, a point with frames lost (the loss repair would re-read
-its connections), an extraction that did not spill. Several app points of one DB point are taken: a side's table is its points'
-rows in order (`_Points.table`), each row keyed by its point, on its app point's clock (§23)."""
+DB point, an app point with several DB points, a proxy, an extraction that did not spill; and a pair with frames
+lost at a point (`LostFrames`: the loss repair would re-read its connections), unless asked for `unrepaired`: then
+its lost bytes stay holes, the exchanges on them marked (`gap`), as the in-memory path leaves bytes lost at both
+points (run/spilled.py does so when the in-memory run would pass the memory bound). Several app points of one DB
+point are taken: a side's table is its points' rows in order (`_Points.table`), each row keyed by its point, on its
+app point's clock (§24)."""
 
 from __future__ import annotations
 
@@ -65,26 +68,38 @@ class NotPartitionable(ValueError):
     """The capture set needs what the partitioned run does not do (yet): the in-memory path makes its tables."""
 
 
+class LostFrames(NotPartitionable):
+    """A pair partitionable but for its frames lost: the loss repair, which the partitioned run does not do, would
+    re-read the lossy points' connections (`lossy`: those points' extractions). Partitioned `unrepaired`, the lost
+    bytes stay holes."""
+
+    def __init__(self, lossy: list[Extraction]):
+        super().__init__(f"frames lost at {', '.join(x.capture for x in lossy)}: the loss repair re-reads whole "
+                         "connections")
+        self.lossy = lossy
+
+
 def check_partitionable(app: list[Extraction], db: list[Extraction], proxy: list[Extraction] = (),
-                        proxy_servers=()) -> None:
+                        proxy_servers=(), unrepaired: bool = False) -> None:
     """Raises NotPartitionable, saying why, unless PairedPartitions can make these points' joined table (`proxy`:
     the set's proxy points' extractions, `proxy_servers`: its proxy endpoints; any proxy is refused, one without a
     proxy in its traffic too). DB points alone (no app point) are partitionable, with frames lost too (nothing to
-    repair)."""
+    repair); a pair with frames lost is refused last (LostFrames: nothing else stands in the way), unless
+    `unrepaired` (analysed without the loss repair)."""
     if not db:
         raise NotPartitionable("the partitioned run reads a DB point, alone or paired with an app point: it is missing")
     if app and len(db) > 1:
         raise NotPartitionable(f"{len(db)} DB points: each row's clock is its pair of points (not partitioned yet)")
     if proxy or proxy_servers:
         raise NotPartitionable("a proxy: its two sides are different TCP connections, paired across connections")
-    # the loss repair borrows a lossy point's bytes from the other point (pair.pairing.pair_points): DB points
-    # alone have none to borrow from and are analysed with their holes, in memory as here
-    lossy = [x.capture for x in (*app, *db) if x.holes] if app else []
-    if lossy:
-        raise NotPartitionable(f"frames lost at {', '.join(lossy)}: the loss repair re-reads whole connections")
     unspilled = [x.capture for x in (*app, *db) if x.spill is None]
     if unspilled:
         raise NotPartitionable(f"{', '.join(unspilled)} did not spill its exchanges (read/spill.py)")
+    # the loss repair borrows a lossy point's bytes from the other point (pair.pairing.pair_points): DB points
+    # alone have none to borrow from and are analysed with their holes, in memory as here
+    lossy = [x for x in (*app, *db) if x.holes] if app else []
+    if lossy and not unrepaired:
+        raise LostFrames(lossy)
 
 
 @dataclass
@@ -287,14 +302,15 @@ class PairedPartitions:
     (capture, conn_index) → id); `parts`: the number of partitions (None: as many as `target_rows`, else
     TARGET_ROWS as it is at the call, asks for);
     `proxy`, `proxy_servers`: the set's proxy points and endpoints; `mapper`: where the first pass's partitions
-    are read (`first_pass`; run.cluster.DaskRunner.map: on Dask workers). The constructor raises NotPartitionable
-    (check_partitionable) before reading a row, then makes `first_pass`."""
+    are read (`first_pass`; run.cluster.DaskRunner.map: on Dask workers); `unrepaired`: a pair with frames lost is
+    taken, its lost bytes left holes (as pair_points leaves them with the repair off). The constructor raises
+    NotPartitionable (check_partitionable) before reading a row, then makes `first_pass`."""
 
     def __init__(self, app: list[Extraction], db: list[Extraction], step: ConnectionStep | None, clocks: dict,
                  *, id_sources: dict[str, str] | None = None, named: dict[tuple[str, int], int] | None = None,
                  parts: int | None = None, target_rows: int | None = None, proxy: list[Extraction] = (),
-                 proxy_servers=(), mapper=None):
-        check_partitionable(app, db, proxy, proxy_servers)
+                 proxy_servers=(), mapper=None, unrepaired: bool = False):
+        check_partitionable(app, db, proxy, proxy_servers, unrepaired)
         self.alone = not app  # DB points alone: a partition's rows are its DB rows (match.one_point_matching)
         self.app, self.db = (_Points(app), _Points(db)) if not self.alone else (None, _Points(db, keyed=False))
         self.step, self.clocks = step, clocks

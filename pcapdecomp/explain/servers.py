@@ -105,7 +105,8 @@ def summary_of(cs: CaptureSet, x: Extracted, paired: Paired, explained: Explaine
                    "proxy": [p.name for p in x.proxy_points]},
         points=x.points, qualities={**x.qualities, "app": x.qualities[app_kind]},
         matching=paired.matching.stats.as_dict(), proxy=paired.proxy_summary,
-        repair=paired.repair.stats.as_dict() if paired.repair is not None else None, clocks=paired.clock_info,
+        repair=paired.repair.stats.as_dict() if paired.repair is not None else paired.repair_skipped,
+        clocks=paired.clock_info,
         servers=explained.servers, exchanges=explained.exchanges, warnings=warnings, scheduler=scheduler,
         through_proxy=paired.through_proxy, latency=latency, runs=runs)
     tell_stories(summary, explained.exchanges, concat([paired.app_conns, paired.db_conns]), cs.server_settings,

@@ -51,6 +51,7 @@ class Paired:
     repair: Repair | None  # the loss repair, when one ran
     app_kind: str = "app"  # whose capture points are the app side: "proxy" when a proxy capture without a proxy in
     # its traffic stood in for the missing app captures
+    repair_skipped: dict | None = None  # summary.json → repair of a pair that lost frames, left unrepaired (skipped)
 
     @property
     def through_proxy(self) -> bool:
@@ -63,12 +64,13 @@ AFTER_THE_REPAIR_BYTES = 4 << 20
 
 
 def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, note: Callable[[str], None],
-                runner=None, ahead: Ahead | None = None, lean: bool = False) -> Paired:
+                runner=None, ahead: Ahead | None = None, lean: bool = False, loss_repair: bool = True) -> Paired:
     """Pair the extracted capture points of `cs`: the connections, then (after the loss repair, which replaces the
     rows of the connections it repairs) the exchanges inside them; fit the clocks and name the connections. The
     extractions hand their exchanges over (`x.app[i].exchanges` is emptied). `ahead`: workers for the clock's pass
     over the captures, started here at once; `lean` (--jobs 1): freed big blocks went back to the OS until now
-    (core.memory.map_big_blocks), which ends with the repair."""
+    (core.memory.map_big_blocks), which ends with the repair. `loss_repair` False (Options.loss_repair, for tests):
+    no loss repair, the lost bytes left holes, as the partitioned run leaves them (run/spilled.py)."""
     app_x, db_xs, proxy_x = x.app, x.db, x.proxy
     # analyze --since/--until: the clock's samples from the window and its margin (core.window)
     around = cs.window.around() if cs.window is not None else None
@@ -112,8 +114,15 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
         e.exchanges = e.exchanges.iloc[:0].copy()  # a copy: an empty view would keep the whole table alive
     release_memory()
     # capture loss is repaired between two captures of one TCP connection: not through a proxy
+    lossy = [e for e in (*app_x, *db_xs) if e.holes] if app_x and db_xs and proxied is None and not loss_repair \
+        else []
+    repair_skipped = None
+    if lossy:
+        from .repair import skipped
+
+        repair_skipped = skipped(lossy, "switched off (run.session.Options.loss_repair, for tests)")
     repair = None
-    if app_x and db_xs and proxied is None:
+    if app_x and db_xs and proxied is None and repair_skipped is None:
         from .repair import PairTables, repair_losses
 
         handed = PairTables(app_ex, db_ex, app_conns, db_conns, matching)  # their only holder now
@@ -167,7 +176,7 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
 
         row_clock = clock_keys(app_ex, matching, row_point, clocks, primary)
     return Paired(app_ex, db_ex, app_conns, db_conns, matching, clocks, clock_info, primary, row_point, row_clock,
-                  id_sources, proxied, proxy_summary, repair, app_kind)
+                  id_sources, proxied, proxy_summary, repair, app_kind, repair_skipped)
 
 
 def db_points(app_ex: pd.DataFrame, db_ex: pd.DataFrame, matching) -> np.ndarray:

@@ -173,6 +173,17 @@ class Repair:
     reread_starts: dict = field(default_factory=dict)
 
 
+def skipped(lossy: list[Extraction], why: str) -> dict:
+    """summary.json → repair of a pair whose loss repair was not done (`why`, in words), rather than null (which says
+    nothing was lost): the points that lost frames (`lossy`, their extractions), and of their holes
+    (Extraction.holes: what the repair would have been given) the connections, the holes and their bytes, all left
+    holes: the exchanges on them keep their `gap` problems, as bytes lost at both points do."""
+    sides = [side for x in lossy for both in x.holes.values() for side in both]
+    return {"skipped": True, "reason": why, "lossy_points": [x.capture for x in lossy],
+            "connections": sum(len(x.holes) for x in lossy), "holes": sum(len(side) for side in sides),
+            "bytes_unrepaired": sum(length for side in sides for _, length, _ in side)}
+
+
 def _no_bounds() -> pd.DataFrame:
     return pd.DataFrame({"side": [], "row": np.array([], dtype=np.int64), "point": [], "lo_ns": [], "hi_ns": []})
 

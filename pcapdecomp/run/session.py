@@ -52,6 +52,9 @@ class Options:
     memory: str | None = None  # the process tree's memory bound (8G, 800M…); None: capture.toml's, else the default
     spill: Path | None = None  # --spill DIR: the partitioned run, its partitions in a folder of its own in DIR
     in_memory: bool = False  # never partitioned without --spill: a set too big for the bound in memory is refused
+    # internal, for tests (no command-line option): False analyses a pair that lost frames without the loss repair,
+    # its lost bytes left holes, as the partitioned run does when the repair would not fit the bound (docs/scale.md)
+    loss_repair: bool = True
 
 
 @dataclass

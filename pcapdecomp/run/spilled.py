@@ -378,13 +378,14 @@ def _captures_size(cs: CaptureSet) -> int:
 def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):
     """The partitioned run of `cs`, extracted into `folder` (x): its outputs written and committed, the
     run.session.AnalysisResult; None when the set is not partitionable after all (said in one line: the caller
-    analyses `x` in memory, its tables read back from the spill)."""
-    from ..explain.partitioned import NotPartitionable, check_partitionable
+    analyses `x` in memory, its tables read back from the spill). A pair that lost frames is partitioned only when
+    the in-memory run, which repairs the loss, would pass the bound: then without the repair (`_unrepaired`)."""
+    from ..explain.partitioned import NotPartitionable
 
     notes: list[str] = []  # told once the run is sure to be partitioned: a fallback tells them again itself
     try:
-        check_partitionable(x.app, x.db, x.proxy, cs.proxy_servers)
-        made = _partitioned(run, cs, x, folder, notes.append)
+        skipped = _unrepaired(run, cs, x, notes.append)
+        made = _partitioned(run, cs, x, folder, notes.append, skipped)
     except NotPartitionable as why:
         if run.spill_automatic:  # partitioned instead (spill_instead), said in a warning: so is the end of it
             run.note(f"the partitioned run: {why}; analysed in memory after all")
@@ -402,9 +403,42 @@ def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):
     return _finish(run, cs, x, paired, server, runs, categories, members)
 
 
-def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
+def _unrepaired(run, cs: CaptureSet, x: Extracted, note) -> dict | None:
+    """Raises NotPartitionable unless the partitioned run takes `x` (explain.partitioned.check_partitionable). A
+    pair that lost frames (LostFrames) is taken when the in-memory run, which would repair the loss, passes the
+    bound: without the loss repair, said in one warning (`note`); the answer is then summary.json → repair, said
+    skipped (pair.repair.skipped). None: nothing lost at a pair. Else (it fits in memory, or no bound is known)
+    LostFrames: analysed in memory, repaired."""
+    from ..core.memory import predicted_peak, round_up_text
+    from ..explain.partitioned import LostFrames, check_partitionable
+    from ..pair.repair import skipped
+    from ..read.extract import counts_of
+
+    try:
+        check_partitionable(x.app, x.db, x.proxy, cs.proxy_servers)
+        return None
+    except LostFrames as lost:
+        bound = run.memory
+        need = predicted_peak(counts_of(x), bound.jobs, bound.start) if bound is not None else None
+        if need is None or bound.limit is None or need <= bound.limit:
+            raise
+        lossy = lost.lossy  # LostFrames is checked last: nothing else stands in the way
+    why = (f"in memory, with the repair, this analysis would need up to about {size_text(need, bound.limit)}, more "
+           f"than the bound of {size_text(bound.limit, need)} ({bound.source}); the partitioned run does not repair")
+    each = [(point.capture, skipped([point], why)) for point in lossy]
+    points = " and at ".join(f"{name} ({n['holes']:,} holes, {n['bytes_unrepaired']:,} bytes never captured, in "
+                             f"{n['connections']:,} connections)" for name, n in each)
+    note(f"frames lost at {points}: the loss repair, which takes such bytes from the other point, was not done: "
+         f"{why}. The exchanges on lost bytes are marked (problems gap) rather than repaired, so these files are not "
+         "the in-memory run's (summary.json → repair says skipped). To repair them: --memory "
+         f"{round_up_text(need)} (analysed in memory), or a --since/--until window around the incident")
+    return skipped(lossy, why)
+
+
+def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note, repair_skipped: dict | None = None):
     """Up to the thread-pool view: (the stand-in Paired, the ServerPart, the stored runs, the categories, the view's
-    members by row key: _members_by_key)."""
+    members by row key: _members_by_key). `repair_skipped`: a pair that lost frames, analysed without the loss
+    repair (`_unrepaired`): summary.json → repair."""
     from ..explain.partitioned import (NotPartitionable, PairedPartitions, RunsMadeOnce, in_this_process,
                                        spilled_naming)
     from ..explain.partitioned_decompose import DecomposedPartitions
@@ -422,9 +456,9 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     step = spilled_connection_step(app, db) if app else None
     on_workers = _workers_mapper(run)  # None: the partitions' work in this process
     # the clocks and the names are set below, before a run is made
-    rows = PairedPartitions(app, db, step, {}, mapper=on_workers)
+    rows = PairedPartitions(app, db, step, {}, mapper=on_workers, unrepaired=repair_skipped is not None)
     first = rows.first_pass
-    if run.lean:  # as pair_points: the extraction is done (no repair: a set with frames lost is not partitioned)
+    if run.lean:  # as pair_points: the extraction is done (no repair: a pair with frames lost is left unrepaired)
         map_big_blocks(AFTER_THE_REPAIR_BYTES)
     if app and db and first.matched == 0 and app_rows and db_rows:
         note("no exchange was seen at both points: are these captures of the same traffic and time?")
@@ -515,7 +549,7 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note):
     del run_of, row_of, marked, stall, role
     matching = Matching(None, None, None, step.connections if step is not None else frame([], ()), rows.stats())
     paired = Paired(None, None, app_conns, db_conns, matching, clocks, clock_info, app[0].capture if app else None,
-                    None, None, id_sources, None, None, None)
+                    None, None, id_sources, None, None, None, repair_skipped=repair_skipped)
     return paired, ServerPart(point, view, slow_info), runs, categories, members
 
 
