@@ -45,11 +45,12 @@ class PartitionedInstead(MemoryBoundError):
     not (its predicted peak is within the bound) or may not (counted before the captures are read whole): `analyze`
     without --spill runs partitioned instead (run.spilled.spill_instead), or, with --in-memory, refuses with this
     message. `over`: what the in-memory run would need against the bound, in words (the warning's first part);
-    `keep`: the --memory that would keep it in memory (as the refusal suggests it)."""
+    `keep`: the --memory that would keep it in memory (as the refusal suggests it); `unrepaired`: a pair that lost
+    frames, which the partitioned run analyses without the loss repair (so not the in-memory run's files)."""
 
-    def __init__(self, message: str, over: str, keep: str):
+    def __init__(self, message: str, over: str, keep: str, unrepaired: bool = False):
         super().__init__(message)
-        self.over, self.keep = over, keep
+        self.over, self.keep, self.unrepaired = over, keep, unrepaired
 
 
 class OutputError(PcapdecompError):

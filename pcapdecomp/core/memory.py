@@ -482,7 +482,7 @@ class MemoryBound:
         message = (f"{over}; {'stopped early, ' if stopped_early else ''}nothing written. Give it more with --memory "
                    f"({more}){window_text}")
         if spill_named or (spill is not None and spill <= self.limit):  # the partitioned run fits, or may
-            raise PartitionedInstead(message, over, round_up_text(need_bytes))
+            raise PartitionedInstead(message, over, round_up_text(need_bytes), unrepaired)
         raise MemoryBoundError(message)
 
 

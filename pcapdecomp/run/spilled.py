@@ -301,7 +301,8 @@ def spill_instead(run, cs: CaptureSet, over: PartitionedInstead, noted: int) -> 
 
 def _say_instead(run, over: PartitionedInstead) -> None:
     """The one warning of a run partitioned because it would pass the bound in memory."""
-    run.note(f"in memory, {over.over}: analysed partitioned instead, as with --spill (the same files, for about 2 "
+    files = "without the loss repair, said below" if over.unrepaired else "the same files"
+    run.note(f"in memory, {over.over}: analysed partitioned instead, as with --spill ({files}, for about 2 "
              f"to 5 times the CPU; --memory {over.keep} would keep it in memory), its partitions in a folder of "
              f"{run.out} removed at the end (docs/scale.md; --spill DIR puts them elsewhere, --in-memory refuses "
              "instead)")
