@@ -602,3 +602,19 @@ def test_several_app_points_of_a_recording(recording, tmp_path):
             *[a for host in hosts for a in ("--app", str(host))]]
     _, partitioned = both_ways(args, tmp_path)
     assert "--spill:" not in partitioned.stderr
+
+
+def test_a_time_window_the_db_capture_has_no_exchange_in(tmp_path):
+    """The DB capture cut to its first second, the window after it: the app's rows alone in the window. The
+    connection step joins nothing, and counts no work (match.candidates 0, as the in-memory Pairing, whose join of an
+    empty side does none); the spilled step counted the app's buckets (228 here) before."""
+    from pcaptools import first_ts, rewrite
+
+    folder = CAPTURES / "group-stall"
+    start = first_ts(folder / "db.pcap")
+    db = tmp_path / "db.pcap"
+    assert rewrite(folder / "db.pcap", db, keep=lambda i, ts: ts < start + 1_000_000_000) > 0
+    args = ["--app", str(folder / "app.pcap"), "--db", str(db), "--since", str(start // 1_000_000_000 + 3)]
+    summary = assert_partitioned(args, tmp_path)
+    assert summary["match"]["db_exchanges"] == 0 < summary["match"]["app_exchanges"]
+    assert summary["match"]["candidates"] == 0

@@ -937,9 +937,11 @@ def spilled_connection_step(app: list[Extraction], db: list[Extraction]) -> Conn
     d_info = _info_of_keys(db_keys.frame("d_conn"), concat([x.connections for x in db]), "d")
     ends_a, ends_d = _endpoint_codes(a_info, d_info)
     votes, ambiguous, work, amb_a, amb_d = [], 0, 0, set(), set()
+    lone, seen_a, seen_d = 0, False, False  # the distinct pairs of buckets only one side has rows in
     for bucket in range(BUCKETS):
         a = app_keys.votes_of(bucket, texts)
         d = db_keys.votes_of(bucket, texts)
+        seen_a, seen_d = seen_a or a is not None, seen_d or d is not None
         if a is not None and d is not None:
             counted, n_ambiguous, n_work, held_a, held_d = _bounded_join(
                 pd.DataFrame({"a_conn": a[0], **dict(zip(VOTE_KEY, a[1:])), "ends": ends_a[a[0]]}, copy=False),
@@ -952,7 +954,9 @@ def spilled_connection_step(app: list[Extraction], db: list[Extraction]) -> Conn
             amb_d |= held_d
         elif a is not None or d is not None:
             # the whole tables' join counts this side's distinct (key, connection) pairs, which meet none here
-            work += len(np.unique(np.stack(a if d is None else d), axis=1).T)
+            lone += len(np.unique(np.stack(a if d is None else d), axis=1).T)
+    if seen_a and seen_d:  # a side without a row is not joined at all (_bounded_join_frames: no work)
+        work += lone
     pair = np.concatenate([(v["a_conn"].to_numpy(np.int64) << 32) | v["d_conn"].to_numpy(np.int64) for v in votes]) \
         if votes else np.zeros(0, dtype=np.int64)
     weights = np.concatenate([v["votes"].to_numpy(np.int64) for v in votes]) if votes else np.zeros(0, np.int64)
