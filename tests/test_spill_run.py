@@ -247,7 +247,7 @@ def test_a_time_window_of_the_read_write_recording(db_alone, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["named by the slow log", "entries without a thread id", "threads never seen", "proxy",
-                                  "frames lost", "no exchange"])
+                                  "a proxy not captured", "frames lost", "no exchange"])
 def test_a_set_it_does_not_take_is_analysed_in_memory(case, tmp_path):
     if case == "named by the slow log":  # no connection has an id: the log's Thread_id names them after the join
         args = [str(CAPTURES / "midstream-join")]
@@ -267,6 +267,11 @@ def test_a_set_it_does_not_take_is_analysed_in_memory(case, tmp_path):
         folder = CAPTURES / "proxy-l4"
         args = [*set_args(folder), "--proxy", str(folder / "proxy.pcap")]
         why = "a proxy"
+    elif case == "a proxy not captured":  # a pooling proxy between the points, captured at the app and the DB only:
+        # in memory its pairs are found across connections (pair.proxy), which the partitions do not do
+        folder = CAPTURES / "proxy-pool"
+        args = ["--app", str(folder / "app.pcap"), "--db", str(folder / "db.pcap")]
+        why = "may show a proxy between the points"
     elif case == "no exchange":
         args = ["--db", str(REPO / "tests" / "data" / "field" / "no-exchange.pcap")]
         why = "no exchange"
@@ -618,3 +623,27 @@ def test_a_time_window_the_db_capture_has_no_exchange_in(tmp_path):
     summary = assert_partitioned(args, tmp_path)
     assert summary["match"]["db_exchanges"] == 0 < summary["match"]["app_exchanges"]
     assert summary["match"]["candidates"] == 0
+
+
+def test_one_hosts_connections_at_two_app_points_are_told(tmp_path):
+    """The app capture cut in two halves by time and given as two app points (one point's rotated files given as two):
+    the same TCP connections at both, said in one warning naming both points and how many; cut by connection (two
+    hosts' own connections), no such warning."""
+    from pcapdecomp.analysis import Options, analyze
+    from pcaptools import first_ts, rewrite
+
+    folder = CAPTURES / "group-stall"
+    app = folder / "app.pcap"
+    middle = first_ts(app) + 2_000_000_000
+    halves = [tmp_path / "early.pcap", tmp_path / "late.pcap"]
+    assert rewrite(app, halves[0], keep=lambda i, ts: ts < middle) > 0
+    assert rewrite(app, halves[1], keep=lambda i, ts: ts >= middle) > 0
+    base = capture_set(folder)
+    told = analyze(capture_set(app=halves, db=folder / "db.pcap", long_query_time=base.long_query_time,
+                               thread_pool_size=base.thread_pool_size), Options(quiet=True, jobs=1), tmp_path / "halves")
+    said = [w for w in told.warnings if "hold the same" in w]
+    assert len(said) == 1 and "early.pcap" in said[0] and "late.pcap" in said[0], told.warnings
+    hosts = app_hosts(app, tmp_path)
+    apart = analyze(capture_set(app=hosts, db=folder / "db.pcap", long_query_time=base.long_query_time,
+                                thread_pool_size=base.thread_pool_size), Options(quiet=True, jobs=1), tmp_path / "hosts")
+    assert not any("hold the same" in w for w in apart.warnings)

@@ -69,6 +69,10 @@ _TOKEN_RE = re.compile(
     re.S)
 
 
+# without a proxy capture, a pair is searched for a proxy between its points when fewer of its exchanges pair
+# directly than this share of the smaller point's (run.spilled leaves such a pair to the in-memory run)
+PROXY_SIGN = 0.5
+
 def canonical(sql: str | None) -> str | None:
     """The statement as a key: literals kept byte for byte, everything else without comments, whitespace and
     identifier quotes, ASCII-lowercased ("SELECT 1 AS tag, SLEEP(0.15)" and "select 1 as `tag`,sleep(0.15)" agree)."""
@@ -697,7 +701,7 @@ def through_proxy(app: Side | None, db: Side | None, proxy: Side | None, db_serv
         if app is None or db is None or not len(app) or not len(db):
             return None
         direct = direct if direct is not None else match_exchanges(app.ex, db.ex, app.conns, db.conns)
-        if direct.matched_at_least(0.5 * min(len(app), len(db))):
+        if direct.matched_at_least(PROXY_SIGN * min(len(app), len(db))):
             return None
         m4, l4_pairs = match_l4(app.ex, app.conns, db.ex, db.conns)
         client, server = app, db

@@ -275,6 +275,8 @@ def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, n
         _check_window(window, read, extractions, qualities, note)
     points = _points_info(read, extractions, qualities, note)
     n_app, n_db = len(app_pts), len(db_pts)
+    for side, xs in (("app", extractions[:n_app]), ("DB", extractions[n_app:n_app + n_db])):
+        _captured_twice(side, xs, note)
     extracted = Extracted(app_pts, db_pts, proxy_pts, extractions[:n_app], extractions[n_app:n_app + n_db],
                           extractions[n_app + n_db:], points,
                           {"app": qualities[:n_app], "dbs": qualities[n_app:n_app + n_db],
@@ -284,6 +286,45 @@ def extract_points(cs: CaptureSet, jobs: int, quiet: bool, max_sql_bytes: int, n
         memory.check(counts_of(extracted), span_ns(extractions, window), window=window, partitioned=spill is not None,
                      spill_hint=spill_hint)
     return extracted
+
+
+# connections of two points of one side with the same endpoints are one connection when their frames are this close
+# in time (a file's last frame and the next file's first, when one point's rotated files are given as two points)
+TWICE_WITHIN_NS = 1_000_000_000
+
+
+def _captured_twice(side: str, xs: list[Extraction], note: Callable[[str], None]) -> None:
+    """A warning when two points of one side hold the same TCP connection (the same client and server endpoints, at
+    the same time or one just after the other): one host captured twice, or one point's files (rotated halves)
+    given as two points. Each point's rows of it are then taken for another connection: split in two, paired apart,
+    counted twice, or taken for a proxy between the points (the same exchanges seen at the app, the DB seeing them
+    on one connection)."""
+    if len(xs) < 2:
+        return
+    import pandas as pd
+
+    spans = []
+    for k, x in enumerate(xs):
+        c = x.connections
+        if len(c):
+            spans.append(pd.DataFrame({"point": k, "client": c["client"].astype(str).to_numpy(),
+                                       "server": c["server"].astype(str).to_numpy(),
+                                       "first": c["first_ts"].to_numpy(dtype="datetime64[ns]").view("int64"),
+                                       "last": c["last_ts"].to_numpy(dtype="datetime64[ns]").view("int64")}))
+    if len(spans) < 2:
+        return
+    every = pd.concat(spans, ignore_index=True)
+    both = every.merge(every, on=["client", "server"], suffixes=("", "_other"))
+    both = both[(both["point"] < both["point_other"]) & (both["first"] <= both["last_other"] + TWICE_WITHIN_NS)
+                & (both["first_other"] <= both["last"] + TWICE_WITHIN_NS)]
+    for (a, b), shared in both.groupby(["point", "point_other"], sort=True):
+        n = shared[["client", "server"]].drop_duplicates().shape[0]
+        note(f"{side} points {xs[a].capture} and {xs[b].capture} hold the same {n:,} TCP connection"
+             f"{'s' if n != 1 else ''} (the same client and server endpoints at the same time, e.g. "
+             f"{shared['client'].iloc[0]} → {shared['server'].iloc[0]}): one host captured twice, or one point's "
+             f"files given as two points — give a point's files as one point (a quoted glob: --{side.lower()} "
+             "'app.pcap*'). Each point's part of such a connection is counted as a connection of its own: its "
+             "exchanges may be paired apart, counted twice, or taken for a proxy's")
 
 
 def counts_of(x: Extracted) -> Counts:

@@ -448,6 +448,7 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note, repair_s
     from ..explain.threadpool import FetchingRefs, stall_marks, thread_pool_view
     from ..pair.match import Matching, spilled_connection_step
     from ..pair.pairing import AFTER_THE_REPAIR_BYTES, Paired
+    from ..pair.proxy import PROXY_SIGN
     from ..slowlog.join import join_slow_log
 
     app, db = x.app, x.db
@@ -461,6 +462,12 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note, repair_s
     first = rows.first_pass
     if run.lean:  # as pair_points: the extraction is done (no repair: a pair with frames lost is left unrepaired)
         map_big_blocks(AFTER_THE_REPAIR_BYTES)
+    if app and app_rows and db_rows and first.matched < PROXY_SIGN * min(app_rows, db_rows):
+        # in memory, a pair that pairs this little directly is searched for a proxy between its points (pair.proxy.
+        # through_proxy: an L4 one by shared scrambles, an L7 one by statements across connections), which the
+        # partitions do not do: the files could differ (a pooling proxy's pair: 0 rows paired, none through it)
+        raise NotPartitionable(f"{first.matched:,} of {min(app_rows, db_rows):,} exchanges paired directly: the "
+                               "captures may show a proxy between the points, found by pairing across connections")
     if app and db and first.matched == 0 and app_rows and db_rows:
         note("no exchange was seen at both points: are these captures of the same traffic and time?")
     clocks, clock_info = {}, {}
