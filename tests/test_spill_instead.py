@@ -411,3 +411,17 @@ def test_a_lossy_pair_that_fits_is_repaired_in_memory(tmp_path, spill_folders):
     assert "skipped" not in got.summary["repair"]
     assert not any(INSTEAD in w or LOSS_SKIPPED in w for w in got.warnings)
     assert any("taken from the other" in w for w in got.warnings)
+
+
+def test_on_a_local_cluster_without_room_for_the_spill_it_says_the_bound_waits(tmp_path, monkeypatch, dask_reads):
+    """The output folder's device with no room for the workers' spill (its free bytes read as 0): the workers read in
+    memory as before, and one warning says that the bound is checked only once their tables are here (a run that
+    held the bound silently broke it: 1,387 MiB under --memory 900M on a 300 MB tmpfs)."""
+    cs = capture_set(CAPTURES / "group-stall")
+    monkeypatch.setattr(spilled, "IN_MEMORY_PER_CAPTURE_BYTE", float(1 << 20))  # not surely in memory
+    monkeypatch.setattr(spilled, "_free_bytes", lambda path: 0)
+    got = analyze(cs, Options(quiet=True, jobs=2, scheduler="local", memory=bound_above_this_process()),
+                  tmp_path / "dask")
+    said = [w for w in got.warnings if "less room than the workers' spill" in w]
+    assert len(said) == 1 and "checked only once their tables are here" in said[0], got.warnings
+    assert dask_reads == [None]

@@ -294,7 +294,7 @@ class Counts:
     other_exchanges: int  # at app and proxy points
     connections: int  # MySQL connections, at every point
     points: int
-    repaired_bytes: int = 0  # MySQL bytes at points with gaps, whose connections the loss repair reads again
+    repaired_bytes: int = 0  # MySQL bytes of the connections with gaps, which the loss repair reads again
 
     @property
     def exchanges(self) -> int:

@@ -336,7 +336,18 @@ def counts_of(x: Extracted) -> Counts:
     repairs = bool(x.app and x.db)
     return Counts(db_exchanges=db, other_exchanges=sum(q["exchanges"] for q in every) - db,
                   connections=sum(q["mysql_connections"] for q in every), points=len(every),
-                  repaired_bytes=sum(q["mysql_bytes"] for q in every if q["gaps"]) if repairs else 0)
+                  repaired_bytes=sum(_lossy_bytes(e) for e in x.all) if repairs else 0)
+
+
+def _lossy_bytes(x: Extraction) -> int:
+    """The MySQL bytes of the point's connections with holes: those the loss repair reads again (each whole; the
+    connections without a hole are not read: counting every byte of a lossy point predicted the repaired run of the
+    40 s read-write pair, 16 of its 32 connections lossy, at 928 MiB for a 467 MiB peak)."""
+    c = x.connections
+    if not x.holes or not len(c):
+        return 0
+    lossy = c["conn_index"].isin(list(x.holes)).to_numpy()
+    return int(c["mysql_bytes"].to_numpy(dtype="int64", na_value=0)[lossy].sum())
 
 
 def span_ns(extractions: list[Extraction], window: Window | None = None) -> int | None:

@@ -119,6 +119,7 @@ class Run:
             self.runner = DaskRunner.connect(self.options.scheduler, self.cs.points, self.options.quiet, self.jobs,
                                              tls=self.options.scheduler_tls)
             if self.memory is not None and self.runner.cluster is not None:  # a LocalCluster: this tree's
+                self.runner.warm()
                 self.memory.count_children()
                 self.memory.check_start()
         self._stack = ExitStack()

@@ -332,13 +332,20 @@ def spill_first(run, cs: CaptureSet) -> Path | None:
     if size * IN_MEMORY_PER_CAPTURE_BYTE <= run.memory.limit - run.memory.start:
         return None  # surely fits in memory: read in memory on the workers, as without a bound
     if (_free_bytes(run.out) or 0) < _room_needed(size):
+        run.note(f"--scheduler: the output folder {run.out} has less room than the workers' spill of these captures "
+                 f"needs (about {size_text(_room_needed(size))}): they read them in memory, and the memory bound is "
+                 "checked only once their tables are here (--spill DIR on a disk with room keeps it all along)")
         return None
     folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}",
                          elsewhere="analyse it with --spill DIR on a disk with room (or more --memory)")
     run.within(folder)
     run.at_exit(run.runner.close)  # its workers' tasks write in the folder: ended before it goes
-    if run.runner.blind_to(folder.path) is not None:
-        return None  # (the folder goes at the end, with the run)
+    blind = run.runner.blind_to(folder.path)
+    if blind is not None:  # (the folder goes at the end, with the run)
+        run.note(f"--scheduler: Dask worker {blind} cannot read or write the output folder {run.out}: the workers "
+                 "read the captures in memory, and the memory bound is checked only once their tables are here "
+                 "(--spill DIR on a file system every worker shares keeps it all along)")
+        return None
     run.spill_runner = run.runner
     return folder.path
 
