@@ -97,8 +97,13 @@ COST_PER_CONNECTION = 16 << 10  # a connection's state: its row, its timelines, 
 # what it holds follows the bytes it reads, not the exchanges: the 150 s read-write pair (1.5 M exchanges, 3.03 GB
 # of MySQL bytes at its lossy app point, every connection read again) peaked at 2,886 MiB in the repair, 1,690 MiB
 # above any other stage (2026-12-01: a cost per exchange fitted to the read-only shape, 556 B a capture byte per
-# exchange against 2.2 KB here, predicted 1,642 MiB: no bound). 0.7 B a byte: 1.17x that peak
-COST_PER_REPAIRED_BYTE = 0.7
+# exchange against 2.2 KB here, predicted 1,642 MiB: no bound); 0.7 B a byte was 1.17x that peak. Since the
+# handover in shared memory (docs/scale.md) the repair costs far less: 2026-12-02 night, the lossless 150 s
+# read-write pair with 0.02 % of its DB frames dropped (3.81 GB of MySQL bytes in 16 lossy connections, all re-read)
+# peaked at 1,410 MiB (--jobs 1) and 1,818 MiB (--jobs 2) of the tree, predicted at 0.7 B a byte 4.10 and 4.70 GiB
+# (2.9x and 2.6x: the repair dropped where it fits); the lossy 40 s read-write pair (707 MB) at 467 and 471 MiB,
+# predicted 921 MiB and 1.03 GiB. At 0.15 B a byte: 1.18–1.49x the four peaks
+COST_PER_REPAIRED_BYTE = 0.15
 # analyze --spill (run/spilled.py: the partitioned run) holds one partition's rows, one row group of the merged
 # writer, the row keys and the thread-pool view's columns, then the projection the summary and the report read
 # back: fitted with a margin over its measured peaks, on their growth at scale (docs/scale.md, "Memory: the stated
