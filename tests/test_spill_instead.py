@@ -425,3 +425,17 @@ def test_on_a_local_cluster_without_room_for_the_spill_it_says_the_bound_waits(t
     said = [w for w in got.warnings if "less room than the workers' spill" in w]
     assert len(said) == 1 and "checked only once their tables are here" in said[0], got.warnings
     assert dask_reads == [None]
+
+
+def test_a_warning_taken_back_is_printed_once(tmp_path, in_memory_too_big, capfd):
+    """Partitioned instead of a lossy DB capture: the first extraction's damage line is taken back (summary.json has
+    it once) and said again by the second read; on the terminal it is printed once, not twice."""
+    db = tmp_path / "lossy.pcap"
+    lose_frames(CAPTURES / "oltp-prepared" / "db.pcap", db, 0.03, 1)
+    cs = capture_set(None, db=[str(db)])
+    got = analyze(cs, Options(quiet=False, jobs=1, memory=bound_above_this_process()), tmp_path / "out")
+    assert any(INSTEAD in w for w in got.warnings)
+    damage = [w for w in got.warnings if "never captured" in w]
+    assert len(damage) == 1, got.warnings
+    printed = capfd.readouterr().err
+    assert printed.count("never captured") == 1, printed

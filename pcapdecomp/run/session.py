@@ -97,6 +97,7 @@ class Run:
         if self.out.exists() and not self.out.is_dir():
             raise InputError(f"{self.out}: exists and is not a folder")
         self.warnings: list[str] = []
+        self._taken_back: set[str] = set()  # warnings printed, then taken back (take_back_warnings)
         if given is not None:  # a bound the machine cannot give is no bound: said, not silently accepted
             beyond = beyond_the_machine(self.memory.limit, self.memory.start, self.memory.source)
             if beyond is not None:
@@ -160,15 +161,18 @@ class Run:
         self._stack.enter_context(context)
 
     def note(self, message: str) -> None:
-        """A warning: into summary.json, and on the terminal unless --quiet."""
+        """A warning: into summary.json, and on the terminal unless --quiet (once: one taken back and said again by
+        the extraction done again is not printed twice)."""
         self.warnings.append(message)
-        if not self.options.quiet:
+        if not self.options.quiet and message not in self._taken_back:
             warn(message)
 
     def take_back_warnings(self, since: int) -> None:
         """Forget the warnings from the `since`-th on: they were an extraction's that is thrown away and done again
         (the in-memory extraction over the bound, read again partitioned: run.spilled.spill_instead), which says them
-        again; kept, summary.json would hold them twice. Already on the terminal: a warning said is not unsaid."""
+        again; kept, summary.json would hold them twice. Already on the terminal: when said again, not printed again
+        (a lossy capture's damage line came twice)."""
+        self._taken_back.update(self.warnings[since:])
         del self.warnings[since:]
 
     def beside_the_view(self) -> Callable[[pd.DataFrame], None] | None:
