@@ -51,6 +51,27 @@ def test_the_local_cluster_lets_no_one_else_connect():
         runner.close()
 
 
+def test_the_local_schedulers_http_server_tells_nothing():
+    """The LocalCluster's scheduler listens for HTTP on 127.0.0.1 even without a dashboard, and no one is asked who
+    they are there: it answers the health check alone, not Dask's info and JSON pages (the workers, their memory and
+    tasks), which a fresh pair of eyes read with curl as any local user."""
+    import urllib.error
+    import urllib.request
+
+    cs = resolve_capture_set(GROUP_STALL, [], None, [], None, None, [], None, None)
+    runner = DaskRunner.connect("local", cs.points, quiet=True, workers=1)
+    try:
+        port = runner.cluster.scheduler.http_server.port
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as answer:
+            assert answer.status == 200
+        for page in ("/info/main/workers.html", "/json/counts.json", "/info/main/logs.html"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}{page}", timeout=5)
+            assert refused.value.code == 404, page
+    finally:
+        runner.close()
+
+
 def test_unsupported_transports_and_misplaced_tls_options_are_one_line(tmp_path):
     out = str(tmp_path / "o")
     one_line_exit_2(cli("analyze", str(GROUP_STALL), "--scheduler", "ucx://10.0.0.1:8786", "--out", out, "-q"),

@@ -120,6 +120,7 @@ class DaskRunner:
         if tls is not None and scheme != "tls":
             raise UsageError("--scheduler-tls is for a tls:// scheduler address")
         try:
+            import dask
             from distributed import Client, LocalCluster
             from distributed.security import Security
         except ImportError:
@@ -146,9 +147,13 @@ class DaskRunner:
                 # started with it ignored keeps it ignored (an ignored signal stays ignored across exec)
                 previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
                 try:
-                    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                                           silence_logs=quiet_workers, security=security, protocol="tls://",
-                                           host="127.0.0.1")
+                    # its scheduler's HTTP server (on 127.0.0.1, not authenticated, there even without a dashboard)
+                    # serves the health check alone: Dask's info and JSON pages named the workers, their memory and
+                    # tasks to any local user
+                    with dask.config.set({"distributed.scheduler.http.routes": ["distributed.http.health"]}):
+                        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                               dashboard_address=None, silence_logs=quiet_workers, security=security,
+                                               protocol="tls://", host="127.0.0.1")
                 finally:
                     signal.signal(signal.SIGINT, previous)
                 address = f"local ({n} worker processes, TLS)"
