@@ -647,3 +647,33 @@ def test_one_hosts_connections_at_two_app_points_are_told(tmp_path):
     apart = analyze(capture_set(app=hosts, db=folder / "db.pcap", long_query_time=base.long_query_time,
                                 thread_pool_size=base.thread_pool_size), Options(quiet=True, jobs=1), tmp_path / "hosts")
     assert not any("hold the same" in w for w in apart.warnings)
+
+
+def test_a_point_none_of_whose_exchanges_paired_is_told(tmp_path):
+    """An app point of another capture set given beside the right one (group-stall's app and DB, oltp-hogs' app):
+    its rows are all app-only, said in one warning naming it, in memory and partitioned alike (the same files);
+    the point that paired is not named. Before, the run said nothing: the verdict counted the other set's 3,023
+    exchanges as "only at the app". A DB point of another set beside the right one (several DB points: in memory)
+    likewise; the pair alone, no such warning."""
+    group, other = CAPTURES / "group-stall", CAPTURES / "oltp-hogs"
+    args = ["--app", str(group / "app.pcap"), "--app", str(other / "app.pcap"), "--db", str(group / "db.pcap")]
+    memory, partitioned = both_ways(args, tmp_path / "apps")
+    assert "--spill:" not in partitioned.stderr  # partitioned, not analysed in memory
+    for side in ("memory", "spilled"):
+        warnings = json.loads((tmp_path / "apps" / side / "summary.json").read_text())["warnings"]
+        said = [w for w in warnings if "none of its" in w]
+        assert len(said) == 1, warnings
+        assert said[0].startswith(f"app point {other / 'app.pcap'}: none of its ") and "app-only" in said[0]
+        rows = pd.read_parquet(tmp_path / "apps" / side / "exchanges.parquet", columns=["capture", "seen"])
+        alone = rows[rows["capture"].astype(str) == str(other / "app.pcap")]
+        assert len(alone) and (alone["seen"] == "app").all()
+        assert f"none of its {len(alone):,} exchanges" in said[0]
+    dbs = cli("--app", str(group / "app.pcap"), "--db", str(group / "db.pcap"), "--db", str(other / "db.pcap"), "-q",
+              "-o", str(tmp_path / "dbs"))
+    assert dbs.returncode == 0, dbs.stderr
+    warnings = json.loads((tmp_path / "dbs" / "summary.json").read_text())["warnings"]
+    said = [w for w in warnings if "none of its" in w]
+    assert len(said) == 1 and said[0].startswith(f"DB point {other / 'db.pcap'}: ") and "DB-only" in said[0], said
+    pair = cli("--app", str(group / "app.pcap"), "--db", str(group / "db.pcap"), "-q", "-o", str(tmp_path / "pair"))
+    assert pair.returncode == 0, pair.stderr
+    assert not any("none of its" in w for w in json.loads((tmp_path / "pair" / "summary.json").read_text())["warnings"])

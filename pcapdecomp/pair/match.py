@@ -628,6 +628,9 @@ class ConnectionStep:
     ambiguous: tuple[set, set]
     ambiguous_keys: int
     work: int
+    # the partitioned run's (spilled_connection_step): per app point and per DB point, the paired connections'
+    # count (points_seen_alone reads it: a point none of whose connections paired)
+    paired_by_point: tuple[dict[str, int], dict[str, int]] | None = None
 
 
 def connection_step(voted: tuple, a_info: pd.DataFrame, d_info: pd.DataFrame, ends_a: np.ndarray,
@@ -963,7 +966,21 @@ def spilled_connection_step(app: list[Extraction], db: list[Extraction]) -> Conn
     distinct, inverse = np.unique(pair, return_inverse=True)
     summed = np.bincount(inverse.reshape(-1), weights=weights, minlength=len(distinct)).astype(np.int64)
     counted = pd.DataFrame({"a_conn": distinct >> 32, "d_conn": distinct & 0xFFFFFFFF, "votes": summed})
-    return connection_step((counted, ambiguous, work, amb_a, amb_d), a_info, d_info, ends_a, ends_d)
+    step = connection_step((counted, ambiguous, work, amb_a, amb_d), a_info, d_info, ends_a, ends_d)
+    step.paired_by_point = tuple(_paired_by_point(side.capture_of_keys(), paired.to_numpy(np.int64))
+                                 for side, paired in ((app_keys, step.connections["app_conn"]),
+                                                      (db_keys, step.connections["db_conn"])))
+    return step
+
+
+def _paired_by_point(capture_of_key: np.ndarray, paired_keys: np.ndarray) -> dict[str, int]:
+    """Per capture point that has a connection (`capture_of_key`: each connection key's point), how many of its
+    connections paired (`paired_keys`: their keys)."""
+    counts = {str(name): 0 for name in pd.unique(capture_of_key)}
+    names, n = np.unique(capture_of_key[paired_keys].astype(str), return_counts=True) if len(paired_keys) \
+        else ([], [])
+    counts.update({str(name): int(c) for name, c in zip(names, n)})
+    return counts
 
 
 class _TextCodes:
@@ -1023,9 +1040,12 @@ class SpilledKeys:
 
     def frame(self, name: str) -> pd.DataFrame:
         """The connections' keys, in key order, with their capture and conn_index (what _conn_info reads)."""
-        return pd.DataFrame({name: np.arange(len(self.numbered), dtype=np.int64),
-                             "capture": np.array([self.names[c] for c in self.numbered // self.width], dtype=object),
+        return pd.DataFrame({name: np.arange(len(self.numbered), dtype=np.int64), "capture": self.capture_of_keys(),
                              "conn_index": self.numbered % self.width})
+
+    def capture_of_keys(self) -> np.ndarray:
+        """Each connection key's capture point (its name), in key order."""
+        return np.array([self.names[c] for c in self.numbered // self.width], dtype=object)
 
     def of_rows(self, table: pd.DataFrame) -> np.ndarray:
         """The connection key of each row of `table` (rows of these points: capture and conn_index)."""

@@ -146,6 +146,9 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
         map_big_blocks(AFTER_THE_REPAIR_BYTES)
     if app_x and db_xs and matching.stats.matched == 0 and len(app_ex) and len(db_ex):
         note("no exchange was seen at both points: are these captures of the same traffic and time?")
+    elif app_x and db_xs and proxied is None and len(app_x) + len(db_xs) > 2:
+        for message in points_seen_alone(_rows_by_point(app_ex, db_ex, matching)):
+            note(message)
 
     # the clocks: one model per app point and DB point, from segments of their matched connections
     several = len(db_xs) > 1
@@ -177,6 +180,38 @@ def pair_points(x: Extracted, cs: CaptureSet, jobs: int, max_sql_bytes: int, not
         row_clock = clock_keys(app_ex, matching, row_point, clocks, primary)
     return Paired(app_ex, db_ex, app_conns, db_conns, matching, clocks, clock_info, primary, row_point, row_clock,
                   id_sources, proxied, proxy_summary, repair, app_kind, repair_skipped)
+
+
+def points_seen_alone(counts: tuple[tuple[dict[str, int], dict[str, int]], tuple[dict[str, int], dict[str, int]]]
+                      ) -> list[str]:
+    """The warnings of the capture points none of whose exchanges was paired with the other side's while other
+    points' were (a pair that pairs nothing at all has its own warning): a point of other traffic or another
+    time, given by mistake or of a host whose partner was not captured; its rows are one side's only, not split.
+    `counts`: (rows, paired) of the app points and of the DB points, each by point name; paired counts rows or
+    connections (zero or not is what is read)."""
+    out = []
+    for (rows, paired), kind, other, why in (
+            (counts[0], "app", "a DB point", "traffic to a server whose capture is not given, or another time"),
+            (counts[1], "DB", "an app point", "traffic of app hosts not captured, or another time")):
+        for name, n in rows.items():
+            if n and not paired.get(name):
+                out.append(f"{kind} point {name}: none of its {n:,} exchanges was seen at {other}, while the other "
+                           f"points' were: likely {why} (is it a capture of this incident?); its rows are "
+                           f"{kind}-only, their time not split")
+    return out
+
+
+def _rows_by_point(app_ex: pd.DataFrame, db_ex: pd.DataFrame, matching: Matching):
+    """points_seen_alone's counts of the in-memory pairing: per point, its rows and its rows paired."""
+    both = (matching.app_row >= 0) & (matching.db_row >= 0)
+
+    def counted(table: pd.DataFrame, rows: np.ndarray) -> tuple[dict[str, int], dict[str, int]]:
+        capture = table["capture"].astype(object).to_numpy()
+        every = pd.Series(capture).value_counts()
+        paired = pd.Series(capture[rows]).value_counts()
+        return ({str(k): int(v) for k, v in every.items()}, {str(k): int(v) for k, v in paired.items()})
+
+    return counted(app_ex, matching.app_row[both]), counted(db_ex, matching.db_row[both])
 
 
 def db_points(app_ex: pd.DataFrame, db_ex: pd.DataFrame, matching) -> np.ndarray:

@@ -454,7 +454,7 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note, repair_s
     from ..explain.summary import ServerPart
     from ..explain.threadpool import FetchingRefs, stall_marks, thread_pool_view
     from ..pair.match import Matching, spilled_connection_step
-    from ..pair.pairing import AFTER_THE_REPAIR_BYTES, Paired
+    from ..pair.pairing import AFTER_THE_REPAIR_BYTES, Paired, points_seen_alone
     from ..pair.proxy import PROXY_SIGN
     from ..slowlog.join import join_slow_log
 
@@ -477,6 +477,9 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note, repair_s
                                "captures may show a proxy between the points, found by pairing across connections")
     if app and db and first.matched == 0 and app_rows and db_rows:
         note("no exchange was seen at both points: are these captures of the same traffic and time?")
+    elif app and db and len(app) + len(db) > 2:
+        for message in points_seen_alone(_spilled_rows_by_point(app, db, step)):
+            note(message)
     clocks, clock_info = {}, {}
     if app and len(step.connections):
         from ..pair.clocks import spilled_clocks
@@ -566,6 +569,18 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note, repair_s
     paired = Paired(None, None, app_conns, db_conns, matching, clocks, clock_info, app[0].capture if app else None,
                     None, None, id_sources, None, None, None, repair_skipped=repair_skipped)
     return paired, ServerPart(point, view, slow_info), runs, categories, members
+
+
+def _spilled_rows_by_point(app: list, db: list, step):
+    """pair.pairing.points_seen_alone's counts of the partitioned run: per point, its rows (its spilled buckets')
+    and its connections paired (the connection step's)."""
+    def rows(points) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for x in points:
+            out[x.capture] = out.get(x.capture, 0) + int(x.spill.rows.sum())
+        return out
+
+    return (rows(app), step.paired_by_point[0]), (rows(db), step.paired_by_point[1])
 
 
 def _wire_of(rows) -> WireStatements:
