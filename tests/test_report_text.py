@@ -230,6 +230,37 @@ def test_hostile_statement_text_stays_inert(analyses, tmp_path, monkeypatch, cap
     assert len({line.count(" | ") for line in table}) == 1
 
 
+def test_the_warnings_are_told_in_text_and_md(analyses, tmp_path, monkeypatch, capsys):
+    """summary.json's warnings (what the numbers rest on: frames lost, a setting not known, a point that paired
+    nothing) follow the verdict in both forms, every one, the terminal's inert and within WIDTH, Markdown's
+    escaped; a summary without a warning has no such heading. Before, `report` left them out: a ticket carried
+    the verdict without its caveats."""
+    folder = tmp_path / "warned"
+    shutil.copytree(analyses["db-only"], folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    said = list(summary.get("warnings") or [])
+    said += ["app point \x1b[2Jweb2/app.pcap: none of its 3,023 exchanges was seen at a DB point " + "x" * 150,
+             "a warning with *markup* | and `code`"]
+    summary["warnings"] = said
+    (folder / "summary.json").write_text(json.dumps(summary))
+    code, out, err = run_cli(monkeypatch, capsys, "report", str(folder))
+    assert code == 0, err
+    head = f"# Warnings ({len(said)}): what the numbers above rest on"
+    assert head in out and out.index(head) < out.index("# What to change")
+    block = out[out.index(head):out.index("# What to change")]
+    assert block.count("\n- ") == len(said)
+    assert "\x1b" not in out and "\\x1b[2J" in block and max(len(line) for line in out.splitlines()) <= WIDTH
+    code, out, err = run_cli(monkeypatch, capsys, "report", str(folder), "--format", "md")
+    assert code == 0, err
+    head = f"### Warnings ({len(said)}): what the numbers above rest on"
+    block = out[out.index(head):out.index("### What to change")]
+    assert block.count("\n- ") == len(said) and "\\*markup\\*" in block and "\\|" in block
+    summary["warnings"] = []
+    (folder / "summary.json").write_text(json.dumps(summary))
+    code, out, err = run_cli(monkeypatch, capsys, "report", str(folder))
+    assert code == 0 and "# Warnings" not in out, err
+
+
 @pytest.mark.parametrize("case,args,message", [
     ("missing folder", lambda a, t: [str(t / "nowhere")], "no such folder"),
     ("capture set", lambda a, t: [str(CAPTURES / SETS[0])], "run `pcapdecomp analyze` first"),

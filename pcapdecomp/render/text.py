@@ -35,6 +35,11 @@ def text(summary: dict, prof: pd.DataFrame, order_by: str, playbook: list[dict],
     """The terminal report: set, verdict, playbook, profile table, then a block per listed class."""
     out = [f"# pcapdecomp report: {term(summary.get('set'), 60)}", ""]
     out += _wrapped(summary.get("verdict") or "", "")
+    warnings = summary.get("warnings") or []
+    if warnings:  # what the numbers rest on (frames lost, a setting not known, a point that paired nothing…)
+        out += ["", f"# Warnings ({len(warnings)}): what the numbers above rest on"]
+        for w in warnings:
+            out += _wrapped(f"- {w}", "")
     out += ["", "# What to change"]
     if playbook:
         for line in playbook:
@@ -168,6 +173,10 @@ def markdown(summary: dict, prof: pd.DataFrame, order_by: str, playbook: list[di
     out = [f"## pcapdecomp: {md_text(summary.get('set'))}", ""]
     for para in str(summary.get("verdict") or "").split("\n"):
         out.append(f"- {md_text(para[2:])}" if para.startswith("- ") else md_text(para, line_start=True))
+    warnings = summary.get("warnings") or []
+    if warnings:
+        out += ["", f"### Warnings ({len(warnings)}): what the numbers above rest on", ""]
+        out += [f"- {md_text(w)}" for w in warnings]
     out += ["", "### What to change", ""]
     if playbook:
         for line in playbook:
