@@ -29,6 +29,7 @@ import pytest
 
 from pcapdecomp.analysis import capture_set
 from pcapdecomp.explain.partitioned import TARGET_ROWS
+from pcapdecomp.explain.summaryruns import LATENCY_COLUMNS
 from pcapdecomp.run import spilled
 
 from partitioning import CAPTURES, PAIRS, PROXY_SETS, RECORDED, REPO
@@ -531,10 +532,14 @@ def test_the_summary_from_runs_across_partitions(name, tmp_path, monkeypatch):
     made = []
     summary_from_runs = spilled.summary_from_runs
 
-    def kept(runs, members, categories):
+    def kept(runs, members, categories, scratch):
         _, culprits, _, cap = members  # one culprits' list a stall of the view
         made.append((len(runs), len(culprits), cap is not None))
-        return summary_from_runs(runs, members, categories)
+        summary = summary_from_runs(runs, members, categories, scratch)
+        # the latency columns' sorted values of every partition went to the scratch folder, not held
+        assert sorted(p.name for p in scratch.iterdir()) == sorted(
+            f"{col}-{r:04d}.npy" for col in LATENCY_COLUMNS for r in range(len(runs)))
+        return summary
 
     monkeypatch.setattr(spilled, "summary_from_runs", kept)
     analyze(cs, Options(quiet=True, jobs=1, spill=tmp_path / "spill"), tmp_path / "spilled")

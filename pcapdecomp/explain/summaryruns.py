@@ -29,6 +29,7 @@ partitioned path does not apply there, docs/partitioned.md §3). See docs/partit
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -61,7 +62,7 @@ class SummaryOfRuns:
 
     def __init__(self, runs: list[SortedRun], outlier_keys: np.ndarray | None = None,
                  stall_culprits: list[np.ndarray] | None = None, *, stall_victims: list[np.ndarray] | None = None,
-                 cap_members: tuple[np.ndarray, np.ndarray] | None = None):
+                 cap_members: tuple[np.ndarray, np.ndarray] | None = None, scratch: Path | None = None):
         held: list = [None, None]  # the one stored partition read back whole at a time: (its run's number, its table)
         runs = [_ReadBack(r.table, r.key, held, n) if isinstance(r.table, StoredRows) else r
                 for n, r in enumerate(runs)]
@@ -95,18 +96,15 @@ class SummaryOfRuns:
         # the sums' channels: column → the rows whose values the sum takes: its non-null values (None), else the
         # queueing's rows (sane and seen at both points: "both"), of one queue_source (its index in QUEUE_SOURCES)
         n = len(runs)
-        self.sane, self._both, self._source = [None] * n, [None] * n, [None] * n
-        self._columns = {col: [None] * n for col in (*LATENCY_COLUMNS, "queue_min_s")}
+        self.sane = [None] * n
+        self._sorted = _SortedColumns(n, scratch)  # the latency columns' values of each run, for the quantiles
         candidates: dict = {flag: [None] * n for flag in VICTIM_LISTS}
         flagged = ([None] * n, [None] * n)  # per run, its hidden and its understated rows (sane ones)
         for r in reversed(range(n)):  # from the last: the partition the first pass read last is still held
             run = runs[r]
             t = run.table
             s = self.sane[r] = _sane_of(run, outliers, limits)
-            for col, per_run in self._columns.items():
-                per_run[r] = _floats(t, col, copy=isinstance(run, _ReadBack))
-            self._both[r] = s & equals(t["seen"], "both")
-            self._source[r] = _source_codes(t)  # int8 a row: 1 B, not a mask per source
+            self._sorted.keep(r, t, stored=isinstance(run, _ReadBack))
             for flag, rows in zip(VICTIM_LISTS, flagged):
                 candidates[flag][r] = _victim_candidates(t, run.key, r, flag, s)
                 rows[r] = t[flag].to_numpy(dtype=bool, na_value=False) & s
@@ -115,22 +113,10 @@ class SummaryOfRuns:
         self.candidates = {flag: (sum(c for c, _ in pieces), np.concatenate([p for _, p in pieces]) if pieces
                                   else _victim_piece(0, len(runs[0].key[0]) if runs else 0))
                            for flag, pieces in candidates.items()}
-        self._channels: dict[str, tuple[str, object]] = {col: (col, None) for col in LATENCY_COLUMNS}
-        for i, source in enumerate(QUEUE_SOURCES):
-            self._channels[f"queue:{source}"] = ("queue_s", i)
-        self._channels["queue:certain"] = ("queue_min_s", "both")
-        self._sums = {}
-        for name, (col, rows) in self._channels.items():
-            if rows is None:
-                n = sum(int((~np.isnan(v)).sum()) for v in self._columns[col])
-            elif rows == "both":
-                n = sum(int(b.sum()) for b in self._both)
-            else:
-                n = sum(int((b & (c == rows)).sum()) for b, c in zip(self._both, self._source))
-            self._sums[name] = PairwiseSum(n)
-        # the story's sums (verdict.story_terms), each term's rows and values per run, fed in row order
-        # (a function of the runs, not a method: the terms held by this object would hold it in a cycle, and a
-        # partition read back with it, until the collector ran)
+        # the sums (summary.json's latency sums and queueing, _summary_terms; the story's, verdict.story_terms;
+        # the connections' and the network's), each term's rows and values made a block of a run at a time, fed in
+        # row order: no column of every row held (a function of the runs, not a method: the terms held by this
+        # object would hold it in a cycle, and a partition read back with it, until the collector ran)
         self.terms = _RowOrderTerms(functools.partial(_terms_of, runs, self.sane), [len(r.key) for r in runs])
         self.network_groups = _NetworkGroups(runs)
         self._parts = None
@@ -138,26 +124,6 @@ class SummaryOfRuns:
     def feed(self, run: np.ndarray, row: np.ndarray) -> None:
         """The next piece of the merged order (merged_order's: run, row in that run), every row once, in row
         order."""
-        # a run's rows in a piece are consecutive, in its order: a slice
-        slices = [(at, slice(int(row[at[0]]), int(row[at[-1]]) + 1))
-                  for at in (np.flatnonzero(run == r) for r in np.unique(run))]
-
-        def gathered(per_run: list[np.ndarray], dtype) -> np.ndarray:
-            out = np.empty(len(run), dtype=dtype)
-            for at, rows in slices:
-                out[at] = per_run[run[at[0]]][rows]
-            return out
-
-        values = {col: gathered(per_run, np.float64) for col, per_run in self._columns.items()}
-        both, source = gathered(self._both, bool), gathered(self._source, np.int8)
-        for name, (col, rows) in self._channels.items():
-            v = values[col]
-            if rows is None:
-                self._sums[name].add(v[~np.isnan(v)])
-                continue
-            taken = both if rows == "both" else both & (source == rows)
-            self._sums[name].add(np.nan_to_num(v[taken], nan=0.0, posinf=np.inf, neginf=-np.inf))  # verdict._sum
-
         self.terms.feed(run, row)
         self.network_groups.feed(run, row)
 
@@ -174,12 +140,13 @@ class SummaryOfRuns:
         return self._parts
 
     def _made_parts(self) -> dict:
-        queueing = {f"{s}_s": self._sums[f"queue:{s}"].result() for s in QUEUE_SOURCES}
+        sums = self.terms.result()
+        queueing = {f"{s}_s": sums[f"{SUMMARY_TERM}queue:{s}"][1] for s in QUEUE_SOURCES}
         return {
             "exchanges": self.counts,
             "conn_ids": self.conn_ids,
-            "latency_s": self._latency(),
-            "queueing": {**queueing, "certain_s": self._sums["queue:certain"].result()},
+            "latency_s": self._latency(sums),
+            "queueing": {**queueing, "certain_s": sums[f"{SUMMARY_TERM}queue:certain"][1]},
             "hidden_slow": self._victims("hidden_slow"),
             "understated": {**self._victims("understated"), "threshold_s": STALL_MIN_QUEUE_S},
         }
@@ -267,18 +234,19 @@ class SummaryOfRuns:
             raise KeyError(f"no row has the key {keys[np.flatnonzero(found < 0)[0]].tolist()}")
         return list(zip(found.tolist(), place.tolist()))
 
-    def _latency(self) -> dict:
+    def _latency(self, sums: dict[str, tuple[int, float]]) -> dict:
         """summary.latency_quantiles' values: count, the pairwise sum in row order, nearest-rank p50/p99, max."""
         out = {}
         for col in LATENCY_COLUMNS:
-            runs = [sorted_run(v) for v in self._columns[col]]  # one column's sorted copy at a time
+            runs = self._sorted.runs_of(col)  # one column's sorted values at a time
             n = sum(len(r) for r in runs)
             if not n:
                 out[col.removesuffix("_s")] = None
                 continue
             p50, p99 = nearest_rank_of_runs(runs, [0.5, 0.99])
-            out[col.removesuffix("_s")] = {"count": n, "sum": self._sums[col].result(), "p50": float(p50),
+            out[col.removesuffix("_s")] = {"count": n, "sum": sums[f"{SUMMARY_TERM}{col}"][1], "p50": float(p50),
                                            "p99": float(p99), "max": float(max(r[-1] for r in runs if len(r)))}
+            del runs
         return out
 
     def _victims(self, flag: str) -> dict:
@@ -308,11 +276,58 @@ class SummaryOfRuns:
 
 
 def _terms_of(runs: list, sane: list[np.ndarray], r: int, lo: int, hi: int):
-    """The sums' terms of run r's rows lo:hi: the verdict's (story_terms), the connections' and the network's, each
-    rule on those rows alone (every term is per row)."""
+    """The sums' terms of run r's rows lo:hi: summary.json's (_summary_terms), the verdict's (story_terms), the
+    connections' and the network's, each rule on those rows alone (every term is per row)."""
     t = _slice(runs[r], lo, hi)
-    return [*verdict.story_terms(t, sane[r][lo:hi]), *connstory.terms(t),
+    s = sane[r][lo:hi]
+    return [*_summary_terms(t, s), *verdict.story_terms(t, s), *connstory.terms(t),
             *((f"network:{n}", rows, v) for n, rows, v in netstory.terms(t))]
+
+
+SUMMARY_TERM = "summary:"  # the names of _summary_terms' sums begin so (the story's are verdict.story_terms')
+
+
+def _summary_terms(t: pd.DataFrame, sane: np.ndarray) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """summary.json's sums as terms of these rows (name, rows, values; a value's NaN is 0 where its row is taken):
+    each latency column's non-null values (latency_s' sums), and queue_s of the queueing's rows — sane and seen at
+    both points — of each queue_source, queue_min_s of them all (queueing's; verdict._sum: NaN as 0, infinities
+    kept)."""
+    out = []
+    for col in LATENCY_COLUMNS:
+        v = _floats(t, col)
+        out.append((f"{SUMMARY_TERM}{col}", ~np.isnan(v), v))
+    both = sane & equals(t["seen"], "both")
+    source = _source_codes(t)
+    queue = _floats(t, "queue_s")
+    for i, name in enumerate(QUEUE_SOURCES):
+        out.append((f"{SUMMARY_TERM}queue:{name}", both & (source == i), queue))
+    out.append((f"{SUMMARY_TERM}queue:certain", both, _floats(t, "queue_min_s")))
+    return out
+
+
+class _SortedColumns:
+    """Each run's values of the latency columns (LATENCY_COLUMNS), for the quantiles (nearest_rank_of_runs): a run
+    held in memory keeps its columns (no copy; sorted when asked); a stored run's (the partitioned run's, read back
+    whole once) are sorted and written to `scratch` (one .npy a run and column), read back one column at a time —
+    not held, 56 B a row, through the merge's pass (docs/partitioned.md §25)."""
+
+    def __init__(self, n: int, scratch: Path | None):
+        self.scratch = scratch
+        self.held: dict[str, list] = {col: [None] * n for col in LATENCY_COLUMNS}
+
+    def keep(self, r: int, t: pd.DataFrame, stored: bool) -> None:
+        for col in LATENCY_COLUMNS:
+            if stored and self.scratch is not None:
+                self.scratch.mkdir(parents=True, exist_ok=True)
+                path = self.scratch / f"{col}-{r:04d}.npy"
+                np.save(path, sorted_run(_floats(t, col)), allow_pickle=False)
+                self.held[col][r] = path
+            else:
+                self.held[col][r] = _floats(t, col, copy=stored)
+
+    def runs_of(self, col: str) -> list[np.ndarray]:
+        """The runs' sorted values of `col` without NaN (core.exact.sorted_run's)."""
+        return [np.load(v, allow_pickle=False) if isinstance(v, Path) else sorted_run(v) for v in self.held[col]]
 
 
 class _ReadBack:

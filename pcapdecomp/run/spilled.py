@@ -408,7 +408,7 @@ def analyze_spilled(run, cs: CaptureSet, x: Extracted, folder: Path):
         run.note(message)
     paired, server, runs, categories, members = made
     del made
-    return _finish(run, cs, x, paired, server, runs, categories, members)
+    return _finish(run, cs, x, paired, server, runs, categories, members, folder)
 
 
 def _unrepaired(run, cs: CaptureSet, x: Extracted, note) -> dict | None:
@@ -713,7 +713,7 @@ def read_projection(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
 
 
 def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[SortedRun], categories: dict[str, list],
-            members: tuple):
+            members: tuple, folder: Path):
     """exchanges.parquet (the merge), groups.parquet, pool.parquet, summary.json from the stored partitions
     (summary_from_runs), then report.html from the projection read back (REPORT_COLUMNS); committed as one set
     (run.session.Run.finish's, one after the other). `runs` is emptied once the summary is made (their keys and
@@ -724,14 +724,14 @@ def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[Sorted
     if run.lean:  # the late stage's transients in mappings of their own, given back as they are freed
         map_big_blocks(LATE_STAGE_BYTES)
     try:
-        return _finished(run, cs, x, paired, server, runs, categories, members)
+        return _finished(run, cs, x, paired, server, runs, categories, members, folder)
     finally:
         if run.lean:
             map_big_blocks(AFTER_THE_REPAIR_BYTES)
 
 
 def _finished(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[SortedRun], categories: dict[str, list],
-              members: tuple):
+              members: tuple, folder: Path):
     from ..explain.servers import Explained, server_tables, summary_of
     from ..render.report import render_page, write_page
     from .session import AnalysisResult, _write_summary
@@ -743,7 +743,7 @@ def _finished(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[Sort
     groups, pool = server_tables([server])
     write_table(groups, out / "groups.parquet")
     write_table(pool, out / "pool.parquet")
-    made = summary_from_runs(runs, members, categories)
+    made = summary_from_runs(runs, members, categories, folder / "summary")
     summary = summary_of(cs, x, paired, Explained(None, groups, pool, [server]), run.warnings,
                          run.runner.address if run.runner is not None else None, runs=made)
     del made
@@ -760,7 +760,7 @@ def _finished(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[Sort
     return AnalysisResult(run.out, exchanges, groups, summary, [run.out / name for name in names], run.warnings)
 
 
-def summary_from_runs(runs: list[SortedRun], members: tuple, categories: dict[str, list]):
+def summary_from_runs(runs: list[SortedRun], members: tuple, categories: dict[str, list], scratch: Path):
     """explain.summaryruns.SummaryOfRuns of the stored partitions, fed in row order by the merge: each partition's
     rows as the writer reads them (the thread-pool view's per-row columns applied, recoded to the file's
     categories), and the pool view's members (`members`: its outliers, each stall's culprits and victims, the cap's
@@ -769,7 +769,8 @@ def summary_from_runs(runs: list[SortedRun], members: tuple, categories: dict[st
 
     outliers, culprits, victims, cap = members
     stored = [SortedRun(Recoding(r.table, categories), r.key) for r in runs]
-    return SummaryOfRuns(stored, outliers, culprits, stall_victims=victims, cap_members=cap).feed_all()
+    return SummaryOfRuns(stored, outliers, culprits, stall_victims=victims, cap_members=cap,
+                         scratch=scratch).feed_all()
 
 
 def _members_by_key(keys: list[np.ndarray], view, run_of: np.ndarray, row_of: np.ndarray):
