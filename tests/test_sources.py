@@ -295,3 +295,17 @@ def test_server_names_name_the_servers_in_the_verdict(rotated, tmp_path):
     assert [s["name"] for s in r.summary["servers"]] == ["primary", "replica"]
     assert "\n- Server replica: " in r.summary["verdict"]
     assert r.summary["inputs"]["servers"] == ["10.213.77.2:3306", "10.213.78.2:3306"]
+
+
+def test_two_db_points_of_one_file_name_are_named_apart(tmp_path):
+    """Two DB points whose files share a name (group-stall/db.pcap and oltp-hogs/db.pcap, as primary/db.pcap and
+    replica/db.pcap would): each named with as many folders as tell it from the other — before, the verdict's
+    second server was "Server db.pcap", which names either; the one that paired nothing is told too."""
+    captures = REPO / "captures"
+    first, second = captures / "group-stall" / "db.pcap", captures / "oltp-hogs" / "db.pcap"
+    r = analyze(capture_set(app=[captures / "group-stall" / "app.pcap"], db=[first, second]), Options(quiet=True),
+                tmp_path / "out")
+    names = [s["name"] for s in r.summary["servers"]]
+    assert names == ["group-stall/db.pcap", "oltp-hogs/db.pcap"], names
+    assert "\n- Server oltp-hogs/db.pcap: " in r.summary["verdict"]
+    assert any(w.startswith(f"DB point {second}: none of its ") for w in r.summary["warnings"]), r.summary["warnings"]

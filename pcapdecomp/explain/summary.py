@@ -118,7 +118,7 @@ def _tell(summary: dict, cs: CaptureSet, exchanges: pd.DataFrame, servers: list[
         x = exchanges[(exchanges["db_point"].astype(object) == d.point).to_numpy()].reset_index(drop=True)
         part = _point_summary(summary, x, d, clocks)
         part.update(tell(part, x, d.view))
-        told.append({"point": d.point, "name": _server_name(cs, points, d.point),
+        told.append({"point": d.point, "name": _server_name(cs, points, d.point, [e.point for e in servers]),
                      "endpoints": next((e["servers"] for e in points if e["name"] == d.point), []),
                      **{k: part[k] for k in ("exchanges", "slow_log", "thread_pool_size", "pool", "groups",
                                              "story", "verdict", "hidden_slow", "understated", "queueing")}})
@@ -132,13 +132,20 @@ def to_json(summary: dict) -> str:
     return json.dumps(_finite(summary), indent=2, ensure_ascii=False, allow_nan=False, default=_json_default) + "\n"
 
 
-def _server_name(cs: CaptureSet, points_info: list[dict], point: str | None) -> str:
-    """How the verdict names a DB point: its --server NAME= when one of its endpoints has one, else the point."""
+def _server_name(cs: CaptureSet, points_info: list[dict], point: str | None, every: list) -> str:
+    """How the verdict names a DB point: its --server NAME= when one of its endpoints has one, else the point's
+    file name, with as many of its folders as tell it from the other DB points (`every`): primary/db.pcap and
+    replica/db.pcap, not db.pcap twice."""
     entry = next((e for e in points_info if e["name"] == point), None)
     for endpoint in (entry or {}).get("servers", []):
         if endpoint in cs.server_names:
             return cs.server_names[endpoint]
-    return Path(str(point)).name
+    parts = Path(str(point)).parts
+    others = [Path(str(p)).parts for p in every if str(p) != str(point)]
+    for k in range(1, len(parts) + 1):
+        if all(o[-k:] != parts[-k:] for o in others):
+            return str(Path(*parts[-k:]))
+    return str(point)
 
 
 def _point_summary(summary: dict, x: pd.DataFrame, done: ServerPart, clock_info: dict) -> dict:
