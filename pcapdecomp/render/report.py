@@ -190,10 +190,10 @@ def component_rows(x: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
-def unspanned_profile(x: pd.DataFrame) -> pd.DataFrame:
+def unspanned_profile(x: pd.DataFrame, params=None) -> pd.DataFrame:
     """digest.profile of the exchanges before the time axis is known (QPS left null): what `render` takes made
-    elsewhere (`profiled`), its QPS set by `spanned`."""
-    return profile(x, None)
+    elsewhere (`profiled`), its QPS set by `spanned`. params: digest.profile's (where `x` holds no params column)."""
+    return profile(x, None, params=params)
 
 
 def by_client_time(p: pd.DataFrame) -> pd.DataFrame:
