@@ -710,34 +710,39 @@ class StoredParams:
 
     def null(self) -> np.ndarray:
         """Per row, whether its params are null: each row group's column read, its mask kept, the column let go."""
-        import pyarrow.parquet as pq
-
-        masks = []
-        with pq.ParquetFile(self.path, memory_map=True) as file:
-            for g in range(file.num_row_groups):
-                column = file.read_row_group(g, columns=["params"]).column(0)
-                masks.append(column.is_null().to_numpy())
-                del column
+        masks = [column.is_null().to_numpy() for _, _, column in self._row_groups(None)]
         return np.concatenate(masks) if masks else np.zeros(0, dtype=bool)
 
     def at(self, rows: np.ndarray) -> list:
         """The values at `rows` (positions in the file), None where null, in the order of `rows`."""
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         rows = np.asarray(rows, dtype=np.int64)
         values: list = [None] * len(rows)
-        with pq.ParquetFile(self.path, memory_map=True) as file:
-            sizes = [file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)]
-            starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-            group_of = np.searchsorted(starts, rows, side="right") - 1
-            for g in np.unique(group_of).tolist():
-                mine = np.flatnonzero(group_of == g)
-                column = file.read_row_group(g, columns=["params"]).column(0)
-                for i, value in zip(mine.tolist(), column.take(pa.array(rows[mine] - starts[g])).to_pylist()):
-                    values[i] = value
-                del column
+        for g, start, column in self._row_groups(rows):
+            mine = np.flatnonzero((rows >= start) & (rows < start + len(column)))
+            for i, value in zip(mine.tolist(), column.take(pa.array(rows[mine] - start)).to_pylist()):
+                values[i] = value
         return values
+
+    def _row_groups(self, rows: np.ndarray | None):
+        """(row group, its first row, its params column) of each row group holding one of `rows` (None: every one),
+        in turn. The file memory-mapped by a mapping closed once read: a ParquetFile that maps the file itself
+        keeps the mapping, and its pages in the run's memory, until the garbage collector finds it."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        with pa.memory_map(str(self.path)) as source:
+            file = pq.ParquetFile(source)
+            sizes = [file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)]
+            starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+            groups = (range(len(sizes)) if rows is None
+                      else np.unique(np.searchsorted(starts, rows, side="right") - 1).tolist())
+            for g in groups:
+                column = file.read_row_group(g, columns=["params"]).column(0)
+                yield g, int(starts[g]), column
+                del column  # let go before the next row group is read
+            del file
 
 
 def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[SortedRun], categories: dict[str, list],
