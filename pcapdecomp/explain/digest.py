@@ -236,7 +236,9 @@ def queue_layers(x: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     certain, rest = queue_parts(x)
     likely = equals(x["queue_source"], "likely") if "queue_source" in x.columns \
         else np.zeros(len(x), dtype=bool)
-    return certain, np.where(likely, rest, 0.0), np.where(likely, 0.0, rest)
+    estimated = np.where(likely, 0.0, rest)
+    rest[~likely] = 0.0  # the likely part, in rest's own array (queue_parts made it): one array of a row fewer
+    return certain, rest, estimated
 
 
 SERVER_OVERHEAD_S = 0.001  # a measured server time − Query_time below this is the server's own overhead (parsing,
@@ -267,11 +269,13 @@ def queue_parts(x: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     existed, a queue is all estimated when its exec_source is an estimate and all certain otherwise."""
     queue = np.nan_to_num(x["queue_s"].to_numpy(dtype="float64", na_value=np.nan))
     if "queue_min_s" in x.columns:
-        certain = np.minimum(np.nan_to_num(x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan)), queue)
+        certain = np.nan_to_num(x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan))
+        np.minimum(certain, queue, out=certain)  # in the copy nan_to_num made: no array of a row more
     else:
         estimated = (x["exec_source"] == "fingerprint_median").fillna(False).to_numpy(dtype=bool)
         certain = np.where(estimated, 0.0, queue)
-    return certain, queue - certain
+    queue -= certain  # the rest, in queue's own copy
+    return certain, queue
 
 
 def _floats(q: pd.DataFrame, col: str) -> np.ndarray:

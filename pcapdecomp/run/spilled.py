@@ -789,7 +789,6 @@ def _finished(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[Sort
     conns = {"app": paired.app_conns, "db": paired.db_conns}
     page = render_page(summary, exchanges, server.view.groups, run.options.command_line, conns, server.view.pool,
                        lambda: unspanned)
-    del unspanned
     names.append("report.html")
     write_page(out / "report.html", page)
     run.children.close()
