@@ -105,11 +105,22 @@ class Times:
 
 
 def exchange_times(x: pd.DataFrame) -> Times:
-    a1, va1 = ts_ns(x["app_req_ts"])
-    a4, va4 = ts_ns(x["app_resp_ts"])
-    d1, vd1 = ts_ns(x["db_req_ts"])
-    d4, vd4 = ts_ns(x["db_resp_ts"])
-    return Times(np.where(va1, a1, d1), np.where(va1, a4, d4), d1, d4, va1 | vd1, np.where(va1, va4, vd4), vd1, vd4)
+    a1, va1 = _column_ns(x["app_req_ts"])
+    a4, va4 = _column_ns(x["app_resp_ts"])
+    d1, vd1 = _column_ns(x["db_req_ts"])
+    d4, vd4 = _column_ns(x["db_resp_ts"])
+    # where every exchange has A1 (or none has), start and end are A1 and A4 (D1 and D4): those arrays themselves
+    every, none = bool(va1.all()), not va1.any()
+    start = a1 if every else d1 if none else np.where(va1, a1, d1)
+    end = a4 if every else d4 if none else np.where(va1, a4, d4)
+    return Times(start, end, d1, d4, va1 | vd1, np.where(va1, va4, vd4), vd1, vd4)
+
+
+def _column_ns(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """core.times.ts_ns of a time column: the column's own values (read-only, no copy of every row) where none is
+    null, else ts_ns's copy, its nulls 0 — the same values either way."""
+    values, valid = ts_ns(col, copy=False)
+    return (values, valid) if valid.all() else ts_ns(col)
 
 
 @dataclass(frozen=True)
