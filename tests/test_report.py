@@ -478,3 +478,21 @@ def test_the_time_axis_points_are_the_parts_taken():
         got = _taken([(a, mask_a), (b, mask_b), (c, None)])
         assert got.dtype == np.int64 and got.tolist() == np.concatenate([a[mask_a], b[mask_b], c]).tolist()
     assert len(_taken([(a, np.zeros(50, bool))])) == 0
+
+
+def test_the_exchange_times_are_the_same_read_in_place():
+    """figures.exchange_times reads a time column in place where none of its rows is null: the same start, end, D1,
+    D4 and masks as made from ts_ns's copies (nulls 0), with every row's A1, none, or some."""
+    from pcapdecomp.core.times import ts_ns
+    from pcapdecomp.render.figures import exchange_times
+
+    ns = pd.Series(pd.to_datetime(np.arange(6) * 1_000_000 + 1_700_000_000_000_000_000, utc=True))
+    null = pd.Series(pd.NaT, index=ns.index, dtype=ns.dtype)
+    some = ns.where(np.array([True, False, True, True, False, True]))
+    for a1, a4, d1, d4 in ((ns, ns, ns, ns), (ns, some, some, ns), (null, null, ns, some), (some, some, ns, null)):
+        t = exchange_times(pd.DataFrame({"app_req_ts": a1, "app_resp_ts": a4, "db_req_ts": d1, "db_resp_ts": d4}))
+        (c1, v1), (c4, v4), (e1, w1), (e4, w4) = (ts_ns(c) for c in (a1, a4, d1, d4))
+        expected = (np.where(v1, c1, e1), np.where(v1, c4, e4), e1, e4, v1 | w1, np.where(v1, v4, w4), w1, w4)
+        got = (t.start, t.end, t.d1, t.d4, t.has_start, t.has_end, t.has_d1, t.has_d4)
+        for g, e in zip(got, expected):
+            assert g.tolist() == e.tolist()
