@@ -40,9 +40,9 @@ def profile(x: pd.DataFrame, span_s: float | None, top: int | None = None, param
     n = len(uniques)
     if n == 0:
         return pd.DataFrame(columns=PROFILE_COLUMNS)
-    k = codes[has]
-    del codes
     fingerprinted = _Fingerprinted(x, has)
+    k = fingerprinted.of(codes)  # (group_codes' own array, where every row has a fingerprint)
+    del codes
     calls = np.bincount(k, minlength=n)
     # the columns as arrays, made into a table once (a column added to a small table at a time cost more than
     # computing it)
@@ -171,7 +171,7 @@ def _worst_call(k: np.ndarray, key: np.ndarray, tie: np.ndarray, complete: np.nd
     has_complete[k[complete]] = True
     cand = complete | ~has_complete[k]
     top = np.full(n, -np.inf)
-    np.maximum.at(top, k[cand], key[cand])
+    np.maximum.at(top, k, np.where(cand, key, -np.inf))  # the others' −inf leaves top as it is: no copy of k
     best = cand & (key == top[k])
     top_tie = np.full(n, -np.inf)
     np.maximum.at(top_tie, k[best], tie[best])
@@ -205,12 +205,17 @@ def _add_samples(out: dict, x: pd.DataFrame, rows: np.ndarray, params: HeldParam
 
 def _add_user_db(out: dict, x: pd.DataFrame, fingerprinted: _Fingerprinted, k: np.ndarray, n: int) -> None:
     """The most frequent user@db of each fingerprint, and how many other combinations there were."""
+    # combo = (k × (users + 1) + user + 1) × (dbs + 1) + db + 1 (0: unknown), made in its own array
     user, users = group_codes(x["user"])
-    combo = k * (len(users) + 1) + (fingerprinted.of(user) + 1)  # 0: unknown
+    combo = k * (len(users) + 1)
+    combo += fingerprinted.of(user)
     del user
+    combo += 1
     db, dbs = group_codes(x["db"])
-    combo = combo * (len(dbs) + 1) + (fingerprinted.of(db) + 1)
+    combo *= len(dbs) + 1
+    combo += fingerprinted.of(db)
     del db
+    combo += 1
     values, counts = np.unique(combo, return_counts=True)
     group = values // ((len(users) + 1) * (len(dbs) + 1))
     order = np.lexsort((-counts, group))
