@@ -447,3 +447,52 @@ def test_connections_that_follow_each_other_share_a_lane(group_stall):
     assert len(labels) == 7 and all(label.endswith(" + 4 after it") for label in labels), labels
     markers = [tr for tr in spec["data"] if tr["mode"] == "markers"]
     assert sum(len(_values(tr["y"])) for tr in markers) == 5 * int(x["app_resp_ts"].notna().sum())
+
+
+def test_the_waterfall_takes_the_slowest_as_nlargest_does():
+    """figures._largest_positive (the waterfall's slowest, chosen among the values at or above the n-th largest
+    alone) is Series.nlargest of the positive values: the same values at the same positions, ties in row order,
+    NaN, 0 and −0 left out."""
+    from pcapdecomp.render.figures import _largest_positive
+
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        size = int(rng.integers(0, 120))
+        values = (rng.choice([np.nan, -1.0, 0.0, -0.0, 1e-9, 0.5, 1.0, 2.0], size) if trial % 2
+                  else rng.random(size) - 0.2)
+        for n in (1, 3, 30):
+            whole = pd.Series(values).dropna()
+            expected = whole[whole > 0].nlargest(n)
+            got = _largest_positive(values.copy(), n)
+            assert got.index.tolist() == expected.index.tolist()
+            assert got.to_numpy().tolist() == expected.to_numpy().tolist()
+
+
+def test_the_time_axis_points_are_the_parts_taken():
+    """figures._taken is np.concatenate of each part at its mask: masks taking all, some or none of their values."""
+    from pcapdecomp.render.figures import _taken
+
+    rng = np.random.default_rng(3)
+    a, b, c = (rng.integers(-5, 5, 50).astype(np.int64) for _ in range(3))
+    for mask_a, mask_b in ((np.ones(50, bool), rng.random(50) < 0.5), (np.zeros(50, bool), np.ones(50, bool))):
+        got = _taken([(a, mask_a), (b, mask_b), (c, None)])
+        assert got.dtype == np.int64 and got.tolist() == np.concatenate([a[mask_a], b[mask_b], c]).tolist()
+    assert len(_taken([(a, np.zeros(50, bool))])) == 0
+
+
+def test_the_exchange_times_are_the_same_read_in_place():
+    """figures.exchange_times reads a time column in place where none of its rows is null: the same start, end, D1,
+    D4 and masks as made from ts_ns's copies (nulls 0), with every row's A1, none, or some."""
+    from pcapdecomp.core.times import ts_ns
+    from pcapdecomp.render.figures import exchange_times
+
+    ns = pd.Series(pd.to_datetime(np.arange(6) * 1_000_000 + 1_700_000_000_000_000_000, utc=True))
+    null = pd.Series(pd.NaT, index=ns.index, dtype=ns.dtype)
+    some = ns.where(np.array([True, False, True, True, False, True]))
+    for a1, a4, d1, d4 in ((ns, ns, ns, ns), (ns, some, some, ns), (null, null, ns, some), (some, some, ns, null)):
+        t = exchange_times(pd.DataFrame({"app_req_ts": a1, "app_resp_ts": a4, "db_req_ts": d1, "db_resp_ts": d4}))
+        (c1, v1), (c4, v4), (e1, w1), (e4, w4) = (ts_ns(c) for c in (a1, a4, d1, d4))
+        expected = (np.where(v1, c1, e1), np.where(v1, c4, e4), e1, e4, v1 | w1, np.where(v1, v4, w4), w1, w4)
+        got = (t.start, t.end, t.d1, t.d4, t.has_start, t.has_end, t.has_d1, t.has_d4)
+        for g, e in zip(got, expected):
+            assert g.tolist() == e.tolist()

@@ -375,6 +375,45 @@ def test_the_projection_is_read_mapped_and_let_go(tmp_path):
         assert str(path) not in maps.read_text()
 
 
+def test_stored_params_are_the_columns_at_any_rows(tmp_path):
+    """StoredParams reads from the file what digest.HeldParams reads of the column held: the same null mask, and the
+    same values (None where null, "" kept) at rows in any order, repeated, across row groups."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pcapdecomp.explain.digest import HeldParams
+
+    values = [None if i % 7 == 0 else "" if i % 11 == 0 else f"{i}, 'x{i % 5}'" for i in range(1000)]
+    path = tmp_path / "exchanges.parquet"
+    pq.write_table(pa.table({"params": pa.array(values, pa.large_string())}), path, row_group_size=128)
+    held_column = HeldParams(pq.read_table(path).to_pandas()["params"])
+    stored = spilled.StoredParams(path)
+    assert (stored.null() == held_column.null()).all() and stored.null().sum() == sum(v is None for v in values)
+    rows = np.random.default_rng(0).choice(len(values), 300)
+    rows = np.concatenate([rows, [999, 0, 0, 128, 127]])
+    assert stored.at(rows) == held_column.at(rows) == [values[i] for i in rows]
+    assert stored.at(np.zeros(0, dtype=np.int64)) == []
+
+
+def test_the_profile_reads_the_stored_params_at_its_samples(tmp_path):
+    """The query profile of the projection without params (PROJECTED_COLUMNS), its samples' params read from the
+    file (StoredParams), is the profile of the projection with the whole column: prepared statements' samples with
+    their values, the same rows."""
+    from pcapdecomp.render.report import unspanned_profile
+
+    run = cli(*set_args(CAPTURES / "oltp-prepared"), "-q", "-o", str(tmp_path / "out"), "--spill",
+              str(tmp_path / "spill"))
+    assert run.returncode == 0, run.stderr
+    path = tmp_path / "out" / "exchanges.parquet"
+    whole = unspanned_profile(spilled.read_projection(path, spilled.REPORT_COLUMNS))
+    projection = spilled.read_projection(path, spilled.PROJECTED_COLUMNS)
+    assert "params" not in projection.columns
+    stored = unspanned_profile(projection, spilled.StoredParams(path))
+    pd.testing.assert_frame_equal(stored, whole, check_exact=True)
+    assert whole["commands"].str.contains("COM_STMT_EXECUTE").any()
+
+
 def test_the_memory_bound_takes_the_partitioned_runs_peak():
     """With --spill the check after the extraction predicts the partitioned run's peak: a capture it analyses
     within the bound is not refused for the in-memory run's need (here 10 M exchanges a point)."""

@@ -25,50 +25,60 @@ PROFILE_COLUMNS = ("rank", "query_id", "fingerprint", "command", "commands", "ca
                    "user_db", "user_db_more", "sample", "sample_conn_id", "sample_row", "hidden_slow")
 
 
-def profile(x: pd.DataFrame, span_s: float | None, top: int | None = None) -> pd.DataFrame:
+def profile(x: pd.DataFrame, span_s: float | None, top: int | None = None, params=None) -> pd.DataFrame:
     """One row per fingerprint, ranked by summed execution time (client or server time when no execution is known).
 
     x: the exchanges table (analysis columns included). span_s: the capture's span in seconds, for QPS (calls per
     second of capture; None or 0: QPS left null). top: keep only the first `top` ranks (the statistics of the kept
-    rows are computed over all their calls). Only rows with a fingerprint count; administrator commands are kept,
-    as pt-query-digest keeps them. Memory: a few arrays of one number per exchange, never a copy of the table."""
+    rows are computed over all their calls). params: where the samples' parameter values are read when x holds
+    no `params` column (run.spilled.StoredParams: read from the file at the rows sampled), else x's own
+    (HeldParams). Only rows with a fingerprint count; administrator commands are kept, as pt-query-digest keeps
+    them. Memory: a few arrays of one number per exchange at a time, each let go once summed, never a copy of the
+    table."""
     codes, uniques = group_codes(x["fingerprint"])
     has = codes >= 0
     n = len(uniques)
     if n == 0:
         return pd.DataFrame(columns=PROFILE_COLUMNS)
-    k = codes[has]
-    exec_s = _floats(x, "exec_s")[has]
-    server = _floats(x, "server_s")[has]
-    client = _first_finite(_floats(x, "total_s")[has], server)
-    certain, estimated = (part[has] for part in queue_parts(x))
-    time_key = _first_finite(exec_s, server, client)  # what a call's "time" is for ranking and the sample
-    measured = x["exec_source"].isin(MEASURED_EXEC).to_numpy(dtype=bool)[has] & ~np.isnan(exec_s)
+    fingerprinted = _Fingerprinted(x, has)
+    k = fingerprinted.of(codes)  # (group_codes' own array, where every row has a fingerprint)
+    del codes
     calls = np.bincount(k, minlength=n)
-    exec_sum, exec_n = group_sum(k, exec_s, n)
     # the columns as arrays, made into a table once (a column added to a small table at a time cost more than
     # computing it)
     # (the fingerprints' dtype as a table of all of them infers it, kept by the rows taken: also none)
-    out = {"fingerprint": pd.Series(uniques).array, "code": np.arange(n), "calls": calls, "exec_sum": exec_sum}
+    out = {"fingerprint": pd.Series(uniques).array, "code": np.arange(n), "calls": calls}
+    exec_s = fingerprinted.floats("exec_s")
+    exec_sum, exec_n = group_sum(k, exec_s, n)
+    out["exec_sum"] = exec_sum
     exec_avg = np.where(exec_n > 0, exec_sum / np.maximum(exec_n, 1), np.nan)
     out["exec_avg"] = exec_avg
     out["exec_min"], out["exec_max"], out["exec_p95"] = group_min_max_p95(k, exec_s, n)
     squares, _ = group_sum(k, exec_s * exec_s, n)
     var = np.maximum(np.where(exec_n > 0, squares / np.maximum(exec_n, 1), np.nan) - exec_avg ** 2, 0.0)
     out["exec_vm"] = np.where(exec_avg > 0, var / exec_avg, np.nan)
+    measured = fingerprinted.of(x["exec_source"].isin(MEASURED_EXEC).to_numpy(dtype=bool)) & ~np.isnan(exec_s)
     out["exec_measured"] = np.where(exec_n > 0, np.bincount(k, weights=measured, minlength=n) / np.maximum(exec_n, 1),
                                     np.nan)
+    del measured
+    server = fingerprinted.floats("server_s")
+    client = _first_finite(fingerprinted.floats("total_s"), server)
+    time_key = _first_finite(exec_s, server, client)  # what a call's "time" is for ranking and the sample
+    del exec_s
     exec_total = float(np.nansum(exec_sum))
     out["exec_share"] = exec_sum / exec_total if exec_total > 0 else np.full(n, np.nan)
     out["qps"] = calls / span_s if span_s else np.full(n, np.nan)
-    for name, values in (("client_sum", client), ("network_sum", _floats(x, "network_s")[has]),
-                         ("rows_sum", _floats(x, "rows")[has]), ("bytes_sum", _floats(x, "bytes_resp")[has])):
-        out[name] = group_sum(k, values, n)[0]
-    queue_sum, queue_n = group_sum(k, _floats(x, "queue_s")[has], n)
+    out["client_sum"] = group_sum(k, client, n)[0]
+    del client
+    for name, col in (("network_sum", "network_s"), ("rows_sum", "rows"), ("bytes_sum", "bytes_resp")):
+        out[name] = group_sum(k, fingerprinted.floats(col), n)[0]  # each column's values let go once summed
+    queue_sum, queue_n = group_sum(k, fingerprinted.floats("queue_s"), n)
     out["queue_sum"] = queue_sum
+    estimated = fingerprinted.of(queue_parts(x)[1])
     out["queue_estimated_sum"] = np.where(queue_n > 0, np.bincount(k, weights=estimated, minlength=n), np.nan)
+    del estimated
     out["server_max"] = group_max(k, server, n)
-    out["hidden_slow"] = np.bincount(k, weights=x["hidden_slow"].fillna(False).to_numpy(dtype=bool)[has],
+    out["hidden_slow"] = np.bincount(k, weights=fingerprinted.of(x["hidden_slow"].fillna(False).to_numpy(dtype=bool)),
                                      minlength=n).astype(np.int64)
     t_sum = group_sum(k, time_key, n)[0]
     # ranked by execution time; a fingerprint without any execution time by its client/server time after those
@@ -77,22 +87,58 @@ def profile(x: pd.DataFrame, span_s: float | None, top: int | None = None) -> pd
         order = order[:top]  # as head(top)
     out = {name: values[order] for name, values in out.items()}
     out["rank"] = np.arange(1, len(order) + 1)
-    rows = np.flatnonzero(has)  # positions in x of the rows with a fingerprint
     command, commands = group_codes(x["command"])
-    command = command[has]
+    command = fingerprinted.of(command)
     # the sample shows the statement as executed: a PREPARE, CLOSE or an EXECUTE whose values were not decoded
     # only where no call of the fingerprint carries its values
     without = np.isin(command, np.flatnonzero(np.isin(commands.astype(str), _WITHOUT_VALUES)))
-    if "params" in x.columns:
+    if params is None and "params" in x.columns:
+        params = HeldParams(x["params"])
+    if params is not None:
         execute = command == (np.flatnonzero(commands.astype(str) == "COM_STMT_EXECUTE")[:1].tolist() or [-2])[0]
-        without |= execute & x["params"].isna().to_numpy(dtype=bool)[has]
+        without |= execute & fingerprinted.of(params.null())
+        del execute
     worst = _worst_call(k, time_key, server, ~without, n)[out["code"]]
+    del time_key, server, without
     first = _first_call(k, n)[out["code"]]
-    _add_samples(out, x, rows[worst])
-    _add_user_db(out, x, has, k, n)
+    rows = np.flatnonzero(has)  # positions in x of the rows with a fingerprint
+    _add_samples(out, x, rows[worst], params)
+    _add_user_db(out, x, fingerprinted, k, n)
     out["query_id"] = _values_at(x["query_id"], rows[first])
+    del rows
     out["command"], out["commands"] = _command_mix(k, command, commands, out["code"])
     return pd.DataFrame({name: out[name] for name in PROFILE_COLUMNS}, columns=list(PROFILE_COLUMNS))
+
+
+class _Fingerprinted:
+    """The rows of a table that have a fingerprint (`has`), taken from one of its columns at a time: the column's own
+    array where every row has one (no copy), else a copy of those rows."""
+
+    def __init__(self, x: pd.DataFrame, has: np.ndarray):
+        self.x, self.has, self.every = x, has, bool(has.all())
+
+    def of(self, values: np.ndarray) -> np.ndarray:
+        return values if self.every else values[self.has]
+
+    def floats(self, col: str) -> np.ndarray:
+        return self.of(_floats(self.x, col))
+
+
+class HeldParams:
+    """The `params` column of a table as profile reads it: its null mask, and its values at some rows. Another
+    source reads the same two things (run.spilled.StoredParams: from exchanges.parquet, without holding the
+    column)."""
+
+    def __init__(self, column: pd.Series):
+        self.column = column
+
+    def null(self) -> np.ndarray:
+        """Per row, whether its params are null."""
+        return self.column.isna().to_numpy(dtype=bool)
+
+    def at(self, rows: np.ndarray) -> list:
+        """The values at `rows` (positions), None where null."""
+        return _values_at(self.column, rows)
 
 
 _WITHOUT_VALUES = ("COM_STMT_PREPARE", "COM_STMT_CLOSE", "COM_STMT_RESET", "COM_STMT_SEND_LONG_DATA")
@@ -125,7 +171,7 @@ def _worst_call(k: np.ndarray, key: np.ndarray, tie: np.ndarray, complete: np.nd
     has_complete[k[complete]] = True
     cand = complete | ~has_complete[k]
     top = np.full(n, -np.inf)
-    np.maximum.at(top, k[cand], key[cand])
+    np.maximum.at(top, k, np.where(cand, key, -np.inf))  # the others' −inf leaves top as it is: no copy of k
     best = cand & (key == top[k])
     top_tie = np.full(n, -np.inf)
     np.maximum.at(top_tie, k[best], tie[best])
@@ -146,10 +192,10 @@ def _values_at(col: pd.Series, rows: np.ndarray) -> list:
     return [None if v is None or (not isinstance(v, str) and pd.isna(v)) else v for v in values]
 
 
-def _add_samples(out: dict, x: pd.DataFrame, rows: np.ndarray) -> None:
-    """pt-query-digest's sample: the worst call, shown with its parameter values."""
+def _add_samples(out: dict, x: pd.DataFrame, rows: np.ndarray, params: HeldParams | None) -> None:
+    """pt-query-digest's sample: the worst call, shown with its parameter values (`params`: profile's)."""
     sql = _values_at(x["sql"], rows)
-    params = _values_at(x["params"], rows) if "params" in x.columns else [None] * len(rows)
+    params = params.at(rows) if params is not None else [None] * len(rows)
     command = _values_at(x["command"], rows)
     conn = _values_at(x["conn_id"], rows)
     out["sample"] = [sample_statement(s, p, c) for s, p, c in zip(sql, params, command)]
@@ -157,12 +203,19 @@ def _add_samples(out: dict, x: pd.DataFrame, rows: np.ndarray) -> None:
     out["sample_row"] = rows
 
 
-def _add_user_db(out: dict, x: pd.DataFrame, has: np.ndarray, k: np.ndarray, n: int) -> None:
+def _add_user_db(out: dict, x: pd.DataFrame, fingerprinted: _Fingerprinted, k: np.ndarray, n: int) -> None:
     """The most frequent user@db of each fingerprint, and how many other combinations there were."""
+    # combo = (k × (users + 1) + user + 1) × (dbs + 1) + db + 1 (0: unknown), made in its own array
     user, users = group_codes(x["user"])
+    combo = k * (len(users) + 1)
+    combo += fingerprinted.of(user)
+    del user
+    combo += 1
     db, dbs = group_codes(x["db"])
-    user, db = user[has] + 1, db[has] + 1  # 0: unknown
-    combo = (k * (len(users) + 1) + user) * (len(dbs) + 1) + db
+    combo *= len(dbs) + 1
+    combo += fingerprinted.of(db)
+    del db
+    combo += 1
     values, counts = np.unique(combo, return_counts=True)
     group = values // ((len(users) + 1) * (len(dbs) + 1))
     order = np.lexsort((-counts, group))
@@ -188,7 +241,9 @@ def queue_layers(x: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     certain, rest = queue_parts(x)
     likely = equals(x["queue_source"], "likely") if "queue_source" in x.columns \
         else np.zeros(len(x), dtype=bool)
-    return certain, np.where(likely, rest, 0.0), np.where(likely, 0.0, rest)
+    estimated = np.where(likely, 0.0, rest)
+    rest[~likely] = 0.0  # the likely part, in rest's own array (queue_parts made it): one array of a row fewer
+    return certain, rest, estimated
 
 
 SERVER_OVERHEAD_S = 0.001  # a measured server time − Query_time below this is the server's own overhead (parsing,
@@ -219,11 +274,13 @@ def queue_parts(x: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     existed, a queue is all estimated when its exec_source is an estimate and all certain otherwise."""
     queue = np.nan_to_num(x["queue_s"].to_numpy(dtype="float64", na_value=np.nan))
     if "queue_min_s" in x.columns:
-        certain = np.minimum(np.nan_to_num(x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan)), queue)
+        certain = np.nan_to_num(x["queue_min_s"].to_numpy(dtype="float64", na_value=np.nan))
+        np.minimum(certain, queue, out=certain)  # in the copy nan_to_num made: no array of a row more
     else:
         estimated = (x["exec_source"] == "fingerprint_median").fillna(False).to_numpy(dtype=bool)
         certain = np.where(estimated, 0.0, queue)
-    return certain, queue - certain
+    queue -= certain  # the rest, in queue's own copy
+    return certain, queue
 
 
 def _floats(q: pd.DataFrame, col: str) -> np.ndarray:

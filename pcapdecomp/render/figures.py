@@ -24,6 +24,7 @@ import pandas as pd
 
 from ..core.formats import clip, integer, seconds
 from ..core.groups import aggregated
+from ..core.memory import release_memory
 from ..core.times import ts_ns
 from ..explain.decompose import STALL_MIN_QUEUE_S, network_parts
 from ..explain.digest import bounded_part, overhead_part, queue_layers
@@ -104,11 +105,22 @@ class Times:
 
 
 def exchange_times(x: pd.DataFrame) -> Times:
-    a1, va1 = ts_ns(x["app_req_ts"])
-    a4, va4 = ts_ns(x["app_resp_ts"])
-    d1, vd1 = ts_ns(x["db_req_ts"])
-    d4, vd4 = ts_ns(x["db_resp_ts"])
-    return Times(np.where(va1, a1, d1), np.where(va1, a4, d4), d1, d4, va1 | vd1, np.where(va1, va4, vd4), vd1, vd4)
+    a1, va1 = _column_ns(x["app_req_ts"])
+    a4, va4 = _column_ns(x["app_resp_ts"])
+    d1, vd1 = _column_ns(x["db_req_ts"])
+    d4, vd4 = _column_ns(x["db_resp_ts"])
+    # where every exchange has A1 (or none has), start and end are A1 and A4 (D1 and D4): those arrays themselves
+    every, none = bool(va1.all()), not va1.any()
+    start = a1 if every else d1 if none else np.where(va1, a1, d1)
+    end = a4 if every else d4 if none else np.where(va1, a4, d4)
+    return Times(start, end, d1, d4, va1 | vd1, np.where(va1, va4, vd4), vd1, vd4)
+
+
+def _column_ns(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """core.times.ts_ns of a time column: the column's own values (read-only, no copy of every row) where none is
+    null, else ts_ns's copy, its nulls 0 — the same values either way."""
+    values, valid = ts_ns(col, copy=False)
+    return (values, valid) if valid.all() else ts_ns(col)
 
 
 @dataclass(frozen=True)
@@ -142,13 +154,15 @@ def time_axis(t: Times, extra: list[np.ndarray] = ()) -> TimeAxis | None:
     end), as for the thread-pool views; a timestamp more than OUTLIER_SLACK core widths (at least an hour) beyond
     it is an outlier: a clock glitch or a crafted frame. That
     keeps the charts readable; their cost is bounded by bucket counts whatever the range."""
-    points = np.concatenate([t.start[t.has_start], t.end[t.has_end], *extra])
+    points = _taken([(t.start, t.has_start), (t.end, t.has_end), *((ns, None) for ns in extra)])
     if len(points) == 0:
         return None
-    core_lo, core_hi = core_range(points)
+    core_lo, core_hi = core_range(points, mine=True)  # reordered in place: what follows reads them as a set
     slack = max(OUTLIER_SLACK * (core_hi - core_lo), OUTLIER_MIN_SLACK_NS)
     keep = (points >= core_lo - slack) & (points <= core_hi + slack)
-    first, last = int(points[keep].min()), int(points[keep].max())
+    kept = points if keep.all() else points[keep]  # (the usual case: no copy)
+    first, last = int(kept.min()), int(kept.max())
+    del kept, points
     pad = max((last - first) // 50, 1_000_000)
     lo, hi = first - pad, last + pad
     outside = np.zeros(len(t.start), dtype=bool)
@@ -165,6 +179,20 @@ def time_axis(t: Times, extra: list[np.ndarray] = ()) -> TimeAxis | None:
     far = np.concatenate(far)
     return TimeAxis(lo, hi, first, last, int(outside.sum()) + n_extra, int(far.min()) if len(far) else None,
                     int(far.max()) if len(far) else None)
+
+
+def _taken(parts: list[tuple[np.ndarray, np.ndarray | None]]) -> np.ndarray:
+    """The values of each (values, mask) at its mask (None: all of them), one after the other in one array: what
+    np.concatenate of the parts taken gives, without an array of each part taken beside it."""
+    sizes = [len(values) if mask is None else int(np.count_nonzero(mask)) for values, mask in parts]
+    out = np.empty(sum(sizes), dtype=np.int64)
+    at = 0
+    for (values, mask), size in zip(parts, sizes):
+        # every value copied as it is where the mask takes them all (np.compress into `out` made two arrays of
+        # them first)
+        out[at:at + size] = values if mask is None or size == len(values) else values[mask]
+        at += size
+    return out
 
 
 def nice_bucket_ns(span_ns: int, buckets: int = TIME_BUCKETS) -> int:
@@ -253,6 +281,7 @@ def figure_specs(summary: dict, x: pd.DataFrame, groups: pd.DataFrame | None, t:
     the timeline shows."""
     specs: dict = {"shares": _shares(x)}
     specs["timeline"], specs["_timeline"] = _timeline(summary, x, t, axis)
+    release_memory()  # its statements' small blocks, freed among the ones kept: back before the next figure
     specs["heatmap"] = _heatmap(groups, axis)
     specs["pool"] = _pool(summary, groups, pool, axis)
     specs["waterfall"] = _waterfall(x)
@@ -284,11 +313,11 @@ def _shares(x: pd.DataFrame) -> dict | None:
     total = float(np.nansum(x["total_s"].to_numpy(dtype="float64", na_value=np.nan)[both]))
     if not total > 0:
         return None
-    certain, likely, estimated = (part[both] for part in queue_layers(x))
+    certain, likely, estimated = layer_sums(x, both)
     overhead = float(overhead_part(x)[both].sum())
-    parts = (*network_parts(x, both), ("queueing", float(certain.sum()) - overhead), ("server overhead", overhead),
-             ("queueing (likely)", float(likely.sum())),
-             ("queueing (estimated)", float(estimated.sum())),
+    parts = (*network_parts(x, both), ("queueing", certain - overhead), ("server overhead", overhead),
+             ("queueing (likely)", likely),
+             ("queueing (estimated)", estimated),
              ("execution", float(np.nansum(x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)[both]))),
              ("execution or waiting (bounded)", float(bounded_part(x)[both].sum())))
     optional = ("server overhead", "queueing (likely)", "queueing (estimated)", "execution or waiting (bounded)")
@@ -298,6 +327,23 @@ def _shares(x: pd.DataFrame) -> dict | None:
             for label, v in parts if v > 0 or label not in optional]
     return {"data": data, "layout": _layout(200, barmode="stack", margin=dict(l=80, r=20, t=40, b=40),
                                             xaxis={"title": {"text": "seconds, summed over exchanges seen at both points"}})}
+
+
+def layer_sums(x: pd.DataFrame, rows: np.ndarray) -> tuple[float, float, float]:
+    """digest.queue_layers' (certain, likely, estimated) seconds summed over `rows` (a boolean mask): each part's
+    rows taken and summed while the other parts wait, one array of the rows taken at a time."""
+    every = bool(rows.all())  # (the usual case: each part summed as it is, the same sum as of its rows taken)
+    layers = list(queue_layers(x))
+    sums = []
+    while layers:
+        part = layers.pop(0)
+        sums.append(float((part if every else part[rows]).sum()))
+        del part  # let go once summed
+    return sums[0], sums[1], sums[2]
+
+
+# what queue_layers and bounded_part read
+QUEUE_COLUMNS = ("queue_s", "queue_min_s", "queue_source", "exec_source", "exec_s", "server_s")
 
 
 def _timeline(summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None) -> tuple[dict | None, dict]:
@@ -319,7 +365,9 @@ def _timeline(summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None) -
     understated = _flag(x, "understated")
     logged = _flag(x, "in_slow_log")
     slow = (np.nan_to_num(dur) > lqt) if lqt is not None else np.zeros(len(x), dtype=bool)
-    klass = np.select([culprit, hidden | understated, logged | slow], [3, 2, 1], 0) * drawable
+    # one byte a row (the classes 0 … 3), in place: no second array of every row
+    klass = np.select([culprit, hidden | understated, logged | slow], [np.int8(3), np.int8(2), np.int8(1)], np.int8(0))
+    klass *= drawable
     notable = np.flatnonzero(klass > 0)
     notable = notable[np.lexsort((-np.nan_to_num(dur[notable]), -klass[notable]))][:TIMELINE_STATEMENTS]
     rest = np.flatnonzero(drawable & (klass == 0))
@@ -330,18 +378,22 @@ def _timeline(summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None) -
     sel = x[[c for c in TIMELINE_COLUMNS if c in x.columns]].iloc[rows]  # a row filter of these alone, not of all
 
     start, end = t.start[rows], t.end[rows]
-    lane, labels, lane_group = _lanes(_lane_keys(sel, summary), klass[rows], np.nan_to_num(dur[rows]), start, end)
+    lane, labels, lane_group = _lanes(_lane_keys(sel, summary), klass[rows].astype(np.int64),  # as before: int64
+                                      np.nan_to_num(dur[rows]), start, end)
     n_lanes = len(labels)
     y = lane.astype(np.float32)
     d1, d4, has_d1, has_d4 = t.d1[rows], t.d4[rows], t.has_d1[rows], t.has_d4[rows]
-    certain, likely, estimated = (part[rows] for part in queue_layers(x))
+    # the per-row parts of the statements drawn alone (row by row, the values they have in the whole table)
+    drawn = x[[c for c in QUEUE_COLUMNS if c in x.columns]].iloc[rows]
+    certain, likely, estimated = queue_layers(drawn)
     estimated = likely + estimated  # the tooltip's "beyond the certain part"
-    exec_s = x["exec_s"].to_numpy(dtype="float64", na_value=np.nan)[rows]
+    exec_s = drawn["exec_s"].to_numpy(dtype="float64", na_value=np.nan)
     is_likely = likely > 0
     q_mid = d1 + np.rint(certain * NS).astype(np.int64)  # certain queueing first, the likely or estimated rest after it
     q_end = q_mid + np.rint(estimated * NS).astype(np.int64)
     x_start = np.maximum(d4 - np.rint(np.nan_to_num(exec_s) * NS).astype(np.int64), d1)
-    bounded = bounded_part(x)[rows] > 0
+    bounded = bounded_part(drawn) > 0
+    del drawn
 
     data = [_segments("client wait", start, end, y, np.ones(len(rows), dtype=bool), 2)]
     data.append(_proxy_segments(sel, y))
@@ -618,8 +670,8 @@ def _proxy(x: pd.DataFrame, axis: TimeAxis | None) -> dict | None:
     and not yet seen answered (P2 → P3), most at once per time bucket — a pool smaller than its clients shows as a
     flat "sent on" line with waiting ones above it — and each paired statement's wait as a marker at its arrival
     (every wait of STALL_MIN_QUEUE_S or more, a sample of the rest)."""
-    if axis is None or "proxy_back_req_ts" not in x.columns:
-        return None
+    if axis is None or "proxy_back_req_ts" not in x.columns or not x["proxy_back_req_ts"].notna().any():
+        return None  # (none sent on by a proxy, none waited in one: no copy of its times for that)
     (p1, h1), (p2, h2), (p3, h3) = (ts_ns(x[c]) for c in ("proxy_front_req_ts", "proxy_back_req_ts",
                                                           "proxy_back_resp_ts"))
     waiting = h1 & h2 & (p2 >= p1) & axis.inside(p1) & axis.inside(p2)
@@ -677,13 +729,14 @@ def _most_at_once(start: np.ndarray, end: np.ndarray, bucket_ns: int, axis: Time
 def _waterfall(x: pd.DataFrame) -> dict | None:
     """The slowest exchanges, each from A1 (D1 when only the DB saw it): request leg, the wait inside a proxy,
     queueing, execution, response leg; rows under WATERFALL_MIN_SHARE of the slowest would be empty bars and are left out."""
-    key = x["total_s"].fillna(x["server_s"]).dropna()
-    key = key[key > 0]
-    if key.empty:
+    total = x["total_s"].to_numpy(dtype="float64", na_value=np.nan)
+    top = _largest_positive(np.where(np.isnan(total), x["server_s"].to_numpy(dtype="float64", na_value=np.nan),
+                                     total), WATERFALL_ROWS)  # by total_s, else server_s
+    del total
+    if top.empty:
         return None
-    top = key.nlargest(WATERFALL_ROWS)
     top = top[top >= WATERFALL_MIN_SHARE * top.iloc[0]]
-    rows = x.loc[top.index].iloc[::-1]  # slowest at the top
+    rows = x.iloc[top.index.to_numpy()].iloc[::-1]  # slowest at the top
     labels = [plain(f"conn {integer(c)} · {clip(q if isinstance(q, str) else m, 50)}")
               for c, q, m in zip(rows["conn_id"], rows["sql"], rows["command"])]
     labels = [f"{i + 1}. {lab}" for i, lab in zip(range(len(labels) - 1, -1, -1), labels)]  # unique, ranked
@@ -714,6 +767,21 @@ def _waterfall(x: pd.DataFrame) -> dict | None:
                                             margin=dict(l=20, r=60, t=40, b=40),
                                             xaxis={"title": {"text": "seconds from A1"}, "rangemode": "tozero"},
                                             yaxis={"automargin": True, "tickfont": {"size": 10}})}
+
+
+def _largest_positive(values: np.ndarray, n: int) -> pd.Series:
+    """The n largest values above 0 (NaN left out) as a Series of their positions: Series.nlargest(n) of them all
+    (largest first, ties in row order), taken among the values at or above the n-th largest alone, without the
+    copies of every row (and of its index) nlargest, dropna and a row filter would make."""
+    positive = values > 0
+    count = int(np.count_nonzero(positive))
+    if count > n:
+        taken = values[positive]
+        taken.partition(count - n)  # in place: the n-th largest at count − n
+        positive &= values >= taken[count - n]
+        del taken
+    at = np.flatnonzero(positive)
+    return pd.Series(values[at], index=at, copy=False).nlargest(n)
 
 
 def _connection_rate(conns: pd.DataFrame | None, axis: TimeAxis | None) -> dict | None:

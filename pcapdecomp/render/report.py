@@ -26,10 +26,11 @@ import pandas as pd
 from .. import __version__
 from ..core.formats import cell, clip, clock, count, integer, seconds, share
 from ..core.groups import aggregated, nearest_rank
+from ..core.memory import release_memory
 from ..core.outputs import write_atomically, write_text
 from ..core.schema import ANALYSIS_COLUMNS, CAPTURE_PROBLEM_KEYS, EXCHANGE_COLUMNS, GROUP_COLUMNS, Column
 from ..explain.decompose import network_parts
-from ..explain.digest import bounded_part, overhead_part, profile, queue_layers, queue_parts
+from ..explain.digest import bounded_part, overhead_part, profile, queue_parts
 from ..pair.proxy import PAIRED_KINDS
 from .evidence import display_filter
 from .figures import (
@@ -40,6 +41,7 @@ from .figures import (
     culprit_mask,
     exchange_times,
     figure_specs,
+    layer_sums,
     time_axis,
     visible,
 )
@@ -130,6 +132,9 @@ def render_page(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, co
     if profiled is None:  # made first, before the page's per-exchange times: its arrays and theirs never at once
         unspanned = unspanned_profile(x)
         profiled = lambda: unspanned  # noqa: E731
+    # what the profile freed (made here or before, as run.spilled makes it) back before the per-exchange times:
+    # its blocks under the mmap threshold stay in the heap otherwise (at 560,745 rows, 19 MiB)
+    release_memory()
     t = exchange_times(x)
     conns = connection_times(connections, summary)
     axis = time_axis(t, [conns["t_ns"].to_numpy(dtype=np.int64)] if conns is not None else [])
@@ -190,10 +195,10 @@ def component_rows(x: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
-def unspanned_profile(x: pd.DataFrame) -> pd.DataFrame:
+def unspanned_profile(x: pd.DataFrame, params=None) -> pd.DataFrame:
     """digest.profile of the exchanges before the time axis is known (QPS left null): what `render` takes made
-    elsewhere (`profiled`), its QPS set by `spanned`."""
-    return profile(x, None)
+    elsewhere (`profiled`), its QPS set by `spanned`. params: digest.profile's (where `x` holds no params column)."""
+    return profile(x, None, params=params)
 
 
 def by_client_time(p: pd.DataFrame) -> pd.DataFrame:
@@ -298,13 +303,12 @@ class _Page:
         parts = []
         total = float(np.nansum(_f(x, "total_s")[both]))
         if total > 0:
-            certain, likely, estimated = (part[both] for part in queue_layers(x))
-            q_est = float(estimated.sum())
+            certain, likely, q_est = layer_sums(x, both)
             overhead = float(overhead_part(x)[both].sum())
-            shares = [*network_parts(x, both), ("queueing", float(certain.sum()) - overhead),
+            shares = [*network_parts(x, both), ("queueing", certain - overhead),
                       ("server overhead (server time − Query_time under 1 ms: parsing, the network stack)", overhead),
                       ("queueing likely (not proven: above the statement's typical execution while a long statement "
-                       "ran)", float(likely.sum())),
+                       "ran)", likely),
                       ("execution", float(np.nansum(_f(x, "exec_s")[both]))),
                       ("execution or waiting, not told apart (execution only bounded)",
                        float(bounded_part(x)[both].sum()))]

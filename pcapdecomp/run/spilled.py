@@ -65,8 +65,8 @@ VIEW_COLUMNS = ("server", "conn_id", "db_req_ts", "db_resp_ts", "exec_s", "exec_
 VIEW_REF_COLUMNS = ("capture", "conn_index", "seq", "thread_group", "query_id", "command", "sql", "app_req_ts",
                     "total_s", "server_s", "in_slow_log", "slow_log_line")
 # what report.html is made of (render.report.render_page and what it calls): the columns of exchanges.parquet read
-# back for it, once summary.json is made from the stored partitions (summary_from_runs); tests/test_spill_run.py
-# fails when it reads another one
+# back for it (PROJECTED_COLUMNS, `params` read at the rows sampled), once summary.json is made from the stored
+# partitions (summary_from_runs); tests/test_spill_run.py fails when it reads another one
 REPORT_COLUMNS = ("capture", "conn_index", "conn_id", "client", "server", "command", "sql", "params", "fingerprint",
                   "query_id", "req_first_ts", "req_first_frame", "resp_last_frame", "response_s", "result",
                   "error_code", "error_message", "rows", "bytes_resp", "user", "db", "seen", "db_client",
@@ -76,6 +76,9 @@ REPORT_COLUMNS = ("capture", "conn_index", "conn_id", "client", "server", "comma
                   "understated", "thread_group", "stall", "stall_role", "proxy_match", "front_conn_id",
                   "proxy_front_req_ts", "proxy_back_req_ts", "proxy_back_resp_ts", "proxy_front_resp_ts",
                   "net_app_proxy_s", "proxy_s", "proxy_wait_s", "net_proxy_db_s")
+# what the projection holds: REPORT_COLUMNS but `params` (the query profile's samples' values, some 29 B a row, read
+# for a few rows: StoredParams reads its null mask and the values at those rows from the file)
+PROJECTED_COLUMNS = tuple(c for c in REPORT_COLUMNS if c != "params")
 STORED_ROWS = 4096  # rows of a partition in one batch of its stored rows' file (one batch is converted at a time)
 VIEW_ROW_COLUMNS = ("thread_group", "stall", "stall_role", "queue_source")  # what the view sets per row
 # --jobs 1's mmap threshold in _finish (the writer, the summary, the report): the row group's pieces (a partition's
@@ -712,6 +715,51 @@ def read_projection(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     return table
 
 
+class StoredParams:
+    """The `params` column of exchanges.parquet as explain.digest.profile reads it (digest.HeldParams' null mask
+    and values at rows), without holding it: the report's projection leaves it out (PROJECTED_COLUMNS) and the
+    profile reads the values of its samples alone, a row group at a time."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def null(self) -> np.ndarray:
+        """Per row, whether its params are null: each row group's column read, its mask kept, the column let go."""
+        masks = [column.is_null().to_numpy() for _, _, column in self._row_groups(None)]
+        return np.concatenate(masks) if masks else np.zeros(0, dtype=bool)
+
+    def at(self, rows: np.ndarray) -> list:
+        """The values at `rows` (positions in the file), None where null, in the order of `rows`."""
+        import pyarrow as pa
+
+        rows = np.asarray(rows, dtype=np.int64)
+        values: list = [None] * len(rows)
+        for g, start, column in self._row_groups(rows):
+            mine = np.flatnonzero((rows >= start) & (rows < start + len(column)))
+            for i, value in zip(mine.tolist(), column.take(pa.array(rows[mine] - start)).to_pylist()):
+                values[i] = value
+        return values
+
+    def _row_groups(self, rows: np.ndarray | None):
+        """(row group, its first row, its params column) of each row group holding one of `rows` (None: every one),
+        in turn. The file memory-mapped by a mapping closed once read: a ParquetFile that maps the file itself
+        keeps the mapping, and its pages in the run's memory, until the garbage collector finds it."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        with pa.memory_map(str(self.path)) as source:
+            file = pq.ParquetFile(source)
+            sizes = [file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)]
+            starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+            groups = (range(len(sizes)) if rows is None
+                      else np.unique(np.searchsorted(starts, rows, side="right") - 1).tolist())
+            for g in groups:
+                column = file.read_row_group(g, columns=["params"]).column(0)
+                yield g, int(starts[g]), column
+                del column  # let go before the next row group is read
+            del file
+
+
 def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[SortedRun], categories: dict[str, list],
             members: tuple, folder: Path):
     """exchanges.parquet (the merge), groups.parquet, pool.parquet, summary.json from the stored partitions
@@ -733,7 +781,7 @@ def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[Sorted
 def _finished(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[SortedRun], categories: dict[str, list],
               members: tuple, folder: Path):
     from ..explain.servers import Explained, server_tables, summary_of
-    from ..render.report import render_page, write_page
+    from ..render.report import render_page, unspanned_profile, write_page
     from .session import AnalysisResult, _write_summary
 
     out = run.folder.staging
@@ -750,9 +798,12 @@ def _finished(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[Sort
     runs.clear()
     release_memory()
     names = ["exchanges.parquet", "groups.parquet", "pool.parquet", _write_summary(out, summary)]
-    exchanges = read_projection(out / "exchanges.parquet", REPORT_COLUMNS)
+    exchanges = read_projection(out / "exchanges.parquet", PROJECTED_COLUMNS)
+    # the query profile made here, as render_page would make it first, its samples' params read from the file
+    unspanned = unspanned_profile(exchanges, StoredParams(out / "exchanges.parquet"))
     conns = {"app": paired.app_conns, "db": paired.db_conns}
-    page = render_page(summary, exchanges, server.view.groups, run.options.command_line, conns, server.view.pool)
+    page = render_page(summary, exchanges, server.view.groups, run.options.command_line, conns, server.view.pool,
+                       lambda: unspanned)
     names.append("report.html")
     write_page(out / "report.html", page)
     run.children.close()
