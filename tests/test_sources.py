@@ -308,4 +308,10 @@ def test_two_db_points_of_one_file_name_are_named_apart(tmp_path):
     names = [s["name"] for s in r.summary["servers"]]
     assert names == ["group-stall/db.pcap", "oltp-hogs/db.pcap"], names
     assert "\n- Server oltp-hogs/db.pcap: " in r.summary["verdict"]
+    # the count line above the second server's bullet is the first server's, and says so, with the total of both
+    ex = r.exchanges
+    firsts = int((ex["db_point"].astype(object) == str(first)).sum() + ex["db_point"].isna().sum())
+    assert 0 < firsts < len(ex)
+    assert (f"\n- {firsts} exchanges at server group-stall/db.pcap or at no DB point (" in r.summary["verdict"]
+            and f"; {len(ex)} in all, at 2 DB points." in r.summary["verdict"]), r.summary["verdict"]
     assert any(w.startswith(f"DB point {second}: none of its ") for w in r.summary["warnings"]), r.summary["warnings"]

@@ -47,7 +47,24 @@ def test_a_full_output_folder_is_not_blamed_on_the_spill(small_tmpfs, tmp_path):
                str(spill))
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "choose another --out" in done.stderr, done.stderr
-    assert list(spill.iterdir()) == []
+    assert not spill.exists()  # made by the run, left empty: removed
+
+
+@pytest.mark.parametrize("made", [True, False])
+def test_a_spill_folder_the_run_made_is_removed_an_existing_one_kept(made, tmp_path):
+    """A --spill DIR that was not there (and the folders above it that were not) is removed again at the end, when
+    the run left it empty; one that was there stays, however empty."""
+    spill = tmp_path / "scratch" / "a" / "spill"
+    if not made:
+        spill.mkdir(parents=True)
+    done = cli(str(CAPTURES / "group-stall"), "-q", "--jobs", "1", "-o", str(tmp_path / "out"), "--spill",
+               str(spill))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "summary.json").exists()
+    if made:
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    else:
+        assert list(spill.iterdir()) == []
 
 
 def test_a_spill_folder_that_is_a_file_is_said_so(tmp_path):

@@ -112,7 +112,11 @@ def _tell(summary: dict, cs: CaptureSet, exchanges: pd.DataFrame, servers: list[
         return
     mine = exchanges[exchanges["db_point"].astype(object).isin([first.point, None])
                      | exchanges["db_point"].isna()].reset_index(drop=True)
-    summary.update(tell(_point_summary(summary, mine, first, clocks), mine, first.view))
+    top = _point_summary(summary, mine, first, clocks)
+    # the count line above the other servers' bullets says whose exchanges it counts, and how many there are in all
+    top["counted"] = {"server": _server_name(cs, points, first.point, [e.point for e in servers]),
+                      "total": len(exchanges), "servers": len(servers)}
+    summary.update(tell(top, mine, first.view))
     told = []
     for d in servers:
         x = exchanges[(exchanges["db_point"].astype(object) == d.point).to_numpy()].reset_index(drop=True)

@@ -556,9 +556,13 @@ def _story(summary: dict, f: dict, sums: dict[str, tuple[int, float]], rows) -> 
         window = summary.get("window")  # analyze --since/--until: the counts are the window's
         within = (f" in the time window {window['since'] or 'from the start'} … {window['until'] or 'to the end'}"
                   if window is not None else "")
+        counted = summary.get("counted")  # several DB points: these counts are the first one's (summary._tell)
+        whose = f" at server {counted['server']} or at no DB point" if counted else ""
+        of_all = (f"; {counted['total']} in all, at {counted['servers']} DB points" if counted else "")
         bullets.append({"topic": "counts", "text": f"{c['total']} {plural(c['total'], 'exchange', 'exchanges')}"
-                                                    f"{within} ({c['seen_both']} seen at both points, "
-                                                    f"{c['seen_app']} only at the app, {c['seen_db']} only at the DB)."})
+                                                    f"{whose}{within} ({c['seen_both']} seen at both points, "
+                                                    f"{c['seen_app']} only at the app, {c['seen_db']} only at the DB)"
+                                                    f"{of_all}."})
     clock = summary.get("clock")
     if clock and clock.get("offset_s") is not None:
         lo, hi = clock["offset_bounds_s"]

@@ -114,10 +114,11 @@ _FULL_SLACK = 1 << 20  # a device with less room left than this after a write fo
 
 
 class SpillFolder:
-    """The run's own folder inside the user's --spill DIR (made there, DIR made when missing; DIR itself is never
-    removed: it may be a scratch disk's mount point), removed with everything in it when the run ends (`close()`, or
-    the end of `with`). A DIR where no folder can be made is a user mistake (UsageError), found before any capture is
-    read; a DIR that fills up during the run is one too (`with`: OutputError, how much room it needs)."""
+    """The run's own folder inside the user's --spill DIR (made there, DIR made when missing), removed with everything
+    in it when the run ends (`close()`, or the end of `with`); DIR too, and the folders above it, where the run made
+    them and they are left empty (a DIR that was there is never removed: it may be a scratch disk's mount point). A DIR
+    where no folder can be made is a user mistake (UsageError), found before any capture is read; a DIR that fills up
+    during the run is one too (`with`: OutputError, how much room it needs)."""
 
     def __init__(self, parent: Path, captures_size: int = 0, prefix: str = "pcapdecomp-spill-",
                  named: str | None = None, elsewhere: str = "give another --spill DIR"):
@@ -128,15 +129,26 @@ class SpillFolder:
         self.elsewhere = elsewhere
         if self.parent.is_file():
             raise UsageError(f"{self.named}: is a file, not a folder")
+        # the folders this run makes, DIR first: removed again at the end when nothing else is in them
+        self.made = [p for p in [self.parent, *self.parent.parents] if not p.exists()]
         try:
             self.parent.mkdir(parents=True, exist_ok=True)
             # absolute: a Dask worker (--scheduler) finds the partitions by this path, from its own working folder
             self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent)).absolute()
         except OSError as err:
+            self._remove_made()
             raise UsageError(f"{self.named}: cannot write there ({err.strerror or err})") from None
 
     def close(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        self._remove_made()
+
+    def _remove_made(self) -> None:
+        for made in self.made:
+            try:
+                made.rmdir()
+            except OSError:  # something else in it (another run's folder, the user's files): kept
+                break
 
     def __enter__(self) -> SpillFolder:
         return self
