@@ -68,3 +68,19 @@ def test_default_jobs_run_a_small_set_in_one_process(monkeypatch):
     assert Run(cs, Options(jobs=2), None).jobs == 2
     monkeypatch.setattr(extract, "SMALL_CAPTURE_BYTES", size)  # the same files, now as big as the bound
     assert Run(cs, Options(), None).jobs == default_jobs()
+
+
+def test_a_run_partitioned_instead_is_lean_with_a_scheduler_too():
+    """--jobs 1 runs lean (memory before time: freed blocks back to the OS at once); with a --scheduler only a
+    partitioned run is (the client then holds the spill's counts alone). A run partitioned instead (no --spill given)
+    learns it is partitioned after the start: it is lean from then on, as one given --spill is."""
+    from pcapdecomp.run.session import Run
+
+    cs = capture_set(CAPTURES / "group-stall")
+    assert Run(cs, Options(jobs=1), None).lean
+    assert not Run(cs, Options(jobs=2), None).lean
+    assert Run(cs, Options(jobs=1, scheduler="local", spill=Path("/tmp")), None).lean
+    run = Run(cs, Options(jobs=1, scheduler="local"), None)
+    assert not run.lean
+    run.spill_automatic = True  # as run.spilled.spill_instead sets it
+    assert run.lean

@@ -107,11 +107,17 @@ class Run:
         # partitioned instead (run.spilled.spill_instead): the partitions' folder is the run's own choice in the output
         # folder, no --spill given; its end and its messages are said as such
         self.spill_automatic = False
-        # --jobs 1 puts memory before time: until the loss repair is done, a freed array of 1 MiB or more goes back
-        # to the OS at once, as the extraction's arrays and the repair's scan come and go beside the tables
-        # (with --spill and a --scheduler, the client holds the spill's counts alone: lean too)
-        self.lean = self.jobs == 1 and (options.scheduler is None or options.spill is not None)
         self._beside: list[Forked] = []  # the child that makes what the report reads of the decomposition alone
+
+    @property
+    def lean(self) -> bool:
+        """--jobs 1 puts memory before time: until the loss repair is done, a freed array of 1 MiB or more goes back
+        to the OS at once, as the extraction's arrays and the repair's scan come and go beside the tables. With a
+        --scheduler, only when the run is partitioned (--spill, or partitioned instead: then the client holds the
+        spill's counts alone); asked again once that is known, so a run partitioned instead is lean in its late
+        stage as one given --spill is."""
+        partitioned = self.options.spill is not None or self.spill_automatic
+        return self.jobs == 1 and (self.options.scheduler is None or partitioned)
 
     def __enter__(self) -> Run:
         if self.options.scheduler is not None:
