@@ -6,6 +6,7 @@ change) compared on every capture there is.
     python3 benchmarks/same_outputs.py --reference /tmp/ref            # every capture below
     python3 benchmarks/same_outputs.py --reference /tmp/ref --quick    # the bundled sets and the corpus, `analyze` only
     python3 benchmarks/same_outputs.py --reference /tmp/ref --pair A.pcap D.pcap   # one more pair (a benchmark's)
+    python3 benchmarks/same_outputs.py --reference /tmp/ref --quick --spill  # each `analyze` also with --spill DIR
 
 Runs, with each tree's own CLI (a child process, `--jobs 1` and the default `--jobs`):
   - `analyze` of every capture set under captures/ (app + DB + slow log + capture.toml);
@@ -13,7 +14,9 @@ Runs, with each tree's own CLI (a child process, `--jobs 1` and the default `--j
     $PCAPDECOMP_CORPUS), and the bundled captures converted to pcapng and gzip-compressed pcapng (the formats the
     fast lane reads since it reads pcapng);
   - `exchanges X --connections` of each of them.
-Compares exchanges.parquet, groups.parquet, pool.parquet and summary.json (all but the working folder) value for
+With --spill, each `analyze` runs once more in both trees with `--spill DIR` (the partitioned run, or its line
+saying why a set is analysed in memory): a change to the partitioned run is compared on every capture too, not only
+on the sets too big for memory. Compares exchanges.parquet, groups.parquet, pool.parquet and summary.json (all but the working folder) value for
 value, and report.html byte for byte. Prints one line per difference and exits 1 if there is any.
 """
 
@@ -134,6 +137,8 @@ def main() -> int:
     ap.add_argument("--reference", type=Path, required=True, help="a pcapdecomp tree (its extensions built)")
     ap.add_argument("--quick", action="store_true", help="only `analyze`, of the sets and the corpus")
     ap.add_argument("--pair", nargs=2, type=Path, metavar=("APP", "DB"), help="also analyse this pair")
+    ap.add_argument("--spill", action="store_true",
+                    help="each `analyze` also with --spill DIR (the partitioned run), in both trees")
     args = ap.parse_args()
     ref = args.reference.resolve()
     differences = 0
@@ -154,6 +159,9 @@ def main() -> int:
             cases += [(f"analyze {side[0]} {capture}", [*side, str(capture)]) for side in sides]
             if not args.quick:
                 cases.append((f"exchanges {capture}", capture))
+        if args.spill:  # the same folder for both trees: a message that names it reads alike
+            spill = ["--spill", str(work / "spill")]
+            cases += [(f"{label} --spill", [*case, *spill]) for label, case in cases if not isinstance(case, Path)]
         for label, case in cases:
             case_dir = work / f"case{checked}"
             case_dir.mkdir()
