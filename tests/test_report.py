@@ -496,3 +496,26 @@ def test_the_exchange_times_are_the_same_read_in_place():
         got = (t.start, t.end, t.d1, t.d4, t.has_start, t.has_end, t.has_d1, t.has_d4)
         for g, e in zip(got, expected):
             assert g.tolist() == e.tolist()
+
+
+def test_the_layer_sums_are_the_layers_summed():
+    """figures.layer_sums (each part made in turn in queue_parts' arrays) gives the very floats of digest.queue_layers'
+    parts summed over the rows: every row or some, likely queues among them or none, queue_min_s or not."""
+    from pcapdecomp.explain.digest import queue_layers
+    from pcapdecomp.render.figures import layer_sums
+
+    rng = np.random.default_rng(11)
+    for trial in range(60):
+        n = int(rng.integers(0, 400))
+        queue = np.where(rng.random(n) < 0.2, np.nan, rng.random(n) * 10.0 ** rng.integers(-6, 1, n))
+        x = pd.DataFrame({
+            "queue_s": queue, "exec_s": rng.random(n),
+            "queue_min_s": np.where(rng.random(n) < 0.3, np.nan, queue * rng.random(n)),
+            "queue_source": pd.Categorical(rng.choice(["measured", "likely", "estimated", None], n,
+                                                      p=[0.4, 0.1 * (trial % 3), 0.5 - 0.1 * (trial % 3), 0.1])),
+            "exec_source": pd.Categorical(rng.choice(["slow_log", "fingerprint_median", None], n))})
+        if trial % 4 == 0:
+            x = x.drop(columns="queue_min_s")
+        for rows in (np.ones(n, dtype=bool), rng.random(n) < 0.5):
+            expected = tuple(float(part[rows].sum()) for part in queue_layers(x))
+            assert layer_sums(x, rows) == expected

@@ -80,7 +80,8 @@ def both_ways(args: list[str], tmp: Path) -> tuple[subprocess.CompletedProcess, 
         assert filecmp.cmp(tmp / "memory" / name, tmp / "spilled" / name, shallow=False), name
     pages = [COMMAND.sub("", (tmp / side / "report.html").read_text()) for side in ("memory", "spilled")]
     assert pages[0] == pages[1]
-    assert list(spill.iterdir()) == []  # the run's folder in DIR went with the run
+    # the run's folder in DIR went with the run, and DIR too: the run made it (main 7dbee1a)
+    assert not spill.exists() or list(spill.iterdir()) == []
     return memory, partitioned
 
 
@@ -314,17 +315,35 @@ class _Reading(pd.DataFrame):
         return super().__getitem__(key)
 
 
-@pytest.mark.parametrize("name", ["group-stall", "oltp-hogs", "field-pool-before-capture", "maxthreads"])
+class _Asking:
+    """digest.HeldColumns of a table, remembering which columns the report asked for at a few rows."""
+
+    def __init__(self, x: pd.DataFrame):
+        from pcapdecomp.explain.digest import HeldColumns
+
+        self.held, self.asked = HeldColumns(x), set()
+        self.columns = self.held.columns
+
+    def at(self, rows, columns) -> pd.DataFrame:
+        self.asked.update(columns)
+        return self.held.at(rows, columns)
+
+
+@pytest.mark.parametrize("name", ["group-stall", "oltp-hogs", "field-pool-before-capture", "maxthreads",
+                                  "connection-refused", "oltp-prepared", "proxy-pool"])
 def test_the_report_reads_only_its_projection(name, tmp_path):
-    """render_page, handed the whole table, reads no column outside REPORT_COLUMNS; handed the projection alone,
-    it makes the same page (with the slow log: its columns are read too). The summary is made from the runs
+    """render_page, handed the whole table, reads of every row no column outside PROJECTED_COLUMNS (but `params`'
+    null mask: StoredParams) and at a few rows (`columns`) none outside REPORT_COLUMNS; handed the projection alone
+    with the other columns at rows from the whole table, it makes the same page, and so with REPORT_COLUMNS (with
+    the slow log: its columns are read too; with errors; through a proxy). The summary is made from the runs
     (test_summary_runs; here the run mode's whole files are compared)."""
     from pcapdecomp.analysis import Options
+    from pcapdecomp.explain.digest import HeldColumns, HeldParams
     from pcapdecomp.explain.servers import explain_servers, summary_of
     from pcapdecomp.pair.pairing import pair_points
     from pcapdecomp.read.captureset import time_zone
     from pcapdecomp.read.extract import extract_points
-    from pcapdecomp.render.report import render_page
+    from pcapdecomp.render.report import render_page, unspanned_profile
 
     cs = capture_set(CAPTURES / name)
     notes: list[str] = []
@@ -336,19 +355,101 @@ def test_the_report_reads_only_its_projection(name, tmp_path):
     summary = summary_of(cs, x, paired, explained, list(notes))
     first = explained.servers[0]
 
-    def page(table: pd.DataFrame) -> str:
-        return render_page(summary, table, first.view.groups, None, conns, first.view.pool).text()
-
-    from pcapdecomp.render.figures import TIMELINE_COLUMNS
-    from pcapdecomp.render.report import _STATEMENT_COLUMNS
+    def page(table: pd.DataFrame, columns=None, profiled=None) -> str:
+        return render_page(summary, table, first.view.groups, None, conns, first.view.pool, profiled,
+                           columns=columns).text()
 
     reading = _Reading(whole)
     reading.read = set()
-    expected = page(reading)
-    # read by name (tracked), or taken where present (the report's row lists: `if c in x.columns`)
-    read = (reading.read | set(TIMELINE_COLUMNS) | set(_STATEMENT_COLUMNS)) & set(whole.columns)
-    assert read and read <= set(spilled.REPORT_COLUMNS), sorted(read - set(spilled.REPORT_COLUMNS))
-    assert page(whole[list(spilled.REPORT_COLUMNS)].copy()) == expected  # a column read otherwise: a KeyError
+    asking = _Asking(whole)
+    expected = page(reading, asking)
+    assert reading.read and reading.read - {"params"} <= set(spilled.PROJECTED_COLUMNS), \
+        sorted(reading.read - set(spilled.PROJECTED_COLUMNS))
+    asked = asking.asked & set(whole.columns)
+    assert asked and asked <= set(spilled.REPORT_COLUMNS), sorted(asked - set(spilled.REPORT_COLUMNS))
+    projection = whole[list(spilled.PROJECTED_COLUMNS)].copy()
+    at_rows = HeldColumns(whole[list(spilled.REPORT_COLUMNS)].copy())
+    profile = unspanned_profile(projection, HeldParams(whole["params"]), at_rows)
+    assert page(projection, at_rows, lambda: profile) == expected  # a column read otherwise: a KeyError
+    assert page(whole[list(spilled.REPORT_COLUMNS)].copy()) == expected
+    if name == "connection-refused":
+        assert "<h3>Errors</h3>" in expected
+    if name == "proxy-pool":
+        assert "Longest waits inside the proxy" in expected and "Server connections of the proxy" in expected
+
+
+@pytest.mark.parametrize("name", ["connection-refused", "proxy-pool", "group-stall"])
+def test_the_report_from_the_projection_and_the_stored_columns(name, tmp_path):
+    """report.html made from the projection (PROJECTED_COLUMNS) and the columns at rows read from exchanges.parquet
+    (StoredColumns) is the page made from the whole file read back (rerender's way: no connections, so the logins
+    are read at the CONNECT rows): with errors, through a proxy, with stalls."""
+    import numpy as np
+
+    from pcapdecomp.render.report import render_page, unspanned_profile
+
+    run = cli(str(CAPTURES / name), "-q", "-o", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stderr
+    path = tmp_path / "out" / "exchanges.parquet"
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    groups, pool = pd.read_parquet(tmp_path / "out" / "groups.parquet"), pd.read_parquet(tmp_path / "out" / "pool.parquet")
+    groups, pool = (t.drop(columns="db_point") if "db_point" in t.columns else t for t in (groups, pool))
+    whole = spilled.read_projection(path, tuple(pd.read_parquet(path).columns))
+    expected = render_page(summary, whole, groups, None, None, pool).text()
+    projection = spilled.read_projection(path, spilled.PROJECTED_COLUMNS)
+    assert not set(spilled.ROW_COLUMNS) & set(projection.columns)
+    columns = spilled.StoredColumns(path, projection)
+    profile = unspanned_profile(projection, spilled.StoredParams(path), columns)
+    assert render_page(summary, projection, groups, None, None, pool, lambda: profile, columns=columns).text() == expected
+    if name == "connection-refused":
+        assert "<h3>Errors</h3>" in expected and "logins in the capture" in expected
+        assert (whole["result"] == "error").any()
+    if name == "proxy-pool":
+        assert "Longest waits inside the proxy" in expected
+        assert np.isfinite(whole["proxy_wait_s"].to_numpy(dtype="float64", na_value=np.nan)).any()
+
+
+def _values(column: pd.Series) -> list:
+    return [None if pd.isna(v) else v for v in column.astype(object)]
+
+
+def test_stored_columns_are_the_columns_at_any_rows(tmp_path):
+    """StoredColumns gives what HeldColumns gives of the whole table read as held: each of REPORT_COLUMNS (those of
+    the projection from it, ROW_COLUMNS from the file) at rows in any order, repeated, across row groups, the
+    projection's row labels; the same values (the file's declared dtypes where the projection holds narrower ones),
+    none at no row. The projection holds a boolean column null in every row as one stored null."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from pcapdecomp.core.schema import CATEGORY
+    from pcapdecomp.explain.digest import HeldColumns
+
+    run = cli(*set_args(CAPTURES / "connection-refused"), "-q", "-o", str(tmp_path / "out"), "--spill",
+              str(tmp_path / "spill"))
+    assert run.returncode == 0, run.stderr
+    text = [c.name for c in spilled.EXCHANGES if c.dtype == CATEGORY]
+    table = pq.read_table(tmp_path / "out" / "exchanges.parquet", read_dictionary=text)
+    path = tmp_path / "exchanges.parquet"
+    size = max(len(table) // 7, 2)
+    pq.write_table(table, path, row_group_size=size)  # the dictionaries whole in each row group, as write_merged's
+    assert pq.ParquetFile(path).num_row_groups >= 7
+    projection = spilled.read_projection(path, spilled.PROJECTED_COLUMNS)
+    held_columns = HeldColumns(spilled.read_projection(path, spilled.REPORT_COLUMNS))
+    stored = spilled.StoredColumns(path, projection)
+    assert set(spilled.REPORT_COLUMNS) <= set(stored.columns)
+    rows = np.random.default_rng(0).choice(len(projection), 300)
+    rows = np.concatenate([rows, [len(projection) - 1, 0, 0, size, size - 1, size - 1]])
+    wanted = (*reversed(spilled.ROW_COLUMNS), "seen", "total_s", "no such column")
+    for at in (rows, np.sort(rows), np.zeros(0, dtype=np.int64)):
+        got, expected = stored.at(at, wanted), held_columns.at(at, wanted)
+        assert list(got.columns) == [c for c in wanted if c != "no such column"] and len(got) == len(at)
+        pd.testing.assert_index_equal(got.index, expected.index)
+        for name in got.columns:
+            assert _values(got[name]) == _values(expected[name]), name
+            if isinstance(expected[name].dtype, pd.CategoricalDtype):
+                assert list(got[name].cat.categories) == list(expected[name].cat.categories), name
+    assert (projection["result"] == "error").any()
+    # without a slow log in_slow_log is null in every row: one stored null, read as the column read whole
+    assert projection["in_slow_log"].isna().all() and projection["in_slow_log"].array._data.strides == (0,)
 
 
 def test_the_projection_is_read_mapped_and_let_go(tmp_path):
@@ -398,7 +499,7 @@ def test_stored_params_are_the_columns_at_any_rows(tmp_path):
 
 def test_the_profile_reads_the_stored_params_at_its_samples(tmp_path):
     """The query profile of the projection without params (PROJECTED_COLUMNS), its samples' params read from the
-    file (StoredParams), is the profile of the projection with the whole column: prepared statements' samples with
+    file (StoredParams) and their sql, conn_id and Query IDs too (StoredColumns), is the profile of the projection with the whole column: prepared statements' samples with
     their values, the same rows."""
     from pcapdecomp.render.report import unspanned_profile
 
@@ -409,7 +510,7 @@ def test_the_profile_reads_the_stored_params_at_its_samples(tmp_path):
     whole = unspanned_profile(spilled.read_projection(path, spilled.REPORT_COLUMNS))
     projection = spilled.read_projection(path, spilled.PROJECTED_COLUMNS)
     assert "params" not in projection.columns
-    stored = unspanned_profile(projection, spilled.StoredParams(path))
+    stored = unspanned_profile(projection, spilled.StoredParams(path), spilled.StoredColumns(path, projection))
     pd.testing.assert_frame_equal(stored, whole, check_exact=True)
     assert whole["commands"].str.contains("COM_STMT_EXECUTE").any()
 

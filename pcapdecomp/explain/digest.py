@@ -25,14 +25,17 @@ PROFILE_COLUMNS = ("rank", "query_id", "fingerprint", "command", "commands", "ca
                    "user_db", "user_db_more", "sample", "sample_conn_id", "sample_row", "hidden_slow")
 
 
-def profile(x: pd.DataFrame, span_s: float | None, top: int | None = None, params=None) -> pd.DataFrame:
+def profile(x: pd.DataFrame, span_s: float | None, top: int | None = None, params=None,
+            columns=None) -> pd.DataFrame:
     """One row per fingerprint, ranked by summed execution time (client or server time when no execution is known).
 
     x: the exchanges table (analysis columns included). span_s: the capture's span in seconds, for QPS (calls per
     second of capture; None or 0: QPS left null). top: keep only the first `top` ranks (the statistics of the kept
     rows are computed over all their calls). params: where the samples' parameter values are read when x holds
     no `params` column (run.spilled.StoredParams: read from the file at the rows sampled), else x's own
-    (HeldParams). Only rows with a fingerprint count; administrator commands are kept, as pt-query-digest keeps
+    (HeldParams). columns: where the samples' sql and conn_id and the Query IDs are read, at those rows alone
+    (run.spilled.StoredColumns: from the file, the projection holds neither), else x's own (HeldColumns). Only rows
+    with a fingerprint count; administrator commands are kept, as pt-query-digest keeps
     them. Memory: a few arrays of one number per exchange at a time, each let go once summed, never a copy of the
     table."""
     codes, uniques = group_codes(x["fingerprint"])
@@ -102,9 +105,10 @@ def profile(x: pd.DataFrame, span_s: float | None, top: int | None = None, param
     del time_key, server, without
     first = _first_call(k, n)[out["code"]]
     rows = np.flatnonzero(has)  # positions in x of the rows with a fingerprint
-    _add_samples(out, x, rows[worst], params)
+    columns = columns if columns is not None else HeldColumns(x)
+    _add_samples(out, columns.at(rows[worst], ("sql", "command", "conn_id")), rows[worst], params)
     _add_user_db(out, x, fingerprinted, k, n)
-    out["query_id"] = _values_at(x["query_id"], rows[first])
+    out["query_id"] = _values_at(columns.at(rows[first], ("query_id",))["query_id"], np.arange(len(first)))
     del rows
     out["command"], out["commands"] = _command_mix(k, command, commands, out["code"])
     return pd.DataFrame({name: out[name] for name in PROFILE_COLUMNS}, columns=list(PROFILE_COLUMNS))
@@ -139,6 +143,26 @@ class HeldParams:
     def at(self, rows: np.ndarray) -> list:
         """The values at `rows` (positions), None where null."""
         return _values_at(self.column, rows)
+
+
+class HeldColumns:
+    """The columns of a table that the report reads at a few rows alone (the statements it lists, the samples, the
+    timeline's statements: run.spilled.ROW_COLUMNS), taken from the table itself. Another source gives the same
+    (run.spilled.StoredColumns: the columns its projection holds from it, the others read from exchanges.parquet
+    at those rows alone)."""
+
+    def __init__(self, x: pd.DataFrame):
+        self.x = x
+
+    @property
+    def columns(self) -> pd.Index:
+        """The columns it can give."""
+        return self.x.columns
+
+    def at(self, rows: np.ndarray, columns) -> pd.DataFrame:
+        """Those of `columns` it has (in that order) at `rows` (positions, in any order, repeated), indexed by the
+        table's labels of those rows: x.iloc of them (a row filter of these columns alone, not of all)."""
+        return self.x.iloc[rows, self.x.columns.get_indexer([c for c in columns if c in self.x.columns])]
 
 
 _WITHOUT_VALUES = ("COM_STMT_PREPARE", "COM_STMT_CLOSE", "COM_STMT_RESET", "COM_STMT_SEND_LONG_DATA")
@@ -192,12 +216,14 @@ def _values_at(col: pd.Series, rows: np.ndarray) -> list:
     return [None if v is None or (not isinstance(v, str) and pd.isna(v)) else v for v in values]
 
 
-def _add_samples(out: dict, x: pd.DataFrame, rows: np.ndarray, params: HeldParams | None) -> None:
-    """pt-query-digest's sample: the worst call, shown with its parameter values (`params`: profile's)."""
-    sql = _values_at(x["sql"], rows)
+def _add_samples(out: dict, sampled: pd.DataFrame, rows: np.ndarray, params: HeldParams | None) -> None:
+    """pt-query-digest's sample: the worst call, shown with its parameter values (`params`: profile's). sampled:
+    the sql, command and conn_id of the sampled `rows` (positions in the table), in their order."""
+    at = np.arange(len(rows))
+    sql = _values_at(sampled["sql"], at)
     params = params.at(rows) if params is not None else [None] * len(rows)
-    command = _values_at(x["command"], rows)
-    conn = _values_at(x["conn_id"], rows)
+    command = _values_at(sampled["command"], at)
+    conn = _values_at(sampled["conn_id"], at)
     out["sample"] = [sample_statement(s, p, c) for s, p, c in zip(sql, params, command)]
     out["sample_conn_id"] = [None if c is None else int(c) for c in conn]
     out["sample_row"] = rows

@@ -23,11 +23,11 @@ import numpy as np
 import pandas as pd
 
 from ..core.formats import clip, integer, seconds
-from ..core.groups import aggregated
+from ..core.groups import aggregated, equals
 from ..core.memory import release_memory
 from ..core.times import ts_ns
 from ..explain.decompose import STALL_MIN_QUEUE_S, network_parts
-from ..explain.digest import bounded_part, overhead_part, queue_layers
+from ..explain.digest import HeldColumns, bounded_part, overhead_part, queue_layers, queue_parts
 from ..explain.threadpool import core_range
 
 NS = 1_000_000_000
@@ -276,15 +276,16 @@ def culprit_mask(x: pd.DataFrame, summary: dict, t: Times) -> np.ndarray:
 
 
 def figure_specs(summary: dict, x: pd.DataFrame, groups: pd.DataFrame | None, t: Times, axis: TimeAxis | None,
-                 conns: pd.DataFrame | None = None, pool: pd.DataFrame | None = None) -> dict:
+                 conns: pd.DataFrame | None = None, pool: pd.DataFrame | None = None, columns=None) -> dict:
     """{name: {data, layout} or None}; "_time" lists the figures on the shared time axis, "_timeline" says what
-    the timeline shows."""
+    the timeline shows. columns: where the columns read at the drawn statements alone are read (render_page's)."""
+    columns = columns if columns is not None else HeldColumns(x)
     specs: dict = {"shares": _shares(x)}
-    specs["timeline"], specs["_timeline"] = _timeline(summary, x, t, axis)
+    specs["timeline"], specs["_timeline"] = _timeline(summary, x, t, axis, columns)
     release_memory()  # its statements' small blocks, freed among the ones kept: back before the next figure
     specs["heatmap"] = _heatmap(groups, axis)
     specs["pool"] = _pool(summary, groups, pool, axis)
-    specs["waterfall"] = _waterfall(x)
+    specs["waterfall"] = _waterfall(x, columns)
     specs["connrate"] = _connection_rate(conns, axis)
     specs["openconns"] = _open_connections(summary, axis)
     specs["proxy"] = _proxy(x, axis)
@@ -331,22 +332,33 @@ def _shares(x: pd.DataFrame) -> dict | None:
 
 def layer_sums(x: pd.DataFrame, rows: np.ndarray) -> tuple[float, float, float]:
     """digest.queue_layers' (certain, likely, estimated) seconds summed over `rows` (a boolean mask): each part's
-    rows taken and summed while the other parts wait, one array of the rows taken at a time."""
+    rows taken and summed while the other parts wait, one array of the rows taken at a time. The parts are made one
+    after the other in queue_parts' arrays (the likely and the estimated part in the array of the rest, its likely
+    rows' values kept aside meanwhile): each the very array queue_layers gives, summed as it is (the same float),
+    with one array of every row fewer than the three parts at once (at 1,157,984 rows, 9 MiB)."""
     every = bool(rows.all())  # (the usual case: each part summed as it is, the same sum as of its rows taken)
-    layers = list(queue_layers(x))
-    sums = []
-    while layers:
-        part = layers.pop(0)
-        sums.append(float((part if every else part[rows]).sum()))
-        del part  # let go once summed
-    return sums[0], sums[1], sums[2]
+
+    def summed(part: np.ndarray) -> float:
+        return float((part if every else part[rows]).sum())
+
+    certain, rest = queue_parts(x)
+    total_certain = summed(certain)
+    del certain  # let go once summed
+    likely = equals(x["queue_source"], "likely") if "queue_source" in x.columns else np.zeros(len(x), dtype=bool)
+    kept = rest[likely]  # the likely part's values (the rows of a likely queue: few)
+    rest[likely] = 0.0  # the estimated part: queue_layers' np.where(likely, 0.0, rest)
+    total_estimated = summed(rest)
+    rest[:] = 0.0
+    rest[likely] = kept  # the likely part: queue_layers' rest with its other rows 0
+    return total_certain, summed(rest), total_estimated
 
 
 # what queue_layers and bounded_part read
 QUEUE_COLUMNS = ("queue_s", "queue_min_s", "queue_source", "exec_source", "exec_s", "server_s")
 
 
-def _timeline(summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None) -> tuple[dict | None, dict]:
+def _timeline(summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None,
+              columns: HeldColumns) -> tuple[dict | None, dict]:
     """Each statement as a span from A1 to A4 (D1 to D4 when only the DB saw it) on its connection's lane, lanes
     ordered by thread group: queueing red (pale when estimated), execution green; the stalled stretches shaded
     over their group's lanes; culprits, hidden-slow, understated and slow-logged statements marked at their end."""
@@ -375,7 +387,7 @@ def _timeline(summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None) -
     if len(rest) > room:
         rest = np.random.default_rng(0).choice(rest, room, replace=False)
     rows = np.sort(np.concatenate([notable, rest]))
-    sel = x[[c for c in TIMELINE_COLUMNS if c in x.columns]].iloc[rows]  # a row filter of these alone, not of all
+    sel = columns.at(rows, TIMELINE_COLUMNS)  # a row filter of these alone, not of all
 
     start, end = t.start[rows], t.end[rows]
     lane, labels, lane_group = _lanes(_lane_keys(sel, summary), klass[rows].astype(np.int64),  # as before: int64
@@ -384,7 +396,7 @@ def _timeline(summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None) -
     y = lane.astype(np.float32)
     d1, d4, has_d1, has_d4 = t.d1[rows], t.d4[rows], t.has_d1[rows], t.has_d4[rows]
     # the per-row parts of the statements drawn alone (row by row, the values they have in the whole table)
-    drawn = x[[c for c in QUEUE_COLUMNS if c in x.columns]].iloc[rows]
+    drawn = columns.at(rows, QUEUE_COLUMNS)
     certain, likely, estimated = queue_layers(drawn)
     estimated = likely + estimated  # the tooltip's "beyond the certain part"
     exec_s = drawn["exec_s"].to_numpy(dtype="float64", na_value=np.nan)
@@ -726,7 +738,12 @@ def _most_at_once(start: np.ndarray, end: np.ndarray, bucket_ns: int, axis: Time
     return edges, most
 
 
-def _waterfall(x: pd.DataFrame) -> dict | None:
+# what the waterfall reads of its rows (queue_layers' and bounded_part's columns among them)
+WATERFALL_COLUMNS = ("conn_id", "sql", "command", *QUEUE_COLUMNS, "net_req_s", "proxy_wait_s", "net_resp_s",
+                     "total_s")
+
+
+def _waterfall(x: pd.DataFrame, columns: HeldColumns) -> dict | None:
     """The slowest exchanges, each from A1 (D1 when only the DB saw it): request leg, the wait inside a proxy,
     queueing, execution, response leg; rows under WATERFALL_MIN_SHARE of the slowest would be empty bars and are left out."""
     total = x["total_s"].to_numpy(dtype="float64", na_value=np.nan)
@@ -736,7 +753,7 @@ def _waterfall(x: pd.DataFrame) -> dict | None:
     if top.empty:
         return None
     top = top[top >= WATERFALL_MIN_SHARE * top.iloc[0]]
-    rows = x.iloc[top.index.to_numpy()].iloc[::-1]  # slowest at the top
+    rows = columns.at(top.index.to_numpy()[::-1], WATERFALL_COLUMNS)  # slowest at the top
     labels = [plain(f"conn {integer(c)} · {clip(q if isinstance(q, str) else m, 50)}")
               for c, q, m in zip(rows["conn_id"], rows["sql"], rows["command"])]
     labels = [f"{i + 1}. {lab}" for i, lab in zip(range(len(labels) - 1, -1, -1), labels)]  # unique, ranked

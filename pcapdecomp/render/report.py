@@ -30,7 +30,7 @@ from ..core.memory import release_memory
 from ..core.outputs import write_atomically, write_text
 from ..core.schema import ANALYSIS_COLUMNS, CAPTURE_PROBLEM_KEYS, EXCHANGE_COLUMNS, GROUP_COLUMNS, Column
 from ..explain.decompose import network_parts
-from ..explain.digest import bounded_part, overhead_part, profile, queue_parts
+from ..explain.digest import HeldColumns, bounded_part, overhead_part, profile, queue_parts
 from ..pair.proxy import PAIRED_KINDS
 from .evidence import display_filter
 from .figures import (
@@ -49,6 +49,10 @@ from .figures import (
 _STATEMENT_COLUMNS = ("seen", "client", "req_first_frame", "resp_last_frame", "db_client", "db_req_first_frame",
                       "db_resp_last_frame", "server", "sql", "command", "conn_id", "thread_group", "total_s",
                       "server_s", "queue_s", "queue_min_s", "exec_s", "exec_source")  # what _statement_row reads
+# what _proxy_servers and _proxy_waits read of the rows they show (read at those rows alone)
+_PROXY_SERVER_COLUMNS = ("client", "db_client", "conn_id", "server_s", "proxy_wait_s")
+_PROXY_WAIT_COLUMNS = ("app_req_ts", "client", "front_conn_id", "conn_id", "sql", "command", "proxy_match",
+                       "proxy_wait_s", "proxy_s", "server_s", "total_s")
 HIDDEN_ROWS = 200  # hidden-slow (and understated) rows listed in the page; the rest are counted
 PROFILE_ROWS = 20
 STALL_ROWS = 100
@@ -114,23 +118,28 @@ def write_page(path: Path, page: Page | str) -> None:
 def render(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command_line: str | None = None,
            connections: dict | None = None, pool: pd.DataFrame | None = None,
            profiled: Callable[[], pd.DataFrame] | None = None,
-           components: Callable[[], list[list[str]]] | None = None) -> str:
+           components: Callable[[], list[list[str]]] | None = None, columns=None) -> str:
     """The whole page as one string (render_page's Page as text)."""
-    return render_page(summary, exchanges, groups, command_line, connections, pool, profiled, components).text()
+    return render_page(summary, exchanges, groups, command_line, connections, pool, profiled, components,
+                       columns).text()
 
 
 def render_page(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, command_line: str | None = None,
                 connections: dict | None = None, pool: pd.DataFrame | None = None,
                 profiled: Callable[[], pd.DataFrame] | None = None,
-                components: Callable[[], list[list[str]]] | None = None) -> Page:
+                components: Callable[[], list[list[str]]] | None = None, columns=None) -> Page:
     """The whole page, as the parts around plotly.js. connections: {"app": table, "db": table} of CONNECTION_COLUMNS
     (the extraction's), for connection set-up latencies; pool: pool.parquet's table when the analysis wrote one;
     profiled: returns `unspanned_profile(exchanges)` when the page reaches the query profile (made beside the
     rendering, in another process: analysis.py), else it is made here; components: likewise, returns
-    `component_rows(exchanges)`."""
+    `component_rows(exchanges)`; columns: where the columns read at a few rows alone are read (the listed
+    statements', the samples', the timeline's: run.spilled.ROW_COLUMNS), a digest.HeldColumns or what gives the same
+    (run.spilled.StoredColumns, from the file: `exchanges` then holds the columns read of every row alone), else
+    `exchanges`' own."""
     x = exchanges
+    columns = columns if columns is not None else HeldColumns(x)
     if profiled is None:  # made first, before the page's per-exchange times: its arrays and theirs never at once
-        unspanned = unspanned_profile(x)
+        unspanned = unspanned_profile(x, columns=columns)
         profiled = lambda: unspanned  # noqa: E731
     # what the profile freed (made here or before, as run.spilled makes it) back before the per-exchange times:
     # its blocks under the mmap threshold stay in the heap otherwise (at 560,745 rows, 19 MiB)
@@ -138,8 +147,9 @@ def render_page(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, co
     t = exchange_times(x)
     conns = connection_times(connections, summary)
     axis = time_axis(t, [conns["t_ns"].to_numpy(dtype=np.int64)] if conns is not None else [])
-    figures = figure_specs(summary, x, groups, t, axis, conns, pool)
-    page = _Page(summary, x, t, axis, figures, profiled, components)
+    figures = figure_specs(summary, x, groups, t, axis, conns, pool, columns)
+    release_memory()  # the figures' per-row transients, back before the sections make theirs
+    page = _Page(summary, x, t, axis, figures, profiled, components, columns)
     sections = [  # the picture first: the sentence, what to change, the timeline; the inputs further down
         page.verdict(),
         page.timeline(),
@@ -154,6 +164,10 @@ def render_page(summary: dict, exchanges: pd.DataFrame, groups: pd.DataFrame, co
         page.inputs(),
         _method(command_line),
     ]
+    # the exchanges' times and what the sections freed, back before the page's text is joined: the stage's RSS was
+    # highest at its end, the text beside the heap the sections left (at 1,157,984 rows of the partitioned run)
+    del page, t
+    release_memory()
     specs = {name: spec for name, spec in figures.items() if spec is not None}
     title = f"pcapdecomp — {summary['set']}"
     return Page(
@@ -195,10 +209,11 @@ def component_rows(x: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
-def unspanned_profile(x: pd.DataFrame, params=None) -> pd.DataFrame:
+def unspanned_profile(x: pd.DataFrame, params=None, columns=None) -> pd.DataFrame:
     """digest.profile of the exchanges before the time axis is known (QPS left null): what `render` takes made
-    elsewhere (`profiled`), its QPS set by `spanned`. params: digest.profile's (where `x` holds no params column)."""
-    return profile(x, None, params=params)
+    elsewhere (`profiled`), its QPS set by `spanned`. params, columns: digest.profile's (where `x` holds no params
+    column, and not the columns read at the samples alone)."""
+    return profile(x, None, params=params, columns=columns)
 
 
 def by_client_time(p: pd.DataFrame) -> pd.DataFrame:
@@ -224,9 +239,10 @@ class _Page:
 
     def __init__(self, summary: dict, x: pd.DataFrame, t: Times, axis: TimeAxis | None, figures: dict,
                  profiled: Callable[[], pd.DataFrame] | None = None,
-                 components: Callable[[], list[list[str]]] | None = None):
+                 components: Callable[[], list[list[str]]] | None = None, columns=None):
         self.summary, self.x, self.t, self.axis, self.figures = summary, x, t, axis, figures
         self.profiled, self.components = profiled, components
+        self.columns = columns if columns is not None else HeldColumns(x)  # the columns read at a few rows alone
         self.stalls = list((summary.get("groups") or {}).get("stalls") or [])
         self.proxied = "proxy_s" in x.columns and bool(x["proxy_s"].notna().any())  # the proxy's own times known
         self.dated = axis is not None and pd.Timestamp(axis.lo_ns).date() != pd.Timestamp(axis.hi_ns).date()
@@ -495,7 +511,7 @@ class _Page:
         culprits = culprit_mask(x, self.summary, self.t)
         # the listed rows taken once, in the columns a row shows: a row taken at a time from the whole table
         # would copy all of its columns for each row
-        listed = x.iloc[rows_at, x.columns.get_indexer([c for c in _STATEMENT_COLUMNS if c in x.columns])]
+        listed = self.columns.at(rows_at, _STATEMENT_COLUMNS)
         estimated = queue_parts(listed)[1]
         table_rows, current = [], None
         for pos, r, est in zip(rows_at, listed.to_dict("records"), estimated):
@@ -526,7 +542,7 @@ class _Page:
             got = x["stall"].to_numpy(dtype="float64", na_value=np.nan)[rows]
             return np.array([none if np.isnan(v) else ids.get(int(v), none) for v in got], dtype=np.int64)
         out = np.full(len(rows), none, dtype=np.int64)
-        group = x["thread_group"].to_numpy(dtype="float64", na_value=np.nan)[rows]
+        group = self.columns.at(rows, ("thread_group",))["thread_group"].to_numpy(dtype="float64", na_value=np.nan)
         d1, has = self.t.d1[rows], self.t.has_d1[rows]
         for i, st in enumerate(self.stalls):
             inside = (has & (group == st["thread_group"]) & (d1 >= pd.Timestamp(st["start"]).value)
@@ -660,7 +676,7 @@ class _Page:
         x = self.x
         paired = x["proxy_match"].isin(PAIRED_KINDS).to_numpy(dtype=bool, na_value=False)
         own = (x["proxy_match"] == "proxy-own").to_numpy(dtype=bool, na_value=False)
-        back = x[paired | own]
+        back = self.columns.at(np.flatnonzero(paired | own), _PROXY_SERVER_COLUMNS)
         if not len(back):
             return ""
         g = back.assign(paired=paired[paired | own], own=own[paired | own],
@@ -675,8 +691,8 @@ class _Page:
                 for k, r in shown.iterrows()]
         more = f"<p>{len(table) - len(shown)} more server connections in exchanges.parquet.</p>" \
             if len(table) > len(shown) else ""
-        fronts = int(x.loc[x["app_req_ts"].notna().to_numpy(), "client"].nunique()) \
-            if "app_req_ts" in x.columns else 0
+        fronts = int(self.columns.at(np.flatnonzero(x["app_req_ts"].notna().to_numpy()), ("client",))["client"]
+                     .nunique()) if "app_req_ts" in x.columns else 0
         return (f"<h3>Server connections of the proxy</h3><p>{len(table)} server connections carried the "
                 f"{int(paired.sum())} paired statements of {fronts} client connections.</p>"
                 + _table(["server connection (proxy side)", "conn_id", "client statements", "client connections",
@@ -694,8 +710,9 @@ class _Page:
         if not len(top):
             return "<p>No statement waited inside the proxy.</p>"
         rows = []
-        for i in top:
-            r = x.iloc[i]
+        waited = self.columns.at(top, _PROXY_WAIT_COLUMNS)
+        for i in range(len(top)):
+            r = waited.iloc[i]
             rows.append([self.when(r["app_req_ts"]) if pd.notna(r["app_req_ts"]) else "?",
                          f"{r['client']} (id {integer(r['front_conn_id'])})", integer(r["conn_id"]),
                          Html(f"<code>{esc(clip(r['sql'] if pd.notna(r['sql']) else r['command'], 120))}</code>"),
@@ -739,7 +756,8 @@ class _Page:
             parts.append(_table(["set-up", "connections", "p50", "p95", "p99", "max", "what it covers"], rows,
                                 numeric=range(1, 6)) if rows else "<p>No connection set-up was captured.</p>")
         else:
-            connect = self.x[self.x["command"] == "CONNECT"]
+            connect = self.columns.at(np.flatnonzero((self.x["command"] == "CONNECT").to_numpy(dtype=bool, na_value=False)),
+                                      ("response_s",))
             v = connect["response_s"].dropna().to_numpy(dtype=float)
             if len(v):
                 q = nearest_rank(v, [0.5, 0.95, 0.99])
@@ -761,8 +779,8 @@ class _Page:
                          "a saw-tooth is churn.</p><div id='fig-openconns' class='fig short'></div>")
         x = self.x
         login_errors = int(((x["command"] == "CONNECT") & (x["result"] == "error")).fillna(False).sum())
-        errors = x.loc[(x["result"] == "error").fillna(False).to_numpy(dtype=bool), ["error_code", "error_message",
-                                                                                    "command"]]
+        errors = self.columns.at(np.flatnonzero((x["result"] == "error").fillna(False).to_numpy(dtype=bool)),
+                                 ("error_code", "error_message", "command"))
         if len(errors):
             g = aggregated(errors.groupby(errors["error_code"].astype("Int64"), dropna=False),
                            count=("command", "size"), message=("error_message", "first"))

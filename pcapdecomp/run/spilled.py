@@ -6,7 +6,8 @@ decomposition (7b: DecomposedPartitions), the thread-pool view, exchanges.parque
 partitions' sorted runs (core.outputs.write_merged), groups.parquet and pool.parquet; then summary.json from the
 stored partitions (explain.summaryruns.SummaryOfRuns, fed in row order by the merge: summary_from_runs), and
 report.html by today's render.report.render_page from a projection of exchanges.parquet read back: only the
-REPORT_COLUMNS it reads. Every file is the in-memory run's.
+REPORT_COLUMNS it reads, and of them only those it reads of every row (PROJECTED_COLUMNS); the others are read from
+the file at the few rows shown (StoredColumns, StoredParams). Every file is the in-memory run's.
 
 With --scheduler the partitions' work (7a's first pass, 7a's rows made and kept, 7b's first pass and rows, the
 decomposed partition stored) runs on the Dask workers, one task a partition (run.cluster.DaskRunner.map), the global parts here (the
@@ -65,10 +66,10 @@ VIEW_COLUMNS = ("server", "conn_id", "db_req_ts", "db_resp_ts", "exec_s", "exec_
 VIEW_REF_COLUMNS = ("capture", "conn_index", "seq", "thread_group", "query_id", "command", "sql", "app_req_ts",
                     "total_s", "server_s", "in_slow_log", "slow_log_line")
 # what report.html is made of (render.report.render_page and what it calls): the columns of exchanges.parquet read
-# back for it (PROJECTED_COLUMNS, `params` read at the rows sampled), once summary.json is made from the stored
-# partitions (summary_from_runs); tests/test_spill_run.py fails when it reads another one
+# back for it (PROJECTED_COLUMNS, `params` and ROW_COLUMNS read at the rows shown), once summary.json is made from
+# the stored partitions (summary_from_runs); tests/test_spill_run.py fails when it reads another one
 REPORT_COLUMNS = ("capture", "conn_index", "conn_id", "client", "server", "command", "sql", "params", "fingerprint",
-                  "query_id", "req_first_ts", "req_first_frame", "resp_last_frame", "response_s", "result",
+                  "query_id", "req_first_frame", "resp_last_frame", "response_s", "result",
                   "error_code", "error_message", "rows", "bytes_resp", "user", "db", "seen", "db_client",
                   "db_req_first_frame", "db_resp_last_frame", "app_req_ts", "app_resp_ts", "db_req_ts",
                   "db_resp_ts", "total_s", "server_s", "network_s", "net_req_s", "net_resp_s", "exec_s",
@@ -76,9 +77,17 @@ REPORT_COLUMNS = ("capture", "conn_index", "conn_id", "client", "server", "comma
                   "understated", "thread_group", "stall", "stall_role", "proxy_match", "front_conn_id",
                   "proxy_front_req_ts", "proxy_back_req_ts", "proxy_back_resp_ts", "proxy_front_resp_ts",
                   "net_app_proxy_s", "proxy_s", "proxy_wait_s", "net_proxy_db_s")
-# what the projection holds: REPORT_COLUMNS but `params` (the query profile's samples' values, some 29 B a row, read
-# for a few rows: StoredParams reads its null mask and the values at those rows from the file)
-PROJECTED_COLUMNS = tuple(c for c in REPORT_COLUMNS if c != "params")
+# what the report reads at a few rows alone (render.report's `columns`: the statements listed, the profile's samples,
+# the timeline's statements, the waterfall's, the errors, the logins, the proxy's rows): read from the file at those
+# rows (StoredColumns), not held for every row — at 1,157,984 rows of the read-only 40 s pair, 46 B a row of the
+# projection (the frame numbers 19, response_s 8, conn_id and thread_group 5 each, conn_index 4, the texts 1 each)
+ROW_COLUMNS = ("capture", "conn_index", "conn_id", "client", "server", "query_id", "req_first_frame",
+               "resp_last_frame", "response_s", "error_code", "error_message", "db_client", "db_req_first_frame",
+               "db_resp_last_frame", "thread_group", "front_conn_id")
+# what the projection holds: what the report reads of every row, REPORT_COLUMNS but `params` (the query profile's
+# samples' values, some 29 B a row, read for a few rows: StoredParams reads its null mask and the values at those
+# rows from the file) and ROW_COLUMNS
+PROJECTED_COLUMNS = tuple(c for c in REPORT_COLUMNS if c != "params" and c not in ROW_COLUMNS)
 STORED_ROWS = 4096  # rows of a partition in one batch of its stored rows' file (one batch is converted at a time)
 VIEW_ROW_COLUMNS = ("thread_group", "stall", "stall_role", "queue_source")  # what the view sets per row
 # --jobs 1's mmap threshold in _finish (the writer, the summary, the report): the row group's pieces (a partition's
@@ -704,7 +713,8 @@ def read_projection(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     """`columns` of the exchanges.parquet this run wrote, as the in-memory table holds them: the text columns as
     categoricals of the file's dictionaries (every row group's page is the column's whole list, in its order), the
     others in the form `analyze` holds them in (core.tables.held: int32 where whole numbers fit, one stored value
-    where every row holds it)."""
+    where every row holds it), a boolean column null in every row one stored null too (the report only reads
+    it)."""
     import pyarrow.parquet as pq
 
     text = {c.name for c in EXCHANGES if c.dtype == CATEGORY}
@@ -718,6 +728,11 @@ def read_projection(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
         with pq.ParquetFile(path, read_dictionary=[name] if name in text else None, memory_map=True) as file:
             column = file.read(columns=[name], use_pandas_metadata=True).to_pandas(self_destruct=True)[name]
         column = held(column)
+        if isinstance(column.dtype, pd.BooleanDtype) and len(column) > 1 and column.isna().all():
+            # (in_slow_log without a slow log, understated): one stored null, no bytes per row as held's others
+            column = pd.Series(pd.arrays.BooleanArray(np.broadcast_to(np.False_, (len(column),)),
+                                                      np.broadcast_to(np.True_, (len(column),))),
+                               index=column.index, name=name, copy=False)
         if table is None:
             table = column.to_frame()
         else:
@@ -737,7 +752,7 @@ class StoredParams:
 
     def null(self) -> np.ndarray:
         """Per row, whether its params are null: each row group's column read, its mask kept, the column let go."""
-        masks = [column.is_null().to_numpy() for _, _, column in self._row_groups(None)]
+        masks = [group.column("params").is_null().to_numpy() for _, group in _row_groups(self.path, "params", None)]
         return np.concatenate(masks) if masks else np.zeros(0, dtype=bool)
 
     def at(self, rows: np.ndarray) -> list:
@@ -746,30 +761,86 @@ class StoredParams:
 
         rows = np.asarray(rows, dtype=np.int64)
         values: list = [None] * len(rows)
-        for g, start, column in self._row_groups(rows):
+        for start, group in _row_groups(self.path, "params", rows):
+            column = group.column("params")
             mine = np.flatnonzero((rows >= start) & (rows < start + len(column)))
             for i, value in zip(mine.tolist(), column.take(pa.array(rows[mine] - start)).to_pylist()):
                 values[i] = value
         return values
 
-    def _row_groups(self, rows: np.ndarray | None):
-        """(row group, its first row, its params column) of each row group holding one of `rows` (None: every one),
-        in turn. The file memory-mapped by a mapping closed once read: a ParquetFile that maps the file itself
-        keeps the mapping, and its pages in the run's memory, until the garbage collector finds it."""
-        import pyarrow as pa
+
+class StoredColumns:
+    """The columns the report reads at a few rows alone, as digest.HeldColumns gives them of the whole table,
+    without holding them for every row: those `projection` holds (PROJECTED_COLUMNS) taken from it, the others
+    (ROW_COLUMNS) read from exchanges.parquet at those rows alone, a row group at a time, in the form the file is
+    read in (the text columns categoricals of its dictionaries, the others their declared dtypes: the same values as
+    the projection's held forms)."""
+
+    def __init__(self, path: Path, projection: pd.DataFrame):
         import pyarrow.parquet as pq
 
-        with pa.memory_map(str(self.path)) as source:
-            file = pq.ParquetFile(source)
-            sizes = [file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)]
-            starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-            groups = (range(len(sizes)) if rows is None
-                      else np.unique(np.searchsorted(starts, rows, side="right") - 1).tolist())
-            for g in groups:
-                column = file.read_row_group(g, columns=["params"]).column(0)
-                yield g, int(starts[g]), column
-                del column  # let go before the next row group is read
-            del file
+        self.path, self.projection = path, projection
+        stored = [name for name in pq.read_schema(path).names if name not in projection.columns]
+        self.columns = pd.Index([*projection.columns, *stored])
+
+    def at(self, rows: np.ndarray, columns) -> pd.DataFrame:
+        """Those of `columns` it has (in that order) at `rows` (positions, in any order, repeated), indexed by the
+        projection's labels of those rows: what HeldColumns(the whole table).at gives."""
+        rows = np.asarray(rows, dtype=np.int64)
+        table = {}
+        for name in (c for c in columns if c in self.columns):
+            if name in self.projection.columns:
+                table[name] = self.projection[name].iloc[rows].reset_index(drop=True)
+            else:
+                table[name] = self._read(name, rows)
+        out = pd.DataFrame(table, copy=False) if table else pd.DataFrame(index=pd.RangeIndex(len(rows)))
+        out.index = self.projection.index[rows]
+        return out
+
+    def _read(self, name: str, rows: np.ndarray) -> pd.Series:
+        """Column `name` of the file at `rows`: each distinct row read once, from the row groups holding them."""
+        import pyarrow as pa
+
+        text = {c.name for c in EXCHANGES if c.dtype == CATEGORY}
+        wanted, back = np.unique(rows, return_inverse=True)
+        pieces = []
+        for start, group in _row_groups(self.path, name, wanted, read_dictionary=name in text):
+            mine = wanted[(wanted >= start) & (wanted < start + group.num_rows)]
+            pieces.append(group.take(pa.array(mine - start)))
+            del group  # let go before the next row group is read
+        if not pieces:  # no row: the column's first row group, none of its rows taken (its dtype, its categories)
+            pieces = [group.slice(0, 0) for _, group in _row_groups(self.path, name, None, first=True,
+                                                                    read_dictionary=name in text)]
+        column = (pa.concat_tables(pieces) if pieces else self._empty(name)).to_pandas()[name]
+        return column.iloc[back.reshape(-1)].reset_index(drop=True) if len(rows) else column
+
+    def _empty(self, name: str):
+        """A file of no row group: the column with no rows, read from its schema."""
+        import pyarrow.parquet as pq
+
+        return pq.read_schema(self.path).empty_table().select([name])
+
+
+def _row_groups(path: Path, name: str, rows: np.ndarray | None, first: bool = False, read_dictionary: bool = False):
+    """(first row, the table of column `name`) of each row group of exchanges.parquet holding one of `rows` (sorted
+    or not; None: every one, `first`: the first one alone), in turn; the column with its pandas metadata (the
+    declared dtypes), a text column as a dictionary with `read_dictionary`. The file memory-mapped by a mapping
+    closed once read: a ParquetFile that maps the file itself keeps the mapping, and its pages in the run's memory,
+    until the garbage collector finds it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with pa.memory_map(str(path)) as source:
+        file = pq.ParquetFile(source, read_dictionary=[name] if read_dictionary else None)
+        sizes = [file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)]
+        starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        groups = (range(min(len(sizes), 1) if first else len(sizes)) if rows is None
+                  else np.unique(np.searchsorted(starts, rows, side="right") - 1).tolist())
+        for g in groups:
+            group = file.read_row_group(g, columns=[name], use_pandas_metadata=True)
+            yield int(starts[g]), group
+            del group  # let go before the next row group is read
+        del file
 
 
 def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[SortedRun], categories: dict[str, list],
@@ -811,11 +882,13 @@ def _finished(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[Sort
     release_memory()
     names = ["exchanges.parquet", "groups.parquet", "pool.parquet", _write_summary(out, summary)]
     exchanges = read_projection(out / "exchanges.parquet", PROJECTED_COLUMNS)
+    # the columns read at a few rows alone (ROW_COLUMNS), read from the file at those rows
+    columns = StoredColumns(out / "exchanges.parquet", exchanges)
     # the query profile made here, as render_page would make it first, its samples' params read from the file
-    unspanned = unspanned_profile(exchanges, StoredParams(out / "exchanges.parquet"))
+    unspanned = unspanned_profile(exchanges, StoredParams(out / "exchanges.parquet"), columns)
     conns = {"app": paired.app_conns, "db": paired.db_conns}
     page = render_page(summary, exchanges, server.view.groups, run.options.command_line, conns, server.view.pool,
-                       lambda: unspanned)
+                       lambda: unspanned, columns=columns)
     names.append("report.html")
     write_page(out / "report.html", page)
     run.children.close()
