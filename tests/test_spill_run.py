@@ -588,7 +588,7 @@ def test_the_partitions_on_a_local_cluster_of_two_processes(tmp_path, monkeypatc
     for name, scheduler in (("one", None), ("dask", "local")):
         analyze(cs, Options(quiet=True, jobs=2 if scheduler else 1, scheduler=scheduler, spill=tmp_path / "spill"),
                 tmp_path / name)
-        assert list((tmp_path / "spill").iterdir()) == []
+        assert not (tmp_path / "spill").exists()  # made by the run, left empty: removed
     assert mapped == [("_first_share", 4), ("_made_first_of_partition", 4), ("_stored_decomposition", 4)]
     # the captures were read on the workers too, into the run's spill folder (their rows spilled there, not sent)
     assert len(read) == 1 and read[0][0].parent == tmp_path / "spill" and read[0][1] == [True, True], read
