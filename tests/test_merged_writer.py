@@ -14,6 +14,7 @@ import importlib.util
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 
 from pcapdecomp.analysis import Options, capture_set
 from pcapdecomp.core import outputs
-from pcapdecomp.core.outputs import SortedRun, merged_order, write_merged, write_table
+from pcapdecomp.core.outputs import KeyFile, SortedRun, merged_order, write_merged, write_table
 from pcapdecomp.pair.match import APP_ONLY, DB_ONLY, KEPT, MATCHED, ROW_KEY_FIELDS, row_key
 
 REPO = Path(__file__).resolve().parents[1]
@@ -155,6 +156,43 @@ def test_merged_order_is_a_stable_sort_of_the_runs(runs, step):
     whole = np.concatenate(keys)
     order = np.lexsort((row, run, whole[:, 1], whole[:, 0]))  # equal keys: run by run
     assert got == list(zip(run[order].tolist(), row[order].tolist()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(-3, 3), st.integers(-2, 2)), max_size=60), min_size=1, max_size=6),
+       st.integers(1, 20))
+def test_merged_order_of_key_files_is_that_of_the_arrays(runs, step):
+    """Runs whose keys are files (KeyFile: the partitioned run's, docs/partitioned.md §26) merge as their arrays do,
+    piece for piece; a KeyFile's slices, length, shape and whole array are the array's, and it is no mapping."""
+    keys = [np.array(sorted(r), dtype=np.int64).reshape(-1, 2) for r in runs]
+    with tempfile.TemporaryDirectory() as folder:
+        files = [KeyFile.written(Path(folder) / f"{i:04d}.npy", k) for i, k in enumerate(keys)]
+        for k, f in zip(keys, files):
+            assert len(f) == len(k) and f.shape == k.shape and np.array_equal(f.whole(), k)
+            for a, b in ((0, len(k)), (1, 3), (len(k) - 1, len(k) + 5), (5, 2)):
+                assert np.array_equal(f[a:b], k[a:b]) and f[a:b].shape == k[a:b].shape
+            assert np.array_equal(SortedRun(None, f).key, k)
+        got = list(merged_order(files, step))
+        expected = list(merged_order(keys, step))
+        assert len(got) == len(expected)
+        for (run, row), (run_expected, row_expected) in zip(got, expected):
+            assert np.array_equal(run, run_expected) and np.array_equal(row, row_expected)
+        maps = Path("/proc/self/maps")
+        if maps.exists():
+            assert folder not in maps.read_text()
+
+
+def test_a_key_file_reads_slices_alone():
+    keys = np.arange(12, dtype=np.int64).reshape(-1, 3)
+    with tempfile.TemporaryDirectory() as folder:
+        f = KeyFile.written(Path(folder) / "k.npy", keys)
+        with pytest.raises(TypeError):
+            f[[0, 1]]
+        with pytest.raises(TypeError):
+            f[0:4:2]
+        np.save(Path(folder) / "flat.npy", np.arange(3))
+        with pytest.raises(ValueError, match="row keys"):
+            KeyFile(Path(folder) / "flat.npy")
 
 
 def test_row_key_broadcasts_and_takes_times_as_ns():

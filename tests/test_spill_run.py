@@ -599,6 +599,56 @@ def test_the_partitions_on_a_local_cluster_of_two_processes(tmp_path, monkeypatc
     assert summary["slow_log"]["used"] and summary["slow_log"]["exchanges_of_unlogged_commands"] > 0
 
 
+def test_the_row_keys_are_files_the_merges_read_a_window_at_a_time(tmp_path, monkeypatch):
+    """group-stall with its slow log in partitions of 100 rows, --spill in this process (docs/partitioned.md §26):
+    each stored run's keys are a file beside its rows (KeyFile), not an array; the summary's runs (_ReadBack) hold
+    no key array; the merge over the files is the merge over their arrays, at the writer's step and a small one;
+    where each row went is held narrow (int16 here, runs and rows); and the files are the in-memory run's."""
+    import numpy as np
+
+    from pcapdecomp.analysis import Options, analyze
+    from pcapdecomp.core.outputs import KeyFile, merged_order
+    from pcapdecomp.explain import partitioned
+
+    args = set_args(CAPTURES / "group-stall", slow_log=True)
+    memory = cli(*args, "-q", "-o", str(tmp_path / "memory"))
+    assert memory.returncode == 0, memory.stderr
+    monkeypatch.setattr(partitioned, "TARGET_ROWS", 100)  # 352 rows → 4 partitions
+    seen: dict = {}
+    real_places, real_summary = spilled._merged_places, spilled.summary_from_runs
+
+    def places(keys):
+        run_of, row_of = real_places(keys)
+        seen["places"] = (len(keys), run_of.dtype, row_of.dtype, len(run_of))
+        return run_of, row_of
+
+    def summary(runs, members, categories, scratch):
+        files = [r.keys for r in runs]
+        assert all(isinstance(f, KeyFile) for f in files), [type(f) for f in files]
+        assert all(f.path.exists() and f.path.parent.parent.name == "rows" for f in files)
+        arrays = [f.whole() for f in files]
+        for step in (None, 3):
+            got = [np.concatenate(p) for p in zip(*merged_order(files, step))]
+            expected = [np.concatenate(p) for p in zip(*merged_order(arrays, step))]
+            assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+        made = real_summary(runs, members, categories, scratch)
+        # the summary's runs of stored rows: their keys a file, no array of them kept
+        assert all(isinstance(r.keys, KeyFile) for r in made.runs)
+        assert not any(isinstance(v, np.ndarray) and v.ndim == 2 for r in made.runs for v in vars(r).values())
+        seen["runs"] = len(runs)
+        return made
+
+    monkeypatch.setattr(spilled, "_merged_places", places)
+    monkeypatch.setattr(spilled, "summary_from_runs", summary)
+    analyze(capture_set(app=[CAPTURES / "group-stall" / "app.pcap"], db=CAPTURES / "group-stall" / "db.pcap",
+                        slow_log=CAPTURES / "group-stall" / "slow.log",
+                        long_query_time=capture_set(CAPTURES / "group-stall").long_query_time,
+                        thread_pool_size=capture_set(CAPTURES / "group-stall").thread_pool_size),
+            Options(quiet=True, jobs=1, spill=tmp_path / "spill"), tmp_path / "one")
+    assert seen["runs"] == 4 and seen["places"] == (4, np.int16, np.int16, 352), seen
+    same_files(tmp_path / "memory", tmp_path / "one")
+
+
 @pytest.mark.parametrize("recording", RECORDED[:1], ids=lambda p: p.name)
 def test_a_recording_on_a_local_cluster(recording, tmp_path):
     """The 10 s read-write recording (2 partitions) with --spill on a LocalCluster of 2 worker processes: the

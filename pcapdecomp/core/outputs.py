@@ -260,11 +260,76 @@ MERGE_STEP = 8192  # rows of each run the k-way merge looks at in one step
 @dataclass(frozen=True)
 class SortedRun:
     """A partition's rows of exchanges.parquet, sorted by their keys: `table` (the columns and dtypes of the
-    file's table; or a StoredRows, read a slice at a time) and `key` (one row of int64 per row of the table,
-    compared column by column: pair.match.row_key)."""
+    file's table; or a StoredRows, read a slice at a time) and `keys` (one row of int64 per row of the table,
+    compared column by column: pair.match.row_key; the array, or a KeyFile, read when asked). `key`: the keys as
+    an array (a KeyFile's read back whole, each time it is asked: not kept); `keys` has `len()`, `shape` and
+    slices of rows `[a:b]` either way (what merged_order reads)."""
 
     table: pd.DataFrame | StoredRows
-    key: np.ndarray
+    keys: np.ndarray | KeyFile
+
+    @property
+    def key(self) -> np.ndarray:
+        return key_array(self.keys)
+
+
+class KeyFile:
+    """A run's row keys (n × k int64, SortedRun's) in a .npy file, held nowhere: `len()`, `shape`, the rows
+    `[a:b]` read alone from the file (the merge's windows: merged_order holds runs × MERGE_STEP keys, not all of
+    them), `whole()` the array read back. The partitioned run's (run/spilled.py: written where a partition is
+    stored, on a Dask worker maybe; the object is its path and header, cheap to send back). Read with plain reads
+    at the data's offset, not memory-mapped: a mapping's pages once read stay in the process' RSS until it is
+    unmapped, and a merge reads every one (docs/partitioned.md §26)."""
+
+    def __init__(self, path: Path):
+        import numpy as np
+
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = header(f)
+            self.offset = f.tell()  # where the rows begin
+        if fortran or len(shape) != 2:
+            raise ValueError(f"{path}: not a table of row keys (shape {shape}, Fortran order {fortran})")
+        self.path, self.shape, self.dtype = path, tuple(shape), dtype
+
+    @classmethod
+    def written(cls, path: Path, keys: np.ndarray) -> KeyFile:
+        """`keys` (n × k) written to `path` (.npy), as a KeyFile."""
+        import numpy as np
+
+        np.save(path, np.ascontiguousarray(keys), allow_pickle=False)
+        return cls(path)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        """The keys of rows a:b (a slice of step 1), read from the file into an array of their own."""
+        import numpy as np
+
+        if not isinstance(rows, slice) or rows.step not in (None, 1):
+            raise TypeError(f"a KeyFile reads slices of rows, not {rows!r}")
+        first, end, _ = rows.indices(len(self))
+        out = np.empty((max(end - first, 0), self.shape[1]), dtype=self.dtype)
+        if out.nbytes:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset + first * self.shape[1] * self.dtype.itemsize)
+                read = f.readinto(out.reshape(-1).view(np.uint8))
+            if read != out.nbytes:
+                raise OSError(f"{self.path}: {read} bytes of keys read, {out.nbytes} asked")
+        return out
+
+    def whole(self) -> np.ndarray:
+        import numpy as np
+
+        return np.load(self.path, allow_pickle=False)
+
+
+def key_array(keys: np.ndarray | KeyFile) -> np.ndarray:
+    """Row keys as an array: a KeyFile's read back whole (SortedRun.keys)."""
+    return keys.whole() if isinstance(keys, KeyFile) else keys
 
 
 class StoredRows:
@@ -288,12 +353,14 @@ class StoredRows:
         return pd.concat([self.rows(i, i + 1) for i in rows], ignore_index=True) if len(rows) else self.empty()
 
 
-def merged_order(keys: list[np.ndarray], step: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def merged_order(keys: list[np.ndarray | KeyFile], step: int | None = None
+                 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The k-way merge of runs each sorted by its keys (n × k int64, compared column by column): the merged order
     as successive pieces (run, row in that run). A step looks at the next `step` (MERGE_STEP) rows of each run:
     every row whose (key, run) is at most the least (last key, run) of the windows that stop short of their run's
     end goes out, sorted (a run's later rows are all above it), so equal keys go out run by run. O(runs × step)
-    held at a time."""
+    held at a time. A run's keys are read through `len()` and slices `[a:b]` alone: an array's, or a KeyFile's
+    (its windows read from the file as the merge reaches them)."""
     import numpy as np
 
     step = step or MERGE_STEP
@@ -357,15 +424,15 @@ def _write_merged(runs: list[SortedRun], path: Path, categories: dict[str, list]
     tables = [_recoded(r.table, categories) if isinstance(r.table, pd.DataFrame) else Recoding(r.table, categories)
               for r in runs]
     for t, r in zip(tables, runs):
-        if len(t) != len(r.key):
-            raise ValueError(f"a run of {len(t)} rows with {len(r.key)} keys")
+        if len(t) != len(r.keys):
+            raise ValueError(f"a run of {len(t)} rows with {len(r.keys)} keys")
     first = tables[0]
     stored = not all(isinstance(t, pd.DataFrame) for t in tables)
     schema, written, options = _parquet_schemas(first.iloc[:0] if isinstance(first, pd.DataFrame) else first.empty())
     with pq.ParquetWriter(path, written, **options) as writer:
         pending: list[tuple] = []
         held = 0
-        for run, row in merged_order([r.key for r in runs]):
+        for run, row in merged_order([r.keys for r in runs]):
             if merged_rows is not None:
                 merged_rows(run, row)
             pending.append((run, row))

@@ -36,7 +36,7 @@ import pandas as pd
 
 from ..core.exact import GroupbySums, PairwiseSum, median_of_runs, nearest_rank_of_runs, sorted_run
 from ..core.groups import equals
-from ..core.outputs import SortedRun, StoredRows, merged_order
+from ..core.outputs import KeyFile, SortedRun, StoredRows, key_array, merged_order
 from ..core.times import ts_ns
 from ..read.connids import SOURCES
 from .summary import NotFromRuns, _counts
@@ -64,7 +64,7 @@ class SummaryOfRuns:
                  stall_culprits: list[np.ndarray] | None = None, *, stall_victims: list[np.ndarray] | None = None,
                  cap_members: tuple[np.ndarray, np.ndarray] | None = None, scratch: Path | None = None):
         held: list = [None, None]  # the one stored partition read back whole at a time: (its run's number, its table)
-        runs = [_ReadBack(r.table, r.key, held, n) if isinstance(r.table, StoredRows) else r
+        runs = [_ReadBack(r.table, r.keys, held, n) if isinstance(r.table, StoredRows) else r
                 for n, r in enumerate(runs)]
         self.runs = runs
         self.stall_culprits = stall_culprits or []
@@ -102,22 +102,22 @@ class SummaryOfRuns:
         flagged = ([None] * n, [None] * n)  # per run, its hidden and its understated rows (sane ones)
         for r in reversed(range(n)):  # from the last: the partition the first pass read last is still held
             run = runs[r]
-            t = run.table
-            s = self.sane[r] = _sane_of(run, outliers, limits)
+            t, key = run.table, run.key  # a stored run's keys read once here, let go with its table
+            s = self.sane[r] = _sane_of(t, key, outliers, limits)
             self._sorted.keep(r, t, stored=isinstance(run, _ReadBack))
             for flag, rows in zip(VICTIM_LISTS, flagged):
-                candidates[flag][r] = _victim_candidates(t, run.key, r, flag, s)
+                candidates[flag][r] = _victim_candidates(t, key, r, flag, s)
                 rows[r] = t[flag].to_numpy(dtype=bool, na_value=False) & s
-            del t
+            del t, key
         self._flag_rows = flagged
         self.candidates = {flag: (sum(c for c, _ in pieces), np.concatenate([p for _, p in pieces]) if pieces
-                                  else _victim_piece(0, len(runs[0].key[0]) if runs else 0))
+                                  else _victim_piece(0, runs[0].keys.shape[1] if runs else 0))
                            for flag, pieces in candidates.items()}
         # the sums (summary.json's latency sums and queueing, _summary_terms; the story's, verdict.story_terms;
         # the connections' and the network's), each term's rows and values made a block of a run at a time, fed in
         # row order: no column of every row held (a function of the runs, not a method: the terms held by this
         # object would hold it in a cycle, and a partition read back with it, until the collector ran)
-        self.terms = _RowOrderTerms(functools.partial(_terms_of, runs, self.sane), [len(r.key) for r in runs])
+        self.terms = _RowOrderTerms(functools.partial(_terms_of, runs, self.sane), [len(r.keys) for r in runs])
         self.network_groups = _NetworkGroups(runs)
         self._parts = None
 
@@ -129,7 +129,7 @@ class SummaryOfRuns:
 
     def feed_all(self) -> SummaryOfRuns:
         """The rows in row order by the k-way merge alone (no file written beside it)."""
-        for run, row in merged_order([r.key for r in self.runs]):
+        for run, row in merged_order([r.keys for r in self.runs]):
             self.feed(run, row)
         return self
 
@@ -191,7 +191,7 @@ class SummaryOfRuns:
         else:
             rb, keys = netstory.retransmitting(conns, self._captures)
             count, pieces = 0, []
-            width = self.runs[0].key.shape[1]
+            width = self.runs[0].keys.shape[1]
             kind = np.dtype([("slow", np.float64), ("key", np.int64, (width,)), ("run", np.int64), ("row", np.int64)])
             for r, run in enumerate(self.runs):
                 net, _, both = netstory.row_times(run.table)
@@ -267,9 +267,10 @@ class SummaryOfRuns:
         return {"count": count, "listed": len(rows), "more": count - len(rows), "by_stall": by_stall}
 
     def _row_of_key(self, key: np.ndarray) -> tuple[int, int]:
-        """(run, row) of the row with this key (each run is sorted by its keys: a binary search per run)."""
+        """(run, row) of the row with this key (each run is sorted by its keys: a binary search per run, a stored
+        run's keys read a row at a time)."""
         for r, run in enumerate(self.runs):
-            at = _row_with_key(run.key, key)
+            at = _row_with_key(run.keys, key)
             if at is not None:
                 return r, at
         raise KeyError(f"no row has the key {key.tolist()}")
@@ -337,8 +338,13 @@ class _ReadBack:
     the run there would make a cycle, freed only by the collector), and a slice or a few rows read alone (`rows`,
     `take`) where the summary reads no more than those."""
 
-    def __init__(self, stored: StoredRows, key: np.ndarray, held: list, n: int):
-        self.stored, self.key, self._held, self.n = stored, key, held, n
+    def __init__(self, stored: StoredRows, keys: np.ndarray | KeyFile, held: list, n: int):
+        self.stored, self.keys, self._held, self.n = stored, keys, held, n
+
+    @property
+    def key(self) -> np.ndarray:
+        """The run's keys as an array (SortedRun.key: a KeyFile's read back whole each time, not kept)."""
+        return key_array(self.keys)
 
     @property
     def table(self) -> pd.DataFrame:
@@ -448,13 +454,13 @@ def _app_limits(times: list[tuple[np.ndarray, np.ndarray]]) -> tuple | None:
     return outlier_limits(a1, a4, keep) if keep.any() else None
 
 
-def _sane_of(run: SortedRun, outliers: np.ndarray, limits: tuple | None) -> np.ndarray:
-    """verdict._sane of one partition's rows: not one of the view's outliers, and the app times inside `limits`
-    (_app_limits)."""
-    both, r1, r4 = _app_times(run.table)
-    s = np.ones(len(run.key), dtype=bool)
+def _sane_of(t: pd.DataFrame, keys: np.ndarray, outliers: np.ndarray, limits: tuple | None) -> np.ndarray:
+    """verdict._sane of one partition's rows (its table and keys): not one of the view's outliers, and the app
+    times inside `limits` (_app_limits)."""
+    both, r1, r4 = _app_times(t)
+    s = np.ones(len(keys), dtype=bool)
     for key in outliers:  # few: each found by a binary search in the sorted run
-        at = _row_with_key(run.key, key)
+        at = _row_with_key(keys, key)
         if at is not None:
             s[at] = False
     inside = (r4 >= r1) if limits is None else (r4 >= r1) & (r1 >= limits[0]) & (r4 <= limits[1])
@@ -492,18 +498,18 @@ def _top(candidates: np.ndarray, k: int) -> np.ndarray:
     return candidates[order[:k]]
 
 
-def _row_with_key(keys: np.ndarray, key) -> int | None:
+def _row_with_key(keys: np.ndarray | KeyFile, key) -> int | None:
     """The row of `keys` (a run's, sorted column by column, distinct) equal to `key`, None if none is: a binary
-    search."""
+    search, reading a row at a time (`keys[i:i + 1]`: a KeyFile's from its file)."""
     key = tuple(int(v) for v in key)
     lo, hi = 0, len(keys)
     while lo < hi:
         mid = (lo + hi) // 2
-        if tuple(keys[mid].tolist()) < key:
+        if tuple(keys[mid:mid + 1][0].tolist()) < key:
             lo = mid + 1
         else:
             hi = mid
-    return lo if lo < len(keys) and tuple(keys[lo].tolist()) == key else None
+    return lo if lo < len(keys) and tuple(keys[lo:lo + 1][0].tolist()) == key else None
 
 
 def _refs(runs: list[SortedRun], rows: list[tuple[int, int]]) -> dict[tuple[int, int], dict]:
@@ -591,7 +597,7 @@ class _RunsRows:
         return [np.asarray(k, dtype=np.int64).reshape(-1, self._width()) for k in self.made.stall_victims]
 
     def _width(self) -> int:
-        return self.made.runs[0].key.shape[1] if self.made.runs else 0
+        return self.made.runs[0].keys.shape[1] if self.made.runs else 0
 
     def told_masks(self, stalls: list[dict]) -> list[np.ndarray]:
         """Per run, its rows among the members of the stalls that name a culprit."""
@@ -654,7 +660,7 @@ class _NetworkGroups:
         for r in reversed(range(len(runs))):  # from the last: the partition the pass above read last is still held
             run = runs[r]
             both, host, capture, index = self._rows_of(run)
-            t = run.table
+            t, key = run.table, run.key  # a stored run's keys read once here
             net, total, _ = netstory.row_times(t)
             rows = np.flatnonzero(both)
             h = host_index.get_indexer(host).astype(np.int64)
@@ -662,10 +668,11 @@ class _NetworkGroups:
                  if len(capture) else np.zeros(0, dtype=np.int64))
             host_counts += np.bincount(h, minlength=len(self.hosts))
             conn_counts += np.bincount(c, minlength=len(self.conns))
-            self._firsts(c, host, run.key, rows, self._first_host)
-            self._firsts(c, np.asarray(t["conn_id"].array[both].astype(object)), run.key, rows, self._first_id)
+            self._firsts(c, host, key, rows, self._first_host)
+            self._firsts(c, np.asarray(t["conn_id"].array[both].astype(object)), key, rows, self._first_id)
             for name, groups in (("host", h), ("conn", c)):
-                _group_spans(groups, run.key, rows, spans[name])
+                _group_spans(groups, key, rows, spans[name])
+            del key
             self._runs[r] = (both, h.astype(np.int32), c.astype(np.int32), np.maximum(net[both], 0.0),
                              total[both])  # 4 B a code
             self.rows += len(h)

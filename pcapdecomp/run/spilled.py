@@ -14,11 +14,13 @@ decomposed partition stored) runs on the Dask workers, one task a partition (run
 connection step, clocks, names, 7b's selections, the thread-pool view, the merge); the workers must read and write
 the run's folder at its path, else (said in one line) the partitions are analysed on this machine.
 
-What is held across partitions: the row keys (7 int64 a row, for the merge), the 11 columns the thread-pool view
-reads of every row (VIEW_COLUMNS, ≈ 50 B a row; gathered in row order a column at a time for thread_pool_view,
-which reads its references' other columns at the rows referenced alone and makes no per-row column of every row:
-_RowsOfView sets them per partition) and where each row went (its partition and its row there); the partitions'
-rows are in files, read back a slice at a time by the writer, a partition at a time by the summary.
+What is held across partitions: the 11 columns the thread-pool view reads of every row (VIEW_COLUMNS, ≈ 50 B a
+row; gathered in row order a column at a time for thread_pool_view, which reads its references' other columns at
+the rows referenced alone and makes no per-row column of every row: _RowsOfView sets them per partition) and where
+each row went (its partition and its row there: 6 B a row while the partitions and their rows fit int16 and
+int32); the partitions' rows are in files, read back a slice at a time by the writer, a partition at a time by the
+summary, and so are their row keys (7 int64 a row: core.outputs.KeyFile, beside the rows), read by the merges a
+window at a time and a partition at a time by the summary (docs/partitioned.md §26).
 
 A set this run does not take (`refusal`, before any capture is read; explain.partitioned.NotPartitionable after
 the extraction or in the decomposition) is analysed in memory, as without --spill, after one line on the terminal
@@ -46,8 +48,8 @@ from ..core.errors import MemoryBoundError, OutputError, PartitionedInstead, Usa
 from ..core.framefile import FrameFile
 from ..core.groups import equals
 from ..core.memory import SPILL_SHARE, map_big_blocks, release_memory, size_text
-from ..core.outputs import (STAGING_PREFIX, Recoding, SortedRun, StoredRows, merged_order, write_merged,
-                                write_table)
+from ..core.outputs import (STAGING_PREFIX, KeyFile, Recoding, SortedRun, StoredRows, key_array, merged_order,
+                                write_merged, write_table)
 from ..core.schema import ANALYSIS_COLUMNS, CATEGORY, EXCHANGE_COLUMNS
 from ..core.tables import frame, held, with_declared_dtypes
 from ..mysql.connection import ENCRYPTED_COMMAND
@@ -526,7 +528,8 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note, repair_s
     if decomposed.join is not None:  # summary.json's slow-log counts must be join_slow_log's: asked before the rows
         decomposed.join.refuse_unsure_counts()
 
-    # the decomposed partitions: stored, their keys and their view columns kept, the values present gathered
+    # the decomposed partitions: stored, their keys too (files: KeyFile), their view columns kept, the values
+    # present gathered
     shared = (decomposed if on_workers is None else decomposed.for_workers(), paired_runs)
     calls = [(p, folder) for p in range(len(paired_runs))]
     stored, keys, views, present = [], [], [], {}
@@ -581,8 +584,8 @@ def _partitioned(run, cs: CaptureSet, x: Extracted, folder: Path, note, repair_s
     marked, stall, role = stall_marks(view.stall_members)
     for p, part in enumerate(stored):
         s, u = _of_run(marked, p, run_of, row_of), _of_run(unheld, p, run_of, row_of)
-        part.view = _RowsOfView(size, row_of[marked[s]], stall[s], role[s], bool(view.stall_members),
-                                row_of[unheld[u]])
+        part.view = _RowsOfView(size, row_of[marked[s]].astype(np.int64), stall[s], role[s],
+                                bool(view.stall_members), row_of[unheld[u]].astype(np.int64))
     if len(unheld):  # the view's column: the likely labels of before and 'estimated', the values present sorted
         categories["queue_source"] = sorted({*categories["queue_source"], "estimated"})
     categories["stall_role"] = sorted(set(role.tolist()))
@@ -641,10 +644,10 @@ def _workers_mapper(run):
     return lambda function, shared, calls: runner.map(function, shared, calls, "partitions on Dask")
 
 
-def _stored_decomposition(shared, p: int, folder: Path) -> tuple[_StoredPartition, np.ndarray, pd.DataFrame, dict,
+def _stored_decomposition(shared, p: int, folder: Path) -> tuple[_StoredPartition, KeyFile, pd.DataFrame, dict,
                                                                   bool, tuple[int, int] | None]:
     """Partition p decomposed (7b's rows, from 7a's run made once) and stored in `folder`; (the stored partition,
-    its row keys, its thread-pool view columns, the values each categorical column holds, whether an ENCRYPTED row
+    its row keys stored beside it (KeyFile: the file, not the array, comes back), its thread-pool view columns, the values each categorical column holds, whether an ENCRYPTED row
     joined a slow-log entry, its undecided rows' counts for the slow-log stats — PartitionedJoin.undecided_counts,
     None without a join). What this process, or a Dask worker, does of a partition: `shared` is (the
     DecomposedPartitions, the RunsMadeOnce); what it counts must come back in the answer (a worker's copy of the
@@ -653,12 +656,12 @@ def _stored_decomposition(shared, p: int, folder: Path) -> tuple[_StoredPartitio
     part = decomposed.rows_of(p, paired_runs.kept(p))
     t = with_declared_dtypes(part.table, tuple(c for c in EXCHANGES if c.name in part.table.columns))
     stored = _StoredPartition(folder / "rows" / f"{p:04d}", t)
+    key = KeyFile.written(folder / "rows" / f"{p:04d}" / "keys.npy", part.key)
     # copies: a selection would share (and keep) the partition's blocks of several columns
     view = {c: t[c].copy() for c in VIEW_COLUMNS if c in t.columns}
     present: dict[str, set] = {}
     _present(t, present)
     from_log = bool(((t["command"] == ENCRYPTED_COMMAND) & t["in_slow_log"].fillna(False)).any())
-    key = part.key
     del part, t
     release_memory()
     undecided = decomposed.join.undecided_counts.get(p) if decomposed.join is not None else None
@@ -671,12 +674,26 @@ def _of_run(places: np.ndarray, run: int, run_of: np.ndarray, row_of: np.ndarray
     return at[np.argsort(row_of[places[at]], kind="stable")]
 
 
-def _merged_places(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of the merged order (exchanges.parquet's): its run and its row in that run."""
-    pieces = list(merged_order(keys))
-    if not pieces:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate([r for r, _ in pieces]), np.concatenate([w for _, w in pieces])
+def _merged_places(keys: list[KeyFile | np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of the merged order (exchanges.parquet's): its run and its row in that run, each in the narrowest
+    of int16, int32 and int64 that holds it (6 B a row, not 16, while the partitions and their rows fit: held
+    through the thread-pool view), each piece of the merge put in as it comes (no int64 column of every row)."""
+    total = sum(len(k) for k in keys)
+    run_of = np.empty(total, dtype=_narrowest(len(keys) - 1))
+    row_of = np.empty(total, dtype=_narrowest(max((len(k) for k in keys), default=0) - 1))
+    at = 0
+    for run, row in merged_order(keys):
+        run_of[at:at + len(run)], row_of[at:at + len(row)] = run, row
+        at += len(run)
+    return run_of, row_of
+
+
+def _narrowest(most: int) -> type:
+    """The narrowest of int16, int32 and int64 that holds 0 … `most`."""
+    for kind in (np.int16, np.int32):
+        if most <= np.iinfo(kind).max:
+            return kind
+    return np.int64
 
 
 def _rows_by_position(runs: list[SortedRun], run_of: np.ndarray, row_of: np.ndarray):
@@ -847,8 +864,8 @@ def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[Sorted
             members: tuple, folder: Path):
     """exchanges.parquet (the merge), groups.parquet, pool.parquet, summary.json from the stored partitions
     (summary_from_runs), then report.html from the projection read back (REPORT_COLUMNS); committed as one set
-    (run.session.Run.finish's, one after the other). `runs` is emptied once the summary is made (their keys and
-    read buffers are not held through the report). With --jobs 1 (run.lean) every block of LATE_STAGE_BYTES and
+    (run.session.Run.finish's, one after the other). `runs` is emptied once the summary is made (their read
+    buffers are not held through the report; their keys are files: KeyFile). With --jobs 1 (run.lean) every block of LATE_STAGE_BYTES and
     more is a mapping of its own while it runs (core.memory.map_big_blocks)."""
     from ..pair.pairing import AFTER_THE_REPAIR_BYTES
 
@@ -904,25 +921,27 @@ def summary_from_runs(runs: list[SortedRun], members: tuple, categories: dict[st
     from ..explain.summaryruns import SummaryOfRuns
 
     outliers, culprits, victims, cap = members
-    stored = [SortedRun(Recoding(r.table, categories), r.key) for r in runs]
+    stored = [SortedRun(Recoding(r.table, categories), r.keys) for r in runs]
     return SummaryOfRuns(stored, outliers, culprits, stall_victims=victims, cap_members=cap,
                          scratch=scratch).feed_all()
 
 
-def _members_by_key(keys: list[np.ndarray], view, run_of: np.ndarray, row_of: np.ndarray):
+def _members_by_key(keys: list[KeyFile | np.ndarray], view, run_of: np.ndarray, row_of: np.ndarray):
     """The pool view's members (row positions of the table in row order: its outliers, each stall's culprits and
     victims, the cap's members) as row keys, by where each row went (_merged_places): (outliers, culprits,
-    victims, cap)."""
+    victims, cap). Every list's keys found in one pass over the runs: a stored run's keys read once, one run's at
+    a time."""
     width = keys[0].shape[1] if keys else 0
-
-    def keyed(positions) -> np.ndarray:
-        at = np.asarray(positions, dtype=np.int64)
-        out = np.zeros((len(at), width), dtype=np.int64)
-        for r, key in enumerate(keys):
+    stalls = len(view.stall_members)
+    lists = [view.outliers, *(c for _, c in view.stall_members), *(v for v, _ in view.stall_members),
+             *(view.cap_members or ())]
+    lists = [np.asarray(positions, dtype=np.int64) for positions in lists]
+    keyed = [np.zeros((len(at), width), dtype=np.int64) for at in lists]
+    for r, run_keys in enumerate(keys):
+        key = key_array(run_keys)
+        for at, out in zip(lists, keyed):
             mine = run_of[at] == r
             out[mine] = key[row_of[at[mine]]]
-        return out
-
-    return (keyed(view.outliers), [keyed(c) for _, c in view.stall_members],
-            [keyed(v) for v, _ in view.stall_members],
-            tuple(keyed(m) for m in view.cap_members) if view.cap_members else None)
+        del key
+    return (keyed[0], keyed[1:1 + stalls], keyed[1 + stalls:1 + 2 * stalls],
+            tuple(keyed[1 + 2 * stalls:]) if view.cap_members else None)
