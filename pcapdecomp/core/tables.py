@@ -542,11 +542,14 @@ def null_int64(n: int) -> pd.arrays.IntegerArray:
 
 
 def null_column(n: int, dtype: str) -> pd.Series:
-    """n nulls of dtype float64, Int64 or datetime64[ns, UTC] (TS) that hold no bytes per row: one value read n
-    times (a read-only array of stride 0). For a column null in every row that nothing writes into (a write in
-    place raises): readers see the nulls, a copy or a file holds them as any column of nulls."""
+    """n nulls of dtype float64, Int64, boolean or datetime64[ns, UTC] (TS) that hold no bytes per row: one value
+    read n times (a read-only array of stride 0). For a column null in every row that nothing writes into (a write
+    in place raises): readers see the nulls, a copy or a file holds them as any column of nulls."""
     import pandas as pd
 
+    if dtype == "boolean":
+        return pd.Series(pd.arrays.BooleanArray(np.broadcast_to(np.False_, (n,)), np.broadcast_to(np.True_, (n,))),
+                         copy=False)
     if dtype == "float64":
         return pd.Series(np.broadcast_to(np.float64(np.nan), (n,)), copy=False)
     if dtype == "Int64":

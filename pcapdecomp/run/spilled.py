@@ -51,13 +51,15 @@ from ..core.memory import SPILL_SHARE, map_big_blocks, release_memory, size_text
 from ..core.outputs import (STAGING_PREFIX, KeyFile, Recoding, SortedRun, StoredRows, key_array, merged_order,
                                 write_merged, write_table)
 from ..core.schema import ANALYSIS_COLUMNS, CATEGORY, EXCHANGE_COLUMNS
-from ..core.tables import frame, held, with_declared_dtypes
+from ..core.tables import frame, held, null_column, with_declared_dtypes
 from ..mysql.connection import ENCRYPTED_COMMAND
 from ..read.captureset import CaptureSet
 from ..read.extract import Extracted, capture_bytes
 from ..slowlog.reader import WireStatements
 
 EXCHANGES = (*EXCHANGE_COLUMNS, *ANALYSIS_COLUMNS)
+# the text columns: read as categoricals of the file's dictionaries (read_projection, StoredColumns)
+TEXT_COLUMNS = frozenset(c.name for c in EXCHANGES if c.dtype == CATEGORY)
 # what explain.threadpool.thread_pool_view reads of every row (its timeline, the stall summaries' counts and
 # sources): gathered from the partitions in row order, a column at a time (the stalls are numbered, the victims
 # sampled and the references listed by row position)
@@ -647,9 +649,9 @@ def _workers_mapper(run):
 def _stored_decomposition(shared, p: int, folder: Path) -> tuple[_StoredPartition, KeyFile, pd.DataFrame, dict,
                                                                   bool, tuple[int, int] | None]:
     """Partition p decomposed (7b's rows, from 7a's run made once) and stored in `folder`; (the stored partition,
-    its row keys stored beside it (KeyFile: the file, not the array, comes back), its thread-pool view columns, the values each categorical column holds, whether an ENCRYPTED row
-    joined a slow-log entry, its undecided rows' counts for the slow-log stats — PartitionedJoin.undecided_counts,
-    None without a join). What this process, or a Dask worker, does of a partition: `shared` is (the
+    its row keys stored beside it (KeyFile: the file, not the array, comes back), its thread-pool view columns, the
+    values each categorical column holds, whether an ENCRYPTED row joined a slow-log entry, its undecided rows'
+    counts for the slow-log stats — PartitionedJoin.undecided_counts, None without a join). What this process, or a Dask worker, does of a partition: `shared` is (the
     DecomposedPartitions, the RunsMadeOnce); what it counts must come back in the answer (a worker's copy of the
     join is not the client's)."""
     decomposed, paired_runs = shared
@@ -734,7 +736,6 @@ def read_projection(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     it)."""
     import pyarrow.parquet as pq
 
-    text = {c.name for c in EXCHANGES if c.dtype == CATEGORY}
     # a column at a time, each Arrow column let go once it is pandas': the projection is held once, beside one
     # column's Arrow form (the whole file read at once held both); the file memory-mapped, its mapping let go with
     # each column: the column chunks' bytes are read from the mapped pages, not into buffers of the heap whose
@@ -742,14 +743,12 @@ def read_projection(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     # mapped, 74: docs/partitioned.md §22)
     table = None
     for name in columns:
-        with pq.ParquetFile(path, read_dictionary=[name] if name in text else None, memory_map=True) as file:
+        with pq.ParquetFile(path, read_dictionary=[name] if name in TEXT_COLUMNS else None, memory_map=True) as file:
             column = file.read(columns=[name], use_pandas_metadata=True).to_pandas(self_destruct=True)[name]
         column = held(column)
         if isinstance(column.dtype, pd.BooleanDtype) and len(column) > 1 and column.isna().all():
             # (in_slow_log without a slow log, understated): one stored null, no bytes per row as held's others
-            column = pd.Series(pd.arrays.BooleanArray(np.broadcast_to(np.False_, (len(column),)),
-                                                      np.broadcast_to(np.True_, (len(column),))),
-                               index=column.index, name=name, copy=False)
+            column = null_column(len(column), "boolean").set_axis(column.index).rename(name)
         if table is None:
             table = column.to_frame()
         else:
@@ -818,16 +817,15 @@ class StoredColumns:
         """Column `name` of the file at `rows`: each distinct row read once, from the row groups holding them."""
         import pyarrow as pa
 
-        text = {c.name for c in EXCHANGES if c.dtype == CATEGORY}
         wanted, back = np.unique(rows, return_inverse=True)
         pieces = []
-        for start, group in _row_groups(self.path, name, wanted, read_dictionary=name in text):
+        for start, group in _row_groups(self.path, name, wanted, read_dictionary=name in TEXT_COLUMNS):
             mine = wanted[(wanted >= start) & (wanted < start + group.num_rows)]
             pieces.append(group.take(pa.array(mine - start)))
             del group  # let go before the next row group is read
         if not pieces:  # no row: the column's first row group, none of its rows taken (its dtype, its categories)
             pieces = [group.slice(0, 0) for _, group in _row_groups(self.path, name, None, first=True,
-                                                                    read_dictionary=name in text)]
+                                                                    read_dictionary=name in TEXT_COLUMNS)]
         column = (pa.concat_tables(pieces) if pieces else self._empty(name)).to_pandas()[name]
         return column.iloc[back.reshape(-1)].reset_index(drop=True) if len(rows) else column
 
@@ -865,8 +863,8 @@ def _finish(run, cs: CaptureSet, x: Extracted, paired, server, runs: list[Sorted
     """exchanges.parquet (the merge), groups.parquet, pool.parquet, summary.json from the stored partitions
     (summary_from_runs), then report.html from the projection read back (REPORT_COLUMNS); committed as one set
     (run.session.Run.finish's, one after the other). `runs` is emptied once the summary is made (their read
-    buffers are not held through the report; their keys are files: KeyFile). With --jobs 1 (run.lean) every block of LATE_STAGE_BYTES and
-    more is a mapping of its own while it runs (core.memory.map_big_blocks)."""
+    buffers are not held through the report; their keys are files: KeyFile). With --jobs 1 (run.lean) every block
+    of LATE_STAGE_BYTES and more is a mapping of its own while it runs (core.memory.map_big_blocks)."""
     from ..pair.pairing import AFTER_THE_REPAIR_BYTES
 
     if run.lean:  # the late stage's transients in mappings of their own, given back as they are freed
