@@ -128,3 +128,60 @@ def test_two_copies_of_a_request_that_differ_are_a_counted_conflict(tmp_path):
     assert x.quality()["retransmission_conflicts"] == 1
     same = extract(conflicting_retransmission(tmp_path / "same.pcap", b"SELECT 1"))  # a plain retransmission
     assert same.quality()["retransmission_conflicts"] == 0 and same.quality()["retransmitted_bytes"] > 0
+
+
+def _lane_and_python(path: Path, monkeypatch) -> list[pd.DataFrame]:
+    """The COM_QUERY rows of `path` as the fast lane reads it and as Python alone does (the same, or a bug)."""
+    from pcapdecomp.read.exchanges import extract
+
+    tables = []
+    for no_lane in ("", "1"):
+        monkeypatch.setenv("PCAPDECOMP_NO_LANE", no_lane)
+        x = extract(path).exchanges
+        tables.append(x[x["command"] == "COM_QUERY"].reset_index(drop=True))
+    monkeypatch.delenv("PCAPDECOMP_NO_LANE")
+    return tables
+
+
+def test_a_conflict_in_an_answer_marks_the_exchange_it_finishes(tmp_path, monkeypatch):
+    """The answer's tail arrives first (out of order), then the whole answer with other bytes there: the copies
+    differ inside the answer to SELECT 1, and the whole answer finishes that exchange. Found by fuzzing: the mark
+    was put after the bytes were delivered, so it went to the next request (SELECT 2), and the fast lane, which took
+    the connection between the two, left it to the one after."""
+    from craft import ACK, PSH
+
+    cap = Capture()
+    conn = Conversation(cap).open().login(7)
+    conn.client_sends(pkt(0, b"\x03SELECT 1"))
+    answer = pkt(1, b"\x00\x00\x00\x02\x00\x00\x00")
+    forged = answer[:6] + b"\x01\x01\x01\x01\x01"
+    conn._frame(False, PSH | ACK, forged[6:], seq=conn.sseq + 6)  # the tail first, as another copy has it
+    conn.server_sends(answer)
+    conn.query(b"SELECT 2")
+    conn.query(b"SELECT 3")
+    conn.close()
+    lane, python = _lane_and_python(cap.write(tmp_path / "db.pcap"), monkeypatch)
+    pd.testing.assert_frame_equal(lane, python)
+    marked = python.loc[python["problems"].astype(str).str.contains("retransmission-conflict"), "sql"].tolist()
+    assert marked == ["SELECT 1"]
+
+
+def test_a_conflict_in_a_request_being_read_marks_that_request(tmp_path, monkeypatch):
+    """SELECT 1 waits for its answer; the first bytes of the next request come twice, differently, before its
+    rest: the copies differ inside SELECT 2, not inside SELECT 1 (which was marked before)."""
+    from craft import ACK, PSH
+
+    cap = Capture()
+    conn = Conversation(cap).open().login(7)
+    conn.client_sends(pkt(0, b"\x03SELECT 1"))
+    second = pkt(0, b"\x03SELECT 2")
+    conn.client_sends(second[:6])
+    conn._frame(True, PSH | ACK, second[:5] + b"s", seq=conn.cseq - 6)  # another copy of them: 's' for 'S'
+    conn.client_sends(second[6:])
+    conn.server_sends(pkt(1, OK))
+    conn.server_sends(pkt(1, OK))
+    conn.close()
+    lane, python = _lane_and_python(cap.write(tmp_path / "db.pcap"), monkeypatch)
+    pd.testing.assert_frame_equal(lane, python)
+    marked = python.loc[python["problems"].astype(str).str.contains("retransmission-conflict"), "sql"].tolist()
+    assert marked == ["SELECT 2"]

@@ -395,6 +395,8 @@ class MySQLConnection:
                 or deframers[SERVER] is not None or not (framers[CLIENT].idle and framers[SERVER].idle)):
             return None
         first = ("midstream",) if self.counters.midstream and self._count == 0 else ()
+        if self._conflict_next:  # the next exchange carries it: a reader that continues the connection must know
+            first += ("retransmission-conflict",)
         return _new_handover((self._count, self.deprecate_eof, self.query_attributes, self.max_sql_bytes,
                               framers[CLIENT].keep, self._statements, first))
 
@@ -576,8 +578,12 @@ class MySQLConnection:
 
     def conflict(self, direction: int) -> None:
         """Two copies of bytes of `direction` differed (TCP reassembly kept the first): the exchange in progress
-        there is marked 'retransmission-conflict'; with none, the next one the client starts."""
-        target = self._head() if direction == SERVER else (self._pending[-1] if self._pending else None)
+        there is marked 'retransmission-conflict' (the server's: the one whose answer is being read; the client's:
+        the request being read, else the last one read); with none, the next one the client starts."""
+        if direction == SERVER:
+            target = self._head()
+        else:
+            target = self._pending[-1] if self._pending and self._framers[CLIENT].idle else None
         if target is None:
             self._conflict_next = True
         elif "retransmission-conflict" not in target.problems:

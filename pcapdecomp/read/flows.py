@@ -196,10 +196,10 @@ class FlowTracker:
                 if payload:
                     offset = half.in_order(seq, len(payload))
                     if offset is None:
-                        self._deliver(flow, direction,
-                                      half.segment(seq, payload, ts_ns, frame, False, ack if flags & ACK else None))
-                        if half.new_conflicts:
+                        events = half.segment(seq, payload, ts_ns, frame, False, ack if flags & ACK else None)
+                        if half.new_conflicts:  # before the bytes: they may finish the exchange the copies belong to
                             self._conflict(flow, half, direction)
+                        self._deliver(flow, direction, events)
                     else:
                         half.delivered(offset, payload)
                         conn = flow.mysql
@@ -363,14 +363,16 @@ class FlowTracker:
                               seg.ack if flags & ACK else None)
         if seg.missing and events:
             events += half.cut_by_snaplen(seg.seq, len(seg.payload), seg.missing, seg.ts_ns)
-        self._deliver(flow, direction, events)
-        if half.new_conflicts:
+        if half.new_conflicts:  # before the bytes: they may finish the exchange the copies belong to
             self._conflict(flow, half, direction)
+        self._deliver(flow, direction, events)
 
     @staticmethod
     def _conflict(flow: Flow, half: HalfStream, direction: int) -> None:
         """Two copies of this direction's bytes differed: the exchange they belong to is marked (the first copy is
-        the one read)."""
+        the one read). Called when the segment that showed it has been taken and before the bytes it made
+        deliverable are delivered: delivered first, they may finish that exchange, and the mark went to the next
+        one."""
         half.new_conflicts = 0
         flow.mysql.conflict(direction)
 
