@@ -29,7 +29,8 @@ def analyze(cs: CaptureSet | Path, options: Options = Options(), out: Path | Non
         spill = over = None
         if o.spill is not None:  # --spill: the run's folder in DIR, None when the set is analysed in memory (said)
             spill = spill_folder(run, cs)
-        # --scheduler with a bound: the workers spill what they read, the bound asked before a table comes here
+        # a bound the set may not fit in memory: its rows spilled as read (here or on --scheduler's workers), the
+        # bound asked before a table is held whole
         first = spill_first(run, cs) if o.spill is None else None
         # spilled, the captures are read on a --scheduler's workers when they share the spill folder, else here
         noted = len(run.warnings)

@@ -258,6 +258,73 @@ def test_on_a_local_cluster_a_set_that_fits_is_read_back_into_memory(tmp_path, s
     assert [p.name for p in out.iterdir() if p.name.startswith(".pcapdecomp-partial")] == []
 
 
+@pytest.fixture
+def extractions(monkeypatch):
+    """The spill folder of each extraction analyze asks for (extract_points's `spill`; None: in memory)."""
+    import pcapdecomp.analysis as analysis
+
+    asked: list = []
+    real = analysis.extract_points
+
+    def extracting(*args, **named):
+        asked.append(named.get("spill"))
+        return real(*args, **named)
+
+    monkeypatch.setattr(analysis, "extract_points", extracting)
+    return asked
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_here_a_set_not_surely_in_memory_is_read_once_spilled_then_partitioned(jobs, tmp_path, spill_folders,
+                                                                               monkeypatch, extractions):
+    """Without a scheduler too (issue 37: a 10 GB pair under --memory 3G was read whole in memory, 2,444 MiB, before
+    the counts sent it partitioned, where --spill DIR peaked at 943): a set whose captures are too big to surely fit
+    is read once, spilled into a folder of the output folder, and partitioned from that read when its counts are
+    over the bound in memory; one warning, the in-memory run's tables, the folder gone at the end."""
+    cs = capture_set(CAPTURES / "group-stall")
+    analyze(cs, Options(quiet=True, jobs=1), tmp_path / "memory")
+    extractions.clear()
+    monkeypatch.setattr(memory, "COST_PER_DB_EXCHANGE", 1 << 30)
+    monkeypatch.setattr(memory, "WATCH_EVERY_S", float("inf"))
+    monkeypatch.setattr(spilled, "IN_MEMORY_PER_CAPTURE_BYTE", float(1 << 20))  # not surely in memory
+    out = tmp_path / "spilled-first"
+    got = analyze(cs, Options(quiet=True, jobs=jobs, memory=bound_above_this_process()), out)
+    assert sum(INSTEAD in w for w in got.warnings) == 1, got.warnings
+    assert len(extractions) == 1 and extractions[0].parent == out.absolute(), extractions  # one read, spilled
+    assert extractions[0].name.startswith(spilled.INSTEAD_PREFIX) and not extractions[0].exists()
+    assert len(spill_folders) == 1 and spill_folders[0][0] == extractions[0]
+    for table in TABLES:
+        assert filecmp.cmp(tmp_path / "memory" / table, out / table, shallow=False), table
+
+
+@pytest.mark.parametrize("lossy", [False, True])
+def test_here_a_set_that_fits_after_all_is_read_back_into_memory(lossy, tmp_path, spill_folders, monkeypatch,
+                                                                  extractions):
+    """The same read, spilled first, of a set whose counts fit the bound in memory: read back and analysed in memory
+    (not partitioned, nothing said about it; a pair that lost frames repaired as in memory), every file the in-memory
+    run's, summary.json too; no folder left."""
+    folder = CAPTURES / "group-stall"
+    if lossy:
+        folder = tmp_path / "lossy-pair"
+        folder.mkdir()
+        for name in ("app.pcap", "slow.log", "capture.toml"):
+            shutil.copy(CAPTURES / "group-stall" / name, folder / name)
+        lose_frames(CAPTURES / "group-stall" / "db.pcap", folder / "db.pcap", 0.03, 1)
+    plain = analyze(capture_set(folder), Options(quiet=True, jobs=1, memory=bound_above_this_process()),
+                    tmp_path / "plain")
+    assert extractions == [None]  # surely fits: read in memory
+    assert not lossy or any("taken from the other" in w for w in plain.warnings), plain.warnings
+    monkeypatch.setattr(spilled, "IN_MEMORY_PER_CAPTURE_BYTE", float(1 << 20))  # not surely in memory
+    out = tmp_path / "read-back"
+    got = analyze(capture_set(folder), Options(quiet=True, jobs=1, memory=bound_above_this_process()), out)
+    assert got.warnings == plain.warnings
+    assert len(extractions) == 2 and extractions[1].parent == out.absolute() and not extractions[1].exists()
+    assert spill_folders == []  # not the partitioned run
+    for table in (*TABLES, "summary.json"):
+        assert filecmp.cmp(tmp_path / "plain" / table, out / table, shallow=False), table
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".pcapdecomp")) == [".pcapdecomp-outputs.json"]
+
+
 def test_a_lossy_pair_switched_early_is_analysed_in_memory_after_all(tmp_path, monkeypatch):
     """The early look switches before the counts show the pair lost frames (here: it finds the first, in-memory
     extraction over the bound, its fixed part counted as 1 TiB; the second extraction is looked at as in the

@@ -343,30 +343,38 @@ IN_MEMORY_PER_CAPTURE_BYTE = 2.0
 
 
 def spill_first(run, cs: CaptureSet) -> Path | None:
-    """With --scheduler and a memory bound, without --spill or --in-memory: the folder in the output folder the Dask
-    workers spill the captures' rows into as they read them (the same hidden folder as spill_instead's), so that no
-    table comes back whole to this machine before the bound is asked (in memory, the workers' tables all came back
-    here before the counts were known: 602 MiB under --memory 450M, then read again partitioned). `in_memory_fits`
-    then decides: in memory, the tables read back from the folder, or partitioned. None (the captures read in
-    memory, as before) without a scheduler or a bound, for a set the partitioned run does not take, or when the
-    output folder's device lacks the room, or when a worker cannot see the folder (then read on the workers in
-    memory: a folder of this machine they do not share)."""
+    """With a memory bound, without --spill or --in-memory, for a set the partitioned run takes and whose in-memory
+    run may not fit (its captures' size times IN_MEMORY_PER_CAPTURE_BYTE above the bound): the folder in the output
+    folder (the same hidden folder as spill_instead's) the captures' rows are spilled into as they are read, here or
+    on --scheduler's Dask workers, so that no table is held whole before the bound is asked. `in_memory_fits` then
+    decides: in memory, the tables read back from the folder, or partitioned. Before, such a set was read in memory
+    first: on --scheduler the workers' tables all came back here before the counts were known (602 MiB under
+    --memory 450M, then read again partitioned); here the look during the extraction let a 10 GB pair be read whole
+    (2,444 MiB under --memory 3G, then read again partitioned; 943 MiB spilled first: docs/scale.md). None (the
+    captures read in memory, as before) without a bound, for a set the partitioned run does not take or that surely
+    fits, or when the output folder's device lacks the room (then the look during the extraction guards the bound),
+    or when a Dask worker cannot see the folder (then read on the workers in memory: a folder of this machine they
+    do not share)."""
     o = run.options
-    if run.runner is None or run.memory is None or run.memory.limit is None or o.in_memory:
+    if run.memory is None or run.memory.limit is None or o.in_memory:
         return None
     if refusal(cs, o.csv, o.partitioned) is not None:
         return None
     size = _captures_size(cs)
     if size * IN_MEMORY_PER_CAPTURE_BYTE <= run.memory.limit - run.memory.start:
-        return None  # surely fits in memory: read in memory on the workers, as without a bound
+        return None  # surely fits in memory: read in memory, as without a bound
     if (_free_bytes(run.out) or 0) < _room_needed(size):
-        run.note(f"--scheduler: the output folder {run.out} has less room than the workers' spill of these captures "
-                 f"needs (about {size_text(_room_needed(size))}): they read them in memory, and the memory bound is "
-                 "checked only once their tables are here (--spill DIR on a disk with room keeps it all along)")
+        if run.runner is not None:
+            run.note(f"--scheduler: the output folder {run.out} has less room than the workers' spill of these "
+                     f"captures needs (about {size_text(_room_needed(size))}): they read them in memory, and the "
+                     "memory bound is checked only once their tables are here (--spill DIR on a disk with room keeps "
+                     "it all along)")
         return None
     folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}",
                          elsewhere="analyse it with --spill DIR on a disk with room (or more --memory)")
     run.within(folder)
+    if run.runner is None:  # read here, with --jobs N processes, into the folder
+        return folder.path
     run.at_exit(run.runner.close)  # its workers' tasks write in the folder: ended before it goes
     blind = run.runner.blind_to(folder.path)
     if blind is not None:  # (the folder goes at the end, with the run)
