@@ -263,7 +263,8 @@ def analyze(
              "more in memory is analysed partitioned instead (as --spill, its partitions in the output folder; said "
              "in one warning) when the partitioned run fits and takes the set; else refused early (exit 2, nothing "
              "written), saying how much it needs: give more, or analyse a time window of it (docs/scale.md, "
-             "Memory)."),
+             "Memory). Captures of more than about 5 times the bound are read into that folder first, then read "
+             "back into memory if their counts fit."),
     in_memory: bool = typer.Option(
         False, "--in-memory",
         help="Never partitioned without --spill: a capture too big for --memory in memory is refused (exit 2) "

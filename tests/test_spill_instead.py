@@ -175,19 +175,23 @@ def test_no_room_in_the_output_folder_is_one_line(small_tmpfs):
     assert not (small_tmpfs / "out").exists() or list((small_tmpfs / "out").iterdir()) == []
 
 
-def test_an_output_folder_that_fills_up_during_the_run_is_one_line(small_tmpfs):
+@pytest.mark.parametrize("first", ["read in memory", "spilled"])
+def test_an_output_folder_that_fills_up_during_the_run_is_one_line(first, small_tmpfs):
     """The check before the run passes (the room it needs estimated at 1 % of the captures' size here, so that a
     16 KiB device passes it, as a device passes whose room the partitions outgrow) and the partitions fill the
     output folder's device: one line naming the output folder, advising --spill DIR (none was given, so not
-    "another --spill") or more --memory, exit 2, nothing left there."""
+    "another --spill") or more --memory (how much when the in-memory counts said it: not when the captures were
+    spilled first, the set likely over the bound in memory by their size), exit 2, nothing left there."""
+    patch = "spilled.SPILL_FIRST_PER_CAPTURE_BYTE = 0.0" if first == "read in memory" else "pass"
     done = patched_cli("memory.COST_PER_DB_EXCHANGE = 1 << 30; memory.WATCH_EVERY_S = float('inf'); "
-                       "from pcapdecomp.run import spilled; spilled.SPILL_SHARE = 0.01",
+                       f"from pcapdecomp.run import spilled; spilled.SPILL_SHARE = 0.01; {patch}",
                        str(CAPTURES / "group-stall"), "-q", "-o", str(small_tmpfs / "out"), "--memory", "2G")
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"the output folder {small_tmpfs / 'out'}: no space left on its device" in lines[0], lines[0]
-    assert "analyse it with --spill DIR on a disk with room (or more --memory, e.g. --memory " in lines[0]
+    advice = "analyse it with --spill DIR on a disk with room (or more --memory"
+    assert advice + (", e.g. --memory " if first == "read in memory" else ")") in lines[0], lines[0]
     assert "another --spill" not in lines[0]
     assert not (small_tmpfs / "out").exists() or list((small_tmpfs / "out").iterdir()) == []
 
@@ -286,7 +290,7 @@ def test_here_a_set_not_surely_in_memory_is_read_once_spilled_then_partitioned(j
     extractions.clear()
     monkeypatch.setattr(memory, "COST_PER_DB_EXCHANGE", 1 << 30)
     monkeypatch.setattr(memory, "WATCH_EVERY_S", float("inf"))
-    monkeypatch.setattr(spilled, "IN_MEMORY_PER_CAPTURE_BYTE", float(1 << 20))  # not surely in memory
+    monkeypatch.setattr(spilled, "SPILL_FIRST_PER_CAPTURE_BYTE", float(1 << 20))  # likely over in memory
     out = tmp_path / "spilled-first"
     got = analyze(cs, Options(quiet=True, jobs=jobs, memory=bound_above_this_process()), out)
     assert sum(INSTEAD in w for w in got.warnings) == 1, got.warnings
@@ -314,7 +318,7 @@ def test_here_a_set_that_fits_after_all_is_read_back_into_memory(lossy, tmp_path
                     tmp_path / "plain")
     assert extractions == [None]  # surely fits: read in memory
     assert not lossy or any("taken from the other" in w for w in plain.warnings), plain.warnings
-    monkeypatch.setattr(spilled, "IN_MEMORY_PER_CAPTURE_BYTE", float(1 << 20))  # not surely in memory
+    monkeypatch.setattr(spilled, "SPILL_FIRST_PER_CAPTURE_BYTE", float(1 << 20))  # likely over in memory
     out = tmp_path / "read-back"
     got = analyze(capture_set(folder), Options(quiet=True, jobs=1, memory=bound_above_this_process()), out)
     assert got.warnings == plain.warnings

@@ -47,7 +47,8 @@ from ..core.console import warn
 from ..core.errors import MemoryBoundError, OutputError, PartitionedInstead, UsageError, disk_full
 from ..core.framefile import FrameFile
 from ..core.groups import equals
-from ..core.memory import SPILL_SHARE, map_big_blocks, release_memory, size_text
+from ..core.memory import (COST_PER_DB_EXCHANGE, COST_PER_OTHER_EXCHANGE, SPILL_SHARE, map_big_blocks,
+                           release_memory, size_text)
 from ..core.outputs import (STAGING_PREFIX, KeyFile, Recoding, SortedRun, StoredRows, key_array, merged_order,
                                 write_merged, write_table)
 from ..core.schema import ANALYSIS_COLUMNS, CATEGORY, EXCHANGE_COLUMNS
@@ -336,23 +337,31 @@ def _say_instead(run, over: PartitionedInstead) -> None:
              "instead)")
 
 
-# spill_first's "surely fits": the in-memory run's peak per byte of all the set's capture files, above what was
-# measured (0.5 for the 10 s read-write pair's 609 MB, 0.8–1.5 for read-only pairs of 0.3–2.3 GB: small packets hold
-# more exchanges a byte; docs/scale.md)
+# spill_first's "surely fits" with --scheduler: the in-memory run's peak per byte of all the set's capture files, above
+# what was measured (0.5 for the 10 s read-write pair's 609 MB, 0.8–1.5 for read-only pairs of 0.3–2.3 GB: small
+# packets hold more exchanges a byte; docs/scale.md)
 IN_MEMORY_PER_CAPTURE_BYTE = 2.0
+# without it, spilled first only where the in-memory run's predicted peak (core.memory.predicted_peak, which decides)
+# is over the bound for every shape measured: its cost per byte of capture files is lowest for the largest exchanges,
+# the read-write recordings' 2,191 B a point (0.19 B a byte for a pair, 0.29 for the DB capture alone). Below, the
+# captures are read in memory, the fast path (spilled first and read back, the 40 s read-write pair under --memory 3G
+# took 1.6 times the CPU of the in-memory run, 16.9 s against 10.8), and the look during the extraction guards the
+# bound
+LARGEST_BYTES_PER_EXCHANGE = 2300
+SPILL_FIRST_PER_CAPTURE_BYTE = (COST_PER_DB_EXCHANGE + COST_PER_OTHER_EXCHANGE) / (2 * LARGEST_BYTES_PER_EXCHANGE)
 
 
 def spill_first(run, cs: CaptureSet) -> Path | None:
-    """With a memory bound, without --spill or --in-memory, for a set the partitioned run takes and whose in-memory
-    run may not fit (its captures' size times IN_MEMORY_PER_CAPTURE_BYTE above the bound): the folder in the output
-    folder (the same hidden folder as spill_instead's) the captures' rows are spilled into as they are read, here or
-    on --scheduler's Dask workers, so that no table is held whole before the bound is asked. `in_memory_fits` then
-    decides: in memory, the tables read back from the folder, or partitioned. Before, such a set was read in memory
-    first: on --scheduler the workers' tables all came back here before the counts were known (602 MiB under
-    --memory 450M, then read again partitioned); here the look during the extraction let a 10 GB pair be read whole
-    (2,444 MiB under --memory 3G, then read again partitioned; 943 MiB spilled first: docs/scale.md). None (the
-    captures read in memory, as before) without a bound, for a set the partitioned run does not take or that surely
-    fits, or when the output folder's device lacks the room (then the look during the extraction guards the bound),
+    """With a memory bound, without --spill or --in-memory, for a set the partitioned run takes: the folder in the
+    output folder (the same hidden folder as spill_instead's) the captures' rows are spilled into as they are read,
+    so that no table is held whole before the bound is asked; `in_memory_fits` then decides: in memory, the tables
+    read back from the folder, or partitioned. On --scheduler's Dask workers when the set may not fit in memory (its
+    captures' size times IN_MEMORY_PER_CAPTURE_BYTE above the bound: else the workers' tables all came back here
+    before the counts were known, 602 MiB under --memory 450M, then read again partitioned); here when it is likely
+    over (times SPILL_FIRST_PER_CAPTURE_BYTE: else the look during the extraction let a 10 GB pair be read whole,
+    2,444 MiB under --memory 3G, then read again partitioned; spilled first, 953 MiB: docs/scale.md). None (the
+    captures read in memory, as before) without a bound, for a set the partitioned run does not take or below those
+    sizes, or when the output folder's device lacks the room (then the look during the extraction guards the bound),
     or when a Dask worker cannot see the folder (then read on the workers in memory: a folder of this machine they
     do not share)."""
     o = run.options
@@ -361,8 +370,9 @@ def spill_first(run, cs: CaptureSet) -> Path | None:
     if refusal(cs, o.csv, o.partitioned) is not None:
         return None
     size = _captures_size(cs)
-    if size * IN_MEMORY_PER_CAPTURE_BYTE <= run.memory.limit - run.memory.start:
-        return None  # surely fits in memory: read in memory, as without a bound
+    per_byte = IN_MEMORY_PER_CAPTURE_BYTE if run.runner is not None else SPILL_FIRST_PER_CAPTURE_BYTE
+    if size * per_byte <= run.memory.limit - run.memory.start:
+        return None  # read in memory, as without a bound
     if (_free_bytes(run.out) or 0) < _room_needed(size):
         if run.runner is not None:
             run.note(f"--scheduler: the output folder {run.out} has less room than the workers' spill of these "
