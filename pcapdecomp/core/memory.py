@@ -105,16 +105,16 @@ COST_PER_CONNECTION = 16 << 10  # a connection's state: its row, its timelines, 
 # predicted 921 MiB and 1.03 GiB. At 0.15 B a byte: 1.18–1.49x the four peaks
 COST_PER_REPAIRED_BYTE = 0.15
 # analyze --spill (run/spilled.py: the partitioned run) holds one partition's rows, one row group of the merged
-# writer, the row keys and the thread-pool view's columns, then the projection the summary and the report read
-# back: fitted with a margin over its measured peaks, on their growth at scale (docs/scale.md, "Memory: the stated
-# bound"; 2026-12-02, --jobs 1, the process's start 110 MiB: the 20-copy synthetic pair, 2,037,120 exchanges a
-# point, peaked at 1,013 MiB under the costs before, 192 MiB + 256 B a DB exchange + 32 B an app one, which
-# predicted 872 — no bound —, and at 841 once the view read 11 columns (§17), the DB capture alone at 750; the
-# 45-copy pair, 4,583,520 exchanges a point, at 1,718 MiB: 361 B an added DB exchange with its app twin from 20
-# copies to 45, ≈ the report's projection, the row keys and the view's columns together)
+# writer, the thread-pool view's columns, then the projection the summary and the report read back: fitted with a
+# margin over its measured peaks, on their growth at scale (docs/scale.md, "Memory: the stated bound"; refitted
+# 2026-12-03 on main 2210487, the row keys in files and the projection narrower, docs/partitioned.md §29: 20 runs of
+# benchmarks/memory_bound.py --spill yes, the 10 s and 40 s read-only and read-write pairs and 4 copies of the
+# read-write one, pair and DB alone, --jobs 1 and 2: predicted 1.20-1.63 times the peaks, where the costs before,
+# 352 B and 48 B, predicted 1.30-2.07; the 21-copy pair, 4,667,754 exchanges a point, peaked at 943-953 MiB of Pss:
+# predicted 1,454 MiB, 1.53 times: 2,095 before, over a bound of 2 GiB)
 PARTITIONED_COST_FIXED = 192 << 20  # one partition (65,536 rows), one row group (131,072 rows), the report's parts
-PARTITIONED_COST_PER_DB_EXCHANGE = 352  # its row key, its view columns, its row of the projection, where it went
-PARTITIONED_COST_PER_OTHER_EXCHANGE = 48  # an app exchange: the pairing's first pass, the clock's segments
+PARTITIONED_COST_PER_DB_EXCHANGE = 224  # its view columns, its row of the projection, where it went
+PARTITIONED_COST_PER_OTHER_EXCHANGE = 32  # an app exchange: the pairing's first pass, the clock's segments
 SPILL_SHARE = 0.6  # --spill DIR: the spill folder's peak over the captures' size (partitioned.md §20: 0.58–0.60 a DB
 # capture alone, 0.39 a pair)
 # with --jobs N, the children beside this process (the extraction's workers, the writer and the report's profile
