@@ -97,3 +97,25 @@ def test_summary_json_names_the_scheduler(runs):
     summary = json.loads((dask.out_dir / "summary.json").read_text())
     assert summary["inputs"]["scheduler"] == dask.summary["inputs"]["scheduler"]
     assert "exchanges" in json.loads((dask.out_dir / ".pcapdecomp-outputs.json").read_text())["files"]
+
+
+def test_a_local_cluster_beside_another_says_nothing_of_ports(tmp_path):
+    """Two runs with --scheduler local at once (two terminals; tests beside each other): the second LocalCluster's
+    scheduler found its HTTP port, 8787, taken, and Dask printed a four-line UserWarning ("Port 8787 is already in
+    use …") on the user's terminal. Here 8787 is held (by this test, or by whatever holds it already)."""
+    import socket
+
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", 8787))
+        holder.listen()
+    except OSError:  # taken already: the case itself
+        pass
+    try:
+        done = subprocess.run([sys.executable, "-m", "pcapdecomp", "analyze", str(REPO / "captures" / "group-stall"),
+                               "-q", "--jobs", "2", "--scheduler", "local", "-o", str(tmp_path / "out")],
+                              capture_output=True, text=True, cwd=REPO, timeout=600)
+    finally:
+        holder.close()
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr

@@ -329,6 +329,21 @@ def test_here_a_set_that_fits_after_all_is_read_back_into_memory(lossy, tmp_path
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".pcapdecomp")) == [".pcapdecomp-outputs.json"]
 
 
+def test_here_a_time_window_is_not_spilled_first(tmp_path, monkeypatch, extractions):
+    """With --since/--until the rows held are the window's: the captures' size says nothing of them, so they are
+    read in memory (the look during the extraction extrapolates to the window's end), not spilled first."""
+    import datetime as dt
+
+    from pcapdecomp.core.window import window_of
+
+    monkeypatch.setattr(spilled, "SPILL_FIRST_PER_CAPTURE_BYTE", float(1 << 20))  # likely over in memory, by size
+    cs = capture_set(CAPTURES / "oltp-prepared", window=window_of("2026-11-23T20:20:33Z", "2026-11-23T20:20:34.2Z",
+                                                                  dt.timezone.utc))
+    got = analyze(cs, Options(quiet=True, jobs=1, memory=bound_above_this_process()), tmp_path / "out")
+    assert extractions == [None] and not any(INSTEAD in w for w in got.warnings)
+    assert got.summary["exchanges"]["total"] > 0
+
+
 def test_a_lossy_pair_switched_early_is_analysed_in_memory_after_all(tmp_path, monkeypatch):
     """The early look switches before the counts show the pair lost frames (here: it finds the first, in-memory
     extraction over the bound, its fixed part counted as 1 TiB; the second extraction is looked at as in the

@@ -678,7 +678,7 @@ class OutputFolder:
         clash = _not_ours(out, [*names, INCOMPLETE_NAME])
         if clash:
             _refuse(out, clash)
-        with _interrupts_deferred():
+        with interrupts_deferred():
             try:
                 marker = out / INCOMPLETE_NAME
                 marker.write_bytes(_MARKER_START + b" in this folder when it stopped: the files here may come from "
@@ -755,9 +755,10 @@ def _remove(path: Path) -> None:
 
 
 @contextmanager
-def _interrupts_deferred() -> Iterator[None]:
+def interrupts_deferred() -> Iterator[None]:
     """Ctrl-C (and SIGTERM, which the CLI unwinds as one) waits until the block is done (the renames of a commit
-    take milliseconds), then interrupts."""
+    take milliseconds; a spill folder's removal, run.spilled.SpillFolder, a fraction of a second), then
+    interrupts."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

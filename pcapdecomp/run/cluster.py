@@ -101,6 +101,12 @@ def _extract_part(point: CapturePoint, servers, max_sql_bytes: int, part, tls_se
                    window=window, spill=spill)
 
 
+# a LocalCluster's scheduler serves HTTP (the health check) on 8787 unless told a port: a second run at the same
+# time (two terminals, a test beside another) found it taken, and Dask printed a four-line UserWarning ("Port 8787
+# is already in use …") on the user's terminal. Any free port of 127.0.0.1 instead: nothing here reads it
+_HTTP_ANY_PORT = {"dashboard_address": "127.0.0.1:0"}
+
+
 class DaskRunner:
     """A connected Dask client (and the LocalCluster it started, for `--scheduler local`)."""
 
@@ -153,13 +159,13 @@ class DaskRunner:
                     with dask.config.set({"distributed.scheduler.http.routes": ["distributed.http.health"]}):
                         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                                dashboard_address=None, silence_logs=quiet_workers, security=security,
-                                               protocol="tls://", host="127.0.0.1")
+                                               protocol="tls://", host="127.0.0.1", scheduler_kwargs=_HTTP_ANY_PORT)
                 finally:
                     signal.signal(signal.SIGINT, previous)
                 address = f"local ({n} worker processes, TLS)"
             else:
                 cluster = LocalCluster(n_workers=1, threads_per_worker=n, processes=False, dashboard_address=None,
-                                       silence_logs=quiet_workers)
+                                       silence_logs=quiet_workers, scheduler_kwargs=_HTTP_ANY_PORT)
                 address = f"local (in this process, {n} threads)"
             _without_gc_diagnosis()
             client = Client(cluster, security=security)
