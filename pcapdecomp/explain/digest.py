@@ -265,11 +265,17 @@ def queue_layers(x: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     likely where queue_source is likely (far above the statement's typical execution while a long statement ran),
     else estimated."""
     certain, rest = queue_parts(x)
-    likely = equals(x["queue_source"], "likely") if "queue_source" in x.columns \
-        else np.zeros(len(x), dtype=bool)
+    likely = likely_queue(x)
     estimated = np.where(likely, 0.0, rest)
     rest[~likely] = 0.0  # the likely part, in rest's own array (queue_parts made it): one array of a row fewer
     return certain, rest, estimated
+
+
+def likely_queue(x: pd.DataFrame) -> np.ndarray:
+    """Per row, whether its queueing beyond the certain part is likely (queue_source 'likely'), not estimated: the
+    split of queue_layers (and of render.figures.layer_sums, which sums its parts one at a time). None likely in a
+    table without queue_source."""
+    return equals(x["queue_source"], "likely") if "queue_source" in x.columns else np.zeros(len(x), dtype=bool)
 
 
 SERVER_OVERHEAD_S = 0.001  # a measured server time − Query_time below this is the server's own overhead (parsing,

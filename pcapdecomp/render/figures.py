@@ -23,11 +23,11 @@ import numpy as np
 import pandas as pd
 
 from ..core.formats import clip, integer, seconds
-from ..core.groups import aggregated, equals
+from ..core.groups import aggregated
 from ..core.memory import release_memory
 from ..core.times import ts_ns
 from ..explain.decompose import STALL_MIN_QUEUE_S, network_parts
-from ..explain.digest import HeldColumns, bounded_part, overhead_part, queue_layers, queue_parts
+from ..explain.digest import HeldColumns, bounded_part, likely_queue, overhead_part, queue_layers, queue_parts
 from ..explain.threadpool import core_range
 
 NS = 1_000_000_000
@@ -344,7 +344,7 @@ def layer_sums(x: pd.DataFrame, rows: np.ndarray) -> tuple[float, float, float]:
     certain, rest = queue_parts(x)
     total_certain = summed(certain)
     del certain  # let go once summed
-    likely = equals(x["queue_source"], "likely") if "queue_source" in x.columns else np.zeros(len(x), dtype=bool)
+    likely = likely_queue(x)
     kept = rest[likely]  # the likely part's values (the rows of a likely queue: few)
     rest[likely] = 0.0  # the estimated part: queue_layers' np.where(likely, 0.0, rest)
     total_estimated = summed(rest)

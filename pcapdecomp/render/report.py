@@ -756,8 +756,8 @@ class _Page:
             parts.append(_table(["set-up", "connections", "p50", "p95", "p99", "max", "what it covers"], rows,
                                 numeric=range(1, 6)) if rows else "<p>No connection set-up was captured.</p>")
         else:
-            connect = self.columns.at(np.flatnonzero((self.x["command"] == "CONNECT").to_numpy(dtype=bool, na_value=False)),
-                                      ("response_s",))
+            logins = (self.x["command"] == "CONNECT").to_numpy(dtype=bool, na_value=False)
+            connect = self.columns.at(np.flatnonzero(logins), ("response_s",))
             v = connect["response_s"].dropna().to_numpy(dtype=float)
             if len(v):
                 q = nearest_rank(v, [0.5, 0.95, 0.99])

@@ -364,9 +364,9 @@ def spill_first(run, cs: CaptureSet) -> Path | None:
     over (times SPILL_FIRST_PER_CAPTURE_BYTE: else the look during the extraction let a 10 GB pair be read whole,
     2,444 MiB under --memory 3G, then read again partitioned; spilled first, 953 MiB: docs/scale.md). None (the
     captures read in memory, as before) without a bound, for a set the partitioned run does not take or below those
-    sizes, here with a time window, or when the output folder's device lacks the room (then the look during the extraction guards the bound),
-    or when a Dask worker cannot see the folder (then read on the workers in memory: a folder of this machine they
-    do not share)."""
+    sizes, here with a time window, or when the output folder's device lacks the room (then the look during the
+    extraction guards the bound), or when a Dask worker cannot see the folder (then read on the workers in memory:
+    a folder of this machine they do not share)."""
     o = run.options
     if run.memory is None or run.memory.limit is None or o.in_memory:
         return None
@@ -677,9 +677,9 @@ def _stored_decomposition(shared, p: int, folder: Path) -> tuple[_StoredPartitio
     """Partition p decomposed (7b's rows, from 7a's run made once) and stored in `folder`; (the stored partition,
     its row keys stored beside it (KeyFile: the file, not the array, comes back), its thread-pool view columns, the
     values each categorical column holds, whether an ENCRYPTED row joined a slow-log entry, its undecided rows'
-    counts for the slow-log stats — PartitionedJoin.undecided_counts, None without a join). What this process, or a Dask worker, does of a partition: `shared` is (the
-    DecomposedPartitions, the RunsMadeOnce); what it counts must come back in the answer (a worker's copy of the
-    join is not the client's)."""
+    counts for the slow-log stats — PartitionedJoin.undecided_counts, None without a join). What this process, or a
+    Dask worker, does of a partition: `shared` is (the DecomposedPartitions, the RunsMadeOnce); what it counts must
+    come back in the answer (a worker's copy of the join is not the client's)."""
     decomposed, paired_runs = shared
     part = decomposed.rows_of(p, paired_runs.kept(p))
     t = with_declared_dtypes(part.table, tuple(c for c in EXCHANGES if c.name in part.table.columns))
