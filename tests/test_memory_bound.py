@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pcapdecomp.core import memory
-from pcapdecomp.core.errors import MemoryBoundError, UsageError
+from pcapdecomp.core.errors import MemoryBoundError, PartitionedInstead, UsageError
 from pcapdecomp.read.captureset import capture_set
 from pcapdecomp.read.extract import counts_of, extract_all, extract_points, span_ns
 
@@ -161,19 +161,37 @@ def test_a_refusal_names_the_partitioned_run_where_it_would_take_the_set(monkeyp
     assert "without the loss repair" not in refusal(between, counts, spill_hint=True)
     below_both = memory.MemoryBound(partitioned - (1 << 20), "--memory (test)", 1)
     text = refusal(below_both, counts, spill_hint=True)
-    assert "within the bound" not in text and "with it, e.g. --memory " in text, text
+    assert "within the bound" not in text, text
+    # over the bound too, below the in-memory need: the bound that partitions it by itself, without --spill
+    assert (f"analyse it partitioned (predicted about {memory.size_text(partitioned)}; " in text
+            and f"--memory {memory.round_up_text(partitioned)} alone does that by itself, in the output folder"
+            in text), text
     assert "--spill" not in refusal(below_both, counts, partitioned=True, spill_hint=True)
+    # the partitioned run refused where the in-memory one needs less (a small set, its fixed part the larger):
+    # that bound said; never the partitioned run named as the way out of an in-memory refusal then
+    small = memory.Counts(db_exchanges=10_000, other_exchanges=10_000, connections=10, points=2)
+    small_in_memory = memory.predicted_peak(small, 1, start)
+    assert small_in_memory < memory.predicted_peak(small, 1, start, partitioned=True)
+    tight = memory.MemoryBound(small_in_memory - (1 << 20), "--memory (test)", 1)
+    text = refusal(tight, small, partitioned=True)
+    assert text.startswith("partitioned, this analysis would need up to about") and (
+        f"in memory, without --spill, it needs less: e.g. --memory {memory.round_up_text(small_in_memory)}" in text), text
+    assert "partitioned" not in refusal(tight, small, spill_hint=True)
+    assert "in memory, without --spill" not in refusal(below_both, counts, partitioned=True)
 
     # through the extraction, on a bundled pair: the partitioned run's fixed part is above this small set's
-    # in-memory need, so the hint gives the --memory it would take
+    # in-memory need, so the refusal gives the --memory the in-memory run takes and names no partitioned run
     cs = capture_set(HOGS)
     extracted = extract_points(cs, 1, True, 1 << 20, lambda _: None)
     made = memory.MemoryBound(1, "the test's bound", 1)
-    made.limit = memory.predicted_peak(counts_of(extracted), 1, made.start) - 1
+    want = memory.predicted_peak(counts_of(extracted), 1, made.start)
+    assert want < memory.predicted_peak(counts_of(extracted), 1, made.start, partitioned=True)
+    made.limit = want - 1
     with pytest.raises(MemoryBoundError) as refused:
         extract_points(cs, 1, True, 1 << 20, lambda _: None, memory=made, spill_hint=True)
-    want = memory.predicted_peak(counts_of(extracted), 1, made.start, partitioned=True)
-    assert f"--spill DIR (predicted about {memory.size_text(want)};" in str(refused.value), str(refused.value)
+    assert not isinstance(refused.value, PartitionedInstead)
+    assert f"e.g. --memory {memory.round_up_text(want)})" in str(refused.value), str(refused.value)
+    assert "--spill" not in str(refused.value) and "partitioned" not in str(refused.value), str(refused.value)
 
 
 def test_the_check_during_the_extraction_stops_it_and_its_workers(monkeypatch):
@@ -187,7 +205,16 @@ def test_the_check_during_the_extraction_stops_it_and_its_workers(monkeypatch):
     with pytest.raises(MemoryBoundError) as refused:
         extract_all([HOGS / "app.pcap", HOGS / "db.pcap"], None, 1 << 20, 2, bound.watching(None, None, True))
     assert "stopped early" in str(refused.value) and "(estimated from the " in str(refused.value)
-    assert "analyse it partitioned with --spill DIR (less memory" in str(refused.value)  # no count yet: no number
+    # a bound below the partitioned run's fixed part: that run is not named (it would be refused in its turn)
+    assert bound.limit < bound._least_partitioned() and "--spill" not in str(refused.value), str(refused.value)
+    assert set(mp.active_children()) == before
+    # above it, the partitioned run is named, without a number (no count yet), and taken instead (PartitionedInstead)
+    monkeypatch.setattr(memory, "PEAK_OVER_EXTRACTION", 1e4)
+    roomy = memory.MemoryBound(1, "the test's bound", 2)
+    roomy.limit = roomy._least_partitioned()
+    with pytest.raises(PartitionedInstead) as instead:
+        extract_all([HOGS / "app.pcap", HOGS / "db.pcap"], None, 1 << 20, 2, roomy.watching(None, None, True))
+    assert "analyse it partitioned with --spill DIR (less memory" in str(instead.value), str(instead.value)
     assert set(mp.active_children()) == before
 
 

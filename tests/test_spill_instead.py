@@ -125,8 +125,8 @@ def test_a_proxy_set_is_refused_not_partitioned(tmp_path, in_memory_too_big, spi
 
 
 def test_a_partitioned_run_over_the_bound_too_is_refused(tmp_path, monkeypatch, spill_folders):
-    """Both runs over the bound: the refusal gives the --memory the partitioned run would need, nothing is
-    partitioned, nothing written."""
+    """Both runs over the bound: the refusal gives the --memory the partitioned run would need (that bound alone
+    partitions it, no --spill needed), nothing is partitioned, nothing written."""
     monkeypatch.setattr(memory, "COST_PER_DB_EXCHANGE", 1 << 30)
     monkeypatch.setattr(memory, "PARTITIONED_COST_PER_DB_EXCHANGE", 1 << 28)
     monkeypatch.setattr(memory, "WATCH_EVERY_S", float("inf"))
@@ -135,7 +135,8 @@ def test_a_partitioned_run_over_the_bound_too_is_refused(tmp_path, monkeypatch, 
         analyze(capture_set(CAPTURES / "group-stall"), Options(quiet=True, jobs=1, memory=bound_above_this_process()),
                 out)
     assert not isinstance(refused.value, PartitionedInstead)
-    assert "with it, e.g. --memory " in str(refused.value) and not spill_folders and not out.exists()
+    assert "alone does that by itself, in the output folder" in str(refused.value), str(refused.value)
+    assert not spill_folders and not out.exists()
 
 
 def patched_cli(patch: str, *args: str) -> subprocess.CompletedProcess:
@@ -180,8 +181,9 @@ def test_an_output_folder_that_fills_up_during_the_run_is_one_line(first, small_
     """The check before the run passes (the room it needs estimated at 1 % of the captures' size here, so that a
     16 KiB device passes it, as a device passes whose room the partitions outgrow) and the partitions fill the
     output folder's device: one line naming the output folder, advising --spill DIR (none was given, so not
-    "another --spill") or more --memory (how much when the in-memory counts said it: not when the captures were
-    spilled first, the set likely over the bound in memory by their size), exit 2, nothing left there."""
+    "another --spill") or more --memory (how much when the in-memory counts said it; the least it takes when the
+    captures were spilled first, the set likely over the bound in memory by their size, its counts not known yet),
+    exit 2, nothing left there."""
     patch = "spilled.SPILL_FIRST_PER_CAPTURE_BYTE = 0.0" if first == "read in memory" else "pass"
     done = patched_cli("memory.COST_PER_DB_EXCHANGE = 1 << 30; memory.WATCH_EVERY_S = float('inf'); "
                        f"from pcapdecomp.run import spilled; spilled.SPILL_SHARE = 0.01; {patch}",
@@ -191,7 +193,11 @@ def test_an_output_folder_that_fills_up_during_the_run_is_one_line(first, small_
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"the output folder {small_tmpfs / 'out'}: no space left on its device" in lines[0], lines[0]
     advice = "analyse it with --spill DIR on a disk with room (or more --memory"
-    assert advice + (", e.g. --memory " if first == "read in memory" else ")") in lines[0], lines[0]
+    assert advice + (", e.g. --memory " if first == "read in memory" else ", at least --memory ") in lines[0], lines[0]
+    if first == "spilled":  # spilled first because the captures' size put the in-memory run over the bound: the
+        # least --memory it names is above the one given
+        least = re.search(r"at least --memory (\d+[MG]): the counts decide once the captures are read\)", lines[0])
+        assert least and memory.parse_size(least.group(1)) > 2 << 30, lines[0]
     assert "another --spill" not in lines[0]
     assert not (small_tmpfs / "out").exists() or list((small_tmpfs / "out").iterdir()) == []
 

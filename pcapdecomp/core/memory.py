@@ -396,16 +396,26 @@ class MemoryBound:
         if self.limit is None or self.predicted <= self.limit:
             return
         given, window = window, None
-        share = (self.limit - self.start - COST_FIXED) / max(self.predicted - self.start - COST_FIXED, 1)
+        fixed = PARTITIONED_COST_FIXED if partitioned else COST_FIXED
+        share = (self.limit - self.start - fixed) / max(self.predicted - self.start - fixed, 1)
         if span_ns and share > 0:
             window = _duration_text(span_ns * share / 1e9)
-        spill = None
+        spill = in_memory = None
         if spill_hint and not partitioned:
             spill = predicted_peak(counts, self.jobs, self.start, partitioned=True)
-        self._refuse(f"this analysis would need up to about {size_text(self.predicted, self.limit)} of memory for "
+            if spill >= self.predicted:  # a small set: the partitioned run's fixed part is more than it saves
+                spill = None
+        if partitioned:  # (a set partitioned because the look during its extraction put it over the bound in memory
+            # may need less in memory than partitioned, once its counts are known)
+            in_memory = predicted_peak(counts, self.jobs, self.start)
+            if in_memory >= self.predicted:
+                in_memory = None
+        self._refuse(f"{'partitioned, ' if partitioned else ''}this analysis would need up to about "
+                     f"{size_text(self.predicted, self.limit)} of memory for "
                      f"{counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB, "
                      f"{counts.connections:,} connections, --jobs {self.jobs})", self.predicted, window,
-                     windowed=given is not None, spill=spill, unrepaired=bool(counts.repaired_bytes))
+                     windowed=given is not None, spill=spill, unrepaired=bool(counts.repaired_bytes),
+                     in_memory=in_memory)
 
     def watching(self, progress: Callable[[int, int, int], None] | None,
                  window_share: Callable[[], float | None] | None = None,
@@ -440,45 +450,58 @@ class MemoryBound:
             of_window = window_share() if window_share is not None else None
             share = of_window if of_window is not None else done / total if total else 0.0
             now = self.start + COST_FIXED + grown * PEAK_OVER_EXTRACTION
-            whole = self.start + COST_FIXED + grown / share * PEAK_OVER_EXTRACTION if share else now
+            whole = self.start + COST_FIXED + grown / share * PEAK_OVER_EXTRACTION if share and not spilled else now
             if now > limit or (not spilled and share >= EXTRAPOLATE_AFTER and whole > limit * EXTRAPOLATION_MARGIN):
                 need = int(max(now, whole))
                 fits = (limit - self.start - COST_FIXED) / max(need - self.start - COST_FIXED, 1)
-                self._refuse(f"this analysis would need at least about {size_text(need, limit)} of memory for about "
+                self._refuse(f"{'partitioned, ' if spilled else ''}this analysis would need at least about "
+                             f"{size_text(need, limit)} of memory for about "
                              f"{int(grown / EXTRACTION_PER_EXCHANGE / (share if need > now else 1)):,} exchanges "
                              f"(estimated from the {share:.0%} of the "
                              f"{'window' if of_window is not None else 'captures'} read so far, which hold "
                              f"{size_text(grown)}"
                              f"{'; extrapolated to the whole' if need > now else ''})",
                              need, (f"{fits:.0%} of the {'window' if window_share else 'capture'}'s time"
-                                    if fits > 0 else None), stopped_early=True, windowed=window_share is not None,
-                             spill_named=spill_hint)
+                                    if fits >= 0.01 else None), stopped_early=True, windowed=window_share is not None,
+                             spill_named=spill_hint and self._least_partitioned() <= limit)
             # a look reads every page table of the tree (milliseconds per GiB): at most WATCH_SHARE of the time
             next_look = clock() + max(WATCH_EVERY_S, took / WATCH_SHARE)
         return step
 
+    def _least_partitioned(self) -> int:
+        """The partitioned run's peak for no exchange at all: its fixed part (one partition, one row group), above
+        what an in-memory run of a small set needs. Under a bound below it, the partitioned run is not the way out."""
+        return predicted_peak(Counts(0, 0, 0, 0), self.jobs, self.start, partitioned=True)
+
     def _refuse(self, need: str, need_bytes: int, window: str | None, stopped_early: bool = False,
                 window_helps: bool = True, windowed: bool = False, spill: int | None = None,
-                spill_named: bool = False, unrepaired: bool = False) -> None:
+                spill_named: bool = False, unrepaired: bool = False, in_memory: int | None = None) -> None:
         """Stop the run: one line, what it needs, the bound and where it came from, and what to do (`window_helps`:
         a shorter capture would fit; not so for a bound below what any analysis takes; `windowed`: the run had a
         window already, --since/--until, so a shorter one is what would fit; `spill`: the partitioned run's
         predicted peak, said as the other way, within the bound or not; `spill_named`: that way named without a
-        number; `unrepaired`: of a pair that lost frames, which it analyses without the loss repair). A refusal whose
+        number; `unrepaired`: of a pair that lost frames, which it analyses without the loss repair; `in_memory`: a
+        partitioned run's refusal, the in-memory run's predicted peak where it is less). A refusal whose
         partitioned run fits the bound, or may (`spill_named`), is PartitionedInstead: analyze without --spill runs
         partitioned instead."""
         more = (f"at least --memory {round_up_text(need_bytes)}: the bound is checked again once the capture is read"
                 if stopped_early else f"e.g. --memory {round_up_text(need_bytes)}")
         # the same files for less memory and more CPU (docs/scale.md): the user's choice
-        costs = f"about 2 to 5 times the CPU; DIR needs room for about {SPILL_SHARE:.0%} of the captures' size"
-        if spill is not None:
-            more += (f"), analyse it partitioned with --spill DIR (predicted about {size_text(spill)}"
-                     f"{', within the bound' if spill <= self.limit else ''}; {costs}"
-                     + ("; without the loss repair: the exchanges on lost frames marked, not repaired"
-                        if unrepaired else "")
-                     + (f"; with it, e.g. --memory {round_up_text(spill)}" if spill > self.limit else ""))
+        cpu, room = "about 2 to 5 times the CPU", f"room for about {SPILL_SHARE:.0%} of the captures' size"
+        costs = f"{cpu}; DIR needs {room}"
+        unrepaired_text = "; without the loss repair: the exchanges on lost frames marked, not repaired"
+        if spill is not None and spill <= self.limit:
+            more += (f"), analyse it partitioned with --spill DIR (predicted about {size_text(spill)}, within the "
+                     f"bound; {costs}{unrepaired_text if unrepaired else ''}")
+        elif spill is not None:  # over the bound too, below the in-memory need: a bound for it partitions by itself
+            more += (f"), analyse it partitioned (predicted about {size_text(spill)}; "
+                     f"{cpu}; {room} on its disk{unrepaired_text if unrepaired else ''}; --memory "
+                     f"{round_up_text(spill)} alone does that by itself, in the output folder, or with --spill DIR "
+                     "elsewhere")
         elif spill_named:
             more += f"), analyse it partitioned with --spill DIR (less memory for {costs}"
+        if in_memory is not None:
+            more += f"; in memory, without --spill, it needs less: e.g. --memory {round_up_text(in_memory)}"
         window_text = (f", or analyse {'a shorter' if windowed else 'a'} time window"
                        f"{f' of at most {window}' if window else ''}: --since T --until T (ISO 8601 or epoch "
                        "seconds; the captures are still read whole for their connections' state, only that "

@@ -48,7 +48,7 @@ from ..core.errors import MemoryBoundError, OutputError, PartitionedInstead, Usa
 from ..core.framefile import FrameFile
 from ..core.groups import equals
 from ..core.memory import (COST_PER_DB_EXCHANGE, COST_PER_OTHER_EXCHANGE, SPILL_SHARE, map_big_blocks,
-                           release_memory, size_text)
+                           release_memory, round_up_text, size_text)
 from ..core.outputs import (STAGING_PREFIX, KeyFile, Recoding, SortedRun, StoredRows, interrupts_deferred,
                             key_array, merged_order, write_merged, write_table)
 from ..core.schema import ANALYSIS_COLUMNS, CATEGORY, EXCHANGE_COLUMNS
@@ -388,8 +388,11 @@ def spill_first(run, cs: CaptureSet) -> Path | None:
                      "memory bound is checked only once their tables are here (--spill DIR on a disk with room keeps "
                      "it all along)")
         return None
+    # the counts are not known yet: the least bound the in-memory run may need, by the largest exchanges measured
+    least = round_up_text(int(run.memory.start + size * SPILL_FIRST_PER_CAPTURE_BYTE))
     folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}",
-                         elsewhere="analyse it with --spill DIR on a disk with room (or more --memory)")
+                         elsewhere=f"analyse it with --spill DIR on a disk with room (or more --memory, at least "
+                                   f"--memory {least}: the counts decide once the captures are read)")
     run.within(folder)
     if run.runner is None:  # read here, with --jobs N processes, into the folder
         return folder.path
@@ -471,7 +474,7 @@ def _unrepaired(run, cs: CaptureSet, x: Extracted, note) -> dict | None:
     bound: without the loss repair, said in one warning (`note`); the answer is then summary.json → repair, said
     skipped (pair.repair.skipped). None: nothing lost at a pair. Else (it fits in memory, or no bound is known)
     LostFrames: analysed in memory, repaired."""
-    from ..core.memory import predicted_peak, round_up_text
+    from ..core.memory import predicted_peak
     from ..explain.partitioned import LostFrames, check_partitionable
     from ..pair.repair import skipped
     from ..read.extract import counts_of
