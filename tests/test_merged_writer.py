@@ -182,6 +182,30 @@ def test_merged_order_of_key_files_is_that_of_the_arrays(runs, step):
             assert folder not in maps.read_text()
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.sets(st.tuples(st.integers(-4, 4), st.integers(-3, 3)), max_size=40),
+       st.lists(st.tuples(st.integers(-5, 5), st.integers(-4, 4)), min_size=1, max_size=10))
+def test_a_row_is_found_by_its_key_in_a_key_file_as_in_the_array(present, asked):
+    """The binary search of the summary's culprits and outliers (summaryruns._row_with_key) finds in a KeyFile,
+    through its map, the row it finds in the array: each key present at its row, an absent one nowhere; the map
+    is gone once the search ends."""
+    from pcapdecomp.explain.summaryruns import _row_with_key
+
+    keys = np.array(sorted(present), dtype=np.int64).reshape(-1, 2)
+    with tempfile.TemporaryDirectory() as folder:
+        f = KeyFile.written(Path(folder) / "k.npy", keys)
+        for key in [*map(tuple, keys.tolist()), *asked]:
+            expected = sorted(present).index(key) if key in present else None
+            assert _row_with_key(keys, np.array(key)) == expected
+            assert _row_with_key(f, np.array(key)) == expected
+        import gc
+
+        gc.collect()
+        maps = Path("/proc/self/maps")
+        if maps.exists():
+            assert folder not in maps.read_text()
+
+
 def test_a_key_file_reads_slices_alone():
     keys = np.arange(12, dtype=np.int64).reshape(-1, 3)
     with tempfile.TemporaryDirectory() as folder:

@@ -326,6 +326,13 @@ class KeyFile:
 
         return np.load(self.path, allow_pickle=False)
 
+    def mapped(self) -> np.ndarray:
+        """The keys as a read-only map of the file, for a few rows read here and there (a binary search): only the
+        pages read come in, and go with the map. Not for a pass over all of them (see the class)."""
+        import numpy as np
+
+        return np.load(self.path, mmap_mode="r", allow_pickle=False)
+
 
 def key_array(keys: np.ndarray | KeyFile) -> np.ndarray:
     """Row keys as an array: a KeyFile's read back whole (SortedRun.keys)."""
