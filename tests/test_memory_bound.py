@@ -151,13 +151,15 @@ def test_a_refusal_names_the_partitioned_run_where_it_would_take_the_set(monkeyp
         return str(refused.value)
 
     text = refusal(between, counts, spill_hint=True)
-    hint = re.search(r"analyse it partitioned with --spill DIR \(predicted about (.+?), within the bound;", text)
+    hint = re.search(r"analyse it partitioned \(predicted about (.+?), within the bound;", text)
     assert hint and hint.group(1) == memory.size_text(partitioned), text
+    # said only under --in-memory (else the run is partitioned by itself): what to drop, or --spill DIR
+    assert "without --in-memory it runs so by itself, in the output folder, or with --spill DIR elsewhere" in text
     assert "--spill" not in refusal(between, counts)  # the set is not one the partitioned run takes
     lossy = memory.Counts(db_exchanges=10_000_000, other_exchanges=10_000_000, connections=100, points=2,
                           repaired_bytes=1 << 20)
     text = refusal(between, lossy, spill_hint=True)
-    assert "--spill DIR (predicted about" in text and "without the loss repair" in text, text
+    assert "partitioned (predicted about" in text and "without the loss repair" in text, text
     assert "without the loss repair" not in refusal(between, counts, spill_hint=True)
     below_both = memory.MemoryBound(partitioned - (1 << 20), "--memory (test)", 1)
     text = refusal(below_both, counts, spill_hint=True)
@@ -204,7 +206,7 @@ def test_the_check_during_the_extraction_stops_it_and_its_workers(monkeypatch):
     before = set(mp.active_children())
     with pytest.raises(MemoryBoundError) as refused:
         extract_all([HOGS / "app.pcap", HOGS / "db.pcap"], None, 1 << 20, 2, bound.watching(None, None, True))
-    assert "stopped early" in str(refused.value) and "(estimated from the " in str(refused.value)
+    assert "stopped early" in str(refused.value) and "(a rough estimate from what the " in str(refused.value)
     # a bound below the partitioned run's fixed part: that run is not named (it would be refused in its turn)
     assert bound.limit < bound._least_partitioned() and "--spill" not in str(refused.value), str(refused.value)
     assert set(mp.active_children()) == before
@@ -323,3 +325,80 @@ def test_a_spilled_extraction_is_not_extrapolated(tmp_path, monkeypatch):
     assert "stopped early" in str(refused.value)
     extracted = extract_points(cs, 1, True, 1 << 20, lambda _: None, memory=bound(), spill=tmp_path / "spill")
     assert counts_of(extracted).db_exchanges > 1000
+
+
+def test_a_refusal_gives_only_advice_that_can_work(monkeypatch):
+    """What a fresh pair of eyes followed and saw fail: the time window is suggested with a margin (a window in the
+    capture's busy part holds more than its average share) and not at all when the run's fixed part alone is over
+    the bound; --jobs 1 where the processes' share is what passes it; the in-memory run named as within the bound
+    where it is, for a partitioned refusal; the partitioned run not named where the bound it needs would keep the
+    set in memory."""
+    monkeypatch.setattr(memory, "WATCH_EVERY_S", float("inf"))
+    start = memory.MemoryBound(None, None, 1).start
+    counts = memory.Counts(db_exchanges=1_000_000, other_exchanges=1_000_000, connections=32, points=2)
+
+    def refusal(bound: memory.MemoryBound, **given) -> str:
+        with pytest.raises(MemoryBoundError) as refused:
+            bound.check(counts, **given)
+        return str(refused.value)
+
+    need = memory.predicted_peak(counts, 1, start)
+    fixed = memory.predicted_peak(memory.Counts(0, 0, 0, 0), 1, start)
+    half = memory.MemoryBound(1, "--memory (test)", 1)
+    half.start, half.limit = start, fixed + (need - fixed) // 2
+    text = refusal(half, span_ns=100 * 10**9)
+    window = re.search(r"time window of at most (\d+) s", text)
+    assert window and int(window.group(1)) == int(100 * 0.5 * memory.WINDOW_MARGIN), text
+    below_fixed = memory.MemoryBound(1, "--memory (test)", 1)
+    below_fixed.start, below_fixed.limit = start, fixed - 1
+    assert "time window" not in refusal(below_fixed, span_ns=100 * 10**9)
+    # --jobs 2 over the bound, --jobs 1 within it
+    two = memory.MemoryBound(1, "--memory (test)", 2)
+    two.start, two.limit = start, need
+    assert f"or --jobs 1 (predicted about {memory.size_text(need)}, within the bound)" in refusal(two), refusal(two)
+    assert "or --jobs 1 (" not in refusal(half)
+    # a partitioned refusal whose in-memory run is within the bound
+    small = memory.Counts(db_exchanges=10_000, other_exchanges=10_000, connections=10, points=2)
+    tight = memory.MemoryBound(1, "--memory (test)", 1)
+    tight.start, tight.limit = start, memory.predicted_peak(small, 1, start) + 1
+    with pytest.raises(MemoryBoundError) as refused:
+        tight.check(small, partitioned=True)
+    assert "in memory, without --spill, it needs less: predicted about" in str(refused.value)
+    assert "within this bound" in str(refused.value), str(refused.value)
+    # both runs over, the bound the partitioned one needs at or above the in-memory need: not named
+    close = memory.Counts(db_exchanges=150_000, other_exchanges=150_000, connections=32, points=2)
+    both = memory.MemoryBound(1, "--memory (test)", 1)
+    both.start = start
+    spill, whole = (memory.predicted_peak(close, 1, start, partitioned=True), memory.predicted_peak(close, 1, start))
+    both.limit = min(spill, whole) - 1
+    with pytest.raises(MemoryBoundError) as refused:
+        both.check(close, spill_hint=True)
+    named = "partitioned (predicted" in str(refused.value)
+    assert named == (spill < whole and memory.parse_size(memory.round_up_text(spill)) < whole), str(refused.value)
+
+
+def test_the_look_extrapolates_a_window_from_its_start(monkeypatch):
+    """With --since/--until the look extrapolates what the window's rows grew, not what the reading before the
+    window grew (connections' state, buffers): a growth of 100 MiB before the window and 10 MiB in its first half
+    is about 120 MiB in all, not 220 (times PEAK_OVER_EXTRACTION)."""
+    monkeypatch.setattr(memory, "WATCH_EVERY_S", 0.0)
+    monkeypatch.setattr(memory, "WATCH_SHARE", float("inf"))  # a look at every step
+    held = {"now": 0}
+    monkeypatch.setattr(memory, "tree_memory", lambda pid=None: held["now"])
+    share = {"now": None}
+    bound = memory.MemoryBound(1, "--memory (test)", 1)
+    bound.start = 0
+    mib = 1 << 20
+    bound.limit = memory.COST_FIXED + int(150 * mib * memory.PEAK_OVER_EXTRACTION)
+    step = bound.watching(None, lambda: share["now"], spill_hint=True)
+    held["now"], share["now"] = 100 * mib, 0.0
+    step(10, 100, 1)
+    held["now"], share["now"] = 110 * mib, 0.5
+    step(60, 100, 2)  # 100 + 10 / 0.5 = 120 MiB: within 150 (extrapolated 220 would be refused)
+    held["now"] = 200 * mib
+    with pytest.raises(MemoryBoundError) as refused:
+        step(70, 100, 3)  # what it holds now is over the bound: refused at any share
+    # the bound is above the partitioned run's fixed part: that run named, and the bound that would keep the set in
+    # memory said as the least one (the look's estimate, not the counts')
+    assert isinstance(refused.value, PartitionedInstead) and refused.value.keep_text.startswith("at least --memory ")
+    assert "a rough estimate from what the 50% of the window read so far hold" in str(refused.value)

@@ -109,7 +109,7 @@ def test_in_memory_refuses_instead(tmp_path, in_memory_too_big, spill_folders):
         analyze(capture_set(CAPTURES / "group-stall"),
                 Options(quiet=True, jobs=1, memory=bound_above_this_process(), in_memory=True), out)
     text = str(refused.value)
-    assert "nothing written" in text and "analyse it partitioned with --spill DIR (predicted about" in text
+    assert "nothing written" in text and "analyse it partitioned (predicted about" in text
     assert "within the bound" in text, text
     assert not spill_folders and not out.exists()
 

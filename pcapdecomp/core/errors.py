@@ -46,11 +46,19 @@ class PartitionedInstead(MemoryBoundError):
     without --spill runs partitioned instead (run.spilled.spill_instead), or, with --in-memory, refuses with this
     message. `over`: what the in-memory run would need against the bound, in words (the warning's first part);
     `keep`: the --memory that would keep it in memory (as the refusal suggests it); `unrepaired`: a pair that lost
-    frames, which the partitioned run analyses without the loss repair (so not the in-memory run's files)."""
+    frames, which the partitioned run analyses without the loss repair (so not the in-memory run's files); `early`:
+    decided by the look during the extraction, before the counts: `keep` is the least such bound, an estimate."""
 
-    def __init__(self, message: str, over: str, keep: str, unrepaired: bool = False):
+    def __init__(self, message: str, over: str, keep: str, unrepaired: bool = False, early: bool = False):
         super().__init__(message)
-        self.over, self.keep, self.unrepaired = over, keep, unrepaired
+        self.over, self.keep, self.unrepaired, self.early = over, keep, unrepaired, early
+
+    @property
+    def keep_text(self) -> str:
+        """The --memory that would keep it in memory, in words: "--memory 704M", or "at least --memory 448M" when
+        only the look during the extraction said it (the counts may need more: a fresh pair of eyes followed
+        "--memory 448M would keep it in memory" and was refused at 647 MiB)."""
+        return f"at least --memory {self.keep}" if self.early else f"--memory {self.keep}"
 
 
 class OutputError(PcapdecompError):

@@ -131,6 +131,10 @@ PEAK_OVER_EXTRACTION = 0.9
 # only past this share, and above the bound by EXTRAPOLATION_MARGIN (what is held so far refuses at any share)
 EXTRAPOLATE_AFTER = 1 / 8
 EXTRAPOLATION_MARGIN = 1.25
+# a refusal's time window: this share of the one whose exchanges at the capture's average rate would fit, as a
+# window in its busy part holds more (a fresh pair of eyes followed "at most 6.0 s" and was refused at 251 MiB of
+# 250: the suggested lengths were exact)
+WINDOW_MARGIN = 0.8
 EXTRACTION_PER_EXCHANGE = 350  # bytes the extraction holds per exchange read (the count a refusal estimates)
 WATCH_EVERY_S = 1.0  # seconds between two looks at the process tree's memory during the extraction, at least
 WATCH_SHARE = 0.01  # and no more of the extraction's time than this share in looking
@@ -396,10 +400,14 @@ class MemoryBound:
         if self.limit is None or self.predicted <= self.limit:
             return
         given, window = window, None
-        fixed = PARTITIONED_COST_FIXED if partitioned else COST_FIXED
-        share = (self.limit - self.start - fixed) / max(self.predicted - self.start - fixed, 1)
+        fixed = predicted_peak(Counts(0, 0, 0, 0), self.jobs, self.start, partitioned)  # no exchange at all
+        share = (self.limit - fixed) / max(self.predicted - fixed, 1)
         if span_ns and share > 0:
-            window = _duration_text(span_ns * share / 1e9)
+            window = _duration_text(span_ns * share * WINDOW_MARGIN / 1e9)
+        one_job = None
+        if self.jobs > 1:  # the processes beside this one add their share: one may fit where they do not
+            one_job = predicted_peak(counts, 1, self.start, partitioned)
+            one_job = one_job if one_job <= self.limit else None
         spill = in_memory = None
         if spill_hint and not partitioned:
             spill = predicted_peak(counts, self.jobs, self.start, partitioned=True)
@@ -415,7 +423,7 @@ class MemoryBound:
                      f"{counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB, "
                      f"{counts.connections:,} connections, --jobs {self.jobs})", self.predicted, window,
                      windowed=given is not None, spill=spill, unrepaired=bool(counts.repaired_bytes),
-                     in_memory=in_memory)
+                     in_memory=in_memory, window_helps=fixed < self.limit, one_job=one_job)
 
     def watching(self, progress: Callable[[int, int, int], None] | None,
                  window_share: Callable[[], float | None] | None = None,
@@ -437,9 +445,12 @@ class MemoryBound:
             return progress
         limit, start, clock = self.limit, tree_memory(), time.monotonic
         next_look = clock() + WATCH_EVERY_S
+        before_window = 0  # with a window: what the reading before it grew (connections' state, buffers), not
+        # extrapolated with the window's rows (a fresh pair of eyes: a 2 s window of a 10 s capture estimated at 7
+        # times its exchanges, refused under the bound it then ran within)
 
         def step(done: int, total: int, frames: int) -> None:
-            nonlocal next_look
+            nonlocal next_look, before_window
             if progress is not None:
                 progress(done, total, frames)
             if clock() < next_look:
@@ -448,22 +459,27 @@ class MemoryBound:
             grown = max(tree_memory() - start, 0)
             took = clock() - looked
             of_window = window_share() if window_share is not None else None
+            if of_window is not None and of_window <= 0:
+                before_window = grown
             share = of_window if of_window is not None else done / total if total else 0.0
             now = self.start + COST_FIXED + grown * PEAK_OVER_EXTRACTION
-            whole = self.start + COST_FIXED + grown / share * PEAK_OVER_EXTRACTION if share and not spilled else now
+            rows_grown = grown - before_window if of_window is not None else grown
+            whole = (self.start + COST_FIXED + (before_window + rows_grown / share) * PEAK_OVER_EXTRACTION
+                     if share and not spilled else now)
             if now > limit or (not spilled and share >= EXTRAPOLATE_AFTER and whole > limit * EXTRAPOLATION_MARGIN):
                 need = int(max(now, whole))
-                fits = (limit - self.start - COST_FIXED) / max(need - self.start - COST_FIXED, 1)
-                self._refuse(f"{'partitioned, ' if spilled else ''}this analysis would need at least about "
+                fits = (limit - self.start - COST_FIXED) / max(need - self.start - COST_FIXED, 1) * WINDOW_MARGIN
+                read = (f"the {share:.0%} of the {'window' if of_window is not None else 'captures'} read so far"
+                        if share < 0.995 else f"the {'window' if of_window is not None else 'captures'} read")
+                self._refuse(f"{'partitioned, ' if spilled else ''}this analysis would need about "
                              f"{size_text(need, limit)} of memory for about "
                              f"{int(grown / EXTRACTION_PER_EXCHANGE / (share if need > now else 1)):,} exchanges "
-                             f"(estimated from the {share:.0%} of the "
-                             f"{'window' if of_window is not None else 'captures'} read so far, which hold "
-                             f"{size_text(grown)}"
-                             f"{'; extrapolated to the whole' if need > now else ''})",
+                             f"(a rough estimate from what {read} hold, {size_text(grown)}"
+                             f"{'; extrapolated to the whole' if need > now and share < 0.995 else ''})",
                              need, (f"{fits:.0%} of the {'window' if window_share else 'capture'}'s time"
                                     if fits >= 0.01 else None), stopped_early=True, windowed=window_share is not None,
-                             spill_named=spill_hint and self._least_partitioned() <= limit)
+                             spill_named=spill_hint and self._least_partitioned() <= limit,
+                             window_helps=self.start + COST_FIXED < limit)
             # a look reads every page table of the tree (milliseconds per GiB): at most WATCH_SHARE of the time
             next_look = clock() + max(WATCH_EVERY_S, took / WATCH_SHARE)
         return step
@@ -475,24 +491,29 @@ class MemoryBound:
 
     def _refuse(self, need: str, need_bytes: int, window: str | None, stopped_early: bool = False,
                 window_helps: bool = True, windowed: bool = False, spill: int | None = None,
-                spill_named: bool = False, unrepaired: bool = False, in_memory: int | None = None) -> None:
+                spill_named: bool = False, unrepaired: bool = False, in_memory: int | None = None,
+                one_job: int | None = None) -> None:
         """Stop the run: one line, what it needs, the bound and where it came from, and what to do (`window_helps`:
         a shorter capture would fit; not so for a bound below what any analysis takes; `windowed`: the run had a
         window already, --since/--until, so a shorter one is what would fit; `spill`: the partitioned run's
         predicted peak, said as the other way, within the bound or not; `spill_named`: that way named without a
         number; `unrepaired`: of a pair that lost frames, which it analyses without the loss repair; `in_memory`: a
-        partitioned run's refusal, the in-memory run's predicted peak where it is less). A refusal whose
+        partitioned run's refusal, the in-memory run's predicted peak where it is less; `one_job`: the peak with
+        --jobs 1, where it is within the bound). A refusal whose
         partitioned run fits the bound, or may (`spill_named`), is PartitionedInstead: analyze without --spill runs
         partitioned instead."""
-        more = (f"at least --memory {round_up_text(need_bytes)}: the bound is checked again once the capture is read"
-                if stopped_early else f"e.g. --memory {round_up_text(need_bytes)}")
+        more = (f"about --memory {round_up_text(need_bytes)}, a rough estimate: the bound is checked again once the "
+                "capture is read" if stopped_early else f"e.g. --memory {round_up_text(need_bytes)}")
+        if spill is not None and spill > self.limit and parse_size(round_up_text(spill)) >= need_bytes:
+            spill = None  # the bound that would partition it would keep it in memory: the advice before it
         # the same files for less memory and more CPU (docs/scale.md): the user's choice
         cpu, room = "about 2 to 5 times the CPU", f"room for about {SPILL_SHARE:.0%} of the captures' size"
         costs = f"{cpu}; DIR needs {room}"
         unrepaired_text = "; without the loss repair: the exchanges on lost frames marked, not repaired"
-        if spill is not None and spill <= self.limit:
-            more += (f"), analyse it partitioned with --spill DIR (predicted about {size_text(spill)}, within the "
-                     f"bound; {costs}{unrepaired_text if unrepaired else ''}")
+        if spill is not None and spill <= self.limit:  # said only with --in-memory (else it runs so by itself)
+            more += (f"), analyse it partitioned (predicted about {size_text(spill)}, within the bound; {cpu}; "
+                     f"{room} on its disk{unrepaired_text if unrepaired else ''}; without --in-memory it runs so "
+                     "by itself, in the output folder, or with --spill DIR elsewhere")
         elif spill is not None:  # over the bound too, below the in-memory need: a bound for it partitions by itself
             more += (f"), analyse it partitioned (predicted about {size_text(spill)}; "
                      f"{cpu}; {room} on its disk{unrepaired_text if unrepaired else ''}; --memory "
@@ -501,7 +522,11 @@ class MemoryBound:
         elif spill_named:
             more += f"), analyse it partitioned with --spill DIR (less memory for {costs}"
         if in_memory is not None:
-            more += f"; in memory, without --spill, it needs less: e.g. --memory {round_up_text(in_memory)}"
+            more += ("; in memory, without --spill, it needs less: "
+                     + (f"e.g. --memory {round_up_text(in_memory)}" if in_memory > self.limit else
+                        f"predicted about {size_text(in_memory)}, within this bound"))
+        if one_job is not None:
+            more += f"), or --jobs 1 (predicted about {size_text(one_job)}, within the bound"
         window_text = (f", or analyse {'a shorter' if windowed else 'a'} time window"
                        f"{f' of at most {window}' if window else ''}: --since T --until T (ISO 8601 or epoch "
                        "seconds; the captures are still read whole for their connections' state, only that "
@@ -510,7 +535,7 @@ class MemoryBound:
         message = (f"{over}; {'stopped early, ' if stopped_early else ''}nothing written. Give it more with --memory "
                    f"({more}){window_text}")
         if spill_named or (spill is not None and spill <= self.limit):  # the partitioned run fits, or may
-            raise PartitionedInstead(message, over, round_up_text(need_bytes), unrepaired)
+            raise PartitionedInstead(message, over, round_up_text(need_bytes), unrepaired, early=stopped_early)
         raise MemoryBoundError(message)
 
 

@@ -319,14 +319,14 @@ def spill_instead(run, cs: CaptureSet, over: PartitionedInstead, noted: int) -> 
     if free < needed:
         raise MemoryBoundError(f"{over.over}, and partitioned it would need about {size_text(needed)} free in the "
                                f"output folder {run.out} ({SPILL_SHARE:.0%} of the captures' size), which has "
-                               f"{size_text(free)}; nothing written. Give it more with --memory (e.g. --memory "
-                               f"{over.keep}), or analyse it partitioned with --spill DIR on a disk with room")
+                               f"{size_text(free)}; nothing written. Give it more with --memory (e.g. "
+                               f"{over.keep_text}), or analyse it partitioned with --spill DIR on a disk with room")
     release_memory()  # the in-memory extraction's arrays, before the captures are read again
     run.take_back_warnings(noted)
     run.spill_automatic = True
     folder = SpillFolder(run.out, size, prefix=INSTEAD_PREFIX, named=f"the output folder {run.out}",
                          elsewhere=f"analyse it with --spill DIR on a disk with room (or more --memory, e.g. "
-                                   f"--memory {over.keep})")
+                                   f"{over.keep_text})")
     _say_instead(run, over)
     return _taken(run, folder)
 
@@ -335,7 +335,7 @@ def _say_instead(run, over: PartitionedInstead) -> None:
     """The one warning of a run partitioned because it would pass the bound in memory."""
     files = "without the loss repair, said below" if over.unrepaired else "the same files"
     run.note(f"in memory, {over.over}: analysed partitioned instead, as with --spill ({files}, for about 2 "
-             f"to 5 times the CPU; --memory {over.keep} would keep it in memory), its partitions in a folder of "
+             f"to 5 times the CPU; {over.keep_text} would keep it in memory), its partitions in a folder of "
              f"{run.out} removed at the end (docs/scale.md; --spill DIR puts them elsewhere, --in-memory refuses "
              "instead)")
 
