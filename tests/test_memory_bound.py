@@ -208,12 +208,12 @@ def test_the_check_during_the_extraction_stops_it_and_its_workers(monkeypatch):
         extract_all([HOGS / "app.pcap", HOGS / "db.pcap"], None, 1 << 20, 2, bound.watching(None, None, True))
     assert "stopped early" in str(refused.value) and "(a rough estimate from what the " in str(refused.value)
     # a bound below the partitioned run's fixed part: that run is not named (it would be refused in its turn)
-    assert bound.limit < bound._least_partitioned() and "--spill" not in str(refused.value), str(refused.value)
+    assert bound.limit < bound._fixed_peak(True) and "--spill" not in str(refused.value), str(refused.value)
     assert set(mp.active_children()) == before
     # above it, the partitioned run is named, without a number (no count yet), and taken instead (PartitionedInstead)
     monkeypatch.setattr(memory, "PEAK_OVER_EXTRACTION", 1e4)
     roomy = memory.MemoryBound(1, "the test's bound", 2)
-    roomy.limit = roomy._least_partitioned()
+    roomy.limit = roomy._fixed_peak(True)
     with pytest.raises(PartitionedInstead) as instead:
         extract_all([HOGS / "app.pcap", HOGS / "db.pcap"], None, 1 << 20, 2, roomy.watching(None, None, True))
     assert "analyse it partitioned with --spill DIR (less memory" in str(instead.value), str(instead.value)

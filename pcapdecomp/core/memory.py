@@ -400,10 +400,9 @@ class MemoryBound:
         if self.limit is None or self.predicted <= self.limit:
             return
         given, window = window, None
-        fixed = predicted_peak(Counts(0, 0, 0, 0), self.jobs, self.start, partitioned)  # no exchange at all
-        share = (self.limit - fixed) / max(self.predicted - fixed, 1)
+        share = self._window_share(self.predicted, partitioned)
         if span_ns and share > 0:
-            window = _duration_text(span_ns * share * WINDOW_MARGIN / 1e9)
+            window = _duration_text(span_ns * share / 1e9)
         one_job = None
         if self.jobs > 1:  # the processes beside this one add their share: one may fit where they do not
             one_job = predicted_peak(counts, 1, self.start, partitioned)
@@ -423,7 +422,7 @@ class MemoryBound:
                      f"{counts.exchanges:,} exchanges ({counts.db_exchanges:,} at the DB, "
                      f"{counts.connections:,} connections, --jobs {self.jobs})", self.predicted, window,
                      windowed=given is not None, spill=spill, unrepaired=bool(counts.repaired_bytes),
-                     in_memory=in_memory, window_helps=fixed < self.limit, one_job=one_job)
+                     in_memory=in_memory, window_helps=self._fixed_peak(partitioned) < self.limit, one_job=one_job)
 
     def watching(self, progress: Callable[[int, int, int], None] | None,
                  window_share: Callable[[], float | None] | None = None,
@@ -468,7 +467,7 @@ class MemoryBound:
                      if share and not spilled else now)
             if now > limit or (not spilled and share >= EXTRAPOLATE_AFTER and whole > limit * EXTRAPOLATION_MARGIN):
                 need = int(max(now, whole))
-                fits = (limit - self.start - COST_FIXED) / max(need - self.start - COST_FIXED, 1) * WINDOW_MARGIN
+                fits = self._window_share(need, spilled)
                 read = (f"the {share:.0%} of the {'window' if of_window is not None else 'captures'} read so far"
                         if share < 0.995 else f"the {'window' if of_window is not None else 'captures'} read")
                 self._refuse(f"{'partitioned, ' if spilled else ''}this analysis would need about "
@@ -478,16 +477,23 @@ class MemoryBound:
                              f"{'; extrapolated to the whole' if need > now and share < 0.995 else ''})",
                              need, (f"{fits:.0%} of the {'window' if window_share else 'capture'}'s time"
                                     if fits >= 0.01 else None), stopped_early=True, windowed=window_share is not None,
-                             spill_named=spill_hint and self._least_partitioned() <= limit,
-                             window_helps=self.start + COST_FIXED < limit)
+                             spill_named=spill_hint and self._fixed_peak(True) <= limit,
+                             window_helps=self._fixed_peak(spilled) < limit)
             # a look reads every page table of the tree (milliseconds per GiB): at most WATCH_SHARE of the time
             next_look = clock() + max(WATCH_EVERY_S, took / WATCH_SHARE)
         return step
 
-    def _least_partitioned(self) -> int:
-        """The partitioned run's peak for no exchange at all: its fixed part (one partition, one row group), above
-        what an in-memory run of a small set needs. Under a bound below it, the partitioned run is not the way out."""
-        return predicted_peak(Counts(0, 0, 0, 0), self.jobs, self.start, partitioned=True)
+    def _fixed_peak(self, partitioned: bool) -> int:
+        """The run's peak for no exchange at all, with this bound's processes: its fixed part. Under a bound below
+        it, no time window fits; the partitioned run's (one partition, one row group) is above what an in-memory run
+        of a small set needs, and under a bound below it the partitioned run is not the way out."""
+        return predicted_peak(Counts(0, 0, 0, 0), self.jobs, self.start, partitioned)
+
+    def _window_share(self, need: int, partitioned: bool) -> float:
+        """The share of the captures' time whose exchanges fit the bound, for a run that needs `need` for the whole,
+        with WINDOW_MARGIN (≤ 0: none fits)."""
+        fixed = self._fixed_peak(partitioned)
+        return (self.limit - fixed) / max(need - fixed, 1) * WINDOW_MARGIN
 
     def _refuse(self, need: str, need_bytes: int, window: str | None, stopped_early: bool = False,
                 window_helps: bool = True, windowed: bool = False, spill: int | None = None,
@@ -504,7 +510,7 @@ class MemoryBound:
         partitioned instead."""
         more = (f"about --memory {round_up_text(need_bytes)}, a rough estimate: the bound is checked again once the "
                 "capture is read" if stopped_early else f"e.g. --memory {round_up_text(need_bytes)}")
-        if spill is not None and spill > self.limit and parse_size(round_up_text(spill)) >= need_bytes:
+        if spill is not None and spill > self.limit and round_up(spill) >= need_bytes:
             spill = None  # the bound that would partition it would keep it in memory: the advice before it
         # the same files for less memory and more CPU (docs/scale.md): the user's choice
         cpu, room = "about 2 to 5 times the CPU", f"room for about {SPILL_SHARE:.0%} of the captures' size"
@@ -539,10 +545,16 @@ class MemoryBound:
         raise MemoryBoundError(message)
 
 
-def round_up_text(need: int) -> str:
-    """A --memory value above `need`: whole GiB from 1 GiB on, else MiB by 64."""
+def round_up(need: int) -> int:
+    """A --memory value above `need`, in bytes: whole GiB from 1 GiB on, else MiB by 64 (round_up_text's)."""
     mib = -(-need // (64 << 20)) * 64
-    return f"{-(-mib // 1024)}G" if mib >= 1024 else f"{mib}M"
+    return (-(-mib // 1024) << 30) if mib >= 1024 else mib << 20
+
+
+def round_up_text(need: int) -> str:
+    """round_up(need) as a --memory value: "2G", "320M"."""
+    value = round_up(need)
+    return f"{value >> 30}G" if value >= 1 << 30 else f"{value >> 20}M"
 
 
 def _duration_text(seconds: float) -> str | None:
